@@ -1,0 +1,341 @@
+/*
+ * kvevict.h - KV-cache eviction policies for LLM inference.
+ *
+ * This is the only public header. It is also the reference manual: every
+ * function states what it does, what it returns, what it refuses, what it
+ * allocates and what it costs.
+ *
+ * Vocabulary (used throughout):
+ *   position   the index of a token in the sequence, an int32_t >= 0.
+ *   kept set   the positions a policy currently keeps, held in ascending
+ *              order ("kept order"). Attention vectors passed to a policy are
+ *              index-aligned with kept order.
+ *   budget     the number of positions a policy may keep after an eviction.
+ *   spec       a text description of a policy or trace:
+ *              "name" or "name:key=value,key=value".
+ *
+ * Errors. Every fallible function returns a kve_status. On any status other
+ * than KVE_OK the call has changed nothing (objects are exactly as before the
+ * call, output arguments are untouched unless stated otherwise) and
+ * kve_last_error() holds a one-line message naming the offending argument,
+ * field or value. The library never prints, never exits and never aborts on
+ * bad input.
+ *
+ * Threads. Distinct objects may be used from distinct threads at once without
+ * locking; the library has no global mutable state except the per-thread error
+ * message. One object must not be used from two threads at the same time.
+ *
+ * Memory. Constructors allocate; nothing on the steady-state decode path does
+ * (see kve_policy_step). Every object is released by its *_free function,
+ * which accepts NULL.
+ */
+#ifndef KVEVICT_H
+#define KVEVICT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVEVICT_VERSION_MAJOR 0
+#define KVEVICT_VERSION_MINOR 1
+#define KVEVICT_VERSION_PATCH 0
+#define KVEVICT_VERSION_STRING "0.1.0"
+
+/* ======================================================================
+ * Status and errors
+ * ====================================================================== */
+
+typedef enum kve_status {
+    KVE_OK = 0,   /* success */
+    KVE_EINVAL,   /* an argument, spec key or value is invalid */
+    KVE_ENOMEM,   /* an allocation failed */
+    KVE_ERANGE,   /* an output buffer is too small */
+    KVE_EFORMAT,  /* a file or data stream is malformed */
+    KVE_EIO       /* a file could not be opened, read or written */
+} kve_status;
+
+/* The enum name of `s` ("KVE_EINVAL"); "KVE_UNKNOWN" for values outside the
+ * enum. Never NULL; the string is static. */
+const char *kve_status_name(kve_status s);
+
+/* The message of this thread's most recent failure, e.g.
+ *   "h2o: recent_window 512 must be smaller than budget 512".
+ * Thread-local: a failure in one thread never shows in another. Successful
+ * calls do not clear it (read it only after a call returned non-OK). Returns
+ * "" when this thread has had no failure. The string stays valid until the
+ * next failing call in this thread. */
+const char *kve_last_error(void);
+
+/* ======================================================================
+ * Random numbers
+ *
+ * xoshiro256** seeded through splitmix64. The one transparent struct of the
+ * API, meant to live on the caller's stack. For a given seed the sequence is
+ * the same on every platform and every run.
+ * ====================================================================== */
+
+typedef struct kve_rng {
+    uint64_t s[4];
+} kve_rng;
+
+/* Seeds `rng` from `seed` by four splitmix64 draws. O(1). */
+void kve_rng_seed(kve_rng *rng, uint64_t seed);
+
+/* The next 64-bit output of xoshiro256**. O(1). */
+uint64_t kve_rng_next(kve_rng *rng);
+
+/* A double uniform in [0, 1): the top 53 bits of kve_rng_next() times 2^-53. */
+double kve_rng_uniform(kve_rng *rng);
+
+/* A uniform integer in [0, bound) without modulo bias (rejection sampling);
+ * 0 when bound is 0. Consumes one or (rarely) more outputs. */
+uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
+
+/* ======================================================================
+ * Policies
+ *
+ * A policy holds the kept set of one attention head of one layer and decides
+ * which positions to evict. An engine typically owns one policy per (layer,
+ * KV head) and calls, for every decoded token:
+ *
+ *     kve_policy_step(p, pos, attn_over_kept, kve_policy_size(p));
+ *     kve_policy_evict(p, budget, victims, cap, &n_victims);
+ *     ... drop the victims' keys and values from its own cache ...
+ *
+ * Spec grammar:   spec  := name [ ":" param { "," param } ]
+ *                 param := key "=" value
+ * No white space. Integers are plain decimal digits; reals are decimal
+ * (e.g. 0.99, 1e-3). A key may appear once. Every policy takes
+ *   budget         (default 512, 1 .. 16777216)  sizes the storage
+ * and the keys listed on its page in docs/policies/. Policies:
+ *   full           never evicts (the ceiling)
+ *   window         the most recent `budget` positions
+ *   streaming      StreamingLLM: `sinks` first positions + a recent window
+ *   random         uniform victims among all but the newest `recent_window`
+ *   h2o            heavy hitters: cumulative attention + recent window
+ *   scissorhands   count of steps a position beat its fair share
+ *   tova           the current step's attention only
+ *   h2o_decay      cumulative attention with a forgetting factor (A2SF)
+ *   h2o_mean       cumulative attention divided by steps observed
+ * ====================================================================== */
+
+typedef struct kve_policy kve_policy; /* opaque */
+
+/* Builds a policy from `spec` and stores it in *out.
+ *
+ * rng: policies that draw random numbers (random) require one and refuse
+ *      NULL; they seed a private generator from one kve_rng_next(rng) draw,
+ *      so the caller's generator advances by one output and several policies
+ *      built from one generator draw independent streams. Deterministic
+ *      policies ignore `rng` entirely (it may be NULL and is not advanced).
+ * Refuses (KVE_EINVAL): NULL spec or out; an unknown name; an unknown,
+ *      repeated, malformed or out-of-range key or value; parameters that
+ *      contradict each other (recent_window >= budget, sinks >= budget).
+ *      The message names the key. KVE_ENOMEM if allocation fails.
+ * Allocates the per-slot storage for budget + 1 positions (the steady state
+ * of step-then-evict); *out is untouched on failure. */
+kve_status kve_policy_new(const char *spec, kve_rng *rng, kve_policy **out);
+
+/* Releases `p` and everything it owns. NULL is a no-op. */
+void kve_policy_free(kve_policy *p);
+
+/* Tells the policy that the query at position `pos` paid attention `attn` to
+ * the kept positions, then admits `pos` into the kept set.
+ *
+ * attn: attn[i] is the weight the query at `pos` paid to the i-th kept
+ *       position in kept order; `n` must equal kve_policy_size(p). Weights
+ *       must be finite and >= 0; they need not sum to 1. The policy reads
+ *       attn during the call only.
+ *       attn == NULL means "no information this step": every score is left
+ *       unchanged (which is not the same as a vector of zeroes) and `n` is
+ *       ignored. Position `pos` is admitted either way.
+ * pos:  must be >= 0 and greater than every position seen before.
+ * Refuses (KVE_EINVAL, nothing changed): NULL p; pos negative or not
+ *       increasing; n != size; a NaN, infinite or negative weight (the
+ *       message names its index and value).
+ * Memory: no allocation while size <= budget before the call (the
+ *       step-then-evict loop). Stepping several times without evicting grows
+ *       the storage geometrically; KVE_ENOMEM if that fails.
+ * Cost: one pass over the kept set for the policies that read attention
+ *       (plus a read-only validation pass over attn), O(1) for the others. */
+kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n);
+
+/* Evicts down to `budget` positions.
+ *
+ * When size > budget, removes size - budget positions chosen by the policy,
+ * writes them to victims[0 .. count) in ascending position order (not the
+ * order they were chosen in) and stores count in *n_victims; otherwise
+ * removes nothing and stores 0. Kept order (ascending) is preserved. The
+ * `full` policy never evicts and always reports 0.
+ * victims/cap: caller's buffer and its capacity in elements. victims may be
+ *       NULL when cap is 0. n_victims may be NULL when the count is not
+ *       wanted.
+ * Refuses: KVE_EINVAL for NULL p, budget 0, budget that leaves nothing to
+ *       choose between (budget <= recent_window for the scored and random
+ *       policies, budget <= sinks for streaming), or victims NULL with
+ *       cap > 0; KVE_ERANGE when cap < size - budget. Nothing changes on
+ *       refusal. Never allocates.
+ * Cost: scored policies run one linear scan of the unprotected kept set per
+ *       victim (repeated argmin, never a sort: one scan in steady state) and
+ *       one compaction; window/streaming are O(victims + sinks) amortised;
+ *       random is O(kept) per victim. */
+kve_status kve_policy_evict(kve_policy *p, size_t budget, int32_t *victims, size_t cap,
+                            size_t *n_victims);
+
+/* The number of kept positions. O(1). 0 for NULL. */
+size_t kve_policy_size(const kve_policy *p);
+
+/* The kept positions, kve_policy_size(p) of them, in ascending order. The
+ * pointer is owned by the policy and valid until its next step, evict or
+ * free. NULL for NULL p; may be non-NULL with size 0. */
+const int32_t *kve_policy_positions(const kve_policy *p);
+
+/* Bytes of per-slot state the policy holds now: allocated slots times bytes
+ * per slot (h2o: 13, i.e. 4 of position, 8 of score, 1 of eviction scratch;
+ * 6669 at the default budget of 512). Excludes the fixed-size handle itself.
+ * 0 for NULL. */
+size_t kve_policy_state_bytes(const kve_policy *p);
+
+/* The canonical spec: the name and every parameter spelled out in a fixed
+ * order, e.g. "h2o:budget=512,recent_window=32". kve_policy_new accepts it
+ * back and builds an identical policy. Owned by the policy; never NULL for
+ * non-NULL p (NULL for NULL p). */
+const char *kve_policy_spec(const kve_policy *p);
+
+/* The policy's name ("h2o") and its budget parameter. NULL / 0 for NULL p. */
+const char *kve_policy_name(const kve_policy *p);
+size_t kve_policy_budget(const kve_policy *p);
+
+/* The registered policies, in a fixed order: kve_policy_type_name(i) for
+ * i < kve_policy_type_count(), and a one-line summary of each. NULL past the
+ * end. */
+size_t kve_policy_type_count(void);
+const char *kve_policy_type_name(size_t i);
+const char *kve_policy_type_summary(size_t i);
+
+/* Writes to out[0 .. cap) the canonical form of `spec` with parameter `key`
+ * set to `value` (replacing any value the spec gave). key may be NULL to
+ * canonicalise only. Validates exactly as kve_policy_new does, without
+ * allocating. Refuses: KVE_EINVAL as kve_policy_new; KVE_ERANGE when the
+ * result and its terminating NUL do not fit in cap. */
+kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
+                         size_t cap);
+
+/* ======================================================================
+ * Traces
+ *
+ * A trace is a sequence of attention rows. Row t (query position t) holds
+ * weights over keys [0, t], the query's own key t included, summing to 1.
+ * Sources:
+ *   "canonical" or "canonical:key=value,..."  the synthetic trace of
+ *        docs/trace.md, generated on demand one row at a time (O(T) memory).
+ *        Keys: seed, steps and the constants documented there.
+ *   a path to a .npy file: little-endian float32 or float64, C order, shape
+ *        [T, T], [H, T, T] or [L, H, T, T]; each of the L*H heads is a trace.
+ *        Entries above the diagonal are ignored. The whole file is validated
+ *        when opened: a NaN, infinite or negative weight in [0, t], or a row
+ *        t >= 1 whose sum over [0, t] is off 1 by more than 1e-3, is refused
+ *        with KVE_EFORMAT naming the head and row (unless KVE_TRACE_NORMALIZE
+ *        is given, which rescales each row to sum 1 instead; an all-zero row
+ *        is still refused).
+ * ====================================================================== */
+
+typedef struct kve_trace kve_trace; /* opaque */
+
+enum { KVE_TRACE_NORMALIZE = 1u };
+
+/* Opens `src` (see above). flags: 0 or KVE_TRACE_NORMALIZE.
+ * Refuses: KVE_EINVAL for a malformed canonical spec or NULL arguments;
+ * KVE_EIO for a file that cannot be opened or read; KVE_EFORMAT for a
+ * malformed .npy (bad magic, header, dtype, order, shape, truncation) or rows
+ * that are not distributions; KVE_ENOMEM. */
+kve_status kve_trace_open(const char *src, unsigned flags, kve_trace **out);
+
+/* Releases `tr`. NULL is a no-op. */
+void kve_trace_free(kve_trace *tr);
+
+/* T, the number of steps (rows) of every head. */
+size_t kve_trace_steps(const kve_trace *tr);
+
+/* The number of heads: L*H for a .npy file of shape [L, H, T, T], H for
+ * [H, T, T], 1 otherwise. Heads are numbered layer-major. */
+size_t kve_trace_heads(const kve_trace *tr);
+
+/* L, the number of layers (1 unless the file is [L, H, T, T]). */
+size_t kve_trace_layers(const kve_trace *tr);
+
+/* The canonical spec of a synthetic trace, or the path of a file. */
+const char *kve_trace_source(const kve_trace *tr);
+
+/* Writes row `t` of head `head` to row[0 .. t] (t + 1 doubles: the weights
+ * over keys 0..t). Rows may be read in any order; reading them in ascending
+ * t is the fast path. Refuses: KVE_EINVAL for head or t out of range;
+ * KVE_EIO if the file can no longer be read. O(t). */
+kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row);
+
+/* Writes head `head` of `tr` as a [T, T] float32 C-order .npy file (version
+ * 1.0 header, zeros above the diagonal). The file is written to a temporary
+ * name beside `path` and renamed into place, so a failure leaves no partial
+ * file. Refuses: KVE_EINVAL, KVE_EIO, KVE_ENOMEM. */
+kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path);
+
+/* ======================================================================
+ * Evaluation harness
+ *
+ * For each step t of one head of a trace, and each policy (kept set K):
+ *  1. metrics on the full row p_t:
+ *       retained mass = p_t(t) + sum over i in K of p_t(i)
+ *       top-32 recall = |top32(p_t over [0, t)) & K| / min(32, t)
+ *     (top-32 ties go to the lower position);
+ *  2. the policy sees p_t restricted to K and renormalised: the kept weights
+ *     summed in double in kept order, each divided by that sum in double and
+ *     rounded to float32. A zero kept sum passes NULL (no information); at
+ *     t = 0 an empty vector;
+ *  3. kve_policy_step(t, ...), then kve_policy_evict(budget).
+ * Means are over the steps t > budget (before that nothing can have been
+ * evicted); with no such step the means are 1 and scored_steps is 0.
+ * Policies of one call run in lockstep over one pass of the trace, so a row
+ * is generated or read once however many policies are evaluated.
+ * ====================================================================== */
+
+typedef struct kve_eval_job {
+    const char *spec; /* policy spec */
+    size_t budget;    /* 0: the spec's budget; else overrides it */
+} kve_eval_job;
+
+typedef struct kve_eval_result {
+    char spec[160];           /* canonical spec of the policy evaluated */
+    size_t budget;            /* budget evicted to */
+    size_t steps;             /* T */
+    size_t scored_steps;      /* steps with t > budget */
+    double retained_mass;     /* mean over scored steps */
+    double top32_recall;      /* mean over scored steps */
+    double min_retained_mass; /* minimum over scored steps */
+    double ns_per_step;       /* policy work only (step + evict), per step */
+    size_t state_bytes;       /* kve_policy_state_bytes at the end */
+} kve_eval_result;
+
+/* Called after each step of each job with the positions just evicted
+ * (ascending). Return non-zero to stop the evaluation (kve_eval then returns
+ * KVE_OK with the steps done so far). */
+typedef int (*kve_eval_step_fn)(void *user, size_t job, int32_t pos, const int32_t *victims,
+                                size_t n_victims);
+
+/* Evaluates n_jobs policies on head `head` of `tr`, writing results[i] for
+ * jobs[i]. Policies needing an Rng get one seeded from `seed` (the same seed
+ * for every job, so a job's result does not depend on its neighbours).
+ * on_step may be NULL. Refuses: KVE_EINVAL for NULL arguments, n_jobs 0, a
+ * bad spec or budget (message names the job's spec), head out of range;
+ * KVE_ENOMEM; KVE_EIO from the trace. Memory: O(T + sum of budgets). */
+kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t n_jobs,
+                    uint64_t seed, kve_eval_step_fn on_step, void *user,
+                    kve_eval_result *results);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVEVICT_H */

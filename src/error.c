@@ -1,0 +1,39 @@
+/*
+ * error.c - status names and the per-thread error message.
+ *
+ * Invariant: the message buffer is thread-local and always NUL-terminated;
+ * kve__fail truncates messages longer than the buffer rather than failing.
+ */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char last_error[256];
+
+const char *kve_status_name(kve_status s)
+{
+    switch (s) {
+    case KVE_OK: return "KVE_OK";
+    case KVE_EINVAL: return "KVE_EINVAL";
+    case KVE_ENOMEM: return "KVE_ENOMEM";
+    case KVE_ERANGE: return "KVE_ERANGE";
+    case KVE_EFORMAT: return "KVE_EFORMAT";
+    case KVE_EIO: return "KVE_EIO";
+    }
+    return "KVE_UNKNOWN";
+}
+
+const char *kve_last_error(void)
+{
+    return last_error;
+}
+
+kve_status kve__fail(kve_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return s;
+}

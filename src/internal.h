@@ -1,0 +1,87 @@
+/*
+ * internal.h - what every library file shares and nothing public sees:
+ * error reporting, the allocation hook, and the spec parser.
+ *
+ * Invariants:
+ *  - Every failure goes through kve__fail(), so a non-OK status always comes
+ *    with a message in this thread's kve_last_error().
+ *  - Every allocation goes through kve__malloc/kve__calloc/kve__realloc, so a
+ *    test can make the k-th allocation fail (kve__alloc_fail_after).
+ */
+#ifndef KVE_INTERNAL_H
+#define KVE_INTERNAL_H
+
+#include "kvevict.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define KVE_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define KVE_PRINTF(fmt, args)
+#endif
+
+/* ---- errors (error.c) ---- */
+
+/* Formats the thread's error message and returns `s`. */
+kve_status kve__fail(kve_status s, const char *fmt, ...) KVE_PRINTF(2, 3);
+
+/* ---- allocation (alloc.c) ---- */
+
+void *kve__malloc(size_t n);
+void *kve__calloc(size_t count, size_t size);
+void *kve__realloc(void *ptr, size_t n);
+void kve__free(void *ptr);
+
+/* Test hook: after `k` more successful allocations, every allocation in this
+ * thread fails until the hook is reset with k = SIZE_MAX (the default).
+ * Returns the number of allocations made since the last call. */
+size_t kve__alloc_fail_after(size_t k);
+
+/* ---- specs (spec.c) ---- */
+
+/* The grammar is documented in kvevict.h. A param def binds one key to a
+ * typed field of a caller struct at `offset`. */
+typedef enum kve_param_kind {
+    KVE_PARAM_SIZE, /* size_t, decimal digits, in [imin, imax] */
+    KVE_PARAM_U64,  /* uint64_t, decimal digits, in [imin, imax] */
+    KVE_PARAM_REAL  /* double, finite decimal, in [rmin, rmax] (rmin open if flagged) */
+} kve_param_kind;
+
+enum { KVE_PARAM_MIN_OPEN = 1u };
+
+typedef struct kve_param_def {
+    const char *key;
+    kve_param_kind kind;
+    uint64_t idefault, imin, imax; /* integer kinds */
+    double rdefault, rmin, rmax;   /* KVE_PARAM_REAL */
+    unsigned flags;
+    size_t offset; /* offsetof the field in the destination struct */
+    const char *doc;
+} kve_param_def;
+
+enum { KVE_NAME_MAX = 32, KVE_SPEC_MAX = 160 };
+
+/* Splits "name[:params]" into name (copied, NUL-terminated) and a pointer to
+ * the params text (NULL when there is no ':'). Refuses empty or over-long
+ * names and characters outside [a-z0-9_]. */
+kve_status kve__spec_split(const char *spec, char name[KVE_NAME_MAX], const char **params);
+
+/* Stores every default in `dst`, then parses `params` (may be NULL) against
+ * `defs` and stores the values. `what` prefixes messages ("h2o"). On failure
+ * `dst` holds unspecified values; callers parse into a scratch struct. */
+kve_status kve__spec_parse(const char *what, const char *params, const kve_param_def *defs,
+                           size_t n_defs, void *dst);
+
+/* Parses one value for def `d` into `dst` (same checks as kve__spec_parse). */
+kve_status kve__spec_parse_value(const char *what, const kve_param_def *d, const char *text,
+                                 size_t len, void *dst);
+
+/* Writes "name:k=v,..." with every def in order. Returns the length that the
+ * full text needs (like snprintf); the output is truncated past cap. */
+size_t kve__spec_format(char *out, size_t cap, const char *name, const kve_param_def *defs,
+                        size_t n_defs, const void *src);
+
+#endif /* KVE_INTERNAL_H */

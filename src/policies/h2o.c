@@ -1,0 +1,32 @@
+/*
+ * h2o.c - Heavy-Hitter Oracle (Zhang et al., NeurIPS 2023).
+ *
+ * Score: the sum of every attention weight a position has received, in
+ * float64 (float32 weights widened before the add, so four thousand steps
+ * lose no low-order bits the comparison depends on). Newcomers start at 0
+ * and are protected by the recent window. Eviction: the shared argmin.
+ * Cost: one add per kept position per step; 13 bytes a slot.
+ */
+#include "../policy_impl.h"
+
+static const kve_param_def params[] = {
+    KVE_DEF_BUDGET,
+    KVE_DEF_RECENT_WINDOW(32),
+};
+
+static void observe(kve_policy *p, const float *attn, size_t n)
+{
+    double *score = p->score;
+    for (size_t i = 0; i < n; i++)
+        score[i] += (double)attn[i];
+}
+
+const kve_policy_type kve__h2o_type = {
+    .name = "h2o",
+    .summary = "heavy hitters: cumulative attention plus a recent window",
+    .params = params,
+    .n_params = sizeof params / sizeof params[0],
+    .flags = KVE_TYPE_SCORED,
+    .observe = observe,
+    .select = kve__select_argmin,
+};

@@ -1,0 +1,59 @@
+/*
+ * rng.c - xoshiro256** (Blackman & Vigna, 2018) seeded by splitmix64.
+ *
+ * Invariant: the output sequence is a pure function of the seed; no state
+ * lives outside the caller's kve_rng. splitmix64 never yields the all-zero
+ * state that xoshiro must avoid (four consecutive outputs cannot all be 0).
+ */
+#include "internal.h"
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+void kve_rng_seed(kve_rng *rng, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        rng->s[i] = splitmix64(&seed);
+}
+
+uint64_t kve_rng_next(kve_rng *rng)
+{
+    uint64_t *s = rng->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double kve_rng_uniform(kve_rng *rng)
+{
+    return (double)(kve_rng_next(rng) >> 11) * 0x1.0p-53;
+}
+
+uint64_t kve_rng_below(kve_rng *rng, uint64_t bound)
+{
+    if (bound == 0)
+        return 0;
+    /* Reject the top (2^64 mod bound) outputs so every residue is equally likely. */
+    uint64_t threshold = (0 - bound) % bound;
+    for (;;) {
+        uint64_t x = kve_rng_next(rng);
+        if (x >= threshold)
+            return x % bound;
+    }
+}
