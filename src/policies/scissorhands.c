@@ -34,6 +34,8 @@ static kve_status init(kve_policy *p)
 
 static void observe(kve_policy *p, const float *attn, size_t n)
 {
+    if (n == 0)
+        return;
     double *score = p->score;
     const float fair = (float)(1.0 / (double)n);
     const size_t w = p->params.history;

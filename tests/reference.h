@@ -1,0 +1,342 @@
+/*
+ * reference.h - a deliberately naive, obviously correct model of every
+ * policy, for differential tests and fuzzers. Header only, no test framework,
+ * no library internals; it uses only the public kve_rng struct (and computes
+ * the generator itself, so it does not trust rng.c either).
+ *
+ * API (every function returns 0 on success, -1 on a refusal that leaves the
+ * model unchanged):
+ *
+ *   ref_policy *ref_new(const char *spec, kve_rng *rng);
+ *       Builds the model from a VALID spec ("name" or "name:k=v,..."; the
+ *       canonical spec of a real policy always works). Unknown names/keys
+ *       give NULL; ranges are not checked (that is the library's job and is
+ *       tested elsewhere). `random` draws one kve_rng_next-equivalent output
+ *       from *rng (NULL rng: NULL result) to seed its private generator;
+ *       the others ignore rng.
+ *   void ref_free(ref_policy *r);
+ *   int  ref_step(ref_policy *r, int32_t pos, const float *attn, size_t n);
+ *       Refuses pos < 0, pos <= the last position, and (attn != NULL) n != size
+ *       or a NaN/infinite/negative weight. Otherwise observes attn (NULL: no
+ *       information, nothing changes but the admission) and admits pos.
+ *   int  ref_evict(ref_policy *r, size_t budget, int32_t *victims, size_t *n);
+ *       Refuses budget 0, budget <= recent_window (when recent_window > 0)
+ *       and budget <= sinks (when sinks > 0). Otherwise evicts down to
+ *       budget; victims must hold size entries; they come out ascending and
+ *       their count goes to *n (n may be NULL).
+ *   r->n, r->slot[i].pos   the kept positions, ascending (kept order).
+ *   double ref_score(const ref_policy *r, size_t i)   eviction key of slot i.
+ *
+ * Semantics, one line each, as documented in kvevict.h and src/policies/:
+ *   full         never evicts.
+ *   window       keeps the newest `budget`.
+ *   streaming    keeps the first `sinks` positions ever admitted + the newest
+ *                budget - sinks.
+ *   random       per victim k (0-based): r = below(own, limit - k) over the
+ *                unprotected slots [0, limit = n - recent_window) in kept
+ *                order, victim = the r-th slot not already chosen.
+ *   h2o          score = sum of (double)attn over informative steps.
+ *   scissorhands vote = attn[i] > (float)(1.0 / n); score = number of votes
+ *                (history 0) or votes among the last `history` informative
+ *                steps the position was kept through.
+ *   tova         score = weight of the last informative step (0 before).
+ *   h2o_decay    score = decay * score + attn per informative step.
+ *   h2o_mean     score = sum / (double)count, count = informative steps since
+ *                admission; 0 when count is 0.
+ *   Scored policies evict by SORTING the unprotected slots by (score, pos)
+ *   and taking the first size - budget.
+ * Cost: O(n log n) per evict, O(n * 64) per step. Nobody should ship this.
+ */
+#ifndef KVE_REFERENCE_H
+#define KVE_REFERENCE_H
+
+#include "kvevict.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { REF_FULL, REF_WINDOW, REF_STREAMING, REF_RANDOM, REF_H2O, REF_SCISSORHANDS,
+       REF_TOVA, REF_H2O_DECAY, REF_H2O_MEAN };
+
+enum { REF_MAX_HISTORY = 64 };
+
+typedef struct ref_slot {
+    int32_t pos;
+    int sink;                              /* streaming: one of the first `sinks` admitted */
+    double acc;                            /* h2o sum, decayed sum, tova last, mean's sum, votes */
+    uint64_t count;                        /* informative steps observed while kept */
+    unsigned char votes[REF_MAX_HISTORY];  /* scissorhands: votes[0] is the newest */
+} ref_slot;
+
+typedef struct ref_policy {
+    int kind;
+    size_t budget, recent_window, sinks, history;
+    double decay;
+    uint64_t rng[4];   /* random: private xoshiro256** state */
+    int32_t last;      /* last admitted position, -1 before any */
+    uint64_t admitted; /* positions ever admitted */
+    ref_slot *slot;    /* (n) kept order */
+    size_t n, cap;
+} ref_policy;
+
+/* ---- generator: splitmix64 + xoshiro256**, straight from the papers ---- */
+
+static inline uint64_t ref_rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static inline uint64_t ref_xoshiro(uint64_t s[4])
+{
+    uint64_t result = ref_rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = ref_rotl(s[3], 45);
+    return result;
+}
+
+static inline void ref_seed(uint64_t s[4], uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) {
+        uint64_t z = (seed += 0x9e3779b97f4a7c15u);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+        s[i] = z ^ (z >> 31);
+    }
+}
+
+/* Uniform in [0, bound): draw until the output is not among the lowest
+ * 2^64 mod bound values (those would bias the residues). */
+static inline uint64_t ref_below(uint64_t s[4], uint64_t bound)
+{
+    if (bound == 0)
+        return 0;
+    uint64_t reject = (UINT64_MAX - bound + 1) % bound;
+    for (;;) {
+        uint64_t x = ref_xoshiro(s);
+        if (x >= reject)
+            return x % bound;
+    }
+}
+
+/* ---- construction ---- */
+
+static inline ref_policy *ref_new(const char *spec, kve_rng *rng)
+{
+    static const char *const names[] = {"full", "window", "streaming", "random", "h2o",
+                                        "scissorhands", "tova", "h2o_decay", "h2o_mean"};
+    size_t len = strcspn(spec, ":");
+    int kind = -1;
+    for (int k = 0; k < 9; k++)
+        if (strlen(names[k]) == len && strncmp(names[k], spec, len) == 0)
+            kind = k;
+    if (kind < 0)
+        return NULL;
+    ref_policy *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->kind = kind;
+    r->budget = 512;
+    r->recent_window = kind == REF_TOVA ? 1 : kind >= REF_H2O ? 32 : 0;
+    r->sinks = kind == REF_STREAMING ? 4 : 0;
+    r->decay = 0.99;
+    r->last = -1;
+    const char *p = spec[len] == ':' ? spec + len + 1 : NULL;
+    while (p && *p) {
+        const char *eq = strchr(p, '=');
+        if (!eq) {
+            free(r);
+            return NULL;
+        }
+        size_t klen = (size_t)(eq - p);
+        char *end = NULL;
+        if (klen == 5 && !strncmp(p, "decay", 5)) {
+            r->decay = strtod(eq + 1, &end);
+        } else {
+            size_t v = (size_t)strtoull(eq + 1, &end, 10);
+            if (klen == 6 && !strncmp(p, "budget", 6))
+                r->budget = v;
+            else if (klen == 13 && !strncmp(p, "recent_window", 13))
+                r->recent_window = v;
+            else if (klen == 5 && !strncmp(p, "sinks", 5))
+                r->sinks = v;
+            else if (klen == 7 && !strncmp(p, "history", 7))
+                r->history = v;
+            else
+                end = NULL;
+        }
+        if (!end || (*end != ',' && *end != '\0')) {
+            free(r);
+            return NULL;
+        }
+        p = *end == ',' ? end + 1 : NULL;
+    }
+    if (kind == REF_RANDOM) {
+        if (!rng) {
+            free(r);
+            return NULL;
+        }
+        ref_seed(r->rng, ref_xoshiro(rng->s));
+    }
+    return r;
+}
+
+static inline void ref_free(ref_policy *r)
+{
+    if (r)
+        free(r->slot);
+    free(r);
+}
+
+/* ---- scores ---- */
+
+static inline double ref_score(const ref_policy *r, size_t i)
+{
+    const ref_slot *s = &r->slot[i];
+    if (r->kind == REF_H2O_MEAN)
+        return s->count ? s->acc / (double)s->count : 0.0;
+    if (r->kind == REF_SCISSORHANDS && r->history) {
+        double votes = 0;
+        for (size_t k = 0; k < r->history; k++)
+            votes += s->votes[k];
+        return votes;
+    }
+    return s->acc;
+}
+
+/* ---- decode path ---- */
+
+static inline int ref_step(ref_policy *r, int32_t pos, const float *attn, size_t n)
+{
+    if (pos < 0 || pos <= r->last)
+        return -1;
+    if (attn) {
+        if (n != r->n)
+            return -1;
+        for (size_t i = 0; i < n; i++)
+            if (isnan(attn[i]) || isinf(attn[i]) || attn[i] < 0.0f)
+                return -1;
+        for (size_t i = 0; i < n; i++) {
+            ref_slot *s = &r->slot[i];
+            double a = (double)attn[i];
+            s->count++;
+            switch (r->kind) {
+            case REF_H2O:
+            case REF_H2O_MEAN: s->acc += a; break;
+            case REF_TOVA: s->acc = a; break;
+            case REF_H2O_DECAY: s->acc = r->decay * s->acc + a; break;
+            case REF_SCISSORHANDS: {
+                int vote = attn[i] > (float)(1.0 / (double)n);
+                s->acc += vote;
+                memmove(s->votes + 1, s->votes, REF_MAX_HISTORY - 1);
+                s->votes[0] = (unsigned char)vote;
+                break;
+            }
+            default: break;
+            }
+        }
+    }
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 16;
+        ref_slot *grown = realloc(r->slot, cap * sizeof *grown);
+        if (!grown)
+            abort(); /* a test helper: running out of memory is not a case it models */
+        r->slot = grown;
+        r->cap = cap;
+    }
+    ref_slot *s = &r->slot[r->n++];
+    memset(s, 0, sizeof *s);
+    s->pos = pos;
+    s->sink = r->admitted < r->sinks;
+    r->admitted++;
+    r->last = pos;
+    return 0;
+}
+
+typedef struct ref_cand {
+    double score;
+    int32_t pos;
+    size_t index;
+} ref_cand;
+
+static inline int ref_cmp_cand(const void *a, const void *b)
+{
+    const ref_cand *x = a, *y = b;
+    if (x->score != y->score)
+        return x->score < y->score ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static inline int ref_cmp_pos(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size_t *n_victims)
+{
+    if (budget == 0 || (r->recent_window && budget <= r->recent_window) ||
+        (r->sinks && budget <= r->sinks))
+        return -1;
+    size_t need = r->kind != REF_FULL && r->n > budget ? r->n - budget : 0;
+    if (n_victims)
+        *n_victims = need;
+    if (!need)
+        return 0;
+    unsigned char *chosen = calloc(r->n, 1);
+    if (!chosen)
+        abort();
+    size_t limit = r->n - r->recent_window;
+    if (r->kind == REF_WINDOW || r->kind == REF_STREAMING) {
+        size_t k = 0;
+        for (size_t i = 0; k < need; i++) /* oldest non-sinks first */
+            if (!r->slot[i].sink) {
+                chosen[i] = 1;
+                k++;
+            }
+    } else if (r->kind == REF_RANDOM) {
+        for (size_t k = 0; k < need; k++) {
+            uint64_t want = ref_below(r->rng, limit - k);
+            for (size_t i = 0, seen = 0; i < limit; i++) {
+                if (chosen[i])
+                    continue;
+                if (seen++ == want) {
+                    chosen[i] = 1;
+                    break;
+                }
+            }
+        }
+    } else {
+        ref_cand *c = malloc(limit * sizeof *c);
+        if (!c)
+            abort();
+        for (size_t i = 0; i < limit; i++) {
+            c[i].score = ref_score(r, i);
+            c[i].pos = r->slot[i].pos;
+            c[i].index = i;
+        }
+        qsort(c, limit, sizeof *c, ref_cmp_cand);
+        for (size_t k = 0; k < need; k++)
+            chosen[c[k].index] = 1;
+        free(c);
+    }
+    size_t w = 0, nv = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (chosen[i])
+            victims[nv++] = r->slot[i].pos;
+        else
+            r->slot[w++] = r->slot[i];
+    }
+    r->n = w;
+    free(chosen);
+    qsort(victims, nv, sizeof *victims, ref_cmp_pos); /* already ascending; says the contract */
+    return 0;
+}
+
+#endif /* KVE_REFERENCE_H */
