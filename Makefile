@@ -7,7 +7,7 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 BASE_DEPS = cmake:cmake gcc:gcc make:make
 
-.PHONY: all deps run test test-release test-asan test-tsan clean
+.PHONY: all deps run test test-release test-asan test-tsan fuzz ci-gates clean plots docs
 
 all: build/kvevict
 
@@ -21,7 +21,16 @@ build/kvevict: deps FORCE
 run: build/kvevict
 	./build/kvevict bench
 
-test: test-release test-asan
+# The figures of docs/img/ (installs gnuplot-nox when missing) and the measured
+# blocks of the docs (docs/results.md, docs/policies/*.md; see kvevict docs --help).
+plots: build/kvevict
+	@./scripts/deps.sh gnuplot-nox:gnuplot
+	./build/kvevict plot --out docs/img
+
+docs: build/kvevict
+	./build/kvevict docs $(wildcard docs/*.md docs/policies/*.md)
+
+test: test-release test-asan test-tsan
 
 test-release: build/kvevict
 	cd build && ctest --output-on-failure -j $(JOBS)
@@ -32,7 +41,23 @@ test-asan: deps
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
+# The thread test (tests/test_threads.c) under ThreadSanitizer.
+test-tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVE_TSAN=ON $(CMAKE_FLAGS) >/dev/null
+	cmake --build build-tsan -j $(JOBS) --target test_threads
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^test_threads$$'
+
+# libFuzzer on every target for FUZZ_SECONDS each (clang; see docs/robustness.md).
+FUZZ_SECONDS ?= 60
+fuzz:
+	@./scripts/deps.sh clang:clang cmake:cmake
+	./scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# CI gates after `make test`: valgrind, coverage >= 90% branches, cppcheck, short fuzz.
+ci-gates:
+	./scripts/ci-gates.sh
+
 clean:
-	rm -rf build build-asan build-tsan build-cov build-fuzz
+	rm -rf build build-asan build-tsan build-cov build-fuzz build-valgrind
 
 FORCE:

@@ -279,7 +279,8 @@ kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row);
 /* Writes head `head` of `tr` as a [T, T] float32 C-order .npy file (version
  * 1.0 header, zeros above the diagonal). The file is written to a temporary
  * name beside `path` and renamed into place, so a failure leaves no partial
- * file. Refuses: KVE_EINVAL, KVE_EIO, KVE_ENOMEM. */
+ * file. Refuses: KVE_EINVAL, KVE_EIO, KVE_ENOMEM; KVE_ERANGE for a weight too
+ * large for float32 (possible only in row 0, which is not held to sum 1). */
 kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path);
 
 /* ======================================================================
@@ -309,7 +310,7 @@ typedef struct kve_eval_job {
 typedef struct kve_eval_result {
     char spec[160];           /* canonical spec of the policy evaluated */
     size_t budget;            /* budget evicted to */
-    size_t steps;             /* T */
+    size_t steps;             /* steps evaluated: T unless stopped early */
     size_t scored_steps;      /* steps with t > budget */
     double retained_mass;     /* mean over scored steps */
     double top32_recall;      /* mean over scored steps */
@@ -319,8 +320,9 @@ typedef struct kve_eval_result {
 } kve_eval_result;
 
 /* Called after each step of each job with the positions just evicted
- * (ascending). Return non-zero to stop the evaluation (kve_eval then returns
- * KVE_OK with the steps done so far). */
+ * (ascending). Return non-zero to stop the evaluation: the other jobs finish
+ * the step in progress (without further calls), so every result covers the
+ * same steps, and kve_eval returns KVE_OK with the steps done so far. */
 typedef int (*kve_eval_step_fn)(void *user, size_t job, int32_t pos, const int32_t *victims,
                                 size_t n_victims);
 

@@ -2,7 +2,8 @@
  * error.c - status names and the per-thread error message.
  *
  * Invariant: the message buffer is thread-local and always NUL-terminated;
- * kve__fail truncates messages longer than the buffer rather than failing.
+ * kve__fail truncates messages longer than the buffer rather than failing,
+ * and the message is one line: no control characters survive in it.
  */
 #include "internal.h"
 
@@ -29,11 +30,16 @@ const char *kve_last_error(void)
     return last_error;
 }
 
-kve_status kve__fail(kve_status s, const char *fmt, ...)
+kve_status (kve__fail)(kve_status s, const char *fmt, ...) /* (name): not the analyser macro */
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    /* Messages quote user text (spec values, .npy headers, paths): control
+     * characters become '?' so the message stays one printable line. */
+    for (char *c = last_error; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
     return s;
 }

@@ -67,7 +67,9 @@ void kve__evict_marked(kve_policy *p, size_t n_evict, int32_t *victims)
 {
     p->type->select(p, n_evict);
     uint8_t *mark = p->mark;
-    size_t n = p->size, w = p->first_mark, r = p->first_mark, nv = 0;
+    size_t n = p->size, nv = 0;
+    size_t w = p->first_mark; /* write index */
+    size_t r = w;             /* read index */
     while (r < n) {
         if (mark[r]) {
             victims[nv++] = p->pos[r];

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# make-seeds.sh - writes the seed corpora fuzz/corpus/<target>/ from scratch.
+# The output is deterministic and checked in; rerun only to change the seeds
+# (findings that libFuzzer adds to the corpus are kept beside these).
+#   fuzz_spec  one text file per spec ("spec\nkey\nvalue"): valid, canonical
+#              and refused policy and canonical-trace specs
+#   fuzz_api   binary programs for fuzz_api.c, a few per policy type
+#   fuzz_npy   .npy files: valid v1/v2/v3, float32/float64, [T,T], [H,T,T],
+#              [L,H,T,T], then one malformed variant per header field,
+#              truncations, huge and overflowing shapes, wrong dtypes, Fortran
+#              order, non-square shapes, NaN / negative / infinite weights
+set -euo pipefail
+export LC_ALL=C
+cd "$(dirname "$0")/corpus"
+
+# ---- fuzz_spec ----
+rm -f fuzz_spec/s-*
+i=0
+spec() { printf '%b' "$1" > "fuzz_spec/s-$(printf %03d $i)"; i=$((i + 1)); }
+for s in full window streaming random h2o scissorhands tova h2o_decay h2o_mean \
+    'h2o:budget=256,recent_window=64' 'window:budget=1' 'streaming:budget=8,sinks=4' \
+    'streaming:sinks=0,budget=2' 'random:budget=16,recent_window=3' \
+    'scissorhands:budget=64,recent_window=8,history=16' 'scissorhands:history=64' \
+    'tova:budget=3,recent_window=0' 'h2o_decay:decay=0.5' 'h2o_decay:decay=1e-3,budget=9' \
+    'h2o_mean:budget=100' 'full:budget=16777216' \
+    'h2o:' 'h2o:budget=' 'h2o:budget=0' 'h2o:budget=16777217' \
+    'h2o:budget=99999999999999999999999' 'h2o:budget=16,recent_window=16' \
+    'h2o:budget=1,budget=2' 'H2O' 'h2o:foo=1' 'h2o:budget=1e3' 'h2o:budget=-1' \
+    'h2o:budget=+5' 'h2o: budget=5' 'h2o_decay:decay=nan' 'h2o_decay:decay=inf' \
+    'h2o_decay:decay=0' 'h2o_decay:decay=1.0000001' 'h2o_decay:decay=0x1p-3' \
+    'h2o_decay:decay=1e-400' 'h2o_decay:decay=.' 'h2o,budget=1' 'h2o:budget=12,' \
+    'h2o:,budget=12' 'h2o:budget' 'h2o:=3' 'h2o::' ':budget=3' '' \
+    'a_very_long_policy_name_that_goes_past_the_limit:budget=1' 'scissorhands:history=65' \
+    'streaming:sinks=8,budget=8' 'random:recent_window=511' \
+    'canonical' 'canonical:seed=3,steps=100' 'canonical:steps=0' 'canonical:steps=1' \
+    'canonical:heavy=2000' 'canonical:sink_mass=1,recent_mass=1,heavy_mass=1' \
+    'canonical:jitter=0.95,steps=5000' 'canonical:recent_decay=1e-300,recent=3' \
+    'canonical:sinks=0,recent=0,heavy=0,steps=40' 'canonical:epoch=1,heavy=4,steps=64' \
+    'canonical:seed=18446744073709551615' 'canonical:seed=18446744073709551616' \
+    'canonical:steps=16777216,recent=2' 'canonical:bogus=1' \
+    'h2o\nbudget\n64' 'h2o\nrecent_window\n600' 'streaming\nsinks\n999' 'h2o\nnope\n1' \
+    'h2o_decay\ndecay\n0.25' 'window:budget=7\nbudget\n' 'tova\nbudget\n1'; do
+  spec "$s"
+done
+
+# ---- fuzz_api ----
+# Header: type, budget, param, history, decay, seed, fail_at; then op bytes.
+rm -f fuzz_api/p-*
+lcg=12345
+rnd() { lcg=$(( (lcg * 1103515245 + 12345) % 2147483648 )); echo $(( (lcg >> 8) % 256 )); }
+bytes() { local out=""; for b in "$@"; do out+=$(printf '\\%03o' "$b"); done; printf '%b' "$out"; }
+for type in 0 1 2 3 4 5 6 7 8; do
+  for variant in 0 1 2; do
+    case $variant in
+      0) hdr="$type 8 3 4 2 1 200";;   # budget 9, small window
+      1) hdr="$type 1 0 0 0 7 0";;     # budget 2, construction fails at allocation 0
+      2) hdr="$type 31 250 64 5 9 2";; # budget 32, large window, history 64
+    esac
+    ops=""
+    for _ in $(seq 1 160); do ops+=" $(rnd)"; done
+    # Make sure every op kind appears: steps, evicts, bad steps, gaps, alloc failure.
+    ops="0 10 0 0 20 0 2 3 1 50 1 7 4 6 3 6 9 1 7 255 0 1 9 8 0 0 0 $ops 3"
+    # shellcheck disable=SC2086
+    bytes $hdr $ops > "fuzz_api/p-$type-$variant"
+  done
+done
+
+# ---- fuzz_npy ----
+rm -f fuzz_npy/n-*
+# npy NAME VERSION HEADER_DICT PAYLOAD(printf %b) [RAW_HEADER_LEN]
+npy() {
+  local name=$1 ver=$2 dict=$3 payload=$4
+  local pre=10
+  [ "$ver" != 1 ] && pre=12
+  local len=$(( ${#dict} + 1 ))
+  local pad=$(( (64 - (pre + len) % 64) % 64 ))
+  local hdr
+  hdr="$dict$(printf '%*s' "$pad" '')"$'\n'
+  len=${#hdr}
+  local lenbytes
+  if [ "$ver" = 1 ]; then
+    lenbytes=$(printf '\\%03o\\%03o' $((len % 256)) $((len / 256)))
+  else
+    lenbytes=$(printf '\\%03o\\%03o\\000\\000' $((len % 256)) $((len / 256)))
+  fi
+  { printf '\223NUMPY'; printf '%b' "\\$(printf %03o "$ver")\\000$lenbytes"; printf '%s' "$hdr";
+    printf '%b' "$payload"; } > "fuzz_npy/n-$name.npy"
+}
+F1='\000\000\200\077'; F5='\000\000\000\077'; F25='\000\000\200\076'; F0='\000\000\000\000'
+F7='\000\000\340\100'; FNAN='\000\000\300\177'; FINF='\000\000\200\177'; FNEG='\000\000\000\277'
+D1='\000\000\000\000\000\000\360\077'; D5='\000\000\000\000\000\000\340\077'
+D25='\000\000\000\000\000\000\320\077'; D0='\000\000\000\000\000\000\000\000'
+T3="$F1$F0$F0$F5$F5$F0$F25$F25$F5"           # rows [1], [.5 .5], [.25 .25 .5]
+T3D="$D1$D0$D0$D5$D5$D0$D25$D25$D5"
+d() { echo "{'descr': '$1', 'fortran_order': ${3:-False}, 'shape': $2, }"; }
+npy v1-f4-3 1 "$(d '<f4' '(3, 3)')" "$T3"
+npy v2-f4-3 2 "$(d '<f4' '(3, 3)')" "$T3"
+npy v3-f4-3 3 "$(d '<f4' '(3, 3)')" "$T3"
+npy v1-f8-3 1 "$(d '<f8' '(3, 3)')" "$T3D"
+npy v1-f4-h2 1 "$(d '<f4' '(2, 3, 3)')" "$T3$T3"
+npy v1-f4-l2h1 1 "$(d '<f4' '(2, 1, 3, 3)')" "$T3$T3"
+npy v1-f4-l1h2 1 "$(d '<f4' '(1, 2, 3, 3)')" "$T3$T3"
+npy v1-f4-1 1 "$(d '<f4' '(1, 1)')" "$F1"
+npy v1-upper-garbage 1 "$(d '<f4' '(3, 3)')" "$F1$F7$FNAN$F5$F5$FNEG$F25$F25$F5"
+npy v1-reordered 1 "{'shape': (3, 3), 'fortran_order': False, 'descr': '<f4', }" "$T3"
+npy v1-no-trailing-comma 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 3)}" "$T3"
+npy v1-tuple-comma 1 "$(d '<f4' '(3, 3,)')" "$T3"
+npy v1-no-spaces 1 "{'descr':'<f4','fortran_order':False,'shape':(3,3)}" "$T3"
+npy v1-unnormalized 1 "$(d '<f4' '(3, 3)')" "$F1$F0$F0$F1$F1$F0$F25$F25$F5"
+npy v1-zero-row 1 "$(d '<f4' '(3, 3)')" "$F1$F0$F0$F0$F0$F0$F25$F25$F5"
+npy v1-zero-row0 1 "$(d '<f4' '(3, 3)')" "$F0$F0$F0$F5$F5$F0$F25$F25$F5"
+npy v1-nan 1 "$(d '<f4' '(3, 3)')" "$F1$F0$F0$F5$FNAN$F0$F25$F25$F5"
+npy v1-inf 1 "$(d '<f4' '(3, 3)')" "$F1$F0$F0$F5$F5$F0$FINF$F25$F5"
+npy v1-neg 1 "$(d '<f4' '(3, 3)')" "$F1$F0$F0$F5$F5$F0$FNEG$F1$F5"
+npy v1-fortran 1 "$(d '<f4' '(3, 3)' True)" "$T3"
+npy v1-big-endian 1 "$(d '>f4' '(3, 3)')" "$T3"
+npy v1-int32 1 "$(d '<i4' '(3, 3)')" "$T3"
+npy v1-half 1 "$(d '<f2' '(3, 3)')" "$T3"
+npy v1-u1 1 "$(d '|u1' '(3, 3)')" "$T3"
+npy v1-c8 1 "$(d '<c8' '(3, 3)')" "$T3$T3"
+npy v1-structured 1 "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3, 3), }" "$T3"
+npy v1-nonsquare 1 "$(d '<f4' '(3, 4)')" "$T3$F0$F0$F0"
+npy v1-nonsquare-3d 1 "$(d '<f4' '(1, 3, 2)')" "$F1$F0$F5$F5$F25$F25"
+npy v1-scalar 1 "$(d '<f4' '()')" "$F1"
+npy v1-1d 1 "$(d '<f4' '(3,)')" "$F1$F5$F5"
+npy v1-5d 1 "$(d '<f4' '(1, 1, 1, 3, 3)')" "$T3"
+npy v1-zero-dim 1 "$(d '<f4' '(0, 0)')" ""
+npy v1-huge 1 "$(d '<f4' '(4294967296, 4294967296)')" "$T3"
+npy v1-overflow 1 "$(d '<f4' '(99999999999999999999999, 99999999999999999999999)')" "$T3"
+npy v1-overflow-heads 1 "$(d '<f4' '(4611686018427387904, 3, 3)')" "$T3"
+npy v1-negative-dim 1 "$(d '<f4' '(-3, -3)')" "$T3"
+npy v1-truncated-payload 1 "$(d '<f4' '(3, 3)')" "$F1$F0$F0$F5$F5$F0$F25"
+npy v1-trailing-bytes 1 "$(d '<f4' '(3, 3)')" "$T3$F1"
+npy v1-missing-shape 1 "{'descr': '<f4', 'fortran_order': False, }" "$T3"
+npy v1-missing-descr 1 "{'fortran_order': False, 'shape': (3, 3), }" "$T3"
+npy v1-duplicate-key 1 "{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (3, 3), }" "$T3"
+npy v1-extra-key 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 3), 'x': 1, }" "$T3"
+npy v1-bad-bool 1 "$(d '<f4' '(3, 3)' Maybe)" "$T3"
+npy v1-unterminated 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 3), " "$T3"
+npy v1-bad-quote 1 "{'descr\": '<f4', 'fortran_order': False, 'shape': (3, 3), }" "$T3"
+npy v4-f4-3 4 "$(d '<f4' '(3, 3)')" "$T3"
+# Hand-broken framing: bad magic, header length past the end, no newline, bare magic.
+{ printf 'XNUMPY\001\000\166\000'; head -c 118 fuzz_npy/n-v1-f4-3.npy | tail -c 108; } \
+  > fuzz_npy/n-bad-magic.npy
+{ head -c 8 fuzz_npy/n-v1-f4-3.npy; printf '\377\377'; tail -c +11 fuzz_npy/n-v1-f4-3.npy; } \
+  > fuzz_npy/n-header-len-past-end.npy
+{ head -c 10 fuzz_npy/n-v1-f4-3.npy; tail -c +11 fuzz_npy/n-v1-f4-3.npy | tr '\n' ' '; } \
+  > fuzz_npy/n-header-no-newline.npy
+head -c 6 fuzz_npy/n-v1-f4-3.npy > fuzz_npy/n-magic-only.npy
+head -c 40 fuzz_npy/n-v1-f4-3.npy > fuzz_npy/n-truncated-header.npy
+: > fuzz_npy/n-empty.npy
+echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_npy | wc -l) npy"

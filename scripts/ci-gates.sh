@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# ci-gates.sh - the robustness gates, run by .ci/run after `make test` (which
+# already ran every test natively, under ASan + UBSan and the thread test
+# under TSan). Each gate fails the run:
+#   static     cppcheck and clang-tidy (.clang-tidy) clean on src/
+#   valgrind   every C test executable under valgrind memcheck (build-valgrind/):
+#              zero errors, zero definite or indirect leaks
+#   fuzz       each libFuzzer target for CI_FUZZ_SECONDS (default 30) s
+#   coverage   gcc --coverage build (build-cov/), whole suite, gcovr report of
+#              src/ lines and branches printed last; branch coverage of src/
+#              below COVERAGE_MIN_BRANCH (default 90) % fails
+# Usage: ./scripts/ci-gates.sh [GATE...]   (default: all, in the order above)
+# Installs what it needs with apt-get when root (scripts/deps.sh).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-2}
+FUZZ_SECONDS=${CI_FUZZ_SECONDS:-30}
+MIN_BRANCH=${COVERAGE_MIN_BRANCH:-90}
+gates=${*:-static valgrind fuzz coverage}
+COV=${KVE_COV_BUILD:-build-cov}      # build trees (overridable, e.g. for a private run)
+VG=${KVE_VG_BUILD:-build-valgrind}
+
+./scripts/deps.sh cmake:cmake gcc:gcc valgrind:valgrind gcovr:gcovr cppcheck:cppcheck \
+  clang:clang clang-tidy:clang-tidy || exit 1
+
+gate_static() {
+  # ctunullpointer in spec.c: kve__spec_format(NULL, 0, ...) measures the
+  # length with snprintf(NULL, 0, ...), which C11 7.21.6.5 allows.
+  cppcheck --std=c11 --enable=warning,style,performance,portability --inline-suppr \
+    --error-exitcode=1 --quiet -I include -I src --suppress=ctunullpointer:src/spec.c src/ ||
+    return 1
+  cmake -S . -B "$COV" -DCMAKE_BUILD_TYPE=Debug -DKVE_COVERAGE=ON \
+    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null || return 1
+  local out
+  out=$(clang-tidy -p "$COV" --quiet src/*.c src/policies/*.c 2>&1)
+  local rc=$?
+  if [ $rc -ne 0 ] || echo "$out" | grep -qE "(warning|error):"; then
+    echo "$out" | grep -E "(warning|error):" -A3
+    return 1
+  fi
+  echo "static: cppcheck and clang-tidy report nothing on src/"
+}
+
+gate_valgrind() {
+  # Every add_test whose command is an executable target runs under the
+  # emulator: the C tests and the fuzz corpus runners (scripts are not wrapped).
+  local vg="valgrind;--error-exitcode=99;--leak-check=full;--errors-for-leak-kinds=definite,indirect"
+  vg="$vg;--show-leak-kinds=definite,indirect;--track-fds=no;-q"
+  cmake -S . -B "$VG" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CROSSCOMPILING_EMULATOR=$vg" >/dev/null || return 1
+  cmake --build "$VG" -j "$JOBS" >/dev/null || return 1
+  local log="$VG"/valgrind.log
+  (cd "$VG" && ctest -j "$JOBS" --output-on-failure) >"$log" 2>&1
+  local rc=$?
+  grep -E "tests passed|tests failed" "$log"
+  if [ $rc -ne 0 ]; then
+    grep -E "^[0-9]+/[0-9]+ Test .*(Failed|Timeout)|==[0-9]+== (ERROR SUMMARY|.*lost)" "$log" | head -40
+    echo "valgrind: see $log"
+    return 1
+  fi
+  local wrapped
+  wrapped=$(cd "$VG" && ctest -N -V | grep -c 'Test command: .*valgrind')
+  echo "valgrind: $wrapped test executables under memcheck (of $(grep -cE 'Test +#' "$log") tests):" \
+    "zero errors, zero definite/indirect leaks"
+}
+
+gate_fuzz() {
+  ./scripts/fuzz.sh "$FUZZ_SECONDS"
+}
+
+gate_coverage() {
+  cmake -S . -B "$COV" -DCMAKE_BUILD_TYPE=Debug -DKVE_COVERAGE=ON \
+    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null || return 1
+  cmake --build "$COV" -j "$JOBS" >/dev/null || return 1
+  find "$COV" -name '*.gcda' -delete
+  (cd "$COV" && ctest -j "$JOBS" --output-on-failure) >"$COV"/ctest.log 2>&1 || {
+    tail -40 "$COV"/ctest.log
+    return 1
+  }
+  local common=(--root . --object-directory "$COV" --filter 'src/' --exclude-unreachable-branches)
+  echo "---- coverage of src/: lines ----"
+  gcovr "${common[@]}" --txt || return 1
+  echo "---- coverage of src/: branches ----"
+  gcovr "${common[@]}" --txt --branches --print-summary --fail-under-branch "$MIN_BRANCH"
+  local rc=$?
+  [ $rc -eq 0 ] || echo "coverage: branch coverage of src/ is below $MIN_BRANCH%"
+  return $rc
+}
+
+failed=""
+summary=""
+for g in $gates; do
+  start=$SECONDS
+  echo "==== gate $g ===="
+  if "gate_$g"; then
+    summary="$summary\n  $g: pass ($((SECONDS - start)) s)"
+  else
+    summary="$summary\n  $g: FAIL ($((SECONDS - start)) s)"
+    failed="$failed $g"
+  fi
+done
+printf "==== gates ====%b\n" "$summary"
+if [ -n "$failed" ]; then
+  echo "ci-gates: failed:$failed"
+  exit 1
+fi
+echo "ci-gates: all passed"

@@ -1,0 +1,310 @@
+/*
+ * eval.c - the evaluation harness (kvevict.h, "Evaluation harness").
+ *
+ * All jobs run in lockstep over one pass of the trace head: each row is
+ * produced once, its top-32 computed once, then every job is measured on it,
+ * stepped and evicted. Per step and job the harness does O(|K|) work (sum of
+ * kept weights, recall count, renormalisation); the top-32 costs
+ * O(t log 32) per row, shared by all jobs.
+ *
+ * Buffers (all allocated before the first step; refusals allocate nothing
+ * that survives):
+ *   row      [T]            the current row, weights over keys 0..t
+ *   attn     [T]            one job's renormalised kept weights (float32)
+ *   in_top   [T]            1 for the keys of the current row's top-32
+ *   victims  [max budget+1] one job's victims of one step
+ *   jobs     [n_jobs]       per-job policy and accumulators
+ * So memory is O(T + n_jobs) here plus O(budget) per policy.
+ *
+ * Invariants: results[] is written only when the whole call succeeds; the
+ * timer brackets kve_policy_step + kve_policy_evict only and its readings
+ * feed nothing but ns_per_step (minus the cost of one clock-reading pair,
+ * calibrated as the minimum over 64 pairs, so never over-subtracted).
+ * A per-thread test hook (kve__eval_set_attn_hook, trace_impl.h) sees what
+ * each policy receives; it is NULL outside tests.
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+#define _POSIX_C_SOURCE 200809L
+
+#include "trace_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+enum { TOP_K = 32, CALIBRATION_PAIRS = 64 };
+
+typedef struct job_state {
+    kve_policy *policy;
+    size_t budget;
+    size_t steps; /* steps done */
+    size_t scored;
+    double sum_mass;
+    double sum_recall;
+    double min_mass;
+    uint64_t ns; /* timed policy work, overhead subtracted at the end */
+} job_state;
+
+typedef struct top_entry {
+    double w;
+    int32_t pos;
+} top_entry;
+
+static _Thread_local kve__eval_attn_fn attn_hook;
+static _Thread_local void *attn_hook_user;
+
+void kve__eval_set_attn_hook(kve__eval_attn_fn fn, void *user)
+{
+    attn_hook = fn;
+    attn_hook_user = user;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The cost of one back-to-back pair of clock readings: the minimum over a
+ * few pairs, so that subtracting it never exceeds the true overhead. */
+static uint64_t timer_overhead_ns(void)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < CALIBRATION_PAIRS; i++) {
+        uint64_t a = now_ns();
+        uint64_t b = now_ns();
+        if (b - a < best)
+            best = b - a;
+    }
+    return best;
+}
+
+/* "a ranks below b" in the top-k order: smaller weight, or equal weight and
+ * higher position (ties go to the lower position). */
+static int ranks_below(const top_entry *a, const top_entry *b)
+{
+    return a->w < b->w || (a->w == b->w && a->pos > b->pos);
+}
+
+static void sift_down(top_entry *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && ranks_below(&h[l], &h[m]))
+            m = l;
+        if (r < n && ranks_below(&h[r], &h[m]))
+            m = r;
+        if (m == i)
+            return;
+        top_entry tmp = h[i];
+        h[i] = h[m];
+        h[m] = tmp;
+        i = m;
+    }
+}
+
+/* Marks in_top[i] = 1 for the top-min(32, t) keys of row over [0, t) and
+ * stores them in heap[0 .. *n). A min-heap on ranks_below keeps the weakest
+ * kept entry at the root; keys arrive in ascending position, so a newcomer
+ * with a weight equal to the root's ranks below it and is skipped. */
+static void top32(const double *row, size_t t, top_entry *heap, size_t *n, unsigned char *in_top)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < t; i++) {
+        top_entry e = {row[i], (int32_t)i};
+        if (k < TOP_K) {
+            heap[k] = e;
+            k++;
+            if (k == TOP_K)
+                for (size_t j = TOP_K / 2; j-- > 0;)
+                    sift_down(heap, k, j);
+        } else if (e.w > heap[0].w) {
+            heap[0] = e;
+            sift_down(heap, k, 0);
+        }
+    }
+    for (size_t j = 0; j < k; j++)
+        in_top[heap[j].pos] = 1;
+    *n = k;
+}
+
+static void free_jobs(job_state *js, size_t n)
+{
+    if (!js)
+        return;
+    for (size_t i = 0; i < n; i++)
+        kve_policy_free(js[i].policy);
+    kve__free(js);
+}
+
+/* Builds job i's policy with its budget override. The message of a refusal
+ * names the job and its spec. */
+static kve_status build_job(const kve_eval_job *job, size_t i, uint64_t seed, job_state *js)
+{
+    char spec[KVE_SPEC_MAX];
+    char value[32];
+    if (!job->spec)
+        return kve__fail(KVE_EINVAL, "job %zu: spec is NULL", i);
+    snprintf(value, sizeof value, "%zu", job->budget);
+    kve_status st = kve_spec_with(job->spec, job->budget ? "budget" : NULL,
+                                  job->budget ? value : NULL, spec, sizeof spec);
+    if (st == KVE_OK) {
+        kve_rng rng;
+        kve_rng_seed(&rng, seed);
+        st = kve_policy_new(spec, &rng, &js->policy);
+    }
+    if (st != KVE_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", kve_last_error());
+        return kve__fail(st, "job %zu (\"%.60s\"): %s", i, job->spec, why);
+    }
+    js->budget = kve_policy_budget(js->policy);
+    js->min_mass = 1.0;
+    return KVE_OK;
+}
+
+/* One step of one job on row p_t: metrics, renormalised attention, step,
+ * evict. Returns the policy's status (non-OK only on a broken invariant or
+ * KVE_ENOMEM from a policy that grows). */
+static kve_status run_step(job_state *js, size_t job, const double *row, size_t t,
+                           const unsigned char *in_top, float *attn, int32_t *victims,
+                           size_t victims_cap, size_t *n_victims)
+{
+    kve_policy *p = js->policy;
+    size_t n = kve_policy_size(p);
+    const int32_t *pos = kve_policy_positions(p);
+    double kept = 0;
+    size_t hits = 0;
+    for (size_t i = 0; i < n; i++) {
+        kept += row[pos[i]];
+        hits += in_top[pos[i]];
+    }
+    if (t > js->budget) {
+        double mass = row[t] + kept;
+        js->sum_mass += mass;
+        js->sum_recall += (double)hits / (double)(t < TOP_K ? t : TOP_K);
+        if (mass < js->min_mass || js->scored == 0)
+            js->min_mass = mass;
+        js->scored++;
+    }
+    const float *a = attn;
+    if (n > 0 && kept > 0) {
+        for (size_t i = 0; i < n; i++)
+            attn[i] = (float)(row[pos[i]] / kept);
+    } else if (n > 0) {
+        a = NULL;
+    }
+    if (attn_hook)
+        attn_hook(attn_hook_user, job, (int32_t)t, pos, a, n);
+    uint64_t t0 = now_ns();
+    kve_status st = kve_policy_step(p, (int32_t)t, a, n);
+    if (st == KVE_OK)
+        st = kve_policy_evict(p, js->budget, victims, victims_cap, n_victims);
+    js->ns += now_ns() - t0;
+    js->steps++;
+    return st;
+}
+
+kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t n_jobs,
+                    uint64_t seed, kve_eval_step_fn on_step, void *user,
+                    kve_eval_result *results)
+{
+    if (!tr)
+        return kve__fail(KVE_EINVAL, "trace is NULL");
+    if (!jobs)
+        return kve__fail(KVE_EINVAL, "jobs is NULL");
+    if (!results)
+        return kve__fail(KVE_EINVAL, "results is NULL");
+    if (n_jobs == 0)
+        return kve__fail(KVE_EINVAL, "n_jobs is 0");
+    size_t heads = kve_trace_heads(tr);
+    if (head >= heads)
+        return kve__fail(KVE_EINVAL, "head %zu is out of range (the trace has %zu heads)", head,
+                         heads);
+    size_t T = kve_trace_steps(tr);
+
+    job_state *js = kve__calloc(n_jobs, sizeof *js);
+    if (!js)
+        return kve__fail(KVE_ENOMEM, "out of memory for %zu jobs", n_jobs);
+    kve_status st = KVE_OK;
+    size_t built = 0;
+    size_t max_budget = 0;
+    for (; built < n_jobs; built++) {
+        if ((st = build_job(&jobs[built], built, seed, &js[built])) != KVE_OK)
+            break;
+        if (js[built].budget > max_budget)
+            max_budget = js[built].budget;
+    }
+    if (st != KVE_OK) {
+        free_jobs(js, built);
+        return st;
+    }
+    size_t victims_cap = (max_budget < T ? max_budget : T) + 1;
+    double *row = kve__malloc(T * sizeof *row);
+    float *attn = kve__malloc(T * sizeof *attn);
+    unsigned char *in_top = kve__calloc(T, 1);
+    int32_t *victims = kve__malloc(victims_cap * sizeof *victims);
+    if (!row || !attn || !in_top || !victims) {
+        st = kve__fail(KVE_ENOMEM, "out of memory for the evaluation buffers (T = %zu)", T);
+        goto done;
+    }
+
+    top_entry heap[TOP_K];
+    int stop = 0;
+    for (size_t t = 0; t < T && !stop; t++) {
+        if ((st = kve_trace_row(tr, head, t, row)) != KVE_OK)
+            goto done;
+        size_t n_top = 0;
+        top32(row, t, heap, &n_top, in_top);
+        for (size_t j = 0; j < n_jobs; j++) {
+            size_t nv = 0;
+            st = run_step(&js[j], j, row, t, in_top, attn, victims, victims_cap, &nv);
+            if (st != KVE_OK) {
+                char why[256];
+                snprintf(why, sizeof why, "%s", kve_last_error());
+                st = kve__fail(st, "job %zu (%s) at step %zu: %s", j,
+                               kve_policy_spec(js[j].policy), t, why);
+                goto done;
+            }
+            /* Once stopped, the step in progress is finished for every job
+             * (so all results cover the same steps) without more calls. */
+            if (on_step && !stop && on_step(user, j, (int32_t)t, victims, nv))
+                stop = 1;
+        }
+        for (size_t j = 0; j < n_top; j++)
+            in_top[heap[j].pos] = 0;
+    }
+
+    uint64_t overhead = timer_overhead_ns();
+    for (size_t j = 0; j < n_jobs; j++) {
+        const job_state *s = &js[j];
+        kve_eval_result *r = &results[j];
+        memset(r, 0, sizeof *r);
+        snprintf(r->spec, sizeof r->spec, "%s", kve_policy_spec(s->policy));
+        r->budget = s->budget;
+        r->steps = s->steps;
+        r->scored_steps = s->scored;
+        if (s->scored) {
+            r->retained_mass = s->sum_mass / (double)s->scored;
+            r->top32_recall = s->sum_recall / (double)s->scored;
+            r->min_retained_mass = s->min_mass;
+        } else {
+            r->retained_mass = r->top32_recall = r->min_retained_mass = 1.0;
+        }
+        uint64_t spent = overhead * s->steps;
+        r->ns_per_step = s->steps && s->ns > spent ? (double)(s->ns - spent) / (double)s->steps
+                                                   : 0.0;
+        r->state_bytes = kve_policy_state_bytes(s->policy);
+    }
+    st = KVE_OK;
+done:
+    kve__free(row);
+    kve__free(attn);
+    kve__free(in_top);
+    kve__free(victims);
+    free_jobs(js, n_jobs);
+    return st;
+}

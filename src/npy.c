@@ -1,0 +1,673 @@
+/*
+ * npy.c - the NumPy .npy reader and writer behind kve_trace.
+ *
+ * Accepted (everything else is refused with KVE_EFORMAT and a message saying
+ * what is wrong): magic "\x93NUMPY", version 1.0 (u16 header length), 2.0 or
+ * 3.0 (u32 header length); a header that is a Python dict literal with
+ * exactly the keys 'descr', 'fortran_order', 'shape' in any order (single or
+ * double quotes, any white space, optional trailing comma); descr '<f4' or
+ * '<f8'; fortran_order False; shape (T, T), (H, T, T) or (L, H, T, T) with
+ * every dimension >= 1 and T <= INT32_MAX; a file exactly as long as header
+ * plus data. All size arithmetic is checked in 64 bits before anything is
+ * allocated, so an allocation is never larger than O(T) = O(sqrt(file size)).
+ *
+ * Layout legend: heads = L * H, layer-major; element (h, t, i) of the data
+ * is at data_offset + ((h * T + t) * T + i) * itemsize. Row t of a head is
+ * read as its first t + 1 elements (entries above the diagonal are never
+ * read). Memory: one row buffer of T elements; the tensor is never loaded.
+ *
+ * Every row of every head is validated at open, so kve__npy_row can fail
+ * only with KVE_EIO (or KVE_EFORMAT if the file changed since it was opened).
+ */
+#define _POSIX_C_SOURCE 200809L
+#define _FILE_OFFSET_BITS 64
+
+#include "trace_impl.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+enum {
+    MAGIC_LEN = 6,
+    HEADER_MAX = 1 << 20, /* longest header text we read */
+    NDIM_MAX = 4,
+    KEY_MAX = 32,
+    QUOTE = 24 /* characters of header text quoted in a message */
+};
+
+static const char MAGIC[MAGIC_LEN] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
+static const double SUM_TOLERANCE = 1e-3;
+
+struct kve_npy {
+    FILE *f;
+    size_t itemsize; /* 4 or 8 */
+    size_t steps;    /* T */
+    size_t layers;   /* L */
+    size_t heads;    /* L * H */
+    uint64_t data_offset;
+    unsigned flags;
+    unsigned char *raw; /* [T * itemsize] bytes of the row being read */
+    const char *path;   /* for messages; owned by the trace */
+};
+
+/* ---- little-endian decoding ---- */
+
+static uint64_t load_le(const unsigned char *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = n; i-- > 0;)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static void store_le(unsigned char *p, uint64_t v, size_t n)
+{
+    for (size_t i = 0; i < n; i++, v >>= 8)
+        p[i] = (unsigned char)(v & 0xffu);
+}
+
+static double decode(const unsigned char *p, size_t itemsize)
+{
+    if (itemsize == 4) {
+        uint32_t bits = (uint32_t)load_le(p, 4);
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return (double)f;
+    }
+    uint64_t bits = load_le(p, 8);
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+/* ---- header parsing ---- */
+
+typedef struct header {
+    int have_descr, have_order, have_shape;
+    size_t itemsize;
+    size_t ndim;
+    uint64_t dims[NDIM_MAX];
+} header;
+
+typedef struct cursor {
+    const char *s;
+    size_t len, i;
+    const char *path;
+} cursor;
+
+static void skip_ws(cursor *c)
+{
+    while (c->i < c->len &&
+           (c->s[c->i] == ' ' || c->s[c->i] == '\t' || c->s[c->i] == '\n' || c->s[c->i] == '\r'))
+        c->i++;
+}
+
+static int peek(const cursor *c)
+{
+    return c->i < c->len ? (unsigned char)c->s[c->i] : -1;
+}
+
+/* Refuses with a one-line message quoting the header text at the cursor
+ * (control characters shown as '?'). */
+static kve_status bad(const cursor *c, const char *what)
+{
+    char quote[QUOTE + 1];
+    size_t n = 0;
+    for (size_t i = c->i; i < c->len && n < QUOTE; i++, n++) {
+        unsigned char ch = (unsigned char)c->s[i];
+        quote[n] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    }
+    quote[n] = '\0';
+    return kve__fail(KVE_EFORMAT, "%s: .npy header: %s at offset %zu (\"%s\")", c->path, what,
+                     c->i, quote);
+}
+
+static kve_status expect(cursor *c, char ch, const char *what)
+{
+    skip_ws(c);
+    if (peek(c) != (unsigned char)ch)
+        return bad(c, what);
+    c->i++;
+    return KVE_OK;
+}
+
+/* A quoted string without escapes into out[0 .. cap). */
+static kve_status parse_string(cursor *c, char *out, size_t cap, const char *what)
+{
+    skip_ws(c);
+    int q = peek(c);
+    if (q != '\'' && q != '"')
+        return bad(c, what);
+    size_t start = ++c->i;
+    while (c->i < c->len && c->s[c->i] != (char)q) {
+        if (c->s[c->i] == '\\' || c->s[c->i] == '\n')
+            return bad(c, "escape or line break inside a string");
+        c->i++;
+    }
+    if (c->i >= c->len)
+        return bad(c, "unterminated string");
+    size_t n = c->i - start;
+    c->i++;
+    if (n >= cap) {
+        c->i = start;
+        return bad(c, "string too long");
+    }
+    memcpy(out, c->s + start, n);
+    out[n] = '\0';
+    return KVE_OK;
+}
+
+static int match_word(cursor *c, const char *w)
+{
+    size_t n = strlen(w);
+    if (c->len - c->i < n || memcmp(c->s + c->i, w, n) != 0)
+        return 0;
+    /* The word must end there (no "Falsey"). */
+    if (c->i + n < c->len) {
+        char nx = c->s[c->i + n];
+        if ((nx >= 'a' && nx <= 'z') || (nx >= 'A' && nx <= 'Z') || (nx >= '0' && nx <= '9') ||
+            nx == '_')
+            return 0;
+    }
+    c->i += n;
+    return 1;
+}
+
+static kve_status parse_shape(cursor *c, header *h)
+{
+    kve_status st = expect(c, '(', "'shape' is not a tuple");
+    if (st != KVE_OK)
+        return st;
+    h->ndim = 0;
+    for (;;) {
+        skip_ws(c);
+        if (peek(c) == ')') {
+            c->i++;
+            return KVE_OK;
+        }
+        if (peek(c) == '-')
+            return bad(c, "negative dimension in 'shape'");
+        if (peek(c) < '0' || peek(c) > '9')
+            return bad(c, "'shape' entry is not a non-negative integer");
+        uint64_t v = 0;
+        while (peek(c) >= '0' && peek(c) <= '9') {
+            if (v > ((uint64_t)1 << 62) / 10)
+                return bad(c, "dimension in 'shape' is too large");
+            v = v * 10 + (uint64_t)(peek(c) - '0');
+            c->i++;
+        }
+        if (peek(c) == 'L') /* Python 2 long suffix */
+            c->i++;
+        if (h->ndim == NDIM_MAX)
+            return bad(c, "'shape' has more than 4 dimensions (want (T, T), (H, T, T) or (L, H, T, T))");
+        h->dims[h->ndim++] = v;
+        skip_ws(c);
+        if (peek(c) == ',') {
+            c->i++;
+        } else if (peek(c) != ')') {
+            return bad(c, "expected ',' or ')' in 'shape'");
+        }
+    }
+}
+
+static kve_status parse_header(const char *text, size_t len, const char *path, header *h)
+{
+    cursor c = {text, len, 0, path};
+    memset(h, 0, sizeof *h);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        if (ch >= 0x7f || (ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r')) {
+            c.i = i;
+            return bad(&c, "non-ASCII or control byte");
+        }
+    }
+    kve_status st = expect(&c, '{', "header is not a dict (expected '{')");
+    if (st != KVE_OK)
+        return st;
+    for (;;) {
+        skip_ws(&c);
+        if (peek(&c) == '}') {
+            c.i++;
+            break;
+        }
+        char key[KEY_MAX];
+        size_t key_at = c.i;
+        if ((st = parse_string(&c, key, sizeof key, "expected a quoted key")) != KVE_OK)
+            return st;
+        if ((st = expect(&c, ':', "expected ':' after a key")) != KVE_OK)
+            return st;
+        skip_ws(&c);
+        if (strcmp(key, "descr") == 0) {
+            if (h->have_descr++) {
+                c.i = key_at;
+                return bad(&c, "'descr' given twice");
+            }
+            char descr[KEY_MAX];
+            size_t at = c.i;
+            if ((st = parse_string(&c, descr, sizeof descr, "'descr' is not a string (structured dtypes are not supported)")) != KVE_OK)
+                return st;
+            if (strcmp(descr, "<f4") == 0) {
+                h->itemsize = 4;
+            } else if (strcmp(descr, "<f8") == 0) {
+                h->itemsize = 8;
+            } else {
+                c.i = at;
+                return kve__fail(KVE_EFORMAT,
+                                 "%s: .npy dtype '%s' is not supported (want '<f4' or '<f8': "
+                                 "little-endian float32 or float64)",
+                                 path, descr);
+            }
+        } else if (strcmp(key, "fortran_order") == 0) {
+            if (h->have_order++) {
+                c.i = key_at;
+                return bad(&c, "'fortran_order' given twice");
+            }
+            if (match_word(&c, "True"))
+                return kve__fail(KVE_EFORMAT,
+                                 "%s: .npy fortran_order is True: only C-order arrays are "
+                                 "supported (save with np.ascontiguousarray)",
+                                 path);
+            if (!match_word(&c, "False"))
+                return bad(&c, "'fortran_order' is not True or False");
+        } else if (strcmp(key, "shape") == 0) {
+            if (h->have_shape++) {
+                c.i = key_at;
+                return bad(&c, "'shape' given twice");
+            }
+            if ((st = parse_shape(&c, h)) != KVE_OK)
+                return st;
+        } else {
+            c.i = key_at;
+            return bad(&c, "unknown key (want 'descr', 'fortran_order', 'shape')");
+        }
+        skip_ws(&c);
+        if (peek(&c) == ',') {
+            c.i++;
+        } else if (peek(&c) != '}') {
+            return bad(&c, "expected ',' or '}'");
+        }
+    }
+    skip_ws(&c);
+    if (c.i != len)
+        return bad(&c, "trailing text after the dict");
+    if (!h->have_descr)
+        return kve__fail(KVE_EFORMAT, "%s: .npy header has no 'descr' key", path);
+    if (!h->have_order)
+        return kve__fail(KVE_EFORMAT, "%s: .npy header has no 'fortran_order' key", path);
+    if (!h->have_shape)
+        return kve__fail(KVE_EFORMAT, "%s: .npy header has no 'shape' key", path);
+    return KVE_OK;
+}
+
+/* ---- open ---- */
+
+static void shape_text(const header *h, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < h->ndim && len < cap; i++) {
+        int n = snprintf(out + len, cap - len, "%s%llu", i ? ", " : "",
+                         (unsigned long long)h->dims[i]);
+        len += n > 0 ? (size_t)n : 0;
+    }
+}
+
+static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
+{
+    if (a != 0 && b > UINT64_MAX / a)
+        return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* Reads n bytes at `offset`; KVE_EIO with a message on failure. */
+static kve_status read_at(FILE *f, const char *path, uint64_t offset, void *buf, size_t n,
+                          const char *what)
+{
+    if (offset > (uint64_t)INT64_MAX || fseeko(f, (off_t)offset, SEEK_SET) != 0)
+        return kve__fail(KVE_EIO, "%s: cannot seek to the %s (offset %llu)", path, what,
+                         (unsigned long long)offset);
+    /* Sizes were checked against the file first, so a short read means the
+     * file shrank or failed underneath us: an I/O error either way. */
+    if (n && fread(buf, 1, n, f) != n)
+        return kve__fail(KVE_EIO, "%s: %s while reading the %s", path,
+                         ferror(f) ? "read error" : "unexpected end of file", what);
+    return KVE_OK;
+}
+
+/* Reads row t of head h into raw and decodes it into row[0 .. t] without
+ * checks or normalisation. */
+static kve_status read_row(kve_npy *n, size_t h, size_t t, double *row)
+{
+    uint64_t T = n->steps;
+    uint64_t offset = n->data_offset + (((uint64_t)h * T + t) * T) * n->itemsize;
+    size_t bytes = (t + 1) * n->itemsize;
+    kve_status st = read_at(n->f, n->path, offset, n->raw, bytes, "trace data");
+    if (st != KVE_OK)
+        return st;
+    for (size_t i = 0; i <= t; i++)
+        row[i] = decode(n->raw + i * n->itemsize, n->itemsize);
+    return KVE_OK;
+}
+
+static void head_name(const kve_npy *n, size_t h, char *out, size_t cap)
+{
+    if (n->layers > 1)
+        snprintf(out, cap, "head %zu (layer %zu, head %zu)", h, h / (n->heads / n->layers),
+                 h % (n->heads / n->layers));
+    else
+        snprintf(out, cap, "head %zu", h);
+}
+
+/* Checks row t of head h (in row[0 .. t]) and returns its sum in *sum. */
+static kve_status check_row(const kve_npy *n, size_t h, size_t t, const double *row, double *sum)
+{
+    double s = 0;
+    char name[64];
+    for (size_t i = 0; i <= t; i++) {
+        double w = row[i];
+        if (!isfinite(w) || w < 0) {
+            head_name(n, h, name, sizeof name);
+            return kve__fail(KVE_EFORMAT, "%s: %s, row %zu: weight at key %zu is %g (want finite "
+                             "and >= 0)", n->path, name, t, i, w);
+        }
+        s += w;
+    }
+    if (n->flags & KVE_TRACE_NORMALIZE) {
+        if (!(s > 0) || !isfinite(s)) {
+            head_name(n, h, name, sizeof name);
+            return kve__fail(KVE_EFORMAT, "%s: %s, row %zu: %s, cannot normalise", n->path, name,
+                             t, s > 0 ? "sum overflows" : "all weights over [0, t] are zero");
+        }
+    } else if (t >= 1 && !(fabs(s - 1.0) <= SUM_TOLERANCE)) {
+        head_name(n, h, name, sizeof name);
+        return kve__fail(KVE_EFORMAT, "%s: %s, row %zu sums to %.9g over keys [0, %zu], not 1 "
+                         "(tolerance 1e-3; KVE_TRACE_NORMALIZE rescales rows)",
+                         n->path, name, t, s, t);
+    }
+    *sum = s;
+    return KVE_OK;
+}
+
+static kve_status validate(kve_npy *n, double *row)
+{
+    for (size_t h = 0; h < n->heads; h++)
+        for (size_t t = 0; t < n->steps; t++) {
+            double sum;
+            kve_status st = read_row(n, h, t, row);
+            if (st == KVE_OK)
+                st = check_row(n, h, t, row, &sum);
+            if (st != KVE_OK)
+                return st;
+        }
+    return KVE_OK;
+}
+
+/* Parses the preamble and header of the open file f of `size` bytes. */
+static kve_status read_header(FILE *f, const char *path, uint64_t size, header *h,
+                              uint64_t *data_offset)
+{
+    unsigned char pre[12];
+    if (size < 10)
+        return kve__fail(KVE_EFORMAT, "%s: %llu bytes is too short for a .npy file", path,
+                         (unsigned long long)size);
+    kve_status st = read_at(f, path, 0, pre, 10, "preamble");
+    if (st != KVE_OK)
+        return st;
+    if (memcmp(pre, MAGIC, MAGIC_LEN) != 0)
+        return kve__fail(KVE_EFORMAT, "%s: not a .npy file (bad magic; want \\x93NUMPY)", path);
+    unsigned major = pre[6], minor = pre[7];
+    if (major < 1 || major > 3 || minor != 0)
+        return kve__fail(KVE_EFORMAT, "%s: .npy version %u.%u is not supported (want 1.0, 2.0 "
+                         "or 3.0)", path, major, minor);
+    size_t pre_len = major == 1 ? 10 : 12;
+    if (size < pre_len)
+        return kve__fail(KVE_EFORMAT, "%s: truncated .npy preamble", path);
+    if (major > 1 && (st = read_at(f, path, 10, pre + 10, 2, "preamble")) != KVE_OK)
+        return st;
+    uint64_t hlen = load_le(pre + 8, major == 1 ? 2 : 4);
+    if (hlen > HEADER_MAX)
+        return kve__fail(KVE_EFORMAT, "%s: .npy header length %llu exceeds the %d-byte limit",
+                         path, (unsigned long long)hlen, HEADER_MAX);
+    if (pre_len + hlen > size)
+        return kve__fail(KVE_EFORMAT, "%s: truncated .npy header (%llu bytes announced, %llu "
+                         "present)", path, (unsigned long long)hlen,
+                         (unsigned long long)(size - pre_len));
+    char *text = kve__malloc((size_t)hlen + 1);
+    if (!text)
+        return kve__fail(KVE_ENOMEM, "%s: out of memory for the .npy header", path);
+    st = read_at(f, path, pre_len, text, (size_t)hlen, "header");
+    if (st == KVE_OK) {
+        text[hlen] = '\0';
+        st = parse_header(text, (size_t)hlen, path, h);
+    }
+    kve__free(text);
+    *data_offset = pre_len + hlen;
+    return st;
+}
+
+/* Checks the shape and the file size; fills steps/layers/heads. */
+static kve_status check_shape(const header *h, const char *path, uint64_t size,
+                              uint64_t data_offset, kve_npy *n)
+{
+    char shape[128];
+    shape_text(h, shape, sizeof shape);
+    if (h->ndim < 2)
+        return kve__fail(KVE_EFORMAT, "%s: .npy shape (%s) has %zu dimensions (want (T, T), "
+                         "(H, T, T) or (L, H, T, T))", path, shape, h->ndim);
+    uint64_t T = h->dims[h->ndim - 1];
+    if (h->dims[h->ndim - 2] != T)
+        return kve__fail(KVE_EFORMAT, "%s: .npy shape (%s): the last two dimensions must be "
+                         "equal (a T x T attention matrix)", path, shape);
+    for (size_t i = 0; i < h->ndim; i++)
+        if (h->dims[i] == 0)
+            return kve__fail(KVE_EFORMAT, "%s: .npy shape (%s): dimension %zu is 0 (the trace "
+                             "would be empty)", path, shape, i);
+    if (T > (uint64_t)INT32_MAX)
+        return kve__fail(KVE_EFORMAT, "%s: .npy shape (%s): T = %llu exceeds the largest "
+                         "position %d", path, shape, (unsigned long long)T, INT32_MAX);
+    uint64_t heads = 1, elems, bytes;
+    for (size_t i = 0; i + 2 < h->ndim; i++)
+        if (!mul_ok(heads, h->dims[i], &heads))
+            return kve__fail(KVE_EFORMAT, "%s: .npy shape (%s) is too large", path, shape);
+    if (!mul_ok(heads, T, &elems) || !mul_ok(elems, T, &elems) ||
+        !mul_ok(elems, h->itemsize, &bytes) || bytes > UINT64_MAX - data_offset ||
+        heads > SIZE_MAX)
+        return kve__fail(KVE_EFORMAT, "%s: .npy shape (%s) is too large", path, shape);
+    if (data_offset + bytes != size)
+        return kve__fail(KVE_EFORMAT, "%s: .npy file is %llu bytes but its header and shape "
+                         "(%s) of %zu-byte items need %llu (%s)", path,
+                         (unsigned long long)size, shape, h->itemsize,
+                         (unsigned long long)(data_offset + bytes),
+                         size < data_offset + bytes ? "truncated" : "trailing data");
+    n->steps = (size_t)T;
+    n->heads = (size_t)heads;
+    n->layers = h->ndim == 4 ? (size_t)h->dims[0] : 1;
+    n->itemsize = h->itemsize;
+    n->data_offset = data_offset;
+    return KVE_OK;
+}
+
+kve_status kve__npy_open(const char *path, unsigned flags, kve_trace *tr)
+{
+    size_t plen = strlen(path);
+    char *source = kve__malloc(plen + 1);
+    kve_npy *n = kve__calloc(1, sizeof *n);
+    if (!source || !n) {
+        kve__free(source);
+        kve__free(n);
+        return kve__fail(KVE_ENOMEM, "%s: out of memory", path);
+    }
+    memcpy(source, path, plen + 1);
+    n->path = source;
+    n->flags = flags;
+    double *row = NULL;
+    kve_status st = KVE_OK;
+    n->f = fopen(path, "rb");
+    if (!n->f) {
+        st = kve__fail(KVE_EIO, "%s: cannot open for reading", path);
+        goto fail;
+    }
+    struct stat sb;
+    if (fstat(fileno(n->f), &sb) != 0) {
+        st = kve__fail(KVE_EIO, "%s: cannot stat", path);
+        goto fail;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = kve__fail(KVE_EIO, "%s: not a regular file", path);
+        goto fail;
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    header h;
+    uint64_t data_offset = 0;
+    if ((st = read_header(n->f, path, size, &h, &data_offset)) != KVE_OK)
+        goto fail;
+    if ((st = check_shape(&h, path, size, data_offset, n)) != KVE_OK)
+        goto fail;
+    n->raw = kve__malloc(n->steps * n->itemsize);
+    row = kve__malloc(n->steps * sizeof *row);
+    if (!n->raw || !row) {
+        st = kve__fail(KVE_ENOMEM, "%s: out of memory for a row of %zu entries", path, n->steps);
+        goto fail;
+    }
+    if ((st = validate(n, row)) != KVE_OK)
+        goto fail;
+    kve__free(row);
+    tr->steps = n->steps;
+    tr->heads = n->heads;
+    tr->layers = n->layers;
+    tr->source = source;
+    tr->npy = n;
+    return KVE_OK;
+fail:
+    kve__free(row);
+    kve__npy_free(n);
+    kve__free(source);
+    return st;
+}
+
+void kve__npy_free(kve_npy *n)
+{
+    if (!n)
+        return;
+    if (n->f)
+        fclose(n->f);
+    kve__free(n->raw);
+    kve__free(n);
+}
+
+kve_status kve__npy_row(kve_npy *n, size_t head, size_t t, double *row)
+{
+    kve_status st = read_row(n, head, t, row);
+    if (st != KVE_OK)
+        return st;
+    double sum = 0;
+    if ((st = check_row(n, head, t, row, &sum)) != KVE_OK)
+        return st; /* the file changed since it was validated */
+    if (n->flags & KVE_TRACE_NORMALIZE)
+        for (size_t i = 0; i <= t; i++)
+            row[i] /= sum;
+    return KVE_OK;
+}
+
+/* ---- writer ---- */
+
+kve_status kve__npy_write(kve_trace *tr, size_t head, const char *path)
+{
+    size_t T = tr->steps;
+    char header_text[128];
+    int hn = snprintf(header_text, sizeof header_text,
+                      "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", T, T);
+    if (hn < 0 || (size_t)hn >= sizeof header_text)
+        return kve__fail(KVE_EINVAL, "%s: cannot format the .npy header", path);
+    /* Pad with spaces so the data starts at a multiple of 64, then '\n'. */
+    size_t hlen = (size_t)hn + 1;
+    size_t total = 10 + hlen;
+    size_t padded = (total + 63) / 64 * 64;
+    hlen += padded - total;
+
+    size_t plen = strlen(path);
+    static const char suffix[] = ".tmp.XXXXXX";
+    char *tmp = kve__malloc(plen + sizeof suffix);
+    double *row = kve__malloc(T * sizeof *row);
+    unsigned char *out = kve__malloc(padded > T * 4 ? padded : T * 4);
+    if (!tmp || !row || !out) {
+        kve__free(tmp);
+        kve__free(row);
+        kve__free(out);
+        return kve__fail(KVE_ENOMEM, "%s: out of memory for writing", path);
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, suffix, sizeof suffix);
+
+    kve_status st = KVE_OK;
+    FILE *f = NULL;
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        st = kve__fail(KVE_EIO, "%s: cannot create a temporary file beside it", path);
+        goto done;
+    }
+    (void)fchmod(fd, 0644);
+    f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        st = kve__fail(KVE_EIO, "%s: cannot open the temporary file", path);
+        goto unlink_tmp;
+    }
+    memcpy(out, MAGIC, MAGIC_LEN);
+    out[6] = 1;
+    out[7] = 0;
+    store_le(out + 8, hlen, 2);
+    memcpy(out + 10, header_text, (size_t)hn);
+    memset(out + 10 + hn, ' ', padded - 10 - (size_t)hn - 1);
+    out[padded - 1] = '\n';
+    if (fwrite(out, 1, padded, f) != padded) {
+        st = kve__fail(KVE_EIO, "%s: write error", path);
+        goto close_tmp;
+    }
+    for (size_t t = 0; t < T; t++) {
+        if ((st = kve_trace_row(tr, head, t, row)) != KVE_OK)
+            goto close_tmp;
+        for (size_t i = 0; i < T; i++) {
+            if (i <= t && !(row[i] <= FLT_MAX)) { /* row 0 is not held to sum 1 */
+                st = kve__fail(KVE_ERANGE, "%s: row %zu, key %zu: weight %g does not fit float32",
+                               path, t, i, row[i]);
+                goto close_tmp;
+            }
+            float v = i <= t ? (float)row[i] : 0.0f;
+            uint32_t bits;
+            memcpy(&bits, &v, sizeof bits);
+            store_le(out + 4 * i, bits, 4);
+        }
+        if (fwrite(out, 4, T, f) != T) {
+            st = kve__fail(KVE_EIO, "%s: write error at row %zu", path, t);
+            goto close_tmp;
+        }
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        st = kve__fail(KVE_EIO, "%s: error closing the written file", path);
+        goto unlink_tmp;
+    }
+    f = NULL;
+    if (rename(tmp, path) != 0) {
+        st = kve__fail(KVE_EIO, "%s: cannot rename the temporary file into place", path);
+        goto unlink_tmp;
+    }
+    goto done;
+close_tmp:
+    fclose(f);
+unlink_tmp:
+    remove(tmp);
+done:
+    kve__free(tmp);
+    kve__free(row);
+    kve__free(out);
+    return st;
+}

@@ -1,0 +1,281 @@
+#!/bin/sh
+# test_cli.sh KVEVICT - the kvevict command-line tool, end to end: every
+# subcommand's --help, output formats and contents, determinism, the .npy
+# round trip, replay's line format, sweep's grid size, and the exit codes of
+# bad usage (2) and bad input (1), each with exactly one line on stderr and
+# nothing on stdout. POSIX sh; runs in about a second natively.
+set -u
+K=${1:?usage: test_cli.sh PATH/TO/kvevict}
+D=$(mktemp -d "${TMPDIR:-/tmp}/kvevict-cli.XXXXXX") || exit 1
+trap 'rm -rf "$D"' EXIT INT TERM
+fails=0
+checks=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+ok() { checks=$((checks + 1)); }
+check() { # check DESCRIPTION COMMAND... : the command must succeed
+    d=$1; shift
+    if "$@"; then ok; else fail "$d"; fi
+}
+
+# expect_err CODE ARGS... : exit CODE, exactly one line on stderr, no stdout.
+expect_err() {
+    code=$1; shift
+    "$K" "$@" >"$D/out" 2>"$D/err"
+    rc=$?
+    if [ "$rc" -ne "$code" ]; then fail "kvevict $*: exit $rc, expected $code"; return; fi
+    if [ "$(wc -l <"$D/err")" -ne 1 ]; then fail "kvevict $*: stderr is not one line:"; cat "$D/err" >&2; return; fi
+    if [ -s "$D/out" ]; then fail "kvevict $*: wrote to stdout on error"; return; fi
+    ok
+}
+
+# ---- help ------------------------------------------------------------------
+for c in "" bench eval replay trace sweep plot docs policies; do
+    if [ -z "$c" ]; then "$K" --help >"$D/out" 2>"$D/err"; else "$K" "$c" --help >"$D/out" 2>"$D/err"; fi
+    rc=$?
+    check "kvevict $c --help exits 0" [ "$rc" -eq 0 ]
+    check "kvevict $c --help prints usage on stdout" grep -q '^usage: kvevict' "$D/out"
+    check "kvevict $c --help is quiet on stderr" [ ! -s "$D/err" ]
+done
+"$K" help >"$D/out" 2>&1; check "kvevict help exits 0" [ $? -eq 0 ]
+"$K" help eval >"$D/out" 2>&1; check "kvevict help eval" grep -q '^usage: kvevict eval' "$D/out"
+"$K" eval --bogus --help >"$D/out" 2>&1; check "--help wins over a bad option" [ $? -eq 0 ]
+
+# ---- bench -----------------------------------------------------------------
+"$K" bench >"$D/bench" 2>"$D/err"
+check "bench exits 0" [ $? -eq 0 ]
+check "bench is quiet on stderr" [ ! -s "$D/err" ]
+check "bench prints the budget 256 table" grep -q '^Budget 256$' "$D/bench"
+check "bench prints the budget 512 table" grep -q '^Budget 512$' "$D/bench"
+check "bench prints the sweep" grep -q 'recent-window sweep at budget 256' "$D/bench"
+"$K" policies >"$D/policies"
+check "policies lists every policy" [ "$(wc -l <"$D/policies")" -ge 5 ]
+for p in $(tail -n +2 "$D/policies" | cut -d" " -f1); do
+    for b in 256 512; do
+        check "bench has a row for $p at $b" grep -q "^$p:budget=$b[ ,]" "$D/bench"
+    done
+done
+for w in 16 32 48 64 80 96 128; do
+    check "bench sweep has recent_window $w" grep -q "^h2o:budget=256,recent_window=$w " "$D/bench"
+done
+n=$(grep -cE '^\([1-6]\) (reproduced|not reproduced): ' "$D/bench")
+check "bench lists six observations (got $n)" [ "$n" -eq 6 ]
+"$K" bench --markdown --trace canonical:steps=1200 >"$D/bench.md"
+check "bench --markdown prints tables" grep -q '^| policy spec ' "$D/bench.md"
+n=$(grep -cE '^[1-6]\. \*\*(reproduced|not reproduced)\*\*: ' "$D/bench.md")
+check "bench --markdown lists six observations" [ "$n" -eq 6 ]
+# The same verdicts both ways.
+grep -oE '^\([1-6]\) (reproduced|not reproduced)' "$D/bench" | tr -d '()' >"$D/v1"
+grep -oE '^[1-6]\. \*\*(reproduced|not reproduced)' "$D/bench.md" | tr -d '.*' >"$D/v2"
+"$K" bench --trace canonical:steps=1200 | grep -oE '^\([1-6]\) (reproduced|not reproduced)' | tr -d '()' >"$D/v1"
+check "bench text and markdown agree on the verdicts" cmp -s "$D/v1" "$D/v2"
+
+# ---- eval ------------------------------------------------------------------
+C=canonical:steps=700
+"$K" eval --trace "$C" --policy h2o --budget 256 --json >"$D/e1" 2>"$D/err"
+check "eval --json exits 0" [ $? -eq 0 ]
+check "eval --json is one line" [ "$(wc -l <"$D/e1")" -eq 1 ]
+check "eval --json is one object" grep -qE '^\{.*\}$' "$D/e1"
+for key in policy trace budget steps retained_mass top32_recall min_retained_mass ns_per_step state_bytes; do
+    check "eval --json has $key" grep -q "\"$key\": " "$D/e1"
+done
+check "eval --json names the canonical spec" grep -q '"policy": "h2o:budget=256,recent_window=32"' "$D/e1"
+check "eval --json budget" grep -q '"budget": 256,' "$D/e1"
+check "eval --json steps" grep -q '"steps": 700,' "$D/e1"
+check "eval --json has no NaN" sh -c "! grep -qiE 'nan|inf' '$D/e1'"
+"$K" eval --trace="$C" --policy=h2o --budget=256 --json >"$D/e2"
+strip() { sed -e 's/"ns_per_step": [^,}]*//' "$1"; }
+strip "$D/e1" >"$D/s1"; strip "$D/e2" >"$D/s2"
+check "eval is deterministic (and --opt=value works)" cmp -s "$D/s1" "$D/s2"
+"$K" eval --trace "$C" --policy random:budget=128 --seed 7 --json | strip /dev/stdin >"$D/r1"
+"$K" eval --trace "$C" --policy random:budget=128 --seed 7 --json | strip /dev/stdin >"$D/r2"
+"$K" eval --trace "$C" --policy random:budget=128 --seed 8 --json | strip /dev/stdin >"$D/r3"
+check "eval --seed replays random" cmp -s "$D/r1" "$D/r2"
+check "eval --seed changes random" sh -c "! cmp -s '$D/r1' '$D/r3'"
+"$K" eval --trace "$C" --policy h2o:budget=256 >"$D/out"
+check "eval text names retained mass" grep -q '^retained mass ' "$D/out"
+
+# ---- trace: .npy round trip ------------------------------------------------
+"$K" trace --trace "$C" -o "$D/t.npy" >"$D/out" 2>"$D/err"
+check "trace -o exits 0" [ $? -eq 0 ]
+check "trace -o writes a .npy" sh -c "head -c 6 '$D/t.npy' | od -c | grep -q 'N   U   M   P   Y'"
+"$K" eval --trace "$D/t.npy" --policy h2o --budget 256 --json >"$D/e3"
+field() { sed -e "s/.*\"$1\": \([^,}]*\).*/\1/" "$2"; }
+for key in retained_mass top32_recall min_retained_mass steps scored_steps; do
+    check "the .npy evaluates to the same $key" [ "$(field $key "$D/e1")" = "$(field $key "$D/e3")" ]
+done
+"$K" trace --trace "$C" --output="$D/t2.npy"
+check "trace is deterministic" cmp -s "$D/t.npy" "$D/t2.npy"
+
+# ---- replay ----------------------------------------------------------------
+"$K" replay --trace canonical:steps=300 --policy h2o:budget=64 >"$D/rp" 2>"$D/err"
+check "replay exits 0" [ $? -eq 0 ]
+check "replay prints one line per step" [ "$(wc -l <"$D/rp")" -eq 300 ]
+awk '
+{
+    if (!match($0, /^\{"pos": [0-9]+, "victims": \[[0-9, ]*\]/)) { print "bad line " NR ": " $0; bad = 1; exit }
+    line = $0
+    sub(/^\{"pos": /, "", line); pos = line; sub(/,.*/, "", pos)
+    if (pos + 0 != NR - 1) { print "line " NR " has pos " pos; bad = 1; exit }
+    v = $0; sub(/.*"victims": \[/, "", v); sub(/\].*/, "", v)
+    n = split(v, a, ", ")
+    for (i = 2; i <= n; i++) if (a[i] + 0 <= a[i - 1] + 0) { print "victims not ascending at pos " pos; bad = 1; exit }
+    for (i = 1; i <= n; i++) if (v != "" && a[i] + 0 > pos + 0) { print "victim after pos " pos; bad = 1; exit }
+    total += (v == "" ? 0 : n)
+}
+END { if (!bad && total != 300 - 64) { print "evicted " total ", expected 236"; bad = 1 } exit bad }
+' "$D/rp" >"$D/awk" 2>&1
+check "replay lines: pos in step order, victims ascending ($(cat "$D/awk"))" [ ! -s "$D/awk" ]
+"$K" replay --trace canonical:steps=300 --policy h2o:budget=64 >"$D/rp2"
+check "replay is deterministic" cmp -s "$D/rp" "$D/rp2"
+"$K" replay --trace "$D/t.npy" --policy h2o:budget=64 | head -n 300 >"$D/rp3"
+"$K" replay --trace "$C" --policy h2o:budget=64 | head -n 300 >"$D/rp4"
+check "replay of the .npy equals replay of its source" cmp -s "$D/rp3" "$D/rp4"
+
+# ---- sweep -----------------------------------------------------------------
+S="--trace canonical:steps=600 --policy h2o:budget=128"
+"$K" sweep $S --param recent_window=16,32,64 --budget 128,256 >"$D/sw" 2>"$D/err"
+check "sweep exits 0" [ $? -eq 0 ]
+check "sweep table: a header and 6 rows" [ "$(wc -l <"$D/sw")" -eq 7 ]
+"$K" sweep $S --param recent_window=16,32,64 --param budget=128,256 --csv >"$D/sw"
+check "sweep --csv over two keys: a header and 6 rows" [ "$(wc -l <"$D/sw")" -eq 7 ]
+check "sweep --csv header" grep -q '^recent_window,budget,budget,retained_mass,' "$D/sw"
+"$K" sweep $S --param recent_window=16,32,64 --json >"$D/sw"
+check "sweep --json: one object per point" [ "$(grep -c '^{.*}$' "$D/sw")" -eq 3 ]
+check "sweep --json has params" grep -q '"params": {"recent_window": "64"}' "$D/sw"
+"$K" sweep $S >"$D/sw"
+check "sweep without --param: one row" [ "$(wc -l <"$D/sw")" -eq 2 ]
+
+# ---- usage errors: exit 2, one line ------------------------------------------
+expect_err 2
+expect_err 2 frobnicate
+expect_err 2 eval --trace "$C"
+expect_err 2 eval --policy h2o
+expect_err 2 eval --trace "$C" --policy h2o --frob
+expect_err 2 eval --trace "$C" --policy h2o --budget
+expect_err 2 eval --trace "$C" --policy nosuchpolicy
+expect_err 2 eval --trace "$C" --policy h2o:recent_window=x
+expect_err 2 eval --trace "$C" --policy h2o --budget 16
+expect_err 2 eval --trace "$C" --policy h2o --budget 12x
+expect_err 2 eval --trace "$C" --policy h2o --budget -3
+expect_err 2 eval --trace "$C" --policy h2o --budget " 12"
+expect_err 2 eval --trace "$C" --policy h2o --budget 0
+expect_err 2 eval --trace "$C" --policy h2o --budget 184467440737095516160
+expect_err 2 eval --trace "$C" --policy h2o --seed 18446744073709551616
+expect_err 2 eval --trace "$C" --policy h2o --json=yes
+expect_err 2 eval --trace "$C" --policy h2o --trace "$C"
+expect_err 2 eval --trace canonical:steps=1x --policy h2o
+expect_err 2 eval --trace canonical:nokey=1 --policy h2o
+expect_err 2 eval --trace "$C" --policy h2o stray
+expect_err 2 sweep $S --param recent_window=16 --csv --json
+expect_err 2 sweep $S --param recent_window
+expect_err 2 sweep $S --param recent_window=16,,32
+expect_err 2 sweep $S --param recent_window=16 --param recent_window=32
+expect_err 2 sweep $S --param budget=128 --budget 256
+expect_err 2 sweep $S --param nokey=1
+expect_err 2 sweep $S --budget 128,abc
+expect_err 2 replay --trace "$C" --policy h2o --head 1
+expect_err 2 trace --trace "$C"
+expect_err 2 bench --steps
+expect_err 2 help nosuchcommand
+expect_err 2 docs
+
+# ---- input errors: exit 1, one line --------------------------------------------
+expect_err 1 eval --trace "$D/missing.npy" --policy h2o
+printf 'not a numpy file at all' >"$D/bad.npy"
+expect_err 1 eval --trace "$D/bad.npy" --policy h2o
+printf '\223NUMPY\001\000\166\000{'"'"'descr'"'"': '"'"'<f4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (4, 4), }' >"$D/trunc.npy"
+expect_err 1 eval --trace "$D/trunc.npy" --policy h2o
+head -c 200 "$D/t.npy" >"$D/short.npy"
+expect_err 1 eval --trace "$D/short.npy" --policy h2o
+expect_err 1 replay --trace "$D/bad.npy" --policy h2o
+expect_err 1 sweep --trace "$D/bad.npy" --policy h2o --param recent_window=16
+expect_err 1 bench --trace "$D/bad.npy"
+
+# Hand-made float32 files of shape [2, 3, 3] and [2, 1, 3, 3]: head 0 and
+# head 1 differ in row 2. The header (magic, version 1.0, length 118) pads
+# to 128 bytes.
+npy2() { # npy2 SHAPE FILE
+    hdr="{'descr': '<f4', 'fortran_order': False, 'shape': ($1), }"
+    pad=$((128 - 10 - ${#hdr} - 1))
+    {
+        printf '\223NUMPY\001\000\166\000%s' "$hdr"
+        i=0; while [ $i -lt $pad ]; do printf ' '; i=$((i + 1)); done
+        printf '\n'
+        # head 0: [1 0 0] [.5 .5 0] [.5 .25 .25]; head 1: [1 0 0] [.5 .5 0] [.25 .25 .5]
+        printf '\000\000\200\077\000\000\000\000\000\000\000\000'
+        printf '\000\000\000\077\000\000\000\077\000\000\000\000'
+        printf '\000\000\000\077\000\000\200\076\000\000\200\076'
+        printf '\000\000\200\077\000\000\000\000\000\000\000\000'
+        printf '\000\000\000\077\000\000\000\077\000\000\000\000'
+        printf '\000\000\200\076\000\000\200\076\000\000\000\077'
+    } >"$2"
+}
+npy2 "2, 3, 3" "$D/heads.npy"
+npy2 "2, 1, 3, 3" "$D/layers.npy"
+"$K" eval --trace "$D/heads.npy" --policy window:budget=1 --per-head --json >"$D/h" 2>"$D/err"
+check "eval reads a [2,3,3] file ($(cat "$D/err"))" [ $? -eq 0 ]
+check "eval reports 2 heads" grep -q '"heads": 2,' "$D/h"
+check "eval --per-head lists both heads" grep -q '"per_head": \[{"layer": 0, "head": 0, .*{"layer": 0, "head": 1, ' "$D/h"
+# window:budget=1 keeps position t-1: step 2 retains p(2)+p(1) = .5 (head 0)
+# and .75 (head 1); the mean over heads is .625.
+check "eval means over heads" grep -q '"retained_mass": 0.625' "$D/h"
+"$K" eval --trace "$D/layers.npy" --policy window:budget=1 --per-head --json >"$D/h" 2>"$D/err"
+check "eval reads a [2,1,3,3] file ($(cat "$D/err"))" grep -q '"heads": 2, "layers": 2,' "$D/h"
+check "eval --per-head numbers heads by layer" grep -q '{"layer": 1, "head": 0, "retained_mass": 0.75,' "$D/h"
+"$K" replay --trace "$D/heads.npy" --policy window:budget=1 --head 1 >"$D/out"
+check "replay --head 1 of a multi-head file" [ "$(wc -l <"$D/out")" -eq 3 ]
+expect_err 2 replay --trace "$D/heads.npy" --policy window:budget=1 --head 2
+
+# trace -o failures leave nothing behind.
+expect_err 1 trace --trace "$C" -o "$D/nodir/x.npy"
+check "no file in a missing directory" [ ! -e "$D/nodir/x.npy" ]
+mkdir "$D/target"
+before=$(ls "$D" | wc -l)
+expect_err 1 trace --trace "$C" -o "$D/target"
+check "a failed trace -o leaves no temporary file" [ "$(ls "$D" | wc -l)" -eq "$before" ]
+check "a failed trace -o leaves the directory alone" [ -d "$D/target" ] && [ -z "$(ls "$D/target")" ]
+expect_err 2 trace --trace canonical:steps=zz -o "$D/never.npy"
+check "a usage error writes no file" [ ! -e "$D/never.npy" ]
+
+# ---- plot ------------------------------------------------------------------
+expect_err 1 plot --out "$D/no/such/dir"
+PATH=/nonexistent "$K" plot --out "$D" >"$D/out" 2>"$D/err"
+rc=$?
+check "plot without gnuplot exits 1" [ "$rc" -eq 1 ]
+check "plot without gnuplot says how to install it" grep -q 'apt-get install gnuplot-nox' "$D/err"
+check "plot without gnuplot: one line" [ "$(wc -l <"$D/err")" -eq 1 ]
+
+# ---- docs: regenerate, check, and mask exactly the timing cells ---------------
+cat >"$D/doc.md" <<'DOC'
+# A page
+Text above.
+<!-- kvevict:begin sweep h2o:budget=64 recent_window=16,32 -->
+stale
+<!-- kvevict:end sweep -->
+Text below.
+DOC
+"$K" docs --trace canonical:steps=600 --check "$D/doc.md" >"$D/out" 2>"$D/err"
+check "docs --check fails on a stale block" [ $? -eq 1 ]
+check "docs --check names the block" grep -q "doc.md:3: block 'sweep' is out of date" "$D/err"
+"$K" docs --trace canonical:steps=600 "$D/doc.md" >"$D/out" 2>"$D/err"
+check "docs regenerates" [ $? -eq 0 ]
+check "docs keeps the text around blocks" grep -q '^Text below.$' "$D/doc.md"
+check "docs writes the table" grep -qE '^\| +32 \| +64 \| ' "$D/doc.md"
+"$K" docs --trace canonical:steps=600 --check "$D/doc.md" >"$D/out" 2>"$D/err"
+check "docs --check passes after regenerating" [ $? -eq 0 ]
+# Change a timing cell (column ns/step): still up to date.
+awk -F'|' 'BEGIN{OFS="|"} /^\| +16 \|/{ $7=" 99999.9 " } {print}' "$D/doc.md" >"$D/doc2.md"
+check "the timing edit changed the file" sh -c "! cmp -s '$D/doc.md' '$D/doc2.md'"
+"$K" docs --trace canonical:steps=600 --check "$D/doc2.md" >"$D/out" 2>"$D/err"
+check "docs --check ignores timing cells" [ $? -eq 0 ]
+# Change a retained-mass cell: drift.
+awk -F'|' 'BEGIN{OFS="|"} /^\| +16 \|/{ $4=" 0.0001 " } {print}' "$D/doc.md" >"$D/doc3.md"
+"$K" docs --trace canonical:steps=600 --check "$D/doc3.md" >"$D/out" 2>"$D/err"
+check "docs --check catches a changed mass" [ $? -eq 1 ]
+printf '<!-- kvevict:begin nosuch -->\n<!-- kvevict:end nosuch -->\n' >"$D/bad.md"
+expect_err 2 docs --check "$D/bad.md"
+printf '<!-- kvevict:begin summary -->\n' >"$D/open.md"
+expect_err 1 docs --check "$D/open.md"
+
+echo "test_cli: $checks checks passed, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,18 @@
+#!/bin/sh
+# test_docs.sh KVEVICT SOURCE_DIR - the docs drift test: every measured block
+# of docs/*.md and docs/policies/*.md must equal what the tools print now
+# (kvevict docs --check), except the cells of "ns/step" columns, which are
+# timings. On failure, run `make docs` and commit the result.
+set -u
+K=${1:?usage: test_docs.sh PATH/TO/kvevict SOURCE_DIR}
+SRC=${2:?usage: test_docs.sh PATH/TO/kvevict SOURCE_DIR}
+set --
+for f in "$SRC"/docs/*.md "$SRC"/docs/policies/*.md; do
+    [ -f "$f" ] && set -- "$@" "$f"
+done
+if ! grep -q '^<!-- kvevict:begin results -->' "$SRC/docs/results.md"; then
+    echo "FAIL: docs/results.md has no 'results' block" >&2
+    exit 1
+fi
+"$K" docs --check "$@" || { echo "FAIL: the docs drifted from the tools' output; run make docs" >&2; exit 1; }
+echo "test_docs: $# files checked"

@@ -1,0 +1,163 @@
+/*
+ * test_edges.c - the corners the module tests do not reach, found with the
+ * coverage report: status names outside the enum, the allocator's zero-size
+ * requests, spec text at the edges of the grammar (long quotes, characters
+ * just outside [a-z0-9_], reals that overflow or underflow strtod), the NULL
+ * accessors of traces, trace sources that only look canonical, and a
+ * canonical trace with empty band and heavy sets. Each case asserts the
+ * documented behaviour, not merely that the line ran.
+ */
+#include "check.h"
+#include "internal.h"
+#include "kvevict.h"
+
+static void test_status_names(void)
+{
+    ASSERT_STR_EQ(kve_status_name(KVE_OK), "KVE_OK");
+    ASSERT_STR_EQ(kve_status_name(KVE_EINVAL), "KVE_EINVAL");
+    ASSERT_STR_EQ(kve_status_name(KVE_ENOMEM), "KVE_ENOMEM");
+    ASSERT_STR_EQ(kve_status_name(KVE_ERANGE), "KVE_ERANGE");
+    ASSERT_STR_EQ(kve_status_name(KVE_EFORMAT), "KVE_EFORMAT");
+    ASSERT_STR_EQ(kve_status_name(KVE_EIO), "KVE_EIO");
+    ASSERT_STR_EQ(kve_status_name((kve_status)99), "KVE_UNKNOWN");
+    ASSERT_STR_EQ(kve_status_name((kve_status)-1), "KVE_UNKNOWN");
+}
+
+/* Zero-size requests still return a distinct, freeable block (never NULL
+ * for success), so callers need no special case for empty shapes. */
+static void test_zero_size_allocations(void)
+{
+    void *a = kve__malloc(0), *b = kve__calloc(0, 8), *c = kve__calloc(8, 0);
+    void *d = kve__realloc(NULL, 0);
+    ASSERT_TRUE(a && b && c && d);
+    ASSERT_TRUE(a != b && b != c && c != d);
+    void *e = kve__realloc(a, 0);
+    ASSERT_TRUE(e != NULL);
+    kve__free(e);
+    kve__free(b);
+    kve__free(c);
+    kve__free(d);
+    kve__free(NULL);
+}
+
+/* A refusal quotes at most 40 characters of the offending text. */
+static void test_long_values_are_quoted_short(void)
+{
+    char spec[256];
+    char value[201];
+    memset(value, '7', 200);
+    value[200] = '\0';
+    value[100] = 'x';
+    snprintf(spec, sizeof spec, "h2o:budget=%s", value);
+    kve_policy *p = NULL;
+    ASSERT_STATUS(kve_policy_new(spec, NULL, &p), KVE_EINVAL);
+    ASSERT_TRUE(p == NULL);
+    ASSERT_CONTAINS(kve_last_error(), "budget");
+    ASSERT_TRUE(strstr(kve_last_error(), "7777777777777777777777777777777777777777") != NULL);
+    ASSERT_TRUE(strstr(kve_last_error(), "77777777777777777777777777777777777777777") == NULL);
+
+    char name[80];
+    memset(name, 'a', 79);
+    name[79] = '\0';
+    ASSERT_STATUS(kve_policy_new(name, NULL, &p), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "longer than 31");
+}
+
+/* Name characters are exactly [a-z0-9_]: the neighbours of each range are refused. */
+static void test_name_character_ranges(void)
+{
+    const char *bad[] = {"h2o{", "h2o`", "h2o/", "h2o:", "H2O", "h2o-x", "h2o@", "h2o ", "h2o~"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char out[KVE_SPEC_MAX];
+        kve_status st = kve_spec_with(bad[i], NULL, NULL, out, sizeof out);
+        ASSERT_STATUS(st, KVE_EINVAL);
+    }
+    char out[KVE_SPEC_MAX];
+    ASSERT_OK(kve_spec_with("h2o_decay", NULL, NULL, out, sizeof out));
+}
+
+/* Reals strtod cannot hold (overflow to inf, underflow to 0 with ERANGE)
+ * are refused, naming the key; the nearest representable ones are not. */
+static void test_reals_out_of_strtod_range(void)
+{
+    char out[KVE_SPEC_MAX];
+    ASSERT_STATUS(kve_spec_with("h2o_decay", "decay", "1e400", out, sizeof out), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "decay");
+    ASSERT_STATUS(kve_spec_with("h2o_decay", "decay", "1e-400", out, sizeof out), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "decay");
+    ASSERT_STATUS(kve_spec_with("h2o_decay", "decay", "1e-", out, sizeof out), KVE_EINVAL);
+    ASSERT_OK(kve_spec_with("h2o_decay", "decay", "1e-300", out, sizeof out));
+    ASSERT_STR_EQ(out, "h2o_decay:budget=512,recent_window=32,decay=1e-300");
+    ASSERT_OK(kve_spec_with("h2o_decay", "decay", "0.30000000000000004", out, sizeof out));
+    ASSERT_STR_EQ(out, "h2o_decay:budget=512,recent_window=32,decay=0.30000000000000004");
+    char longval[80];
+    memset(longval, '1', 79);
+    longval[0] = '0';
+    longval[1] = '.';
+    longval[79] = '\0';
+    ASSERT_STATUS(kve_spec_with("h2o_decay", "decay", longval, out, sizeof out), KVE_EINVAL);
+}
+
+static void test_trace_null_accessors(void)
+{
+    ASSERT_EQ(kve_trace_steps(NULL), 0);
+    ASSERT_EQ(kve_trace_heads(NULL), 0);
+    ASSERT_EQ(kve_trace_layers(NULL), 0);
+    ASSERT_TRUE(kve_trace_source(NULL) == NULL);
+    kve_trace_free(NULL);
+    double row[1];
+    ASSERT_STATUS(kve_trace_row(NULL, 0, 0, row), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_write_npy(NULL, 0, "x.npy"), KVE_EINVAL);
+}
+
+/* Only "canonical" and "canonical:..." are the generator; anything else,
+ * even "canonicalx", is a path (here a missing one: KVE_EIO). */
+static void test_sources_that_look_canonical(void)
+{
+    const char *paths[] = {"canonicalx", "canonical.npy", "canonica", "./canonical"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        kve_trace *tr = NULL;
+        ASSERT_STATUS(kve_trace_open(paths[i], 0, &tr), KVE_EIO);
+        ASSERT_TRUE(tr == NULL);
+        ASSERT_CONTAINS(kve_last_error(), paths[i]);
+    }
+    kve_trace *tr = NULL;
+    ASSERT_STATUS(kve_trace_open("canonical:", 0, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_open("", 0, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_open("canonical", 2, &tr), KVE_EINVAL);
+    ASSERT_TRUE(tr == NULL);
+}
+
+/* With no band and no heavy hitters the mass goes to sinks and background:
+ * rows are still distributions and the query's own key is still 0. */
+static void test_canonical_without_band_or_heavy(void)
+{
+    kve_trace *tr = NULL;
+    ASSERT_OK(kve_trace_open("canonical:steps=40,recent=0,heavy=0,sinks=0", 0, &tr));
+    double row[40];
+    for (size_t t = 1; t < 40; t++) {
+        ASSERT_OK(kve_trace_row(tr, 0, t, row));
+        double sum = 0;
+        for (size_t i = 0; i <= t; i++) {
+            ASSERT_TRUE(row[i] >= 0);
+            sum += row[i];
+        }
+        ASSERT_NEAR(sum, 1.0, 1e-5);
+        ASSERT_TRUE(row[t] == 0.0);
+    }
+    kve_trace_free(tr);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK_INIT(argc, argv);
+    RUN(test_status_names);
+    RUN(test_zero_size_allocations);
+    RUN(test_long_values_are_quoted_short);
+    RUN(test_name_character_ranges);
+    RUN(test_reals_out_of_strtod_range);
+    RUN(test_trace_null_accessors);
+    RUN(test_sources_that_look_canonical);
+    RUN(test_canonical_without_band_or_heavy);
+    return CHECK_DONE();
+}

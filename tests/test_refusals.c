@@ -1,0 +1,397 @@
+/*
+ * test_refusals.c - every refusal path of every policy returns the right
+ * status, leaves a message naming the bad field or value, and changes
+ * NOTHING.
+ *
+ * Method: a policy and an untouched twin are built from one spec (and, for
+ * random, from two generators in the same state) and fed the same history.
+ * Each refused call goes to the policy only; then both must agree on size,
+ * positions, spec and state bytes, and must keep agreeing, victim for
+ * victim, over a stretch of further identical steps and evictions. A refusal
+ * that moved a score, a mark, a generator or a counter shows up there.
+ */
+#include "check.h"
+#include "internal.h"
+#include "kvevict.h"
+
+enum { MAXN = 512 };
+
+static const char *const specs[] = {
+    "full:budget=6",
+    "window:budget=6",
+    "streaming:budget=6,sinks=2",
+    "streaming:budget=6,sinks=0",
+    "random:budget=6,recent_window=0",
+    "random:budget=6,recent_window=2",
+    "h2o:budget=6,recent_window=2",
+    "h2o:budget=6,recent_window=0",
+    "scissorhands:budget=6,recent_window=2",
+    "scissorhands:budget=6,recent_window=1,history=3",
+    "tova:budget=6,recent_window=1",
+    "h2o_decay:budget=6,recent_window=2,decay=0.5",
+    "h2o_mean:budget=6,recent_window=2",
+};
+
+typedef struct twins {
+    kve_policy *p, *q; /* p takes the refused calls, q never does */
+    kve_rng g;         /* attention source, shared by both */
+    int32_t pos;       /* last position admitted */
+    size_t budget;
+} twins;
+
+static float row[MAXN];
+static int32_t vp[MAXN], vq[MAXN];
+
+/* Both policies equal in every observable. Returns 0 after reporting. */
+static int same(const twins *t, const char *what)
+{
+    size_t n = kve_policy_size(t->p);
+    const char *spec = kve_policy_spec(t->p);
+    if (n != kve_policy_size(t->q) ||
+        memcmp(kve_policy_positions(t->p), kve_policy_positions(t->q), n * sizeof(int32_t)) != 0 ||
+        strcmp(spec, kve_policy_spec(t->q)) != 0 ||
+        kve_policy_state_bytes(t->p) != kve_policy_state_bytes(t->q)) {
+        fprintf(stderr, "%s: twins differ after %s\n", spec, what);
+        return 0;
+    }
+    return 1;
+}
+
+/* One identical step on both (attention with probability 9/10, with zeros
+ * and repeats), then, unless `grow`, an identical evict whose victims must
+ * agree. */
+static int advance(twins *t, int grow)
+{
+    size_t n = kve_policy_size(t->p);
+    int with_attn = kve_rng_below(&t->g, 10) != 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = kve_rng_below(&t->g, 4);
+        row[i] = k == 0 ? 0.0f : k == 1 ? 0.25f : (float)kve_rng_uniform(&t->g);
+    }
+    t->pos += 1 + (int32_t)kve_rng_below(&t->g, 2);
+    if (kve_policy_step(t->p, t->pos, with_attn ? row : NULL, n) != KVE_OK ||
+        kve_policy_step(t->q, t->pos, with_attn ? row : NULL, n) != KVE_OK) {
+        fprintf(stderr, "step failed: %s\n", kve_last_error());
+        return 0;
+    }
+    if (grow)
+        return same(t, "a step");
+    size_t np = 0, nq = 0;
+    if (kve_policy_evict(t->p, t->budget, vp, MAXN, &np) != KVE_OK ||
+        kve_policy_evict(t->q, t->budget, vq, MAXN, &nq) != KVE_OK) {
+        fprintf(stderr, "evict failed: %s\n", kve_last_error());
+        return 0;
+    }
+    if (np != nq || memcmp(vp, vq, np * sizeof *vp) != 0) {
+        fprintf(stderr, "%s: victims differ after a refusal\n", kve_policy_spec(t->p));
+        return 0;
+    }
+    return same(t, "an evict");
+}
+
+static int twins_new(twins *t, const char *spec, uint64_t seed)
+{
+    kve_rng a, b;
+    kve_rng_seed(&a, seed);
+    kve_rng_seed(&b, seed);
+    memset(t, 0, sizeof *t);
+    kve_rng_seed(&t->g, seed + 1);
+    t->pos = -1;
+    if (kve_policy_new(spec, &a, &t->p) != KVE_OK || kve_policy_new(spec, &b, &t->q) != KVE_OK) {
+        fprintf(stderr, "%s: %s\n", spec, kve_last_error());
+        return 0;
+    }
+    t->budget = kve_policy_budget(t->p);
+    for (int s = 0; s < 20; s++) /* a history with real scores */
+        if (!advance(t, 0))
+            return 0;
+    return 1;
+}
+
+static void twins_free(twins *t)
+{
+    kve_policy_free(t->p);
+    kve_policy_free(t->q);
+}
+
+/* After a refusal: the twins agree now and over 12 more steps. The
+ * attention generator is left in place so later steps differ per case. */
+#define CHECK_UNCHANGED(t, what)                                              \
+    do {                                                                      \
+        if (!same(t, what))                                                   \
+            CHECK_FAIL_AT("state changed by %s", what);                       \
+        for (int k_ = 0; k_ < 12; k_++)                                       \
+            if (!advance(t, k_ == 5))                                         \
+                CHECK_FAIL_AT("behaviour changed after %s", what);            \
+    } while (0)
+
+#define REFUSED(call, want, needle, t, what)                                  \
+    do {                                                                      \
+        ASSERT_STATUS(call, want);                                            \
+        ASSERT_CONTAINS(kve_last_error(), needle);                            \
+        CHECK_UNCHANGED(t, what);                                             \
+    } while (0)
+
+static void step_refusals(const char *spec, uint64_t seed)
+{
+    twins t;
+    ASSERT_TRUE(twins_new(&t, spec, seed));
+    kve_policy *p = t.p;
+    size_t n = kve_policy_size(p);
+    ASSERT_TRUE(n > 0);
+    for (size_t i = 0; i < n; i++)
+        row[i] = 0.5f;
+
+    REFUSED(kve_policy_step(NULL, t.pos + 1, row, n), KVE_EINVAL, "NULL", &t, "NULL policy");
+    REFUSED(kve_policy_step(p, -1, NULL, 0), KVE_EINVAL, "pos -1", &t, "pos -1");
+    REFUSED(kve_policy_step(p, INT32_MIN, row, kve_policy_size(p)), KVE_EINVAL, "negative", &t,
+            "INT32_MIN");
+    REFUSED(kve_policy_step(p, t.pos, NULL, 0), KVE_EINVAL, "not greater", &t, "pos repeated");
+    REFUSED(kve_policy_step(p, t.pos - 1, NULL, 0), KVE_EINVAL, "not greater", &t,
+            "pos decreasing");
+    /* The position check comes before the attention is admitted: a good row
+     * with a bad position is still refused. */
+    n = kve_policy_size(p);
+    for (size_t i = 0; i < n; i++)
+        row[i] = 0.5f;
+    REFUSED(kve_policy_step(p, t.pos, row, n), KVE_EINVAL, "pos", &t, "pos repeated with attn");
+
+    n = kve_policy_size(p);
+    REFUSED(kve_policy_step(p, t.pos + 1, row, n + 1), KVE_EINVAL, "n is", &t, "n = size + 1");
+    n = kve_policy_size(p);
+    REFUSED(kve_policy_step(p, t.pos + 1, row, n - 1), KVE_EINVAL, "n is", &t, "n = size - 1");
+
+    static const struct {
+        float bad;
+        const char *word;
+    } weights[] = {{NAN, "NaN"}, {INFINITY, "infinite"}, {-INFINITY, "infinite"},
+                   {-0.5f, "negative"}, {-1e-30f, "negative"}};
+    for (size_t w = 0; w < sizeof weights / sizeof weights[0]; w++) {
+        n = kve_policy_size(p);
+        size_t at = (w * 7 + 3) % n; /* various indices, the last included */
+        if (w == 0)
+            at = n - 1;
+        for (size_t i = 0; i < n; i++)
+            row[i] = 0.5f;
+        row[at] = weights[w].bad;
+        char needle[32];
+        snprintf(needle, sizeof needle, "attn[%zu]", at);
+        REFUSED(kve_policy_step(p, t.pos + 1, row, n), KVE_EINVAL, needle, &t, weights[w].word);
+        ASSERT_CONTAINS(kve_last_error(), weights[w].word);
+    }
+    /* -0.0 is >= 0: accepted on both twins. */
+    n = kve_policy_size(p);
+    for (size_t i = 0; i < n; i++)
+        row[i] = -0.0f;
+    ASSERT_OK(kve_policy_step(p, t.pos + 1, row, n));
+    ASSERT_OK(kve_policy_step(t.q, t.pos + 1, row, n));
+    t.pos++;
+    CHECK_UNCHANGED(&t, "a -0.0 row");
+    twins_free(&t);
+}
+
+static void evict_refusals(const char *spec, uint64_t seed)
+{
+    twins t;
+    ASSERT_TRUE(twins_new(&t, spec, seed));
+    kve_policy *p = t.p;
+    size_t nv = 777;
+    const int never = strncmp(spec, "full", 4) == 0;
+
+    REFUSED(kve_policy_evict(NULL, 4, vp, MAXN, &nv), KVE_EINVAL, "NULL", &t, "NULL policy");
+    ASSERT_EQ(nv, 777);
+    REFUSED(kve_policy_evict(p, 0, vp, MAXN, &nv), KVE_EINVAL, "budget", &t, "budget 0");
+    ASSERT_EQ(nv, 777);
+
+    /* Grow past the budget so that an evict has victims to report. */
+    for (int k = 0; k < 3; k++)
+        ASSERT_TRUE(advance(&t, 1));
+    size_t size = kve_policy_size(p);
+    ASSERT_TRUE(size >= t.budget + 3);
+
+    /* recent_window / sinks floors, read back from the canonical spec. */
+    const char *rw = strstr(kve_policy_spec(p), "recent_window=");
+    const char *sk = strstr(kve_policy_spec(p), "sinks=");
+    size_t floor = rw ? (size_t)atoi(rw + 14) : sk ? (size_t)atoi(sk + 6) : 0;
+    if (floor) {
+        const char *key = rw ? "recent_window" : "sinks";
+        REFUSED(kve_policy_evict(p, floor, vp, MAXN, &nv), KVE_EINVAL, key, &t, "budget = floor");
+        ASSERT_EQ(nv, 777);
+        if (floor > 1)
+            REFUSED(kve_policy_evict(p, floor - 1, vp, MAXN, &nv), KVE_EINVAL, key, &t,
+                    "budget < floor");
+        ASSERT_EQ(nv, 777);
+    }
+
+    size = kve_policy_size(p);
+    REFUSED(kve_policy_evict(p, t.budget, NULL, 4, &nv), KVE_EINVAL, "victims", &t,
+            "victims NULL");
+    ASSERT_EQ(nv, 777);
+    for (int k = 0; k < 3; k++) /* the checks above evicted: grow again */
+        ASSERT_TRUE(advance(&t, 1));
+    if (!never) {
+        size = kve_policy_size(p);
+        size_t need = size - t.budget;
+        ASSERT_TRUE(need >= 2);
+        char needle[48];
+        snprintf(needle, sizeof needle, "%zu victims", need);
+        REFUSED(kve_policy_evict(p, t.budget, vp, need - 1, &nv), KVE_ERANGE, needle, &t,
+                "cap one short");
+        for (int k = 0; k < 3; k++)
+            ASSERT_TRUE(advance(&t, 1));
+        REFUSED(kve_policy_evict(p, t.budget, NULL, 0, &nv), KVE_ERANGE, "cap", &t,
+                "cap 0 with victims due");
+        ASSERT_EQ(nv, 777);
+        /* Exactly enough is fine, and n_victims may be NULL. */
+        for (int k = 0; k < 3; k++)
+            ASSERT_TRUE(advance(&t, 1));
+        size = kve_policy_size(p);
+        need = size - t.budget;
+        ASSERT_OK(kve_policy_evict(p, t.budget, vp, need, NULL));
+        ASSERT_OK(kve_policy_evict(t.q, t.budget, vq, need, NULL));
+        ASSERT_TRUE(memcmp(vp, vq, need * sizeof *vp) == 0);
+        ASSERT_TRUE(same(&t, "an exact-cap evict"));
+    } else {
+        /* full never evicts, so no capacity is ever needed. */
+        ASSERT_OK(kve_policy_evict(p, 1, NULL, 0, &nv));
+        ASSERT_EQ(nv, 0);
+        ASSERT_OK(kve_policy_evict(t.q, 1, NULL, 0, &nv));
+        ASSERT_TRUE(same(&t, "full's evict"));
+    }
+    twins_free(&t);
+}
+
+/* A failed allocation while stepping past the storage changes nothing. */
+static void growth_failure(const char *spec, uint64_t seed)
+{
+    twins t;
+    ASSERT_TRUE(twins_new(&t, spec, seed));
+    kve_policy *p = t.p;
+    size_t bytes = kve_policy_state_bytes(p);
+    int failed = 0;
+    for (int k = 0; k < 64 && !failed; k++) {
+        size_t n = kve_policy_size(p);
+        for (size_t i = 0; i < n; i++)
+            row[i] = 0.125f;
+        kve__alloc_fail_after(0);
+        kve_status st = kve_policy_step(p, t.pos + 1, row, n);
+        kve__alloc_fail_after(SIZE_MAX);
+        if (st == KVE_ENOMEM) {
+            failed = 1;
+            ASSERT_TRUE(kve_last_error()[0] != '\0');
+            ASSERT_EQ(kve_policy_state_bytes(p), bytes);
+            CHECK_UNCHANGED(&t, "a failed growth");
+        } else {
+            ASSERT_OK(st);
+            ASSERT_OK(kve_policy_step(t.q, t.pos + 1, row, n));
+            t.pos++;
+            ASSERT_TRUE(same(&t, "a step without allocation"));
+        }
+    }
+    ASSERT_TRUE(failed);
+    twins_free(&t);
+}
+
+static void test_step_refusals(void)
+{
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        step_refusals(specs[i], check_seed + i);
+}
+
+static void test_evict_refusals(void)
+{
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        evict_refusals(specs[i], check_seed + 100 + i);
+}
+
+static void test_growth_failure(void)
+{
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        growth_failure(specs[i], check_seed + 200 + i);
+}
+
+/* Construction refusals leave *out and the caller's generator untouched. */
+static void test_construction_refusals(void)
+{
+    static const struct {
+        const char *spec, *needle;
+    } bad[] = {
+        {"nosuch", "nosuch"},
+        {"h2o:foo=1", "foo"},
+        {"h2o:budget=0", "budget"},
+        {"h2o:budget=8,recent_window=8", "recent_window"},
+        {"tova:budget=1", "recent_window"},
+        {"streaming:budget=4,sinks=4", "sinks"},
+        {"streaming:budget=4", "sinks"}, /* default sinks 4 */
+        {"random:budget=2,recent_window=2", "recent_window"},
+        {"scissorhands:history=65", "history"},
+        {"h2o_decay:decay=0", "decay"},
+        {"h2o_decay:decay=1.5", "decay"},
+        {"window:recent_window=1", "recent_window"},
+        {"full:sinks=1", "sinks"},
+        {"random:budget=-3", "budget"},
+    };
+    kve_rng g, before;
+    kve_rng_seed(&g, check_seed);
+    before = g;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kve_policy *sentinel = (kve_policy *)&g, *out = sentinel;
+        ASSERT_STATUS(kve_policy_new(bad[i].spec, &g, &out), KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), bad[i].needle);
+        ASSERT_TRUE(out == sentinel);
+        ASSERT_TRUE(memcmp(&g, &before, sizeof g) == 0);
+    }
+    kve_policy *out = NULL;
+    ASSERT_STATUS(kve_policy_new("random", NULL, &out), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "rng");
+    ASSERT_TRUE(out == NULL);
+    ASSERT_STATUS(kve_policy_new(NULL, &g, &out), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "spec");
+    ASSERT_STATUS(kve_policy_new("h2o", NULL, NULL), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "out");
+
+    /* Allocation failure at every allocation of every constructor: ENOMEM,
+     * *out untouched, the generator not advanced, nothing leaked (ASan). */
+    for (size_t t = 0; t < kve_policy_type_count(); t++) {
+        const char *name = kve_policy_type_name(t);
+        for (size_t k = 0;; k++) {
+            kve_policy *p = (kve_policy *)&g;
+            kve__alloc_fail_after(k);
+            kve_status st = kve_policy_new(name, &g, &p);
+            kve__alloc_fail_after(SIZE_MAX);
+            if (st == KVE_OK) {
+                ASSERT_TRUE(k > 0);
+                kve_policy_free(p);
+                break;
+            }
+            ASSERT_EQ(st, KVE_ENOMEM);
+            ASSERT_TRUE(p == (kve_policy *)&g);
+            ASSERT_TRUE(memcmp(&g, &before, sizeof g) == 0);
+            ASSERT_TRUE(k < 16);
+        }
+        before = g; /* random's success drew one output */
+    }
+}
+
+/* The accessors accept NULL. */
+static void test_null_accessors(void)
+{
+    ASSERT_EQ(kve_policy_size(NULL), 0);
+    ASSERT_TRUE(kve_policy_positions(NULL) == NULL);
+    ASSERT_EQ(kve_policy_state_bytes(NULL), 0);
+    ASSERT_TRUE(kve_policy_spec(NULL) == NULL);
+    ASSERT_TRUE(kve_policy_name(NULL) == NULL);
+    ASSERT_EQ(kve_policy_budget(NULL), 0);
+    kve_policy_free(NULL);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK_INIT(argc, argv);
+    RUN(test_step_refusals);
+    RUN(test_evict_refusals);
+    RUN(test_growth_failure);
+    RUN(test_construction_refusals);
+    RUN(test_null_accessors);
+    return CHECK_DONE();
+}

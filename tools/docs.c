@@ -1,0 +1,446 @@
+/*
+ * docs.c - `kvevict docs`: regenerates the measured blocks of markdown files
+ * and, with --check, reports blocks that drifted from the tools' output.
+ *
+ * A block is a pair of lines, each alone on its line:
+ *     <!-- kvevict:begin NAME ARG... -->
+ *     <!-- kvevict:end NAME -->
+ * and everything between them is generated (a blank line, the content, a
+ * blank line). Blocks do not nest. Every block is computed on the canonical
+ * trace (unless --trace SRC is given) with policy seed 0. Names:
+ *     results                       the whole `kvevict bench --markdown`
+ *     bench budget=B                every policy at budget B
+ *     h2o-sweep                     the H2O recent-window sweep at 256
+ *     observations                  the H2O page's observations, checked
+ *     summary                       every policy at 256 and 512, one row each
+ *     sweep SPEC [KEY=V1,V2,...]... [budget=B1,B2,...]
+ *                                   a grid, as `kvevict sweep` prints it
+ * e.g. <!-- kvevict:begin sweep h2o recent_window=16,32,64 budget=256 -->.
+ *
+ * Timings differ run to run, so a comparison ignores exactly the cells of
+ * table columns whose header contains "ns/step" (and the blanks padding table
+ * cells, whose widths follow the longest timing), and nothing else; a block
+ * whose only differences are timings is left as it is (no churn). All the
+ * blocks of all the files are evaluated in one lockstep pass.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_ARGS = 16 };
+
+/* The source every block names: "canonical" while collecting, then the
+ * opened trace's canonical spec. */
+static const char *block_trace_src = BENCH_TRACE;
+
+typedef struct block {
+    size_t file;
+    size_t begin, end; /* line indexes of the marker lines */
+    char *name;
+    size_t n_args;
+    char *args[MAX_ARGS];
+    char where[300]; /* "FILE:LINE" for messages */
+} block;
+
+typedef struct doc {
+    const char *path;
+    char *text;
+    size_t n_lines;
+    char **line; /* pointers into text, NUL-terminated, newline removed */
+} doc;
+
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die_input("%s: cannot open", path);
+    size_t cap = 4096, n = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (n + 1 >= cap)
+            buf = xrealloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        die_input("%s: cannot read", path);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static void split_lines(doc *d)
+{
+    size_t len = strlen(d->text), cap = 64;
+    d->line = xmalloc(cap * sizeof *d->line);
+    d->n_lines = 0;
+    char *p = d->text;
+    while (p < d->text + len) {
+        char *nl = strchr(p, '\n');
+        if (d->n_lines == cap)
+            d->line = xrealloc(d->line, (cap *= 2) * sizeof *d->line);
+        d->line[d->n_lines++] = p;
+        if (!nl)
+            break;
+        *nl = '\0';
+        p = nl + 1;
+    }
+}
+
+/* Parses a marker "<!-- kvevict:KIND REST -->"; returns REST (in a fresh
+ * string) or NULL when the line is not such a marker. */
+static char *marker(const char *line, const char *kind)
+{
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "<!-- kvevict:%s ", kind);
+    size_t pl = strlen(prefix), n = strlen(line);
+    while (n > 0 && (line[n - 1] == ' ' || line[n - 1] == '\r'))
+        n--;
+    if (n < pl + 4 || strncmp(line, prefix, pl) != 0 || strncmp(line + n - 4, " -->", 4) != 0)
+        return NULL;
+    size_t m = n - 4 - pl;
+    char *r = xmalloc(m + 1);
+    memcpy(r, line + pl, m);
+    r[m] = '\0';
+    return r;
+}
+
+static void render_block(FILE *f, evalset *es, const block *b)
+{
+    const char *name = b->name;
+    if (strcmp(name, "results") == 0 || strcmp(name, "h2o-sweep") == 0 ||
+        strcmp(name, "observations") == 0 || strcmp(name, "summary") == 0) {
+        if (b->n_args)
+            die_usage("block '%s' takes no arguments", name);
+        if (name[0] == 'r')
+            render_bench(f, es, 1, block_trace_src, BENCH_SEED);
+        else if (name[0] == 'h')
+            render_h2o_sweep(f, es, FMT_MD);
+        else if (name[0] == 'o')
+            render_observations(f, es, 1);
+        else
+            render_summary(f, es, FMT_MD);
+        return;
+    }
+    if (strcmp(name, "bench") == 0) {
+        if (b->n_args != 1 || strncmp(b->args[0], "budget=", 7) != 0)
+            die_usage("block 'bench' takes one argument, budget=B");
+        size_t budget = (size_t)parse_u64("budget", b->args[0] + 7, 1, 16777216);
+        render_policy_table(f, es, budget, FMT_MD);
+        return;
+    }
+    if (strcmp(name, "sweep") == 0) {
+        if (b->n_args < 1)
+            die_usage("block 'sweep' needs a policy spec");
+        grid g;
+        char *keys[OPT_MAXREP] = {0};
+        memset(&g, 0, sizeof g);
+        g.base = b->args[0];
+        for (size_t i = 1; i < b->n_args; i++) {
+            const char *a = b->args[i];
+            const char *eq = strchr(a, '=');
+            if (!eq || eq == a || eq[1] == '\0')
+                die_usage("'%s' is not KEY=V1,V2,...", a);
+            if (strncmp(a, "budget=", 7) == 0 && !g.budgets) {
+                char **items = split_list("budget", eq + 1, &g.n_budgets);
+                g.budgets = xcalloc(g.n_budgets, sizeof *g.budgets);
+                for (size_t k = 0; k < g.n_budgets; k++)
+                    g.budgets[k] = (size_t)parse_u64("budget", items[k], 1, 16777216);
+                free_list(items, g.n_budgets);
+                continue;
+            }
+            if (g.n_keys == OPT_MAXREP)
+                die_usage("too many keys");
+            char *key = xmalloc((size_t)(eq - a) + 1);
+            memcpy(key, a, (size_t)(eq - a));
+            key[eq - a] = '\0';
+            keys[g.n_keys] = key;
+            g.key[g.n_keys] = key;
+            g.vals[g.n_keys] = split_list(key, eq + 1, &g.n_vals[g.n_keys]);
+            g.n_keys++;
+        }
+        render_grid(f, es, &g, FMT_MD);
+        for (size_t k = 0; k < g.n_keys; k++) {
+            free(keys[k]);
+            free_list(g.vals[k], g.n_vals[k]);
+        }
+        free(g.budgets);
+        return;
+    }
+    die_usage("unknown block '%s' (results, bench, h2o-sweep, observations, summary, sweep)",
+              name);
+}
+
+/* Splits a markdown table line into cells with their blanks trimmed;
+ * returns the count (at most cap). */
+static size_t cells(const char *line, const char **start, size_t *len, size_t cap)
+{
+    size_t n = 0;
+    const char *p = line + 1; /* after the leading '|' */
+    while (*p && n < cap) {
+        const char *bar = strchr(p, '|');
+        if (!bar)
+            break;
+        const char *s = p, *e = bar;
+        while (s < e && *s == ' ')
+            s++;
+        while (e > s && e[-1] == ' ')
+            e--;
+        start[n] = s;
+        len[n] = (size_t)(e - s);
+        n++;
+        p = bar + 1;
+    }
+    return n;
+}
+
+enum { MAX_CELLS = 32 };
+
+/* 0 when a and b are equal except for the cells of table columns whose
+ * header contains "ns/step" (and the blanks padding table cells), else the
+ * 1-based number of the first differing line. */
+static size_t differ(const char *a, const char *b)
+{
+    size_t line = 1;
+    unsigned mask = 0;
+    int in_table = 0;
+    for (;;) {
+        if (!*a && !*b)
+            return 0;
+        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
+        size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
+        int table_line = la > 0 && a[0] == '|' && lb > 0 && b[0] == '|';
+        int same;
+        if (table_line) {
+            char ta[2048], tb[2048];
+            const char *sa[MAX_CELLS], *sb[MAX_CELLS];
+            size_t na[MAX_CELLS], nb[MAX_CELLS];
+            if (la >= sizeof ta || lb >= sizeof tb)
+                return line;
+            memcpy(ta, a, la);
+            ta[la] = '\0';
+            memcpy(tb, b, lb);
+            tb[lb] = '\0';
+            size_t ca = cells(ta, sa, na, MAX_CELLS), cb = cells(tb, sb, nb, MAX_CELLS);
+            if (!in_table) { /* a header: its "ns/step" columns are timings */
+                mask = 0;
+                for (size_t c = 0; c < cb; c++) {
+                    char cell[256];
+                    size_t m = nb[c] < sizeof cell - 1 ? nb[c] : sizeof cell - 1;
+                    memcpy(cell, sb[c], m);
+                    cell[m] = '\0';
+                    if (strstr(cell, "ns/step"))
+                        mask |= 1u << c;
+                }
+            }
+            same = ca == cb;
+            for (size_t c = 0; same && c < ca; c++)
+                if (in_table && ((mask >> c) & 1u))
+                    continue; /* a timing cell (the header itself is compared) */
+                else
+                    same = na[c] == nb[c] && memcmp(sa[c], sb[c], na[c]) == 0;
+        } else {
+            same = la == lb && memcmp(a, b, la) == 0;
+        }
+        if (!same)
+            return line;
+        in_table = table_line;
+        if (!ea || !eb)
+            return (!ea && !eb) ? 0 : line + 1;
+        a = ea + 1;
+        b = eb + 1;
+        line++;
+    }
+}
+
+static const char docs_usage[] =
+    "usage: kvevict docs [--check] [--trace SRC] FILE...\n"
+    "\n"
+    "Regenerates the measured blocks of markdown files in place, or with --check\n"
+    "reports (exit 1) every block that differs from what the tools print now.\n"
+    "A block is the text between two marker lines:\n"
+    "  <!-- kvevict:begin NAME ARG... -->\n"
+    "  <!-- kvevict:end NAME -->\n"
+    "Names: results (all of `kvevict bench --markdown`), bench budget=B,\n"
+    "h2o-sweep, observations, summary (every policy at 256 and 512), and\n"
+    "sweep SPEC [KEY=V1,V2,...]... [budget=B1,B2,...].\n"
+    "Every block uses the canonical trace (unless --trace) and policy seed 0.\n"
+    "Cells of columns whose header contains \"ns/step\" are timings: they are\n"
+    "ignored when comparing, and a block that differs only there is left as it is.\n"
+    "\n"
+    "  --check      compare only; exit 1 naming each block that drifted\n"
+    "  --trace SRC  evaluate on another trace (to try a page out; the committed\n"
+    "               docs and their drift test use the canonical trace)\n";
+
+static const opt_def docs_defs[2] = {{"check", 0, 0, 0}, {"trace", 0, 1, 0}};
+
+int cmd_docs(int argc, char **argv)
+{
+    opt_val v[2];
+    size_t n_files;
+    const char **files = xcalloc((size_t)argc + 1, sizeof *files);
+    args_parse(argc, argv, docs_usage, docs_defs, 2, v, files, (size_t)argc, &n_files);
+    const char *src = v[1].count ? v[1].v[0] : BENCH_TRACE;
+    if (n_files == 0)
+        die_usage("no FILE given (see kvevict docs --help)");
+    int check = v[0].count > 0;
+    doc *docs = xcalloc(n_files, sizeof *docs);
+    block *blocks = NULL;
+    size_t n_blocks = 0, cap_blocks = 0;
+    for (size_t i = 0; i < n_files; i++) {
+        size_t len;
+        docs[i].path = files[i];
+        docs[i].text = read_all(files[i], &len);
+        if (strlen(docs[i].text) != len)
+            die_input("%s: holds a NUL byte", files[i]);
+        split_lines(&docs[i]);
+        block *open = NULL;
+        for (size_t l = 0; l < docs[i].n_lines; l++) {
+            char *rest = marker(docs[i].line[l], "begin");
+            if (rest) {
+                if (open)
+                    die_input("%s:%zu: block begins inside block '%s' (line %zu)", files[i],
+                              l + 1, open->name, open->begin + 1);
+                if (n_blocks == cap_blocks)
+                    blocks = xrealloc(blocks, (cap_blocks = cap_blocks ? 2 * cap_blocks : 16) *
+                                                  sizeof *blocks);
+                open = &blocks[n_blocks++];
+                memset(open, 0, sizeof *open);
+                open->file = i;
+                open->begin = l;
+                snprintf(open->where, sizeof open->where, "docs %s:%zu", files[i], l + 1);
+                char *save = rest, *tok;
+                while ((tok = strtok(save, " ")) != NULL) {
+                    save = NULL;
+                    if (!open->name)
+                        open->name = xstrdup(tok);
+                    else if (open->n_args == MAX_ARGS)
+                        die_input("%s:%zu: too many arguments", files[i], l + 1);
+                    else
+                        open->args[open->n_args++] = xstrdup(tok);
+                }
+                free(rest);
+                if (!open->name)
+                    die_input("%s:%zu: block without a name", files[i], l + 1);
+                continue;
+            }
+            rest = marker(docs[i].line[l], "end");
+            if (rest) {
+                if (!open || strcmp(rest, open->name) != 0)
+                    die_input("%s:%zu: 'end %s' does not close an open block", files[i], l + 1,
+                              rest);
+                open->end = l;
+                open = NULL;
+                free(rest);
+            }
+        }
+        if (open)
+            die_input("%s:%zu: block '%s' is never closed", files[i], open->begin + 1,
+                      open->name);
+    }
+
+    evalset es;
+    evalset_init(&es);
+    FILE *sink = null_sink();
+    for (size_t k = 0; k < n_blocks; k++) {
+        cli_cmd = blocks[k].where; /* messages name the file and line */
+        render_block(sink, &es, &blocks[k]);
+    }
+    fclose(sink);
+    cli_cmd = "docs";
+    kve_trace *tr = open_trace(src, 0);
+    evalset_run(&es, tr, BENCH_SEED, 0);
+    block_trace_src = kve_trace_source(tr);
+
+    int drift = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n_files; i++) {
+        doc *d = &docs[i];
+        char *out = NULL;
+        size_t out_len = 0;
+        FILE *o = open_memstream(&out, &out_len);
+        if (!o)
+            die_input("out of memory");
+        int changed = 0;
+        size_t l = 0, n_here = 0;
+        for (; k < n_blocks && blocks[k].file == i; k++, n_here++) {
+            block *b = &blocks[k];
+            for (; l <= b->begin; l++)
+                fprintf(o, "%s\n", d->line[l]);
+            char *gen = NULL, *old = NULL;
+            size_t gen_len = 0, old_len = 0;
+            FILE *g = open_memstream(&gen, &gen_len);
+            FILE *h = open_memstream(&old, &old_len);
+            if (!g || !h)
+                die_input("out of memory");
+            fputc('\n', g);
+            cli_cmd = b->where;
+            render_block(g, &es, b);
+            cli_cmd = "docs";
+            fputc('\n', g);
+            fclose(g);
+            for (size_t j = b->begin + 1; j < b->end; j++)
+                fprintf(h, "%s\n", d->line[j]);
+            fclose(h);
+            size_t at = differ(old, gen);
+            if (at) {
+                drift = 1;
+                changed = 1;
+                if (check)
+                    fprintf(stderr,
+                            "kvevict docs: %s:%zu: block '%s' is out of date (first difference "
+                            "at line %zu); run make docs\n",
+                            d->path, b->begin + 1, b->name, b->begin + 1 + at);
+                fputs(gen, o);
+            } else {
+                fputs(old, o);
+            }
+            free(gen);
+            free(old);
+            l = b->end;
+        }
+        for (; l < d->n_lines; l++)
+            fprintf(o, "%s\n", d->line[l]);
+        fclose(o);
+        if (changed && !check) {
+            char tmp[4200];
+            snprintf(tmp, sizeof tmp, "%s.kvevict-tmp", d->path);
+            FILE *w = fopen(tmp, "wb");
+            int ok = w && fwrite(out, 1, out_len, w) == out_len;
+            if (w && fclose(w) != 0)
+                ok = 0;
+            if (!ok || rename(tmp, d->path) != 0) {
+                remove(tmp);
+                die_input("%s: cannot write", d->path);
+            }
+        }
+        if (!check)
+            printf("%s: %zu block%s, %s\n", d->path, n_here, n_here == 1 ? "" : "s",
+                   changed ? "updated" : "up to date");
+        free(out);
+    }
+
+    evalset_free(&es);
+    kve_trace_free(tr);
+    block_trace_src = BENCH_TRACE;
+    for (size_t b = 0; b < n_blocks; b++) {
+        free(blocks[b].name);
+        for (size_t a = 0; a < blocks[b].n_args; a++)
+            free(blocks[b].args[a]);
+    }
+    free(blocks);
+    for (size_t i = 0; i < n_files; i++) {
+        free(docs[i].text);
+        free(docs[i].line);
+    }
+    free(docs);
+    free(files);
+    finish_stdout();
+    return check && drift ? EXIT_INPUT : 0;
+}

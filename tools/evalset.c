@@ -1,0 +1,173 @@
+/*
+ * evalset.c - a set of distinct canonical policy specs evaluated together:
+ * one kve_eval call per head runs every spec in lockstep over one pass of
+ * the trace. Specs are deduplicated by their canonical text (budget
+ * included), so renderers that ask for the same policy twice share a
+ * result. Lookup is linear: sets hold at most a few hundred specs.
+ *
+ * Progress: while a run lasts over two seconds and stderr is a terminal,
+ * a "\r"-updated line shows the head and step; it is erased at the end.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const kve_eval_result zero_result;
+
+void evalset_init(evalset *es)
+{
+    memset(es, 0, sizeof *es);
+    es->collecting = 1;
+}
+
+void evalset_free(evalset *es)
+{
+    for (size_t i = 0; i < es->n; i++)
+        free(es->spec[i]);
+    free(es->spec);
+    free(es->res);
+    free(es->per_head);
+    memset(es, 0, sizeof *es);
+}
+
+size_t evalset_index(evalset *es, const char *spec, size_t budget)
+{
+    char *c = canon_spec(spec, spec, budget);
+    for (size_t i = 0; i < es->n; i++) {
+        if (strcmp(es->spec[i], c) == 0) {
+            free(c);
+            return i;
+        }
+    }
+    if (!es->collecting) {
+        /* A renderer asked for something it did not ask for while
+         * collecting: a bug in the tool, reported rather than hidden. */
+        free(c);
+        die_input("internal error: '%s' was not evaluated", spec);
+    }
+    if (es->n == es->cap) {
+        es->cap = es->cap ? 2 * es->cap : 32;
+        es->spec = xrealloc(es->spec, es->cap * sizeof *es->spec);
+    }
+    es->spec[es->n] = c;
+    return es->n++;
+}
+
+const kve_eval_result *evalset_get(evalset *es, const char *spec, size_t budget)
+{
+    size_t i = evalset_index(es, spec, budget);
+    return es->collecting ? &zero_result : &es->res[i];
+}
+
+typedef struct run_ctx {
+    progress pr;
+} run_ctx;
+
+static int on_step(void *user, size_t job, int32_t pos, const int32_t *victims, size_t n_victims)
+{
+    (void)victims;
+    (void)n_victims;
+    if (job == 0)
+        progress_tick(&((run_ctx *)user)->pr, pos);
+    return 0;
+}
+
+void evalset_run(evalset *es, kve_trace *tr, uint64_t seed, int keep_heads)
+{
+    size_t heads = kve_trace_heads(tr);
+    es->heads = heads;
+    es->layers = kve_trace_layers(tr);
+    es->collecting = 0;
+    if (es->n == 0)
+        return;
+    kve_eval_job *jobs = xcalloc(es->n, sizeof *jobs);
+    for (size_t i = 0; i < es->n; i++)
+        jobs[i].spec = es->spec[i];
+    es->res = xcalloc(es->n, sizeof *es->res);
+    kve_eval_result *tmp = xcalloc(es->n, sizeof *tmp);
+    if (keep_heads)
+        es->per_head = xcalloc(heads * es->n, sizeof *es->per_head);
+    run_ctx ctx;
+    for (size_t h = 0; h < heads; h++) {
+        progress_begin(&ctx.pr, kve_trace_steps(tr), h, heads);
+        kve_status s = kve_eval(tr, h, jobs, es->n, seed, on_step, &ctx, tmp);
+        progress_end(&ctx.pr);
+        if (s != KVE_OK) {
+            free(jobs);
+            free(tmp);
+            die_status(s, "evaluation");
+        }
+        if (keep_heads)
+            memcpy(es->per_head + h * es->n, tmp, es->n * sizeof *tmp);
+        for (size_t i = 0; i < es->n; i++) {
+            kve_eval_result *r = &es->res[i];
+            if (h == 0) {
+                *r = tmp[i];
+                continue;
+            }
+            r->retained_mass += tmp[i].retained_mass;
+            r->top32_recall += tmp[i].top32_recall;
+            r->ns_per_step += tmp[i].ns_per_step;
+            if (tmp[i].min_retained_mass < r->min_retained_mass)
+                r->min_retained_mass = tmp[i].min_retained_mass;
+            if (tmp[i].state_bytes > r->state_bytes)
+                r->state_bytes = tmp[i].state_bytes;
+        }
+    }
+    if (heads > 1) {
+        for (size_t i = 0; i < es->n; i++) {
+            es->res[i].retained_mass /= (double)heads;
+            es->res[i].top32_recall /= (double)heads;
+            es->res[i].ns_per_step /= (double)heads;
+        }
+    }
+    free(jobs);
+    free(tmp);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void progress_begin(progress *pr, size_t steps, size_t head, size_t heads)
+{
+    static double first;
+    if (first == 0.0)
+        first = now_s();
+    pr->start = first; /* one clock for the whole command */
+    pr->steps = steps;
+    pr->head = head;
+    pr->heads = heads;
+    pr->shown = 0;
+    pr->last = 0.0;
+}
+
+void progress_tick(progress *pr, int32_t pos)
+{
+    if ((pos & 255) != 0)
+        return;
+    double now = now_s();
+    if (now - pr->start < 2.0 || now - pr->last < 0.25 || !isatty(STDERR_FILENO))
+        return;
+    pr->last = now;
+    if (pr->heads > 1)
+        fprintf(stderr, "\rkvevict %s: head %zu/%zu, step %ld/%zu ", cli_cmd, pr->head + 1,
+                pr->heads, (long)pos, pr->steps);
+    else
+        fprintf(stderr, "\rkvevict %s: step %ld/%zu ", cli_cmd, (long)pos, pr->steps);
+    pr->shown = 1;
+}
+
+void progress_end(progress *pr)
+{
+    if (pr->shown)
+        fputs("\r\033[K", stderr);
+    pr->shown = 0;
+}

@@ -1,0 +1,303 @@
+/*
+ * plot.c - `kvevict plot`: the figures of docs/img/, rendered by gnuplot.
+ *
+ *   mass_vs_budget.png    retained mass against budget, every policy
+ *   recall_vs_budget.png  top-32 recall against budget, every policy
+ *   h2o_recent_window.png h2o's recent-window sweep at budget 256, with
+ *                         streaming at the same budget as reference lines
+ *   trace_h2o.png         the canonical trace's attention over (step,
+ *                         position) for PLOT_STEPS steps around an epoch
+ *                         boundary, log colour scale, with the positions
+ *                         h2o (defaults) had evicted when each row arrived
+ *                         washed out: what stays in colour is its kept set
+ *
+ * Data (.dat text, .bin float32/uint8 matrices) and the .gp script go to a
+ * fresh temporary directory that is removed afterwards. All figures come
+ * from one lockstep evaluation plus one replay of h2o.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const size_t plot_budgets[] = {64, 96, 128, 192, 256, 384, 512, 768, 1024};
+enum { N_BUDGETS = sizeof plot_budgets / sizeof plot_budgets[0] };
+static const size_t plot_windows[] = {16, 32, 48, 64, 80, 96, 128};
+enum { N_WINDOWS = sizeof plot_windows / sizeof plot_windows[0] };
+
+/* The trace picture: steps [t1 - PLOT_STEPS, t1) with t1 = min(T, PLOT_END),
+ * positions [0, t1); on the canonical trace that is steps 1792..2303, across
+ * the epoch boundary at 2048. Shorter traces show their first t1 steps. */
+enum { PLOT_END = 2304, PLOT_STEPS = 512, PLOT_BUDGET = 512, PLOT_ROWS = 768 };
+
+static const char plot_usage[] =
+    "usage: kvevict plot [--out DIR] [--trace SRC]\n"
+    "\n"
+    "Renders with gnuplot (Debian package gnuplot-nox; `make plots` installs it)\n"
+    "into DIR (default docs/img): mass_vs_budget.png, recall_vs_budget.png (every\n"
+    "policy at budgets 64..1024), h2o_recent_window.png (the recent-window sweep at\n"
+    "budget 256 beside streaming) and trace_h2o.png (the canonical trace's\n"
+    "attention over step and position, log colour scale, with the positions h2o\n"
+    "has evicted washed out). All on the canonical trace, policy seed 0.\n"
+    "\n"
+    "  --out DIR    the directory to write the PNG files to (must exist)\n"
+    "  --trace SRC  plot another trace (default canonical); the trace picture\n"
+    "               shows its steps up to 2304\n";
+
+static const opt_def plot_defs[2] = {{"out", 0, 1, 0}, {"trace", 0, 1, 0}};
+
+typedef struct replay_rec {
+    int32_t *evicted_at; /* [T]: the step after which a position left, or INT32_MAX */
+} replay_rec;
+
+static int record(void *user, size_t job, int32_t pos, const int32_t *victims, size_t n)
+{
+    replay_rec *r = user;
+    (void)job;
+    for (size_t i = 0; i < n; i++)
+        r->evicted_at[victims[i]] = pos;
+    return 0;
+}
+
+static FILE *open_in(const char *dir, const char *name, const char *mode, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, mode);
+    if (!f)
+        die_input("%s: cannot create", path);
+    return f;
+}
+
+static void close_checked(FILE *f, const char *path)
+{
+    if (ferror(f) | fclose(f))
+        die_input("%s: cannot write", path);
+}
+
+int cmd_plot(int argc, char **argv)
+{
+    opt_val v[2];
+    size_t npos;
+    args_parse(argc, argv, plot_usage, plot_defs, 2, v, NULL, 0, &npos);
+    const char *src = v[1].count ? v[1].v[0] : BENCH_TRACE;
+    /* The figures' titles name the trace; a source gnuplot cannot quote is
+     * named generically. */
+    const char *label = !v[1].count ? "canonical trace"
+                        : strpbrk(src, "'\"\\\n") ? "given trace" : src;
+    const char *out = v[0].count ? v[0].v[0] : "docs/img";
+    if (strchr(out, '\'') || strchr(out, '"') || strchr(out, '\n'))
+        die_usage("--out: quotes and newlines are not supported in '%s'", out);
+    if (access(out, W_OK) != 0)
+        die_input("--out: '%s' is not a writable directory", out);
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0)
+        die_input("gnuplot not found: apt-get install gnuplot-nox (or run make plots)");
+
+    size_t n_pol = kve_policy_type_count();
+    evalset es;
+    evalset_init(&es);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            kve_trace *tr = open_trace(src, 0);
+            evalset_run(&es, tr, BENCH_SEED, 0);
+            kve_trace_free(tr);
+        }
+        for (size_t b = 0; b < N_BUDGETS; b++)
+            for (size_t i = 0; i < n_pol; i++)
+                evalset_get(&es, kve_policy_type_name(i), plot_budgets[b]);
+        for (size_t w = 0; w < N_WINDOWS; w++) {
+            char spec[64];
+            snprintf(spec, sizeof spec, "h2o:recent_window=%zu", plot_windows[w]);
+            evalset_get(&es, spec, 256);
+        }
+        evalset_get(&es, "streaming", 256);
+    }
+
+    const char *base = getenv("TMPDIR");
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/kvevict-plot-XXXXXX", base && base[0] ? base : "/tmp");
+    if (strchr(tmpl, '\''))
+        die_usage("TMPDIR: quotes are not supported");
+    const char *tmpdir = mkdtemp(tmpl);
+    if (!tmpdir)
+        die_input("cannot create a temporary directory");
+    char path[4096];
+    FILE *f = open_in(tmpdir, "budgets.dat", "w", path, sizeof path);
+    fprintf(f, "# budget, then retained mass and top-32 recall of each policy\n");
+    for (size_t b = 0; b < N_BUDGETS; b++) {
+        fprintf(f, "%zu", plot_budgets[b]);
+        for (size_t i = 0; i < n_pol; i++) {
+            const kve_eval_result *r = evalset_get(&es, kve_policy_type_name(i), plot_budgets[b]);
+            fprintf(f, " %.9f %.9f", r->retained_mass, r->top32_recall);
+        }
+        fprintf(f, "\n");
+    }
+    close_checked(f, path);
+    f = open_in(tmpdir, "window.dat", "w", path, sizeof path);
+    fprintf(f, "# recent_window, h2o retained mass, h2o top-32 recall (budget 256)\n");
+    for (size_t w = 0; w < N_WINDOWS; w++) {
+        char spec[64];
+        snprintf(spec, sizeof spec, "h2o:recent_window=%zu", plot_windows[w]);
+        const kve_eval_result *r = evalset_get(&es, spec, 256);
+        fprintf(f, "%zu %.9f %.9f\n", plot_windows[w], r->retained_mass, r->top32_recall);
+    }
+    close_checked(f, path);
+    const kve_eval_result *s = evalset_get(&es, "streaming", 256);
+    double s_mass = s->retained_mass, s_recall = s->top32_recall;
+    evalset_free(&es);
+
+    /* The trace picture: replay h2o, then read the rows of the window. */
+    kve_trace *tr = open_trace(src, 0);
+    size_t T = kve_trace_steps(tr);
+    size_t t1 = T < PLOT_END ? T : PLOT_END;
+    size_t n_steps = t1 < PLOT_STEPS ? t1 : PLOT_STEPS, t0 = t1 - n_steps;
+    replay_rec rec;
+    rec.evicted_at = xmalloc(T * sizeof *rec.evicted_at);
+    for (size_t i = 0; i < T; i++)
+        rec.evicted_at[i] = INT32_MAX;
+    char *h2o = canon_spec("h2o", "h2o", PLOT_BUDGET);
+    kve_eval_job job = {h2o, 0};
+    kve_eval_result res;
+    kve_status st = kve_eval(tr, 0, &job, 1, BENCH_SEED, record, &rec, &res);
+    if (st != KVE_OK)
+        die_status(st, "replay of h2o");
+    /* Positions are pooled into bins of `bin` rows so that no row is lost
+     * to the PNG's resolution: a bin shows its most attended position, and
+     * that position's kept state. */
+    size_t P = t1;                                /* positions shown */
+    size_t bin = (P + PLOT_ROWS - 1) / PLOT_ROWS; /* positions per picture row */
+    size_t PB = (P + bin - 1) / bin;              /* picture rows */
+    float *att = xmalloc(n_steps * PB * sizeof *att);  /* [step][bin] */
+    unsigned char *mask = xmalloc(n_steps * PB * 4);   /* rgba, [step][bin] */
+    double *row = xmalloc(T * sizeof *row);
+    for (size_t k = 0; k < n_steps; k++) {
+        size_t t = t0 + k;
+        st = kve_trace_row(tr, 0, t, row);
+        if (st != KVE_OK)
+            die_status(st, "trace row");
+        for (size_t b = 0; b < PB; b++) {
+            size_t best = b * bin;
+            for (size_t i = b * bin; i < (b + 1) * bin && i <= t && i < P; i++)
+                if (row[i] > row[best])
+                    best = i;
+            /* Kept when row t arrived: not evicted at any step before t. */
+            int seen = best <= t;
+            int kept = seen && (best == t || rec.evicted_at[best] >= (int32_t)t);
+            att[k * PB + b] = seen && row[best] > 0 ? (float)row[best] : NAN;
+            unsigned char *px = mask + 4 * (k * PB + b);
+            px[0] = px[1] = px[2] = 255;
+            px[3] = (unsigned char)(seen && !kept ? 180 : 0);
+        }
+    }
+    free(row);
+    kve_trace_free(tr);
+    /* gnuplot's binary arrays are row-major with x fastest: x = step. */
+    f = open_in(tmpdir, "att.bin", "wb", path, sizeof path);
+    for (size_t b = 0; b < PB; b++)
+        for (size_t k = 0; k < n_steps; k++)
+            fwrite(&att[k * PB + b], sizeof(float), 1, f);
+    close_checked(f, path);
+    f = open_in(tmpdir, "mask.bin", "wb", path, sizeof path);
+    for (size_t b = 0; b < PB; b++)
+        for (size_t k = 0; k < n_steps; k++)
+            fwrite(mask + 4 * (k * PB + b), 1, 4, f);
+    close_checked(f, path);
+    free(att);
+    free(mask);
+
+    f = open_in(tmpdir, "plot.gp", "w", path, sizeof path);
+    fprintf(f, "set terminal pngcairo size 960,600 enhanced font 'Sans,11'\n"
+               "set datafile commentschars '#'\n"
+               "set key outside right top\n"
+               "set grid\n"
+               "set logscale x 2\n"
+               "set xtics (64, 128, 256, 512, 1024)\n"
+               "set xlabel 'budget (kept positions)'\n"
+               "set linetype 1 lc rgb '#1f77b4' pt 5\n"
+               "set linetype 2 lc rgb '#ff7f0e' pt 7\n"
+               "set linetype 3 lc rgb '#2ca02c' pt 9\n"
+               "set linetype 4 lc rgb '#d62728' pt 11\n"
+               "set linetype 5 lc rgb '#9467bd' pt 13\n"
+               "set linetype 6 lc rgb '#8c564b' pt 4\n"
+               "set linetype 7 lc rgb '#e377c2' pt 6\n"
+               "set linetype 8 lc rgb '#7f7f7f' pt 8\n"
+               "set linetype 9 lc rgb '#17becf' pt 10\n"
+               "set linetype 10 lc rgb '#bcbd22' pt 12\n"
+               "set linetype cycle 10\n");
+    fprintf(f, "names = \"");
+    for (size_t i = 0; i < n_pol; i++)
+        fprintf(f, "%s%s", i ? " " : "", kve_policy_type_name(i));
+    fprintf(f, "\"\n");
+    fprintf(f,
+            "set output '%s/mass_vs_budget.png'\n"
+            "set title 'Retained attention mass against budget (%s)' noenhanced\n"
+            "set ylabel 'retained mass (mean over steps t > budget)'\n"
+            "plot for [i=1:%zu] '%s/budgets.dat' using 1:(column(2*i)) with linespoints "
+            "lt i lw 2 title word(names, i) noenhanced\n",
+            out, label, n_pol, tmpdir);
+    fprintf(f,
+            "set output '%s/recall_vs_budget.png'\n"
+            "set title 'Top-32 recall against budget (%s)' noenhanced\n"
+            "set ylabel 'top-32 recall (mean over steps t > budget)'\n"
+            "plot for [i=1:%zu] '%s/budgets.dat' using 1:(column(2*i+1)) with linespoints "
+            "lt i lw 2 title word(names, i) noenhanced\n",
+            out, label, n_pol, tmpdir);
+    fprintf(f,
+            "unset logscale x\n"
+            "set xtics (16, 32, 48, 64, 80, 96, 128)\n"
+            "set xlabel 'h2o recent\\_window'\n"
+            "set ylabel 'mean over steps t > 256'\n"
+            "set output '%s/h2o_recent_window.png'\n"
+            "set title 'H2O recent-window sweep at budget 256, beside streaming'\n"
+            "plot '%s/window.dat' using 1:2 with linespoints lw 2 lc 1 title 'h2o retained mass', "
+            "%.9f with lines dt 2 lw 2 lc 1 title 'streaming retained mass', "
+            "'%s/window.dat' using 1:3 with linespoints lw 2 lc 2 title 'h2o top-32 recall', "
+            "%.9f with lines dt 2 lw 2 lc 2 title 'streaming top-32 recall'\n",
+            out, tmpdir, s_mass, tmpdir, s_recall);
+    fprintf(f,
+            "reset\n"
+            "set terminal pngcairo size 1000,900 enhanced font 'Sans,11'\n"
+            "set output '%s/trace_h2o.png'\n"
+            "set title \"%s: attention of step t over key positions, log colour\\n"
+            "washed out: positions h2o:budget=%d had evicted when the row arrived\" "
+            "noenhanced\n"
+            "set xlabel 'step t (query position)'\n"
+            "set ylabel 'key position'\n"
+            "set logscale cb\n"
+            "set cbrange [1e-6:1]\n"
+            "set format cb '10^{%%L}'\n"
+            "set palette defined (0 '#000004', 1 '#3b0f70', 2 '#8c2981', 3 '#de4968', "
+            "4 '#fe9f6d', 5 '#fcfdbf')\n"
+            "set xrange [%zu:%zu]\n"
+            "set yrange [0:%zu]\n"
+            "set object 1 rectangle from graph 0,0 to graph 1,1 behind fc rgb '#ffffff' fs solid\n"
+            "plot '%s/att.bin' binary array=(%zu,%zu) dy=%zu format='%%float' origin=(%zu,0) "
+            "with image notitle, '%s/mask.bin' binary array=(%zu,%zu) dy=%zu format='%%uchar' "
+            "origin=(%zu,0) with rgbalpha notitle\n",
+            out, label, PLOT_BUDGET, t0, t1 - 1, P, tmpdir, n_steps, PB, bin, t0, tmpdir, n_steps,
+            PB, bin, t0);
+    close_checked(f, path);
+
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s/plot.gp'", tmpdir);
+    int rc = system(cmd);
+    static const char *const tmp_files[] = {"budgets.dat", "window.dat", "att.bin", "mask.bin",
+                                            "plot.gp"};
+    for (size_t i = 0; i < sizeof tmp_files / sizeof tmp_files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmpdir, tmp_files[i]);
+        remove(path);
+    }
+    rmdir(tmpdir);
+    free(rec.evicted_at);
+    free(h2o);
+    if (rc != 0)
+        die_input("gnuplot failed (status %d)", rc);
+    printf("wrote %s/mass_vs_budget.png, %s/recall_vs_budget.png, %s/h2o_recent_window.png, "
+           "%s/trace_h2o.png\n",
+           out, out, out, out);
+    finish_stdout();
+    return 0;
+}
