@@ -34,6 +34,31 @@ kve_status kve__fail(kve_status s, const char *fmt, ...) KVE_PRINTF(2, 3);
 #define kve__fail(s, ...) (kve__fail((s), __VA_ARGS__), (s))
 #endif
 
+/* ---- random numbers ---- */
+
+/* One xoshiro256** step, inline so that hot loops (the canonical trace draws
+ * one number per key) pay no call. kve_rng_next is this function. */
+static inline uint64_t kve__rng_next_inline(kve_rng *rng)
+{
+    uint64_t *s = rng->s;
+    uint64_t x = s[1] * 5;
+    uint64_t result = ((x << 7) | (x >> 57)) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return result;
+}
+
+/* kve_rng_uniform, inline: the top 53 bits times 2^-53, in [0, 1). */
+static inline double kve__rng_uniform_inline(kve_rng *rng)
+{
+    return (double)(kve__rng_next_inline(rng) >> 11) * 0x1.0p-53;
+}
+
 /* ---- allocation (alloc.c) ---- */
 
 void *kve__malloc(size_t n);

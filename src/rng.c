@@ -15,11 +15,6 @@ static uint64_t splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
 void kve_rng_seed(kve_rng *rng, uint64_t seed)
 {
     for (int i = 0; i < 4; i++)
@@ -28,21 +23,12 @@ void kve_rng_seed(kve_rng *rng, uint64_t seed)
 
 uint64_t kve_rng_next(kve_rng *rng)
 {
-    uint64_t *s = rng->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
+    return kve__rng_next_inline(rng);
 }
 
 double kve_rng_uniform(kve_rng *rng)
 {
-    return (double)(kve_rng_next(rng) >> 11) * 0x1.0p-53;
+    return kve__rng_uniform_inline(rng);
 }
 
 uint64_t kve_rng_below(kve_rng *rng, uint64_t bound)

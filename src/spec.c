@@ -106,7 +106,10 @@ static kve_status parse_real(const char *what, const kve_param_def *d, const cha
         char *end = NULL;
         errno = 0;
         double v = strtod(buf, &end);
-        ok = end == buf + len && errno != ERANGE && isfinite(v);
+        ok = end == buf + len;
+        if (ok && (errno == ERANGE || !isfinite(v)))
+            return kve__fail(KVE_EINVAL, "%s: %s=%.*s is too %s for a double", what, d->key,
+                             quote_len(len), text, fabs(v) < 1.0 ? "small" : "large");
         if (ok) {
             bool low = (d->flags & KVE_PARAM_MIN_OPEN) ? !(v > d->rmin) : !(v >= d->rmin);
             if (low || !(v <= d->rmax))

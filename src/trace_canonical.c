@@ -100,9 +100,9 @@ static void seed_stream(kve_rng *rng, uint64_t seed, uint64_t stream, uint64_t i
 }
 
 /* A factor uniform in [1 - jitter, 1 + jitter). */
-static double jitter_factor(kve_rng *rng, double jitter)
+static inline double jitter_factor(kve_rng *rng, double jitter)
 {
-    return 1.0 + jitter * (2.0 * kve_rng_uniform(rng) - 1.0);
+    return 1.0 + jitter * (2.0 * kve__rng_uniform_inline(rng) - 1.0);
 }
 
 kve_status kve__canonical_open(const char *params, kve_trace *tr)
@@ -210,28 +210,6 @@ static void load_epoch(kve_canonical *c, size_t e)
     c->cached_epoch = e;
 }
 
-/* xoshiro256** exactly as rng.c computes it (kve_rng_next /
- * kve_rng_uniform), repeated here so that the O(t) inner loop inlines it;
- * test_trace's golden hash, recorded through kve_rng, pins the equality. */
-static inline uint64_t rotl64(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static inline double uniform_inline(kve_rng *rng)
-{
-    uint64_t *s = rng->s;
-    uint64_t result = rotl64(s[1] * 5, 7) * 9;
-    uint64_t x = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= x;
-    s[3] = rotl64(s[3], 45);
-    return (double)(result >> 11) * 0x1.0p-53;
-}
-
 static inline double round_f32(double x)
 {
     return (double)(float)x;
@@ -291,7 +269,7 @@ void kve__canonical_row(kve_canonical *c, size_t t, double *row)
         for (size_t h = 0; h <= heavy_in_bg; h++) {
             size_t hi = h < heavy_in_bg ? (size_t)c->heavy_pos[h] : b_lo;
             for (size_t i = lo; i < hi; i++) {
-                double f = 1.0 + jitter * (2.0 * uniform_inline(&rng) - 1.0);
+                double f = jitter_factor(&rng, jitter);
                 row[i] = f;
                 sum += f;
             }

@@ -14,7 +14,7 @@
 #include "kvevict.h"
 #include "reference.h"
 
-enum { STEPS = 2000, MAX_KEPT = 4096 };
+enum { STEPS = 1500, MAX_KEPT = 4096 };
 
 static const char *const specs[] = {
     "full:budget=8",
@@ -181,7 +181,7 @@ static void test_default_specs_match_reference(void)
 {
     for (size_t t = 0; t < kve_policy_type_count(); t++) {
         int before = check_failures;
-        run_spec(kve_policy_type_name(t), check_seed * 31 + t, 1000);
+        run_spec(kve_policy_type_name(t), check_seed * 31 + t, 800);
         if (check_failures != before)
             return;
     }
