@@ -39,6 +39,14 @@
 extern "C" {
 #endif
 
+/* Marks the public functions; the library is built with hidden visibility,
+ * so nothing else is exported from the shared object. */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVE_API __attribute__((visibility("default")))
+#else
+#define KVE_API
+#endif
+
 #define KVEVICT_VERSION_MAJOR 0
 #define KVEVICT_VERSION_MINOR 1
 #define KVEVICT_VERSION_PATCH 0
@@ -59,7 +67,7 @@ typedef enum kve_status {
 
 /* The enum name of `s` ("KVE_EINVAL"); "KVE_UNKNOWN" for values outside the
  * enum. Never NULL; the string is static. */
-const char *kve_status_name(kve_status s);
+KVE_API const char *kve_status_name(kve_status s);
 
 /* The message of this thread's most recent failure, e.g.
  *   "h2o: recent_window 512 must be smaller than budget 512".
@@ -67,7 +75,7 @@ const char *kve_status_name(kve_status s);
  * calls do not clear it (read it only after a call returned non-OK). Returns
  * "" when this thread has had no failure. The string stays valid until the
  * next failing call in this thread. */
-const char *kve_last_error(void);
+KVE_API const char *kve_last_error(void);
 
 /* ======================================================================
  * Random numbers
@@ -82,17 +90,17 @@ typedef struct kve_rng {
 } kve_rng;
 
 /* Seeds `rng` from `seed` by four splitmix64 draws. O(1). */
-void kve_rng_seed(kve_rng *rng, uint64_t seed);
+KVE_API void kve_rng_seed(kve_rng *rng, uint64_t seed);
 
 /* The next 64-bit output of xoshiro256**. O(1). */
-uint64_t kve_rng_next(kve_rng *rng);
+KVE_API uint64_t kve_rng_next(kve_rng *rng);
 
 /* A double uniform in [0, 1): the top 53 bits of kve_rng_next() times 2^-53. */
-double kve_rng_uniform(kve_rng *rng);
+KVE_API double kve_rng_uniform(kve_rng *rng);
 
 /* A uniform integer in [0, bound) without modulo bias (rejection sampling);
  * 0 when bound is 0. Consumes one or (rarely) more outputs. */
-uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
+KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
 
 /* ======================================================================
  * Policies
@@ -137,10 +145,10 @@ typedef struct kve_policy kve_policy; /* opaque */
  *      The message names the key. KVE_ENOMEM if allocation fails.
  * Allocates the per-slot storage for budget + 1 positions (the steady state
  * of step-then-evict); *out is untouched on failure. */
-kve_status kve_policy_new(const char *spec, kve_rng *rng, kve_policy **out);
+KVE_API kve_status kve_policy_new(const char *spec, kve_rng *rng, kve_policy **out);
 
 /* Releases `p` and everything it owns. NULL is a no-op. */
-void kve_policy_free(kve_policy *p);
+KVE_API void kve_policy_free(kve_policy *p);
 
 /* Tells the policy that the query at position `pos` paid attention `attn` to
  * the kept positions, then admits `pos` into the kept set.
@@ -161,7 +169,7 @@ void kve_policy_free(kve_policy *p);
  *       the storage geometrically; KVE_ENOMEM if that fails.
  * Cost: one pass over the kept set for the policies that read attention
  *       (plus a read-only validation pass over attn), O(1) for the others. */
-kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n);
+KVE_API kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n);
 
 /* Evicts down to `budget` positions.
  *
@@ -182,46 +190,46 @@ kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t
  *       victim (repeated argmin, never a sort: one scan in steady state) and
  *       one compaction; window/streaming are O(victims + sinks) amortised;
  *       random is O(kept) per victim. */
-kve_status kve_policy_evict(kve_policy *p, size_t budget, int32_t *victims, size_t cap,
+KVE_API kve_status kve_policy_evict(kve_policy *p, size_t budget, int32_t *victims, size_t cap,
                             size_t *n_victims);
 
 /* The number of kept positions. O(1). 0 for NULL. */
-size_t kve_policy_size(const kve_policy *p);
+KVE_API size_t kve_policy_size(const kve_policy *p);
 
 /* The kept positions, kve_policy_size(p) of them, in ascending order. The
  * pointer is owned by the policy and valid until its next step, evict or
  * free. NULL for NULL p; may be non-NULL with size 0. */
-const int32_t *kve_policy_positions(const kve_policy *p);
+KVE_API const int32_t *kve_policy_positions(const kve_policy *p);
 
 /* Bytes of per-slot state the policy holds now: allocated slots times bytes
  * per slot (h2o: 13, i.e. 4 of position, 8 of score, 1 of eviction scratch;
  * 6669 at the default budget of 512). Excludes the fixed-size handle itself.
  * 0 for NULL. */
-size_t kve_policy_state_bytes(const kve_policy *p);
+KVE_API size_t kve_policy_state_bytes(const kve_policy *p);
 
 /* The canonical spec: the name and every parameter spelled out in a fixed
  * order, e.g. "h2o:budget=512,recent_window=32". kve_policy_new accepts it
  * back and builds an identical policy. Owned by the policy; never NULL for
  * non-NULL p (NULL for NULL p). */
-const char *kve_policy_spec(const kve_policy *p);
+KVE_API const char *kve_policy_spec(const kve_policy *p);
 
 /* The policy's name ("h2o") and its budget parameter. NULL / 0 for NULL p. */
-const char *kve_policy_name(const kve_policy *p);
-size_t kve_policy_budget(const kve_policy *p);
+KVE_API const char *kve_policy_name(const kve_policy *p);
+KVE_API size_t kve_policy_budget(const kve_policy *p);
 
 /* The registered policies, in a fixed order: kve_policy_type_name(i) for
  * i < kve_policy_type_count(), and a one-line summary of each. NULL past the
  * end. */
-size_t kve_policy_type_count(void);
-const char *kve_policy_type_name(size_t i);
-const char *kve_policy_type_summary(size_t i);
+KVE_API size_t kve_policy_type_count(void);
+KVE_API const char *kve_policy_type_name(size_t i);
+KVE_API const char *kve_policy_type_summary(size_t i);
 
 /* Writes to out[0 .. cap) the canonical form of `spec` with parameter `key`
  * set to `value` (replacing any value the spec gave). key may be NULL to
  * canonicalise only. Validates exactly as kve_policy_new does, without
  * allocating. Refuses: KVE_EINVAL as kve_policy_new; KVE_ERANGE when the
  * result and its terminating NUL do not fit in cap. */
-kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
+KVE_API kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
                          size_t cap);
 
 /* ======================================================================
@@ -252,36 +260,36 @@ enum { KVE_TRACE_NORMALIZE = 1u };
  * KVE_EIO for a file that cannot be opened or read; KVE_EFORMAT for a
  * malformed .npy (bad magic, header, dtype, order, shape, truncation) or rows
  * that are not distributions; KVE_ENOMEM. */
-kve_status kve_trace_open(const char *src, unsigned flags, kve_trace **out);
+KVE_API kve_status kve_trace_open(const char *src, unsigned flags, kve_trace **out);
 
 /* Releases `tr`. NULL is a no-op. */
-void kve_trace_free(kve_trace *tr);
+KVE_API void kve_trace_free(kve_trace *tr);
 
 /* T, the number of steps (rows) of every head. */
-size_t kve_trace_steps(const kve_trace *tr);
+KVE_API size_t kve_trace_steps(const kve_trace *tr);
 
 /* The number of heads: L*H for a .npy file of shape [L, H, T, T], H for
  * [H, T, T], 1 otherwise. Heads are numbered layer-major. */
-size_t kve_trace_heads(const kve_trace *tr);
+KVE_API size_t kve_trace_heads(const kve_trace *tr);
 
 /* L, the number of layers (1 unless the file is [L, H, T, T]). */
-size_t kve_trace_layers(const kve_trace *tr);
+KVE_API size_t kve_trace_layers(const kve_trace *tr);
 
 /* The canonical spec of a synthetic trace, or the path of a file. */
-const char *kve_trace_source(const kve_trace *tr);
+KVE_API const char *kve_trace_source(const kve_trace *tr);
 
 /* Writes row `t` of head `head` to row[0 .. t] (t + 1 doubles: the weights
  * over keys 0..t). Rows may be read in any order; reading them in ascending
  * t is the fast path. Refuses: KVE_EINVAL for head or t out of range;
  * KVE_EIO if the file can no longer be read. O(t). */
-kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row);
+KVE_API kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row);
 
 /* Writes head `head` of `tr` as a [T, T] float32 C-order .npy file (version
  * 1.0 header, zeros above the diagonal). The file is written to a temporary
  * name beside `path` and renamed into place, so a failure leaves no partial
  * file. Refuses: KVE_EINVAL, KVE_EIO, KVE_ENOMEM; KVE_ERANGE for a weight too
  * large for float32 (possible only in row 0, which is not held to sum 1). */
-kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path);
+KVE_API kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path);
 
 /* ======================================================================
  * Evaluation harness
@@ -332,7 +340,7 @@ typedef int (*kve_eval_step_fn)(void *user, size_t job, int32_t pos, const int32
  * on_step may be NULL. Refuses: KVE_EINVAL for NULL arguments, n_jobs 0, a
  * bad spec or budget (message names the job's spec), head out of range;
  * KVE_ENOMEM; KVE_EIO from the trace. Memory: O(T + sum of budgets). */
-kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t n_jobs,
+KVE_API kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t n_jobs,
                     uint64_t seed, kve_eval_step_fn on_step, void *user,
                     kve_eval_result *results);
 
