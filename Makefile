@@ -7,7 +7,7 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 BASE_DEPS = cmake:cmake gcc:gcc make:make
 
-.PHONY: all deps run test test-release test-asan test-tsan fuzz ci-gates clean plots docs
+.PHONY: all deps run bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs
 
 all: build/kvevict
 
@@ -20,6 +20,10 @@ build/kvevict: deps FORCE
 
 run: build/kvevict
 	./build/kvevict bench
+
+# Per-step cost of every policy against the memory floor (bench/step_cost.c).
+bench: build/kvevict
+	./build/kvevict-step-cost
 
 # The figures of docs/img/ (installs gnuplot-nox when missing) and the measured
 # blocks of the docs (docs/results.md, docs/policies/*.md; see kvevict docs --help).

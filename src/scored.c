@@ -32,6 +32,16 @@ void kve__select_argmin(kve_policy *p, size_t n_evict)
     uint8_t *mark = p->mark;
     size_t limit = p->size - p->params.recent_window;
     size_t first = limit;
+    if (n_evict == 1) {
+        /* The steady state: nothing is marked yet, so a plain argmin. */
+        size_t best = 0;
+        for (size_t i = 1; i < limit; i++)
+            if (score[i] < score[best])
+                best = i;
+        mark[best] = 1;
+        p->first_mark = best;
+        return;
+    }
     for (size_t k = 0; k < n_evict; k++) {
         size_t best = SIZE_MAX;
         double best_score = 0.0;
