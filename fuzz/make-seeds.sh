@@ -47,7 +47,7 @@ done
 # Header: type, budget, param, history, decay, seed, fail_at; then op bytes.
 rm -f fuzz_api/p-*
 lcg=12345
-rnd() { lcg=$(( (lcg * 1103515245 + 12345) % 2147483648 )); echo $(( (lcg >> 8) % 256 )); }
+rnd() { lcg=$(( (lcg * 1103515245 + 12345) % 2147483648 )); R=$(( (lcg >> 8) % 256 )); }
 bytes() { local out=""; for b in "$@"; do out+=$(printf '\\%03o' "$b"); done; printf '%b' "$out"; }
 for type in 0 1 2 3 4 5 6 7 8; do
   for variant in 0 1 2; do
@@ -57,9 +57,11 @@ for type in 0 1 2 3 4 5 6 7 8; do
       2) hdr="$type 31 250 64 5 9 2";; # budget 32, large window, history 64
     esac
     ops=""
-    for _ in $(seq 1 160); do ops+=" $(rnd)"; done
-    # Make sure every op kind appears: steps, evicts, bad steps, gaps, alloc failure.
-    ops="0 10 0 0 20 0 2 3 1 50 1 7 4 6 3 6 9 1 7 255 0 1 9 8 0 0 0 $ops 3"
+    for _ in $(seq 1 160); do rnd; ops+=" $R"; done
+    # Make sure every op kind appears: steps, evicts, bad steps, gaps, alloc
+    # failure; the jump to INT32_MAX (7 255) comes last, since after it every
+    # step is refused.
+    ops="0 10 0 0 20 0 2 3 1 50 1 7 4 6 3 6 9 1 8 0 0 0 $ops 3 7 255 0 1 9 2 0 9"
     # shellcheck disable=SC2086
     bytes $hdr $ops > "fuzz_api/p-$type-$variant"
   done
@@ -139,6 +141,13 @@ npy v1-bad-bool 1 "$(d '<f4' '(3, 3)' Maybe)" "$T3"
 npy v1-unterminated 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 3), " "$T3"
 npy v1-bad-quote 1 "{'descr\": '<f4', 'fortran_order': False, 'shape': (3, 3), }" "$T3"
 npy v4-f4-3 4 "$(d '<f4' '(3, 3)')" "$T3"
+npy v1-escape 1 "{'descr': '<f\\4', 'fortran_order': False, 'shape': (3, 3), }" "$T3"
+npy v1-falsey 1 "$(d '<f4' '(3, 3)' Falsey)" "$T3"
+npy v1-long-suffix 1 "$(d '<f4' '(3L, 3L)')" "$T3"
+npy v1-dup-order 1 "{'descr': '<f4', 'fortran_order': False, 'fortran_order': False, 'shape': (3, 3), }" "$T3"
+npy v1-dup-shape 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 3), 'shape': (3, 3), }" "$T3"
+npy v1-overflow-3d 1 "$(d '<f4' '(4294967296, 4294967296, 4294967296)')" "$T3"
+npy v1-double-quotes 1 '{"descr": "<f4", "fortran_order": False, "shape": (3, 3), }' "$T3"
 # Hand-broken framing: bad magic, header length past the end, no newline, bare magic.
 { printf 'XNUMPY\001\000\166\000'; head -c 118 fuzz_npy/n-v1-f4-3.npy | tail -c 108; } \
   > fuzz_npy/n-bad-magic.npy

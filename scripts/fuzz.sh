@@ -20,6 +20,20 @@ targets=${*:-fuzz_spec fuzz_api fuzz_npy}
 build=${KVE_FUZZ_BUILD:-build-fuzz}
 seed=${FUZZ_SEED:-$(date +%s)}
 
+# libFuzzer and the sanitizer runtimes are only "recommended" by clang in
+# Debian: install them explicitly when missing.
+if [ ! -f "$(clang --print-runtime-dir)/libclang_rt.fuzzer-$(uname -m).a" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "fuzz: installing libclang-rt-dev (libFuzzer)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends libclang-rt-dev \
+      >/dev/null || exit 1
+  else
+    echo "fuzz: libFuzzer is missing; install it with: sudo apt-get install libclang-rt-dev" >&2
+    exit 1
+  fi
+fi
+
 CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DKVE_FUZZ=ON -DKVE_BUILD_TESTS=OFF \
   >/dev/null || exit 1
 # shellcheck disable=SC2086

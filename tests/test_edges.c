@@ -4,12 +4,17 @@
  * requests, spec text at the edges of the grammar (long quotes, characters
  * just outside [a-z0-9_], reals that overflow or underflow strtod), the NULL
  * accessors of traces, trace sources that only look canonical, and a
- * canonical trace with empty band and heavy sets. Each case asserts the
+ * canonical trace with empty band and heavy sets, and a .npy file that
+ * changes or shrinks after it was opened and validated. Each case asserts the
  * documented behaviour, not merely that the line ran.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "check.h"
 #include "internal.h"
 #include "kvevict.h"
+
+#include <stdlib.h>
+#include <unistd.h>
 
 static void test_status_names(void)
 {
@@ -148,6 +153,66 @@ static void test_canonical_without_band_or_heavy(void)
     kve_trace_free(tr);
 }
 
+/* When every key before the band is a heavy hitter (sinks 0, no band, the
+ * epoch's heavy set is the whole earlier range) there is no background key
+ * to scale: the row is still a distribution, all of it on the heavy keys. */
+static void test_canonical_all_heavy_row(void)
+{
+    kve_trace *tr = NULL;
+    ASSERT_OK(kve_trace_open("canonical:steps=8,sinks=0,recent=0,epoch=4,heavy=4", 0, &tr));
+    double row[8];
+    ASSERT_OK(kve_trace_row(tr, 0, 4, row));
+    double sum = 0;
+    for (size_t i = 0; i < 4; i++) {
+        ASSERT_TRUE(row[i] > 0);
+        sum += row[i];
+    }
+    ASSERT_NEAR(sum, 1.0, 1e-6);
+    ASSERT_TRUE(row[4] == 0.0);
+    kve_trace_free(tr);
+}
+
+/* A .npy file is validated when opened and read again row by row: a row
+ * that changed into a non-distribution since is refused (KVE_EFORMAT), a
+ * file cut short is refused (KVE_EIO or KVE_EFORMAT), each with a message,
+ * and rows that did not change still read back. */
+static void test_npy_changed_after_open(void)
+{
+    char path[96];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%.60s/kve-edges-%ld.npy", tmp ? tmp : "/tmp", (long)getpid());
+    kve_trace *src = NULL, *tr = NULL;
+    ASSERT_OK(kve_trace_open("canonical:steps=128,seed=3", 0, &src));
+    ASSERT_OK(kve_trace_write_npy(src, 0, path));
+    ASSERT_OK(kve_trace_open(path, 0, &tr));
+    double row[128], want[128];
+
+    /* Row 5, key 0 becomes NaN: 128 x 128 float32 after the header. The
+     * file is 64 KiB, far more than stdio buffers, so row 5 is read anew. */
+    FILE *f = fopen(path, "r+b");
+    ASSERT_TRUE(f != NULL);
+    ASSERT_EQ(fseek(f, -(long)(128 * 128 * 4) + 5 * 128 * 4, SEEK_END), 0);
+    const unsigned char nan_bits[4] = {0x00, 0x00, 0xc0, 0x7f};
+    ASSERT_EQ(fwrite(nan_bits, 1, 4, f), 4);
+    ASSERT_EQ(fclose(f), 0);
+    ASSERT_STATUS(kve_trace_row(tr, 0, 5, row), KVE_EFORMAT);
+    ASSERT_CONTAINS(kve_last_error(), "row 5");
+    ASSERT_OK(kve_trace_row(tr, 0, 4, row));
+    ASSERT_OK(kve_trace_row(src, 0, 4, want));
+    for (size_t i = 0; i <= 4; i++)
+        ASSERT_TRUE(row[i] == (double)(float)want[i]);
+
+    /* Cut to 200 bytes: the header survives, the late rows do not. */
+    ASSERT_EQ(truncate(path, 200), 0);
+    kve_status st = kve_trace_row(tr, 0, 120, row);
+    ASSERT_TRUE(st == KVE_EIO || st == KVE_EFORMAT);
+    ASSERT_TRUE(kve_last_error()[0] != '\0');
+
+    kve_trace_free(tr);
+    kve_trace_free(src);
+    unlink(path);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -159,5 +224,7 @@ int main(int argc, char **argv)
     RUN(test_trace_null_accessors);
     RUN(test_sources_that_look_canonical);
     RUN(test_canonical_without_band_or_heavy);
+    RUN(test_canonical_all_heavy_row);
+    RUN(test_npy_changed_after_open);
     return CHECK_DONE();
 }
