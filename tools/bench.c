@@ -87,25 +87,55 @@ void render_h2o_sweep(FILE *f, evalset *es, tfmt fmt)
     table_free(&t);
 }
 
+/* Rank of value v among the budgeted policies' values (1 = highest; equal
+ * values share a rank); `full`, the unbudgeted ceiling, is not ranked. */
+static size_t rank_of(const double *vals, const int *ranked, size_t n, double v)
+{
+    size_t r = 1;
+    for (size_t i = 0; i < n; i++)
+        r += ranked[i] && vals[i] > v;
+    return r;
+}
+
 void render_summary(FILE *f, evalset *es, tfmt fmt)
 {
-    static const char *const head[] = {"policy",        "mass @256",      "recall @256",
-                                       "mass @512",     "recall @512",    "ns/step @512",
+    enum { MASS256, RECALL256, MASS512, RECALL512, N_METRICS, MAX_POLICIES = 64 };
+    static const char *const head[] = {"policy",        "mass @256 (rank)", "recall @256 (rank)",
+                                       "mass @512 (rank)", "recall @512 (rank)", "ns/step @512",
                                        "state bytes @512"};
     static const char *const csv[] = {"policy",        "retained_mass_256", "top32_recall_256",
                                       "retained_mass_512", "top32_recall_512",
                                       "ns_per_step_512", "state_bytes_512"};
-    table t;
-    table_init(&t, 7, head, csv, 1u);
-    for (size_t i = 0; i < kve_policy_type_count(); i++) {
+    size_t n = kve_policy_type_count();
+    if (n > MAX_POLICIES)
+        n = MAX_POLICIES;
+    double val[N_METRICS][MAX_POLICIES];
+    int ranked[MAX_POLICIES];
+    for (size_t i = 0; i < n; i++) {
         const char *name = kve_policy_type_name(i);
         const kve_eval_result *a = evalset_get(es, name, 256);
         const kve_eval_result *b = evalset_get(es, name, 512);
+        val[MASS256][i] = a->retained_mass;
+        val[RECALL256][i] = a->top32_recall;
+        val[MASS512][i] = b->retained_mass;
+        val[RECALL512][i] = b->top32_recall;
+        ranked[i] = strcmp(name, "full") != 0;
+    }
+    table t;
+    table_init(&t, 7, head, csv, 1u);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = kve_policy_type_name(i);
         table_add(&t, fmt == FMT_MD ? "`%s`" : "%s", name);
-        table_add(&t, "%.4f", a->retained_mass);
-        table_add(&t, "%.4f", a->top32_recall);
-        table_add(&t, "%.4f", b->retained_mass);
-        table_add(&t, "%.4f", b->top32_recall);
+        for (int m = 0; m < N_METRICS; m++) {
+            double v = val[m][i];
+            if (fmt == FMT_CSV)
+                table_add(&t, "%.4f", v);
+            else if (!ranked[i])
+                table_add(&t, "%.4f (ceiling)", v);
+            else
+                table_add(&t, "%.4f (%zu)", v, rank_of(val[m], ranked, n, v));
+        }
+        const kve_eval_result *b = evalset_get(es, name, 512);
         table_add(&t, "%.1f", b->ns_per_step);
         table_add(&t, "%zu", b->state_bytes);
     }
