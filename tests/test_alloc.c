@@ -15,6 +15,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
+#include "tmpdir.h"
 #include "internal.h"
 #include "kvevict.h"
 
@@ -204,41 +205,8 @@ static void test_trace_open_canonical(void)
     }
 }
 
-/* A private directory, so "no partial or temporary file" can be checked by
- * listing it. */
-static char dir[64];
-
-static size_t files_in_dir(void)
-{
-    DIR *d = opendir(dir);
-    size_t n = 0;
-    if (!d)
-        return SIZE_MAX;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            n++;
-    closedir(d);
-    return n;
-}
-
-static void remove_dir(void)
-{
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            char path[384];
-            if (e->d_name[0] == '.')
-                continue;
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
+/* Files go to a private directory (tmpdir.h), so "no partial or temporary
+ * file" can be checked by listing it. */
 static void test_npy_write_and_open(void)
 {
     kve_trace *src = NULL;
@@ -355,12 +323,8 @@ static void test_eval(void)
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%.40s/kve-alloc-XXXXXX", tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (tmpdir_make("kve-alloc") != 0)
         return 1;
-    }
     RUN(test_policy_new_every_type);
     RUN(test_growth_and_no_alloc_promises);
     RUN(test_trace_open_canonical);

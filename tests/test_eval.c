@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "check.h"
+#include "tmpdir.h"
 #include "trace_impl.h"
 #include "kvevict.h"
 
@@ -20,15 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char dir[64];
-
-static const char *path_of(const char *name)
-{
-    static char buf[400];
-    snprintf(buf, sizeof buf, "%s/%s", dir, name);
-    return buf;
-}
 
 static uint64_t lcg(uint64_t *x)
 {
@@ -579,27 +571,11 @@ static void test_alloc_failure(void)
     kve_trace_free(tr);
 }
 
-static void remove_dir(void)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            remove(path_of(e->d_name));
-    closedir(d);
-    rmdir(dir);
-}
-
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
-    snprintf(dir, sizeof dir, "/tmp/kve_test_eval.XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (tmpdir_make("kve_test_eval") != 0)
         return 1;
-    }
     RUN(test_metrics_uniform_rows);
     RUN(test_metrics_diagonal_rows);
     RUN(test_renormalisation_exact);

@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "check.h"
+#include "tmpdir.h"
 #include "internal.h"
 #include "kvevict.h"
 
@@ -21,15 +22,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static char dir[64];
-
-static const char *path_of(const char *name)
-{
-    static char buf[400];
-    snprintf(buf, sizeof buf, "%s/%s", dir, name);
-    return buf;
-}
 
 static int write_bytes(const char *path, const void *data, size_t len)
 {
@@ -608,27 +600,11 @@ static void test_mutations(void)
     free(b.p);
 }
 
-static void remove_dir(void)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            remove(path_of(e->d_name));
-    closedir(d);
-    rmdir(dir);
-}
-
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
-    snprintf(dir, sizeof dir, "/tmp/kve_test_npy.XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (tmpdir_make("kve_test_npy") != 0)
         return 1;
-    }
     RUN(test_writer_round_trip);
     RUN(test_hand_built_variants);
     RUN(test_malformed_headers);
