@@ -173,6 +173,19 @@ static const opt_def replay_defs[R_N] = {
     {"head", 0, 1, 0},  {"normalize", 0, 0, 0}, {"seed", 0, 1, 0},
 };
 
+/* Exits with bad usage (releasing tr and also_free first, so leak checkers
+ * stay quiet) when --head is not a head of the trace. */
+static void check_head(size_t head, kve_trace *tr, void *also_free)
+{
+    size_t nh = kve_trace_heads(tr);
+    if (head < nh)
+        return;
+    kve_trace_free(tr);
+    free(also_free);
+    die_usage("--head: %zu is out of range: the trace has %zu head%s", head, nh,
+              nh == 1 ? "" : "s");
+}
+
 typedef struct replay_ctx {
     size_t size;
     progress pr;
@@ -203,13 +216,7 @@ int cmd_replay(int argc, char **argv)
     size_t head = v[R_HEAD].count ? (size_t)parse_u64("--head", v[R_HEAD].v[0], 0, SIZE_MAX) : 0;
     char *spec = canon_spec("--policy", pol, budget);
     kve_trace *tr = open_trace(src, v[R_NORM].count ? KVE_TRACE_NORMALIZE : 0u);
-    if (head >= kve_trace_heads(tr)) {
-        size_t nh = kve_trace_heads(tr);
-        kve_trace_free(tr);
-        free(spec);
-        die_usage("--head: %zu is out of range: the trace has %zu head%s", head, nh,
-                  nh == 1 ? "" : "s");
-    }
+    check_head(head, tr, spec);
     kve_eval_job job = {spec, 0};
     kve_eval_result res;
     replay_ctx ctx = {0, {0}};
@@ -252,12 +259,7 @@ int cmd_trace(int argc, char **argv)
     const char *out = need(&v[T_OUT], "output");
     size_t head = v[T_HEAD].count ? (size_t)parse_u64("--head", v[T_HEAD].v[0], 0, SIZE_MAX) : 0;
     kve_trace *tr = open_trace(src, v[T_NORM].count ? KVE_TRACE_NORMALIZE : 0u);
-    if (head >= kve_trace_heads(tr)) {
-        size_t nh = kve_trace_heads(tr);
-        kve_trace_free(tr);
-        die_usage("--head: %zu is out of range: the trace has %zu head%s", head, nh,
-                  nh == 1 ? "" : "s");
-    }
+    check_head(head, tr, NULL);
     kve_status s = kve_trace_write_npy(tr, head, out);
     kve_trace_free(tr);
     if (s != KVE_OK)
