@@ -34,6 +34,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "kvevict_version.h" /* KVEVICT_VERSION_MAJOR/MINOR/PATCH/STRING/NUMBER */
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,10 +50,22 @@ extern "C" {
 #define KVE_API
 #endif
 
-#define KVEVICT_VERSION_MAJOR 0
-#define KVEVICT_VERSION_MINOR 1
-#define KVEVICT_VERSION_PATCH 0
-#define KVEVICT_VERSION_STRING "0.1.0"
+/* ======================================================================
+ * Version and limits
+ * ====================================================================== */
+
+/* The version of the library linked at run time, "MAJOR.MINOR.PATCH" (static
+ * string); KVEVICT_VERSION_STRING is the version of the header compiled
+ * against. kve_version_number() is MAJOR * 10000 + MINOR * 100 + PATCH, as
+ * KVEVICT_VERSION_NUMBER. */
+KVE_API const char *kve_version(void);
+KVE_API unsigned kve_version_number(void);
+
+/* The largest budget any policy spec accepts (2^24 positions). */
+#define KVE_MAX_BUDGET 16777216
+/* Bytes that hold any canonical policy spec, its NUL included: the size of
+ * kve_eval_result.spec, and a buffer for kve_spec_with that always fits. */
+#define KVE_SPEC_MAX 160
 
 /* ======================================================================
  * Status and errors
@@ -62,7 +77,8 @@ typedef enum kve_status {
     KVE_ENOMEM,   /* an allocation failed */
     KVE_ERANGE,   /* an output buffer is too small */
     KVE_EFORMAT,  /* a file or data stream is malformed */
-    KVE_EIO       /* a file could not be opened, read or written */
+    KVE_EIO,      /* a file could not be opened, read or written */
+    KVE_ECANCELED /* a progress callback asked the call to stop */
 } kve_status;
 
 /* The enum name of `s` ("KVE_EINVAL"); "KVE_UNKNOWN" for values outside the
@@ -76,6 +92,13 @@ KVE_API const char *kve_status_name(kve_status s);
  * "" when this thread has had no failure. The string stays valid until the
  * next failing call in this thread. */
 KVE_API const char *kve_last_error(void);
+
+/* Progress of a long call (opening and validating a large .npy file, writing
+ * one): `done` of `total` units (rows) are finished. Called with done = 0
+ * before the work, then after each unit (so done = total last).
+ * Return 0 to go on, non-zero to stop: the call then returns KVE_ECANCELED
+ * with everything released, as any other failure. */
+typedef int (*kve_progress_fn)(void *user, uint64_t done, uint64_t total);
 
 /* ======================================================================
  * Random numbers
@@ -117,7 +140,7 @@ KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
  *                 param := key "=" value
  * No white space. Integers are plain decimal digits; reals are decimal
  * (e.g. 0.99, 1e-3). A key may appear once. Every policy takes
- *   budget         (default 512, 1 .. 16777216)  sizes the storage
+ *   budget         (default 512, 1 .. KVE_MAX_BUDGET)  sizes the storage
  * and the keys listed on its page in docs/policies/. Policies:
  *   full           never evicts (the ceiling)
  *   window         the most recent `budget` positions
@@ -228,7 +251,8 @@ KVE_API const char *kve_policy_type_summary(size_t i);
  * set to `value` (replacing any value the spec gave). key may be NULL to
  * canonicalise only. Validates exactly as kve_policy_new does, without
  * allocating. Refuses: KVE_EINVAL as kve_policy_new; KVE_ERANGE when the
- * result and its terminating NUL do not fit in cap. */
+ * result and its terminating NUL do not fit in cap (never with
+ * cap >= KVE_SPEC_MAX). */
 KVE_API kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
                          size_t cap);
 
@@ -262,6 +286,13 @@ enum { KVE_TRACE_NORMALIZE = 1u };
  * that are not distributions; KVE_ENOMEM. */
 KVE_API kve_status kve_trace_open(const char *src, unsigned flags, kve_trace **out);
 
+/* kve_trace_open with progress reports while a .npy file is validated (one
+ * unit per row of every head: heads * T in all); progress may be NULL. A
+ * synthetic trace reports nothing. KVE_ECANCELED when progress asks to
+ * stop. */
+KVE_API kve_status kve_trace_open_ex(const char *src, unsigned flags, kve_progress_fn progress,
+                                     void *user, kve_trace **out);
+
 /* Releases `tr`. NULL is a no-op. */
 KVE_API void kve_trace_free(kve_trace *tr);
 
@@ -285,11 +316,25 @@ KVE_API const char *kve_trace_source(const kve_trace *tr);
 KVE_API kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row);
 
 /* Writes head `head` of `tr` as a [T, T] float32 C-order .npy file (version
- * 1.0 header, zeros above the diagonal). The file is written to a temporary
- * name beside `path` and renamed into place, so a failure leaves no partial
- * file. Refuses: KVE_EINVAL, KVE_EIO, KVE_ENOMEM; KVE_ERANGE for a weight too
- * large for float32 (possible only in row 0, which is not held to sum 1). */
+ * 1.0 header, zeros above the diagonal), kve_trace_npy_bytes(tr) bytes. The
+ * file is written to a temporary name beside `path` and renamed into place,
+ * so a failure leaves no partial file. Refuses: KVE_EINVAL, KVE_EIO (the
+ * message carries the system's reason), KVE_ENOMEM; KVE_ERANGE for a weight
+ * too large for float32 (possible only in row 0, which is not held to sum
+ * 1). */
 KVE_API kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path);
+
+/* The same .npy bytes written to the open stream `f` (a pipe, standard
+ * output, a temporary file of the caller's), reporting one progress unit per
+ * row (T in all; progress may be NULL). The stream is not closed or
+ * flushed. On failure (the statuses above, or KVE_ECANCELED) part of the
+ * file may have been written: the caller discards it. */
+KVE_API kve_status kve_trace_write_npy_file(kve_trace *tr, size_t head, FILE *f,
+                                            kve_progress_fn progress, void *user);
+
+/* The size in bytes of the file kve_trace_write_npy writes for `tr` (a
+ * 64-byte-aligned header plus 4 * T * T); 0 for NULL. O(1). */
+KVE_API uint64_t kve_trace_npy_bytes(const kve_trace *tr);
 
 /* ======================================================================
  * Evaluation harness
@@ -297,17 +342,21 @@ KVE_API kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *p
  * For each step t of one head of a trace, and each policy (kept set K):
  *  1. metrics on the full row p_t:
  *       retained mass = p_t(t) + sum over i in K of p_t(i)
- *       top-32 recall = |top32(p_t over [0, t)) & K| / min(32, t)
- *     (top-32 ties go to the lower position);
+ *       top-k recall  = |topk(p_t over [0, t)) & K| / min(k, t)
+ *     (ties in the top-k go to the lower position); top32_recall is the
+ *     recall at k = 32, topk_recall the recall at options.topk;
  *  2. the policy sees p_t restricted to K and renormalised: the kept weights
  *     summed in double in kept order, each divided by that sum in double and
  *     rounded to float32. A zero kept sum passes NULL (no information); at
  *     t = 0 an empty vector;
  *  3. kve_policy_step(t, ...), then kve_policy_evict(budget).
- * Means are over the steps t > budget (before that nothing can have been
- * evicted); with no such step the means are 1 and scored_steps is 0.
- * Policies of one call run in lockstep over one pass of the trace, so a row
- * is generated or read once however many policies are evaluated.
+ * Metrics are means over the steps t > budget (before that nothing can have
+ * been evicted), the "scored" steps. When there is none (budget >= T - 1),
+ * scored_steps is 0 and every metric (retained_mass, top32_recall,
+ * topk_recall, min_retained_mass) is NaN: a mean over no step is not a
+ * number, and a caller must not mistake it for a perfect score (test with
+ * isnan). Policies of one call run in lockstep over one pass of the trace,
+ * so a row is generated or read once however many policies are evaluated.
  * ====================================================================== */
 
 typedef struct kve_eval_job {
@@ -316,33 +365,56 @@ typedef struct kve_eval_job {
 } kve_eval_job;
 
 typedef struct kve_eval_result {
-    char spec[160];           /* canonical spec of the policy evaluated */
+    char spec[KVE_SPEC_MAX];  /* canonical spec of the policy evaluated */
     size_t budget;            /* budget evicted to */
     size_t steps;             /* steps evaluated: T unless stopped early */
-    size_t scored_steps;      /* steps with t > budget */
-    double retained_mass;     /* mean over scored steps */
-    double top32_recall;      /* mean over scored steps */
-    double min_retained_mass; /* minimum over scored steps */
+    size_t scored_steps;      /* steps with t > budget; 0: the metrics are NaN */
+    double retained_mass;     /* mean over scored steps (NaN if none) */
+    double top32_recall;      /* mean over scored steps, k = 32 (NaN if none) */
+    double min_retained_mass; /* minimum over scored steps (NaN if none) */
     double ns_per_step;       /* policy work only (step + evict), per step */
     size_t state_bytes;       /* kve_policy_state_bytes at the end */
+    size_t topk;              /* k of topk_recall: options.topk (32 by kve_eval) */
+    double topk_recall;       /* mean over scored steps, k = topk (NaN if none) */
 } kve_eval_result;
 
 /* Called after each step of each job with the positions just evicted
  * (ascending). Return non-zero to stop the evaluation: the other jobs finish
  * the step in progress (without further calls), so every result covers the
- * same steps, and kve_eval returns KVE_OK with the steps done so far. */
+ * same steps, and the evaluation returns KVE_OK with the steps done so far. */
 typedef int (*kve_eval_step_fn)(void *user, size_t job, int32_t pos, const int32_t *victims,
                                 size_t n_victims);
 
+/* What kve_eval_ex does besides the jobs. Start from
+ * kve_eval_default_options() and set the fields you need, so that a field
+ * added later keeps its default. */
+typedef struct kve_eval_options {
+    uint64_t seed;            /* policies needing an Rng get one seeded from it: the
+                                 same seed for every job, so a job's result does not
+                                 depend on its neighbours (default 0) */
+    size_t topk;              /* k of topk_recall, 1 .. KVE_MAX_BUDGET (default 32) */
+    kve_eval_step_fn on_step; /* called after each step of each job (default NULL) */
+    void *user;               /* passed to on_step (default NULL) */
+} kve_eval_options;
+
+/* The defaults: seed 0, topk 32, no callback. */
+KVE_API kve_eval_options kve_eval_default_options(void);
+
 /* Evaluates n_jobs policies on head `head` of `tr`, writing results[i] for
- * jobs[i]. Policies needing an Rng get one seeded from `seed` (the same seed
- * for every job, so a job's result does not depend on its neighbours).
- * on_step may be NULL. Refuses: KVE_EINVAL for NULL arguments, n_jobs 0, a
- * bad spec or budget (message names the job's spec), head out of range;
- * KVE_ENOMEM; KVE_EIO from the trace. Memory: O(T + sum of budgets). */
+ * jobs[i]; results are written only when the whole call succeeds. options
+ * may be NULL (the defaults). Refuses: KVE_EINVAL for NULL arguments, n_jobs
+ * 0, a bad spec or budget (message names the job's spec), head out of range,
+ * topk 0 or above KVE_MAX_BUDGET; KVE_ENOMEM; KVE_EIO from the trace.
+ * Memory: O(T + min(topk, T) + sum of budgets). Cost per step: O(t log k)
+ * for the top-k sets (shared by every job) plus O(kept) per job. */
+KVE_API kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs,
+                               size_t n_jobs, const kve_eval_options *options,
+                               kve_eval_result *results);
+
+/* kve_eval_ex with options {seed, topk 32, on_step, user}. */
 KVE_API kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t n_jobs,
-                    uint64_t seed, kve_eval_step_fn on_step, void *user,
-                    kve_eval_result *results);
+                            uint64_t seed, kve_eval_step_fn on_step, void *user,
+                            kve_eval_result *results);
 
 #ifdef __cplusplus
 }

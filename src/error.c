@@ -21,6 +21,7 @@ const char *kve_status_name(kve_status s)
     case KVE_ERANGE: return "KVE_ERANGE";
     case KVE_EFORMAT: return "KVE_EFORMAT";
     case KVE_EIO: return "KVE_EIO";
+    case KVE_ECANCELED: return "KVE_ECANCELED";
     }
     return "KVE_UNKNOWN";
 }

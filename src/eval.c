@@ -2,16 +2,19 @@
  * eval.c - the evaluation harness (kvevict.h, "Evaluation harness").
  *
  * All jobs run in lockstep over one pass of the trace head: each row is
- * produced once, its top-32 computed once, then every job is measured on it,
- * stepped and evicted. Per step and job the harness does O(|K|) work (sum of
- * kept weights, recall count, renormalisation); the top-32 costs
- * O(t log 32) per row, shared by all jobs.
+ * produced once, its top-32 and top-k sets computed once (one heap when
+ * k = 32), then every job is measured on it, stepped and evicted. Per step
+ * and job the harness does O(|K|) work (sum of kept weights, recall counts,
+ * renormalisation); the top sets cost O(t log k) per row, shared by all
+ * jobs.
  *
  * Buffers (all allocated before the first step; refusals allocate nothing
  * that survives):
  *   row      [T]            the current row, weights over keys 0..t
  *   attn     [T]            one job's renormalised kept weights (float32)
- *   in_top   [T]            1 for the keys of the current row's top-32
+ *   in_top   [T]            bit 0: key in the current row's top-32,
+ *                           bit 1: key in its top-k
+ *   heap     [min(k, T)]    the top-k selection (the top-32 one is on the stack)
  *   victims  [max budget+1] one job's victims of one step
  *   jobs     [n_jobs]       per-job policy and accumulators
  * So memory is O(T + n_jobs) here plus O(budget) per policy.
@@ -20,21 +23,24 @@
  * timer brackets kve_policy_step + kve_policy_evict only and its readings
  * feed nothing but ns_per_step (minus the cost of one clock-reading pair,
  * calibrated as the minimum over 64 pairs, so never over-subtracted).
- * A per-thread test hook (kve__eval_set_attn_hook, trace_impl.h) sees what
- * each policy receives; it is NULL outside tests.
+ * A per-thread test hook (kve__eval_set_attn_hook, eval_impl.h) sees what
+ * each policy receives; it is NULL outside tests. A metric over no scored
+ * step is NaN, never a number that could pass for a score.
  */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
 #define _POSIX_C_SOURCE 200809L
 
-#include "trace_impl.h"
+#include "eval_impl.h"
+
+#include <math.h>
 
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-enum { TOP_K = 32, CALIBRATION_PAIRS = 64 };
+enum { TOP_32 = 32, CALIBRATION_PAIRS = 64, IN_TOP32 = 1, IN_TOPK = 2 };
 
 typedef struct job_state {
     kve_policy *policy;
@@ -42,7 +48,8 @@ typedef struct job_state {
     size_t steps; /* steps done */
     size_t scored;
     double sum_mass;
-    double sum_recall;
+    double sum_recall;   /* top-32 */
+    double sum_recall_k; /* top-k */
     double min_mass;
     uint64_t ns; /* timed policy work, overhead subtracted at the end */
 } job_state;
@@ -106,29 +113,30 @@ static void sift_down(top_entry *h, size_t n, size_t i)
     }
 }
 
-/* Marks in_top[i] = 1 for the top-min(32, t) keys of row over [0, t) and
+/* Marks in_top[i] |= bit for the top-min(k, t) keys of row over [0, t) and
  * stores them in heap[0 .. *n). A min-heap on ranks_below keeps the weakest
  * kept entry at the root; keys arrive in ascending position, so a newcomer
  * with a weight equal to the root's ranks below it and is skipped. */
-static void top32(const double *row, size_t t, top_entry *heap, size_t *n, unsigned char *in_top)
+static void top_k(const double *row, size_t t, size_t k, top_entry *heap, size_t *n,
+                  unsigned char *in_top, unsigned char bit)
 {
-    size_t k = 0;
+    size_t m = 0;
     for (size_t i = 0; i < t; i++) {
         top_entry e = {row[i], (int32_t)i};
-        if (k < TOP_K) {
-            heap[k] = e;
-            k++;
-            if (k == TOP_K)
-                for (size_t j = TOP_K / 2; j-- > 0;)
-                    sift_down(heap, k, j);
+        if (m < k) {
+            heap[m] = e;
+            m++;
+            if (m == k)
+                for (size_t j = k / 2; j-- > 0;)
+                    sift_down(heap, m, j);
         } else if (e.w > heap[0].w) {
             heap[0] = e;
-            sift_down(heap, k, 0);
+            sift_down(heap, m, 0);
         }
     }
-    for (size_t j = 0; j < k; j++)
-        in_top[heap[j].pos] = 1;
-    *n = k;
+    for (size_t j = 0; j < m; j++)
+        in_top[heap[j].pos] |= bit;
+    *n = m;
 }
 
 static void free_jobs(job_state *js, size_t n)
@@ -169,7 +177,7 @@ static kve_status build_job(const kve_eval_job *job, size_t i, uint64_t seed, jo
 /* One step of one job on row p_t: metrics, renormalised attention, step,
  * evict. Returns the policy's status (non-OK only on a broken invariant or
  * KVE_ENOMEM from a policy that grows). */
-static kve_status run_step(job_state *js, size_t job, const double *row, size_t t,
+static kve_status run_step(job_state *js, size_t job, const double *row, size_t t, size_t k,
                            const unsigned char *in_top, float *attn, int32_t *victims,
                            size_t victims_cap, size_t *n_victims)
 {
@@ -177,15 +185,17 @@ static kve_status run_step(job_state *js, size_t job, const double *row, size_t 
     size_t n = kve_policy_size(p);
     const int32_t *pos = kve_policy_positions(p);
     double kept = 0;
-    size_t hits = 0;
+    size_t hits = 0, hits_k = 0;
     for (size_t i = 0; i < n; i++) {
         kept += row[pos[i]];
-        hits += in_top[pos[i]];
+        hits += in_top[pos[i]] & IN_TOP32;
+        hits_k += (in_top[pos[i]] & IN_TOPK) >> 1;
     }
     if (t > js->budget) {
         double mass = row[t] + kept;
         js->sum_mass += mass;
-        js->sum_recall += (double)hits / (double)(t < TOP_K ? t : TOP_K);
+        js->sum_recall += (double)hits / (double)(t < TOP_32 ? t : TOP_32);
+        js->sum_recall_k += (double)hits_k / (double)(t < k ? t : k);
         if (mass < js->min_mass || js->scored == 0)
             js->min_mass = mass;
         js->scored++;
@@ -208,10 +218,27 @@ static kve_status run_step(job_state *js, size_t job, const double *row, size_t 
     return st;
 }
 
+kve_eval_options kve_eval_default_options(void)
+{
+    kve_eval_options o = {.seed = 0, .topk = TOP_32, .on_step = NULL, .user = NULL};
+    return o;
+}
+
 kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t n_jobs,
                     uint64_t seed, kve_eval_step_fn on_step, void *user,
                     kve_eval_result *results)
 {
+    kve_eval_options o = kve_eval_default_options();
+    o.seed = seed;
+    o.on_step = on_step;
+    o.user = user;
+    return kve_eval_ex(tr, head, jobs, n_jobs, &o, results);
+}
+
+kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t n_jobs,
+                       const kve_eval_options *options, kve_eval_result *results)
+{
+    kve_eval_options o = options ? *options : kve_eval_default_options();
     if (!tr)
         return kve__fail(KVE_EINVAL, "trace is NULL");
     if (!jobs)
@@ -220,11 +247,16 @@ kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t
         return kve__fail(KVE_EINVAL, "results is NULL");
     if (n_jobs == 0)
         return kve__fail(KVE_EINVAL, "n_jobs is 0");
+    if (o.topk == 0 || o.topk > KVE_MAX_BUDGET)
+        return kve__fail(KVE_EINVAL, "topk %zu is out of range [1, %d]", o.topk, KVE_MAX_BUDGET);
     size_t heads = kve_trace_heads(tr);
     if (head >= heads)
         return kve__fail(KVE_EINVAL, "head %zu is out of range (the trace has %zu heads)", head,
                          heads);
     size_t T = kve_trace_steps(tr);
+    size_t k = o.topk;
+    /* The top-k set of row t has min(k, t) < T members. */
+    size_t heap_cap = k < T ? k : T;
 
     job_state *js = kve__calloc(n_jobs, sizeof *js);
     if (!js)
@@ -233,7 +265,7 @@ kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t
     size_t built = 0;
     size_t max_budget = 0;
     for (; built < n_jobs; built++) {
-        if ((st = build_job(&jobs[built], built, seed, &js[built])) != KVE_OK)
+        if ((st = build_job(&jobs[built], built, o.seed, &js[built])) != KVE_OK)
             break;
         if (js[built].budget > max_budget)
             max_budget = js[built].budget;
@@ -247,21 +279,27 @@ kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t
     float *attn = kve__malloc(T * sizeof *attn);
     unsigned char *in_top = kve__calloc(T, 1);
     int32_t *victims = kve__malloc(victims_cap * sizeof *victims);
-    if (!row || !attn || !in_top || !victims) {
+    top_entry *heap_k = k == TOP_32 ? NULL : kve__malloc(heap_cap * sizeof *heap_k);
+    if (!row || !attn || !in_top || !victims || (k != TOP_32 && !heap_k)) {
         st = kve__fail(KVE_ENOMEM, "out of memory for the evaluation buffers (T = %zu)", T);
         goto done;
     }
 
-    top_entry heap[TOP_K];
+    top_entry heap[TOP_32];
     int stop = 0;
     for (size_t t = 0; t < T && !stop; t++) {
         if ((st = kve_trace_row(tr, head, t, row)) != KVE_OK)
             goto done;
-        size_t n_top = 0;
-        top32(row, t, heap, &n_top, in_top);
+        size_t n_top = 0, n_top_k = 0;
+        if (k == TOP_32) {
+            top_k(row, t, TOP_32, heap, &n_top, in_top, IN_TOP32 | IN_TOPK);
+        } else {
+            top_k(row, t, TOP_32, heap, &n_top, in_top, IN_TOP32);
+            top_k(row, t, k, heap_k, &n_top_k, in_top, IN_TOPK);
+        }
         for (size_t j = 0; j < n_jobs; j++) {
             size_t nv = 0;
-            st = run_step(&js[j], j, row, t, in_top, attn, victims, victims_cap, &nv);
+            st = run_step(&js[j], j, row, t, k, in_top, attn, victims, victims_cap, &nv);
             if (st != KVE_OK) {
                 char why[256];
                 snprintf(why, sizeof why, "%s", kve_last_error());
@@ -271,11 +309,13 @@ kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t
             }
             /* Once stopped, the step in progress is finished for every job
              * (so all results cover the same steps) without more calls. */
-            if (on_step && !stop && on_step(user, j, (int32_t)t, victims, nv))
+            if (o.on_step && !stop && o.on_step(o.user, j, (int32_t)t, victims, nv))
                 stop = 1;
         }
         for (size_t j = 0; j < n_top; j++)
             in_top[heap[j].pos] = 0;
+        for (size_t j = 0; j < n_top_k; j++)
+            in_top[heap_k[j].pos] = 0;
     }
 
     uint64_t overhead = timer_overhead_ns();
@@ -287,12 +327,14 @@ kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t
         r->budget = s->budget;
         r->steps = s->steps;
         r->scored_steps = s->scored;
+        r->topk = k;
         if (s->scored) {
             r->retained_mass = s->sum_mass / (double)s->scored;
             r->top32_recall = s->sum_recall / (double)s->scored;
+            r->topk_recall = s->sum_recall_k / (double)s->scored;
             r->min_retained_mass = s->min_mass;
         } else {
-            r->retained_mass = r->top32_recall = r->min_retained_mass = 1.0;
+            r->retained_mass = r->top32_recall = r->topk_recall = r->min_retained_mass = NAN;
         }
         uint64_t spent = overhead * s->steps;
         r->ns_per_step = s->steps && s->ns > spent ? (double)(s->ns - spent) / (double)s->steps
@@ -305,6 +347,7 @@ done:
     kve__free(attn);
     kve__free(in_top);
     kve__free(victims);
+    kve__free(heap_k);
     free_jobs(js, n_jobs);
     return st;
 }

@@ -93,7 +93,7 @@ typedef struct kve_param_def {
     const char *doc;
 } kve_param_def;
 
-enum { KVE_NAME_MAX = 32, KVE_SPEC_MAX = 160 };
+enum { KVE_NAME_MAX = 32 }; /* KVE_SPEC_MAX is public (kvevict.h) */
 
 /* Splits "name[:params]" into name (copied, NUL-terminated) and a pointer to
  * the params text (NULL when there is no ':'). Refuses empty or over-long

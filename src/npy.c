@@ -16,14 +16,18 @@
  * read as its first t + 1 elements (entries above the diagonal are never
  * read). Memory: one row buffer of T elements; the tensor is never loaded.
  *
- * Every row of every head is validated at open, so kve__npy_row can fail
+ * Every row of every head is validated at open, so reading a row can fail
  * only with KVE_EIO (or KVE_EFORMAT if the file changed since it was opened).
+ * This file is two pieces: the source "a path" of the trace source table
+ * (npy_open, npy_row, npy_free; trace_impl.h) and the writer, which writes
+ * any trace. I/O failures carry the system's reason (strerror_r).
  */
 #define _POSIX_C_SOURCE 200809L
 #define _FILE_OFFSET_BITS 64
 
 #include "trace_impl.h"
 
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -41,10 +45,18 @@ enum {
     QUOTE = 24 /* characters of header text quoted in a message */
 };
 
+/* The system's reason for errno `err`, thread-safely (XSI strerror_r). */
+static const char *reason(int err, char *buf, size_t cap)
+{
+    if (strerror_r(err, buf, cap) != 0)
+        snprintf(buf, cap, "error %d", err);
+    return buf;
+}
+
 static const char MAGIC[MAGIC_LEN] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 static const double SUM_TOLERANCE = 1e-3;
 
-struct kve_npy {
+typedef struct kve_npy {
     FILE *f;
     size_t itemsize; /* 4 or 8 */
     size_t steps;    /* T */
@@ -54,7 +66,7 @@ struct kve_npy {
     unsigned flags;
     unsigned char *raw; /* [T * itemsize] bytes of the row being read */
     const char *path;   /* for messages; owned by the trace */
-};
+} kve_npy;
 
 /* ---- little-endian decoding ---- */
 
@@ -330,14 +342,19 @@ static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
 static kve_status read_at(FILE *f, const char *path, uint64_t offset, void *buf, size_t n,
                           const char *what)
 {
-    if (offset > (uint64_t)INT64_MAX || fseeko(f, (off_t)offset, SEEK_SET) != 0)
-        return kve__fail(KVE_EIO, "%s: cannot seek to the %s (offset %llu)", path, what,
-                         (unsigned long long)offset);
+    if (offset > (uint64_t)INT64_MAX || fseeko(f, (off_t)offset, SEEK_SET) != 0) {
+        char why[128];
+        return kve__fail(KVE_EIO, "%s: cannot seek to the %s (offset %llu): %s", path, what,
+                         (unsigned long long)offset, reason(errno, why, sizeof why));
+    }
     /* Sizes were checked against the file first, so a short read means the
      * file shrank or failed underneath us: an I/O error either way. */
-    if (n && fread(buf, 1, n, f) != n)
+    if (n && fread(buf, 1, n, f) != n) {
+        char why[128];
         return kve__fail(KVE_EIO, "%s: %s while reading the %s", path,
-                         ferror(f) ? "read error" : "unexpected end of file", what);
+                         ferror(f) ? reason(errno, why, sizeof why) : "unexpected end of file",
+                         what);
+    }
     return KVE_OK;
 }
 
@@ -388,15 +405,19 @@ static kve_status check_row(const kve_npy *n, size_t h, size_t t, const double *
     } else if (t >= 1 && !(fabs(s - 1.0) <= SUM_TOLERANCE)) {
         head_name(n, h, name, sizeof name);
         return kve__fail(KVE_EFORMAT, "%s: %s, row %zu sums to %.9g over keys [0, %zu], not 1 "
-                         "(tolerance 1e-3; KVE_TRACE_NORMALIZE rescales rows)",
+                         "(tolerance 1e-3); to rescale rows, pass KVE_TRACE_NORMALIZE",
                          n->path, name, t, s, t);
     }
     *sum = s;
     return KVE_OK;
 }
 
-static kve_status validate(kve_npy *n, double *row)
+static kve_status validate(kve_npy *n, double *row, kve_progress_fn progress, void *user)
 {
+    uint64_t total = (uint64_t)n->heads * n->steps, done = 0;
+    if (progress && progress(user, 0, total))
+        return kve__fail(KVE_ECANCELED, "%s: validation canceled at row 0 of %llu", n->path,
+                         (unsigned long long)total);
     for (size_t h = 0; h < n->heads; h++)
         for (size_t t = 0; t < n->steps; t++) {
             double sum;
@@ -405,6 +426,10 @@ static kve_status validate(kve_npy *n, double *row)
                 st = check_row(n, h, t, row, &sum);
             if (st != KVE_OK)
                 return st;
+            done++;
+            if (progress && progress(user, done, total))
+                return kve__fail(KVE_ECANCELED, "%s: validation canceled at row %llu of %llu",
+                                 n->path, (unsigned long long)done, (unsigned long long)total);
         }
     return KVE_OK;
 }
@@ -494,8 +519,21 @@ static kve_status check_shape(const header *h, const char *path, uint64_t size,
     return KVE_OK;
 }
 
-kve_status kve__npy_open(const char *path, unsigned flags, kve_trace *tr)
+static void npy_free(void *impl)
 {
+    kve_npy *n = impl;
+    if (!n)
+        return;
+    if (n->f)
+        fclose(n->f);
+    kve__free(n->raw);
+    kve__free(n);
+}
+
+static kve_status npy_open(const char *path, unsigned flags, kve_progress_fn progress, void *user,
+                           kve_trace *tr)
+{
+    char why[128];
     size_t plen = strlen(path);
     char *source = kve__malloc(plen + 1);
     kve_npy *n = kve__calloc(1, sizeof *n);
@@ -511,12 +549,13 @@ kve_status kve__npy_open(const char *path, unsigned flags, kve_trace *tr)
     kve_status st = KVE_OK;
     n->f = fopen(path, "rb");
     if (!n->f) {
-        st = kve__fail(KVE_EIO, "%s: cannot open for reading", path);
+        st = kve__fail(KVE_EIO, "%s: cannot open for reading: %s", path,
+                       reason(errno, why, sizeof why));
         goto fail;
     }
     struct stat sb;
     if (fstat(fileno(n->f), &sb) != 0) {
-        st = kve__fail(KVE_EIO, "%s: cannot stat", path);
+        st = kve__fail(KVE_EIO, "%s: cannot stat: %s", path, reason(errno, why, sizeof why));
         goto fail;
     }
     if (!S_ISREG(sb.st_mode)) {
@@ -536,34 +575,25 @@ kve_status kve__npy_open(const char *path, unsigned flags, kve_trace *tr)
         st = kve__fail(KVE_ENOMEM, "%s: out of memory for a row of %zu entries", path, n->steps);
         goto fail;
     }
-    if ((st = validate(n, row)) != KVE_OK)
+    if ((st = validate(n, row, progress, user)) != KVE_OK)
         goto fail;
     kve__free(row);
     tr->steps = n->steps;
     tr->heads = n->heads;
     tr->layers = n->layers;
     tr->source = source;
-    tr->npy = n;
+    tr->impl = n;
     return KVE_OK;
 fail:
     kve__free(row);
-    kve__npy_free(n);
+    npy_free(n);
     kve__free(source);
     return st;
 }
 
-void kve__npy_free(kve_npy *n)
+static kve_status npy_row(void *impl, size_t head, size_t t, double *row)
 {
-    if (!n)
-        return;
-    if (n->f)
-        fclose(n->f);
-    kve__free(n->raw);
-    kve__free(n);
-}
-
-kve_status kve__npy_row(kve_npy *n, size_t head, size_t t, double *row)
-{
+    kve_npy *n = impl;
     kve_status st = read_row(n, head, t, row);
     if (st != KVE_OK)
         return st;
@@ -576,69 +606,71 @@ kve_status kve__npy_row(kve_npy *n, size_t head, size_t t, double *row)
     return KVE_OK;
 }
 
+const kve_trace_source_type kve__npy_source = {
+    .prefix = NULL, /* any text that names no other source is a path */
+    .open = npy_open,
+    .row = npy_row,
+    .free = npy_free,
+};
+
 /* ---- writer ---- */
 
-kve_status kve__npy_write(kve_trace *tr, size_t head, const char *path)
+/* The v1.0 header text and its padded length: the data starts at a
+ * multiple of 64 bytes, as numpy writes it. */
+static size_t format_header(size_t T, char *text, size_t cap, size_t *text_len)
+{
+    int hn = snprintf(text, cap, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }",
+                      T, T);
+    *text_len = (size_t)hn; /* < cap: two size_t fit in 128 bytes with the rest */
+    size_t total = 10 + *text_len + 1;
+    return (total + 63) / 64 * 64;
+}
+
+uint64_t kve__npy_bytes(size_t steps)
+{
+    char text[128];
+    size_t len;
+    return format_header(steps, text, sizeof text, &len) + (uint64_t)4 * steps * steps;
+}
+
+kve_status kve__npy_write_file(kve_trace *tr, size_t head, FILE *f, kve_progress_fn progress,
+                               void *user)
 {
     size_t T = tr->steps;
     char header_text[128];
-    int hn = snprintf(header_text, sizeof header_text,
-                      "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", T, T);
-    if (hn < 0 || (size_t)hn >= sizeof header_text)
-        return kve__fail(KVE_EINVAL, "%s: cannot format the .npy header", path);
-    /* Pad with spaces so the data starts at a multiple of 64, then '\n'. */
-    size_t hlen = (size_t)hn + 1;
-    size_t total = 10 + hlen;
-    size_t padded = (total + 63) / 64 * 64;
-    hlen += padded - total;
-
-    size_t plen = strlen(path);
-    static const char suffix[] = ".tmp.XXXXXX";
-    char *tmp = kve__malloc(plen + sizeof suffix);
+    size_t hn;
+    size_t padded = format_header(T, header_text, sizeof header_text, &hn);
     double *row = kve__malloc(T * sizeof *row);
     unsigned char *out = kve__malloc(padded > T * 4 ? padded : T * 4);
-    if (!tmp || !row || !out) {
-        kve__free(tmp);
-        kve__free(row);
-        kve__free(out);
-        return kve__fail(KVE_ENOMEM, "%s: out of memory for writing", path);
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, suffix, sizeof suffix);
-
     kve_status st = KVE_OK;
-    FILE *f = NULL;
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        st = kve__fail(KVE_EIO, "%s: cannot create a temporary file beside it", path);
+    char why[128];
+    if (!row || !out) {
+        st = kve__fail(KVE_ENOMEM, "%s: out of memory for writing", tr->source);
         goto done;
     }
-    (void)fchmod(fd, 0644);
-    f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        st = kve__fail(KVE_EIO, "%s: cannot open the temporary file", path);
-        goto unlink_tmp;
+    if (progress && progress(user, 0, T)) {
+        st = kve__fail(KVE_ECANCELED, "writing canceled at row 0 of %zu", T);
+        goto done;
     }
     memcpy(out, MAGIC, MAGIC_LEN);
     out[6] = 1;
     out[7] = 0;
-    store_le(out + 8, hlen, 2);
-    memcpy(out + 10, header_text, (size_t)hn);
-    memset(out + 10 + hn, ' ', padded - 10 - (size_t)hn - 1);
+    store_le(out + 8, padded - 10, 2);
+    memcpy(out + 10, header_text, hn);
+    memset(out + 10 + hn, ' ', padded - 10 - hn - 1);
     out[padded - 1] = '\n';
     if (fwrite(out, 1, padded, f) != padded) {
-        st = kve__fail(KVE_EIO, "%s: write error", path);
-        goto close_tmp;
+        st = kve__fail(KVE_EIO, "write error: %s", reason(errno, why, sizeof why));
+        goto done;
     }
     for (size_t t = 0; t < T; t++) {
         if ((st = kve_trace_row(tr, head, t, row)) != KVE_OK)
-            goto close_tmp;
+            goto done;
         for (size_t i = 0; i < T; i++) {
             if (i <= t && !(row[i] <= FLT_MAX)) { /* row 0 is not held to sum 1 */
-                st = kve__fail(KVE_ERANGE, "%s: row %zu, key %zu: weight %g does not fit float32",
-                               path, t, i, row[i]);
-                goto close_tmp;
+                st = kve__fail(KVE_ERANGE, "row %zu, key %zu: weight %g does not fit float32", t,
+                               i, row[i]);
+                goto done;
             }
             float v = i <= t ? (float)row[i] : 0.0f;
             uint32_t bits;
@@ -646,28 +678,76 @@ kve_status kve__npy_write(kve_trace *tr, size_t head, const char *path)
             store_le(out + 4 * i, bits, 4);
         }
         if (fwrite(out, 4, T, f) != T) {
-            st = kve__fail(KVE_EIO, "%s: write error at row %zu", path, t);
-            goto close_tmp;
+            st = kve__fail(KVE_EIO, "write error at row %zu: %s", t,
+                           reason(errno, why, sizeof why));
+            goto done;
+        }
+        if (progress && progress(user, t + 1, T)) {
+            st = kve__fail(KVE_ECANCELED, "writing canceled at row %zu of %zu", t + 1, T);
+            goto done;
         }
     }
-    if (fclose(f) != 0) {
-        f = NULL;
-        st = kve__fail(KVE_EIO, "%s: error closing the written file", path);
+done:
+    kve__free(row);
+    kve__free(out);
+    return st;
+}
+
+kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path)
+{
+    if (!tr)
+        return kve__fail(KVE_EINVAL, "trace is NULL");
+    if (!path || !*path)
+        return kve__fail(KVE_EINVAL, "output path is %s", path ? "empty" : "NULL");
+    if (head >= tr->heads)
+        return kve__fail(KVE_EINVAL, "head %zu is out of range (the trace has %zu heads)", head,
+                         tr->heads);
+    size_t plen = strlen(path);
+    static const char suffix[] = ".tmp.XXXXXX";
+    char *tmp = kve__malloc(plen + sizeof suffix);
+    if (!tmp)
+        return kve__fail(KVE_ENOMEM, "%s: out of memory for writing", path);
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, suffix, sizeof suffix);
+
+    char why[128];
+    kve_status st = KVE_OK;
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        st = kve__fail(KVE_EIO, "%s: cannot create a temporary file beside it: %s", path,
+                       reason(errno, why, sizeof why));
+        goto done;
+    }
+    (void)fchmod(fd, 0644);
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        st = kve__fail(KVE_EIO, "%s: cannot open the temporary file: %s", path,
+                       reason(errno, why, sizeof why));
+        close(fd);
         goto unlink_tmp;
     }
-    f = NULL;
+    st = kve__npy_write_file(tr, head, f, NULL, NULL);
+    if (st != KVE_OK) {
+        char inner[256];
+        snprintf(inner, sizeof inner, "%s", kve_last_error());
+        fclose(f);
+        st = kve__fail(st, "%s: %s", path, inner);
+        goto unlink_tmp;
+    }
+    if (fclose(f) != 0) {
+        st = kve__fail(KVE_EIO, "%s: error closing the written file: %s", path,
+                       reason(errno, why, sizeof why));
+        goto unlink_tmp;
+    }
     if (rename(tmp, path) != 0) {
-        st = kve__fail(KVE_EIO, "%s: cannot rename the temporary file into place", path);
+        st = kve__fail(KVE_EIO, "%s: cannot rename the temporary file into place: %s", path,
+                       reason(errno, why, sizeof why));
         goto unlink_tmp;
     }
     goto done;
-close_tmp:
-    fclose(f);
 unlink_tmp:
     remove(tmp);
 done:
     kve__free(tmp);
-    kve__free(row);
-    kve__free(out);
     return st;
 }

@@ -108,10 +108,11 @@ struct kve_policy_type {
 };
 
 /* Param defs shared by the policy tables, so keys, ranges and docs are
- * spelled once. Every table starts with KVE_DEF_BUDGET. */
-#define KVE_MAX_BUDGET ((size_t)1 << 24)
-#define KVE_DEF_SIZE(key, def, lo, hi, field, doc) \
-    { key, KVE_PARAM_SIZE, def, lo, hi, 0, 0, 0, 0, offsetof(kve_params, field), doc }
+ * spelled once. Every table starts with KVE_DEF_BUDGET (KVE_MAX_BUDGET is
+ * public, in kvevict.h). */
+#define KVE_DEF_SIZE(key_, def_, lo_, hi_, field_, doc_) \
+    {.key = key_, .kind = KVE_PARAM_SIZE, .idefault = def_, .imin = lo_, .imax = hi_, \
+     .offset = offsetof(kve_params, field_), .doc = doc_}
 #define KVE_DEF_BUDGET \
     KVE_DEF_SIZE("budget", 512, 1, KVE_MAX_BUDGET, budget, "positions kept after an eviction")
 #define KVE_DEF_RECENT_WINDOW(def) \

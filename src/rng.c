@@ -35,7 +35,9 @@ uint64_t kve_rng_below(kve_rng *rng, uint64_t bound)
 {
     if (bound == 0)
         return 0;
-    /* Reject the top (2^64 mod bound) outputs so every residue is equally likely. */
+    /* Reject the lowest (2^64 mod bound) outputs: the 2^64 - threshold that
+     * remain are a whole number of periods of `bound`, so every residue is
+     * equally likely. */
     uint64_t threshold = (0 - bound) % bound;
     for (;;) {
         uint64_t x = kve_rng_next(rng);

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Trace, .npy and evaluation-harness sources (included by the top CMakeLists.txt).
 list(APPEND KVE_SOURCES src/trace.c src/trace_canonical.c src/npy.c src/eval.c)
 # The canonical trace and the harness's renormalisation promise bit-identical

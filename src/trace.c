@@ -1,20 +1,27 @@
 /*
- * trace.c - the public kve_trace entry points: argument checks, dispatch
- * between the canonical generator and the .npy reader.
+ * trace.c - the public kve_trace entry points: argument checks, and dispatch
+ * through the table of trace sources (trace_impl.h).
  *
  * Invariants: every public function validates its arguments once here, so
- * the source-specific row functions see only in-range heads and steps. A
- * source string is canonical when it is exactly "canonical" or starts with
- * "canonical:"; anything else is a path (a file called "canonical" is opened
- * as "./canonical").
+ * the sources' row functions see only in-range heads and steps. A source
+ * text selects the first source whose prefix it is followed by nothing or
+ * ':' ("canonical", "canonical:steps=100"); any other text is a path for
+ * the fallback source (a file called "canonical" is opened as
+ * "./canonical").
  */
 #include "trace_impl.h"
 
 #include <string.h>
 
-static const char CANONICAL[] = "canonical";
+/* The sources in the order they are tried; the fallback (prefix NULL) last. */
+static const kve_trace_source_type *const sources[] = {
+    &kve__canonical_source,
+    &kve__npy_source,
+};
+enum { N_SOURCES = sizeof sources / sizeof sources[0] };
 
-kve_status kve_trace_open(const char *src, unsigned flags, kve_trace **out)
+kve_status kve_trace_open_ex(const char *src, unsigned flags, kve_progress_fn progress,
+                             void *user, kve_trace **out)
 {
     if (!src)
         return kve__fail(KVE_EINVAL, "trace source is NULL");
@@ -25,32 +32,39 @@ kve_status kve_trace_open(const char *src, unsigned flags, kve_trace **out)
                          flags);
     if (*src == '\0')
         return kve__fail(KVE_EINVAL, "trace source is empty");
+    const kve_trace_source_type *type = sources[N_SOURCES - 1];
+    const char *arg = src;
+    for (size_t i = 0; i + 1 < N_SOURCES; i++) {
+        size_t n = strlen(sources[i]->prefix);
+        if (strncmp(src, sources[i]->prefix, n) == 0 && (src[n] == '\0' || src[n] == ':')) {
+            type = sources[i];
+            arg = src[n] == ':' ? src + n + 1 : NULL;
+            break;
+        }
+    }
     kve_trace *tr = kve__calloc(1, sizeof *tr);
     if (!tr)
         return kve__fail(KVE_ENOMEM, "out of memory for the trace handle");
-    size_t n = sizeof CANONICAL - 1;
-    kve_status st;
-    if (strncmp(src, CANONICAL, n) == 0 && (src[n] == '\0' || src[n] == ':')) {
-        tr->kind = KVE_TRACE_CANONICAL;
-        st = kve__canonical_open(src[n] == ':' ? src + n + 1 : NULL, tr);
-    } else {
-        tr->kind = KVE_TRACE_NPY;
-        st = kve__npy_open(src, flags, tr);
-    }
+    kve_status st = type->open(arg, flags, progress, user, tr);
     if (st != KVE_OK) {
         kve__free(tr);
         return st;
     }
+    tr->type = type;
     *out = tr;
     return KVE_OK;
+}
+
+kve_status kve_trace_open(const char *src, unsigned flags, kve_trace **out)
+{
+    return kve_trace_open_ex(src, flags, NULL, NULL, out);
 }
 
 void kve_trace_free(kve_trace *tr)
 {
     if (!tr)
         return;
-    kve__canonical_free(tr->canonical);
-    kve__npy_free(tr->npy);
+    tr->type->free(tr->impl);
     kve__free(tr->source);
     kve__free(tr);
 }
@@ -75,33 +89,43 @@ const char *kve_trace_source(const kve_trace *tr)
     return tr ? tr->source : NULL;
 }
 
+uint64_t kve_trace_npy_bytes(const kve_trace *tr)
+{
+    return tr ? kve__npy_bytes(tr->steps) : 0;
+}
+
+static kve_status check_head(const kve_trace *tr, size_t head)
+{
+    if (head >= tr->heads)
+        return kve__fail(KVE_EINVAL, "head %zu is out of range (the trace has %zu heads)", head,
+                         tr->heads);
+    return KVE_OK;
+}
+
 kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row)
 {
     if (!tr)
         return kve__fail(KVE_EINVAL, "trace is NULL");
     if (!row)
         return kve__fail(KVE_EINVAL, "row is NULL");
-    if (head >= tr->heads)
-        return kve__fail(KVE_EINVAL, "head %zu is out of range (the trace has %zu heads)", head,
-                         tr->heads);
+    kve_status st = check_head(tr, head);
+    if (st != KVE_OK)
+        return st;
     if (t >= tr->steps)
         return kve__fail(KVE_EINVAL, "step %zu is out of range (the trace has %zu steps)", t,
                          tr->steps);
-    if (tr->kind == KVE_TRACE_CANONICAL) {
-        kve__canonical_row(tr->canonical, t, row);
-        return KVE_OK;
-    }
-    return kve__npy_row(tr->npy, head, t, row);
+    return tr->type->row(tr->impl, head, t, row);
 }
 
-kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path)
+kve_status kve_trace_write_npy_file(kve_trace *tr, size_t head, FILE *f,
+                                    kve_progress_fn progress, void *user)
 {
     if (!tr)
         return kve__fail(KVE_EINVAL, "trace is NULL");
-    if (!path || !*path)
-        return kve__fail(KVE_EINVAL, "output path is %s", path ? "empty" : "NULL");
-    if (head >= tr->heads)
-        return kve__fail(KVE_EINVAL, "head %zu is out of range (the trace has %zu heads)", head,
-                         tr->heads);
-    return kve__npy_write(tr, head, path);
+    if (!f)
+        return kve__fail(KVE_EINVAL, "output stream is NULL");
+    kve_status st = check_head(tr, head);
+    if (st != KVE_OK)
+        return st;
+    return kve__npy_write_file(tr, head, f, progress, user);
 }

@@ -55,25 +55,34 @@ typedef struct canon_params {
 enum { STEPS_MAX = 16777216, HEAVY_MAX = 1024 };
 
 #define P(field) offsetof(canon_params, field)
+#define SIZE_DEF(k, def, lo, hi, field, text) \
+    {.key = k, .kind = KVE_PARAM_SIZE, .idefault = def, .imin = lo, .imax = hi, \
+     .offset = P(field), .doc = text}
+#define REAL_DEF(k, def, lo, hi, fl, field, text) \
+    {.key = k, .kind = KVE_PARAM_REAL, .rdefault = def, .rmin = lo, .rmax = hi, .flags = fl, \
+     .offset = P(field), .doc = text}
 static const kve_param_def canon_defs[] = {
-    {"seed", KVE_PARAM_U64, 1, 0, UINT64_MAX, 0, 0, 0, 0, P(seed), "generator seed"},
-    {"steps", KVE_PARAM_SIZE, 4096, 1, STEPS_MAX, 0, 0, 0, 0, P(steps), "T, rows"},
-    {"sinks", KVE_PARAM_SIZE, 4, 0, STEPS_MAX, 0, 0, 0, 0, P(sinks), "attention sinks"},
-    {"sink_mass", KVE_PARAM_REAL, 0, 0, 0, 0.10, 0, 1, 0, P(sink_mass), "mass on the sinks"},
-    {"recent", KVE_PARAM_SIZE, 64, 0, STEPS_MAX, 0, 0, 0, 0, P(recent), "recency band width"},
-    {"recent_mass", KVE_PARAM_REAL, 0, 0, 0, 0.55, 0, 1, 0, P(recent_mass), "mass on the band"},
-    {"recent_decay", KVE_PARAM_REAL, 0, 0, 0, 0.96, 0, 1, KVE_PARAM_MIN_OPEN, P(recent_decay),
-     "band weight ratio per position of distance"},
-    {"epoch", KVE_PARAM_SIZE, 512, 1, STEPS_MAX, 0, 0, 0, 0, P(epoch), "heavy-hitter epoch"},
-    {"heavy", KVE_PARAM_SIZE, 16, 0, HEAVY_MAX, 0, 0, 0, 0, P(heavy), "heavy hitters per epoch"},
-    {"heavy_mass", KVE_PARAM_REAL, 0, 0, 0, 0.20, 0, 1, 0, P(heavy_mass), "mass on heavy hitters"},
-    {"jitter", KVE_PARAM_REAL, 0, 0, 0, 0.5, 0, 0.95, 0, P(jitter),
-     "random weight factors are uniform in [1 - jitter, 1 + jitter)"},
+    {.key = "seed", .kind = KVE_PARAM_U64, .idefault = 1, .imin = 0, .imax = UINT64_MAX,
+     .offset = P(seed), .doc = "generator seed"},
+    SIZE_DEF("steps", 4096, 1, STEPS_MAX, steps, "T, rows"),
+    SIZE_DEF("sinks", 4, 0, STEPS_MAX, sinks, "attention sinks"),
+    REAL_DEF("sink_mass", 0.10, 0, 1, 0, sink_mass, "mass on the sinks"),
+    SIZE_DEF("recent", 64, 0, STEPS_MAX, recent, "recency band width"),
+    REAL_DEF("recent_mass", 0.55, 0, 1, 0, recent_mass, "mass on the band"),
+    REAL_DEF("recent_decay", 0.96, 0, 1, KVE_PARAM_MIN_OPEN, recent_decay,
+             "band weight ratio per position of distance"),
+    SIZE_DEF("epoch", 512, 1, STEPS_MAX, epoch, "heavy-hitter epoch"),
+    SIZE_DEF("heavy", 16, 0, HEAVY_MAX, heavy, "heavy hitters per epoch"),
+    REAL_DEF("heavy_mass", 0.20, 0, 1, 0, heavy_mass, "mass on heavy hitters"),
+    REAL_DEF("jitter", 0.5, 0, 0.95, 0, jitter,
+             "random weight factors are uniform in [1 - jitter, 1 + jitter)"),
 };
+#undef SIZE_DEF
+#undef REAL_DEF
 #undef P
 enum { N_DEFS = sizeof canon_defs / sizeof canon_defs[0] };
 
-struct kve_canonical {
+typedef struct kve_canonical {
     canon_params p;
     double background_mass; /* 1 - sink_mass - recent_mass - heavy_mass, >= 0 */
     double *band;           /* [min(recent, steps)]: band[d-1] = recent_decay^(d-1) */
@@ -82,7 +91,7 @@ struct kve_canonical {
     double *heavy_w;    /* [heavy]: their shares, summing to 1 */
     size_t heavy_n;     /* entries valid for cached_epoch */
     size_t cached_epoch;
-};
+} kve_canonical;
 
 /* Stream tags keep row and epoch randomness apart. */
 enum { STREAM_ROW = 1, STREAM_EPOCH = 2 };
@@ -105,8 +114,15 @@ static inline double jitter_factor(kve_rng *rng, double jitter)
     return 1.0 + jitter * (2.0 * kve__rng_uniform_inline(rng) - 1.0);
 }
 
-kve_status kve__canonical_open(const char *params, kve_trace *tr)
+static void canonical_free(void *impl);
+static kve_status canonical_row(void *impl, size_t head, size_t t, double *row);
+
+static kve_status canonical_open(const char *params, unsigned flags, kve_progress_fn progress,
+                                 void *user, kve_trace *tr)
 {
+    (void)flags; /* rows are distributions by construction */
+    (void)progress; /* nothing to validate: rows are made on demand */
+    (void)user;
     canon_params p;
     kve_status st = kve__spec_parse("canonical", params, canon_defs, N_DEFS, &p);
     if (st != KVE_OK)
@@ -151,12 +167,13 @@ kve_status kve__canonical_open(const char *params, kve_trace *tr)
     tr->heads = 1;
     tr->layers = 1;
     tr->source = source;
-    tr->canonical = c;
+    tr->impl = c;
     return KVE_OK;
 }
 
-void kve__canonical_free(kve_canonical *c)
+static void canonical_free(void *impl)
 {
+    kve_canonical *c = impl;
     if (!c)
         return;
     kve__free(c->band);
@@ -215,7 +232,8 @@ static inline double round_f32(double x)
     return (double)(float)x;
 }
 
-void kve__canonical_row(kve_canonical *c, size_t t, double *row)
+/* Row t into row[0 .. t]. Never fails. */
+static void make_row(kve_canonical *c, size_t t, double *row)
 {
     const canon_params *p = &c->p;
     if (t == 0) {
@@ -299,3 +317,17 @@ void kve__canonical_row(kve_canonical *c, size_t t, double *row)
     for (size_t i = b_lo; i < t; i++)
         row[i] = round_f32(row[i]);
 }
+
+static kve_status canonical_row(void *impl, size_t head, size_t t, double *row)
+{
+    (void)head; /* one head */
+    make_row(impl, t, row);
+    return KVE_OK;
+}
+
+const kve_trace_source_type kve__canonical_source = {
+    .prefix = "canonical",
+    .open = canonical_open,
+    .row = canonical_row,
+    .free = canonical_free,
+};

@@ -30,6 +30,26 @@ static void test_status_names(void)
 
 /* Zero-size requests still return a distinct, freeable block (never NULL
  * for success), so callers need no special case for empty shapes. */
+/* The version the library reports is the header's, generated from the one
+ * definition in CMakeLists.txt; the number orders like the string. */
+static void test_version(void)
+{
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", KVEVICT_VERSION_MAJOR, KVEVICT_VERSION_MINOR,
+             KVEVICT_VERSION_PATCH);
+    ASSERT_STR_EQ(kve_version(), want);
+    ASSERT_STR_EQ(kve_version(), KVEVICT_VERSION_STRING);
+    ASSERT_EQ(kve_version_number(), KVEVICT_VERSION_NUMBER);
+    ASSERT_EQ(kve_version_number(),
+              KVEVICT_VERSION_MAJOR * 10000 + KVEVICT_VERSION_MINOR * 100 + KVEVICT_VERSION_PATCH);
+    /* The public limits are what the parser enforces. */
+    char out[KVE_SPEC_MAX], spec[64];
+    snprintf(spec, sizeof spec, "window:budget=%d", KVE_MAX_BUDGET);
+    ASSERT_OK(kve_spec_with(spec, NULL, NULL, out, sizeof out));
+    snprintf(spec, sizeof spec, "window:budget=%d", KVE_MAX_BUDGET + 1);
+    ASSERT_STATUS(kve_spec_with(spec, NULL, NULL, out, sizeof out), KVE_EINVAL);
+}
+
 static void test_zero_size_allocations(void)
 {
     void *a = kve__malloc(0), *b = kve__calloc(0, 8), *c = kve__calloc(8, 0);
@@ -217,6 +237,7 @@ int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
     RUN(test_status_names);
+    RUN(test_version);
     RUN(test_zero_size_allocations);
     RUN(test_long_values_are_quoted_short);
     RUN(test_name_character_ranges);

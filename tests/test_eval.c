@@ -13,7 +13,7 @@
 
 #include "check.h"
 #include "tmpdir.h"
-#include "trace_impl.h"
+#include "eval_impl.h"
 #include "kvevict.h"
 
 #include <dirent.h>
@@ -90,7 +90,8 @@ static int same_result(const kve_eval_result *a, const kve_eval_result *b)
     return strcmp(a->spec, b->spec) == 0 && a->budget == b->budget && a->steps == b->steps &&
            a->scored_steps == b->scored_steps && a->retained_mass == b->retained_mass &&
            a->top32_recall == b->top32_recall && a->min_retained_mass == b->min_retained_mass &&
-           a->state_bytes == b->state_bytes;
+           a->state_bytes == b->state_bytes && a->topk == b->topk &&
+           a->topk_recall == b->topk_recall;
 }
 
 /* ---- metric definitions, by hand ---- */
@@ -135,10 +136,70 @@ static void test_metrics_uniform_rows(void)
     ASSERT_NEAR(r[2].min_retained_mass, 1.0, 1e-12);
     ASSERT_TRUE(r[2].top32_recall == 1.0);
     ASSERT_EQ(r[2].scored_steps, T - 9);
-    /* No step beyond the budget: the means are 1 by definition. */
+    /* No step beyond the budget: no metric, NaN rather than a perfect 1. */
     ASSERT_EQ(r[3].scored_steps, 0);
-    ASSERT_TRUE(r[3].retained_mass == 1.0 && r[3].top32_recall == 1.0 &&
-                r[3].min_retained_mass == 1.0);
+    ASSERT_EQ(r[3].steps, T);
+    ASSERT_TRUE(isnan(r[3].retained_mass) && isnan(r[3].top32_recall) &&
+                isnan(r[3].topk_recall) && isnan(r[3].min_retained_mass));
+    ASSERT_TRUE(r[3].state_bytes > 0);
+    /* kve_eval is top-32: topk_recall is the same figure. */
+    for (int j = 0; j < 3; j++) {
+        ASSERT_EQ(r[j].topk, 32);
+        ASSERT_TRUE(r[j].topk_recall == r[j].top32_recall);
+    }
+    kve_trace_free(tr);
+}
+
+/* The same rows at k = 8: every key ties, so the top-8 of row t >= 8 is keys
+ * 0..7. window:budget=8 keeps t-8..t-1: 16 - t of them for t < 16, none
+ * after; streaming:budget=8,sinks=4 keeps 0..3 and t-4..t-1: 4 + max(0,
+ * 12 - t). k larger than T takes every earlier key: full recalls 1. Top-32
+ * is unchanged by the option. k = 32 through kve_eval_ex equals kve_eval. */
+static void test_topk_option(void)
+{
+    enum { T = 40 };
+    double *m = calloc(T * T, sizeof *m);
+    ASSERT_TRUE(m != NULL);
+    for (size_t t = 0; t < T; t++)
+        for (size_t i = 0; i <= t; i++)
+            m[t * T + i] = 1.0 / (double)(t + 1);
+    kve_trace *tr = NULL;
+    ASSERT_OK(open_matrix("uniform_k.npy", m, T, 1, &tr));
+    free(m);
+    kve_eval_job jobs[] = {{"window", 8}, {"streaming:sinks=4", 8}, {"full", 8}};
+    kve_eval_result r[3], r32[3], plain[3];
+    kve_eval_options o = kve_eval_default_options();
+    ASSERT_EQ(o.topk, 32);
+    ASSERT_U64_EQ(o.seed, 0);
+    ASSERT_TRUE(o.on_step == NULL && o.user == NULL);
+    o.topk = 8;
+    ASSERT_OK(kve_eval_ex(tr, 0, jobs, 3, &o, r));
+    double rw = 0, rs = 0;
+    for (size_t t = 9; t < T; t++) {
+        rw += t < 16 ? (16.0 - (double)t) / 8.0 : 0.0;
+        rs += (4.0 + (t < 12 ? 12.0 - (double)t : 0.0)) / 8.0;
+    }
+    ASSERT_EQ(r[0].topk, 8);
+    ASSERT_NEAR(r[0].topk_recall, rw / 31, 1e-12);
+    ASSERT_NEAR(r[1].topk_recall, rs / 31, 1e-12);
+    ASSERT_TRUE(r[2].topk_recall == 1.0);
+    ASSERT_OK(kve_eval(tr, 0, jobs, 3, 0, NULL, NULL, plain));
+    for (int j = 0; j < 3; j++) {
+        ASSERT_TRUE(r[j].top32_recall == plain[j].top32_recall);
+        ASSERT_TRUE(r[j].retained_mass == plain[j].retained_mass);
+    }
+    o.topk = 1000; /* more than T: the top set is every earlier key */
+    ASSERT_OK(kve_eval_ex(tr, 0, jobs, 3, &o, r));
+    ASSERT_TRUE(r[2].topk_recall == 1.0);
+    double all = 0; /* window keeps 8 of the t earlier keys */
+    for (size_t t = 9; t < T; t++)
+        all += 8.0 / (double)t;
+    ASSERT_NEAR(r[0].topk_recall, all / 31, 1e-12);
+    ASSERT_OK(kve_eval_ex(tr, 0, jobs, 3, NULL, r32)); /* NULL: the defaults */
+    for (int j = 0; j < 3; j++) {
+        ASSERT_TRUE(same_result(&r32[j], &plain[j]));
+        ASSERT_TRUE(r32[j].topk_recall == plain[j].topk_recall && r32[j].topk == 32);
+    }
     kve_trace_free(tr);
 }
 
@@ -543,6 +604,17 @@ static void test_refusals(void)
     kve_eval_job null_spec[] = {{NULL, 3}};
     ASSERT_STATUS(kve_eval(tr, 0, null_spec, 1, 1, NULL, NULL, r), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "job 0");
+    kve_eval_options o = kve_eval_default_options();
+    o.topk = 0;
+    ASSERT_STATUS(kve_eval_ex(tr, 0, &ok, 1, &o, r), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "topk 0");
+    o.topk = (size_t)KVE_MAX_BUDGET + 1;
+    ASSERT_STATUS(kve_eval_ex(tr, 0, &ok, 1, &o, r), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "topk");
+    o.topk = KVE_MAX_BUDGET; /* the largest k is accepted (and costs only min(k, T)) */
+    kve_eval_result big;
+    ASSERT_OK(kve_eval_ex(tr, 0, &ok, 1, &o, &big));
+    ASSERT_EQ(big.topk, KVE_MAX_BUDGET);
     ASSERT_TRUE(memcmp(&r[0], &untouched, sizeof untouched) == 0);
     ASSERT_TRUE(memcmp(&r[1], &untouched, sizeof untouched) == 0);
     kve_trace_free(tr);
@@ -557,8 +629,11 @@ static void test_alloc_failure(void)
     memset(&untouched, 0xcd, sizeof untouched);
     for (size_t k = 0;; k++) {
         memset(r, 0xcd, sizeof r);
+        kve_eval_options o = kve_eval_default_options();
+        o.seed = 1;
+        o.topk = 5; /* a heap of its own, allocated */
         kve__alloc_fail_after(k);
-        kve_status st = kve_eval(tr, 0, jobs, 3, 1, NULL, NULL, r);
+        kve_status st = kve_eval_ex(tr, 0, jobs, 3, &o, r);
         kve__alloc_fail_after(SIZE_MAX);
         if (st == KVE_OK)
             break;
@@ -578,6 +653,7 @@ int main(int argc, char **argv)
         return 1;
     RUN(test_metrics_uniform_rows);
     RUN(test_metrics_diagonal_rows);
+    RUN(test_topk_option);
     RUN(test_renormalisation_exact);
     RUN(test_h2o_replay_matches_reference);
     RUN(test_determinism_and_independence);

@@ -527,6 +527,110 @@ static void test_writer_failures(void)
     ASSERT_EQ(count_tmp_files(), 0);
 }
 
+/* Records progress calls; asks to stop once `stop_at` units are done. */
+typedef struct progress_log {
+    uint64_t calls, first, last, total, stop_at;
+    int backwards;
+} progress_log;
+
+static int log_progress(void *user, uint64_t done, uint64_t total)
+{
+    progress_log *l = user;
+    if (l->calls == 0)
+        l->first = done;
+    else if (done < l->last)
+        l->backwards = 1;
+    l->calls++;
+    l->last = done;
+    l->total = total;
+    return done >= l->stop_at;
+}
+
+/* kve_trace_write_npy_file writes exactly the bytes kve_trace_write_npy
+ * does, kve_trace_npy_bytes of them, reporting one unit per row; progress
+ * can stop it and kve_trace_open_ex with KVE_ECANCELED. */
+static void test_stream_writer_and_progress(void)
+{
+    enum { T = 70 };
+    kve_trace *c = NULL;
+    ASSERT_OK(kve_trace_open("canonical:steps=70,seed=3", 0, &c));
+    ASSERT_U64_EQ(kve_trace_npy_bytes(c), 128 + 4 * T * T);
+    ASSERT_U64_EQ(kve_trace_npy_bytes(NULL), 0);
+    const char *p = path_of("stream.npy");
+    ASSERT_OK(kve_trace_write_npy(c, 0, p));
+    FILE *f = tmpfile();
+    ASSERT_TRUE(f != NULL);
+    progress_log log = {0, 0, 0, 0, UINT64_MAX, 0};
+    ASSERT_OK(kve_trace_write_npy_file(c, 0, f, log_progress, &log));
+    ASSERT_U64_EQ(log.calls, T + 1);
+    ASSERT_U64_EQ(log.first, 0);
+    ASSERT_U64_EQ(log.last, T);
+    ASSERT_U64_EQ(log.total, T);
+    ASSERT_EQ(log.backwards, 0);
+    long size = ftell(f);
+    ASSERT_EQ(size, 128 + 4 * T * T);
+    unsigned char *a = malloc((size_t)size), *b = malloc((size_t)size);
+    ASSERT_TRUE(a && b);
+    rewind(f);
+    ASSERT_EQ(fread(a, 1, (size_t)size, f), (size_t)size);
+    FILE *g = fopen(p, "rb");
+    ASSERT_TRUE(g != NULL);
+    ASSERT_EQ(fread(b, 1, (size_t)size, g), (size_t)size);
+    fclose(g);
+    ASSERT_TRUE(memcmp(a, b, (size_t)size) == 0);
+    free(a);
+    free(b);
+    fclose(f);
+
+    /* Stopped by the callback, at the start and part way. */
+    for (uint64_t stop = 0; stop <= 5; stop += 5) {
+        f = tmpfile();
+        ASSERT_TRUE(f != NULL);
+        progress_log s = {0, 0, 0, 0, stop, 0};
+        ASSERT_STATUS(kve_trace_write_npy_file(c, 0, f, log_progress, &s), KVE_ECANCELED);
+        ASSERT_CONTAINS(kve_last_error(), "canceled");
+        ASSERT_U64_EQ(s.last, stop);
+        fclose(f);
+    }
+    ASSERT_STR_EQ(kve_status_name(KVE_ECANCELED), "KVE_ECANCELED");
+    /* Refusals, and a stream that cannot be written. */
+    f = tmpfile();
+    ASSERT_TRUE(f != NULL);
+    ASSERT_STATUS(kve_trace_write_npy_file(NULL, 0, f, NULL, NULL), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_write_npy_file(c, 0, NULL, NULL, NULL), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_write_npy_file(c, 1, f, NULL, NULL), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "head 1");
+    fclose(f);
+    FILE *ro = fopen(p, "rb");
+    ASSERT_TRUE(ro != NULL);
+    ASSERT_STATUS(kve_trace_write_npy_file(c, 0, ro, NULL, NULL), KVE_EIO);
+    ASSERT_CONTAINS(kve_last_error(), "write error");
+    fclose(ro);
+
+    /* Opening reports one unit per row of every head; a synthetic trace
+     * reports nothing; a stop is KVE_ECANCELED with *out untouched. */
+    kve_trace *r = NULL;
+    progress_log o = {0, 0, 0, 0, UINT64_MAX, 0};
+    ASSERT_OK(kve_trace_open_ex(p, 0, log_progress, &o, &r));
+    ASSERT_U64_EQ(o.calls, T + 1);
+    ASSERT_U64_EQ(o.total, T);
+    ASSERT_U64_EQ(o.last, T);
+    kve_trace_free(r);
+    kve_trace *untouched = (kve_trace *)&o;
+    for (uint64_t stop = 0; stop <= 9; stop += 9) {
+        progress_log s = {0, 0, 0, 0, stop, 0};
+        r = untouched;
+        ASSERT_STATUS(kve_trace_open_ex(p, 0, log_progress, &s, &r), KVE_ECANCELED);
+        ASSERT_TRUE(r == untouched);
+        ASSERT_CONTAINS(kve_last_error(), "canceled");
+    }
+    progress_log none = {0, 0, 0, 0, 0, 0};
+    ASSERT_OK(kve_trace_open_ex("canonical:steps=10", 0, log_progress, &none, &r));
+    ASSERT_U64_EQ(none.calls, 0);
+    kve_trace_free(r);
+    kve_trace_free(c);
+}
+
 static void test_open_alloc_failure(void)
 {
     double *d = random_tensor(2, 9, 0, check_seed);
@@ -612,6 +716,7 @@ int main(int argc, char **argv)
     RUN(test_bad_rows);
     RUN(test_normalize);
     RUN(test_writer_failures);
+    RUN(test_stream_writer_and_progress);
     RUN(test_open_alloc_failure);
     RUN(test_mutations);
     remove_dir();

@@ -12,8 +12,9 @@
 static const kve_param_def params[] = {
     KVE_DEF_BUDGET,
     KVE_DEF_RECENT_WINDOW(32),
-    {"decay", KVE_PARAM_REAL, 0, 0, 0, 0.99, 0.0, 1.0, KVE_PARAM_MIN_OPEN,
-     offsetof(kve_params, decay), "forgetting factor per informative step, in (0, 1]"},
+    {.key = "decay", .kind = KVE_PARAM_REAL, .rdefault = 0.99, .rmin = 0.0, .rmax = 1.0,
+     .flags = KVE_PARAM_MIN_OPEN, .offset = offsetof(kve_params, decay),
+     .doc = "forgetting factor per informative step, in (0, 1]"},
 };
 
 static void observe(kve_policy *p, const float *attn, size_t n)
