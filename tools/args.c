@@ -1,10 +1,13 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * args.c - option parsing, strict numbers, lists, error exits and small
- * output helpers for the kvevict tool.
+ * args.c - errors, option parsing, strict numbers and lists for the kvevict
+ * tool.
  *
- * Options are "--name VALUE", "--name=VALUE", "-x VALUE" or flags. Numbers
- * are plain decimal digits only: no sign, no blanks, no trailing bytes, no
- * overflow. Every failure exits with one line on stderr.
+ * Options are "--name VALUE", "--name=VALUE", "-x VALUE" or flags. The
+ * options several subcommands share (SO_* in cli.h) are parsed here, once,
+ * into typed fields of cli_args; a subcommand's own options are kept as
+ * given. Numbers are plain decimal digits only: no sign, no blanks, no
+ * trailing bytes, no overflow. Every failure exits with one line on stderr.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
@@ -16,13 +19,13 @@
 
 const char *cli_cmd = "";
 
-static void vmsg(const char *fmt, va_list ap)
+static void vmsg(const char *kind, const char *fmt, va_list ap)
 {
     fflush(stdout);
     if (cli_cmd[0])
-        fprintf(stderr, "kvevict %s: ", cli_cmd);
+        fprintf(stderr, "kvevict %s: %s", cli_cmd, kind);
     else
-        fprintf(stderr, "kvevict: ");
+        fprintf(stderr, "kvevict: %s", kind);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
 }
@@ -31,8 +34,9 @@ void die_usage(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vmsg(fmt, ap);
+    vmsg("", fmt, ap);
     va_end(ap);
+    temp_remove_all();
     exit(EXIT_USAGE);
 }
 
@@ -40,16 +44,51 @@ void die_input(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vmsg(fmt, ap);
+    vmsg("", fmt, ap);
     va_end(ap);
+    temp_remove_all();
     exit(EXIT_INPUT);
 }
 
+void warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+/* The library names its flags as C identifiers; the CLI's user knows them
+ * as options. */
+static const struct {
+    const char *c_name, *option;
+} flag_words[] = {
+    {"KVE_TRACE_NORMALIZE", "--normalize"},
+};
+
 void die_status(kve_status s, const char *what)
 {
+    char msg[512];
+    const char *e = kve_last_error();
+    size_t n = 0;
+    while (*e && n + 1 < sizeof msg) {
+        size_t k = 0;
+        for (; k < sizeof flag_words / sizeof flag_words[0]; k++)
+            if (strncmp(e, flag_words[k].c_name, strlen(flag_words[k].c_name)) == 0)
+                break;
+        if (k < sizeof flag_words / sizeof flag_words[0]) {
+            n += (size_t)snprintf(msg + n, sizeof msg - n, "%s", flag_words[k].option);
+            e += strlen(flag_words[k].c_name);
+            if (n >= sizeof msg)
+                n = sizeof msg - 1;
+        } else {
+            msg[n++] = *e++;
+        }
+    }
+    msg[n] = '\0';
     if (s == KVE_EINVAL)
-        die_usage("%s: %s", what, kve_last_error());
-    die_input("%s: %s (%s)", what, kve_last_error(), kve_status_name(s));
+        what ? die_usage("%s: %s", what, msg) : die_usage("%s", msg);
+    what ? die_input("%s: %s", what, msg) : die_input("%s", msg);
 }
 
 void *xmalloc(size_t n)
@@ -84,79 +123,7 @@ char *xstrdup(const char *s)
     return d;
 }
 
-static const opt_def *find_long(const opt_def *defs, size_t n, const char *name, size_t len)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strlen(defs[i].name) == len && strncmp(defs[i].name, name, len) == 0)
-            return &defs[i];
-    return NULL;
-}
-
-void args_parse(int argc, char **argv, const char *usage, const opt_def *defs, size_t n_defs,
-                opt_val *vals, const char **pos, size_t max_pos, size_t *n_pos)
-{
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--") == 0)
-            break;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(usage, stdout);
-            finish_stdout();
-            exit(0);
-        }
-    }
-    for (size_t i = 0; i < n_defs; i++)
-        vals[i].count = 0;
-    *n_pos = 0;
-    int only_pos = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (only_pos || a[0] != '-' || a[1] == '\0') {
-            if (*n_pos >= max_pos)
-                die_usage("unexpected argument '%s' (see kvevict %s --help)", a, cli_cmd);
-            pos[(*n_pos)++] = a;
-            continue;
-        }
-        if (strcmp(a, "--") == 0) {
-            only_pos = 1;
-            continue;
-        }
-        const opt_def *d = NULL;
-        const char *value = NULL;
-        if (a[1] == '-') {
-            const char *name = a + 2;
-            const char *eq = strchr(name, '=');
-            size_t len = eq ? (size_t)(eq - name) : strlen(name);
-            d = find_long(defs, n_defs, name, len);
-            if (!d)
-                die_usage("unknown option '%.*s' (see kvevict %s --help)", (int)(len + 2), a,
-                          cli_cmd);
-            if (eq) {
-                if (!d->takes_value)
-                    die_usage("option '--%s' takes no value", d->name);
-                value = eq + 1;
-            }
-        } else {
-            for (size_t k = 0; k < n_defs && !d; k++)
-                if (defs[k].short_name && defs[k].short_name == a[1] && a[2] == '\0')
-                    d = &defs[k];
-            if (!d)
-                die_usage("unknown option '%s' (see kvevict %s --help)", a, cli_cmd);
-        }
-        if (d->takes_value && !value) {
-            if (i + 1 >= argc)
-                die_usage("option '%s' needs a value", a);
-            value = argv[++i];
-        }
-        opt_val *v = &vals[d - defs];
-        if (v->count > 0 && !d->repeatable)
-            die_usage("option '--%s' given more than once", d->name);
-        if (v->count >= OPT_MAXREP)
-            die_usage("option '--%s' given more than %d times", d->name, OPT_MAXREP);
-        if (d->takes_value && value[0] == '\0')
-            die_usage("option '--%s' needs a non-empty value", d->name);
-        v->v[v->count++] = value;
-    }
-}
+/* ---- numbers and lists ---- */
 
 uint64_t parse_u64(const char *what, const char *s, uint64_t min, uint64_t max)
 {
@@ -209,9 +176,33 @@ void free_list(char **items, size_t n)
     free(items);
 }
 
+void parse_budgets(const char *what, const char *s, size_t *out, size_t cap, size_t *n)
+{
+    size_t count;
+    char **items = split_list(what, s, &count);
+    if (count > cap) {
+        free_list(items, count);
+        die_usage("%s: %zu budgets; at most %zu", what, count, cap);
+    }
+    for (size_t i = 0; i < count; i++) {
+        char item[32];
+        snprintf(item, sizeof item, "%s", items[i]);
+        int too_long = strlen(items[i]) >= sizeof item;
+        if (too_long) { /* a number this long is out of range anyway */
+            free_list(items, count);
+            die_usage("%s: '%s...' is too large", what, item);
+        }
+        free(items[i]);
+        items[i] = NULL;
+        out[i] = (size_t)parse_u64(what, item, 1, KVE_MAX_BUDGET);
+    }
+    free(items);
+    *n = count;
+}
+
 char *canon_spec(const char *what, const char *spec, size_t budget)
 {
-    char buf[512], num[32];
+    char buf[KVE_SPEC_MAX], num[32];
     kve_status s;
     if (budget) {
         snprintf(num, sizeof num, "%zu", budget);
@@ -224,53 +215,228 @@ char *canon_spec(const char *what, const char *spec, size_t budget)
     return xstrdup(buf);
 }
 
-kve_trace *open_trace(const char *src, unsigned flags)
+/* ---- options ---- */
+
+/* The shared options as the parser sees them; SO_FORMAT is five words. */
+static const struct {
+    unsigned so;
+    opt_def def;
+} shared_defs[] = {
+    {SO_TRACE, {"trace", 0, OPT_VALUE}},
+    {SO_POLICY, {"policy", 0, OPT_VALUE}},
+    {SO_BUDGET, {"budget", 0, OPT_VALUE}},
+    {SO_BUDGETS, {"budget", 0, OPT_VALUE}},
+    {SO_SEED, {"seed", 0, OPT_VALUE}},
+    {SO_NORMALIZE, {"normalize", 0, 0}},
+    {SO_TOPK, {"topk", 0, OPT_VALUE}},
+    {SO_HEAD, {"head", 0, OPT_VALUE}},
+    {SO_FORMAT, {"format", 0, OPT_VALUE}},
+    {SO_FORMAT, {"json", 0, 0}},
+    {SO_FORMAT, {"csv", 0, 0}},
+    {SO_FORMAT, {"md", 0, 0}},
+    {SO_FORMAT, {"markdown", 0, 0}},
+    {SO_OUTPUT, {"output", 'o', OPT_VALUE}},
+};
+enum { N_SHARED = sizeof shared_defs / sizeof shared_defs[0] };
+
+/* One table of every option the command takes: shared ones first. */
+typedef struct optset {
+    const opt_def *def[N_SHARED + CLI_MAX_OWN];
+    opt_val *val[N_SHARED + CLI_MAX_OWN];
+    size_t n;
+} optset;
+
+static const opt_def *find_long(const optset *o, const char *name, size_t len, size_t *idx)
 {
-    kve_trace *tr = NULL;
-    kve_status s = kve_trace_open(src, flags, &tr);
-    if (s != KVE_OK)
-        die_status(s, "--trace");
-    return tr;
+    for (size_t i = 0; i < o->n; i++)
+        if (strlen(o->def[i]->name) == len && strncmp(o->def[i]->name, name, len) == 0) {
+            *idx = i;
+            return o->def[i];
+        }
+    return NULL;
 }
 
-void json_double(FILE *f, double x)
+static const opt_def *find_short(const optset *o, char c, size_t *idx)
 {
-    if (x != x || x > 1.7976931348623157e308 || x < -1.7976931348623157e308)
-        fputs("null", f);
-    else
-        fprintf(f, "%.17g", x);
+    for (size_t i = 0; i < o->n; i++)
+        if (o->def[i]->short_name && o->def[i]->short_name == c) {
+            *idx = i;
+            return o->def[i];
+        }
+    return NULL;
 }
 
-void json_string(FILE *f, const char *s)
+static const char *need_value(const opt_val *v)
 {
-    fputc('"', f);
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if (*c < 0x20)
-            fprintf(f, "\\u%04x", *c);
-        else
-            fputc(*c, f);
+    return v->count ? v->v[0] : NULL;
+}
+
+static tfmt parse_format(const char *s)
+{
+    if (strcmp(s, "text") == 0)
+        return FMT_TEXT;
+    if (strcmp(s, "md") == 0 || strcmp(s, "markdown") == 0)
+        return FMT_MD;
+    if (strcmp(s, "csv") == 0)
+        return FMT_CSV;
+    if (strcmp(s, "json") == 0)
+        return FMT_JSON;
+    die_usage("--format: '%s' is not one of text, md, csv, json", s);
+}
+
+void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            break;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(spec->usage, stdout);
+            finish_stdout();
+            exit(0);
+        }
     }
-    fputc('"', f);
-}
+    memset(a, 0, sizeof *a);
+    a->topk = 32;
+    a->format = spec->default_format;
 
-void finish_stdout(void)
-{
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        int e = errno;
-        fprintf(stderr, "kvevict%s%s: cannot write standard output: %s\n", cli_cmd[0] ? " " : "",
-                cli_cmd, strerror(e));
-        exit(EXIT_INPUT);
+    opt_val shared_val[N_SHARED];
+    memset(shared_val, 0, sizeof shared_val);
+    optset o;
+    o.n = 0;
+    for (size_t i = 0; i < N_SHARED; i++)
+        if (spec->shared & shared_defs[i].so) {
+            o.def[o.n] = &shared_defs[i].def;
+            o.val[o.n++] = &shared_val[i];
+        }
+    for (size_t i = 0; i < spec->n_own && i < CLI_MAX_OWN; i++) {
+        o.def[o.n] = &spec->own[i];
+        o.val[o.n++] = &a->own[i];
+    }
+
+    int only_pos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *w = argv[i];
+        if (only_pos || w[0] != '-' || w[1] == '\0') {
+            if (a->n_pos >= spec->max_pos)
+                die_usage("unexpected argument '%s' (see kvevict %s --help)", w, cli_cmd);
+            a->pos[a->n_pos++] = w;
+            continue;
+        }
+        if (strcmp(w, "--") == 0) {
+            only_pos = 1;
+            continue;
+        }
+        const opt_def *d = NULL;
+        const char *value = NULL;
+        size_t idx = 0;
+        if (w[1] == '-') {
+            const char *name = w + 2;
+            const char *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            d = find_long(&o, name, len, &idx);
+            if (!d)
+                die_usage("unknown option '%.*s' (see kvevict %s --help)", (int)(len + 2), w,
+                          cli_cmd);
+            if (eq) {
+                if (!(d->flags & OPT_VALUE))
+                    die_usage("option '--%s' takes no value", d->name);
+                value = eq + 1;
+            }
+        } else {
+            d = w[2] == '\0' ? find_short(&o, w[1], &idx) : NULL;
+            if (!d)
+                die_usage("unknown option '%s' (see kvevict %s --help)", w, cli_cmd);
+        }
+        if ((d->flags & OPT_VALUE) && !value) {
+            if (i + 1 >= argc)
+                die_usage("option '%s' needs a value", w);
+            value = argv[++i];
+        }
+        opt_val *v = o.val[idx];
+        if (v->count > 0 && !(d->flags & OPT_REPEAT))
+            die_usage("option '--%s' given more than once", d->name);
+        if (v->count >= OPT_MAXREP)
+            die_usage("option '--%s' given more than %d times", d->name, OPT_MAXREP);
+        if ((d->flags & OPT_VALUE) && value[0] == '\0')
+            die_usage("option '--%s' needs a non-empty value", d->name);
+        v->v[v->count++] = value;
+    }
+
+    /* The shared values, checked in the order the table lists them. */
+    const char *fmt_word = NULL;
+    for (size_t i = 0; i < N_SHARED; i++) {
+        const opt_val *v = &shared_val[i];
+        if (!(spec->shared & shared_defs[i].so) || v->count == 0)
+            continue;
+        const char *name = shared_defs[i].def.name;
+        const char *s = need_value(v);
+        switch (shared_defs[i].so) {
+        case SO_TRACE:
+            a->trace = s;
+            break;
+        case SO_POLICY:
+            a->policy = s; /* checked by the command, with its --budget */
+            break;
+        case SO_BUDGET:
+            a->budget = (size_t)parse_u64("--budget", s, 1, KVE_MAX_BUDGET);
+            a->n_budgets = 1;
+            a->budgets[0] = a->budget;
+            break;
+        case SO_BUDGETS:
+            parse_budgets("--budget", s, a->budgets, CLI_MAX_BUDGETS, &a->n_budgets);
+            a->budget = a->budgets[0];
+            break;
+        case SO_SEED:
+            a->seed = parse_u64("--seed", s, 0, UINT64_MAX);
+            break;
+        case SO_NORMALIZE:
+            a->trace_flags |= KVE_TRACE_NORMALIZE;
+            break;
+        case SO_TOPK:
+            a->topk = (size_t)parse_u64("--topk", s, 1, KVE_MAX_BUDGET);
+            a->topk_given = 1;
+            break;
+        case SO_HEAD:
+            a->head = (size_t)parse_u64("--head", s, 0, SIZE_MAX);
+            break;
+        case SO_FORMAT: {
+            tfmt f = strcmp(name, "format") == 0 ? parse_format(s)
+                     : strcmp(name, "json") == 0 ? FMT_JSON
+                     : strcmp(name, "csv") == 0  ? FMT_CSV
+                                                 : FMT_MD;
+            if (fmt_word && f != a->format)
+                die_usage("--%s and --%s contradict each other", fmt_word, name);
+            fmt_word = name;
+            a->format = f;
+            break;
+        }
+        case SO_OUTPUT:
+            a->output = s;
+            break;
+        default:
+            break;
+        }
+    }
+    static const struct {
+        unsigned so;
+        const char *name;
+    } required[] = {{SO_TRACE, "trace"}, {SO_POLICY, "policy"}, {SO_OUTPUT, "output"}};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        if (!(spec->required & required[i].so))
+            continue;
+        int given = required[i].so == SO_TRACE    ? a->trace != NULL
+                    : required[i].so == SO_POLICY ? a->policy != NULL
+                                                  : a->output != NULL;
+        if (!given)
+            die_usage("missing required option '--%s' (see kvevict %s --help)",
+                      required[i].name, cli_cmd);
     }
 }
 
-FILE *null_sink(void)
+const opt_val *cli_own(const cli_args *a, const cli_spec *spec, const char *name)
 {
-    FILE *f = fopen("/dev/null", "w");
-    if (!f)
-        f = tmpfile();
-    if (!f)
-        die_input("cannot open a scratch stream");
-    return f;
+    for (size_t i = 0; i < spec->n_own; i++)
+        if (strcmp(spec->own[i].name, name) == 0)
+            return &a->own[i];
+    die_input("internal error: option '--%s' is not declared", name);
 }

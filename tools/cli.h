@@ -1,12 +1,29 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cli.h - shared pieces of the kvevict command-line tool.
  *
- * The tool uses only the public header. Exit codes: 0 success, 1 bad input
- * (unreadable or malformed trace, data errors, failed writes), 2 bad usage
- * (unknown subcommand or option, missing or malformed argument, bad policy
- * spec, contradictory options). Every failure prints exactly one line,
- * "kvevict CMD: message", on stderr. Results go to stdout; progress goes to
- * stderr only when it is a terminal and a run has lasted over two seconds.
+ * The tool uses only the public header. Conventions every subcommand follows
+ * (docs/cli.md is the user's version):
+ *  - Exit codes: 0 success, 1 bad input (unreadable or malformed trace, data
+ *    errors, failed writes, I/O errors with the system's reason), 2 bad usage
+ *    (unknown subcommand or option, missing or malformed argument, bad policy
+ *    spec, contradictory options). A run stopped by SIGINT/SIGTERM/SIGHUP
+ *    dies of that signal, leaving no file it was writing.
+ *  - Every failure prints exactly one line, "kvevict CMD: message", on
+ *    stderr; warnings are "kvevict CMD: warning: message". Results go to
+ *    standard output or -o FILE; progress goes to stderr only when it is a
+ *    terminal and the work has lasted over two seconds.
+ *  - Output: --format text|md|csv|json (shorthands --json, --csv, --md,
+ *    --markdown); JSON is JSON Lines, one object per result row, with the
+ *    same key for the same quantity everywhere (KEY_* below). A metric over
+ *    no scored step is null in JSON and n/a in tables, with a warning.
+ *  - "-" names standard output (-o) or standard input (--trace).
+ *
+ * A new subcommand: one file tools/cmd_NAME.c with `int cmd_NAME(int, char
+ * **)`, a cli_spec naming the shared options it takes (parsed and checked
+ * once by cli_parse) and its own, one line in the table of kvevict.c, one
+ * word in tools/CMakeLists.txt. Results go through out_open/out_close and
+ * the table or json_result helpers, so formats and keys stay the same.
  */
 #ifndef KVE_CLI_H
 #define KVE_CLI_H
@@ -19,19 +36,28 @@
 
 enum { EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
+/* ---- errors and memory (args.c) --------------------------------------- */
+
 /* The subcommand being run, for messages ("eval"); "" at top level. */
 extern const char *cli_cmd;
 
-/* Print "kvevict CMD: message" on stderr and exit with the code. */
 #if defined(__GNUC__)
 #define CLI_NORETURN __attribute__((noreturn, format(printf, 1, 2)))
+#define CLI_PRINTF __attribute__((format(printf, 1, 2)))
 #else
 #define CLI_NORETURN
+#define CLI_PRINTF
 #endif
+/* Print "kvevict CMD: message" on stderr, remove any file being written,
+ * and exit with the code. */
 CLI_NORETURN void die_usage(const char *fmt, ...);
 CLI_NORETURN void die_input(const char *fmt, ...);
-/* Exit for a failed library call: KVE_EINVAL is usage (the arguments came
- * from the command line), anything else is bad input. */
+/* "kvevict CMD: warning: message" on stderr; the run goes on. */
+CLI_PRINTF void warn(const char *fmt, ...);
+/* Exit for a failed library call, with the library's message in the CLI's
+ * words (flags named as options): KVE_EINVAL is usage (the arguments came
+ * from the command line), anything else bad input. `what` prefixes the
+ * message unless NULL. */
 #if defined(__GNUC__)
 __attribute__((noreturn))
 #endif
@@ -44,13 +70,15 @@ char *xstrdup(const char *s);
 
 /* ---- options (args.c) ------------------------------------------------- */
 
-enum { OPT_MAXREP = 8 };
+typedef enum { FMT_TEXT, FMT_MD, FMT_CSV, FMT_JSON } tfmt;
+
+enum { OPT_VALUE = 1u, OPT_REPEAT = 2u };
+enum { OPT_MAXREP = 8, CLI_MAX_OWN = 16, CLI_MAX_POS = 64, CLI_MAX_BUDGETS = 64 };
 
 typedef struct opt_def {
     const char *name; /* long name without "--" */
     char short_name;  /* 0 or a letter for "-x" */
-    int takes_value;  /* 1: --name VALUE or --name=VALUE */
-    int repeatable;   /* 1: may appear up to OPT_MAXREP times */
+    unsigned flags;   /* OPT_VALUE: --name VALUE or --name=VALUE; OPT_REPEAT */
 } opt_def;
 
 typedef struct opt_val {
@@ -58,17 +86,66 @@ typedef struct opt_val {
     const char *v[OPT_MAXREP];
 } opt_val;
 
-/* Parses argv[0 .. argc) (the words after the subcommand). "--help"/"-h"
- * anywhere prints `usage` on stdout and exits 0. Unknown options, missing
- * values, values given to flags, repeats of single options and positional
- * words beyond max_pos are usage errors. Positional words are stored in
- * pos[0 .. *n_pos). */
-void args_parse(int argc, char **argv, const char *usage, const opt_def *defs, size_t n_defs,
-                opt_val *vals, const char **pos, size_t max_pos, size_t *n_pos);
+/* The options several subcommands share. A subcommand names the ones it
+ * takes; cli_parse parses and checks them once, into cli_args. */
+enum {
+    SO_TRACE = 1u << 0,     /* --trace SRC ("-": a .npy on standard input) */
+    SO_POLICY = 1u << 1,    /* --policy SPEC (checked with kve_spec_with) */
+    SO_BUDGET = 1u << 2,    /* --budget B, 1 .. KVE_MAX_BUDGET */
+    SO_BUDGETS = 1u << 3,   /* --budget B1,B2,... (same range, up to CLI_MAX_BUDGETS) */
+    SO_SEED = 1u << 4,      /* --seed N */
+    SO_NORMALIZE = 1u << 5, /* --normalize */
+    SO_TOPK = 1u << 6,      /* --topk K, 1 .. KVE_MAX_BUDGET */
+    SO_HEAD = 1u << 7,      /* --head N */
+    SO_FORMAT = 1u << 8,    /* --format F, --json, --csv, --md, --markdown */
+    SO_OUTPUT = 1u << 9     /* -o FILE, --output FILE ("-": standard output) */
+};
+
+typedef struct cli_spec {
+    const char *usage;   /* printed by --help */
+    unsigned shared;     /* SO_* the command takes */
+    unsigned required;   /* SO_* it requires */
+    const opt_def *own;  /* its own options */
+    size_t n_own;
+    size_t max_pos;      /* positional words it takes (<= CLI_MAX_POS) */
+    tfmt default_format; /* without a format option */
+} cli_spec;
+
+typedef struct cli_args {
+    /* shared options, checked; defaults when absent */
+    const char *trace;     /* NULL when absent */
+    unsigned trace_flags;  /* KVE_TRACE_NORMALIZE with --normalize */
+    const char *policy;    /* NULL when absent */
+    size_t budget;         /* the (first) budget, 0 when absent */
+    size_t n_budgets;      /* with SO_BUDGETS */
+    size_t budgets[CLI_MAX_BUDGETS];
+    uint64_t seed;         /* 0 */
+    size_t topk;           /* 32 */
+    int topk_given;        /* --topk was given: JSON says "topk" */
+    size_t head;           /* 0 */
+    tfmt format;
+    const char *output;    /* NULL or "-": standard output */
+    /* the command's own options, index-aligned with cli_spec.own */
+    opt_val own[CLI_MAX_OWN];
+    const char *pos[CLI_MAX_POS];
+    size_t n_pos;
+} cli_args;
+
+/* Parses argv[0 .. argc) (the words after the subcommand) against `spec`.
+ * "--help"/"-h" anywhere prints the usage on stdout and exits 0. Unknown
+ * options, missing values, values given to flags, repeats of single
+ * options, contradictory formats, malformed numbers and specs, and
+ * positional words beyond max_pos are usage errors (exit 2). */
+void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv);
+/* The values of own option `name` (which must be in the spec's table). */
+const opt_val *cli_own(const cli_args *a, const cli_spec *spec, const char *name);
 
 /* Strict decimal: digits only, no sign, no blanks, no overflow, within
  * [min, max]; otherwise a usage error naming `what`. */
 uint64_t parse_u64(const char *what, const char *s, uint64_t min, uint64_t max);
+/* A comma-separated list of budgets (KVE_MAX_BUDGET at most each) into
+ * out[0 .. *n), at most cap of them; usage errors name `what`. */
+void parse_budgets(const char *what, const char *s, size_t *out, size_t cap, size_t *n);
 
 /* Splits a comma-separated list into *n fresh strings; empty items are a
  * usage error naming `what`. Free with free_list. */
@@ -79,43 +156,154 @@ void free_list(char **items, size_t n);
  * given), in a fresh string; a usage error naming `what` if refused. */
 char *canon_spec(const char *what, const char *spec, size_t budget);
 
-/* Opens a trace source; EINVAL (bad canonical spec) is usage, the rest
- * bad input. */
-kve_trace *open_trace(const char *src, unsigned flags);
+/* ---- output files, signals, progress (output.c) ------------------------ */
 
-/* Prints a double as a JSON number (%.17g); null when not finite. */
+/* Installs the SIGINT/SIGTERM/SIGHUP handler that removes the files being
+ * written, then dies of the signal (signals ignored at start stay ignored). */
+void cli_signals_install(void);
+
+/* The stream for results: standard output for NULL or "-", else a fresh
+ * temporary file beside `path` (created now, so an unwritable path fails
+ * before any long work), renamed into place by out_close. Until then it is
+ * removed on any failure or signal: no partial file is ever left. */
+FILE *out_open(const char *path);
+/* Flushes, checks and commits what out_open gave; a write error is bad
+ * input (exit 1) with the system's reason. */
+void out_close(FILE *f);
+/* Flushes standard output; a write error is bad input (exit 1). */
+void finish_stdout(void);
+/* Creates a temporary file from `template` (ending in XXXXXX, rewritten in
+ * place; at most PATH_MAX bytes) that is removed on failure or signal until
+ * temp_forget; returns its descriptor, or -1 with errno set. */
+int temp_create(char *template);
+void temp_forget(const char *path);
+/* Removes every temporary file still registered (die_* call it). */
+void temp_remove_all(void);
+
+/* Opens --trace (a source text, or "-": a .npy file read from standard
+ * input into a temporary file removed once opened), with progress while a
+ * large file is validated. Errors exit (usage for a bad canonical spec). */
+kve_trace *open_trace(const cli_args *a);
+/* The name the user gave the trace: "-" for standard input, else
+ * kve_trace_source. */
+const char *trace_name(const kve_trace *tr);
+
+/* A "\r"-updated line on stderr while long work runs, drawn only when
+ * stderr is a terminal and the command has run over two seconds. */
+typedef struct progress {
+    const char *what; /* "step", "row", ... */
+    uint64_t total;
+    size_t head, heads; /* shown as "head h/H" when heads > 1 */
+    double last;        /* when the line was last drawn */
+    int shown;
+} progress;
+void progress_begin(progress *pr, const char *what, uint64_t total, size_t head, size_t heads);
+void progress_update(progress *pr, uint64_t done);
+void progress_end(progress *pr);
+/* A kve_progress_fn over a progress (user); never asks to stop. */
+int progress_callback(void *user, uint64_t done, uint64_t total);
+
+/* ---- JSON (output.c) ----------------------------------------------------- */
+
+/* A double as a JSON number (%.17g); null when not finite. */
 void json_double(FILE *f, double x);
-/* Prints a JSON string literal with the needed escapes. */
+/* A JSON string literal with the needed escapes. */
 void json_string(FILE *f, const char *s);
 
-/* Flushes stdout; a write error is bad input (exit 1). */
-void finish_stdout(void);
+/* The keys of result rows: the same key for the same quantity in every
+ * subcommand (docs/cli.md lists them). */
+#define KEY_POLICY "policy"
+#define KEY_TRACE "trace"
+#define KEY_BUDGET "budget"
+#define KEY_HEADS "heads"
+#define KEY_LAYERS "layers"
+#define KEY_THREADS "threads"
+#define KEY_STEPS "steps"
+#define KEY_SCORED "scored_steps"
+#define KEY_SEED "seed"
+#define KEY_TOPK "topk"
+#define KEY_MASS "retained_mass"
+#define KEY_MIN_MASS "min_retained_mass"
+#define KEY_NS "ns_per_step"
+#define KEY_STATE "state_bytes"
+#define KEY_FLOOR_NS "floor_ns_per_step"
+#define KEY_RATIO "ratio_to_floor"
+
+/* What every result row of one run shares. */
+typedef struct result_ctx {
+    const char *trace; /* trace_name */
+    uint64_t seed;
+    size_t heads, layers;
+    size_t topk;    /* k of the recall column */
+    int topk_given; /* print "topk" in JSON */
+    int timings;    /* tables show ns/step (never in the docs' blocks) */
+} result_ctx;
+
+void result_ctx_init(result_ctx *c, const cli_args *a, const kve_trace *tr);
+/* The recall key for k: "top32_recall", "top16_recall", ... */
+const char *recall_key(const result_ctx *c);
+/* The recall of r at the context's k (top32_recall when k = 32). */
+double recall_of(const result_ctx *c, const kve_eval_result *r);
+/* `{"policy": ..., "trace": ..., "budget", "steps", "scored_steps",
+ * "heads", "layers", "seed"[, "topk"]` without the closing brace. */
+void json_result_begin(FILE *f, const result_ctx *c, const kve_eval_result *r);
+/* `"retained_mass": x, "topK_recall": y, "min_retained_mass": z,
+ * "ns_per_step": w, "state_bytes": n` (no leading comma). */
+void json_metrics(FILE *f, const result_ctx *c, const kve_eval_result *r);
+/* One whole row: begin, ", ", metrics, "}\n". */
+void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r);
 
 /* ---- tables (table.c) ------------------------------------------------- */
 
-typedef enum { FMT_TEXT, FMT_MD, FMT_CSV } tfmt;
+enum {
+    COL_TEXT = 1u,  /* shown in text and markdown */
+    COL_CSV = 2u,   /* a CSV column */
+    COL_JSON = 4u,  /* a JSON key (table_print FMT_JSON) */
+    COL_ALL = 7u,
+    COL_LEFT = 8u,  /* left-aligned in text and markdown */
+    COL_CODE = 16u  /* `quoted` in markdown (specs) */
+};
+enum { TABLE_MAXCOLS = 24 };
 
-enum { TABLE_MAXCOLS = 16 };
+typedef struct col {
+    const char *head; /* human header (text, markdown) */
+    const char *key;  /* snake_case: CSV header, JSON key */
+    unsigned flags;
+} col;
+
+typedef struct cell {
+    char *text;    /* as shown in text and markdown */
+    char *machine; /* as written in CSV and JSON: full precision, "null" for NaN */
+    int number;    /* machine is a JSON number (or null), not a string */
+} cell;
 
 typedef struct table {
     size_t ncols, ncells, cap;
-    const char *head[TABLE_MAXCOLS];     /* human header */
-    const char *csv_head[TABLE_MAXCOLS]; /* CSV header (snake_case) */
-    unsigned left;                       /* bit c: column c left-aligned */
-    char **cells;                        /* row-major, ncells of them */
+    col cols[TABLE_MAXCOLS];
+    cell *cells; /* row-major, ncells of them */
 } table;
 
-void table_init(table *t, size_t ncols, const char *const *head, const char *const *csv_head,
-                unsigned left);
+void table_init(table *t, const col *cols, size_t ncols);
 /* Appends the next cell, row-major. */
+void table_str(table *t, const char *s);
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-void table_add(table *t, const char *fmt, ...);
-/* TEXT: aligned columns; MD: a markdown table; CSV: comma-separated with
- * the csv header (cells quoted when they hold a comma or quote). */
+void table_fmt(table *t, const char *fmt, ...);
+void table_uint(table *t, uint64_t v);
+/* A real shown with `shown` (a printf format for one double, e.g. "%.4f"),
+ * written in full (%.17g) to CSV and JSON; NaN shows n/a (null in JSON). */
+void table_real(table *t, double x, const char *shown);
+/* TEXT: aligned columns; MD: a markdown table; CSV: RFC 4180 with the keys
+ * as header; JSON: one object per row (JSON Lines). */
 void table_print(const table *t, FILE *f, tfmt fmt);
 void table_free(table *t);
+
+/* The standard columns of a result row (after whatever columns the caller
+ * put first): retained mass, top-K recall, min mass, ns/step (when
+ * c->timings), state bytes, then the CSV-only context columns. */
+size_t result_cols(col *cols, size_t n, const result_ctx *c);
+void result_cells(table *t, const result_ctx *c, const kve_eval_result *r);
 
 /* ---- evaluation sets (evalset.c) ---------------------------------------- */
 
@@ -128,8 +316,8 @@ void table_free(table *t);
 typedef struct evalset {
     int collecting;
     size_t n, cap;
-    char **spec;              /* canonical specs, budget included */
-    kve_eval_result *res;     /* [n] aggregated over heads */
+    char **spec;               /* canonical specs, budget included */
+    kve_eval_result *res;      /* [n] aggregated over heads */
     kve_eval_result *per_head; /* [heads][n] when keep_heads, else NULL */
     size_t heads, layers;
 } evalset;
@@ -142,20 +330,64 @@ const kve_eval_result *evalset_get(evalset *es, const char *spec, size_t budget)
 /* Index of a registered spec (for per-head lookups); registers while
  * collecting. */
 size_t evalset_index(evalset *es, const char *spec, size_t budget);
-/* Evaluates every registered spec on every head of `tr`, then leaves
- * collecting mode. Exits on failure. */
-void evalset_run(evalset *es, kve_trace *tr, uint64_t seed, int keep_heads);
+/* Evaluates every registered spec on every head of `tr` (seed and topk from
+ * `a`), then leaves collecting mode, warning once per budget at which no
+ * step is scored. Exits on failure. */
+void evalset_run(evalset *es, kve_trace *tr, const cli_args *a, int keep_heads);
 
-/* Progress reporting for kve_eval callbacks (stderr when a terminal). */
-typedef struct progress {
-    double start;
-    double last; /* when the line was last drawn */
-    size_t steps, head, heads;
-    int shown;
-} progress;
-void progress_begin(progress *pr, size_t steps, size_t head, size_t heads);
-void progress_tick(progress *pr, int32_t pos);
-void progress_end(progress *pr);
+/* ---- the sweep grid (grid.c), shared by sweep and docs ------------------ */
+
+/* A grid: base spec, n_keys keys each with its values, and budgets
+ * (n_budgets 0: the spec's). Points iterate budgets outermost, then keys in
+ * order with the last key varying fastest. */
+typedef struct grid {
+    const char *base;
+    size_t n_keys;
+    char *key[OPT_MAXREP];
+    char **vals[OPT_MAXREP];
+    size_t n_vals[OPT_MAXREP];
+    size_t n_budgets;
+    size_t budgets[CLI_MAX_BUDGETS];
+} grid;
+
+enum { GRID_MAX_POINTS = 4096 };
+
+void grid_init(grid *g, const char *base);
+/* Adds "KEY=V1,V2,..." (usage errors name `what`); KEY budget is refused
+ * when budgets were set, and the other way round. */
+void grid_add_param(grid *g, const char *what, const char *arg);
+void grid_set_budgets(grid *g, const size_t *budgets, size_t n);
+/* Checks the size (at most GRID_MAX_POINTS) and every point's spec. */
+void grid_check(const grid *g);
+size_t grid_points(const grid *g);
+/* The canonical spec of point i (fresh string). */
+char *grid_spec(const grid *g, size_t i);
+/* Value index of key k at point i. */
+size_t grid_val(const grid *g, size_t i, size_t k);
+void grid_free(grid *g);
+/* The grid as a table (every format but JSON) or JSON Lines with
+ * "params": {KEY: "VALUE", ...}. */
+void render_grid(FILE *f, evalset *es, const grid *g, const result_ctx *c, tfmt fmt);
+
+/* ---- the benchmark report (cmd_bench.c), shared with docs --------------- */
+
+#define BENCH_TRACE "canonical"
+#define BENCH_SEED 0u
+#define H2O_PAGE "docs/policies/h2o.md"
+
+typedef struct bench_opts {
+    const size_t *budgets; /* the policy tables' budgets */
+    size_t n_budgets;
+    int canonical; /* the trace is a canonical one: judge the H2O page */
+} bench_opts;
+
+void render_policy_table(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt);
+void render_h2o_sweep(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt);
+void render_observations(FILE *f, evalset *es, int markdown);
+void render_summary(FILE *f, evalset *es, tfmt fmt);
+void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c, tfmt fmt);
+/* A stream that discards what is written (for collecting passes). */
+FILE *null_sink(void);
 
 /* ---- subcommands ---------------------------------------------------------- */
 
@@ -164,40 +396,8 @@ int cmd_replay(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_policies(int argc, char **argv);
 int cmd_docs(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
-
-/* ---- report renderers shared by bench, sweep and docs (bench.c) ---------- */
-
-#define BENCH_TRACE "canonical"
-#define BENCH_SEED 0u
-
-void render_policy_table(FILE *f, evalset *es, size_t budget, tfmt fmt);
-void render_h2o_sweep(FILE *f, evalset *es, tfmt fmt);
-void render_observations(FILE *f, evalset *es, int markdown);
-void render_summary(FILE *f, evalset *es, tfmt fmt);
-void render_bench(FILE *f, evalset *es, int markdown, const char *trace_src, uint64_t seed);
-/* A stream that discards what is written (for collecting passes). */
-FILE *null_sink(void);
-
-/* A sweep grid: base spec, n_keys keys each with its values, and budgets
- * (n_budgets 0: the spec's). Rows iterate budgets outermost, then keys in
- * order with the last key varying fastest. */
-typedef struct grid {
-    const char *base;
-    size_t n_keys;
-    const char *key[OPT_MAXREP];
-    char **vals[OPT_MAXREP];
-    size_t n_vals[OPT_MAXREP];
-    size_t n_budgets;
-    size_t *budgets;
-} grid;
-
-size_t grid_points(const grid *g);
-/* The canonical spec of point i (fresh string) and its budget (0: spec's). */
-char *grid_spec(const grid *g, size_t i, size_t *budget);
-/* Value index of key k at point i. */
-size_t grid_val(const grid *g, size_t i, size_t k);
-void render_grid(FILE *f, evalset *es, const grid *g, tfmt fmt);
 
 #endif /* KVE_CLI_H */

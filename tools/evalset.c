@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * evalset.c - a set of distinct canonical policy specs evaluated together:
  * one kve_eval call per head runs every spec in lockstep over one pass of
@@ -7,14 +8,14 @@
  *
  * Progress: while a run lasts over two seconds and stderr is a terminal,
  * a "\r"-updated line shows the head and step; it is erased at the end.
+ * A budget at which no step is scored (budget >= T - 1) gets one warning:
+ * its metrics are NaN, printed null or n/a.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 static const kve_eval_result zero_result;
 
@@ -63,20 +64,38 @@ const kve_eval_result *evalset_get(evalset *es, const char *spec, size_t budget)
     return es->collecting ? &zero_result : &es->res[i];
 }
 
-typedef struct run_ctx {
-    progress pr;
-} run_ctx;
-
 static int on_step(void *user, size_t job, int32_t pos, const int32_t *victims, size_t n_victims)
 {
     (void)victims;
     (void)n_victims;
     if (job == 0)
-        progress_tick(&((run_ctx *)user)->pr, pos);
+        progress_update(user, (uint64_t)pos + 1);
     return 0;
 }
 
-void evalset_run(evalset *es, kve_trace *tr, uint64_t seed, int keep_heads)
+/* One warning per budget at which no step was scored. */
+static void warn_unscored(const evalset *es, size_t steps)
+{
+    size_t warned[CLI_MAX_BUDGETS];
+    size_t n_warned = 0;
+    for (size_t i = 0; i < es->n; i++) {
+        const kve_eval_result *r = &es->res[i];
+        if (r->scored_steps != 0 || r->steps < steps)
+            continue;
+        size_t w = 0;
+        while (w < n_warned && warned[w] != r->budget)
+            w++;
+        if (w < n_warned)
+            continue;
+        if (n_warned < CLI_MAX_BUDGETS)
+            warned[n_warned++] = r->budget;
+        warn("no step is scored at budget %zu: the trace has %zu steps and a step t counts "
+             "only when t > budget; metrics at this budget are n/a",
+             r->budget, steps);
+    }
+}
+
+void evalset_run(evalset *es, kve_trace *tr, const cli_args *a, int keep_heads)
 {
     size_t heads = kve_trace_heads(tr);
     es->heads = heads;
@@ -91,11 +110,16 @@ void evalset_run(evalset *es, kve_trace *tr, uint64_t seed, int keep_heads)
     kve_eval_result *tmp = xcalloc(es->n, sizeof *tmp);
     if (keep_heads)
         es->per_head = xcalloc(heads * es->n, sizeof *es->per_head);
-    run_ctx ctx;
+    progress pr;
+    kve_eval_options o = kve_eval_default_options();
+    o.seed = a->seed;
+    o.topk = a->topk;
+    o.on_step = on_step;
+    o.user = &pr;
     for (size_t h = 0; h < heads; h++) {
-        progress_begin(&ctx.pr, kve_trace_steps(tr), h, heads);
-        kve_status s = kve_eval(tr, h, jobs, es->n, seed, on_step, &ctx, tmp);
-        progress_end(&ctx.pr);
+        progress_begin(&pr, "step", kve_trace_steps(tr), h, heads);
+        kve_status s = kve_eval_ex(tr, h, jobs, es->n, &o, tmp);
+        progress_end(&pr);
         if (s != KVE_OK) {
             free(jobs);
             free(tmp);
@@ -111,6 +135,7 @@ void evalset_run(evalset *es, kve_trace *tr, uint64_t seed, int keep_heads)
             }
             r->retained_mass += tmp[i].retained_mass;
             r->top32_recall += tmp[i].top32_recall;
+            r->topk_recall += tmp[i].topk_recall;
             r->ns_per_step += tmp[i].ns_per_step;
             if (tmp[i].min_retained_mass < r->min_retained_mass)
                 r->min_retained_mass = tmp[i].min_retained_mass;
@@ -122,52 +147,11 @@ void evalset_run(evalset *es, kve_trace *tr, uint64_t seed, int keep_heads)
         for (size_t i = 0; i < es->n; i++) {
             es->res[i].retained_mass /= (double)heads;
             es->res[i].top32_recall /= (double)heads;
+            es->res[i].topk_recall /= (double)heads;
             es->res[i].ns_per_step /= (double)heads;
         }
     }
     free(jobs);
     free(tmp);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-void progress_begin(progress *pr, size_t steps, size_t head, size_t heads)
-{
-    static double first;
-    if (first == 0.0)
-        first = now_s();
-    pr->start = first; /* one clock for the whole command */
-    pr->steps = steps;
-    pr->head = head;
-    pr->heads = heads;
-    pr->shown = 0;
-    pr->last = 0.0;
-}
-
-void progress_tick(progress *pr, int32_t pos)
-{
-    if ((pos & 255) != 0)
-        return;
-    double now = now_s();
-    if (now - pr->start < 2.0 || now - pr->last < 0.25 || !isatty(STDERR_FILENO))
-        return;
-    pr->last = now;
-    if (pr->heads > 1)
-        fprintf(stderr, "\rkvevict %s: head %zu/%zu, step %ld/%zu ", cli_cmd, pr->head + 1,
-                pr->heads, (long)pos, pr->steps);
-    else
-        fprintf(stderr, "\rkvevict %s: step %ld/%zu ", cli_cmd, (long)pos, pr->steps);
-    pr->shown = 1;
-}
-
-void progress_end(progress *pr)
-{
-    if (pr->shown)
-        fputs("\r\033[K", stderr);
-    pr->shown = 0;
+    warn_unscored(es, kve_trace_steps(tr));
 }

@@ -1,7 +1,9 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * kvevict.c - the kvevict command-line tool: dispatch to the subcommands.
- * Uses only the public header (include/kvevict.h). See cli.h for the exit
- * codes and the one-line error convention.
+ * kvevict.c - the kvevict command-line tool: dispatch to the subcommands,
+ * and the small `policies` listing. Uses only the public header. See cli.h
+ * for the conventions every subcommand follows, docs/cli.md for the user's
+ * version.
  */
 #include "cli.h"
 
@@ -15,49 +17,65 @@ static const char main_usage[] =
     ").\n"
     "\n"
     "Commands:\n"
-    "  bench    every policy on the canonical trace at budgets 256 and 512, the H2O\n"
-    "           recent-window sweep and the H2O page's observations checked\n"
-    "  eval     one policy on a trace: retained mass, top-32 recall, cost\n"
-    "  replay   one policy on a trace, its victims step by step (JSON Lines)\n"
-    "  trace    write a trace as a [T,T] float32 .npy file\n"
-    "  sweep    a grid of parameter values and budgets, one row per point\n"
-    "  plot     render the figures of docs/img/ with gnuplot\n"
-    "  docs     regenerate (or --check) the measured blocks of markdown files\n"
-    "  policies list the registered policies\n"
-    "  help     this text, or `kvevict help COMMAND`\n"
-    "  --version  the version\n"
+    "  bench     every policy at budgets 256 and 512 (or --budget B1,...) on the\n"
+    "            canonical trace or yours, the H2O recent-window sweep, and the\n"
+    "            claims of the H2O page (docs/policies/h2o.md) checked\n"
+    "  eval      one policy on a trace: retained mass, top-K recall, cost\n"
+    "  replay    one policy on a trace, its victims step by step\n"
+    "  sweep     a grid of parameter values and budgets, one row per point\n"
+    "  trace     write a trace as a [T,T] float32 .npy file\n"
+    "  policies  list the registered policies\n"
+    "  help      this text, or `kvevict help COMMAND`\n"
+    "  --version the version\n"
+    "\n"
+    "Source-tree commands (they maintain the docs of a kvevict checkout):\n"
+    "  docs      regenerate (or --check) the measured blocks of markdown files\n"
+    "  plot      render the figures of docs/img/ with gnuplot\n"
     "\n"
     "Traces (SRC): canonical, canonical:key=value,... (seed, steps, ... see\n"
-    "docs/trace.md) or a .npy file of shape [T,T], [H,T,T] or [L,H,T,T].\n"
-    "Policies (SPEC): name[:key=value,...], e.g. h2o:budget=256,recent_window=64.\n"
-    "Run `kvevict COMMAND --help` for a command's options. Exit status: 0 ok,\n"
-    "1 bad input (unreadable or malformed data), 2 bad usage.\n";
+    "docs/trace.md), a .npy file of shape [T,T], [H,T,T] or [L,H,T,T], or - for a\n"
+    ".npy on standard input. Policies (SPEC): name[:key=value,...], e.g.\n"
+    "h2o:budget=256,recent_window=64.\n"
+    "Output: --format text|md|csv|json (--json, --csv, --md), -o FILE (- for\n"
+    "standard output); JSON is one object per line. Run `kvevict COMMAND --help`\n"
+    "for a command's options. Exit status: 0 ok, 1 bad input (unreadable or\n"
+    "malformed data, I/O errors), 2 bad usage.\n";
 
 static const char policies_usage[] =
-    "usage: kvevict policies\n"
+    "usage: kvevict policies [--format text|md|csv|json | --json | --csv | --md] [-o FILE]\n"
     "\n"
     "Lists the registered policies, each with its canonical default spec and a\n"
-    "one-line summary, in the order every table uses.\n";
+    "one-line summary, in the order every table uses. JSON keys: name, policy\n"
+    "(the default spec), summary.\n";
 
-static int cmd_policies(int argc, char **argv)
+static const cli_spec policies_spec = {
+    .usage = policies_usage,
+    .shared = SO_FORMAT | SO_OUTPUT,
+    .default_format = FMT_TEXT,
+};
+
+int cmd_policies(int argc, char **argv)
 {
-    opt_val v[1];
-    size_t npos;
-    static const opt_def none[1] = {{"", 0, 0, 0}};
-    args_parse(argc, argv, policies_usage, none, 0, v, NULL, 0, &npos);
-    static const char *const head[] = {"name", "default spec", "summary"};
+    cli_args a;
+    cli_parse(&a, &policies_spec, argc, argv);
+    static const col cols[] = {
+        {"name", "name", COL_ALL | COL_LEFT | COL_CODE},
+        {"default spec", KEY_POLICY, COL_ALL | COL_LEFT | COL_CODE},
+        {"summary", "summary", COL_ALL | COL_LEFT},
+    };
+    FILE *out = out_open(a.output);
     table t;
-    table_init(&t, 3, head, NULL, 7u);
+    table_init(&t, cols, 3);
     for (size_t i = 0; i < kve_policy_type_count(); i++) {
         char *spec = canon_spec("policy", kve_policy_type_name(i), 0);
-        table_add(&t, "%s", kve_policy_type_name(i));
-        table_add(&t, "%s", spec);
-        table_add(&t, "%s", kve_policy_type_summary(i));
+        table_str(&t, kve_policy_type_name(i));
+        table_str(&t, spec);
+        table_str(&t, kve_policy_type_summary(i));
         free(spec);
     }
-    table_print(&t, stdout, FMT_TEXT);
+    table_print(&t, out, a.format);
     table_free(&t);
-    finish_stdout();
+    out_close(out);
     return 0;
 }
 
@@ -66,10 +84,11 @@ typedef struct command {
     int (*run)(int argc, char **argv);
 } command;
 
+/* One line per subcommand; the order is not significant. */
 static const command commands[] = {
-    {"bench", cmd_bench}, {"eval", cmd_eval},   {"replay", cmd_replay},
-    {"trace", cmd_trace}, {"sweep", cmd_sweep}, {"plot", cmd_plot},
-    {"docs", cmd_docs},   {"policies", cmd_policies},
+    {"bench", cmd_bench}, {"eval", cmd_eval},         {"replay", cmd_replay},
+    {"trace", cmd_trace}, {"sweep", cmd_sweep},       {"policies", cmd_policies},
+    {"docs", cmd_docs},   {"plot", cmd_plot},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -83,9 +102,9 @@ static const command *find(const char *name)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
+    cli_signals_install();
+    if (argc < 2)
         die_usage("missing command (see kvevict --help)");
-    }
     const char *name = argv[1];
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
         if (strcmp(name, "help") == 0 && argc > 2) {
@@ -102,7 +121,11 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(name, "--version") == 0) {
-        printf("kvevict %s\n", KVEVICT_VERSION_STRING);
+        /* The header this tool was compiled with and the library it runs on. */
+        if (strcmp(kve_version(), KVEVICT_VERSION_STRING) == 0)
+            printf("kvevict %s\n", kve_version());
+        else
+            printf("kvevict %s (library %s)\n", KVEVICT_VERSION_STRING, kve_version());
         finish_stdout();
         return 0;
     }

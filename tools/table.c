@@ -1,39 +1,75 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * table.c - tables of preformatted cells printed three ways: aligned text
- * (two blanks between columns, numbers right-aligned), markdown (a header,
- * an alignment row, one row per line) and CSV (RFC 4180 quoting).
- * Cells are owned by the table; ncells is a multiple of ncols when printed.
+ * table.c - tables of typed cells printed four ways: aligned text (two
+ * blanks between columns, numbers right-aligned), markdown (a header, an
+ * alignment row, one row per line), CSV (RFC 4180 quoting, the snake_case
+ * keys as header) and JSON Lines (one object per row, the same keys).
+ *
+ * Each cell holds two spellings: what a person reads (rounded, n/a for a
+ * missing value) and what a program reads (full precision, null). Columns
+ * say in which formats they appear. Cells are owned by the table; ncells
+ * is a multiple of ncols when printed.
  */
 #include "cli.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-void table_init(table *t, size_t ncols, const char *const *head, const char *const *csv_head,
-                unsigned left)
+void table_init(table *t, const col *cols, size_t ncols)
 {
     memset(t, 0, sizeof *t);
+    if (ncols > TABLE_MAXCOLS)
+        die_input("internal error: a table of %zu columns", ncols);
     t->ncols = ncols;
-    for (size_t c = 0; c < ncols && c < TABLE_MAXCOLS; c++) {
-        t->head[c] = head[c];
-        t->csv_head[c] = csv_head ? csv_head[c] : head[c];
-    }
-    t->left = left;
+    memcpy(t->cols, cols, ncols * sizeof *cols);
 }
 
-void table_add(table *t, const char *fmt, ...)
+static void add(table *t, const char *text, const char *machine, int number)
 {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
     if (t->ncells == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 64;
         t->cells = xrealloc(t->cells, t->cap * sizeof *t->cells);
     }
-    t->cells[t->ncells++] = xstrdup(buf);
+    cell *c = &t->cells[t->ncells++];
+    c->text = xstrdup(text);
+    c->machine = xstrdup(machine);
+    c->number = number;
+}
+
+void table_str(table *t, const char *s)
+{
+    add(t, s, s, 0);
+}
+
+void table_fmt(table *t, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    add(t, buf, buf, 0);
+}
+
+void table_uint(table *t, uint64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    add(t, buf, buf, 1);
+}
+
+void table_real(table *t, double x, const char *shown)
+{
+    char text[64], machine[64];
+    if (!isfinite(x)) {
+        add(t, "n/a", "null", 1);
+        return;
+    }
+    snprintf(text, sizeof text, shown, x);
+    snprintf(machine, sizeof machine, "%.17g", x);
+    add(t, text, machine, 1);
 }
 
 static void print_padded(FILE *f, const char *s, size_t width, int left)
@@ -50,7 +86,7 @@ static void print_padded(FILE *f, const char *s, size_t width, int left)
 
 static void csv_cell(FILE *f, const char *s)
 {
-    if (!strpbrk(s, ",\"\n")) {
+    if (!strpbrk(s, ",\"\n\r")) {
         fputs(s, f);
         return;
     }
@@ -63,33 +99,77 @@ static void csv_cell(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* The text of a cell as shown in `fmt` (markdown quotes specs). */
+static const char *shown(const table *t, size_t c, const cell *x, tfmt fmt, char *buf,
+                         size_t cap)
+{
+    if (fmt == FMT_MD && (t->cols[c].flags & COL_CODE)) {
+        snprintf(buf, cap, "`%s`", x->text);
+        return buf;
+    }
+    return x->text;
+}
+
+static void print_machine(const table *t, FILE *f, tfmt fmt, unsigned want)
+{
+    size_t nc = t->ncols, nr = nc ? t->ncells / nc : 0;
+    if (fmt == FMT_CSV) {
+        int first = 1;
+        for (size_t c = 0; c < nc; c++)
+            if (t->cols[c].flags & want) {
+                if (!first)
+                    fputc(',', f);
+                csv_cell(f, t->cols[c].key);
+                first = 0;
+            }
+        fputc('\n', f);
+    }
+    for (size_t r = 0; r < nr; r++) {
+        int first = 1;
+        if (fmt == FMT_JSON)
+            fputc('{', f);
+        for (size_t c = 0; c < nc; c++) {
+            if (!(t->cols[c].flags & want))
+                continue;
+            const cell *x = &t->cells[r * nc + c];
+            if (fmt == FMT_CSV) {
+                if (!first)
+                    fputc(',', f);
+                csv_cell(f, x->number && strcmp(x->machine, "null") == 0 ? "n/a" : x->machine);
+            } else {
+                if (!first)
+                    fputs(", ", f);
+                json_string(f, t->cols[c].key);
+                fputs(": ", f);
+                if (x->number)
+                    fputs(x->machine, f);
+                else
+                    json_string(f, x->machine);
+            }
+            first = 0;
+        }
+        fputs(fmt == FMT_JSON ? "}\n" : "\n", f);
+    }
+}
+
 void table_print(const table *t, FILE *f, tfmt fmt)
 {
     if (!f)
         return;
-    size_t nc = t->ncols, nr = nc ? t->ncells / nc : 0;
-    if (fmt == FMT_CSV) {
-        for (size_t c = 0; c < nc; c++) {
-            if (c)
-                fputc(',', f);
-            csv_cell(f, t->csv_head[c]);
-        }
-        fputc('\n', f);
-        for (size_t r = 0; r < nr; r++) {
-            for (size_t c = 0; c < nc; c++) {
-                if (c)
-                    fputc(',', f);
-                csv_cell(f, t->cells[r * nc + c]);
-            }
-            fputc('\n', f);
-        }
+    if (fmt == FMT_CSV || fmt == FMT_JSON) {
+        print_machine(t, f, fmt, fmt == FMT_CSV ? COL_CSV : COL_JSON);
         return;
     }
-    size_t width[TABLE_MAXCOLS];
+    size_t nc = t->ncols, nr = nc ? t->ncells / nc : 0;
+    size_t width[TABLE_MAXCOLS], last = 0;
+    char buf[1100];
     for (size_t c = 0; c < nc; c++) {
-        width[c] = strlen(t->head[c]);
+        if (!(t->cols[c].flags & COL_TEXT))
+            continue;
+        last = c;
+        width[c] = strlen(t->cols[c].head);
         for (size_t r = 0; r < nr; r++) {
-            size_t w = strlen(t->cells[r * nc + c]);
+            size_t w = strlen(shown(t, c, &t->cells[r * nc + c], fmt, buf, sizeof buf));
             if (w > width[c])
                 width[c] = w;
         }
@@ -102,22 +182,31 @@ void table_print(const table *t, FILE *f, tfmt fmt)
             continue;
         if (fmt == FMT_MD)
             fputs("| ", f);
+        int first = 1;
         for (size_t c = 0; c < nc; c++) {
-            int left = (t->left >> c) & 1u;
-            if (c)
+            if (!(t->cols[c].flags & COL_TEXT))
+                continue;
+            int left = (t->cols[c].flags & COL_LEFT) != 0;
+            /* text: no trailing blanks after a left-aligned last column */
+            int bare = fmt == FMT_TEXT && c == last && left;
+            if (!first)
                 fputs(sep, f);
-            if (r == 0 && fmt == FMT_TEXT && c + 1 == nc && left) {
-                fputs(t->head[c], f);
-            } else if (r == 0) {
-                print_padded(f, t->head[c], width[c], left);
+            first = 0;
+            if (r == 0) {
+                if (bare)
+                    fputs(t->cols[c].head, f);
+                else
+                    print_padded(f, t->cols[c].head, width[c], left);
             } else if (r == 1) {
                 for (size_t i = 0; i + 1 < width[c]; i++)
                     fputc('-', f);
                 fputc(left ? '-' : ':', f);
-            } else if (fmt == FMT_TEXT && c + 1 == nc && left) {
-                fputs(t->cells[(r - 2) * nc + c], f); /* no trailing blanks */
             } else {
-                print_padded(f, t->cells[(r - 2) * nc + c], width[c], left);
+                const char *s = shown(t, c, &t->cells[(r - 2) * nc + c], fmt, buf, sizeof buf);
+                if (bare)
+                    fputs(s, f);
+                else
+                    print_padded(f, s, width[c], left);
             }
         }
         if (fmt == FMT_MD)
@@ -128,9 +217,53 @@ void table_print(const table *t, FILE *f, tfmt fmt)
 
 void table_free(table *t)
 {
-    for (size_t i = 0; i < t->ncells; i++)
-        free(t->cells[i]);
+    for (size_t i = 0; i < t->ncells; i++) {
+        free(t->cells[i].text);
+        free(t->cells[i].machine);
+    }
     free(t->cells);
     t->cells = NULL;
     t->ncells = t->cap = 0;
+}
+
+/* ---- result rows ---- */
+
+size_t result_cols(col *cols, size_t n, const result_ctx *c)
+{
+    static char recall_head[48];
+    static char recall_csv[48];
+    snprintf(recall_head, sizeof recall_head, "top-%zu recall", c->topk);
+    snprintf(recall_csv, sizeof recall_csv, "%s", recall_key(c));
+    cols[n++] = (col){"retained mass", KEY_MASS, COL_ALL};
+    cols[n++] = (col){recall_head, recall_csv, COL_ALL};
+    cols[n++] = (col){"min mass", KEY_MIN_MASS, COL_ALL};
+    cols[n++] = (col){"ns/step", KEY_NS, c->timings ? COL_ALL : COL_CSV | COL_JSON};
+    cols[n++] = (col){"state bytes", KEY_STATE, COL_ALL};
+    /* what the text says once above the table, each CSV row carries */
+    cols[n++] = (col){"trace", KEY_TRACE, COL_CSV};
+    cols[n++] = (col){"steps", KEY_STEPS, COL_CSV};
+    cols[n++] = (col){"scored steps", KEY_SCORED, COL_CSV};
+    cols[n++] = (col){"heads", KEY_HEADS, COL_CSV};
+    cols[n++] = (col){"layers", KEY_LAYERS, COL_CSV};
+    cols[n++] = (col){"seed", KEY_SEED, COL_CSV};
+    if (c->topk_given)
+        cols[n++] = (col){"topk", KEY_TOPK, COL_CSV};
+    return n;
+}
+
+void result_cells(table *t, const result_ctx *c, const kve_eval_result *r)
+{
+    table_real(t, r->retained_mass, "%.4f");
+    table_real(t, recall_of(c, r), "%.4f");
+    table_real(t, r->min_retained_mass, "%.4f");
+    table_real(t, r->ns_per_step, "%.1f");
+    table_uint(t, r->state_bytes);
+    table_str(t, c->trace ? c->trace : "");
+    table_uint(t, r->steps);
+    table_uint(t, r->scored_steps);
+    table_uint(t, c->heads);
+    table_uint(t, c->layers);
+    table_uint(t, c->seed);
+    if (c->topk_given)
+        table_uint(t, c->topk);
 }

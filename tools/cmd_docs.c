@@ -1,5 +1,6 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * docs.c - `kvevict docs`: regenerates the measured blocks of markdown files
+ * cmd_docs.c - `kvevict docs`, a source-tree tool: regenerates the measured blocks of markdown files
  * and, with --check, reports blocks that drifted from the tools' output.
  *
  * A block is a pair of lines, each alone on its line:
@@ -11,29 +12,27 @@
  *     results                       the whole `kvevict bench --markdown`
  *     bench budget=B                every policy at budget B
  *     h2o-sweep                     the H2O recent-window sweep at 256
- *     observations                  the H2O page's observations, checked
+ *     observations                  the claims of the H2O page, checked
  *     summary                       every policy at 256 and 512, one row each
  *     sweep SPEC [KEY=V1,V2,...]... [budget=B1,B2,...]
  *                                   a grid, as `kvevict sweep` prints it
  * e.g. <!-- kvevict:begin sweep h2o recent_window=16,32,64 budget=256 -->.
  *
- * Timings differ run to run, so a comparison ignores exactly the cells of
- * table columns whose header contains "ns/step" (and the blanks padding table
- * cells, whose widths follow the longest timing), and nothing else; a block
- * whose only differences are timings is left as it is (no churn). All the
- * blocks of all the files are evaluated in one lockstep pass.
+ * Blocks hold no timings (no ns/step column: timings depend on the machine
+ * and live outside drift-checked text), so a block is up to date exactly
+ * when its text equals what the tools print now. All the blocks of all the
+ * files are evaluated in one lockstep pass. Files are rewritten through a
+ * temporary file and a rename, so an interrupt leaves each whole.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { MAX_ARGS = 16 };
-
-/* The source every block names: "canonical" while collecting, then the
- * opened trace's canonical spec. */
-static const char *block_trace_src = BENCH_TRACE;
 
 typedef struct block {
     size_t file;
@@ -55,7 +54,7 @@ static char *read_all(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        die_input("%s: cannot open", path);
+        die_input("%s: cannot open: %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
     char *buf = xmalloc(cap);
     for (;;) {
@@ -69,7 +68,7 @@ static char *read_all(const char *path, size_t *len)
     int bad = ferror(f);
     fclose(f);
     if (bad)
-        die_input("%s: cannot read", path);
+        die_input("%s: cannot read: %s", path, strerror(errno));
     buf[n] = '\0';
     *len = n;
     return buf;
@@ -111,151 +110,75 @@ static char *marker(const char *line, const char *kind)
     return r;
 }
 
+/* The context of every block: the canonical trace (or --trace), seed 0,
+ * top-32, no timings. */
+static result_ctx block_ctx;
+static const size_t block_budgets[2] = {256, 512};
+
 static void render_block(FILE *f, evalset *es, const block *b)
 {
     const char *name = b->name;
+    const result_ctx *c = &block_ctx;
     if (strcmp(name, "results") == 0 || strcmp(name, "h2o-sweep") == 0 ||
         strcmp(name, "observations") == 0 || strcmp(name, "summary") == 0) {
         if (b->n_args)
             die_usage("block '%s' takes no arguments", name);
-        if (name[0] == 'r')
-            render_bench(f, es, 1, block_trace_src, BENCH_SEED);
-        else if (name[0] == 'h')
-            render_h2o_sweep(f, es, FMT_MD);
-        else if (name[0] == 'o')
+        if (name[0] == 'r') {
+            bench_opts o = {block_budgets, 2, 1};
+            render_bench(f, es, &o, c, FMT_MD);
+        } else if (name[0] == 'h') {
+            render_h2o_sweep(f, es, 256, c, FMT_MD);
+        } else if (name[0] == 'o') {
             render_observations(f, es, 1);
-        else
+        } else {
             render_summary(f, es, FMT_MD);
+        }
         return;
     }
     if (strcmp(name, "bench") == 0) {
         if (b->n_args != 1 || strncmp(b->args[0], "budget=", 7) != 0)
             die_usage("block 'bench' takes one argument, budget=B");
-        size_t budget = (size_t)parse_u64("budget", b->args[0] + 7, 1, 16777216);
-        render_policy_table(f, es, budget, FMT_MD);
+        size_t budget = (size_t)parse_u64("budget", b->args[0] + 7, 1, KVE_MAX_BUDGET);
+        render_policy_table(f, es, budget, c, FMT_MD);
         return;
     }
     if (strcmp(name, "sweep") == 0) {
         if (b->n_args < 1)
             die_usage("block 'sweep' needs a policy spec");
         grid g;
-        char *keys[OPT_MAXREP] = {0};
-        memset(&g, 0, sizeof g);
-        g.base = b->args[0];
+        grid_init(&g, b->args[0]);
         for (size_t i = 1; i < b->n_args; i++) {
             const char *a = b->args[i];
-            const char *eq = strchr(a, '=');
-            if (!eq || eq == a || eq[1] == '\0')
-                die_usage("'%s' is not KEY=V1,V2,...", a);
-            if (strncmp(a, "budget=", 7) == 0 && !g.budgets) {
-                char **items = split_list("budget", eq + 1, &g.n_budgets);
-                g.budgets = xcalloc(g.n_budgets, sizeof *g.budgets);
-                for (size_t k = 0; k < g.n_budgets; k++)
-                    g.budgets[k] = (size_t)parse_u64("budget", items[k], 1, 16777216);
-                free_list(items, g.n_budgets);
-                continue;
+            if (strncmp(a, "budget=", 7) == 0) {
+                size_t budgets[CLI_MAX_BUDGETS], n;
+                parse_budgets("budget", a + 7, budgets, CLI_MAX_BUDGETS, &n);
+                grid_set_budgets(&g, budgets, n);
+            } else {
+                grid_add_param(&g, "sweep", a);
             }
-            if (g.n_keys == OPT_MAXREP)
-                die_usage("too many keys");
-            char *key = xmalloc((size_t)(eq - a) + 1);
-            memcpy(key, a, (size_t)(eq - a));
-            key[eq - a] = '\0';
-            keys[g.n_keys] = key;
-            g.key[g.n_keys] = key;
-            g.vals[g.n_keys] = split_list(key, eq + 1, &g.n_vals[g.n_keys]);
-            g.n_keys++;
         }
-        render_grid(f, es, &g, FMT_MD);
-        for (size_t k = 0; k < g.n_keys; k++) {
-            free(keys[k]);
-            free_list(g.vals[k], g.n_vals[k]);
-        }
-        free(g.budgets);
+        grid_check(&g);
+        render_grid(f, es, &g, c, FMT_MD);
+        grid_free(&g);
         return;
     }
     die_usage("unknown block '%s' (results, bench, h2o-sweep, observations, summary, sweep)",
               name);
 }
 
-/* Splits a markdown table line into cells with their blanks trimmed;
- * returns the count (at most cap). */
-static size_t cells(const char *line, const char **start, size_t *len, size_t cap)
-{
-    size_t n = 0;
-    const char *p = line + 1; /* after the leading '|' */
-    while (*p && n < cap) {
-        const char *bar = strchr(p, '|');
-        if (!bar)
-            break;
-        const char *s = p, *e = bar;
-        while (s < e && *s == ' ')
-            s++;
-        while (e > s && e[-1] == ' ')
-            e--;
-        start[n] = s;
-        len[n] = (size_t)(e - s);
-        n++;
-        p = bar + 1;
-    }
-    return n;
-}
-
-enum { MAX_CELLS = 32 };
-
-/* 0 when a and b are equal except for the cells of table columns whose
- * header contains "ns/step" (and the blanks padding table cells), else the
- * 1-based number of the first differing line. */
+/* 0 when a and b are equal, else the 1-based number of the first
+ * differing line. */
 static size_t differ(const char *a, const char *b)
 {
     size_t line = 1;
-    unsigned mask = 0;
-    int in_table = 0;
     for (;;) {
-        if (!*a && !*b)
-            return 0;
-        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
-        size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
-        int table_line = la > 0 && a[0] == '|' && lb > 0 && b[0] == '|';
-        int same;
-        if (table_line) {
-            char ta[2048], tb[2048];
-            const char *sa[MAX_CELLS], *sb[MAX_CELLS];
-            size_t na[MAX_CELLS], nb[MAX_CELLS];
-            if (la >= sizeof ta || lb >= sizeof tb)
-                return line;
-            memcpy(ta, a, la);
-            ta[la] = '\0';
-            memcpy(tb, b, lb);
-            tb[lb] = '\0';
-            size_t ca = cells(ta, sa, na, MAX_CELLS), cb = cells(tb, sb, nb, MAX_CELLS);
-            if (!in_table) { /* a header: its "ns/step" columns are timings */
-                mask = 0;
-                for (size_t c = 0; c < cb; c++) {
-                    char cell[256];
-                    size_t m = nb[c] < sizeof cell - 1 ? nb[c] : sizeof cell - 1;
-                    memcpy(cell, sb[c], m);
-                    cell[m] = '\0';
-                    if (strstr(cell, "ns/step"))
-                        mask |= 1u << c;
-                }
-            }
-            same = ca == cb;
-            for (size_t c = 0; same && c < ca; c++)
-                if (in_table && ((mask >> c) & 1u))
-                    continue; /* a timing cell (the header itself is compared) */
-                else
-                    same = na[c] == nb[c] && memcmp(sa[c], sb[c], na[c]) == 0;
-        } else {
-            same = la == lb && memcmp(a, b, la) == 0;
-        }
-        if (!same)
+        if (*a != *b)
             return line;
-        in_table = table_line;
-        if (!ea || !eb)
-            return (!ea && !eb) ? 0 : line + 1;
-        a = ea + 1;
-        b = eb + 1;
-        line++;
+        if (!*a)
+            return 0;
+        line += *a == '\n';
+        a++;
+        b++;
     }
 }
 
@@ -270,26 +193,37 @@ static const char docs_usage[] =
     "Names: results (all of `kvevict bench --markdown`), bench budget=B,\n"
     "h2o-sweep, observations, summary (every policy at 256 and 512), and\n"
     "sweep SPEC [KEY=V1,V2,...]... [budget=B1,B2,...].\n"
-    "Every block uses the canonical trace (unless --trace) and policy seed 0.\n"
-    "Cells of columns whose header contains \"ns/step\" are timings: they are\n"
-    "ignored when comparing, and a block that differs only there is left as it is.\n"
+    "Every block uses the canonical trace (unless --trace) and policy seed 0, and\n"
+    "holds no timings (they depend on the machine), so a block is up to date\n"
+    "exactly when its text equals what the tools print now.\n"
+    "\n"
+    "This is a source-tree tool: it maintains the docs/ of a kvevict checkout.\n"
     "\n"
     "  --check      compare only; exit 1 naming each block that drifted\n"
     "  --trace SRC  evaluate on another trace (to try a page out; the committed\n"
     "               docs and their drift test use the canonical trace)\n";
 
-static const opt_def docs_defs[2] = {{"check", 0, 0, 0}, {"trace", 0, 1, 0}};
+static const opt_def docs_own[] = {{"check", 0, 0}};
+static const cli_spec docs_spec = {
+    .usage = docs_usage,
+    .shared = SO_TRACE,
+    .own = docs_own,
+    .n_own = 1,
+    .max_pos = CLI_MAX_POS,
+};
 
 int cmd_docs(int argc, char **argv)
 {
-    opt_val v[2];
-    size_t n_files;
-    const char **files = xcalloc((size_t)argc + 1, sizeof *files);
-    args_parse(argc, argv, docs_usage, docs_defs, 2, v, files, (size_t)argc, &n_files);
-    const char *src = v[1].count ? v[1].v[0] : BENCH_TRACE;
+    cli_args a;
+    cli_parse(&a, &docs_spec, argc, argv);
+    const char *const *files = a.pos;
+    size_t n_files = a.n_pos;
     if (n_files == 0)
         die_usage("no FILE given (see kvevict docs --help)");
-    int check = v[0].count > 0;
+    int check = cli_own(&a, &docs_spec, "check")->count > 0;
+    memset(&block_ctx, 0, sizeof block_ctx);
+    block_ctx.trace = a.trace ? a.trace : BENCH_TRACE;
+    block_ctx.topk = 32;
     doc *docs = xcalloc(n_files, sizeof *docs);
     block *blocks = NULL;
     size_t n_blocks = 0, cap_blocks = 0;
@@ -354,9 +288,10 @@ int cmd_docs(int argc, char **argv)
     }
     fclose(sink);
     cli_cmd = "docs";
-    kve_trace *tr = open_trace(src, 0);
-    evalset_run(&es, tr, BENCH_SEED, 0);
-    block_trace_src = kve_trace_source(tr);
+    kve_trace *tr = open_trace(&a); /* seed 0, top-32: the defaults */
+    evalset_run(&es, tr, &a, 0);
+    result_ctx_init(&block_ctx, &a, tr);
+    block_ctx.timings = 0;
 
     int drift = 0;
     size_t k = 0;
@@ -409,16 +344,10 @@ int cmd_docs(int argc, char **argv)
             fprintf(o, "%s\n", d->line[l]);
         fclose(o);
         if (changed && !check) {
-            char tmp[4200];
-            snprintf(tmp, sizeof tmp, "%s.kvevict-tmp", d->path);
-            FILE *w = fopen(tmp, "wb");
-            int ok = w && fwrite(out, 1, out_len, w) == out_len;
-            if (w && fclose(w) != 0)
-                ok = 0;
-            if (!ok || rename(tmp, d->path) != 0) {
-                remove(tmp);
-                die_input("%s: cannot write", d->path);
-            }
+            FILE *w = out_open(d->path);
+            if (fwrite(out, 1, out_len, w) != out_len)
+                die_input("%s: cannot write: %s", d->path, strerror(errno));
+            out_close(w);
         }
         if (!check)
             printf("%s: %zu block%s, %s\n", d->path, n_here, n_here == 1 ? "" : "s",
@@ -428,11 +357,10 @@ int cmd_docs(int argc, char **argv)
 
     evalset_free(&es);
     kve_trace_free(tr);
-    block_trace_src = BENCH_TRACE;
     for (size_t b = 0; b < n_blocks; b++) {
         free(blocks[b].name);
-        for (size_t a = 0; a < blocks[b].n_args; a++)
-            free(blocks[b].args[a]);
+        for (size_t k2 = 0; k2 < blocks[b].n_args; k2++)
+            free(blocks[b].args[k2]);
     }
     free(blocks);
     for (size_t i = 0; i < n_files; i++) {
@@ -440,7 +368,6 @@ int cmd_docs(int argc, char **argv)
         free(docs[i].line);
     }
     free(docs);
-    free(files);
     finish_stdout();
     return check && drift ? EXIT_INPUT : 0;
 }

@@ -1,5 +1,7 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * plot.c - `kvevict plot`: the figures of docs/img/, rendered by gnuplot.
+ * cmd_plot.c - `kvevict plot`, a source-tree tool: the figures of docs/img/,
+ * rendered by gnuplot.
  *
  *   mass_vs_budget.png    retained mass against budget, every policy
  *   recall_vs_budget.png  top-32 recall against budget, every policy
@@ -43,12 +45,19 @@ static const char plot_usage[] =
     "budget 256 beside streaming) and trace_h2o.png (the canonical trace's\n"
     "attention over step and position, log colour scale, with the positions h2o\n"
     "has evicted washed out). All on the canonical trace, policy seed 0.\n"
+    "This is a source-tree tool: it maintains the docs/img of a kvevict checkout.\n"
     "\n"
     "  --out DIR    the directory to write the PNG files to (must exist)\n"
     "  --trace SRC  plot another trace (default canonical); the trace picture\n"
     "               shows its steps up to 2304\n";
 
-static const opt_def plot_defs[2] = {{"out", 0, 1, 0}, {"trace", 0, 1, 0}};
+static const opt_def plot_own[] = {{"out", 0, OPT_VALUE}};
+static const cli_spec plot_spec = {
+    .usage = plot_usage,
+    .shared = SO_TRACE,
+    .own = plot_own,
+    .n_own = 1,
+};
 
 typedef struct replay_rec {
     int32_t *evicted_at; /* [T]: the step after which a position left, or INT32_MAX */
@@ -80,15 +89,15 @@ static void close_checked(FILE *f, const char *path)
 
 int cmd_plot(int argc, char **argv)
 {
-    opt_val v[2];
-    size_t npos;
-    args_parse(argc, argv, plot_usage, plot_defs, 2, v, NULL, 0, &npos);
-    const char *src = v[1].count ? v[1].v[0] : BENCH_TRACE;
+    cli_args a;
+    cli_parse(&a, &plot_spec, argc, argv);
+    const char *src = a.trace ? a.trace : BENCH_TRACE;
     /* The figures' titles name the trace; a source gnuplot cannot quote is
      * named generically. */
-    const char *label = !v[1].count ? "canonical trace"
+    const char *label = !a.trace ? "canonical trace"
                         : strpbrk(src, "'\"\\\n") ? "given trace" : src;
-    const char *out = v[0].count ? v[0].v[0] : "docs/img";
+    const opt_val *outv = cli_own(&a, &plot_spec, "out");
+    const char *out = outv->count ? outv->v[0] : "docs/img";
     if (strchr(out, '\'') || strchr(out, '"') || strchr(out, '\n'))
         die_usage("--out: quotes and newlines are not supported in '%s'", out);
     if (access(out, W_OK) != 0)
@@ -101,8 +110,8 @@ int cmd_plot(int argc, char **argv)
     evalset_init(&es);
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
-            kve_trace *tr = open_trace(src, 0);
-            evalset_run(&es, tr, BENCH_SEED, 0);
+            kve_trace *tr = open_trace(&a);
+            evalset_run(&es, tr, &a, 0);
             kve_trace_free(tr);
         }
         for (size_t b = 0; b < N_BUDGETS; b++)
@@ -150,7 +159,7 @@ int cmd_plot(int argc, char **argv)
     evalset_free(&es);
 
     /* The trace picture: replay h2o, then read the rows of the window. */
-    kve_trace *tr = open_trace(src, 0);
+    kve_trace *tr = open_trace(&a);
     size_t T = kve_trace_steps(tr);
     size_t t1 = T < PLOT_END ? T : PLOT_END;
     size_t n_steps = t1 < PLOT_STEPS ? t1 : PLOT_STEPS, t0 = t1 - n_steps;

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cmd_trace.c - `kvevict trace`: one head of a trace as a [T,T] float32
+ * .npy file.
+ *
+ * The file is written under a temporary name beside it (out_open) and
+ * renamed into place when complete; an error or SIGINT/SIGTERM/SIGHUP
+ * removes the temporary file, so no partial file is ever left. A file of
+ * LARGE_FILE bytes or more is announced (size, on stderr) before writing,
+ * and refused when its file system has less room than that.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define LARGE_FILE (100ull << 20)
+
+static const char trace_usage[] =
+    "usage: kvevict trace --trace SRC -o FILE.npy [--head N] [--normalize]\n"
+    "\n"
+    "Writes one head of a trace as a [T,T] float32 C-order .npy file (zeros above\n"
+    "the diagonal, 4*T*T bytes plus a 128-byte header) that eval, replay and sweep\n"
+    "read back to the same results (up to float32 rounding of the weights). The\n"
+    "file is written under a temporary name and renamed into place: a failure or\n"
+    "an interrupt (SIGINT, SIGTERM) leaves no file at all. Files of 100 MiB or more\n"
+    "are announced on stderr first, and refused when the disk has less room.\n"
+    "\n"
+    "  --trace SRC        canonical, canonical:key=value,..., a .npy file, or -\n"
+    "  -o, --output FILE  the .npy file to write; - writes it to standard output\n"
+    "  --head N           head of a multi-head file, layer-major (default 0)\n"
+    "  --normalize        rescale each row of a .npy file to sum 1 instead of refusing\n";
+
+static const cli_spec trace_spec = {
+    .usage = trace_usage,
+    .shared = SO_TRACE | SO_OUTPUT | SO_HEAD | SO_NORMALIZE,
+    .required = SO_TRACE | SO_OUTPUT,
+};
+
+static void human_size(uint64_t bytes, char *buf, size_t cap)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double x = (double)bytes;
+    size_t u = 0;
+    while (x >= 1024.0 && u + 1 < sizeof unit / sizeof unit[0]) {
+        x /= 1024.0;
+        u++;
+    }
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", x, unit[u]);
+}
+
+/* The directory that will hold `path`, for statvfs. */
+static void dir_of(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == path)
+        snprintf(dir, cap, "/");
+    else
+        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+int cmd_trace(int argc, char **argv)
+{
+    cli_args a;
+    cli_parse(&a, &trace_spec, argc, argv);
+    int to_stdout = strcmp(a.output, "-") == 0;
+    if (to_stdout && isatty(STDOUT_FILENO))
+        die_usage("-o -: standard output is a terminal; redirect it to a file or a pipe");
+    kve_trace *tr = open_trace(&a);
+    size_t nh = kve_trace_heads(tr);
+    if (a.head >= nh) {
+        kve_trace_free(tr);
+        die_usage("--head: %zu is out of range: the trace has %zu head%s", a.head, nh,
+                  nh == 1 ? "" : "s");
+    }
+    uint64_t bytes = kve_trace_npy_bytes(tr);
+    char size[32];
+    human_size(bytes, size, sizeof size);
+    if (bytes >= LARGE_FILE) {
+        struct statvfs fs;
+        char dir[4096];
+        dir_of(a.output, dir, sizeof dir);
+        if (!to_stdout && statvfs(dir, &fs) == 0) {
+            uint64_t room = (uint64_t)fs.f_bavail * fs.f_frsize;
+            if (room < bytes) {
+                char have[32];
+                human_size(room, have, sizeof have);
+                kve_trace_free(tr);
+                die_input("%s: the file needs %llu bytes (%s) and %s has %s free", a.output,
+                          (unsigned long long)bytes, size, dir, have);
+            }
+        }
+        fprintf(stderr, "kvevict trace: writing %s: %llu bytes (%s)\n",
+                to_stdout ? "standard output" : a.output, (unsigned long long)bytes, size);
+    }
+    FILE *out = out_open(a.output);
+    progress pr;
+    progress_begin(&pr, "row", kve_trace_steps(tr), 0, 1);
+    kve_status s = kve_trace_write_npy_file(tr, a.head, out, progress_callback, &pr);
+    progress_end(&pr);
+    kve_trace_free(tr);
+    if (s != KVE_OK)
+        die_status(s, to_stdout ? "standard output" : a.output);
+    out_close(out);
+    return 0;
+}

@@ -1,0 +1,418 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * output.c - where results go and how: output files written under a
+ * temporary name and renamed into place, the signal handler that removes
+ * them, standard input as a trace, progress lines, and the JSON form of a
+ * result row (the keys every subcommand shares).
+ *
+ * Invariant: a file the tool writes exists under its final name only once
+ * it is complete. Until then it is a temporary file registered in `temps`;
+ * die_* and the signal handler (which uses only async-signal-safe calls)
+ * remove every registered file, so an error or an interrupt leaves nothing.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- temporary files ---- */
+
+enum { MAX_TEMPS = 4 };
+
+static char temp_path[MAX_TEMPS][PATH_MAX];
+static volatile sig_atomic_t temp_used[MAX_TEMPS];
+static volatile sig_atomic_t progress_on_screen;
+
+static void block_signals(sigset_t *old)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, old);
+}
+
+int temp_create(char *template)
+{
+    size_t len = strlen(template);
+    if (len >= PATH_MAX) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    sigset_t old;
+    block_signals(&old); /* no signal between creating and registering */
+    size_t slot = 0;
+    while (slot < MAX_TEMPS && temp_used[slot])
+        slot++;
+    int fd = -1;
+    if (slot == MAX_TEMPS) {
+        errno = EMFILE;
+    } else {
+        memcpy(temp_path[slot], template, len + 1);
+        fd = mkstemp(temp_path[slot]);
+        if (fd >= 0) {
+            memcpy(template, temp_path[slot], len + 1);
+            temp_used[slot] = 1;
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return fd;
+}
+
+void temp_forget(const char *path)
+{
+    for (size_t i = 0; i < MAX_TEMPS; i++)
+        if (temp_used[i] && strcmp(temp_path[i], path) == 0)
+            temp_used[i] = 0;
+}
+
+void temp_remove_all(void)
+{
+    for (size_t i = 0; i < MAX_TEMPS; i++)
+        if (temp_used[i]) {
+            unlink(temp_path[i]);
+            temp_used[i] = 0;
+        }
+}
+
+static void on_signal(int sig)
+{
+    for (size_t i = 0; i < MAX_TEMPS; i++)
+        if (temp_used[i])
+            unlink(temp_path[i]);
+    if (progress_on_screen) {
+        static const char erase[] = "\r\033[K";
+        ssize_t w = write(STDERR_FILENO, erase, sizeof erase - 1);
+        (void)w;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void cli_signals_install(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        /* A signal ignored when we start (a background job of a script)
+         * stays ignored, as the shell meant. */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* ---- output streams ---- */
+
+typedef struct out_file {
+    FILE *f;
+    char *path; /* final name */
+    char tmp[PATH_MAX];
+} out_file;
+
+static out_file outs[MAX_TEMPS];
+
+FILE *out_open(const char *path)
+{
+    if (!path || strcmp(path, "-") == 0)
+        return stdout;
+    size_t slot = 0;
+    while (slot < MAX_TEMPS && outs[slot].f)
+        slot++;
+    if (slot == MAX_TEMPS)
+        die_input("%s: too many output files", path);
+    out_file *o = &outs[slot];
+    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof o->tmp)
+        die_input("%s: path is too long", path);
+    int fd = temp_create(o->tmp);
+    if (fd < 0)
+        die_input("%s: cannot create a file beside it: %s", path, strerror(errno));
+    (void)fchmod(fd, 0644);
+    o->f = fdopen(fd, "wb");
+    if (!o->f) {
+        int e = errno;
+        close(fd);
+        die_input("%s: %s", path, strerror(e));
+    }
+    o->path = xstrdup(path);
+    return o->f;
+}
+
+void out_close(FILE *f)
+{
+    if (f == stdout) {
+        finish_stdout();
+        return;
+    }
+    for (size_t i = 0; i < MAX_TEMPS; i++) {
+        out_file *o = &outs[i];
+        if (o->f != f)
+            continue;
+        int bad = fflush(f) != 0 || ferror(f);
+        int e = errno;
+        if (fclose(f) != 0 && !bad) {
+            bad = 1;
+            e = errno;
+        }
+        o->f = NULL;
+        if (bad)
+            die_input("%s: cannot write: %s", o->path, strerror(e));
+        if (rename(o->tmp, o->path) != 0)
+            die_input("%s: cannot rename the finished file into place: %s", o->path,
+                      strerror(errno));
+        temp_forget(o->tmp);
+        free(o->path);
+        o->path = NULL;
+        return;
+    }
+    die_input("internal error: closing a stream that out_open did not give");
+}
+
+void finish_stdout(void)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        int e = errno;
+        fprintf(stderr, "kvevict%s%s: cannot write standard output: %s\n", cli_cmd[0] ? " " : "",
+                cli_cmd, strerror(e));
+        temp_remove_all();
+        exit(EXIT_INPUT);
+    }
+}
+
+FILE *null_sink(void)
+{
+    FILE *f = fopen("/dev/null", "w");
+    if (!f)
+        f = tmpfile();
+    if (!f)
+        die_input("cannot open a scratch stream: %s", strerror(errno));
+    return f;
+}
+
+/* ---- progress ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double started; /* the first progress_begin: one clock for the whole command */
+
+void progress_begin(progress *pr, const char *what, uint64_t total, size_t head, size_t heads)
+{
+    if (started == 0.0)
+        started = now_s();
+    pr->what = what;
+    pr->total = total;
+    pr->head = head;
+    pr->heads = heads;
+    pr->last = 0.0;
+    pr->shown = 0;
+}
+
+void progress_update(progress *pr, uint64_t done)
+{
+    if ((done & 255) != 0 && done != pr->total)
+        return;
+    double now = now_s();
+    if (now - started < 2.0 || now - pr->last < 0.25 || !isatty(STDERR_FILENO))
+        return;
+    pr->last = now;
+    double pct = pr->total ? 100.0 * (double)done / (double)pr->total : 100.0;
+    if (pr->heads > 1)
+        fprintf(stderr, "\rkvevict %s: head %zu/%zu, %s %llu/%llu (%.0f%%) ", cli_cmd,
+                pr->head + 1, pr->heads, pr->what, (unsigned long long)done,
+                (unsigned long long)pr->total, pct);
+    else
+        fprintf(stderr, "\rkvevict %s: %s %llu/%llu (%.0f%%) ", cli_cmd, pr->what,
+                (unsigned long long)done, (unsigned long long)pr->total, pct);
+    pr->shown = 1;
+    progress_on_screen = 1;
+}
+
+void progress_end(progress *pr)
+{
+    if (pr->shown)
+        fputs("\r\033[K", stderr);
+    pr->shown = 0;
+    progress_on_screen = 0;
+}
+
+int progress_callback(void *user, uint64_t done, uint64_t total)
+{
+    progress *pr = user;
+    pr->total = total;
+    progress_update(pr, done);
+    return 0;
+}
+
+/* ---- traces ---- */
+
+static char stdin_source[PATH_MAX]; /* the temporary path a "-" trace was opened from */
+
+/* Copies standard input to a registered temporary file; returns its path. */
+static const char *spool_stdin(void)
+{
+    if (isatty(STDIN_FILENO))
+        die_usage("--trace -: standard input is a terminal, not a .npy file");
+    const char *dir = getenv("TMPDIR");
+    if (!dir || !*dir)
+        dir = "/tmp";
+    if (snprintf(stdin_source, sizeof stdin_source, "%s/kvevict-stdin.XXXXXX", dir) >=
+        (int)sizeof stdin_source)
+        die_input("--trace -: TMPDIR is too long");
+    int fd = temp_create(stdin_source);
+    if (fd < 0)
+        die_input("--trace -: cannot create a temporary file in %s: %s", dir, strerror(errno));
+    char buf[1 << 16];
+    for (;;) {
+        ssize_t got = read(STDIN_FILENO, buf, sizeof buf);
+        if (got == 0)
+            break;
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            close(fd);
+            die_input("--trace -: cannot read standard input: %s", strerror(e));
+        }
+        for (ssize_t off = 0; off < got;) {
+            ssize_t w = write(fd, buf + off, (size_t)(got - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                int e = errno;
+                close(fd);
+                die_input("--trace -: cannot write %s: %s", stdin_source, strerror(e));
+            }
+            off += w;
+        }
+    }
+    if (close(fd) != 0)
+        die_input("--trace -: cannot write %s: %s", stdin_source, strerror(errno));
+    return stdin_source;
+}
+
+kve_trace *open_trace(const cli_args *a)
+{
+    const char *src = a->trace ? a->trace : BENCH_TRACE;
+    int from_stdin = strcmp(src, "-") == 0;
+    if (from_stdin)
+        src = spool_stdin();
+    kve_trace *tr = NULL;
+    progress pr;
+    progress_begin(&pr, "validating row", 0, 0, 1);
+    kve_status s = kve_trace_open_ex(src, a->trace_flags, progress_callback, &pr, &tr);
+    progress_end(&pr);
+    if (from_stdin) { /* the open file stays readable; the name can go now */
+        unlink(stdin_source);
+        temp_forget(stdin_source);
+    }
+    if (s != KVE_OK)
+        die_status(s, from_stdin ? "--trace -" : "--trace");
+    return tr;
+}
+
+const char *trace_name(const kve_trace *tr)
+{
+    const char *s = kve_trace_source(tr);
+    return stdin_source[0] && strcmp(s, stdin_source) == 0 ? "-" : s;
+}
+
+/* ---- JSON ---- */
+
+void json_double(FILE *f, double x)
+{
+    if (!isfinite(x))
+        fputs("null", f);
+    else
+        fprintf(f, "%.17g", x);
+}
+
+void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if (*c < 0x20 || *c == 0x7f)
+            fprintf(f, "\\u%04x", *c);
+        else
+            fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+void result_ctx_init(result_ctx *c, const cli_args *a, const kve_trace *tr)
+{
+    memset(c, 0, sizeof *c);
+    c->trace = trace_name(tr);
+    c->seed = a->seed;
+    c->heads = kve_trace_heads(tr);
+    c->layers = kve_trace_layers(tr);
+    c->topk = a->topk;
+    c->topk_given = a->topk_given;
+    c->timings = 1;
+}
+
+const char *recall_key(const result_ctx *c)
+{
+    static char key[40];
+    snprintf(key, sizeof key, "top%zu_recall", c->topk);
+    return key;
+}
+
+double recall_of(const result_ctx *c, const kve_eval_result *r)
+{
+    return c->topk == 32 ? r->top32_recall : r->topk_recall;
+}
+
+void json_result_begin(FILE *f, const result_ctx *c, const kve_eval_result *r)
+{
+    fprintf(f, "{\"" KEY_POLICY "\": ");
+    json_string(f, r->spec);
+    fprintf(f, ", \"" KEY_TRACE "\": ");
+    json_string(f, c->trace);
+    fprintf(f,
+            ", \"" KEY_BUDGET "\": %zu, \"" KEY_STEPS "\": %zu, \"" KEY_SCORED "\": %zu, "
+            "\"" KEY_HEADS "\": %zu, \"" KEY_LAYERS "\": %zu, \"" KEY_SEED "\": %llu",
+            r->budget, r->steps, r->scored_steps, c->heads, c->layers,
+            (unsigned long long)c->seed);
+    if (c->topk_given)
+        fprintf(f, ", \"" KEY_TOPK "\": %zu", c->topk);
+}
+
+void json_metrics(FILE *f, const result_ctx *c, const kve_eval_result *r)
+{
+    fprintf(f, "\"" KEY_MASS "\": ");
+    json_double(f, r->retained_mass);
+    fprintf(f, ", \"%s\": ", recall_key(c));
+    json_double(f, recall_of(c, r));
+    fprintf(f, ", \"" KEY_MIN_MASS "\": ");
+    json_double(f, r->min_retained_mass);
+    fprintf(f, ", \"" KEY_NS "\": ");
+    json_double(f, r->ns_per_step);
+    fprintf(f, ", \"" KEY_STATE "\": %zu", r->state_bytes);
+}
+
+void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r)
+{
+    json_result_begin(f, c, r);
+    fputs(", ", f);
+    json_metrics(f, c, r);
+    fputs("}\n", f);
+}
