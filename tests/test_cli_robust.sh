@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_cli_robust.sh KVEVICT SOURCE_DIR - the kvevict tool against bad
 # arguments and bad files, systematically (tests/test_cli.sh checks the
 # happy paths and a hand-picked set of errors):
@@ -171,6 +172,14 @@ expect 1 trace --trace "$D/trunc-129.npy" -o "$D/keep.npy"
 cmp -s "$D/good.npy" "$D/keep.npy" || fail "a failed trace -o changed the existing file"
 ls "$D" | grep -q '\.tmp\|keep\.npy\.' && fail "a failed trace -o left a temporary file"
 expect 1 docs --check "$D/missing.md"
+# The library's flag names reach the user as the CLI's options, and an I/O
+# error carries the system's reason.
+expect 1 eval --trace "$SRC/fuzz/corpus/fuzz_npy/n-v1-unnormalized.npy" --policy "$P"
+grep -q 'pass --normalize' "$D/err" || fail "the sum error does not say 'pass --normalize': $(cat "$D/err")"
+grep -q 'KVE_' "$D/err" && fail "a C name in a CLI message: $(cat "$D/err")"
+expect 1 eval --trace "$D/missing.npy" --policy "$P"
+grep -q 'No such file or directory' "$D/err" || fail "no system reason: $(cat "$D/err")"
+[ "$(grep -o "$D/missing.npy" "$D/err" | wc -l)" -eq 1 ] || fail "the path is not printed once: $(cat "$D/err")"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
