@@ -1,11 +1,17 @@
+# SPDX-License-Identifier: MIT
 # The two commands of the README:
-#   make run    build (Release) and run the main job: the benchmark
-#   make test   build and run every test, then again under ASan + UBSan
-# Build trees live in build/ (Release), build-asan/ and build-tsan/.
+#   make run    build (Release, quietly) and run the main job: the benchmark
+#   make test   build and run every test, then again under ASan + UBSan, then
+#               the thread test under TSan
+# Build trees live in build/ (Release), build-asan/ and build-tsan/. Builds
+# print nothing unless they fail (scripts/quiet.sh); -Werror is on for every
+# build made here (KVE_WERROR=ON), as in CI.
 
 JOBS ?= 2
 CMAKE_FLAGS ?=
-BASE_DEPS = cmake:cmake gcc:gcc make:make
+BASE_DEPS = cmake:cmake gcc:gcc make:make pkgconf:pkg-config
+QUIET = ./scripts/quiet.sh
+CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
 .PHONY: all deps run bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs
 
@@ -15,15 +21,14 @@ deps:
 	@./scripts/deps.sh $(BASE_DEPS)
 
 build/kvevict: deps FORCE
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
-	cmake --build build -j $(JOBS)
+	@$(QUIET) build/build.log sh -c '$(CONFIGURE) -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j $(JOBS)'
 
 run: build/kvevict
-	./build/kvevict bench
+	@./build/kvevict bench
 
 # Per-step cost of every policy against the memory floor (bench/step_cost.c).
 bench: build/kvevict
-	./build/kvevict-step-cost
+	@./build/kvevict-step-cost
 
 # The figures of docs/img/ (installs gnuplot-nox when missing) and the measured
 # blocks of the docs (docs/results.md, docs/policies/*.md; see kvevict docs --help).
@@ -40,15 +45,13 @@ test-release: build/kvevict
 	cd build && ctest --output-on-failure -j $(JOBS)
 
 test-asan: deps
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVE_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-asan -j $(JOBS)
+	@$(QUIET) build-asan/build.log sh -c '$(CONFIGURE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVE_SANITIZE=ON && cmake --build build-asan -j $(JOBS)'
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
 # The thread test (tests/test_threads.c) under ThreadSanitizer.
 test-tsan: deps
-	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVE_TSAN=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-tsan -j $(JOBS) --target test_threads
+	@$(QUIET) build-tsan/build.log sh -c '$(CONFIGURE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVE_TSAN=ON && cmake --build build-tsan -j $(JOBS) --target test_threads'
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^test_threads$$'
 
 # libFuzzer on every target for FUZZ_SECONDS each (clang; see docs/robustness.md).

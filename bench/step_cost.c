@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * step_cost.c - per-step cost of every policy in the decode loop, as a ratio
  * against the memory floor measured in the same run.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * driver.c - a plain main() for the fuzz targets, used when they are not
  * linked with libFuzzer: ordinary CI runs every checked-in corpus through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_api.c - decodes the input into a program of policy calls and holds the
  * library to its contract after every call.

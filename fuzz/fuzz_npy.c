@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_npy.c - the .npy reader and writer, on whatever bytes the fuzzer makes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_spec.c - the spec grammar, through every public entry point that
  * parses one: kve_policy_new, kve_spec_with and kve_trace_open("canonical").

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # make-seeds.sh - writes the seed corpora fuzz/corpus/<target>/ from scratch.
 # The output is deterministic and checked in; rerun only to change the seeds
 # (findings that libFuzzer adds to the corpus are kept beside these).

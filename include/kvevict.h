@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvevict.h - KV-cache eviction policies for LLM inference.
  *

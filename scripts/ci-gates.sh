@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # ci-gates.sh - the robustness gates, run by .ci/run after `make test` (which
 # already ran every test natively, under ASan + UBSan and the thread test
 # under TSan). Each gate fails the run:
@@ -20,7 +21,7 @@ gates=${*:-static valgrind fuzz coverage}
 COV=${KVE_COV_BUILD:-build-cov}      # build trees (overridable, e.g. for a private run)
 VG=${KVE_VG_BUILD:-build-valgrind}
 
-./scripts/deps.sh cmake:cmake gcc:gcc valgrind:valgrind gcovr:gcovr cppcheck:cppcheck \
+./scripts/deps.sh cmake:cmake gcc:gcc pkgconf:pkg-config valgrind:valgrind gcovr:gcovr cppcheck:cppcheck \
   clang:clang clang-tidy:clang-tidy || exit 1
 
 gate_static() {
@@ -29,7 +30,7 @@ gate_static() {
   cppcheck --std=c11 --enable=warning,style,performance,portability --inline-suppr \
     --error-exitcode=1 --quiet -I include -I src --suppress=ctunullpointer:src/spec.c src/ ||
     return 1
-  cmake -S . -B "$COV" -DCMAKE_BUILD_TYPE=Debug -DKVE_COVERAGE=ON \
+  cmake -S . -B "$COV" -DCMAKE_BUILD_TYPE=Debug -DKVE_COVERAGE=ON -DKVE_WERROR=ON \
     -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null || return 1
   local out
   out=$(clang-tidy -p "$COV" --quiet src/*.c src/policies/*.c 2>&1)
@@ -46,7 +47,7 @@ gate_valgrind() {
   # emulator: the C tests and the fuzz corpus runners (scripts are not wrapped).
   local vg="valgrind;--error-exitcode=99;--leak-check=full;--errors-for-leak-kinds=definite,indirect"
   vg="$vg;--show-leak-kinds=definite,indirect;--track-fds=no;-q"
-  cmake -S . -B "$VG" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S . -B "$VG" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVE_WERROR=ON \
     "-DCMAKE_CROSSCOMPILING_EMULATOR=$vg" >/dev/null || return 1
   cmake --build "$VG" -j "$JOBS" >/dev/null || return 1
   local log="$VG"/valgrind.log
@@ -69,7 +70,7 @@ gate_fuzz() {
 }
 
 gate_coverage() {
-  cmake -S . -B "$COV" -DCMAKE_BUILD_TYPE=Debug -DKVE_COVERAGE=ON \
+  cmake -S . -B "$COV" -DCMAKE_BUILD_TYPE=Debug -DKVE_COVERAGE=ON -DKVE_WERROR=ON \
     -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null || return 1
   cmake --build "$COV" -j "$JOBS" >/dev/null || return 1
   find "$COV" -name '*.gcda' -delete

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # deps.sh PACKAGE:COMMAND ... - makes sure each COMMAND exists, installing the
 # Debian PACKAGE with apt-get when running as root. Without root it names the
 # missing packages and fails, so nothing is half-done silently.

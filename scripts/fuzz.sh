@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # fuzz.sh SECONDS [TARGET...] - builds the libFuzzer targets (clang, ASan +
 # UBSan) in build-fuzz/ and fuzzes each target for SECONDS, one at a time
 # (one process: the machine is shared).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval.c - the evaluation harness (kvevict.h, "Evaluation harness").
  *

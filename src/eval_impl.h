@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_impl.h - the evaluation harness's test hook (eval.c). Only tests
  * include it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * internal.h - what every library file shares and nothing public sees:
  * error reporting, the allocation hook, and the spec parser.

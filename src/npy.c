@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * npy.c - the NumPy .npy reader and writer behind kve_trace.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * policy_impl.h - the policy object and the function table behind it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * registry.c - the fixed, ordered list of policies. The order is the order of
  * every table the tools print: ceiling first, then the policies that ignore

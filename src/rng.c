@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rng.c - xoshiro256** (Blackman & Vigna, 2018) seeded by splitmix64.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * scored.c - the one eviction mechanism of every policy that chooses
  * victims individually: `select` marks them, one compaction removes them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * spec.c - the "name:key=value,..." grammar shared by policies and traces.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * trace.c - the public kve_trace entry points: argument checks, and dispatch
  * through the table of trace sources (trace_impl.h).

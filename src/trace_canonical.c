@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * trace_canonical.c - the canonical synthetic decode trace (docs/trace.md).
  *

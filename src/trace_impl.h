@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * trace_impl.h - the kve_trace object and the table of trace sources behind
  * it, shared by trace.c (public entry points, dispatch), the sources

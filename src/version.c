@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * version.c - the version of the library as built: the header's macros,
  * generated from the one definition in CMakeLists.txt, frozen into the

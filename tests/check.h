@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check.h - the in-house test framework: typed assertions that print both
  * sides, a failure counter, and a seed every randomised test prints and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * reference.h - a deliberately naive, obviously correct model of every
  * policy, for differential tests and fuzzers. Header only, no test framework,

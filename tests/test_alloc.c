@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_alloc.c - allocation failure along every constructor and file path.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_differential.c - every policy against the naive model of reference.h
  * on thousands of random steps, compared after every call.

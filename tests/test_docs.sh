@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_docs.sh KVEVICT SOURCE_DIR - the docs drift test: every measured block
 # of docs/*.md and docs/policies/*.md must equal what the tools print now
 # (kvevict docs --check), except the cells of "ns/step" columns, which are

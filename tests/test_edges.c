@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_edges.c - the corners the module tests do not reach, found with the
  * coverage report: status names outside the enum, the allocator's zero-size

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_eval.c - the evaluation harness (kvevict.h, "Evaluation harness"):
  * metric definitions on hand-made traces with answers worked out by hand

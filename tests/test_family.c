@@ -1,5 +1,6 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * test_family.c - the attention-aware family of issue 4, one hand-computed
+ * test_family.c - the attention-aware family (docs/policies/), one hand-computed
  * case per documented sentence: scissorhands' early spike, strict '>', the
  * vote history; tova's replaced scores and null rows; h2o_decay's decay = 1
  * identity and its forgetting (with null steps that do not decay);
@@ -57,7 +58,7 @@ static uint64_t evict_to(kve_policy *p, size_t budget)
 #define SET2(a, b) ((UINT64_C(1) << (a)) | (UINT64_C(1) << (b)))
 #define SET4(a, b, c, d) (SET2(a, b) | SET2(c, d))
 
-/* The early spike of issue 4: position 0 takes almost everything at steps 1
+/* The early spike (docs/policies/h2o.md, "Nearest neighbour"): position 0 takes almost everything at steps 1
  * and 2 and almost nothing after. Its h2o score is the highest of all; it
  * has a single vote (at step 1, n = 1 and 1.0 is not > 1/1). h2o defends it,
  * scissorhands evicts it. */

@@ -1,6 +1,7 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_h2o.c - every behavioural sentence of the H2O page
- * (shared/seeds/h2o-policy.txt) and of issue 2's H2O paragraph, one test
+ * (docs/policies/h2o.md) and of the header's h2o contract, one test
  * each: float64 exactness, ties, victim order, the recent window and its
  * refusals, null attention, Rng independence, state bytes, canonical spec.
  */

@@ -1,5 +1,6 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * test_neighbours.c - H2O's structural neighbours (issue 2): the streaming
+ * test_neighbours.c - H2O's structural neighbours (docs/policies/): the streaming
  * sink layout, window, full, random's determinism and Rng use, and the
  * state-bytes figure of every policy as its file comment states it.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_npy.c - the .npy reader and writer: round trip through the writer,
  * hand-built files of every accepted kind (versions 1.0/2.0/3.0, '<f4' and

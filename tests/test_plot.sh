@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_plot.sh KVEVICT - `kvevict plot` renders its four PNG files with
 # gnuplot and removes its temporary files. Skipped (exit 77) where gnuplot is
 # not installed: `make plots` installs it, `make test` does not.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_refusals.c - every refusal path of every policy returns the right
  * status, leaves a message naming the bad field or value, and changes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_rng.c - the generator against an independent transcription of the
  * published algorithms (splitmix64, Steele et al. 2014; xoshiro256**,

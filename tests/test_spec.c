@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_spec.c - the spec grammar of kvevict.h: canonical forms and every
  * policy's defaults, round trips, and each way a spec can be malformed, with

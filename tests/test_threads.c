@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_threads.c - the thread-safety promise of kvevict.h: distinct objects
  * may be used from distinct threads at once without locking, and the error

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_trace.c - the canonical synthetic trace (docs/trace.md): the
  * determinism promise, the distribution contract, the structure it is

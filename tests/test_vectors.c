@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_vectors.c - runs every distinguishing vector in tests/vectors/ (files named *.vec)
  * (format: tests/vectors/README.md) against every policy it names, and

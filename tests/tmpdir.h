@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tmpdir.h - a private scratch directory for a test program that writes
  * files: made once in main (tmpdir_make), named paths inside it (path_of),

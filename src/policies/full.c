@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * full.c - keeps everything: the ceiling every other policy is measured
  * against. Storage starts at budget + 1 slots and doubles as the sequence

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * h2o.c - Heavy-Hitter Oracle (Zhang et al., NeurIPS 2023).
  *

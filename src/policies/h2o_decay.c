@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * h2o_decay.c - heavy hitters with a forgetting factor (A2SF, Jo & Shin, 2024).
  *

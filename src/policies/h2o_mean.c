@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * h2o_mean.c - mean-normalised heavy hitters (NORM_SUM in OpenVINO GenAI;
  * ObservedAttention in kvpress).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * random.c - uniform random victims among all but the newest recent_window
  * kept positions: the floor that any policy worth its arithmetic must beat.

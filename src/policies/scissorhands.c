@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * scissorhands.c - Scissorhands (Liu et al., NeurIPS 2023).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * streaming.c - StreamingLLM (Xiao et al., ICLR 2024): the first `sinks`
  * positions ever admitted stay forever, the rest is the most recent

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tova.c - Token Omission Via Attention (Oren et al., 2024).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * window.c - the most recent `budget` positions: streaming.c's sliding
  * layout with no sinks. O(1) amortised per step, 4.5 bytes a slot.
