@@ -6,10 +6,9 @@
 log=${1:?usage: quiet.sh LOG COMMAND...}
 shift
 mkdir -p "$(dirname "$log")"
-if "$@" >"$log" 2>&1; then
-    exit 0
-fi
+"$@" >"$log" 2>&1
 rc=$?
+[ "$rc" -eq 0 ] && exit 0
 cat "$log" >&2
 echo "quiet.sh: '$*' failed (exit $rc); the output above is also in $log" >&2
 exit "$rc"

@@ -539,7 +539,7 @@ static size_t check_csv(void)
         n_members = 0;
         for (size_t i = 0; i < nf; i++) {
             member *m = &members[n_members++];
-            snprintf(m->key, sizeof m->key, "%s", head[i].text);
+            snprintf(m->key, sizeof m->key, "%.127s", head[i].text);
             m->type = cell_type(row[i].text);
             m->lo = row[i].lo;
             m->hi = row[i].hi;
