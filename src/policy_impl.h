@@ -112,8 +112,8 @@ struct kve_policy_type {
  * spelled once. Every table starts with KVE_DEF_BUDGET (KVE_MAX_BUDGET is
  * public, in kvevict.h). */
 #define KVE_DEF_SIZE(key_, def_, lo_, hi_, field_, doc_) \
-    {.key = key_, .kind = KVE_PARAM_SIZE, .idefault = def_, .imin = lo_, .imax = hi_, \
-     .offset = offsetof(kve_params, field_), .doc = doc_}
+    {.key = (key_), .kind = KVE_PARAM_SIZE, .idefault = (def_), .imin = (lo_), .imax = (hi_), \
+     .offset = offsetof(kve_params, field_), .doc = (doc_)}
 #define KVE_DEF_BUDGET \
     KVE_DEF_SIZE("budget", 512, 1, KVE_MAX_BUDGET, budget, "positions kept after an eviction")
 #define KVE_DEF_RECENT_WINDOW(def) \

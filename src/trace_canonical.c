@@ -57,11 +57,11 @@ enum { STEPS_MAX = 16777216, HEAVY_MAX = 1024 };
 
 #define P(field) offsetof(canon_params, field)
 #define SIZE_DEF(k, def, lo, hi, field, text) \
-    {.key = k, .kind = KVE_PARAM_SIZE, .idefault = def, .imin = lo, .imax = hi, \
-     .offset = P(field), .doc = text}
+    {.key = (k), .kind = KVE_PARAM_SIZE, .idefault = (def), .imin = (lo), .imax = (hi), \
+     .offset = P(field), .doc = (text)}
 #define REAL_DEF(k, def, lo, hi, fl, field, text) \
-    {.key = k, .kind = KVE_PARAM_REAL, .rdefault = def, .rmin = lo, .rmax = hi, .flags = fl, \
-     .offset = P(field), .doc = text}
+    {.key = (k), .kind = KVE_PARAM_REAL, .rdefault = (def), .rmin = (lo), .rmax = (hi), \
+     .flags = (fl), .offset = P(field), .doc = (text)}
 static const kve_param_def canon_defs[] = {
     {.key = "seed", .kind = KVE_PARAM_U64, .idefault = 1, .imin = 0, .imax = UINT64_MAX,
      .offset = P(seed), .doc = "generator seed"},

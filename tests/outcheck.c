@@ -59,6 +59,11 @@ typedef struct member {
 static member members[MAX_MEMBERS];
 static size_t n_members;
 
+#if defined(__GNUC__)
+__attribute__((noreturn, format(printf, 2, 3)))
+#endif
+static void fail_at(size_t pos, const char *fmt, ...);
+
 static void fail_at(size_t pos, const char *fmt, ...)
 {
     size_t line = 1, col = 1;
@@ -240,6 +245,18 @@ static void literal(const char *word)
     at += n;
 }
 
+/* After an element of the object or array opened at `open`: 1 after a ','
+ * (another element follows), 0 after the closing character. */
+static int list_next(size_t open, char close, const char *kind, const char *element)
+{
+    skip_ws();
+    if (at >= len)
+        fail_at(open, "unterminated %s", kind);
+    if (buf[at] == ',' || buf[at] == close)
+        return buf[at++] == ',';
+    fail_at(at, "expected ',' or '%c' after %s", close, element);
+}
+
 /* An object; when `record`, its members are kept for the checks. */
 static unsigned parse_object(int depth, int record)
 {
@@ -280,18 +297,8 @@ static unsigned parse_object(int depth, int record)
             m->lo = lo;
             m->hi = at;
         }
-        skip_ws();
-        if (at >= len)
-            fail_at(open, "unterminated object");
-        if (buf[at] == ',') {
-            at++;
-            continue;
-        }
-        if (buf[at] == '}') {
-            at++;
+        if (!list_next(open, '}', "object", "an object member"))
             return T_OBJECT;
-        }
-        fail_at(at, "expected ',' or '}' after an object member");
     }
 }
 
@@ -312,22 +319,11 @@ static unsigned parse_value(int depth, int record)
             at++;
             return T_ARRAY;
         }
-        for (;;) {
+        do {
             skip_ws();
             parse_value(depth + 1, 0);
-            skip_ws();
-            if (at >= len)
-                fail_at(open, "unterminated array");
-            if (buf[at] == ',') {
-                at++;
-                continue;
-            }
-            if (buf[at] == ']') {
-                at++;
-                return T_ARRAY;
-            }
-            fail_at(at, "expected ',' or ']' after an array element");
-        }
+        } while (list_next(open, ']', "array", "an array element"));
+        return T_ARRAY;
     }
     case '"':
         parse_string(NULL, 0);

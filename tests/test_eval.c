@@ -97,6 +97,20 @@ static int same_result(const kve_eval_result *a, const kve_eval_result *b)
 
 /* ---- metric definitions, by hand ---- */
 
+/* A [T, T] float64 trace whose row t is uniform over [0, t]. */
+static kve_status open_uniform(const char *name, size_t T, kve_trace **tr)
+{
+    double *m = calloc(T * T, sizeof *m);
+    if (!m)
+        return KVE_ENOMEM;
+    for (size_t t = 0; t < T; t++)
+        for (size_t i = 0; i <= t; i++)
+            m[t * T + i] = 1.0 / (double)(t + 1);
+    kve_status st = open_matrix(name, m, T, 1, tr);
+    free(m);
+    return st;
+}
+
 /* Row t uniform over [0, t], T = 40. window:budget=8 keeps t-8..t-1, so the
  * retained mass is 9/(t+1); streaming:budget=8,sinks=4 keeps 0..3 and
  * t-4..t-1, the same mass. Every key ties, so top-32 is keys
@@ -105,14 +119,8 @@ static int same_result(const kve_eval_result *a, const kve_eval_result *b)
 static void test_metrics_uniform_rows(void)
 {
     enum { T = 40 };
-    double *m = calloc(T * T, sizeof *m);
-    ASSERT_TRUE(m != NULL);
-    for (size_t t = 0; t < T; t++)
-        for (size_t i = 0; i <= t; i++)
-            m[t * T + i] = 1.0 / (double)(t + 1);
     kve_trace *tr = NULL;
-    ASSERT_OK(open_matrix("uniform.npy", m, T, 1, &tr));
-    free(m);
+    ASSERT_OK(open_uniform("uniform.npy", T, &tr));
     kve_eval_job jobs[] = {{"window", 8}, {"streaming:sinks=4", 8}, {"full", 8}, {"window", 40}};
     kve_eval_result r[4];
     ASSERT_OK(kve_eval(tr, 0, jobs, 4, 1, NULL, NULL, r));
@@ -159,14 +167,8 @@ static void test_metrics_uniform_rows(void)
 static void test_topk_option(void)
 {
     enum { T = 40 };
-    double *m = calloc(T * T, sizeof *m);
-    ASSERT_TRUE(m != NULL);
-    for (size_t t = 0; t < T; t++)
-        for (size_t i = 0; i <= t; i++)
-            m[t * T + i] = 1.0 / (double)(t + 1);
     kve_trace *tr = NULL;
-    ASSERT_OK(open_matrix("uniform_k.npy", m, T, 1, &tr));
-    free(m);
+    ASSERT_OK(open_uniform("uniform_k.npy", T, &tr));
     kve_eval_job jobs[] = {{"window", 8}, {"streaming:sinks=4", 8}, {"full", 8}};
     kve_eval_result r[3], r32[3], plain[3];
     kve_eval_options o = kve_eval_default_options();
