@@ -1,0 +1,434 @@
+/*
+ * decode.c - the forward pass of llama2.c's run.c with a KV cache that
+ * kvevict's policies manage.
+ *
+ * The decode step at position t, per layer (docs/decoder.md says it in full):
+ *   1. RMSNorm, then q (H*S), k and v (G*S) of position t;
+ *   2. rotary embedding: under original positions q and k at t, and k is
+ *      stored rotated; under cache positions k is stored as computed, every
+ *      kept key is rotated at its index in the cache and q at the cache's
+ *      length;
+ *   3. each query head attends over its KV head's kept keys K and the new
+ *      key (scaled dot products, max subtracted, softmax in float32);
+ *   4. each KV head's policy receives the mean over its group's query heads
+ *      of the weights on K, in kept order (lm_group_mean), and admits t;
+ *      every head is evicted to the budget and the victims' keys and values
+ *      are compacted out, so attention always runs over exactly the kept keys;
+ *   5. output projection, residual, RMSNorm, SwiGLU, residual.
+ * Then the final RMSNorm and the classifier.
+ *
+ * Invariants: cache (l, g) holds cache[].n rows in ascending position order,
+ * equal to its policy's kept set between steps; every buffer a step needs is
+ * grown before the step changes anything, so KVE_ENOMEM leaves the state as
+ * it was. Arithmetic is float32 as in run.c, with fixed summation orders
+ * (8 partial sums in dot products) so that results do not depend on the
+ * compiler's vectoriser. Products of dimensions are size_t (64-bit).
+ */
+#include "lm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { LANES = 8, FIRST_CAP = 64 };
+
+/* ---- the neural net blocks ---- */
+
+/* sum of a[i] * b[i] over i < n: LANES partial sums, combined pairwise,
+ * then the tail. The compiler vectorises the lane loop. */
+static float dot(const float *restrict a, const float *restrict b, size_t n)
+{
+    float acc[LANES] = {0};
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (size_t k = 0; k < LANES; k++)
+            acc[k] += a[i + k] * b[i + k];
+    float tail = 0.0f;
+    for (; i < n; i++)
+        tail += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) +
+           tail;
+}
+
+/* xout (d) = W (d, n) @ x (n) */
+static void matmul(float *restrict xout, const float *restrict x, const float *restrict w,
+                   size_t n, size_t d)
+{
+    for (size_t i = 0; i < d; i++)
+        xout[i] = dot(w + i * n, x, n);
+}
+
+static void rmsnorm(float *o, const float *x, const float *weight, size_t size)
+{
+    float ss = dot(x, x, size) / (float)size + 1e-5f;
+    ss = 1.0f / sqrtf(ss);
+    for (size_t j = 0; j < size; j++)
+        o[j] = weight[j] * (ss * x[j]);
+}
+
+static void softmax(float *x, size_t size)
+{
+    float max_val = x[0];
+    for (size_t i = 1; i < size; i++)
+        if (x[i] > max_val)
+            max_val = x[i];
+    float sum = 0.0f;
+    for (size_t i = 0; i < size; i++) {
+        x[i] = expf(x[i] - max_val);
+        sum += x[i];
+    }
+    for (size_t i = 0; i < size; i++)
+        x[i] /= sum;
+}
+
+/* rope (S): cos and sin interleaved for position pos, run.c's frequencies:
+ * pair j turns by pos / 10000^(2j / S). */
+static void rope_row(float *rope, int64_t pos, size_t S)
+{
+    for (size_t i = 0; i < S; i += 2) {
+        float freq = 1.0f / powf(10000.0f, (float)i / (float)S);
+        float val = (float)pos * freq;
+        rope[i] = cosf(val);
+        rope[i + 1] = sinf(val);
+    }
+}
+
+/* Rotates the pairs of vec (S) by rope (S). */
+static void rotate(float *vec, const float *rope, size_t S)
+{
+    for (size_t i = 0; i < S; i += 2) {
+        float v0 = vec[i], v1 = vec[i + 1];
+        vec[i] = v0 * rope[i] - v1 * rope[i + 1];
+        vec[i + 1] = v0 * rope[i + 1] + v1 * rope[i];
+    }
+}
+
+/* ---- state ---- */
+
+static void free_buffers(lm_state *s)
+{
+    void *bufs[] = {s->x,   s->xb,  s->xb2,  s->hb,         s->hb2,     s->q,
+                    s->k,   s->v,   s->rope, s->logits,     s->att,     s->row,
+                    s->krot, s->rope_table, s->victims, s->counts};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        lm_free(bufs[i]);
+}
+
+void lm_state_free(lm_state *s)
+{
+    if (!s)
+        return;
+    if (s->cache) {
+        const lm_config *c = &s->model->config;
+        for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_kv_heads; i++) {
+            lm_free(s->cache[i].key);
+            lm_free(s->cache[i].value);
+            lm_free(s->cache[i].pos);
+        }
+        lm_free(s->cache);
+    }
+    lm_heads_free(s->heads);
+    lm_free(s->spec);
+    free_buffers(s);
+    lm_free(s);
+}
+
+static kve_status make_heads(const lm_state *s, lm_heads **out)
+{
+    *out = NULL;
+    if (!s->spec)
+        return KVE_OK;
+    const lm_config *c = &s->model->config;
+    kve_rng rng;
+    kve_rng_seed(&rng, s->opt.seed);
+    return lm_heads_new(s->spec, (size_t)c->n_layers * (size_t)c->n_kv_heads, &rng, out);
+}
+
+kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out)
+{
+    if (!m || !out)
+        return lm_fail(KVE_EINVAL, "decoder: NULL argument");
+    static const lm_options defaults = {0};
+    if (!opt)
+        opt = &defaults;
+    if (opt->positions != LM_POS_ORIGINAL && opt->positions != LM_POS_CACHE)
+        return lm_fail(KVE_EINVAL, "decoder: positions must be original or cache");
+    char spec[512];
+    if (opt->policy) {
+        char num[32];
+        snprintf(num, sizeof num, "%zu", opt->budget);
+        kve_status st = kve_spec_with(opt->policy, opt->budget ? "budget" : NULL,
+                                      opt->budget ? num : NULL, spec, sizeof spec);
+        if (st != KVE_OK)
+            return lm_fail(st, "policy: %s", kve_last_error());
+    } else if (opt->budget) {
+        return lm_fail(KVE_EINVAL, "decoder: a budget needs a policy");
+    }
+    const lm_config *c = &m->config;
+    size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
+    size_t H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
+    size_t LG = (size_t)c->n_layers * G;
+    lm_state *s = lm_calloc(1, sizeof *s);
+    if (!s)
+        return lm_fail(KVE_ENOMEM, "decoder: out of memory");
+    s->model = m;
+    s->opt = *opt;
+    s->opt.policy = NULL; /* the canonical copy below is the one used */
+    int ok = 1;
+    if (opt->policy) {
+        size_t len = strlen(spec) + 1;
+        ok = (s->spec = lm_malloc(len)) != NULL;
+        if (ok)
+            memcpy(s->spec, spec, len);
+    }
+    s->x = lm_calloc(D, sizeof(float));
+    s->xb = lm_calloc(D, sizeof(float));
+    s->xb2 = lm_calloc(D, sizeof(float));
+    s->hb = lm_calloc(F, sizeof(float));
+    s->hb2 = lm_calloc(F, sizeof(float));
+    s->q = lm_calloc(H * S, sizeof(float));
+    s->k = lm_calloc(G * S, sizeof(float));
+    s->v = lm_calloc(G * S, sizeof(float));
+    s->rope = lm_calloc(S, sizeof(float));
+    s->logits = lm_calloc(V, sizeof(float));
+    s->counts = lm_calloc(G, sizeof(size_t));
+    s->cache = lm_calloc(LG, sizeof *s->cache);
+    ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope &&
+         s->logits && s->counts && s->cache;
+    kve_status st = ok ? make_heads(s, &s->heads) : KVE_ENOMEM;
+    if (!ok)
+        lm_fail(KVE_ENOMEM, "decoder: out of memory for the activations");
+    if (st != KVE_OK) {
+        lm_state_free(s);
+        return st;
+    }
+    s->budget = s->heads ? lm_heads_budget(s->heads) : 0;
+    *out = s;
+    return KVE_OK;
+}
+
+kve_status lm_state_reset(lm_state *s)
+{
+    if (!s)
+        return lm_fail(KVE_EINVAL, "decoder: NULL state");
+    lm_heads *fresh;
+    kve_status st = make_heads(s, &fresh);
+    if (st != KVE_OK)
+        return st;
+    lm_heads_free(s->heads);
+    s->heads = fresh;
+    const lm_config *c = &s->model->config;
+    for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_kv_heads; i++)
+        s->cache[i].n = 0;
+    s->pos = 0;
+    s->broken = 0;
+    return KVE_OK;
+}
+
+size_t lm_state_kept(const lm_state *s, int32_t layer, int32_t kv_head)
+{
+    return s->cache[(size_t)layer * (size_t)s->model->config.n_kv_heads + (size_t)kv_head].n;
+}
+
+/* realloc of *p to n elements of `size` bytes; the old block stays valid
+ * (and *p unchanged) on failure. */
+static int grow(void *pp, size_t n, size_t size)
+{
+    void **p = pp;
+    if (n > SIZE_MAX / size)
+        return 0;
+    void *q = lm_realloc(*p, n * size);
+    if (!q)
+        return 0;
+    *p = q;
+    return 1;
+}
+
+/* Makes room for one more key in every cache and for the attention scratch
+ * of the step, before the step changes anything. */
+static kve_status reserve(lm_state *s)
+{
+    const lm_config *c = &s->model->config;
+    size_t S = (size_t)c->head_size, H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads;
+    size_t LG = (size_t)c->n_layers * G, need_ld = 0;
+    for (size_t i = 0; i < LG; i++) {
+        lm_cache *k = &s->cache[i];
+        if (k->n + 1 > k->cap) {
+            size_t cap = k->cap ? 2 * k->cap : FIRST_CAP;
+            if (s->heads && k->n + 1 <= s->budget + 1 && cap > s->budget + 1)
+                cap = s->budget + 1; /* a policy that evicts never holds more */
+            if (!grow(&k->key, cap, S * sizeof(float)) || !grow(&k->value, cap, S * sizeof(float)) ||
+                !grow(&k->pos, cap, sizeof(int32_t)))
+                return lm_fail(KVE_ENOMEM, "decoder: out of memory for a cache of %zu keys", cap);
+            k->cap = cap;
+        }
+        if (k->cap > need_ld)
+            need_ld = k->cap;
+    }
+    if (need_ld > s->ld) {
+        int ok = grow(&s->att, H * need_ld, sizeof(float)) && grow(&s->row, need_ld, sizeof(float)) &&
+                 grow(&s->victims, G * need_ld, sizeof(int32_t));
+        if (ok && s->opt.positions == LM_POS_CACHE)
+            ok = grow(&s->krot, need_ld, S * sizeof(float)) &&
+                 grow(&s->rope_table, need_ld, S * sizeof(float));
+        if (!ok)
+            return lm_fail(KVE_ENOMEM, "decoder: out of memory for attention over %zu keys",
+                           need_ld);
+        s->ld = need_ld;
+    }
+    return KVE_OK;
+}
+
+/* Removes the victims (ascending) from cache k, whose positions ascend too. */
+static kve_status compact(lm_cache *k, const int32_t *victims, size_t n_victims, size_t S)
+{
+    size_t w = 0, v = 0;
+    for (size_t i = 0; i < k->n; i++) {
+        if (v < n_victims && k->pos[i] == victims[v]) {
+            v++;
+            continue;
+        }
+        if (w != i) {
+            k->pos[w] = k->pos[i];
+            memcpy(k->key + w * S, k->key + i * S, S * sizeof(float));
+            memcpy(k->value + w * S, k->value + i * S, S * sizeof(float));
+        }
+        w++;
+    }
+    if (v != n_victims)
+        return lm_fail(KVE_EINVAL, "decoder: the policy evicted position %d, which the cache "
+                                   "does not hold", victims[v]);
+    k->n = w;
+    return KVE_OK;
+}
+
+/* Attention of layer l for every KV head g: new key and value appended,
+ * then the softmax rows of the group's query heads in s->att and their
+ * weighted values in s->xb. */
+static void attend(lm_state *s, size_t l)
+{
+    const lm_config *c = &s->model->config;
+    size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads, R = (size_t)(c->n_heads / c->n_kv_heads);
+    float inv_scale = sqrtf((float)S);
+    for (size_t g = 0; g < G; g++) {
+        lm_cache *k = &s->cache[l * G + g];
+        size_t n = k->n; /* kept keys; the new one goes to row n */
+        float *krow = k->key + n * S;
+        memcpy(krow, s->k + g * S, S * sizeof(float));
+        memcpy(k->value + n * S, s->v + g * S, S * sizeof(float));
+        k->pos[n] = s->pos;
+        k->n = n + 1;
+        const float *keys = k->key, *qrope = s->rope;
+        if (s->opt.positions == LM_POS_ORIGINAL) {
+            rotate(krow, s->rope, S);
+        } else {
+            for (size_t i = 0; i <= n; i++) {
+                memcpy(s->krot + i * S, k->key + i * S, S * sizeof(float));
+                rotate(s->krot + i * S, s->rope_table + i * S, S);
+            }
+            keys = s->krot;
+            qrope = s->rope_table + n * S;
+        }
+        for (size_t r = 0; r < R; r++) {
+            size_t h = g * R + r;
+            float *q = s->q + h * S, *att = s->att + h * s->ld, *out = s->xb + h * S;
+            rotate(q, qrope, S);
+            for (size_t i = 0; i <= n; i++)
+                att[i] = dot(q, keys + i * S, S) / inv_scale;
+            softmax(att, n + 1);
+            memset(out, 0, S * sizeof(float));
+            for (size_t i = 0; i <= n; i++) {
+                const float *v = k->value + i * S;
+                float a = att[i];
+                for (size_t j = 0; j < S; j++)
+                    out[j] += a * v[j];
+            }
+        }
+        s->counts[g] = n + 1;
+    }
+}
+
+/* Steps and evicts layer l's policies, then compacts their caches. */
+static kve_status manage(lm_state *s, size_t l)
+{
+    const lm_config *c = &s->model->config;
+    size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads, R = (size_t)(c->n_heads / c->n_kv_heads);
+    kve_status st = lm_heads_step(s->heads, l * G, G, s->pos, s->att, s->ld, R, s->row);
+    if (st == KVE_OK)
+        st = lm_heads_evict(s->heads, l * G, G, s->budget, s->victims, s->ld, s->counts);
+    for (size_t g = 0; st == KVE_OK && g < G; g++) {
+        lm_cache *k = &s->cache[l * G + g];
+        st = compact(k, s->victims + g * s->ld, s->counts[g], S);
+        if (st == KVE_OK && k->n != lm_heads_size(s->heads, l * G + g))
+            st = lm_fail(KVE_EINVAL, "decoder: cache of layer %zu KV head %zu holds %zu keys, "
+                                     "its policy %zu", l, g, k->n,
+                         lm_heads_size(s->heads, l * G + g));
+    }
+    return st;
+}
+
+kve_status lm_forward(lm_state *s, int32_t token)
+{
+    if (!s)
+        return lm_fail(KVE_EINVAL, "decoder: NULL state");
+    const lm_config *c = &s->model->config;
+    const lm_weights *w = &s->model->weights;
+    if (s->broken)
+        return lm_fail(KVE_EINVAL, "decoder: an earlier step failed; reset the decoder first");
+    if (token < 0 || token >= c->vocab_size)
+        return lm_fail(KVE_EINVAL, "token %d is outside the vocabulary [0, %d)", token,
+                       c->vocab_size);
+    if (s->pos == INT32_MAX)
+        return lm_fail(KVE_EINVAL, "decoder: position %d is the last one", s->pos);
+    kve_status st = reserve(s);
+    if (st != KVE_OK)
+        return st;
+    size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
+    size_t H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads, L = (size_t)c->n_layers;
+    size_t QD = H * S, KD = G * S;
+
+    if (s->opt.positions == LM_POS_ORIGINAL) {
+        rope_row(s->rope, s->pos, S);
+    } else {
+        size_t rows = 0;
+        for (size_t i = 0; i < L * G; i++)
+            if (s->cache[i].n + 1 > rows)
+                rows = s->cache[i].n + 1;
+        for (; s->rope_rows < rows; s->rope_rows++)
+            rope_row(s->rope_table + s->rope_rows * S, (int64_t)s->rope_rows, S);
+    }
+
+    float *x = s->x;
+    memcpy(x, w->token_embedding + (size_t)token * D, D * sizeof(float));
+    for (size_t l = 0; l < L; l++) {
+        rmsnorm(s->xb, x, w->rms_att + l * D, D);
+        matmul(s->q, s->xb, w->wq + l * QD * D, D, QD);
+        matmul(s->k, s->xb, w->wk + l * KD * D, D, KD);
+        matmul(s->v, s->xb, w->wv + l * KD * D, D, KD);
+        attend(s, l);
+        if (s->opt.on_attention)
+            s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
+        if (s->heads && (st = manage(s, l)) != KVE_OK) {
+            s->broken = 1;
+            return st;
+        }
+        matmul(s->xb2, s->xb, w->wo + l * D * QD, QD, D);
+        for (size_t i = 0; i < D; i++)
+            x[i] += s->xb2[i];
+
+        rmsnorm(s->xb, x, w->rms_ffn + l * D, D);
+        matmul(s->hb, s->xb, w->w1 + l * F * D, D, F);
+        matmul(s->hb2, s->xb, w->w3 + l * F * D, D, F);
+        for (size_t i = 0; i < F; i++) {
+            float h = s->hb[i];
+            s->hb[i] = h * (1.0f / (1.0f + expf(-h))) * s->hb2[i];
+        }
+        matmul(s->xb, s->hb, w->w2 + l * D * F, F, D);
+        for (size_t i = 0; i < D; i++)
+            x[i] += s->xb[i];
+    }
+    rmsnorm(x, x, w->rms_final, D);
+    matmul(s->logits, x, w->wcls, D, (size_t)c->vocab_size);
+    s->pos++;
+    return KVE_OK;
+}

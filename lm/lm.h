@@ -1,0 +1,278 @@
+/*
+ * lm.h - a llama2.c decoder whose KV cache kvevict manages.
+ *
+ * The decoder is a client of the public header only (include/kvevict.h), the
+ * way an inference engine would be: one kve_policy per (layer, KV head),
+ * stepped with the real attention of the model and obeyed by compacting the
+ * cache. It is a small static library (kvevict_lm) used by `kvevict lm ...`,
+ * `kvevict generate` and the tests; it is not installed.
+ *
+ * Legend of the dimension letters used in every shape comment:
+ *   V  vocab_size           D  dim                 F  hidden_dim
+ *   L  n_layers             H  n_heads (query)     G  n_kv_heads
+ *   S  head_size = D / H    R  group = H / G       T  seq_len (training context)
+ *   C  capacity of one (layer, KV head) cache: kept positions + 1
+ *
+ * Errors are kve_status values; on failure lm_last_error() holds a one-line
+ * message naming the field or argument at fault. Nothing here prints, exits
+ * or aborts. Every allocation goes through lm_malloc and friends, so a test
+ * can make the k-th allocation fail (lm_alloc_fail_after).
+ */
+#ifndef KVE_LM_H
+#define KVE_LM_H
+
+#include "kvevict.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- errors and allocation (util.c) ------------------------------------- */
+
+/* The message of this thread's most recent lm failure ("" when none). */
+const char *lm_last_error(void);
+/* Formats the thread's message (control characters become '?') and returns s. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+kve_status lm_fail(kve_status s, const char *fmt, ...);
+
+void *lm_malloc(size_t n);
+void *lm_calloc(size_t count, size_t size);
+void *lm_realloc(void *p, size_t n);
+void lm_free(void *p);
+/* Test hook, as kve's: after k more allocations every lm allocation of this
+ * thread fails until re-armed with SIZE_MAX. Returns the allocations made
+ * since the previous call. */
+size_t lm_alloc_fail_after(size_t k);
+
+/* ---- checkpoints (model.c) ------------------------------------------------
+ *
+ * Legacy (llama2.c "v0"): 7 int32 (dim, hidden_dim, n_layers, n_heads,
+ * n_kv_heads, vocab_size, seq_len), vocab_size negative when an unshared
+ * classifier follows; then float32 tensors in this order: token embedding,
+ * rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, the two rotary
+ * tables (T, S/2) each (present, never read), and the classifier when
+ * unshared.
+ * Version 1: uint32 magic 0x616b3432 ("ak42"), int32 version 1, the same 7
+ * int32 (vocab_size positive), uint8 shared-classifier flag, zero padding to
+ * 256 bytes; then rms_att, rms_ffn, rms_final, token embedding, wq, wk, wv,
+ * wo, w1, w2, w3 and the classifier when unshared. No rotary tables.
+ * Every header field is validated and the file must be exactly as long as
+ * the header says.
+ */
+
+typedef struct lm_config {
+    int32_t dim;        /* D */
+    int32_t hidden_dim; /* F */
+    int32_t n_layers;   /* L */
+    int32_t n_heads;    /* H */
+    int32_t n_kv_heads; /* G */
+    int32_t vocab_size; /* V, always positive here */
+    int32_t seq_len;    /* T: the training context; decoding may run past it */
+    int32_t head_size;  /* S = D / H */
+    int shared_classifier; /* 1: the classifier is the token embedding */
+    int version;           /* 0 legacy, 1 version 1 */
+} lm_config;
+
+typedef struct lm_weights { /* all pointers into the mapped file */
+    const float *token_embedding; /* (V, D) */
+    const float *rms_att;         /* (L, D) */
+    const float *wq;              /* (L, H*S, D) */
+    const float *wk;              /* (L, G*S, D) */
+    const float *wv;              /* (L, G*S, D) */
+    const float *wo;              /* (L, D, H*S) */
+    const float *rms_ffn;         /* (L, D) */
+    const float *w1;              /* (L, F, D) */
+    const float *w2;              /* (L, D, F) */
+    const float *w3;              /* (L, F, D) */
+    const float *rms_final;       /* (D) */
+    const float *wcls;            /* (V, D): token_embedding when shared */
+} lm_weights;
+
+typedef struct lm_model {
+    lm_config config;
+    lm_weights weights;
+    void *map;       /* the mmapped file; NULL for lm_model_from_memory */
+    size_t map_size;
+} lm_model;
+
+/* mmaps `path` and validates it. KVE_EIO (with strerror) when the file cannot
+ * be opened, stat'ed or mapped; KVE_EFORMAT naming the field for a malformed
+ * or truncated file; KVE_ENOMEM. *out untouched on failure. */
+kve_status lm_model_open(const char *path, lm_model **out);
+/* The same over caller memory (4-byte aligned, KVE_EINVAL otherwise), which
+ * must outlive the model. */
+kve_status lm_model_from_memory(const void *data, size_t size, lm_model **out);
+void lm_model_free(lm_model *m);
+
+/* ---- tokenizer (tokenizer.c) ----------------------------------------------
+ *
+ * llama2.c's tokenizer.bin: int32 max_token_length, then until the end of
+ * the file, per piece: float32 score, int32 length, `length` bytes. Piece 1
+ * is BOS, pieces 3 + b are the bytes b ("<0xHH>"). Encoding and decoding are
+ * run.c's (see docs/decoder.md).
+ */
+
+enum { LM_BOS = 1, LM_EOS = 2 };
+
+typedef struct lm_tokenizer {
+    int32_t n_pieces;
+    int32_t max_token_length;
+    const char **piece;  /* (n_pieces) pointers into `bytes`, not NUL-terminated */
+    int32_t *len;        /* (n_pieces) */
+    float *score;        /* (n_pieces) */
+    int32_t *sorted;     /* (n_pieces) ids by (bytes, id): the lookup table */
+    char *bytes;         /* every piece, back to back */
+    unsigned char byte_pieces[256]; /* byte b at [b]: what "<0xHH>" decodes to */
+} lm_tokenizer;
+
+/* Reads and validates a tokenizer.bin: KVE_EIO, KVE_EFORMAT naming the piece
+ * and field, KVE_ENOMEM. */
+kve_status lm_tokenizer_open(const char *path, lm_tokenizer **out);
+kve_status lm_tokenizer_from_memory(const void *data, size_t size, lm_tokenizer **out);
+void lm_tokenizer_free(lm_tokenizer *t);
+
+/* Encodes text[0 .. len) as run.c does with bos = eos = 0: the dummy prefix
+ * " " when len > 0, one token per UTF-8 code point found among the pieces,
+ * byte fallback (byte + 3) otherwise, then repeated merges of the adjacent
+ * pair whose concatenation is the highest-scoring piece (the leftmost on
+ * ties). At most len + 1 tokens. Writes *n tokens to tokens[0 .. cap).
+ * KVE_ERANGE when cap is too small; KVE_EFORMAT when a byte has no piece
+ * (vocabulary smaller than 259); KVE_ENOMEM. O(len log len). */
+kve_status lm_encode(const lm_tokenizer *t, const char *text, size_t len, int32_t *tokens,
+                     size_t cap, size_t *n);
+/* The bytes `token` stands for after `prev` (run.c's decode): a piece
+ * "<0xHH>" is the one byte HH; after BOS a leading space is dropped.
+ * Returns a pointer (not NUL-terminated) and its length in *len; NULL for a
+ * token out of range. */
+const char *lm_decode(const lm_tokenizer *t, int32_t prev, int32_t token, size_t *len);
+/* The id of the piece whose bytes are exactly `piece` (the lowest id if
+ * several), -1 if none. */
+int32_t lm_piece_id(const lm_tokenizer *t, const char *piece, size_t len);
+
+/* ---- the KV heads (heads.c) -------------------------------------------------
+ *
+ * One policy per (layer, KV head), numbered layer-major. The interface has
+ * the shape of kvevict's multi-head bank (steps and evictions over a range
+ * of heads, grouped-query rows reduced to one row per KV head), so that
+ * moving to the bank is local to heads.c.
+ */
+
+typedef struct lm_heads lm_heads;
+
+/* n_heads policies built one after another by kve_policy_new(spec, rng). */
+kve_status lm_heads_new(const char *spec, size_t n_heads, kve_rng *rng, lm_heads **out);
+void lm_heads_free(lm_heads *b);
+size_t lm_heads_size(const lm_heads *b, size_t head);
+const int32_t *lm_heads_positions(const lm_heads *b, size_t head);
+/* The spec's budget and canonical form. */
+size_t lm_heads_budget(const lm_heads *b);
+const char *lm_heads_spec(const lm_heads *b);
+/* Heads [first, first + count): KV head first + g receives the mean of query
+ * rows attn + (g*group + r)*ld, r < group, over its kve_policy_size entries
+ * (lm_group_mean), then admits pos. scratch holds one row (ld floats). */
+kve_status lm_heads_step(lm_heads *b, size_t first, size_t count, int32_t pos, const float *attn,
+                         size_t ld, size_t group, float *scratch);
+/* Evicts heads [first, first + count) to budget; victims of head first + g,
+ * ascending, at victims + g*ld_victims, their number in counts[g]. */
+kve_status lm_heads_evict(lm_heads *b, size_t first, size_t count, size_t budget,
+                          int32_t *victims, size_t ld_victims, size_t *counts);
+
+/* out[i] = (float)((sum over r < group of rows[r*ld + i], in double, in
+ * order of r) / group) for i < n: the one reduction of a group of query-head
+ * rows to its KV head, used for the policies and for attention dumps. */
+void lm_group_mean(float *out, const float *rows, size_t ld, size_t group, size_t n);
+
+/* ---- the decoder (decode.c) ------------------------------------------------ */
+
+typedef enum lm_positions {
+    LM_POS_ORIGINAL = 0, /* keys rotated once at their own position */
+    LM_POS_CACHE = 1     /* keys rotated at their index in the cache */
+} lm_positions;
+
+/* Called once per layer of every step, after attention: att row h (query
+ * head h) at att + h*ld holds the softmax weights over the keys of its KV
+ * head's cache in kept order, the new key last; n_keys[g] (G of them) is the
+ * number of those keys for KV head g. */
+typedef void (*lm_attention_fn)(void *user, int32_t layer, int32_t pos, const float *att,
+                                size_t ld, const size_t *n_keys);
+
+typedef struct lm_options {
+    const char *policy;        /* spec; NULL: no policy, every key kept (run.c) */
+    size_t budget;             /* 0: the spec's budget; else overrides it */
+    lm_positions positions;    /* LM_POS_ORIGINAL (default) or LM_POS_CACHE */
+    uint64_t seed;             /* seeds the policies that draw random numbers */
+    lm_attention_fn on_attention; /* may be NULL */
+    void *user;
+} lm_options;
+
+typedef struct lm_cache { /* one (layer, KV head) */
+    float *key;    /* (C, S) rotated (original) or as computed (cache positions) */
+    float *value;  /* (C, S) */
+    int32_t *pos;  /* (C) the kept positions, ascending: the policy's kept set */
+    size_t n;      /* entries in use */
+    size_t cap;    /* C */
+} lm_cache;
+
+typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
+    const lm_model *model;
+    lm_options opt;
+    char *spec;        /* canonical spec with the budget applied; NULL: none */
+    lm_heads *heads;   /* (L*G) policies; NULL without a policy */
+    size_t budget;     /* what every head is evicted to */
+    lm_cache *cache;   /* (L, G) */
+    int32_t pos;       /* the position of the next token */
+    int broken;        /* a step failed half way: refuse until reset */
+    /* activations of the current position */
+    float *x;          /* (D) the residual stream */
+    float *xb;         /* (D) inside a residual branch */
+    float *xb2;        /* (D) */
+    float *hb, *hb2;   /* (F) the SwiGLU hidden */
+    float *q;          /* (H*S) */
+    float *k, *v;      /* (G*S) of the current position */
+    float *rope;       /* (S) cos, sin interleaved for the current position */
+    float *logits;     /* (V) */
+    /* attention scratch, ld >= every cache's n + 1 */
+    size_t ld;
+    float *att;        /* (H, ld) softmax weights */
+    float *row;        /* (ld) one grouped row */
+    float *krot;       /* (ld, S) keys rotated at their cache index (cache positions) */
+    float *rope_table; /* (ld, S) cos, sin per cache index (cache positions) */
+    size_t rope_rows;  /* rows of rope_table filled */
+    int32_t *victims;  /* (G, ld) */
+    size_t *counts;    /* (G) victims, then keys per KV head */
+} lm_state;
+
+/* A decoder over `m` (which must outlive it). opt may be NULL (no policy,
+ * original positions). Refuses KVE_EINVAL for a bad spec or budget (message
+ * from kvevict, prefixed "policy"), KVE_ENOMEM. */
+kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out);
+void lm_state_free(lm_state *s);
+/* Back to position 0 with an empty cache and fresh policies (seeded again),
+ * so a reset decoder repeats its first run bit for bit. KVE_ENOMEM leaves
+ * the state as it was. */
+kve_status lm_state_reset(lm_state *s);
+
+/* One decode step: token at position s->pos, then s->pos++; the logits (V)
+ * for the next token are in s->logits. Refuses KVE_EINVAL (nothing changed)
+ * for a token outside [0, V) or a position past INT32_MAX; KVE_ENOMEM when a
+ * cache cannot grow, KVE_EINVAL when a policy refuses the attention (a NaN
+ * from the weights): both leave the state broken until lm_state_reset. */
+kve_status lm_forward(lm_state *s, int32_t token);
+
+/* Kept positions of (layer, KV head) now. */
+size_t lm_state_kept(const lm_state *s, int32_t layer, int32_t kv_head);
+
+/* ---- evaluation (eval.c) ---------------------------------------------------- */
+
+/* The loss of a window: a fresh cache (lm_state_reset), BOS, then
+ * tokens[0 .. n); returns in *nats the sum over i < n of
+ * -log softmax(logits after BOS + tokens[0 .. i))[tokens[i]], the
+ * log-sum-exp in double. per_token (n, may be NULL) gets each term. */
+kve_status lm_window_nats(lm_state *s, const int32_t *tokens, size_t n, double *nats,
+                          double *per_token);
+
+/* -log softmax(logits)[target] with the log-sum-exp in double. */
+double lm_token_nats(const float *logits, int32_t vocab, int32_t target);
+
+#endif /* KVE_LM_H */

@@ -1,0 +1,997 @@
+/*
+ * test_lm.c - the llama2.c decoder (lm/): checkpoints, tokenizer, the decode
+ * step under every cache discipline, and the allocation-failure paths.
+ *
+ * Models are tiny random ones written by the test (tests/lm_fixture.h) in
+ * the legacy (tied and untied) and version-1 formats. The decoder is held
+ * to a naive double-precision reference (tests/lm_reference.h) that knows
+ * nothing of lm/: with the full cache, with window and streaming masks
+ * computed here, with keys re-rotated at their cache index, and with h2o
+ * policies that the reference drives from its own attention.
+ *
+ * Tolerance against the reference: |logit - ref| <= 1e-4 * (1 + |ref|).
+ * The decoder runs in float32 with different summation orders and computes
+ * rotary angles in float (run.c's formula), the reference in double; over
+ * two layers of width 16 and forty positions the float error measures
+ * below 1e-6 relative (the test prints the worst), a margin of ~100, while
+ * a wrong mask, rotation or tensor moves logits by 1e-2 or more.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "check.h"
+#include "internal.h"
+#include "kvevict.h"
+#include "lm.h"
+#include "lm_reference.h"
+#include "tmpdir.h"
+
+#include <sys/stat.h>
+
+/* lm reports through lm_last_error, kvevict through kve_last_error: show both. */
+#undef ASSERT_OK
+#undef ASSERT_STATUS
+#define ASSERT_OK(call) ASSERT_STATUS(call, KVE_OK)
+#define ASSERT_STATUS(call, want)                                                         \
+    do {                                                                                  \
+        kve_status st_ = (call);                                                          \
+        if (st_ != (want))                                                                \
+            CHECK_FAIL_AT("%s -> %s, want %s (lm: %s; kvevict: %s)", #call,               \
+                          kve_status_name(st_), kve_status_name(want), lm_last_error(),   \
+                          kve_last_error());                                              \
+    } while (0)
+
+/* The shape most tests use: 2 layers, 4 query heads over 2 KV heads (GQA),
+ * head size 4, context 12 (decoding runs past it). */
+enum { D_ = 16, F_ = 24, L_ = 2, H_ = 4, G_ = 2, V_ = 40, T_ = 12 };
+#define TOL(ref) (1e-4 * (1.0 + fabs(ref)))
+
+static lm_model *load(const fx_model *fx, int version, unsigned char **img)
+{
+    size_t n;
+    *img = fx_image(fx, version, &n);
+    lm_model *m = NULL;
+    if (lm_model_from_memory(*img, n, &m) != KVE_OK)
+        fprintf(stderr, "load: %s\n", lm_last_error());
+    return m;
+}
+
+static int32_t token_at(size_t t)
+{
+    return (int32_t)((t * 7 + 3) % V_);
+}
+
+/* ---- checkpoints ---- */
+
+static void test_loader_order(void)
+{
+    for (int version = 0; version < 2; version++) {
+        for (int shared = 0; shared < 2; shared++) {
+            fx_model fx;
+            fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, shared, check_seed + 1);
+            unsigned char *img;
+            lm_model *m = load(&fx, version, &img);
+            ASSERT_TRUE(m != NULL);
+            const lm_config *c = &m->config;
+            ASSERT_EQ(c->dim, D_);
+            ASSERT_EQ(c->hidden_dim, F_);
+            ASSERT_EQ(c->n_layers, L_);
+            ASSERT_EQ(c->n_heads, H_);
+            ASSERT_EQ(c->n_kv_heads, G_);
+            ASSERT_EQ(c->vocab_size, V_);
+            ASSERT_EQ(c->seq_len, T_);
+            ASSERT_EQ(c->head_size, D_ / H_);
+            ASSERT_EQ(c->shared_classifier, shared);
+            ASSERT_EQ(c->version, version);
+            const lm_weights *w = &m->weights;
+            size_t KD = (size_t)G_ * (D_ / H_);
+            /* Every tensor, compared whole: a shifted layout differs. */
+            struct { const float *got, *want; size_t n; } t[] = {
+                {w->token_embedding, fx.emb, (size_t)V_ * D_}, {w->rms_att, fx.rms_att, L_ * D_},
+                {w->wq, fx.wq, (size_t)L_ * D_ * D_},           {w->wk, fx.wk, L_ * KD * D_},
+                {w->wv, fx.wv, L_ * KD * D_},                   {w->wo, fx.wo, (size_t)L_ * D_ * D_},
+                {w->rms_ffn, fx.rms_ffn, L_ * D_},              {w->w1, fx.w1, (size_t)L_ * F_ * D_},
+                {w->w2, fx.w2, (size_t)L_ * D_ * F_},           {w->w3, fx.w3, (size_t)L_ * F_ * D_},
+                {w->rms_final, fx.rms_final, D_},               {w->wcls, fx.cls, (size_t)V_ * D_},
+            };
+            for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+                ASSERT_TRUE(memcmp(t[i].got, t[i].want, t[i].n * sizeof(float)) == 0);
+            ASSERT_TRUE(!shared || w->wcls == w->token_embedding);
+            lm_model_free(m);
+            free(img);
+            fx_model_free(&fx);
+        }
+    }
+}
+
+static void set_i32(unsigned char *p, int32_t v)
+{
+    memcpy(p, &v, 4);
+}
+
+/* Expects a refusal with KVE_EFORMAT whose message contains `needle`. */
+#define ASSERT_REFUSED(img, n, needle)                                                   \
+    do {                                                                                 \
+        lm_model *m_ = (lm_model *)&check_seed;                                          \
+        kve_status st_ = lm_model_from_memory((img), (n), &m_);                          \
+        if (st_ != KVE_EFORMAT || m_ != (lm_model *)&check_seed)                         \
+            CHECK_FAIL_AT("size %zu: %s, want KVE_EFORMAT (%s)", (size_t)(n),            \
+                          kve_status_name(st_), lm_last_error());                        \
+        ASSERT_CONTAINS(lm_last_error(), needle);                                        \
+        ASSERT_TRUE(strchr(lm_last_error(), '\n') == NULL);                              \
+    } while (0)
+
+static void test_header_fields(void)
+{
+    static const char *const names[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
+                                         "n_kv_heads", "vocab_size", "seq_len"};
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 1, 7);
+    for (int version = 0; version < 2; version++) {
+        size_t n;
+        unsigned char *img = fx_image(&fx, version, &n);
+        size_t base = version ? 8 : 0;
+        for (int f = 0; f < 7; f++) {
+            int32_t saved;
+            memcpy(&saved, img + base + 4 * f, 4);
+            static const int32_t bad[] = {0, -3, INT32_MIN};
+            for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+                if (version == 0 && f == 5 && bad[b] == -3)
+                    continue; /* legacy: a negative vocab_size means untied */
+                set_i32(img + base + 4 * f, bad[b]);
+                ASSERT_REFUSED(img, n, names[f]);
+            }
+            /* Huge values: refused by the size check (or divisibility), never a
+             * crash. Version 1 has no rotary tables: any positive seq_len fits. */
+            set_i32(img + base + 4 * f, INT32_MAX);
+            if (!(version == 1 && f == 6)) {
+                lm_model *m = NULL;
+                ASSERT_STATUS(lm_model_from_memory(img, n, &m), KVE_EFORMAT);
+            }
+            set_i32(img + base + 4 * f, saved);
+        }
+        /* Divisibility: dim % n_heads, n_heads % n_kv_heads, even head size. */
+        set_i32(img + base + 12, 3);
+        ASSERT_REFUSED(img, n, "dim 16 is not a multiple of n_heads 3");
+        set_i32(img + base + 12, H_);
+        set_i32(img + base + 16, 3);
+        ASSERT_REFUSED(img, n, "n_heads 4 is not a multiple of n_kv_heads 3");
+        set_i32(img + base + 16, 8);
+        ASSERT_REFUSED(img, n, "n_kv_heads 8");
+        set_i32(img + base + 16, G_);
+        set_i32(img + base + 12, 16);
+        set_i32(img + base + 16, 16);
+        ASSERT_REFUSED(img, n, "head_size 1");
+        set_i32(img + base + 12, H_);
+        set_i32(img + base + 16, G_);
+        /* Sizes that overflow 64 bits and sizes that merely mismatch. */
+        set_i32(img + base + 0, 1 << 30);
+        set_i32(img + base + 8, 1 << 30);
+        ASSERT_REFUSED(img, n, "64 bits");
+        set_i32(img + base + 0, D_);
+        set_i32(img + base + 8, L_);
+        set_i32(img + base + 4, F_ + 2);
+        ASSERT_REFUSED(img, n, "promises");
+        set_i32(img + base + 4, F_);
+        /* The classifier flag: legacy sign, version-1 byte. */
+        if (version == 0) {
+            set_i32(img + 20, -V_); /* claims an untied classifier that is not there */
+            ASSERT_REFUSED(img, n, "unshared classifier");
+            set_i32(img + 20, V_);
+        } else {
+            img[36] = 2;
+            ASSERT_REFUSED(img, n, "shared_classifier flag 2");
+            img[36] = 0; /* untied: the classifier is missing */
+            ASSERT_REFUSED(img, n, "promises");
+            img[36] = 1;
+            set_i32(img + 4, 2);
+            ASSERT_REFUSED(img, n, "version 2 is not supported");
+            set_i32(img + 4, 0);
+            ASSERT_REFUSED(img, n, "version 0");
+            set_i32(img + 4, 1);
+        }
+        /* One byte too many. */
+        unsigned char *longer = malloc(n + 4);
+        memcpy(longer, img, n);
+        longer[n] = 0;
+        ASSERT_REFUSED(longer, n + 1, "the file holds");
+        free(longer);
+        lm_model *m = NULL;
+        ASSERT_OK(lm_model_from_memory(img, n, &m)); /* restored: valid again */
+        lm_model_free(m);
+        free(img);
+    }
+    fx_model_free(&fx);
+}
+
+/* A file cut at every length is refused, naming the header field it ends in. */
+static void test_truncated_everywhere(void)
+{
+    static const char *const names[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
+                                         "n_kv_heads", "vocab_size", "seq_len"};
+    for (int version = 0; version < 2; version++) {
+        for (int shared = 0; shared < 2; shared++) {
+            fx_model fx;
+            fx_model_init(&fx, 4, 6, 1, 2, 1, 5, 3, shared, 11);
+            size_t n;
+            unsigned char *img = fx_image(&fx, version, &n);
+            for (size_t cut = 0; cut < n; cut++) {
+                /* exactly `cut` bytes, so the sanitizers see any read past them */
+                unsigned char *copy = malloc(cut ? cut : 1);
+                memcpy(copy, img, cut);
+                const char *needle = "promises";
+                if (version == 0 && cut < 28)
+                    needle = names[cut / 4];
+                else if (version == 1 && cut < 4)
+                    needle = names[cut / 4]; /* no magic yet: read as a legacy header */
+                else if (version == 1 && cut < 8)
+                    needle = "version";
+                else if (version == 1 && cut < 36)
+                    needle = names[(cut - 8) / 4];
+                else if (version == 1 && cut < 256)
+                    needle = "256-byte";
+                ASSERT_REFUSED(copy, cut, needle);
+                free(copy);
+            }
+            free(img);
+            fx_model_free(&fx);
+        }
+    }
+}
+
+static void test_open_errors(void)
+{
+    lm_model *m = NULL;
+    ASSERT_STATUS(lm_model_open(path_of("missing.bin"), &m), KVE_EIO);
+    ASSERT_CONTAINS(lm_last_error(), "No such file");
+    ASSERT_STATUS(lm_model_open(dir, &m), KVE_EIO);
+    ASSERT_CONTAINS(lm_last_error(), "not a regular file");
+    ASSERT_TRUE(fx_write_file(path_of("empty.bin"), "", 0) == 0);
+    ASSERT_STATUS(lm_model_open(path_of("empty.bin"), &m), KVE_EFORMAT);
+    ASSERT_CONTAINS(lm_last_error(), "0 bytes, truncated in the field dim");
+    ASSERT_TRUE(m == NULL);
+    /* The mapped file gives the same model as the same bytes in memory. */
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, 5);
+    ASSERT_TRUE(fx_write_model(&fx, 1, path_of("v1.bin")) == 0);
+    ASSERT_OK(lm_model_open(path_of("v1.bin"), &m));
+    ASSERT_TRUE(m->map != NULL);
+    ASSERT_TRUE(memcmp(m->weights.wcls, fx.cls, sizeof(float) * V_ * D_) == 0);
+    ASSERT_TRUE(memcmp(m->weights.w3, fx.w3, sizeof(float) * L_ * F_ * D_) == 0);
+    lm_model_free(m);
+    remove(path_of("v1.bin"));
+    remove(path_of("empty.bin"));
+    fx_model_free(&fx);
+    uint32_t words[10] = {0};
+    ASSERT_STATUS(lm_model_from_memory((unsigned char *)words + 1, 28, &m), KVE_EINVAL);
+}
+
+/* ---- the decode step ---- */
+
+/* Runs `steps` tokens through a fresh decoder; logits (steps, V) out. */
+static kve_status run_decoder(const lm_model *m, const lm_options *opt, size_t steps,
+                              float *logits)
+{
+    lm_state *s = NULL;
+    kve_status st = lm_state_new(m, opt, &s);
+    for (size_t t = 0; st == KVE_OK && t < steps; t++) {
+        st = lm_forward(s, token_at(t));
+        if (st == KVE_OK)
+            memcpy(logits + t * V_, s->logits, V_ * sizeof(float));
+    }
+    if (st != KVE_OK)
+        fprintf(stderr, "run_decoder: %s\n", lm_last_error());
+    lm_state_free(s);
+    return st;
+}
+
+typedef struct mask { /* the masked caches of the reference */
+    enum { M_FULL, M_WINDOW, M_STREAMING } kind;
+    int32_t budget, sinks;
+} mask;
+
+static size_t mask_keys(void *user, int layer, int g, int32_t t, int32_t *keys)
+{
+    (void)layer, (void)g;
+    const mask *mk = user;
+    size_t n = 0;
+    for (int32_t i = 0; i < t; i++) {
+        int keep = 1;
+        if (mk->kind == M_WINDOW)
+            keep = i >= t - mk->budget;
+        else if (mk->kind == M_STREAMING)
+            keep = i < mk->sinks || i >= t - (mk->budget - mk->sinks);
+        if (keep)
+            keys[n++] = i;
+    }
+    return n;
+}
+
+/* Holds decoder logits to the masked reference, step by step. */
+static void check_against_mask(const fx_model *fx, const lm_model *m, const char *spec,
+                               lm_positions positions, mask mk, size_t steps)
+{
+    float *got = malloc(steps * V_ * sizeof(float));
+    double want[V_];
+    lm_options opt = {.policy = spec, .positions = positions};
+    ASSERT_OK(run_decoder(m, &opt, steps, got));
+    ref_state r;
+    ref_init(&r, fx, positions == LM_POS_CACHE, steps);
+    double worst = 0;
+    for (size_t t = 0; t < steps; t++) {
+        ref_step(&r, token_at(t), (int32_t)t, mask_keys, NULL, &mk, want);
+        for (int i = 0; i < V_; i++) {
+            double err = fabs(got[t * V_ + i] - want[i]) / (1.0 + fabs(want[i]));
+            worst = err > worst ? err : worst;
+            if (!(fabs(got[t * V_ + i] - want[i]) <= TOL(want[i]))) {
+                ref_free(&r);
+                free(got);
+                CHECK_FAIL_AT("%s: step %zu logit %d: %.9g vs reference %.9g", spec ? spec : "none",
+                              t, i, got[t * V_ + i], want[i]);
+            }
+        }
+    }
+    printf("  %-28s %-8s worst relative error %.2e over %zu steps\n", spec ? spec : "(none)",
+           positions == LM_POS_CACHE ? "cache" : "original", worst, steps);
+    ref_free(&r);
+    free(got);
+}
+
+static void test_full_cache_reference(void)
+{
+    for (int version = 0; version < 2; version++) {
+        fx_model fx;
+        fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, version, check_seed + 2);
+        unsigned char *img;
+        lm_model *m = load(&fx, version, &img);
+        ASSERT_TRUE(m != NULL);
+        mask full = {M_FULL, 0, 0};
+        check_against_mask(&fx, m, NULL, LM_POS_ORIGINAL, full, 30); /* past seq_len 12 */
+        check_against_mask(&fx, m, "full:budget=4", LM_POS_CACHE, full, 30);
+        lm_model_free(m);
+        free(img);
+        fx_model_free(&fx);
+    }
+}
+
+/* --policy full is bit-identical to no policy at all, and with the full cache
+ * cache positions equal original ones (index == position). */
+static void test_full_identity(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, check_seed + 3);
+    unsigned char *img;
+    lm_model *m = load(&fx, 0, &img);
+    ASSERT_TRUE(m != NULL);
+    enum { STEPS = 40 };
+    float *none = malloc(STEPS * V_ * sizeof(float)), *full = malloc(STEPS * V_ * sizeof(float));
+    float *cache = malloc(STEPS * V_ * sizeof(float));
+    ASSERT_OK(run_decoder(m, NULL, STEPS, none));
+    lm_options opt = {.policy = "full:budget=3"};
+    ASSERT_OK(run_decoder(m, &opt, STEPS, full));
+    opt.positions = LM_POS_CACHE;
+    ASSERT_OK(run_decoder(m, &opt, STEPS, cache));
+    ASSERT_TRUE(memcmp(none, full, STEPS * V_ * sizeof(float)) == 0);
+    ASSERT_TRUE(memcmp(none, cache, STEPS * V_ * sizeof(float)) == 0);
+    /* And a window as long as the run never evicts: identical too. */
+    opt = (lm_options){.policy = "window", .budget = STEPS};
+    ASSERT_OK(run_decoder(m, &opt, STEPS, full));
+    ASSERT_TRUE(memcmp(none, full, STEPS * V_ * sizeof(float)) == 0);
+    /* A window that evicts must differ (else the test above proves nothing). */
+    opt.budget = 4;
+    ASSERT_OK(run_decoder(m, &opt, STEPS, full));
+    ASSERT_TRUE(memcmp(none + 10 * V_, full + 10 * V_, V_ * sizeof(float)) != 0);
+    free(none);
+    free(full);
+    free(cache);
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
+static void test_window_and_streaming(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, check_seed + 4);
+    unsigned char *img;
+    lm_model *m = load(&fx, 1, &img);
+    ASSERT_TRUE(m != NULL);
+    static const lm_positions modes[2] = {LM_POS_ORIGINAL, LM_POS_CACHE};
+    for (int k = 0; k < 2; k++) {
+        check_against_mask(&fx, m, "window:budget=5", modes[k], (mask){M_WINDOW, 5, 0}, 40);
+        check_against_mask(&fx, m, "window:budget=1", modes[k], (mask){M_WINDOW, 1, 0}, 20);
+        check_against_mask(&fx, m, "streaming:budget=6,sinks=2", modes[k],
+                           (mask){M_STREAMING, 6, 2}, 40);
+        check_against_mask(&fx, m, "streaming:budget=4,sinks=1", modes[k],
+                           (mask){M_STREAMING, 4, 1}, 30);
+    }
+    /* The masks differ from the full cache: the reference can tell them apart. */
+    float a[30 * V_], b[30 * V_];
+    lm_options opt = {.policy = "window:budget=5", .positions = LM_POS_CACHE};
+    ASSERT_OK(run_decoder(m, &opt, 30, a));
+    opt.positions = LM_POS_ORIGINAL;
+    ASSERT_OK(run_decoder(m, &opt, 30, b));
+    ASSERT_TRUE(memcmp(a + 20 * V_, b + 20 * V_, V_ * sizeof(float)) != 0);
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
+/* The h2o reference: one kve_policy per (layer, KV head) that the reference
+ * drives with its own (double, group-mean) attention. */
+typedef struct policy_ref {
+    kve_policy *p[L_ * G_];
+    size_t budget;
+} policy_ref;
+
+static size_t policy_keys(void *user, int layer, int g, int32_t t, int32_t *keys)
+{
+    (void)t;
+    policy_ref *pr = user;
+    kve_policy *p = pr->p[layer * G_ + g];
+    size_t n = kve_policy_size(p);
+    memcpy(keys, kve_policy_positions(p), n * sizeof *keys);
+    return n;
+}
+
+static void policy_seen(void *user, int layer, int g, int32_t t, const int32_t *keys,
+                        const double *mean, size_t n)
+{
+    (void)keys;
+    policy_ref *pr = user;
+    kve_policy *p = pr->p[layer * G_ + g];
+    float w[64];
+    for (size_t i = 0; i < n; i++)
+        w[i] = (float)mean[i];
+    int32_t victims[64];
+    if (kve_policy_step(p, t, w, n) != KVE_OK ||
+        kve_policy_evict(p, pr->budget, victims, 64, NULL) != KVE_OK)
+        fprintf(stderr, "policy_seen: %s\n", kve_last_error());
+}
+
+static void test_h2o_against_reference(void)
+{
+    static const char *const specs[] = {"h2o:budget=6,recent_window=2", "tova:budget=5",
+                                         "scissorhands:budget=6,recent_window=2"};
+    for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++) {
+        for (int mode = 0; mode < 2; mode++) {
+            fx_model fx;
+            fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 1, check_seed + 5);
+            unsigned char *img;
+            lm_model *m = load(&fx, 0, &img);
+            ASSERT_TRUE(m != NULL);
+            policy_ref pr;
+            for (int i = 0; i < L_ * G_; i++)
+                ASSERT_OK(kve_policy_new(specs[sp], NULL, &pr.p[i]));
+            pr.budget = kve_policy_budget(pr.p[0]);
+            lm_options opt = {.policy = specs[sp], .positions = (lm_positions)mode};
+            lm_state *s = NULL;
+            ASSERT_OK(lm_state_new(m, &opt, &s));
+            ref_state r;
+            enum { STEPS = 36 };
+            ref_init(&r, &fx, mode, STEPS);
+            double want[V_];
+            int differs_from_window = 0;
+            for (size_t t = 0; t < STEPS; t++) {
+                ASSERT_OK(lm_forward(s, token_at(t)));
+                ref_step(&r, token_at(t), (int32_t)t, policy_keys, policy_seen, &pr, want);
+                for (int i = 0; i < V_; i++)
+                    if (!(fabs(s->logits[i] - want[i]) <= TOL(want[i])))
+                        CHECK_FAIL_AT("%s step %zu logit %d: %.9g vs %.9g", specs[sp], t, i,
+                                      s->logits[i], want[i]);
+                for (int h = 0; h < L_ * G_; h++) {
+                    const lm_cache *c = &s->cache[h];
+                    ASSERT_EQ(c->n, kve_policy_size(pr.p[h]));
+                    ASSERT_TRUE(memcmp(c->pos, kve_policy_positions(pr.p[h]),
+                                       c->n * sizeof(int32_t)) == 0);
+                    /* Heavy hitters keep something older than the recent window. */
+                    differs_from_window |= c->n > 0 && c->pos[0] < (int32_t)t - (int32_t)c->n;
+                }
+            }
+            ASSERT_TRUE(differs_from_window);
+            ref_free(&r);
+            for (int i = 0; i < L_ * G_; i++)
+                kve_policy_free(pr.p[i]);
+            lm_state_free(s);
+            lm_model_free(m);
+            free(img);
+            fx_model_free(&fx);
+        }
+    }
+}
+
+static void test_reset_and_seeds(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, check_seed + 6);
+    unsigned char *img;
+    lm_model *m = load(&fx, 0, &img);
+    ASSERT_TRUE(m != NULL);
+    enum { STEPS = 30 };
+    float a[STEPS * V_], b[STEPS * V_];
+    lm_options opt = {.policy = "random:budget=5,recent_window=1", .seed = 9};
+    ASSERT_OK(run_decoder(m, &opt, STEPS, a));
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    for (int round = 0; round < 2; round++) {
+        for (size_t t = 0; t < STEPS; t++) {
+            ASSERT_OK(lm_forward(s, token_at(t)));
+            memcpy(b + t * V_, s->logits, sizeof(float) * V_);
+        }
+        ASSERT_TRUE(memcmp(a, b, sizeof a) == 0);
+        ASSERT_OK(lm_state_reset(s));
+        ASSERT_EQ(s->pos, 0);
+    }
+    lm_state_free(s);
+    opt.seed = 10;
+    ASSERT_OK(run_decoder(m, &opt, STEPS, b));
+    ASSERT_TRUE(memcmp(a, b, sizeof a) != 0);
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
+static void test_refusals(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, check_seed + 7);
+    unsigned char *img;
+    lm_model *m = load(&fx, 0, &img);
+    ASSERT_TRUE(m != NULL);
+    lm_state *s = NULL;
+    lm_options opt = {.policy = "h2o:budget=4,recent_window=4"};
+    ASSERT_STATUS(lm_state_new(m, &opt, &s), KVE_EINVAL);
+    ASSERT_CONTAINS(lm_last_error(), "policy: h2o: recent_window");
+    opt = (lm_options){.policy = "nope"};
+    ASSERT_STATUS(lm_state_new(m, &opt, &s), KVE_EINVAL);
+    opt = (lm_options){.budget = 5};
+    ASSERT_STATUS(lm_state_new(m, &opt, &s), KVE_EINVAL);
+    opt = (lm_options){.policy = "window:budget=3", .positions = (lm_positions)7};
+    ASSERT_STATUS(lm_state_new(m, &opt, &s), KVE_EINVAL);
+    ASSERT_TRUE(s == NULL);
+
+    /* A refused token changes nothing: the run continues as if it never came. */
+    float a[8 * V_], b[8 * V_];
+    opt = (lm_options){.policy = "window:budget=3"};
+    ASSERT_OK(run_decoder(m, &opt, 8, a));
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    for (size_t t = 0; t < 8; t++) {
+        ASSERT_STATUS(lm_forward(s, -1), KVE_EINVAL);
+        ASSERT_STATUS(lm_forward(s, V_), KVE_EINVAL);
+        ASSERT_CONTAINS(lm_last_error(), "outside the vocabulary");
+        ASSERT_OK(lm_forward(s, token_at(t)));
+        memcpy(b + t * V_, s->logits, sizeof(float) * V_);
+    }
+    ASSERT_TRUE(memcmp(a, b, sizeof a) == 0);
+    lm_state_free(s);
+
+    /* NaN weights reach a policy as NaN attention: refused, the decoder is
+     * broken until reset, and says so. */
+    fx.wk[3] = NAN;
+    unsigned char *img2;
+    lm_model *bad = load(&fx, 0, &img2);
+    ASSERT_TRUE(bad != NULL);
+    ASSERT_OK(lm_state_new(bad, &opt, &s));
+    ASSERT_OK(lm_forward(s, 1)); /* position 0: no kept key to weigh yet */
+    ASSERT_STATUS(lm_forward(s, 2), KVE_EINVAL);
+    ASSERT_CONTAINS(lm_last_error(), "policy of KV head");
+    ASSERT_STATUS(lm_forward(s, 2), KVE_EINVAL);
+    ASSERT_CONTAINS(lm_last_error(), "reset");
+    ASSERT_OK(lm_state_reset(s));
+    ASSERT_OK(lm_forward(s, 1));
+    lm_state_free(s);
+    lm_model_free(bad);
+    free(img2);
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
+/* ---- evaluation ---- */
+
+static void test_window_nats(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 1, check_seed + 8);
+    unsigned char *img;
+    lm_model *m = load(&fx, 1, &img);
+    ASSERT_TRUE(m != NULL);
+    enum { N = 11 };
+    int32_t toks[N];
+    for (int i = 0; i < N; i++)
+        toks[i] = token_at((size_t)i + 5);
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, NULL, &s));
+    double nats = 0, per[N];
+    ASSERT_OK(lm_window_nats(s, toks, N, &nats, per));
+    /* Reference: BOS, then the tokens; -log softmax of the next token. */
+    ref_state r;
+    ref_init(&r, &fx, 0, N + 1);
+    double want_total = 0, logits[V_];
+    int32_t prev = LM_BOS;
+    for (int i = 0; i < N; i++) {
+        ref_step(&r, prev, i, NULL, NULL, NULL, logits);
+        double max = logits[0], sum = 0;
+        for (int v = 1; v < V_; v++)
+            max = logits[v] > max ? logits[v] : max;
+        for (int v = 0; v < V_; v++)
+            sum += exp(logits[v] - max);
+        double want = max + log(sum) - logits[toks[i]];
+        ASSERT_NEAR(per[i], want, 1e-4);
+        want_total += want;
+        prev = toks[i];
+    }
+    ASSERT_NEAR(nats, want_total, 1e-3);
+    ASSERT_TRUE(nats > 0);
+    /* A second window starts from a fresh cache: the same result. */
+    double again = 0;
+    ASSERT_OK(lm_window_nats(s, toks, N, &again, NULL));
+    ASSERT_TRUE(again == nats);
+    toks[3] = V_;
+    ASSERT_STATUS(lm_window_nats(s, toks, N, &again, NULL), KVE_EINVAL);
+    ref_free(&r);
+    lm_state_free(s);
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
+/* ---- tokenizer ---- */
+
+/* run.c's encode, written as run.c does it: C strings, one linear lookup
+ * per candidate, the whole sequence rescanned for every merge. */
+static int naive_lookup(const lm_tokenizer *t, const char *s)
+{
+    size_t n = strlen(s);
+    for (int i = 0; i < t->n_pieces; i++)
+        if ((size_t)t->len[i] == n && memcmp(t->piece[i], s, n) == 0)
+            return i;
+    return -1;
+}
+
+static size_t naive_encode(const lm_tokenizer *t, const char *text, int *tokens)
+{
+    char buf[64], *piece_a = malloc(64), *piece_b = malloc(64);
+    size_t n = 0, len = 0;
+    if (text[0] != '\0') {
+        int id = naive_lookup(t, " ");
+        tokens[n++] = id >= 0 ? id : ' ' + 3;
+    }
+    for (const char *c = text; *c; c++) {
+        if ((*c & 0xC0) != 0x80)
+            len = 0;
+        buf[len++] = *c;
+        buf[len] = '\0';
+        if ((c[1] & 0xC0) == 0x80 && len < 4)
+            continue;
+        int id = naive_lookup(t, buf);
+        if (id != -1)
+            tokens[n++] = id;
+        else
+            for (size_t i = 0; i < len; i++)
+                tokens[n++] = (unsigned char)buf[i] + 3;
+        len = 0;
+    }
+    for (;;) {
+        float best = -1e10f;
+        int best_id = -1;
+        size_t best_i = 0;
+        for (size_t i = 0; i + 1 < n; i++) {
+            char cat[64];
+            snprintf(piece_a, 64, "%.*s", t->len[tokens[i]], t->piece[tokens[i]]);
+            snprintf(piece_b, 64, "%.*s", t->len[tokens[i + 1]], t->piece[tokens[i + 1]]);
+            snprintf(cat, sizeof cat, "%s%s", piece_a, piece_b);
+            int id = naive_lookup(t, cat);
+            if (id != -1 && t->score[id] > best) {
+                best = t->score[id];
+                best_id = id;
+                best_i = i;
+            }
+        }
+        if (best_id == -1)
+            break;
+        tokens[best_i] = best_id;
+        memmove(tokens + best_i + 1, tokens + best_i + 2, (n - best_i - 2) * sizeof *tokens);
+        n--;
+    }
+    free(piece_a);
+    free(piece_b);
+    return n;
+}
+
+static lm_tokenizer *fixture_tokenizer(void)
+{
+    size_t n;
+    unsigned char *img = fx_tokenizer_image(&n);
+    lm_tokenizer *t = NULL;
+    if (lm_tokenizer_from_memory(img, n, &t) != KVE_OK)
+        fprintf(stderr, "tokenizer: %s\n", lm_last_error());
+    free(img);
+    return t;
+}
+
+static void test_tokenizer_encode(void)
+{
+    lm_tokenizer *t = fixture_tokenizer();
+    ASSERT_TRUE(t != NULL);
+    ASSERT_EQ(t->n_pieces, FX_PIECES);
+    ASSERT_EQ(lm_piece_id(t, "<key01>", 7), 259 + 20);
+    ASSERT_EQ(lm_piece_id(t, "<0x41>", 6), 3 + 0x41);
+    ASSERT_EQ(lm_piece_id(t, "zz", 2), -1);
+    /* Hand-checked: "th" and "he" tie at -2 and the leftmost merges first,
+     * then "the", then " the"; in "baaa" the three pairs tie at -4. */
+    int32_t got[64];
+    size_t n = 0;
+    ASSERT_OK(lm_encode(t, "the", 3, got, 64, &n));
+    ASSERT_EQ(n, 1);
+    ASSERT_EQ(got[0], lm_piece_id(t, " the", 4));
+    ASSERT_OK(lm_encode(t, "baaa", 4, got, 64, &n));
+    ASSERT_EQ(n, 3);
+    ASSERT_EQ(got[0], lm_piece_id(t, " ", 1));
+    ASSERT_EQ(got[1], lm_piece_id(t, "ba", 2));
+    ASSERT_EQ(got[2], lm_piece_id(t, "aa", 2));
+    ASSERT_OK(lm_encode(t, "", 0, got, 64, &n));
+    ASSERT_EQ(n, 0);
+    ASSERT_STATUS(lm_encode(t, "abcabc", 6, got, 2, &n), KVE_ERANGE);
+
+    /* Against run.c's algorithm on random texts over an alphabet that makes
+     * merges, ties, multi-byte code points and stray continuation bytes. */
+    static const char *const alphabet[] = {"a",   "b",   "c",       "e",        "h", "t", " ",
+                                           "th",  "\xc3\xa9", "\xe2\x82\xac", "\x80", "\xc3",
+                                           "z",   "\n",  "<key00>", "\xf0\x9f\x98\x80"};
+    uint64_t rs = check_seed;
+    for (int trial = 0; trial < 400; trial++) {
+        char text[200];
+        size_t len = 0;
+        int parts = (int)(fx_next(&rs) % 40);
+        for (int k = 0; k < parts; k++) {
+            const char *a = alphabet[fx_next(&rs) % (sizeof alphabet / sizeof alphabet[0])];
+            size_t al = strlen(a);
+            if (len + al >= sizeof text)
+                break;
+            memcpy(text + len, a, al);
+            len += al;
+        }
+        text[len] = '\0';
+        int want[256];
+        size_t nw = naive_encode(t, text, want);
+        int32_t mine[256];
+        size_t nm = 0;
+        ASSERT_OK(lm_encode(t, text, len, mine, 256, &nm));
+        ASSERT_EQ(nm, nw);
+        for (size_t i = 0; i < nw; i++)
+            if (mine[i] != want[i])
+                CHECK_FAIL_AT("trial %d text '%s': token %zu is %d, run.c's %d", trial, text, i,
+                              mine[i], want[i]);
+        /* Round trip: the pieces spell " " + text; after BOS, text. */
+        char back[256];
+        size_t bl = 0;
+        for (size_t i = 0; i < nm; i++) {
+            size_t pl;
+            const char *p = lm_decode(t, i ? mine[i - 1] : LM_BOS, mine[i], &pl);
+            ASSERT_TRUE(p != NULL && bl + pl < sizeof back);
+            memcpy(back + bl, p, pl);
+            bl += pl;
+        }
+        ASSERT_EQ(bl, len);
+        ASSERT_TRUE(memcmp(back, text, len) == 0);
+    }
+    lm_tokenizer_free(t);
+}
+
+static void test_tokenizer_decode(void)
+{
+    lm_tokenizer *t = fixture_tokenizer();
+    ASSERT_TRUE(t != NULL);
+    size_t n;
+    const char *p = lm_decode(t, 5, 3 + 0x0a, &n);
+    ASSERT_TRUE(n == 1 && p[0] == '\n');
+    p = lm_decode(t, LM_BOS, lm_piece_id(t, " the", 4), &n);
+    ASSERT_TRUE(n == 3 && memcmp(p, "the", 3) == 0);
+    p = lm_decode(t, 7, lm_piece_id(t, " the", 4), &n);
+    ASSERT_TRUE(n == 4 && memcmp(p, " the", 4) == 0);
+    ASSERT_TRUE(lm_decode(t, 0, -1, &n) == NULL);
+    ASSERT_TRUE(lm_decode(t, 0, FX_PIECES, &n) == NULL);
+    lm_tokenizer_free(t);
+}
+
+static void test_tokenizer_malformed(void)
+{
+    size_t n;
+    unsigned char *img = fx_tokenizer_image(&n);
+    /* Every cut: valid exactly when it falls between two pieces. */
+    size_t boundaries = 0;
+    for (size_t cut = 0; cut < n; cut++) {
+        lm_tokenizer *t = NULL;
+        kve_status st = lm_tokenizer_from_memory(img, cut, &t);
+        int boundary = 0;
+        if (cut >= 4) {
+            size_t off = 4, pieces = 0;
+            while (off + 8 <= cut) {
+                int32_t len;
+                memcpy(&len, img + off + 4, 4);
+                if (off + 8 + (size_t)len > cut)
+                    break;
+                off += 8 + (size_t)len;
+                pieces++;
+            }
+            boundary = off == cut && pieces > 0;
+        }
+        if (boundary) {
+            ASSERT_OK(st);
+            boundaries++;
+            lm_tokenizer_free(t);
+        } else {
+            ASSERT_STATUS(st, KVE_EFORMAT);
+            ASSERT_TRUE(t == NULL);
+            ASSERT_TRUE(lm_last_error()[0] != '\0');
+        }
+    }
+    ASSERT_EQ(boundaries, FX_PIECES - 1);
+    lm_tokenizer *t = NULL;
+    ASSERT_STATUS(lm_tokenizer_from_memory(img, 4, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(lm_last_error(), "no pieces");
+    ASSERT_STATUS(lm_tokenizer_from_memory(img, 10, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(lm_last_error(), "piece 0 truncated in the field len");
+    unsigned char *bad = malloc(n);
+    memcpy(bad, img, n);
+    set_i32(bad, 0);
+    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(lm_last_error(), "max_token_length 0");
+    memcpy(bad, img, n);
+    set_i32(bad + 8, 17); /* piece 0 longer than max_token_length 16 */
+    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(lm_last_error(), "piece 0: len 17");
+    set_i32(bad + 8, -1);
+    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(lm_last_error(), "len -1");
+    memcpy(bad, img, n);
+    bad[12] = 0; /* the first byte of "<unk>" */
+    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(lm_last_error(), "NUL byte");
+    memcpy(bad, img, n);
+    float nan_score = NAN;
+    memcpy(bad + 4, &nan_score, 4);
+    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(lm_last_error(), "NaN score");
+    free(bad);
+    ASSERT_STATUS(lm_tokenizer_open(path_of("missing.bin"), &t), KVE_EIO);
+    /* A vocabulary without byte pieces cannot fall back: refused, not a wild id. */
+    fx_buf small = {0};
+    fx_i32(&small, 5);
+    const char *pieces[] = {"<unk>", "<s>", "</s>", " ", "a"};
+    for (int i = 0; i < 5; i++) {
+        float score = 0;
+        fx_put(&small, &score, 4);
+        fx_i32(&small, (int32_t)strlen(pieces[i]));
+        fx_put(&small, pieces[i], strlen(pieces[i]));
+    }
+    ASSERT_OK(lm_tokenizer_from_memory(small.p, small.n, &t));
+    int32_t toks[8];
+    ASSERT_OK(lm_encode(t, "aa", 2, toks, 8, &n));
+    ASSERT_EQ(n, 3);
+    ASSERT_STATUS(lm_encode(t, "ab", 2, toks, 8, &n), KVE_EFORMAT);
+    ASSERT_CONTAINS(lm_last_error(), "byte 0x62 has no piece");
+    lm_tokenizer_free(t);
+    free(small.p);
+    free(img);
+}
+
+/* ---- allocation failure ---- */
+
+enum { WALK_MAX = 400 };
+
+static void test_alloc_failures(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, 3);
+    size_t n;
+    unsigned char *img = fx_image(&fx, 0, &n);
+    size_t tn;
+    unsigned char *timg = fx_tokenizer_image(&tn);
+    lm_model *m = NULL;
+    ASSERT_OK(lm_model_from_memory(img, n, &m));
+    float ref[20 * V_];
+    lm_options opt = {.policy = "h2o:budget=5,recent_window=1"};
+    ASSERT_OK(run_decoder(m, &opt, 20, ref));
+
+    size_t k;
+    for (k = 0;; k++) { /* the model */
+        ASSERT_TRUE(k < WALK_MAX);
+        lm_model *x = NULL;
+        lm_alloc_fail_after(k);
+        kve_status st = lm_model_from_memory(img, n, &x);
+        lm_alloc_fail_after(SIZE_MAX);
+        if (st == KVE_OK) {
+            lm_model_free(x);
+            break;
+        }
+        ASSERT_STATUS(st, KVE_ENOMEM);
+        ASSERT_TRUE(x == NULL);
+    }
+    for (k = 0;; k++) { /* the tokenizer, then an encoding */
+        ASSERT_TRUE(k < WALK_MAX);
+        lm_tokenizer *t = NULL;
+        lm_alloc_fail_after(k);
+        kve_status st = lm_tokenizer_from_memory(timg, tn, &t);
+        int32_t toks[64];
+        size_t nt = 0;
+        if (st == KVE_OK)
+            st = lm_encode(t, "the cafe abc", 12, toks, 64, &nt);
+        lm_alloc_fail_after(SIZE_MAX);
+        lm_tokenizer_free(t);
+        if (st == KVE_OK)
+            break;
+        ASSERT_STATUS(st, KVE_ENOMEM);
+    }
+    /* The decoder: construction (lm's allocations, then kvevict's inside the
+     * policies) and every cache growth of a run. A failed step changes
+     * nothing: retried without the hook, the run equals the reference run. */
+    for (int which = 0; which < 2; which++) {
+        for (k = 0;; k++) {
+            ASSERT_TRUE(k < WALK_MAX);
+            lm_state *s = NULL;
+            if (which == 0)
+                lm_alloc_fail_after(k);
+            else
+                kve__alloc_fail_after(k);
+            kve_status st = lm_state_new(m, &opt, &s);
+            lm_alloc_fail_after(SIZE_MAX);
+            kve__alloc_fail_after(SIZE_MAX);
+            if (st != KVE_OK) {
+                ASSERT_STATUS(st, KVE_ENOMEM);
+                ASSERT_TRUE(s == NULL);
+                continue;
+            }
+            lm_state_free(s);
+            break;
+        }
+    }
+    opt.policy = "full";
+    ASSERT_OK(run_decoder(m, &opt, 20, ref)); /* full: the caches grow along the run */
+    for (k = 0; k < 12; k++) {
+        lm_state *s = NULL;
+        ASSERT_OK(lm_state_new(m, &opt, &s));
+        int failed = 0;
+        for (size_t t = 0; t < 20; t++) {
+            lm_alloc_fail_after(k);
+            kve_status st = lm_forward(s, token_at(t));
+            lm_alloc_fail_after(SIZE_MAX);
+            if (st != KVE_OK) {
+                ASSERT_STATUS(st, KVE_ENOMEM);
+                ASSERT_EQ(s->pos, (int32_t)t);
+                failed = 1;
+                ASSERT_OK(lm_forward(s, token_at(t)));
+            }
+            ASSERT_TRUE(memcmp(s->logits, ref + t * V_, sizeof(float) * V_) == 0);
+        }
+        ASSERT_TRUE(failed || k > 0);
+        lm_state_free(s);
+    }
+    lm_model_free(m);
+    free(img);
+    free(timg);
+    fx_model_free(&fx);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK_INIT(argc, argv);
+    if (tmpdir_make("kve-lm") != 0)
+        return 1;
+    RUN(test_loader_order);
+    RUN(test_header_fields);
+    RUN(test_truncated_everywhere);
+    RUN(test_open_errors);
+    RUN(test_full_cache_reference);
+    RUN(test_full_identity);
+    RUN(test_window_and_streaming);
+    RUN(test_h2o_against_reference);
+    RUN(test_reset_and_seeds);
+    RUN(test_refusals);
+    RUN(test_window_nats);
+    RUN(test_tokenizer_encode);
+    RUN(test_tokenizer_decode);
+    RUN(test_tokenizer_malformed);
+    RUN(test_alloc_failures);
+    remove_dir();
+    return CHECK_DONE();
+}
