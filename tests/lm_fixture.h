@@ -192,14 +192,15 @@ static int fx_write_model(const fx_model *m, int version, const char *path)
 
 static const char *const fx_learned[] = {
     " ",   "a",    "b",    "c",   "e",    "h",      "t",   "ab",   "ba", " a", " t",
-    "th",  "the",  " the", "he",  "abc",  "\xc3\xa9", "caf", "caf\xc3\xa9", "<key00>",
-    "<key01>", "  ", "bb", "aa", "aaa", "\xe2\x82\xac"};
+    "th",  "the",  " the", "he",  "abc",  "\xc3\xa9", "caf", "caf\xc3\xa9", "  ", "bb",
+    "aa",  "aaa",  "\xe2\x82\xac", "T", " is", " key", "?", "."};
 static const float fx_learned_score[] = {
     -1.0f, -2.0f, -2.0f, -2.5f, -2.2f, -3.0f, -1.5f, -4.0f, -4.0f, -3.0f, -3.0f,
-    -2.0f, -1.0f, -0.5f, -2.0f, -5.0f, -6.0f,          -7.0f, -8.0f,              -9.0f,
-    -9.0f,     -4.0f, -4.0f, -4.0f, -4.0f, -6.0f};
+    -2.0f, -1.0f, -0.5f, -2.0f, -5.0f, -6.0f,          -7.0f, -8.0f,              -4.0f, -4.0f,
+    -4.0f, -4.0f, -6.0f,          -2.0f, -3.0f, -3.0f, -2.0f, -2.0f};
 enum { FX_LEARNED = sizeof fx_learned / sizeof fx_learned[0] };
-enum { FX_PIECES = 3 + 256 + FX_LEARNED };
+/* Then the 64 pass keys "<key00>" .. "<key63>" (score -1e10: never merged). */
+enum { FX_KEYS = 64, FX_FIRST_KEY = 3 + 256 + FX_LEARNED, FX_PIECES = FX_FIRST_KEY + FX_KEYS };
 
 static unsigned char *fx_tokenizer_image(size_t *size)
 {
@@ -216,9 +217,12 @@ static unsigned char *fx_tokenizer_image(size_t *size)
             snprintf(piece, sizeof piece, "\n</s>\n");
         else if (i < 259)
             snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
-        else {
+        else if (i < FX_FIRST_KEY) {
             snprintf(piece, sizeof piece, "%s", fx_learned[i - 259]);
             score = fx_learned_score[i - 259];
+        } else {
+            snprintf(piece, sizeof piece, "<key%02d>", i - FX_FIRST_KEY);
+            score = -1e10f;
         }
         int32_t len = (int32_t)strlen(piece);
         fx_put(&b, &score, 4);

@@ -713,7 +713,8 @@ static void test_tokenizer_encode(void)
     lm_tokenizer *t = fixture_tokenizer();
     ASSERT_TRUE(t != NULL);
     ASSERT_EQ(t->n_pieces, FX_PIECES);
-    ASSERT_EQ(lm_piece_id(t, "<key01>", 7), 259 + 20);
+    ASSERT_EQ(lm_piece_id(t, "<key01>", 7), FX_FIRST_KEY + 1);
+    ASSERT_EQ(lm_piece_id(t, "<key63>", 7), FX_FIRST_KEY + 63);
     ASSERT_EQ(lm_piece_id(t, "<0x41>", 6), 3 + 0x41);
     ASSERT_EQ(lm_piece_id(t, "zz", 2), -1);
     /* Hand-checked: "th" and "he" tie at -2 and the leftmost merges first,

@@ -25,6 +25,9 @@ static const char main_usage[] =
     "  sweep     a grid of parameter values and budgets, one row per point\n"
     "  trace     write a trace as a [T,T] float32 .npy file\n"
     "  policies  list the registered policies\n"
+    "  lm        a llama2.c model whose KV cache the policies manage: logits,\n"
+    "            eval (bits per byte), passkey and repeat (recall), dump (attention)\n"
+    "  generate  stream text from a llama2.c model with a bounded cache\n"
     "  help      this text, or `kvevict help COMMAND`\n"
     "  --version the version\n"
     "\n"
@@ -88,7 +91,8 @@ typedef struct command {
 static const command commands[] = {
     {"bench", cmd_bench}, {"eval", cmd_eval},         {"replay", cmd_replay},
     {"trace", cmd_trace}, {"sweep", cmd_sweep},       {"policies", cmd_policies},
-    {"docs", cmd_docs},   {"plot", cmd_plot},
+    {"docs", cmd_docs},   {"plot", cmd_plot},         {"lm", cmd_lm},
+    {"generate", cmd_generate},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

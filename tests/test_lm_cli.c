@@ -1,0 +1,638 @@
+/*
+ * test_lm_cli.c - `kvevict lm ...` and `kvevict generate` as a user runs
+ * them: output formats parsed back, numbers compared with the decoder
+ * library run in this process, exit codes and one-line errors.
+ *
+ * The fixtures (a tiny model in three checkpoint variants, a tokenizer with
+ * the 64 pass keys, a text) are written by the test (tests/lm_fixture.h).
+ * Logits printed by the CLI must parse back to the library's float32 bits
+ * exactly (the promise of full precision). The pass-key and repeated-passage
+ * prompts are rebuilt here from the template of models/README.md, on their
+ * own, and scored with the library: the CLI must agree.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "check.h"
+#include "kvevict.h"
+#include "lm.h"
+#include "lm_fixture.h"
+#include "tmpdir.h"
+
+#include <sys/wait.h>
+
+#undef ASSERT_OK
+#define ASSERT_OK(call)                                                                  \
+    do {                                                                                 \
+        kve_status st_ = (call);                                                         \
+        if (st_ != KVE_OK)                                                               \
+            CHECK_FAIL_AT("%s -> %s (lm: %s; kvevict: %s)", #call, kve_status_name(st_), \
+                          lm_last_error(), kve_last_error());                            \
+    } while (0)
+
+static char kvevict[512];
+static char *out_text, *err_text;
+static size_t out_len;
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n + 1 >= cap)
+            buf = realloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+/* Runs `kvevict ARGS` (a shell word list), capturing stdout and stderr; the
+ * exit status. */
+static int run(const char *args)
+{
+    char cmd[8192], o[400], e[400];
+    snprintf(o, sizeof o, "%s", path_of("stdout"));
+    snprintf(e, sizeof e, "%s", path_of("stderr"));
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s", kvevict, args, o, e);
+    int rc = system(cmd);
+    free(out_text);
+    free(err_text);
+    out_text = slurp(o, &out_len);
+    err_text = slurp(e, NULL);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+/* The failure convention: exit `code`, stdout empty, exactly one stderr line
+ * "kvevict CMD: ..." containing `needle`. */
+#define ASSERT_FAILS(args, code, cmd, needle)                                             \
+    do {                                                                                  \
+        int rc_ = run(args);                                                              \
+        if (rc_ != (code))                                                                \
+            CHECK_FAIL_AT("kvevict %s: exit %d, want %d (stderr: %s)", args, rc_, code,   \
+                          err_text ? err_text : "");                                      \
+        ASSERT_TRUE(out_len == 0);                                                        \
+        ASSERT_TRUE(strncmp(err_text, "kvevict " cmd ": ", strlen("kvevict " cmd ": ")) == 0); \
+        ASSERT_TRUE(strchr(err_text, '\n') == strrchr(err_text, '\n'));                   \
+        ASSERT_CONTAINS(err_text, needle);                                                \
+    } while (0)
+
+#define ASSERT_RUNS(args)                                                                 \
+    do {                                                                                  \
+        int rc_ = run(args);                                                              \
+        if (rc_ != 0)                                                                     \
+            CHECK_FAIL_AT("kvevict %s: exit %d (stderr: %s)", args, rc_, err_text ? err_text : ""); \
+    } while (0)
+
+/* Fixture paths (in the scratch directory). */
+static char model0[400], model1[400], model_untied[400], tokpath[400], textpath[400];
+static lm_model *lib_model;
+static lm_tokenizer *lib_tok;
+static char *text;
+static size_t text_len;
+
+enum { D_ = 16, F_ = 24, L_ = 2, H_ = 4, G_ = 2, T_ = 128 };
+
+static void make_fixtures(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, FX_PIECES, T_, 1, check_seed);
+    snprintf(model0, sizeof model0, "%s", path_of("model.bin"));
+    snprintf(model1, sizeof model1, "%s", path_of("model_v1.bin"));
+    fx_write_model(&fx, 0, model0);
+    fx_write_model(&fx, 1, model1);
+    fx_model_free(&fx);
+    fx_model_init(&fx, D_, F_, L_, H_, G_, FX_PIECES, T_, 0, check_seed + 1);
+    snprintf(model_untied, sizeof model_untied, "%s", path_of("untied.bin"));
+    fx_write_model(&fx, 0, model_untied);
+    fx_model_free(&fx);
+    size_t n;
+    unsigned char *img = fx_tokenizer_image(&n);
+    snprintf(tokpath, sizeof tokpath, "%s", path_of("tokenizer.bin"));
+    fx_write_file(tokpath, img, n);
+    free(img);
+    /* A text of a few hundred tokens, with multi-byte characters. */
+    static const char *const words[] = {"the", "cab", "bat", "a", "tea", "caf\xc3\xa9", "hat",
+                                        "ab", "\xe2\x82\xac", "bee", "that", "ace"};
+    char buf[4096];
+    size_t len = 0;
+    uint64_t s = 99;
+    while (len < 1500) {
+        const char *w = words[fx_next(&s) % (sizeof words / sizeof words[0])];
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", w,
+                                fx_next(&s) % 9 == 0 ? ".\n" : " ");
+    }
+    snprintf(textpath, sizeof textpath, "%s", path_of("text.txt"));
+    fx_write_file(textpath, buf, len);
+    text = malloc(len);
+    memcpy(text, buf, len);
+    text_len = len;
+}
+
+/* Parses `{"pos": t, "token": id, "logits": [...]}` lines into logits (n, V). */
+static size_t parse_logits(const char *s, int32_t V, float *logits, int32_t *tokens, size_t cap)
+{
+    size_t n = 0;
+    while (*s && n < cap) {
+        long pos;
+        int tok, used = 0;
+        if (sscanf(s, "{\"pos\": %ld, \"token\": %d, \"logits\": [%n", &pos, &tok, &used) != 2 ||
+            used == 0 || pos != (long)n)
+            return (size_t)-1;
+        tokens[n] = tok;
+        s += used;
+        for (int32_t i = 0; i < V; i++) {
+            char *end;
+            logits[n * (size_t)V + (size_t)i] = strtof(s, &end);
+            if (end == s)
+                return (size_t)-1;
+            s = end;
+            if (i + 1 < V && strncmp(s, ", ", 2) != 0)
+                return (size_t)-1;
+            s += i + 1 < V ? 2 : 0;
+        }
+        if (strncmp(s, "]}\n", 3) != 0)
+            return (size_t)-1;
+        s += 3;
+        n++;
+    }
+    return n;
+}
+
+/* The library's logits for `tokens` under `opt`. */
+static void lib_logits(const int32_t *tokens, size_t n, const lm_options *opt, float *out)
+{
+    lm_state *s = NULL;
+    if (lm_state_new(lib_model, opt, &s) != KVE_OK)
+        return;
+    for (size_t t = 0; t < n; t++) {
+        if (lm_forward(s, tokens[t]) != KVE_OK)
+            break;
+        memcpy(out + t * FX_PIECES, s->logits, FX_PIECES * sizeof(float));
+    }
+    lm_state_free(s);
+}
+
+static void test_logits(void)
+{
+    static const int32_t toks[5] = {3, 1, 4, 1, 5};
+    float *got = malloc(8 * FX_PIECES * sizeof(float)), *want = malloc(8 * FX_PIECES * sizeof(float));
+    int32_t back[8];
+    struct { const char *extra; lm_options opt; } cases[] = {
+        {"", {0}},
+        {"--policy full", {.policy = "full"}},
+        {"--policy window:budget=2 --positions cache", {.policy = "window:budget=2", .positions = LM_POS_CACHE}},
+        {"--policy h2o:recent_window=1 --budget 3", {.policy = "h2o:recent_window=1", .budget = 3}},
+    };
+    const char *models[2] = {model0, model1};
+    char *first = NULL;
+    for (int m = 0; m < 2; m++) {
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            char args[4096];
+            snprintf(args, sizeof args, "lm logits --model %s --tokens 3,1,4,1,5 %s", models[m],
+                     cases[c].extra);
+            ASSERT_RUNS(args);
+            ASSERT_EQ(parse_logits(out_text, FX_PIECES, got, back, 8), 5);
+            ASSERT_TRUE(memcmp(back, toks, sizeof toks) == 0);
+            lib_logits(toks, 5, &cases[c].opt, want);
+            ASSERT_TRUE(memcmp(got, want, 5 * FX_PIECES * sizeof(float)) == 0);
+            if (m == 0 && c == 0)
+                first = strdup(out_text);
+            if (c == 1) /* --policy full prints exactly what no policy prints */
+                ASSERT_STR_EQ(out_text, first);
+            ASSERT_TRUE(err_text[0] == '\0');
+        }
+    }
+    /* --prompt: BOS, then the encoding; -o writes the same bytes to a file. */
+    char args[4096];
+    snprintf(args, sizeof args, "lm logits --model %s --tokenizer %s --prompt 'the cab' -o %s",
+             model0, tokpath, path_of("logits.jsonl"));
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(out_len == 0);
+    char *file = slurp(path_of("logits.jsonl"), NULL);
+    ASSERT_TRUE(file != NULL);
+    int32_t enc[16];
+    size_t ne;
+    ASSERT_OK(lm_encode(lib_tok, "the cab", 7, enc + 1, 15, &ne));
+    enc[0] = LM_BOS;
+    ASSERT_EQ(parse_logits(file, FX_PIECES, got, back, 8), ne + 1);
+    ASSERT_TRUE(memcmp(back, enc, (ne + 1) * sizeof *enc) == 0);
+    free(file);
+    /* Without --tokenizer, tokenizer.bin beside the model is used. */
+    snprintf(args, sizeof args, "lm logits --model %s --prompt 'the cab'", model0);
+    ASSERT_RUNS(args);
+    ASSERT_EQ(parse_logits(out_text, FX_PIECES, got, back, 8), ne + 1);
+    free(first);
+    free(got);
+    free(want);
+}
+
+static void test_errors(void)
+{
+    char args[4096];
+    ASSERT_FAILS("lm logits --tokens 1,2", 2, "lm logits", "missing required option '--model'");
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1,x", model0);
+    ASSERT_FAILS(args, 2, "lm logits", "--tokens");
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1,,2", model0);
+    ASSERT_FAILS(args, 2, "lm logits", "empty item");
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1,%d", model0, FX_PIECES);
+    ASSERT_FAILS(args, 2, "lm logits", "outside the model's vocabulary");
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1 --policy h2o:budget=0", model0);
+    ASSERT_FAILS(args, 2, "lm logits", "--policy");
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1 --positions shifted", model0);
+    ASSERT_FAILS(args, 2, "lm logits", "--positions");
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1 --prompt x", model0);
+    ASSERT_FAILS(args, 2, "lm logits", "exactly one of --tokens and --prompt");
+    ASSERT_FAILS("lm logits --model /nonexistent/m.bin --tokens 1", 1, "lm logits",
+                 "No such file or directory");
+    ASSERT_FAILS("lm bogus", 2, "lm", "unknown command 'bogus'");
+    ASSERT_FAILS("lm", 2, "lm", "missing command");
+    /* A truncated checkpoint names the field it ends in. */
+    size_t n;
+    char *img = slurp(model0, &n);
+    fx_write_file(path_of("cut.bin"), img, 10);
+    fx_write_file(path_of("long.bin"), img, n); /* then one byte more */
+    FILE *f = fopen(path_of("long.bin"), "ab");
+    fputc(0, f);
+    fclose(f);
+    free(img);
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1", path_of("cut.bin"));
+    ASSERT_FAILS(args, 1, "lm logits", "truncated in the field n_layers");
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1", path_of("long.bin"));
+    ASSERT_FAILS(args, 1, "lm logits", "the file holds");
+    /* A tokenizer that does not match the model. */
+    snprintf(args, sizeof args, "lm eval --model %s --tokenizer %s --text %s", model0,
+             path_of("cut.bin"), textpath);
+    ASSERT_FAILS(args, 1, "lm eval", "--tokenizer");
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --budget 10%%", model0, textpath);
+    ASSERT_FAILS(args, 2, "lm eval", "--budget needs --policy");
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy window --budget 0%%",
+             model0, textpath);
+    ASSERT_FAILS(args, 2, "lm eval", "not a percentage");
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --json --csv", model0, textpath);
+    ASSERT_FAILS(args, 2, "lm eval", "contradict each other");
+    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps 9999 -o %s", model0,
+             textpath, path_of("x.npy"));
+    ASSERT_FAILS(args, 2, "lm dump", "--steps 9999");
+    ASSERT_TRUE(access(path_of("x.npy"), F_OK) != 0);
+    snprintf(args, sizeof args, "lm passkey --model %s --text %s --distances 1", model0,
+             textpath);
+    ASSERT_FAILS(args, 2, "lm passkey", "--distances: 1 is outside the valid range");
+    snprintf(args, sizeof args, "generate --model %s --steps x", model0);
+    ASSERT_FAILS(args, 2, "generate", "--steps");
+    remove(path_of("cut.bin"));
+    remove(path_of("long.bin"));
+}
+
+/* Pulls "key": number out of a JSON line; NAN if absent or null. */
+static double json_num(const char *line, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(line, pat);
+    if (!p || strncmp(p + strlen(pat), "null", 4) == 0)
+        return NAN;
+    return strtod(p + strlen(pat), NULL);
+}
+
+static void test_eval(void)
+{
+    char args[4096];
+    snprintf(args, sizeof args,
+             "lm eval --model %s --text %s --policy window,h2o:recent_window=2 --budget 5,50%% "
+             "--json",
+             model_untied, textpath);
+    ASSERT_RUNS(args);
+    /* The library: windows of seq_len - 1 tokens after BOS. */
+    int32_t *ids = malloc((text_len + 1) * sizeof *ids);
+    size_t n;
+    ASSERT_OK(lm_encode(lib_tok, text, text_len, ids, text_len + 1, &n));
+    lm_model *m = NULL;
+    ASSERT_OK(lm_model_open(model_untied, &m));
+    const char *specs[5] = {NULL, "window:budget=5", "h2o:budget=5,recent_window=2",
+                            "window:budget=64", "h2o:budget=64,recent_window=2"};
+    const char *line = out_text;
+    for (int j = 0; j < 5; j++) {
+        lm_options opt = {.policy = specs[j]};
+        lm_state *s = NULL;
+        ASSERT_OK(lm_state_new(m, &opt, &s));
+        double bits = 0;
+        size_t chunk = T_ - 1;
+        for (size_t w = 0; w * chunk < n; w++) {
+            double nats;
+            size_t len = n - w * chunk < chunk ? n - w * chunk : chunk;
+            ASSERT_OK(lm_window_nats(s, ids + w * chunk, len, &nats, NULL));
+            bits += nats / log(2.0);
+        }
+        lm_state_free(s);
+        ASSERT_TRUE(line && *line);
+        char spec_json[128];
+        snprintf(spec_json, sizeof spec_json, "{\"policy\": \"%s\"", specs[j] ? specs[j] : "full");
+        ASSERT_TRUE(strncmp(line, spec_json, strlen(spec_json)) == 0);
+        ASSERT_NEAR(json_num(line, "bits_per_byte"), bits / (double)(text_len + 1), 1e-12);
+        ASSERT_NEAR(json_num(line, "bits_per_token"), bits / (double)n, 1e-12);
+        ASSERT_EQ(json_num(line, "tokens"), n);
+        ASSERT_EQ(json_num(line, "windows"), (n + T_ - 2) / (T_ - 1));
+        ASSERT_TRUE(json_num(line, "bits_per_byte_se") > 0);
+        if (j == 0) {
+            ASSERT_TRUE(strstr(line, "\"budget\": null") != NULL);
+            ASSERT_TRUE(isnan(json_num(line, "delta_bits_per_byte_se")));
+        } else {
+            ASSERT_TRUE(json_num(line, "delta_bits_per_byte_se") > 0);
+        }
+        line = strchr(line, '\n');
+        line = line ? line + 1 : NULL;
+    }
+    ASSERT_TRUE(line && *line == '\0');
+    lm_model_free(m);
+    free(ids);
+    /* Tables: text with a title line, csv with snake_case headers, md. */
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy window --budget 4 --csv",
+             model0, textpath);
+    ASSERT_RUNS(args);
+    static const char csv_head[] = "policy,budget,positions,windows,tokens,bytes,bits_per_byte,"
+                                   "bits_per_byte_se,bits_per_token,full_bits_per_byte,"
+                                   "delta_bits_per_byte,delta_bits_per_byte_se,seed\n"
+                                   "full,n/a,original,";
+    ASSERT_TRUE(strncmp(out_text, csv_head, strlen(csv_head)) == 0);
+    ASSERT_CONTAINS(out_text, "\nwindow:budget=4,4,original,");
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --format md", model0, textpath);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(strncmp(out_text, "| policy", 8) == 0);
+    snprintf(args, sizeof args, "lm eval --model %s --text %s", model0, textpath);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(out_text, "windows of up to 127 tokens");
+}
+
+/* The pass-key prompt and repeated window of models/README.md, built here. */
+static size_t passkey_prompt(const int32_t *H, size_t nH, size_t L, size_t j, size_t N, size_t d,
+                             int32_t *w, int32_t *key)
+{
+    int32_t intro[32], after[32], question[64];
+    size_t a, b, q;
+    lm_encode(lib_tok, "The pass key is", 15, intro, 32, &a);
+    lm_encode(lib_tok, "Remember it.", 12, after, 32, &b);
+    lm_encode(lib_tok, "What is the pass key? The pass key is", 37, question, 64, &q);
+    size_t k = L - 1 - d, f1 = k - 1 - a, m = L - 2 - a - b - q;
+    size_t s = j * (nH - m) / N, o = 0;
+    *key = FX_FIRST_KEY + (int32_t)(j % 64);
+    w[o++] = 1;
+    for (size_t i = 0; i < f1; i++)
+        w[o++] = H[s + i];
+    for (size_t i = 0; i < a; i++)
+        w[o++] = intro[i];
+    w[o++] = *key;
+    for (size_t i = 0; i < b; i++)
+        w[o++] = after[i];
+    for (size_t i = f1; i < m; i++)
+        w[o++] = H[s + i];
+    for (size_t i = 0; i < q; i++)
+        w[o++] = question[i];
+    return o;
+}
+
+static void test_recall(void)
+{
+    int32_t *H = malloc((text_len + 1) * sizeof *H);
+    size_t nH;
+    ASSERT_OK(lm_encode(lib_tok, text, text_len, H, text_len + 1, &nH));
+    enum { N = 5, L = T_ };
+    int32_t w[L];
+    char args[4096];
+    /* Pass key at the shortest and the longest distance, full cache and a window. */
+    int32_t seg[64];
+    size_t a, b, q;
+    ASSERT_OK(lm_encode(lib_tok, "The pass key is", 15, seg, 64, &a));
+    ASSERT_OK(lm_encode(lib_tok, "Remember it.", 12, seg, 64, &b));
+    ASSERT_OK(lm_encode(lib_tok, "What is the pass key? The pass key is", 37, seg, 64, &q));
+    size_t dists[2] = {b + q, L - 2 - a};
+    snprintf(args, sizeof args,
+             "lm passkey --model %s --text %s --trials %d --distances %zu,%zu --policy window "
+             "--budget 6 --json",
+             model0, textpath, N, dists[0], dists[1]);
+    ASSERT_RUNS(args);
+    const char *line = out_text;
+    const char *specs[2] = {NULL, "window:budget=6"};
+    for (int jb = 0; jb < 2; jb++) {
+        for (int di = 0; di < 2; di++) {
+            size_t d = dists[di];
+            int hits = 0, key_hits = 0;
+            for (size_t j = 0; j < N; j++) {
+                int32_t key;
+                ASSERT_EQ(passkey_prompt(H, nH, L, j, N, d, w, &key), L);
+                ASSERT_EQ(w[L - 1 - d], key);
+                lm_options opt = {.policy = specs[jb]};
+                lm_state *s = NULL;
+                ASSERT_OK(lm_state_new(lib_model, &opt, &s));
+                for (size_t t = 0; t < L; t++)
+                    ASSERT_OK(lm_forward(s, w[t]));
+                int32_t best = 0, kbest = FX_FIRST_KEY;
+                for (int32_t i = 0; i < FX_PIECES; i++)
+                    best = s->logits[i] > s->logits[best] ? i : best;
+                for (int32_t i = FX_FIRST_KEY; i < FX_PIECES; i++)
+                    kbest = s->logits[i] > s->logits[kbest] ? i : kbest;
+                hits += best == key;
+                key_hits += kbest == key;
+                lm_state_free(s);
+            }
+            ASSERT_TRUE(line && strstr(line, "\"distance\": ") != NULL);
+            ASSERT_EQ(json_num(line, "distance"), d);
+            ASSERT_NEAR(json_num(line, "accuracy"), (double)hits / N, 1e-12);
+            ASSERT_NEAR(json_num(line, "key_accuracy"), (double)key_hits / N, 1e-12);
+            ASSERT_NEAR(json_num(line, "chance"), 1.0 / 64, 1e-15);
+            line = strchr(line, '\n') + 1;
+        }
+    }
+    /* Repeated passage: the mean loss over each occurrence, span 4. */
+    snprintf(args, sizeof args,
+             "lm repeat --model %s --text %s --trials %d --span 4 --distances 4,9 --json", model0,
+             textpath, N);
+    ASSERT_RUNS(args);
+    line = out_text;
+    for (int di = 0; di < 2; di++) {
+        size_t r = di ? 9 : 4, P = 4;
+        double first = 0, second = 0;
+        for (size_t j = 0; j < N; j++) {
+            size_t s0 = j * (nH - (L - 1)) / N;
+            w[0] = 1;
+            memcpy(w + 1, H + s0, (L - 1) * sizeof *w);
+            for (size_t i = 0; i < P; i++)
+                w[L - P + i] = w[L - P - r + i];
+            lm_state *s = NULL;
+            ASSERT_OK(lm_state_new(lib_model, NULL, &s));
+            double loss[L];
+            for (size_t t = 0; t + 1 < L; t++) {
+                ASSERT_OK(lm_forward(s, w[t]));
+                loss[t + 1] = lm_token_nats(s->logits, FX_PIECES, w[t + 1]);
+            }
+            for (size_t i = 1; i < P; i++) {
+                first += loss[L - P - r + i];
+                second += loss[L - P + i];
+            }
+            lm_state_free(s);
+        }
+        ASSERT_EQ(json_num(line, "distance"), r);
+        ASSERT_NEAR(json_num(line, "first_nats"), first / (double)(N * (P - 1)), 1e-9);
+        ASSERT_NEAR(json_num(line, "second_nats"), second / (double)(N * (P - 1)), 1e-9);
+        line = strchr(line, '\n') + 1;
+    }
+    ASSERT_TRUE(*line == '\0');
+    free(H);
+}
+
+typedef struct att_rows {
+    float *rows; /* (L, G, T, T) group means */
+    size_t T;
+} att_rows;
+
+static void collect(void *user, int32_t layer, int32_t pos, const float *att, size_t ld,
+                    const size_t *n_keys)
+{
+    att_rows *a = user;
+    for (size_t g = 0; g < G_; g++)
+        lm_group_mean(a->rows + (((size_t)layer * G_ + g) * a->T + (size_t)pos) * a->T,
+                      att + g * (H_ / G_) * ld, ld, H_ / G_, n_keys[g]);
+}
+
+static void test_dump(void)
+{
+    enum { T = 9 };
+    char args[4096];
+    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps %d -o %s", model1,
+             textpath, T, path_of("attn.npy"));
+    ASSERT_RUNS(args);
+    kve_trace *tr = NULL;
+    ASSERT_OK(kve_trace_open(path_of("attn.npy"), 0, &tr));
+    ASSERT_EQ(kve_trace_steps(tr), T);
+    ASSERT_EQ(kve_trace_layers(tr), L_);
+    ASSERT_EQ(kve_trace_heads(tr), L_ * G_);
+    /* Row by row what the decoder's policies would receive (own key included). */
+    att_rows a = {calloc(L_ * G_ * T * T, sizeof(float)), T};
+    lm_options opt = {.on_attention = collect, .user = &a};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(lib_model, &opt, &s));
+    int32_t ids[64];
+    size_t n;
+    ASSERT_OK(lm_encode(lib_tok, text, 40, ids, 64, &n));
+    ASSERT_OK(lm_forward(s, LM_BOS));
+    for (size_t t = 1; t < T; t++)
+        ASSERT_OK(lm_forward(s, ids[t - 1]));
+    lm_state_free(s);
+    double row[T];
+    for (size_t h = 0; h < L_ * G_; h++) {
+        for (size_t t = 0; t < T; t++) {
+            ASSERT_OK(kve_trace_row(tr, h, t, row));
+            double sum = 0;
+            for (size_t i = 0; i <= t; i++) {
+                ASSERT_TRUE(row[i] == (double)a.rows[(h * T + t) * T + i]);
+                sum += row[i];
+            }
+            ASSERT_NEAR(sum, 1.0, 1e-5);
+        }
+    }
+    kve_trace_free(tr);
+    free(a.rows);
+    /* --query-heads: every query head; `kvevict eval` reads the file. */
+    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps %d -o %s --query-heads",
+             model1, textpath, T, path_of("attn_q.npy"));
+    ASSERT_RUNS(args);
+    ASSERT_OK(kve_trace_open(path_of("attn_q.npy"), 0, &tr));
+    ASSERT_EQ(kve_trace_heads(tr), L_ * H_);
+    kve_trace_free(tr);
+    snprintf(args, sizeof args, "eval --trace %s --policy window:budget=4 --json",
+             path_of("attn.npy"));
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(out_text, "\"heads\": 4");
+    remove(path_of("attn.npy"));
+    remove(path_of("attn_q.npy"));
+}
+
+static void test_generate(void)
+{
+    char args[4096];
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the cab' --steps 12", model0);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(err_text, "tokens/s");
+    ASSERT_CONTAINS(err_text, "kept per (layer, KV head)");
+    /* Greedy: the library's argmax continuation, decoded. */
+    int32_t toks[64];
+    size_t n;
+    ASSERT_OK(lm_encode(lib_tok, "the cab", 7, toks + 1, 63, &n));
+    toks[0] = LM_BOS;
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(lib_model, NULL, &s));
+    char want[1024];
+    size_t wl = 0;
+    for (size_t i = 0; i < n + 12; i++) {
+        ASSERT_OK(lm_forward(s, toks[i]));
+        int32_t next = 0;
+        if (i < n) {
+            next = toks[i + 1];
+        } else {
+            for (int32_t v = 1; v < FX_PIECES; v++)
+                next = s->logits[v] > s->logits[next] ? v : next;
+        }
+        if (next == LM_BOS)
+            break;
+        toks[i + 1] = next;
+        size_t len;
+        const char *p = lm_decode(lib_tok, toks[i], next, &len);
+        if (!(len == 1 && (unsigned char)p[0] < 0x20 && p[0] != '\n' && p[0] != '\t' && p[0] != '\r')) {
+            memcpy(want + wl, p, len);
+            wl += len;
+        }
+    }
+    want[wl++] = '\n';
+    want[wl] = '\0';
+    lm_state_free(s);
+    ASSERT_STR_EQ(out_text, want);
+    /* Sampling repeats itself for a seed, under a bounded cache. */
+    snprintf(args, sizeof args,
+             "generate --model %s --prompt the --steps 40 --temperature 1.5 --seed 7 "
+             "--policy window:budget=5",
+             model0);
+    ASSERT_RUNS(args);
+    char *first = strdup(out_text);
+    ASSERT_CONTAINS(err_text, "5..5 of");
+    ASSERT_RUNS(args);
+    ASSERT_STR_EQ(out_text, first);
+    free(first);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK_INIT(argc, argv);
+    const char *bin = getenv("KVE_BINARY_DIR");
+    snprintf(kvevict, sizeof kvevict, "%s/kvevict", bin ? bin : ".");
+    if (access(kvevict, X_OK) != 0) {
+        fprintf(stderr, "test_lm_cli: %s not found (set KVE_BINARY_DIR)\n", kvevict);
+        return 1;
+    }
+    if (tmpdir_make("kve-lm-cli") != 0)
+        return 1;
+    make_fixtures();
+    if (lm_model_open(model0, &lib_model) != KVE_OK || lm_tokenizer_open(tokpath, &lib_tok) != KVE_OK) {
+        fprintf(stderr, "test_lm_cli: fixtures: %s\n", lm_last_error());
+        return 1;
+    }
+    RUN(test_logits);
+    RUN(test_errors);
+    RUN(test_eval);
+    RUN(test_recall);
+    RUN(test_dump);
+    RUN(test_generate);
+    lm_model_free(lib_model);
+    lm_tokenizer_free(lib_tok);
+    free(text);
+    free(out_text);
+    free(err_text);
+    remove_dir();
+    return CHECK_DONE();
+}

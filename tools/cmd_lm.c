@@ -1,0 +1,1179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cmd_lm.c - the llama2.c decoder on the command line: `kvevict lm logits`,
+ * `lm eval`, `lm passkey`, `lm repeat`, `lm dump` and `kvevict generate`.
+ *
+ * Every command loads a checkpoint (and where text is involved a tokenizer:
+ * --tokenizer, else tokenizer.bin beside the checkpoint) and runs the
+ * decoder of lm/lm.h, one kvevict policy per (layer, KV head). Arguments are
+ * checked before any file is read, so usage errors (exit 2) come before
+ * input errors (exit 1); arguments that can only be checked against the
+ * model (a token id, a distance) are usage errors too. What the decoder
+ * allocates stays reachable from `ctx` until exit, so an early exit leaks
+ * nothing that a leak checker could call lost. Output files go through
+ * out_open/out_close, so a failure or a signal leaves no partial file.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+#include "lm.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- shared pieces ---------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static struct {
+    lm_model *model;
+    lm_tokenizer *tok;
+    char *text;
+    size_t text_len;
+    int32_t *ids; /* the text, encoded */
+    size_t n_ids;
+} ctx;
+
+/* Exit for a failed lm call: KVE_EINVAL is usage, the rest bad input. */
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
+static void die_lm(kve_status s, const char *what)
+{
+    if (s == KVE_EINVAL)
+        die_usage("%s: %s", what, lm_last_error());
+    die_input("%s: %s", what, lm_last_error());
+}
+
+/* The value of own option `name`, NULL when absent. */
+static const char *own(const cli_args *a, const cli_spec *spec, const char *name)
+{
+    const opt_val *v = cli_own(a, spec, name);
+    return v->count ? v->v[0] : NULL;
+}
+
+static const char *need(const cli_args *a, const cli_spec *spec, const char *name)
+{
+    const char *v = own(a, spec, name);
+    if (!v)
+        die_usage("missing required option '--%s' (see kvevict %s --help)", name, cli_cmd);
+    return v;
+}
+
+static lm_positions opt_positions(const char *s)
+{
+    if (!s || strcmp(s, "original") == 0)
+        return LM_POS_ORIGINAL;
+    if (strcmp(s, "cache") == 0)
+        return LM_POS_CACHE;
+    die_usage("--positions: '%s' is neither 'original' nor 'cache'", s);
+}
+
+static const char *positions_name(lm_positions p)
+{
+    return p == LM_POS_CACHE ? "cache" : "original";
+}
+
+static void load_model(const char *path)
+{
+    kve_status s = lm_model_open(path, &ctx.model);
+    if (s != KVE_OK)
+        die_input("--model %s: %s", path, lm_last_error());
+}
+
+/* --tokenizer, else tokenizer.bin in the checkpoint's directory; its pieces
+ * must be the model's vocabulary. */
+static void load_tokenizer(const char *path, const char *model_path)
+{
+    char buf[4096];
+    if (!path) {
+        const char *slash = strrchr(model_path, '/');
+        int dirlen = slash ? (int)(slash - model_path) : 1;
+        snprintf(buf, sizeof buf, "%.*s/tokenizer.bin", dirlen, slash ? model_path : ".");
+        if (access(buf, F_OK) != 0)
+            die_usage("--tokenizer not given and %s does not exist", buf);
+        path = buf;
+    }
+    kve_status s = lm_tokenizer_open(path, &ctx.tok);
+    if (s != KVE_OK)
+        die_input("--tokenizer %s: %s", path, lm_last_error());
+    if (ctx.tok->n_pieces != ctx.model->config.vocab_size)
+        die_input("--tokenizer %s: %d pieces, but the model's vocab_size is %d", path,
+                  ctx.tok->n_pieces, ctx.model->config.vocab_size);
+}
+
+/* Reads --text ("-": standard input) whole; NUL bytes are refused. */
+static void load_text(const char *path)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f)
+        die_input("--text %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (n == cap)
+            buf = xrealloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    int failed = ferror(f);
+    int e = errno;
+    if (f != stdin)
+        fclose(f);
+    ctx.text = buf;
+    ctx.text_len = n;
+    if (failed)
+        die_input("--text %s: %s", path, strerror(e));
+    const char *nul = memchr(buf, 0, n);
+    if (nul)
+        die_input("--text %s: a NUL byte at offset %zu", path, (size_t)(nul - buf));
+}
+
+static int32_t *encode(const char *s, size_t len, size_t *n)
+{
+    int32_t *ids = xmalloc((len + 1) * sizeof *ids);
+    kve_status st = lm_encode(ctx.tok, s, len, ids, len + 1, n);
+    if (st != KVE_OK) {
+        free(ids);
+        die_lm(st, "encode");
+    }
+    return ids;
+}
+
+static void encode_text(const char *path)
+{
+    ctx.ids = encode(ctx.text, ctx.text_len, &ctx.n_ids);
+    if (ctx.n_ids == 0)
+        die_input("--text %s: empty", path);
+}
+
+/* Splits --policy SPEC[,SPEC...]: an item holding '=' but no ':' is a
+ * parameter of the spec before it ("h2o:budget=64,recent_window=8,window"
+ * is two specs). Repeated --policy options add to the list. */
+static char **split_specs(const opt_val *v, size_t *n)
+{
+    char **out = NULL;
+    *n = 0;
+    for (int k = 0; k < v->count; k++) {
+        size_t m;
+        char **items = split_list("--policy", v->v[k], &m);
+        for (size_t i = 0; i < m; i++) {
+            if (*n > 0 && strchr(items[i], '=') && !strchr(items[i], ':')) {
+                char *prev = out[*n - 1];
+                size_t len = strlen(prev) + strlen(items[i]) + 2;
+                out[*n - 1] = xmalloc(len);
+                snprintf(out[*n - 1], len, "%s,%s", prev, items[i]);
+                free(prev);
+                continue;
+            }
+            out = xrealloc(out, (*n + 1) * sizeof *out);
+            out[(*n)++] = xstrdup(items[i]);
+        }
+        free_list(items, m);
+    }
+    return out;
+}
+
+/* A budget: B (a count) or P% of the context, floor(P * seq_len / 100). */
+static size_t budget_of(const char *s, int32_t seq_len)
+{
+    size_t len = strlen(s);
+    if (len > 1 && s[len - 1] == '%') {
+        char *end;
+        errno = 0;
+        double p = strtod(s, &end);
+        if (end != s + len - 1 || errno || !(p > 0) || p > 100 || s[0] < '0' || s[0] > '9')
+            die_usage("--budget: '%s' is not a percentage in (0, 100]", s);
+        size_t b = (size_t)floor(p * (double)seq_len / 100.0);
+        if (b == 0)
+            die_usage("--budget: %s of the context (%d) is no position", s, seq_len);
+        return b;
+    }
+    return (size_t)parse_u64("--budget", s, 1, KVE_MAX_BUDGET);
+}
+
+/* A decoder; dies (usage) on a bad spec. */
+static lm_state *new_state(const char *spec, size_t budget, lm_positions pos, uint64_t seed)
+{
+    lm_options o = {.policy = spec, .budget = budget, .positions = pos, .seed = seed};
+    lm_state *s = NULL;
+    kve_status st = lm_state_new(ctx.model, &o, &s);
+    if (st != KVE_OK)
+        die_lm(st, "--policy");
+    return s;
+}
+
+/* ---- the measuring commands' common part: eval, passkey, repeat ------------ */
+
+/* Options every measuring command takes, first in its own table. */
+#define MEASURE_OPTS                                                                 \
+    {"model", 0, OPT_VALUE}, {"text", 0, OPT_VALUE}, {"tokenizer", 0, OPT_VALUE},    \
+        {"policy", 0, OPT_VALUE | OPT_REPEAT}, {"budget", 0, OPT_VALUE | OPT_REPEAT}, \
+        {"positions", 0, OPT_VALUE}
+
+typedef struct measure_args {
+    cli_args a;
+    const char *model, *text;
+    char **specs, **budgets;
+    size_t n_specs, n_budgets;
+    lm_positions positions;
+} measure_args;
+
+/* Parses the options and loads model, tokenizer and text. Every argument is
+ * checked before a file is read. */
+static void measure_parse(measure_args *m, const cli_spec *spec, int argc, char **argv)
+{
+    memset(m, 0, sizeof *m);
+    cli_parse(&m->a, spec, argc, argv);
+    m->model = need(&m->a, spec, "model");
+    m->text = need(&m->a, spec, "text");
+    m->specs = split_specs(cli_own(&m->a, spec, "policy"), &m->n_specs);
+    for (size_t i = 0; i < m->n_specs; i++)
+        free(canon_spec("--policy", m->specs[i], 0));
+    const opt_val *bv = cli_own(&m->a, spec, "budget");
+    for (int k = 0; k < bv->count; k++) {
+        size_t n;
+        char **items = split_list("--budget", bv->v[k], &n);
+        for (size_t i = 0; i < n; i++)
+            budget_of(items[i], 100); /* the syntax; the size once the model is known */
+        m->budgets = xrealloc(m->budgets, (m->n_budgets + n) * sizeof *m->budgets);
+        memcpy(m->budgets + m->n_budgets, items, n * sizeof *items);
+        m->n_budgets += n;
+        free(items);
+    }
+    if (m->n_budgets && !m->n_specs)
+        die_usage("--budget needs --policy");
+    m->positions = opt_positions(own(&m->a, spec, "positions"));
+}
+
+static void measure_load(const measure_args *m, const cli_spec *spec)
+{
+    load_model(m->model);
+    load_tokenizer(own(&m->a, spec, "tokenizer"), m->model);
+    load_text(m->text);
+    encode_text(m->text);
+}
+
+static void measure_free(measure_args *m)
+{
+    free_list(m->specs, m->n_specs);
+    free_list(m->budgets, m->n_budgets);
+}
+
+/* The (policy, budget) jobs: job 0 is the full cache (no policy), then every
+ * spec at every budget, budgets outermost. */
+typedef struct job {
+    char *spec;    /* canonical, budget applied; NULL for the full cache */
+    size_t budget; /* 0 for the full cache */
+    lm_state *s;
+} job;
+
+static job *make_jobs(const measure_args *m, size_t *n_jobs)
+{
+    size_t nb = m->n_budgets ? m->n_budgets : 1;
+    job *jobs = xcalloc(1 + m->n_specs * nb, sizeof *jobs);
+    jobs[0].s = new_state(NULL, 0, m->positions, m->a.seed);
+    size_t n = 1;
+    for (size_t b = 0; b < nb; b++) {
+        size_t budget = m->n_budgets ? budget_of(m->budgets[b], ctx.model->config.seq_len) : 0;
+        for (size_t i = 0; i < m->n_specs; i++) {
+            jobs[n].s = new_state(m->specs[i], budget, m->positions, m->a.seed);
+            jobs[n].spec = xstrdup(jobs[n].s->spec);
+            jobs[n].budget = jobs[n].s->budget;
+            n++;
+        }
+    }
+    *n_jobs = n;
+    return jobs;
+}
+
+static void free_jobs(job *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        lm_state_free(jobs[i].s);
+        free(jobs[i].spec);
+    }
+    free(jobs);
+}
+
+/* The first cells of a row: policy ("full" for the full cache), budget
+ * (null for the full cache), positions. */
+static void job_cells(table *t, const job *jb, lm_positions positions)
+{
+    table_str(t, jb->spec ? jb->spec : "full");
+    if (jb->spec)
+        table_uint(t, jb->budget);
+    else
+        table_real(t, NAN, "%.0f");
+    table_str(t, positions_name(positions));
+}
+
+#define JOB_COLS                                                       \
+    {"policy", KEY_POLICY, COL_ALL | COL_LEFT | COL_CODE},             \
+        {"budget", KEY_BUDGET, COL_ALL}, {"positions", "positions", COL_CSV | COL_JSON}
+
+/* ---- lm logits ---------------------------------------------------------------- */
+
+static const char logits_usage[] =
+    "usage: kvevict lm logits --model CKPT (--tokens ID,ID,... | --prompt TEXT)\n"
+    "                         [--tokenizer TOK] [--policy SPEC] [--budget B]\n"
+    "                         [--positions original|cache] [--seed N] [-o FILE]\n"
+    "\n"
+    "Decodes the tokens from position 0 and prints, for every position t, one JSON\n"
+    "object per line:\n"
+    "  {\"pos\": t, \"token\": id, \"logits\": [every vocabulary entry]}\n"
+    "with each logit a float32 printed with the digits that read back to the same\n"
+    "float (%.9g).\n"
+    "\n"
+    "  --model CKPT     a llama2.c checkpoint (legacy or version 1, float32)\n"
+    "  --tokens LIST    token ids, decoded as given (no BOS is added)\n"
+    "  --prompt TEXT    instead of --tokens: BOS, then TEXT encoded with the tokenizer\n"
+    "  --tokenizer TOK  tokenizer.bin (default: tokenizer.bin beside CKPT); only\n"
+    "                   read with --prompt\n"
+    "  --policy SPEC    the policy of every (layer, KV head), e.g. window:budget=64;\n"
+    "                   default: none, every key kept (--policy full is identical)\n"
+    "  --budget B       evict to B positions (default: the spec's budget)\n"
+    "  --positions P    original (keys rotated at their position, the default) or\n"
+    "                   cache (keys rotated at their index in the cache)\n"
+    "  --seed N         seed of the policies' random numbers (default 0)\n"
+    "  -o, --output F   write to F instead of standard output\n";
+
+static const opt_def logits_own[] = {{"model", 0, OPT_VALUE},     {"tokens", 0, OPT_VALUE},
+                                     {"prompt", 0, OPT_VALUE},    {"tokenizer", 0, OPT_VALUE},
+                                     {"positions", 0, OPT_VALUE}};
+static const cli_spec logits_spec = {
+    .usage = logits_usage,
+    .shared = SO_POLICY | SO_BUDGET | SO_SEED | SO_OUTPUT,
+    .own = logits_own,
+    .n_own = sizeof logits_own / sizeof logits_own[0],
+    .default_format = FMT_JSON,
+};
+
+/* A float32 as JSON with the digits that round-trip (%.9g); null if not finite. */
+static void json_float(FILE *f, float x)
+{
+    if (isfinite(x))
+        fprintf(f, "%.9g", (double)x);
+    else
+        fputs("null", f);
+}
+
+static int lm_logits(int argc, char **argv)
+{
+    cli_args a;
+    cli_parse(&a, &logits_spec, argc, argv);
+    const cli_spec *sp = &logits_spec;
+    const char *model = need(&a, sp, "model");
+    const char *tokens = own(&a, sp, "tokens"), *prompt = own(&a, sp, "prompt");
+    if (!tokens == !prompt)
+        die_usage("give exactly one of --tokens and --prompt");
+    lm_positions positions = opt_positions(own(&a, sp, "positions"));
+    if (a.budget && !a.policy)
+        die_usage("--budget needs --policy");
+    if (a.policy)
+        free(canon_spec("--policy", a.policy, a.budget));
+    int32_t *toks = NULL;
+    size_t n = 0;
+    if (tokens) {
+        char **items = split_list("--tokens", tokens, &n);
+        toks = xmalloc(n * sizeof *toks);
+        for (size_t i = 0; i < n; i++)
+            toks[i] = (int32_t)parse_u64("--tokens", items[i], 0, INT32_MAX);
+        free_list(items, n);
+    }
+    load_model(model);
+    int32_t V = ctx.model->config.vocab_size;
+    if (prompt) {
+        load_tokenizer(own(&a, sp, "tokenizer"), model);
+        size_t m;
+        int32_t *ids = encode(prompt, strlen(prompt), &m);
+        toks = xmalloc((m + 1) * sizeof *toks);
+        toks[0] = LM_BOS;
+        memcpy(toks + 1, ids, m * sizeof *ids);
+        n = m + 1;
+        free(ids);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (toks[i] >= V)
+            die_usage("--tokens: token %d is outside the model's vocabulary [0, %d)", toks[i], V);
+    lm_state *s = new_state(a.policy, a.budget, positions, a.seed);
+    FILE *out = out_open(a.output);
+    for (size_t t = 0; t < n; t++) {
+        kve_status st = lm_forward(s, toks[t]);
+        if (st != KVE_OK)
+            die_lm(st, "decode");
+        fprintf(out, "{\"pos\": %zu, \"token\": %d, \"logits\": [", t, toks[t]);
+        for (int32_t i = 0; i < V; i++) {
+            if (i)
+                fputs(", ", out);
+            json_float(out, s->logits[i]);
+        }
+        fputs("]}\n", out);
+    }
+    out_close(out);
+    lm_state_free(s);
+    free(toks);
+    return 0;
+}
+
+/* ---- lm eval ------------------------------------------------------------------ */
+
+static const char eval_usage[] =
+    "usage: kvevict lm eval --model CKPT --text FILE [--tokenizer TOK]\n"
+    "                       [--policy SPEC[,SPEC...]] [--budget B[,B...]]\n"
+    "                       [--positions original|cache] [--seed N]\n"
+    "                       [--format text|md|csv|json | --json | --csv | --md] [-o FILE]\n"
+    "\n"
+    "Bits per byte and per token of the model on a text, with the full cache and\n"
+    "with every policy at every budget, paired window by window. The text is\n"
+    "encoded once (dummy prefix, no BOS or EOS) and cut into consecutive chunks\n"
+    "of seq_len - 1 tokens (the last shorter); each window is BOS + chunk,\n"
+    "decoded from a fresh cache, its loss summed over the chunk's tokens.\n"
+    "bits/byte = nats / ln 2 / (UTF-8 bytes of the text + 1); bits/token = nats /\n"
+    "ln 2 / tokens. Standard errors treat windows as the samples (docs/decoder.md):\n"
+    "se of bits/byte, and of its difference to the full cache, paired per window.\n"
+    "\n"
+    "  --model CKPT        a llama2.c checkpoint\n"
+    "  --text FILE         the text (\"-\": standard input)\n"
+    "  --tokenizer TOK     tokenizer.bin (default: tokenizer.bin beside CKPT)\n"
+    "  --policy SPECS      policies, comma-separated (a key=value item belongs to\n"
+    "                      the spec before it); may be repeated. Default: none,\n"
+    "                      the full cache alone\n"
+    "  --budget LIST       budgets: counts (64) or percentages of the context (20%);\n"
+    "                      every policy runs at every budget (default: the spec's)\n"
+    "  --positions P       original (default) or cache\n"
+    "  --seed N            seed of the policies' random numbers (default 0)\n"
+    "  --format F          text (default), md, csv or json; --json, --csv, --md\n"
+    "  -o, --output F      write to F instead of standard output\n"
+    "\n"
+    "The first row is the full cache (policy full, budget null in JSON). JSON keys:\n"
+    "policy, budget, positions, windows, tokens, bytes, bits_per_byte,\n"
+    "bits_per_byte_se, bits_per_token, full_bits_per_byte, delta_bits_per_byte,\n"
+    "delta_bits_per_byte_se, seed.\n";
+
+static const opt_def eval_own[] = {MEASURE_OPTS};
+static const cli_spec eval_spec = {
+    .usage = eval_usage,
+    .shared = SO_SEED | SO_FORMAT | SO_OUTPUT,
+    .own = eval_own,
+    .n_own = sizeof eval_own / sizeof eval_own[0],
+    .default_format = FMT_TEXT,
+};
+
+/* Standard error of the ratio sum(x) / den over samples x_i weighted by
+ * b_i (delta method): sqrt(W / (W - 1) * sum (x_i - r b_i)^2) / den, with
+ * r = sum(x) / sum(b). NAN with fewer than two samples. */
+static double ratio_se(const double *x, const double *b, size_t w, double den)
+{
+    if (w < 2)
+        return NAN;
+    double sx = 0, sb = 0;
+    for (size_t i = 0; i < w; i++) {
+        sx += x[i];
+        sb += b[i];
+    }
+    double r = sx / sb, ss = 0;
+    for (size_t i = 0; i < w; i++)
+        ss += (x[i] - r * b[i]) * (x[i] - r * b[i]);
+    return sqrt((double)w / (double)(w - 1) * ss) / den;
+}
+
+static int lm_eval(int argc, char **argv)
+{
+    measure_args m;
+    measure_parse(&m, &eval_spec, argc, argv);
+    measure_load(&m, &eval_spec);
+    size_t n_jobs;
+    job *jobs = make_jobs(&m, &n_jobs);
+    size_t chunk = (size_t)ctx.model->config.seq_len - 1;
+    if (chunk == 0)
+        die_input("--model: seq_len 1 leaves no room after BOS");
+    FILE *out = out_open(m.a.output);
+
+    size_t W = (ctx.n_ids + chunk - 1) / chunk;
+    double *bits = xcalloc(n_jobs * W, sizeof *bits); /* (jobs, W) */
+    double *bytes = xcalloc(W, sizeof *bytes);       /* (W) */
+    progress pr;
+    progress_begin(&pr, "token", (uint64_t)ctx.n_ids * n_jobs, 0, 1);
+    uint64_t done = 0;
+    for (size_t w = 0; w < W; w++) {
+        const int32_t *toks = ctx.ids + w * chunk;
+        size_t n = w + 1 < W ? chunk : ctx.n_ids - w * chunk;
+        for (size_t i = 0; i < n; i++) {
+            size_t len;
+            lm_decode(ctx.tok, 0, toks[i], &len);
+            bytes[w] += (double)len;
+        }
+        for (size_t j = 0; j < n_jobs; j++) {
+            double nats;
+            kve_status st = lm_window_nats(jobs[j].s, toks, n, &nats, NULL);
+            if (st != KVE_OK)
+                die_lm(st, jobs[j].spec ? jobs[j].spec : "full cache");
+            bits[j * W + w] = nats / log(2.0);
+            progress_update(&pr, done += n);
+        }
+    }
+    progress_end(&pr);
+    if (W < 2)
+        warn("one window: no standard errors");
+
+    static const col cols[] = {
+        JOB_COLS,
+        {"windows", "windows", COL_CSV | COL_JSON},
+        {"tokens", "tokens", COL_CSV | COL_JSON},
+        {"bytes", "bytes", COL_CSV | COL_JSON},
+        {"bits/byte", "bits_per_byte", COL_ALL},
+        {"se", "bits_per_byte_se", COL_ALL},
+        {"bits/token", "bits_per_token", COL_ALL},
+        {"full bits/byte", "full_bits_per_byte", COL_ALL},
+        {"delta", "delta_bits_per_byte", COL_ALL},
+        {"delta se", "delta_bits_per_byte_se", COL_ALL},
+        {"seed", KEY_SEED, COL_CSV | COL_JSON},
+    };
+    table t;
+    table_init(&t, cols, sizeof cols / sizeof cols[0]);
+    double total_bytes = (double)ctx.text_len + 1, full = 0;
+    for (size_t w = 0; w < W; w++)
+        full += bits[w];
+    double *diff = xmalloc(W * sizeof *diff);
+    for (size_t j = 0; j < n_jobs; j++) {
+        const double *x = bits + j * W;
+        double sum = 0, dsum = 0;
+        for (size_t w = 0; w < W; w++) {
+            sum += x[w];
+            diff[w] = x[w] - bits[w];
+            dsum += diff[w];
+        }
+        job_cells(&t, &jobs[j], m.positions);
+        table_uint(&t, W);
+        table_uint(&t, ctx.n_ids);
+        table_uint(&t, ctx.text_len + 1);
+        table_real(&t, sum / total_bytes, "%.4f");
+        table_real(&t, ratio_se(x, bytes, W, total_bytes), "%.4f");
+        table_real(&t, sum / (double)ctx.n_ids, "%.4f");
+        table_real(&t, full / total_bytes, "%.4f");
+        table_real(&t, dsum / total_bytes, "%+.4f");
+        table_real(&t, j ? ratio_se(diff, bytes, W, total_bytes) : NAN, "%.4f");
+        table_uint(&t, m.a.seed);
+    }
+    if (m.a.format == FMT_TEXT)
+        fprintf(out, "%s: %zu tokens, %zu bytes, %zu windows of up to %zu tokens, positions %s\n\n",
+                m.text, ctx.n_ids, ctx.text_len + 1, W, chunk, positions_name(m.positions));
+    table_print(&t, out, m.a.format);
+    table_free(&t);
+    out_close(out);
+    free(diff);
+    free(bits);
+    free(bytes);
+    free_jobs(jobs, n_jobs);
+    measure_free(&m);
+    return 0;
+}
+
+/* ---- lm passkey and lm repeat ---------------------------------------------------
+ *
+ * The prompts of the training engineer's models/README.md, rebuilt from
+ * token ids: H is the text encoded once (dummy prefix, no BOS/EOS), enc(s)
+ * run.c's encode of s, L = seq_len.
+ *   pass key, trial j at distance d:
+ *     [BOS] F1 enc(INTRO) KEY enc(AFTER) F2 enc(QUESTION), exactly L tokens;
+ *     KEY = "<keyNN>", NN = j mod 64, at position k = L-1-d; f1 = k-1-a,
+ *     m = L-2-a-b-q (a, b, q the segments' lengths), s = j (|H| - m) / N,
+ *     F1 = H[s, s+f1), F2 = H[s+f1, s+m). Scored: the argmax at L-1 is KEY.
+ *   repeated passage, trial j at distance r, span P:
+ *     W = [BOS] H[s, s+L-1), s = j (|H| - (L-1)) / N, then W[L-P+i] =
+ *     W[L-P-r+i] for i < P; scored: the mean loss over i = 1..P-1 of each
+ *     occurrence's tokens, each predicted from the position before it.
+ */
+
+static const char *const PK_INTRO = "The pass key is";
+static const char *const PK_AFTER = "Remember it.";
+static const char *const PK_QUESTION = "What is the pass key? The pass key is";
+enum { PK_KEYS = 64 };
+
+static const char passkey_usage[] =
+    "usage: kvevict lm passkey --model CKPT --text FILE [--tokenizer TOK]\n"
+    "                          [--policy SPEC[,SPEC...]] [--budget B[,B...]]\n"
+    "                          [--distances D,...] [--trials N] [--positions P] [--seed N]\n"
+    "                          [--format F | --json | --csv | --md] [-o FILE]\n"
+    "\n"
+    "Long-range recall: a single-token pass key (\"<keyNN>\") stated once, held-out\n"
+    "text, then asked for; accuracy is how often the model's argmax at the last\n"
+    "position is the key (chance 1/64), by policy, budget and distance (key to\n"
+    "last position). Prompts are those of models/README.md, built from FILE.\n"
+    "\n"
+    "  --distances LIST  distances (default: 64, 128, ... within the valid range,\n"
+    "                    and its top)\n"
+    "  --trials N        prompts per distance (default 128)\n"
+    "  other options as for `kvevict lm eval`; JSON rows: policy, budget,\n"
+    "  positions, distance, trials, accuracy, accuracy_se, key_accuracy\n"
+    "  (argmax over the 64 keys only), chance, seed.\n";
+
+static const char repeat_usage[] =
+    "usage: kvevict lm repeat --model CKPT --text FILE [--tokenizer TOK]\n"
+    "                         [--policy SPEC[,SPEC...]] [--budget B[,B...]]\n"
+    "                         [--distances R,...] [--trials N] [--span P] [--positions P]\n"
+    "                         [--seed N] [--format F | --json | --csv | --md] [-o FILE]\n"
+    "\n"
+    "The continuous recall measure: a held-out window whose last P tokens repeat a\n"
+    "passage r tokens earlier; the mean loss (nats/token) on the second occurrence\n"
+    "against the first, by policy, budget and distance r. A model that copies\n"
+    "predicts the repeat far better than the first occurrence; evicting the first\n"
+    "occurrence takes that away. Windows are those of models/README.md.\n"
+    "\n"
+    "  --distances LIST  distances r (default: P, 64, 128, ... up to L-1-P)\n"
+    "  --trials N        windows per distance (default 64)\n"
+    "  --span P          repeated tokens (default 32)\n"
+    "  other options as for `kvevict lm eval`; JSON rows: policy, budget, positions,\n"
+    "  distance, trials, span, first_nats, second_nats, second_nats_se, seed.\n";
+
+static const opt_def passkey_own[] = {MEASURE_OPTS, {"distances", 0, OPT_VALUE},
+                                      {"trials", 0, OPT_VALUE}};
+static const cli_spec passkey_spec = {
+    .usage = passkey_usage,
+    .shared = SO_SEED | SO_FORMAT | SO_OUTPUT,
+    .own = passkey_own,
+    .n_own = sizeof passkey_own / sizeof passkey_own[0],
+    .default_format = FMT_TEXT,
+};
+static const opt_def repeat_own[] = {MEASURE_OPTS, {"distances", 0, OPT_VALUE},
+                                     {"trials", 0, OPT_VALUE}, {"span", 0, OPT_VALUE}};
+static const cli_spec repeat_spec = {
+    .usage = repeat_usage,
+    .shared = SO_SEED | SO_FORMAT | SO_OUTPUT,
+    .own = repeat_own,
+    .n_own = sizeof repeat_own / sizeof repeat_own[0],
+    .default_format = FMT_TEXT,
+};
+
+/* Distances from --distances, or 64-steps within [lo, hi] plus hi (and lo
+ * first when `with_lo`); each must lie in [lo, hi]. */
+static size_t *distances(const char *list, size_t lo, size_t hi, int with_lo, size_t *n)
+{
+    size_t *d = xmalloc((hi / 64 + 3) * sizeof *d);
+    *n = 0;
+    if (list) {
+        size_t m;
+        char **items = split_list("--distances", list, &m);
+        d = xrealloc(d, m * sizeof *d);
+        for (size_t i = 0; i < m; i++) {
+            d[i] = (size_t)parse_u64("--distances", items[i], 0, SIZE_MAX / 2);
+            if (d[i] < lo || d[i] > hi) {
+                free_list(items, m);
+                die_usage("--distances: %zu is outside the valid range [%zu, %zu] for this "
+                          "model and prompt",
+                          d[i], lo, hi);
+            }
+        }
+        free_list(items, m);
+        *n = m;
+        return d;
+    }
+    if (with_lo)
+        d[(*n)++] = lo;
+    for (size_t x = 64; x <= hi; x += 64)
+        if (x >= lo && (!*n || x > d[*n - 1]))
+            d[(*n)++] = x;
+    if (!*n || d[*n - 1] != hi)
+        d[(*n)++] = hi;
+    return d;
+}
+
+/* Decodes a window from a fresh cache. Without per_pos: all n tokens, and
+ * returns the argmax after the last. With per_pos: tokens[0 .. n-1), and
+ * per_pos[i] (i < n - 1) is the loss of tokens[i + 1] after tokens[0 .. i]. */
+static int32_t run_prompt(lm_state *s, const int32_t *tokens, size_t n, double *per_pos,
+                          const char *what)
+{
+    kve_status st = lm_state_reset(s);
+    int32_t V = ctx.model->config.vocab_size;
+    size_t feed = per_pos ? n - 1 : n;
+    for (size_t i = 0; st == KVE_OK && i < feed; i++) {
+        st = lm_forward(s, tokens[i]);
+        if (st == KVE_OK && per_pos)
+            per_pos[i] = lm_token_nats(s->logits, V, tokens[i + 1]);
+    }
+    if (st != KVE_OK)
+        die_lm(st, what);
+    int32_t best = 0;
+    for (int32_t i = 1; i < V; i++)
+        if (s->logits[i] > s->logits[best])
+            best = i;
+    return best;
+}
+
+static int lm_recall(int argc, char **argv, int repeat)
+{
+    const cli_spec *sp = repeat ? &repeat_spec : &passkey_spec;
+    measure_args ma;
+    measure_parse(&ma, sp, argc, argv);
+    const char *tr = own(&ma.a, sp, "trials");
+    size_t trials = tr ? (size_t)parse_u64("--trials", tr, 1, 1u << 20) : (repeat ? 64 : 128);
+    const char *span = repeat ? own(&ma.a, sp, "span") : NULL;
+    size_t P = span ? (size_t)parse_u64("--span", span, 2, 1u << 20) : 32;
+    measure_load(&ma, sp);
+    size_t L = (size_t)ctx.model->config.seq_len;
+
+    size_t na = 0, nb = 0, nq = 0, lo, hi;
+    int32_t *intro = NULL, *after = NULL, *question = NULL, keys[PK_KEYS];
+    if (!repeat) {
+        intro = encode(PK_INTRO, strlen(PK_INTRO), &na);
+        after = encode(PK_AFTER, strlen(PK_AFTER), &nb);
+        question = encode(PK_QUESTION, strlen(PK_QUESTION), &nq);
+        for (int k = 0; k < PK_KEYS; k++) {
+            char name[16];
+            snprintf(name, sizeof name, "<key%02d>", k);
+            keys[k] = lm_piece_id(ctx.tok, name, strlen(name));
+            if (keys[k] < 0)
+                die_input("--tokenizer: no piece %s (the pass keys are <key00> .. <key63>)", name);
+        }
+        if (L < 2 + na + nb + nq)
+            die_input("--model: seq_len %zu cannot hold the pass-key prompt", L);
+        lo = nb + nq;
+        hi = L - 2 - na;
+        if (ctx.n_ids < L - 2 - na - nb - nq)
+            die_input("--text %s: %zu tokens, the prompts need %zu", ma.text, ctx.n_ids,
+                      L - 2 - na - nb - nq);
+    } else {
+        if (L < 2 * P + 1)
+            die_usage("--span %zu: the context %zu holds no repeat", P, L);
+        lo = P;
+        hi = L - 1 - P;
+        if (ctx.n_ids < L - 1)
+            die_input("--text %s: %zu tokens, the windows need %zu", ma.text, ctx.n_ids, L - 1);
+    }
+    size_t nd;
+    size_t *dist = distances(own(&ma.a, sp, "distances"), lo, hi, repeat, &nd);
+    size_t n_jobs;
+    job *jobs = make_jobs(&ma, &n_jobs);
+    FILE *out = out_open(ma.a.output);
+
+    int32_t *w = xmalloc(L * sizeof *w);
+    double *loss = xmalloc(L * sizeof *loss);
+    size_t cells = n_jobs * nd;
+    double *r1 = xcalloc(cells, sizeof *r1), *r2 = xcalloc(cells, sizeof *r2);
+    double *r3 = xcalloc(cells, sizeof *r3);
+    progress pr;
+    progress_begin(&pr, "prompt", (uint64_t)nd * trials * n_jobs, 0, 1);
+    uint64_t done = 0;
+    for (size_t di = 0; di < nd; di++) {
+        size_t d = dist[di];
+        for (size_t j = 0; j < trials; j++) {
+            int32_t key = 0;
+            if (!repeat) { /* the pass-key prompt */
+                size_t k = L - 1 - d, f1 = k - 1 - na, m = L - 2 - na - nb - nq;
+                size_t s = (size_t)((uint64_t)j * (ctx.n_ids - m) / trials), o = 0;
+                key = keys[j % PK_KEYS];
+                w[o++] = LM_BOS;
+                memcpy(w + o, ctx.ids + s, f1 * sizeof *w), o += f1;
+                memcpy(w + o, intro, na * sizeof *w), o += na;
+                w[o++] = key;
+                memcpy(w + o, after, nb * sizeof *w), o += nb;
+                memcpy(w + o, ctx.ids + s + f1, (m - f1) * sizeof *w), o += m - f1;
+                memcpy(w + o, question, nq * sizeof *w);
+            } else { /* the repeated passage */
+                size_t s = (size_t)((uint64_t)j * (ctx.n_ids - (L - 1)) / trials);
+                w[0] = LM_BOS;
+                memcpy(w + 1, ctx.ids + s, (L - 1) * sizeof *w);
+                for (size_t i = 0; i < P; i++)
+                    w[L - P + i] = w[L - P - d + i];
+            }
+            for (size_t jb = 0; jb < n_jobs; jb++) {
+                const char *what = jobs[jb].spec ? jobs[jb].spec : "full cache";
+                size_t c = jb * nd + di;
+                if (!repeat) {
+                    int32_t best = run_prompt(jobs[jb].s, w, L, NULL, what);
+                    r1[c] += best == key;
+                    int32_t kb = keys[0];
+                    for (int k = 1; k < PK_KEYS; k++)
+                        if (jobs[jb].s->logits[keys[k]] > jobs[jb].s->logits[kb])
+                            kb = keys[k];
+                    r2[c] += kb == key;
+                } else {
+                    run_prompt(jobs[jb].s, w, L, loss, what);
+                    size_t p1 = L - P - d, p2 = L - P;
+                    for (size_t i = 1; i < P; i++) {
+                        r1[c] += loss[p1 + i - 1];
+                        r2[c] += loss[p2 + i - 1];
+                        r3[c] += loss[p2 + i - 1] * loss[p2 + i - 1];
+                    }
+                }
+                progress_update(&pr, ++done);
+            }
+        }
+    }
+    progress_end(&pr);
+
+    static const col pk_cols[] = {
+        JOB_COLS,
+        {"distance", "distance", COL_ALL},
+        {"trials", "trials", COL_CSV | COL_JSON},
+        {"accuracy", "accuracy", COL_ALL},
+        {"se", "accuracy_se", COL_ALL},
+        {"among keys", "key_accuracy", COL_ALL},
+        {"chance", "chance", COL_CSV | COL_JSON},
+        {"seed", KEY_SEED, COL_CSV | COL_JSON},
+    };
+    static const col rp_cols[] = {
+        JOB_COLS,
+        {"distance", "distance", COL_ALL},
+        {"trials", "trials", COL_CSV | COL_JSON},
+        {"span", "span", COL_CSV | COL_JSON},
+        {"first nats", "first_nats", COL_ALL},
+        {"second nats", "second_nats", COL_ALL},
+        {"se", "second_nats_se", COL_ALL},
+        {"seed", KEY_SEED, COL_CSV | COL_JSON},
+    };
+    table t;
+    if (repeat)
+        table_init(&t, rp_cols, sizeof rp_cols / sizeof rp_cols[0]);
+    else
+        table_init(&t, pk_cols, sizeof pk_cols / sizeof pk_cols[0]);
+    double count = repeat ? (double)trials * (double)(P - 1) : (double)trials;
+    for (size_t jb = 0; jb < n_jobs; jb++) {
+        for (size_t di = 0; di < nd; di++) {
+            size_t c = jb * nd + di;
+            double m1 = r1[c] / count, m2 = r2[c] / count;
+            job_cells(&t, &jobs[jb], ma.positions);
+            table_uint(&t, dist[di]);
+            table_uint(&t, trials);
+            if (repeat) {
+                table_uint(&t, P);
+                table_real(&t, m1, "%.4f");
+                table_real(&t, m2, "%.4f");
+                table_real(&t, sqrt(fmax(0.0, r3[c] / count - m2 * m2) / count), "%.4f");
+            } else {
+                table_real(&t, m1, "%.4f");
+                table_real(&t, sqrt(m1 * (1 - m1) / count), "%.4f");
+                table_real(&t, m2, "%.4f");
+                table_real(&t, 1.0 / PK_KEYS, "%.4f");
+            }
+            table_uint(&t, ma.a.seed);
+        }
+    }
+    if (ma.a.format == FMT_TEXT) {
+        if (repeat)
+            fprintf(out, "repeated passage of %zu tokens, %zu windows per distance, positions "
+                         "%s; loss in nats/token over tokens 2..%zu of each occurrence\n\n",
+                    P, trials, positions_name(ma.positions), P);
+        else
+            fprintf(out, "pass key: %zu prompts per distance, positions %s, chance %.4f\n\n",
+                    trials, positions_name(ma.positions), 1.0 / PK_KEYS);
+    }
+    table_print(&t, out, ma.a.format);
+    table_free(&t);
+    out_close(out);
+    free(r1), free(r2), free(r3), free(w), free(loss), free(dist);
+    free(intro), free(after), free(question);
+    free_jobs(jobs, n_jobs);
+    measure_free(&ma);
+    return 0;
+}
+
+/* ---- lm dump -------------------------------------------------------------------- */
+
+static const char dump_usage[] =
+    "usage: kvevict lm dump --model CKPT --text FILE --steps T -o attn.npy\n"
+    "                       [--tokenizer TOK] [--query-heads]\n"
+    "\n"
+    "The model's attention with the full cache over BOS and the first T-1 tokens\n"
+    "of FILE, as an [L, H, T, T] float32 .npy file that `kvevict eval` reads: row t\n"
+    "of head (l, h) holds the weights over keys 0..t (its own key included, zeros\n"
+    "above the diagonal), summing to 1. By default H is the number of KV heads and\n"
+    "each row is the mean over the KV head's query heads, exactly what the\n"
+    "decoder's policies receive; --query-heads writes every query head instead.\n"
+    "The file is written under a temporary name and renamed into place.\n";
+
+static const opt_def dump_own[] = {{"model", 0, OPT_VALUE},     {"text", 0, OPT_VALUE},
+                                   {"steps", 0, OPT_VALUE},     {"tokenizer", 0, OPT_VALUE},
+                                   {"query-heads", 0, 0}};
+static const cli_spec dump_spec = {
+    .usage = dump_usage,
+    .shared = SO_OUTPUT,
+    .required = SO_OUTPUT,
+    .own = dump_own,
+    .n_own = sizeof dump_own / sizeof dump_own[0],
+    .default_format = FMT_TEXT,
+};
+
+typedef struct dump_ctx {
+    FILE *f;
+    size_t heads, steps; /* per layer, T */
+    size_t group;        /* query heads averaged per row (1 with --query-heads) */
+    long header;         /* bytes before the data */
+    float *row;          /* (T) */
+    int failed;
+} dump_ctx;
+
+static void dump_attention(void *user, int32_t layer, int32_t pos, const float *att, size_t ld,
+                           const size_t *n_keys)
+{
+    dump_ctx *d = user;
+    size_t t = (size_t)pos, T = d->steps, n = n_keys[0];
+    for (size_t h = 0; h < d->heads && !d->failed; h++) {
+        memset(d->row, 0, T * sizeof *d->row);
+        lm_group_mean(d->row, att + h * d->group * ld, ld, d->group, n);
+        long off = d->header + (long)(((((size_t)layer * d->heads + h) * T + t) * T) * sizeof(float));
+        if (fseek(d->f, off, SEEK_SET) != 0 || fwrite(d->row, sizeof(float), T, d->f) != T)
+            d->failed = 1;
+    }
+}
+
+static int lm_dump(int argc, char **argv)
+{
+    cli_args a;
+    cli_parse(&a, &dump_spec, argc, argv);
+    const char *model = need(&a, &dump_spec, "model");
+    const char *text = need(&a, &dump_spec, "text");
+    size_t T = (size_t)parse_u64("--steps", need(&a, &dump_spec, "steps"), 1, 1u << 20);
+    if (!a.output || strcmp(a.output, "-") == 0)
+        die_usage("-o: a .npy file is written to a file, not standard output");
+    load_model(model);
+    load_tokenizer(own(&a, &dump_spec, "tokenizer"), model);
+    load_text(text);
+    encode_text(text);
+    if (ctx.n_ids + 1 < T)
+        die_usage("--steps %zu: the text gives BOS and %zu tokens", T, ctx.n_ids);
+    const lm_config *c = &ctx.model->config;
+    dump_ctx d = {0};
+    d.group = cli_own(&a, &dump_spec, "query-heads")->count ? 1
+                                                             : (size_t)(c->n_heads / c->n_kv_heads);
+    d.heads = (size_t)c->n_heads / d.group;
+    d.steps = T;
+    d.row = xmalloc(T * sizeof *d.row);
+    d.f = out_open(a.output);
+    char hdr[128];
+    int len = snprintf(hdr, sizeof hdr,
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %zu, %zu, %zu), }",
+                       c->n_layers, d.heads, T, T);
+    int total = 10 + len + 1, pad = (64 - total % 64) % 64;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, d.f);
+    unsigned hl = (unsigned)(len + 1 + pad);
+    fputc((int)(hl & 0xff), d.f);
+    fputc((int)(hl >> 8), d.f);
+    fwrite(hdr, 1, (size_t)len, d.f);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', d.f);
+    fputc('\n', d.f);
+    d.header = 10 + (long)hl;
+    lm_options o = {.on_attention = dump_attention, .user = &d};
+    lm_state *s = NULL;
+    kve_status st = lm_state_new(ctx.model, &o, &s);
+    if (st != KVE_OK)
+        die_lm(st, "decoder");
+    progress pr;
+    progress_begin(&pr, "step", T, 0, 1);
+    for (size_t t = 0; t < T && !d.failed; t++) {
+        st = lm_forward(s, t ? ctx.ids[t - 1] : LM_BOS);
+        if (st != KVE_OK)
+            die_lm(st, "decode");
+        progress_update(&pr, t + 1);
+    }
+    progress_end(&pr);
+    if (d.failed)
+        die_input("%s: cannot write: %s", a.output, strerror(errno));
+    out_close(d.f);
+    lm_state_free(s);
+    free(d.row);
+    return 0;
+}
+
+/* ---- lm: the dispatcher ------------------------------------------------------- */
+
+static const char lm_usage[] =
+    "usage: kvevict lm COMMAND [OPTIONS]\n"
+    "\n"
+    "A llama2.c model decoded with a KV cache that kvevict's policies manage, one\n"
+    "policy per (layer, KV head) (docs/decoder.md).\n"
+    "\n"
+    "Commands:\n"
+    "  logits   the logits at every position of a token sequence (JSON Lines)\n"
+    "  eval     bits per byte of a text, full cache beside every policy and budget\n"
+    "  passkey  long-range recall of a single-token pass key by distance\n"
+    "  repeat   loss on a repeated passage against the distance to its first copy\n"
+    "  dump     the model's attention as an [L,H,T,T] .npy trace\n"
+    "\n"
+    "Run `kvevict lm COMMAND --help` for its options. See also `kvevict generate`.\n";
+
+static int lm_passkey(int argc, char **argv)
+{
+    return lm_recall(argc, argv, 0);
+}
+
+static int lm_repeat(int argc, char **argv)
+{
+    return lm_recall(argc, argv, 1);
+}
+
+int cmd_lm(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        int (*run)(int, char **);
+    } subs[] = {{"logits", lm_logits}, {"eval", lm_eval}, {"passkey", lm_passkey},
+                {"repeat", lm_repeat}, {"dump", lm_dump}};
+    if (argc < 1)
+        die_usage("missing command (see kvevict lm --help)");
+    if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0) {
+        fputs(lm_usage, stdout);
+        finish_stdout();
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        if (strcmp(argv[0], subs[i].name) == 0) {
+            static char name[32];
+            snprintf(name, sizeof name, "lm %s", subs[i].name);
+            cli_cmd = name;
+            return subs[i].run(argc - 1, argv + 1);
+        }
+    }
+    die_usage("unknown command '%s' (see kvevict lm --help)", argv[0]);
+}
+
+/* ---- generate --------------------------------------------------------------------- */
+
+static const char generate_usage[] =
+    "usage: kvevict generate --model CKPT [--prompt TEXT] [--steps N] [--tokenizer TOK]\n"
+    "                        [--policy SPEC] [--budget B] [--positions original|cache]\n"
+    "                        [--temperature T] [--seed N]\n"
+    "\n"
+    "Streams text from the model with a bounded cache: BOS, the prompt, then N\n"
+    "generated tokens (default 256; generation stops early at BOS). Greedy\n"
+    "(argmax) by default; --temperature T > 0 samples from softmax(logits / T)\n"
+    "with kvevict's generator seeded by --seed, so a seed repeats its text. The\n"
+    "text goes to standard output as it is made; tokens per second and the\n"
+    "cache's occupancy go to standard error at the end.\n"
+    "\n"
+    "  --policy SPEC   the policy of every (layer, KV head) (default: none, the\n"
+    "                  cache grows without bound)\n"
+    "  other options as for `kvevict lm logits`.\n";
+
+static const opt_def generate_own[] = {{"model", 0, OPT_VALUE},     {"prompt", 0, OPT_VALUE},
+                                       {"steps", 0, OPT_VALUE},     {"tokenizer", 0, OPT_VALUE},
+                                       {"positions", 0, OPT_VALUE}, {"temperature", 0, OPT_VALUE}};
+static const cli_spec generate_spec = {
+    .usage = generate_usage,
+    .shared = SO_POLICY | SO_BUDGET | SO_SEED,
+    .own = generate_own,
+    .n_own = sizeof generate_own / sizeof generate_own[0],
+    .default_format = FMT_TEXT,
+};
+
+/* The next token: the first argmax, or a draw from softmax(logits / temp). */
+static int32_t sample(const float *logits, int32_t V, double temp, kve_rng *rng)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < V; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    if (temp <= 0)
+        return best;
+    double sum = 0;
+    for (int32_t i = 0; i < V; i++)
+        sum += exp(((double)logits[i] - logits[best]) / temp);
+    double r = kve_rng_uniform(rng) * sum, cdf = 0;
+    for (int32_t i = 0; i < V; i++) {
+        cdf += exp(((double)logits[i] - logits[best]) / temp);
+        if (r < cdf)
+            return i;
+    }
+    return best;
+}
+
+/* Writes a decoded piece; a lone raw byte that is a control character other
+ * than white space is skipped, as run.c's safe_printf does. */
+static void put_piece(const char *p, size_t n)
+{
+    if (n == 1) {
+        unsigned char b = (unsigned char)p[0];
+        if (b < 0x20 && b != '\n' && b != '\t' && b != '\r')
+            return;
+    }
+    fwrite(p, 1, n, stdout);
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    cli_args a;
+    cli_parse(&a, &generate_spec, argc, argv);
+    const cli_spec *sp = &generate_spec;
+    const char *model = need(&a, sp, "model");
+    const char *prompt = own(&a, sp, "prompt");
+    if (!prompt)
+        prompt = "";
+    const char *st_s = own(&a, sp, "steps");
+    size_t steps = st_s ? (size_t)parse_u64("--steps", st_s, 0, INT32_MAX / 2) : 256;
+    lm_positions positions = opt_positions(own(&a, sp, "positions"));
+    uint64_t seed = a.seed;
+    size_t budget = a.budget;
+    const char *spec = a.policy;
+    if (budget && !spec)
+        die_usage("--budget needs --policy");
+    if (spec)
+        free(canon_spec("--policy", spec, budget));
+    double temp = 0;
+    const char *ts = own(&a, sp, "temperature");
+    if (ts) {
+        char *end;
+        errno = 0;
+        temp = strtod(ts, &end);
+        if (*end || errno || !(temp >= 0) || temp > 1e6 || ts[0] == '-')
+            die_usage("--temperature: '%s' is not a number in [0, 1e6]", ts);
+    }
+    load_model(model);
+    load_tokenizer(own(&a, sp, "tokenizer"), model);
+    size_t n_prompt;
+    int32_t *ids = encode(prompt, strlen(prompt), &n_prompt);
+    lm_state *s = new_state(spec, budget, positions, seed);
+    kve_rng rng;
+    kve_rng_seed(&rng, seed);
+    int32_t V = ctx.model->config.vocab_size, token = LM_BOS;
+    size_t made = 0;
+    double start = now_s();
+    for (size_t i = 0; made < steps || i < n_prompt; i++) {
+        kve_status st = lm_forward(s, token);
+        if (st != KVE_OK)
+            die_lm(st, "decode");
+        int32_t next = i < n_prompt ? ids[i] : sample(s->logits, V, temp, &rng);
+        if (i >= n_prompt)
+            made++;
+        if (next == LM_BOS)
+            break;
+        size_t len;
+        const char *p = lm_decode(ctx.tok, token, next, &len);
+        put_piece(p, len);
+        fflush(stdout);
+        token = next;
+    }
+    fputc('\n', stdout);
+    finish_stdout();
+    double secs = now_s() - start;
+    const lm_config *c = &ctx.model->config;
+    size_t kept_min = SIZE_MAX, kept_max = 0;
+    for (int32_t l = 0; l < c->n_layers; l++)
+        for (int32_t g = 0; g < c->n_kv_heads; g++) {
+            size_t k = lm_state_kept(s, l, g);
+            kept_min = k < kept_min ? k : kept_min;
+            kept_max = k > kept_max ? k : kept_max;
+        }
+    fprintf(stderr,
+            "kvevict generate: %d positions (BOS, %zu prompt tokens, %zu generated) in %.3f s: "
+            "%.1f tokens/s; cache: %zu..%zu of %d positions kept per (layer, KV head); "
+            "policy %s\n",
+            s->pos, n_prompt, made, secs, secs > 0 ? s->pos / secs : 0.0, kept_min, kept_max,
+            s->pos, s->spec ? s->spec : "none (every key kept)");
+    lm_state_free(s);
+    free(ids);
+    return 0;
+}
