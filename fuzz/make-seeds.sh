@@ -159,4 +159,97 @@ npy v1-double-quotes 1 '{"descr": "<f4", "fortran_order": False, "shape": (3, 3)
 head -c 6 fuzz_npy/n-v1-f4-3.npy > fuzz_npy/n-magic-only.npy
 head -c 40 fuzz_npy/n-v1-f4-3.npy > fuzz_npy/n-truncated-header.npy
 : > fuzz_npy/n-empty.npy
-echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_npy | wc -l) npy"
+# ---- fuzz_checkpoint ----
+mkdir -p fuzz_checkpoint fuzz_tokenizer
+rm -f fuzz_checkpoint/c-* fuzz_tokenizer/t-*
+le32() {
+  local v=$(( $1 & 0xffffffff ))
+  printf '%b' "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $(((v >> 8) & 255)) \
+    $(((v >> 16) & 255)) $(((v >> 24) & 255)))"
+}
+# N float32 cycling through 0.25, -0.05, 0.5, -0.15
+floats() {
+  local n=$1 i
+  for ((i = 0; i < (n + 3) / 4; i++)); do
+    printf '\000\000\200\076\315\314\114\275\000\000\000\077\232\231\031\276'
+  done | head -c $((4 * n))
+}
+# ckpt NAME VERSION DIM HIDDEN LAYERS HEADS KV VOCAB SEQ SHARED [EXTRA_BYTES]
+ckpt() {
+  local name=$1 ver=$2 D=$3 F=$4 L=$5 H=$6 G=$7 V=$8 T=$9 shared=${10} extra=${11:-0}
+  local S=$((D / H)) n
+  n=$((V * D + 2 * L * D + L * D * D * 2 + 2 * L * G * S * D + 3 * L * F * D + D))
+  [ "$ver" = 0 ] && n=$((n + T * S))
+  [ "$shared" = 0 ] && n=$((n + V * D))
+  {
+    if [ "$ver" = 1 ]; then
+      le32 $((0x616b3432)); le32 1
+      le32 "$D"; le32 "$F"; le32 "$L"; le32 "$H"; le32 "$G"; le32 "$V"; le32 "$T"
+      printf '%b' "\\$(printf %03o "$shared")"
+      head -c $((256 - 37)) /dev/zero
+    else
+      local v=$V
+      [ "$shared" = 0 ] && v=$((-V))
+      le32 "$D"; le32 "$F"; le32 "$L"; le32 "$H"; le32 "$G"; le32 "$v"; le32 "$T"
+    fi
+    floats $((n + extra))
+  } > "fuzz_checkpoint/c-$name"
+}
+ckpt legacy-tied 0 4 4 1 2 1 4 3 1
+ckpt legacy-untied 0 4 4 1 2 1 4 3 0
+ckpt v1-tied 1 4 4 1 2 1 4 3 1
+ckpt v1-untied 1 4 4 1 2 1 4 3 0
+ckpt legacy-gqa 0 8 8 2 4 2 5 4 1
+ckpt v1-gqa 1 8 8 2 4 2 5 4 0
+ckpt v1-one-head 1 2 3 1 1 1 3 100000 1
+ckpt legacy-trailing 0 4 4 1 2 1 4 3 1 1
+ckpt v1-bad-version 1 4 4 1 2 1 4 3 1
+le32 2 | dd of=fuzz_checkpoint/c-v1-bad-version bs=1 seek=4 conv=notrunc 2>/dev/null
+ckpt v1-flag2 1 4 4 1 2 1 4 3 1
+printf '\002' | dd of=fuzz_checkpoint/c-v1-flag2 bs=1 seek=36 conv=notrunc 2>/dev/null
+# patch NAME FROM OFFSET INT32: a copy of seed FROM with one header field changed
+patch() {
+  cp "fuzz_checkpoint/c-$2" "fuzz_checkpoint/c-$1"
+  le32 "$4" | dd of="fuzz_checkpoint/c-$1" bs=1 seek="$3" conv=notrunc 2>/dev/null
+}
+patch zero-dim legacy-tied 0 0
+patch neg-heads legacy-tied 12 -2
+patch odd-head-size legacy-tied 0 6
+patch kv-not-dividing legacy-gqa 16 3
+patch kv-above-heads v1-tied 24 4
+patch huge-layers legacy-tied 8 1073741824
+patch huge-dims legacy-gqa 0 2147483640
+patch min-vocab legacy-tied 20 -2147483648
+patch huge-vocab v1-tied 28 2147483647
+patch negative-vocab-v1 v1-untied 28 -4
+patch zero-seq v1-tied 32 0
+head -c 500 fuzz_checkpoint/c-legacy-tied > fuzz_checkpoint/c-legacy-truncated
+head -c 13 fuzz_checkpoint/c-legacy-tied > fuzz_checkpoint/c-header-cut
+head -c 100 fuzz_checkpoint/c-v1-tied > fuzz_checkpoint/c-v1-header-cut
+head -c 6 fuzz_checkpoint/c-v1-tied > fuzz_checkpoint/c-v1-magic-only
+: > fuzz_checkpoint/c-empty
+
+# ---- fuzz_tokenizer ----
+F0='\000\000\000\000'; FM1='\000\000\200\277'; FM2='\000\000\000\300'; FM3='\000\000\100\300'
+FNAN='\000\000\300\177'
+piece() { printf '%b' "$1"; le32 ${#2}; printf '%s' "$2"; }
+{ le32 5; piece "$F0" '<unk>'; piece "$F0" '<s>'; piece "$F0" '</s>'; piece "$FM1" ' '
+  piece "$FM2" a; piece "$FM2" b; piece "$FM3" ab; piece "$FM1" ' a'; } > fuzz_tokenizer/t-small
+{ le32 6; piece "$F0" '<unk>'; piece "$F0" $'\n<s>\n'; piece "$F0" $'\n</s>\n'
+  for b in $(seq 0 255); do piece "$F0" "$(printf '<0x%02X>' "$b")"; done
+  piece "$FM1" ' '; piece "$FM2" t; piece "$FM2" h; piece "$FM2" e; piece "$FM1" th
+  piece "$FM1" the; piece "$F0" ' the'; piece "$FM3" $'\xc3\xa9'; piece "$FM1" '<key00>'
+} > fuzz_tokenizer/t-bytes
+{ le32 4; piece "$F0" '<unk>'; piece "$FM1" a; piece "$FM2" a; piece "$FM1" aa; piece "$FM2" aa
+  piece "$FM1" ' '; } > fuzz_tokenizer/t-duplicates
+{ le32 4; piece "$F0" ab; piece "$FNAN" ' '; } > fuzz_tokenizer/t-nan-score
+{ le32 2; piece "$F0" abc; } > fuzz_tokenizer/t-too-long
+{ le32 0; piece "$F0" a; } > fuzz_tokenizer/t-zero-max
+{ le32 4; printf '%b' "$F0"; le32 -1; } > fuzz_tokenizer/t-negative-len
+{ le32 4; printf '%b' "$F0"; le32 3; printf 'a\000b'; } > fuzz_tokenizer/t-nul
+head -c 37 fuzz_tokenizer/t-small > fuzz_tokenizer/t-truncated
+le32 5 > fuzz_tokenizer/t-no-pieces
+: > fuzz_tokenizer/t-empty
+
+echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_npy | wc -l) npy," \
+  "$(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer"

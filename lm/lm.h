@@ -117,7 +117,8 @@ enum { LM_BOS = 1, LM_EOS = 2 };
 
 typedef struct lm_tokenizer {
     int32_t n_pieces;
-    int32_t max_token_length;
+    int32_t max_token_length; /* as the file says: no piece is longer */
+    int32_t longest;          /* the longest piece's length: what buffers are sized by */
     const char **piece;  /* (n_pieces) pointers into `bytes`, not NUL-terminated */
     int32_t *len;        /* (n_pieces) */
     float *score;        /* (n_pieces) */

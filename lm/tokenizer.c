@@ -78,6 +78,7 @@ kve_status lm_tokenizer_from_memory(const void *data, size_t size, lm_tokenizer 
 
     /* First pass: validate every piece and count them and their bytes. */
     size_t n = 0, total = 0;
+    int32_t longest = 0;
     for (size_t off = 4; off < size; n++) {
         if (n >= INT32_MAX)
             return lm_fail(KVE_EFORMAT, "tokenizer: more than %d pieces", INT32_MAX);
@@ -100,6 +101,7 @@ kve_status lm_tokenizer_from_memory(const void *data, size_t size, lm_tokenizer 
             return lm_fail(KVE_EFORMAT, "tokenizer: piece %zu contains a NUL byte", n);
         off += (size_t)len;
         total += (size_t)len;
+        longest = len > longest ? len : longest;
     }
     if (n == 0)
         return lm_fail(KVE_EFORMAT, "tokenizer: no pieces after max_token_length");
@@ -120,6 +122,7 @@ kve_status lm_tokenizer_from_memory(const void *data, size_t size, lm_tokenizer 
     }
     t->n_pieces = (int32_t)n;
     t->max_token_length = max_len;
+    t->longest = longest;
     char *dst = t->bytes;
     size_t off = 4;
     for (size_t i = 0; i < n; i++) {
@@ -255,7 +258,7 @@ typedef struct encoder {
     unsigned char *dead;
     pair *heap;
     size_t heap_n;
-    char *buf;         /* 2 * max_token_length: one concatenation */
+    char *buf;         /* 2 * longest: one concatenation */
 } encoder;
 
 static int before(const pair *a, const pair *b) /* a pops before b */
@@ -306,7 +309,7 @@ static void consider(encoder *e, size_t left)
     const lm_tokenizer *t = e->t;
     int32_t a = e->id[left], b = e->id[right];
     size_t la = (size_t)t->len[a], lb = (size_t)t->len[b];
-    if (la + lb > (size_t)t->max_token_length)
+    if (la + lb > (size_t)t->longest)
         return; /* longer than every piece */
     memcpy(e->buf, t->piece[a], la);
     memcpy(e->buf + la, t->piece[b], lb);
@@ -400,7 +403,7 @@ kve_status lm_encode(const lm_tokenizer *t, const char *text, size_t len, int32_
     e.dead = lm_calloc(most, 1);
     /* Each merge pushes at most two candidates: n - 1 + 2 (n - 1) in all. */
     e.heap = lm_malloc(3 * most * sizeof *e.heap);
-    e.buf = lm_malloc(2 * (size_t)t->max_token_length);
+    e.buf = lm_malloc(2 * (size_t)t->longest);
     kve_status st;
     if (!e.id || !e.next || !e.prev || !e.ver || !e.dead || !e.heap || !e.buf)
         st = lm_fail(KVE_ENOMEM, "encode: out of memory for %zu bytes of text", len);

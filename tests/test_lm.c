@@ -2,7 +2,8 @@
  * test_lm.c - the llama2.c decoder (lm/): checkpoints, tokenizer, the decode
  * step under every cache discipline, and the allocation-failure paths.
  *
- * Models are tiny random ones written by the test (tests/lm_fixture.h) in
+ * Encoding is held to run.c's algorithm as run.c writes it
+ * (tests/lm_naive_bpe.h) on random texts. Models are tiny random ones written by the test (tests/lm_fixture.h) in
  * the legacy (tied and untied) and version-1 formats. The decoder is held
  * to a naive double-precision reference (tests/lm_reference.h) that knows
  * nothing of lm/: with the full cache, with window and streaming masks
@@ -21,6 +22,7 @@
 #include "internal.h"
 #include "kvevict.h"
 #include "lm.h"
+#include "lm_naive_bpe.h"
 #include "lm_reference.h"
 #include "tmpdir.h"
 
@@ -636,67 +638,6 @@ static void test_window_nats(void)
 
 /* ---- tokenizer ---- */
 
-/* run.c's encode, written as run.c does it: C strings, one linear lookup
- * per candidate, the whole sequence rescanned for every merge. */
-static int naive_lookup(const lm_tokenizer *t, const char *s)
-{
-    size_t n = strlen(s);
-    for (int i = 0; i < t->n_pieces; i++)
-        if ((size_t)t->len[i] == n && memcmp(t->piece[i], s, n) == 0)
-            return i;
-    return -1;
-}
-
-static size_t naive_encode(const lm_tokenizer *t, const char *text, int *tokens)
-{
-    char buf[64], *piece_a = malloc(64), *piece_b = malloc(64);
-    size_t n = 0, len = 0;
-    if (text[0] != '\0') {
-        int id = naive_lookup(t, " ");
-        tokens[n++] = id >= 0 ? id : ' ' + 3;
-    }
-    for (const char *c = text; *c; c++) {
-        if ((*c & 0xC0) != 0x80)
-            len = 0;
-        buf[len++] = *c;
-        buf[len] = '\0';
-        if ((c[1] & 0xC0) == 0x80 && len < 4)
-            continue;
-        int id = naive_lookup(t, buf);
-        if (id != -1)
-            tokens[n++] = id;
-        else
-            for (size_t i = 0; i < len; i++)
-                tokens[n++] = (unsigned char)buf[i] + 3;
-        len = 0;
-    }
-    for (;;) {
-        float best = -1e10f;
-        int best_id = -1;
-        size_t best_i = 0;
-        for (size_t i = 0; i + 1 < n; i++) {
-            char cat[64];
-            snprintf(piece_a, 64, "%.*s", t->len[tokens[i]], t->piece[tokens[i]]);
-            snprintf(piece_b, 64, "%.*s", t->len[tokens[i + 1]], t->piece[tokens[i + 1]]);
-            snprintf(cat, sizeof cat, "%s%s", piece_a, piece_b);
-            int id = naive_lookup(t, cat);
-            if (id != -1 && t->score[id] > best) {
-                best = t->score[id];
-                best_id = id;
-                best_i = i;
-            }
-        }
-        if (best_id == -1)
-            break;
-        tokens[best_i] = best_id;
-        memmove(tokens + best_i + 1, tokens + best_i + 2, (n - best_i - 2) * sizeof *tokens);
-        n--;
-    }
-    free(piece_a);
-    free(piece_b);
-    return n;
-}
-
 static lm_tokenizer *fixture_tokenizer(void)
 {
     size_t n;
@@ -844,6 +785,17 @@ static void test_tokenizer_malformed(void)
     set_i32(bad + 8, -1);
     ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
     ASSERT_CONTAINS(lm_last_error(), "len -1");
+    /* A header max_token_length of 2^31 - 1 sizes nothing: buffers follow
+     * the longest piece (the fuzzer found a 3 GB allocation here). */
+    memcpy(bad, img, n);
+    set_i32(bad, INT32_MAX);
+    ASSERT_OK(lm_tokenizer_from_memory(bad, n, &t));
+    ASSERT_EQ(t->longest, 7); /* "<key00>" */
+    int32_t few[16];
+    size_t nf;
+    ASSERT_OK(lm_encode(t, "the", 3, few, 16, &nf));
+    ASSERT_EQ(nf, 1);
+    lm_tokenizer_free(t);
     memcpy(bad, img, n);
     bad[12] = 0; /* the first byte of "<unk>" */
     ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
