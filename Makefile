@@ -26,9 +26,11 @@ build/kvevict: deps FORCE
 run: build/kvevict
 	@./build/kvevict bench
 
-# Per-step cost of every policy against the memory floor (bench/step_cost.c).
+# Per-step cost of every policy against the memory floor (bench/step_cost.c),
+# then the llama2.c decoder's tokens per second (bench/lm_speed.c).
 bench: build/kvevict
 	@./build/kvevict-step-cost
+	@./build/kvevict-lm-speed
 
 # The figures of docs/img/ (installs gnuplot-nox when missing) and the measured
 # blocks of the docs (docs/results.md, docs/policies/*.md; see kvevict docs --help).

@@ -24,11 +24,13 @@
  * (8 partial sums in dot products) so that results do not depend on the
  * compiler's vectoriser. Products of dimensions are size_t (64-bit).
  */
+#define _POSIX_C_SOURCE 200809L
 #include "lm.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 enum { LANES = 8, FIRST_CAP = 64 };
 
@@ -50,9 +52,8 @@ static float dot(const float *restrict a, const float *restrict b, size_t n)
            tail;
 }
 
-/* xout (d) = W (d, n) @ x (n) */
-static void matmul(float *restrict xout, const float *restrict x, const float *restrict w,
-                   size_t n, size_t d)
+void lm_matmul(float *restrict xout, const float *restrict x, const float *restrict w, size_t n,
+               size_t d)
 {
     for (size_t i = 0; i < d; i++)
         xout[i] = dot(w + i * n, x, n);
@@ -402,33 +403,43 @@ kve_status lm_forward(lm_state *s, int32_t token)
     memcpy(x, w->token_embedding + (size_t)token * D, D * sizeof(float));
     for (size_t l = 0; l < L; l++) {
         rmsnorm(s->xb, x, w->rms_att + l * D, D);
-        matmul(s->q, s->xb, w->wq + l * QD * D, D, QD);
-        matmul(s->k, s->xb, w->wk + l * KD * D, D, KD);
-        matmul(s->v, s->xb, w->wv + l * KD * D, D, KD);
+        lm_matmul(s->q, s->xb, w->wq + l * QD * D, D, QD);
+        lm_matmul(s->k, s->xb, w->wk + l * KD * D, D, KD);
+        lm_matmul(s->v, s->xb, w->wv + l * KD * D, D, KD);
         attend(s, l);
         if (s->opt.on_attention)
             s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
-        if (s->heads && (st = manage(s, l)) != KVE_OK) {
-            s->broken = 1;
-            return st;
+        if (s->heads) {
+            struct timespec t0, t1;
+            if (s->opt.timing)
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+            if ((st = manage(s, l)) != KVE_OK) {
+                s->broken = 1;
+                return st;
+            }
+            if (s->opt.timing) {
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+                s->bookkeeping_s +=
+                    (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            }
         }
-        matmul(s->xb2, s->xb, w->wo + l * D * QD, QD, D);
+        lm_matmul(s->xb2, s->xb, w->wo + l * D * QD, QD, D);
         for (size_t i = 0; i < D; i++)
             x[i] += s->xb2[i];
 
         rmsnorm(s->xb, x, w->rms_ffn + l * D, D);
-        matmul(s->hb, s->xb, w->w1 + l * F * D, D, F);
-        matmul(s->hb2, s->xb, w->w3 + l * F * D, D, F);
+        lm_matmul(s->hb, s->xb, w->w1 + l * F * D, D, F);
+        lm_matmul(s->hb2, s->xb, w->w3 + l * F * D, D, F);
         for (size_t i = 0; i < F; i++) {
             float h = s->hb[i];
             s->hb[i] = h * (1.0f / (1.0f + expf(-h))) * s->hb2[i];
         }
-        matmul(s->xb, s->hb, w->w2 + l * D * F, F, D);
+        lm_matmul(s->xb, s->hb, w->w2 + l * D * F, F, D);
         for (size_t i = 0; i < D; i++)
             x[i] += s->xb[i];
     }
     rmsnorm(x, x, w->rms_final, D);
-    matmul(s->logits, x, w->wcls, D, (size_t)c->vocab_size);
+    lm_matmul(s->logits, x, w->wcls, D, (size_t)c->vocab_size);
     s->pos++;
     return KVE_OK;
 }

@@ -205,6 +205,7 @@ typedef struct lm_options {
     uint64_t seed;             /* seeds the policies that draw random numbers */
     lm_attention_fn on_attention; /* may be NULL */
     void *user;
+    int timing;                /* 1: accumulate lm_state.bookkeeping_s */
 } lm_options;
 
 typedef struct lm_cache { /* one (layer, KV head) */
@@ -224,6 +225,10 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     lm_cache *cache;   /* (L, G) */
     int32_t pos;       /* the position of the next token */
     int broken;        /* a step failed half way: refuse until reset */
+    double bookkeeping_s; /* with opt.timing: CPU seconds of this thread in policy
+                           * steps, evictions and cache compaction since
+                           * creation, read twice a layer (each read costs a
+                           * system call; bench/lm_speed.c subtracts it) */
     /* activations of the current position */
     float *x;          /* (D) the residual stream */
     float *xb;         /* (D) inside a residual branch */
@@ -260,6 +265,10 @@ kve_status lm_state_reset(lm_state *s);
  * cache cannot grow, KVE_EINVAL when a policy refuses the attention (a NaN
  * from the weights): both leave the state broken until lm_state_reset. */
 kve_status lm_forward(lm_state *s, int32_t token);
+
+/* xout (d) = W (d, n) @ x (n): the decoder's one matrix kernel, every dot
+ * product summed in 8 lanes in a fixed order (vectorised by the compiler). */
+void lm_matmul(float *xout, const float *x, const float *w, size_t n, size_t d);
 
 /* Kept positions of (layer, KV head) now. */
 size_t lm_state_kept(const lm_state *s, int32_t layer, int32_t kv_head);
