@@ -12,12 +12,14 @@
 
 double lm_token_nats(const float *logits, int32_t vocab, int32_t target)
 {
+    if (vocab < 1 || target < 0 || target >= vocab)
+        return NAN;
     double max = logits[0];
     for (int32_t i = 1; i < vocab; i++)
         if (logits[i] > max)
             max = logits[i];
-    double sum = 0;
-    for (int32_t i = 0; i < vocab; i++)
+    double sum = exp((double)logits[0] - max);
+    for (int32_t i = 1; i < vocab; i++)
         sum += exp((double)logits[i] - max);
     return max + log(sum) - (double)logits[target];
 }

@@ -42,7 +42,7 @@ kve_status lm_heads_new(const char *spec, size_t n_heads, kve_rng *rng, lm_heads
     if (!spec || !out || n_heads == 0)
         return lm_fail(KVE_EINVAL, "heads: NULL spec or no heads");
     lm_heads *b = lm_calloc(1, sizeof *b);
-    if (!b || !(b->p = lm_calloc(n_heads, sizeof *b->p))) {
+    if (!b || !(b->p = lm_calloc(n_heads, sizeof(kve_policy *)))) {
         lm_free(b);
         return lm_fail(KVE_ENOMEM, "heads: out of memory for %zu heads", n_heads);
     }

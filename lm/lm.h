@@ -35,6 +35,11 @@ const char *lm_last_error(void);
 __attribute__((format(printf, 2, 3)))
 #endif
 kve_status lm_fail(kve_status s, const char *fmt, ...);
+#ifdef __clang_analyzer__
+/* Tells the analyser, which sees one file at a time, that lm_fail returns s
+ * (as internal.h does for kve__fail). Not compiled into the library. */
+#define lm_fail(s, ...) (lm_fail((s), __VA_ARGS__), (s))
+#endif
 
 void *lm_malloc(size_t n);
 void *lm_calloc(size_t count, size_t size);
@@ -282,7 +287,8 @@ size_t lm_state_kept(const lm_state *s, int32_t layer, int32_t kv_head);
 kve_status lm_window_nats(lm_state *s, const int32_t *tokens, size_t n, double *nats,
                           double *per_token);
 
-/* -log softmax(logits)[target] with the log-sum-exp in double. */
+/* -log softmax(logits)[target] with the log-sum-exp in double; NAN for a
+ * target outside [0, vocab). */
 double lm_token_nats(const float *logits, int32_t vocab, int32_t target);
 
 #endif /* KVE_LM_H */

@@ -45,7 +45,7 @@ static kve_status parse_params(const unsigned char *p, int legacy, lm_config *c)
 {
     int32_t f[7];
     for (int i = 0; i < 7; i++)
-        f[i] = read_i32(p + 4 * i);
+        f[i] = read_i32(p + (size_t)4 * (size_t)i);
     for (int i = 0; i < 7; i++) {
         if (i == 5 && legacy && f[i] < 0 && f[i] != INT32_MIN)
             continue;
@@ -118,7 +118,7 @@ static kve_status lay_out(lm_model *m, const float *base, uint64_t payload_bytes
                        "bytes of weights, the file holds %llu",
                        c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
                        c->vocab_size, c->seq_len, c->shared_classifier ? "shared" : "unshared",
-                       (unsigned long long)(total * 4), (unsigned long long)payload_bytes);
+                       (unsigned long long)total * 4u, (unsigned long long)payload_bytes);
     lm_weights *w = &m->weights;
     w->token_embedding = base + off[EMB];
     w->rms_att = base + off[RMS_ATT];

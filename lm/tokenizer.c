@@ -417,9 +417,9 @@ kve_status lm_encode(const lm_tokenizer *t, const char *text, size_t len, int32_
             st = lm_fail(KVE_ERANGE, "encode: %zu tokens do not fit in %zu", count, cap);
     }
     if (st == KVE_OK) {
-        size_t k = 0;
-        for (size_t i = e.n ? 0 : SIZE_MAX; i != SIZE_MAX; i = e.next[i])
-            tokens[k++] = e.id[i];
+        size_t i = 0; /* node 0 is never merged away: the list starts there */
+        for (size_t k = 0; k < count; k++, i = e.next[i])
+            tokens[k] = e.id[i];
         *n = count;
     }
     lm_free(e.id);

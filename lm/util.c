@@ -21,7 +21,7 @@ const char *lm_last_error(void)
     return last_error;
 }
 
-kve_status lm_fail(kve_status s, const char *fmt, ...)
+kve_status (lm_fail)(kve_status s, const char *fmt, ...) /* (name): not the analyser macro */
 {
     va_list ap;
     va_start(ap, fmt);

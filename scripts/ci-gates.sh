@@ -3,7 +3,7 @@
 # ci-gates.sh - the robustness gates, run by .ci/run after `make test` (which
 # already ran every test natively, under ASan + UBSan and the thread test
 # under TSan). Each gate fails the run:
-#   static     cppcheck and clang-tidy (.clang-tidy) clean on src/
+#   static     cppcheck and clang-tidy (.clang-tidy) clean on src/ and lm/
 #   valgrind   every C test executable under valgrind memcheck (build-valgrind/):
 #              zero errors, zero definite or indirect leaks
 #   fuzz       each libFuzzer target for CI_FUZZ_SECONDS (default 30) s
@@ -28,18 +28,18 @@ gate_static() {
   # ctunullpointer in spec.c: kve__spec_format(NULL, 0, ...) measures the
   # length with snprintf(NULL, 0, ...), which C11 7.21.6.5 allows.
   cppcheck --std=c11 --enable=warning,style,performance,portability --inline-suppr \
-    --error-exitcode=1 --quiet -I include -I src --suppress=ctunullpointer:src/spec.c src/ ||
-    return 1
+    --error-exitcode=1 --quiet -I include -I src -I lm --suppress=ctunullpointer:src/spec.c \
+    src/ lm/ || return 1
   cmake -S . -B "$COV" -DCMAKE_BUILD_TYPE=Debug -DKVE_COVERAGE=ON -DKVE_WERROR=ON \
     -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null || return 1
   local out
-  out=$(clang-tidy -p "$COV" --quiet src/*.c src/policies/*.c 2>&1)
+  out=$(clang-tidy -p "$COV" --quiet src/*.c src/policies/*.c lm/*.c 2>&1)
   local rc=$?
   if [ $rc -ne 0 ] || echo "$out" | grep -qE "(warning|error):"; then
     echo "$out" | grep -E "(warning|error):" -A3
     return 1
   fi
-  echo "static: cppcheck and clang-tidy report nothing on src/"
+  echo "static: cppcheck and clang-tidy report nothing on src/ and lm/"
 }
 
 gate_valgrind() {

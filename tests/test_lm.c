@@ -189,6 +189,9 @@ static void test_header_fields(void)
             set_i32(img + 4, 0);
             ASSERT_REFUSED(img, n, "version 0");
             set_i32(img + 4, 1);
+            set_i32(img, 0x616b3433); /* no magic: read as legacy, dim 1634415667 */
+            ASSERT_REFUSED(img, n, "checkpoint header: dim 1634415667 is not a multiple");
+            set_i32(img, 0x616b3432);
         }
         /* One byte too many. */
         unsigned char *longer = malloc(n + 4);
