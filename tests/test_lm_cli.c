@@ -8,7 +8,8 @@
  * Logits printed by the CLI must parse back to the library's float32 bits
  * exactly (the promise of full precision). The pass-key and repeated-passage
  * prompts are rebuilt here from the template of models/README.md, on their
- * own, and scored with the library: the CLI must agree.
+ * own, and scored with the library: the CLI must agree. JSON Lines and CSV
+ * go through tests/outcheck.c, the strict checker of the other CLI tests.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
@@ -28,7 +29,7 @@
                           lm_last_error(), kve_last_error());                            \
     } while (0)
 
-static char kvevict[512];
+static char kvevict[512], outcheck[512];
 static char *out_text, *err_text;
 static size_t out_len;
 
@@ -554,6 +555,64 @@ static void test_dump(void)
     remove(path_of("attn_q.npy"));
 }
 
+/* Runs outcheck on the last stdout (saved to a file) with `checks`. */
+static int outcheck_ok(const char *mode, const char *checks)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s %s %s", outcheck, mode, checks, path_of("stdout"));
+    int rc = system(cmd);
+    return WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
+}
+
+/* Every machine-readable output, through the strict checker of the CLI tests. */
+static void test_machine_outputs(void)
+{
+    char args[4096];
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 3,1,4", model0);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(outcheck_ok("jsonl", "--count 3 --key pos:integer --key token:integer "
+                                     "--key logits:array"));
+    static const char eval_keys[] =
+        "--key policy:string --key 'budget:integer|null' --key positions:string "
+        "--key windows:integer --key tokens:integer --key bytes:integer "
+        "--key bits_per_byte:number --key 'bits_per_byte_se:number|null' "
+        "--key bits_per_token:number --key full_bits_per_byte:number "
+        "--key delta_bits_per_byte:number --key 'delta_bits_per_byte_se:number|null' "
+        "--key seed:integer";
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy window,tova --budget 4 "
+             "--json", model0, textpath);
+    ASSERT_RUNS(args);
+    char checks[1024];
+    snprintf(checks, sizeof checks, "--count 3 %s", eval_keys);
+    ASSERT_TRUE(outcheck_ok("jsonl", checks));
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy window --budget 4 --csv",
+             model0, textpath);
+    ASSERT_RUNS(args);
+    snprintf(checks, sizeof checks, "--count 2 %s", eval_keys);
+    ASSERT_TRUE(outcheck_ok("csv", checks));
+    snprintf(args, sizeof args, "lm passkey --model %s --text %s --trials 2 --json", model0,
+             textpath);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(outcheck_ok("jsonl", "--key policy:string --key budget:null --key distance:integer "
+                                     "--key trials:integer --key accuracy:number "
+                                     "--key accuracy_se:number --key key_accuracy:number "
+                                     "--key chance:number --key seed:integer"));
+    snprintf(args, sizeof args, "lm repeat --model %s --text %s --trials 2 --span 8 --csv", model0,
+             textpath);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(outcheck_ok("csv", "--key distance:integer --key span:integer "
+                                   "--key first_nats:number --key second_nats:number "
+                                   "--key second_nats_se:number"));
+    /* Every command's help. */
+    static const char *const helps[] = {"lm --help", "lm logits --help", "lm eval --help",
+                                        "lm passkey --help", "lm repeat --help",
+                                        "lm dump --help", "generate --help", "help lm"};
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        ASSERT_RUNS(helps[i]);
+        ASSERT_TRUE(strncmp(out_text, "usage: kvevict ", 15) == 0);
+    }
+}
+
 static void test_generate(void)
 {
     char args[4096];
@@ -615,6 +674,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "test_lm_cli: %s not found (set KVE_BINARY_DIR)\n", kvevict);
         return 1;
     }
+    const char *oc = getenv("KVE_OUTCHECK");
+    snprintf(outcheck, sizeof outcheck, "%s", oc ? oc : "outcheck");
     if (tmpdir_make("kve-lm-cli") != 0)
         return 1;
     make_fixtures();
@@ -627,6 +688,7 @@ int main(int argc, char **argv)
     RUN(test_eval);
     RUN(test_recall);
     RUN(test_dump);
+    RUN(test_machine_outputs);
     RUN(test_generate);
     lm_model_free(lib_model);
     lm_tokenizer_free(lib_tok);
