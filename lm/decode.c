@@ -154,7 +154,7 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
         opt = &defaults;
     if (opt->positions != LM_POS_ORIGINAL && opt->positions != LM_POS_CACHE)
         return lm_fail(KVE_EINVAL, "decoder: positions must be original or cache");
-    char spec[512];
+    char spec[KVE_SPEC_MAX];
     if (opt->policy) {
         char num[32];
         snprintf(num, sizeof num, "%zu", opt->budget);

@@ -32,7 +32,7 @@ typedef struct fx_model {
     float *cls;       /* (V, D): emb when shared */
 } fx_model;
 
-static uint64_t fx_next(uint64_t *s)
+static inline uint64_t fx_next(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15u);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
@@ -41,12 +41,12 @@ static uint64_t fx_next(uint64_t *s)
 }
 
 /* uniform in [-a, a) */
-static float fx_uniform(uint64_t *s, double a)
+static inline float fx_uniform(uint64_t *s, double a)
 {
     return (float)(((double)(fx_next(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0) * a);
 }
 
-static float *fx_tensor(uint64_t *s, size_t n, double center, double a)
+static inline float *fx_tensor(uint64_t *s, size_t n, double center, double a)
 {
     float *t = malloc(n * sizeof *t);
     for (size_t i = 0; i < n; i++)
@@ -55,7 +55,7 @@ static float *fx_tensor(uint64_t *s, size_t n, double center, double a)
 }
 
 /* Random weights scaled so activations stay of order 1. */
-static void fx_model_init(fx_model *m, int dim, int hidden, int layers, int heads, int kv_heads,
+static inline void fx_model_init(fx_model *m, int dim, int hidden, int layers, int heads, int kv_heads,
                           int vocab, int seq_len, int shared, uint64_t seed)
 {
     memset(m, 0, sizeof *m);
@@ -80,7 +80,7 @@ static void fx_model_init(fx_model *m, int dim, int hidden, int layers, int head
     m->cls = shared ? m->emb : fx_tensor(&s, V * D, 0, 1.0);
 }
 
-static void fx_model_free(fx_model *m)
+static inline void fx_model_free(fx_model *m)
 {
     float *t[] = {m->emb, m->rms_att, m->wq, m->wk, m->wv, m->wo, m->rms_ffn,
                   m->w1,  m->w2,      m->w3, m->rms_final, m->rope};
@@ -96,7 +96,7 @@ typedef struct fx_buf {
     size_t n, cap;
 } fx_buf;
 
-static void fx_put(fx_buf *b, const void *src, size_t n)
+static inline void fx_put(fx_buf *b, const void *src, size_t n)
 {
     if (b->n + n > b->cap) {
         b->cap = (b->n + n) * 2 + 64;
@@ -106,20 +106,20 @@ static void fx_put(fx_buf *b, const void *src, size_t n)
     b->n += n;
 }
 
-static void fx_i32(fx_buf *b, int32_t v)
+static inline void fx_i32(fx_buf *b, int32_t v)
 {
     unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
                            (unsigned char)(v >> 24)};
     fx_put(b, le, 4);
 }
 
-static void fx_floats(fx_buf *b, const float *f, size_t n)
+static inline void fx_floats(fx_buf *b, const float *f, size_t n)
 {
     fx_put(b, f, n * sizeof *f); /* the tests run on little-endian machines */
 }
 
 /* The checkpoint image: version 0 (legacy) or 1. Free with free(). */
-static unsigned char *fx_image(const fx_model *m, int version, size_t *size)
+static inline unsigned char *fx_image(const fx_model *m, int version, size_t *size)
 {
     fx_buf b = {0};
     size_t D = (size_t)m->dim, F = (size_t)m->hidden, L = (size_t)m->layers;
@@ -169,7 +169,7 @@ static unsigned char *fx_image(const fx_model *m, int version, size_t *size)
     return b.p;
 }
 
-static int fx_write_file(const char *path, const void *data, size_t n)
+static inline int fx_write_file(const char *path, const void *data, size_t n)
 {
     FILE *f = fopen(path, "wb");
     if (!f)
@@ -178,7 +178,7 @@ static int fx_write_file(const char *path, const void *data, size_t n)
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
-static int fx_write_model(const fx_model *m, int version, const char *path)
+static inline int fx_write_model(const fx_model *m, int version, const char *path)
 {
     size_t n;
     unsigned char *img = fx_image(m, version, &n);
@@ -202,7 +202,7 @@ enum { FX_LEARNED = sizeof fx_learned / sizeof fx_learned[0] };
 /* Then the 64 pass keys "<key00>" .. "<key63>" (score -1e10: never merged). */
 enum { FX_KEYS = 64, FX_FIRST_KEY = 3 + 256 + FX_LEARNED, FX_PIECES = FX_FIRST_KEY + FX_KEYS };
 
-static unsigned char *fx_tokenizer_image(size_t *size)
+static inline unsigned char *fx_tokenizer_image(size_t *size)
 {
     fx_buf b = {0};
     fx_i32(&b, 16);
@@ -231,6 +231,41 @@ static unsigned char *fx_tokenizer_image(size_t *size)
     }
     *size = b.n;
     return b.p;
+}
+
+/* ---- the files of `kvevict lm logits` ---- */
+
+/* Parses `{"pos": t, "token": id, "logits": [V numbers]}` lines (positions
+ * 0, 1, ... in order) into logits (n, V) and tokens (n), at most cap lines.
+ * Returns the lines read, or (size_t)-1 for text of another shape. */
+static inline size_t fx_parse_logits(const char *s, int32_t V, float *logits, int32_t *tokens,
+                              size_t cap)
+{
+    size_t n = 0;
+    while (*s && n < cap) {
+        long pos;
+        int tok, used = 0;
+        if (sscanf(s, "{\"pos\": %ld, \"token\": %d, \"logits\": [%n", &pos, &tok, &used) != 2 ||
+            used == 0 || pos != (long)n)
+            return (size_t)-1;
+        tokens[n] = tok;
+        s += used;
+        for (int32_t i = 0; i < V; i++) {
+            char *end;
+            logits[n * (size_t)V + (size_t)i] = strtof(s, &end);
+            if (end == s)
+                return (size_t)-1;
+            s = end;
+            if (i + 1 < V && strncmp(s, ", ", 2) != 0)
+                return (size_t)-1;
+            s += i + 1 < V ? 2 : 0;
+        }
+        if (strncmp(s, "]}\n", 3) != 0)
+            return (size_t)-1;
+        s += 3;
+        n++;
+    }
+    return n;
 }
 
 #endif /* KVE_LM_FIXTURE_H */

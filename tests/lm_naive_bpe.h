@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int naive_lookup(const lm_tokenizer *t, const char *s)
+static inline int naive_lookup(const lm_tokenizer *t, const char *s)
 {
     size_t n = strlen(s);
     for (int i = 0; i < t->n_pieces; i++)
@@ -25,7 +25,7 @@ static int naive_lookup(const lm_tokenizer *t, const char *s)
 
 /* Encodes the C string `text` into tokens (room for strlen(text) + 1);
  * returns their number. */
-static size_t naive_encode(const lm_tokenizer *t, const char *text, int *tokens)
+static inline size_t naive_encode(const lm_tokenizer *t, const char *text, int *tokens)
 {
     size_t longest = 0;
     for (int i = 0; i < t->n_pieces; i++)

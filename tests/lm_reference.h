@@ -33,7 +33,7 @@ typedef struct ref_state {
     double *att;      /* (H, cap + 1) */
 } ref_state;
 
-static void ref_init(ref_state *r, const fx_model *m, int cache_positions, size_t cap)
+static inline void ref_init(ref_state *r, const fx_model *m, int cache_positions, size_t cap)
 {
     size_t KD = (size_t)m->kv_heads * (size_t)(m->dim / m->heads);
     r->m = m;
@@ -45,7 +45,7 @@ static void ref_init(ref_state *r, const fx_model *m, int cache_positions, size_
     r->att = calloc((size_t)m->heads * (cap + 1), sizeof(double));
 }
 
-static void ref_free(ref_state *r)
+static inline void ref_free(ref_state *r)
 {
     free(r->kc);
     free(r->vc);
@@ -53,7 +53,7 @@ static void ref_free(ref_state *r)
     free(r->att);
 }
 
-static void ref_rmsnorm(double *o, const double *x, const float *w, int n)
+static inline void ref_rmsnorm(double *o, const double *x, const float *w, int n)
 {
     double ss = 0;
     for (int i = 0; i < n; i++)
@@ -64,7 +64,7 @@ static void ref_rmsnorm(double *o, const double *x, const float *w, int n)
 }
 
 /* out (rows) = W (rows, cols) x (cols) */
-static void ref_matvec(double *out, const float *W, const double *x, int rows, int cols)
+static inline void ref_matvec(double *out, const float *W, const double *x, int rows, int cols)
 {
     for (int i = 0; i < rows; i++) {
         double s = 0;
@@ -75,7 +75,7 @@ static void ref_matvec(double *out, const float *W, const double *x, int rows, i
 }
 
 /* vec (S) turned pairwise by position p: pair j by p / 10000^(2j/S). */
-static void ref_rotate(double *out, const double *vec, double p, int S)
+static inline void ref_rotate(double *out, const double *vec, double p, int S)
 {
     for (int i = 0; i < S; i += 2) {
         double a = p / pow(10000.0, (double)i / S);
@@ -85,7 +85,7 @@ static void ref_rotate(double *out, const double *vec, double p, int S)
 }
 
 /* One step at position t; logits (V) out. */
-static void ref_step(ref_state *r, int32_t token, int32_t t, ref_keys_fn keys_fn,
+static inline void ref_step(ref_state *r, int32_t token, int32_t t, ref_keys_fn keys_fn,
                      ref_seen_fn seen, void *user, double *logits)
 {
     const fx_model *m = r->m;

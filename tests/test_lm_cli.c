@@ -137,36 +137,6 @@ static void make_fixtures(void)
     text_len = len;
 }
 
-/* Parses `{"pos": t, "token": id, "logits": [...]}` lines into logits (n, V). */
-static size_t parse_logits(const char *s, int32_t V, float *logits, int32_t *tokens, size_t cap)
-{
-    size_t n = 0;
-    while (*s && n < cap) {
-        long pos;
-        int tok, used = 0;
-        if (sscanf(s, "{\"pos\": %ld, \"token\": %d, \"logits\": [%n", &pos, &tok, &used) != 2 ||
-            used == 0 || pos != (long)n)
-            return (size_t)-1;
-        tokens[n] = tok;
-        s += used;
-        for (int32_t i = 0; i < V; i++) {
-            char *end;
-            logits[n * (size_t)V + (size_t)i] = strtof(s, &end);
-            if (end == s)
-                return (size_t)-1;
-            s = end;
-            if (i + 1 < V && strncmp(s, ", ", 2) != 0)
-                return (size_t)-1;
-            s += i + 1 < V ? 2 : 0;
-        }
-        if (strncmp(s, "]}\n", 3) != 0)
-            return (size_t)-1;
-        s += 3;
-        n++;
-    }
-    return n;
-}
-
 /* The library's logits for `tokens` under `opt`. */
 static void lib_logits(const int32_t *tokens, size_t n, const lm_options *opt, float *out)
 {
@@ -200,7 +170,7 @@ static void test_logits(void)
             snprintf(args, sizeof args, "lm logits --model %s --tokens 3,1,4,1,5 %s", models[m],
                      cases[c].extra);
             ASSERT_RUNS(args);
-            ASSERT_EQ(parse_logits(out_text, FX_PIECES, got, back, 8), 5);
+            ASSERT_EQ(fx_parse_logits(out_text, FX_PIECES, got, back, 8), 5);
             ASSERT_TRUE(memcmp(back, toks, sizeof toks) == 0);
             lib_logits(toks, 5, &cases[c].opt, want);
             ASSERT_TRUE(memcmp(got, want, 5 * FX_PIECES * sizeof(float)) == 0);
@@ -223,13 +193,13 @@ static void test_logits(void)
     size_t ne;
     ASSERT_OK(lm_encode(lib_tok, "the cab", 7, enc + 1, 15, &ne));
     enc[0] = LM_BOS;
-    ASSERT_EQ(parse_logits(file, FX_PIECES, got, back, 8), ne + 1);
+    ASSERT_EQ(fx_parse_logits(file, FX_PIECES, got, back, 8), ne + 1);
     ASSERT_TRUE(memcmp(back, enc, (ne + 1) * sizeof *enc) == 0);
     free(file);
     /* Without --tokenizer, tokenizer.bin beside the model is used. */
     snprintf(args, sizeof args, "lm logits --model %s --prompt 'the cab'", model0);
     ASSERT_RUNS(args);
-    ASSERT_EQ(parse_logits(out_text, FX_PIECES, got, back, 8), ne + 1);
+    ASSERT_EQ(fx_parse_logits(out_text, FX_PIECES, got, back, 8), ne + 1);
     free(first);
     free(got);
     free(want);
