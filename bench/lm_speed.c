@@ -92,8 +92,8 @@ static double clock_cost(void)
 static double one_run(const lm_model *m, const char *spec, size_t budget, lm_positions pos,
                       size_t steps, int timing, double *bookkeeping)
 {
-    lm_options o = {.policy = spec, .budget = spec ? budget : 0, .positions = pos,
-                    .timing = timing};
+    lm_options o = {
+        .policy = spec, .budget = spec ? budget : 0, .positions = pos, .timing = timing};
     lm_state *s = NULL;
     if (lm_state_new(m, &o, &s) != KVE_OK)
         die(spec ? spec : "decoder");
@@ -107,8 +107,8 @@ static double one_run(const lm_model *m, const char *spec, size_t budget, lm_pos
     return dt;
 }
 
-static void run(const lm_model *m, const char *spec, size_t budget, lm_positions pos,
-                size_t steps, double reading)
+static void run(const lm_model *m, const char *spec, size_t budget, lm_positions pos, size_t steps,
+                double reading)
 {
     double best = 1e30, share = 1e30, bk;
     size_t windows = spec ? steps * (size_t)m->config.n_layers : 0;
@@ -124,14 +124,18 @@ static void run(const lm_model *m, const char *spec, size_t budget, lm_positions
            100.0 * (share > 0 ? share : 0));
 }
 
-typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const float *, int,
-                         float, float *, int);
+typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const float *, int, float,
+                         float *, int);
 
 /* Work proportional to `steps`: 2e4 multiply-adds a step per shape. */
 static void kernels(const lm_model *m, size_t steps)
 {
     const lm_config *c = &m->config;
-    struct { const char *name; size_t d, n; const float *w; } shapes[] = {
+    struct {
+        const char *name;
+        size_t d, n;
+        const float *w;
+    } shapes[] = {
         {"wq (D, D)", (size_t)c->dim, (size_t)c->dim, m->weights.wq},
         {"w1 (F, D)", (size_t)c->hidden_dim, (size_t)c->dim, m->weights.w1},
         {"w2 (D, F)", (size_t)c->dim, (size_t)c->hidden_dim, m->weights.w2},

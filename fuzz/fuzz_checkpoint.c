@@ -23,13 +23,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(c)                                                                          \
-    do {                                                                                  \
-        if (!(c)) {                                                                       \
-            fprintf(stderr, "fuzz_checkpoint: CHECK(%s) failed at line %d (last error: %s)\n", \
-                    #c, __LINE__, lm_last_error());                                       \
-            abort();                                                                      \
-        }                                                                                 \
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "fuzz_checkpoint: CHECK(%s) failed at line %d (last error: %s)\n", #c, \
+                    __LINE__, lm_last_error());                                                    \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 static int inside(const float *p, size_t n, const void *base, size_t size)

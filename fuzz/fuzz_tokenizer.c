@@ -25,13 +25,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(c)                                                                          \
-    do {                                                                                  \
-        if (!(c)) {                                                                       \
-            fprintf(stderr, "fuzz_tokenizer: CHECK(%s) failed at line %d (last error: %s)\n", \
-                    #c, __LINE__, lm_last_error());                                       \
-            abort();                                                                      \
-        }                                                                                 \
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "fuzz_tokenizer: CHECK(%s) failed at line %d (last error: %s)\n", #c,  \
+                    __LINE__, lm_last_error());                                                    \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 enum { TEXT_MAX = 48 };
@@ -87,8 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(longest == t->longest);
     size_t ignored;
     CHECK(lm_decode(t, 0, t->n_pieces, &ignored) == NULL && lm_decode(t, 0, -1, &ignored) == NULL);
-    static const char *const fixed[] = {"", "a", "the cat", "\xc3\xa9t\xc3\xa9 \xe2\x82\xac",
-                                        "\x80\xc3", "<0x41> <s>"};
+    static const char *const fixed[] = {
+        "", "a", "the cat", "\xc3\xa9t\xc3\xa9 \xe2\x82\xac", "\x80\xc3", "<0x41> <s>"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         check_text(t, fixed[i]);
     /* Slices of the input itself: the pieces' own bytes make merges likely. */

@@ -48,8 +48,7 @@ static float dot(const float *restrict a, const float *restrict b, size_t n)
     float tail = 0.0f;
     for (; i < n; i++)
         tail += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) +
-           tail;
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
 }
 
 void lm_matmul(float *restrict xout, const float *restrict x, const float *restrict w, size_t n,
@@ -108,8 +107,8 @@ static void rotate(float *vec, const float *rope, size_t S)
 
 static void free_buffers(lm_state *s)
 {
-    void *bufs[] = {s->x,   s->xb,  s->xb2,  s->hb,         s->hb2,     s->q,
-                    s->k,   s->v,   s->rope, s->logits,     s->att,     s->row,
+    void *bufs[] = {s->x,    s->xb,         s->xb2,     s->hb,     s->hb2, s->q,
+                    s->k,    s->v,          s->rope,    s->logits, s->att, s->row,
                     s->krot, s->rope_table, s->victims, s->counts};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         lm_free(bufs[i]);
@@ -258,8 +257,8 @@ static kve_status reserve(lm_state *s)
             size_t cap = k->cap ? 2 * k->cap : FIRST_CAP;
             if (s->heads && k->n + 1 <= s->budget + 1 && cap > s->budget + 1)
                 cap = s->budget + 1; /* a policy that evicts never holds more */
-            if (!grow(&k->key, cap, S * sizeof(float)) || !grow(&k->value, cap, S * sizeof(float)) ||
-                !grow(&k->pos, cap, sizeof(int32_t)))
+            if (!grow(&k->key, cap, S * sizeof(float)) ||
+                !grow(&k->value, cap, S * sizeof(float)) || !grow(&k->pos, cap, sizeof(int32_t)))
                 return lm_fail(KVE_ENOMEM, "decoder: out of memory for a cache of %zu keys", cap);
             k->cap = cap;
         }
@@ -267,7 +266,8 @@ static kve_status reserve(lm_state *s)
             need_ld = k->cap;
     }
     if (need_ld > s->ld) {
-        int ok = grow(&s->att, H * need_ld, sizeof(float)) && grow(&s->row, need_ld, sizeof(float)) &&
+        int ok = grow(&s->att, H * need_ld, sizeof(float)) &&
+                 grow(&s->row, need_ld, sizeof(float)) &&
                  grow(&s->victims, G * need_ld, sizeof(int32_t));
         if (ok && s->opt.positions == LM_POS_CACHE)
             ok = grow(&s->krot, need_ld, S * sizeof(float)) &&
@@ -297,8 +297,10 @@ static kve_status compact(lm_cache *k, const int32_t *victims, size_t n_victims,
         w++;
     }
     if (v != n_victims)
-        return lm_fail(KVE_EINVAL, "decoder: the policy evicted position %d, which the cache "
-                                   "does not hold", victims[v]);
+        return lm_fail(KVE_EINVAL,
+                       "decoder: the policy evicted position %d, which the cache "
+                       "does not hold",
+                       victims[v]);
     k->n = w;
     return KVE_OK;
 }
@@ -309,8 +311,9 @@ static kve_status compact(lm_cache *k, const int32_t *victims, size_t n_victims,
 static void attend(lm_state *s, size_t l)
 {
     const lm_config *c = &s->model->config;
-    size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads, R = (size_t)(c->n_heads / c->n_kv_heads);
-    float inv_scale = sqrtf((float)S);
+    size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads,
+           R = (size_t)(c->n_heads / c->n_kv_heads);
+    float scale = sqrtf((float)S); /* run.c divides by sqrt(head_size) */
     for (size_t g = 0; g < G; g++) {
         lm_cache *k = &s->cache[l * G + g];
         size_t n = k->n; /* kept keys; the new one goes to row n */
@@ -335,7 +338,7 @@ static void attend(lm_state *s, size_t l)
             float *q = s->q + h * S, *att = s->att + h * s->ld, *out = s->xb + h * S;
             rotate(q, qrope, S);
             for (size_t i = 0; i <= n; i++)
-                att[i] = dot(q, keys + i * S, S) / inv_scale;
+                att[i] = dot(q, keys + i * S, S) / scale;
             softmax(att, n + 1);
             memset(out, 0, S * sizeof(float));
             for (size_t i = 0; i <= n; i++) {
@@ -353,7 +356,8 @@ static void attend(lm_state *s, size_t l)
 static kve_status manage(lm_state *s, size_t l)
 {
     const lm_config *c = &s->model->config;
-    size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads, R = (size_t)(c->n_heads / c->n_kv_heads);
+    size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads,
+           R = (size_t)(c->n_heads / c->n_kv_heads);
     kve_status st = lm_heads_step(s->heads, l * G, G, s->pos, s->att, s->ld, R, s->row);
     if (st == KVE_OK)
         st = lm_heads_evict(s->heads, l * G, G, s->budget, s->victims, s->ld, s->counts);
@@ -361,9 +365,10 @@ static kve_status manage(lm_state *s, size_t l)
         lm_cache *k = &s->cache[l * G + g];
         st = compact(k, s->victims + g * s->ld, s->counts[g], S);
         if (st == KVE_OK && k->n != lm_heads_size(s->heads, l * G + g))
-            st = lm_fail(KVE_EINVAL, "decoder: cache of layer %zu KV head %zu holds %zu keys, "
-                                     "its policy %zu", l, g, k->n,
-                         lm_heads_size(s->heads, l * G + g));
+            st = lm_fail(KVE_EINVAL,
+                         "decoder: cache of layer %zu KV head %zu holds %zu keys, "
+                         "its policy %zu",
+                         l, g, k->n, lm_heads_size(s->heads, l * G + g));
     }
     return st;
 }

@@ -13,8 +13,8 @@
 #include <string.h>
 
 struct lm_heads {
-    size_t n;          /* heads */
-    kve_policy **p;    /* (n) */
+    size_t n;       /* heads */
+    kve_policy **p; /* (n) */
 };
 
 void lm_group_mean(float *out, const float *rows, size_t ld, size_t group, size_t n)
@@ -93,8 +93,8 @@ kve_status lm_heads_step(lm_heads *b, size_t first, size_t count, int32_t pos, c
     return KVE_OK;
 }
 
-kve_status lm_heads_evict(lm_heads *b, size_t first, size_t count, size_t budget,
-                          int32_t *victims, size_t ld_victims, size_t *counts)
+kve_status lm_heads_evict(lm_heads *b, size_t first, size_t count, size_t budget, int32_t *victims,
+                          size_t ld_victims, size_t *counts)
 {
     for (size_t g = 0; g < count; g++) {
         kve_status st = kve_policy_evict(b->p[first + g], budget, victims + g * ld_victims,

@@ -32,9 +32,11 @@
 const char *lm_last_error(void);
 /* Formats the thread's message (control characters become '?') and returns s. */
 #if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
+#define LM_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define LM_PRINTF(fmt, args)
 #endif
-kve_status lm_fail(kve_status s, const char *fmt, ...);
+kve_status lm_fail(kve_status s, const char *fmt, ...) LM_PRINTF(2, 3);
 #ifdef __clang_analyzer__
 /* Tells the analyser, which sees one file at a time, that lm_fail returns s
  * (as internal.h does for kve__fail). Not compiled into the library. */
@@ -49,6 +51,11 @@ void lm_free(void *p);
  * thread fails until re-armed with SIZE_MAX. Returns the allocations made
  * since the previous call. */
 size_t lm_alloc_fail_after(size_t k);
+
+/* Reads the whole file at `path` ("-": standard input) into a fresh buffer
+ * (*data, *size; free with lm_free), NUL-terminated beyond *size. KVE_EIO
+ * with strerror, KVE_ENOMEM; *data untouched on failure. */
+kve_status lm_read_file(const char *path, char **data, size_t *size);
 
 /* ---- checkpoints (model.c) ------------------------------------------------
  *
@@ -67,19 +74,19 @@ size_t lm_alloc_fail_after(size_t k);
  */
 
 typedef struct lm_config {
-    int32_t dim;        /* D */
-    int32_t hidden_dim; /* F */
-    int32_t n_layers;   /* L */
-    int32_t n_heads;    /* H */
-    int32_t n_kv_heads; /* G */
-    int32_t vocab_size; /* V, always positive here */
-    int32_t seq_len;    /* T: the training context; decoding may run past it */
-    int32_t head_size;  /* S = D / H */
+    int32_t dim;           /* D */
+    int32_t hidden_dim;    /* F */
+    int32_t n_layers;      /* L */
+    int32_t n_heads;       /* H */
+    int32_t n_kv_heads;    /* G */
+    int32_t vocab_size;    /* V, always positive here */
+    int32_t seq_len;       /* T: the training context; decoding may run past it */
+    int32_t head_size;     /* S = D / H */
     int shared_classifier; /* 1: the classifier is the token embedding */
     int version;           /* 0 legacy, 1 version 1 */
 } lm_config;
 
-typedef struct lm_weights { /* all pointers into the mapped file */
+typedef struct lm_weights {       /* all pointers into the mapped file */
     const float *token_embedding; /* (V, D) */
     const float *rms_att;         /* (L, D) */
     const float *wq;              /* (L, H*S, D) */
@@ -97,7 +104,7 @@ typedef struct lm_weights { /* all pointers into the mapped file */
 typedef struct lm_model {
     lm_config config;
     lm_weights weights;
-    void *map;       /* the mmapped file; NULL for lm_model_from_memory */
+    void *map; /* the mmapped file; NULL for lm_model_from_memory */
     size_t map_size;
 } lm_model;
 
@@ -122,13 +129,13 @@ enum { LM_BOS = 1, LM_EOS = 2 };
 
 typedef struct lm_tokenizer {
     int32_t n_pieces;
-    int32_t max_token_length; /* as the file says: no piece is longer */
-    int32_t longest;          /* the longest piece's length: what buffers are sized by */
-    const char **piece;  /* (n_pieces) pointers into `bytes`, not NUL-terminated */
-    int32_t *len;        /* (n_pieces) */
-    float *score;        /* (n_pieces) */
-    int32_t *sorted;     /* (n_pieces) ids by (bytes, id): the lookup table */
-    char *bytes;         /* every piece, back to back */
+    int32_t max_token_length;       /* as the file says: no piece is longer */
+    int32_t longest;                /* the longest piece's length: what buffers are sized by */
+    const char **piece;             /* (n_pieces) pointers into `bytes`, not NUL-terminated */
+    int32_t *len;                   /* (n_pieces) */
+    float *score;                   /* (n_pieces) */
+    int32_t *sorted;                /* (n_pieces) ids by (bytes, id): the lookup table */
+    char *bytes;                    /* every piece, back to back */
     unsigned char byte_pieces[256]; /* byte b at [b]: what "<0xHH>" decodes to */
 } lm_tokenizer;
 
@@ -181,8 +188,8 @@ kve_status lm_heads_step(lm_heads *b, size_t first, size_t count, int32_t pos, c
                          size_t ld, size_t group, float *scratch);
 /* Evicts heads [first, first + count) to budget; victims of head first + g,
  * ascending, at victims + g*ld_victims, their number in counts[g]. */
-kve_status lm_heads_evict(lm_heads *b, size_t first, size_t count, size_t budget,
-                          int32_t *victims, size_t ld_victims, size_t *counts);
+kve_status lm_heads_evict(lm_heads *b, size_t first, size_t count, size_t budget, int32_t *victims,
+                          size_t ld_victims, size_t *counts);
 
 /* out[i] = (float)((sum over r < group of rows[r*ld + i], in double, in
  * order of r) / group) for i < n: the one reduction of a group of query-head
@@ -200,49 +207,49 @@ typedef enum lm_positions {
  * head h) at att + h*ld holds the softmax weights over the keys of its KV
  * head's cache in kept order, the new key last; n_keys[g] (G of them) is the
  * number of those keys for KV head g. */
-typedef void (*lm_attention_fn)(void *user, int32_t layer, int32_t pos, const float *att,
-                                size_t ld, const size_t *n_keys);
+typedef void (*lm_attention_fn)(void *user, int32_t layer, int32_t pos, const float *att, size_t ld,
+                                const size_t *n_keys);
 
 typedef struct lm_options {
-    const char *policy;        /* spec; NULL: no policy, every key kept (run.c) */
-    size_t budget;             /* 0: the spec's budget; else overrides it */
-    lm_positions positions;    /* LM_POS_ORIGINAL (default) or LM_POS_CACHE */
-    uint64_t seed;             /* seeds the policies that draw random numbers */
+    const char *policy;           /* spec; NULL: no policy, every key kept (run.c) */
+    size_t budget;                /* 0: the spec's budget; else overrides it */
+    lm_positions positions;       /* LM_POS_ORIGINAL (default) or LM_POS_CACHE */
+    uint64_t seed;                /* seeds the policies that draw random numbers */
     lm_attention_fn on_attention; /* may be NULL */
     void *user;
-    int timing;                /* 1: accumulate lm_state.bookkeeping_s */
+    int timing; /* 1: accumulate lm_state.bookkeeping_s */
 } lm_options;
 
 typedef struct lm_cache { /* one (layer, KV head) */
-    float *key;    /* (C, S) rotated (original) or as computed (cache positions) */
-    float *value;  /* (C, S) */
-    int32_t *pos;  /* (C) the kept positions, ascending: the policy's kept set */
-    size_t n;      /* entries in use */
-    size_t cap;    /* C */
+    float *key;           /* (C, S) rotated (original) or as computed (cache positions) */
+    float *value;         /* (C, S) */
+    int32_t *pos;         /* (C) the kept positions, ascending: the policy's kept set */
+    size_t n;             /* entries in use */
+    size_t cap;           /* C */
 } lm_cache;
 
 typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     const lm_model *model;
     lm_options opt;
-    char *spec;        /* canonical spec with the budget applied; NULL: none */
-    lm_heads *heads;   /* (L*G) policies; NULL without a policy */
-    size_t budget;     /* what every head is evicted to */
-    lm_cache *cache;   /* (L, G) */
-    int32_t pos;       /* the position of the next token */
-    int broken;        /* a step failed half way: refuse until reset */
+    char *spec;           /* canonical spec with the budget applied; NULL: none */
+    lm_heads *heads;      /* (L*G) policies; NULL without a policy */
+    size_t budget;        /* what every head is evicted to */
+    lm_cache *cache;      /* (L, G) */
+    int32_t pos;          /* the position of the next token */
+    int broken;           /* a step failed half way: refuse until reset */
     double bookkeeping_s; /* with opt.timing: CPU seconds of this thread in policy
                            * steps, evictions and cache compaction since
                            * creation, read twice a layer (each read costs a
                            * system call; bench/lm_speed.c subtracts it) */
     /* activations of the current position */
-    float *x;          /* (D) the residual stream */
-    float *xb;         /* (D) inside a residual branch */
-    float *xb2;        /* (D) */
-    float *hb, *hb2;   /* (F) the SwiGLU hidden */
-    float *q;          /* (H*S) */
-    float *k, *v;      /* (G*S) of the current position */
-    float *rope;       /* (S) cos, sin interleaved for the current position */
-    float *logits;     /* (V) */
+    float *x;        /* (D) the residual stream */
+    float *xb;       /* (D) inside a residual branch */
+    float *xb2;      /* (D) */
+    float *hb, *hb2; /* (F) the SwiGLU hidden */
+    float *q;        /* (H*S) */
+    float *k, *v;    /* (G*S) of the current position */
+    float *rope;     /* (S) cos, sin interleaved for the current position */
+    float *logits;   /* (V) */
     /* attention scratch, ld >= every cache's n + 1 */
     size_t ld;
     float *att;        /* (H, ld) softmax weights */

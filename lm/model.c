@@ -99,7 +99,7 @@ static kve_status lay_out(lm_model *m, const float *base, uint64_t payload_bytes
              (c->shared_classifier || add_product(&count[CLS], V, D, 1));
     static const int legacy_order[N_T] = {EMB, RMS_ATT, WQ, WK,        WV,   WO, RMS_FFN,
                                           W1,  W2,      W3, RMS_FINAL, ROPE, CLS};
-    static const int v1_order[N_T] = {RMS_ATT, RMS_FFN, RMS_FINAL, EMB, WQ,  WK, WV,
+    static const int v1_order[N_T] = {RMS_ATT, RMS_FFN, RMS_FINAL, EMB, WQ,   WK, WV,
                                       WO,      W1,      W2,        W3,  ROPE, CLS};
     const int *order = c->version == 0 ? legacy_order : v1_order;
     for (int i = 0; ok && i < N_T; i++) {
@@ -116,8 +116,8 @@ static kve_status lay_out(lm_model *m, const float *base, uint64_t payload_bytes
                        "checkpoint: the header (dim %d, hidden_dim %d, n_layers %d, n_heads %d, "
                        "n_kv_heads %d, vocab_size %d, seq_len %d, %s classifier) promises %llu "
                        "bytes of weights, the file holds %llu",
-                       c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
-                       c->vocab_size, c->seq_len, c->shared_classifier ? "shared" : "unshared",
+                       c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
+                       c->seq_len, c->shared_classifier ? "shared" : "unshared",
                        (unsigned long long)total * 4u, (unsigned long long)payload_bytes);
     lm_weights *w = &m->weights;
     w->token_embedding = base + off[EMB];
@@ -162,8 +162,8 @@ static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
             return st;
         unsigned flag = data[8 + LEGACY_HEADER];
         if (flag > 1)
-            return lm_fail(KVE_EFORMAT, "checkpoint header: shared_classifier flag %u must be 0 or 1",
-                           flag);
+            return lm_fail(KVE_EFORMAT,
+                           "checkpoint header: shared_classifier flag %u must be 0 or 1", flag);
         c->shared_classifier = (int)flag;
         return lay_out(m, (const float *)(const void *)(data + V1_HEADER), size - V1_HEADER);
     }

@@ -92,8 +92,9 @@ kve_status lm_tokenizer_from_memory(const void *data, size_t size, lm_tokenizer 
             return lm_fail(KVE_EFORMAT, "tokenizer: piece %zu truncated in the field len", n);
         int32_t len = get_i32(d + off + 4);
         if (len < 0 || len > max_len)
-            return lm_fail(KVE_EFORMAT, "tokenizer: piece %zu: len %d outside [0, max_token_length %d]",
-                           n, len, max_len);
+            return lm_fail(KVE_EFORMAT,
+                           "tokenizer: piece %zu: len %d outside [0, max_token_length %d]", n, len,
+                           max_len);
         off += 8;
         if (size - off < (size_t)len)
             return lm_fail(KVE_EFORMAT, "tokenizer: piece %zu truncated in its %d bytes", n, len);
@@ -149,36 +150,12 @@ kve_status lm_tokenizer_open(const char *path, lm_tokenizer **out)
 {
     if (!path || !out)
         return lm_fail(KVE_EINVAL, "tokenizer: NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return lm_fail(KVE_EIO, "cannot open %s: %s", path, strerror(errno));
-    unsigned char *buf = NULL;
-    size_t size = 0, cap = 0;
-    for (;;) {
-        if (size == cap) {
-            size_t ncap = cap ? 2 * cap : 65536;
-            unsigned char *grown = ncap > cap ? lm_realloc(buf, ncap) : NULL;
-            if (!grown) {
-                lm_free(buf);
-                fclose(f);
-                return lm_fail(KVE_ENOMEM, "tokenizer: out of memory reading %s", path);
-            }
-            buf = grown;
-            cap = ncap;
-        }
-        size_t got = fread(buf + size, 1, cap - size, f);
-        size += got;
-        if (got == 0)
-            break;
-    }
-    int failed = ferror(f);
-    int e = errno;
-    fclose(f);
-    if (failed) {
-        lm_free(buf);
-        return lm_fail(KVE_EIO, "cannot read %s: %s", path, strerror(e));
-    }
-    kve_status st = lm_tokenizer_from_memory(buf, size, out);
+    char *buf;
+    size_t size;
+    kve_status st = lm_read_file(path, &buf, &size);
+    if (st != KVE_OK)
+        return st;
+    st = lm_tokenizer_from_memory(buf, size, out);
     lm_free(buf);
     return st;
 }
@@ -210,7 +187,7 @@ static int raw_byte(const char *p, size_t len)
     int v = 0;
     for (int i = 3; i < 5; i++) {
         char c = p[i];
-        int h = c >= '0' && c <= '9' ? c - '0'
+        int h = c >= '0' && c <= '9'   ? c - '0'
                 : c >= 'a' && c <= 'f' ? c - 'a' + 10
                 : c >= 'A' && c <= 'F' ? c - 'A' + 10
                                        : -1;
@@ -244,21 +221,21 @@ const char *lm_decode(const lm_tokenizer *t, int32_t prev, int32_t token, size_t
 
 typedef struct pair { /* a merge candidate: node `left` and the node after it */
     float score;
-    int32_t id;        /* the merged piece */
+    int32_t id; /* the merged piece */
     size_t left, right;
     uint32_t ver_left, ver_right;
 } pair;
 
 typedef struct encoder {
     const lm_tokenizer *t;
-    size_t n;          /* nodes made */
-    int32_t *id;       /* (n) */
+    size_t n;            /* nodes made */
+    int32_t *id;         /* (n) */
     size_t *next, *prev; /* links; SIZE_MAX ends the list */
-    uint32_t *ver;     /* bumped whenever a node changes or dies */
+    uint32_t *ver;       /* bumped whenever a node changes or dies */
     unsigned char *dead;
     pair *heap;
     size_t heap_n;
-    char *buf;         /* 2 * longest: one concatenation */
+    char *buf; /* 2 * longest: one concatenation */
 } encoder;
 
 static int before(const pair *a, const pair *b) /* a pops before b */

@@ -3,13 +3,16 @@
  * themselves: random weights from a seed, written in the legacy and the
  * version-1 checkpoint formats, and a small tokenizer.bin.
  *
- * Nothing here shares code with lm/: the writer follows llama2.c's
+ * Nothing here shares code with lm/ (files are read with lm_read_file, which
+ * is not under test here): the writer follows llama2.c's
  * export.py (legacy_export, version1_export) on its own, so a loader that
  * reads tensors in the wrong order fails the tests. For a (shape, seed) the
  * weights are the same on every run (splitmix64).
  */
 #ifndef KVE_LM_FIXTURE_H
 #define KVE_LM_FIXTURE_H
+
+#include "lm.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -55,8 +58,8 @@ static inline float *fx_tensor(uint64_t *s, size_t n, double center, double a)
 }
 
 /* Random weights scaled so activations stay of order 1. */
-static inline void fx_model_init(fx_model *m, int dim, int hidden, int layers, int heads, int kv_heads,
-                          int vocab, int seq_len, int shared, uint64_t seed)
+static inline void fx_model_init(fx_model *m, int dim, int hidden, int layers, int heads,
+                                 int kv_heads, int vocab, int seq_len, int shared, uint64_t seed)
 {
     memset(m, 0, sizeof *m);
     m->dim = dim, m->hidden = hidden, m->layers = layers, m->heads = heads;
@@ -82,8 +85,8 @@ static inline void fx_model_init(fx_model *m, int dim, int hidden, int layers, i
 
 static inline void fx_model_free(fx_model *m)
 {
-    float *t[] = {m->emb, m->rms_att, m->wq, m->wk, m->wv, m->wo, m->rms_ffn,
-                  m->w1,  m->w2,      m->w3, m->rms_final, m->rope};
+    float *t[] = {m->emb,     m->rms_att, m->wq, m->wk, m->wv,        m->wo,
+                  m->rms_ffn, m->w1,      m->w2, m->w3, m->rms_final, m->rope};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         free(t[i]);
     if (!m->shared)
@@ -191,13 +194,14 @@ static inline int fx_write_model(const fx_model *m, int version, const char *pat
  * learned pieces below with their scores ---- */
 
 static const char *const fx_learned[] = {
-    " ",   "a",    "b",    "c",   "e",    "h",      "t",   "ab",   "ba", " a", " t",
-    "th",  "the",  " the", "he",  "abc",  "\xc3\xa9", "caf", "caf\xc3\xa9", "  ", "bb",
-    "aa",  "aaa",  "\xe2\x82\xac", "T", " is", " key", "?", "."};
-static const float fx_learned_score[] = {
-    -1.0f, -2.0f, -2.0f, -2.5f, -2.2f, -3.0f, -1.5f, -4.0f, -4.0f, -3.0f, -3.0f,
-    -2.0f, -1.0f, -0.5f, -2.0f, -5.0f, -6.0f,          -7.0f, -8.0f,              -4.0f, -4.0f,
-    -4.0f, -4.0f, -6.0f,          -2.0f, -3.0f, -3.0f, -2.0f, -2.0f};
+    " ",        "a",   "b",           "c",  "e",   "h",    "t",   "ab",
+    "ba",       " a",  " t",          "th", "the", " the", "he",  "abc",
+    "\xc3\xa9", "caf", "caf\xc3\xa9", "  ", "bb",  "aa",   "aaa", "\xe2\x82\xac",
+    "T",        " is", " key",        "?",  "."};
+static const float fx_learned_score[] = {-1.0f, -2.0f, -2.0f, -2.5f, -2.2f, -3.0f, -1.5f, -4.0f,
+                                         -4.0f, -3.0f, -3.0f, -2.0f, -1.0f, -0.5f, -2.0f, -5.0f,
+                                         -6.0f, -7.0f, -8.0f, -4.0f, -4.0f, -4.0f, -4.0f, -6.0f,
+                                         -2.0f, -3.0f, -3.0f, -2.0f, -2.0f};
 enum { FX_LEARNED = sizeof fx_learned / sizeof fx_learned[0] };
 /* Then the 64 pass keys "<key00>" .. "<key63>" (score -1e10: never merged). */
 enum { FX_KEYS = 64, FX_FIRST_KEY = 3 + 256 + FX_LEARNED, FX_PIECES = FX_FIRST_KEY + FX_KEYS };
@@ -233,13 +237,27 @@ static inline unsigned char *fx_tokenizer_image(size_t *size)
     return b.p;
 }
 
+/* A whole file, NUL-terminated (its length in *len when len is not NULL);
+ * NULL if it cannot be read. Free with free(). (lm_read_file does the
+ * reading; it is not what the tests test.) */
+static inline char *fx_slurp(const char *path, size_t *len)
+{
+    char *data;
+    size_t n;
+    if (lm_read_file(path, &data, &n) != KVE_OK)
+        return NULL;
+    if (len)
+        *len = n;
+    return data;
+}
+
 /* ---- the files of `kvevict lm logits` ---- */
 
 /* Parses `{"pos": t, "token": id, "logits": [V numbers]}` lines (positions
  * 0, 1, ... in order) into logits (n, V) and tokens (n), at most cap lines.
  * Returns the lines read, or (size_t)-1 for text of another shape. */
 static inline size_t fx_parse_logits(const char *s, int32_t V, float *logits, int32_t *tokens,
-                              size_t cap)
+                                     size_t cap)
 {
     size_t n = 0;
     while (*s && n < cap) {

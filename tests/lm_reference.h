@@ -27,10 +27,10 @@ typedef void (*ref_seen_fn)(void *user, int layer, int g, int32_t t, const int32
 typedef struct ref_state {
     const fx_model *m;
     int cache_positions;
-    size_t cap;       /* positions it can hold */
-    double *kc, *vc;  /* (L, cap, G*S) unrotated keys, values */
-    int32_t *keys;    /* (cap + 1) */
-    double *att;      /* (H, cap + 1) */
+    size_t cap;      /* positions it can hold */
+    double *kc, *vc; /* (L, cap, G*S) unrotated keys, values */
+    int32_t *keys;   /* (cap + 1) */
+    double *att;     /* (H, cap + 1) */
 } ref_state;
 
 static inline void ref_init(ref_state *r, const fx_model *m, int cache_positions, size_t cap)
@@ -86,7 +86,7 @@ static inline void ref_rotate(double *out, const double *vec, double p, int S)
 
 /* One step at position t; logits (V) out. */
 static inline void ref_step(ref_state *r, int32_t token, int32_t t, ref_keys_fn keys_fn,
-                     ref_seen_fn seen, void *user, double *logits)
+                            ref_seen_fn seen, void *user, double *logits)
 {
     const fx_model *m = r->m;
     int D = m->dim, F = m->hidden, H = m->heads, G = m->kv_heads, S = D / H, R = H / G;

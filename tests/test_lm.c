@@ -3,8 +3,8 @@
  * step under every cache discipline, and the allocation-failure paths.
  *
  * Encoding is held to run.c's algorithm as run.c writes it
- * (tests/lm_naive_bpe.h) on random texts. Models are tiny random ones written by the test (tests/lm_fixture.h) in
- * the legacy (tied and untied) and version-1 formats. The decoder is held
+ * (tests/lm_naive_bpe.h) on random texts. Models are tiny random ones written by the test
+ * (tests/lm_fixture.h) in the legacy (tied and untied) and version-1 formats. The decoder is held
  * to a naive double-precision reference (tests/lm_reference.h) that knows
  * nothing of lm/: with the full cache, with window and streaming masks
  * computed here, with keys re-rotated at their cache index, and with h2o
@@ -22,24 +22,12 @@
 #include "internal.h"
 #include "kvevict.h"
 #include "lm.h"
+#include "lm_check.h"
 #include "lm_naive_bpe.h"
 #include "lm_reference.h"
 #include "tmpdir.h"
 
 #include <sys/stat.h>
-
-/* lm reports through lm_last_error, kvevict through kve_last_error: show both. */
-#undef ASSERT_OK
-#undef ASSERT_STATUS
-#define ASSERT_OK(call) ASSERT_STATUS(call, KVE_OK)
-#define ASSERT_STATUS(call, want)                                                         \
-    do {                                                                                  \
-        kve_status st_ = (call);                                                          \
-        if (st_ != (want))                                                                \
-            CHECK_FAIL_AT("%s -> %s, want %s (lm: %s; kvevict: %s)", #call,               \
-                          kve_status_name(st_), kve_status_name(want), lm_last_error(),   \
-                          kve_last_error());                                              \
-    } while (0)
 
 /* The shape most tests use: 2 layers, 4 query heads over 2 KV heads (GQA),
  * head size 4, context 12 (decoding runs past it). */
@@ -56,6 +44,27 @@ static lm_model *load(const fx_model *fx, int version, unsigned char **img)
     return m;
 }
 
+/* A tiny model of the shape above, its checkpoint image and the loaded model. */
+typedef struct tiny {
+    fx_model fx;
+    unsigned char *img;
+    lm_model *m;
+} tiny;
+
+static lm_model *tiny_open(tiny *k, int shared, int version, uint64_t seed)
+{
+    fx_model_init(&k->fx, D_, F_, L_, H_, G_, V_, T_, shared, seed);
+    k->m = load(&k->fx, version, &k->img);
+    return k->m;
+}
+
+static void tiny_close(tiny *k)
+{
+    lm_model_free(k->m);
+    free(k->img);
+    fx_model_free(&k->fx);
+}
+
 static int32_t token_at(size_t t)
 {
     return (int32_t)((t * 7 + 3) % V_);
@@ -67,10 +76,8 @@ static void test_loader_order(void)
 {
     for (int version = 0; version < 2; version++) {
         for (int shared = 0; shared < 2; shared++) {
-            fx_model fx;
-            fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, shared, check_seed + 1);
-            unsigned char *img;
-            lm_model *m = load(&fx, version, &img);
+            tiny k;
+            lm_model *m = tiny_open(&k, shared, version, check_seed + 1);
             ASSERT_TRUE(m != NULL);
             const lm_config *c = &m->config;
             ASSERT_EQ(c->dim, D_);
@@ -86,20 +93,27 @@ static void test_loader_order(void)
             const lm_weights *w = &m->weights;
             size_t KD = (size_t)G_ * (D_ / H_);
             /* Every tensor, compared whole: a shifted layout differs. */
-            struct { const float *got, *want; size_t n; } t[] = {
-                {w->token_embedding, fx.emb, (size_t)V_ * D_}, {w->rms_att, fx.rms_att, L_ * D_},
-                {w->wq, fx.wq, (size_t)L_ * D_ * D_},           {w->wk, fx.wk, L_ * KD * D_},
-                {w->wv, fx.wv, L_ * KD * D_},                   {w->wo, fx.wo, (size_t)L_ * D_ * D_},
-                {w->rms_ffn, fx.rms_ffn, L_ * D_},              {w->w1, fx.w1, (size_t)L_ * F_ * D_},
-                {w->w2, fx.w2, (size_t)L_ * D_ * F_},           {w->w3, fx.w3, (size_t)L_ * F_ * D_},
-                {w->rms_final, fx.rms_final, D_},               {w->wcls, fx.cls, (size_t)V_ * D_},
+            struct {
+                const float *got, *want;
+                size_t n;
+            } t[] = {
+                {w->token_embedding, k.fx.emb, (size_t)V_ * D_},
+                {w->rms_att, k.fx.rms_att, L_ * D_},
+                {w->wq, k.fx.wq, (size_t)L_ * D_ * D_},
+                {w->wk, k.fx.wk, L_ * KD * D_},
+                {w->wv, k.fx.wv, L_ * KD * D_},
+                {w->wo, k.fx.wo, (size_t)L_ * D_ * D_},
+                {w->rms_ffn, k.fx.rms_ffn, L_ * D_},
+                {w->w1, k.fx.w1, (size_t)L_ * F_ * D_},
+                {w->w2, k.fx.w2, (size_t)L_ * D_ * F_},
+                {w->w3, k.fx.w3, (size_t)L_ * F_ * D_},
+                {w->rms_final, k.fx.rms_final, D_},
+                {w->wcls, k.fx.cls, (size_t)V_ * D_},
             };
             for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
                 ASSERT_TRUE(memcmp(t[i].got, t[i].want, t[i].n * sizeof(float)) == 0);
             ASSERT_TRUE(!shared || w->wcls == w->token_embedding);
-            lm_model_free(m);
-            free(img);
-            fx_model_free(&fx);
+            tiny_close(&k);
         }
     }
 }
@@ -110,15 +124,15 @@ static void set_i32(unsigned char *p, int32_t v)
 }
 
 /* Expects a refusal with KVE_EFORMAT whose message contains `needle`. */
-#define ASSERT_REFUSED(img, n, needle)                                                   \
-    do {                                                                                 \
-        lm_model *m_ = (lm_model *)&check_seed;                                          \
-        kve_status st_ = lm_model_from_memory((img), (n), &m_);                          \
-        if (st_ != KVE_EFORMAT || m_ != (lm_model *)&check_seed)                         \
-            CHECK_FAIL_AT("size %zu: %s, want KVE_EFORMAT (%s)", (size_t)(n),            \
-                          kve_status_name(st_), lm_last_error());                        \
-        ASSERT_CONTAINS(lm_last_error(), needle);                                        \
-        ASSERT_TRUE(strchr(lm_last_error(), '\n') == NULL);                              \
+#define ASSERT_REFUSED(img, n, needle)                                                             \
+    do {                                                                                           \
+        lm_model *m_ = (lm_model *)&check_seed;                                                    \
+        kve_status st_ = lm_model_from_memory((img), (n), &m_);                                    \
+        if (st_ != KVE_EFORMAT || m_ != (lm_model *)&check_seed)                                   \
+            CHECK_FAIL_AT("size %zu: %s, want KVE_EFORMAT (%s)", (size_t)(n),                      \
+                          kve_status_name(st_), lm_last_error());                                  \
+        ASSERT_CONTAINS(lm_last_error(), needle);                                                  \
+        ASSERT_TRUE(strchr(lm_last_error(), '\n') == NULL);                                        \
     } while (0)
 
 static void test_header_fields(void)
@@ -272,8 +286,7 @@ static void test_open_errors(void)
 /* ---- the decode step ---- */
 
 /* Runs `steps` tokens through a fresh decoder; logits (steps, V) out. */
-static kve_status run_decoder(const lm_model *m, const lm_options *opt, size_t steps,
-                              float *logits)
+static kve_status run_decoder(const lm_model *m, const lm_options *opt, size_t steps, float *logits)
 {
     lm_state *s = NULL;
     kve_status st = lm_state_new(m, opt, &s);
@@ -345,17 +358,13 @@ static void check_against_mask(const fx_model *fx, const lm_model *m, const char
 static void test_full_cache_reference(void)
 {
     for (int version = 0; version < 2; version++) {
-        fx_model fx;
-        fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, version, check_seed + 2);
-        unsigned char *img;
-        lm_model *m = load(&fx, version, &img);
+        tiny k;
+        lm_model *m = tiny_open(&k, version, version, check_seed + 2);
         ASSERT_TRUE(m != NULL);
         mask full = {M_FULL, 0, 0};
-        check_against_mask(&fx, m, NULL, LM_POS_ORIGINAL, full, 30); /* past seq_len 12 */
-        check_against_mask(&fx, m, "full:budget=4", LM_POS_CACHE, full, 30);
-        lm_model_free(m);
-        free(img);
-        fx_model_free(&fx);
+        check_against_mask(&k.fx, m, NULL, LM_POS_ORIGINAL, full, 30); /* past seq_len 12 */
+        check_against_mask(&k.fx, m, "full:budget=4", LM_POS_CACHE, full, 30);
+        tiny_close(&k);
     }
 }
 
@@ -363,10 +372,8 @@ static void test_full_cache_reference(void)
  * cache positions equal original ones (index == position). */
 static void test_full_identity(void)
 {
-    fx_model fx;
-    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, check_seed + 3);
-    unsigned char *img;
-    lm_model *m = load(&fx, 0, &img);
+    tiny k;
+    lm_model *m = tiny_open(&k, 0, 0, check_seed + 3);
     ASSERT_TRUE(m != NULL);
     enum { STEPS = 40 };
     float *none = malloc(STEPS * V_ * sizeof(float)), *full = malloc(STEPS * V_ * sizeof(float));
@@ -389,25 +396,21 @@ static void test_full_identity(void)
     free(none);
     free(full);
     free(cache);
-    lm_model_free(m);
-    free(img);
-    fx_model_free(&fx);
+    tiny_close(&k);
 }
 
 static void test_window_and_streaming(void)
 {
-    fx_model fx;
-    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, check_seed + 4);
-    unsigned char *img;
-    lm_model *m = load(&fx, 1, &img);
+    tiny k;
+    lm_model *m = tiny_open(&k, 0, 1, check_seed + 4);
     ASSERT_TRUE(m != NULL);
     static const lm_positions modes[2] = {LM_POS_ORIGINAL, LM_POS_CACHE};
-    for (int k = 0; k < 2; k++) {
-        check_against_mask(&fx, m, "window:budget=5", modes[k], (mask){M_WINDOW, 5, 0}, 40);
-        check_against_mask(&fx, m, "window:budget=1", modes[k], (mask){M_WINDOW, 1, 0}, 20);
-        check_against_mask(&fx, m, "streaming:budget=6,sinks=2", modes[k],
+    for (int i = 0; i < 2; i++) {
+        check_against_mask(&k.fx, m, "window:budget=5", modes[i], (mask){M_WINDOW, 5, 0}, 40);
+        check_against_mask(&k.fx, m, "window:budget=1", modes[i], (mask){M_WINDOW, 1, 0}, 20);
+        check_against_mask(&k.fx, m, "streaming:budget=6,sinks=2", modes[i],
                            (mask){M_STREAMING, 6, 2}, 40);
-        check_against_mask(&fx, m, "streaming:budget=4,sinks=1", modes[k],
+        check_against_mask(&k.fx, m, "streaming:budget=4,sinks=1", modes[i],
                            (mask){M_STREAMING, 4, 1}, 30);
     }
     /* The masks differ from the full cache: the reference can tell them apart. */
@@ -417,9 +420,7 @@ static void test_window_and_streaming(void)
     opt.positions = LM_POS_ORIGINAL;
     ASSERT_OK(run_decoder(m, &opt, 30, b));
     ASSERT_TRUE(memcmp(a + 20 * V_, b + 20 * V_, V_ * sizeof(float)) != 0);
-    lm_model_free(m);
-    free(img);
-    fx_model_free(&fx);
+    tiny_close(&k);
 }
 
 /* The h2o reference: one kve_policy per (layer, KV head) that the reference
@@ -457,13 +458,11 @@ static void policy_seen(void *user, int layer, int g, int32_t t, const int32_t *
 static void test_h2o_against_reference(void)
 {
     static const char *const specs[] = {"h2o:budget=6,recent_window=2", "tova:budget=5",
-                                         "scissorhands:budget=6,recent_window=2"};
+                                        "scissorhands:budget=6,recent_window=2"};
     for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++) {
         for (int mode = 0; mode < 2; mode++) {
-            fx_model fx;
-            fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 1, check_seed + 5);
-            unsigned char *img;
-            lm_model *m = load(&fx, 0, &img);
+            tiny k;
+            lm_model *m = tiny_open(&k, 1, 0, check_seed + 5);
             ASSERT_TRUE(m != NULL);
             policy_ref pr;
             for (int i = 0; i < L_ * G_; i++)
@@ -474,7 +473,7 @@ static void test_h2o_against_reference(void)
             ASSERT_OK(lm_state_new(m, &opt, &s));
             ref_state r;
             enum { STEPS = 36 };
-            ref_init(&r, &fx, mode, STEPS);
+            ref_init(&r, &k.fx, mode, STEPS);
             double want[V_];
             int differs_from_window = 0;
             for (size_t t = 0; t < STEPS; t++) {
@@ -487,8 +486,8 @@ static void test_h2o_against_reference(void)
                 for (int h = 0; h < L_ * G_; h++) {
                     const lm_cache *c = &s->cache[h];
                     ASSERT_EQ(c->n, kve_policy_size(pr.p[h]));
-                    ASSERT_TRUE(memcmp(c->pos, kve_policy_positions(pr.p[h]),
-                                       c->n * sizeof(int32_t)) == 0);
+                    ASSERT_TRUE(
+                        memcmp(c->pos, kve_policy_positions(pr.p[h]), c->n * sizeof(int32_t)) == 0);
                     /* Heavy hitters keep something older than the recent window. */
                     differs_from_window |= c->n > 0 && c->pos[0] < (int32_t)t - (int32_t)c->n;
                 }
@@ -498,19 +497,15 @@ static void test_h2o_against_reference(void)
             for (int i = 0; i < L_ * G_; i++)
                 kve_policy_free(pr.p[i]);
             lm_state_free(s);
-            lm_model_free(m);
-            free(img);
-            fx_model_free(&fx);
+            tiny_close(&k);
         }
     }
 }
 
 static void test_reset_and_seeds(void)
 {
-    fx_model fx;
-    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, check_seed + 6);
-    unsigned char *img;
-    lm_model *m = load(&fx, 0, &img);
+    tiny k;
+    lm_model *m = tiny_open(&k, 0, 0, check_seed + 6);
     ASSERT_TRUE(m != NULL);
     enum { STEPS = 30 };
     float a[STEPS * V_], b[STEPS * V_];
@@ -531,17 +526,13 @@ static void test_reset_and_seeds(void)
     opt.seed = 10;
     ASSERT_OK(run_decoder(m, &opt, STEPS, b));
     ASSERT_TRUE(memcmp(a, b, sizeof a) != 0);
-    lm_model_free(m);
-    free(img);
-    fx_model_free(&fx);
+    tiny_close(&k);
 }
 
 static void test_refusals(void)
 {
-    fx_model fx;
-    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, check_seed + 7);
-    unsigned char *img;
-    lm_model *m = load(&fx, 0, &img);
+    tiny k;
+    lm_model *m = tiny_open(&k, 0, 0, check_seed + 7);
     ASSERT_TRUE(m != NULL);
     lm_state *s = NULL;
     lm_options opt = {.policy = "h2o:budget=4,recent_window=4"};
@@ -572,9 +563,9 @@ static void test_refusals(void)
 
     /* NaN weights reach a policy as NaN attention: refused, the decoder is
      * broken until reset, and says so. */
-    fx.wk[3] = NAN;
+    k.fx.wk[3] = NAN;
     unsigned char *img2;
-    lm_model *bad = load(&fx, 0, &img2);
+    lm_model *bad = load(&k.fx, 0, &img2);
     ASSERT_TRUE(bad != NULL);
     ASSERT_OK(lm_state_new(bad, &opt, &s));
     ASSERT_OK(lm_forward(s, 1)); /* position 0: no kept key to weigh yet */
@@ -587,19 +578,15 @@ static void test_refusals(void)
     lm_state_free(s);
     lm_model_free(bad);
     free(img2);
-    lm_model_free(m);
-    free(img);
-    fx_model_free(&fx);
+    tiny_close(&k);
 }
 
 /* ---- evaluation ---- */
 
 static void test_window_nats(void)
 {
-    fx_model fx;
-    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 1, check_seed + 8);
-    unsigned char *img;
-    lm_model *m = load(&fx, 1, &img);
+    tiny k;
+    lm_model *m = tiny_open(&k, 1, 1, check_seed + 8);
     ASSERT_TRUE(m != NULL);
     enum { N = 11 };
     int32_t toks[N];
@@ -611,7 +598,7 @@ static void test_window_nats(void)
     ASSERT_OK(lm_window_nats(s, toks, N, &nats, per));
     /* Reference: BOS, then the tokens; -log softmax of the next token. */
     ref_state r;
-    ref_init(&r, &fx, 0, N + 1);
+    ref_init(&r, &k.fx, 0, N + 1);
     double want_total = 0, logits[V_];
     int32_t prev = LM_BOS;
     for (int i = 0; i < N; i++) {
@@ -636,9 +623,7 @@ static void test_window_nats(void)
     ASSERT_STATUS(lm_window_nats(s, toks, N, &again, NULL), KVE_EINVAL);
     ref_free(&r);
     lm_state_free(s);
-    lm_model_free(m);
-    free(img);
-    fx_model_free(&fx);
+    tiny_close(&k);
 }
 
 /* ---- tokenizer ---- */
@@ -681,9 +666,14 @@ static void test_tokenizer_encode(void)
 
     /* Against run.c's algorithm on random texts over an alphabet that makes
      * merges, ties, multi-byte code points and stray continuation bytes. */
-    static const char *const alphabet[] = {"a",   "b",   "c",       "e",        "h", "t", " ",
-                                           "th",  "\xc3\xa9", "\xe2\x82\xac", "\x80", "\xc3",
-                                           "z",   "\n",  "<key00>", "\xf0\x9f\x98\x80"};
+    static const char *const alphabet[] = {"a",        "b",
+                                           "c",        "e",
+                                           "h",        "t",
+                                           " ",        "th",
+                                           "\xc3\xa9", "\xe2\x82\xac",
+                                           "\x80",     "\xc3",
+                                           "z",        "\n",
+                                           "<key00>",  "\xf0\x9f\x98\x80"};
     uint64_t rs = check_seed;
     for (int trial = 0; trial < 400; trial++) {
         char text[200];

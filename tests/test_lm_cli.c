@@ -15,45 +15,15 @@
 #include "check.h"
 #include "kvevict.h"
 #include "lm.h"
+#include "lm_check.h"
 #include "lm_fixture.h"
 #include "tmpdir.h"
 
 #include <sys/wait.h>
 
-#undef ASSERT_OK
-#define ASSERT_OK(call)                                                                  \
-    do {                                                                                 \
-        kve_status st_ = (call);                                                         \
-        if (st_ != KVE_OK)                                                               \
-            CHECK_FAIL_AT("%s -> %s (lm: %s; kvevict: %s)", #call, kve_status_name(st_), \
-                          lm_last_error(), kve_last_error());                            \
-    } while (0)
-
 static char kvevict[512], outcheck[512];
 static char *out_text, *err_text;
 static size_t out_len;
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (n + 1 >= cap)
-            buf = realloc(buf, cap *= 2);
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    if (len)
-        *len = n;
-    return buf;
-}
 
 /* Runs `kvevict ARGS` (a shell word list), capturing stdout and stderr; the
  * exit status. */
@@ -66,30 +36,31 @@ static int run(const char *args)
     int rc = system(cmd);
     free(out_text);
     free(err_text);
-    out_text = slurp(o, &out_len);
-    err_text = slurp(e, NULL);
+    out_text = fx_slurp(o, &out_len);
+    err_text = fx_slurp(e, NULL);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
 /* The failure convention: exit `code`, stdout empty, exactly one stderr line
  * "kvevict CMD: ..." containing `needle`. */
-#define ASSERT_FAILS(args, code, cmd, needle)                                             \
-    do {                                                                                  \
-        int rc_ = run(args);                                                              \
-        if (rc_ != (code))                                                                \
-            CHECK_FAIL_AT("kvevict %s: exit %d, want %d (stderr: %s)", args, rc_, code,   \
-                          err_text ? err_text : "");                                      \
-        ASSERT_TRUE(out_len == 0);                                                        \
-        ASSERT_TRUE(strncmp(err_text, "kvevict " cmd ": ", strlen("kvevict " cmd ": ")) == 0); \
-        ASSERT_TRUE(strchr(err_text, '\n') == strrchr(err_text, '\n'));                   \
-        ASSERT_CONTAINS(err_text, needle);                                                \
+#define ASSERT_FAILS(args, code, cmd, needle)                                                      \
+    do {                                                                                           \
+        int rc_ = run(args);                                                                       \
+        if (rc_ != (code))                                                                         \
+            CHECK_FAIL_AT("kvevict %s: exit %d, want %d (stderr: %s)", args, rc_, code,            \
+                          err_text ? err_text : "");                                               \
+        ASSERT_TRUE(out_len == 0);                                                                 \
+        ASSERT_TRUE(strncmp(err_text, "kvevict " cmd ": ", strlen("kvevict " cmd ": ")) == 0);     \
+        ASSERT_TRUE(strchr(err_text, '\n') == strrchr(err_text, '\n'));                            \
+        ASSERT_CONTAINS(err_text, needle);                                                         \
     } while (0)
 
-#define ASSERT_RUNS(args)                                                                 \
-    do {                                                                                  \
-        int rc_ = run(args);                                                              \
-        if (rc_ != 0)                                                                     \
-            CHECK_FAIL_AT("kvevict %s: exit %d (stderr: %s)", args, rc_, err_text ? err_text : ""); \
+#define ASSERT_RUNS(args)                                                                          \
+    do {                                                                                           \
+        int rc_ = run(args);                                                                       \
+        if (rc_ != 0)                                                                              \
+            CHECK_FAIL_AT("kvevict %s: exit %d (stderr: %s)", args, rc_,                           \
+                          err_text ? err_text : "");                                               \
     } while (0)
 
 /* Fixture paths (in the scratch directory). */
@@ -120,8 +91,8 @@ static void make_fixtures(void)
     fx_write_file(tokpath, img, n);
     free(img);
     /* A text of a few hundred tokens, with multi-byte characters. */
-    static const char *const words[] = {"the", "cab", "bat", "a", "tea", "caf\xc3\xa9", "hat",
-                                        "ab", "\xe2\x82\xac", "bee", "that", "ace"};
+    static const char *const words[] = {"the", "cab", "bat",          "a",   "tea",  "caf\xc3\xa9",
+                                        "hat", "ab",  "\xe2\x82\xac", "bee", "that", "ace"};
     char buf[4096];
     size_t len = 0;
     uint64_t s = 99;
@@ -154,12 +125,17 @@ static void lib_logits(const int32_t *tokens, size_t n, const lm_options *opt, f
 static void test_logits(void)
 {
     static const int32_t toks[5] = {3, 1, 4, 1, 5};
-    float *got = malloc(8 * FX_PIECES * sizeof(float)), *want = malloc(8 * FX_PIECES * sizeof(float));
+    float *got = malloc(8 * FX_PIECES * sizeof(float)),
+          *want = malloc(8 * FX_PIECES * sizeof(float));
     int32_t back[8];
-    struct { const char *extra; lm_options opt; } cases[] = {
+    struct {
+        const char *extra;
+        lm_options opt;
+    } cases[] = {
         {"", {0}},
         {"--policy full", {.policy = "full"}},
-        {"--policy window:budget=2 --positions cache", {.policy = "window:budget=2", .positions = LM_POS_CACHE}},
+        {"--policy window:budget=2 --positions cache",
+         {.policy = "window:budget=2", .positions = LM_POS_CACHE}},
         {"--policy h2o:recent_window=1 --budget 3", {.policy = "h2o:recent_window=1", .budget = 3}},
     };
     const char *models[2] = {model0, model1};
@@ -187,7 +163,7 @@ static void test_logits(void)
              model0, tokpath, path_of("logits.jsonl"));
     ASSERT_RUNS(args);
     ASSERT_TRUE(out_len == 0);
-    char *file = slurp(path_of("logits.jsonl"), NULL);
+    char *file = fx_slurp(path_of("logits.jsonl"), NULL);
     ASSERT_TRUE(file != NULL);
     int32_t enc[16];
     size_t ne;
@@ -226,8 +202,8 @@ static void test_errors(void)
     ASSERT_FAILS("lm bogus", 2, "lm", "unknown command 'bogus'");
     ASSERT_FAILS("lm", 2, "lm", "missing command");
     /* A truncated checkpoint names the field it ends in. */
-    size_t n;
-    char *img = slurp(model0, &n);
+    size_t n = 0;
+    char *img = fx_slurp(model0, &n);
     fx_write_file(path_of("cut.bin"), img, 10);
     fx_write_file(path_of("long.bin"), img, n); /* then one byte more */
     FILE *f = fopen(path_of("long.bin"), "ab");
@@ -244,17 +220,16 @@ static void test_errors(void)
     ASSERT_FAILS(args, 1, "lm eval", "--tokenizer");
     snprintf(args, sizeof args, "lm eval --model %s --text %s --budget 10%%", model0, textpath);
     ASSERT_FAILS(args, 2, "lm eval", "--budget needs --policy");
-    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy window --budget 0%%",
-             model0, textpath);
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy window --budget 0%%", model0,
+             textpath);
     ASSERT_FAILS(args, 2, "lm eval", "not a percentage");
     snprintf(args, sizeof args, "lm eval --model %s --text %s --json --csv", model0, textpath);
     ASSERT_FAILS(args, 2, "lm eval", "contradict each other");
-    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps 9999 -o %s", model0,
-             textpath, path_of("x.npy"));
+    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps 9999 -o %s", model0, textpath,
+             path_of("x.npy"));
     ASSERT_FAILS(args, 2, "lm dump", "--steps 9999");
     ASSERT_TRUE(access(path_of("x.npy"), F_OK) != 0);
-    snprintf(args, sizeof args, "lm passkey --model %s --text %s --distances 1", model0,
-             textpath);
+    snprintf(args, sizeof args, "lm passkey --model %s --text %s --distances 1", model0, textpath);
     ASSERT_FAILS(args, 2, "lm passkey", "--distances: 1 is outside the valid range");
     snprintf(args, sizeof args, "generate --model %s --steps x", model0);
     ASSERT_FAILS(args, 2, "generate", "--steps");
@@ -476,8 +451,8 @@ static void test_dump(void)
 {
     enum { T = 9 };
     char args[4096];
-    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps %d -o %s", model1,
-             textpath, T, path_of("attn.npy"));
+    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps %d -o %s", model1, textpath,
+             T, path_of("attn.npy"));
     ASSERT_RUNS(args);
     kve_trace *tr = NULL;
     ASSERT_OK(kve_trace_open(path_of("attn.npy"), 0, &tr));
@@ -549,8 +524,10 @@ static void test_machine_outputs(void)
         "--key bits_per_token:number --key full_bits_per_byte:number "
         "--key delta_bits_per_byte:number --key 'delta_bits_per_byte_se:number|null' "
         "--key seed:integer";
-    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy window,tova --budget 4 "
-             "--json", model0, textpath);
+    snprintf(args, sizeof args,
+             "lm eval --model %s --text %s --policy window,tova --budget 4 "
+             "--json",
+             model0, textpath);
     ASSERT_RUNS(args);
     char checks[1024];
     snprintf(checks, sizeof checks, "--count 3 %s", eval_keys);
@@ -574,9 +551,9 @@ static void test_machine_outputs(void)
                                    "--key first_nats:number --key second_nats:number "
                                    "--key second_nats_se:number"));
     /* Every command's help. */
-    static const char *const helps[] = {"lm --help", "lm logits --help", "lm eval --help",
-                                        "lm passkey --help", "lm repeat --help",
-                                        "lm dump --help", "generate --help", "help lm"};
+    static const char *const helps[] = {"lm --help",         "lm logits --help", "lm eval --help",
+                                        "lm passkey --help", "lm repeat --help", "lm dump --help",
+                                        "generate --help",   "help lm"};
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
         ASSERT_RUNS(helps[i]);
         ASSERT_TRUE(strncmp(out_text, "usage: kvevict ", 15) == 0);
@@ -613,7 +590,8 @@ static void test_generate(void)
         toks[i + 1] = next;
         size_t len;
         const char *p = lm_decode(lib_tok, toks[i], next, &len);
-        if (!(len == 1 && (unsigned char)p[0] < 0x20 && p[0] != '\n' && p[0] != '\t' && p[0] != '\r')) {
+        if (!(len == 1 && (unsigned char)p[0] < 0x20 && p[0] != '\n' && p[0] != '\t' &&
+              p[0] != '\r')) {
             memcpy(want + wl, p, len);
             wl += len;
         }
@@ -649,7 +627,8 @@ int main(int argc, char **argv)
     if (tmpdir_make("kve-lm-cli") != 0)
         return 1;
     make_fixtures();
-    if (lm_model_open(model0, &lib_model) != KVE_OK || lm_tokenizer_open(tokpath, &lib_tok) != KVE_OK) {
+    if (lm_model_open(model0, &lib_model) != KVE_OK ||
+        lm_tokenizer_open(tokpath, &lib_tok) != KVE_OK) {
         fprintf(stderr, "test_lm_cli: fixtures: %s\n", lm_last_error());
         return 1;
     }

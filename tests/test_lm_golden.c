@@ -21,42 +21,15 @@
 #include "check.h"
 #include "kvevict.h"
 #include "lm.h"
+#include "lm_check.h"
 #include "lm_fixture.h"
 
 #include <unistd.h>
-
-#undef ASSERT_OK
-#define ASSERT_OK(call)                                                                  \
-    do {                                                                                 \
-        kve_status st_ = (call);                                                         \
-        if (st_ != KVE_OK)                                                               \
-            CHECK_FAIL_AT("%s -> %s (lm: %s)", #call, kve_status_name(st_), lm_last_error()); \
-    } while (0)
 
 enum { MAX_POS = 64 };
 #define TOL 1e-4
 
 static char fixtures[512], models[512];
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (n + 1 >= cap)
-            buf = realloc(buf, cap *= 2);
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
 
 static const char *in(const char *dir, const char *name)
 {
@@ -73,7 +46,7 @@ static void check_logits(const char *model, const char *golden)
 {
     lm_model *m = NULL;
     ASSERT_OK(lm_model_open(model, &m));
-    char *text = slurp(golden);
+    char *text = fx_slurp(golden, NULL);
     ASSERT_TRUE(text != NULL);
     int32_t V = m->config.vocab_size, toks[MAX_POS];
     float *want = malloc((size_t)MAX_POS * (size_t)V * sizeof *want);
@@ -169,7 +142,7 @@ static void check_encodings(const char *tokenizer, const char *cases)
 {
     lm_tokenizer *t = NULL;
     ASSERT_OK(lm_tokenizer_open(tokenizer, &t));
-    char *text = slurp(cases);
+    char *text = fx_slurp(cases, NULL);
     ASSERT_TRUE(text != NULL);
     int lines = 0, bad = 0;
     for (const char *p = text; *p;) {
@@ -240,7 +213,10 @@ int main(int argc, char **argv)
     CHECK_INIT(argc, argv);
     const char *src = getenv("KVE_SOURCE_DIR");
     const char *f = getenv("KVE_LM_FIXTURES"), *m = getenv("KVE_LM_MODELS");
-    snprintf(fixtures, sizeof fixtures, "%s%s", f ? f : src ? src : ".",
+    snprintf(fixtures, sizeof fixtures, "%s%s",
+             f     ? f
+             : src ? src
+                   : ".",
              f ? "" : "/tests/fixtures/lm");
     snprintf(models, sizeof models, "%s%s", m ? m : src ? src : ".", m ? "" : "/models");
     int have_fixtures = access(in(fixtures, "tiny-tied.bin"), R_OK) == 0;

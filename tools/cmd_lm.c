@@ -45,9 +45,11 @@ static struct {
 
 /* Exit for a failed lm call: KVE_EINVAL is usage, the rest bad input. */
 #if defined(__GNUC__)
-__attribute__((noreturn))
+#define LM_NORETURN __attribute__((noreturn))
+#else
+#define LM_NORETURN
 #endif
-static void die_lm(kve_status s, const char *what)
+LM_NORETURN static void die_lm(kve_status s, const char *what)
 {
     if (s == KVE_EINVAL)
         die_usage("%s: %s", what, lm_last_error());
@@ -114,30 +116,12 @@ static void load_tokenizer(const char *path, const char *model_path)
 /* Reads --text ("-": standard input) whole; NUL bytes are refused. */
 static void load_text(const char *path)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f)
-        die_input("--text %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = xmalloc(cap);
-    for (;;) {
-        if (n == cap)
-            buf = xrealloc(buf, cap *= 2);
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    int failed = ferror(f);
-    int e = errno;
-    if (f != stdin)
-        fclose(f);
-    ctx.text = buf;
-    ctx.text_len = n;
-    if (failed)
-        die_input("--text %s: %s", path, strerror(e));
-    const char *nul = memchr(buf, 0, n);
+    kve_status st = lm_read_file(path, &ctx.text, &ctx.text_len);
+    if (st != KVE_OK)
+        die_input("--text: %s", lm_last_error());
+    const char *nul = memchr(ctx.text, 0, ctx.text_len);
     if (nul)
-        die_input("--text %s: a NUL byte at offset %zu", path, (size_t)(nul - buf));
+        die_input("--text %s: a NUL byte at offset %zu", path, (size_t)(nul - ctx.text));
 }
 
 static int32_t *encode(const char *s, size_t len, size_t *n)
@@ -214,13 +198,22 @@ static lm_state *new_state(const char *spec, size_t budget, lm_positions pos, ui
     return s;
 }
 
+/* A command's cli_spec from its usage, shared options and own option table. */
+#define LM_SPEC(usage_, shared_, own_, format_)                                                    \
+    {                                                                                              \
+        .usage = (usage_), .shared = (shared_), .own = (own_),                                     \
+        .n_own = sizeof(own_) / sizeof((own_)[0]), .default_format = (format_)                     \
+    }
+
 /* ---- the measuring commands' common part: eval, passkey, repeat ------------ */
 
 /* Options every measuring command takes, first in its own table. */
-#define MEASURE_OPTS                                                                 \
-    {"model", 0, OPT_VALUE}, {"text", 0, OPT_VALUE}, {"tokenizer", 0, OPT_VALUE},    \
-        {"policy", 0, OPT_VALUE | OPT_REPEAT}, {"budget", 0, OPT_VALUE | OPT_REPEAT}, \
-        {"positions", 0, OPT_VALUE}
+#define MEASURE_OPTS                                                                               \
+    {"model", 0, OPT_VALUE}, {"text", 0, OPT_VALUE}, {"tokenizer", 0, OPT_VALUE},                  \
+        {"policy", 0, OPT_VALUE | OPT_REPEAT}, {"budget", 0, OPT_VALUE | OPT_REPEAT},              \
+    {                                                                                              \
+        "positions", 0, OPT_VALUE                                                                  \
+    }
 
 typedef struct measure_args {
     cli_args a;
@@ -319,9 +312,11 @@ static void job_cells(table *t, const job *jb, lm_positions positions)
     table_str(t, positions_name(positions));
 }
 
-#define JOB_COLS                                                       \
-    {"policy", KEY_POLICY, COL_ALL | COL_LEFT | COL_CODE},             \
-        {"budget", KEY_BUDGET, COL_ALL}, {"positions", "positions", COL_CSV | COL_JSON}
+#define JOB_COLS                                                                                   \
+    {"policy", KEY_POLICY, COL_ALL | COL_LEFT | COL_CODE}, {"budget", KEY_BUDGET, COL_ALL},        \
+    {                                                                                              \
+        "positions", "positions", COL_CSV | COL_JSON                                               \
+    }
 
 /* ---- lm logits ---------------------------------------------------------------- */
 
@@ -349,16 +344,13 @@ static const char logits_usage[] =
     "  --seed N         seed of the policies' random numbers (default 0)\n"
     "  -o, --output F   write to F instead of standard output\n";
 
-static const opt_def logits_own[] = {{"model", 0, OPT_VALUE},     {"tokens", 0, OPT_VALUE},
-                                     {"prompt", 0, OPT_VALUE},    {"tokenizer", 0, OPT_VALUE},
+static const opt_def logits_own[] = {{"model", 0, OPT_VALUE},
+                                     {"tokens", 0, OPT_VALUE},
+                                     {"prompt", 0, OPT_VALUE},
+                                     {"tokenizer", 0, OPT_VALUE},
                                      {"positions", 0, OPT_VALUE}};
-static const cli_spec logits_spec = {
-    .usage = logits_usage,
-    .shared = SO_POLICY | SO_BUDGET | SO_SEED | SO_OUTPUT,
-    .own = logits_own,
-    .n_own = sizeof logits_own / sizeof logits_own[0],
-    .default_format = FMT_JSON,
-};
+static const cli_spec logits_spec =
+    LM_SPEC(logits_usage, SO_POLICY | SO_BUDGET | SO_SEED | SO_OUTPUT, logits_own, FMT_JSON);
 
 /* A float32 as JSON with the digits that round-trip (%.9g); null if not finite. */
 static void json_float(FILE *f, float x)
@@ -463,13 +455,8 @@ static const char eval_usage[] =
     "delta_bits_per_byte_se, seed.\n";
 
 static const opt_def eval_own[] = {MEASURE_OPTS};
-static const cli_spec eval_spec = {
-    .usage = eval_usage,
-    .shared = SO_SEED | SO_FORMAT | SO_OUTPUT,
-    .own = eval_own,
-    .n_own = sizeof eval_own / sizeof eval_own[0],
-    .default_format = FMT_TEXT,
-};
+static const cli_spec eval_spec =
+    LM_SPEC(eval_usage, SO_SEED | SO_FORMAT | SO_OUTPUT, eval_own, FMT_TEXT);
 
 /* Standard error of the ratio sum(x) / den over samples x_i weighted by
  * b_i (delta method): sqrt(W / (W - 1) * sum (x_i - r b_i)^2) / den, with
@@ -503,7 +490,7 @@ static int lm_eval(int argc, char **argv)
 
     size_t W = (ctx.n_ids + chunk - 1) / chunk;
     double *bits = xcalloc(n_jobs * W, sizeof *bits); /* (jobs, W) */
-    double *bytes = xcalloc(W, sizeof *bytes);       /* (W) */
+    double *bytes = xcalloc(W, sizeof *bytes);        /* (W) */
     progress pr;
     progress_begin(&pr, "token", (uint64_t)ctx.n_ids * n_jobs, 0, 1);
     uint64_t done = 0;
@@ -638,24 +625,14 @@ static const char repeat_usage[] =
     "  other options as for `kvevict lm eval`; JSON rows: policy, budget, positions,\n"
     "  distance, trials, span, first_nats, second_nats, second_nats_se, seed.\n";
 
-static const opt_def passkey_own[] = {MEASURE_OPTS, {"distances", 0, OPT_VALUE},
-                                      {"trials", 0, OPT_VALUE}};
-static const cli_spec passkey_spec = {
-    .usage = passkey_usage,
-    .shared = SO_SEED | SO_FORMAT | SO_OUTPUT,
-    .own = passkey_own,
-    .n_own = sizeof passkey_own / sizeof passkey_own[0],
-    .default_format = FMT_TEXT,
-};
-static const opt_def repeat_own[] = {MEASURE_OPTS, {"distances", 0, OPT_VALUE},
-                                     {"trials", 0, OPT_VALUE}, {"span", 0, OPT_VALUE}};
-static const cli_spec repeat_spec = {
-    .usage = repeat_usage,
-    .shared = SO_SEED | SO_FORMAT | SO_OUTPUT,
-    .own = repeat_own,
-    .n_own = sizeof repeat_own / sizeof repeat_own[0],
-    .default_format = FMT_TEXT,
-};
+static const opt_def passkey_own[] = {
+    MEASURE_OPTS, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE}};
+static const cli_spec passkey_spec =
+    LM_SPEC(passkey_usage, SO_SEED | SO_FORMAT | SO_OUTPUT, passkey_own, FMT_TEXT);
+static const opt_def repeat_own[] = {
+    MEASURE_OPTS, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE}, {"span", 0, OPT_VALUE}};
+static const cli_spec repeat_spec =
+    LM_SPEC(repeat_usage, SO_SEED | SO_FORMAT | SO_OUTPUT, repeat_own, FMT_TEXT);
 
 /* Distances from --distances, or 64-steps within [lo, hi] plus hi (and lo
  * first when `with_lo`); each must lie in [lo, hi]. */
@@ -864,8 +841,9 @@ static int lm_recall(int argc, char **argv, int repeat)
     }
     if (ma.a.format == FMT_TEXT) {
         if (repeat)
-            fprintf(out, "repeated passage of %zu tokens, %zu windows per distance, positions "
-                         "%s; loss in nats/token over tokens 2..%zu of each occurrence\n\n",
+            fprintf(out,
+                    "repeated passage of %zu tokens, %zu windows per distance, positions "
+                    "%s; loss in nats/token over tokens 2..%zu of each occurrence\n\n",
                     P, trials, positions_name(ma.positions), P);
         else
             fprintf(out, "pass key: %zu prompts per distance, positions %s, chance %.4f\n\n",
@@ -895,17 +873,12 @@ static const char dump_usage[] =
     "decoder's policies receive; --query-heads writes every query head instead.\n"
     "The file is written under a temporary name and renamed into place.\n";
 
-static const opt_def dump_own[] = {{"model", 0, OPT_VALUE},     {"text", 0, OPT_VALUE},
-                                   {"steps", 0, OPT_VALUE},     {"tokenizer", 0, OPT_VALUE},
+static const opt_def dump_own[] = {{"model", 0, OPT_VALUE},
+                                   {"text", 0, OPT_VALUE},
+                                   {"steps", 0, OPT_VALUE},
+                                   {"tokenizer", 0, OPT_VALUE},
                                    {"query-heads", 0, 0}};
-static const cli_spec dump_spec = {
-    .usage = dump_usage,
-    .shared = SO_OUTPUT,
-    .required = SO_OUTPUT,
-    .own = dump_own,
-    .n_own = sizeof dump_own / sizeof dump_own[0],
-    .default_format = FMT_TEXT,
-};
+static const cli_spec dump_spec = LM_SPEC(dump_usage, SO_OUTPUT, dump_own, FMT_TEXT);
 
 typedef struct dump_ctx {
     FILE *f;
@@ -924,7 +897,8 @@ static void dump_attention(void *user, int32_t layer, int32_t pos, const float *
     for (size_t h = 0; h < d->heads && !d->failed; h++) {
         memset(d->row, 0, T * sizeof *d->row);
         lm_group_mean(d->row, att + h * d->group * ld, ld, d->group, n);
-        long off = d->header + (long)(((((size_t)layer * d->heads + h) * T + t) * T) * sizeof(float));
+        long off =
+            d->header + (long)(((((size_t)layer * d->heads + h) * T + t) * T) * sizeof(float));
         if (fseek(d->f, off, SEEK_SET) != 0 || fwrite(d->row, sizeof(float), T, d->f) != T)
             d->failed = 1;
     }
@@ -937,7 +911,9 @@ static int lm_dump(int argc, char **argv)
     const char *model = need(&a, &dump_spec, "model");
     const char *text = need(&a, &dump_spec, "text");
     size_t T = (size_t)parse_u64("--steps", need(&a, &dump_spec, "steps"), 1, 1u << 20);
-    if (!a.output || strcmp(a.output, "-") == 0)
+    if (!a.output)
+        die_usage("missing required option '-o FILE' (see kvevict %s --help)", cli_cmd);
+    if (strcmp(a.output, "-") == 0)
         die_usage("-o: a .npy file is written to a file, not standard output");
     load_model(model);
     load_tokenizer(own(&a, &dump_spec, "tokenizer"), model);
@@ -947,8 +923,8 @@ static int lm_dump(int argc, char **argv)
         die_usage("--steps %zu: the text gives BOS and %zu tokens", T, ctx.n_ids);
     const lm_config *c = &ctx.model->config;
     dump_ctx d = {0};
-    d.group = cli_own(&a, &dump_spec, "query-heads")->count ? 1
-                                                             : (size_t)(c->n_heads / c->n_kv_heads);
+    d.group =
+        cli_own(&a, &dump_spec, "query-heads")->count ? 1 : (size_t)(c->n_heads / c->n_kv_heads);
     d.heads = (size_t)c->n_heads / d.group;
     d.steps = T;
     d.row = xmalloc(T * sizeof *d.row);
@@ -1021,8 +997,11 @@ int cmd_lm(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } subs[] = {{"logits", lm_logits}, {"eval", lm_eval}, {"passkey", lm_passkey},
-                {"repeat", lm_repeat}, {"dump", lm_dump}};
+    } subs[] = {{"logits", lm_logits},
+                {"eval", lm_eval},
+                {"passkey", lm_passkey},
+                {"repeat", lm_repeat},
+                {"dump", lm_dump}};
     if (argc < 1)
         die_usage("missing command (see kvevict lm --help)");
     if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0) {
@@ -1062,13 +1041,8 @@ static const char generate_usage[] =
 static const opt_def generate_own[] = {{"model", 0, OPT_VALUE},     {"prompt", 0, OPT_VALUE},
                                        {"steps", 0, OPT_VALUE},     {"tokenizer", 0, OPT_VALUE},
                                        {"positions", 0, OPT_VALUE}, {"temperature", 0, OPT_VALUE}};
-static const cli_spec generate_spec = {
-    .usage = generate_usage,
-    .shared = SO_POLICY | SO_BUDGET | SO_SEED,
-    .own = generate_own,
-    .n_own = sizeof generate_own / sizeof generate_own[0],
-    .default_format = FMT_TEXT,
-};
+static const cli_spec generate_spec =
+    LM_SPEC(generate_usage, SO_POLICY | SO_BUDGET | SO_SEED, generate_own, FMT_TEXT);
 
 /* The next token: the first argmax, or a draw from softmax(logits / temp). */
 static int32_t sample(const float *logits, int32_t V, double temp, kve_rng *rng)
