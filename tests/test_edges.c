@@ -174,23 +174,28 @@ static void test_canonical_without_band_or_heavy(void)
     kve_trace_free(tr);
 }
 
-/* When every key before the band is a heavy hitter (sinks 0, no band, the
- * epoch's heavy set is the whole earlier range) there is no background key
- * to scale: the row is still a distribution, all of it on the heavy keys. */
+/* When every key before the band is a heavy hitter (sinks 0, no band;
+ * version 1: the epoch's heavy set is the whole earlier range; version 2:
+ * heavy = epoch puts a hitter in every position) the row is still a
+ * distribution, positive on every earlier key. */
 static void test_canonical_all_heavy_row(void)
 {
-    kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=8,sinks=0,recent=0,epoch=4,heavy=4", 0, &tr));
-    double row[8];
-    ASSERT_OK(kve_trace_row(tr, 0, 4, row));
-    double sum = 0;
-    for (size_t i = 0; i < 4; i++) {
-        ASSERT_TRUE(row[i] > 0);
-        sum += row[i];
+    const char *specs[] = {"canonical:version=1,steps=8,sinks=0,recent=0,epoch=4,heavy=4",
+                           "canonical:version=2,steps=8,sinks=0,recent=0,epoch=4,heavy=4"};
+    for (size_t v = 0; v < 2; v++) {
+        kve_trace *tr = NULL;
+        ASSERT_OK(kve_trace_open(specs[v], 0, &tr));
+        double row[8];
+        ASSERT_OK(kve_trace_row(tr, 0, 4, row));
+        double sum = 0;
+        for (size_t i = 0; i < 4; i++) {
+            ASSERT_TRUE(row[i] > 0);
+            sum += row[i];
+        }
+        ASSERT_NEAR(sum, 1.0, 1e-6);
+        ASSERT_TRUE(row[4] == 0.0);
+        kve_trace_free(tr);
     }
-    ASSERT_NEAR(sum, 1.0, 1e-6);
-    ASSERT_TRUE(row[4] == 0.0);
-    kve_trace_free(tr);
 }
 
 /* A .npy file is validated when opened and read again row by row: a row
