@@ -380,6 +380,39 @@ static inline double round_f32(double x)
     return (double)(float)x;
 }
 
+/* The four classes, in the order their masses are summed. */
+enum { SINK, BAND, HEAVY, BG, N_CLASSES };
+
+/* Rescales the masses of the classes present at step t (0 for a class
+ * absent) by 1 / their sum and sets row[t] = 0. When every class present
+ * has mass 0 (possible only with such parameters) the row is uniform over
+ * [0, t) instead, and 0 is returned. */
+static int rescale_or_uniform(double m[N_CLASSES], size_t t, double *row)
+{
+    double total = m[SINK] + m[BAND] + m[HEAVY] + m[BG];
+    row[t] = 0.0;
+    if (!(total > 0.0)) {
+        for (size_t i = 0; i < t; i++)
+            row[i] = round_f32(1.0 / (double)t);
+        return 0;
+    }
+    for (int k = 0; k < N_CLASSES; k++)
+        m[k] /= total;
+    return 1;
+}
+
+/* The band [b_lo, t) into row, unrounded: key t - 1 - d gets m_band times
+ * recent_decay^d over the sum of those weights. */
+static void write_band(const kve_canonical *c, size_t t, size_t b_lo, double m_band, double *row)
+{
+    size_t width = t - b_lo;
+    double sum = 0;
+    for (size_t d = 0; d < width; d++)
+        sum += c->band[d];
+    for (size_t d = 0; d < width; d++)
+        row[t - 1 - d] = m_band * c->band[d] / sum;
+}
+
 /* Version 1's row t (t >= 1) into row[0 .. t]. Never fails. */
 static void make_row_v1(kve_canonical *c, size_t t, double *row)
 {
@@ -393,24 +426,11 @@ static void make_row_v1(kve_canonical *c, size_t t, double *row)
         heavy_in_bg++;
     size_t n_bg = (b_lo - s_end) - heavy_in_bg;
 
-    double m_sink = s_end ? p->sink_mass : 0.0;
-    double m_band = b_lo < t ? p->recent_mass : 0.0;
-    double m_heavy = n_heavy ? p->heavy_mass : 0.0;
-    double m_bg = n_bg ? c->background_mass : 0.0;
-    double total = m_sink + m_band + m_heavy + m_bg;
-
-    row[t] = 0.0;
-    if (!(total > 0.0)) {
-        /* Every available class has mass 0 (possible only with such
-         * parameters): the row is uniform over [0, t). */
-        for (size_t i = 0; i < t; i++)
-            row[i] = round_f32(1.0 / (double)t);
+    double m[N_CLASSES] = {s_end ? p->sink_mass : 0.0, b_lo < t ? p->recent_mass : 0.0,
+                           n_heavy ? p->heavy_mass : 0.0, n_bg ? c->background_mass : 0.0};
+    if (!rescale_or_uniform(m, t, row))
         return;
-    }
-    m_sink /= total;
-    m_band /= total;
-    m_heavy /= total;
-    m_bg /= total;
+    const double m_sink = m[SINK], m_band = m[BAND], m_heavy = m[HEAVY], m_bg = m[BG];
 
     /* Each key is written once here, then band and heavy keys get their
      * heavy share added and are rounded last; sinks and background are
@@ -445,14 +465,7 @@ static void make_row_v1(kve_canonical *c, size_t t, double *row)
                 row[i] = round_f32(row[i] * scale);
         }
     }
-    if (b_lo < t) {
-        size_t width = t - b_lo;
-        double sum = 0;
-        for (size_t d = 0; d < width; d++)
-            sum += c->band[d];
-        for (size_t d = 0; d < width; d++)
-            row[t - 1 - d] = m_band * c->band[d] / sum;
-    }
+    write_band(c, t, b_lo, m_band, row);
     for (size_t k = 0; k < n_heavy; k++) {
         size_t i = (size_t)c->heavy_pos[k];
         double add = m_heavy * c->heavy_w[k];
@@ -488,24 +501,13 @@ static void make_row_v2(kve_canonical *c, size_t t, double *row)
     for (size_t j = 0; j < n_h; j++)
         w_sum += c->hits[j].s * c->decay_pow[(t - 1 - (size_t)c->hits[j].pos) / p->epoch];
 
-    double m_sink = s_end ? p->sink_mass : 0.0;
-    double m_band = b_lo < t ? p->recent_mass : 0.0;
-    double m_heavy = 0.0;
-    if (w_sum > 0.0)
-        m_heavy = w_sum < c->w_star ? p->heavy_mass * (w_sum / c->w_star) : p->heavy_mass;
-    double m_bg = b_lo > s_end ? c->background_mass : 0.0;
-    double total = m_sink + m_band + m_heavy + m_bg;
-
-    row[t] = 0.0;
-    if (!(total > 0.0)) {
-        for (size_t i = 0; i < t; i++)
-            row[i] = round_f32(1.0 / (double)t);
+    double m[N_CLASSES] = {s_end ? p->sink_mass : 0.0, b_lo < t ? p->recent_mass : 0.0, 0.0,
+                           b_lo > s_end ? c->background_mass : 0.0};
+    if (w_sum > 0.0) /* the heavy class is present in proportion min(1, W / W*) */
+        m[HEAVY] = w_sum < c->w_star ? p->heavy_mass * (w_sum / c->w_star) : p->heavy_mass;
+    if (!rescale_or_uniform(m, t, row))
         return;
-    }
-    m_sink /= total;
-    m_band /= total;
-    m_heavy /= total;
-    m_bg /= total;
+    const double m_sink = m[SINK], m_band = m[BAND], m_heavy = m[HEAVY], m_bg = m[BG];
 
     for (size_t i = 0; i < s_end; i++)
         row[i] = m_sink / (double)s_end;
@@ -523,14 +525,7 @@ static void make_row_v2(kve_canonical *c, size_t t, double *row)
         for (size_t i = s_end; i < b_lo; i++)
             row[i] *= scale;
     }
-    if (b_lo < t) {
-        size_t width = t - b_lo;
-        double sum = 0;
-        for (size_t d = 0; d < width; d++)
-            sum += c->band[d];
-        for (size_t d = 0; d < width; d++)
-            row[t - 1 - d] = m_band * c->band[d] / sum;
-    }
+    write_band(c, t, b_lo, m_band, row);
     if (m_heavy > 0.0) {
         double scale = m_heavy / w_sum;
         for (size_t j = 0; j < n_h; j++) {

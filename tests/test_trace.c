@@ -289,6 +289,15 @@ static void test_renormalisation_of_missing_classes(void)
     check_renormalisation("canonical:version=2,heavy=0", V2_SINK_MASS);
 }
 
+/* d^k by repeated multiplication, as the generator computes it. */
+static double power(double d, size_t k)
+{
+    double f = 1;
+    for (size_t q = 0; q < k; q++)
+        f *= d;
+    return f;
+}
+
 /* The hitters of version 2 at row t of `spec` (one whose only mass is the
  * heavy class, so every other key is 0): their positions, ascending. */
 static size_t hitters_of(const double *row, size_t t, int32_t *pos, size_t cap)
@@ -332,12 +341,8 @@ static void test_v2_hitters(void)
      * sampled row where both are present, whatever their ages. */
     double ratio[MAXH];
     for (size_t h = 0; h < n; h++) {
-        size_t kh = (T - 2 - (size_t)pos[h]) / EP, k0 = (T - 2 - (size_t)pos[0]) / EP;
-        double fh = 1, f0 = 1;
-        for (size_t k = 0; k < kh; k++)
-            fh *= d;
-        for (size_t k = 0; k < k0; k++)
-            f0 *= d;
+        double fh = power(d, (T - 2 - (size_t)pos[h]) / EP);
+        double f0 = power(d, (T - 2 - (size_t)pos[0]) / EP);
         ratio[h] = (row[pos[h]] / fh) / (row[pos[0]] / f0);
         ASSERT_TRUE(ratio[h] >= (1 - jit) / (1 + jit) - 1e-6);
         ASSERT_TRUE(ratio[h] <= (1 + jit) / (1 - jit) + 1e-6);
@@ -354,15 +359,9 @@ static void test_v2_hitters(void)
         if (present != before)
             CHECK_FAIL_AT("row %zu: %zu keys hold weight, %zu hitters came before", t, present,
                           before);
-        size_t k0 = (t - 1 - (size_t)pos[0]) / EP;
-        double f0 = 1;
-        for (size_t k = 0; k < k0; k++)
-            f0 *= d;
+        double f0 = power(d, (t - 1 - (size_t)pos[0]) / EP);
         for (size_t h = 1; h < before; h++) {
-            size_t kh = (t - 1 - (size_t)pos[h]) / EP;
-            double fh = 1;
-            for (size_t k = 0; k < kh; k++)
-                fh *= d;
+            double fh = power(d, (t - 1 - (size_t)pos[h]) / EP);
             double r = (row[pos[h]] / fh) / (row[pos[0]] / f0);
             if (!(fabs(r - ratio[h]) <= 1e-6 * ratio[h]))
                 CHECK_FAIL_AT("row %zu hitter %d: strength ratio %.9g, %.9g on the last row", t,
@@ -404,11 +403,7 @@ static void test_v2_heavy_class_presence(void)
             if (row[i] > lowest * 1.0001) {
                 ASSERT_TRUE(n < MAXH);
                 pos[n++] = (int32_t)i;
-                size_t k = (t - 1 - i) / EP;
-                double f = 1;
-                for (size_t q = 0; q < k; q++)
-                    f *= d;
-                w += f;
+                w += power(d, (t - 1 - i) / EP);
             }
         }
         ASSERT_TRUE(n >= 1);
@@ -420,10 +415,7 @@ static void test_v2_heavy_class_presence(void)
         ASSERT_NEAR(lowest, b, 1e-6 * b);
         for (size_t h = 0; h < n; h++) {
             size_t k = (t - 1 - (size_t)pos[h]) / EP;
-            double f = 1;
-            for (size_t q = 0; q < k; q++)
-                f *= d;
-            double want = b + m_heavy / total * f / w;
+            double want = b + m_heavy / total * power(d, k) / w;
             if (!(fabs(row[pos[h]] - want) <= 1e-6 * want))
                 CHECK_FAIL_AT("row %zu hitter %d (age bracket %zu): %.9g, want %.9g", t,
                               pos[h], k, row[pos[h]], want);
