@@ -62,8 +62,9 @@ done
 for w in 16 32 48 64 80 96 128; do
     check "bench sweep has recent_window $w" grep -q "^h2o:budget=256,recent_window=$w " "$D/bench"
 done
-n=$(grep -cE '^\([1-6]\) (reproduced|not reproduced): ' "$D/bench")
+n=$(grep -cE '^\([1-6]\) (reproduced|not reproduced|fitted): ' "$D/bench")
 check "bench lists six observations (got $n)" [ "$n" -eq 6 ]
+check "bench: the default trace is the one claim 6 was fitted on" grep -q '^(6) fitted: ' "$D/bench"
 "$K" bench --markdown --trace canonical:steps=1200 >"$D/bench.md"
 check "bench --markdown prints tables" grep -q '^| policy spec ' "$D/bench.md"
 n=$(grep -cE '^[1-6]\. \*\*(reproduced|not reproduced)\*\*: ' "$D/bench.md")
@@ -73,6 +74,50 @@ grep -oE '^\([1-6]\) (reproduced|not reproduced)' "$D/bench" | tr -d '()' >"$D/v
 grep -oE '^[1-6]\. \*\*(reproduced|not reproduced)' "$D/bench.md" | tr -d '.*' >"$D/v2"
 "$K" bench --trace canonical:steps=1200 | grep -oE '^\([1-6]\) (reproduced|not reproduced)' | tr -d '()' >"$D/v1"
 check "bench text and markdown agree on the verdicts" cmp -s "$D/v1" "$D/v2"
+check "bench: claim 6 is a check, not the fit, on another trace" grep -qE '^6 (reproduced|not reproduced)$' "$D/v1"
+"$K" bench --trace canonical:version=1,steps=1200 >"$D/out"
+check "bench judges version 1 too" [ "$(grep -cE '^\([1-6]\) (reproduced|not reproduced): ' "$D/out")" -eq 6 ]
+check "bench names version 1's spec" grep -q '^kvevict bench: trace canonical:version=1,seed=1,steps=1200,' "$D/out"
+
+# ---- bench --seeds: the claims on several trace seeds ----------------------------
+"$K" bench --seeds 3 --trace canonical:steps=1200 >"$D/seeds" 2>"$D/err"
+check "bench --seeds exits 0, quiet ($(cat "$D/err"))" [ ! -s "$D/err" ]
+check "bench --seeds names the seeds" grep -q '^with seeds 1 to 3, policy seed 0$' "$D/seeds"
+check "bench --seeds: six claims" [ "$(grep -cE '^\([1-6]\) ' "$D/seeds")" -eq 6 ]
+check "bench --seeds: one row per seed" [ "$(grep -cE '^ +[1-3] +(yes|no|n/a) ' "$D/seeds")" -eq 3 ]
+# Seed 1's column is the single-seed verdicts of the same trace.
+grep -E '^ +1 +' "$D/seeds" | awk '{for (i = 2; i <= 7; i++) print (i - 1) " " ($i == "yes" ? "reproduced" : "not reproduced")}' >"$D/s1"
+check "bench --seeds: seed 1 agrees with bench" cmp -s "$D/v1" "$D/s1"
+# The summary follows from the matrix: a count per claim, and reproduced
+# exactly when seed 1 holds and at least half of the others do.
+awk '/^\([1-6]\) / { n = substr($1, 2, 1); line[n] = $0 }
+     /^ +[0-9]+ +(yes|no|n\/a) / { for (k = 1; k <= 6; k++) { if ($(k + 1) == "yes") { c[k]++; if (!first) f[k] = 1; else o[k]++ } } first = 1; seeds++ }
+     END { bad = 0
+           for (k = 1; k <= 6; k++) {
+               want = c[k] + 0 " of " seeds
+               if (index(line[k], want) == 0) { print "count " k; bad = 1 }
+               v = (f[k] && 2 * o[k] >= seeds - 1) ? "reproduced" : "not reproduced"
+               got = line[k] ~ /not reproduced$/ ? "not reproduced" : line[k] ~ / reproduced$/ ? "reproduced" : "?"
+               if (got != v) { print "verdict " k; bad = 1 } }
+           exit bad }' "$D/seeds" >"$D/out"
+check "bench --seeds: counts and verdicts follow the per-seed rows ($(cat "$D/out"))" [ $? -eq 0 ]
+"$K" bench --seeds 2 --trace canonical:steps=1200,seed=5 >"$D/out"
+check "bench --seeds starts at the trace's seed" grep -q '^with seeds 5 to 6, ' "$D/out"
+"$K" bench --seeds 2 --trace canonical:steps=1200 --csv >"$D/c"
+check "bench --seeds --csv: one row per seed" "$J" csv --count 2 --key trace:string --key trace_seed:integer --key seed:integer --key claim_1:string --key claim_6:string --key streaming_retained_mass_256:number "$D/c"
+"$K" bench --seeds 2 --trace canonical:steps=1200 --json >"$D/j"
+check "bench --seeds --json: one object per seed" "$J" jsonl --count 2 --key trace:string --key trace_seed:integer --key claim_3:string --key streaming_retained_mass_256:number "$D/j"
+check "bench --seeds --json: seed 2's trace" grep -q '"trace": "canonical:version=2,seed=2,steps=1200,' "$D/j"
+"$K" bench --seeds 2 --trace canonical:steps=1200 --md >"$D/m"
+check "bench --seeds --md: two markdown tables" [ "$(grep -c '^| ---' "$D/m")" -eq 2 ]
+expect_err 2 bench --seeds 0
+expect_err 2 bench --seeds 1001
+expect_err 2 bench --seeds x
+expect_err 2 bench --seeds 2 --trace "$D/t.npy"
+expect_err 2 bench --seeds 2 --budget 256
+expect_err 2 bench --seeds 2 --topk 8
+expect_err 2 bench --seeds 2 --trace canonical:seed=18446744073709551615
+expect_err 2 bench --seeds 2 --trace canonical:steps=zz
 
 # ---- eval ------------------------------------------------------------------
 C=canonical:steps=700
@@ -231,6 +276,57 @@ check "eval --per-head numbers heads by layer" grep -q '{"layer": 1, "head": 0, 
 check "replay --head 1 of a multi-head file" [ "$(wc -l <"$D/out")" -eq 3 ]
 expect_err 2 replay --trace "$D/heads.npy" --policy window:budget=1 --head 2
 
+# ---- trace --stats: statistics with known values -----------------------------------
+# Float32 files of shape [heads, 80, 80]: head "diag" puts each row's whole
+# mass on the query's own key, head "first" on position 0.
+mknpy() { # mknpy FILE SHAPE T HEAD...
+    f=$1; shape=$2; T=$3; shift 3
+    hdr="{'descr': '<f4', 'fortran_order': False, 'shape': ($shape), }"
+    pad=$((128 - 10 - ${#hdr} - 1))
+    {
+        printf '\223NUMPY\001\000\166\000%s' "$hdr"
+        i=0; while [ $i -lt $pad ]; do printf ' '; i=$((i + 1)); done
+        printf '\n'
+        for h in "$@"; do
+            t=0
+            while [ $t -lt "$T" ]; do
+                if [ "$h" = diag ]; then k=$t; else k=0; fi
+                head -c $((4 * k)) /dev/zero
+                printf '\000\000\200\077'
+                head -c $((4 * (T - 1 - k))) /dev/zero
+                t=$((t + 1))
+            done
+        done
+    } >"$f"
+}
+mknpy "$D/st.npy" "2, 80, 80" 80 diag first
+"$K" trace --stats --trace "$D/st.npy" --block 20 --json >"$D/j" 2>"$D/err"
+check "trace --stats --json: one object per head ($(cat "$D/err"))" "$J" jsonl --count 2 --key head:integer --key sink_mass:number --key recent_mass:number --key self_mass:number --key top32_persistence:number --key block_heavy_mass:number --key block_heavy_next_mass:number --key trace:string --key steps:integer --key heads:integer --key layers:integer --key block:integer "$D/j"
+# Head 0: all on the own key; every top-32 is the 32 lowest (all zero, ties
+# to the lower position). Blocks of 20: a block's heavy set is its own 20
+# keys (the block has seen no later key), so its mass is 1 in its own block
+# and 0 in the next.
+check "stats: own key" grep -q '^{"head": 0, "sink_mass": 0, "recent_mass": 0, "self_mass": 1, "top32_persistence": 1, "block_heavy_mass": 1, "block_heavy_next_mass": 0, ' "$D/j"
+check "stats: position 0" grep -q '^{"head": 1, "sink_mass": 1, "recent_mass": 0, "self_mass": 0, "top32_persistence": 1, "block_heavy_mass": 1, "block_heavy_next_mass": 1, ' "$D/j"
+"$K" trace --stats --trace "$D/st.npy" --head 1 --csv >"$D/c"
+check "trace --stats --head 1: that head only" "$J" csv --count 1 --value head=1 --value sink_mass=1 "$D/c"
+"$K" trace --stats --trace "$D/st.npy" >"$D/out"
+check "trace --stats text: two heads and their mean" [ "$(grep -cE '^ *(0|1|mean) ' "$D/out")" -eq 3 ]
+check "stats: blocks of 512 on 80 rows are n/a" grep -qE '^ +0 .* n/a +n/a$' "$D/out"
+# The canonical trace with all its mass on the band: the last 64 keys hold 1
+# and each top-32 (the 32 nearest keys) shifts by one a step: 31/32.
+"$K" trace --stats --trace canonical:steps=300,sinks=0,sink_mass=0,recent_mass=1,heavy_mass=0 --json >"$D/j"
+check "stats: the band" grep -qE '"sink_mass": 0, "recent_mass": (1|0\.99999999[0-9]*), "self_mass": 0, "top32_persistence": 0\.96875, ' "$D/j"
+"$K" trace --stats --trace canonical:steps=1100 --md -o "$D/m" >"$D/out"
+check "trace --stats -o FILE --md" [ "$(grep -c '^| ' "$D/m")" -eq 3 ] && [ ! -s "$D/out" ]
+expect_err 2 trace --stats --trace "$D/st.npy" --head 2
+expect_err 2 trace --stats --trace "$D/st.npy" --block 0
+expect_err 2 trace --stats
+expect_err 2 trace --trace "$D/st.npy" --block 20 -o "$D/x.npy"
+expect_err 2 trace --trace "$D/st.npy" --json -o "$D/x.npy"
+expect_err 2 trace --trace "$D/st.npy"
+expect_err 1 trace --stats --trace "$D/bad.npy"
+
 # trace -o failures leave nothing behind.
 expect_err 1 trace --trace "$C" -o "$D/nodir/x.npy"
 check "no file in a missing directory" [ ! -e "$D/nodir/x.npy" ]
@@ -273,6 +369,35 @@ check "docs blocks carry no timing column" sh -c "! grep -q 'ns/step' '$D/doc.md
 awk -F'|' 'BEGIN{OFS="|"} /^\| +16 \|/{ $4=" 0.0001 " } {print}' "$D/doc.md" >"$D/doc3.md"
 "$K" docs --trace canonical:steps=600 --check "$D/doc3.md" >"$D/out" 2>"$D/err"
 check "docs --check catches a changed mass" [ $? -eq 1 ]
+# Blocks that name their trace: version 1 beside the default, seeds, stats.
+cat >"$D/doc4.md" <<'DOC'
+<!-- kvevict:begin sweep h2o:budget=64 recent_window=16 -->
+<!-- kvevict:end sweep -->
+<!-- kvevict:begin sweep h2o:budget=64 recent_window=16 trace=canonical:version=1,steps=600 -->
+<!-- kvevict:end sweep -->
+<!-- kvevict:begin seeds n=2 trace=canonical:steps=600 -->
+<!-- kvevict:end seeds -->
+<!-- kvevict:begin trace-stats block=100 trace=canonical:version=1,steps=600 -->
+<!-- kvevict:end trace-stats -->
+DOC
+"$K" docs --trace canonical:steps=600 "$D/doc4.md" >"$D/out" 2>"$D/err"
+check "docs with trace= blocks regenerates ($(cat "$D/err"))" [ $? -eq 0 ]
+"$K" docs --trace canonical:steps=600 --check "$D/doc4.md" >"$D/out" 2>"$D/err"
+check "docs with trace= blocks: --check passes after" [ $? -eq 0 ]
+n=$(grep -c '^|  *16 |' "$D/doc4.md")
+check "docs: both sweeps written" [ "$n" -eq 2 ]
+check "docs: the two traces differ" [ "$(grep '^|  *16 |' "$D/doc4.md" | sort -u | wc -l)" -eq 2 ]
+m1=$(grep '^|  *16 |' "$D/doc4.md" | sed -n 2p | awk -F'|' '{print $4 $5}')
+m2=$("$K" sweep --trace canonical:version=1,steps=600 --policy h2o:budget=64 --param recent_window=16 --md | grep '^|  *16 |' | awk -F'|' '{print $4 $5}')
+check "docs: the version 1 block is what sweep prints on version 1 ($m1, $m2)" [ -n "$m1" ] && [ "$m1" = "$m2" ]
+check "docs: a seeds block" grep -q '^Trace `canonical:version=2,seed=1,steps=600,.*` with seeds 1 to 2' "$D/doc4.md"
+check "docs: a trace-stats block" grep -qE '^\| +0 \| +0\.[0-9]+ \|' "$D/doc4.md"
+printf '<!-- kvevict:begin summary trace=canonical trace=canonical -->\n<!-- kvevict:end summary -->\n' >"$D/twice.md"
+expect_err 1 docs --check "$D/twice.md"
+printf '<!-- kvevict:begin seeds -->\n<!-- kvevict:end seeds -->\n' >"$D/noseeds.md"
+expect_err 2 docs --check "$D/noseeds.md"
+printf '<!-- kvevict:begin trace-stats rows=3 -->\n<!-- kvevict:end trace-stats -->\n' >"$D/badstats.md"
+expect_err 2 docs --check "$D/badstats.md"
 printf '<!-- kvevict:begin nosuch -->\n<!-- kvevict:end nosuch -->\n' >"$D/bad.md"
 expect_err 2 docs --check "$D/bad.md"
 printf '<!-- kvevict:begin summary -->\n' >"$D/open.md"

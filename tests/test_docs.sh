@@ -15,5 +15,6 @@ if ! grep -q '^<!-- kvevict:begin results -->' "$SRC/docs/results.md"; then
     echo "FAIL: docs/results.md has no 'results' block" >&2
     exit 1
 fi
+cd "$SRC" || exit 1 # blocks may name a trace by a path relative to the tree
 "$K" docs --check "$@" || { echo "FAIL: the docs drifted from the tools' output; run make docs" >&2; exit 1; }
 echo "test_docs: $# files checked"

@@ -398,6 +398,7 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
             break;
         case SO_HEAD:
             a->head = (size_t)parse_u64("--head", s, 0, SIZE_MAX);
+            a->head_given = 1;
             break;
         case SO_FORMAT: {
             tfmt f = strcmp(name, "format") == 0 ? parse_format(s)

@@ -123,6 +123,7 @@ typedef struct cli_args {
     size_t topk;           /* 32 */
     int topk_given;        /* --topk was given: JSON says "topk" */
     size_t head;           /* 0 */
+    int head_given;        /* --head was given */
     tfmt format;
     const char *output;    /* NULL or "-": standard output */
     /* the command's own options, index-aligned with cli_spec.own */
@@ -315,6 +316,7 @@ void result_cells(table *t, const result_ctx *c, const kve_eval_result *r);
  * state_bytes. */
 typedef struct evalset {
     int collecting;
+    int quiet;                 /* no progress line and no warning (worker threads) */
     size_t n, cap;
     char **spec;               /* canonical specs, budget included */
     kve_eval_result *res;      /* [n] aggregated over heads */
@@ -383,11 +385,70 @@ typedef struct bench_opts {
 
 void render_policy_table(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt);
 void render_h2o_sweep(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt);
-void render_observations(FILE *f, evalset *es, int markdown);
+
+/* The six claims of the H2O page (docs/policies/h2o.md, "Claims, checked"),
+ * each judged on an evalset: OBS_HOLDS, OBS_FAILS, or OBS_NOT_JUDGED when a
+ * figure it needs is a mean over no scored step. */
+enum { N_OBS = 6 };
+enum { OBS_NOT_JUDGED = -1, OBS_FAILS = 0, OBS_HOLDS = 1 };
+extern const char *const obs_claims[N_OBS];
+/* Judges every claim into outcome[], printing each with its figures to f
+ * (markdown list or text) unless f is NULL. `calibrated`: the trace is the
+ * one the canonical trace's sink_mass was fitted on, so claim 6 is the fit
+ * ("fitted"), not a check. */
+void judge_observations(FILE *f, evalset *es, int markdown, int calibrated, int outcome[N_OBS]);
+/* judge_observations for a trace given by its source text. */
+void render_observations(FILE *f, evalset *es, int markdown, const char *trace);
+/* The source names the calibrated trace (the default canonical trace). */
+int is_calibrated_trace(const char *src);
+
+/* ---- the claims on several trace seeds (seeds.c) ------------------------- */
+
+typedef struct seeds_run {
+    char *base;            /* canonical source of the first seed's trace */
+    uint64_t first;        /* its seed; seed i is first + i */
+    size_t n;              /* seeds */
+    uint64_t policy_seed;  /* --seed */
+    int calibrated;        /* the first seed's trace is the calibrated one */
+    int (*outcome)[N_OBS]; /* [n]: OBS_* per claim */
+    double *streaming;     /* [n]: streaming's retained mass at budget 256 */
+} seeds_run;
+
+/* Judges the claims on seeds first .. first + n - 1 of the canonical trace
+ * `src` (any other source is a usage error), policy seed a->seed. */
+void seeds_eval(seeds_run *r, const char *src, size_t n, const cli_args *a);
+void seeds_free(seeds_run *r);
+/* text/md: the verdict per claim over the seeds, then the claims per seed;
+ * csv/json: one row per seed. */
+void render_seeds(FILE *f, const seeds_run *r, tfmt fmt);
 void render_summary(FILE *f, evalset *es, tfmt fmt);
 void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c, tfmt fmt);
 /* A stream that discards what is written (for collecting passes). */
 FILE *null_sink(void);
+
+/* ---- what a trace looks like (stats.c), shared by trace --stats and docs -- */
+
+/* The statistics of one head (docs/trace.md, "Realism, measured"); a mean
+ * over no row is NaN. */
+typedef struct trace_stats {
+    double sink_mass;             /* mean mass on the first 4 positions */
+    double recent_mass;           /* mean mass on [t - 64, t) */
+    double self_mass;             /* mean mass on the query's own key */
+    double top32_persistence;     /* mean share of a row's top-32 kept by the next row's */
+    double block_heavy_mass;      /* a block's top-32 by summed mass, per row, in it */
+    double block_heavy_next_mass; /* ... and in the next block */
+    size_t rows, pairs, blocks;   /* the counts behind the means */
+} trace_stats;
+
+enum { STATS_BLOCK = 512 };
+
+/* Computes head `head` of `tr` with blocks of `block` rows. Exits on a read
+ * error. O(T) memory. */
+void trace_stats_head(kve_trace *tr, size_t head, size_t block, trace_stats *s);
+/* One row per head (every head when all_heads, else `head`), plus their mean
+ * in text and markdown. */
+void render_trace_stats(FILE *f, kve_trace *tr, size_t head, int all_heads, size_t block,
+                        tfmt fmt);
 
 /* ---- subcommands ---------------------------------------------------------- */
 

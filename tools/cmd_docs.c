@@ -7,8 +7,10 @@
  *     <!-- kvevict:begin NAME ARG... -->
  *     <!-- kvevict:end NAME -->
  * and everything between them is generated (a blank line, the content, a
- * blank line). Blocks do not nest. Every block is computed on the canonical
- * trace (unless --trace SRC is given) with policy seed 0. Names:
+ * blank line). Blocks do not nest. Every block is computed with policy seed
+ * 0 on the canonical trace, unless --trace SRC is given or the block names
+ * its own trace with an argument trace=SRC (anywhere among its arguments).
+ * Names:
  *     results                       the whole `kvevict bench --markdown`
  *     bench budget=B                every policy at budget B
  *     h2o-sweep                     the H2O recent-window sweep at 256
@@ -16,7 +18,14 @@
  *     summary                       every policy at 256 and 512, one row each
  *     sweep SPEC [KEY=V1,V2,...]... [budget=B1,B2,...]
  *                                   a grid, as `kvevict sweep` prints it
- * e.g. <!-- kvevict:begin sweep h2o recent_window=16,32,64 budget=256 -->.
+ *     seeds n=N                     the claims on N seeds of a canonical trace
+ *                                   (`kvevict bench --seeds N --md`)
+ *     trace-stats [block=B]         `kvevict trace --stats --md` of the trace
+ * e.g. <!-- kvevict:begin sweep h2o recent_window=16,32,64 budget=256 -->,
+ *      <!-- kvevict:begin observations trace=canonical:version=1 -->.
+ * The blocks of one trace are evaluated in one lockstep pass; a trace that
+ * is a path is read relative to the current directory (make docs and the
+ * drift test run from the source tree).
  *
  * Blocks hold no timings (no ns/step column: timings depend on the machine
  * and live outside drift-checked text), so a block is up to date exactly
@@ -40,8 +49,18 @@ typedef struct block {
     char *name;
     size_t n_args;
     char *args[MAX_ARGS];
-    char where[300]; /* "FILE:LINE" for messages */
+    char *trace;       /* its trace=SRC argument, or NULL */
+    size_t group;      /* index of its trace in the groups */
+    char where[300];   /* "FILE:LINE" for messages */
 } block;
+
+/* The blocks of one trace: one evalset, evaluated in one pass. */
+typedef struct group {
+    const char *src; /* the trace's source text */
+    evalset es;
+    kve_trace *tr;
+    result_ctx ctx; /* seed 0, top-32, no timings */
+} group;
 
 typedef struct doc {
     const char *path;
@@ -110,26 +129,36 @@ static char *marker(const char *line, const char *kind)
     return r;
 }
 
-/* The context of every block: the canonical trace (or --trace), seed 0,
- * top-32, no timings. */
-static result_ctx block_ctx;
 static const size_t block_budgets[2] = {256, 512};
 
-static void render_block(FILE *f, evalset *es, const block *b)
+/* The value of argument KEY=VALUE of b, or NULL. */
+static const char *block_arg(const block *b, const char *key)
+{
+    size_t n = strlen(key);
+    for (size_t i = 0; i < b->n_args; i++)
+        if (strncmp(b->args[i], key, n) == 0 && b->args[i][n] == '=')
+            return b->args[i] + n + 1;
+    return NULL;
+}
+
+/* Renders block b (or, while its group's evalset is collecting, registers
+ * what it needs). */
+static void render_block(FILE *f, group *g, const block *b)
 {
     const char *name = b->name;
-    const result_ctx *c = &block_ctx;
+    evalset *es = &g->es;
+    const result_ctx *c = &g->ctx;
     if (strcmp(name, "results") == 0 || strcmp(name, "h2o-sweep") == 0 ||
         strcmp(name, "observations") == 0 || strcmp(name, "summary") == 0) {
         if (b->n_args)
-            die_usage("block '%s' takes no arguments", name);
+            die_usage("block '%s' takes no arguments but trace=SRC", name);
         if (name[0] == 'r') {
             bench_opts o = {block_budgets, 2, 1};
             render_bench(f, es, &o, c, FMT_MD);
         } else if (name[0] == 'h') {
             render_h2o_sweep(f, es, 256, c, FMT_MD);
         } else if (name[0] == 'o') {
-            render_observations(f, es, 1);
+            render_observations(f, es, 1, c->trace);
         } else {
             render_summary(f, es, FMT_MD);
         }
@@ -142,27 +171,53 @@ static void render_block(FILE *f, evalset *es, const block *b)
         render_policy_table(f, es, budget, c, FMT_MD);
         return;
     }
+    if (strcmp(name, "seeds") == 0) {
+        const char *n = block_arg(b, "n");
+        if (b->n_args != 1 || !n)
+            die_usage("block 'seeds' takes one argument, n=N");
+        size_t seeds = (size_t)parse_u64("n", n, 1, 1000);
+        if (es->collecting)
+            return; /* its own evaluation, one trace per seed */
+        cli_args a;
+        memset(&a, 0, sizeof a);
+        a.topk = 32;
+        seeds_run r;
+        seeds_eval(&r, g->src, seeds, &a);
+        render_seeds(f, &r, FMT_MD);
+        seeds_free(&r);
+        return;
+    }
+    if (strcmp(name, "trace-stats") == 0) {
+        const char *bl = block_arg(b, "block");
+        if (b->n_args > (bl ? 1u : 0u))
+            die_usage("block 'trace-stats' takes at most one argument, block=B");
+        size_t rows = bl ? (size_t)parse_u64("block", bl, 1, KVE_MAX_BUDGET) : STATS_BLOCK;
+        if (!es->collecting)
+            render_trace_stats(f, g->tr, 0, 1, rows, FMT_MD);
+        return;
+    }
     if (strcmp(name, "sweep") == 0) {
         if (b->n_args < 1)
             die_usage("block 'sweep' needs a policy spec");
-        grid g;
-        grid_init(&g, b->args[0]);
+        grid gr;
+        grid_init(&gr, b->args[0]);
         for (size_t i = 1; i < b->n_args; i++) {
             const char *a = b->args[i];
             if (strncmp(a, "budget=", 7) == 0) {
                 size_t budgets[CLI_MAX_BUDGETS], n;
                 parse_budgets("budget", a + 7, budgets, CLI_MAX_BUDGETS, &n);
-                grid_set_budgets(&g, budgets, n);
+                grid_set_budgets(&gr, budgets, n);
             } else {
-                grid_add_param(&g, "sweep", a);
+                grid_add_param(&gr, "sweep", a);
             }
         }
-        grid_check(&g);
-        render_grid(f, es, &g, c, FMT_MD);
-        grid_free(&g);
+        grid_check(&gr);
+        render_grid(f, es, &gr, c, FMT_MD);
+        grid_free(&gr);
         return;
     }
-    die_usage("unknown block '%s' (results, bench, h2o-sweep, observations, summary, sweep)",
+    die_usage("unknown block '%s' (results, bench, h2o-sweep, observations, summary, sweep, "
+              "seeds, trace-stats)",
               name);
 }
 
@@ -191,17 +246,20 @@ static const char docs_usage[] =
     "  <!-- kvevict:begin NAME ARG... -->\n"
     "  <!-- kvevict:end NAME -->\n"
     "Names: results (all of `kvevict bench --markdown`), bench budget=B,\n"
-    "h2o-sweep, observations, summary (every policy at 256 and 512), and\n"
-    "sweep SPEC [KEY=V1,V2,...]... [budget=B1,B2,...].\n"
-    "Every block uses the canonical trace (unless --trace) and policy seed 0, and\n"
-    "holds no timings (they depend on the machine), so a block is up to date\n"
-    "exactly when its text equals what the tools print now.\n"
+    "h2o-sweep, observations, summary (every policy at 256 and 512),\n"
+    "sweep SPEC [KEY=V1,V2,...]... [budget=B1,B2,...], seeds n=N (the claims on\n"
+    "N seeds, as bench --seeds) and trace-stats [block=B] (as trace --stats).\n"
+    "Every block uses policy seed 0 and the canonical trace, unless --trace is\n"
+    "given or the block has an argument trace=SRC of its own; it holds no timings\n"
+    "(they depend on the machine), so a block is up to date exactly when its text\n"
+    "equals what the tools print now.\n"
     "\n"
     "This is a source-tree tool: it maintains the docs/ of a kvevict checkout.\n"
     "\n"
     "  --check      compare only; exit 1 naming each block that drifted\n"
-    "  --trace SRC  evaluate on another trace (to try a page out; the committed\n"
-    "               docs and their drift test use the canonical trace)\n";
+    "  --trace SRC  evaluate the blocks without a trace= of their own on another\n"
+    "               trace (to try a page out; the committed docs and their drift\n"
+    "               test use the canonical trace)\n";
 
 static const opt_def docs_own[] = {{"check", 0, 0}};
 static const cli_spec docs_spec = {
@@ -221,9 +279,6 @@ int cmd_docs(int argc, char **argv)
     if (n_files == 0)
         die_usage("no FILE given (see kvevict docs --help)");
     int check = cli_own(&a, &docs_spec, "check")->count > 0;
-    memset(&block_ctx, 0, sizeof block_ctx);
-    block_ctx.trace = a.trace ? a.trace : BENCH_TRACE;
-    block_ctx.topk = 32;
     doc *docs = xcalloc(n_files, sizeof *docs);
     block *blocks = NULL;
     size_t n_blocks = 0, cap_blocks = 0;
@@ -254,11 +309,17 @@ int cmd_docs(int argc, char **argv)
                     save = NULL;
                     if (!open->name)
                         open->name = xstrdup(tok);
+                    else if (strncmp(tok, "trace=", 6) == 0 && !open->trace)
+                        open->trace = xstrdup(tok + 6);
+                    else if (strncmp(tok, "trace=", 6) == 0)
+                        die_input("%s:%zu: trace= is given twice", files[i], l + 1);
                     else if (open->n_args == MAX_ARGS)
                         die_input("%s:%zu: too many arguments", files[i], l + 1);
                     else
                         open->args[open->n_args++] = xstrdup(tok);
                 }
+                if (open->trace && !open->trace[0])
+                    die_input("%s:%zu: trace= names no trace", files[i], l + 1);
                 free(rest);
                 if (!open->name)
                     die_input("%s:%zu: block without a name", files[i], l + 1);
@@ -279,19 +340,39 @@ int cmd_docs(int argc, char **argv)
                       open->name);
     }
 
-    evalset es;
-    evalset_init(&es);
+    /* One group per distinct trace, in order of first use. */
+    const char *default_src = a.trace ? a.trace : BENCH_TRACE;
+    group *groups = xcalloc(n_blocks ? n_blocks : 1, sizeof *groups);
+    size_t n_groups = 0;
+    for (size_t k = 0; k < n_blocks; k++) {
+        const char *src = blocks[k].trace ? blocks[k].trace : default_src;
+        size_t g = 0;
+        while (g < n_groups && strcmp(groups[g].src, src) != 0)
+            g++;
+        if (g == n_groups) {
+            groups[g].src = src;
+            evalset_init(&groups[g].es);
+            groups[g].ctx.trace = src;
+            groups[g].ctx.topk = 32;
+            n_groups++;
+        }
+        blocks[k].group = g;
+    }
     FILE *sink = null_sink();
     for (size_t k = 0; k < n_blocks; k++) {
         cli_cmd = blocks[k].where; /* messages name the file and line */
-        render_block(sink, &es, &blocks[k]);
+        render_block(sink, &groups[blocks[k].group], &blocks[k]);
     }
     fclose(sink);
     cli_cmd = "docs";
-    kve_trace *tr = open_trace(&a); /* seed 0, top-32: the defaults */
-    evalset_run(&es, tr, &a, 0);
-    result_ctx_init(&block_ctx, &a, tr);
-    block_ctx.timings = 0;
+    for (size_t g = 0; g < n_groups; g++) {
+        cli_args ga = a; /* seed 0, top-32: the defaults */
+        ga.trace = groups[g].src;
+        groups[g].tr = open_trace(&ga);
+        evalset_run(&groups[g].es, groups[g].tr, &ga, 0);
+        result_ctx_init(&groups[g].ctx, &ga, groups[g].tr);
+        groups[g].ctx.timings = 0;
+    }
 
     int drift = 0;
     size_t k = 0;
@@ -316,7 +397,7 @@ int cmd_docs(int argc, char **argv)
                 die_input("out of memory");
             fputc('\n', g);
             cli_cmd = b->where;
-            render_block(g, &es, b);
+            render_block(g, &groups[b->group], b);
             cli_cmd = "docs";
             fputc('\n', g);
             fclose(g);
@@ -355,10 +436,14 @@ int cmd_docs(int argc, char **argv)
         free(out);
     }
 
-    evalset_free(&es);
-    kve_trace_free(tr);
+    for (size_t g = 0; g < n_groups; g++) {
+        evalset_free(&groups[g].es);
+        kve_trace_free(groups[g].tr);
+    }
+    free(groups);
     for (size_t b = 0; b < n_blocks; b++) {
         free(blocks[b].name);
+        free(blocks[b].trace);
         for (size_t k2 = 0; k2 < blocks[b].n_args; k2++)
             free(blocks[b].args[k2]);
     }

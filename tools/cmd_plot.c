@@ -32,8 +32,9 @@ static const size_t plot_windows[] = {16, 32, 48, 64, 80, 96, 128};
 enum { N_WINDOWS = sizeof plot_windows / sizeof plot_windows[0] };
 
 /* The trace picture: steps [t1 - PLOT_STEPS, t1) with t1 = min(T, PLOT_END),
- * positions [0, t1); on the canonical trace that is steps 1792..2303, across
- * the epoch boundary at 2048. Shorter traces show their first t1 steps. */
+ * positions [0, t1); on the canonical trace that is steps 1792..2303 (on
+ * version 1, across its epoch boundary at 2048). Shorter traces show their
+ * first t1 steps. */
 enum { PLOT_END = 2304, PLOT_STEPS = 512, PLOT_BUDGET = 512, PLOT_ROWS = 768 };
 
 static const char plot_usage[] =

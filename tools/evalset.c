@@ -116,10 +116,16 @@ void evalset_run(evalset *es, kve_trace *tr, const cli_args *a, int keep_heads)
     o.topk = a->topk;
     o.on_step = on_step;
     o.user = &pr;
+    if (es->quiet) {
+        o.on_step = NULL;
+        o.user = NULL;
+    }
     for (size_t h = 0; h < heads; h++) {
-        progress_begin(&pr, "step", kve_trace_steps(tr), h, heads);
+        if (!es->quiet)
+            progress_begin(&pr, "step", kve_trace_steps(tr), h, heads);
         kve_status s = kve_eval_ex(tr, h, jobs, es->n, &o, tmp);
-        progress_end(&pr);
+        if (!es->quiet)
+            progress_end(&pr);
         if (s != KVE_OK) {
             free(jobs);
             free(tmp);
@@ -153,5 +159,6 @@ void evalset_run(evalset *es, kve_trace *tr, const cli_args *a, int keep_heads)
     }
     free(jobs);
     free(tmp);
-    warn_unscored(es, kve_trace_steps(tr));
+    if (!es->quiet)
+        warn_unscored(es, kve_trace_steps(tr));
 }
