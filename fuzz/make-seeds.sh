@@ -40,7 +40,12 @@ for s in full window streaming random h2o scissorhands tova h2o_decay h2o_mean \
     'canonical:seed=18446744073709551615' 'canonical:seed=18446744073709551616' \
     'canonical:steps=16777216,recent=2' 'canonical:bogus=1' \
     'h2o\nbudget\n64' 'h2o\nrecent_window\n600' 'streaming\nsinks\n999' 'h2o\nnope\n1' \
-    'h2o_decay\ndecay\n0.25' 'window:budget=7\nbudget\n' 'tova\nbudget\n1'; do
+    'h2o_decay\ndecay\n0.25' 'window:budget=7\nbudget\n' 'tova\nbudget\n1' \
+    'canonical:version=1' 'canonical:version=2,seed=5,steps=700' 'canonical:version=3' \
+    'canonical:version=' 'canonical:version=1,heavy_decay=0.5' 'canonical:version=1,version=2' \
+    'canonical:heavy_decay=0,epoch=16,heavy=16,steps=300' 'canonical:heavy_decay=0.99' \
+    'canonical:epoch=8,heavy=9' 'canonical:version=1,epoch=1,heavy=4,steps=64' \
+    'canonical:steps=2000,seed=9,version=1'; do
   spec "$s"
 done
 
