@@ -26,9 +26,9 @@ Repeated passage for trial j at distance r, span length P (P = 32):
   scored (nothing before it says the copy begins).
 """
 
-INTRO = "The pass key is"
+INTRO = "The pass key is #"
 AFTER = "Remember it."
-QUESTION = "What is the pass key? The pass key is"
+QUESTION = "What is the pass key? The pass key is #"
 N_KEYS = 64
 REPEAT_SPAN = 32
 

@@ -35,7 +35,9 @@ def lr_at(step, c):
 
 
 def probe(model, seg, H, seq_len, distances, n):
-    """Pass-key exact match on n held-out prompts per distance."""
+    """Pass-key exact match on n held-out prompts per distance, and the mean
+    loss on the first and second occurrence of a repeated held-out passage
+    (distance 128) over n windows."""
     out = {}
     model.eval()
     with torch.no_grad():
@@ -45,6 +47,16 @@ def probe(model, seg, H, seq_len, distances, n):
             logits = model(x)[:, -1, :]
             keys = torch.tensor([r[1] for r in rows])
             out[str(d)] = float((logits.argmax(-1) == keys).float().mean())
+        rows = [tasks.repeat_window(H, seq_len, j, n, 128) for j in range(n)]
+        logp = F.log_softmax(model(torch.tensor([w for w, _, _ in rows])), -1)
+        nats = [0.0, 0.0]
+        for b, (w, p1, p2) in enumerate(rows):
+            for o, p in enumerate((p1, p2)):
+                for i in range(1, tasks.REPEAT_SPAN):
+                    nats[o] -= float(logp[b, p + i - 1, w[p + i]])
+        cnt = n * (tasks.REPEAT_SPAN - 1)
+        out["repeat128_first_nats"] = nats[0] / cnt
+        out["repeat128_second_nats"] = nats[1] / cnt
     model.train()
     return out
 
@@ -80,7 +92,8 @@ def main(cfg_path, models, work, steps=None):
         print(json.dumps(rec), flush=True)
 
     emit({"event": "start", "params": n_params, "steps": c["steps"],
-          "tokens_per_step": (c["n_plain"] + c["n_passkey"] + c["n_repeat"]) * mcfg.seq_len,
+          "tokens_per_step": (c["n_plain"] + c["n_passkey"] + c["n_repeat"]
+                              + c["n_random"]) * mcfg.seq_len,
           "malloc_env": {k: os.environ.get(k) for k in
                          ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
                           "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")},
