@@ -1,8 +1,12 @@
 """Trains the model; writes WORK/ckpt.pt and MODELS/train-log.jsonl.
 
 usage: train.py CONFIG MODELS_DIR WORK_DIR [STEPS]
-(STEPS overrides the configured count, for smoke runs; the curriculum and
-schedule follow it.)
+(STEPS overrides the configured count, for smoke runs; the phases, curriculum
+and schedule are scaled to it.)
+
+Training runs in phases (config "phases"): each has its own window length
+and mix (see mix.py); the learning-rate schedule spans all of them, the
+curriculum restarts in each.
 
 Reproducibility: the seed fixes the initial weights (torch) and every window
 (numpy PCG64); the thread count is fixed, so on the same machine and the same
@@ -64,8 +68,13 @@ def probe(model, seg, H, seq_len, distances, n):
 def main(cfg_path, models, work, steps=None):
     cfg = json.load(open(cfg_path))
     c = dict(cfg["train"])
+    phases = [dict(ph) for ph in c["phases"]]
+    total = sum(ph["steps"] for ph in phases)
     if steps is not None:
-        c["steps"] = int(steps)
+        for ph in phases:
+            ph["steps"] = max(1, ph["steps"] * int(steps) // total)
+        total = sum(ph["steps"] for ph in phases)
+    c["steps"] = total
     torch.set_num_threads(cfg["threads"])
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(cfg["seed"])
@@ -83,7 +92,13 @@ def main(cfg_path, models, work, steps=None):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
-    mixer = M.Mix(train_ids, seg, mcfg.seq_len, c)
+    mixers, starts, at = [], [], 0
+    for ph in phases:
+        if ph["seq_len"] > mcfg.seq_len:
+            raise ValueError("phase window longer than the context")
+        mixers.append(M.Mix(train_ids, seg, ph["seq_len"], {**c, **ph}))
+        starts.append(at)
+        at += ph["steps"]
     log = open(os.path.join(models, "train-log.jsonl"), "w")
 
     def emit(rec):
@@ -92,8 +107,7 @@ def main(cfg_path, models, work, steps=None):
         print(json.dumps(rec), flush=True)
 
     emit({"event": "start", "params": n_params, "steps": c["steps"],
-          "tokens_per_step": (c["n_plain"] + c["n_passkey"] + c["n_repeat"]
-                              + c["n_random"]) * mcfg.seq_len,
+          "phases": phases,
           "malloc_env": {k: os.environ.get(k) for k in
                          ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
                           "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")},
@@ -102,13 +116,15 @@ def main(cfg_path, models, work, steps=None):
     t_train = 0.0
     tokens = 0
     acc = {"loss": 0.0, "plain": 0.0, "answer_acc": 0.0, "n": 0}
-    npl, npk = c["n_plain"], c["n_passkey"]
     for step in range(c["steps"]):
+        pi = max(i for i in range(len(phases)) if starts[i] <= step)
+        mixer = mixers[pi]
+        npl, npk = phases[pi]["n_plain"], phases[pi]["n_passkey"]
         t0 = time.time()
         lr = lr_at(step, c)
         for g in opt.param_groups:
             g["lr"] = lr
-        w, wt = mixer.batch(rng, step)
+        w, wt = mixer.batch(rng, step - starts[pi])
         x = torch.from_numpy(w[:, :-1])
         y = torch.from_numpy(w[:, 1:])
         wt = torch.from_numpy(wt)
@@ -133,7 +149,7 @@ def main(cfg_path, models, work, steps=None):
         last = step == c["steps"] - 1
         if (step + 1) % c["log_every"] == 0 or last:
             n = acc["n"]
-            emit({"step": step + 1, "lr": lr, "loss": acc["loss"] / n,
+            emit({"step": step + 1, "phase": pi, "lr": lr, "loss": acc["loss"] / n,
                   "plain_nats": acc["plain"] / n, "train_answer_acc": acc["answer_acc"] / n,
                   "tokens_per_s": tokens / t_train, "elapsed_s": time.time() - t_start})
             acc = {"loss": 0.0, "plain": 0.0, "answer_acc": 0.0, "n": 0}
