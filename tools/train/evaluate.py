@@ -12,7 +12,8 @@ Writes MODELS/eval.json:
               ln 2 / tokens.
   passkey     exact-match accuracy by distance over the prompts of tasks.py,
               with the mean probability of the key, the accuracy of the argmax
-              over the 64 keys only, and chance (1/64).
+              over the 64 keys only, chance (1/64), and per layer and query
+              head the mean attention weight of the last position on the key.
   repeat      mean loss (nats/token) on the first and the second occurrence
               of a repeated held-out passage, by distance.
 """
@@ -44,6 +45,25 @@ def load(models, work):
         if not torch.equal(a, b):
             raise SystemExit("models/kjv.bin is not the trained checkpoint")
     return m, ck
+
+
+def last_row_attention(model, x):
+    """Attention weights of the last position, [layers][B, heads, T]: the same
+    computation as model.Attention, kept apart so the model stays plain."""
+    B, T = x.shape
+    h = model.tok_embeddings(x)
+    cos, sin = model.freqs_cos[:T], model.freqs_sin[:T]
+    out = []
+    for layer in model.layers:
+        a = layer.attention
+        z = layer.attention_norm(h)
+        q = MD.rotate(a.wq(z).view(B, T, a.h, a.s), cos, sin)
+        k = MD.rotate(a.wk(z).view(B, T, a.k, a.s), cos, sin)
+        k = k.repeat_interleave(a.h // a.k, dim=2)
+        sc = torch.einsum("bhs,bths->bht", q[:, -1] / math.sqrt(a.s), k)
+        out.append(F.softmax(sc, -1))
+        h = layer(h, cos, sin, model.mask)
+    return out
 
 
 def windows(ids, seq_len):
@@ -111,7 +131,11 @@ def main(cfg_path, models, work):
             hit = (logits.argmax(-1) == key).float()
             in_keys = (keys[logits[:, keys].argmax(-1)] == key).float()
             acc = float(hit.mean())
+            att = last_row_attention(model, x)
+            on_key = [[float(a[:, hh, L - 1 - d].mean()) for hh in range(a.shape[1])]
+                      for a in att]
             pk.append({"distance": d, "trials": n, "accuracy": acc,
+                       "attention_on_key": on_key,
                        "stderr": math.sqrt(acc * (1 - acc) / n),
                        "accuracy_among_keys": float(in_keys.mean()),
                        "mean_key_probability": float(prob[torch.arange(n), key].mean()),

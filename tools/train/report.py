@@ -39,6 +39,15 @@ def block(ev, gold, data):
         out.append("| %d | %.3f | %.3f | %.3f | %.3f |" % (r["distance"], r["accuracy"],
                    r["stderr"], r["accuracy_among_keys"], r["mean_key_probability"]))
     out.append("")
+    out.append("Attention of the last position on the key (mean over the prompts), "
+               "the three largest (layer L, query head H):")
+    out.append("")
+    for r in ev["passkey"]:
+        heads = sorted(((w, l, hh) for l, row in enumerate(r["attention_on_key"])
+                        for hh, w in enumerate(row)), reverse=True)[:3]
+        out.append("- distance %d: %s" % (r["distance"], ", ".join(
+            "L%dH%d %.3f" % (l, hh, w) for w, l, hh in heads)))
+    out.append("")
     out.append("Repeated passage (span %d), full cache, %d windows a distance; loss in "
                "nats per token over tokens 2..%d of each occurrence:"
                % (ev["repeat"][0]["span"], ev["repeat"][0]["trials"], ev["repeat"][0]["span"]))
