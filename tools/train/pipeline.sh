@@ -22,7 +22,7 @@ export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296
 export MALLOC_TOP_PAD_=536870912 MALLOC_MMAP_MAX_=0
 mkdir -p "$work"
 $PY tools/train/prepare.py $CFG models "$work"
-$PY tools/train/train.py $CFG models "$work" $steps
+$PY tools/train/train.py $CFG models "$work" ${steps:+"$steps"}
 cp $CFG models/train-config.json
 $PY tools/train/golden.py $CFG models "$work" tests/fixtures/lm
 $PY tools/train/evaluate.py $CFG models "$work"
