@@ -13,7 +13,7 @@ BASE_DEPS = cmake:cmake gcc:gcc make:make pkgconf:pkg-config
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs
+.PHONY: all deps run bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
 
 all: build/kvevict
 
@@ -61,6 +61,16 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@./scripts/deps.sh clang:clang cmake:cmake
 	./scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# The model of models/ from scratch (tools/train/README.md): corpus, tokenizer,
+# about 40 minutes of training on 2 cores, export, golden files, evaluation.
+# Installs Debian's python3-torch, python3-numpy, libopenblas0-pthread and
+# bible-kjv when missing. `make test` never needs any of it.
+MODEL_WORK ?= build-model
+model:
+	@./scripts/deps.sh bible-kjv:bible
+	@./scripts/pydeps.sh python3-torch:torch python3-numpy:numpy libopenblas0-pthread
+	./tools/train/pipeline.sh $(MODEL_WORK)
 
 # CI gates after `make test`: valgrind, coverage >= 90% branches, cppcheck, short fuzz.
 ci-gates:
