@@ -323,9 +323,9 @@ static size_t passkey_prompt(const int32_t *H, size_t nH, size_t L, size_t j, si
 {
     int32_t intro[32], after[32], question[64];
     size_t a, b, q;
-    lm_encode(lib_tok, "The pass key is", 15, intro, 32, &a);
+    lm_encode(lib_tok, "The pass key is #", 17, intro, 32, &a);
     lm_encode(lib_tok, "Remember it.", 12, after, 32, &b);
-    lm_encode(lib_tok, "What is the pass key? The pass key is", 37, question, 64, &q);
+    lm_encode(lib_tok, "What is the pass key? The pass key is #", 39, question, 64, &q);
     size_t k = L - 1 - d, f1 = k - 1 - a, m = L - 2 - a - b - q;
     size_t s = j * (nH - m) / N, o = 0;
     *key = FX_FIRST_KEY + (int32_t)(j % 64);
@@ -355,9 +355,9 @@ static void test_recall(void)
     /* Pass key at the shortest and the longest distance, full cache and a window. */
     int32_t seg[64];
     size_t a, b, q;
-    ASSERT_OK(lm_encode(lib_tok, "The pass key is", 15, seg, 64, &a));
+    ASSERT_OK(lm_encode(lib_tok, "The pass key is #", 17, seg, 64, &a));
     ASSERT_OK(lm_encode(lib_tok, "Remember it.", 12, seg, 64, &b));
-    ASSERT_OK(lm_encode(lib_tok, "What is the pass key? The pass key is", 37, seg, 64, &q));
+    ASSERT_OK(lm_encode(lib_tok, "What is the pass key? The pass key is #", 39, seg, 64, &q));
     size_t dists[2] = {b + q, L - 2 - a};
     snprintf(args, sizeof args,
              "lm passkey --model %s --text %s --trials %d --distances %zu,%zu --policy window "

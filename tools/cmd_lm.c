@@ -584,9 +584,9 @@ static int lm_eval(int argc, char **argv)
  *     occurrence's tokens, each predicted from the position before it.
  */
 
-static const char *const PK_INTRO = "The pass key is";
+static const char *const PK_INTRO = "The pass key is #";
 static const char *const PK_AFTER = "Remember it.";
-static const char *const PK_QUESTION = "What is the pass key? The pass key is";
+static const char *const PK_QUESTION = "What is the pass key? The pass key is #";
 enum { PK_KEYS = 64 };
 
 static const char passkey_usage[] =
