@@ -51,10 +51,12 @@ test-asan: deps
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
-# The thread test (tests/test_threads.c) under ThreadSanitizer.
+# The thread tests (tests/test_threads.c, tests/test_bank_threads.c) under
+# ThreadSanitizer.
 test-tsan: deps
-	@$(QUIET) build-tsan/build.log sh -c '$(CONFIGURE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVE_TSAN=ON && cmake --build build-tsan -j $(JOBS) --target test_threads'
-	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^test_threads$$'
+	@$(QUIET) build-tsan/build.log sh -c '$(CONFIGURE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVE_TSAN=ON && cmake --build build-tsan -j $(JOBS) --target test_threads test_bank_threads'
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure \
+	  -R '^(test_threads|test_bank_threads)$$'
 
 # libFuzzer on every target for FUZZ_SECONDS each (clang; see docs/robustness.md).
 FUZZ_SECONDS ?= 60

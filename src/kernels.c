@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels.c - the whole-row kernels every policy shares, dispatched on the
+ * instruction set: validating an attention input, and the plain argmin.
+ *
+ * Invariants: each instruction set's version returns exactly what the scalar
+ * one does (simd.h); validation only reads, and once a pass has said that a
+ * row holds a bad weight, the scalar loop finds the first one, so the message
+ * is the same on every path.
+ * Cost: validation reads group * n weights once (plus one reduction pass for
+ * reduce = sum); the argmin reads `limit` scores once.
+ */
+#include "simd.h"
+
+#include <float.h>
+#include <string.h>
+
+/* ---- validation ---- */
+
+/* Branch-free integer maxima, so the compiler vectorises it for the target it
+ * is inlined into (two max instructions per vector). A float is finite and
+ * >= 0 exactly when its bits u satisfy u <= 0x7f7fffff (the largest finite)
+ * or u == 0x80000000 (-0.0): the signed maximum of the bits catches +inf and
+ * +NaN (above 0x7f7fffff), the unsigned maximum catches every other value with
+ * the sign bit set (above 0x80000000). */
+KVE_ALWAYS_INLINE bool row_bad(const float *a, size_t n)
+{
+    int32_t smax = 0;
+    uint32_t umax = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &a[i], sizeof u);
+        int32_t s = (int32_t)u;
+        smax = s > smax ? s : smax;
+        umax = u > umax ? u : umax;
+    }
+    return smax > 0x7f7fffff || umax > 0x80000000u;
+}
+
+static bool row_bad_kv1(const float *a, size_t n)
+{
+    return row_bad(a, n);
+}
+
+#if KVE_X86
+KVE_TARGET_AVX2 static bool row_bad_kv4(const float *a, size_t n)
+{
+    return row_bad(a, n);
+}
+
+KVE_TARGET_AVX512 static bool row_bad_kv8(const float *a, size_t n)
+{
+    return row_bad(a, n);
+}
+
+KVE_TARGET_AVX2 static size_t sum_overflow_kv4(const kve_rows *in, size_t n)
+{
+    return kv4_sum_overflow(in, n);
+}
+
+KVE_TARGET_AVX512 static size_t sum_overflow_kv8(const kve_rows *in, size_t n)
+{
+    return kv8_sum_overflow(in, n);
+}
+#endif
+
+bool kve__rows_invalid(const kve_rows *in, size_t n, size_t *q, size_t *i)
+{
+    kve_isa isa = kve__isa();
+    for (size_t r = 0; r < in->group; r++) {
+        const float *a = in->row + r * in->ld;
+        bool bad;
+        switch (isa) {
+#if KVE_X86
+        case KVE_ISA_AVX512: bad = row_bad_kv8(a, n); break;
+        case KVE_ISA_AVX2: bad = row_bad_kv4(a, n); break;
+#endif
+        default: bad = row_bad_kv1(a, n); break;
+        }
+        if (bad) {
+            size_t k = 0;
+            while (a[k] >= 0.0f && a[k] <= FLT_MAX)
+                k++;
+            *q = r;
+            *i = k;
+            return true;
+        }
+    }
+    if (in->group == 1 || in->reduce != KVE_REDUCE_SUM)
+        return false; /* a mean or max of finite weights >= 0 is one too */
+    size_t k;
+    switch (isa) {
+#if KVE_X86
+    case KVE_ISA_AVX512: k = sum_overflow_kv8(in, n); break;
+    case KVE_ISA_AVX2: k = sum_overflow_kv4(in, n); break;
+#endif
+    default: k = kv1_sum_overflow(in, n); break;
+    }
+    if (k == n)
+        return false;
+    *q = in->group;
+    *i = k;
+    return true;
+}
+
+/* ---- argmin ---- */
+
+#if KVE_X86
+KVE_TARGET_AVX2 static size_t argmin_kv4(const double *score, size_t limit)
+{
+    return kv4_argmin(score, limit);
+}
+
+KVE_TARGET_AVX512 static size_t argmin_kv8(const double *score, size_t limit)
+{
+    return kv8_argmin(score, limit);
+}
+#endif
+
+size_t kve__argmin(const double *score, size_t limit)
+{
+    switch (kve__isa()) {
+#if KVE_X86
+    case KVE_ISA_AVX512: return argmin_kv8(score, limit);
+    case KVE_ISA_AVX2: return argmin_kv4(score, limit);
+#endif
+    default: {
+        kve_amin m = KVE_AMIN_INIT;
+        for (size_t i = 0; i < limit; i++)
+            kve__amin_step(&m, score[i], i);
+        return m.i;
+    }
+    }
+}
