@@ -430,6 +430,69 @@ KVE_API kve_status kve_bank_evict_range(kve_bank *b, size_t first, size_t count,
 KVE_API const char *kve_isa_name(void);
 
 /* ======================================================================
+ * Attention rows for engines that never materialise attention
+ *
+ * Fused ("flash") attention kernels never write the attention weights, which
+ * every scored policy reads. These functions recompute them from the query
+ * and the kept keys: the softmax of one query over the keys the policy keeps
+ * (the query's own key excluded), which is exactly the row the evaluation
+ * harness feeds a policy (p_t restricted to the kept set, renormalised).
+ *
+ *     for every query head r of KV head h:   (or kve_bank_attn_rows, below)
+ *         kve_attn_row(q[r], K[h], kve_bank_size(b, h), d, ld, scale, row[r]);
+ *     kve_bank_step_grouped(b, pos, rows, ld_rows, group, KVE_REDUCE_MEAN);
+ *
+ * Cost, honestly: O(n*d) per query head per step, i.e. one more pass over
+ * the kept keys (n keys of d floats) beside the attention kernel it shadows,
+ * which reads the same keys (and the values) once; plus O(n) for the
+ * softmax. For a 4096-key head of d = 128 that is 2 MiB of keys read again
+ * per query head. Nothing is allocated.
+ *
+ * Definition (every instruction set gives the same bits): logit
+ * l_i = scale * dot(q, k_i) in float32, the products summed in 16 partial
+ * sums by dimension index mod 16 and then pairwise; m = max l_i;
+ * e_i = exp(l_i - m) in float32 (kvevict's own exponential, within a few
+ * ulp; 0 below e^-87.3); out_i = e_i / sum(e) with the sum and the division
+ * in double, rounded to float32 once. The max is subtracted, so logits of
+ * any finite size neither overflow nor give NaN, and a single key gets
+ * exactly 1.
+ * ====================================================================== */
+
+/* Writes to out[0 .. n) the softmax over n keys of the logits
+ * scale * dot(q, keys + i*ld), as defined above.
+ *
+ * q: d floats. keys: n rows of d floats, row i at keys + i*ld (ld >= d).
+ * n == 0 writes nothing and succeeds (pointers may then be NULL).
+ * Refuses (KVE_EINVAL): d == 0; ld < d; a NaN or infinite scale; NULL q,
+ *       keys or out with n > 0; a logit that is not finite (a NaN or
+ *       infinite input, or a dot product beyond float32): the message names
+ *       the key, and out[0 .. n) then holds unspecified values.
+ * Thread-safe (reads only its arguments). O(n*d). */
+KVE_API kve_status kve_attn_row(const float *q, const float *keys, size_t n, size_t d,
+                                size_t ld, float scale, float *out);
+
+/* The rows kve_bank_step_range(b, first, count, pos, out, ld_out, group,
+ * reduce) reads, for heads [first, first + count) of `b`: for KV head
+ * h = first + j and its query heads g < group, query row r = j*group + g is
+ *   kve_attn_row(q + r*d, keys + j*ld_head, kve_bank_size(b, h), d, ld_key,
+ *                scale, out + r*ld_out).
+ * So q holds count*group query vectors of d floats, contiguous; head h's
+ * kept keys (in kept order: the engine's cache as the bank keeps it) start
+ * at keys + j*ld_head with row stride ld_key; out row r has ld_out >= the
+ * head's size. The reduction over a group is left to the grouped step, so an
+ * engine that computes its own rows and one that calls this get the same.
+ * Refuses as kve_attn_row (the message names head, query row and key), plus
+ * NULL b, a range past kve_bank_heads(b), group 0, and ld_out smaller than
+ * some head's size; all checked before anything is written, except a logit
+ * that is not finite, found while writing (the rows written so far then hold
+ * unspecified values). Reads `b` only: may run concurrently with other
+ * readers of disjoint ranges (kvevict.h, "Banks"). O(count*group*n*d). */
+KVE_API kve_status kve_bank_attn_rows(const kve_bank *b, size_t first, size_t count,
+                                      size_t group, const float *q, size_t d, const float *keys,
+                                      size_t ld_key, size_t ld_head, float scale, float *out,
+                                      size_t ld_out);
+
+/* ======================================================================
  * Traces
  *
  * A trace is a sequence of attention rows. Row t (query position t) holds

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_isa.c - every instruction-set path against the scalar one, bit for
  * bit (src/kernels.h, src/simd.h).
