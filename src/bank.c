@@ -175,20 +175,19 @@ static void head_step(const kve_config *c, kve_head *h, int32_t pos, const kve_r
     if (in)
         h->observed++;
     if (c->observe) {
+        /* One pass over the scores finds the victim of the coming evict and
+         * closes the hole the last one left: the rule's observe pass, or for
+         * a NULL step (no information: scores unchanged) a plain scan. */
         double *score = h->col[KVE_COL_SCORE];
-        if (in) {
-            size_t rw = c->params.recent_window;
-            size_t limit = n + 1 > rw ? n + 1 - rw : 0; /* unprotected slots after admission */
-            size_t best = c->observe[isa](c, h, in, limit < n ? limit : n);
-            /* With no recent window the newcomer (score 0) is a candidate too;
-             * it is the highest index, so it wins only on a strictly lower score. */
-            if (limit > n && (best == KVE_NONE || score[best] > 0.0))
-                best = n;
-            h->best = best;
-        } else {
-            kve__close_gap(c, h);
-            h->best = KVE_NONE;
-        }
+        size_t rw = c->params.recent_window;
+        size_t limit = n + 1 > rw ? n + 1 - rw : 0; /* unprotected slots after admission */
+        size_t best = in ? c->observe[isa](c, h, in, limit < n ? limit : n)
+                         : kve__scored_scan(c, h, limit < n ? limit : n);
+        /* With no recent window the newcomer (score 0) is a candidate too;
+         * it is the highest index, so it wins only on a strictly lower score. */
+        if (limit > n && (best == KVE_NONE || score[best] > 0.0))
+            best = n;
+        h->best = best;
         score[n] = 0.0;
     }
     ((int32_t *)h->col[KVE_COL_POS])[n] = pos;

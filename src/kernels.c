@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels.c - the whole-row kernels every policy shares, dispatched on the
- * instruction set: validating an attention input, and the plain argmin.
+ * instruction set: validating an attention input, and the argmin of a score
+ * column (closing its hole on the way).
  *
  * Invariants: each instruction set's version returns exactly what the scalar
  * one does (simd.h); validation only reads, and once a pass has said that a
  * row holds a bad weight, the scalar loop finds the first one, so the message
  * is the same on every path.
  * Cost: validation reads group * n weights once (plus one reduction pass for
- * reduce = sum); the argmin reads `limit` scores once.
+ * reduce = sum); the argmin reads the n scores once and writes those past
+ * the hole.
  */
 #include "simd.h"
 
@@ -106,29 +108,25 @@ bool kve__rows_invalid(const kve_rows *in, size_t n, size_t *q, size_t *i)
 /* ---- argmin ---- */
 
 #if KVE_X86
-KVE_TARGET_AVX2 static size_t argmin_kv4(const double *score, size_t limit)
+KVE_TARGET_AVX2 static size_t shift_argmin_kv4(double *score, size_t n, size_t gap, size_t limit)
 {
-    return kv4_argmin(score, limit);
+    return kv4_shift_argmin(score, n, gap, limit);
 }
 
-KVE_TARGET_AVX512 static size_t argmin_kv8(const double *score, size_t limit)
+KVE_TARGET_AVX512 static size_t shift_argmin_kv8(double *score, size_t n, size_t gap,
+                                                 size_t limit)
 {
-    return kv8_argmin(score, limit);
+    return kv8_shift_argmin(score, n, gap, limit);
 }
 #endif
 
-size_t kve__argmin(const double *score, size_t limit)
+size_t kve__shift_argmin(double *score, size_t n, size_t gap, size_t limit)
 {
     switch (kve__isa()) {
 #if KVE_X86
-    case KVE_ISA_AVX512: return argmin_kv8(score, limit);
-    case KVE_ISA_AVX2: return argmin_kv4(score, limit);
+    case KVE_ISA_AVX512: return shift_argmin_kv8(score, n, gap, limit);
+    case KVE_ISA_AVX2: return shift_argmin_kv4(score, n, gap, limit);
 #endif
-    default: {
-        kve_amin m = KVE_AMIN_INIT;
-        for (size_t i = 0; i < limit; i++)
-            kve__amin_step(&m, score[i], i);
-        return m.i;
-    }
+    default: return kv1_shift_argmin(score, n, gap, limit);
     }
 }

@@ -105,7 +105,10 @@ KVE_ALWAYS_INLINE void kve__amin_merge(kve_amin *m, double s, size_t i)
  * overflowing sum, i its slot). Reads every weight once. */
 bool kve__rows_invalid(const kve_rows *in, size_t n, size_t *q, size_t *i);
 
-/* The lowest index of the lowest score[0 .. limit); KVE_NONE for limit 0. */
-size_t kve__argmin(const double *score, size_t limit);
+/* The lowest index of the lowest of the first `limit` scores of a column of
+ * n scores with a hole at `gap` (gap >= n: none), which it closes on the way
+ * (slot i is read from i + (i >= gap); slots [gap, n) move one left).
+ * KVE_NONE for limit 0. limit <= n. */
+size_t kve__shift_argmin(double *score, size_t n, size_t gap, size_t limit);
 
 #endif /* KVE_KERNELS_H */

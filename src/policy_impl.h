@@ -209,6 +209,10 @@ size_t kve__select_argmin(const kve_config *c, kve_head *h, size_t n_evict);
 void kve__evict_marked(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 void kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 void kve__close_gap(const kve_config *c, kve_head *h);
+/* Closes h's hole in every lazy column and returns the lowest index of the
+ * lowest score among [0, limit) (limit <= size): one pass over the scores
+ * (a NULL step's, or an evict's without a cached victim). */
+size_t kve__scored_scan(const kve_config *c, kve_head *h, size_t limit);
 
 /* The sliding layout of window and streaming (sliding.c). */
 size_t kve__sliding_cap(size_t budget);

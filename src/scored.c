@@ -13,11 +13,12 @@
  *  - Compaction walks kept order, so victims come out ascending and the kept
  *    positions stay ascending; it clears every mark it meets.
  * Cost of one victim (the steady state): the argmin was computed by the
- * step's observe pass, so evict is one memmove of the positions after the
- * victim; the hole in the lazy columns is closed by the next observe pass
- * for free. Without a cached argmin (a NULL step, or a second evict), one
- * memmove per lazy column and one argmin scan. Several victims: n_evict scans
- * of the unprotected slots and one compaction of every column.
+ * step's pass (observe, or kve__scored_scan for a NULL step), so evict is
+ * one memmove of the positions after the victim; the hole in the lazy
+ * columns is closed by the next step's pass for free. Without a cached
+ * argmin (a second evict), one scan of the scores that also closes the hole.
+ * Several victims: n_evict scans of the unprotected slots and one compaction
+ * of every column.
  */
 #include "policy_impl.h"
 
@@ -46,6 +47,20 @@ void kve__close_gap(const kve_config *c, kve_head *h)
         }
     }
     h->gap = KVE_NONE;
+}
+
+size_t kve__scored_scan(const kve_config *c, kve_head *h, size_t limit)
+{
+    size_t n = h->size, g = h->gap < n ? h->gap : n;
+    for (int k = KVE_COL_EXTRA0; k <= KVE_COL_EXTRA1 && g < n; k++) {
+        size_t e = c->elem[k];
+        if (e) {
+            char *base = h->col[k];
+            memmove(base + g * e, base + (g + 1) * e, (n - g) * e);
+        }
+    }
+    h->gap = KVE_NONE;
+    return kve__shift_argmin(h->col[KVE_COL_SCORE], n, g, limit);
 }
 
 size_t kve__select_argmin(const kve_config *c, kve_head *h, size_t n_evict)
@@ -115,12 +130,10 @@ void kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32_t
         kve__evict_marked(c, h, n_evict, victims);
         return;
     }
-    /* A cached victim comes from an observe pass, which closed the gap. */
+    /* A cached victim comes from a step's pass, which closed the gap. */
     size_t v = h->best;
-    if (v == KVE_NONE) {
-        kve__close_gap(c, h);
-        v = kve__argmin(h->col[KVE_COL_SCORE], h->size - c->params.recent_window);
-    }
+    if (v == KVE_NONE)
+        v = kve__scored_scan(c, h, h->size - c->params.recent_window);
     h->best = KVE_NONE;
     int32_t *pos = h->col[KVE_COL_POS];
     size_t n = h->size;

@@ -157,8 +157,9 @@ static void test_row_kernels(void)
 {
     static float a[300];
     static double score[300];
-    kve_rng g;
+    kve_rng g, g_rng;
     kve_rng_seed(&g, check_seed);
+    kve_rng_seed(&g_rng, check_seed + 5);
     static const float bad[] = {NAN, -NAN, INFINITY, -INFINITY, -1.0f, -0x1p-149f};
     for (int isa = 0; isa < KVE_ISA_COUNT; isa++) {
         if (!kve__isa_force((kve_isa)isa))
@@ -200,7 +201,21 @@ static void test_row_kernels(void)
             for (size_t i = 1; i < n; i++)
                 if (score[i] < score[best])
                     best = i;
-            ASSERT_EQ(kve__argmin(score, n), best);
+            ASSERT_EQ(kve__shift_argmin(score, n, n, n), best);
+            /* With a hole at g: the argmin of the closed-up column, closed. */
+            if (n >= 2) {
+                size_t hole = (size_t)kve_rng_below(&g_rng, n - 1);
+                size_t lim = (size_t)kve_rng_below(&g_rng, n);
+                static double closed[300];
+                for (size_t i = 0; i < n - 1; i++)
+                    closed[i] = score[i + (i >= hole)];
+                size_t low = lim ? 0 : KVE_NONE;
+                for (size_t i = 1; i < lim; i++)
+                    if (closed[i] < closed[low])
+                        low = i;
+                ASSERT_EQ(kve__shift_argmin(score, n - 1, hole, lim), low);
+                ASSERT_TRUE(memcmp(score, closed, (n - 1) * sizeof *score) == 0);
+            }
         }
     }
     kve__isa_force(KVE_ISA_COUNT);
