@@ -17,6 +17,7 @@
  */
 #include "policy_impl.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -149,19 +150,31 @@ static const char *label(const kve_bank *b, size_t head, char buf[32])
     return buf;
 }
 
-static kve_status bad_weight(const kve_bank *b, size_t head, size_t row, size_t group,
-                             const kve_rows *in, size_t q, size_t i)
+/* Fails with "NAME: head H: message" ("NAME: message" for a policy). Out of
+ * line and cold, so the checks of the decode path stay small. */
+KVE_PRINTF(4, 5) KVE_COLD static kve_status head_fail(const kve_bank *b, kve_status st,
+                                                      size_t head, const char *fmt, ...)
 {
-    char buf[32], rowbuf[48] = "";
-    const char *name = b->cfg.type->name;
+    char msg[200], buf[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return kve__fail(st, "%s: %s%s", b->cfg.type->name, label(b, head, buf), msg);
+}
+
+KVE_COLD static kve_status bad_weight(const kve_bank *b, size_t head, size_t row, size_t group,
+                                      const kve_rows *in, size_t q, size_t i)
+{
+    char rowbuf[48] = "";
     if (q == group)
-        return kve__fail(KVE_EINVAL, "%s: %sthe sum of %zu query rows at attn index %zu overflows float32",
-                         name, label(b, head, buf), group, i);
+        return head_fail(b, KVE_EINVAL, head,
+                         "the sum of %zu query rows at attn index %zu overflows float32", group, i);
     if (group > 1)
         snprintf(rowbuf, sizeof rowbuf, "query row %zu: ", row + q);
     float a = in->row[q * in->ld + i];
-    return kve__fail(KVE_EINVAL, "%s: %s%sattn[%zu] = %g is %s", name, label(b, head, buf), rowbuf,
-                     i, (double)a, isnan(a) ? "NaN" : isinf(a) ? "infinite" : "negative");
+    return head_fail(b, KVE_EINVAL, head, "%sattn[%zu] = %g is %s", rowbuf, i, (double)a,
+                     isnan(a) ? "NaN" : isinf(a) ? "infinite" : "negative");
 }
 
 /* ---- step ---- */
@@ -202,25 +215,24 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
                           const float *attn, size_t ld, size_t group, kve_reduce reduce)
 {
     const kve_config *c = &b->cfg;
-    const char *name = c->type->name;
-    char buf[32];
     if (pos < 0)
-        return kve__fail(KVE_EINVAL, "%s: pos %ld is negative", name, (long)pos);
+        return head_fail(b, KVE_EINVAL, first, "pos %ld is negative", (long)pos);
     for (size_t j = 0; j < count; j++) {
         const kve_head *h = &b->heads[first + j];
         if (h->any_pos && pos <= h->last_pos)
-            return kve__fail(KVE_EINVAL, "%s: %spos %ld is not greater than the last position %ld",
-                             name, label(b, first + j, buf), (long)pos, (long)h->last_pos);
+            return head_fail(b, KVE_EINVAL, first + j,
+                             "pos %ld is not greater than the last position %ld", (long)pos,
+                             (long)h->last_pos);
     }
     if (attn) {
         for (size_t j = 0; j < count; j++) {
             size_t n = b->heads[first + j].size;
             if (b->is_policy && ld != n)
-                return kve__fail(KVE_EINVAL, "%s: n is %zu but the policy keeps %zu positions",
-                                 name, ld, n);
+                return head_fail(b, KVE_EINVAL, 0, "n is %zu but the policy keeps %zu positions",
+                                 ld, n);
             if (ld < n)
-                return kve__fail(KVE_EINVAL, "%s: %sld %zu is smaller than the %zu kept positions",
-                                 name, label(b, first + j, buf), ld, n);
+                return head_fail(b, KVE_EINVAL, first + j,
+                                 "ld %zu is smaller than the %zu kept positions", ld, n);
         }
         for (size_t j = 0; j < count; j++) {
             kve_rows in = {attn + j * group * ld, ld, group, reduce};
@@ -262,7 +274,6 @@ kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budge
 {
     const kve_config *c = &b->cfg;
     const char *name = c->type->name;
-    char buf[32];
     if (budget == 0)
         return kve__fail(KVE_EINVAL, "%s: budget must be at least 1", name);
     if (c->params.recent_window && budget <= c->params.recent_window)
@@ -279,8 +290,8 @@ kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budge
         size_t n = b->heads[first + j].size;
         size_t need = n > budget ? n - budget : 0;
         if (need > ld_victims)
-            return kve__fail(KVE_ERANGE, "%s: %s%zu victims to report but %s is %zu", name,
-                             label(b, first + j, buf), need, ld_name, ld_victims);
+            return head_fail(b, KVE_ERANGE, first + j, "%zu victims to report but %s is %zu", need,
+                             ld_name, ld_victims);
     }
     for (size_t j = 0; j < count; j++) {
         kve_head *h = &b->heads[first + j];

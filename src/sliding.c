@@ -41,8 +41,11 @@ void kve__sliding_evict(const kve_config *c, kve_head *h, size_t n_evict, int32_
 {
     int32_t *pos = h->col[KVE_COL_POS];
     size_t sinks = c->params.sinks < h->size ? c->params.sinks : h->size;
-    memcpy(victims, pos + sinks, n_evict * sizeof *victims);
-    memmove(pos + n_evict, pos, sinks * sizeof *pos);
+    /* Plain loops: the steady state moves one victim and a few sinks. */
+    for (size_t i = 0; i < n_evict; i++)
+        victims[i] = pos[sinks + i];
+    for (size_t i = sinks; i-- > 0;) /* right by n_evict, over the victims: downwards */
+        pos[i + n_evict] = pos[i];
     h->col[KVE_COL_POS] = pos + n_evict;
     h->offset += n_evict;
     h->size -= n_evict;
