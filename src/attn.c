@@ -119,36 +119,16 @@ KVE_ALWAYS_INLINE size_t softmax_row(const float *q, const float *keys, size_t n
     return KVE_NONE;
 }
 
-static size_t softmax_kv1(const float *q, const float *keys, size_t n, size_t d, size_t ld,
-                          float scale, float *out)
-{
-    return softmax_row(q, keys, n, d, ld, scale, out);
-}
-
-#if KVE_X86
-KVE_TARGET_AVX2 static size_t softmax_kv4(const float *q, const float *keys, size_t n, size_t d,
-                                          size_t ld, float scale, float *out)
-{
-    return softmax_row(q, keys, n, d, ld, scale, out);
-}
-
-KVE_TARGET_AVX512 static size_t softmax_kv8(const float *q, const float *keys, size_t n,
-                                            size_t d, size_t ld, float scale, float *out)
-{
-    return softmax_row(q, keys, n, d, ld, scale, out);
-}
-#endif
+KVE_PER_ISA(softmax_in, size_t,
+            (const float *q, const float *keys, size_t n, size_t d, size_t ld, float scale,
+             float *out),
+            softmax_row(q, keys, n, d, ld, scale, out), softmax_row(q, keys, n, d, ld, scale, out),
+            softmax_row(q, keys, n, d, ld, scale, out))
 
 static size_t softmax(const float *q, const float *keys, size_t n, size_t d, size_t ld,
                       float scale, float *out)
 {
-    switch (kve__isa()) {
-#if KVE_X86
-    case KVE_ISA_AVX512: return softmax_kv8(q, keys, n, d, ld, scale, out);
-    case KVE_ISA_AVX2: return softmax_kv4(q, keys, n, d, ld, scale, out);
-#endif
-    default: return softmax_kv1(q, keys, n, d, ld, scale, out);
-    }
+    return softmax_in_isa[kve__isa()](q, keys, n, d, ld, scale, out);
 }
 
 /* The checks both entry points share. */

@@ -318,16 +318,12 @@ typedef struct bank_alloc {
 
 kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank **out)
 {
-    if (!out)
-        return kve__fail(KVE_EINVAL, "out is NULL");
     kve_config c;
-    kve_status st = kve__config_parse(spec, NULL, NULL, &c);
+    kve_status st = kve__config_new(spec, rng, out, &c);
     if (st != KVE_OK)
         return st;
     if (n_heads == 0)
         return kve__fail(KVE_EINVAL, "%s: n_heads must be at least 1", c.type->name);
-    if ((c.type->flags & KVE_TYPE_NEEDS_RNG) && !rng)
-        return kve__fail(KVE_EINVAL, "%s: needs an Rng, but rng is NULL", c.type->name);
     if (n_heads > (SIZE_MAX - sizeof(bank_alloc)) / sizeof(kve_head))
         return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu heads", c.type->name, n_heads);
     bank_alloc *a = kve__malloc(sizeof *a + n_heads * sizeof(kve_head));

@@ -70,6 +70,18 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
     return KVE_OK;
 }
 
+kve_status kve__config_new(const char *spec, kve_rng *rng, const void *out, kve_config *c)
+{
+    if (!out)
+        return kve__fail(KVE_EINVAL, "out is NULL");
+    kve_status st = kve__config_parse(spec, NULL, NULL, c);
+    if (st != KVE_OK)
+        return st;
+    if ((c->type->flags & KVE_TYPE_NEEDS_RNG) && !rng)
+        return kve__fail(KVE_EINVAL, "%s: needs an Rng, but rng is NULL", c->type->name);
+    return KVE_OK;
+}
+
 kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
                          size_t cap)
 {

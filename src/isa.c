@@ -27,8 +27,8 @@ bool kve__isa_supported(kve_isa isa)
         return __builtin_cpu_supports("avx2") != 0;
     case KVE_ISA_AVX512:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+        return (__builtin_cpu_supports("avx512f") != 0) & (__builtin_cpu_supports("avx512vl") != 0) &
+               (__builtin_cpu_supports("avx512dq") != 0) & (__builtin_cpu_supports("avx512bw") != 0);
 #endif
     default: return false;
     }

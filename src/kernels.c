@@ -39,47 +39,17 @@ KVE_ALWAYS_INLINE bool row_bad(const float *a, size_t n)
     return smax > 0x7f7fffff || umax > 0x80000000u;
 }
 
-static bool row_bad_kv1(const float *a, size_t n)
-{
-    return row_bad(a, n);
-}
-
-#if KVE_X86
-KVE_TARGET_AVX2 static bool row_bad_kv4(const float *a, size_t n)
-{
-    return row_bad(a, n);
-}
-
-KVE_TARGET_AVX512 static bool row_bad_kv8(const float *a, size_t n)
-{
-    return row_bad(a, n);
-}
-
-KVE_TARGET_AVX2 static size_t sum_overflow_kv4(const kve_rows *in, size_t n)
-{
-    return kv4_sum_overflow(in, n);
-}
-
-KVE_TARGET_AVX512 static size_t sum_overflow_kv8(const kve_rows *in, size_t n)
-{
-    return kv8_sum_overflow(in, n);
-}
-#endif
+KVE_PER_ISA(row_bad, bool, (const float *a, size_t n), row_bad(a, n), row_bad(a, n),
+            row_bad(a, n))
+KVE_PER_ISA(sum_overflow, size_t, (const kve_rows *in, size_t n), kv1_sum_overflow(in, n),
+            kv4_sum_overflow(in, n), kv8_sum_overflow(in, n))
 
 bool kve__rows_invalid(const kve_rows *in, size_t n, size_t *q, size_t *i)
 {
     kve_isa isa = kve__isa();
     for (size_t r = 0; r < in->group; r++) {
         const float *a = in->row + r * in->ld;
-        bool bad;
-        switch (isa) {
-#if KVE_X86
-        case KVE_ISA_AVX512: bad = row_bad_kv8(a, n); break;
-        case KVE_ISA_AVX2: bad = row_bad_kv4(a, n); break;
-#endif
-        default: bad = row_bad_kv1(a, n); break;
-        }
-        if (bad) {
+        if (row_bad_isa[isa](a, n)) {
             size_t k = 0;
             while (a[k] >= 0.0f && a[k] <= FLT_MAX)
                 k++;
@@ -90,14 +60,7 @@ bool kve__rows_invalid(const kve_rows *in, size_t n, size_t *q, size_t *i)
     }
     if (in->group == 1 || in->reduce != KVE_REDUCE_SUM)
         return false; /* a mean or max of finite weights >= 0 is one too */
-    size_t k;
-    switch (isa) {
-#if KVE_X86
-    case KVE_ISA_AVX512: k = sum_overflow_kv8(in, n); break;
-    case KVE_ISA_AVX2: k = sum_overflow_kv4(in, n); break;
-#endif
-    default: k = kv1_sum_overflow(in, n); break;
-    }
+    size_t k = sum_overflow_isa[isa](in, n);
     if (k == n)
         return false;
     *q = in->group;
@@ -107,26 +70,11 @@ bool kve__rows_invalid(const kve_rows *in, size_t n, size_t *q, size_t *i)
 
 /* ---- argmin ---- */
 
-#if KVE_X86
-KVE_TARGET_AVX2 static size_t shift_argmin_kv4(double *score, size_t n, size_t gap, size_t limit)
-{
-    return kv4_shift_argmin(score, n, gap, limit);
-}
-
-KVE_TARGET_AVX512 static size_t shift_argmin_kv8(double *score, size_t n, size_t gap,
-                                                 size_t limit)
-{
-    return kv8_shift_argmin(score, n, gap, limit);
-}
-#endif
+KVE_PER_ISA(shift_argmin, size_t, (double *score, size_t n, size_t gap, size_t limit),
+            kv1_shift_argmin(score, n, gap, limit), kv4_shift_argmin(score, n, gap, limit),
+            kv8_shift_argmin(score, n, gap, limit))
 
 size_t kve__shift_argmin(double *score, size_t n, size_t gap, size_t limit)
 {
-    switch (kve__isa()) {
-#if KVE_X86
-    case KVE_ISA_AVX512: return shift_argmin_kv8(score, n, gap, limit);
-    case KVE_ISA_AVX2: return shift_argmin_kv4(score, n, gap, limit);
-#endif
-    default: return kv1_shift_argmin(score, n, gap, limit);
-    }
+    return shift_argmin_isa[kve__isa()](score, n, gap, limit);
 }

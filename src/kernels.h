@@ -57,12 +57,31 @@ bool kve__isa_force(kve_isa isa);
 
 #define KVE_ALWAYS_INLINE static inline __attribute__((always_inline))
 
+/* Three functions NAME_kv1 (portable), NAME_kv4 (AVX2) and NAME_kv8 (AVX-512)
+ * of type RET PARAMS, returning CALL1, CALL4 and CALL8 (each usually an
+ * always-inline body, so the compiler vectorises it for that target), and
+ * the table NAME_isa[kve_isa] of them. Without vector paths every entry is
+ * the portable one. */
+#if KVE_X86
+#define KVE_PER_ISA(NAME, RET, PARAMS, CALL1, CALL4, CALL8)                                 \
+    static RET NAME##_kv1 PARAMS { return CALL1; }                                          \
+    KVE_TARGET_AVX2 static RET NAME##_kv4 PARAMS { return CALL4; }                          \
+    KVE_TARGET_AVX512 static RET NAME##_kv8 PARAMS { return CALL8; }                        \
+    static RET(*const NAME##_isa[KVE_ISA_COUNT]) PARAMS = {NAME##_kv1, NAME##_kv4, NAME##_kv8};
+#else
+#define KVE_PER_ISA(NAME, RET, PARAMS, CALL1, CALL4, CALL8)                                 \
+    static RET NAME##_kv1 PARAMS { return CALL1; }                                          \
+    static RET(*const NAME##_isa[KVE_ISA_COUNT]) PARAMS = {NAME##_kv1, NAME##_kv1, NAME##_kv1};
+#endif
+
 /* ---- one head's attention input ---- */
 
 /* `group` rows of query heads, row q at row + q * ld; slot i's weight is the
  * reduction of row[q * ld + i] over q: the row itself when group is 1; else
  * the sum in double in query-head order (mean: that sum divided by group in
- * double), rounded to float32 once; or the largest weight (max). */
+ * double), rounded to float32 once; or the largest weight (max). The kernels
+ * read a single row directly and reduce a group with kv*_rows
+ * (simd_generic.inc), which assumes group > 1. */
 typedef struct kve_rows {
     const float *row;
     size_t ld;

@@ -15,14 +15,10 @@
 
 kve_status kve_policy_new(const char *spec, kve_rng *rng, kve_policy **out)
 {
-    if (!out)
-        return kve__fail(KVE_EINVAL, "out is NULL");
     kve_config c;
-    kve_status st = kve__config_parse(spec, NULL, NULL, &c);
+    kve_status st = kve__config_new(spec, rng, out, &c);
     if (st != KVE_OK)
         return st;
-    if ((c.type->flags & KVE_TYPE_NEEDS_RNG) && !rng)
-        return kve__fail(KVE_EINVAL, "%s: needs an Rng, but rng is NULL", c.type->name);
     kve_policy *p = kve__malloc(sizeof *p);
     if (!p)
         return kve__fail(KVE_ENOMEM, "%s: out of memory for the handle", c.type->name);

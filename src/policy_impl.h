@@ -168,6 +168,18 @@ struct kve_policy_type {
     size_t (*cap_for_budget)(size_t budget);
 };
 
+/* The operands of a score rule that reads and writes the score column only
+ * (h2o, tova): a policy file names them as its P_ctx and P_prep. */
+typedef struct kve_score_ctx {
+    double *score;
+} kve_score_ctx;
+
+KVE_ALWAYS_INLINE void kve__score_prep(kve_score_ctx *x, const kve_config *c, kve_head *h)
+{
+    (void)c;
+    x->score = h->col[KVE_COL_SCORE];
+}
+
 /* Param defs shared by the policy tables, so keys, ranges and docs are
  * spelled once. Every table starts with KVE_DEF_BUDGET (KVE_MAX_BUDGET is
  * public, in kvevict.h). */
@@ -187,6 +199,9 @@ const kve_policy_type *kve__policy_type_find(const char *name);
  * is not NULL) into *c, runs the type's checks and sets the column layout. */
 kve_status kve__config_parse(const char *spec, const char *key, const char *value,
                              kve_config *c);
+/* What every constructor checks first: `out` (the caller's out argument) is
+ * not NULL, the spec parses, and a policy that draws has a generator. */
+kve_status kve__config_new(const char *spec, kve_rng *rng, const void *out, kve_config *c);
 
 /* Banks (bank.c). kve__bank_init builds b (already allocated, with `heads`
  * storage for n_heads) from a parsed config: slabs, heads, generators. On

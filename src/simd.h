@@ -71,14 +71,19 @@
 #define kv_selu KV_FN(selu)
 #define kv_any KV_FN(any)
 
+/* The types of vocabulary P, W lanes wide: doubles, floats, a mask, uint64s
+ * and uint32s. */
+#define KV_TYPES(P, W, D, F, M, U, H)                                                      \
+    typedef D P##_d;                                                                        \
+    typedef F P##_f;                                                                        \
+    typedef M P##_m;                                                                        \
+    typedef U P##_u;                                                                        \
+    typedef H P##_h;                                                                        \
+    enum { P##_W = W };
+
 /* ---- kv1: one lane, plain C ---- */
 
-typedef double kv1_d;
-typedef float kv1_f;
-typedef bool kv1_m;
-typedef uint64_t kv1_u;
-typedef uint32_t kv1_h;
-enum { kv1_W = 1 };
+KV_TYPES(kv1, 1, double, float, bool, uint64_t, uint32_t)
 #define KV1_FN KVE_ALWAYS_INLINE
 
 KV1_FN kv1_d kv1_ld(const double *p) { return *p; }
@@ -114,35 +119,38 @@ KV1_FN bool kv1_any(kv1_m m) { return m; }
 
 #if KVE_X86
 
+/* The operations whose intrinsics differ between AVX2 and AVX-512 only in
+ * their prefix, defined once for both: P is kv4 or kv8, D the prefix of its
+ * double vectors (_mm256, _mm512), F that of its float and uint32 vectors
+ * (_mm, _mm256). */
+#define KV_PREFIXED_OPS(P, FN, D, F)                                                        \
+    FN P##_d P##_ld(const double *p) { return D##_loadu_pd(p); }                           \
+    FN void P##_st(double *p, P##_d v) { D##_storeu_pd(p, v); }                            \
+    FN P##_f P##_ldf(const float *p) { return F##_loadu_ps(p); }                           \
+    FN P##_d P##_set(double x) { return D##_set1_pd(x); }                                 \
+    FN P##_f P##_setf(float x) { return F##_set1_ps(x); }                                  \
+    FN P##_h P##_seth(uint32_t x) { return F##_set1_epi32((int)x); }                       \
+    FN P##_d P##_add(P##_d a, P##_d b) { return D##_add_pd(a, b); }                        \
+    FN P##_d P##_sub(P##_d a, P##_d b) { return D##_sub_pd(a, b); }                        \
+    FN P##_d P##_mul(P##_d a, P##_d b) { return D##_mul_pd(a, b); }                        \
+    FN P##_d P##_div(P##_d a, P##_d b) { return D##_div_pd(a, b); }                        \
+    FN P##_d P##_min(P##_d a, P##_d b) { return D##_min_pd(a, b); }                        \
+    FN P##_d P##_cvt(P##_f a) { return D##_cvtps_pd(a); }                                  \
+    FN P##_f P##_cvtf(P##_d a) { return D##_cvtpd_ps(a); }                                 \
+    FN P##_f P##_maxf(P##_f a, P##_f b) { return F##_max_ps(a, b); }                      \
+    FN P##_h P##_subh(P##_h a, P##_h b) { return F##_sub_epi32(a, b); }
+
 /* ---- kv4: AVX2. Masks are all-ones / all-zero 64-bit lanes in a __m256d. ---- */
 
-typedef __m256d kv4_d;
-typedef __m128 kv4_f;
-typedef __m256d kv4_m;
-typedef __m256i kv4_u;
-typedef __m128i kv4_h;
-enum { kv4_W = 4 };
+KV_TYPES(kv4, 4, __m256d, __m128, __m256d, __m256i, __m128i)
 #define KV4_FN KVE_ALWAYS_INLINE KVE_TARGET_AVX2
+KV_PREFIXED_OPS(kv4, KV4_FN, _mm256, _mm)
 
-KV4_FN kv4_d kv4_ld(const double *p) { return _mm256_loadu_pd(p); }
-KV4_FN void kv4_st(double *p, kv4_d v) { _mm256_storeu_pd(p, v); }
-KV4_FN kv4_f kv4_ldf(const float *p) { return _mm_loadu_ps(p); }
 KV4_FN kv4_u kv4_ldu(const uint64_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
 KV4_FN void kv4_stu(uint64_t *p, kv4_u v) { _mm256_storeu_si256((__m256i *)(void *)p, v); }
 KV4_FN kv4_h kv4_ldh(const uint32_t *p) { return _mm_loadu_si128((const __m128i *)(const void *)p); }
 KV4_FN void kv4_sth(uint32_t *p, kv4_h v) { _mm_storeu_si128((__m128i *)(void *)p, v); }
-KV4_FN kv4_d kv4_set(double x) { return _mm256_set1_pd(x); }
-KV4_FN kv4_f kv4_setf(float x) { return _mm_set1_ps(x); }
 KV4_FN kv4_u kv4_setu(uint64_t x) { return _mm256_set1_epi64x((long long)x); }
-KV4_FN kv4_h kv4_seth(uint32_t x) { return _mm_set1_epi32((int)x); }
-KV4_FN kv4_d kv4_add(kv4_d a, kv4_d b) { return _mm256_add_pd(a, b); }
-KV4_FN kv4_d kv4_sub(kv4_d a, kv4_d b) { return _mm256_sub_pd(a, b); }
-KV4_FN kv4_d kv4_mul(kv4_d a, kv4_d b) { return _mm256_mul_pd(a, b); }
-KV4_FN kv4_d kv4_div(kv4_d a, kv4_d b) { return _mm256_div_pd(a, b); }
-KV4_FN kv4_d kv4_min(kv4_d a, kv4_d b) { return _mm256_min_pd(a, b); }
-KV4_FN kv4_d kv4_cvt(kv4_f a) { return _mm256_cvtps_pd(a); }
-KV4_FN kv4_f kv4_cvtf(kv4_d a) { return _mm256_cvtpd_ps(a); }
-KV4_FN kv4_f kv4_maxf(kv4_f a, kv4_f b) { return _mm_max_ps(a, b); }
 KV4_FN kv4_d kv4_cvth(kv4_h a)
 {
     /* AVX2 converts signed int32 only: values of 2^31 and up read negative
@@ -151,7 +159,6 @@ KV4_FN kv4_d kv4_cvth(kv4_h a)
     __m256d wrapped = _mm256_cmp_pd(d, _mm256_setzero_pd(), _CMP_LT_OQ);
     return _mm256_add_pd(d, _mm256_and_pd(wrapped, _mm256_set1_pd(4294967296.0)));
 }
-KV4_FN kv4_h kv4_subh(kv4_h a, kv4_h b) { return _mm_sub_epi32(a, b); }
 KV4_FN kv4_u kv4_andu(kv4_u a, kv4_u b) { return _mm256_and_si256(a, b); }
 KV4_FN kv4_u kv4_oru(kv4_u a, kv4_u b) { return _mm256_or_si256(a, b); }
 KV4_FN kv4_u kv4_shlu(kv4_u a, int k) { return _mm256_slli_epi64(a, k); }
@@ -175,35 +182,16 @@ KV4_FN bool kv4_any(kv4_m m) { return _mm256_movemask_pd(m) != 0; }
 
 /* ---- kv8: AVX-512 (F, VL, DQ, BW). Masks are __mmask8. ---- */
 
-typedef __m512d kv8_d;
-typedef __m256 kv8_f;
-typedef __mmask8 kv8_m;
-typedef __m512i kv8_u;
-typedef __m256i kv8_h;
-enum { kv8_W = 8 };
+KV_TYPES(kv8, 8, __m512d, __m256, __mmask8, __m512i, __m256i)
 #define KV8_FN KVE_ALWAYS_INLINE KVE_TARGET_AVX512
+KV_PREFIXED_OPS(kv8, KV8_FN, _mm512, _mm256)
 
-KV8_FN kv8_d kv8_ld(const double *p) { return _mm512_loadu_pd(p); }
-KV8_FN void kv8_st(double *p, kv8_d v) { _mm512_storeu_pd(p, v); }
-KV8_FN kv8_f kv8_ldf(const float *p) { return _mm256_loadu_ps(p); }
 KV8_FN kv8_u kv8_ldu(const uint64_t *p) { return _mm512_loadu_si512((const void *)p); }
 KV8_FN void kv8_stu(uint64_t *p, kv8_u v) { _mm512_storeu_si512((void *)p, v); }
 KV8_FN kv8_h kv8_ldh(const uint32_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
 KV8_FN void kv8_sth(uint32_t *p, kv8_h v) { _mm256_storeu_si256((__m256i *)(void *)p, v); }
-KV8_FN kv8_d kv8_set(double x) { return _mm512_set1_pd(x); }
-KV8_FN kv8_f kv8_setf(float x) { return _mm256_set1_ps(x); }
 KV8_FN kv8_u kv8_setu(uint64_t x) { return _mm512_set1_epi64((long long)x); }
-KV8_FN kv8_h kv8_seth(uint32_t x) { return _mm256_set1_epi32((int)x); }
-KV8_FN kv8_d kv8_add(kv8_d a, kv8_d b) { return _mm512_add_pd(a, b); }
-KV8_FN kv8_d kv8_sub(kv8_d a, kv8_d b) { return _mm512_sub_pd(a, b); }
-KV8_FN kv8_d kv8_mul(kv8_d a, kv8_d b) { return _mm512_mul_pd(a, b); }
-KV8_FN kv8_d kv8_div(kv8_d a, kv8_d b) { return _mm512_div_pd(a, b); }
-KV8_FN kv8_d kv8_min(kv8_d a, kv8_d b) { return _mm512_min_pd(a, b); }
-KV8_FN kv8_d kv8_cvt(kv8_f a) { return _mm512_cvtps_pd(a); }
-KV8_FN kv8_f kv8_cvtf(kv8_d a) { return _mm512_cvtpd_ps(a); }
-KV8_FN kv8_f kv8_maxf(kv8_f a, kv8_f b) { return _mm256_max_ps(a, b); }
 KV8_FN kv8_d kv8_cvth(kv8_h a) { return _mm512_cvtepu32_pd(a); }
-KV8_FN kv8_h kv8_subh(kv8_h a, kv8_h b) { return _mm256_sub_epi32(a, b); }
 KV8_FN kv8_u kv8_andu(kv8_u a, kv8_u b) { return _mm512_and_si512(a, b); }
 KV8_FN kv8_u kv8_oru(kv8_u a, kv8_u b) { return _mm512_or_si512(a, b); }
 KV8_FN kv8_u kv8_shlu(kv8_u a, int k) { return _mm512_slli_epi64(a, (unsigned)k); }

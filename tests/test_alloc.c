@@ -39,7 +39,10 @@ static void small_spec(size_t i, char *out, size_t cap)
         snprintf(out, cap, "%s", tmp);
 }
 
-static void test_policy_new_every_type(void)
+/* Walks the construction of every policy type through every allocation: a
+ * policy when heads is 0, else a bank of `heads`. Every failing k returns
+ * ENOMEM with a message and leaves *out and the generator as they were. */
+static void walk_new(size_t heads)
 {
     for (size_t i = 0; i < kve_policy_type_count(); i++) {
         char spec[KVE_SPEC_MAX];
@@ -50,24 +53,39 @@ static void test_policy_new_every_type(void)
             kve_rng rng, before;
             kve_rng_seed(&rng, 3);
             before = rng;
-            kve_policy *sentinel = (kve_policy *)&rng, *p = sentinel;
+            kve_policy *no_policy = (kve_policy *)&rng, *p = no_policy;
+            kve_bank *no_bank = (kve_bank *)&before, *b = no_bank;
             kve__alloc_fail_after(k);
-            kve_status st = kve_policy_new(spec, &rng, &p);
+            kve_status st = heads ? kve_bank_new(spec, heads, &rng, &b)
+                                  : kve_policy_new(spec, &rng, &p);
             size_t made = kve__alloc_fail_after(SIZE_MAX);
             if (st == KVE_OK) {
-                ASSERT_TRUE(p != sentinel);
                 ASSERT_EQ(made, k); /* it needed exactly the k it was allowed */
-                ASSERT_STR_EQ(kve_policy_spec(p), spec);
-                kve_policy_free(p);
+                ASSERT_STR_EQ(heads ? kve_bank_spec(b) : kve_policy_spec(p), spec);
+                ASSERT_EQ(kve_bank_heads(heads ? b : NULL), heads);
+                if (heads)
+                    kve_bank_free(b);
+                else
+                    kve_policy_free(p);
                 break;
             }
             ASSERT_STATUS(st, KVE_ENOMEM);
             ASSERT_TRUE(kve_last_error()[0] != '\0');
-            ASSERT_TRUE(p == sentinel);
+            ASSERT_TRUE(p == no_policy && b == no_bank);
             ASSERT_TRUE(memcmp(&rng, &before, sizeof rng) == 0); /* rng not advanced */
         }
         ASSERT_TRUE(k >= 2); /* the handle and at least one column */
     }
+}
+
+static void test_policy_new_every_type(void)
+{
+    walk_new(0);
+}
+
+static void test_bank_new_every_type(void)
+{
+    walk_new(3);
 }
 
 /* Steps p once at `pos` with uniform attention over its kept set. */
@@ -151,37 +169,6 @@ static void test_growth_and_no_alloc_promises(void)
         }
         kve_policy_free(a);
         kve_policy_free(b);
-    }
-}
-
-/* kve_bank_new walked through every allocation, for every policy type: a
- * failure returns ENOMEM, leaves *out and the generator as they were. */
-static void test_bank_new_every_type(void)
-{
-    for (size_t i = 0; i < kve_policy_type_count(); i++) {
-        char spec[KVE_SPEC_MAX];
-        small_spec(i, spec, sizeof spec);
-        size_t k = 0;
-        for (;; k++) {
-            ASSERT_TRUE(k < WALK_MAX);
-            kve_rng rng, before;
-            kve_rng_seed(&rng, 3);
-            before = rng;
-            kve_bank *sentinel = (kve_bank *)&rng, *b = sentinel;
-            kve__alloc_fail_after(k);
-            kve_status st = kve_bank_new(spec, 3, &rng, &b);
-            size_t made = kve__alloc_fail_after(SIZE_MAX);
-            if (st == KVE_OK) {
-                ASSERT_EQ(made, k);
-                ASSERT_EQ(kve_bank_heads(b), 3);
-                kve_bank_free(b);
-                break;
-            }
-            ASSERT_STATUS(st, KVE_ENOMEM);
-            ASSERT_TRUE(b == sentinel);
-            ASSERT_TRUE(memcmp(&rng, &before, sizeof rng) == 0);
-        }
-        ASSERT_TRUE(k >= 2); /* the handle and at least one slab */
     }
 }
 

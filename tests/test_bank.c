@@ -24,7 +24,10 @@ typedef struct twin {
     kve_bank *b;
     kve_policy *p[MAXH];
     size_t heads;
-    int32_t pos; /* the last position stepped anywhere */
+    size_t budget; /* the spec's */
+    int32_t pos;   /* the last position stepped anywhere */
+    kve_rng g;     /* the workload's weights */
+    float pool[4]; /* repeated weights: ties */
 } twin;
 
 static float rows[MAXH * MAXG * MAXN], reduced[MAXH * MAXN];
@@ -38,11 +41,15 @@ static int twin_new(twin *t, const char *spec, size_t heads, uint64_t seed)
     memset(t, 0, sizeof *t);
     t->heads = heads;
     t->pos = -1;
+    kve_rng_seed(&t->g, seed * 7 + 1);
+    for (int k = 0; k < 4; k++)
+        t->pool[k] = (float)(k + 1) / 8.0f;
     if (kve_bank_new(spec, heads, &rb, &t->b) != KVE_OK)
         return 0;
     for (size_t h = 0; h < heads; h++)
         if (kve_policy_new(spec, &rp, &t->p[h]) != KVE_OK)
             return 0;
+    t->budget = kve_policy_budget(t->p[0]);
     return memcmp(&rb, &rp, sizeof rb) == 0; /* the bank drew what the policies drew */
 }
 
@@ -86,9 +93,10 @@ static size_t max_size(const twin *t, size_t first, size_t count)
 /* Steps heads [first, first + count) of the bank and their twins at the next
  * position; rows (count of them, ld apart) random, or NULL. Returns 0 on a
  * disagreement. */
-static int step_range(twin *t, kve_rng *g, const float pool[4], size_t first, size_t count,
-                      int with_attn)
+static int step_range(twin *t, size_t first, size_t count, int with_attn)
 {
+    kve_rng *g = &t->g;
+    const float *pool = t->pool;
     size_t ld = max_size(t, first, count) + (size_t)kve_rng_below(g, 3);
     t->pos += kve_rng_below(g, 8) == 0 ? 3 : 1;
     for (size_t j = 0; j < count; j++) {
@@ -157,30 +165,28 @@ static void run_workload(const char *spec, size_t heads, uint64_t seed)
 {
     twin t;
     ASSERT_TRUE(twin_new(&t, spec, heads, seed));
-    kve_rng g;
-    kve_rng_seed(&g, seed * 7 + 1);
-    size_t budget = kve_policy_budget(t.p[0]), lo = floor_budget(spec);
-    float pool[4] = {0.25f, 0.5f, 0.125f, 0.0625f};
+    kve_rng *g = &t.g;
+    size_t budget = t.budget, lo = floor_budget(spec);
     size_t ranges = 0, multi = 0;
     for (int s = 0; s < STEPS; s++) {
         if (s % 40 == 0)
             for (int k = 0; k < 4; k++)
-                pool[k] = (float)kve_rng_uniform(&g);
-        int with_attn = kve_rng_below(&g, 12) != 0;
+                t.pool[k] = (float)kve_rng_uniform(g);
+        int with_attn = kve_rng_below(g, 12) != 0;
         /* Mostly every head; sometimes a sub-range, which lets heads drift
          * apart in size and last position. */
         size_t first = 0, count = heads;
-        if (heads > 1 && kve_rng_below(&g, 6) == 0) {
-            first = (size_t)kve_rng_below(&g, heads);
-            count = 1 + (size_t)kve_rng_below(&g, heads - first);
+        if (heads > 1 && kve_rng_below(g, 6) == 0) {
+            first = (size_t)kve_rng_below(g, heads);
+            count = 1 + (size_t)kve_rng_below(g, heads - first);
             ranges++;
         }
-        if (!step_range(&t, &g, pool, first, count, with_attn))
+        if (!step_range(&t, first, count, with_attn))
             CHECK_FAIL_AT("%s x %zu: step %d differs (seed %" PRIu64 ")", spec, heads, s, seed);
-        if (max_size(&t, 0, heads) >= MAXN - 1 || kve_rng_below(&g, 10) != 0) {
+        if (max_size(&t, 0, heads) >= MAXN - 1 || kve_rng_below(g, 10) != 0) {
             size_t b = budget;
-            if (kve_rng_below(&g, 15) == 0 && budget > lo) {
-                b = lo + (size_t)kve_rng_below(&g, budget - lo);
+            if (kve_rng_below(g, 15) == 0 && budget > lo) {
+                b = lo + (size_t)kve_rng_below(g, budget - lo);
                 multi++;
             }
             if (!evict_range(&t, first, count, b))
@@ -231,16 +237,13 @@ static void grouped_workload(const char *spec, size_t heads, size_t group, kve_r
 {
     twin t;
     ASSERT_TRUE(twin_new(&t, spec, heads, seed));
-    kve_rng g;
-    kve_rng_seed(&g, seed);
-    float pool[4] = {0.5f, 0.25f, 0.75f, 1.0f};
-    size_t budget = kve_policy_budget(t.p[0]);
+    kve_rng *g = &t.g;
     for (int s = 0; s < 300; s++) {
-        size_t ld = max_size(&t, 0, heads) + (size_t)kve_rng_below(&g, 4);
+        size_t ld = max_size(&t, 0, heads) + (size_t)kve_rng_below(g, 4);
         for (size_t r = 0; r < heads * group; r++)
             for (size_t i = 0; i < ld; i++)
-                rows[r * ld + i] = random_weight(&g, pool, kve_bank_size(t.b, r / group) + 1);
-        int with_attn = kve_rng_below(&g, 10) != 0;
+                rows[r * ld + i] = random_weight(g, t.pool, kve_bank_size(t.b, r / group) + 1);
+        int with_attn = kve_rng_below(g, 10) != 0;
         t.pos++;
         ASSERT_OK(kve_bank_step_grouped(t.b, t.pos, with_attn ? rows : NULL, ld, group, reduce));
         for (size_t h = 0; h < heads; h++) {
@@ -251,7 +254,7 @@ static void grouped_workload(const char *spec, size_t heads, size_t group, kve_r
         if (!twin_same(&t, "after a grouped step"))
             CHECK_FAIL_AT("%s, group %zu, reduce %d: step %d (seed %" PRIu64 ")", spec, group,
                           (int)reduce, s, seed);
-        if (!evict_range(&t, 0, heads, budget))
+        if (!evict_range(&t, 0, heads, t.budget))
             CHECK_FAIL_AT("%s: evict after grouped step %d", spec, s);
     }
     twin_free(&t);
@@ -304,15 +307,15 @@ static void test_grouped_sum_is_taken_in_double(void)
 /* ---- refusals ---- */
 
 /* After a refusal the bank must equal its twins, and keep equalling them. */
-#define REFUSED(t, g, pool, call, want, needle)                                   \
+#define REFUSED(t, call, want, needle)                                   \
     do {                                                                          \
         ASSERT_STATUS(call, want);                                                \
         ASSERT_CONTAINS(kve_last_error(), needle);                                \
         if (!twin_same(t, needle))                                                \
             CHECK_FAIL_AT("a refusal (%s) changed a head", needle);               \
         for (int k_ = 0; k_ < 3; k_++)                                            \
-            if (!step_range(t, g, pool, 0, (t)->heads, 1) ||                      \
-                !evict_range(t, 0, (t)->heads, budget))                           \
+            if (!step_range(t, 0, (t)->heads, 1) ||                               \
+                !evict_range(t, 0, (t)->heads, (t)->budget))                      \
                 CHECK_FAIL_AT("behaviour changed after %s", needle);              \
     } while (0)
 
@@ -321,26 +324,23 @@ static void refusals(const char *spec, uint64_t seed)
     twin t;
     const size_t H = 4;
     ASSERT_TRUE(twin_new(&t, spec, H, seed));
-    kve_rng g;
-    kve_rng_seed(&g, seed);
-    float pool[4] = {0.5f, 0.25f, 0.125f, 1.0f};
-    size_t budget = kve_policy_budget(t.p[0]);
+    size_t budget = t.budget;
     for (int s = 0; s < 40; s++) {
-        ASSERT_TRUE(step_range(&t, &g, pool, 0, H, 1));
+        ASSERT_TRUE(step_range(&t, 0, H, 1));
         ASSERT_TRUE(evict_range(&t, 0, H, budget));
     }
     for (size_t i = 0; i < H * MAXG * MAXN; i++)
         rows[i] = 0.25f;
-    REFUSED(&t, &g, pool, kve_bank_step(t.b, -1, NULL, 0), KVE_EINVAL, "negative");
+    REFUSED(&t, kve_bank_step(t.b, -1, NULL, 0), KVE_EINVAL, "negative");
     /* Heads apart: the last head one step ahead (one more position, a later
      * last position); pos is then new for heads 0..2 but not for head 3. */
-    ASSERT_TRUE(step_range(&t, &g, pool, H - 1, 1, 1));
+    ASSERT_TRUE(step_range(&t, H - 1, 1, 1));
     size_t n_last = kve_bank_size(t.b, H - 1), ld;
     ASSERT_TRUE(n_last == kve_bank_size(t.b, 0) + 1);
-    REFUSED(&t, &g, pool, kve_bank_step(t.b, t.pos, rows, n_last), KVE_EINVAL, "head 3: pos");
-    ASSERT_TRUE(step_range(&t, &g, pool, H - 1, 1, 1));
+    REFUSED(&t, kve_bank_step(t.b, t.pos, rows, n_last), KVE_EINVAL, "head 3: pos");
+    ASSERT_TRUE(step_range(&t, H - 1, 1, 1));
     n_last = kve_bank_size(t.b, H - 1);
-    REFUSED(&t, &g, pool, kve_bank_step(t.b, t.pos + 1, rows, n_last - 1), KVE_EINVAL,
+    REFUSED(&t, kve_bank_step(t.b, t.pos + 1, rows, n_last - 1), KVE_EINVAL,
             "head 3: ld");
     /* A bad weight in the last head's row: no head may have taken its row. */
     static const struct {
@@ -355,13 +355,13 @@ static void refusals(const char *spec, uint64_t seed)
         rows[(H - 1) * ld + n_last - 1] = weights[w].bad;
         char needle[48];
         snprintf(needle, sizeof needle, "head 3: attn[%zu]", n_last - 1);
-        REFUSED(&t, &g, pool, kve_bank_step(t.b, t.pos + 1, rows, ld), KVE_EINVAL, needle);
+        REFUSED(&t, kve_bank_step(t.b, t.pos + 1, rows, ld), KVE_EINVAL, needle);
         ASSERT_CONTAINS(kve_last_error(), weights[w].word);
         /* The same row as query row 1 of the last head of a grouped step. */
         for (size_t i = 0; i < H * MAXG * ld; i++)
             rows[i] = 0.25f;
         rows[((H - 1) * 2 + 1) * ld + 2] = weights[w].bad;
-        REFUSED(&t, &g, pool, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 2, KVE_REDUCE_MEAN),
+        REFUSED(&t, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 2, KVE_REDUCE_MEAN),
                 KVE_EINVAL, "head 3: query row 7: attn[2]");
     }
     ld = kve_bank_size(t.b, H - 1);
@@ -370,32 +370,32 @@ static void refusals(const char *spec, uint64_t seed)
     /* A sum only float32 overflows; the mean and max of the same rows are fine. */
     rows[((H - 1) * 2) * ld + 1] = FLT_MAX;
     rows[((H - 1) * 2 + 1) * ld + 1] = FLT_MAX;
-    REFUSED(&t, &g, pool, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 2, KVE_REDUCE_SUM),
+    REFUSED(&t, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 2, KVE_REDUCE_SUM),
             KVE_EINVAL, "overflows float32");
-    REFUSED(&t, &g, pool, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 0, KVE_REDUCE_MEAN),
+    REFUSED(&t, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 0, KVE_REDUCE_MEAN),
             KVE_EINVAL, "group");
-    REFUSED(&t, &g, pool, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 2, (kve_reduce)7),
+    REFUSED(&t, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 2, (kve_reduce)7),
             KVE_EINVAL, "reduce 7");
-    REFUSED(&t, &g, pool, kve_bank_step_range(t.b, 2, 3, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN),
+    REFUSED(&t, kve_bank_step_range(t.b, 2, 3, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN),
             KVE_EINVAL, "out of range");
-    REFUSED(&t, &g, pool, kve_bank_step_range(t.b, 5, 0, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN),
+    REFUSED(&t, kve_bank_step_range(t.b, 5, 0, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN),
             KVE_EINVAL, "out of range");
-    REFUSED(&t, &g, pool, kve_bank_step(NULL, t.pos + 1, NULL, 0), KVE_EINVAL, "bank is NULL");
+    REFUSED(&t, kve_bank_step(NULL, t.pos + 1, NULL, 0), KVE_EINVAL, "bank is NULL");
 
     /* Evict: only the last head needs two victims; a buffer of one refuses
      * them all. */
-    ASSERT_TRUE(step_range(&t, &g, pool, 0, H, 1));
-    ASSERT_TRUE(step_range(&t, &g, pool, H - 1, 1, 1));
+    ASSERT_TRUE(step_range(&t, 0, H, 1));
+    ASSERT_TRUE(step_range(&t, H - 1, 1, 1));
     size_t counts[MAXH] = {7, 7, 7, 7};
-    REFUSED(&t, &g, pool, kve_bank_evict(t.b, budget, bank_victims, 1, counts), KVE_ERANGE,
+    REFUSED(&t, kve_bank_evict(t.b, budget, bank_victims, 1, counts), KVE_ERANGE,
             "head 3: 2 victims to report but ld_victims is 1");
     ASSERT_EQ(counts[0], 7);
-    REFUSED(&t, &g, pool, kve_bank_evict(t.b, 0, bank_victims, 8, counts), KVE_EINVAL, "budget");
-    REFUSED(&t, &g, pool, kve_bank_evict(t.b, budget, NULL, 8, counts), KVE_EINVAL,
+    REFUSED(&t, kve_bank_evict(t.b, 0, bank_victims, 8, counts), KVE_EINVAL, "budget");
+    REFUSED(&t, kve_bank_evict(t.b, budget, NULL, 8, counts), KVE_EINVAL,
             "victims is NULL");
-    REFUSED(&t, &g, pool, kve_bank_evict_range(t.b, 4, 1, budget, bank_victims, 8, counts),
+    REFUSED(&t, kve_bank_evict_range(t.b, 4, 1, budget, bank_victims, 8, counts),
             KVE_EINVAL, "out of range");
-    REFUSED(&t, &g, pool, kve_bank_evict(NULL, budget, bank_victims, 8, counts), KVE_EINVAL,
+    REFUSED(&t, kve_bank_evict(NULL, budget, bank_victims, 8, counts), KVE_EINVAL,
             "bank is NULL");
     twin_free(&t);
 }

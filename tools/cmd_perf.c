@@ -382,6 +382,13 @@ static floor_cost measure_floor(const pool *p, size_t slots, const timing_opts *
     return f;
 }
 
+static void set_floor(row *r, const floor_cost *f)
+{
+    r->floor_ns = f->ns;
+    r->floor_base_ns = f->base_ns;
+    r->floor_isa = f->isa;
+}
+
 static void spec_of(char *out, const char *name, size_t budget)
 {
     char *s = canon_spec("policy", name, budget);
@@ -412,9 +419,7 @@ static void measure_policies(rows *rs, size_t budget, const timing_opts *o, int 
                 checked(kve_policy_step(w.p, w.pos, NULL, 0), "fill");
             r->ns = measure(&w, o, &r->steps);
             r->state_bytes = kve_policy_state_bytes(w.p);
-            r->floor_ns = f.ns;
-            r->floor_base_ns = f.base_ns;
-            r->floor_isa = f.isa;
+            set_floor(r, &f);
             kve_policy_free(w.p);
         }
     }
@@ -434,9 +439,7 @@ static void measure_policies(rows *rs, size_t budget, const timing_opts *o, int 
         }
         r->ns = measure(&w, o, &r->steps);
         r->state_bytes = (budget + 1) * (sizeof *w.npos + sizeof *w.nscore);
-        r->floor_ns = f.ns;
-        r->floor_base_ns = f.base_ns;
-        r->floor_isa = f.isa;
+        set_floor(r, &f);
         free(w.npos);
         free(w.nscore);
         free(w.idx);
@@ -469,9 +472,7 @@ static void measure_banks(rows *rs, const size_t *heads, size_t n_heads, const s
                     checked(kve_bank_step(w.b, w.pos, NULL, 0), "fill");
                 r->ns = measure(&w, o, &r->steps);
                 r->state_bytes = kve_bank_state_bytes(w.b);
-                r->floor_ns = f.ns;
-                r->floor_base_ns = f.base_ns;
-                r->floor_isa = f.isa;
+                set_floor(r, &f);
                 kve_bank_free(w.b);
             }
             free(p.w);

@@ -16,15 +16,8 @@ static const kve_param_def params[] = {
 };
 
 /* The rule, per slot: score = score + a. */
-typedef struct h2o_ctx {
-    double *score;
-} h2o_ctx;
-
-KVE_ALWAYS_INLINE void h2o_prep(h2o_ctx *x, const kve_config *c, kve_head *h)
-{
-    (void)c;
-    x->score = h->col[KVE_COL_SCORE];
-}
+typedef kve_score_ctx h2o_ctx;
+#define h2o_prep kve__score_prep
 
 #define KVE_OBS h2o
 #define KVE_OBS_LANE                                                                        \

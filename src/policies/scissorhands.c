@@ -37,20 +37,26 @@ typedef struct votes_ctx {
     uint64_t oldest, mask;
 } votes_ctx;
 
-KVE_ALWAYS_INLINE void votes_prep(votes_ctx *x, const kve_config *c, kve_head *h)
+/* A pass over n > 0 slots only reads the fair share: 1/n needs no guard. */
+KVE_ALWAYS_INLINE void lifetime_prep(votes_ctx *x, const kve_config *c, kve_head *h)
 {
-    size_t w = c->params.history;
+    (void)c;
     x->score = h->col[KVE_COL_SCORE];
+    x->fair = (float)(1.0 / (double)(h->size | (h->size == 0)));
+}
+
+KVE_ALWAYS_INLINE void windowed_prep(votes_ctx *x, const kve_config *c, kve_head *h)
+{
+    size_t w = c->params.history; /* 1 .. 64 */
+    lifetime_prep(x, c, h);
     x->votes = h->col[VOTES];
-    x->fair = h->size ? (float)(1.0 / (double)h->size) : 0.0f;
-    x->oldest = w ? (uint64_t)1 << (w - 1) : 0;
-    x->mask = w == MAX_HISTORY ? UINT64_MAX : (((uint64_t)1 << w) - 1);
+    x->oldest = (uint64_t)1 << (w - 1);
+    x->mask = (x->oldest << 1) - 1; /* w = 64: 2^64 - 1 by wrap-around */
 }
 
 /* ---- lifetime: score = score + (a > fair) ---- */
 
 typedef votes_ctx lifetime_ctx;
-#define lifetime_prep votes_prep
 
 #define KVE_OBS lifetime
 #define KVE_OBS_LANE                                                                        \
@@ -65,7 +71,6 @@ typedef votes_ctx lifetime_ctx;
 /* ---- windowed: votes = (votes << 1 | vote) & mask; score += vote - leaving ---- */
 
 typedef votes_ctx windowed_ctx;
-#define windowed_prep votes_prep
 
 #define KVE_OBS windowed
 #define KVE_OBS_LANE                                                                        \

@@ -17,15 +17,8 @@ static const kve_param_def params[] = {
 
 /* The rule, per slot: score = a. The slot's old score is not read, so the
  * gap closes by itself. */
-typedef struct tova_ctx {
-    double *score;
-} tova_ctx;
-
-KVE_ALWAYS_INLINE void tova_prep(tova_ctx *x, const kve_config *c, kve_head *h)
-{
-    (void)c;
-    x->score = h->col[KVE_COL_SCORE];
-}
+typedef kve_score_ctx tova_ctx;
+#define tova_prep kve__score_prep
 
 #define KVE_OBS tova
 #define KVE_OBS_LANE                                                                        \
