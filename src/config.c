@@ -70,7 +70,7 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
     return KVE_OK;
 }
 
-kve_status kve__config_new(const char *spec, kve_rng *rng, const void *out, kve_config *c)
+kve_status kve__config_new(const char *spec, const kve_rng *rng, const void *out, kve_config *c)
 {
     if (!out)
         return kve__fail(KVE_EINVAL, "out is NULL");

@@ -67,11 +67,14 @@ bool kve__isa_force(kve_isa isa);
     static RET NAME##_kv1 PARAMS { return CALL1; }                                          \
     KVE_TARGET_AVX2 static RET NAME##_kv4 PARAMS { return CALL4; }                          \
     KVE_TARGET_AVX512 static RET NAME##_kv8 PARAMS { return CALL8; }                        \
-    static RET(*const NAME##_isa[KVE_ISA_COUNT]) PARAMS = {NAME##_kv1, NAME##_kv4, NAME##_kv8};
+    /* PARAMS is a parameter list: it cannot be parenthesised */                           \
+    static RET(*const NAME##_isa[KVE_ISA_COUNT]) PARAMS = /* NOLINT(bugprone-macro-parentheses) */ \
+        {NAME##_kv1, NAME##_kv4, NAME##_kv8};
 #else
 #define KVE_PER_ISA(NAME, RET, PARAMS, CALL1, CALL4, CALL8)                                 \
     static RET NAME##_kv1 PARAMS { return CALL1; }                                          \
-    static RET(*const NAME##_isa[KVE_ISA_COUNT]) PARAMS = {NAME##_kv1, NAME##_kv1, NAME##_kv1};
+    static RET(*const NAME##_isa[KVE_ISA_COUNT]) PARAMS = /* NOLINT(bugprone-macro-parentheses) */ \
+        {NAME##_kv1, NAME##_kv1, NAME##_kv1};
 #endif
 
 /* ---- one head's attention input ---- */

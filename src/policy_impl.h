@@ -201,7 +201,7 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
                              kve_config *c);
 /* What every constructor checks first: `out` (the caller's out argument) is
  * not NULL, the spec parses, and a policy that draws has a generator. */
-kve_status kve__config_new(const char *spec, kve_rng *rng, const void *out, kve_config *c);
+kve_status kve__config_new(const char *spec, const kve_rng *rng, const void *out, kve_config *c);
 
 /* Banks (bank.c). kve__bank_init builds b (already allocated, with `heads`
  * storage for n_heads) from a parsed config: slabs, heads, generators. On

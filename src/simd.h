@@ -79,79 +79,79 @@
     typedef M P##_m;                                                                        \
     typedef U P##_u;                                                                        \
     typedef H P##_h;                                                                        \
-    enum { P##_W = W };
+    enum { P##_W = (W) };
 
 /* ---- kv1: one lane, plain C ---- */
 
 KV_TYPES(kv1, 1, double, float, bool, uint64_t, uint32_t)
-#define KV1_FN KVE_ALWAYS_INLINE
+#define kv1_inline KVE_ALWAYS_INLINE
 
-KV1_FN kv1_d kv1_ld(const double *p) { return *p; }
-KV1_FN void kv1_st(double *p, kv1_d v) { *p = v; }
-KV1_FN kv1_f kv1_ldf(const float *p) { return *p; }
-KV1_FN kv1_u kv1_ldu(const uint64_t *p) { return *p; }
-KV1_FN void kv1_stu(uint64_t *p, kv1_u v) { *p = v; }
-KV1_FN kv1_h kv1_ldh(const uint32_t *p) { return *p; }
-KV1_FN void kv1_sth(uint32_t *p, kv1_h v) { *p = v; }
-KV1_FN kv1_d kv1_set(double x) { return x; }
-KV1_FN kv1_f kv1_setf(float x) { return x; }
-KV1_FN kv1_u kv1_setu(uint64_t x) { return x; }
-KV1_FN kv1_h kv1_seth(uint32_t x) { return x; }
-KV1_FN kv1_d kv1_add(kv1_d a, kv1_d b) { return a + b; }
-KV1_FN kv1_d kv1_sub(kv1_d a, kv1_d b) { return a - b; }
-KV1_FN kv1_d kv1_mul(kv1_d a, kv1_d b) { return a * b; }
-KV1_FN kv1_d kv1_div(kv1_d a, kv1_d b) { return a / b; }
-KV1_FN kv1_d kv1_min(kv1_d a, kv1_d b) { return a < b ? a : b; }
-KV1_FN kv1_d kv1_cvt(kv1_f a) { return (double)a; }
-KV1_FN kv1_f kv1_cvtf(kv1_d a) { return (float)a; }
-KV1_FN kv1_f kv1_maxf(kv1_f a, kv1_f b) { return a > b ? a : b; }
-KV1_FN kv1_d kv1_cvth(kv1_h a) { return (double)a; }
-KV1_FN kv1_h kv1_subh(kv1_h a, kv1_h b) { return a - b; }
-KV1_FN kv1_u kv1_andu(kv1_u a, kv1_u b) { return a & b; }
-KV1_FN kv1_u kv1_oru(kv1_u a, kv1_u b) { return a | b; }
-KV1_FN kv1_u kv1_shlu(kv1_u a, int k) { return a << k; }
-KV1_FN kv1_m kv1_gtf(kv1_f a, kv1_f b) { return a > b; }
-KV1_FN kv1_m kv1_lt(kv1_d a, kv1_d b) { return a < b; }
-KV1_FN kv1_m kv1_testu(kv1_u a, kv1_u b) { return (a & b) != 0; }
-KV1_FN kv1_d kv1_sel(kv1_m m, kv1_d a, kv1_d b) { return m ? a : b; }
-KV1_FN kv1_u kv1_selu(kv1_m m, kv1_u a, kv1_u b) { return m ? a : b; }
-KV1_FN bool kv1_any(kv1_m m) { return m; }
+kv1_inline kv1_d kv1_ld(const double *p) { return *p; }
+kv1_inline void kv1_st(double *p, kv1_d v) { *p = v; }
+kv1_inline kv1_f kv1_ldf(const float *p) { return *p; }
+kv1_inline kv1_u kv1_ldu(const uint64_t *p) { return *p; }
+kv1_inline void kv1_stu(uint64_t *p, kv1_u v) { *p = v; }
+kv1_inline kv1_h kv1_ldh(const uint32_t *p) { return *p; }
+kv1_inline void kv1_sth(uint32_t *p, kv1_h v) { *p = v; }
+kv1_inline kv1_d kv1_set(double x) { return x; }
+kv1_inline kv1_f kv1_setf(float x) { return x; }
+kv1_inline kv1_u kv1_setu(uint64_t x) { return x; }
+kv1_inline kv1_h kv1_seth(uint32_t x) { return x; }
+kv1_inline kv1_d kv1_add(kv1_d a, kv1_d b) { return a + b; }
+kv1_inline kv1_d kv1_sub(kv1_d a, kv1_d b) { return a - b; }
+kv1_inline kv1_d kv1_mul(kv1_d a, kv1_d b) { return a * b; }
+kv1_inline kv1_d kv1_div(kv1_d a, kv1_d b) { return a / b; }
+kv1_inline kv1_d kv1_min(kv1_d a, kv1_d b) { return a < b ? a : b; }
+kv1_inline kv1_d kv1_cvt(kv1_f a) { return (double)a; }
+kv1_inline kv1_f kv1_cvtf(kv1_d a) { return (float)a; }
+kv1_inline kv1_f kv1_maxf(kv1_f a, kv1_f b) { return a > b ? a : b; }
+kv1_inline kv1_d kv1_cvth(kv1_h a) { return (double)a; }
+kv1_inline kv1_h kv1_subh(kv1_h a, kv1_h b) { return a - b; }
+kv1_inline kv1_u kv1_andu(kv1_u a, kv1_u b) { return a & b; }
+kv1_inline kv1_u kv1_oru(kv1_u a, kv1_u b) { return a | b; }
+kv1_inline kv1_u kv1_shlu(kv1_u a, int k) { return a << k; }
+kv1_inline kv1_m kv1_gtf(kv1_f a, kv1_f b) { return a > b; }
+kv1_inline kv1_m kv1_lt(kv1_d a, kv1_d b) { return a < b; }
+kv1_inline kv1_m kv1_testu(kv1_u a, kv1_u b) { return (a & b) != 0; }
+kv1_inline kv1_d kv1_sel(kv1_m m, kv1_d a, kv1_d b) { return m ? a : b; }
+kv1_inline kv1_u kv1_selu(kv1_m m, kv1_u a, kv1_u b) { return m ? a : b; }
+kv1_inline bool kv1_any(kv1_m m) { return m; }
 
 #if KVE_X86
 
 /* The operations whose intrinsics differ between AVX2 and AVX-512 only in
- * their prefix, defined once for both: P is kv4 or kv8, D the prefix of its
- * double vectors (_mm256, _mm512), F that of its float and uint32 vectors
- * (_mm, _mm256). */
-#define KV_PREFIXED_OPS(P, FN, D, F)                                                        \
-    FN P##_d P##_ld(const double *p) { return D##_loadu_pd(p); }                           \
-    FN void P##_st(double *p, P##_d v) { D##_storeu_pd(p, v); }                            \
-    FN P##_f P##_ldf(const float *p) { return F##_loadu_ps(p); }                           \
-    FN P##_d P##_set(double x) { return D##_set1_pd(x); }                                 \
-    FN P##_f P##_setf(float x) { return F##_set1_ps(x); }                                  \
-    FN P##_h P##_seth(uint32_t x) { return F##_set1_epi32((int)x); }                       \
-    FN P##_d P##_add(P##_d a, P##_d b) { return D##_add_pd(a, b); }                        \
-    FN P##_d P##_sub(P##_d a, P##_d b) { return D##_sub_pd(a, b); }                        \
-    FN P##_d P##_mul(P##_d a, P##_d b) { return D##_mul_pd(a, b); }                        \
-    FN P##_d P##_div(P##_d a, P##_d b) { return D##_div_pd(a, b); }                        \
-    FN P##_d P##_min(P##_d a, P##_d b) { return D##_min_pd(a, b); }                        \
-    FN P##_d P##_cvt(P##_f a) { return D##_cvtps_pd(a); }                                  \
-    FN P##_f P##_cvtf(P##_d a) { return D##_cvtpd_ps(a); }                                 \
-    FN P##_f P##_maxf(P##_f a, P##_f b) { return F##_max_ps(a, b); }                      \
-    FN P##_h P##_subh(P##_h a, P##_h b) { return F##_sub_epi32(a, b); }
+ * their prefix, defined once for both: P is kv4 or kv8 (P_inline its
+ * function attributes), D the prefix of its double vectors (_mm256, _mm512),
+ * F that of its float and uint32 vectors (_mm, _mm256). */
+#define KV_PREFIXED_OPS(P, D, F)                                                        \
+    P##_inline P##_d P##_ld(const double *p) { return D##_loadu_pd(p); }                           \
+    P##_inline void P##_st(double *p, P##_d v) { D##_storeu_pd(p, v); }                            \
+    P##_inline P##_f P##_ldf(const float *p) { return F##_loadu_ps(p); }                           \
+    P##_inline P##_d P##_set(double x) { return D##_set1_pd(x); }                                 \
+    P##_inline P##_f P##_setf(float x) { return F##_set1_ps(x); }                                  \
+    P##_inline P##_h P##_seth(uint32_t x) { return F##_set1_epi32((int)x); }                       \
+    P##_inline P##_d P##_add(P##_d a, P##_d b) { return D##_add_pd(a, b); }                        \
+    P##_inline P##_d P##_sub(P##_d a, P##_d b) { return D##_sub_pd(a, b); }                        \
+    P##_inline P##_d P##_mul(P##_d a, P##_d b) { return D##_mul_pd(a, b); }                        \
+    P##_inline P##_d P##_div(P##_d a, P##_d b) { return D##_div_pd(a, b); }                        \
+    P##_inline P##_d P##_min(P##_d a, P##_d b) { return D##_min_pd(a, b); }                        \
+    P##_inline P##_d P##_cvt(P##_f a) { return D##_cvtps_pd(a); }                                  \
+    P##_inline P##_f P##_cvtf(P##_d a) { return D##_cvtpd_ps(a); }                                 \
+    P##_inline P##_f P##_maxf(P##_f a, P##_f b) { return F##_max_ps(a, b); }                      \
+    P##_inline P##_h P##_subh(P##_h a, P##_h b) { return F##_sub_epi32(a, b); }
 
 /* ---- kv4: AVX2. Masks are all-ones / all-zero 64-bit lanes in a __m256d. ---- */
 
 KV_TYPES(kv4, 4, __m256d, __m128, __m256d, __m256i, __m128i)
-#define KV4_FN KVE_ALWAYS_INLINE KVE_TARGET_AVX2
-KV_PREFIXED_OPS(kv4, KV4_FN, _mm256, _mm)
+#define kv4_inline KVE_ALWAYS_INLINE KVE_TARGET_AVX2
+KV_PREFIXED_OPS(kv4, _mm256, _mm)
 
-KV4_FN kv4_u kv4_ldu(const uint64_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
-KV4_FN void kv4_stu(uint64_t *p, kv4_u v) { _mm256_storeu_si256((__m256i *)(void *)p, v); }
-KV4_FN kv4_h kv4_ldh(const uint32_t *p) { return _mm_loadu_si128((const __m128i *)(const void *)p); }
-KV4_FN void kv4_sth(uint32_t *p, kv4_h v) { _mm_storeu_si128((__m128i *)(void *)p, v); }
-KV4_FN kv4_u kv4_setu(uint64_t x) { return _mm256_set1_epi64x((long long)x); }
-KV4_FN kv4_d kv4_cvth(kv4_h a)
+kv4_inline kv4_u kv4_ldu(const uint64_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
+kv4_inline void kv4_stu(uint64_t *p, kv4_u v) { _mm256_storeu_si256((__m256i *)(void *)p, v); }
+kv4_inline kv4_h kv4_ldh(const uint32_t *p) { return _mm_loadu_si128((const __m128i *)(const void *)p); }
+kv4_inline void kv4_sth(uint32_t *p, kv4_h v) { _mm_storeu_si128((__m128i *)(void *)p, v); }
+kv4_inline kv4_u kv4_setu(uint64_t x) { return _mm256_set1_epi64x((long long)x); }
+kv4_inline kv4_d kv4_cvth(kv4_h a)
 {
     /* AVX2 converts signed int32 only: values of 2^31 and up read negative
      * and get 2^32 added back, exactly. */
@@ -159,48 +159,48 @@ KV4_FN kv4_d kv4_cvth(kv4_h a)
     __m256d wrapped = _mm256_cmp_pd(d, _mm256_setzero_pd(), _CMP_LT_OQ);
     return _mm256_add_pd(d, _mm256_and_pd(wrapped, _mm256_set1_pd(4294967296.0)));
 }
-KV4_FN kv4_u kv4_andu(kv4_u a, kv4_u b) { return _mm256_and_si256(a, b); }
-KV4_FN kv4_u kv4_oru(kv4_u a, kv4_u b) { return _mm256_or_si256(a, b); }
-KV4_FN kv4_u kv4_shlu(kv4_u a, int k) { return _mm256_slli_epi64(a, k); }
-KV4_FN kv4_m kv4_gtf(kv4_f a, kv4_f b)
+kv4_inline kv4_u kv4_andu(kv4_u a, kv4_u b) { return _mm256_and_si256(a, b); }
+kv4_inline kv4_u kv4_oru(kv4_u a, kv4_u b) { return _mm256_or_si256(a, b); }
+kv4_inline kv4_u kv4_shlu(kv4_u a, int k) { return _mm256_slli_epi64(a, k); }
+kv4_inline kv4_m kv4_gtf(kv4_f a, kv4_f b)
 {
     /* a > b in float is (double)a > (double)b: widening is exact. */
     return _mm256_cmp_pd(_mm256_cvtps_pd(a), _mm256_cvtps_pd(b), _CMP_GT_OQ);
 }
-KV4_FN kv4_m kv4_lt(kv4_d a, kv4_d b) { return _mm256_cmp_pd(a, b, _CMP_LT_OQ); }
-KV4_FN kv4_m kv4_testu(kv4_u a, kv4_u b)
+kv4_inline kv4_m kv4_lt(kv4_d a, kv4_d b) { return _mm256_cmp_pd(a, b, _CMP_LT_OQ); }
+kv4_inline kv4_m kv4_testu(kv4_u a, kv4_u b)
 {
     __m256i zero = _mm256_cmpeq_epi64(_mm256_and_si256(a, b), _mm256_setzero_si256());
     return _mm256_castsi256_pd(_mm256_xor_si256(zero, _mm256_set1_epi64x(-1)));
 }
-KV4_FN kv4_d kv4_sel(kv4_m m, kv4_d a, kv4_d b) { return _mm256_blendv_pd(b, a, m); }
-KV4_FN kv4_u kv4_selu(kv4_m m, kv4_u a, kv4_u b)
+kv4_inline kv4_d kv4_sel(kv4_m m, kv4_d a, kv4_d b) { return _mm256_blendv_pd(b, a, m); }
+kv4_inline kv4_u kv4_selu(kv4_m m, kv4_u a, kv4_u b)
 {
     return _mm256_castpd_si256(_mm256_blendv_pd(_mm256_castsi256_pd(b), _mm256_castsi256_pd(a), m));
 }
-KV4_FN bool kv4_any(kv4_m m) { return _mm256_movemask_pd(m) != 0; }
+kv4_inline bool kv4_any(kv4_m m) { return _mm256_movemask_pd(m) != 0; }
 
 /* ---- kv8: AVX-512 (F, VL, DQ, BW). Masks are __mmask8. ---- */
 
 KV_TYPES(kv8, 8, __m512d, __m256, __mmask8, __m512i, __m256i)
-#define KV8_FN KVE_ALWAYS_INLINE KVE_TARGET_AVX512
-KV_PREFIXED_OPS(kv8, KV8_FN, _mm512, _mm256)
+#define kv8_inline KVE_ALWAYS_INLINE KVE_TARGET_AVX512
+KV_PREFIXED_OPS(kv8, _mm512, _mm256)
 
-KV8_FN kv8_u kv8_ldu(const uint64_t *p) { return _mm512_loadu_si512((const void *)p); }
-KV8_FN void kv8_stu(uint64_t *p, kv8_u v) { _mm512_storeu_si512((void *)p, v); }
-KV8_FN kv8_h kv8_ldh(const uint32_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
-KV8_FN void kv8_sth(uint32_t *p, kv8_h v) { _mm256_storeu_si256((__m256i *)(void *)p, v); }
-KV8_FN kv8_u kv8_setu(uint64_t x) { return _mm512_set1_epi64((long long)x); }
-KV8_FN kv8_d kv8_cvth(kv8_h a) { return _mm512_cvtepu32_pd(a); }
-KV8_FN kv8_u kv8_andu(kv8_u a, kv8_u b) { return _mm512_and_si512(a, b); }
-KV8_FN kv8_u kv8_oru(kv8_u a, kv8_u b) { return _mm512_or_si512(a, b); }
-KV8_FN kv8_u kv8_shlu(kv8_u a, int k) { return _mm512_slli_epi64(a, (unsigned)k); }
-KV8_FN kv8_m kv8_gtf(kv8_f a, kv8_f b) { return _mm256_cmp_ps_mask(a, b, _CMP_GT_OQ); }
-KV8_FN kv8_m kv8_lt(kv8_d a, kv8_d b) { return _mm512_cmp_pd_mask(a, b, _CMP_LT_OQ); }
-KV8_FN kv8_m kv8_testu(kv8_u a, kv8_u b) { return _mm512_test_epi64_mask(a, b); }
-KV8_FN kv8_d kv8_sel(kv8_m m, kv8_d a, kv8_d b) { return _mm512_mask_blend_pd(m, b, a); }
-KV8_FN kv8_u kv8_selu(kv8_m m, kv8_u a, kv8_u b) { return _mm512_mask_blend_epi64(m, b, a); }
-KV8_FN bool kv8_any(kv8_m m) { return m != 0; }
+kv8_inline kv8_u kv8_ldu(const uint64_t *p) { return _mm512_loadu_si512((const void *)p); }
+kv8_inline void kv8_stu(uint64_t *p, kv8_u v) { _mm512_storeu_si512((void *)p, v); }
+kv8_inline kv8_h kv8_ldh(const uint32_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
+kv8_inline void kv8_sth(uint32_t *p, kv8_h v) { _mm256_storeu_si256((__m256i *)(void *)p, v); }
+kv8_inline kv8_u kv8_setu(uint64_t x) { return _mm512_set1_epi64((long long)x); }
+kv8_inline kv8_d kv8_cvth(kv8_h a) { return _mm512_cvtepu32_pd(a); }
+kv8_inline kv8_u kv8_andu(kv8_u a, kv8_u b) { return _mm512_and_si512(a, b); }
+kv8_inline kv8_u kv8_oru(kv8_u a, kv8_u b) { return _mm512_or_si512(a, b); }
+kv8_inline kv8_u kv8_shlu(kv8_u a, int k) { return _mm512_slli_epi64(a, (unsigned)k); }
+kv8_inline kv8_m kv8_gtf(kv8_f a, kv8_f b) { return _mm256_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+kv8_inline kv8_m kv8_lt(kv8_d a, kv8_d b) { return _mm512_cmp_pd_mask(a, b, _CMP_LT_OQ); }
+kv8_inline kv8_m kv8_testu(kv8_u a, kv8_u b) { return _mm512_test_epi64_mask(a, b); }
+kv8_inline kv8_d kv8_sel(kv8_m m, kv8_d a, kv8_d b) { return _mm512_mask_blend_pd(m, b, a); }
+kv8_inline kv8_u kv8_selu(kv8_m m, kv8_u a, kv8_u b) { return _mm512_mask_blend_epi64(m, b, a); }
+kv8_inline bool kv8_any(kv8_m m) { return m != 0; }
 
 #endif /* KVE_X86 */
 
