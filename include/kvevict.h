@@ -22,9 +22,12 @@
  * field or value. The library never prints, never exits and never aborts on
  * bad input.
  *
- * Threads. Distinct objects may be used from distinct threads at once without
- * locking; the library has no global mutable state except the per-thread error
- * message. One object must not be used from two threads at the same time.
+ * Threads. The library starts no threads. Distinct objects may be used from
+ * distinct threads at once without locking; the library has no global mutable
+ * state except the per-thread error message (and the instruction set of its
+ * kernels, chosen once from the CPU). One object must not be used from two
+ * threads at the same time, with one exception: disjoint head ranges of one
+ * bank (see "Banks").
  *
  * Memory. Constructors allocate; nothing on the steady-state decode path does
  * (see kve_policy_step). Every object is released by its *_free function,
@@ -191,8 +194,12 @@ KVE_API void kve_policy_free(kve_policy *p);
  * Memory: no allocation while size <= budget before the call (the
  *       step-then-evict loop). Stepping several times without evicting grows
  *       the storage geometrically; KVE_ENOMEM if that fails.
- * Cost: one pass over the kept set for the policies that read attention
- *       (plus a read-only validation pass over attn), O(1) for the others. */
+ * Cost: the policies that read attention make a read-only validation pass
+ *       over attn, then one pass over the kept set that updates every score,
+ *       closes the hole the last evict left in the per-slot state and finds
+ *       the next victim (vectorised for the machine: kve_isa_name); O(1) for
+ *       the others (plus the validation pass when attn is not NULL: window,
+ *       streaming, full and random should be stepped with NULL). */
 KVE_API kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n);
 
 /* Evicts down to `budget` positions.
@@ -210,10 +217,13 @@ KVE_API kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn
  *       policies, budget <= sinks for streaming), or victims NULL with
  *       cap > 0; KVE_ERANGE when cap < size - budget. Nothing changes on
  *       refusal. Never allocates.
- * Cost: scored policies run one linear scan of the unprotected kept set per
- *       victim (repeated argmin, never a sort: one scan in steady state) and
- *       one compaction; window/streaming are O(victims + sinks) amortised;
- *       random is O(kept) per victim. */
+ * Cost: scored policies, one victim (the steady state): the step found it,
+ *       so evict is one memmove of the positions after it (the other columns
+ *       are closed up by the next step's pass); after a NULL step, one argmin
+ *       scan more. Several victims: one scan of the unprotected kept set per
+ *       victim (repeated argmin, never a sort) and one compaction.
+ *       window/streaming are O(victims + sinks) amortised; random is O(kept)
+ *       per victim. */
 KVE_API kve_status kve_policy_evict(kve_policy *p, size_t budget, int32_t *victims, size_t cap,
                             size_t *n_victims);
 
@@ -256,6 +266,231 @@ KVE_API const char *kve_policy_type_summary(size_t i);
  * cap >= KVE_SPEC_MAX). */
 KVE_API kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
                          size_t cap);
+
+/* ======================================================================
+ * Banks: one policy for every head of an engine
+ *
+ * An engine runs one policy per (layer, KV head, sequence). A bank holds
+ * n_heads instances ("heads") of one spec behind one handle, so a decode step
+ * for every head is one call:
+ *
+ *     kve_bank_step(b, pos, attn, ld);          attn: row h = head h's weights
+ *     kve_bank_evict(b, budget, victims, ld_victims, counts);
+ *     ... head h drops victims[h * ld_victims .. + counts[h]) from its cache ...
+ *
+ * Head h behaves exactly as the h-th of n_heads policies built one after
+ * another by kve_policy_new(spec, rng, ...) from the same generator, stepped
+ * and evicted with head h's row: same victims, same kept set, same refusals
+ * (so policies that draw get independent streams, and a bank is reproducible
+ * from its seed). The spec is parsed once and shared; per-slot state is held
+ * as one slab per column across heads (structure of arrays), so a step over
+ * every head streams each column once.
+ *
+ * Grouped-query attention. With `group` query heads per KV head, an engine
+ * passes the attention of all n_heads * group query heads to
+ * kve_bank_step_grouped; KV head h owns query rows h*group .. h*group+group-1
+ * and sees, in each slot, their
+ *   KVE_REDUCE_MEAN  sum in double in query-head order, divided by group in
+ *                    double, rounded to float32 once (the default);
+ *   KVE_REDUCE_SUM   sum in double in query-head order, rounded to float32
+ *                    once (a sum that overflows float32 is refused);
+ *   KVE_REDUCE_MAX   the largest weight.
+ * The reduction happens inside the step's pass over the scores: no buffer of
+ * reduced rows is written.
+ *
+ * Threads. The library starts no threads. An engine that splits heads across
+ * its own threads calls kve_bank_step_range and kve_bank_evict_range on
+ * disjoint head ranges of one bank concurrently; kve_bank_size and
+ * kve_bank_positions of a head may be called by the thread that owns its
+ * range. Nothing else on a bank may overlap another call on it: in
+ * particular kve_bank_step, kve_bank_step_grouped and kve_bank_evict (every
+ * head), kve_bank_state_bytes and kve_bank_free.
+ *
+ * Memory. kve_bank_new allocates the handle with its heads (about 150 bytes
+ * a head) and one slab per column of n_heads * (budget + 1) slots
+ * (window/streaming: their sliding block). As with a policy, nothing
+ * allocates while every head is evicted after every step; a head stepped
+ * past its slots without evicting moves to a private block of twice the
+ * slots, and the slabs are freed once no head uses them.
+ * ====================================================================== */
+
+typedef struct kve_bank kve_bank; /* opaque: n_heads instances of one policy spec */
+
+/* How a grouped step reduces the query rows of one KV head (see above). */
+typedef enum kve_reduce {
+    KVE_REDUCE_MEAN = 0, /* mean in double, rounded once (the default) */
+    KVE_REDUCE_SUM,      /* sum in double, rounded once */
+    KVE_REDUCE_MAX       /* largest weight */
+} kve_reduce;
+
+/* Builds a bank of n_heads instances of `spec` and stores it in *out.
+ *
+ * rng: as kve_policy_new, once per head in head order: policies that draw
+ *      (random) require one and seed head h from the h-th of n_heads
+ *      kve_rng_next(rng) draws, so the caller's generator advances by
+ *      n_heads outputs; deterministic policies ignore it (NULL allowed, not
+ *      advanced).
+ * Refuses (KVE_EINVAL): NULL out; a spec kve_policy_new refuses (same
+ *      message); n_heads 0; a NULL rng for a policy that draws.
+ *      KVE_ENOMEM if allocation fails, or n_heads * slots does not fit in
+ *      memory. On failure *out and rng are untouched.
+ * Allocates: the handle and heads, then one slab per column (policy page:
+ *      13 bytes a slot for h2o) of n_heads * (budget + 1) slots. */
+KVE_API kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank **out);
+
+/* Releases `b` and everything it owns. NULL is a no-op. */
+KVE_API void kve_bank_free(kve_bank *b);
+
+/* The number of heads; 0 for NULL. O(1). */
+KVE_API size_t kve_bank_heads(const kve_bank *b);
+
+/* The number of positions head `head` keeps; 0 for NULL b or head out of
+ * range. O(1). */
+KVE_API size_t kve_bank_size(const kve_bank *b, size_t head);
+
+/* Head `head`'s kept positions, kve_bank_size(b, head) of them, ascending.
+ * Owned by the bank, valid until the next step, evict or free whose range
+ * contains the head. NULL for NULL b or head out of range. O(1). */
+KVE_API const int32_t *kve_bank_positions(const kve_bank *b, size_t head);
+
+/* Bytes of per-slot state the bank holds now: allocated slots (every head's)
+ * times bytes per slot; n_heads times kve_policy_state_bytes of one policy
+ * of the same spec in the steady state. 0 for NULL. O(n_heads). */
+KVE_API size_t kve_bank_state_bytes(const kve_bank *b);
+
+/* The canonical spec shared by every head (as kve_policy_spec). NULL for
+ * NULL b. */
+KVE_API const char *kve_bank_spec(const kve_bank *b);
+
+/* One decode step for every head: the query at `pos` paid attention `attn`
+ * to each head's kept positions; then `pos` is admitted in every head.
+ *
+ * attn: row h at attn + h*ld, its first kve_bank_size(b, h) entries valid,
+ *       kept order; ld >= every head's size; NULL = no information for every
+ *       head (ld ignored). Weights as kve_policy_step: finite and >= 0; read
+ *       during the call only.
+ * pos:  >= 0 and greater than every head's last position.
+ * Refuses (KVE_EINVAL, no head changed): NULL b; a bad pos (the message names
+ *       the first head it fails for); ld smaller than some head's size; a NaN,
+ *       infinite or negative weight (the message names head and index).
+ *       KVE_ENOMEM when a head must grow and cannot (no head changed).
+ * Memory: no allocation while every head's size <= budget before the call.
+ * Cost: one read-only validation pass over every row, then one pass over
+ *       every head's scores that adds the weights, closes the hole the last
+ *       evict left and finds the next victim (the scored policies; O(1) a
+ *       head for the others), vectorised for the machine (kve_isa_name). */
+KVE_API kve_status kve_bank_step(kve_bank *b, int32_t pos, const float *attn, size_t ld);
+
+/* kve_bank_step with grouped-query attention: attn holds n_heads * group
+ * query rows, row r at attn + r*ld, and KV head h reduces rows
+ * h*group .. h*group+group-1 as `reduce` says (see above) in each of its
+ * kve_bank_size(b, h) slots. group 1 is kve_bank_step (reduce ignored).
+ * Refuses as kve_bank_step, plus: group 0, a reduce outside kve_reduce, and
+ * (KVE_REDUCE_SUM) a reduced weight that overflows float32 (message names
+ * head and index); every query row is validated before any head changes.
+ * Cost: kve_bank_step's, reading group rows instead of one. */
+KVE_API kve_status kve_bank_step_grouped(kve_bank *b, int32_t pos, const float *attn, size_t ld,
+                                         size_t group, kve_reduce reduce);
+
+/* kve_bank_step_grouped on heads [first, first + count) only: the rows of
+ * head first + j start at attn + j*group*ld. The other heads are not read or
+ * written, so threads may step disjoint ranges of one bank at once (see
+ * "Threads" above). count 0 does nothing and succeeds.
+ * Refuses as kve_bank_step_grouped, plus first + count > kve_bank_heads(b). */
+KVE_API kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t pos,
+                                       const float *attn, size_t ld, size_t group,
+                                       kve_reduce reduce);
+
+/* Evicts every head to `budget`, as kve_policy_evict does each: head h's
+ * victims, ascending, at victims + h*ld_victims, their count in counts[h].
+ * counts may be NULL when the counts are not wanted; victims may be NULL
+ * when ld_victims is 0.
+ * Refuses (nothing changed): KVE_EINVAL for NULL b and for what
+ *       kve_policy_evict refuses (budget 0, budget <= recent_window or
+ *       sinks, victims NULL with ld_victims > 0); KVE_ERANGE if some head
+ *       needs more than ld_victims (the message names the first such head).
+ *       Never allocates.
+ * Cost: per head as kve_policy_evict; in the steady state (one victim a head)
+ *       the victim was found by the step, so evict is one memmove of the
+ *       positions after it. */
+KVE_API kve_status kve_bank_evict(kve_bank *b, size_t budget, int32_t *victims,
+                                  size_t ld_victims, size_t *counts);
+
+/* kve_bank_evict on heads [first, first + count) only: head first + j's
+ * victims at victims + j*ld_victims, its count in counts[j]. Other heads are
+ * untouched (see "Threads"). count 0 does nothing and succeeds. Refuses as
+ * kve_bank_evict, plus first + count > kve_bank_heads(b). */
+KVE_API kve_status kve_bank_evict_range(kve_bank *b, size_t first, size_t count, size_t budget,
+                                        int32_t *victims, size_t ld_victims, size_t *counts);
+
+/* The instruction set the library's kernels run with on this machine:
+ * "avx512", "avx2" or "scalar" (the portable code, the definition the others
+ * equal bit for bit). Chosen once, at the first call that needs it, from the
+ * CPU. Never NULL; the string is static. */
+KVE_API const char *kve_isa_name(void);
+
+/* ======================================================================
+ * Attention rows for engines that never materialise attention
+ *
+ * Fused ("flash") attention kernels never write the attention weights, which
+ * every scored policy reads. These functions recompute them from the query
+ * and the kept keys: the softmax of one query over the keys the policy keeps
+ * (the query's own key excluded), which is exactly the row the evaluation
+ * harness feeds a policy (p_t restricted to the kept set, renormalised).
+ *
+ *     for every query head r of KV head h:   (or kve_bank_attn_rows, below)
+ *         kve_attn_row(q[r], K[h], kve_bank_size(b, h), d, ld, scale, row[r]);
+ *     kve_bank_step_grouped(b, pos, rows, ld_rows, group, KVE_REDUCE_MEAN);
+ *
+ * Cost, honestly: O(n*d) per query head per step, i.e. one more pass over
+ * the kept keys (n keys of d floats) beside the attention kernel it shadows,
+ * which reads the same keys (and the values) once; plus O(n) for the
+ * softmax. For a 4096-key head of d = 128 that is 2 MiB of keys read again
+ * per query head. Nothing is allocated.
+ *
+ * Definition (every instruction set gives the same bits): logit
+ * l_i = scale * dot(q, k_i) in float32, the products summed in 16 partial
+ * sums by dimension index mod 16 and then pairwise; m = max l_i;
+ * e_i = exp(l_i - m) in float32 (kvevict's own exponential, within a few
+ * ulp; 0 below e^-87.3); out_i = e_i / sum(e) with the sum and the division
+ * in double, rounded to float32 once. The max is subtracted, so logits of
+ * any finite size neither overflow nor give NaN, and a single key gets
+ * exactly 1.
+ * ====================================================================== */
+
+/* Writes to out[0 .. n) the softmax over n keys of the logits
+ * scale * dot(q, keys + i*ld), as defined above.
+ *
+ * q: d floats. keys: n rows of d floats, row i at keys + i*ld (ld >= d).
+ * n == 0 writes nothing and succeeds (pointers may then be NULL).
+ * Refuses (KVE_EINVAL): d == 0; ld < d; a NaN or infinite scale; NULL q,
+ *       keys or out with n > 0; a logit that is not finite (a NaN or
+ *       infinite input, or a dot product beyond float32): the message names
+ *       the key, and out[0 .. n) then holds unspecified values.
+ * Thread-safe (reads only its arguments). O(n*d). */
+KVE_API kve_status kve_attn_row(const float *q, const float *keys, size_t n, size_t d,
+                                size_t ld, float scale, float *out);
+
+/* The rows kve_bank_step_range(b, first, count, pos, out, ld_out, group,
+ * reduce) reads, for heads [first, first + count) of `b`: for KV head
+ * h = first + j and its query heads g < group, query row r = j*group + g is
+ *   kve_attn_row(q + r*d, keys + j*ld_head, kve_bank_size(b, h), d, ld_key,
+ *                scale, out + r*ld_out).
+ * So q holds count*group query vectors of d floats, contiguous; head h's
+ * kept keys (in kept order: the engine's cache as the bank keeps it) start
+ * at keys + j*ld_head with row stride ld_key; out row r has ld_out >= the
+ * head's size. The reduction over a group is left to the grouped step, so an
+ * engine that computes its own rows and one that calls this get the same.
+ * Refuses as kve_attn_row (the message names head, query row and key), plus
+ * NULL b, a range past kve_bank_heads(b), group 0, and ld_out smaller than
+ * some head's size; all checked before anything is written, except a logit
+ * that is not finite, found while writing (the rows written so far then hold
+ * unspecified values). Reads `b` only: may run concurrently with other
+ * readers of disjoint ranges (kvevict.h, "Banks"). O(count*group*n*d). */
+KVE_API kve_status kve_bank_attn_rows(const kve_bank *b, size_t first, size_t count,
+                                      size_t group, const float *q, size_t d, const float *keys,
+                                      size_t ld_key, size_t ld_head, float scale, float *out,
+                                      size_t ld_out);
 
 /* ======================================================================
  * Traces

@@ -20,14 +20,16 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define KVE_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#define KVE_COLD __attribute__((cold)) /* refusals: kept off the hot paths */
 #else
 #define KVE_PRINTF(fmt, args)
+#define KVE_COLD
 #endif
 
 /* ---- errors (error.c) ---- */
 
 /* Formats the thread's error message and returns `s`. */
-kve_status kve__fail(kve_status s, const char *fmt, ...) KVE_PRINTF(2, 3);
+kve_status kve__fail(kve_status s, const char *fmt, ...) KVE_PRINTF(2, 3) KVE_COLD;
 #ifdef __clang_analyzer__
 /* The static analyser sees one file at a time; this tells it that kve__fail
  * returns `s` (always a constant), so it does not follow impossible

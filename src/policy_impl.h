@@ -1,32 +1,58 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * policy_impl.h - the policy object and the function table behind it.
+ * policy_impl.h - the bank, its heads, and the function table behind every
+ * policy.
  *
- * Shapes (S = allocated slots, `cap`; n = kept positions, `size`):
- *   pos    int32_t[S]  kept positions, ascending in [0, n)
- *   score  double[S]   eviction key of the scored family (lowest goes first)
- *   mark   uint8_t[S]  eviction scratch: 1 = chosen as a victim, else 0
- *   extra  policy-owned parallel columns (sums, births, vote histories)
- * Every column is a parallel array indexed by kept order; columns move in
- * lockstep (growth, compaction), so no lookup is ever needed on the decode
- * path. Columns a policy does not use are NULL and cost nothing.
+ * Legend: H = heads of a bank, S0 = slots per head in the slabs (the size at
+ * construction), S = slots a head can hold now (cap), n = positions a head
+ * keeps (size).
  *
- * Invariants between public calls:
- *   - pos[0 .. size) is strictly ascending; every element < last_pos + 1.
- *   - mark[0 .. size) is all zero (marks live only inside one evict call).
- *   - size <= cap; cap >= budget + 1 once constructed.
- *   - recent_window < budget and sinks < budget (checked at construction).
+ * A bank is H instances ("heads") of one policy spec. The spec is parsed once
+ * into a kve_config that every head shares (type, parameters, canonical spec,
+ * column layout); a head holds only what differs per head. A kve_policy is a
+ * bank of one head: the public policy API is a thin layer over the same
+ * functions, so there is one implementation of every rule.
  *
- * One mechanism serves every policy that scores: the public wrapper in
- * policy.c validates once, the type's `observe` updates scores, and
- * kve__evict_marked runs `select` (argmin or random) then one compaction.
- * A new scored policy is a param table plus an observe rule.
+ * Storage is a structure of arrays, one slab per column across heads:
+ *   slab[c]   (H, S0) slots of elem[c] bytes; head h's column c starts at h * S0
+ * so one step over every head streams each column once, in order. A head that
+ * must hold more than S0 positions (stepped without evicting) moves to a
+ * private block of its own; the slabs are freed when the last head has left
+ * them (an atomic count, because heads of disjoint ranges may grow in
+ * different threads at once).
+ *
+ * Columns of one head, parallel arrays in kept order:
+ *   pos     int32_t   kept positions, ascending
+ *   score   double    eviction key of the scored family (lowest goes first)
+ *   mark    uint8_t   eviction scratch: 1 = chosen as a victim
+ *   extra0  extra1    policy-owned (sums, births, vote histories)
+ * Columns a policy does not use have elem 0 and cost nothing.
+ *
+ * Lazy compaction. Removing a single victim at index g closes the hole in
+ * pos at once (positions stay a plain array for kve_*_positions) but leaves
+ * it open in the lazy columns (score, extra0, extra1): they then hold n + 1
+ * entries, entry g stale, and gap = g. The next observe pass reads slot i
+ * from i + (i >= g) and writes it to i, so the hole closes inside the pass
+ * that updates the scores anyway; anything else that reads the lazy columns
+ * first closes it with kve__close_gap.
+ *
+ * Invariants between public calls, per head:
+ *   - pos[0 .. size) strictly ascending, every element <= last_pos;
+ *   - mark[0 .. cap) all zero (marks live only inside one evict call);
+ *   - size <= cap, and size + 1 <= cap while gap != KVE_NONE;
+ *   - gap == KVE_NONE or gap < size;
+ *   - best == KVE_NONE, or (only between a step and the next evict) the
+ *     lowest index of the lowest score among the unprotected slots
+ *     [0, size - recent_window);
+ *   - recent_window < budget and sinks < budget (checked when parsed).
  */
 #ifndef KVE_POLICY_IMPL_H
 #define KVE_POLICY_IMPL_H
 
 #include "internal.h"
+#include "kernels.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 /* The parameters every policy may take. A policy's param table names the
@@ -39,34 +65,71 @@ typedef struct kve_params {
     double decay;         /* h2o_decay: forgetting factor per observed step */
 } kve_params;
 
-enum { KVE_MAX_EXTRA = 2 }; /* policy-owned columns beyond pos/score/mark */
+enum { KVE_COL_POS, KVE_COL_SCORE, KVE_COL_MARK, KVE_COL_EXTRA0, KVE_COL_EXTRA1, KVE_NCOLS };
 
 typedef struct kve_policy_type kve_policy_type;
+typedef struct kve_config kve_config;
+typedef struct kve_head kve_head;
 
-struct kve_policy {
+/* The fused observe pass of a scored policy (observe.inc): updates every slot
+ * of h from `in` (validated: finite, >= 0), closes h's pending gap, and
+ * returns the lowest index of the lowest new score among [0, limit)
+ * (limit <= size), KVE_NONE when limit is 0. One entry per instruction set;
+ * every entry gives bit-identical results. */
+typedef size_t (*kve_observe_fn)(const kve_config *c, kve_head *h, const kve_rows *in,
+                                 size_t limit);
+
+#if KVE_X86
+#define KVE_OBSERVE_TABLE(P) {P##_observe_kv1, P##_observe_kv4, P##_observe_kv8}
+#else
+#define KVE_OBSERVE_TABLE(P) {P##_observe_kv1, P##_observe_kv1, P##_observe_kv1}
+#endif
+
+/* Everything parsed from the spec; shared by every head of a bank. */
+struct kve_config {
     const kve_policy_type *type;
     kve_params params;
     char spec[KVE_SPEC_MAX]; /* canonical spec */
+    size_t elem[KVE_NCOLS];  /* bytes per slot of each column; 0 = not stored */
+    size_t slot_bytes;       /* sum of elem[] */
+    size_t cap0;             /* S0: slots per head at construction */
+    const kve_observe_fn *observe; /* (KVE_ISA_COUNT) the score rule; NULL if unscored */
+};
 
-    size_t size; /* kept positions */
-    size_t cap;  /* allocated slots per column */
+/* The state of one head. A kve_head is about 150 bytes; per-slot state lives
+ * in the columns. */
+struct kve_head {
+    void *col[KVE_NCOLS]; /* column c: (cap) slots of elem[c] bytes, kept order */
+    size_t size;          /* n, kept positions */
+    size_t cap;           /* S, slots per column */
+    size_t offset;        /* sliding layout: col[POS] starts `offset` slots into its block */
+    size_t gap;           /* KVE_NONE, or the hole in the lazy columns (see above) */
+    size_t best;          /* KVE_NONE, or the cached victim of a one-victim evict */
+    void *block;          /* the private block when the head left the slabs, else NULL */
+    void *spare;          /* a block allocated for growth, not yet committed */
+    uint64_t observed;    /* number of informative (non-NULL) steps so far */
+    kve_rng rng;          /* private generator, policies that draw only */
     int32_t last_pos;
-    bool any_pos; /* a position has been admitted; last_pos is meaningful */
+    bool any_pos;         /* a position has been admitted; last_pos is meaningful */
+};
 
-    int32_t *pos;   /* (cap) kept order */
-    double *score;  /* (cap) or NULL */
-    uint8_t *mark;  /* (cap) or NULL */
-    void *extra[KVE_MAX_EXTRA];
-    size_t extra_elem[KVE_MAX_EXTRA]; /* bytes per slot of each extra column; 0 = unused */
+struct kve_bank {
+    kve_config cfg;
+    size_t n_heads;
+    bool is_policy;           /* a kve_policy: messages do not name the head */
+    void *slab[KVE_NCOLS];    /* (H, S0) slots per column, NULL once every head left */
+    atomic_size_t slab_users; /* heads whose columns still live in the slabs */
+    kve_head *heads;          /* (H), in the same allocation as the bank */
+};
 
-    size_t first_mark; /* lowest marked index, set by select, read by compaction */
-    size_t offset;     /* window/streaming: pos starts `offset` slots into its block */
-    uint64_t observed; /* number of non-NULL attention steps so far */
-    kve_rng rng;       /* private generator, policies that draw only */
+/* A policy is a bank of one head, allocated together. */
+struct kve_policy {
+    kve_bank bank;
+    kve_head head;
 };
 
 enum {
-    KVE_TYPE_SCORED = 1u,      /* has score and mark columns */
+    KVE_TYPE_SCORED = 1u,      /* has score and mark columns, observe and select */
     KVE_TYPE_MARKED = 2u,      /* has a mark column (evicts via select) */
     KVE_TYPE_NEEDS_RNG = 4u,   /* refuses a NULL rng */
     KVE_TYPE_NEVER_EVICTS = 8u /* evict always reports 0 victims */
@@ -80,33 +143,42 @@ struct kve_policy_type {
     unsigned flags;
 
     /* Cross-parameter checks after parsing; may declare extra columns in
-     * extra_elem[] of `p` (whose params are set, storage not yet allocated).
-     * NULL: the shared check (recent_window < budget). */
-    kve_status (*init)(kve_policy *p);
+     * c->elem[KVE_COL_EXTRA0/1]. NULL: the shared check (recent_window <
+     * budget). */
+    kve_status (*init)(kve_config *c);
 
-    /* Score update for a non-NULL attention vector, n == size, every weight
-     * finite and >= 0 (already validated). NULL: attention is not read. */
-    void (*observe)(kve_policy *p, const float *attn, size_t n);
+    /* Score update of the scored family, per instruction set (the config's
+     * default; init may choose another rule). Empty for the policies that do
+     * not read attention. */
+    kve_observe_fn observe[KVE_ISA_COUNT];
 
     /* Initial per-slot state of the position just stored at index i (pos,
      * score = 0 and mark = 0 are already set). NULL: nothing more. */
-    void (*admit)(kve_policy *p, size_t i);
+    void (*admit)(const kve_config *c, kve_head *h, size_t i);
 
-    /* Marks n_evict victims among the unprotected slots and sets first_mark.
-     * Used by kve__evict_marked. */
-    void (*select)(kve_policy *p, size_t n_evict);
+    /* Marks n_evict victims among the unprotected slots and returns the
+     * lowest marked index. Used by the marked eviction path. */
+    size_t (*select)(const kve_config *c, kve_head *h, size_t n_evict);
 
     /* Removes n_evict positions (0 < n_evict <= size - floor) and writes them
-     * ascending to victims. NULL: kve__evict_marked. */
-    void (*evict)(kve_policy *p, size_t n_evict, int32_t *victims);
+     * ascending to victims. NULL: the marked path (select, then compaction). */
+    void (*evict)(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 
-    /* Makes room for one more position; NULL: the shared geometric growth. */
-    kve_status (*reserve)(kve_policy *p);
-
-    /* Per-slot bytes are derived from the columns; slots per budget is
-     * cap_for_budget(budget), NULL meaning budget + 1. */
+    /* Slots per head for `budget`; NULL: budget + 1. */
     size_t (*cap_for_budget)(size_t budget);
 };
+
+/* The operands of a score rule that reads and writes the score column only
+ * (h2o, tova): a policy file names them as its P_ctx and P_prep. */
+typedef struct kve_score_ctx {
+    double *score;
+} kve_score_ctx;
+
+KVE_ALWAYS_INLINE void kve__score_prep(kve_score_ctx *x, const kve_config *c, kve_head *h)
+{
+    (void)c;
+    x->score = h->col[KVE_COL_SCORE];
+}
 
 /* Param defs shared by the policy tables, so keys, ranges and docs are
  * spelled once. Every table starts with KVE_DEF_BUDGET (KVE_MAX_BUDGET is
@@ -123,19 +195,44 @@ struct kve_policy_type {
 /* The registry (registry.c). */
 const kve_policy_type *kve__policy_type_find(const char *name);
 
+/* Configuration (config.c): parses `spec` (with `key` set to `value` when key
+ * is not NULL) into *c, runs the type's checks and sets the column layout. */
+kve_status kve__config_parse(const char *spec, const char *key, const char *value,
+                             kve_config *c);
+/* What every constructor checks first: `out` (the caller's out argument) is
+ * not NULL, the spec parses, and a policy that draws has a generator. */
+kve_status kve__config_new(const char *spec, const kve_rng *rng, const void *out, kve_config *c);
+
+/* Banks (bank.c). kve__bank_init builds b (already allocated, with `heads`
+ * storage for n_heads) from a parsed config: slabs, heads, generators. On
+ * failure nothing is left allocated and rng is not advanced. */
+kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_head *heads,
+                          kve_rng *rng);
+void kve__bank_release(kve_bank *b);
+
+/* The checked halves of a step and an evict on heads [first, first + count),
+ * shared by the bank and policy APIs once their own arguments are checked. */
+kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
+                          const float *attn, size_t ld, size_t group, kve_reduce reduce);
+kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budget,
+                           int32_t *victims, size_t ld_victims, size_t *counts,
+                           const char *ld_name);
+
 /* Shared scored mechanism (scored.c). */
-kve_status kve__check_recent_window(kve_policy *p);
-void kve__select_argmin(kve_policy *p, size_t n_evict);
-void kve__evict_marked(kve_policy *p, size_t n_evict, int32_t *victims);
+kve_status kve__check_recent_window(kve_config *c);
+size_t kve__select_argmin(const kve_config *c, kve_head *h, size_t n_evict);
+void kve__evict_marked(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+void kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+void kve__close_gap(const kve_config *c, kve_head *h);
+/* Closes h's hole in every lazy column and returns the lowest index of the
+ * lowest score among [0, limit) (limit <= size): one pass over the scores
+ * (a NULL step's, or an evict's without a cached victim). */
+size_t kve__scored_scan(const kve_config *c, kve_head *h, size_t limit);
 
-/* Storage (policy.c): reallocates every column to `new_cap` slots, keeping
- * the first `size` slots (from `offset` for pos). All or nothing. */
-kve_status kve__policy_resize(kve_policy *p, size_t new_cap);
-
-/* The sliding layout of streaming.c, shared with window.c. */
+/* The sliding layout of window and streaming (sliding.c). */
 size_t kve__sliding_cap(size_t budget);
-kve_status kve__sliding_reserve(kve_policy *p);
-void kve__sliding_evict(kve_policy *p, size_t n_evict, int32_t *victims);
+void kve__sliding_rewind(kve_head *h);
+void kve__sliding_evict(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 
 /* Policy tables, one per file under policies/. */
 extern const kve_policy_type kve__full_type;

@@ -1,53 +1,79 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * scored.c - the one eviction mechanism of every policy that chooses
- * victims individually: `select` marks them, one compaction removes them.
+ * scored.c - the eviction mechanism of every policy that chooses victims one
+ * by one: the one-victim fast path of the steady state, the marked path for
+ * several victims (select marks them, one compaction removes them), and the
+ * lazy gap of policy_impl.h.
  *
  * Invariants:
- *  - Only slots [0, size - recent_window) can be marked: the newest
+ *  - Only slots [0, size - recent_window) can be chosen: the newest
  *    recent_window kept positions are protected.
- *  - Argmin ties go to the lower index, which is the lower position, because
- *    the scan runs in kept (ascending) order and only a strictly smaller
- *    score replaces the candidate.
+ *  - Argmin ties go to the lower index, which is the lower position: a scan
+ *    in kept order takes only a strictly smaller score (kernels.h).
  *  - Compaction walks kept order, so victims come out ascending and the kept
  *    positions stay ascending; it clears every mark it meets.
- * Cost: select_argmin is n_evict scans of the unprotected slots (one in the
- * steady state); compaction is one memmove per column per run of survivors
- * after the first victim, plus a byte read per slot from the first victim on.
+ * Cost of one victim (the steady state): the argmin was computed by the
+ * step's pass (observe, or kve__scored_scan for a NULL step), so evict is
+ * one memmove of the positions after the victim; the hole in the lazy
+ * columns is closed by the next step's pass for free. Without a cached
+ * argmin (a second evict), one scan of the scores that also closes the hole.
+ * Several victims: n_evict scans of the unprotected slots and one compaction
+ * of every column.
  */
 #include "policy_impl.h"
 
 #include <string.h>
 
-kve_status kve__check_recent_window(kve_policy *p)
+static const int lazy_cols[] = {KVE_COL_SCORE, KVE_COL_EXTRA0, KVE_COL_EXTRA1};
+
+kve_status kve__check_recent_window(kve_config *c)
 {
-    if (p->params.recent_window >= p->params.budget)
+    if (c->params.recent_window >= c->params.budget)
         return kve__fail(KVE_EINVAL, "%s: recent_window %zu must be smaller than budget %zu",
-                         p->type->name, p->params.recent_window, p->params.budget);
+                         c->type->name, c->params.recent_window, c->params.budget);
     return KVE_OK;
 }
 
-void kve__select_argmin(kve_policy *p, size_t n_evict)
+void kve__close_gap(const kve_config *c, kve_head *h)
 {
-    const double *score = p->score;
-    uint8_t *mark = p->mark;
-    size_t limit = p->size - p->params.recent_window;
-    size_t first = limit;
-    if (n_evict == 1) {
-        /* The steady state: nothing is marked yet, so a plain argmin. */
-        size_t best = 0;
-        for (size_t i = 1; i < limit; i++)
-            if (score[i] < score[best])
-                best = i;
-        mark[best] = 1;
-        p->first_mark = best;
+    size_t g = h->gap;
+    if (g == KVE_NONE)
         return;
+    for (size_t k = 0; k < sizeof lazy_cols / sizeof lazy_cols[0]; k++) {
+        size_t e = c->elem[lazy_cols[k]];
+        if (e) {
+            char *base = h->col[lazy_cols[k]];
+            memmove(base + g * e, base + (g + 1) * e, (h->size - g) * e);
+        }
     }
+    h->gap = KVE_NONE;
+}
+
+size_t kve__scored_scan(const kve_config *c, kve_head *h, size_t limit)
+{
+    size_t n = h->size, g = h->gap < n ? h->gap : n;
+    for (int k = KVE_COL_EXTRA0; k <= KVE_COL_EXTRA1 && g < n; k++) {
+        size_t e = c->elem[k];
+        if (e) {
+            char *base = h->col[k];
+            memmove(base + g * e, base + (g + 1) * e, (n - g) * e);
+        }
+    }
+    h->gap = KVE_NONE;
+    return kve__shift_argmin(h->col[KVE_COL_SCORE], n, g, limit);
+}
+
+size_t kve__select_argmin(const kve_config *c, kve_head *h, size_t n_evict)
+{
+    const double *score = h->col[KVE_COL_SCORE];
+    uint8_t *mark = h->col[KVE_COL_MARK];
+    size_t limit = h->size - c->params.recent_window;
+    size_t first = limit;
     for (size_t k = 0; k < n_evict; k++) {
-        size_t best = SIZE_MAX;
+        size_t best = KVE_NONE;
         double best_score = 0.0;
         for (size_t i = 0; i < limit; i++) {
-            if (!mark[i] && (best == SIZE_MAX || score[i] < best_score)) {
+            if (!mark[i] && (best == KVE_NONE || score[i] < best_score)) {
                 best = i;
                 best_score = score[i];
             }
@@ -56,34 +82,34 @@ void kve__select_argmin(kve_policy *p, size_t n_evict)
         if (best < first)
             first = best;
     }
-    p->first_mark = first;
+    return first;
 }
 
-/* Moves `count` slots from index `src` to index `dst` (dst < src) in every column. */
-static void move_slots(kve_policy *p, size_t dst, size_t src, size_t count)
+/* Moves `count` slots from index `src` to index `dst` (dst < src) in every
+ * column but the marks. */
+static void move_slots(const kve_config *c, kve_head *h, size_t dst, size_t src, size_t count)
 {
-    memmove(p->pos + dst, p->pos + src, count * sizeof *p->pos);
-    if (p->score)
-        memmove(p->score + dst, p->score + src, count * sizeof *p->score);
-    for (int c = 0; c < KVE_MAX_EXTRA; c++) {
-        size_t elem = p->extra_elem[c];
-        if (elem) {
-            char *base = p->extra[c];
-            memmove(base + dst * elem, base + src * elem, count * elem);
+    for (int k = 0; k < KVE_NCOLS; k++) {
+        size_t e = c->elem[k];
+        if (e && k != KVE_COL_MARK) {
+            char *base = h->col[k];
+            memmove(base + dst * e, base + src * e, count * e);
         }
     }
 }
 
-void kve__evict_marked(kve_policy *p, size_t n_evict, int32_t *victims)
+void kve__evict_marked(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
 {
-    p->type->select(p, n_evict);
-    uint8_t *mark = p->mark;
-    size_t n = p->size, nv = 0;
-    size_t w = p->first_mark; /* write index */
-    size_t r = w;             /* read index */
+    kve__close_gap(c, h);
+    h->best = KVE_NONE;
+    size_t w = c->type->select(c, h, n_evict); /* write index: the first victim */
+    uint8_t *mark = h->col[KVE_COL_MARK];
+    const int32_t *pos = h->col[KVE_COL_POS];
+    size_t n = h->size, nv = 0;
+    size_t r = w; /* read index */
     while (r < n) {
         if (mark[r]) {
-            victims[nv++] = p->pos[r];
+            victims[nv++] = pos[r];
             mark[r] = 0;
             r++;
             continue;
@@ -91,9 +117,28 @@ void kve__evict_marked(kve_policy *p, size_t n_evict, int32_t *victims)
         size_t end = r;
         while (end < n && !mark[end])
             end++;
-        move_slots(p, w, r, end - r);
+        move_slots(c, h, w, r, end - r);
         w += end - r;
         r = end;
     }
-    p->size = w;
+    h->size = w;
+}
+
+void kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
+{
+    if (n_evict != 1) {
+        kve__evict_marked(c, h, n_evict, victims);
+        return;
+    }
+    /* A cached victim comes from a step's pass, which closed the gap. */
+    size_t v = h->best;
+    if (v == KVE_NONE)
+        v = kve__scored_scan(c, h, h->size - c->params.recent_window);
+    h->best = KVE_NONE;
+    int32_t *pos = h->col[KVE_COL_POS];
+    size_t n = h->size;
+    victims[0] = pos[v];
+    memmove(pos + v, pos + v + 1, (n - v - 1) * sizeof *pos);
+    h->size = n - 1;
+    h->gap = v + 1 < n ? v : KVE_NONE; /* the last slot needs no closing */
 }

@@ -11,8 +11,10 @@
  * hook. Paths: kve_policy_new for every policy; storage growth when a policy
  * is stepped past budget + 1 without evicting; the promise that steps up to
  * budget + 1 and every evict never allocate; kve_trace_open (canonical and
- * .npy, both flags); kve_trace_write_npy (no file, no temporary left); and
- * kve_eval.
+ * .npy, both flags); kve_trace_write_npy (no file, no temporary left);
+ * kve_eval; kve_bank_new for every policy; and a bank whose heads all grow
+ * at once (a failure at any head's block leaves every head unchanged, and
+ * steady-state bank steps, grouped or not, never allocate).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
@@ -37,7 +39,10 @@ static void small_spec(size_t i, char *out, size_t cap)
         snprintf(out, cap, "%s", tmp);
 }
 
-static void test_policy_new_every_type(void)
+/* Walks the construction of every policy type through every allocation: a
+ * policy when heads is 0, else a bank of `heads`. Every failing k returns
+ * ENOMEM with a message and leaves *out and the generator as they were. */
+static void walk_new(size_t heads)
 {
     for (size_t i = 0; i < kve_policy_type_count(); i++) {
         char spec[KVE_SPEC_MAX];
@@ -48,24 +53,39 @@ static void test_policy_new_every_type(void)
             kve_rng rng, before;
             kve_rng_seed(&rng, 3);
             before = rng;
-            kve_policy *sentinel = (kve_policy *)&rng, *p = sentinel;
+            kve_policy *no_policy = (kve_policy *)&rng, *p = no_policy;
+            kve_bank *no_bank = (kve_bank *)&before, *b = no_bank;
             kve__alloc_fail_after(k);
-            kve_status st = kve_policy_new(spec, &rng, &p);
+            kve_status st = heads ? kve_bank_new(spec, heads, &rng, &b)
+                                  : kve_policy_new(spec, &rng, &p);
             size_t made = kve__alloc_fail_after(SIZE_MAX);
             if (st == KVE_OK) {
-                ASSERT_TRUE(p != sentinel);
                 ASSERT_EQ(made, k); /* it needed exactly the k it was allowed */
-                ASSERT_STR_EQ(kve_policy_spec(p), spec);
-                kve_policy_free(p);
+                ASSERT_STR_EQ(heads ? kve_bank_spec(b) : kve_policy_spec(p), spec);
+                ASSERT_EQ(kve_bank_heads(heads ? b : NULL), heads);
+                if (heads)
+                    kve_bank_free(b);
+                else
+                    kve_policy_free(p);
                 break;
             }
             ASSERT_STATUS(st, KVE_ENOMEM);
             ASSERT_TRUE(kve_last_error()[0] != '\0');
-            ASSERT_TRUE(p == sentinel);
+            ASSERT_TRUE(p == no_policy && b == no_bank);
             ASSERT_TRUE(memcmp(&rng, &before, sizeof rng) == 0); /* rng not advanced */
         }
         ASSERT_TRUE(k >= 2); /* the handle and at least one column */
     }
+}
+
+static void test_policy_new_every_type(void)
+{
+    walk_new(0);
+}
+
+static void test_bank_new_every_type(void)
+{
+    walk_new(3);
 }
 
 /* Steps p once at `pos` with uniform attention over its kept set. */
@@ -150,6 +170,77 @@ static void test_growth_and_no_alloc_promises(void)
         kve_policy_free(a);
         kve_policy_free(b);
     }
+}
+
+/* Every head of a bank steps past its slots at once: each needs a block, and
+ * a failure at any of them leaves every head as it was (the blocks already
+ * made are released). Steady-state steps and evicts, grouped or not, never
+ * allocate. */
+static void test_bank_growth_all_or_nothing(void)
+{
+    enum { H = 3, G = 2 };
+    kve_bank *a = NULL, *b = NULL;
+    ASSERT_OK(kve_bank_new("h2o:budget=4,recent_window=1", H, NULL, &a));
+    ASSERT_OK(kve_bank_new("h2o:budget=4,recent_window=1", H, NULL, &b));
+    float rows[H * G * 16];
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        rows[i] = (float)(i % 5) / 8.0f;
+    int32_t victims[H * 16];
+    size_t counts[H];
+    int32_t pos = 0;
+    kve__alloc_fail_after(0);
+    for (; pos < 40; pos++) { /* the steady state, grouped every other step */
+        kve_status st = pos % 2 ? kve_bank_step(a, pos, rows, 16)
+                                : kve_bank_step_grouped(a, pos, rows, 16, G, KVE_REDUCE_MEAN);
+        if (st == KVE_OK)
+            st = kve_bank_evict(a, 4, victims, 16, counts);
+        if (st != KVE_OK) {
+            kve__alloc_fail_after(SIZE_MAX);
+            ASSERT_OK(st);
+        }
+    }
+    kve__alloc_fail_after(SIZE_MAX);
+    for (int32_t q = 0; q < pos; q++) {
+        ASSERT_OK(q % 2 ? kve_bank_step(b, q, rows, 16)
+                        : kve_bank_step_grouped(b, q, rows, 16, G, KVE_REDUCE_MEAN));
+        ASSERT_OK(kve_bank_evict(b, 4, victims, 16, counts));
+    }
+    ASSERT_OK(kve_bank_step(a, pos, rows, 16)); /* 5 kept: the slots are full */
+    ASSERT_OK(kve_bank_step(b, pos++, rows, 16));
+    size_t bytes = kve_bank_state_bytes(a);
+    size_t k = 0;
+    for (;; k++) {
+        ASSERT_TRUE(k < WALK_MAX);
+        kve__alloc_fail_after(k);
+        kve_status st = kve_bank_step(a, pos, rows, 16);
+        kve__alloc_fail_after(SIZE_MAX);
+        if (st == KVE_OK)
+            break;
+        ASSERT_STATUS(st, KVE_ENOMEM);
+        ASSERT_EQ(kve_bank_state_bytes(a), bytes);
+        for (size_t h = 0; h < H; h++) {
+            ASSERT_EQ(kve_bank_size(a, h), 5);
+            ASSERT_TRUE(memcmp(kve_bank_positions(a, h), kve_bank_positions(b, h),
+                               5 * sizeof(int32_t)) == 0);
+        }
+    }
+    ASSERT_EQ(k, H); /* one block per head */
+    ASSERT_OK(kve_bank_step(b, pos++, rows, 16));
+    /* From here a (which failed H times) and b (which never did) agree. */
+    for (int round = 0; round < 6; round++, pos++) {
+        size_t ca[H], cb[H];
+        int32_t vb[H * 16];
+        ASSERT_OK(kve_bank_evict(a, 4, victims, 16, ca));
+        ASSERT_OK(kve_bank_evict(b, 4, vb, 16, cb));
+        for (size_t h = 0; h < H; h++) {
+            ASSERT_EQ(ca[h], cb[h]);
+            ASSERT_TRUE(memcmp(victims + h * 16, vb + h * 16, ca[h] * sizeof(int32_t)) == 0);
+        }
+        ASSERT_OK(kve_bank_step(a, pos, rows, 16));
+        ASSERT_OK(kve_bank_step(b, pos, rows, 16));
+    }
+    kve_bank_free(a);
+    kve_bank_free(b);
 }
 
 /* Walks kve_trace_open(src, flags) through every allocation; on success
@@ -328,6 +419,8 @@ int main(int argc, char **argv)
         return 1;
     RUN(test_policy_new_every_type);
     RUN(test_growth_and_no_alloc_promises);
+    RUN(test_bank_new_every_type);
+    RUN(test_bank_growth_all_or_nothing);
     RUN(test_trace_open_canonical);
     RUN(test_npy_write_and_open);
     RUN(test_eval);

@@ -14,60 +14,12 @@
 #include "check.h"
 #include "kvevict.h"
 #include "reference.h"
+#include "workload.h"
 
 enum { STEPS = 1500, MAX_KEPT = 4096 };
 
-static const char *const specs[] = {
-    "full:budget=8",
-    "window:budget=1",
-    "window:budget=7",
-    "window:budget=64",
-    "streaming:budget=5,sinks=4",
-    "streaming:budget=9,sinks=0",
-    "streaming:budget=12,sinks=1",
-    "streaming:budget=33,sinks=4",
-    "random:budget=6,recent_window=0",
-    "random:budget=10,recent_window=3",
-    "random:budget=40,recent_window=8",
-    "h2o:budget=1,recent_window=0",
-    "h2o:budget=6,recent_window=0",
-    "h2o:budget=8,recent_window=2",
-    "h2o:budget=32,recent_window=8",
-    "scissorhands:budget=6,recent_window=0,history=0",
-    "scissorhands:budget=8,recent_window=2,history=1",
-    "scissorhands:budget=12,recent_window=1,history=7",
-    "scissorhands:budget=24,recent_window=4,history=64",
-    "scissorhands:budget=16,recent_window=3,history=0",
-    "tova:budget=4,recent_window=1",
-    "tova:budget=9,recent_window=0",
-    "tova:budget=20,recent_window=5",
-    "h2o_decay:budget=6,recent_window=1,decay=1",
-    "h2o_decay:budget=8,recent_window=2,decay=0.5",
-    "h2o_decay:budget=16,recent_window=3,decay=0.99",
-    "h2o_mean:budget=5,recent_window=0",
-    "h2o_mean:budget=8,recent_window=1",
-    "h2o_mean:budget=24,recent_window=6",
-};
-
 static float attn_buf[MAX_KEPT];
 static int32_t lib_victims[MAX_KEPT], ref_victims[MAX_KEPT];
-
-/* One weight over n kept: an exact zero, a value from a pool of four (ties),
- * exactly the fair share (float)(1/n) (scissorhands' strict '>'), a random
- * float in [0, 1), or a rare large one. */
-static float random_weight(kve_rng *g, const float pool[4], size_t n)
-{
-    uint64_t kind = kve_rng_below(g, 20);
-    if (kind == 18)
-        return (float)(1.0 / (double)n);
-    if (kind < 3)
-        return 0.0f;
-    if (kind < 10)
-        return pool[kve_rng_below(g, 4)];
-    if (kind == 19)
-        return (float)(kve_rng_uniform(g) * 100.0);
-    return (float)kve_rng_uniform(g);
-}
 
 /* Compares the kept sets; returns 0 on a mismatch after reporting it. */
 static int same_kept(const kve_policy *p, const ref_policy *r, const char *spec, int32_t pos)
@@ -169,9 +121,9 @@ static void run_spec(const char *spec, uint64_t seed, int steps)
 
 static void test_all_policies_match_reference(void)
 {
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    for (size_t i = 0; i < sizeof workload_specs / sizeof workload_specs[0]; i++) {
         int before = check_failures;
-        run_spec(specs[i], check_seed + i, STEPS);
+        run_spec(workload_specs[i], check_seed + i, STEPS);
         if (check_failures != before)
             return;
     }

@@ -459,6 +459,7 @@ int cmd_sweep(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_policies(int argc, char **argv);
 int cmd_docs(int argc, char **argv);
+int cmd_perf(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_lm(int argc, char **argv);       /* cmd_lm.c: lm logits|eval|passkey|repeat|dump */
 int cmd_generate(int argc, char **argv); /* cmd_lm.c */

@@ -26,6 +26,8 @@ static const char main_usage[] =
     "  sweep     a grid of parameter values and budgets, one row per point\n"
     "  trace     write a trace as a [T,T] float32 .npy file, or (--stats) measure\n"
     "            its sinks, recency and persistence per head\n"
+    "  perf      per-step cost of every policy and of banks against the memory\n"
+    "            floor, at budgets 256 to 256Ki (under a minute)\n"
     "  policies  list the registered policies\n"
     "  lm        a llama2.c model whose KV cache the policies manage: logits,\n"
     "            eval (bits per byte), passkey and repeat (recall), dump (attention)\n"
@@ -95,7 +97,7 @@ static const command commands[] = {
     {"bench", cmd_bench}, {"eval", cmd_eval},         {"replay", cmd_replay},
     {"trace", cmd_trace}, {"sweep", cmd_sweep},       {"policies", cmd_policies},
     {"docs", cmd_docs},   {"plot", cmd_plot},         {"lm", cmd_lm},
-    {"generate", cmd_generate},
+    {"generate", cmd_generate}, {"perf", cmd_perf},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

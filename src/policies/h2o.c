@@ -15,12 +15,18 @@ static const kve_param_def params[] = {
     KVE_DEF_RECENT_WINDOW(32),
 };
 
-static void observe(kve_policy *p, const float *attn, size_t n)
-{
-    double *score = p->score;
-    for (size_t i = 0; i < n; i++)
-        score[i] += (double)attn[i];
-}
+/* The rule, per slot: score = score + a. */
+typedef kve_score_ctx h2o_ctx;
+#define h2o_prep kve__score_prep
+
+#define KVE_OBS h2o
+#define KVE_OBS_LANE                                                                        \
+    {                                                                                       \
+        KV_d s = kv_add(kv_ld(x->score + src), kv_cvt(a));                                  \
+        kv_st(x->score + i, s);                                                             \
+        return s;                                                                           \
+    }
+#include "../observe.inc"
 
 const kve_policy_type kve__h2o_type = {
     .name = "h2o",
@@ -28,6 +34,7 @@ const kve_policy_type kve__h2o_type = {
     .params = params,
     .n_params = sizeof params / sizeof params[0],
     .flags = KVE_TYPE_SCORED,
-    .observe = observe,
+    .observe = KVE_OBSERVE_TABLE(h2o),
     .select = kve__select_argmin,
+    .evict = kve__evict_scored,
 };

@@ -6,7 +6,9 @@
  * received k informative steps ago counts decay^k. decay = 1 is h2o exactly.
  * A NULL step neither adds nor decays. The default 0.99 (a memory of about
  * 1 / (1 - 0.99) = 100 steps) was fixed before any measurement.
- * Cost: one multiply-add per kept position per step; 13 bytes a slot.
+ * The multiply and the add are two roundings on every path, never one fused
+ * multiply-add (kernels.h), so every instruction set gives the same scores.
+ * Cost: one multiply and one add per kept position per step; 13 bytes a slot.
  */
 #include "../policy_impl.h"
 
@@ -18,13 +20,26 @@ static const kve_param_def params[] = {
      .doc = "forgetting factor per informative step, in (0, 1]"},
 };
 
-static void observe(kve_policy *p, const float *attn, size_t n)
+/* The rule, per slot: score = decay * score + a. */
+typedef struct decay_ctx {
+    double *score;
+    double decay;
+} decay_ctx;
+
+KVE_ALWAYS_INLINE void decay_prep(decay_ctx *x, const kve_config *c, kve_head *h)
 {
-    double *score = p->score;
-    const double decay = p->params.decay;
-    for (size_t i = 0; i < n; i++)
-        score[i] = decay * score[i] + (double)attn[i];
+    x->score = h->col[KVE_COL_SCORE];
+    x->decay = c->params.decay;
 }
+
+#define KVE_OBS decay
+#define KVE_OBS_LANE                                                                        \
+    {                                                                                       \
+        KV_d s = kv_add(kv_mul(kv_set(x->decay), kv_ld(x->score + src)), kv_cvt(a));        \
+        kv_st(x->score + i, s);                                                             \
+        return s;                                                                           \
+    }
+#include "../observe.inc"
 
 const kve_policy_type kve__h2o_decay_type = {
     .name = "h2o_decay",
@@ -32,6 +47,7 @@ const kve_policy_type kve__h2o_decay_type = {
     .params = params,
     .n_params = sizeof params / sizeof params[0],
     .flags = KVE_TYPE_SCORED,
-    .observe = observe,
+    .observe = KVE_OBSERVE_TABLE(decay),
     .select = kve__select_argmin,
+    .evict = kve__evict_scored,
 };

@@ -9,42 +9,62 @@
  * (the recent window protects it).
  * Columns beyond h2o's: sum (double) and birth (uint32_t, the value of the
  * informative-step counter when the position was admitted), so the count is
- * observed - birth with no per-slot counter to update.
+ * observed - birth with no per-slot counter to update. Positions are
+ * strictly increasing int32, so there are at most 2^31 steps and the count
+ * fits a uint32; it is converted to double exactly on every path.
  * Cost: one add and one divide per kept position per step; 25 bytes a slot.
  */
 #include "../policy_impl.h"
 
-enum { SUM, BIRTH };
+enum { SUM = KVE_COL_EXTRA0, BIRTH = KVE_COL_EXTRA1 };
 
 static const kve_param_def params[] = {
     KVE_DEF_BUDGET,
     KVE_DEF_RECENT_WINDOW(32),
 };
 
-static kve_status init(kve_policy *p)
+static kve_status init(kve_config *c)
 {
-    p->extra_elem[SUM] = sizeof(double);
-    p->extra_elem[BIRTH] = sizeof(uint32_t);
-    return kve__check_recent_window(p);
+    c->elem[SUM] = sizeof(double);
+    c->elem[BIRTH] = sizeof(uint32_t);
+    return kve__check_recent_window(c);
 }
 
-static void observe(kve_policy *p, const float *attn, size_t n)
+/* The rule, per slot: sum = sum + a; score = sum / (now - birth). */
+typedef struct mean_ctx {
+    double *score;
+    double *sum;
+    uint32_t *birth;
+    uint32_t now;
+} mean_ctx;
+
+KVE_ALWAYS_INLINE void mean_prep(mean_ctx *x, const kve_config *c, kve_head *h)
 {
-    double *score = p->score;
-    double *sum = p->extra[SUM];
-    const uint32_t *birth = p->extra[BIRTH];
-    /* Positions are strictly increasing int32, so fewer than 2^31 steps exist. */
-    const uint32_t now = (uint32_t)p->observed;
-    for (size_t i = 0; i < n; i++) {
-        sum[i] += (double)attn[i];
-        score[i] = sum[i] / (double)(now - birth[i]);
+    (void)c;
+    x->score = h->col[KVE_COL_SCORE];
+    x->sum = h->col[SUM];
+    x->birth = h->col[BIRTH];
+    x->now = (uint32_t)h->observed;
+}
+
+#define KVE_OBS mean
+#define KVE_OBS_LANE                                                                        \
+    {                                                                                       \
+        KV_d sum = kv_add(kv_ld(x->sum + src), kv_cvt(a));                                  \
+        KV_h birth = kv_ldh(x->birth + src);                                                \
+        kv_st(x->sum + i, sum);                                                             \
+        kv_sth(x->birth + i, birth);                                                        \
+        KV_d s = kv_div(sum, kv_cvth(kv_subh(kv_seth(x->now), birth)));                     \
+        kv_st(x->score + i, s);                                                             \
+        return s;                                                                           \
     }
-}
+#include "../observe.inc"
 
-static void admit(kve_policy *p, size_t i)
+static void admit(const kve_config *c, kve_head *h, size_t i)
 {
-    ((double *)p->extra[SUM])[i] = 0.0;
-    ((uint32_t *)p->extra[BIRTH])[i] = (uint32_t)p->observed;
+    (void)c;
+    ((double *)h->col[SUM])[i] = 0.0;
+    ((uint32_t *)h->col[BIRTH])[i] = (uint32_t)h->observed;
 }
 
 const kve_policy_type kve__h2o_mean_type = {
@@ -54,7 +74,8 @@ const kve_policy_type kve__h2o_mean_type = {
     .n_params = sizeof params / sizeof params[0],
     .flags = KVE_TYPE_SCORED,
     .init = init,
-    .observe = observe,
+    .observe = KVE_OBSERVE_TABLE(mean),
     .admit = admit,
     .select = kve__select_argmin,
+    .evict = kve__evict_scored,
 };

@@ -12,12 +12,13 @@
  * history = W (1..64) counts the last W informative steps: a per-slot 64-bit
  * shift register of votes, and the score gains the new vote and loses the
  * one leaving the window. A NULL step casts no votes and does not shift.
+ * The two are two rules (lifetime, windowed); init picks one.
  * Cost: one compare per kept position per step; 13 bytes a slot, 21 with a
  * history.
  */
 #include "../policy_impl.h"
 
-enum { VOTES };
+enum { VOTES = KVE_COL_EXTRA0 };
 enum { MAX_HISTORY = 64 };
 
 static const kve_param_def params[] = {
@@ -27,39 +28,81 @@ static const kve_param_def params[] = {
                  "informative steps whose votes count (0 = the whole lifetime)"),
 };
 
-static kve_status init(kve_policy *p)
+/* Both rules: the fair share of this step, and (windowed) the vote register's
+ * oldest bit and mask. */
+typedef struct votes_ctx {
+    double *score;
+    uint64_t *votes;
+    float fair;
+    uint64_t oldest, mask;
+} votes_ctx;
+
+/* A pass over n > 0 slots only reads the fair share: 1/n needs no guard. */
+KVE_ALWAYS_INLINE void lifetime_prep(votes_ctx *x, const kve_config *c, kve_head *h)
 {
-    p->extra_elem[VOTES] = p->params.history ? sizeof(uint64_t) : 0;
-    return kve__check_recent_window(p);
+    (void)c;
+    x->score = h->col[KVE_COL_SCORE];
+    x->fair = (float)(1.0 / (double)(h->size | (h->size == 0)));
 }
 
-static void observe(kve_policy *p, const float *attn, size_t n)
+KVE_ALWAYS_INLINE void windowed_prep(votes_ctx *x, const kve_config *c, kve_head *h)
 {
-    if (n == 0)
-        return;
-    double *score = p->score;
-    const float fair = (float)(1.0 / (double)n);
-    const size_t w = p->params.history;
-    if (w == 0) {
-        for (size_t i = 0; i < n; i++)
-            score[i] += attn[i] > fair ? 1.0 : 0.0;
-        return;
-    }
-    uint64_t *votes = p->extra[VOTES];
-    const uint64_t oldest = (uint64_t)1 << (w - 1);
-    const uint64_t mask = w == MAX_HISTORY ? UINT64_MAX : (((uint64_t)1 << w) - 1);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t vote = attn[i] > fair;
-        uint64_t leaving = (votes[i] & oldest) != 0;
-        votes[i] = ((votes[i] << 1) | vote) & mask;
-        score[i] += (double)vote - (double)leaving;
-    }
+    size_t w = c->params.history; /* 1 .. 64 */
+    lifetime_prep(x, c, h);
+    x->votes = h->col[VOTES];
+    x->oldest = (uint64_t)1 << (w - 1);
+    x->mask = (x->oldest << 1) - 1; /* w = 64: 2^64 - 1 by wrap-around */
 }
 
-static void admit(kve_policy *p, size_t i)
+/* ---- lifetime: score = score + (a > fair) ---- */
+
+typedef votes_ctx lifetime_ctx;
+
+#define KVE_OBS lifetime
+#define KVE_OBS_LANE                                                                        \
+    {                                                                                       \
+        KV_m vote = kv_gtf(a, kv_setf(x->fair));                                            \
+        KV_d s = kv_add(kv_ld(x->score + src), kv_sel(vote, kv_set(1.0), kv_set(0.0)));     \
+        kv_st(x->score + i, s);                                                             \
+        return s;                                                                           \
+    }
+#include "../observe.inc"
+
+/* ---- windowed: votes = (votes << 1 | vote) & mask; score += vote - leaving ---- */
+
+typedef votes_ctx windowed_ctx;
+
+#define KVE_OBS windowed
+#define KVE_OBS_LANE                                                                        \
+    {                                                                                       \
+        const KV_d one = kv_set(1.0), zero = kv_set(0.0);                                   \
+        KV_u v = kv_ldu(x->votes + src);                                                    \
+        KV_m vote = kv_gtf(a, kv_setf(x->fair));                                            \
+        KV_m leaving = kv_testu(v, kv_setu(x->oldest));                                     \
+        KV_u next = kv_oru(kv_shlu(v, 1), kv_selu(vote, kv_setu(1), kv_setu(0)));           \
+        kv_stu(x->votes + i, kv_andu(next, kv_setu(x->mask)));                              \
+        KV_d d = kv_sub(kv_sel(vote, one, zero), kv_sel(leaving, one, zero));               \
+        KV_d s = kv_add(kv_ld(x->score + src), d);                                          \
+        kv_st(x->score + i, s);                                                             \
+        return s;                                                                           \
+    }
+#include "../observe.inc"
+
+static const kve_observe_fn windowed_rule[KVE_ISA_COUNT] = KVE_OBSERVE_TABLE(windowed);
+
+static kve_status init(kve_config *c)
 {
-    if (p->params.history)
-        ((uint64_t *)p->extra[VOTES])[i] = 0;
+    if (c->params.history) {
+        c->elem[VOTES] = sizeof(uint64_t);
+        c->observe = windowed_rule;
+    }
+    return kve__check_recent_window(c);
+}
+
+static void admit(const kve_config *c, kve_head *h, size_t i)
+{
+    if (c->params.history)
+        ((uint64_t *)h->col[VOTES])[i] = 0;
 }
 
 const kve_policy_type kve__scissorhands_type = {
@@ -69,7 +112,8 @@ const kve_policy_type kve__scissorhands_type = {
     .n_params = sizeof params / sizeof params[0],
     .flags = KVE_TYPE_SCORED,
     .init = init,
-    .observe = observe,
+    .observe = KVE_OBSERVE_TABLE(lifetime),
     .admit = admit,
     .select = kve__select_argmin,
+    .evict = kve__evict_scored,
 };

@@ -5,7 +5,8 @@
  * Score: the attention of the latest informative step only (replaced, not
  * accumulated). A NULL step keeps the previous scores. The newcomer has no
  * score yet, so recent_window defaults to 1 to protect it.
- * Cost: one store per kept position per step; 13 bytes a slot.
+ * Cost: one store per kept position per step (the old score is never read);
+ * 13 bytes a slot.
  */
 #include "../policy_impl.h"
 
@@ -14,12 +15,20 @@ static const kve_param_def params[] = {
     KVE_DEF_RECENT_WINDOW(1),
 };
 
-static void observe(kve_policy *p, const float *attn, size_t n)
-{
-    double *score = p->score;
-    for (size_t i = 0; i < n; i++)
-        score[i] = (double)attn[i];
-}
+/* The rule, per slot: score = a. The slot's old score is not read, so the
+ * gap closes by itself. */
+typedef kve_score_ctx tova_ctx;
+#define tova_prep kve__score_prep
+
+#define KVE_OBS tova
+#define KVE_OBS_LANE                                                                        \
+    {                                                                                       \
+        (void)src;                                                                          \
+        KV_d s = kv_cvt(a);                                                                 \
+        kv_st(x->score + i, s);                                                             \
+        return s;                                                                           \
+    }
+#include "../observe.inc"
 
 const kve_policy_type kve__tova_type = {
     .name = "tova",
@@ -27,6 +36,7 @@ const kve_policy_type kve__tova_type = {
     .params = params,
     .n_params = sizeof params / sizeof params[0],
     .flags = KVE_TYPE_SCORED,
-    .observe = observe,
+    .observe = KVE_OBSERVE_TABLE(tova),
     .select = kve__select_argmin,
+    .evict = kve__evict_scored,
 };

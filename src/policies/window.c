@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * window.c - the most recent `budget` positions: streaming.c's sliding
- * layout with no sinks. O(1) amortised per step, 4.5 bytes a slot.
+ * window.c - the most recent `budget` positions: the sliding layout
+ * (sliding.c) with no sinks. O(1) amortised per step, 4.5 bytes a slot.
  */
 #include "../policy_impl.h"
 
@@ -15,6 +15,5 @@ const kve_policy_type kve__window_type = {
     .params = params,
     .n_params = sizeof params / sizeof params[0],
     .evict = kve__sliding_evict,
-    .reserve = kve__sliding_reserve,
     .cap_for_budget = kve__sliding_cap,
 };

@@ -1,0 +1,431 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bank.c - banks of heads: construction, storage, and the step and evict
+ * that both the bank API and the policy API (a bank of one head) run.
+ *
+ * Every entry point validates everything it is given, for every head of its
+ * range, before it changes anything: positions, buffer sizes, every weight of
+ * every row, then the allocations a growth needs (made for every head first,
+ * committed only once all succeeded). So a refused call leaves every head
+ * exactly as it was, and a head's state is only ever touched by calls whose
+ * range contains it: disjoint ranges may run in different threads.
+ *
+ * Memory: construction makes one allocation for the handle and its heads and
+ * one slab per column (policy_impl.h). Growth (a head stepped past S0 without
+ * evicting) doubles that head's slots into a private block, one allocation.
+ * Nothing else allocates.
+ */
+#include "policy_impl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { BLOCK_ALIGN = 64 }; /* columns of a private block start on cache lines */
+
+/* ---- storage ---- */
+
+/* Byte offsets of each column in a private block of `cap` slots; returns the
+ * block's size. cap is at most SIZE_MAX / 64 (checked by the callers). */
+static size_t block_layout(const kve_config *c, size_t cap, size_t off[KVE_NCOLS])
+{
+    size_t total = 0;
+    for (int k = 0; k < KVE_NCOLS; k++) {
+        off[k] = total;
+        size_t bytes = cap * c->elem[k];
+        total += (bytes + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN;
+    }
+    return total;
+}
+
+static void free_slabs(kve_bank *b)
+{
+    for (int k = 0; k < KVE_NCOLS; k++) {
+        kve__free(b->slab[k]);
+        b->slab[k] = NULL;
+    }
+}
+
+kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_head *heads,
+                          kve_rng *rng)
+{
+    memset(b, 0, sizeof *b);
+    b->cfg = *c;
+    b->n_heads = n_heads;
+    b->heads = heads;
+    const size_t cap = c->cap0;
+    if (n_heads > SIZE_MAX / BLOCK_ALIGN / cap)
+        return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu heads of %zu slots", c->type->name,
+                         n_heads, cap);
+    bool ok = true;
+    for (int k = 0; ok && k < KVE_NCOLS; k++) {
+        if (!c->elem[k])
+            continue;
+        size_t slots = n_heads * cap;
+        b->slab[k] = k == KVE_COL_MARK ? kve__calloc(slots, c->elem[k])
+                                        : kve__malloc(slots * c->elem[k]);
+        ok = b->slab[k] != NULL;
+    }
+    if (!ok) {
+        free_slabs(b);
+        return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu heads of %zu slots",
+                         c->type->name, n_heads, cap);
+    }
+    atomic_init(&b->slab_users, n_heads);
+    for (size_t h = 0; h < n_heads; h++) {
+        kve_head *hd = &heads[h];
+        memset(hd, 0, sizeof *hd);
+        for (int k = 0; k < KVE_NCOLS; k++)
+            hd->col[k] = c->elem[k] ? (char *)b->slab[k] + h * cap * c->elem[k] : NULL;
+        hd->cap = cap;
+        hd->gap = KVE_NONE;
+        hd->best = KVE_NONE;
+    }
+    /* Drawn last, one output per head in head order: head h gets the stream
+     * the h-th of n_heads policies built from the same generator would. */
+    if (c->type->flags & KVE_TYPE_NEEDS_RNG)
+        for (size_t h = 0; h < n_heads; h++)
+            kve_rng_seed(&heads[h].rng, kve_rng_next(rng));
+    return KVE_OK;
+}
+
+void kve__bank_release(kve_bank *b)
+{
+    for (size_t h = 0; h < b->n_heads; h++)
+        kve__free(b->heads[h].block);
+    free_slabs(b);
+}
+
+/* Allocates the block a head needs to double, into h->spare. */
+static kve_status alloc_growth(const kve_bank *b, size_t head)
+{
+    const kve_config *c = &b->cfg;
+    kve_head *h = &b->heads[head];
+    size_t off[KVE_NCOLS];
+    if (h->cap > SIZE_MAX / BLOCK_ALIGN / 2)
+        return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu positions", c->type->name, h->cap * 2);
+    h->spare = kve__malloc(block_layout(c, h->cap * 2, off));
+    if (!h->spare)
+        return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu slots", c->type->name, h->cap * 2);
+    return KVE_OK;
+}
+
+/* Moves a head into its spare block. The head's gap is closed first (it has
+ * none when full, but the copy must not depend on that). */
+static void commit_growth(kve_bank *b, kve_head *h)
+{
+    const kve_config *c = &b->cfg;
+    size_t cap = h->cap * 2, off[KVE_NCOLS];
+    block_layout(c, cap, off);
+    kve__close_gap(c, h);
+    char *block = h->spare;
+    for (int k = 0; k < KVE_NCOLS; k++) {
+        if (!c->elem[k])
+            continue;
+        char *dst = block + off[k];
+        if (k == KVE_COL_MARK)
+            memset(dst, 0, cap * c->elem[k]);
+        else
+            memcpy(dst, h->col[k], h->size * c->elem[k]);
+        h->col[k] = dst;
+    }
+    if (h->block)
+        kve__free(h->block);
+    else if (atomic_fetch_sub_explicit(&b->slab_users, 1, memory_order_acq_rel) == 1)
+        free_slabs(b); /* the last head has left the slabs */
+    h->block = block;
+    h->spare = NULL;
+    h->cap = cap;
+    h->offset = 0;
+}
+
+/* ---- messages ---- */
+
+/* "" for a policy, "head 3: " for a bank. */
+static const char *label(const kve_bank *b, size_t head, char buf[32])
+{
+    if (b->is_policy)
+        return "";
+    snprintf(buf, 32, "head %zu: ", head);
+    return buf;
+}
+
+/* Fails with "NAME: head H: message" ("NAME: message" for a policy). Out of
+ * line and cold, so the checks of the decode path stay small. */
+KVE_PRINTF(4, 5) KVE_COLD static kve_status head_fail(const kve_bank *b, kve_status st,
+                                                      size_t head, const char *fmt, ...)
+{
+    char msg[200], buf[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return kve__fail(st, "%s: %s%s", b->cfg.type->name, label(b, head, buf), msg);
+}
+
+KVE_COLD static kve_status bad_weight(const kve_bank *b, size_t head, size_t row, size_t group,
+                                      const kve_rows *in, size_t q, size_t i)
+{
+    char rowbuf[48] = "";
+    if (q == group)
+        return head_fail(b, KVE_EINVAL, head,
+                         "the sum of %zu query rows at attn index %zu overflows float32", group, i);
+    if (group > 1)
+        snprintf(rowbuf, sizeof rowbuf, "query row %zu: ", row + q);
+    float a = in->row[q * in->ld + i];
+    return head_fail(b, KVE_EINVAL, head, "%sattn[%zu] = %g is %s", rowbuf, i, (double)a,
+                     isnan(a) ? "NaN" : isinf(a) ? "infinite" : "negative");
+}
+
+/* ---- step ---- */
+
+static void head_step(const kve_config *c, kve_head *h, int32_t pos, const kve_rows *in,
+                      kve_isa isa)
+{
+    if (h->offset && h->offset + h->size >= h->cap)
+        kve__sliding_rewind(h);
+    size_t n = h->size;
+    if (in)
+        h->observed++;
+    if (c->observe) {
+        /* One pass over the scores finds the victim of the coming evict and
+         * closes the hole the last one left: the rule's observe pass, or for
+         * a NULL step (no information: scores unchanged) a plain scan. */
+        double *score = h->col[KVE_COL_SCORE];
+        size_t rw = c->params.recent_window;
+        size_t limit = n + 1 > rw ? n + 1 - rw : 0; /* unprotected slots after admission */
+        size_t best = in ? c->observe[isa](c, h, in, limit < n ? limit : n)
+                         : kve__scored_scan(c, h, limit < n ? limit : n);
+        /* With no recent window the newcomer (score 0) is a candidate too;
+         * it is the highest index, so it wins only on a strictly lower score. */
+        if (limit > n && (best == KVE_NONE || score[best] > 0.0))
+            best = n;
+        h->best = best;
+        score[n] = 0.0;
+    }
+    ((int32_t *)h->col[KVE_COL_POS])[n] = pos;
+    if (c->type->admit)
+        c->type->admit(c, h, n);
+    h->size = n + 1;
+    h->last_pos = pos;
+    h->any_pos = true;
+}
+
+kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
+                          const float *attn, size_t ld, size_t group, kve_reduce reduce)
+{
+    const kve_config *c = &b->cfg;
+    if (pos < 0)
+        return head_fail(b, KVE_EINVAL, first, "pos %ld is negative", (long)pos);
+    for (size_t j = 0; j < count; j++) {
+        const kve_head *h = &b->heads[first + j];
+        if (h->any_pos && pos <= h->last_pos)
+            return head_fail(b, KVE_EINVAL, first + j,
+                             "pos %ld is not greater than the last position %ld", (long)pos,
+                             (long)h->last_pos);
+    }
+    if (attn) {
+        for (size_t j = 0; j < count; j++) {
+            size_t n = b->heads[first + j].size;
+            if (b->is_policy && ld != n)
+                return head_fail(b, KVE_EINVAL, 0, "n is %zu but the policy keeps %zu positions",
+                                 ld, n);
+            if (ld < n)
+                return head_fail(b, KVE_EINVAL, first + j,
+                                 "ld %zu is smaller than the %zu kept positions", ld, n);
+        }
+        for (size_t j = 0; j < count; j++) {
+            kve_rows in = {attn + j * group * ld, ld, group, reduce};
+            size_t q, i;
+            if (kve__rows_invalid(&in, b->heads[first + j].size, &q, &i))
+                return bad_weight(b, first + j, j * group, group, &in, q, i);
+        }
+    }
+    for (size_t j = 0; j < count; j++) {
+        const kve_head *h = &b->heads[first + j];
+        if (h->offset == 0 && h->size >= h->cap) {
+            kve_status st = alloc_growth(b, first + j);
+            if (st != KVE_OK) {
+                for (size_t k = 0; k < j; k++) {
+                    kve__free(b->heads[first + k].spare);
+                    b->heads[first + k].spare = NULL;
+                }
+                return st;
+            }
+        }
+    }
+
+    kve_isa isa = kve__isa();
+    for (size_t j = 0; j < count; j++) {
+        kve_head *h = &b->heads[first + j];
+        if (h->spare)
+            commit_growth(b, h);
+        kve_rows in = {attn ? attn + j * group * ld : NULL, ld, group, reduce};
+        head_step(c, h, pos, attn ? &in : NULL, isa);
+    }
+    return KVE_OK;
+}
+
+/* ---- evict ---- */
+
+kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budget,
+                           int32_t *victims, size_t ld_victims, size_t *counts,
+                           const char *ld_name)
+{
+    const kve_config *c = &b->cfg;
+    const char *name = c->type->name;
+    if (budget == 0)
+        return kve__fail(KVE_EINVAL, "%s: budget must be at least 1", name);
+    if (c->params.recent_window && budget <= c->params.recent_window)
+        return kve__fail(KVE_EINVAL, "%s: budget %zu must be greater than recent_window %zu", name,
+                         budget, c->params.recent_window);
+    if (c->params.sinks && budget <= c->params.sinks)
+        return kve__fail(KVE_EINVAL, "%s: budget %zu must be greater than sinks %zu", name, budget,
+                         c->params.sinks);
+    if (!victims && ld_victims)
+        return kve__fail(KVE_EINVAL, "%s: victims is NULL but %s is %zu", name, ld_name,
+                         ld_victims);
+    const bool never = (c->type->flags & KVE_TYPE_NEVER_EVICTS) != 0;
+    for (size_t j = 0; j < count && !never; j++) {
+        size_t n = b->heads[first + j].size;
+        size_t need = n > budget ? n - budget : 0;
+        if (need > ld_victims)
+            return head_fail(b, KVE_ERANGE, first + j, "%zu victims to report but %s is %zu", need,
+                             ld_name, ld_victims);
+    }
+    for (size_t j = 0; j < count; j++) {
+        kve_head *h = &b->heads[first + j];
+        size_t need = !never && h->size > budget ? h->size - budget : 0;
+        if (need) {
+            int32_t *out = victims + j * ld_victims;
+            if (c->type->evict)
+                c->type->evict(c, h, need, out);
+            else
+                kve__evict_marked(c, h, need, out);
+        }
+        if (counts)
+            counts[j] = need;
+    }
+    return KVE_OK;
+}
+
+/* ---- the bank API ---- */
+
+typedef struct bank_alloc {
+    kve_bank bank;
+    kve_head heads[]; /* (n_heads) */
+} bank_alloc;
+
+kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank **out)
+{
+    kve_config c;
+    kve_status st = kve__config_new(spec, rng, out, &c);
+    if (st != KVE_OK)
+        return st;
+    if (n_heads == 0)
+        return kve__fail(KVE_EINVAL, "%s: n_heads must be at least 1", c.type->name);
+    if (n_heads > (SIZE_MAX - sizeof(bank_alloc)) / sizeof(kve_head))
+        return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu heads", c.type->name, n_heads);
+    bank_alloc *a = kve__malloc(sizeof *a + n_heads * sizeof(kve_head));
+    if (!a)
+        return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu heads", c.type->name, n_heads);
+    st = kve__bank_init(&a->bank, &c, n_heads, a->heads, rng);
+    if (st != KVE_OK) {
+        kve__free(a);
+        return st;
+    }
+    *out = &a->bank;
+    return KVE_OK;
+}
+
+void kve_bank_free(kve_bank *b)
+{
+    if (!b)
+        return;
+    kve__bank_release(b);
+    kve__free(b); /* the bank is the first member of its bank_alloc */
+}
+
+size_t kve_bank_heads(const kve_bank *b)
+{
+    return b ? b->n_heads : 0;
+}
+
+size_t kve_bank_size(const kve_bank *b, size_t head)
+{
+    return b && head < b->n_heads ? b->heads[head].size : 0;
+}
+
+const int32_t *kve_bank_positions(const kve_bank *b, size_t head)
+{
+    return b && head < b->n_heads ? (const int32_t *)b->heads[head].col[KVE_COL_POS] : NULL;
+}
+
+size_t kve_bank_state_bytes(const kve_bank *b)
+{
+    if (!b)
+        return 0;
+    size_t slots = b->slab[KVE_COL_POS] ? b->n_heads * b->cfg.cap0 : 0;
+    for (size_t h = 0; h < b->n_heads; h++)
+        if (b->heads[h].block)
+            slots += b->heads[h].cap;
+    return slots * b->cfg.slot_bytes;
+}
+
+const char *kve_bank_spec(const kve_bank *b)
+{
+    return b ? b->cfg.spec : NULL;
+}
+
+static kve_status check_range(const kve_bank *b, size_t first, size_t count)
+{
+    if (!b)
+        return kve__fail(KVE_EINVAL, "bank is NULL");
+    if (first > b->n_heads || count > b->n_heads - first)
+        return kve__fail(KVE_EINVAL, "%s: heads %zu + %zu are out of range: the bank has %zu",
+                         b->cfg.type->name, first, count, b->n_heads);
+    return KVE_OK;
+}
+
+kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t pos,
+                               const float *attn, size_t ld, size_t group, kve_reduce reduce)
+{
+    kve_status st = check_range(b, first, count);
+    if (st != KVE_OK)
+        return st;
+    const char *name = b->cfg.type->name;
+    if (group == 0)
+        return kve__fail(KVE_EINVAL, "%s: group must be at least 1", name);
+    if (reduce != KVE_REDUCE_MEAN && reduce != KVE_REDUCE_SUM && reduce != KVE_REDUCE_MAX)
+        return kve__fail(KVE_EINVAL, "%s: reduce %d is not a kve_reduce", name, (int)reduce);
+    if (attn && ld && count > SIZE_MAX / sizeof(float) / group / ld)
+        return kve__fail(KVE_EINVAL, "%s: %zu rows of ld %zu overflow the address space", name,
+                         count * group, ld);
+    return kve__bank_step(b, first, count, pos, attn, ld, group, reduce);
+}
+
+kve_status kve_bank_step(kve_bank *b, int32_t pos, const float *attn, size_t ld)
+{
+    return kve_bank_step_range(b, 0, b ? b->n_heads : 0, pos, attn, ld, 1, KVE_REDUCE_MEAN);
+}
+
+kve_status kve_bank_step_grouped(kve_bank *b, int32_t pos, const float *attn, size_t ld,
+                                 size_t group, kve_reduce reduce)
+{
+    return kve_bank_step_range(b, 0, b ? b->n_heads : 0, pos, attn, ld, group, reduce);
+}
+
+kve_status kve_bank_evict_range(kve_bank *b, size_t first, size_t count, size_t budget,
+                                int32_t *victims, size_t ld_victims, size_t *counts)
+{
+    kve_status st = check_range(b, first, count);
+    if (st != KVE_OK)
+        return st;
+    return kve__bank_evict(b, first, count, budget, victims, ld_victims, counts, "ld_victims");
+}
+
+kve_status kve_bank_evict(kve_bank *b, size_t budget, int32_t *victims, size_t ld_victims,
+                          size_t *counts)
+{
+    return kve_bank_evict_range(b, 0, b ? b->n_heads : 0, budget, victims, ld_victims, counts);
+}

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.c - a spec parsed once into the configuration every head shares:
+ * the type, its parameters, the canonical spec and the column layout.
+ *
+ * Invariant: a kve_config that kve__config_parse returned KVE_OK for has
+ * passed every check of its type (ranges, recent_window < budget,
+ * sinks < budget), so construction and the decode path never re-validate
+ * parameters. Parsing never allocates.
+ */
+#include "policy_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static kve_status unknown_policy(const char *name)
+{
+    char known[160] = "";
+    for (size_t i = 0; i < kve_policy_type_count(); i++) {
+        size_t len = strlen(known);
+        snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", kve_policy_type_name(i));
+    }
+    return kve__fail(KVE_EINVAL, "unknown policy \"%s\" (known: %s)", name, known);
+}
+
+kve_status kve__config_parse(const char *spec, const char *key, const char *value, kve_config *c)
+{
+    char name[KVE_NAME_MAX];
+    const char *rest = NULL;
+    kve_status st = kve__spec_split(spec, name, &rest);
+    if (st != KVE_OK)
+        return st;
+    const kve_policy_type *type = kve__policy_type_find(name);
+    if (!type)
+        return unknown_policy(name);
+    memset(c, 0, sizeof *c);
+    c->type = type;
+    st = kve__spec_parse(name, rest, type->params, type->n_params, &c->params);
+    if (st != KVE_OK)
+        return st;
+    if (key) {
+        size_t d = 0;
+        while (d < type->n_params && strcmp(type->params[d].key, key) != 0)
+            d++;
+        if (d == type->n_params)
+            return kve__fail(KVE_EINVAL, "%s: unknown key \"%s\"", name, key);
+        if (!value)
+            return kve__fail(KVE_EINVAL, "%s: value for %s is NULL", name, key);
+        st = kve__spec_parse_value(name, &type->params[d], value, strlen(value), &c->params);
+        if (st != KVE_OK)
+            return st;
+    }
+
+    /* The column layout; init may add extra columns or choose another rule. */
+    c->elem[KVE_COL_POS] = sizeof(int32_t);
+    if (type->flags & KVE_TYPE_SCORED) {
+        c->elem[KVE_COL_SCORE] = sizeof(double);
+        c->observe = type->observe;
+    }
+    if (type->flags & (KVE_TYPE_SCORED | KVE_TYPE_MARKED))
+        c->elem[KVE_COL_MARK] = sizeof(uint8_t);
+    st = type->init ? type->init(c) : kve__check_recent_window(c);
+    if (st != KVE_OK)
+        return st;
+    for (int k = 0; k < KVE_NCOLS; k++)
+        c->slot_bytes += c->elem[k];
+    c->cap0 = type->cap_for_budget ? type->cap_for_budget(c->params.budget) : c->params.budget + 1;
+    kve__spec_format(c->spec, sizeof c->spec, type->name, type->params, type->n_params,
+                     &c->params);
+    return KVE_OK;
+}
+
+kve_status kve__config_new(const char *spec, const kve_rng *rng, const void *out, kve_config *c)
+{
+    if (!out)
+        return kve__fail(KVE_EINVAL, "out is NULL");
+    kve_status st = kve__config_parse(spec, NULL, NULL, c);
+    if (st != KVE_OK)
+        return st;
+    if ((c->type->flags & KVE_TYPE_NEEDS_RNG) && !rng)
+        return kve__fail(KVE_EINVAL, "%s: needs an Rng, but rng is NULL", c->type->name);
+    return KVE_OK;
+}
+
+kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
+                         size_t cap)
+{
+    kve_config c;
+    if (!out)
+        return kve__fail(KVE_EINVAL, "out is NULL");
+    kve_status st = kve__config_parse(spec, key, value, &c);
+    if (st != KVE_OK)
+        return st;
+    size_t len = strlen(c.spec);
+    if (len >= cap)
+        return kve__fail(KVE_ERANGE, "canonical spec needs %zu bytes, out holds %zu", len + 1, cap);
+    memcpy(out, c.spec, len + 1);
+    return KVE_OK;
+}

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels.c - the whole-row kernels every policy shares, dispatched on the
+ * instruction set: validating an attention input, and the argmin of a score
+ * column (closing its hole on the way).
+ *
+ * Invariants: each instruction set's version returns exactly what the scalar
+ * one does (simd.h); validation only reads, and once a pass has said that a
+ * row holds a bad weight, the scalar loop finds the first one, so the message
+ * is the same on every path.
+ * Cost: validation reads group * n weights once (plus one reduction pass for
+ * reduce = sum); the argmin reads the n scores once and writes those past
+ * the hole.
+ */
+#include "simd.h"
+
+#include <float.h>
+#include <string.h>
+
+/* ---- validation ---- */
+
+/* Branch-free integer maxima, so the compiler vectorises it for the target it
+ * is inlined into (two max instructions per vector). A float is finite and
+ * >= 0 exactly when its bits u satisfy u <= 0x7f7fffff (the largest finite)
+ * or u == 0x80000000 (-0.0): the signed maximum of the bits catches +inf and
+ * +NaN (above 0x7f7fffff), the unsigned maximum catches every other value with
+ * the sign bit set (above 0x80000000). */
+KVE_ALWAYS_INLINE bool row_bad(const float *a, size_t n)
+{
+    int32_t smax = 0;
+    uint32_t umax = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &a[i], sizeof u);
+        int32_t s = (int32_t)u;
+        smax = s > smax ? s : smax;
+        umax = u > umax ? u : umax;
+    }
+    return smax > 0x7f7fffff || umax > 0x80000000u;
+}
+
+KVE_PER_ISA(row_bad, bool, (const float *a, size_t n), row_bad(a, n), row_bad(a, n),
+            row_bad(a, n))
+KVE_PER_ISA(sum_overflow, size_t, (const kve_rows *in, size_t n), kv1_sum_overflow(in, n),
+            kv4_sum_overflow(in, n), kv8_sum_overflow(in, n))
+
+bool kve__rows_invalid(const kve_rows *in, size_t n, size_t *q, size_t *i)
+{
+    kve_isa isa = kve__isa();
+    for (size_t r = 0; r < in->group; r++) {
+        const float *a = in->row + r * in->ld;
+        if (row_bad_isa[isa](a, n)) {
+            size_t k = 0;
+            while (a[k] >= 0.0f && a[k] <= FLT_MAX)
+                k++;
+            *q = r;
+            *i = k;
+            return true;
+        }
+    }
+    if (in->group == 1 || in->reduce != KVE_REDUCE_SUM)
+        return false; /* a mean or max of finite weights >= 0 is one too */
+    size_t k = sum_overflow_isa[isa](in, n);
+    if (k == n)
+        return false;
+    *q = in->group;
+    *i = k;
+    return true;
+}
+
+/* ---- argmin ---- */
+
+KVE_PER_ISA(shift_argmin, size_t, (double *score, size_t n, size_t gap, size_t limit),
+            kv1_shift_argmin(score, n, gap, limit), kv4_shift_argmin(score, n, gap, limit),
+            kv8_shift_argmin(score, n, gap, limit))
+
+size_t kve__shift_argmin(double *score, size_t n, size_t gap, size_t limit)
+{
+    return shift_argmin_isa[kve__isa()](score, n, gap, limit);
+}

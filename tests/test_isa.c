@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_isa.c - every instruction-set path against the scalar one, bit for
+ * bit (src/kernels.h, src/simd.h).
+ *
+ * Each supported path (scalar, AVX2, AVX-512) is forced in turn through the
+ * private hook kve__isa_force, and the same workloads run on each: banks of
+ * every policy at small budgets (vector tails) and large ones (whole blocks
+ * of four vectors), grouped steps with every reduction, NULL rows, ties,
+ * steps without evicts, evictions below the budget. After every step the
+ * victims, counts, kept sets and the bits of every score are hashed; the hash
+ * sequence of each path must equal the scalar path's, and the first step
+ * that differs is reported. Then the pieces on their own: the validation and
+ * argmin kernels on adversarial rows, and each operation of the vector
+ * vocabulary against its one-lane definition, including the inputs an engine
+ * cannot reach through the API (counts of 2^31 and more). Paths the CPU lacks
+ * are skipped and said so. Deterministic per seed (printed; argv[1]).
+ */
+#include "check.h"
+#include "policy_impl.h"
+#include "simd.h"
+#include "workload.h"
+
+#include <float.h>
+
+enum { H = 3, MAXG = 3, MAXN = 1200, STEPS = 700 };
+
+static const char *const isa_names[KVE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+
+static float rows[H * MAXG * MAXN];
+static int32_t victims[H * MAXN];
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15u + (h << 6) + (h >> 2);
+    return h * 0x100000001b3u;
+}
+
+/* Kept positions and every column the rule wrote, read through the lazy gap. */
+static uint64_t hash_bank(const kve_bank *b, uint64_t h)
+{
+    for (size_t k = 0; k < b->n_heads; k++) {
+        const kve_head *hd = &b->heads[k];
+        h = mix(h, hd->size);
+        for (size_t i = 0; i < hd->size; i++) {
+            size_t src = hd->gap != KVE_NONE && i >= hd->gap ? i + 1 : i;
+            h = mix(h, (uint64_t)((const int32_t *)hd->col[KVE_COL_POS])[i]);
+            for (int c = KVE_COL_SCORE; c < KVE_NCOLS; c++) {
+                size_t e = b->cfg.elem[c];
+                if (!e || c == KVE_COL_MARK)
+                    continue;
+                uint64_t bits = 0;
+                memcpy(&bits, (const char *)hd->col[c] + src * e, e);
+                h = mix(h, bits);
+            }
+        }
+    }
+    return h;
+}
+
+/* Runs the workload of `spec` on the current path; hashes[s] after step s. */
+static int run(const char *spec, uint64_t seed, uint64_t *hashes)
+{
+    kve_rng rb, g;
+    kve_rng_seed(&rb, seed);
+    kve_rng_seed(&g, seed ^ 0xabcdef);
+    kve_bank *b = NULL;
+    if (kve_bank_new(spec, H, &rb, &b) != KVE_OK)
+        return 0;
+    size_t budget = b->cfg.params.budget;
+    size_t lo = (b->cfg.params.recent_window > b->cfg.params.sinks ? b->cfg.params.recent_window
+                                                                    : b->cfg.params.sinks) + 1;
+    float pool[4] = {0.5f, 0.25f, 1.0f, 0.125f};
+    uint64_t h = 0;
+    for (int s = 0; s < STEPS; s++) {
+        if (s % 60 == 0)
+            for (int k = 0; k < 4; k++)
+                pool[k] = (float)kve_rng_uniform(&g);
+        size_t n = 0;
+        for (size_t k = 0; k < H; k++)
+            n = kve_bank_size(b, k) > n ? kve_bank_size(b, k) : n;
+        size_t group = 1 + (size_t)kve_rng_below(&g, MAXG);
+        kve_reduce reduce = (kve_reduce)kve_rng_below(&g, 3);
+        for (size_t r = 0; r < H * group; r++)
+            for (size_t i = 0; i < n; i++)
+                rows[r * n + i] = random_weight(&g, pool, n);
+        const float *attn = kve_rng_below(&g, 10) ? rows : NULL;
+        if (kve_bank_step_grouped(b, s, attn, n, group, reduce) != KVE_OK)
+            break;
+        h = hash_bank(b, h);
+        if (n + 1 < MAXN && kve_rng_below(&g, 12) == 0)
+            ; /* no evict: the next step grows or runs without a victim */
+        else {
+            size_t to = budget;
+            if (kve_rng_below(&g, 20) == 0 && budget > lo)
+                to = lo + (size_t)kve_rng_below(&g, budget - lo);
+            size_t counts[H];
+            if (kve_bank_evict(b, to, victims, MAXN, counts) != KVE_OK)
+                break;
+            for (size_t k = 0; k < H; k++) {
+                h = mix(h, counts[k]);
+                for (size_t i = 0; i < counts[k]; i++)
+                    h = mix(h, (uint64_t)victims[k * MAXN + i]);
+            }
+            h = hash_bank(b, h);
+        }
+        hashes[s] = h;
+    }
+    kve_bank_free(b);
+    return 1;
+}
+
+static uint64_t want[STEPS], got[STEPS];
+
+static void test_every_path_equals_scalar(void)
+{
+    static const char *const large[] = {
+        "h2o:budget=300,recent_window=7", "tova:budget=129,recent_window=0",
+        "h2o_decay:budget=257,recent_window=5,decay=0.97", "h2o_mean:budget=200,recent_window=3",
+        "scissorhands:budget=250,recent_window=9,history=64", "scissorhands:budget=130,recent_window=1",
+        "h2o:budget=1000,recent_window=0", "random:budget=100,recent_window=4",
+        "streaming:budget=77,sinks=3",
+    };
+    size_t n_small = sizeof workload_specs / sizeof workload_specs[0];
+    size_t n_large = sizeof large / sizeof large[0];
+    int paths = 0;
+    for (int isa = KVE_ISA_SCALAR + 1; isa < KVE_ISA_COUNT; isa++) {
+        if (!kve__isa_supported((kve_isa)isa)) {
+            printf("  (%s: not supported by this CPU, skipped)\n", isa_names[isa]);
+            continue;
+        }
+        paths++;
+        for (size_t i = 0; i < n_small + n_large; i++) {
+            const char *spec = i < n_small ? workload_specs[i] : large[i - n_small];
+            uint64_t seed = check_seed + i;
+            ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
+            ASSERT_TRUE(run(spec, seed, want));
+            ASSERT_TRUE(kve__isa_force((kve_isa)isa));
+            ASSERT_STR_EQ(kve_isa_name(), isa_names[isa]);
+            ASSERT_TRUE(run(spec, seed, got));
+            for (int s = 0; s < STEPS; s++)
+                if (got[s] != want[s]) {
+                    kve__isa_force(KVE_ISA_COUNT);
+                    CHECK_FAIL_AT("%s: %s differs from scalar first at step %d (seed %" PRIu64 ")",
+                                  spec, isa_names[isa], s, seed);
+                }
+        }
+    }
+    ASSERT_TRUE(kve__isa_force(KVE_ISA_COUNT));
+    printf("  %d vector path(s) compared; detected: %s\n", paths, kve_isa_name());
+}
+
+/* Validation and the plain argmin on every path: bad weights at every
+ * position of rows of every length around the vector widths, and argmins
+ * with ties everywhere. */
+static void test_row_kernels(void)
+{
+    static float a[300];
+    static double score[300];
+    kve_rng g, g_rng;
+    kve_rng_seed(&g, check_seed);
+    kve_rng_seed(&g_rng, check_seed + 5);
+    static const float bad[] = {NAN, -NAN, INFINITY, -INFINITY, -1.0f, -0x1p-149f};
+    for (int isa = 0; isa < KVE_ISA_COUNT; isa++) {
+        if (!kve__isa_force((kve_isa)isa))
+            continue;
+        for (size_t n = 0; n < 70; n++) {
+            for (size_t i = 0; i < n; i++)
+                a[i] = kve_rng_below(&g, 4) ? (float)kve_rng_uniform(&g) : 0.0f;
+            if (n)
+                a[kve_rng_below(&g, n)] = -0.0f; /* allowed */
+            kve_rows in = {a, n, 1, KVE_REDUCE_MEAN};
+            size_t q = 99, at = 99;
+            ASSERT_TRUE(!kve__rows_invalid(&in, n, &q, &at));
+            for (size_t k = 0; k < n; k++) {
+                float keep = a[k];
+                a[k] = bad[(k + n) % 6];
+                ASSERT_TRUE(kve__rows_invalid(&in, n, &q, &at));
+                ASSERT_EQ(q, 0);
+                ASSERT_EQ(at, k);
+                a[k] = keep;
+            }
+            /* Sums of two rows: FLT_MAX twice overflows at exactly one slot. */
+            if (n >= 2) {
+                for (size_t i = 0; i < n; i++)
+                    a[i] = 1.0f;
+                size_t k = (size_t)kve_rng_below(&g, n / 2);
+                a[k] = FLT_MAX;
+                a[n / 2 + k] = FLT_MAX;
+                kve_rows sum = {a, n / 2, 2, KVE_REDUCE_SUM};
+                ASSERT_TRUE(kve__rows_invalid(&sum, n / 2, &q, &at));
+                ASSERT_EQ(q, 2);
+                ASSERT_EQ(at, k);
+                kve_rows mean = {a, n / 2, 2, KVE_REDUCE_MEAN};
+                ASSERT_TRUE(!kve__rows_invalid(&mean, n / 2, &q, &at));
+            }
+            /* Argmin: few distinct values, so ties everywhere; naive answer. */
+            for (size_t i = 0; i < n; i++)
+                score[i] = (double)kve_rng_below(&g, 3) * 0.5;
+            size_t best = n ? 0 : KVE_NONE;
+            for (size_t i = 1; i < n; i++)
+                if (score[i] < score[best])
+                    best = i;
+            ASSERT_EQ(kve__shift_argmin(score, n, n, n), best);
+            /* With a hole at g: the argmin of the closed-up column, closed. */
+            if (n >= 2) {
+                size_t hole = (size_t)kve_rng_below(&g_rng, n - 1);
+                size_t lim = (size_t)kve_rng_below(&g_rng, n);
+                static double closed[300];
+                for (size_t i = 0; i < n - 1; i++)
+                    closed[i] = score[i + (i >= hole)];
+                size_t low = lim ? 0 : KVE_NONE;
+                for (size_t i = 1; i < lim; i++)
+                    if (closed[i] < closed[low])
+                        low = i;
+                ASSERT_EQ(kve__shift_argmin(score, n - 1, hole, lim), low);
+                ASSERT_TRUE(memcmp(score, closed, (n - 1) * sizeof *score) == 0);
+            }
+        }
+    }
+    kve__isa_force(KVE_ISA_COUNT);
+}
+
+/* ---- the vector vocabulary, operation by operation ---- */
+
+/* Operands: slot i of each array is lane i % W of vector i / W. */
+static double dx[64], dy[64];
+static float fa[64], fb[64];
+static uint64_t ux[64];
+static uint32_t hx[64], hy[64];
+
+enum { N_DOPS = 10, N_UOPS = 3, N_FOPS = 2 };
+
+/* Every operation of one vocabulary on every lane, results stored per op. */
+#define LANE_RESULTS(P)                                                                        \
+    for (size_t o = 0; o < 64; o += (size_t)P##_W) {                                           \
+        P##_d x = P##_ld(dx + o), y = P##_ld(dy + o);                                          \
+        P##_f a = P##_ldf(fa + o), b = P##_ldf(fb + o);                                        \
+        P##_u u = P##_ldu(ux + o);                                                             \
+        P##_h h = P##_ldh(hx + o), k = P##_ldh(hy + o);                                        \
+        P##_d d[N_DOPS] = {P##_add(x, y), P##_sub(x, y), P##_mul(x, y), P##_div(x, y),         \
+                           P##_min(x, y), P##_cvt(a), P##_cvth(h), P##_cvth(P##_subh(h, k)),   \
+                           P##_sel(P##_gtf(a, b), x, y), P##_sel(P##_lt(x, y), y, x)};         \
+        P##_u us[N_UOPS] = {                                                                   \
+            P##_selu(P##_testu(u, P##_setu(0x8000000000000001u)), u, P##_shlu(u, 1)),          \
+            P##_andu(P##_oru(u, P##_setu(3)), P##_setu(0xfffu)),                               \
+            P##_selu(P##_lt(x, P##_set(0.5)), P##_setu(1), P##_setu(0))};                      \
+        P##_f fs[N_FOPS] = {P##_maxf(a, b), P##_cvtf(x)};                                      \
+        for (size_t j = 0; j < N_DOPS; j++)                                                    \
+            P##_st(out_d + j * 64 + o, d[j]);                                                  \
+        for (size_t j = 0; j < N_UOPS; j++)                                                    \
+            P##_stu(out_u + j * 64 + o, us[j]);                                                \
+        for (size_t j = 0; j < N_FOPS; j++)                                                    \
+            store_##P(out_f + j * 64 + o, fs[j]);                                              \
+        any[o / (size_t)P##_W] = P##_any(P##_lt(x, y));                                        \
+    }
+
+static void store_kv1(float *p, kv1_f v)
+{
+    *p = v;
+}
+
+static void lanes_kv1(double *out_d, uint64_t *out_u, float *out_f, bool *any)
+{
+    LANE_RESULTS(kv1)
+}
+
+#if KVE_X86
+KVE_TARGET_AVX2 static void store_kv4(float *p, kv4_f v)
+{
+    _mm_storeu_ps(p, v);
+}
+
+KVE_TARGET_AVX2 static void lanes_kv4(double *out_d, uint64_t *out_u, float *out_f, bool *any)
+{
+    LANE_RESULTS(kv4)
+}
+
+KVE_TARGET_AVX512 static void store_kv8(float *p, kv8_f v)
+{
+    _mm256_storeu_ps(p, v);
+}
+
+KVE_TARGET_AVX512 static void lanes_kv8(double *out_d, uint64_t *out_u, float *out_f, bool *any)
+{
+    LANE_RESULTS(kv8)
+}
+#endif
+
+static void test_vocabulary_matches_one_lane(void)
+{
+    kve_rng g;
+    kve_rng_seed(&g, check_seed ^ 77);
+    static const double dspecial[] = {0.0, -0.0, 1.0, 0.5, 1e300, -1e300, 3.0, 0.1};
+    static const double dpartner[] = {-0.0, 0.0, 1.0, 0.25, -1e300, 1e300, 3.0, 0.2};
+    static const float fspecial[] = {0.0f, -0.0f, 1.0f, FLT_MAX, 0x1p-149f, 0.25f, 3.0f, 0.1f};
+    for (size_t i = 0; i < 64; i++) {
+        dx[i] = i < 8 ? dspecial[i] : (kve_rng_uniform(&g) - 0.3) * 1e3;
+        dy[i] = i < 8 ? dpartner[i] : kve_rng_below(&g, 4) ? dx[i] : kve_rng_uniform(&g);
+        fa[i] = i < 8 ? fspecial[i] : (float)kve_rng_uniform(&g);
+        fb[i] = i < 8 ? fspecial[(i + 1) % 8] : kve_rng_below(&g, 4) ? fa[i] : 0.5f;
+        ux[i] = kve_rng_next(&g);
+        /* counts near and past 2^31, which AVX2 must convert as unsigned */
+        hx[i] = i % 3 ? (uint32_t)kve_rng_next(&g) : 0x80000000u + (uint32_t)kve_rng_below(&g, 9);
+        hy[i] = (uint32_t)kve_rng_next(&g);
+    }
+    static double d1[N_DOPS * 64], dv[N_DOPS * 64];
+    static uint64_t u1[N_UOPS * 64], uv[N_UOPS * 64];
+    static float f1[N_FOPS * 64], fv[N_FOPS * 64];
+    static bool a1[64], av[64];
+    lanes_kv1(d1, u1, f1, a1);
+    int compared = 0;
+#if KVE_X86
+    for (int isa = KVE_ISA_AVX2; isa < KVE_ISA_COUNT; isa++) {
+        if (!kve__isa_supported((kve_isa)isa))
+            continue;
+        size_t w = isa == KVE_ISA_AVX2 ? 4 : 8;
+        if (isa == KVE_ISA_AVX2)
+            lanes_kv4(dv, uv, fv, av);
+        else
+            lanes_kv8(dv, uv, fv, av);
+        for (size_t i = 0; i < N_DOPS * 64; i++)
+            if (memcmp(&dv[i], &d1[i], sizeof dv[i]) != 0)
+                CHECK_FAIL_AT("%s: double op %zu, lane %zu: %a, one lane %a", isa_names[isa],
+                              i / 64, i % 64, dv[i], d1[i]);
+        for (size_t i = 0; i < N_UOPS * 64; i++)
+            if (uv[i] != u1[i])
+                CHECK_FAIL_AT("%s: uint64 op %zu, lane %zu", isa_names[isa], i / 64, i % 64);
+        for (size_t i = 0; i < N_FOPS * 64; i++)
+            if (memcmp(&fv[i], &f1[i], sizeof fv[i]) != 0)
+                CHECK_FAIL_AT("%s: float op %zu, lane %zu: %a, one lane %a", isa_names[isa],
+                              i / 64, i % 64, (double)fv[i], (double)f1[i]);
+        for (size_t v = 0; v < 64 / w; v++) {
+            bool one = false;
+            for (size_t l = 0; l < w; l++)
+                one = one || a1[v * w + l];
+            ASSERT_EQ(av[v], one);
+        }
+        compared++;
+    }
+#endif
+    printf("  %d vector vocabularies compared\n", compared);
+}
+
+static void test_force_hook(void)
+{
+    ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
+    ASSERT_STR_EQ(kve_isa_name(), "scalar");
+    ASSERT_TRUE(!kve__isa_force((kve_isa)(KVE_ISA_COUNT + 1)));
+    ASSERT_STR_EQ(kve_isa_name(), "scalar"); /* a refused force changes nothing */
+    ASSERT_TRUE(kve__isa_force(KVE_ISA_COUNT));
+    const char *best = kve__isa_supported(KVE_ISA_AVX512)  ? "avx512"
+                       : kve__isa_supported(KVE_ISA_AVX2) ? "avx2"
+                                                          : "scalar";
+    ASSERT_STR_EQ(kve_isa_name(), best);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK_INIT(argc, argv);
+    RUN(test_force_hook);
+    RUN(test_vocabulary_matches_one_lane);
+    RUN(test_row_kernels);
+    RUN(test_every_path_equals_scalar);
+    return CHECK_DONE();
+}

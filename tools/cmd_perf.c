@@ -1,0 +1,929 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cmd_perf.c - `kvevict perf`: what a policy costs in an engine's decode
+ * loop, per step, against the memory floor measured in the same run.
+ *
+ * The floor is one pass that reads B float32 attention weights and adds
+ * them into B float64 scores (score[i] += attn[i]): the least any policy that
+ * reads attention must do per step. It is compiled for every instruction set
+ * the machine has (x86-64 baseline, AVX2, AVX-512) and the fastest is the
+ * floor, so a ratio is never flattered by a slow floor; the baseline x86-64
+ * floor is reported beside it.
+ *
+ * Rows, each the best of `reps` timings of about `target` seconds of the
+ * measuring thread's CPU time (so time the scheduler gives other processes
+ * on a shared machine does not count; wall time for the two-thread banks):
+ *   - every policy but full (which never evicts, so has no steady state) at
+ *     every budget, in the steady state: step with an attention row (or
+ *     NULL), then evict to the budget (one victim a step);
+ *   - a naive h2o at every budget: the same arithmetic as separate passes
+ *     (add, then argmin, then compaction), and with the victim chosen by
+ *     sorting the unprotected slots (what a first implementation does);
+ *   - the bank sweep: banks of h2o of several sizes (heads x budget), driven
+ *     by 1 and 2 threads on disjoint head ranges, against the floor of their
+ *     size (heads x budget slots in one pass).
+ * Attention rows come from a pool of precomputed random rows (up to 64 rows,
+ * at most 64 MiB), the same pool the floor reads, so neither is timed drawing
+ * random numbers and both read attention from the same level of the memory
+ * hierarchy. Policies are filled to the budget with NULL steps (O(1) each),
+ * then run in the steady state; the calibration run is their warm-up.
+ *
+ * Timings depend on the machine and its load: they are never asserted and
+ * never drift-checked. --docs FILE rewrites the block between the lines
+ * "<!-- perf:begin -->" and "<!-- perf:end -->" of FILE (the conditions, the
+ * tables, the targets); --plot DIR draws DIR/perf_vs_budget.png (gnuplot).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const size_t default_budgets[] = {256, 1024, 4096, 16384, 65536, 262144};
+static const size_t quick_budgets[] = {256, 4096};
+static const size_t bank_heads[] = {8, 64, 256}; /* 256 = 32 layers x 8 KV heads */
+static const size_t bank_budgets[] = {256, 1024, 4096};
+enum { N_BANK_HEADS = 3, N_BANK_BUDGETS = 3, POOL_ROWS = 64, NAIVE_RECENT = 32 };
+#define POOL_BYTES ((size_t)64 << 20)
+
+/* Seconds of `clock`: the calling thread's CPU time for single-threaded
+ * work (time the scheduler gives other processes on a shared machine does
+ * not count), the wall clock when threads share the work. */
+static double now_s(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the floor, once per instruction set ---- */
+
+typedef void (*floor_fn)(double *acc, const float *attn, size_t n);
+
+static inline __attribute__((always_inline)) void floor_pass(double *restrict acc,
+                                                            const float *restrict attn, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        acc[i] += (double)attn[i];
+}
+
+static void floor_base(double *acc, const float *attn, size_t n)
+{
+    floor_pass(acc, attn, n);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PERF_X86 1
+__attribute__((target("avx2"))) static void floor_avx2(double *acc, const float *attn, size_t n)
+{
+    floor_pass(acc, attn, n);
+}
+
+#if defined(__clang__)
+__attribute__((target("avx512f,avx512vl")))
+#else
+__attribute__((target("avx512f,avx512vl,prefer-vector-width=512")))
+#endif
+static void floor_avx512(double *acc, const float *attn, size_t n)
+{
+    floor_pass(acc, attn, n);
+}
+#else
+#define PERF_X86 0
+#endif
+
+typedef struct floor_isa {
+    const char *name;
+    floor_fn fn;
+    int available;
+} floor_isa;
+
+static floor_isa floors[3];
+static size_t n_floors;
+
+static void floors_init(void)
+{
+    n_floors = 0;
+    floors[n_floors++] = (floor_isa){"x86-64", floor_base, 1};
+#if PERF_X86
+    __builtin_cpu_init();
+    floors[n_floors++] = (floor_isa){"avx2", floor_avx2, __builtin_cpu_supports("avx2") != 0};
+    floors[n_floors++] = (floor_isa){"avx512", floor_avx512,
+                                     __builtin_cpu_supports("avx512f") &&
+                                         __builtin_cpu_supports("avx512vl")};
+#endif
+}
+
+/* ---- attention pools ---- */
+
+/* n_rows rows of `width` weights in [0, 2 / width), row r at w + r*width. */
+typedef struct pool {
+    float *w;
+    size_t width, n_rows;
+} pool;
+
+static void pool_init(pool *p, size_t width, uint64_t seed)
+{
+    p->width = width;
+    p->n_rows = POOL_BYTES / (width * sizeof(float));
+    p->n_rows = p->n_rows > POOL_ROWS ? POOL_ROWS : p->n_rows < 2 ? 2 : p->n_rows;
+    p->w = xmalloc(p->n_rows * width * sizeof(float));
+    kve_rng g;
+    kve_rng_seed(&g, seed);
+    for (size_t i = 0; i < p->n_rows * width; i++)
+        p->w[i] = (float)(kve_rng_uniform(&g) * 2.0 / (double)width);
+}
+
+static const float *pool_row(const pool *p, int32_t pos)
+{
+    return p->w + ((size_t)pos % p->n_rows) * p->width;
+}
+
+/* ---- workloads ---- */
+
+typedef enum { W_FLOOR, W_POLICY, W_NAIVE, W_BANK } wkind;
+
+typedef struct work {
+    wkind kind;
+    const pool *pool;
+    size_t budget;
+    int attn;      /* step with rows (1) or NULL (0) */
+    int32_t pos;   /* next position */
+    /* W_FLOOR */
+    floor_fn floor;
+    double *acc;
+    size_t width;
+    /* W_POLICY */
+    kve_policy *p;
+    /* W_NAIVE: h2o's arithmetic, kept in plain arrays */
+    int sort;
+    int32_t *npos;
+    double *nscore;
+    size_t *idx;
+    size_t n;
+    /* W_BANK */
+    kve_bank *b;
+    size_t heads, threads;
+} work;
+
+static void checked(kve_status st, const char *what)
+{
+    if (st != KVE_OK)
+        die_status(st, what);
+}
+
+static void run_policy(work *w, size_t steps)
+{
+    int32_t victims[4];
+    for (size_t s = 0; s < steps; s++, w->pos++) {
+        const float *a = w->attn ? pool_row(w->pool, w->pos) : NULL;
+        checked(kve_policy_step(w->p, w->pos, a, kve_policy_size(w->p)), "step");
+        checked(kve_policy_evict(w->p, w->budget, victims, 4, NULL), "evict");
+    }
+}
+
+static const double *sort_scores; /* qsort has no context argument */
+
+static int by_score_then_position(const void *x, const void *y)
+{
+    size_t i = *(const size_t *)x, j = *(const size_t *)y;
+    if (sort_scores[i] != sort_scores[j])
+        return sort_scores[i] < sort_scores[j] ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+static void run_naive(work *w, size_t steps)
+{
+    for (size_t s = 0; s < steps; s++, w->pos++) {
+        const float *a = pool_row(w->pool, w->pos);
+        for (size_t i = 0; i < w->n; i++) /* pass 1: add */
+            w->nscore[i] += (double)a[i];
+        w->npos[w->n] = w->pos;
+        w->nscore[w->n++] = 0.0;
+        if (w->n <= w->budget)
+            continue;
+        size_t limit = w->n - NAIVE_RECENT, v = 0;
+        if (w->sort) { /* pass 2: sort the unprotected slots by (score, position) */
+            for (size_t i = 0; i < limit; i++)
+                w->idx[i] = i;
+            sort_scores = w->nscore;
+            qsort(w->idx, limit, sizeof *w->idx, by_score_then_position);
+            v = w->idx[0];
+        } else { /* pass 2: argmin */
+            for (size_t i = 1; i < limit; i++)
+                if (w->nscore[i] < w->nscore[v])
+                    v = i;
+        }
+        /* pass 3: compaction */
+        memmove(w->npos + v, w->npos + v + 1, (w->n - v - 1) * sizeof *w->npos);
+        memmove(w->nscore + v, w->nscore + v + 1, (w->n - v - 1) * sizeof *w->nscore);
+        w->n--;
+    }
+}
+
+/* One thread's share of a bank step: heads [first, first + count). */
+typedef struct share {
+    work *w;
+    size_t first, count, steps;
+    int32_t pos;
+    pthread_barrier_t *done;
+} share;
+
+static void *run_share(void *arg)
+{
+    share *s = arg;
+    work *w = s->w;
+    size_t ld = w->budget + 1;
+    int32_t *victims = xmalloc(2 * s->count * sizeof *victims);
+    for (size_t k = 0; k < s->steps; k++) {
+        int32_t pos = s->pos + (int32_t)k;
+        const float *rows = pool_row(w->pool, pos) + s->first * ld;
+        checked(kve_bank_step_range(w->b, s->first, s->count, pos, rows, ld, 1, KVE_REDUCE_MEAN),
+                "bank step");
+        checked(kve_bank_evict_range(w->b, s->first, s->count, w->budget, victims, 2, NULL),
+                "bank evict");
+        if (s->done)
+            pthread_barrier_wait(s->done); /* the token is done when every head is */
+    }
+    free(victims);
+    return NULL;
+}
+
+static void run_bank(work *w, size_t steps)
+{
+    if (w->threads == 1) {
+        share s = {w, 0, w->heads, steps, w->pos, NULL};
+        run_share(&s);
+    } else {
+        pthread_barrier_t done;
+        if (pthread_barrier_init(&done, NULL, 2) != 0)
+            die_input("cannot create a barrier");
+        size_t half = w->heads / 2;
+        share s[2] = {{w, 0, half, steps, w->pos, &done},
+                      {w, half, w->heads - half, steps, w->pos, &done}};
+        pthread_t th;
+        if (pthread_create(&th, NULL, run_share, &s[1]) != 0)
+            die_input("cannot start a thread");
+        run_share(&s[0]);
+        pthread_join(th, NULL);
+        pthread_barrier_destroy(&done);
+    }
+    w->pos += (int32_t)steps;
+}
+
+static void run(work *w, size_t steps)
+{
+    switch (w->kind) {
+    case W_FLOOR:
+        for (size_t s = 0; s < steps; s++, w->pos++)
+            w->floor(w->acc, pool_row(w->pool, w->pos), w->width);
+        break;
+    case W_POLICY: run_policy(w, steps); break;
+    case W_NAIVE: run_naive(w, steps); break;
+    case W_BANK: run_bank(w, steps); break;
+    }
+}
+
+typedef struct timing_opts {
+    size_t reps;
+    double target; /* seconds per timed run */
+} timing_opts;
+
+/* ns per step: the best of o->reps runs of about o->target seconds each,
+ * after a calibration run that doubles the steps until one run lasts an
+ * eighth of the target (and warms caches and state up). */
+static double measure(work *w, const timing_opts *o, size_t *steps_out)
+{
+    const clockid_t clock = w->threads > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
+    size_t steps = 1;
+    double t;
+    for (;;) {
+        double t0 = now_s(clock);
+        run(w, steps);
+        t = now_s(clock) - t0;
+        if (t >= o->target / 8 || steps >= ((size_t)1 << 24))
+            break;
+        steps *= 2;
+    }
+    double per = t / (double)steps;
+    steps = per > 0 ? (size_t)(o->target / per) : steps;
+    steps = steps < 1 ? 1 : steps;
+    double best = INFINITY;
+    for (size_t r = 0; r < o->reps; r++) {
+        double t0 = now_s(clock);
+        run(w, steps);
+        double d = (now_s(clock) - t0) / (double)steps;
+        best = d < best ? d : best;
+    }
+    *steps_out = steps;
+    return best * 1e9;
+}
+
+/* ---- rows ---- */
+
+typedef struct row {
+    const char *impl; /* "kvevict", "naive-passes", "naive-sort" */
+    char name[32];
+    char spec[KVE_SPEC_MAX];
+    size_t budget, heads, threads, steps, state_bytes;
+    const char *attn; /* "rows" or "null" */
+    double ns, floor_ns, floor_base_ns;
+    const char *floor_isa;
+} row;
+
+typedef struct rows {
+    row *r;
+    size_t n, cap;
+} rows;
+
+static row *add_row(rows *rs)
+{
+    if (rs->n == rs->cap)
+        rs->r = xrealloc(rs->r, (rs->cap = rs->cap ? 2 * rs->cap : 64) * sizeof *rs->r);
+    row *r = &rs->r[rs->n++];
+    memset(r, 0, sizeof *r);
+    r->impl = "kvevict";
+    r->heads = r->threads = 1;
+    r->attn = "rows";
+    return r;
+}
+
+/* The floor of `slots` slots, from rows of `p` (width >= slots): the
+ * fastest instruction set and the baseline. */
+typedef struct floor_cost {
+    double ns, base_ns;
+    const char *isa;
+} floor_cost;
+
+static floor_cost measure_floor(const pool *p, size_t slots, const timing_opts *o)
+{
+    floor_cost f = {INFINITY, INFINITY, "x86-64"};
+    work w = {.kind = W_FLOOR, .pool = p, .width = slots};
+    w.acc = xcalloc(slots, sizeof *w.acc);
+    for (size_t i = 0; i < n_floors; i++) {
+        if (!floors[i].available)
+            continue;
+        size_t steps;
+        w.floor = floors[i].fn;
+        double ns = measure(&w, o, &steps);
+        if (i == 0)
+            f.base_ns = ns;
+        if (ns < f.ns) {
+            f.ns = ns;
+            f.isa = floors[i].name;
+        }
+    }
+    free(w.acc);
+    return f;
+}
+
+static void set_floor(row *r, const floor_cost *f)
+{
+    r->floor_ns = f->ns;
+    r->floor_base_ns = f->base_ns;
+    r->floor_isa = f->isa;
+}
+
+static void spec_of(char *out, const char *name, size_t budget)
+{
+    char *s = canon_spec("policy", name, budget);
+    snprintf(out, KVE_SPEC_MAX, "%s", s);
+    free(s);
+}
+
+static void measure_policies(rows *rs, size_t budget, const timing_opts *o, int quiet)
+{
+    pool p;
+    pool_init(&p, budget + 1, budget);
+    floor_cost f = measure_floor(&p, budget, o);
+    kve_rng rng;
+    for (size_t t = 0; t < kve_policy_type_count(); t++) {
+        const char *name = kve_policy_type_name(t);
+        if (strcmp(name, "full") == 0)
+            continue;
+        for (int attn = 1; attn >= 0; attn--) {
+            row *r = add_row(rs);
+            snprintf(r->name, sizeof r->name, "%s", name);
+            spec_of(r->spec, name, budget);
+            r->budget = budget;
+            r->attn = attn ? "rows" : "null";
+            kve_rng_seed(&rng, 1);
+            work w = {.kind = W_POLICY, .pool = &p, .budget = budget, .attn = attn};
+            checked(kve_policy_new(r->spec, &rng, &w.p), r->spec);
+            for (; (size_t)w.pos < budget; w.pos++) /* fill: O(1) a step */
+                checked(kve_policy_step(w.p, w.pos, NULL, 0), "fill");
+            r->ns = measure(&w, o, &r->steps);
+            r->state_bytes = kve_policy_state_bytes(w.p);
+            set_floor(r, &f);
+            kve_policy_free(w.p);
+        }
+    }
+    for (int sort = 0; sort < 2; sort++) {
+        row *r = add_row(rs);
+        r->impl = sort ? "naive-sort" : "naive-passes";
+        snprintf(r->name, sizeof r->name, "h2o");
+        spec_of(r->spec, "h2o", budget);
+        r->budget = budget;
+        work w = {.kind = W_NAIVE, .pool = &p, .budget = budget, .sort = sort};
+        w.npos = xmalloc((budget + 1) * sizeof *w.npos);
+        w.nscore = xmalloc((budget + 1) * sizeof *w.nscore);
+        w.idx = xmalloc((budget + 1) * sizeof *w.idx);
+        for (; (size_t)w.pos < budget; w.pos++) { /* fill, as the policies */
+            w.npos[w.n] = w.pos;
+            w.nscore[w.n++] = 0.0;
+        }
+        r->ns = measure(&w, o, &r->steps);
+        r->state_bytes = (budget + 1) * (sizeof *w.npos + sizeof *w.nscore);
+        set_floor(r, &f);
+        free(w.npos);
+        free(w.nscore);
+        free(w.idx);
+    }
+    free(p.w);
+    if (!quiet && isatty(STDERR_FILENO))
+        fprintf(stderr, "\rkvevict perf: budget %zu done   ", budget);
+}
+
+static void measure_banks(rows *rs, const size_t *heads, size_t n_heads, const size_t *budgets,
+                          size_t n_budgets, const timing_opts *o)
+{
+    for (size_t bi = 0; bi < n_budgets; bi++)
+        for (size_t hi = 0; hi < n_heads; hi++) {
+            size_t budget = budgets[bi], h = heads[hi];
+            pool p;
+            pool_init(&p, h * (budget + 1), budget * 7 + h);
+            floor_cost f = measure_floor(&p, h * budget, o);
+            for (size_t threads = 1; threads <= 2; threads++) {
+                row *r = add_row(rs);
+                snprintf(r->name, sizeof r->name, "h2o");
+                spec_of(r->spec, "h2o", budget);
+                r->budget = budget;
+                r->heads = h;
+                r->threads = threads;
+                work w = {.kind = W_BANK, .pool = &p, .budget = budget, .heads = h,
+                          .threads = threads};
+                checked(kve_bank_new(r->spec, h, NULL, &w.b), r->spec);
+                for (; (size_t)w.pos < budget; w.pos++)
+                    checked(kve_bank_step(w.b, w.pos, NULL, 0), "fill");
+                r->ns = measure(&w, o, &r->steps);
+                r->state_bytes = kve_bank_state_bytes(w.b);
+                set_floor(r, &f);
+                kve_bank_free(w.b);
+            }
+            free(p.w);
+        }
+}
+
+/* ---- output ---- */
+
+static double slots_of(const row *r)
+{
+    return (double)r->heads * (double)r->budget;
+}
+
+static void print_rows(FILE *f, const rows *rs, tfmt fmt)
+{
+    static const col cols[] = {
+        {"impl", "impl", COL_ALL | COL_LEFT},
+        {"policy", "name", COL_TEXT | COL_LEFT},
+        {"spec", KEY_POLICY, COL_CSV | COL_JSON},
+        {"budget", KEY_BUDGET, COL_ALL},
+        {"heads", KEY_HEADS, COL_ALL},
+        {"threads", KEY_THREADS, COL_ALL},
+        {"attn", "attn", COL_ALL | COL_LEFT},
+        {"ns/step", KEY_NS, COL_ALL},
+        {"ns/slot", "ns_per_slot", COL_ALL},
+        {"floor ns", KEY_FLOOR_NS, COL_ALL},
+        {"floor isa", "floor_isa", COL_ALL | COL_LEFT},
+        {"x86-64 floor ns", "floor_base_ns_per_step", COL_ALL},
+        {"ratio", KEY_RATIO, COL_ALL},
+        {"bytes/slot", "bytes_per_slot", COL_ALL},
+        {"state bytes", KEY_STATE, COL_CSV | COL_JSON},
+        {"isa", "isa", COL_CSV | COL_JSON},
+        {"timed steps", "timed_steps", COL_CSV | COL_JSON},
+    };
+    table t;
+    table_init(&t, cols, sizeof cols / sizeof cols[0]);
+    for (size_t i = 0; i < rs->n; i++) {
+        const row *r = &rs->r[i];
+        table_str(&t, r->impl);
+        table_str(&t, r->name);
+        table_str(&t, r->spec);
+        table_uint(&t, r->budget);
+        table_uint(&t, r->heads);
+        table_uint(&t, r->threads);
+        table_str(&t, r->attn);
+        table_real(&t, r->ns, "%.1f");
+        table_real(&t, r->ns / slots_of(r), "%.4f");
+        table_real(&t, r->floor_ns, "%.1f");
+        table_str(&t, r->floor_isa);
+        table_real(&t, r->floor_base_ns, "%.1f");
+        table_real(&t, r->ns / r->floor_ns, "%.2f");
+        table_real(&t, (double)r->state_bytes / ((double)r->heads * (double)(r->budget + 1)),
+                   "%.2f");
+        table_uint(&t, r->state_bytes);
+        table_str(&t, kve_isa_name());
+        table_uint(&t, r->steps);
+    }
+    table_print(&t, f, fmt);
+    table_free(&t);
+}
+
+/* "256", "4Ki", "256Ki". */
+static const char *size_label(size_t b, char buf[24])
+{
+    if (b >= 1024 && b % 1024 == 0)
+        snprintf(buf, 24, "%zuKi", b / 1024);
+    else
+        snprintf(buf, 24, "%zu", b);
+    return buf;
+}
+
+static const row *find(const rows *rs, const char *impl, const char *name, const char *attn,
+                       size_t budget, size_t heads, size_t threads)
+{
+    for (size_t i = 0; i < rs->n; i++) {
+        const row *r = &rs->r[i];
+        if (strcmp(r->impl, impl) == 0 && strcmp(r->name, name) == 0 &&
+            strcmp(r->attn, attn) == 0 && r->budget == budget && r->heads == heads &&
+            r->threads == threads)
+            return r;
+    }
+    return NULL;
+}
+
+/* What the run ran on, in one line. */
+static void conditions(FILE *f, const timing_opts *o, const double load[3])
+{
+    char cpu[128] = "an unknown CPU", line[256];
+    FILE *c = fopen("/proc/cpuinfo", "r");
+    while (c && fgets(line, sizeof line, c)) {
+        char *v = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && v) {
+            snprintf(cpu, sizeof cpu, "%s", v + 2);
+            cpu[strcspn(cpu, "\n")] = '\0';
+            break;
+        }
+    }
+    if (c)
+        fclose(c);
+    char when[32] = "";
+    time_t t = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&t, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+    fprintf(f, "Measured %s on %s (%ld CPUs online), load average %.2f %.2f %.2f "
+               "before the run; kernels: %s; floors: ",
+            when, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2], kve_isa_name());
+    for (size_t i = 0, k = 0; i < n_floors; i++)
+        if (floors[i].available)
+            fprintf(f, "%s%s", k++ ? ", " : "", floors[i].name);
+    fprintf(f, " (the fastest is the floor); "
+#if defined(__VERSION__)
+               "built with " __VERSION__ "; "
+#endif
+               "best of %zu runs of about %.0f ms of CPU time each (wall time for 2 threads).\n",
+            o->reps, o->target * 1e3);
+}
+
+static void load_average(double load[3])
+{
+    load[0] = load[1] = load[2] = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3)
+            load[0] = load[1] = load[2] = NAN;
+        fclose(f);
+    }
+}
+
+/* One row of the targets table: `name`'s worst ratio over `budgets` (attn
+ * `attn`), where, the budgets at which it is within `limit`, the verdict. */
+static void target_row(FILE *f, const rows *rs, const char *target, const char *name,
+                       const char *attn, const size_t *budgets, size_t n_budgets, double limit)
+{
+    char b[24], met[160] = "";
+    double worst = 0.0;
+    const row *at = NULL;
+    for (size_t i = 0; i < n_budgets; i++) {
+        const row *r = find(rs, "kvevict", name, attn, budgets[i], 1, 1);
+        if (!r)
+            continue;
+        double ratio = r->ns / r->floor_ns;
+        if (ratio > worst) {
+            worst = ratio;
+            at = r;
+        }
+        if (ratio <= limit) {
+            size_t len = strlen(met);
+            snprintf(met + len, sizeof met - len, "%s%s", len ? ", " : "",
+                     size_label(budgets[i], b));
+        }
+    }
+    if (!at)
+        return;
+    fprintf(f, "| %s | %s | %.2f at %s | %s | ", target, name, worst, size_label(at->budget, b),
+            met[0] ? met : "none");
+    if (worst <= limit)
+        fprintf(f, "met |\n");
+    else
+        fprintf(f, "missed by %.0f%% |\n", (worst / limit - 1.0) * 100.0);
+}
+
+static void print_docs(FILE *f, const rows *rs, const size_t *budgets, size_t n_budgets,
+                       const timing_opts *o, const double load[3])
+{
+    char b[24];
+    fputc('\n', f);
+    conditions(f, o, load);
+    fprintf(f, "\n#### Every policy: ns per step (ratio to the floor)\n\n"
+               "Steady state: step (with an attention row, or NULL), then evict one. "
+               "Bytes per slot: the state the policy holds (`kve_policy_state_bytes` / "
+               "(budget + 1)).\n\n| policy | attn | bytes/slot |");
+    for (size_t i = 0; i < n_budgets; i++)
+        fprintf(f, " %s |", size_label(budgets[i], b));
+    fprintf(f, "\n|---|---|---:|");
+    for (size_t i = 0; i < n_budgets; i++)
+        fprintf(f, "---:|");
+    fputc('\n', f);
+    fprintf(f, "| floor (fastest instruction set) | rows | 12 |");
+    for (size_t i = 0; i < n_budgets; i++) {
+        const row *r = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
+        fprintf(f, " %.1f %s |", r ? r->floor_ns : NAN, r ? r->floor_isa : "");
+    }
+    fprintf(f, "\n| floor (x86-64) | rows | 12 |");
+    for (size_t i = 0; i < n_budgets; i++) {
+        const row *r = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
+        fprintf(f, " %.1f |", r ? r->floor_base_ns : NAN);
+    }
+    fputc('\n', f);
+    static const char *const impls[] = {"kvevict", "naive-passes", "naive-sort"};
+    for (size_t k = 0; k < 3; k++)
+        for (size_t t = 0; t < kve_policy_type_count(); t++)
+            for (int attn = 1; attn >= 0; attn--) {
+                const char *name = kve_policy_type_name(t), *mode = attn ? "rows" : "null";
+                const row *r0 = find(rs, impls[k], name, mode, budgets[0], 1, 1);
+                if (!r0)
+                    continue;
+                fprintf(f, "| %s%s%s | %s | %.4g |", k ? "naive " : "", name,
+                        k == 1 ? ", separate passes" : k == 2 ? ", sort-based" : "", mode,
+                        (double)r0->state_bytes / (double)(r0->budget + 1));
+                for (size_t i = 0; i < n_budgets; i++) {
+                    const row *r = find(rs, impls[k], name, mode, budgets[i], 1, 1);
+                    if (r)
+                        fprintf(f, " %.1f (%.2f) |", r->ns, r->ns / r->floor_ns);
+                    else
+                        fprintf(f, " |");
+                }
+                fputc('\n', f);
+            }
+
+    fprintf(f, "\n#### Where h2o's step goes\n\n"
+               "Read off the rows above: the fixed cost of a step and an evict is what "
+               "window costs with NULL attention; the validation pass (every weight checked "
+               "before any score changes) is what window adds with attention rows; the rest "
+               "of h2o's time is its one pass over the scores and the evict.\n\n"
+               "| budget | floor | fixed (window, NULL) | validation (window: rows - NULL) | "
+               "h2o | h2o - fixed - validation | that / floor |\n"
+               "|---|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < n_budgets; i++) {
+        const row *h = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
+        const row *wr = find(rs, "kvevict", "window", "rows", budgets[i], 1, 1);
+        const row *wn = find(rs, "kvevict", "window", "null", budgets[i], 1, 1);
+        if (!h || !wr || !wn)
+            continue;
+        double pass = h->ns - wr->ns;
+        fprintf(f, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", size_label(budgets[i], b),
+                h->floor_ns, wn->ns, wr->ns - wn->ns, h->ns, pass, pass / h->floor_ns);
+    }
+
+    fprintf(f, "\n#### Targets\n\n| target | policy | worst ratio | met at | verdict |\n"
+               "|---|---|---:|---|---|\n");
+    static const char *const tight[] = {"h2o", "tova", "h2o_decay"};
+    static const char *const loose[] = {"scissorhands", "h2o_mean"};
+    for (size_t k = 0; k < 3; k++)
+        target_row(f, rs, "within 1.3x of the floor, with rows", tight[k], "rows", budgets,
+                   n_budgets, 1.3);
+    for (size_t k = 0; k < 2; k++)
+        target_row(f, rs, "within 2x of the floor, with rows", loose[k], "rows", budgets,
+                   n_budgets, 2.0);
+    static const char *const flat[] = {"window", "streaming"};
+    for (size_t k = 0; k < 2; k++) {
+        double lo = INFINITY, hi = 0.0;
+        for (size_t i = 0; i < n_budgets; i++) {
+            const row *r = find(rs, "kvevict", flat[k], "null", budgets[i], 1, 1);
+            if (r) {
+                lo = r->ns < lo ? r->ns : lo;
+                hi = r->ns > hi ? r->ns : hi;
+            }
+        }
+        fprintf(f, "| flat with NULL: max / min ns per step <= 1.5 | %s | %.2f | | %s |\n",
+                flat[k], hi / lo, hi / lo <= 1.5 ? "met" : "missed");
+    }
+    const row *big = find(rs, "kvevict", "h2o", "rows", 4096, 256, 1);
+    if (big) {
+        double ratio = big->ns / big->floor_ns;
+        fprintf(f, "| bank of 32 x 8 heads x 4Ki within 1.3x of its floor, 1 thread | h2o | %.2f "
+                   "| | ", ratio);
+        if (ratio <= 1.3)
+            fprintf(f, "met |\n");
+        else
+            fprintf(f, "missed by %.0f%% |\n", (ratio / 1.3 - 1.0) * 100.0);
+    }
+
+    fprintf(f, "\n#### Banks of h2o: one thread, and two on the two halves of the heads\n\n"
+               "| heads x budget | slots | floor ns | 1 thread ns (ratio) | "
+               "2 threads ns (ratio) |\n|---|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < rs->n; i++) {
+        const row *r = &rs->r[i];
+        if (r->heads == 1 || r->threads != 1)
+            continue;
+        const row *two = find(rs, "kvevict", "h2o", "rows", r->budget, r->heads, 2);
+        fprintf(f, "| %zu x %s | %.0f | %.0f | %.0f (%.2f) |", r->heads,
+                size_label(r->budget, b), slots_of(r), r->floor_ns, r->ns, r->ns / r->floor_ns);
+        if (two)
+            fprintf(f, " %.0f (%.2f) |\n", two->ns, two->ns / two->floor_ns);
+        else
+            fprintf(f, " |\n");
+    }
+    fputc('\n', f);
+}
+
+/* Replaces what lies between the marker lines of `path` with `block`. */
+static void rewrite_docs(const char *path, const char *block)
+{
+    static const char begin[] = "<!-- perf:begin -->\n", end[] = "<!-- perf:end -->";
+    FILE *in = fopen(path, "rb");
+    if (!in)
+        die_input("--docs: %s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem)
+        die_input("out of memory");
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, in)) > 0)
+        fwrite(buf, 1, got, mem);
+    int bad = ferror(in);
+    fclose(in);
+    fclose(mem);
+    if (bad)
+        die_input("--docs: %s: cannot read", path);
+    char *b = strstr(text, begin);
+    char *e = b ? strstr(b, end) : NULL;
+    if (!b || !e)
+        die_input("--docs: %s has no '<!-- perf:begin -->' ... '<!-- perf:end -->' block", path);
+    FILE *out = out_open(path);
+    fwrite(text, 1, (size_t)(b - text) + strlen(begin), out);
+    fputs(block, out);
+    fputs(e, out);
+    out_close(out);
+    free(text);
+}
+
+/* ns per step against budget, log-log: every policy (with attention rows),
+ * window with NULL, the floors and the naive h2o. */
+static void plot(const char *dir, const rows *rs, const size_t *budgets, size_t n_budgets)
+{
+    if (strchr(dir, '\'') || strchr(dir, '\n'))
+        die_usage("--plot: quotes and newlines are not supported in '%s'", dir);
+    if (access(dir, W_OK) != 0)
+        die_input("--plot: '%s' is not a writable directory", dir);
+    FILE *g = popen("gnuplot", "w");
+    if (!g)
+        die_input("--plot: cannot run gnuplot: %s", strerror(errno));
+    fprintf(g, "set terminal pngcairo size 960,640 noenhanced font 'Sans,11'\n"
+               "set output '%s/perf_vs_budget.png'\n"
+               "set logscale xy\nset format xy '%%g'\nset grid\nset key outside right\n"
+               "set xlabel 'budget (kept positions)'\nset ylabel 'ns per step (step + evict)'\n"
+               "set title 'Per-step cost against budget (%s kernels)'\n",
+            dir, kve_isa_name());
+    fprintf(g, "$d << EOD\n");
+    for (size_t i = 0; i < n_budgets; i++) {
+        const row *h = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
+        fprintf(g, "%zu %.6g %.6g", budgets[i], h ? h->floor_ns : NAN, h ? h->floor_base_ns : NAN);
+        for (size_t t = 0; t < kve_policy_type_count(); t++) {
+            const row *r = find(rs, "kvevict", kve_policy_type_name(t), "rows", budgets[i], 1, 1);
+            if (strcmp(kve_policy_type_name(t), "full") != 0)
+                fprintf(g, " %.6g", r ? r->ns : NAN);
+        }
+        const row *wn = find(rs, "kvevict", "window", "null", budgets[i], 1, 1);
+        const row *np = find(rs, "naive-passes", "h2o", "rows", budgets[i], 1, 1);
+        const row *ns = find(rs, "naive-sort", "h2o", "rows", budgets[i], 1, 1);
+        fprintf(g, " %.6g %.6g %.6g\n", wn ? wn->ns : NAN, np ? np->ns : NAN, ns ? ns->ns : NAN);
+    }
+    fprintf(g, "EOD\nplot $d using 1:2 with linespoints lw 3 lc rgb 'black' title 'floor', "
+               "$d using 1:3 with linespoints dt 2 lc rgb 'black' title 'floor, x86-64'");
+    int c = 4;
+    for (size_t t = 0; t < kve_policy_type_count(); t++)
+        if (strcmp(kve_policy_type_name(t), "full") != 0)
+            fprintf(g, ", $d using 1:%d with linespoints title '%s'", c++,
+                    kve_policy_type_name(t));
+    fprintf(g, ", $d using 1:%d with linespoints dt 3 title 'window, NULL'", c++);
+    fprintf(g, ", $d using 1:%d with linespoints dt 4 title 'naive h2o, passes'", c++);
+    fprintf(g, ", $d using 1:%d with linespoints dt 5 title 'naive h2o, sort'\n", c);
+    int rc = pclose(g);
+    if (rc != 0)
+        die_input("--plot: gnuplot failed (status %d)", rc);
+}
+
+static const char perf_usage[] =
+    "usage: kvevict perf [--budget B1,B2,...] [--quick] [--reps N] [--ms MS]\n"
+    "                    [--format text|md|csv|json | --json | --csv | --md] [-o FILE]\n"
+    "                    [--docs FILE] [--plot DIR]\n"
+    "\n"
+    "Times every policy in an engine's decode loop (step, then evict one, in the\n"
+    "steady state) at budgets 256, 1Ki, 4Ki, 16Ki, 64Ki and 256Ki, against the\n"
+    "memory floor measured in the same run: one pass reading B float32 weights and\n"
+    "adding them into B float64 scores, compiled for every instruction set the\n"
+    "machine has (the fastest is the floor; the baseline x86-64 one is shown too).\n"
+    "Also a naive h2o (separate passes; sort-based selection) and banks of h2o of\n"
+    "8, 64 and 256 heads at 256, 1Ki and 4Ki driven by 1 and 2 threads. One row per\n"
+    "measurement: ns/step, ns per kept slot, the floor, the ratio, bytes per slot.\n"
+    "Timings depend on the machine and its load; they are never asserted.\n"
+    "\n"
+    "  --budget B1,...    budgets of the policy rows (default above)\n"
+    "  --quick            budgets 256 and 4Ki, banks of 8 heads, 2 runs of 2 ms\n"
+    "  --reps N           runs per measurement, the best counts (default 7)\n"
+    "  --ms MS            milliseconds per run (default 5)\n"
+    "  --format F         text (default), md, csv or json; --csv, --json, --md\n"
+    "  --json             JSON Lines, one object per row: impl, policy (the spec),\n"
+    "                     budget, heads, threads, attn (rows or null), ns_per_step,\n"
+    "                     ns_per_slot, floor_ns_per_step, floor_isa,\n"
+    "                     floor_base_ns_per_step, ratio_to_floor, bytes_per_slot,\n"
+    "                     state_bytes, isa (the library's kernels), timed_steps\n"
+    "  -o, --output FILE  write there instead of standard output (- for it)\n"
+    "  --docs FILE        also rewrite the block between <!-- perf:begin --> and\n"
+    "                     <!-- perf:end --> of FILE (conditions, tables, targets)\n"
+    "  --plot DIR         also draw DIR/perf_vs_budget.png with gnuplot\n";
+
+static const opt_def perf_own[] = {
+    {"quick", 0, 0}, {"reps", 0, OPT_VALUE}, {"ms", 0, OPT_VALUE},
+    {"docs", 0, OPT_VALUE}, {"plot", 0, OPT_VALUE},
+};
+static const cli_spec perf_spec = {
+    .usage = perf_usage,
+    .shared = SO_BUDGETS | SO_FORMAT | SO_OUTPUT,
+    .own = perf_own,
+    .n_own = sizeof perf_own / sizeof perf_own[0],
+    .default_format = FMT_TEXT,
+};
+
+int cmd_perf(int argc, char **argv)
+{
+    cli_args a;
+    cli_parse(&a, &perf_spec, argc, argv);
+    int quick = cli_own(&a, &perf_spec, "quick")->count > 0;
+    const opt_val *reps = cli_own(&a, &perf_spec, "reps"), *ms = cli_own(&a, &perf_spec, "ms");
+    const opt_val *docs = cli_own(&a, &perf_spec, "docs"), *dir = cli_own(&a, &perf_spec, "plot");
+    timing_opts o = {quick ? 2 : 7, quick ? 0.002 : 0.005};
+    if (reps->count)
+        o.reps = (size_t)parse_u64("--reps", reps->v[0], 1, 1000);
+    if (ms->count)
+        o.target = (double)parse_u64("--ms", ms->v[0], 1, 60000) / 1e3;
+    const size_t *budgets = quick ? quick_budgets : default_budgets;
+    size_t n_budgets = quick ? 2 : sizeof default_budgets / sizeof default_budgets[0];
+    if (a.n_budgets) {
+        budgets = a.budgets;
+        n_budgets = a.n_budgets;
+    }
+    if (dir->count && system("command -v gnuplot >/dev/null 2>&1") != 0)
+        die_input("--plot: gnuplot not found (apt-get install gnuplot-nox)");
+    FILE *out = out_open(a.output);
+    floors_init();
+    double load[3];
+    load_average(load);
+
+    rows rs = {0};
+    for (size_t i = 0; i < n_budgets; i++)
+        measure_policies(&rs, budgets[i], &o, quick);
+    static const size_t one_budget[] = {256};
+    measure_banks(&rs, quick ? bank_heads : bank_heads, quick ? 1 : N_BANK_HEADS,
+                  quick ? one_budget : bank_budgets, quick ? 1 : N_BANK_BUDGETS, &o);
+    if (!quick && isatty(STDERR_FILENO))
+        fprintf(stderr, "\r%40s\r", "");
+
+    print_rows(out, &rs, a.format);
+    if (docs->count) {
+        char *block = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&block, &len);
+        if (!m)
+            die_input("out of memory");
+        print_docs(m, &rs, budgets, n_budgets, &o, load);
+        fclose(m);
+        rewrite_docs(docs->v[0], block);
+        free(block);
+    }
+    if (dir->count)
+        plot(dir->v[0], &rs, budgets, n_budgets);
+    free(rs.r);
+    out_close(out);
+    return 0;
+}
