@@ -362,6 +362,10 @@ KVE_API size_t kve_bank_state_bytes(const kve_bank *b);
  * NULL b. */
 KVE_API const char *kve_bank_spec(const kve_bank *b);
 
+/* The spec's budget parameter, shared by every head (as kve_policy_budget).
+ * 0 for NULL b. */
+KVE_API size_t kve_bank_budget(const kve_bank *b);
+
 /* One decode step for every head: the query at `pos` paid attention `attn`
  * to each head's kept positions; then `pos` is admitted in every head.
  *

@@ -103,12 +103,22 @@ static void rotate(float *vec, const float *rope, size_t S)
     }
 }
 
+void lm_group_mean(float *out, const float *rows, size_t ld, size_t group, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double sum = 0;
+        for (size_t r = 0; r < group; r++)
+            sum += rows[r * ld + i];
+        out[i] = (float)(sum / (double)group);
+    }
+}
+
 /* ---- state ---- */
 
 static void free_buffers(lm_state *s)
 {
     void *bufs[] = {s->x,    s->xb,         s->xb2,     s->hb,     s->hb2, s->q,
-                    s->k,    s->v,          s->rope,    s->logits, s->att, s->row,
+                    s->k,    s->v,          s->rope,    s->logits, s->att,
                     s->krot, s->rope_table, s->victims, s->counts};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         lm_free(bufs[i]);
@@ -127,13 +137,16 @@ void lm_state_free(lm_state *s)
         }
         lm_free(s->cache);
     }
-    lm_heads_free(s->heads);
+    kve_bank_free(s->bank);
     lm_free(s->spec);
     free_buffers(s);
     lm_free(s);
 }
 
-static kve_status make_heads(const lm_state *s, lm_heads **out)
+/* The bank of every (layer, KV head), layer-major, built from one generator
+ * seeded by opt.seed (so a run is reproducible from its seed); NULL without
+ * a policy. */
+static kve_status make_bank(const lm_state *s, kve_bank **out)
 {
     *out = NULL;
     if (!s->spec)
@@ -141,7 +154,9 @@ static kve_status make_heads(const lm_state *s, lm_heads **out)
     const lm_config *c = &s->model->config;
     kve_rng rng;
     kve_rng_seed(&rng, s->opt.seed);
-    return lm_heads_new(s->spec, (size_t)c->n_layers * (size_t)c->n_kv_heads, &rng, out);
+    kve_status st =
+        kve_bank_new(s->spec, (size_t)c->n_layers * (size_t)c->n_kv_heads, &rng, out);
+    return st == KVE_OK ? st : lm_fail(st, "policy: %s", kve_last_error());
 }
 
 kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out)
@@ -195,14 +210,14 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     s->cache = lm_calloc(LG, sizeof *s->cache);
     ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope &&
          s->logits && s->counts && s->cache;
-    kve_status st = ok ? make_heads(s, &s->heads) : KVE_ENOMEM;
+    kve_status st = ok ? make_bank(s, &s->bank) : KVE_ENOMEM;
     if (!ok)
         lm_fail(KVE_ENOMEM, "decoder: out of memory for the activations");
     if (st != KVE_OK) {
         lm_state_free(s);
         return st;
     }
-    s->budget = s->heads ? lm_heads_budget(s->heads) : 0;
+    s->budget = kve_bank_budget(s->bank);
     *out = s;
     return KVE_OK;
 }
@@ -211,12 +226,12 @@ kve_status lm_state_reset(lm_state *s)
 {
     if (!s)
         return lm_fail(KVE_EINVAL, "decoder: NULL state");
-    lm_heads *fresh;
-    kve_status st = make_heads(s, &fresh);
+    kve_bank *fresh;
+    kve_status st = make_bank(s, &fresh);
     if (st != KVE_OK)
         return st;
-    lm_heads_free(s->heads);
-    s->heads = fresh;
+    kve_bank_free(s->bank);
+    s->bank = fresh;
     const lm_config *c = &s->model->config;
     for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_kv_heads; i++)
         s->cache[i].n = 0;
@@ -255,7 +270,7 @@ static kve_status reserve(lm_state *s)
         lm_cache *k = &s->cache[i];
         if (k->n + 1 > k->cap) {
             size_t cap = k->cap ? 2 * k->cap : FIRST_CAP;
-            if (s->heads && k->n + 1 <= s->budget + 1 && cap > s->budget + 1)
+            if (s->bank && k->n + 1 <= s->budget + 1 && cap > s->budget + 1)
                 cap = s->budget + 1; /* a policy that evicts never holds more */
             if (!grow(&k->key, cap, S * sizeof(float)) ||
                 !grow(&k->value, cap, S * sizeof(float)) || !grow(&k->pos, cap, sizeof(int32_t)))
@@ -267,7 +282,6 @@ static kve_status reserve(lm_state *s)
     }
     if (need_ld > s->ld) {
         int ok = grow(&s->att, H * need_ld, sizeof(float)) &&
-                 grow(&s->row, need_ld, sizeof(float)) &&
                  grow(&s->victims, G * need_ld, sizeof(int32_t));
         if (ok && s->opt.positions == LM_POS_CACHE)
             ok = grow(&s->krot, need_ld, S * sizeof(float)) &&
@@ -358,17 +372,21 @@ static kve_status manage(lm_state *s, size_t l)
     const lm_config *c = &s->model->config;
     size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads,
            R = (size_t)(c->n_heads / c->n_kv_heads);
-    kve_status st = lm_heads_step(s->heads, l * G, G, s->pos, s->att, s->ld, R, s->row);
+    kve_status st = kve_bank_step_range(s->bank, l * G, G, s->pos, s->att, s->ld, R,
+                                        KVE_REDUCE_MEAN);
     if (st == KVE_OK)
-        st = lm_heads_evict(s->heads, l * G, G, s->budget, s->victims, s->ld, s->counts);
+        st = kve_bank_evict_range(s->bank, l * G, G, s->budget, s->victims, s->ld, s->counts);
+    if (st != KVE_OK)
+        return lm_fail(st, "policies of layer %zu (bank heads %zu..%zu) at position %d: %s", l,
+                       l * G, l * G + G - 1, s->pos, kve_last_error());
     for (size_t g = 0; st == KVE_OK && g < G; g++) {
         lm_cache *k = &s->cache[l * G + g];
         st = compact(k, s->victims + g * s->ld, s->counts[g], S);
-        if (st == KVE_OK && k->n != lm_heads_size(s->heads, l * G + g))
+        if (st == KVE_OK && k->n != kve_bank_size(s->bank, l * G + g))
             st = lm_fail(KVE_EINVAL,
                          "decoder: cache of layer %zu KV head %zu holds %zu keys, "
                          "its policy %zu",
-                         l, g, k->n, lm_heads_size(s->heads, l * G + g));
+                         l, g, k->n, kve_bank_size(s->bank, l * G + g));
     }
     return st;
 }
@@ -414,7 +432,7 @@ kve_status lm_forward(lm_state *s, int32_t token)
         attend(s, l);
         if (s->opt.on_attention)
             s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
-        if (s->heads) {
+        if (s->bank) {
             struct timespec t0, t1;
             if (s->opt.timing)
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);

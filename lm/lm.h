@@ -163,37 +163,10 @@ const char *lm_decode(const lm_tokenizer *t, int32_t prev, int32_t token, size_t
  * several), -1 if none. */
 int32_t lm_piece_id(const lm_tokenizer *t, const char *piece, size_t len);
 
-/* ---- the KV heads (heads.c) -------------------------------------------------
- *
- * One policy per (layer, KV head), numbered layer-major. The interface has
- * the shape of kvevict's multi-head bank (steps and evictions over a range
- * of heads, grouped-query rows reduced to one row per KV head), so that
- * moving to the bank is local to heads.c.
- */
-
-typedef struct lm_heads lm_heads;
-
-/* n_heads policies built one after another by kve_policy_new(spec, rng). */
-kve_status lm_heads_new(const char *spec, size_t n_heads, kve_rng *rng, lm_heads **out);
-void lm_heads_free(lm_heads *b);
-size_t lm_heads_size(const lm_heads *b, size_t head);
-const int32_t *lm_heads_positions(const lm_heads *b, size_t head);
-/* The spec's budget and canonical form. */
-size_t lm_heads_budget(const lm_heads *b);
-const char *lm_heads_spec(const lm_heads *b);
-/* Heads [first, first + count): KV head first + g receives the mean of query
- * rows attn + (g*group + r)*ld, r < group, over its kve_policy_size entries
- * (lm_group_mean), then admits pos. scratch holds one row (ld floats). */
-kve_status lm_heads_step(lm_heads *b, size_t first, size_t count, int32_t pos, const float *attn,
-                         size_t ld, size_t group, float *scratch);
-/* Evicts heads [first, first + count) to budget; victims of head first + g,
- * ascending, at victims + g*ld_victims, their number in counts[g]. */
-kve_status lm_heads_evict(lm_heads *b, size_t first, size_t count, size_t budget, int32_t *victims,
-                          size_t ld_victims, size_t *counts);
-
 /* out[i] = (float)((sum over r < group of rows[r*ld + i], in double, in
- * order of r) / group) for i < n: the one reduction of a group of query-head
- * rows to its KV head, used for the policies and for attention dumps. */
+ * order of r) / group) for i < n: a group of query-head rows reduced to its
+ * KV head exactly as kve_bank_step_range does with KVE_REDUCE_MEAN (the
+ * decoder's policies receive that), for attention dumps (decode.c). */
 void lm_group_mean(float *out, const float *rows, size_t ld, size_t group, size_t n);
 
 /* ---- the decoder (decode.c) ------------------------------------------------ */
@@ -232,7 +205,7 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     const lm_model *model;
     lm_options opt;
     char *spec;           /* canonical spec with the budget applied; NULL: none */
-    lm_heads *heads;      /* (L*G) policies; NULL without a policy */
+    kve_bank *bank;       /* (L*G) policies, layer-major; NULL without a policy */
     size_t budget;        /* what every head is evicted to */
     lm_cache *cache;      /* (L, G) */
     int32_t pos;          /* the position of the next token */
@@ -253,7 +226,6 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     /* attention scratch, ld >= every cache's n + 1 */
     size_t ld;
     float *att;        /* (H, ld) softmax weights */
-    float *row;        /* (ld) one grouped row */
     float *krot;       /* (ld, S) keys rotated at their cache index (cache positions) */
     float *rope_table; /* (ld, S) cos, sin per cache index (cache positions) */
     size_t rope_rows;  /* rows of rope_table filled */

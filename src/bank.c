@@ -377,6 +377,11 @@ const char *kve_bank_spec(const kve_bank *b)
     return b ? b->cfg.spec : NULL;
 }
 
+size_t kve_bank_budget(const kve_bank *b)
+{
+    return b ? b->cfg.params.budget : 0;
+}
+
 static kve_status check_range(const kve_bank *b, size_t first, size_t count)
 {
     if (!b)

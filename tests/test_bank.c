@@ -462,6 +462,7 @@ static void test_construction(void)
 
     ASSERT_EQ(kve_bank_heads(b), 3);
     ASSERT_STR_EQ(kve_bank_spec(b), "h2o:budget=8,recent_window=2");
+    ASSERT_EQ(kve_bank_budget(b), 8);
     ASSERT_EQ(kve_bank_size(b, 0), 0);
     ASSERT_EQ(kve_bank_size(b, 3), 0);
     ASSERT_TRUE(kve_bank_positions(b, 3) == NULL);
@@ -477,6 +478,7 @@ static void test_construction(void)
     ASSERT_TRUE(kve_bank_positions(NULL, 0) == NULL);
     ASSERT_EQ(kve_bank_state_bytes(NULL), 0);
     ASSERT_TRUE(kve_bank_spec(NULL) == NULL);
+    ASSERT_EQ(kve_bank_budget(NULL), 0);
     kve_bank_free(NULL);
     ASSERT_STATUS(kve_bank_step_grouped(NULL, 0, NULL, 0, 1, KVE_REDUCE_MEAN), KVE_EINVAL);
     ASSERT_STATUS(kve_bank_evict_range(NULL, 0, 0, 4, NULL, 0, NULL), KVE_EINVAL);

@@ -570,7 +570,8 @@ static void test_refusals(void)
     ASSERT_OK(lm_state_new(bad, &opt, &s));
     ASSERT_OK(lm_forward(s, 1)); /* position 0: no kept key to weigh yet */
     ASSERT_STATUS(lm_forward(s, 2), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "policy of KV head");
+    ASSERT_CONTAINS(lm_last_error(), "policies of layer 0");
+    ASSERT_CONTAINS(lm_last_error(), "NaN");
     ASSERT_STATUS(lm_forward(s, 2), KVE_EINVAL);
     ASSERT_CONTAINS(lm_last_error(), "reset");
     ASSERT_OK(lm_state_reset(s));
