@@ -45,7 +45,8 @@ for s in full window streaming random h2o scissorhands tova h2o_decay h2o_mean \
     'canonical:version=' 'canonical:version=1,heavy_decay=0.5' 'canonical:version=1,version=2' \
     'canonical:heavy_decay=0,epoch=16,heavy=16,steps=300' 'canonical:heavy_decay=0.99' \
     'canonical:epoch=8,heavy=9' 'canonical:version=1,epoch=1,heavy=4,steps=64' \
-    'canonical:steps=2000,seed=9,version=1'; do
+    'canonical:steps=2000,seed=9,version=1' knorm keydiff 'knorm:budget=9,recent_window=8' \
+    'keydiff:budget=5,recent_window=1' 'keydiff:recent_window=512' 'knorm:history=3'; do
   spec "$s"
 done
 
@@ -55,7 +56,7 @@ rm -f fuzz_api/p-*
 lcg=12345
 rnd() { lcg=$(( (lcg * 1103515245 + 12345) % 2147483648 )); R=$(( (lcg >> 8) % 256 )); }
 bytes() { local out=""; for b in "$@"; do out+=$(printf '\\%03o' "$b"); done; printf '%b' "$out"; }
-for type in 0 1 2 3 4 5 6 7 8; do
+for type in 0 1 2 3 4 5 6 7 8 9 10; do
   for variant in 0 1 2; do
     case $variant in
       0) hdr="$type 8 3 4 2 1 200";;   # budget 9, small window

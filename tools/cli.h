@@ -322,9 +322,14 @@ typedef struct evalset {
     kve_eval_result *res;      /* [n] aggregated over heads */
     kve_eval_result *per_head; /* [heads][n] when keep_heads, else NULL */
     size_t heads, layers;
+    size_t key_dim;            /* the trace's keys (kve_trace_key_dim); set before collecting */
 } evalset;
 
 void evalset_init(evalset *es);
+/* Whether registered policy type i can run on the set's trace: every type
+ * but those that read keys, which need a trace with keys. The renderers that
+ * list every policy list these. */
+int evalset_runs(const evalset *es, size_t type);
 void evalset_free(evalset *es);
 /* The result of `spec` at `budget` (0: the spec's). While collecting:
  * registers it and returns zeroes. Invalid spec: usage error. */

@@ -863,7 +863,7 @@ static int lm_recall(int argc, char **argv, int repeat)
 
 static const char dump_usage[] =
     "usage: kvevict lm dump --model CKPT --text FILE --steps T -o attn.npy\n"
-    "                       [--tokenizer TOK] [--query-heads]\n"
+    "                       [--tokenizer TOK] [--query-heads | --qk] [--loop]\n"
     "\n"
     "The model's attention with the full cache over BOS and the first T-1 tokens\n"
     "of FILE, as an [L, H, T, T] float32 .npy file that `kvevict eval` reads: row t\n"
@@ -871,13 +871,24 @@ static const char dump_usage[] =
     "above the diagonal), summing to 1. By default H is the number of KV heads and\n"
     "each row is the mean over the KV head's query heads, exactly what the\n"
     "decoder's policies receive; --query-heads writes every query head instead.\n"
+    "\n"
+    "  --qk    write a query/key trace instead (docs/trace.md): the queries\n"
+    "          [L, H, T, S] then the keys [L, G, T, S] as two float32 .npy arrays\n"
+    "          in one file, after the rotary embedding; `--trace qk:FILE` reads it\n"
+    "          and computes the attention rows (the KV-head group mean) on demand.\n"
+    "          O(T S) bytes instead of O(T^2): long traces stay small\n"
+    "  --loop  repeat the text's tokens after BOS as often as --steps needs\n"
+    "          (positions past the model's context are decoded all the same)\n"
+    "\n"
     "The file is written under a temporary name and renamed into place.\n";
 
 static const opt_def dump_own[] = {{"model", 0, OPT_VALUE},
                                    {"text", 0, OPT_VALUE},
                                    {"steps", 0, OPT_VALUE},
                                    {"tokenizer", 0, OPT_VALUE},
-                                   {"query-heads", 0, 0}};
+                                   {"query-heads", 0, 0},
+                                   {"qk", 0, 0},
+                                   {"loop", 0, 0}};
 static const cli_spec dump_spec = LM_SPEC(dump_usage, SO_OUTPUT, dump_own, FMT_TEXT);
 
 typedef struct dump_ctx {
@@ -887,7 +898,47 @@ typedef struct dump_ctx {
     long header;         /* bytes before the data */
     float *row;          /* (T) */
     int failed;
+    /* --qk: Q (L, H, T, S) at q_off, K (L, G, T, S) at k_off */
+    size_t H, G, S;
+    long q_off, k_off;
 } dump_ctx;
+
+/* A version 1.0 .npy header for float32 data of shape `shape` ("(2, 3)"),
+ * padded so the data starts on a multiple of 64 bytes; returns its length. */
+static long npy_header(FILE *f, const char *shape)
+{
+    char hdr[160];
+    int len = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }",
+                       shape);
+    int total = 10 + len + 1, pad = (64 - total % 64) % 64;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    unsigned hl = (unsigned)(len + 1 + pad);
+    fputc((int)(hl & 0xff), f);
+    fputc((int)(hl >> 8), f);
+    fwrite(hdr, 1, (size_t)len, f);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    return 10 + (long)hl;
+}
+
+/* --qk: the queries and keys of layer `layer` at position pos, each head's
+ * vector at its place in Q and K. */
+static void dump_qk(void *user, int32_t layer, int32_t pos, const float *q, const float *k)
+{
+    dump_ctx *d = user;
+    size_t T = d->steps, S = d->S, l = (size_t)layer, t = (size_t)pos;
+    for (size_t h = 0; h < d->H && !d->failed; h++) {
+        long off = d->q_off + (long)((((l * d->H + h) * T + t) * S) * sizeof(float));
+        if (fseek(d->f, off, SEEK_SET) != 0 || fwrite(q + h * S, sizeof(float), S, d->f) != S)
+            d->failed = 1;
+    }
+    for (size_t g = 0; g < d->G && !d->failed; g++) {
+        long off = d->k_off + (long)((((l * d->G + g) * T + t) * S) * sizeof(float));
+        if (fseek(d->f, off, SEEK_SET) != 0 || fwrite(k + g * S, sizeof(float), S, d->f) != S)
+            d->failed = 1;
+    }
+}
 
 static void dump_attention(void *user, int32_t layer, int32_t pos, const float *att, size_t ld,
                            const size_t *n_keys)
@@ -915,35 +966,50 @@ static int lm_dump(int argc, char **argv)
         die_usage("missing required option '-o FILE' (see kvevict %s --help)", cli_cmd);
     if (strcmp(a.output, "-") == 0)
         die_usage("-o: a .npy file is written to a file, not standard output");
+    int qk = cli_own(&a, &dump_spec, "qk")->count > 0;
+    int loop = cli_own(&a, &dump_spec, "loop")->count > 0;
+    if (qk && cli_own(&a, &dump_spec, "query-heads")->count)
+        die_usage("--qk writes every query head already; --query-heads does not apply");
     load_model(model);
     load_tokenizer(own(&a, &dump_spec, "tokenizer"), model);
     load_text(text);
     encode_text(text);
-    if (ctx.n_ids + 1 < T)
-        die_usage("--steps %zu: the text gives BOS and %zu tokens", T, ctx.n_ids);
+    if (ctx.n_ids + 1 < T && !loop)
+        die_usage("--steps %zu: the text gives BOS and %zu tokens (--loop repeats them)", T,
+                  ctx.n_ids);
     const lm_config *c = &ctx.model->config;
     dump_ctx d = {0};
     d.group =
         cli_own(&a, &dump_spec, "query-heads")->count ? 1 : (size_t)(c->n_heads / c->n_kv_heads);
     d.heads = (size_t)c->n_heads / d.group;
     d.steps = T;
+    d.H = (size_t)c->n_heads;
+    d.G = (size_t)c->n_kv_heads;
+    d.S = (size_t)c->head_size;
     d.row = xmalloc(T * sizeof *d.row);
     d.f = out_open(a.output);
-    char hdr[128];
-    int len = snprintf(hdr, sizeof hdr,
-                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %zu, %zu, %zu), }",
-                       c->n_layers, d.heads, T, T);
-    int total = 10 + len + 1, pad = (64 - total % 64) % 64;
-    fwrite("\x93NUMPY\x01\x00", 1, 8, d.f);
-    unsigned hl = (unsigned)(len + 1 + pad);
-    fputc((int)(hl & 0xff), d.f);
-    fputc((int)(hl >> 8), d.f);
-    fwrite(hdr, 1, (size_t)len, d.f);
-    for (int i = 0; i < pad; i++)
-        fputc(' ', d.f);
-    fputc('\n', d.f);
-    d.header = 10 + (long)hl;
-    lm_options o = {.on_attention = dump_attention, .user = &d};
+    char shape[128];
+    if (qk) {
+        snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.H, T, d.S);
+        d.q_off = npy_header(d.f, shape);
+        long q_bytes = (long)((size_t)c->n_layers * d.H * T * d.S * sizeof(float));
+        if (fseek(d.f, d.q_off + q_bytes, SEEK_SET) != 0)
+            die_input("%s: cannot write: %s", a.output, strerror(errno));
+        snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.G, T, d.S);
+        d.k_off = d.q_off + q_bytes + npy_header(d.f, shape);
+        /* the file's last byte, so its size is right even before the last row */
+        long k_bytes = (long)((size_t)c->n_layers * d.G * T * d.S * sizeof(float));
+        if (fseek(d.f, d.k_off + k_bytes - 1, SEEK_SET) != 0 || fputc(0, d.f) == EOF)
+            die_input("%s: cannot write: %s", a.output, strerror(errno));
+    } else {
+        snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.heads, T, T);
+        d.header = npy_header(d.f, shape);
+    }
+    lm_options o = {.user = &d};
+    if (qk)
+        o.on_qk = dump_qk;
+    else
+        o.on_attention = dump_attention;
     lm_state *s = NULL;
     kve_status st = lm_state_new(ctx.model, &o, &s);
     if (st != KVE_OK)
@@ -951,7 +1017,7 @@ static int lm_dump(int argc, char **argv)
     progress pr;
     progress_begin(&pr, "step", T, 0, 1);
     for (size_t t = 0; t < T && !d.failed; t++) {
-        st = lm_forward(s, t ? ctx.ids[t - 1] : LM_BOS);
+        st = lm_forward(s, t ? ctx.ids[(t - 1) % ctx.n_ids] : LM_BOS);
         if (st != KVE_OK)
             die_lm(st, "decode");
         progress_update(&pr, t + 1);
