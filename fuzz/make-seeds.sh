@@ -10,6 +10,10 @@
 #              [L,H,T,T], then one malformed variant per header field,
 #              truncations, huge and overflowing shapes, wrong dtypes, Fortran
 #              order, non-square shapes, NaN / negative / infinite weights
+#   fuzz_qk    q/K traces: valid 2-D, 3-D and 4-D pairs (grouped, float64 K),
+#              then one fault each: NaN / infinite / beyond-float32 values,
+#              logits beyond float32, a missing or truncated K, trailing
+#              bytes, shapes that disagree, bad dtype or order, huge T
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/corpus"
@@ -165,6 +169,58 @@ npy v1-double-quotes 1 '{"descr": "<f4", "fortran_order": False, "shape": (3, 3)
 head -c 6 fuzz_npy/n-v1-f4-3.npy > fuzz_npy/n-magic-only.npy
 head -c 40 fuzz_npy/n-v1-f4-3.npy > fuzz_npy/n-truncated-header.npy
 : > fuzz_npy/n-empty.npy
+# ---- fuzz_qk ----
+# q/K traces: two .npy arrays back to back, Q [L, H, T, d] then K [L, G, T, d]
+mkdir -p fuzz_qk
+rm -f fuzz_qk/q-*
+# arr VERSION HEADER_DICT PAYLOAD: one .npy array on standard output
+arr() {
+  local ver=$1 dict=$2 payload=$3 pre=10
+  [ "$ver" != 1 ] && pre=12
+  local len=$(( ${#dict} + 1 ))
+  local pad=$(( (64 - (pre + len) % 64) % 64 ))
+  local hdr
+  hdr="$dict$(printf '%*s' "$pad" '')"$'\n'
+  len=${#hdr}
+  local lenbytes
+  if [ "$ver" = 1 ]; then
+    lenbytes=$(printf '\\%03o\\%03o' $((len % 256)) $((len / 256)))
+  else
+    lenbytes=$(printf '\\%03o\\%03o\\000\\000' $((len % 256)) $((len / 256)))
+  fi
+  printf '\223NUMPY'; printf '%b' "\\$(printf %03o "$ver")\\000$lenbytes"; printf '%s' "$hdr"
+  printf '%b' "$payload"
+}
+# qk NAME QDICT QPAYLOAD KDICT KPAYLOAD [TAIL]
+qk() { { arr 1 "$2" "$3"; [ -n "$4" ] && arr 1 "$4" "$5"; printf '%b' "${6:-}"; } > "fuzz_qk/q-$1"; }
+FM1='\000\000\200\277'; F2='\000\000\000\100'; FBIG='\000\000\000\176' # -1, 2, 2^61
+D2='\000\000\000\000\000\000\000\100'; DHUGE='\000\000\000\000\000\000\360\107' # 2, 2^128
+V4="$F1$F5$FM1$F2"                          # one vector of d = 4
+R3="$V4$F25$F0$F1$F5$F2$FM1$F0$F25"        # T = 3 rows of d = 4
+qk f4-2d "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(3, 4)')" "$R3"
+qk f4-3d "$(d '<f4' '(2, 3, 4)')" "$R3$R3" "$(d '<f4' '(1, 3, 4)')" "$R3"
+qk f4-4d "$(d '<f4' '(2, 2, 3, 4)')" "$R3$R3$R3$R3" "$(d '<f4' '(2, 1, 3, 4)')" "$R3$R3"
+qk f8-k "$(d '<f4' '(1, 4)')" "$V4" "$(d '<f8' '(1, 4)')" "$D2$D2$D2$D2"
+qk d1 "$(d '<f4' '(3, 1)')" "$F1$F5$F2" "$(d '<f4' '(3, 1)')" "$F2$F1$FM1"
+qk nan-q "$(d '<f4' '(3, 4)')" "$F1$F5$FNAN$F2$F25$F0$F1$F5$F2$FM1$F0$F25" "$(d '<f4' '(3, 4)')" "$R3"
+qk inf-k "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(3, 4)')" "$F1$FINF$F1$F1$R3"
+qk f8-huge "$(d '<f4' '(1, 4)')" "$V4" "$(d '<f8' '(1, 4)')" "$D2$DHUGE$D2$D2"
+qk big-logits "$(d '<f4' '(2, 4)')" "$FBIG$FBIG$FBIG$FBIG$V4" "$(d '<f4' '(2, 4)')" "$FBIG$FBIG$FBIG$FBIG$V4"
+qk no-k "$(d '<f4' '(3, 4)')" "$R3" "" ""
+qk k-truncated "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(3, 4)')" "$V4$V4"
+qk trailing "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(3, 4)')" "$R3" '\000\000'
+qk t-differs "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(2, 4)')" "$V4$V4"
+qk d-differs "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(4, 3)')" "$R3"
+qk g-not-dividing "$(d '<f4' '(3, 3, 4)')" "$R3$R3$R3" "$(d '<f4' '(2, 3, 4)')" "$R3$R3"
+qk ndim-differs "$(d '<f4' '(1, 3, 4)')" "$R3" "$(d '<f4' '(3, 4)')" "$R3"
+qk one-d "$(d '<f4' '(4,)')" "$V4" "$(d '<f4' '(4,)')" "$V4"
+qk zero-dim "$(d '<f4' '(0, 4)')" "" "$(d '<f4' '(0, 4)')" ""
+qk k-bad-dtype "$(d '<f4' '(3, 4)')" "$R3" "$(d '<i4' '(3, 4)')" "$R3"
+qk k-fortran "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(3, 4)' True)" "$R3"
+qk huge-t "$(d '<f4' '(4294967296, 1)')" "$V4" "$(d '<f4' '(4294967296, 1)')" "$V4"
+{ head -c 20 fuzz_qk/q-f4-2d; } > fuzz_qk/q-cut-header
+: > fuzz_qk/q-empty
+
 # ---- fuzz_checkpoint ----
 mkdir -p fuzz_checkpoint fuzz_tokenizer
 rm -f fuzz_checkpoint/c-* fuzz_tokenizer/t-*
@@ -258,4 +314,4 @@ le32 5 > fuzz_tokenizer/t-no-pieces
 : > fuzz_tokenizer/t-empty
 
 echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_npy | wc -l) npy," \
-  "$(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer"
+  "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer"

@@ -92,7 +92,7 @@ static kve_status read_shapes(kve_qk *n, uint64_t size)
 {
     kve__npy_header hq, hk;
     uint64_t q_off = 0, k_at = 0, k_off = 0, q_shape[4], k_shape[4], q_bytes = 0, k_bytes = 0;
-    char label[48];
+    char label[512];
     const char *p = n->path;
     kve_status st = kve__npy_read_header(n->f, p, 0, size, &hq, &q_off);
     if (st == KVE_OK)
@@ -111,7 +111,7 @@ static kve_status read_shapes(kve_qk *n, uint64_t size)
     if (k_at == size)
         return kve__fail(KVE_EFORMAT, "%s: the file ends after Q: no K array follows (a q/K "
                          "trace is Q then K, two np.save calls on one file)", p);
-    snprintf(label, sizeof label, "%.20s%s (K)", p, strlen(p) > 20 ? "..." : "");
+    snprintf(label, sizeof label, "%.500s (K)", p);
     st = kve__npy_read_header(n->f, label, k_at, size, &hk, &k_off);
     if (st == KVE_OK)
         st = shape_of(&hk, p, "K", k_shape);

@@ -168,6 +168,11 @@ void cli_signals_install(void);
  * before any long work), renamed into place by out_close. Until then it is
  * removed on any failure or signal: no partial file is ever left. */
 FILE *out_open(const char *path);
+/* Replaces what lies between the lines "<!-- NAME:begin -->" and
+ * "<!-- NAME:end -->" of the file at `path` with `block` (through out_open,
+ * so a failure leaves the file whole); dies (input error, the option --docs
+ * named) when the file has no such block. */
+void rewrite_block(const char *path, const char *name, const char *block);
 /* Flushes, checks and commits what out_open gave; a write error is bad
  * input (exit 1) with the system's reason. */
 void out_close(FILE *f);

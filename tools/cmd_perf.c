@@ -769,39 +769,6 @@ static void print_docs(FILE *f, const rows *rs, const size_t *budgets, size_t n_
     fputc('\n', f);
 }
 
-/* Replaces what lies between the marker lines of `path` with `block`. */
-static void rewrite_docs(const char *path, const char *block)
-{
-    static const char begin[] = "<!-- perf:begin -->\n", end[] = "<!-- perf:end -->";
-    FILE *in = fopen(path, "rb");
-    if (!in)
-        die_input("--docs: %s: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
-    if (!mem)
-        die_input("out of memory");
-    char buf[4096];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, in)) > 0)
-        fwrite(buf, 1, got, mem);
-    int bad = ferror(in);
-    fclose(in);
-    fclose(mem);
-    if (bad)
-        die_input("--docs: %s: cannot read", path);
-    char *b = strstr(text, begin);
-    char *e = b ? strstr(b, end) : NULL;
-    if (!b || !e)
-        die_input("--docs: %s has no '<!-- perf:begin -->' ... '<!-- perf:end -->' block", path);
-    FILE *out = out_open(path);
-    fwrite(text, 1, (size_t)(b - text) + strlen(begin), out);
-    fputs(block, out);
-    fputs(e, out);
-    out_close(out);
-    free(text);
-}
-
 /* ns per step against budget, log-log: every policy (with attention rows),
  * window with NULL, the floors and the naive h2o. */
 static void plot(const char *dir, const rows *rs, const size_t *budgets, size_t n_budgets)
@@ -934,7 +901,7 @@ int cmd_perf(int argc, char **argv)
             die_input("out of memory");
         print_docs(m, &rs, budgets, n_budgets, &o, load);
         fclose(m);
-        rewrite_docs(docs->v[0], block);
+        rewrite_block(docs->v[0], "perf", block);
         free(block);
     }
     if (dir->count)
