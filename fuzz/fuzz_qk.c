@@ -20,24 +20,15 @@
  *     and reports metrics in [0, 1], or refuses with KVE_EFORMAT.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "fuzz.h"
 #include "kvevict.h"
 
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(c)                                                                     \
-    do {                                                                             \
-        if (!(c)) {                                                                  \
-            fprintf(stderr, "fuzz_qk: CHECK(%s) failed at line %d (last error: %s)\n", #c, \
-                    __LINE__, kve_last_error());                                     \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
+#define CHECK(c) FUZZ_CHECK("fuzz_qk", c)
 
 static char path[64], src[80];
 
@@ -52,14 +43,7 @@ static void check_trace(kve_trace *tr, size_t input_size)
     CHECK(steps >= 1 && heads >= 1 && layers >= 1 && heads % layers == 0 && d >= 1);
     /* K alone holds heads * steps * d values of at least 4 bytes. */
     CHECK(steps <= input_size && d <= input_size && heads * steps <= input_size / 4 / d);
-    if (steps + 1 > row_cap) {
-        free(row_a);
-        free(row_b);
-        row_cap = steps + 1;
-        row_a = malloc(row_cap * sizeof *row_a);
-        row_b = malloc(row_cap * sizeof *row_b);
-        CHECK(row_a && row_b);
-    }
+    fuzz_rows(&row_a, &row_b, &row_cap, steps + 1);
     if (d > key_cap) {
         free(key);
         key_cap = d;
@@ -108,8 +92,7 @@ static void check_trace(kve_trace *tr, size_t input_size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!path[0]) {
-        const char *dir = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%.32s/kve-fuzz-%ld.qk", dir ? dir : "/tmp", (long)getpid());
+        fuzz_temp_path(path, sizeof path, ".qk");
         snprintf(src, sizeof src, "qk:%s", path);
     }
     FILE *f = fopen(path, "wb");

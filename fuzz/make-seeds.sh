@@ -80,10 +80,9 @@ done
 
 # ---- fuzz_npy ----
 rm -f fuzz_npy/n-*
-# npy NAME VERSION HEADER_DICT PAYLOAD(printf %b) [RAW_HEADER_LEN]
-npy() {
-  local name=$1 ver=$2 dict=$3 payload=$4
-  local pre=10
+# arr VERSION HEADER_DICT PAYLOAD: one .npy array on standard output
+arr() {
+  local ver=$1 dict=$2 payload=$3 pre=10
   [ "$ver" != 1 ] && pre=12
   local len=$(( ${#dict} + 1 ))
   local pad=$(( (64 - (pre + len) % 64) % 64 ))
@@ -96,9 +95,11 @@ npy() {
   else
     lenbytes=$(printf '\\%03o\\%03o\\000\\000' $((len % 256)) $((len / 256)))
   fi
-  { printf '\223NUMPY'; printf '%b' "\\$(printf %03o "$ver")\\000$lenbytes"; printf '%s' "$hdr";
-    printf '%b' "$payload"; } > "fuzz_npy/n-$name.npy"
+  printf '\223NUMPY'; printf '%b' "\\$(printf %03o "$ver")\\000$lenbytes"; printf '%s' "$hdr"
+  printf '%b' "$payload"
 }
+# npy NAME VERSION HEADER_DICT PAYLOAD(printf %b): fuzz_npy/n-NAME.npy
+npy() { arr "$2" "$3" "$4" > "fuzz_npy/n-$1.npy"; }
 F1='\000\000\200\077'; F5='\000\000\000\077'; F25='\000\000\200\076'; F0='\000\000\000\000'
 F7='\000\000\340\100'; FNAN='\000\000\300\177'; FINF='\000\000\200\177'; FNEG='\000\000\000\277'
 D1='\000\000\000\000\000\000\360\077'; D5='\000\000\000\000\000\000\340\077'
@@ -173,24 +174,6 @@ head -c 40 fuzz_npy/n-v1-f4-3.npy > fuzz_npy/n-truncated-header.npy
 # q/K traces: two .npy arrays back to back, Q [L, H, T, d] then K [L, G, T, d]
 mkdir -p fuzz_qk
 rm -f fuzz_qk/q-*
-# arr VERSION HEADER_DICT PAYLOAD: one .npy array on standard output
-arr() {
-  local ver=$1 dict=$2 payload=$3 pre=10
-  [ "$ver" != 1 ] && pre=12
-  local len=$(( ${#dict} + 1 ))
-  local pad=$(( (64 - (pre + len) % 64) % 64 ))
-  local hdr
-  hdr="$dict$(printf '%*s' "$pad" '')"$'\n'
-  len=${#hdr}
-  local lenbytes
-  if [ "$ver" = 1 ]; then
-    lenbytes=$(printf '\\%03o\\%03o' $((len % 256)) $((len / 256)))
-  else
-    lenbytes=$(printf '\\%03o\\%03o\\000\\000' $((len % 256)) $((len / 256)))
-  fi
-  printf '\223NUMPY'; printf '%b' "\\$(printf %03o "$ver")\\000$lenbytes"; printf '%s' "$hdr"
-  printf '%b' "$payload"
-}
 # qk NAME QDICT QPAYLOAD KDICT KPAYLOAD [TAIL]
 qk() { { arr 1 "$2" "$3"; [ -n "$4" ] && arr 1 "$4" "$5"; printf '%b' "${6:-}"; } > "fuzz_qk/q-$1"; }
 FM1='\000\000\200\277'; F2='\000\000\000\100'; FBIG='\000\000\000\176' # -1, 2, 2^61

@@ -298,27 +298,25 @@ static kve_status reserve(lm_state *s)
     return KVE_OK;
 }
 
-/* Removes the victims (ascending) from cache k, whose positions ascend too. */
-static kve_status compact(lm_cache *k, const int32_t *victims, size_t n_victims, size_t S)
+/* Keeps in cache k only the positions of kept[0 .. m) (both ascending): its
+ * policy's kept set after an eviction or a prefill. */
+static kve_status keep_only(lm_cache *k, const int32_t *kept, size_t m, size_t S)
 {
-    size_t w = 0, v = 0;
-    for (size_t i = 0; i < k->n; i++) {
-        if (v < n_victims && k->pos[i] == victims[v]) {
-            v++;
+    size_t w = 0, j = 0;
+    for (size_t i = 0; i < k->n && j < m; i++) {
+        if (k->pos[i] != kept[j])
             continue;
-        }
         if (w != i) {
             k->pos[w] = k->pos[i];
             memcpy(k->key + w * S, k->key + i * S, S * sizeof(float));
             memcpy(k->value + w * S, k->value + i * S, S * sizeof(float));
         }
         w++;
+        j++;
     }
-    if (v != n_victims)
-        return lm_fail(KVE_EINVAL,
-                       "decoder: the policy evicted position %d, which the cache "
-                       "does not hold",
-                       victims[v]);
+    if (j != m)
+        return lm_fail(KVE_EINVAL, "decoder: the policy keeps position %d, which the cache does "
+                       "not hold", kept[j]);
     k->n = w;
     return KVE_OK;
 }
@@ -389,15 +387,9 @@ static kve_status manage(lm_state *s, size_t l, int evict)
     if (st != KVE_OK)
         return lm_fail(st, "policies of layer %zu (bank heads %zu..%zu) at position %d: %s", l,
                        l * G, l * G + G - 1, s->pos, kve_last_error());
-    for (size_t g = 0; st == KVE_OK && g < G; g++) {
-        lm_cache *k = &s->cache[l * G + g];
-        st = compact(k, s->victims + g * s->ld, s->counts[g], S);
-        if (st == KVE_OK && k->n != kve_bank_size(s->bank, l * G + g))
-            st = lm_fail(KVE_EINVAL,
-                         "decoder: cache of layer %zu KV head %zu holds %zu keys, "
-                         "its policy %zu",
-                         l, g, k->n, kve_bank_size(s->bank, l * G + g));
-    }
+    for (size_t g = 0; st == KVE_OK && g < G; g++)
+        st = keep_only(&s->cache[l * G + g], kve_bank_positions(s->bank, l * G + g),
+                       kve_bank_size(s->bank, l * G + g), S);
     return st;
 }
 
@@ -412,28 +404,6 @@ static void record_rows(lm_state *s, size_t l)
     for (size_t h = 0; h < H; h++)
         memcpy(s->pf_rows + ((l * H + h) * r + (t - (n - r))) * n, s->att + h * s->ld,
                (t + 1) * sizeof(float));
-}
-
-/* Keeps in cache k only the positions of kept[0 .. m) (both ascending). */
-static kve_status keep_only(lm_cache *k, const int32_t *kept, size_t m, size_t S)
-{
-    size_t w = 0, j = 0;
-    for (size_t i = 0; i < k->n && j < m; i++) {
-        if (k->pos[i] != kept[j])
-            continue;
-        if (w != i) {
-            k->pos[w] = k->pos[i];
-            memcpy(k->key + w * S, k->key + i * S, S * sizeof(float));
-            memcpy(k->value + w * S, k->value + i * S, S * sizeof(float));
-        }
-        w++;
-        j++;
-    }
-    if (j != m)
-        return lm_fail(KVE_EINVAL, "decoder: the policy keeps position %d, which the cache does "
-                       "not hold", kept[j]);
-    k->n = w;
-    return KVE_OK;
 }
 
 kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,

@@ -63,11 +63,6 @@ typedef struct job_state {
     uint64_t ns; /* timed policy work, overhead subtracted at the end */
 } job_state;
 
-typedef struct top_entry {
-    double w;
-    int32_t pos;
-} top_entry;
-
 static _Thread_local kve__eval_attn_fn attn_hook;
 static _Thread_local void *attn_hook_user;
 
@@ -98,54 +93,14 @@ static uint64_t timer_overhead_ns(void)
     return best;
 }
 
-/* "a ranks below b" in the top-k order: smaller weight, or equal weight and
- * higher position (ties go to the lower position). */
-static int ranks_below(const top_entry *a, const top_entry *b)
-{
-    return a->w < b->w || (a->w == b->w && a->pos > b->pos);
-}
-
-static void sift_down(top_entry *h, size_t n, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && ranks_below(&h[l], &h[m]))
-            m = l;
-        if (r < n && ranks_below(&h[r], &h[m]))
-            m = r;
-        if (m == i)
-            return;
-        top_entry tmp = h[i];
-        h[i] = h[m];
-        h[m] = tmp;
-        i = m;
-    }
-}
-
-/* Marks in_top[i] |= bit for the top-min(k, t) keys of row over [0, t) and
- * stores them in heap[0 .. *n). A min-heap on ranks_below keeps the weakest
- * kept entry at the root; keys arrive in ascending position, so a newcomer
- * with a weight equal to the root's ranks below it and is skipped. */
-static void top_k(const double *row, size_t t, size_t k, top_entry *heap, size_t *n,
+/* Marks in_top[i] |= bit for the top-min(k, t) keys of row over [0, t)
+ * (ties to the lower position) and stores them in heap[0 .. *n). */
+static void top_k(const double *row, size_t t, size_t k, kve__top_entry *heap, size_t *n,
                   unsigned char *in_top, unsigned char bit)
 {
-    size_t m = 0;
-    for (size_t i = 0; i < t; i++) {
-        top_entry e = {row[i], (int32_t)i};
-        if (m < k) {
-            heap[m] = e;
-            m++;
-            if (m == k)
-                for (size_t j = k / 2; j-- > 0;)
-                    sift_down(heap, m, j);
-        } else if (e.w > heap[0].w) {
-            heap[0] = e;
-            sift_down(heap, m, 0);
-        }
-    }
-    for (size_t j = 0; j < m; j++)
+    *n = kve__top_k(row, t, k, heap);
+    for (size_t j = 0; j < *n; j++)
         in_top[heap[j].pos] |= bit;
-    *n = m;
 }
 
 static void free_jobs(job_state *js, size_t n)
@@ -309,14 +264,14 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
     float *attn = kve__malloc(T * sizeof *attn);
     unsigned char *in_top = kve__calloc(T, 1);
     int32_t *victims = kve__malloc(victims_cap * sizeof *victims);
-    top_entry *heap_k = k == TOP_32 ? NULL : kve__malloc(heap_cap * sizeof *heap_k);
+    kve__top_entry *heap_k = k == TOP_32 ? NULL : kve__malloc(heap_cap * sizeof *heap_k);
     float *key = key_dim ? kve__malloc(key_dim * sizeof *key) : NULL;
     if (!row || !attn || !in_top || !victims || (k != TOP_32 && !heap_k) || (key_dim && !key)) {
         st = kve__fail(KVE_ENOMEM, "out of memory for the evaluation buffers (T = %zu)", T);
         goto done;
     }
 
-    top_entry heap[TOP_32];
+    kve__top_entry heap[TOP_32];
     int stop = 0;
     for (size_t t = 0; t < T && !stop; t++) {
         if ((st = kve_trace_row(tr, head, t, row)) != KVE_OK)

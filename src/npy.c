@@ -514,6 +514,28 @@ static kve_status check_shape(const header *h, const char *path, uint64_t size,
     return KVE_OK;
 }
 
+kve_status kve__npy_open_file(const char *path, FILE **f, uint64_t *size)
+{
+    char why[128];
+    FILE *in = fopen(path, "rb");
+    if (!in)
+        return kve__fail(KVE_EIO, "%s: cannot open for reading: %s", path,
+                         kve__reason(errno, why, sizeof why));
+    struct stat sb;
+    kve_status st = KVE_OK;
+    if (fstat(fileno(in), &sb) != 0)
+        st = kve__fail(KVE_EIO, "%s: cannot stat: %s", path, kve__reason(errno, why, sizeof why));
+    else if (!S_ISREG(sb.st_mode))
+        st = kve__fail(KVE_EIO, "%s: not a regular file", path);
+    if (st != KVE_OK) {
+        fclose(in);
+        return st;
+    }
+    *f = in;
+    *size = (uint64_t)sb.st_size;
+    return KVE_OK;
+}
+
 static void npy_free(void *impl)
 {
     kve_npy *n = impl;
@@ -528,7 +550,6 @@ static void npy_free(void *impl)
 static kve_status npy_open(const char *path, unsigned flags, kve_progress_fn progress, void *user,
                            kve_trace *tr)
 {
-    char why[128];
     size_t plen = strlen(path);
     char *source = kve__malloc(plen + 1);
     kve_npy *n = kve__calloc(1, sizeof *n);
@@ -541,23 +562,10 @@ static kve_status npy_open(const char *path, unsigned flags, kve_progress_fn pro
     n->path = source;
     n->flags = flags;
     double *row = NULL;
-    kve_status st = KVE_OK;
-    n->f = fopen(path, "rb");
-    if (!n->f) {
-        st = kve__fail(KVE_EIO, "%s: cannot open for reading: %s", path,
-                       kve__reason(errno, why, sizeof why));
+    uint64_t size = 0;
+    kve_status st = kve__npy_open_file(path, &n->f, &size);
+    if (st != KVE_OK)
         goto fail;
-    }
-    struct stat sb;
-    if (fstat(fileno(n->f), &sb) != 0) {
-        st = kve__fail(KVE_EIO, "%s: cannot stat: %s", path, kve__reason(errno, why, sizeof why));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = kve__fail(KVE_EIO, "%s: not a regular file", path);
-        goto fail;
-    }
-    uint64_t size = (uint64_t)sb.st_size;
     header h;
     uint64_t data_offset = 0;
     if ((st = kve__npy_read_header(n->f, path, 0, size, &h, &data_offset)) != KVE_OK)

@@ -17,9 +17,8 @@
  *                      inside the window col[i]
  * Selection: when n > B, the `protect` newest positions (H2O: the policy's
  * recent_window; SnapKV: the window) are kept, and of the others the B -
- * protect of highest score, ties to the lower position: a min-heap of B -
- * protect (score, position) entries over the candidates in ascending order,
- * where a newcomer replaces the root only on a strictly higher score.
+ * protect of highest score, ties to the lower position (kve__top_k, the
+ * harness's own top-k selection).
  *
  * Invariants: every argument, every weight that is read and every head is
  * checked before any head changes; a head is written only when the whole
@@ -177,53 +176,12 @@ kve_status kve_prefill_scores(const kve_prefill_params *params, size_t n, const 
 
 /* ---- selection ---- */
 
-typedef struct cand {
-    double s;
-    int32_t pos;
-} cand;
-
-/* a is a worse candidate than b: a lower score, or an equal score at a
- * higher position (ties go to the lower position). */
-static int worse(const cand *a, const cand *b)
-{
-    return a->s < b->s || (a->s == b->s && a->pos > b->pos);
-}
-
-static void sift(cand *h, size_t n, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, rr = l + 1, m = i;
-        if (l < n && worse(&h[l], &h[m]))
-            m = l;
-        if (rr < n && worse(&h[rr], &h[m]))
-            m = rr;
-        if (m == i)
-            return;
-        cand tmp = h[i];
-        h[i] = h[m];
-        h[m] = tmp;
-        i = m;
-    }
-}
-
 /* keep[i] = 1 for the `want` candidates of [0, m) of highest score (ties to
  * the lower position); heap holds want entries. */
-static void select_top(const double *score, size_t m, size_t want, cand *heap,
+static void select_top(const double *score, size_t m, size_t want, kve__top_entry *heap,
                        unsigned char *keep)
 {
-    size_t k = 0;
-    for (size_t i = 0; i < m && want; i++) {
-        cand c = {score[i], (int32_t)i};
-        if (k < want) {
-            heap[k++] = c;
-            if (k == want)
-                for (size_t j = want / 2; j-- > 0;)
-                    sift(heap, k, j);
-        } else if (worse(&heap[0], &c)) {
-            heap[0] = c;
-            sift(heap, k, 0);
-        }
-    }
+    size_t k = kve__top_k(score, m, want, heap);
     for (size_t j = 0; j < k; j++)
         keep[heap[j].pos] = 1;
 }
@@ -304,13 +262,13 @@ kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count,
     if (count == 0)
         return KVE_OK;
     const size_t want = n <= budget ? 0 : budget - protect;
-    size_t bytes = 2 * n * sizeof(double) + n + want * sizeof(cand) + sizeof(cand);
+    size_t bytes = 2 * n * sizeof(double) + n + (want + 1) * sizeof(kve__top_entry);
     char *scratch = kve__malloc(bytes);
     if (!scratch)
         return kve__fail(KVE_ENOMEM, "%s: prefill: out of memory for the scores of %zu "
                          "positions", name, n);
     double *col = (double *)(void *)scratch, *score = col + n;
-    cand *heap = (cand *)(void *)(score + n);
+    kve__top_entry *heap = (kve__top_entry *)(void *)(score + n);
     unsigned char *keep = (unsigned char *)(heap + want + 1);
     for (size_t j = 0; j < count; j++) {
         kve_head *h = &b->heads[first + j];

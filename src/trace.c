@@ -109,37 +109,36 @@ static kve_status check_head(const kve_trace *tr, size_t head)
     return KVE_OK;
 }
 
-kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row)
+/* The checks of a read at (head, t) into `out`, named `what`. */
+static kve_status check_read(const kve_trace *tr, size_t head, size_t t, const void *out,
+                             const char *what)
 {
     if (!tr)
         return kve__fail(KVE_EINVAL, "trace is NULL");
-    if (!row)
-        return kve__fail(KVE_EINVAL, "row is NULL");
+    if (!out)
+        return kve__fail(KVE_EINVAL, "%s is NULL", what);
     kve_status st = check_head(tr, head);
     if (st != KVE_OK)
         return st;
     if (t >= tr->steps)
         return kve__fail(KVE_EINVAL, "step %zu is out of range (the trace has %zu steps)", t,
                          tr->steps);
-    return tr->type->row(tr->impl, head, t, row);
+    return KVE_OK;
+}
+
+kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row)
+{
+    kve_status st = check_read(tr, head, t, row, "row");
+    return st == KVE_OK ? tr->type->row(tr->impl, head, t, row) : st;
 }
 
 kve_status kve_trace_key(kve_trace *tr, size_t head, size_t t, float *key)
 {
-    if (!tr)
-        return kve__fail(KVE_EINVAL, "trace is NULL");
-    if (!key)
-        return kve__fail(KVE_EINVAL, "key is NULL");
-    if (!tr->key_dim)
-        return kve__fail(KVE_EINVAL, "trace %s has no keys (a q/K trace has: qk:PATH)",
-                         tr->source);
-    kve_status st = check_head(tr, head);
-    if (st != KVE_OK)
-        return st;
-    if (t >= tr->steps)
-        return kve__fail(KVE_EINVAL, "step %zu is out of range (the trace has %zu steps)", t,
-                         tr->steps);
-    return tr->type->key(tr->impl, head, t, key);
+    kve_status st = check_read(tr, head, t, key, "key");
+    if (st == KVE_OK && !tr->key_dim)
+        st = kve__fail(KVE_EINVAL, "trace %s has no keys (a q/K trace has: qk:PATH)",
+                       tr->source);
+    return st == KVE_OK ? tr->type->key(tr->impl, head, t, key) : st;
 }
 
 kve_status kve_trace_write_npy_file(kve_trace *tr, size_t head, FILE *f,

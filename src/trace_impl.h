@@ -79,6 +79,9 @@ typedef struct kve__npy_header {
  * wrong, KVE_EIO, KVE_ENOMEM. */
 kve_status kve__npy_read_header(FILE *f, const char *path, uint64_t at, uint64_t size,
                                 kve__npy_header *h, uint64_t *data_offset);
+/* Opens the regular file at `path` for reading: *f and its *size; KVE_EIO
+ * with the system's reason (or "not a regular file") otherwise. */
+kve_status kve__npy_open_file(const char *path, FILE **f, uint64_t *size);
 /* Reads n bytes at `offset`; KVE_EIO naming `what` on failure. */
 kve_status kve__npy_read_at(FILE *f, const char *path, uint64_t offset, void *buf, size_t n,
                             const char *what);

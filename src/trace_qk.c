@@ -35,12 +35,10 @@
 
 #include "trace_impl.h"
 
-#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 enum { CHUNK = 1 << 16 }; /* bytes read at once while scanning or loading keys */
 
@@ -212,7 +210,6 @@ static kve_status qk_open(const char *arg, unsigned flags, kve_progress_fn progr
     (void)flags; /* rows are softmaxes: there is nothing to normalise */
     if (!arg || !*arg)
         return kve__fail(KVE_EINVAL, "qk: no path (want qk:PATH)");
-    char why[128];
     size_t plen = strlen(arg);
     char *source = kve__malloc(plen + 4);
     kve_qk *n = kve__calloc(1, sizeof *n);
@@ -225,23 +222,9 @@ static kve_status qk_open(const char *arg, unsigned flags, kve_progress_fn progr
     memcpy(source + 3, arg, plen + 1);
     n->path = source + 3;
     n->cached = SIZE_MAX;
-    kve_status st = KVE_OK;
-    n->f = fopen(arg, "rb");
-    if (!n->f) {
-        st = kve__fail(KVE_EIO, "%s: cannot open for reading: %s", arg,
-                       kve__reason(errno, why, sizeof why));
-        goto fail;
-    }
-    struct stat sb;
-    if (fstat(fileno(n->f), &sb) != 0) {
-        st = kve__fail(KVE_EIO, "%s: cannot stat: %s", arg, kve__reason(errno, why, sizeof why));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = kve__fail(KVE_EIO, "%s: not a regular file", arg);
-        goto fail;
-    }
-    if ((st = read_shapes(n, (uint64_t)sb.st_size)) != KVE_OK)
+    uint64_t size = 0;
+    kve_status st = kve__npy_open_file(arg, &n->f, &size);
+    if (st != KVE_OK || (st = read_shapes(n, size)) != KVE_OK)
         goto fail;
     n->raw = kve__malloc(CHUNK);
     n->keys = kve__malloc(n->T * n->d * sizeof *n->keys);

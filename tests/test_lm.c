@@ -455,51 +455,63 @@ static void policy_seen(void *user, int layer, int g, int32_t t, const int32_t *
         fprintf(stderr, "policy_seen: %s\n", kve_last_error());
 }
 
+/* The decoder under `spec` in position mode `mode` against the reference
+ * driving the same policies (`seen` steps them, from its attention or, with
+ * `key_cb`, its keys): logits within TOL and kept sets equal at every step,
+ * some head keeping a position older than a window would. */
+static void against_reference(const char *spec, int mode, uint64_t seed, ref_seen_fn seen,
+                              ref_key_fn key_cb)
+{
+    tiny k;
+    lm_model *m = tiny_open(&k, 1, 0, seed);
+    ASSERT_TRUE(m != NULL);
+    policy_ref pr;
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = key_cb ? D_ / H_ : 0;
+    for (int i = 0; i < L_ * G_; i++)
+        ASSERT_OK(kve_policy_new_ex(spec, NULL, &o, &pr.p[i]));
+    pr.budget = kve_policy_budget(pr.p[0]);
+    lm_options opt = {.policy = spec, .positions = (lm_positions)mode};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    ASSERT_EQ(kve_bank_key_dim(s->bank), D_ / H_);
+    ref_state r;
+    enum { STEPS = 36 };
+    ref_init(&r, &k.fx, mode, STEPS);
+    r.key_cb = key_cb;
+    double want[V_];
+    int older = 0;
+    for (size_t t = 0; t < STEPS; t++) {
+        ASSERT_OK(lm_forward(s, token_at(t)));
+        ref_step(&r, token_at(t), (int32_t)t, policy_keys, seen, &pr, want);
+        for (int i = 0; i < V_; i++)
+            if (!(fabs(s->logits[i] - want[i]) <= TOL(want[i])))
+                CHECK_FAIL_AT("%s step %zu logit %d: %.9g vs %.9g", spec, t, i, s->logits[i],
+                              want[i]);
+        for (int h = 0; h < L_ * G_; h++) {
+            const lm_cache *c = &s->cache[h];
+            ASSERT_EQ(c->n, kve_policy_size(pr.p[h]));
+            if (memcmp(c->pos, kve_policy_positions(pr.p[h]), c->n * sizeof(int32_t)) != 0)
+                CHECK_FAIL_AT("%s, positions %d, step %zu, head %d: kept sets differ", spec, mode,
+                              t, h);
+            older |= c->n > 0 && c->pos[0] < (int32_t)t - (int32_t)c->n;
+        }
+    }
+    ASSERT_TRUE(older); /* not a window in disguise */
+    ref_free(&r);
+    for (int i = 0; i < L_ * G_; i++)
+        kve_policy_free(pr.p[i]);
+    lm_state_free(s);
+    tiny_close(&k);
+}
+
 static void test_h2o_against_reference(void)
 {
     static const char *const specs[] = {"h2o:budget=6,recent_window=2", "tova:budget=5",
                                         "scissorhands:budget=6,recent_window=2"};
-    for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++) {
-        for (int mode = 0; mode < 2; mode++) {
-            tiny k;
-            lm_model *m = tiny_open(&k, 1, 0, check_seed + 5);
-            ASSERT_TRUE(m != NULL);
-            policy_ref pr;
-            for (int i = 0; i < L_ * G_; i++)
-                ASSERT_OK(kve_policy_new(specs[sp], NULL, &pr.p[i]));
-            pr.budget = kve_policy_budget(pr.p[0]);
-            lm_options opt = {.policy = specs[sp], .positions = (lm_positions)mode};
-            lm_state *s = NULL;
-            ASSERT_OK(lm_state_new(m, &opt, &s));
-            ref_state r;
-            enum { STEPS = 36 };
-            ref_init(&r, &k.fx, mode, STEPS);
-            double want[V_];
-            int differs_from_window = 0;
-            for (size_t t = 0; t < STEPS; t++) {
-                ASSERT_OK(lm_forward(s, token_at(t)));
-                ref_step(&r, token_at(t), (int32_t)t, policy_keys, policy_seen, &pr, want);
-                for (int i = 0; i < V_; i++)
-                    if (!(fabs(s->logits[i] - want[i]) <= TOL(want[i])))
-                        CHECK_FAIL_AT("%s step %zu logit %d: %.9g vs %.9g", specs[sp], t, i,
-                                      s->logits[i], want[i]);
-                for (int h = 0; h < L_ * G_; h++) {
-                    const lm_cache *c = &s->cache[h];
-                    ASSERT_EQ(c->n, kve_policy_size(pr.p[h]));
-                    ASSERT_TRUE(
-                        memcmp(c->pos, kve_policy_positions(pr.p[h]), c->n * sizeof(int32_t)) == 0);
-                    /* Heavy hitters keep something older than the recent window. */
-                    differs_from_window |= c->n > 0 && c->pos[0] < (int32_t)t - (int32_t)c->n;
-                }
-            }
-            ASSERT_TRUE(differs_from_window);
-            ref_free(&r);
-            for (int i = 0; i < L_ * G_; i++)
-                kve_policy_free(pr.p[i]);
-            lm_state_free(s);
-            tiny_close(&k);
-        }
-    }
+    for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++)
+        for (int mode = 0; mode < 2; mode++)
+            against_reference(specs[sp], mode, check_seed + 5, policy_seen, NULL);
 }
 
 /* ---- policies that read keys, and prefill ---- */
@@ -538,51 +550,10 @@ static void test_key_policies_against_reference(void)
                                         "knorm:budget=7,recent_window=2",
                                         "keydiff:budget=6,recent_window=0",
                                         "keydiff:budget=5,recent_window=1"};
-    for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++) {
-        for (int mode = 0; mode < 2; mode++) {
-            tiny k;
-            lm_model *m = tiny_open(&k, 1, 0, check_seed + 15 + sp);
-            ASSERT_TRUE(m != NULL);
-            policy_ref pr;
-            kve_policy_options o = kve_policy_default_options();
-            o.key_dim = D_ / H_;
-            for (int i = 0; i < L_ * G_; i++)
-                ASSERT_OK(kve_policy_new_ex(specs[sp], NULL, &o, &pr.p[i]));
-            pr.budget = kve_policy_budget(pr.p[0]);
-            lm_options opt = {.policy = specs[sp], .positions = (lm_positions)mode};
-            lm_state *s = NULL;
-            ASSERT_OK(lm_state_new(m, &opt, &s));
-            ASSERT_EQ(kve_bank_key_dim(s->bank), D_ / H_);
-            ref_state r;
-            enum { STEPS = 36 };
-            ref_init(&r, &k.fx, mode, STEPS);
-            r.key_cb = policy_key;
-            double want[V_];
-            int older = 0;
-            for (size_t t = 0; t < STEPS; t++) {
-                ASSERT_OK(lm_forward(s, token_at(t)));
-                ref_step(&r, token_at(t), (int32_t)t, policy_keys, policy_seen_keys, &pr, want);
-                for (int i = 0; i < V_; i++)
-                    if (!(fabs(s->logits[i] - want[i]) <= TOL(want[i])))
-                        CHECK_FAIL_AT("%s step %zu logit %d: %.9g vs %.9g", specs[sp], t, i,
-                                      s->logits[i], want[i]);
-                for (int h = 0; h < L_ * G_; h++) {
-                    const lm_cache *c = &s->cache[h];
-                    ASSERT_EQ(c->n, kve_policy_size(pr.p[h]));
-                    if (memcmp(c->pos, kve_policy_positions(pr.p[h]), c->n * sizeof(int32_t)))
-                        CHECK_FAIL_AT("%s, positions %d, step %zu, head %d: kept sets differ",
-                                      specs[sp], mode, t, h);
-                    older |= c->n > 0 && c->pos[0] < (int32_t)t - (int32_t)c->n;
-                }
-            }
-            ASSERT_TRUE(older); /* not a window in disguise */
-            ref_free(&r);
-            for (int i = 0; i < L_ * G_; i++)
-                kve_policy_free(pr.p[i]);
-            lm_state_free(s);
-            tiny_close(&k);
-        }
-    }
+    for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++)
+        for (int mode = 0; mode < 2; mode++)
+            against_reference(specs[sp], mode, check_seed + 15 + sp, policy_seen_keys,
+                              policy_key);
 }
 
 /* Rows the full-cache decoder computes, recorded for an independent

@@ -381,18 +381,27 @@ static void test_refusals(void)
     kve_prefill_params h = kve_prefill_default_params(KVE_PREFILL_H2O);
     ASSERT_STATUS(kve_bank_prefill(NULL, 0, 1, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 12),
                   KVE_EINVAL);
-    ASSERT_STATUS(kve_bank_prefill(b, 1, 2, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 12), KVE_EINVAL);
-    ASSERT_CONTAINS(kve_last_error(), "out of range");
-    ASSERT_STATUS(kve_bank_prefill(b, 0, 2, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 0), KVE_EINVAL);
-    ASSERT_CONTAINS(kve_last_error(), "budget 0");
-    ASSERT_STATUS(kve_bank_prefill(b, 0, 2, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 17), KVE_EINVAL);
-    ASSERT_CONTAINS(kve_last_error(), "bank's budget");
-    ASSERT_STATUS(kve_bank_prefill(b, 0, 2, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 4), KVE_EINVAL);
-    ASSERT_CONTAINS(kve_last_error(), "greater than window 4");
-    ASSERT_STATUS(kve_bank_prefill(b, 0, 2, &h, n, NULL, ld, 2, KVE_REDUCE_MEAN, 4), KVE_EINVAL);
-    ASSERT_CONTAINS(kve_last_error(), "greater than recent_window 4");
-    ASSERT_STATUS(kve_bank_prefill(b, 0, 2, &p, n, NULL, ld, 2, KVE_REDUCE_MEAN, 12), KVE_EINVAL);
-    ASSERT_CONTAINS(kve_last_error(), "rows is NULL");
+    const struct {
+        size_t first, count;
+        const kve_prefill_params *p;
+        const float *rows;
+        size_t budget;
+        const char *needle;
+    } refused[] = {
+        {1, 2, &p, rows, 12, "out of range"},
+        {0, 2, &p, rows, 0, "budget 0"},
+        {0, 2, &p, rows, 17, "bank's budget"},
+        {0, 2, &p, rows, 4, "greater than window 4"},
+        {0, 2, &h, NULL, 4, "greater than recent_window 4"},
+        {0, 2, &p, NULL, 12, "rows is NULL"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ASSERT_STATUS(kve_bank_prefill(b, refused[i].first, refused[i].count, refused[i].p, n,
+                                       refused[i].rows, ld, 2, KVE_REDUCE_MEAN, refused[i].budget),
+                      KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), refused[i].needle);
+        expect_empty(b);
+    }
     /* count 0 checks the rest and needs no rows. */
     ASSERT_OK(kve_bank_prefill(b, 2, 0, &p, n, NULL, ld, 2, KVE_REDUCE_MEAN, 12));
     expect_empty(b);

@@ -139,6 +139,13 @@ static void write_dense(const char *path)
     fclose(f);
 }
 
+/* dir/name into path, and "qk:" + path into source. */
+static void qk_file(const char *name, char path[600], char source[700])
+{
+    snprintf(path, 600, "%s/%s", dir, name);
+    snprintf(source, 700, "qk:%s", path);
+}
+
 static void setup(void)
 {
     if (!dir_made) {
@@ -195,13 +202,26 @@ static void test_rows_match_naive(void)
     kve_trace_free(tr);
 }
 
+/* Every `stride`-th row of head ha of a equals that of head hb of b: bit
+ * for bit, or (f32) once rounded to float32. */
+static void same_rows(kve_trace *a, size_t ha, kve_trace *b, size_t hb, size_t stride, int f32)
+{
+    static double ra[T], rb[T];
+    for (size_t t = 0; t < T; t += stride) {
+        ASSERT_OK(kve_trace_row(a, ha, t, ra));
+        ASSERT_OK(kve_trace_row(b, hb, t, rb));
+        for (size_t i = 0; i <= t; i++)
+            if (rb[i] != (f32 ? (double)(float)ra[i] : ra[i]))
+                CHECK_FAIL_AT("row %zu key %zu: %.17g against %.17g", t, i, ra[i], rb[i]);
+    }
+}
+
 /* With one query head a KV head, a row is kve_attn_row's, bit for bit. */
 static void test_rows_are_attn_rows(void)
 {
     setup();
     char path[600], one[700];
-    snprintf(path, sizeof path, "%s/one.qk", dir);
-    snprintf(one, sizeof one, "qk:%s", path);
+    qk_file("one.qk", path, one);
     FILE *f = fopen(path, "wb");
     ASSERT_TRUE(f != NULL);
     size_t dims[2] = {T, D};
@@ -227,19 +247,13 @@ static void test_rows_are_attn_rows(void)
     kve_trace_free(tr);
     /* A float64 file of the same vectors gives the same rows. */
     char p8[600], s8[700];
-    snprintf(p8, sizeof p8, "%s/f8.qk", dir);
-    snprintf(s8, sizeof s8, "qk:%s", p8);
+    qk_file("f8.qk", p8, s8);
     write_qk(p8, 1);
     kve_trace *a = NULL;
     ASSERT_OK(kve_trace_open(s8, 0, &a));
     kve_trace *b = NULL;
     ASSERT_OK(kve_trace_open(src, 0, &b));
-    double rb[T];
-    for (size_t t = 0; t < T; t += 13) {
-        ASSERT_OK(kve_trace_row(a, 3, t, row));
-        ASSERT_OK(kve_trace_row(b, 3, t, rb));
-        ASSERT_TRUE(memcmp(row, rb, (t + 1) * sizeof *row) == 0);
-    }
+    same_rows(a, 3, b, 3, 13, 0);
     kve_trace_free(a);
     kve_trace_free(b);
 }
@@ -308,13 +322,7 @@ static void test_matches_the_dense_file(void)
     ASSERT_OK(kve_trace_write_npy(tq, 3, path));
     kve_trace *w = NULL;
     ASSERT_OK(kve_trace_open(path, 0, &w));
-    double rb[T];
-    for (size_t t = 0; t < T; t += 11) {
-        ASSERT_OK(kve_trace_row(tq, 3, t, row));
-        ASSERT_OK(kve_trace_row(w, 0, t, rb));
-        for (size_t i = 0; i <= t; i++)
-            ASSERT_TRUE(rb[i] == (double)(float)row[i]);
-    }
+    same_rows(tq, 3, w, 0, 11, 1);
     kve_trace_free(w);
     kve_trace_free(tq);
     kve_trace_free(tn);
@@ -439,8 +447,7 @@ static void test_malformed_files(void)
 {
     setup();
     char path[600], source[700];
-    snprintf(path, sizeof path, "%s/bad.qk", dir);
-    snprintf(source, sizeof source, "qk:%s", path);
+    qk_file("bad.qk", path, source);
     const size_t dq[4] = {L, H, T, D}, dk[4] = {L, G, T, D};
     const size_t dk_l[4] = {L + 1, G, T, D}, dk_t[4] = {L, G, T - 1, D}, dk_d[4] = {L, G, T, D + 1};
     const size_t dk_g3[4] = {L, 3, T, D}, dq3[3] = {H, T, D}, dk1[1] = {T}, dq1[1] = {T};

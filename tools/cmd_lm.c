@@ -590,6 +590,49 @@ static const char *const PK_AFTER = "Remember it.";
 static const char *const PK_QUESTION = "What is the pass key? The pass key is #";
 enum { PK_KEYS = 64 };
 
+/* The pass-key template: its three segments encoded, the 64 keys found. */
+typedef struct pk_template {
+    int32_t *intro, *after, *question;
+    size_t na, nb, nq;
+    int32_t keys[PK_KEYS];
+} pk_template;
+
+static void pk_load(pk_template *p)
+{
+    p->intro = encode(PK_INTRO, strlen(PK_INTRO), &p->na);
+    p->after = encode(PK_AFTER, strlen(PK_AFTER), &p->nb);
+    p->question = encode(PK_QUESTION, strlen(PK_QUESTION), &p->nq);
+    for (int k = 0; k < PK_KEYS; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "<key%02d>", k);
+        p->keys[k] = lm_piece_id(ctx.tok, name, strlen(name));
+        if (p->keys[k] < 0)
+            die_input("--tokenizer: no piece %s (the pass keys are <key00> .. <key63>)", name);
+    }
+}
+
+static void pk_free(pk_template *p)
+{
+    free(p->intro), free(p->after), free(p->question);
+}
+
+/* Writes trial j of N at distance d (L tokens) to w; returns its key. */
+static int32_t pk_prompt(const pk_template *p, size_t L, size_t j, size_t N, size_t d, int32_t *w)
+{
+    size_t na = p->na, nb = p->nb, nq = p->nq;
+    size_t k = L - 1 - d, f1 = k - 1 - na, m = L - 2 - na - nb - nq;
+    size_t s = (size_t)((uint64_t)j * (ctx.n_ids - m) / N), o = 0;
+    int32_t key = p->keys[j % PK_KEYS];
+    w[o++] = LM_BOS;
+    memcpy(w + o, ctx.ids + s, f1 * sizeof *w), o += f1;
+    memcpy(w + o, p->intro, na * sizeof *w), o += na;
+    w[o++] = key;
+    memcpy(w + o, p->after, nb * sizeof *w), o += nb;
+    memcpy(w + o, ctx.ids + s + f1, (m - f1) * sizeof *w), o += m - f1;
+    memcpy(w + o, p->question, nq * sizeof *w);
+    return key;
+}
+
 static const char passkey_usage[] =
     "usage: kvevict lm passkey --model CKPT --text FILE [--tokenizer TOK]\n"
     "                          [--policy SPEC[,SPEC...]] [--budget B[,B...]]\n"
@@ -703,19 +746,11 @@ static int lm_recall(int argc, char **argv, int repeat)
     measure_load(&ma, sp);
     size_t L = (size_t)ctx.model->config.seq_len;
 
-    size_t na = 0, nb = 0, nq = 0, lo, hi;
-    int32_t *intro = NULL, *after = NULL, *question = NULL, keys[PK_KEYS];
+    size_t lo, hi;
+    pk_template pk = {0};
     if (!repeat) {
-        intro = encode(PK_INTRO, strlen(PK_INTRO), &na);
-        after = encode(PK_AFTER, strlen(PK_AFTER), &nb);
-        question = encode(PK_QUESTION, strlen(PK_QUESTION), &nq);
-        for (int k = 0; k < PK_KEYS; k++) {
-            char name[16];
-            snprintf(name, sizeof name, "<key%02d>", k);
-            keys[k] = lm_piece_id(ctx.tok, name, strlen(name));
-            if (keys[k] < 0)
-                die_input("--tokenizer: no piece %s (the pass keys are <key00> .. <key63>)", name);
-        }
+        pk_load(&pk);
+        size_t na = pk.na, nb = pk.nb, nq = pk.nq;
         if (L < 2 + na + nb + nq)
             die_input("--model: seq_len %zu cannot hold the pass-key prompt", L);
         lo = nb + nq;
@@ -750,16 +785,7 @@ static int lm_recall(int argc, char **argv, int repeat)
         for (size_t j = 0; j < trials; j++) {
             int32_t key = 0;
             if (!repeat) { /* the pass-key prompt */
-                size_t k = L - 1 - d, f1 = k - 1 - na, m = L - 2 - na - nb - nq;
-                size_t s = (size_t)((uint64_t)j * (ctx.n_ids - m) / trials), o = 0;
-                key = keys[j % PK_KEYS];
-                w[o++] = LM_BOS;
-                memcpy(w + o, ctx.ids + s, f1 * sizeof *w), o += f1;
-                memcpy(w + o, intro, na * sizeof *w), o += na;
-                w[o++] = key;
-                memcpy(w + o, after, nb * sizeof *w), o += nb;
-                memcpy(w + o, ctx.ids + s + f1, (m - f1) * sizeof *w), o += m - f1;
-                memcpy(w + o, question, nq * sizeof *w);
+                key = pk_prompt(&pk, L, j, trials, d, w);
             } else { /* the repeated passage */
                 size_t s = (size_t)((uint64_t)j * (ctx.n_ids - (L - 1)) / trials);
                 w[0] = LM_BOS;
@@ -773,10 +799,10 @@ static int lm_recall(int argc, char **argv, int repeat)
                 if (!repeat) {
                     int32_t best = run_prompt(jobs[jb].s, w, L, NULL, what);
                     r1[c] += best == key;
-                    int32_t kb = keys[0];
+                    int32_t kb = pk.keys[0];
                     for (int k = 1; k < PK_KEYS; k++)
-                        if (jobs[jb].s->logits[keys[k]] > jobs[jb].s->logits[kb])
-                            kb = keys[k];
+                        if (jobs[jb].s->logits[pk.keys[k]] > jobs[jb].s->logits[kb])
+                            kb = pk.keys[k];
                     r2[c] += kb == key;
                 } else {
                     run_prompt(jobs[jb].s, w, L, loss, what);
@@ -854,7 +880,7 @@ static int lm_recall(int argc, char **argv, int repeat)
     table_free(&t);
     out_close(out);
     free(r1), free(r2), free(r3), free(w), free(loss), free(dist);
-    free(intro), free(after), free(question);
+    pk_free(&pk);
     free_jobs(jobs, n_jobs);
     measure_free(&ma);
     return 0;
@@ -1205,18 +1231,9 @@ static int lm_prefill_cmd(int argc, char **argv)
     }
 
     /* Pass-key prompts: those of lm passkey. */
-    size_t na = 0, nb = 0, nq = 0;
-    int32_t *intro = encode(PK_INTRO, strlen(PK_INTRO), &na);
-    int32_t *after = encode(PK_AFTER, strlen(PK_AFTER), &nb);
-    int32_t *question = encode(PK_QUESTION, strlen(PK_QUESTION), &nq);
-    int32_t keys[PK_KEYS];
-    for (int k = 0; k < PK_KEYS; k++) {
-        char name[16];
-        snprintf(name, sizeof name, "<key%02d>", k);
-        keys[k] = lm_piece_id(ctx.tok, name, strlen(name));
-        if (keys[k] < 0)
-            die_input("--tokenizer: no piece %s (the pass keys are <key00> .. <key63>)", name);
-    }
+    pk_template pk;
+    pk_load(&pk);
+    size_t na = pk.na, nb = pk.nb, nq = pk.nq;
     if (L < 2 + na + nb + nq || ctx.n_ids < L - 2 - na - nb - nq || ctx.n_ids < L - 1)
         die_input("--text %s: too short for this model's windows and prompts", ma.text);
     size_t nd;
@@ -1257,16 +1274,7 @@ static int lm_prefill_cmd(int argc, char **argv)
     for (size_t di = 0; di < nd; di++) {
         size_t d = dist[di];
         for (size_t j = 0; j < trials; j++) {
-            size_t k = L - 1 - d, f1 = k - 1 - na, m = L - 2 - na - nb - nq;
-            size_t s0 = (size_t)((uint64_t)j * (ctx.n_ids - m) / trials), o = 0;
-            int32_t key = keys[j % PK_KEYS];
-            w[o++] = LM_BOS;
-            memcpy(w + o, ctx.ids + s0, f1 * sizeof *w), o += f1;
-            memcpy(w + o, intro, na * sizeof *w), o += na;
-            w[o++] = key;
-            memcpy(w + o, after, nb * sizeof *w), o += nb;
-            memcpy(w + o, ctx.ids + s0 + f1, (m - f1) * sizeof *w), o += m - f1;
-            memcpy(w + o, question, nq * sizeof *w);
+            int32_t key = pk_prompt(&pk, L, j, trials, d, w);
             for (size_t r = 0; r < n_rows; r++) {
                 const job *jb = &jobs[rows[r].job];
                 kve_prefill_params q = pp;
@@ -1340,7 +1348,7 @@ static int lm_prefill_cmd(int argc, char **argv)
     table_free(&t);
     out_close(out);
     free(w), free(loss), free(nats), free(hits), free(dist), free(rows);
-    free(intro), free(after), free(question);
+    pk_free(&pk);
     free_jobs(jobs, n_jobs);
     measure_free(&ma);
     return 0;
