@@ -480,7 +480,8 @@ KVE_API const char *kve_isa_name(void);
  *            double in 8 partial sums. -(u_i . S) = -n |mean| cos(k_i, mean):
  *            the order of -cos(k_i, mean), so the key most similar to the mean
  *            is evicted first. Needs the unit key of every slot: 13 + 4 d
- *            bytes a slot.
+ *            bytes a slot, plus 8 d bytes a head for S (scratch, which
+ *            kve_policy_state_bytes, a count of per-slot state, leaves out).
  * Both protect the newest recent_window positions and send ties to the lower
  * position, as every scored policy does.
  * ====================================================================== */

@@ -507,14 +507,15 @@ kve_status lm_forward(lm_state *s, int32_t token)
         if (s->prefilling && s->pf_method)
             record_rows(s, l);
         if (s->bank && !(s->prefilling && s->pf_method)) {
-            struct timespec t0, t1;
-            if (s->opt.timing)
+            struct timespec t0 = {0}, t1 = {0};
+            const int timing = s->opt.timing;
+            if (timing)
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
             if ((st = manage(s, l, !s->prefilling)) != KVE_OK) {
                 s->broken = 1;
                 return st;
             }
-            if (s->opt.timing) {
+            if (timing) {
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
                 s->bookkeeping_s +=
                     (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);

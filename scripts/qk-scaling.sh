@@ -40,8 +40,8 @@ layers=$(echo "$json" | sed -n 's/.*"layers": \([0-9]*\).*/\1/p')
 dense=$(awk -v h="$heads" -v t="$T" 'BEGIN { printf "%.0f", 128 + 4 * h * t * t }')
 {
   echo
-  printf 'Measured %s on %s (%s, load average %s when it began), `scripts/qk-scaling.sh %s`.\n\n' \
-    "$(date -u +%Y-%m-%d)" "$(uname -m)" "$("$K" --version | cut -d' ' -f2) $(nproc) cores" "$load" "$T"
+  printf 'Measured %s on %s, %s cores (kvevict %s; load average %s when it began), `scripts/qk-scaling.sh %s`.\n\n' \
+    "$(date -u +%Y-%m-%d)" "$(uname -m)" "$(nproc)" "$("$K" --version | cut -d' ' -f2)" "$load" "$T"
   echo '| | q/K trace (`qk:`) | dense `.npy` of the same rows |'
   echo '|---|---:|---:|'
   awk -v s="$size" -v d="$dense" -v t="$T" -v h="$heads" -v l="$layers" 'BEGIN {

@@ -109,7 +109,7 @@ static kve_status alloc_growth(const kve_bank *b, size_t head)
     kve_head *h = &b->heads[head];
     size_t off[KVE_NCOLS];
     if (h->cap > SIZE_MAX / BLOCK_ALIGN / 2 ||
-        h->cap * 2 > (SIZE_MAX - KVE_NCOLS * BLOCK_ALIGN) / c->slot_bytes)
+        h->cap * 2 > (SIZE_MAX - (size_t)KVE_NCOLS * BLOCK_ALIGN) / c->slot_bytes)
         return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu positions", c->type->name, h->cap * 2);
     h->spare = kve__malloc(block_layout(c, h->cap * 2, off));
     if (!h->spare)

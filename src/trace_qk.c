@@ -218,8 +218,7 @@ static kve_status qk_open(const char *arg, unsigned flags, kve_progress_fn progr
         kve__free(n);
         return kve__fail(KVE_ENOMEM, "qk:%s: out of memory", arg);
     }
-    memcpy(source, "qk:", 3);
-    memcpy(source + 3, arg, plen + 1);
+    snprintf(source, plen + 4, "qk:%s", arg);
     n->path = source + 3;
     n->cached = SIZE_MAX;
     uint64_t size = 0;

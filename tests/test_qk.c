@@ -614,6 +614,29 @@ static void test_progress_and_allocation(void)
         st = kve_trace_key(tr, 2, 3, key);
     kve__alloc_fail_after(SIZE_MAX);
     ASSERT_OK(st);
+    /* The harness with a policy that reads keys (its key buffer included):
+     * every failing allocation refused, the results untouched; then the
+     * same results as a run that never failed. */
+    const kve_eval_job jobs[2] = {{"keydiff:budget=16,recent_window=2", 0},
+                                  {"h2o:budget=16,recent_window=2", 0}};
+    kve_eval_result want[2], got[2];
+    ASSERT_OK(kve_eval(tr, 1, jobs, 2, 0, NULL, NULL, want));
+    for (k2 = 0;; k2++) {
+        ASSERT_TRUE(k2 < 64);
+        memset(got, 0x5a, sizeof got);
+        kve__alloc_fail_after(k2);
+        st = kve_eval(tr, 1, jobs, 2, 0, NULL, NULL, got);
+        kve__alloc_fail_after(SIZE_MAX);
+        if (st == KVE_OK)
+            break;
+        ASSERT_STATUS(st, KVE_ENOMEM);
+        ASSERT_TRUE(((const unsigned char *)got)[0] == 0x5a);
+    }
+    ASSERT_TRUE(k2 >= 5);
+    for (int j = 0; j < 2; j++) {
+        ASSERT_TRUE(got[j].retained_mass == want[j].retained_mass);
+        ASSERT_TRUE(got[j].top32_recall == want[j].top32_recall);
+    }
     kve_trace_free(tr);
 }
 

@@ -17,7 +17,7 @@
  *     every budget, in the steady state: step with an attention row (or
  *     NULL), then evict to the budget (one victim a step); the policies that
  *     read keys are stepped with NULL attention and a key of PERF_KEY_DIM
- *     floats (mode "keys");
+ *     floats (mode "keys"), keydiff up to KEYDIFF_MAX_BUDGET;
  *   - a naive h2o at every budget: the same arithmetic as separate passes
  *     (add, then argmin, then compaction), and with the victim chosen by
  *     sorting the unprotected slots (what a first implementation does);
@@ -52,6 +52,9 @@ static const size_t bank_heads[] = {8, 64, 256}; /* 256 = 32 layers x 8 KV heads
 static const size_t bank_budgets[] = {256, 1024, 4096};
 enum { N_BANK_HEADS = 3, N_BANK_BUDGETS = 3, POOL_ROWS = 64, NAIVE_RECENT = 32 };
 enum { PERF_KEY_DIM = 128 }; /* a common head size; keys come from the attention pool */
+/* keydiff re-scores every kept key at every step, O(kept * d), so filling it
+ * to budget B costs O(B^2 d): it is timed at budgets up to this one. */
+enum { KEYDIFF_MAX_BUDGET = 16384 };
 #define POOL_BYTES ((size_t)64 << 20)
 
 /* Seconds of `clock`: the calling thread's CPU time for single-threaded
@@ -412,6 +415,8 @@ static void measure_policies(rows *rs, size_t budget, const timing_opts *o, int 
         if (strcmp(name, "full") == 0)
             continue;
         const int keys = (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
+        if (strcmp(name, "keydiff") == 0 && budget > KEYDIFF_MAX_BUDGET)
+            continue;
         for (int attn = 1; attn >= 0; attn--) {
             if (keys && attn)
                 continue; /* one mode: NULL attention and a key */
