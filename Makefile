@@ -13,7 +13,7 @@ BASE_DEPS = cmake:cmake gcc:gcc make:make pkgconf:pkg-config
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench perf-docs test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
+.PHONY: all deps run bench perf-docs prefill-docs qk-scaling-docs test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
 
 all: build/kvevict
 
@@ -39,6 +39,20 @@ bench: build/kvevict
 perf-docs: build/kvevict
 	@./scripts/deps.sh gnuplot-nox:gnuplot
 	./build/kvevict perf --docs docs/performance.md --plot docs/img -o build/perf.txt
+
+# The measured block of docs/prefill.md: prefill compression against per-step
+# eviction on the committed model (kvevict lm prefill; about ten minutes on
+# two cores). Deterministic, so not timing-dependent, but too slow for the
+# drift test: rerun it when the decoder, a policy or the prompts change.
+PREFILL_POLICIES = h2o,tova,streaming,window,knorm,knorm:recent_window=32,keydiff,keydiff:recent_window=32
+prefill-docs: build/kvevict
+	./build/kvevict lm prefill --model models/kjv.bin --text models/heldout.txt \
+	  --policy $(PREFILL_POLICIES) --budget 64,128 --docs docs/prefill.md -o build/prefill.txt
+
+# The scaling section of docs/trace.md: the committed model's q/K trace at
+# 16Ki positions, its size against the dense file, the time to evaluate it.
+qk-scaling-docs: build/kvevict
+	./scripts/qk-scaling.sh 16384
 
 # The figures of docs/img/ (installs gnuplot-nox when missing) and the measured
 # blocks of the docs (docs/results.md, docs/policies/*.md; see kvevict docs --help).

@@ -8,8 +8,11 @@
  * op per byte: step with attention, step with NULL attention, evict (to the
  * policy's budget or to an arbitrary, possibly refused one, with a possibly
  * too small or NULL victims buffer), a bad step (negative or repeated
- * position, wrong n, NaN / infinite / negative weight), a position gap, a
- * step under a failing allocator, and calls on a NULL policy.
+ * position, wrong n, NaN / infinite / negative weight, a NaN key, no key for
+ * a policy that reads keys), a position gap, a step under a failing
+ * allocator, and calls on a NULL policy. Every policy is built with keys of
+ * 1 + seed % 7 floats and every step carries one, made from the step's
+ * bytes and position (so equal keys, hence equal scores, recur).
  *
  * Three models run side by side: A (receives every call), B (a twin that
  * receives only the calls A accepted) and R (tests/reference.h, the naive
@@ -143,10 +146,15 @@ static void set_key(const char *key, const char *value)
         memcpy(spec, out, sizeof out);
 }
 
+enum { MAX_DIM = 7 };
+
 typedef struct world {
     kve_policy *a, *b;
     ref_policy *r;
     size_t budget;
+    size_t dim;            /* floats of a key */
+    float key[MAX_DIM];    /* the key of the next step */
+    const float *keyp;     /* what the next step passes: key, or NULL */
     int32_t next_pos;
     float *attn;     /* (attn_cap) */
     size_t attn_cap;
@@ -177,25 +185,34 @@ static void reserve(world *w)
 
 /* A step A may refuse; B and R see it only when A accepted it. `modelled`:
  * R models the reason A may refuse it, so R must agree on the verdict. */
+/* The key of the next step, from a byte of the program and the position. */
+static void make_key(world *w, uint8_t b)
+{
+    for (size_t j = 0; j < w->dim; j++) {
+        uint8_t v = (uint8_t)(b + (uint32_t)w->next_pos % 3u * 17u + j * 29u);
+        w->key[j] = v < 200 ? (float)((int)(v % 9) - 4) * 0.5f : weight(v);
+    }
+}
+
 static void do_step(world *w, int32_t pos, const float *attn, size_t n, bool modelled)
 {
     snapshot s;
     snap(w->a, &s);
-    kve_status st = kve_policy_step(w->a, pos, attn, n);
-    TRACE("  step pos=%ld attn=%s n=%zu -> %s\n", (long)pos, attn ? "vec" : "NULL", n,
-          kve_status_name(st));
+    kve_status st = kve_policy_step_keys(w->a, pos, attn, n, w->keyp);
+    TRACE("  step pos=%ld attn=%s n=%zu key=%s -> %s\n", (long)pos, attn ? "vec" : "NULL", n,
+          w->keyp ? "vec" : "NULL", kve_status_name(st));
     if (st == KVE_OK) {
         CHECK(kve_policy_size(w->a) == s.size + 1);
         CHECK(kve_policy_positions(w->a)[s.size] == pos);
-        CHECK(kve_policy_step(w->b, pos, attn, n) == KVE_OK);
-        CHECK(ref_step(w->r, pos, attn, n) == 0);
+        CHECK(kve_policy_step_keys(w->b, pos, attn, n, w->keyp) == KVE_OK);
+        CHECK(ref_step_keys(w->r, pos, attn, n, w->keyp) == 0);
     } else {
         CHECK(st == KVE_EINVAL || st == KVE_ENOMEM);
         CHECK(kve_last_error()[0] != '\0');
         CHECK(same_as(w->a, &s));
         if (modelled && st == KVE_EINVAL) {
             ref_policy probe = *w->r; /* ref refuses before touching anything */
-            CHECK(ref_step(&probe, pos, attn, n) == -1);
+            CHECK(ref_step_keys(&probe, pos, attn, n, w->keyp) == -1);
         }
     }
     free(s.pos);
@@ -311,8 +328,10 @@ static void run_program(reader *in)
     if (fail_at < 4) {
         kve_policy *sentinel = (kve_policy *)&ra, *p = sentinel;
         kve_rng before = ra;
+        kve_policy_options o = kve_policy_default_options();
+        o.key_dim = 1 + seed % MAX_DIM;
         kve__alloc_fail_after(fail_at);
-        kve_status st = kve_policy_new(spec, &ra, &p);
+        kve_status st = kve_policy_new_ex(spec, &ra, &o, &p);
         kve__alloc_fail_after(SIZE_MAX);
         if (st == KVE_OK) {
             kve_policy_free(p);
@@ -325,9 +344,14 @@ static void run_program(reader *in)
     }
 
     world w = {0};
-    CHECK(kve_policy_new(spec, &ra, &w.a) == KVE_OK);
-    CHECK(kve_policy_new(spec, &rb, &w.b) == KVE_OK);
-    CHECK((w.r = ref_new(kve_policy_spec(w.a), &rr)) != NULL);
+    w.dim = 1 + seed % MAX_DIM;
+    w.keyp = w.key;
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = w.dim;
+    CHECK(kve_policy_new_ex(spec, &ra, &o, &w.a) == KVE_OK);
+    CHECK(kve_policy_new_ex(spec, &rb, &o, &w.b) == KVE_OK);
+    CHECK(kve_policy_key_dim(w.a) == w.dim);
+    CHECK((w.r = ref_new_keys(kve_policy_spec(w.a), &rr, w.dim)) != NULL);
     CHECK(strcmp(kve_policy_spec(w.a), spec) == 0);
     w.budget = kve_policy_budget(w.a);
     CHECK(w.budget == budget);
@@ -339,10 +363,12 @@ static void run_program(reader *in)
         case 0:
         case 1: /* informative step */
             fill_attn(&w, in, n);
+            make_key(&w, op);
             do_step(&w, w.next_pos, w.attn, n, true);
             advance(&w, n);
             break;
         case 2: /* no information; n is ignored */
+            make_key(&w, op);
             do_step(&w, w.next_pos, NULL, take(in), true);
             advance(&w, n);
             break;
@@ -361,7 +387,8 @@ static void run_program(reader *in)
             fill_attn(&w, in, n + 2);
             uint8_t how = take(in);
             int32_t last = w.r->last;
-            switch (how % 7) {
+            make_key(&w, how);
+            switch (how % 9) {
             case 0: do_step(&w, -1 - (int32_t)(how >> 3), w.attn, n, true); break;
             case 1: do_step(&w, last >= 0 ? last : -1, w.attn, n, true); break;
             case 2: do_step(&w, w.next_pos, w.attn, n + 1 + (how >> 7), true); break;
@@ -383,6 +410,17 @@ static void run_program(reader *in)
                     do_step(&w, w.next_pos, w.attn, n, true);
                 }
                 break;
+            case 7: /* a NaN key */
+                w.key[how % w.dim] = nanf("");
+                do_step(&w, w.next_pos, NULL, 0, true);
+                break;
+            case 8: /* no key: refused by a policy that reads keys */
+                w.keyp = NULL;
+                do_step(&w, w.next_pos, NULL, 0, true);
+                w.keyp = w.key;
+                if ((kve_policy_reads(w.a) & KVE_READS_KEYS) == 0)
+                    advance(&w, n);
+                break;
             default: /* the NULL policy */
                 CHECK(kve_policy_step(NULL, w.next_pos, NULL, 0) == KVE_EINVAL);
                 CHECK(kve_policy_evict(NULL, 1, NULL, 0, NULL) == KVE_EINVAL);
@@ -403,6 +441,7 @@ static void run_program(reader *in)
         case 8: { /* a step under a failing allocator: accepted or ENOMEM, never half-done */
             fill_attn(&w, in, n);
             bool null_attn = take(in) & 1;
+            make_key(&w, op);
             kve__alloc_fail_after(0);
             do_step(&w, w.next_pos, null_attn ? NULL : w.attn, n, false);
             kve__alloc_fail_after(SIZE_MAX);
@@ -411,6 +450,7 @@ static void run_program(reader *in)
         }
         default: /* steps past the last position the type can hold are refused */
             if (w.next_pos == INT32_MAX) {
+                make_key(&w, op);
                 do_step(&w, INT32_MAX, NULL, 0, true);
                 if (kve_policy_size(w.a) > n)
                     CHECK(kve_policy_step(w.a, INT32_MAX, NULL, 0) == KVE_EINVAL);
@@ -421,7 +461,7 @@ static void run_program(reader *in)
     }
     /* Whatever happened, the canonical spec still builds the same policy. */
     kve_policy *again = NULL;
-    CHECK(kve_policy_new(kve_policy_spec(w.a), &rr, &again) == KVE_OK);
+    CHECK(kve_policy_new_ex(kve_policy_spec(w.a), &rr, &o, &again) == KVE_OK);
     CHECK(strcmp(kve_policy_spec(again), kve_policy_spec(w.a)) == 0);
     kve_policy_free(again);
 

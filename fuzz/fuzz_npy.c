@@ -19,34 +19,23 @@
  *     KVE_ERANGE, writing nothing, when row 0 holds a weight beyond float32.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "fuzz.h"
 #include "kvevict.h"
 
 #include <float.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(c)                                                                     \
-    do {                                                                             \
-        if (!(c)) {                                                                  \
-            fprintf(stderr, "fuzz_npy: CHECK(%s) failed at line %d (last error: %s)\n", #c, \
-                    __LINE__, kve_last_error());                                     \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
+#define CHECK(c) FUZZ_CHECK("fuzz_npy", c)
 
 static char in_path[64], out_path[64];
 
 static void make_paths(void)
 {
-    const char *dir = getenv("TMPDIR");
-    snprintf(in_path, sizeof in_path, "%.32s/kve-fuzz-%ld.npy", dir ? dir : "/tmp", (long)getpid());
-    snprintf(out_path, sizeof out_path, "%.32s/kve-fuzz-%ld-w.npy", dir ? dir : "/tmp",
-             (long)getpid());
+    fuzz_temp_path(in_path, sizeof in_path, ".npy");
+    fuzz_temp_path(out_path, sizeof out_path, "-w.npy");
 }
 
 static void write_input(const uint8_t *data, size_t size)
@@ -80,14 +69,7 @@ static void check_trace(kve_trace *tr, unsigned flags, size_t input_size)
     CHECK(steps <= input_size && heads <= input_size);
     CHECK(heads * steps * steps <= input_size / 4);
 
-    if (steps + 1 > row_cap) {
-        free(row_a);
-        free(row_b);
-        row_cap = steps + 1;
-        row_a = malloc(row_cap * sizeof *row_a);
-        row_b = malloc(row_cap * sizeof *row_b);
-        CHECK(row_a && row_b);
-    }
+    fuzz_rows(&row_a, &row_b, &row_cap, steps + 1);
     double tol = flags & KVE_TRACE_NORMALIZE ? 1e-6 : 1e-3 + 1e-6;
     size_t hs[2] = {0, heads - 1}, ts[3] = {steps - 1, 0, steps / 2};
     for (int h = 0; h < 2; h++) {

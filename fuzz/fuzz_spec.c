@@ -5,9 +5,10 @@
  *
  * Input: up to three lines, "spec\nkey\nvalue" (key and value optional; a
  * NUL byte ends the input). Checked properties:
- *   - kve_spec_with(spec) and kve_policy_new(spec) agree on accepting it,
- *     and refuse only with KVE_EINVAL, a non-empty one-line message, and
- *     *out untouched;
+ *   - kve_spec_with(spec) and kve_policy_new_ex(spec, key_dim 3) agree on
+ *     accepting it, and refuse only with KVE_EINVAL, a non-empty one-line
+ *     message, and *out untouched; kve_policy_new (no key dimension) accepts
+ *     it too, unless the policy reads keys;
  *   - an accepted spec has a canonical form that is a fixed point
  *     (canonical(canonical(s)) == canonical(s)), is what kve_policy_spec
  *     reports, and builds a policy with the same spec;
@@ -66,7 +67,9 @@ static void fuzz_policy(const char *spec, const char *key, const char *value)
         kve_rng rng;
         kve_rng_seed(&rng, 1);
         kve_policy *p = (kve_policy *)&rng;
-        check_refusal(kve_policy_new(spec, &rng, &p));
+        kve_policy_options o = kve_policy_default_options();
+        o.key_dim = 3;
+        check_refusal(kve_policy_new_ex(spec, &rng, &o, &p));
         CHECK(p == (kve_policy *)&rng);
     } else {
         size_t len = strlen(canon);
@@ -80,10 +83,17 @@ static void fuzz_policy(const char *spec, const char *key, const char *value)
             kve_rng rng;
             kve_rng_seed(&rng, 7);
             kve_policy *p = NULL, *q = NULL;
-            CHECK(kve_policy_new(spec, &rng, &p) == KVE_OK);
+            kve_policy_options o = kve_policy_default_options();
+            o.key_dim = 3;
+            CHECK(kve_policy_new_ex(spec, &rng, &o, &p) == KVE_OK);
             CHECK(strcmp(kve_policy_spec(p), canon) == 0);
             CHECK(kve_policy_size(p) == 0);
-            CHECK(kve_policy_new(canon, &rng, &q) == KVE_OK);
+            st = kve_policy_new(canon, &rng, &q);
+            if (kve_policy_reads(p) & KVE_READS_KEYS) {
+                check_refusal(st); /* no key dimension */
+                st = kve_policy_new_ex(canon, &rng, &o, &q);
+            }
+            CHECK(st == KVE_OK);
             CHECK(strcmp(kve_policy_spec(q), canon) == 0);
             CHECK(kve_policy_state_bytes(p) == kve_policy_state_bytes(q));
             kve_policy_free(p);

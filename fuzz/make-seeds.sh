@@ -10,6 +10,10 @@
 #              [L,H,T,T], then one malformed variant per header field,
 #              truncations, huge and overflowing shapes, wrong dtypes, Fortran
 #              order, non-square shapes, NaN / negative / infinite weights
+#   fuzz_qk    q/K traces: valid 2-D, 3-D and 4-D pairs (grouped, float64 K),
+#              then one fault each: NaN / infinite / beyond-float32 values,
+#              logits beyond float32, a missing or truncated K, trailing
+#              bytes, shapes that disagree, bad dtype or order, huge T
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/corpus"
@@ -45,7 +49,8 @@ for s in full window streaming random h2o scissorhands tova h2o_decay h2o_mean \
     'canonical:version=' 'canonical:version=1,heavy_decay=0.5' 'canonical:version=1,version=2' \
     'canonical:heavy_decay=0,epoch=16,heavy=16,steps=300' 'canonical:heavy_decay=0.99' \
     'canonical:epoch=8,heavy=9' 'canonical:version=1,epoch=1,heavy=4,steps=64' \
-    'canonical:steps=2000,seed=9,version=1'; do
+    'canonical:steps=2000,seed=9,version=1' knorm keydiff 'knorm:budget=9,recent_window=8' \
+    'keydiff:budget=5,recent_window=1' 'keydiff:recent_window=512' 'knorm:history=3'; do
   spec "$s"
 done
 
@@ -55,7 +60,7 @@ rm -f fuzz_api/p-*
 lcg=12345
 rnd() { lcg=$(( (lcg * 1103515245 + 12345) % 2147483648 )); R=$(( (lcg >> 8) % 256 )); }
 bytes() { local out=""; for b in "$@"; do out+=$(printf '\\%03o' "$b"); done; printf '%b' "$out"; }
-for type in 0 1 2 3 4 5 6 7 8; do
+for type in 0 1 2 3 4 5 6 7 8 9 10; do
   for variant in 0 1 2; do
     case $variant in
       0) hdr="$type 8 3 4 2 1 200";;   # budget 9, small window
@@ -75,10 +80,9 @@ done
 
 # ---- fuzz_npy ----
 rm -f fuzz_npy/n-*
-# npy NAME VERSION HEADER_DICT PAYLOAD(printf %b) [RAW_HEADER_LEN]
-npy() {
-  local name=$1 ver=$2 dict=$3 payload=$4
-  local pre=10
+# arr VERSION HEADER_DICT PAYLOAD: one .npy array on standard output
+arr() {
+  local ver=$1 dict=$2 payload=$3 pre=10
   [ "$ver" != 1 ] && pre=12
   local len=$(( ${#dict} + 1 ))
   local pad=$(( (64 - (pre + len) % 64) % 64 ))
@@ -91,9 +95,11 @@ npy() {
   else
     lenbytes=$(printf '\\%03o\\%03o\\000\\000' $((len % 256)) $((len / 256)))
   fi
-  { printf '\223NUMPY'; printf '%b' "\\$(printf %03o "$ver")\\000$lenbytes"; printf '%s' "$hdr";
-    printf '%b' "$payload"; } > "fuzz_npy/n-$name.npy"
+  printf '\223NUMPY'; printf '%b' "\\$(printf %03o "$ver")\\000$lenbytes"; printf '%s' "$hdr"
+  printf '%b' "$payload"
 }
+# npy NAME VERSION HEADER_DICT PAYLOAD(printf %b): fuzz_npy/n-NAME.npy
+npy() { arr "$2" "$3" "$4" > "fuzz_npy/n-$1.npy"; }
 F1='\000\000\200\077'; F5='\000\000\000\077'; F25='\000\000\200\076'; F0='\000\000\000\000'
 F7='\000\000\340\100'; FNAN='\000\000\300\177'; FINF='\000\000\200\177'; FNEG='\000\000\000\277'
 D1='\000\000\000\000\000\000\360\077'; D5='\000\000\000\000\000\000\340\077'
@@ -164,6 +170,40 @@ npy v1-double-quotes 1 '{"descr": "<f4", "fortran_order": False, "shape": (3, 3)
 head -c 6 fuzz_npy/n-v1-f4-3.npy > fuzz_npy/n-magic-only.npy
 head -c 40 fuzz_npy/n-v1-f4-3.npy > fuzz_npy/n-truncated-header.npy
 : > fuzz_npy/n-empty.npy
+# ---- fuzz_qk ----
+# q/K traces: two .npy arrays back to back, Q [L, H, T, d] then K [L, G, T, d]
+mkdir -p fuzz_qk
+rm -f fuzz_qk/q-*
+# qk NAME QDICT QPAYLOAD KDICT KPAYLOAD [TAIL]
+qk() { { arr 1 "$2" "$3"; [ -n "$4" ] && arr 1 "$4" "$5"; printf '%b' "${6:-}"; } > "fuzz_qk/q-$1"; }
+FM1='\000\000\200\277'; F2='\000\000\000\100'; FBIG='\000\000\000\176' # -1, 2, 2^61
+D2='\000\000\000\000\000\000\000\100'; DHUGE='\000\000\000\000\000\000\360\107' # 2, 2^128
+V4="$F1$F5$FM1$F2"                          # one vector of d = 4
+R3="$V4$F25$F0$F1$F5$F2$FM1$F0$F25"        # T = 3 rows of d = 4
+qk f4-2d "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(3, 4)')" "$R3"
+qk f4-3d "$(d '<f4' '(2, 3, 4)')" "$R3$R3" "$(d '<f4' '(1, 3, 4)')" "$R3"
+qk f4-4d "$(d '<f4' '(2, 2, 3, 4)')" "$R3$R3$R3$R3" "$(d '<f4' '(2, 1, 3, 4)')" "$R3$R3"
+qk f8-k "$(d '<f4' '(1, 4)')" "$V4" "$(d '<f8' '(1, 4)')" "$D2$D2$D2$D2"
+qk d1 "$(d '<f4' '(3, 1)')" "$F1$F5$F2" "$(d '<f4' '(3, 1)')" "$F2$F1$FM1"
+qk nan-q "$(d '<f4' '(3, 4)')" "$F1$F5$FNAN$F2$F25$F0$F1$F5$F2$FM1$F0$F25" "$(d '<f4' '(3, 4)')" "$R3"
+qk inf-k "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(3, 4)')" "$F1$FINF$F1$F1$R3"
+qk f8-huge "$(d '<f4' '(1, 4)')" "$V4" "$(d '<f8' '(1, 4)')" "$D2$DHUGE$D2$D2"
+qk big-logits "$(d '<f4' '(2, 4)')" "$FBIG$FBIG$FBIG$FBIG$V4" "$(d '<f4' '(2, 4)')" "$FBIG$FBIG$FBIG$FBIG$V4"
+qk no-k "$(d '<f4' '(3, 4)')" "$R3" "" ""
+qk k-truncated "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(3, 4)')" "$V4$V4"
+qk trailing "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(3, 4)')" "$R3" '\000\000'
+qk t-differs "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(2, 4)')" "$V4$V4"
+qk d-differs "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(4, 3)')" "$R3"
+qk g-not-dividing "$(d '<f4' '(3, 3, 4)')" "$R3$R3$R3" "$(d '<f4' '(2, 3, 4)')" "$R3$R3"
+qk ndim-differs "$(d '<f4' '(1, 3, 4)')" "$R3" "$(d '<f4' '(3, 4)')" "$R3"
+qk one-d "$(d '<f4' '(4,)')" "$V4" "$(d '<f4' '(4,)')" "$V4"
+qk zero-dim "$(d '<f4' '(0, 4)')" "" "$(d '<f4' '(0, 4)')" ""
+qk k-bad-dtype "$(d '<f4' '(3, 4)')" "$R3" "$(d '<i4' '(3, 4)')" "$R3"
+qk k-fortran "$(d '<f4' '(3, 4)')" "$R3" "$(d '<f4' '(3, 4)' True)" "$R3"
+qk huge-t "$(d '<f4' '(4294967296, 1)')" "$V4" "$(d '<f4' '(4294967296, 1)')" "$V4"
+{ head -c 20 fuzz_qk/q-f4-2d; } > fuzz_qk/q-cut-header
+: > fuzz_qk/q-empty
+
 # ---- fuzz_checkpoint ----
 mkdir -p fuzz_checkpoint fuzz_tokenizer
 rm -f fuzz_checkpoint/c-* fuzz_tokenizer/t-*
@@ -257,4 +297,4 @@ le32 5 > fuzz_tokenizer/t-no-pieces
 : > fuzz_tokenizer/t-empty
 
 echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_npy | wc -l) npy," \
-  "$(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer"
+  "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer"

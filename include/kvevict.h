@@ -155,6 +155,11 @@ KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
  *   tova           the current step's attention only
  *   h2o_decay      cumulative attention with a forgetting factor (A2SF)
  *   h2o_mean       cumulative attention divided by steps observed
+ *   knorm          the keys of smallest L2 norm (reads keys, not attention)
+ *   keydiff        the keys least similar to the mean kept key (reads keys)
+ * The last two read the key vector of each admitted position instead of
+ * attention: build them with kve_policy_new_ex and a key dimension, and step
+ * them with kve_policy_step_keys (see "Policies that read keys").
  * ====================================================================== */
 
 typedef struct kve_policy kve_policy; /* opaque */
@@ -434,6 +439,250 @@ KVE_API kve_status kve_bank_evict_range(kve_bank *b, size_t first, size_t count,
 KVE_API const char *kve_isa_name(void);
 
 /* ======================================================================
+ * Policies that read keys
+ *
+ * Every policy declares what it reads at a step (kve_policy_reads): the
+ * attention weights over its kept set (the h2o family), the key vector of
+ * the position it admits (knorm, keydiff), or nothing (full, window,
+ * streaming, random). An engine whose attention kernel never writes weights
+ * can run a key-reading policy with no extra pass over the cache: it hands
+ * the policy the key it has just computed, once per (KV head, position).
+ *
+ *     kve_policy_options o = kve_policy_default_options();
+ *     o.key_dim = d;                                  the model's head size
+ *     kve_policy_new_ex("knorm:budget=512", NULL, &o, &p);
+ *     for each token:
+ *         kve_policy_step_keys(p, pos, NULL, 0, k);   k: the new key, d floats
+ *         kve_policy_evict(p, budget, victims, cap, &n_victims);
+ *
+ * The key dimension is a construction option, not a spec key. A spec says
+ * what a policy does and is the same text on every model, trace and engine
+ * ("knorm:budget=512" names one policy wherever it runs, and its canonical
+ * form does not change with the model); d is a fact of the model, known to
+ * the engine when it builds its policies, like the number of heads of a bank.
+ * It is fixed for the object's life: every key of every step has d floats,
+ * and the per-slot state a policy sizes from it (keydiff's unit keys) is
+ * allocated once.
+ *
+ * Keys are the vectors the model's attention compares queries with, i.e.
+ * after any rotary embedding ("post-RoPE", as an engine's cache holds them
+ * and as kvpress scores them). Definitions (docs/policies/knorm.md and
+ * keydiff.md give them in full):
+ *   knorm    score = -||k||, ||k|| = sqrt of the sum of squares taken in
+ *            double in 8 partial sums (by index mod 8, added pairwise); the
+ *            lowest score, i.e. the largest norm, is evicted first. A scalar
+ *            per slot: 13 bytes a slot, as h2o.
+ *   keydiff  u = k / max(||k||, 1e-12), rounded to float32 (the key's unit
+ *            vector, torch's F.normalize); at every step, after admitting the
+ *            new key, S = the sum in double of the u of every kept position
+ *            (the newcomer included; the mean of the kept keys' directions
+ *            times their count), and score_i = -(u_i . S), the dot product in
+ *            double in 8 partial sums. -(u_i . S) = -n |mean| cos(k_i, mean):
+ *            the order of -cos(k_i, mean), so the key most similar to the mean
+ *            is evicted first. Needs the unit key of every slot: 13 + 4 d
+ *            bytes a slot, plus 8 d bytes a head for S (scratch, which
+ *            kve_policy_state_bytes, a count of per-slot state, leaves out).
+ * Both protect the newest recent_window positions and send ties to the lower
+ * position, as every scored policy does.
+ * ====================================================================== */
+
+/* What a policy reads at each step: a bit set. */
+enum {
+    KVE_READS_NOTHING = 0u, /* full, window, streaming, random */
+    KVE_READS_ATTN = 1u,    /* the attention weights over the kept set */
+    KVE_READS_KEYS = 2u     /* the key vector of each admitted position */
+};
+
+/* The largest key dimension a policy accepts (2^16 floats). */
+#define KVE_MAX_KEY_DIM 65536
+
+/* What kve_policy_new_ex and kve_bank_new_ex build besides the spec. Start
+ * from kve_policy_default_options(), so that a field added later keeps its
+ * default. */
+typedef struct kve_policy_options {
+    size_t key_dim; /* d: the floats of every key a step carries, 0 .. KVE_MAX_KEY_DIM;
+                       0 (the default): steps carry no keys */
+} kve_policy_options;
+
+/* The defaults: key_dim 0. */
+KVE_API kve_policy_options kve_policy_default_options(void);
+
+/* What registered type i reads (KVE_READS_*); 0 past the end. */
+KVE_API unsigned kve_policy_type_reads(size_t i);
+
+/* What `p` reads (KVE_READS_*); 0 for NULL. */
+KVE_API unsigned kve_policy_reads(const kve_policy *p);
+
+/* The key dimension `p` was built with; 0 for NULL or when built without. */
+KVE_API size_t kve_policy_key_dim(const kve_policy *p);
+
+/* kve_policy_new with options (NULL: the defaults). kve_policy_new(spec,
+ * rng, out) is kve_policy_new_ex(spec, rng, NULL, out).
+ * Refuses as kve_policy_new, plus (KVE_EINVAL): key_dim above
+ * KVE_MAX_KEY_DIM; a policy that reads keys with key_dim 0 (the message
+ * says so: it could never be stepped). A policy that does not read keys
+ * accepts any key_dim and then validates and ignores the keys it is given.
+ * Allocates as kve_policy_new; a policy whose per-slot state depends on d
+ * (keydiff) sizes its slots from it. */
+KVE_API kve_status kve_policy_new_ex(const char *spec, kve_rng *rng,
+                                     const kve_policy_options *options, kve_policy **out);
+
+/* kve_policy_step that also hands the policy the key of `pos`.
+ *
+ * key: key_dim floats (the key_dim of construction), read during the call
+ *      only; NULL = no key. kve_policy_step(p, pos, attn, n) is
+ *      kve_policy_step_keys(p, pos, attn, n, NULL).
+ * attn: as kve_policy_step; a policy that reads keys only validates it (pass
+ *      NULL).
+ * Refuses (KVE_EINVAL, nothing changed), besides kve_policy_step's refusals:
+ *      a policy that reads keys stepped with key NULL ("knorm: the policy
+ *      reads keys, but the step carries none"); a key given to a policy
+ *      built with key_dim 0; a NaN or infinite key entry (the message names
+ *      its index).
+ * Cost: knorm O(d) for the norm plus one argmin scan of the kept scores;
+ *      keydiff O(kept * d): the new unit key, the sum S and every score are
+ *      recomputed (two passes over the kept unit keys). Vectorised for the
+ *      machine, every instruction set giving the same bits. No allocation
+ *      while size <= budget before the call. */
+KVE_API kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float *attn, size_t n,
+                                        const float *key);
+
+/* kve_bank_new with options (NULL: the defaults), refusing as
+ * kve_policy_new_ex; kve_bank_new is kve_bank_new_ex with NULL options. */
+KVE_API kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
+                                   const kve_policy_options *options, kve_bank **out);
+
+/* What the bank's policy reads (KVE_READS_*), and its key dimension; 0 for
+ * NULL. */
+KVE_API unsigned kve_bank_reads(const kve_bank *b);
+KVE_API size_t kve_bank_key_dim(const kve_bank *b);
+
+/* kve_bank_step_range that also hands every head of the range the key of
+ * `pos`: head first + j's key is keys[j*ld_keys .. j*ld_keys + key_dim), one
+ * row per KV head (the key is the KV head's: grouped query heads share it).
+ * keys NULL: no keys (ld_keys ignored). kve_bank_step_range(b, first, count,
+ * pos, attn, ld, group, reduce) is this call with keys NULL.
+ * Refuses as kve_bank_step_range and kve_policy_step_keys (the message names
+ * the head), plus ld_keys < key_dim with keys given; every key of every head
+ * is validated before any head changes. Threads: as kve_bank_step_range
+ * (disjoint ranges may run at once). Cost: per head as kve_policy_step_keys. */
+KVE_API kve_status kve_bank_step_keys(kve_bank *b, size_t first, size_t count, int32_t pos,
+                                      const float *attn, size_t ld, size_t group,
+                                      kve_reduce reduce, const float *keys, size_t ld_keys);
+
+/* ======================================================================
+ * Prefill compression
+ *
+ * A prompt of n tokens (positions 0 .. n-1) is processed in one pass; an
+ * engine then compresses it to the budget before decoding starts, and the
+ * policy carries on per step from the kept set. Two methods choose what the
+ * prompt keeps, from the prompt's own attention:
+ *
+ *   KVE_PREFILL_H2O     H2O's prompt scores (Zhang et al. 2023): position i
+ *                       scores the sum of the weights every prompt query t >= i
+ *                       paid it (a column sum of the prompt's attention,
+ *                       query i's weight on its own key included). Reads all
+ *                       n rows. The newest recent_window positions of the
+ *                       policy are kept; of the others, the budget -
+ *                       recent_window of highest score.
+ *   KVE_PREFILL_SNAPKV  SnapKV (Li et al. 2024): only the last w prompt
+ *                       queries (the observation window) are read; position i
+ *                       scores the sum of their weights on it, smoothed by a
+ *                       pooling of `kernel` positions centred on i over the
+ *                       positions before the window (max, or the mean with
+ *                       the positions past either end counted as 0); the w
+ *                       positions of the window are kept, and of the others
+ *                       the budget - w of highest pooled score. An engine
+ *                       needs only those w rows (w * n weights), so it works
+ *                       with attention kernels that compute no other rows.
+ *
+ * Ties go to the lower position. Grouped-query attention: the rows of a KV
+ * head's `group` query heads are reduced to one as the bank's grouped step
+ * does (kve_reduce), then summed in double in row order. A prompt that fits
+ * (n <= budget) keeps everything. After kve_bank_prefill the heads hold the
+ * kept positions as if admitted, and the policies whose score is attention
+ * received (h2o, h2o_decay, tova) start from the column sum of the rows
+ * given: for h2o, the attention each kept position accumulated over the
+ * prompt (its own query's weight included); tova replaces it at the next
+ * step. scissorhands and h2o_mean start as admitted (no votes, no sum). The
+ * next step is at position n or later. Parameters and defaults, with their
+ * sources: docs/prefill.md.
+ *
+ *     r = kve_prefill_rows(&p, n);        rows the method reads
+ *     ... compute rows of the queries n-r .. n-1 for every query head ...
+ *     kve_bank_prefill(b, first, count, &p, n, rows, ld, group, reduce, budget);
+ *     ... keep kve_bank_positions(b, h) in head h's cache, drop the rest ...
+ *
+ * Policies that read keys need no prefill call: step them through the
+ * prompt without evicting and evict once (kvpress's KnormPress and
+ * KeyDiffPress are exactly that).
+ * ====================================================================== */
+
+typedef enum kve_prefill_method {
+    KVE_PREFILL_H2O = 0,   /* column sums of every prompt row */
+    KVE_PREFILL_SNAPKV = 1 /* the last `window` rows, pooled */
+} kve_prefill_method;
+
+typedef enum kve_pool {
+    KVE_POOL_MAX = 0, /* the largest score within the kernel */
+    KVE_POOL_AVG = 1  /* the kernel's sum divided by kernel (missing positions count 0) */
+} kve_pool;
+
+typedef struct kve_prefill_params {
+    kve_prefill_method method;
+    size_t window; /* SnapKV: w, the observation window (default 32) */
+    size_t kernel; /* SnapKV: pooling kernel, odd (default 5) */
+    kve_pool pool; /* SnapKV: pooling (default KVE_POOL_MAX) */
+} kve_prefill_params;
+
+/* The defaults of `method` (window 32, kernel 5, KVE_POOL_MAX; the H2O
+ * method uses none of them). */
+KVE_API kve_prefill_params kve_prefill_default_params(kve_prefill_method method);
+
+/* The number of rows r the method reads of an n-token prompt: n for H2O,
+ * min(window, n) for SnapKV; 0 for NULL params. Row k of a query head is the
+ * attention of query n - r + k. */
+KVE_API size_t kve_prefill_rows(const kve_prefill_params *params, size_t n);
+
+/* The scores of one KV head's prompt: scores[i] for i < n, the value the
+ * method ranks position i by (H2O: the column sum; SnapKV: the pooled column
+ * sum before the window, the plain column sum inside it).
+ * rows: for query head g < group and row k < r = kve_prefill_rows(params,
+ *      n), the weights of query t = n - r + k over keys 0 .. t at
+ *      rows + (g*r + k)*ld (entries past t are not read); ld >= n.
+ * Refuses (KVE_EINVAL): NULL params or scores, NULL rows; n 0 or above
+ *      2^31; ld < n; group 0; a reduce outside kve_reduce; an unknown method;
+ *      window 0, or a kernel that is 0 or even (SnapKV); a NaN, infinite or
+ *      negative weight (the message names query head, query position and
+ *      key) or (KVE_REDUCE_SUM) a reduced weight beyond float32. scores is
+ *      untouched on refusal; KVE_ENOMEM if its scratch (n doubles) cannot
+ *      be allocated. Thread-safe; O(group*r*n + n*kernel). */
+KVE_API kve_status kve_prefill_scores(const kve_prefill_params *params, size_t n,
+                                      const float *rows, size_t ld, size_t group,
+                                      kve_reduce reduce, double *scores);
+
+/* Compresses heads [first, first + count) of `b`, which must hold nothing
+ * yet (a new sequence), to the prefill of an n-token prompt: each head keeps
+ * at most `budget` of the positions 0 .. n-1, chosen as described above.
+ * rows: head first + j's query head g, row k at rows + ((j*group + g)*r +
+ *      k)*ld, as kve_prefill_scores reads one KV head.
+ * Refuses (nothing changed): what kve_prefill_scores refuses (the message
+ *      names the head), plus NULL b, a range past the bank; a head that
+ *      holds positions; a policy that is not scored (full, window,
+ *      streaming, random: evict them instead) or that reads keys; budget 0,
+ *      above the bank's budget, not above recent_window (H2O) or not above
+ *      window (SnapKV). count 0 checks every argument but the rows (which
+ *      may then be NULL) and changes nothing: a way to validate before
+ *      computing the rows. KVE_ENOMEM if its scratch (2 n doubles, n bytes
+ *      and budget heap entries) cannot be allocated.
+ * Threads: as kve_bank_step_range. Cost: O(count*group*r*n) plus O(n log
+ * budget) a head for the selection. */
+KVE_API kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count,
+                                    const kve_prefill_params *params, size_t n,
+                                    const float *rows, size_t ld, size_t group,
+                                    kve_reduce reduce, size_t budget);
+
+/* ======================================================================
  * Attention rows for engines that never materialise attention
  *
  * Fused ("flash") attention kernels never write the attention weights, which
@@ -515,6 +764,26 @@ KVE_API kve_status kve_bank_attn_rows(const kve_bank *b, size_t first, size_t co
  *        with KVE_EFORMAT naming the head and row (unless KVE_TRACE_NORMALIZE
  *        is given, which rescales each row to sum 1 instead; an all-zero row
  *        is still refused).
+ *   "qk:PATH"  a query/key trace (docs/trace.md, "Query/key traces"): the
+ *        file holds two .npy arrays back to back, the queries Q then the keys
+ *        K, little-endian float32 or float64, C order, of shapes
+ *        [L, H, T, d] and [L, G, T, d] (or [H, T, d] and [G, T, d], or
+ *        [T, d] and [T, d]), G dividing H, T and d at least 1. The trace has
+ *        L*G heads, one per KV head, layer-major. Row t of KV head (l, g) is
+ *        computed on demand: for each of its H/G query heads h, the softmax
+ *        over keys [0, t] of (1/sqrt(d)) q_t . k_i, computed exactly as
+ *        kve_attn_row computes it (scale rounded to float32), then the
+ *        group's rows averaged as KVE_REDUCE_MEAN (summed in double in
+ *        query-head order, divided by the group, rounded to float32 once).
+ *        Memory O(T*d): the keys of the head being read; the rest of the file
+ *        is read as rows are asked for, in O(t*d) per row and query head.
+ *        Opening checks both headers, the shapes against each other and the
+ *        file's size, and every value (finite, and within float32 for a
+ *        float64 file), naming the array, index and value at fault
+ *        (KVE_EFORMAT); a row whose logits overflow float32 is refused when
+ *        read (KVE_EFORMAT, naming head, row and key). The keys are available
+ *        to key-reading policies (kve_trace_key). KVE_TRACE_NORMALIZE has no
+ *        effect (the rows are softmaxes).
  * ====================================================================== */
 
 typedef struct kve_trace kve_trace; /* opaque */
@@ -557,6 +826,16 @@ KVE_API const char *kve_trace_source(const kve_trace *tr);
  * KVE_EIO if the file can no longer be read. O(t). */
 KVE_API kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row);
 
+/* d, the dimension of the trace's key vectors: that of a q/K trace, 0 for a
+ * trace without keys (canonical, a dense .npy) or NULL. */
+KVE_API size_t kve_trace_key_dim(const kve_trace *tr);
+
+/* Writes the key of position t of head `head` (its KV head's key: the
+ * vector the file holds, kve_trace_key_dim(tr) floats) to key. Refuses:
+ * KVE_EINVAL for NULL arguments, head or t out of range, or a trace without
+ * keys; KVE_EIO if the file can no longer be read. O(d). */
+KVE_API kve_status kve_trace_key(kve_trace *tr, size_t head, size_t t, float *key);
+
 /* Writes head `head` of `tr` as a [T, T] float32 C-order .npy file (version
  * 1.0 header, zeros above the diagonal), kve_trace_npy_bytes(tr) bytes. The
  * file is written to a temporary name beside `path` and renamed into place,
@@ -591,7 +870,12 @@ KVE_API uint64_t kve_trace_npy_bytes(const kve_trace *tr);
  *     summed in double in kept order, each divided by that sum in double and
  *     rounded to float32. A zero kept sum passes NULL (no information); at
  *     t = 0 an empty vector;
- *  3. kve_policy_step(t, ...), then kve_policy_evict(budget).
+ *  3. kve_policy_step(t, ...), then kve_policy_evict(budget). A policy that
+ *     reads keys (kve_policy_type_reads) is built with the trace's key
+ *     dimension and stepped with kve_policy_step_keys and the key of
+ *     position t (kve_trace_key): it runs on traces that have keys (q/K
+ *     traces), and a job whose policy reads keys is refused on a trace
+ *     without them.
  * Metrics are means over the steps t > budget (before that nothing can have
  * been evicted), the "scored" steps. When there is none (budget >= T - 1),
  * scored_steps is 0 and every metric (retained_mass, top32_recall,

@@ -119,7 +119,7 @@ static void free_buffers(lm_state *s)
 {
     void *bufs[] = {s->x,    s->xb,         s->xb2,     s->hb,     s->hb2, s->q,
                     s->k,    s->v,          s->rope,    s->logits, s->att,
-                    s->krot, s->rope_table, s->victims, s->counts};
+                    s->krot, s->rope_table, s->victims, s->counts, s->pf_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         lm_free(bufs[i]);
 }
@@ -144,8 +144,9 @@ void lm_state_free(lm_state *s)
 }
 
 /* The bank of every (layer, KV head), layer-major, built from one generator
- * seeded by opt.seed (so a run is reproducible from its seed); NULL without
- * a policy. */
+ * seeded by opt.seed (so a run is reproducible from its seed), with keys of
+ * head_size floats (the policies that read keys get each new key); NULL
+ * without a policy. */
 static kve_status make_bank(const lm_state *s, kve_bank **out)
 {
     *out = NULL;
@@ -154,8 +155,10 @@ static kve_status make_bank(const lm_state *s, kve_bank **out)
     const lm_config *c = &s->model->config;
     kve_rng rng;
     kve_rng_seed(&rng, s->opt.seed);
-    kve_status st =
-        kve_bank_new(s->spec, (size_t)c->n_layers * (size_t)c->n_kv_heads, &rng, out);
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = (size_t)c->head_size;
+    kve_status st = kve_bank_new_ex(s->spec, (size_t)c->n_layers * (size_t)c->n_kv_heads, &rng,
+                                    &o, out);
     return st == KVE_OK ? st : lm_fail(st, "policy: %s", kve_last_error());
 }
 
@@ -237,6 +240,7 @@ kve_status lm_state_reset(lm_state *s)
         s->cache[i].n = 0;
     s->pos = 0;
     s->broken = 0;
+    s->prefilling = 0;
     return KVE_OK;
 }
 
@@ -294,34 +298,33 @@ static kve_status reserve(lm_state *s)
     return KVE_OK;
 }
 
-/* Removes the victims (ascending) from cache k, whose positions ascend too. */
-static kve_status compact(lm_cache *k, const int32_t *victims, size_t n_victims, size_t S)
+/* Keeps in cache k only the positions of kept[0 .. m) (both ascending): its
+ * policy's kept set after an eviction or a prefill. */
+static kve_status keep_only(lm_cache *k, const int32_t *kept, size_t m, size_t S)
 {
-    size_t w = 0, v = 0;
-    for (size_t i = 0; i < k->n; i++) {
-        if (v < n_victims && k->pos[i] == victims[v]) {
-            v++;
+    size_t w = 0, j = 0;
+    for (size_t i = 0; i < k->n && j < m; i++) {
+        if (k->pos[i] != kept[j])
             continue;
-        }
         if (w != i) {
             k->pos[w] = k->pos[i];
             memcpy(k->key + w * S, k->key + i * S, S * sizeof(float));
             memcpy(k->value + w * S, k->value + i * S, S * sizeof(float));
         }
         w++;
+        j++;
     }
-    if (v != n_victims)
-        return lm_fail(KVE_EINVAL,
-                       "decoder: the policy evicted position %d, which the cache "
-                       "does not hold",
-                       victims[v]);
+    if (j != m)
+        return lm_fail(KVE_EINVAL, "decoder: the policy keeps position %d, which the cache does "
+                       "not hold", kept[j]);
     k->n = w;
     return KVE_OK;
 }
 
 /* Attention of layer l for every KV head g: new key and value appended,
  * then the softmax rows of the group's query heads in s->att and their
- * weighted values in s->xb. */
+ * weighted values in s->xb. Afterwards s->q holds the rotated queries and
+ * s->k the rotated new keys (what on_qk and the key-reading policies get). */
 static void attend(lm_state *s, size_t l)
 {
     const lm_config *c = &s->model->config;
@@ -347,6 +350,7 @@ static void attend(lm_state *s, size_t l)
             keys = s->krot;
             qrope = s->rope_table + n * S;
         }
+        memcpy(s->k + g * S, keys + n * S, S * sizeof(float));
         for (size_t r = 0; r < R; r++) {
             size_t h = g * R + r;
             float *q = s->q + h * S, *att = s->att + h * s->ld, *out = s->xb + h * S;
@@ -366,28 +370,94 @@ static void attend(lm_state *s, size_t l)
     }
 }
 
-/* Steps and evicts layer l's policies, then compacts their caches. */
-static kve_status manage(lm_state *s, size_t l)
+/* Steps layer l's policies (with the new keys, for a policy that reads
+ * them) and, unless `evict` is 0, evicts them and compacts their caches. */
+static kve_status manage(lm_state *s, size_t l, int evict)
 {
     const lm_config *c = &s->model->config;
     size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads,
            R = (size_t)(c->n_heads / c->n_kv_heads);
-    kve_status st = kve_bank_step_range(s->bank, l * G, G, s->pos, s->att, s->ld, R,
-                                        KVE_REDUCE_MEAN);
+    const float *keys = kve_bank_reads(s->bank) & KVE_READS_KEYS ? s->k : NULL;
+    kve_status st = kve_bank_step_keys(s->bank, l * G, G, s->pos, s->att, s->ld, R,
+                                       KVE_REDUCE_MEAN, keys, S);
+    if (st == KVE_OK && !evict)
+        return KVE_OK;
     if (st == KVE_OK)
         st = kve_bank_evict_range(s->bank, l * G, G, s->budget, s->victims, s->ld, s->counts);
     if (st != KVE_OK)
         return lm_fail(st, "policies of layer %zu (bank heads %zu..%zu) at position %d: %s", l,
                        l * G, l * G + G - 1, s->pos, kve_last_error());
-    for (size_t g = 0; st == KVE_OK && g < G; g++) {
-        lm_cache *k = &s->cache[l * G + g];
-        st = compact(k, s->victims + g * s->ld, s->counts[g], S);
-        if (st == KVE_OK && k->n != kve_bank_size(s->bank, l * G + g))
-            st = lm_fail(KVE_EINVAL,
-                         "decoder: cache of layer %zu KV head %zu holds %zu keys, "
-                         "its policy %zu",
-                         l, g, k->n, kve_bank_size(s->bank, l * G + g));
+    for (size_t g = 0; st == KVE_OK && g < G; g++)
+        st = keep_only(&s->cache[l * G + g], kve_bank_positions(s->bank, l * G + g),
+                       kve_bank_size(s->bank, l * G + g), S);
+    return st;
+}
+
+/* Prefill: the rows of layer l's query heads for position s->pos, when it is
+ * among the last pf_r of the prompt. The cache holds every position, so row
+ * h over keys 0 .. pos is att[h * ld .. + pos]. */
+static void record_rows(lm_state *s, size_t l)
+{
+    size_t t = (size_t)s->pos, n = s->pf_n, r = s->pf_r, H = (size_t)s->model->config.n_heads;
+    if (t < n - r)
+        return;
+    for (size_t h = 0; h < H; h++)
+        memcpy(s->pf_rows + ((l * H + h) * r + (t - (n - r))) * n, s->att + h * s->ld,
+               (t + 1) * sizeof(float));
+}
+
+kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
+                      const kve_prefill_params *params)
+{
+    if (!s || !tokens || n == 0)
+        return lm_fail(KVE_EINVAL, "prefill: %s", !s ? "NULL state" : !tokens ? "NULL tokens"
+                                                                            : "no tokens");
+    if (!s->bank)
+        return lm_fail(KVE_EINVAL, "prefill: the decoder has no policy to compress with");
+    if (s->pos != 0 || s->broken)
+        return lm_fail(KVE_EINVAL, "prefill: the decoder is at position %d; reset it first",
+                       s->pos);
+    const lm_config *c = &s->model->config;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            return lm_fail(KVE_EINVAL, "prefill: token %zu = %d is outside the vocabulary "
+                           "[0, %d)", i, tokens[i], c->vocab_size);
+    size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads;
+    size_t S = (size_t)c->head_size, R = H / G;
+    size_t r = params ? kve_prefill_rows(params, n) : 0;
+    if (params && kve_bank_prefill(s->bank, 0, 0, params, n, NULL, n, R, KVE_REDUCE_MEAN,
+                                   s->budget) != KVE_OK)
+        return lm_fail(KVE_EINVAL, "prefill: %s", kve_last_error());
+    if (params && (r > SIZE_MAX / n / sizeof(float) / (L * H) ||
+                   !grow(&s->pf_rows, L * H * r * n, sizeof(float))))
+        return lm_fail(KVE_ENOMEM, "prefill: out of memory for %zu rows of %zu weights",
+                       L * H * r, n);
+    s->prefilling = 1;
+    s->pf_method = params != NULL;
+    s->pf_n = n;
+    s->pf_r = r;
+    kve_status st = KVE_OK;
+    for (size_t i = 0; i < n && st == KVE_OK; i++)
+        st = lm_forward(s, tokens[i]);
+    s->prefilling = 0;
+    if (st != KVE_OK)
+        return st;
+    for (size_t l = 0; l < L && st == KVE_OK; l++) {
+        if (params) {
+            st = kve_bank_prefill(s->bank, l * G, G, params, n, s->pf_rows + l * H * r * n, n, R,
+                                  KVE_REDUCE_MEAN, s->budget);
+        } else {
+            st = kve_bank_evict_range(s->bank, l * G, G, s->budget, s->victims, s->ld,
+                                      s->counts);
+        }
+        if (st != KVE_OK)
+            st = lm_fail(st, "prefill: layer %zu: %s", l, kve_last_error());
+        for (size_t g = 0; st == KVE_OK && g < G; g++)
+            st = keep_only(&s->cache[l * G + g], kve_bank_positions(s->bank, l * G + g),
+                           kve_bank_size(s->bank, l * G + g), S);
     }
+    if (st != KVE_OK)
+        s->broken = 1;
     return st;
 }
 
@@ -432,15 +502,20 @@ kve_status lm_forward(lm_state *s, int32_t token)
         attend(s, l);
         if (s->opt.on_attention)
             s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
-        if (s->bank) {
-            struct timespec t0 = {0, 0}, t1 = {0, 0};
-            if (s->opt.timing)
+        if (s->opt.on_qk)
+            s->opt.on_qk(s->opt.user, (int32_t)l, s->pos, s->q, s->k);
+        if (s->prefilling && s->pf_method)
+            record_rows(s, l);
+        if (s->bank && !(s->prefilling && s->pf_method)) {
+            struct timespec t0 = {0}, t1 = {0};
+            const int timing = s->opt.timing;
+            if (timing)
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-            if ((st = manage(s, l)) != KVE_OK) {
+            if ((st = manage(s, l, !s->prefilling)) != KVE_OK) {
                 s->broken = 1;
                 return st;
             }
-            if (s->opt.timing) {
+            if (timing) {
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
                 s->bookkeeping_s +=
                     (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);

@@ -183,12 +183,21 @@ typedef enum lm_positions {
 typedef void (*lm_attention_fn)(void *user, int32_t layer, int32_t pos, const float *att, size_t ld,
                                 const size_t *n_keys);
 
+/* Called once per layer of every step, after attention, with the queries
+ * (H*S) and the new keys (G*S) of position pos, both after the rotary
+ * embedding: exactly the vectors whose dot products (over sqrt(S)) are the
+ * attention logits under original positions (the q/K trace of `lm dump
+ * --qk`). Under cache positions the key is the one rotated at its index in
+ * the cache. */
+typedef void (*lm_qk_fn)(void *user, int32_t layer, int32_t pos, const float *q, const float *k);
+
 typedef struct lm_options {
     const char *policy;           /* spec; NULL: no policy, every key kept (run.c) */
     size_t budget;                /* 0: the spec's budget; else overrides it */
     lm_positions positions;       /* LM_POS_ORIGINAL (default) or LM_POS_CACHE */
     uint64_t seed;                /* seeds the policies that draw random numbers */
     lm_attention_fn on_attention; /* may be NULL */
+    lm_qk_fn on_qk;               /* may be NULL */
     void *user;
     int timing; /* 1: accumulate lm_state.bookkeeping_s */
 } lm_options;
@@ -231,6 +240,12 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     size_t rope_rows;  /* rows of rope_table filled */
     int32_t *victims;  /* (G, ld) */
     size_t *counts;    /* (G) victims, then keys per KV head */
+    /* prefill (lm_prefill), between its first and last token */
+    int prefilling;    /* 1: record rows, step without evicting (or not at all) */
+    int pf_method;     /* 1: kve_bank_prefill reads pf_rows; 0: step, evict once */
+    size_t pf_n;       /* n, the prompt's tokens */
+    size_t pf_r;       /* rows recorded per query head: queries n-r .. n-1 */
+    float *pf_rows;    /* (L, H, r, n) the recorded rows over keys 0 .. t */
 } lm_state;
 
 /* A decoder over `m` (which must outlive it). opt may be NULL (no policy,
@@ -249,6 +264,32 @@ kve_status lm_state_reset(lm_state *s);
  * cache cannot grow, KVE_EINVAL when a policy refuses the attention (a NaN
  * from the weights): both leave the state broken until lm_state_reset. */
 kve_status lm_forward(lm_state *s, int32_t token);
+
+/* Prefill: decodes the prompt tokens[0 .. n) from position 0 of a fresh
+ * decoder (one with a policy, at position 0) with every key kept, then
+ * compresses every (layer, KV head) cache to the budget in one go, so the
+ * decoding that follows (lm_forward) starts from a compressed prompt:
+ *   params != NULL: kve_bank_prefill with that method, from the attention
+ *       rows recorded while decoding the prompt (for each query head, all n
+ *       rows for H2O, the last w for SnapKV; over keys 0 .. t, the own key
+ *       included), each KV head's group reduced by the mean as the step
+ *       does; the policies are not stepped during the prompt. Needs a policy
+ *       scored from attention.
+ *   params == NULL: the policy's own scores, taken once: every prompt
+ *       position is stepped (attention and keys as in lm_forward) without
+ *       evicting, then each head is evicted to the budget in one call
+ *       (several victims at once). For knorm and keydiff this is kvpress's
+ *       KnormPress and KeyDiffPress applied to the prompt.
+ * The logits after the last prompt token (s->logits) are those of the
+ * uncompressed prompt, as an engine's prefill gives them.
+ * Refuses (KVE_EINVAL, nothing changed): NULL s or tokens, n 0, a decoder
+ * without a policy or not at position 0, a token outside the vocabulary,
+ * and what kve_bank_prefill refuses of params (checked before any token is
+ * decoded). KVE_ENOMEM (nothing changed) when the rows (L*H*r*n floats)
+ * cannot be allocated. A failure while decoding leaves the state broken, as
+ * lm_forward's. Memory: the caches grow to n keys during the prompt. */
+kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
+                      const kve_prefill_params *params);
 
 /* xout (d) = W (d, n) @ x (n): the decoder's one matrix kernel, every dot
  * product summed in 8 lanes in a fixed order (vectorised by the compiler). */

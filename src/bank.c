@@ -10,8 +10,9 @@
  * exactly as it was, and a head's state is only ever touched by calls whose
  * range contains it: disjoint ranges may run in different threads.
  *
- * Memory: construction makes one allocation for the handle and its heads and
- * one slab per column (policy_impl.h). Growth (a head stepped past S0 without
+ * Memory: construction makes one allocation for the handle and its heads,
+ * one slab per column (policy_impl.h) and, for a policy with per-head
+ * scratch (keydiff), one slab of it. Growth (a head stepped past S0 without
  * evicting) doubles that head's slots into a private block, one allocation.
  * Nothing else allocates.
  */
@@ -54,7 +55,8 @@ kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_
     b->n_heads = n_heads;
     b->heads = heads;
     const size_t cap = c->cap0;
-    if (n_heads > SIZE_MAX / BLOCK_ALIGN / cap)
+    if (n_heads > SIZE_MAX / BLOCK_ALIGN / cap || n_heads * cap > SIZE_MAX / c->slot_bytes ||
+        (c->aux_bytes && n_heads > SIZE_MAX / c->aux_bytes))
         return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu heads of %zu slots", c->type->name,
                          n_heads, cap);
     bool ok = true;
@@ -66,6 +68,8 @@ kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_
                                         : kve__malloc(slots * c->elem[k]);
         ok = b->slab[k] != NULL;
     }
+    if (ok && c->aux_bytes)
+        ok = (b->aux = kve__calloc(n_heads, c->aux_bytes)) != NULL;
     if (!ok) {
         free_slabs(b);
         return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu heads of %zu slots",
@@ -80,6 +84,7 @@ kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_
         hd->cap = cap;
         hd->gap = KVE_NONE;
         hd->best = KVE_NONE;
+        hd->aux = b->aux ? (char *)b->aux + h * c->aux_bytes : NULL;
     }
     /* Drawn last, one output per head in head order: head h gets the stream
      * the h-th of n_heads policies built from the same generator would. */
@@ -94,6 +99,7 @@ void kve__bank_release(kve_bank *b)
     for (size_t h = 0; h < b->n_heads; h++)
         kve__free(b->heads[h].block);
     free_slabs(b);
+    kve__free(b->aux);
 }
 
 /* Allocates the block a head needs to double, into h->spare. */
@@ -102,7 +108,8 @@ static kve_status alloc_growth(const kve_bank *b, size_t head)
     const kve_config *c = &b->cfg;
     kve_head *h = &b->heads[head];
     size_t off[KVE_NCOLS];
-    if (h->cap > SIZE_MAX / BLOCK_ALIGN / 2)
+    if (h->cap > SIZE_MAX / BLOCK_ALIGN / 2 ||
+        h->cap * 2 > (SIZE_MAX - (size_t)KVE_NCOLS * BLOCK_ALIGN) / c->slot_bytes)
         return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu positions", c->type->name, h->cap * 2);
     h->spare = kve__malloc(block_layout(c, h->cap * 2, off));
     if (!h->spare)
@@ -180,7 +187,7 @@ KVE_COLD static kve_status bad_weight(const kve_bank *b, size_t head, size_t row
 /* ---- step ---- */
 
 static void head_step(const kve_config *c, kve_head *h, int32_t pos, const kve_rows *in,
-                      kve_isa isa)
+                      const float *key, kve_isa isa)
 {
     if (h->offset && h->offset + h->size >= h->cap)
         kve__sliding_rewind(h);
@@ -202,6 +209,11 @@ static void head_step(const kve_config *c, kve_head *h, int32_t pos, const kve_r
             best = n;
         h->best = best;
         score[n] = 0.0;
+    } else if (c->type->step_keys) {
+        /* The rule scores the newcomer itself (its key), so it competes
+         * with its own score; slots [0, limit) after admission. */
+        size_t rw = c->params.recent_window;
+        h->best = c->type->step_keys(c, h, key, n + 1 > rw ? n + 1 - rw : 0, isa);
     }
     ((int32_t *)h->col[KVE_COL_POS])[n] = pos;
     if (c->type->admit)
@@ -211,8 +223,42 @@ static void head_step(const kve_config *c, kve_head *h, int32_t pos, const kve_r
     h->any_pos = true;
 }
 
+KVE_COLD static kve_status bad_key(const kve_bank *b, size_t head, const float *key, size_t i)
+{
+    return head_fail(b, KVE_EINVAL, head, "key[%zu] = %g is %s", i, (double)key[i],
+                     isnan(key[i]) ? "NaN" : "infinite");
+}
+
+/* The keys' checks: present when the policy reads them, allowed only with a
+ * key dimension, rows far enough apart, every entry finite. */
+static kve_status check_keys(const kve_bank *b, size_t first, size_t count, const float *keys,
+                             size_t ld_keys)
+{
+    const kve_config *c = &b->cfg;
+    if (!keys) {
+        if ((c->type->flags & KVE_TYPE_READS_KEYS) && count)
+            return head_fail(b, KVE_EINVAL, first, "the policy reads keys, but the step carries "
+                             "none");
+        return KVE_OK;
+    }
+    if (c->key_dim == 0)
+        return head_fail(b, KVE_EINVAL, first, "a key is given, but the policy was built with "
+                         "key_dim 0");
+    if (ld_keys < c->key_dim)
+        return kve__fail(KVE_EINVAL, "%s: ld_keys %zu is smaller than key_dim %zu",
+                         c->type->name, ld_keys, c->key_dim);
+    for (size_t j = 0; j < count; j++) {
+        const float *k = keys + j * ld_keys;
+        size_t i = kve__key_invalid(k, c->key_dim);
+        if (i != c->key_dim)
+            return bad_key(b, first + j, k, i);
+    }
+    return KVE_OK;
+}
+
 kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
-                          const float *attn, size_t ld, size_t group, kve_reduce reduce)
+                          const float *attn, size_t ld, size_t group, kve_reduce reduce,
+                          const float *keys, size_t ld_keys)
 {
     const kve_config *c = &b->cfg;
     if (pos < 0)
@@ -241,6 +287,9 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
                 return bad_weight(b, first + j, j * group, group, &in, q, i);
         }
     }
+    kve_status kst = check_keys(b, first, count, keys, ld_keys);
+    if (kst != KVE_OK)
+        return kst;
     for (size_t j = 0; j < count; j++) {
         const kve_head *h = &b->heads[first + j];
         if (h->offset == 0 && h->size >= h->cap) {
@@ -261,7 +310,7 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
         if (h->spare)
             commit_growth(b, h);
         kve_rows in = {attn ? attn + j * group * ld : NULL, ld, group, reduce};
-        head_step(c, h, pos, attn ? &in : NULL, isa);
+        head_step(c, h, pos, attn ? &in : NULL, keys ? keys + j * ld_keys : NULL, isa);
     }
     return KVE_OK;
 }
@@ -316,10 +365,11 @@ typedef struct bank_alloc {
     kve_head heads[]; /* (n_heads) */
 } bank_alloc;
 
-kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank **out)
+kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
+                          const kve_policy_options *options, kve_bank **out)
 {
     kve_config c;
-    kve_status st = kve__config_new(spec, rng, out, &c);
+    kve_status st = kve__config_new(spec, rng, options, out, &c);
     if (st != KVE_OK)
         return st;
     if (n_heads == 0)
@@ -336,6 +386,11 @@ kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank
     }
     *out = &a->bank;
     return KVE_OK;
+}
+
+kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank **out)
+{
+    return kve_bank_new_ex(spec, n_heads, rng, NULL, out);
 }
 
 void kve_bank_free(kve_bank *b)
@@ -382,6 +437,16 @@ size_t kve_bank_budget(const kve_bank *b)
     return b ? b->cfg.params.budget : 0;
 }
 
+unsigned kve_bank_reads(const kve_bank *b)
+{
+    return b ? kve__type_reads(b->cfg.type) : 0;
+}
+
+size_t kve_bank_key_dim(const kve_bank *b)
+{
+    return b ? b->cfg.key_dim : 0;
+}
+
 static kve_status check_range(const kve_bank *b, size_t first, size_t count)
 {
     if (!b)
@@ -392,8 +457,9 @@ static kve_status check_range(const kve_bank *b, size_t first, size_t count)
     return KVE_OK;
 }
 
-kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t pos,
-                               const float *attn, size_t ld, size_t group, kve_reduce reduce)
+kve_status kve_bank_step_keys(kve_bank *b, size_t first, size_t count, int32_t pos,
+                              const float *attn, size_t ld, size_t group, kve_reduce reduce,
+                              const float *keys, size_t ld_keys)
 {
     kve_status st = check_range(b, first, count);
     if (st != KVE_OK)
@@ -406,7 +472,16 @@ kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t 
     if (attn && ld && count > SIZE_MAX / sizeof(float) / group / ld)
         return kve__fail(KVE_EINVAL, "%s: %zu rows of ld %zu overflow the address space", name,
                          count * group, ld);
-    return kve__bank_step(b, first, count, pos, attn, ld, group, reduce);
+    if (keys && count > 1 && ld_keys > SIZE_MAX / sizeof(float) / count)
+        return kve__fail(KVE_EINVAL, "%s: %zu keys of ld_keys %zu overflow the address space",
+                         name, count, ld_keys);
+    return kve__bank_step(b, first, count, pos, attn, ld, group, reduce, keys, ld_keys);
+}
+
+kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t pos,
+                               const float *attn, size_t ld, size_t group, kve_reduce reduce)
+{
+    return kve_bank_step_keys(b, first, count, pos, attn, ld, group, reduce, NULL, 0);
 }
 
 kve_status kve_bank_step(kve_bank *b, int32_t pos, const float *attn, size_t ld)

@@ -23,7 +23,8 @@ static kve_status unknown_policy(const char *name)
     return kve__fail(KVE_EINVAL, "unknown policy \"%s\" (known: %s)", name, known);
 }
 
-kve_status kve__config_parse(const char *spec, const char *key, const char *value, kve_config *c)
+kve_status kve__config_parse(const char *spec, const char *key, const char *value,
+                             size_t key_dim, kve_config *c)
 {
     char name[KVE_NAME_MAX];
     const char *rest = NULL;
@@ -35,6 +36,7 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
         return unknown_policy(name);
     memset(c, 0, sizeof *c);
     c->type = type;
+    c->key_dim = key_dim;
     st = kve__spec_parse(name, rest, type->params, type->n_params, &c->params);
     if (st != KVE_OK)
         return st;
@@ -55,7 +57,8 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
     c->elem[KVE_COL_POS] = sizeof(int32_t);
     if (type->flags & KVE_TYPE_SCORED) {
         c->elem[KVE_COL_SCORE] = sizeof(double);
-        c->observe = type->observe;
+        if (!(type->flags & KVE_TYPE_READS_KEYS))
+            c->observe = type->observe;
     }
     if (type->flags & (KVE_TYPE_SCORED | KVE_TYPE_MARKED))
         c->elem[KVE_COL_MARK] = sizeof(uint8_t);
@@ -70,16 +73,39 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
     return KVE_OK;
 }
 
-kve_status kve__config_new(const char *spec, const kve_rng *rng, const void *out, kve_config *c)
+kve_status kve__config_new(const char *spec, const kve_rng *rng,
+                           const kve_policy_options *options, const void *out, kve_config *c)
 {
     if (!out)
         return kve__fail(KVE_EINVAL, "out is NULL");
-    kve_status st = kve__config_parse(spec, NULL, NULL, c);
+    kve_policy_options o = options ? *options : kve_policy_default_options();
+    if (o.key_dim > KVE_MAX_KEY_DIM)
+        return kve__fail(KVE_EINVAL, "key_dim %zu is above the largest, %d", o.key_dim,
+                         KVE_MAX_KEY_DIM);
+    kve_status st = kve__config_parse(spec, NULL, NULL, o.key_dim, c);
     if (st != KVE_OK)
         return st;
     if ((c->type->flags & KVE_TYPE_NEEDS_RNG) && !rng)
         return kve__fail(KVE_EINVAL, "%s: needs an Rng, but rng is NULL", c->type->name);
+    if ((c->type->flags & KVE_TYPE_READS_KEYS) && o.key_dim == 0)
+        return kve__fail(KVE_EINVAL,
+                         "%s: reads keys, so key_dim must be at least 1 (build it with "
+                         "kve_policy_new_ex or kve_bank_new_ex)",
+                         c->type->name);
     return KVE_OK;
+}
+
+kve_policy_options kve_policy_default_options(void)
+{
+    kve_policy_options o = {.key_dim = 0};
+    return o;
+}
+
+unsigned kve__type_reads(const kve_policy_type *t)
+{
+    if (t->flags & KVE_TYPE_READS_KEYS)
+        return KVE_READS_KEYS;
+    return (t->flags & KVE_TYPE_SCORED) ? KVE_READS_ATTN : KVE_READS_NOTHING;
 }
 
 kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
@@ -88,7 +114,7 @@ kve_status kve_spec_with(const char *spec, const char *key, const char *value, c
     kve_config c;
     if (!out)
         return kve__fail(KVE_EINVAL, "out is NULL");
-    kve_status st = kve__config_parse(spec, key, value, &c);
+    kve_status st = kve__config_parse(spec, key, value, 0, &c);
     if (st != KVE_OK)
         return st;
     size_t len = strlen(c.spec);

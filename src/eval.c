@@ -17,8 +17,15 @@
  *                           bit 1: key in its top-k
  *   heap     [min(k, T)]    the top-k selection (the top-32 one is on the stack)
  *   victims  [max budget+1] one job's victims of one step
+ *   key      [d]            the key of position t (traces with keys only)
  *   jobs     [n_jobs]       per-job policy and accumulators
- * So memory is O(T + n_jobs) here plus O(budget) per policy.
+ * So memory is O(T + d + n_jobs) here plus O(budget) per policy.
+ *
+ * Keys: on a trace with keys (kve_trace_key_dim d > 0) every job's policy is
+ * built with key dimension d, and the jobs whose policy reads keys get the
+ * key of position t at step t (read once per step, shared by every job);
+ * the others are stepped without it. On a trace without keys a job whose
+ * policy reads keys is refused before anything runs.
  *
  * Invariants: results[] is written only when the whole call succeeds; the
  * timer brackets kve_policy_step + kve_policy_evict only and its readings
@@ -45,6 +52,7 @@ enum { TOP_32 = 32, CALIBRATION_PAIRS = 64, IN_TOP32 = 1, IN_TOPK = 2 };
 
 typedef struct job_state {
     kve_policy *policy;
+    int reads_keys; /* the policy reads keys: step it with the key of t */
     size_t budget;
     size_t steps; /* steps done */
     size_t scored;
@@ -54,11 +62,6 @@ typedef struct job_state {
     double min_mass;
     uint64_t ns; /* timed policy work, overhead subtracted at the end */
 } job_state;
-
-typedef struct top_entry {
-    double w;
-    int32_t pos;
-} top_entry;
 
 static _Thread_local kve__eval_attn_fn attn_hook;
 static _Thread_local void *attn_hook_user;
@@ -90,54 +93,14 @@ static uint64_t timer_overhead_ns(void)
     return best;
 }
 
-/* "a ranks below b" in the top-k order: smaller weight, or equal weight and
- * higher position (ties go to the lower position). */
-static int ranks_below(const top_entry *a, const top_entry *b)
-{
-    return a->w < b->w || (a->w == b->w && a->pos > b->pos);
-}
-
-static void sift_down(top_entry *h, size_t n, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && ranks_below(&h[l], &h[m]))
-            m = l;
-        if (r < n && ranks_below(&h[r], &h[m]))
-            m = r;
-        if (m == i)
-            return;
-        top_entry tmp = h[i];
-        h[i] = h[m];
-        h[m] = tmp;
-        i = m;
-    }
-}
-
-/* Marks in_top[i] |= bit for the top-min(k, t) keys of row over [0, t) and
- * stores them in heap[0 .. *n). A min-heap on ranks_below keeps the weakest
- * kept entry at the root; keys arrive in ascending position, so a newcomer
- * with a weight equal to the root's ranks below it and is skipped. */
-static void top_k(const double *row, size_t t, size_t k, top_entry *heap, size_t *n,
+/* Marks in_top[i] |= bit for the top-min(k, t) keys of row over [0, t)
+ * (ties to the lower position) and stores them in heap[0 .. *n). */
+static void top_k(const double *row, size_t t, size_t k, kve__top_entry *heap, size_t *n,
                   unsigned char *in_top, unsigned char bit)
 {
-    size_t m = 0;
-    for (size_t i = 0; i < t; i++) {
-        top_entry e = {row[i], (int32_t)i};
-        if (m < k) {
-            heap[m] = e;
-            m++;
-            if (m == k)
-                for (size_t j = k / 2; j-- > 0;)
-                    sift_down(heap, m, j);
-        } else if (e.w > heap[0].w) {
-            heap[0] = e;
-            sift_down(heap, m, 0);
-        }
-    }
-    for (size_t j = 0; j < m; j++)
+    *n = kve__top_k(row, t, k, heap);
+    for (size_t j = 0; j < *n; j++)
         in_top[heap[j].pos] |= bit;
-    *n = m;
 }
 
 static void free_jobs(job_state *js, size_t n)
@@ -149,9 +112,23 @@ static void free_jobs(job_state *js, size_t n)
     kve__free(js);
 }
 
-/* Builds job i's policy with its budget override. The message of a refusal
- * names the job and its spec. */
-static kve_status build_job(const kve_eval_job *job, size_t i, uint64_t seed, job_state *js)
+/* Whether the policy of canonical spec `spec` reads keys. */
+static int spec_reads_keys(const char *spec)
+{
+    char name[KVE_NAME_MAX];
+    const char *params;
+    if (kve__spec_split(spec, name, &params) != KVE_OK)
+        return 0;
+    for (size_t t = 0; t < kve_policy_type_count(); t++)
+        if (strcmp(kve_policy_type_name(t), name) == 0)
+            return (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
+    return 0;
+}
+
+/* Builds job i's policy with its budget override, for keys of key_dim
+ * floats. The message of a refusal names the job and its spec. */
+static kve_status build_job(const kve_eval_job *job, size_t i, uint64_t seed, size_t key_dim,
+                            job_state *js)
 {
     char spec[KVE_SPEC_MAX];
     char value[32];
@@ -160,10 +137,15 @@ static kve_status build_job(const kve_eval_job *job, size_t i, uint64_t seed, jo
     snprintf(value, sizeof value, "%zu", job->budget);
     kve_status st = kve_spec_with(job->spec, job->budget ? "budget" : NULL,
                                   job->budget ? value : NULL, spec, sizeof spec);
+    if (st == KVE_OK && spec_reads_keys(spec) && key_dim == 0)
+        return kve__fail(KVE_EINVAL, "job %zu (\"%.60s\"): the policy reads keys, but the trace "
+                         "has none (a q/K trace has: qk:PATH)", i, job->spec);
     if (st == KVE_OK) {
         kve_rng rng;
         kve_rng_seed(&rng, seed);
-        st = kve_policy_new(spec, &rng, &js->policy);
+        kve_policy_options o = kve_policy_default_options();
+        o.key_dim = key_dim;
+        st = kve_policy_new_ex(spec, &rng, &o, &js->policy);
     }
     if (st != KVE_OK) {
         char why[256];
@@ -171,6 +153,7 @@ static kve_status build_job(const kve_eval_job *job, size_t i, uint64_t seed, jo
         return kve__fail(st, "job %zu (\"%.60s\"): %s", i, job->spec, why);
     }
     js->budget = kve_policy_budget(js->policy);
+    js->reads_keys = (kve_policy_reads(js->policy) & KVE_READS_KEYS) != 0;
     js->min_mass = 1.0;
     return KVE_OK;
 }
@@ -178,9 +161,9 @@ static kve_status build_job(const kve_eval_job *job, size_t i, uint64_t seed, jo
 /* One step of one job on row p_t: metrics, renormalised attention, step,
  * evict. Returns the policy's status (non-OK only on a broken invariant or
  * KVE_ENOMEM from a policy that grows). */
-static kve_status run_step(job_state *js, size_t job, const double *row, size_t t, size_t k,
-                           const unsigned char *in_top, float *attn, int32_t *victims,
-                           size_t victims_cap, size_t *n_victims)
+static kve_status run_step(job_state *js, size_t job, const double *row, const float *key,
+                           size_t t, size_t k, const unsigned char *in_top, float *attn,
+                           int32_t *victims, size_t victims_cap, size_t *n_victims)
 {
     kve_policy *p = js->policy;
     size_t n = kve_policy_size(p);
@@ -211,7 +194,7 @@ static kve_status run_step(job_state *js, size_t job, const double *row, size_t 
     if (attn_hook)
         attn_hook(attn_hook_user, job, (int32_t)t, pos, a, n);
     uint64_t t0 = now_ns();
-    kve_status st = kve_policy_step(p, (int32_t)t, a, n);
+    kve_status st = kve_policy_step_keys(p, (int32_t)t, a, n, js->reads_keys ? key : NULL);
     if (st == KVE_OK)
         st = kve_policy_evict(p, js->budget, victims, victims_cap, n_victims);
     js->ns += now_ns() - t0;
@@ -256,6 +239,7 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
                          heads);
     size_t T = kve_trace_steps(tr);
     size_t k = o.topk;
+    size_t key_dim = kve_trace_key_dim(tr);
     /* The top-k set of row t has min(k, t) < T members. */
     size_t heap_cap = k < T ? k : T;
 
@@ -266,7 +250,7 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
     size_t built = 0;
     size_t max_budget = 0;
     for (; built < n_jobs; built++) {
-        if ((st = build_job(&jobs[built], built, o.seed, &js[built])) != KVE_OK)
+        if ((st = build_job(&jobs[built], built, o.seed, key_dim, &js[built])) != KVE_OK)
             break;
         if (js[built].budget > max_budget)
             max_budget = js[built].budget;
@@ -280,16 +264,19 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
     float *attn = kve__malloc(T * sizeof *attn);
     unsigned char *in_top = kve__calloc(T, 1);
     int32_t *victims = kve__malloc(victims_cap * sizeof *victims);
-    top_entry *heap_k = k == TOP_32 ? NULL : kve__malloc(heap_cap * sizeof *heap_k);
-    if (!row || !attn || !in_top || !victims || (k != TOP_32 && !heap_k)) {
+    kve__top_entry *heap_k = k == TOP_32 ? NULL : kve__malloc(heap_cap * sizeof *heap_k);
+    float *key = key_dim ? kve__malloc(key_dim * sizeof *key) : NULL;
+    if (!row || !attn || !in_top || !victims || (k != TOP_32 && !heap_k) || (key_dim && !key)) {
         st = kve__fail(KVE_ENOMEM, "out of memory for the evaluation buffers (T = %zu)", T);
         goto done;
     }
 
-    top_entry heap[TOP_32];
+    kve__top_entry heap[TOP_32];
     int stop = 0;
     for (size_t t = 0; t < T && !stop; t++) {
         if ((st = kve_trace_row(tr, head, t, row)) != KVE_OK)
+            goto done;
+        if (key && (st = kve_trace_key(tr, head, t, key)) != KVE_OK)
             goto done;
         size_t n_top = 0, n_top_k = 0;
         if (k == TOP_32) {
@@ -300,7 +287,7 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
         }
         for (size_t j = 0; j < n_jobs; j++) {
             size_t nv = 0;
-            st = run_step(&js[j], j, row, t, k, in_top, attn, victims, victims_cap, &nv);
+            st = run_step(&js[j], j, row, key, t, k, in_top, attn, victims, victims_cap, &nv);
             if (st != KVE_OK) {
                 char why[256];
                 snprintf(why, sizeof why, "%s", kve_last_error());
@@ -349,6 +336,7 @@ done:
     kve__free(in_top);
     kve__free(victims);
     kve__free(heap_k);
+    kve__free(key);
     free_jobs(js, n_jobs);
     return st;
 }

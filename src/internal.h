@@ -74,6 +74,18 @@ void kve__free(void *ptr);
  * Returns the number of allocations made since the last call. */
 size_t kve__alloc_fail_after(size_t k);
 
+/* ---- top-k selection (topk.c) ---- */
+
+typedef struct kve__top_entry {
+    double w;
+    int32_t pos;
+} kve__top_entry;
+
+/* The min(k, m) entries of highest score among score[0 .. m) (entry i at
+ * position i), ties to the lower position, into heap[0 .. return) in heap
+ * order (not sorted). heap holds min(k, m) entries. O(m log k). */
+size_t kve__top_k(const double *score, size_t m, size_t k, kve__top_entry *heap);
+
 /* ---- specs (spec.c) ---- */
 
 /* The grammar is documented in kvevict.h. A param def binds one key to a

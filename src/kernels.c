@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels.c - the whole-row kernels every policy shares, dispatched on the
- * instruction set: validating an attention input, and the argmin of a score
- * column (closing its hole on the way).
+ * instruction set: validating an attention input, the argmin of a score
+ * column (closing its hole on the way), and validating a key and taking its
+ * norm.
  *
  * Invariants: each instruction set's version returns exactly what the scalar
  * one does (simd.h); validation only reads, and once a pass has said that a
@@ -66,6 +67,57 @@ bool kve__rows_invalid(const kve_rows *in, size_t n, size_t *q, size_t *i)
     *q = in->group;
     *i = k;
     return true;
+}
+
+/* ---- keys ---- */
+
+/* Branch-free: an entry is NaN or infinite exactly when its bits without
+ * the sign exceed 0x7f7fffff (the largest finite). */
+KVE_ALWAYS_INLINE bool key_bad(const float *k, size_t d)
+{
+    uint32_t umax = 0;
+    for (size_t i = 0; i < d; i++) {
+        uint32_t u;
+        memcpy(&u, &k[i], sizeof u);
+        u &= 0x7fffffffu;
+        umax = u > umax ? u : umax;
+    }
+    return umax > 0x7f7fffffu;
+}
+
+KVE_ALWAYS_INLINE double key_norm(const float *k, size_t d)
+{
+    double acc[KVE_KEY_LANES] = {0};
+    size_t i = 0;
+    for (; i + KVE_KEY_LANES <= d; i += KVE_KEY_LANES)
+        for (size_t j = 0; j < KVE_KEY_LANES; j++)
+            acc[j] += (double)k[i + j] * (double)k[i + j];
+    for (size_t j = 0; i < d; i++, j++)
+        acc[j] += (double)k[i] * (double)k[i];
+    for (size_t w = KVE_KEY_LANES / 2; w; w /= 2)
+        for (size_t j = 0; j < w; j++)
+            acc[j] += acc[j + w];
+    return sqrt(acc[0]);
+}
+
+KVE_PER_ISA(key_bad, bool, (const float *k, size_t d), key_bad(k, d), key_bad(k, d),
+            key_bad(k, d))
+KVE_PER_ISA(key_norm, double, (const float *k, size_t d), key_norm(k, d), key_norm(k, d),
+            key_norm(k, d))
+
+size_t kve__key_invalid(const float *k, size_t d)
+{
+    if (!key_bad_isa[kve__isa()](k, d))
+        return d;
+    size_t i = 0;
+    while (k[i] - k[i] == 0.0f)
+        i++;
+    return i;
+}
+
+double kve__key_norm(const float *k, size_t d)
+{
+    return key_norm_isa[kve__isa()](k, d);
 }
 
 /* ---- argmin ---- */

@@ -133,4 +133,18 @@ bool kve__rows_invalid(const kve_rows *in, size_t n, size_t *q, size_t *i);
  * KVE_NONE for limit 0. limit <= n. */
 size_t kve__shift_argmin(double *score, size_t n, size_t gap, size_t limit);
 
+/* ---- keys (kernels.c), dispatched on kve__isa() ---- */
+
+/* The index of the first NaN or infinite entry of k[0 .. d), d if none. */
+size_t kve__key_invalid(const float *k, size_t d);
+
+/* Partial sums of the key kernels: index j goes to sum j mod KVE_KEY_LANES,
+ * and the sums are added pairwise at the end (lane j += lane j + w, for w =
+ * 4, 2, 1), so a vectorised path adds exactly what the scalar one does. */
+enum { KVE_KEY_LANES = 8 };
+
+/* ||k||: the square root (double) of the sum of (double)k_j * (double)k_j
+ * over j < d in KVE_KEY_LANES partial sums. */
+double kve__key_norm(const float *k, size_t d);
+
 #endif /* KVE_KERNELS_H */

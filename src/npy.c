@@ -46,8 +46,7 @@ enum {
     QUOTE = 24 /* characters of header text quoted in a message */
 };
 
-/* The system's reason for errno `err`, thread-safely (XSI strerror_r). */
-static const char *reason(int err, char *buf, size_t cap)
+const char *kve__reason(int err, char *buf, size_t cap)
 {
     if (strerror_r(err, buf, cap) != 0)
         snprintf(buf, cap, "error %d", err);
@@ -85,7 +84,7 @@ static void store_le(unsigned char *p, uint64_t v, size_t n)
         p[i] = (unsigned char)(v & 0xffu);
 }
 
-static double decode(const unsigned char *p, size_t itemsize)
+double kve__npy_decode(const unsigned char *p, size_t itemsize)
 {
     if (itemsize == 4) {
         uint32_t bits = (uint32_t)load_le(p, 4);
@@ -101,12 +100,7 @@ static double decode(const unsigned char *p, size_t itemsize)
 
 /* ---- header parsing ---- */
 
-typedef struct header {
-    int have_descr, have_order, have_shape;
-    size_t itemsize;
-    size_t ndim;
-    uint64_t dims[NDIM_MAX];
-} header;
+typedef kve__npy_header header;
 
 typedef struct cursor {
     const char *s;
@@ -339,21 +333,20 @@ static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
     return 1;
 }
 
-/* Reads n bytes at `offset`; KVE_EIO with a message on failure. */
-static kve_status read_at(FILE *f, const char *path, uint64_t offset, void *buf, size_t n,
-                          const char *what)
+kve_status kve__npy_read_at(FILE *f, const char *path, uint64_t offset, void *buf, size_t n,
+                            const char *what)
 {
     if (offset > (uint64_t)INT64_MAX || fseeko(f, (off_t)offset, SEEK_SET) != 0) {
         char why[128];
         return kve__fail(KVE_EIO, "%s: cannot seek to the %s (offset %llu): %s", path, what,
-                         (unsigned long long)offset, reason(errno, why, sizeof why));
+                         (unsigned long long)offset, kve__reason(errno, why, sizeof why));
     }
     /* Sizes were checked against the file first, so a short read means the
      * file shrank or failed underneath us: an I/O error either way. */
     if (n && fread(buf, 1, n, f) != n) {
         char why[128];
         return kve__fail(KVE_EIO, "%s: %s while reading the %s", path,
-                         ferror(f) ? reason(errno, why, sizeof why) : "unexpected end of file",
+                         ferror(f) ? kve__reason(errno, why, sizeof why) : "unexpected end of file",
                          what);
     }
     return KVE_OK;
@@ -366,11 +359,11 @@ static kve_status read_row(kve_npy *n, size_t h, size_t t, double *row)
     uint64_t T = n->steps;
     uint64_t offset = n->data_offset + (((uint64_t)h * T + t) * T) * n->itemsize;
     size_t bytes = (t + 1) * n->itemsize;
-    kve_status st = read_at(n->f, n->path, offset, n->raw, bytes, "trace data");
+    kve_status st = kve__npy_read_at(n->f, n->path, offset, n->raw, bytes, "trace data");
     if (st != KVE_OK)
         return st;
     for (size_t i = 0; i <= t; i++)
-        row[i] = decode(n->raw + i * n->itemsize, n->itemsize);
+        row[i] = kve__npy_decode(n->raw + i * n->itemsize, n->itemsize);
     return KVE_OK;
 }
 
@@ -435,15 +428,16 @@ static kve_status validate(kve_npy *n, double *row, kve_progress_fn progress, vo
     return KVE_OK;
 }
 
-/* Parses the preamble and header of the open file f of `size` bytes. */
-static kve_status read_header(FILE *f, const char *path, uint64_t size, header *h,
-                              uint64_t *data_offset)
+kve_status kve__npy_read_header(FILE *f, const char *path, uint64_t at, uint64_t size, header *h,
+                                uint64_t *data_offset)
 {
     unsigned char pre[12];
-    if (size < 10)
-        return kve__fail(KVE_EFORMAT, "%s: %llu bytes is too short for a .npy file", path,
-                         (unsigned long long)size);
-    kve_status st = read_at(f, path, 0, pre, 10, "preamble");
+    if (at > size || size - at < 10)
+        return kve__fail(KVE_EFORMAT, "%s: %llu bytes is too short for a .npy %s", path,
+                         (unsigned long long)(size - (at < size ? at : size)),
+                         at ? "array" : "file");
+    size -= at; /* from here on, sizes and offsets count from `at` */
+    kve_status st = kve__npy_read_at(f, path, at, pre, 10, "preamble");
     if (st != KVE_OK)
         return st;
     if (memcmp(pre, MAGIC, MAGIC_LEN) != 0)
@@ -455,7 +449,7 @@ static kve_status read_header(FILE *f, const char *path, uint64_t size, header *
     size_t pre_len = major == 1 ? 10 : 12;
     if (size < pre_len)
         return kve__fail(KVE_EFORMAT, "%s: truncated .npy preamble", path);
-    if (major > 1 && (st = read_at(f, path, 10, pre + 10, 2, "preamble")) != KVE_OK)
+    if (major > 1 && (st = kve__npy_read_at(f, path, at + 10, pre + 10, 2, "preamble")) != KVE_OK)
         return st;
     uint64_t hlen = load_le(pre + 8, major == 1 ? 2 : 4);
     if (hlen > HEADER_MAX)
@@ -468,13 +462,13 @@ static kve_status read_header(FILE *f, const char *path, uint64_t size, header *
     char *text = kve__malloc((size_t)hlen + 1);
     if (!text)
         return kve__fail(KVE_ENOMEM, "%s: out of memory for the .npy header", path);
-    st = read_at(f, path, pre_len, text, (size_t)hlen, "header");
+    st = kve__npy_read_at(f, path, at + pre_len, text, (size_t)hlen, "header");
     if (st == KVE_OK) {
         text[hlen] = '\0';
         st = parse_header(text, (size_t)hlen, path, h);
     }
     kve__free(text);
-    *data_offset = pre_len + hlen;
+    *data_offset = at + pre_len + hlen;
     return st;
 }
 
@@ -520,6 +514,28 @@ static kve_status check_shape(const header *h, const char *path, uint64_t size,
     return KVE_OK;
 }
 
+kve_status kve__npy_open_file(const char *path, FILE **f, uint64_t *size)
+{
+    char why[128];
+    FILE *in = fopen(path, "rb");
+    if (!in)
+        return kve__fail(KVE_EIO, "%s: cannot open for reading: %s", path,
+                         kve__reason(errno, why, sizeof why));
+    struct stat sb;
+    kve_status st = KVE_OK;
+    if (fstat(fileno(in), &sb) != 0)
+        st = kve__fail(KVE_EIO, "%s: cannot stat: %s", path, kve__reason(errno, why, sizeof why));
+    else if (!S_ISREG(sb.st_mode))
+        st = kve__fail(KVE_EIO, "%s: not a regular file", path);
+    if (st != KVE_OK) {
+        fclose(in);
+        return st;
+    }
+    *f = in;
+    *size = (uint64_t)sb.st_size;
+    return KVE_OK;
+}
+
 static void npy_free(void *impl)
 {
     kve_npy *n = impl;
@@ -534,7 +550,6 @@ static void npy_free(void *impl)
 static kve_status npy_open(const char *path, unsigned flags, kve_progress_fn progress, void *user,
                            kve_trace *tr)
 {
-    char why[128];
     size_t plen = strlen(path);
     char *source = kve__malloc(plen + 1);
     kve_npy *n = kve__calloc(1, sizeof *n);
@@ -547,26 +562,13 @@ static kve_status npy_open(const char *path, unsigned flags, kve_progress_fn pro
     n->path = source;
     n->flags = flags;
     double *row = NULL;
-    kve_status st = KVE_OK;
-    n->f = fopen(path, "rb");
-    if (!n->f) {
-        st = kve__fail(KVE_EIO, "%s: cannot open for reading: %s", path,
-                       reason(errno, why, sizeof why));
+    uint64_t size = 0;
+    kve_status st = kve__npy_open_file(path, &n->f, &size);
+    if (st != KVE_OK)
         goto fail;
-    }
-    struct stat sb;
-    if (fstat(fileno(n->f), &sb) != 0) {
-        st = kve__fail(KVE_EIO, "%s: cannot stat: %s", path, reason(errno, why, sizeof why));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = kve__fail(KVE_EIO, "%s: not a regular file", path);
-        goto fail;
-    }
-    uint64_t size = (uint64_t)sb.st_size;
     header h;
     uint64_t data_offset = 0;
-    if ((st = read_header(n->f, path, size, &h, &data_offset)) != KVE_OK)
+    if ((st = kve__npy_read_header(n->f, path, 0, size, &h, &data_offset)) != KVE_OK)
         goto fail;
     if ((st = check_shape(&h, path, size, data_offset, n)) != KVE_OK)
         goto fail;
@@ -661,7 +663,7 @@ kve_status kve__npy_write_file(kve_trace *tr, size_t head, FILE *f, kve_progress
     memset(out + 10 + hn, ' ', padded - 10 - hn - 1);
     out[padded - 1] = '\n';
     if (fwrite(out, 1, padded, f) != padded) {
-        st = kve__fail(KVE_EIO, "write error: %s", reason(errno, why, sizeof why));
+        st = kve__fail(KVE_EIO, "write error: %s", kve__reason(errno, why, sizeof why));
         goto done;
     }
     for (size_t t = 0; t < T; t++) {
@@ -680,7 +682,7 @@ kve_status kve__npy_write_file(kve_trace *tr, size_t head, FILE *f, kve_progress
         }
         if (fwrite(out, 4, T, f) != T) {
             st = kve__fail(KVE_EIO, "write error at row %zu: %s", t,
-                           reason(errno, why, sizeof why));
+                           kve__reason(errno, why, sizeof why));
             goto done;
         }
         if (progress && progress(user, t + 1, T)) {
@@ -716,14 +718,14 @@ kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path)
     int fd = mkstemp(tmp);
     if (fd < 0) {
         st = kve__fail(KVE_EIO, "%s: cannot create a temporary file beside it: %s", path,
-                       reason(errno, why, sizeof why));
+                       kve__reason(errno, why, sizeof why));
         goto done;
     }
     (void)fchmod(fd, 0644);
     FILE *f = fdopen(fd, "wb");
     if (!f) {
         st = kve__fail(KVE_EIO, "%s: cannot open the temporary file: %s", path,
-                       reason(errno, why, sizeof why));
+                       kve__reason(errno, why, sizeof why));
         close(fd);
         goto unlink_tmp;
     }
@@ -737,12 +739,12 @@ kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path)
     }
     if (fclose(f) != 0) {
         st = kve__fail(KVE_EIO, "%s: error closing the written file: %s", path,
-                       reason(errno, why, sizeof why));
+                       kve__reason(errno, why, sizeof why));
         goto unlink_tmp;
     }
     if (rename(tmp, path) != 0) {
         st = kve__fail(KVE_EIO, "%s: cannot rename the temporary file into place: %s", path,
-                       reason(errno, why, sizeof why));
+                       kve__reason(errno, why, sizeof why));
         goto unlink_tmp;
     }
     goto done;

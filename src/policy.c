@@ -13,10 +13,11 @@
  */
 #include "policy_impl.h"
 
-kve_status kve_policy_new(const char *spec, kve_rng *rng, kve_policy **out)
+kve_status kve_policy_new_ex(const char *spec, kve_rng *rng, const kve_policy_options *options,
+                            kve_policy **out)
 {
     kve_config c;
-    kve_status st = kve__config_new(spec, rng, out, &c);
+    kve_status st = kve__config_new(spec, rng, options, out, &c);
     if (st != KVE_OK)
         return st;
     kve_policy *p = kve__malloc(sizeof *p);
@@ -32,6 +33,11 @@ kve_status kve_policy_new(const char *spec, kve_rng *rng, kve_policy **out)
     return KVE_OK;
 }
 
+kve_status kve_policy_new(const char *spec, kve_rng *rng, kve_policy **out)
+{
+    return kve_policy_new_ex(spec, rng, NULL, out);
+}
+
 void kve_policy_free(kve_policy *p)
 {
     if (!p)
@@ -40,11 +46,18 @@ void kve_policy_free(kve_policy *p)
     kve__free(p);
 }
 
-kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n)
+kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float *attn, size_t n,
+                                const float *key)
 {
     if (!p)
         return kve__fail(KVE_EINVAL, "policy is NULL");
-    return kve__bank_step(&p->bank, 0, 1, pos, attn, n, 1, KVE_REDUCE_MEAN);
+    return kve__bank_step(&p->bank, 0, 1, pos, attn, n, 1, KVE_REDUCE_MEAN, key,
+                          p->bank.cfg.key_dim);
+}
+
+kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n)
+{
+    return kve_policy_step_keys(p, pos, attn, n, NULL);
 }
 
 kve_status kve_policy_evict(kve_policy *p, size_t budget, int32_t *victims, size_t cap,
@@ -83,4 +96,14 @@ const char *kve_policy_name(const kve_policy *p)
 size_t kve_policy_budget(const kve_policy *p)
 {
     return p ? p->bank.cfg.params.budget : 0;
+}
+
+unsigned kve_policy_reads(const kve_policy *p)
+{
+    return kve_bank_reads(p ? &p->bank : NULL);
+}
+
+size_t kve_policy_key_dim(const kve_policy *p)
+{
+    return kve_bank_key_dim(p ? &p->bank : NULL);
 }

@@ -25,8 +25,10 @@
  *   pos     int32_t   kept positions, ascending
  *   score   double    eviction key of the scored family (lowest goes first)
  *   mark    uint8_t   eviction scratch: 1 = chosen as a victim
- *   extra0  extra1    policy-owned (sums, births, vote histories)
- * Columns a policy does not use have elem 0 and cost nothing.
+ *   extra0  extra1    policy-owned (sums, births, vote histories, unit keys)
+ * Columns a policy does not use have elem 0 and cost nothing. A policy may
+ * also own aux_bytes of scratch per head (keydiff's sum of unit keys), one
+ * slab for every head, allocated with the bank and never moved.
  *
  * Lazy compaction. Removing a single victim at index g closes the hole in
  * pos at once (positions stay a plain array for kve_*_positions) but leaves
@@ -85,15 +87,18 @@ typedef size_t (*kve_observe_fn)(const kve_config *c, kve_head *h, const kve_row
 #define KVE_OBSERVE_TABLE(P) {P##_observe_kv1, P##_observe_kv1, P##_observe_kv1}
 #endif
 
-/* Everything parsed from the spec; shared by every head of a bank. */
+/* Everything parsed from the spec, and the construction options; shared by
+ * every head of a bank. */
 struct kve_config {
     const kve_policy_type *type;
     kve_params params;
     char spec[KVE_SPEC_MAX]; /* canonical spec */
+    size_t key_dim;          /* d: floats of every key a step carries; 0 = none */
     size_t elem[KVE_NCOLS];  /* bytes per slot of each column; 0 = not stored */
     size_t slot_bytes;       /* sum of elem[] */
+    size_t aux_bytes;        /* per-head scratch of the policy; 0 = none */
     size_t cap0;             /* S0: slots per head at construction */
-    const kve_observe_fn *observe; /* (KVE_ISA_COUNT) the score rule; NULL if unscored */
+    const kve_observe_fn *observe; /* (KVE_ISA_COUNT) the attention rule; NULL if it reads none */
 };
 
 /* The state of one head. A kve_head is about 150 bytes; per-slot state lives
@@ -109,6 +114,7 @@ struct kve_head {
     void *spare;          /* a block allocated for growth, not yet committed */
     uint64_t observed;    /* number of informative (non-NULL) steps so far */
     kve_rng rng;          /* private generator, policies that draw only */
+    void *aux;            /* (aux_bytes) the policy's per-head scratch, or NULL */
     int32_t last_pos;
     bool any_pos;         /* a position has been admitted; last_pos is meaningful */
 };
@@ -118,6 +124,7 @@ struct kve_bank {
     size_t n_heads;
     bool is_policy;           /* a kve_policy: messages do not name the head */
     void *slab[KVE_NCOLS];    /* (H, S0) slots per column, NULL once every head left */
+    void *aux;                /* (H, aux_bytes) per-head scratch, or NULL */
     atomic_size_t slab_users; /* heads whose columns still live in the slabs */
     kve_head *heads;          /* (H), in the same allocation as the bank */
 };
@@ -131,9 +138,14 @@ struct kve_policy {
 enum {
     KVE_TYPE_SCORED = 1u,      /* has score and mark columns, observe and select */
     KVE_TYPE_MARKED = 2u,      /* has a mark column (evicts via select) */
-    KVE_TYPE_NEEDS_RNG = 4u,   /* refuses a NULL rng */
-    KVE_TYPE_NEVER_EVICTS = 8u /* evict always reports 0 victims */
+    KVE_TYPE_NEEDS_RNG = 4u,    /* refuses a NULL rng */
+    KVE_TYPE_NEVER_EVICTS = 8u, /* evict always reports 0 victims */
+    KVE_TYPE_READS_KEYS = 16u,  /* scored from keys (step_keys), not attention */
+    KVE_TYPE_ATTN_SCORE = 32u   /* the score is attention received: prefill seeds it */
 };
+
+/* KVE_READS_* of a type (kvevict.h). */
+unsigned kve__type_reads(const kve_policy_type *t);
 
 struct kve_policy_type {
     const char *name;
@@ -151,6 +163,15 @@ struct kve_policy_type {
      * default; init may choose another rule). Empty for the policies that do
      * not read attention. */
     kve_observe_fn observe[KVE_ISA_COUNT];
+
+    /* The step of a policy that reads keys (KVE_TYPE_READS_KEYS), called
+     * before position n = h->size is admitted, with its key (key_dim floats,
+     * validated: finite): closes h's gap, writes slot n's score and policy
+     * columns, updates the other scores as the rule says, and returns the
+     * lowest index of the lowest score among [0, limit), limit <= n + 1 (the
+     * newcomer is slot n), KVE_NONE when limit is 0. */
+    size_t (*step_keys)(const kve_config *c, kve_head *h, const float *key, size_t limit,
+                        kve_isa isa);
 
     /* Initial per-slot state of the position just stored at index i (pos,
      * score = 0 and mark = 0 are already set). NULL: nothing more. */
@@ -196,12 +217,16 @@ KVE_ALWAYS_INLINE void kve__score_prep(kve_score_ctx *x, const kve_config *c, kv
 const kve_policy_type *kve__policy_type_find(const char *name);
 
 /* Configuration (config.c): parses `spec` (with `key` set to `value` when key
- * is not NULL) into *c, runs the type's checks and sets the column layout. */
+ * is not NULL) into *c for keys of key_dim floats, runs the type's checks and
+ * sets the column layout. */
 kve_status kve__config_parse(const char *spec, const char *key, const char *value,
-                             kve_config *c);
+                             size_t key_dim, kve_config *c);
 /* What every constructor checks first: `out` (the caller's out argument) is
- * not NULL, the spec parses, and a policy that draws has a generator. */
-kve_status kve__config_new(const char *spec, const kve_rng *rng, const void *out, kve_config *c);
+ * not NULL, the options are valid (NULL: the defaults), the spec parses, a
+ * policy that draws has a generator and one that reads keys has a key
+ * dimension. */
+kve_status kve__config_new(const char *spec, const kve_rng *rng,
+                           const kve_policy_options *options, const void *out, kve_config *c);
 
 /* Banks (bank.c). kve__bank_init builds b (already allocated, with `heads`
  * storage for n_heads) from a parsed config: slabs, heads, generators. On
@@ -213,7 +238,8 @@ void kve__bank_release(kve_bank *b);
 /* The checked halves of a step and an evict on heads [first, first + count),
  * shared by the bank and policy APIs once their own arguments are checked. */
 kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
-                          const float *attn, size_t ld, size_t group, kve_reduce reduce);
+                          const float *attn, size_t ld, size_t group, kve_reduce reduce,
+                          const float *keys, size_t ld_keys);
 kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budget,
                            int32_t *victims, size_t ld_victims, size_t *counts,
                            const char *ld_name);
@@ -244,5 +270,7 @@ extern const kve_policy_type kve__scissorhands_type;
 extern const kve_policy_type kve__tova_type;
 extern const kve_policy_type kve__h2o_decay_type;
 extern const kve_policy_type kve__h2o_mean_type;
+extern const kve_policy_type kve__knorm_type;
+extern const kve_policy_type kve__keydiff_type;
 
 #endif /* KVE_POLICY_IMPL_H */

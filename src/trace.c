@@ -17,6 +17,7 @@
 /* The sources in the order they are tried; the fallback (prefix NULL) last. */
 static const kve_trace_source_type *const sources[] = {
     &kve__canonical_source,
+    &kve__qk_source,
     &kve__npy_source,
 };
 enum { N_SOURCES = sizeof sources / sizeof sources[0] };
@@ -90,6 +91,11 @@ const char *kve_trace_source(const kve_trace *tr)
     return tr ? tr->source : NULL;
 }
 
+size_t kve_trace_key_dim(const kve_trace *tr)
+{
+    return tr ? tr->key_dim : 0;
+}
+
 uint64_t kve_trace_npy_bytes(const kve_trace *tr)
 {
     return tr ? kve__npy_bytes(tr->steps) : 0;
@@ -103,19 +109,36 @@ static kve_status check_head(const kve_trace *tr, size_t head)
     return KVE_OK;
 }
 
-kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row)
+/* The checks of a read at (head, t) into `out`, named `what`. */
+static kve_status check_read(const kve_trace *tr, size_t head, size_t t, const void *out,
+                             const char *what)
 {
     if (!tr)
         return kve__fail(KVE_EINVAL, "trace is NULL");
-    if (!row)
-        return kve__fail(KVE_EINVAL, "row is NULL");
+    if (!out)
+        return kve__fail(KVE_EINVAL, "%s is NULL", what);
     kve_status st = check_head(tr, head);
     if (st != KVE_OK)
         return st;
     if (t >= tr->steps)
         return kve__fail(KVE_EINVAL, "step %zu is out of range (the trace has %zu steps)", t,
                          tr->steps);
-    return tr->type->row(tr->impl, head, t, row);
+    return KVE_OK;
+}
+
+kve_status kve_trace_row(kve_trace *tr, size_t head, size_t t, double *row)
+{
+    kve_status st = check_read(tr, head, t, row, "row");
+    return st == KVE_OK ? tr->type->row(tr->impl, head, t, row) : st;
+}
+
+kve_status kve_trace_key(kve_trace *tr, size_t head, size_t t, float *key)
+{
+    kve_status st = check_read(tr, head, t, key, "key");
+    if (st == KVE_OK && !tr->key_dim)
+        st = kve__fail(KVE_EINVAL, "trace %s has no keys (a q/K trace has: qk:PATH)",
+                       tr->source);
+    return st == KVE_OK ? tr->type->key(tr->impl, head, t, key) : st;
 }
 
 kve_status kve_trace_write_npy_file(kve_trace *tr, size_t head, FILE *f,

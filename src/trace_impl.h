@@ -3,7 +3,8 @@
  * trace_impl.h - the kve_trace object and the table of trace sources behind
  * it, shared by trace.c (public entry points, dispatch), the sources
  * (trace_canonical.c: the synthetic generator; npy.c: the .npy reader) and
- * the .npy writer (npy.c). Nothing outside those files sees it.
+ * the .npy writer (npy.c), and the q/K reader (trace_qk.c). Nothing outside
+ * those files sees it.
  *
  * A source is one kve_trace_source_type (prefix, open, row, free), in the
  * manner of the policies' function tables: a new source (a q/K trace, a
@@ -17,7 +18,8 @@
  *    by the trace and released by type->free.
  *  - A row function is called with head < heads and t < steps already
  *    checked; it writes row[0 .. t] and nothing else.
- * Memory: O(steps) per trace whatever the source (never a T x T matrix).
+ * Memory: O(steps) per trace (a q/K trace: O(steps * d)), whatever the
+ * source: never a T x T matrix.
  */
 #ifndef KVE_TRACE_IMPL_H
 #define KVE_TRACE_IMPL_H
@@ -36,8 +38,11 @@ typedef struct kve_trace_source_type {
      * open. */
     kve_status (*open)(const char *arg, unsigned flags, kve_progress_fn progress, void *user,
                        kve_trace *tr);
-    /* Row t of head `head` into row[0 .. t]. O(t). */
+    /* Row t of head `head` into row[0 .. t]. O(t) (a q/K trace: O(t d)). */
     kve_status (*row)(void *impl, size_t head, size_t t, double *row);
+    /* The key of position t of head `head` into key[0 .. key_dim); NULL for
+     * a source without keys (key_dim 0). */
+    kve_status (*key)(void *impl, size_t head, size_t t, float *key);
     /* Releases impl. NULL is a no-op. */
     void (*free)(void *impl);
 } kve_trace_source_type;
@@ -48,12 +53,42 @@ struct kve_trace {
     size_t steps;  /* T */
     size_t heads;  /* L * H */
     size_t layers; /* L */
+    size_t key_dim; /* d of the keys (kve_trace_key); 0: the source has none */
     char *source;  /* canonical spec or path */
 };
 
 /* The sources, one per file. */
 extern const kve_trace_source_type kve__canonical_source; /* trace_canonical.c */
+extern const kve_trace_source_type kve__qk_source;        /* trace_qk.c */
 extern const kve_trace_source_type kve__npy_source;       /* npy.c */
+
+/* ---- the .npy reading both file sources share (npy.c) ---- */
+
+/* A parsed .npy header: dtype (itemsize 4: '<f4', 8: '<f8'), C order, and a
+ * shape of 1 to 4 dimensions (each checked only against overflow). */
+typedef struct kve__npy_header {
+    int have_descr, have_order, have_shape;
+    size_t itemsize;
+    size_t ndim;
+    uint64_t dims[4];
+} kve__npy_header;
+
+/* Parses the preamble and header of the array that starts `at` bytes into
+ * the open file f of `size` bytes; *data_offset is where its data starts
+ * (from the start of the file). KVE_EFORMAT naming `path` and what is
+ * wrong, KVE_EIO, KVE_ENOMEM. */
+kve_status kve__npy_read_header(FILE *f, const char *path, uint64_t at, uint64_t size,
+                                kve__npy_header *h, uint64_t *data_offset);
+/* Opens the regular file at `path` for reading: *f and its *size; KVE_EIO
+ * with the system's reason (or "not a regular file") otherwise. */
+kve_status kve__npy_open_file(const char *path, FILE **f, uint64_t *size);
+/* Reads n bytes at `offset`; KVE_EIO naming `what` on failure. */
+kve_status kve__npy_read_at(FILE *f, const char *path, uint64_t offset, void *buf, size_t n,
+                            const char *what);
+/* The little-endian float32 (itemsize 4) or float64 (8) at p. */
+double kve__npy_decode(const unsigned char *p, size_t itemsize);
+/* The system's reason for errno `err`, thread-safely (XSI strerror_r). */
+const char *kve__reason(int err, char *buf, size_t cap);
 
 /* The .npy writer (npy.c): head `head` of any trace as a [T, T] float32
  * v1.0 .npy, to an open stream. */

@@ -10,7 +10,9 @@
  * angle(i) and the query by angle(t); under cache positions the j-th
  * attended key turns by angle(j) and the query by angle(|K|). The caller
  * also receives (`seen`) each KV head's group-mean weights over K, in the
- * order of K, to drive its policies.
+ * order of K, to drive its policies, and (`key_cb`, when set) each KV
+ * head's new key as attention turns it (rotated at t under original
+ * positions, at its cache index |K| under cache positions), before `seen`.
  */
 #ifndef KVE_LM_REFERENCE_H
 #define KVE_LM_REFERENCE_H
@@ -24,8 +26,12 @@ typedef size_t (*ref_keys_fn)(void *user, int layer, int g, int32_t t, int32_t *
 typedef void (*ref_seen_fn)(void *user, int layer, int g, int32_t t, const int32_t *keys,
                             const double *mean, size_t n);
 
+/* The new key of (layer, g) at t, rotated as attention turns it (S doubles). */
+typedef void (*ref_key_fn)(void *user, int layer, int g, int32_t t, const double *key);
+
 typedef struct ref_state {
     const fx_model *m;
+    ref_key_fn key_cb; /* may be NULL; gets the `user` of ref_step */
     int cache_positions;
     size_t cap;      /* positions it can hold */
     double *kc, *vc; /* (L, cap, G*S) unrotated keys, values */
@@ -37,6 +43,7 @@ static inline void ref_init(ref_state *r, const fx_model *m, int cache_positions
 {
     size_t KD = (size_t)m->kv_heads * (size_t)(m->dim / m->heads);
     r->m = m;
+    r->key_cb = NULL;
     r->cache_positions = cache_positions;
     r->cap = cap;
     r->kc = calloc((size_t)m->layers * cap * KD, sizeof(double));
@@ -115,6 +122,10 @@ static inline void ref_step(ref_state *r, int32_t token, int32_t t, ref_keys_fn 
                 for (size_t i = 0; i < n; i++)
                     r->keys[i] = (int32_t)i;
             r->keys[n] = t; /* the new key attends last */
+            if (r->key_cb) {
+                ref_rotate(kr, k + g * S, r->cache_positions ? (double)n : (double)t, S);
+                r->key_cb(user, l, g, t, kr);
+            }
             for (int rr = 0; rr < R; rr++) {
                 int h = g * R + rr;
                 double qpos = r->cache_positions ? (double)n : (double)t;

@@ -15,11 +15,19 @@
  *       tested elsewhere). `random` draws one kve_rng_next-equivalent output
  *       from *rng (NULL rng: NULL result) to seed its private generator;
  *       the others ignore rng.
+ *   ref_policy *ref_new_keys(const char *spec, kve_rng *rng, size_t dim);
+ *       The same, for steps that carry keys of `dim` floats (ref_new is
+ *       dim 0). A policy that reads keys needs dim >= 1 (NULL otherwise).
  *   void ref_free(ref_policy *r);
  *   int  ref_step(ref_policy *r, int32_t pos, const float *attn, size_t n);
  *       Refuses pos < 0, pos <= the last position, and (attn != NULL) n != size
  *       or a NaN/infinite/negative weight. Otherwise observes attn (NULL: no
  *       information, nothing changes but the admission) and admits pos.
+ *   int  ref_step_keys(ref_policy *r, int32_t pos, const float *attn, size_t n,
+ *                      const float *key);
+ *       ref_step with the key of pos (dim floats, or NULL). Refuses besides:
+ *       a policy that reads keys without one, a key with dim 0, a NaN or
+ *       infinite key entry.
  *   int  ref_evict(ref_policy *r, size_t budget, int32_t *victims, size_t *n);
  *       Refuses budget 0, budget <= recent_window (when recent_window > 0)
  *       and budget <= sinks (when sinks > 0). Otherwise evicts down to
@@ -44,6 +52,13 @@
  *   h2o_decay    score = decay * score + attn per informative step.
  *   h2o_mean     score = sum / (double)count, count = informative steps since
  *                admission; 0 when count is 0.
+ *   knorm        score = -norm(key), norm = sqrt of the sum of squares in
+ *                double, term j added to lane j mod 8, the 8 lanes then added
+ *                as (l + l+4), then (l + l+2), then (l + l+1).
+ *   keydiff      unit u = (float)(key_j / max(norm, 1e-12)); after each
+ *                keyed step, S_j = sum over kept slots (newest included) in
+ *                kept order of (double)u_j, and every slot's score =
+ *                -(u . S) with the products summed in the same 8 lanes.
  *   Scored policies evict by SORTING the unprotected slots by (score, pos)
  *   and taking the first size - budget.
  * Cost: O(n log n) per evict, O(n * 64) per step. Nobody should ship this.
@@ -59,7 +74,7 @@
 #include <string.h>
 
 enum { REF_FULL, REF_WINDOW, REF_STREAMING, REF_RANDOM, REF_H2O, REF_SCISSORHANDS,
-       REF_TOVA, REF_H2O_DECAY, REF_H2O_MEAN };
+       REF_TOVA, REF_H2O_DECAY, REF_H2O_MEAN, REF_KNORM, REF_KEYDIFF, REF_KINDS };
 
 enum { REF_MAX_HISTORY = 64 };
 
@@ -69,6 +84,7 @@ typedef struct ref_slot {
     double acc;                            /* h2o sum, decayed sum, tova last, mean's sum, votes */
     uint64_t count;                        /* informative steps observed while kept */
     unsigned char votes[REF_MAX_HISTORY];  /* scissorhands: votes[0] is the newest */
+    float *unit;                           /* keydiff: (dim) the key's direction */
 } ref_slot;
 
 typedef struct ref_policy {
@@ -78,6 +94,7 @@ typedef struct ref_policy {
     uint64_t rng[4];   /* random: private xoshiro256** state */
     int32_t last;      /* last admitted position, -1 before any */
     uint64_t admitted; /* positions ever admitted */
+    size_t dim;        /* floats of a key; 0: steps carry none */
     ref_slot *slot;    /* (n) kept order */
     size_t n, cap;
 } ref_policy;
@@ -128,23 +145,25 @@ static inline uint64_t ref_below(uint64_t s[4], uint64_t bound)
 
 /* ---- construction ---- */
 
-static inline ref_policy *ref_new(const char *spec, kve_rng *rng)
+static inline ref_policy *ref_new_keys(const char *spec, kve_rng *rng, size_t dim)
 {
-    static const char *const names[] = {"full", "window", "streaming", "random", "h2o",
-                                        "scissorhands", "tova", "h2o_decay", "h2o_mean"};
+    static const char *const names[REF_KINDS] = {
+        "full", "window", "streaming", "random", "h2o", "scissorhands",
+        "tova", "h2o_decay", "h2o_mean", "knorm", "keydiff"};
     size_t len = strcspn(spec, ":");
     int kind = -1;
-    for (int k = 0; k < 9; k++)
+    for (int k = 0; k < REF_KINDS; k++)
         if (strlen(names[k]) == len && strncmp(names[k], spec, len) == 0)
             kind = k;
-    if (kind < 0)
+    if (kind < 0 || ((kind == REF_KNORM || kind == REF_KEYDIFF) && dim == 0))
         return NULL;
     ref_policy *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
     r->kind = kind;
+    r->dim = dim;
     r->budget = 512;
-    r->recent_window = kind == REF_TOVA ? 1 : kind >= REF_H2O ? 32 : 0;
+    r->recent_window = kind == REF_TOVA ? 1 : kind >= REF_KNORM ? 0 : kind >= REF_H2O ? 32 : 0;
     r->sinks = kind == REF_STREAMING ? 4 : 0;
     r->decay = 0.99;
     r->last = -1;
@@ -188,11 +207,56 @@ static inline ref_policy *ref_new(const char *spec, kve_rng *rng)
     return r;
 }
 
+static inline ref_policy *ref_new(const char *spec, kve_rng *rng)
+{
+    return ref_new_keys(spec, rng, 0);
+}
+
 static inline void ref_free(ref_policy *r)
 {
-    if (r)
+    if (r) {
+        for (size_t i = 0; i < r->n; i++)
+            free(r->slot[i].unit);
         free(r->slot);
+    }
     free(r);
+}
+
+/* ---- keys ---- */
+
+/* The 8 lanes of the key sums, added as the definition says. */
+static inline double ref_lanes(double lane[8])
+{
+    for (int w = 4; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            lane[l] = lane[l] + lane[l + w];
+    return lane[0];
+}
+
+static inline double ref_norm(const float *key, size_t dim)
+{
+    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (size_t j = 0; j < dim; j++)
+        lane[j % 8] += (double)key[j] * (double)key[j];
+    return sqrt(ref_lanes(lane));
+}
+
+/* keydiff: every kept slot's score from the anchor of every kept slot. */
+static inline void ref_keydiff_scores(ref_policy *r)
+{
+    double *S = calloc(r->dim, sizeof *S);
+    if (!S)
+        abort();
+    for (size_t i = 0; i < r->n; i++)
+        for (size_t j = 0; j < r->dim; j++)
+            S[j] += (double)r->slot[i].unit[j];
+    for (size_t i = 0; i < r->n; i++) {
+        double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (size_t j = 0; j < r->dim; j++)
+            lane[j % 8] += (double)r->slot[i].unit[j] * S[j];
+        r->slot[i].acc = -ref_lanes(lane);
+    }
+    free(S);
 }
 
 /* ---- scores ---- */
@@ -213,10 +277,17 @@ static inline double ref_score(const ref_policy *r, size_t i)
 
 /* ---- decode path ---- */
 
-static inline int ref_step(ref_policy *r, int32_t pos, const float *attn, size_t n)
+static inline int ref_step_keys(ref_policy *r, int32_t pos, const float *attn, size_t n,
+                                const float *key)
 {
+    int keyed = r->kind == REF_KNORM || r->kind == REF_KEYDIFF;
     if (pos < 0 || pos <= r->last)
         return -1;
+    if ((keyed && !key) || (key && r->dim == 0))
+        return -1;
+    for (size_t j = 0; key && j < r->dim; j++)
+        if (isnan(key[j]) || isinf(key[j]))
+            return -1;
     if (attn) {
         if (n != r->n)
             return -1;
@@ -257,7 +328,23 @@ static inline int ref_step(ref_policy *r, int32_t pos, const float *attn, size_t
     s->sink = r->admitted < r->sinks;
     r->admitted++;
     r->last = pos;
+    if (r->kind == REF_KNORM) {
+        s->acc = -ref_norm(key, r->dim);
+    } else if (r->kind == REF_KEYDIFF) {
+        double norm = ref_norm(key, r->dim);
+        s->unit = malloc(r->dim * sizeof *s->unit);
+        if (!s->unit)
+            abort();
+        for (size_t j = 0; j < r->dim; j++)
+            s->unit[j] = (float)((double)key[j] / (norm > 1e-12 ? norm : 1e-12));
+        ref_keydiff_scores(r);
+    }
     return 0;
+}
+
+static inline int ref_step(ref_policy *r, int32_t pos, const float *attn, size_t n)
+{
+    return ref_step_keys(r, pos, attn, n, NULL);
 }
 
 typedef struct ref_cand {
@@ -329,10 +416,12 @@ static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size
     }
     size_t w = 0, nv = 0;
     for (size_t i = 0; i < r->n; i++) {
-        if (chosen[i])
+        if (chosen[i]) {
             victims[nv++] = r->slot[i].pos;
-        else
+            free(r->slot[i].unit);
+        } else {
             r->slot[w++] = r->slot[i];
+        }
     }
     r->n = w;
     free(chosen);

@@ -55,9 +55,11 @@ static void walk_new(size_t heads)
             before = rng;
             kve_policy *no_policy = (kve_policy *)&rng, *p = no_policy;
             kve_bank *no_bank = (kve_bank *)&before, *b = no_bank;
+            kve_policy_options o = kve_policy_default_options();
+            o.key_dim = 4; /* keydiff's unit keys and per-head scratch */
             kve__alloc_fail_after(k);
-            kve_status st = heads ? kve_bank_new(spec, heads, &rng, &b)
-                                  : kve_policy_new(spec, &rng, &p);
+            kve_status st = heads ? kve_bank_new_ex(spec, heads, &rng, &o, &b)
+                                  : kve_policy_new_ex(spec, &rng, &o, &p);
             size_t made = kve__alloc_fail_after(SIZE_MAX);
             if (st == KVE_OK) {
                 ASSERT_EQ(made, k); /* it needed exactly the k it was allowed */
@@ -88,16 +90,19 @@ static void test_bank_new_every_type(void)
     walk_new(3);
 }
 
-/* Steps p once at `pos` with uniform attention over its kept set. */
+/* Steps p once at `pos` with uniform attention over its kept set (and a
+ * key of its key_dim floats, at most 8, when it has one). */
 static kve_status step_uniform(kve_policy *p, int32_t pos)
 {
-    float attn[256];
+    float attn[256], key[8];
     size_t n = kve_policy_size(p);
-    if (n > 256)
+    if (n > 256 || kve_policy_key_dim(p) > 8)
         return KVE_EINVAL;
     for (size_t i = 0; i < n; i++)
         attn[i] = (float)(i % 7 + 1) / 16.0f;
-    return kve_policy_step(p, pos, attn, n);
+    for (size_t j = 0; j < 8; j++)
+        key[j] = (float)(((size_t)pos * 3 + j) % 5) - 2.0f;
+    return kve_policy_step_keys(p, pos, attn, n, kve_policy_key_dim(p) ? key : NULL);
 }
 
 static void test_growth_and_no_alloc_promises(void)
@@ -109,8 +114,10 @@ static void test_growth_and_no_alloc_promises(void)
         kve_rng_seed(&ra, 11);
         rb = ra;
         kve_policy *a = NULL, *b = NULL;
-        ASSERT_OK(kve_policy_new(spec, &ra, &a));
-        ASSERT_OK(kve_policy_new(spec, &rb, &b));
+        kve_policy_options o = kve_policy_default_options();
+        o.key_dim = 4;
+        ASSERT_OK(kve_policy_new_ex(spec, &ra, &o, &a));
+        ASSERT_OK(kve_policy_new_ex(spec, &rb, &o, &b));
         size_t budget = kve_policy_budget(a);
         int32_t pos = 0;
 

@@ -17,7 +17,7 @@
 
 #include <float.h>
 
-enum { MAXH = 6, MAXG = 4, MAXN = 512, STEPS = 500 };
+enum { MAXH = 6, MAXG = 4, MAXN = 512, STEPS = 500, MAXD = 40 };
 
 /* A bank and its twins: the policies it must equal, head for head. */
 typedef struct twin {
@@ -28,12 +28,16 @@ typedef struct twin {
     int32_t pos;   /* the last position stepped anywhere */
     kve_rng g;     /* the workload's weights */
     float pool[4]; /* repeated weights: ties */
+    size_t dim;    /* floats of a key; 0: steps carry none */
+    float key_pool[4 * MAXD];
 } twin;
 
 static float rows[MAXH * MAXG * MAXN], reduced[MAXH * MAXN];
+static float keys[MAXH * (MAXD + 3)];
 static int32_t bank_victims[MAXH * MAXN], pol_victims[MAXN];
 
-static int twin_new(twin *t, const char *spec, size_t heads, uint64_t seed)
+/* A bank of `heads` of spec with keys of `dim` floats (0: none) and its twins. */
+static int twin_new(twin *t, const char *spec, size_t heads, size_t dim, uint64_t seed)
 {
     kve_rng rb, rp;
     kve_rng_seed(&rb, seed);
@@ -41,13 +45,20 @@ static int twin_new(twin *t, const char *spec, size_t heads, uint64_t seed)
     memset(t, 0, sizeof *t);
     t->heads = heads;
     t->pos = -1;
+    t->dim = dim;
     kve_rng_seed(&t->g, seed * 7 + 1);
     for (int k = 0; k < 4; k++)
         t->pool[k] = (float)(k + 1) / 8.0f;
-    if (kve_bank_new(spec, heads, &rb, &t->b) != KVE_OK)
+    for (size_t j = 0; j < 4 * dim; j++)
+        t->key_pool[j] = (float)kve_rng_uniform(&t->g) - 0.5f;
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = dim;
+    if (dim > MAXD || kve_bank_new_ex(spec, heads, &rb, &o, &t->b) != KVE_OK)
+        return 0;
+    if (kve_bank_key_dim(t->b) != dim)
         return 0;
     for (size_t h = 0; h < heads; h++)
-        if (kve_policy_new(spec, &rp, &t->p[h]) != KVE_OK)
+        if (kve_policy_new_ex(spec, &rp, &o, &t->p[h]) != KVE_OK)
             return 0;
     t->budget = kve_policy_budget(t->p[0]);
     return memcmp(&rb, &rp, sizeof rb) == 0; /* the bank drew what the policies drew */
@@ -105,17 +116,22 @@ static int step_range(twin *t, size_t first, size_t count, int with_attn)
             rows[j * ld + i] = i < n ? random_weight(g, pool, n) : NAN; /* past n: never read */
     }
     const float *attn = with_attn ? rows : NULL;
-    kve_status st = first == 0 && count == t->heads
+    size_t ldk = t->dim + (size_t)kve_rng_below(g, 3);
+    for (size_t j = 0; j < count; j++)
+        random_key(g, t->key_pool, t->dim, keys + j * ldk);
+    const float *k = t->dim ? keys : NULL;
+    kve_status st = first == 0 && count == t->heads && !k
                         ? kve_bank_step(t->b, t->pos, attn, ld)
-                        : kve_bank_step_range(t->b, first, count, t->pos, attn, ld, 1,
-                                              KVE_REDUCE_MEAN);
+                        : kve_bank_step_keys(t->b, first, count, t->pos, attn, ld, 1,
+                                             KVE_REDUCE_MEAN, k, ldk);
     if (st != KVE_OK) {
         fprintf(stderr, "bank step: %s\n", kve_last_error());
         return 0;
     }
     for (size_t j = 0; j < count; j++) {
         kve_policy *p = t->p[first + j];
-        if (kve_policy_step(p, t->pos, attn ? rows + j * ld : NULL, kve_policy_size(p)) != KVE_OK)
+        if (kve_policy_step_keys(p, t->pos, attn ? rows + j * ld : NULL, kve_policy_size(p),
+                                 k ? keys + j * ldk : NULL) != KVE_OK)
             return 0;
     }
     return twin_same(t, "after a step");
@@ -152,7 +168,9 @@ static size_t floor_budget(const char *spec)
     kve_rng g;
     kve_rng_seed(&g, 1);
     kve_policy *p = NULL;
-    if (kve_policy_new(spec, &g, &p) != KVE_OK)
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = 1;
+    if (kve_policy_new_ex(spec, &g, &o, &p) != KVE_OK)
         return 0;
     size_t lo = 1;
     while (kve_policy_evict(p, lo, NULL, 0, NULL) == KVE_EINVAL)
@@ -161,10 +179,10 @@ static size_t floor_budget(const char *spec)
     return lo;
 }
 
-static void run_workload(const char *spec, size_t heads, uint64_t seed)
+static void run_workload(const char *spec, size_t heads, size_t dim, uint64_t seed)
 {
     twin t;
-    ASSERT_TRUE(twin_new(&t, spec, heads, seed));
+    ASSERT_TRUE(twin_new(&t, spec, heads, dim, seed));
     kve_rng *g = &t.g;
     size_t budget = t.budget, lo = floor_budget(spec);
     size_t ranges = 0, multi = 0;
@@ -206,7 +224,8 @@ static void test_bank_matches_policies(void)
     for (size_t i = 0; i < sizeof workload_specs / sizeof workload_specs[0]; i++)
         for (size_t k = 0; k < 3; k++) {
             int before = check_failures;
-            run_workload(workload_specs[i], head_counts[k], check_seed + 100 * i + k);
+            run_workload(workload_specs[i], head_counts[k], workload_key_dim(workload_specs[i], i),
+                         check_seed + 100 * i + k);
             if (check_failures != before)
                 return;
         }
@@ -236,7 +255,7 @@ static void grouped_workload(const char *spec, size_t heads, size_t group, kve_r
                              uint64_t seed)
 {
     twin t;
-    ASSERT_TRUE(twin_new(&t, spec, heads, seed));
+    ASSERT_TRUE(twin_new(&t, spec, heads, 0, seed));
     kve_rng *g = &t.g;
     for (int s = 0; s < 300; s++) {
         size_t ld = max_size(&t, 0, heads) + (size_t)kve_rng_below(g, 4);
@@ -319,11 +338,11 @@ static void test_grouped_sum_is_taken_in_double(void)
                 CHECK_FAIL_AT("behaviour changed after %s", needle);              \
     } while (0)
 
-static void refusals(const char *spec, uint64_t seed)
+static void refusals(const char *spec, size_t dim, uint64_t seed)
 {
     twin t;
     const size_t H = 4;
-    ASSERT_TRUE(twin_new(&t, spec, H, seed));
+    ASSERT_TRUE(twin_new(&t, spec, H, dim, seed));
     size_t budget = t.budget;
     for (int s = 0; s < 40; s++) {
         ASSERT_TRUE(step_range(&t, 0, H, 1));
@@ -382,6 +401,26 @@ static void refusals(const char *spec, uint64_t seed)
             KVE_EINVAL, "out of range");
     REFUSED(&t, kve_bank_step(NULL, t.pos + 1, NULL, 0), KVE_EINVAL, "bank is NULL");
 
+    /* Keys: missing for a policy that reads them, too close together, or
+     * with a bad entry in the last head's: no head may have taken one. */
+    if (dim) {
+        for (size_t i = 0; i < H * (MAXD + 3); i++)
+            keys[i] = 0.5f;
+        if (kve_bank_reads(t.b) & KVE_READS_KEYS)
+            REFUSED(&t, kve_bank_step_keys(t.b, 0, H, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN,
+                                           NULL, 0),
+                    KVE_EINVAL, "head 0: the policy reads keys, but the step carries none");
+        REFUSED(&t, kve_bank_step_keys(t.b, 0, H, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN, keys,
+                                       dim - 1),
+                KVE_EINVAL, "ld_keys");
+        keys[(H - 1) * dim + dim - 1] = NAN;
+        char needle[48];
+        snprintf(needle, sizeof needle, "head 3: key[%zu] = nan is NaN", dim - 1);
+        REFUSED(&t, kve_bank_step_keys(t.b, 0, H, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN, keys,
+                                       dim),
+                KVE_EINVAL, needle);
+    }
+
     /* Evict: only the last head needs two victims; a buffer of one refuses
      * them all. */
     ASSERT_TRUE(step_range(&t, 0, H, 1));
@@ -407,10 +446,11 @@ static void test_refusals_change_no_head(void)
         "h2o_decay:budget=9,recent_window=2", "h2o_mean:budget=11,recent_window=2",
         "scissorhands:budget=10,recent_window=2,history=5", "random:budget=10,recent_window=2",
         "streaming:budget=10,sinks=2", "window:budget=10",
+        "knorm:budget=10,recent_window=2", "keydiff:budget=9,recent_window=0",
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         int before = check_failures;
-        refusals(specs[i], check_seed + i);
+        refusals(specs[i], i % 2 || i >= 8 ? 6 : 0, check_seed + i);
         if (check_failures != before)
             return;
     }

@@ -54,7 +54,9 @@ check "bench prints the budget 512 table" grep -q '^Budget 512$' "$D/bench"
 check "bench prints the sweep" grep -q 'recent-window sweep at budget 256' "$D/bench"
 "$K" policies >"$D/policies"
 check "policies lists every policy" [ "$(wc -l <"$D/policies")" -ge 5 ]
-for p in $(tail -n +2 "$D/policies" | cut -d" " -f1); do
+check "policies says what each reads" grep -q '^knorm .* keys ' "$D/policies"
+# The policies that read keys do not run on an attention trace: bench lists the others.
+for p in $(tail -n +2 "$D/policies" | grep -v ' keys ' | cut -d" " -f1); do
     for b in 256 512; do
         check "bench has a row for $p at $b" grep -q "^$p:budget=$b[ ,]" "$D/bench"
     done
@@ -410,6 +412,7 @@ ROW="--key policy:string --key trace:string --key budget:integer --key steps:int
  --key retained_mass:number --key min_retained_mass:number --key ns_per_step:number
  --key state_bytes:integer"
 NPOL=$(tail -n +2 "$D/policies" | wc -l)
+NATT=$(tail -n +2 "$D/policies" | grep -cv ' keys ') # the policies an attention trace runs
 # shellcheck disable=SC2086
 "$K" eval --trace "$C" --policy h2o --budget 256 --json >"$D/j" 2>"$D/err"
 check "eval --json parses ($(cat "$D/err"))" "$J" json $ROW --key top32_recall:number --no-key topk "$D/j"
@@ -442,12 +445,12 @@ check "sweep --csv parses" "$J" csv --count 6 --key recent_window:integer --key 
 "$K" sweep $S --param recent_window=16,32 --md >"$D/m"
 check "sweep --md is a markdown table" [ "$(grep -c '^| ' "$D/m")" -eq 4 ]
 "$K" bench --trace canonical:steps=1200 --json >"$D/j" 2>"$D/err"
-check "bench --json: every policy at both budgets" "$J" jsonl --count $((NPOL * 2)) $ROW --key top32_recall:number "$D/j"
+check "bench --json: every policy at both budgets" "$J" jsonl --count $((NATT * 2)) $ROW --key top32_recall:number "$D/j"
 check "bench --json is quiet on stderr" [ ! -s "$D/err" ]
 "$K" bench --trace canonical:steps=1200 --csv >"$D/c"
-check "bench --csv parses" "$J" csv --count $((NPOL * 2)) --key policy:string --key budget:integer --key retained_mass:number "$D/c"
+check "bench --csv parses" "$J" csv --count $((NATT * 2)) --key policy:string --key budget:integer --key retained_mass:number "$D/c"
 "$K" policies --json >"$D/j"
-check "policies --json parses" "$J" jsonl --count "$NPOL" --key name:string --key policy:string --key summary:string "$D/j"
+check "policies --json parses" "$J" jsonl --count "$NPOL" --key name:string --key policy:string --key reads:string --key summary:string "$D/j"
 "$K" policies --csv >"$D/c"
 check "policies --csv parses" "$J" csv --count "$NPOL" --key name:string "$D/c"
 "$K" --version >"$D/out"
@@ -455,7 +458,7 @@ check "--version names the version" grep -qE '^kvevict [0-9]+\.[0-9]+\.[0-9]+$' 
 
 # ---- bench on the user's trace and budgets --------------------------------------
 "$K" bench --trace "$D/t.npy" --budget 100,200,300 --json >"$D/j" 2>"$D/err"
-check "bench --trace FILE --budget: every policy at each budget" "$J" jsonl --count $((NPOL * 3)) $ROW "$D/j"
+check "bench --trace FILE --budget: every policy at each budget" "$J" jsonl --count $((NATT * 3)) $ROW "$D/j"
 check "bench --budget 300 row" grep -q '"policy": "h2o:budget=300,recent_window=32"' "$D/j"
 "$K" bench --trace "$D/t.npy" --budget 100,200 >"$D/out" 2>"$D/err"
 check "bench text has the user's budgets" grep -q '^Budget 200$' "$D/out"

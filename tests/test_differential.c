@@ -16,9 +16,10 @@
 #include "reference.h"
 #include "workload.h"
 
-enum { STEPS = 1500, MAX_KEPT = 4096 };
+enum { STEPS = 1500, MAX_KEPT = 4096, MAX_DIM = 64 };
 
 static float attn_buf[MAX_KEPT];
+static float key_pool[4 * MAX_DIM], key_buf[MAX_DIM];
 static int32_t lib_victims[MAX_KEPT], ref_victims[MAX_KEPT];
 
 /* Compares the kept sets; returns 0 on a mismatch after reporting it. */
@@ -39,15 +40,19 @@ static int same_kept(const kve_policy *p, const ref_policy *r, const char *spec,
     return 1;
 }
 
-static void run_spec(const char *spec, uint64_t seed, int steps)
+/* Runs `spec` with keys of `dim` floats on every step (0: no keys). */
+static void run_spec(const char *spec, size_t dim, uint64_t seed, int steps)
 {
     kve_rng g, lib_rng, ref_rng;
     kve_rng_seed(&g, seed);
     kve_rng_seed(&lib_rng, seed ^ 0x5eed);
     kve_rng_seed(&ref_rng, seed ^ 0x5eed);
     kve_policy *p = NULL;
-    ASSERT_OK(kve_policy_new(spec, &lib_rng, &p));
-    ref_policy *r = ref_new(kve_policy_spec(p), &ref_rng);
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = dim;
+    ASSERT_OK(kve_policy_new_ex(spec, &lib_rng, &o, &p));
+    ASSERT_EQ(kve_policy_key_dim(p), dim);
+    ref_policy *r = ref_new_keys(kve_policy_spec(p), &ref_rng, dim);
     ASSERT_TRUE(r != NULL);
     ASSERT_TRUE(memcmp(&lib_rng, &ref_rng, sizeof lib_rng) == 0);
 
@@ -64,11 +69,25 @@ static void run_spec(const char *spec, uint64_t seed, int steps)
             ASSERT_EQ(ref_step(r, pos, NULL, 0), -1);
             ASSERT_STATUS(kve_policy_evict(p, floor, lib_victims, MAX_KEPT, NULL), KVE_EINVAL);
             ASSERT_EQ(ref_evict(r, floor, ref_victims, NULL), -1);
+            if (dim) { /* a NaN in the key */
+                for (size_t j = 0; j < dim; j++)
+                    key_buf[j] = 1.0f;
+                key_buf[kve_rng_below(&g, dim)] = NAN;
+                ASSERT_STATUS(kve_policy_step_keys(p, pos + 1, NULL, 0, key_buf), KVE_EINVAL);
+                ASSERT_EQ(ref_step_keys(r, pos + 1, NULL, 0, key_buf), -1);
+            }
+            if (kve_policy_reads(p) & KVE_READS_KEYS) { /* no key at all */
+                ASSERT_STATUS(kve_policy_step(p, pos + 1, NULL, 0), KVE_EINVAL);
+                ASSERT_EQ(ref_step(r, pos + 1, NULL, 0), -1);
+            }
         }
         pos += kve_rng_below(&g, 10) == 0 ? (int32_t)(2 + kve_rng_below(&g, 5)) : 1;
-        if (s % 50 == 0)
+        if (s % 50 == 0) {
             for (int k = 0; k < 4; k++)
                 pool[k] = (float)kve_rng_uniform(&g);
+            for (size_t j = 0; j < 4 * dim; j++)
+                key_pool[j] = (float)(kve_rng_uniform(&g) * 2.0 - 1.0);
+        }
         size_t n = kve_policy_size(p);
         const float *attn = NULL;
         if (kve_rng_below(&g, 20) != 0) {
@@ -78,8 +97,13 @@ static void run_spec(const char *spec, uint64_t seed, int steps)
         } else {
             null_rows++;
         }
-        ASSERT_OK(kve_policy_step(p, pos, attn, n));
-        ASSERT_EQ(ref_step(r, pos, attn, n), 0);
+        const float *key = NULL;
+        if (dim) {
+            random_key(&g, key_pool, dim, key_buf);
+            key = key_buf;
+        }
+        ASSERT_OK(kve_policy_step_keys(p, pos, attn, n, key));
+        ASSERT_EQ(ref_step_keys(r, pos, attn, n, key), 0);
         if (!same_kept(p, r, spec, pos))
             CHECK_FAIL_AT("%s: kept sets differ after step (seed %" PRIu64 ")", spec, seed);
 
@@ -123,7 +147,7 @@ static void test_all_policies_match_reference(void)
 {
     for (size_t i = 0; i < sizeof workload_specs / sizeof workload_specs[0]; i++) {
         int before = check_failures;
-        run_spec(workload_specs[i], check_seed + i, STEPS);
+        run_spec(workload_specs[i], workload_key_dim(workload_specs[i], i), check_seed + i, STEPS);
         if (check_failures != before)
             return;
     }
@@ -134,7 +158,8 @@ static void test_default_specs_match_reference(void)
 {
     for (size_t t = 0; t < kve_policy_type_count(); t++) {
         int before = check_failures;
-        run_spec(kve_policy_type_name(t), check_seed * 31 + t, 800);
+        size_t dim = kve_policy_type_reads(t) & KVE_READS_KEYS ? 24 : 0;
+        run_spec(kve_policy_type_name(t), dim, check_seed * 31 + t, 800);
         if (check_failures != before)
             return;
     }

@@ -27,7 +27,10 @@ enum { H = 3, MAXG = 3, MAXN = 1200, STEPS = 700 };
 
 static const char *const isa_names[KVE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
+enum { MAXD = 128 };
+
 static float rows[H * MAXG * MAXN];
+static float keys[H * MAXD], key_pool[4 * MAXD];
 static int32_t victims[H * MAXN];
 
 static uint64_t mix(uint64_t h, uint64_t v)
@@ -49,23 +52,29 @@ static uint64_t hash_bank(const kve_bank *b, uint64_t h)
                 size_t e = b->cfg.elem[c];
                 if (!e || c == KVE_COL_MARK)
                     continue;
-                uint64_t bits = 0;
-                memcpy(&bits, (const char *)hd->col[c] + src * e, e);
-                h = mix(h, bits);
+                const char *at = (const char *)hd->col[c] + src * e;
+                for (size_t o = 0; o < e; o += 8) { /* a unit key is 4 d bytes */
+                    uint64_t bits = 0;
+                    memcpy(&bits, at + o, e - o < 8 ? e - o : 8);
+                    h = mix(h, bits);
+                }
             }
         }
     }
     return h;
 }
 
-/* Runs the workload of `spec` on the current path; hashes[s] after step s. */
-static int run(const char *spec, uint64_t seed, uint64_t *hashes)
+/* Runs the workload of `spec` with keys of `dim` floats (0: none) on the
+ * current path; hashes[s] after step s. */
+static int run(const char *spec, size_t dim, uint64_t seed, uint64_t *hashes)
 {
     kve_rng rb, g;
     kve_rng_seed(&rb, seed);
     kve_rng_seed(&g, seed ^ 0xabcdef);
     kve_bank *b = NULL;
-    if (kve_bank_new(spec, H, &rb, &b) != KVE_OK)
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = dim;
+    if (dim > MAXD || kve_bank_new_ex(spec, H, &rb, &o, &b) != KVE_OK)
         return 0;
     size_t budget = b->cfg.params.budget;
     size_t lo = (b->cfg.params.recent_window > b->cfg.params.sinks ? b->cfg.params.recent_window
@@ -73,9 +82,12 @@ static int run(const char *spec, uint64_t seed, uint64_t *hashes)
     float pool[4] = {0.5f, 0.25f, 1.0f, 0.125f};
     uint64_t h = 0;
     for (int s = 0; s < STEPS; s++) {
-        if (s % 60 == 0)
+        if (s % 60 == 0) {
             for (int k = 0; k < 4; k++)
                 pool[k] = (float)kve_rng_uniform(&g);
+            for (size_t j = 0; j < 4 * dim; j++)
+                key_pool[j] = (float)(kve_rng_uniform(&g) * 2.0 - 1.0);
+        }
         size_t n = 0;
         for (size_t k = 0; k < H; k++)
             n = kve_bank_size(b, k) > n ? kve_bank_size(b, k) : n;
@@ -85,7 +97,10 @@ static int run(const char *spec, uint64_t seed, uint64_t *hashes)
             for (size_t i = 0; i < n; i++)
                 rows[r * n + i] = random_weight(&g, pool, n);
         const float *attn = kve_rng_below(&g, 10) ? rows : NULL;
-        if (kve_bank_step_grouped(b, s, attn, n, group, reduce) != KVE_OK)
+        for (size_t k = 0; k < H; k++)
+            random_key(&g, key_pool, dim, keys + k * MAXD);
+        if (kve_bank_step_keys(b, 0, H, s, attn, n, group, reduce, dim ? keys : NULL, MAXD) !=
+            KVE_OK)
             break;
         h = hash_bank(b, h);
         if (n + 1 < MAXN && kve_rng_below(&g, 12) == 0)
@@ -120,7 +135,12 @@ static void test_every_path_equals_scalar(void)
         "scissorhands:budget=250,recent_window=9,history=64", "scissorhands:budget=130,recent_window=1",
         "h2o:budget=1000,recent_window=0", "random:budget=100,recent_window=4",
         "streaming:budget=77,sinks=3",
+        "knorm:budget=300,recent_window=5", "keydiff:budget=260,recent_window=3",
+        "keydiff:budget=70,recent_window=0",
     };
+    static const size_t large_dim[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 64, 77};
+    _Static_assert(sizeof large_dim / sizeof large_dim[0] == sizeof large / sizeof large[0],
+                   "one key dimension per large spec");
     size_t n_small = sizeof workload_specs / sizeof workload_specs[0];
     size_t n_large = sizeof large / sizeof large[0];
     int paths = 0;
@@ -132,12 +152,13 @@ static void test_every_path_equals_scalar(void)
         paths++;
         for (size_t i = 0; i < n_small + n_large; i++) {
             const char *spec = i < n_small ? workload_specs[i] : large[i - n_small];
+            size_t dim = i < n_small ? workload_key_dim(spec, i) : large_dim[i - n_small];
             uint64_t seed = check_seed + i;
             ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
-            ASSERT_TRUE(run(spec, seed, want));
+            ASSERT_TRUE(run(spec, dim, seed, want));
             ASSERT_TRUE(kve__isa_force((kve_isa)isa));
             ASSERT_STR_EQ(kve_isa_name(), isa_names[isa]);
-            ASSERT_TRUE(run(spec, seed, got));
+            ASSERT_TRUE(run(spec, dim, seed, got));
             for (int s = 0; s < STEPS; s++)
                 if (got[s] != want[s]) {
                     kve__isa_force(KVE_ISA_COUNT);

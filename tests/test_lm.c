@@ -455,51 +455,244 @@ static void policy_seen(void *user, int layer, int g, int32_t t, const int32_t *
         fprintf(stderr, "policy_seen: %s\n", kve_last_error());
 }
 
+/* The decoder under `spec` in position mode `mode` against the reference
+ * driving the same policies (`seen` steps them, from its attention or, with
+ * `key_cb`, its keys): logits within TOL and kept sets equal at every step,
+ * some head keeping a position older than a window would. */
+static void against_reference(const char *spec, int mode, uint64_t seed, ref_seen_fn seen,
+                              ref_key_fn key_cb)
+{
+    tiny k;
+    lm_model *m = tiny_open(&k, 1, 0, seed);
+    ASSERT_TRUE(m != NULL);
+    policy_ref pr;
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = key_cb ? D_ / H_ : 0;
+    for (int i = 0; i < L_ * G_; i++)
+        ASSERT_OK(kve_policy_new_ex(spec, NULL, &o, &pr.p[i]));
+    pr.budget = kve_policy_budget(pr.p[0]);
+    lm_options opt = {.policy = spec, .positions = (lm_positions)mode};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    ASSERT_EQ(kve_bank_key_dim(s->bank), D_ / H_);
+    ref_state r;
+    enum { STEPS = 36 };
+    ref_init(&r, &k.fx, mode, STEPS);
+    r.key_cb = key_cb;
+    double want[V_];
+    int older = 0;
+    for (size_t t = 0; t < STEPS; t++) {
+        ASSERT_OK(lm_forward(s, token_at(t)));
+        ref_step(&r, token_at(t), (int32_t)t, policy_keys, seen, &pr, want);
+        for (int i = 0; i < V_; i++)
+            if (!(fabs(s->logits[i] - want[i]) <= TOL(want[i])))
+                CHECK_FAIL_AT("%s step %zu logit %d: %.9g vs %.9g", spec, t, i, s->logits[i],
+                              want[i]);
+        for (int h = 0; h < L_ * G_; h++) {
+            const lm_cache *c = &s->cache[h];
+            ASSERT_EQ(c->n, kve_policy_size(pr.p[h]));
+            if (memcmp(c->pos, kve_policy_positions(pr.p[h]), c->n * sizeof(int32_t)) != 0)
+                CHECK_FAIL_AT("%s, positions %d, step %zu, head %d: kept sets differ", spec, mode,
+                              t, h);
+            older |= c->n > 0 && c->pos[0] < (int32_t)t - (int32_t)c->n;
+        }
+    }
+    ASSERT_TRUE(older); /* not a window in disguise */
+    ref_free(&r);
+    for (int i = 0; i < L_ * G_; i++)
+        kve_policy_free(pr.p[i]);
+    lm_state_free(s);
+    tiny_close(&k);
+}
+
 static void test_h2o_against_reference(void)
 {
     static const char *const specs[] = {"h2o:budget=6,recent_window=2", "tova:budget=5",
                                         "scissorhands:budget=6,recent_window=2"};
-    for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++) {
-        for (int mode = 0; mode < 2; mode++) {
-            tiny k;
-            lm_model *m = tiny_open(&k, 1, 0, check_seed + 5);
-            ASSERT_TRUE(m != NULL);
-            policy_ref pr;
-            for (int i = 0; i < L_ * G_; i++)
-                ASSERT_OK(kve_policy_new(specs[sp], NULL, &pr.p[i]));
-            pr.budget = kve_policy_budget(pr.p[0]);
-            lm_options opt = {.policy = specs[sp], .positions = (lm_positions)mode};
-            lm_state *s = NULL;
-            ASSERT_OK(lm_state_new(m, &opt, &s));
-            ref_state r;
-            enum { STEPS = 36 };
-            ref_init(&r, &k.fx, mode, STEPS);
-            double want[V_];
-            int differs_from_window = 0;
-            for (size_t t = 0; t < STEPS; t++) {
-                ASSERT_OK(lm_forward(s, token_at(t)));
-                ref_step(&r, token_at(t), (int32_t)t, policy_keys, policy_seen, &pr, want);
-                for (int i = 0; i < V_; i++)
-                    if (!(fabs(s->logits[i] - want[i]) <= TOL(want[i])))
-                        CHECK_FAIL_AT("%s step %zu logit %d: %.9g vs %.9g", specs[sp], t, i,
-                                      s->logits[i], want[i]);
-                for (int h = 0; h < L_ * G_; h++) {
-                    const lm_cache *c = &s->cache[h];
-                    ASSERT_EQ(c->n, kve_policy_size(pr.p[h]));
-                    ASSERT_TRUE(
-                        memcmp(c->pos, kve_policy_positions(pr.p[h]), c->n * sizeof(int32_t)) == 0);
-                    /* Heavy hitters keep something older than the recent window. */
-                    differs_from_window |= c->n > 0 && c->pos[0] < (int32_t)t - (int32_t)c->n;
-                }
+    for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++)
+        for (int mode = 0; mode < 2; mode++)
+            against_reference(specs[sp], mode, check_seed + 5, policy_seen, NULL);
+}
+
+/* ---- policies that read keys, and prefill ---- */
+
+/* The reference's new key of (layer, g), kept until its `seen` steps the
+ * policy with it. */
+static float ref_key[L_ * G_][D_ / H_];
+
+static void policy_key(void *user, int layer, int g, int32_t t, const double *key)
+{
+    (void)user;
+    (void)t;
+    for (int i = 0; i < D_ / H_; i++)
+        ref_key[layer * G_ + g][i] = (float)key[i];
+}
+
+static void policy_seen_keys(void *user, int layer, int g, int32_t t, const int32_t *keys,
+                             const double *mean, size_t n)
+{
+    (void)keys;
+    (void)mean;
+    policy_ref *pr = user;
+    kve_policy *p = pr->p[layer * G_ + g];
+    int32_t victims[64];
+    (void)n;
+    if (kve_policy_step_keys(p, t, NULL, 0, ref_key[layer * G_ + g]) != KVE_OK ||
+        kve_policy_evict(p, pr->budget, victims, 64, NULL) != KVE_OK)
+        fprintf(stderr, "policy_seen_keys: %s\n", kve_last_error());
+}
+
+/* knorm and keydiff through the decoder keep what the same policies keep
+ * when the reference steps them with its own (rotated) keys. */
+static void test_key_policies_against_reference(void)
+{
+    static const char *const specs[] = {"knorm:budget=6,recent_window=0",
+                                        "knorm:budget=7,recent_window=2",
+                                        "keydiff:budget=6,recent_window=0",
+                                        "keydiff:budget=5,recent_window=1"};
+    for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++)
+        for (int mode = 0; mode < 2; mode++)
+            against_reference(specs[sp], mode, check_seed + 15 + sp, policy_seen_keys,
+                              policy_key);
+}
+
+/* Rows the full-cache decoder computes, recorded for an independent
+ * kve_bank_prefill: (L, H, n, n). */
+enum { PN = 20 };
+static float pf_rows[L_ * H_ * PN * PN];
+
+static void record_attention(void *user, int32_t layer, int32_t pos, const float *att, size_t ld,
+                             const size_t *n_keys)
+{
+    (void)user;
+    (void)n_keys;
+    for (size_t h = 0; h < H_; h++)
+        memcpy(pf_rows + (((size_t)layer * H_ + h) * PN + (size_t)pos) * PN, att + h * ld,
+               ((size_t)pos + 1) * sizeof(float));
+}
+
+static void test_prefill(void)
+{
+    tiny k;
+    lm_model *m = tiny_open(&k, 0, 0, check_seed + 20);
+    ASSERT_TRUE(m != NULL);
+    int32_t toks[PN + 10];
+    for (size_t i = 0; i < PN + 10; i++)
+        toks[i] = token_at(i * 3 + 1);
+    /* The full cache's rows and logits over the prompt. */
+    lm_options full = {.on_attention = record_attention};
+    lm_state *f = NULL;
+    ASSERT_OK(lm_state_new(m, &full, &f));
+    for (size_t i = 0; i < PN; i++)
+        ASSERT_OK(lm_forward(f, toks[i]));
+    static const struct {
+        const char *spec;
+        int method; /* -1: the policy's own scores (params NULL) */
+        size_t window;
+    } cases[] = {
+        {"h2o:budget=8,recent_window=2", KVE_PREFILL_H2O, 0},
+        {"h2o:budget=8,recent_window=2", KVE_PREFILL_SNAPKV, 3},
+        {"tova:budget=9,recent_window=1", KVE_PREFILL_SNAPKV, 4},
+        {"h2o_mean:budget=7,recent_window=1", KVE_PREFILL_H2O, 0},
+        {"h2o:budget=8,recent_window=2", -1, 0},
+        {"knorm:budget=8,recent_window=1", -1, 0},
+        {"keydiff:budget=6,recent_window=0", -1, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        lm_options opt = {.policy = cases[c].spec};
+        lm_state *s = NULL;
+        ASSERT_OK(lm_state_new(m, &opt, &s));
+        kve_prefill_params p = kve_prefill_default_params(
+            cases[c].method == KVE_PREFILL_SNAPKV ? KVE_PREFILL_SNAPKV : KVE_PREFILL_H2O);
+        p.window = cases[c].window ? cases[c].window : p.window;
+        ASSERT_OK(lm_prefill(s, toks, PN, cases[c].method < 0 ? NULL : &p));
+        ASSERT_EQ(s->pos, PN);
+        /* The prompt was read with every key: the full cache's logits. */
+        ASSERT_TRUE(memcmp(s->logits, f->logits, sizeof(float) * V_) == 0);
+        /* What each head keeps: kve_bank_prefill on the full cache's rows, or
+         * the policy stepped through them without evicting and evicted once. */
+        kve_bank *b = NULL;
+        kve_policy_options o = kve_policy_default_options();
+        o.key_dim = D_ / H_;
+        ASSERT_OK(kve_bank_new_ex(cases[c].spec, L_ * G_, NULL, &o, &b));
+        if (cases[c].method >= 0) {
+            size_t r = kve_prefill_rows(&p, PN);
+            static float rows[L_ * H_ * PN * PN];
+            for (size_t l = 0; l < L_; l++)
+                for (size_t h = 0; h < H_; h++)
+                    for (size_t j = 0; j < r; j++)
+                        memcpy(rows + (((l * H_ + h) * r) + j) * PN,
+                               pf_rows + ((l * H_ + h) * PN + (PN - r + j)) * PN,
+                               PN * sizeof(float));
+            for (size_t l = 0; l < L_; l++)
+                ASSERT_OK(kve_bank_prefill(b, l * G_, G_, &p, PN, rows + l * H_ * r * PN, PN,
+                                           H_ / G_, KVE_REDUCE_MEAN, kve_bank_budget(b)));
+            for (size_t h = 0; h < L_ * G_; h++) {
+                const lm_cache *kc = &s->cache[h];
+                ASSERT_EQ(kc->n, kve_bank_size(b, h));
+                ASSERT_TRUE(memcmp(kc->pos, kve_bank_positions(b, h), kc->n * sizeof(int32_t)) ==
+                            0);
             }
-            ASSERT_TRUE(differs_from_window);
-            ref_free(&r);
-            for (int i = 0; i < L_ * G_; i++)
-                kve_policy_free(pr.p[i]);
-            lm_state_free(s);
-            tiny_close(&k);
         }
+        kve_bank_free(b);
+        for (size_t h = 0; h < L_ * G_; h++) {
+            const lm_cache *kc = &s->cache[h];
+            ASSERT_EQ(kc->n, kve_bank_budget(s->bank));
+            ASSERT_EQ(kc->n, kve_bank_size(s->bank, h));
+            ASSERT_TRUE(memcmp(kc->pos, kve_bank_positions(s->bank, h), kc->n * sizeof(int32_t)) ==
+                        0);
+            if (!strstr(cases[c].spec, "recent_window=0")) /* the newest is protected */
+                ASSERT_TRUE(kc->pos[kc->n - 1] == PN - 1);
+        }
+        /* Decoding goes on, evicting per step. */
+        for (size_t i = PN; i < PN + 10; i++) {
+            ASSERT_OK(lm_forward(s, toks[i]));
+            for (size_t h = 0; h < L_ * G_; h++)
+                ASSERT_EQ(s->cache[h].n, kve_bank_budget(s->bank));
+        }
+        lm_state_free(s);
     }
+    lm_state_free(f);
+
+    /* Refusals change nothing: the decoder still reads a prompt after them. */
+    lm_options opt = {.policy = "h2o:budget=8,recent_window=2"};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    kve_prefill_params p = kve_prefill_default_params(KVE_PREFILL_SNAPKV);
+    p.window = 8; /* not below the budget */
+    ASSERT_STATUS(lm_prefill(s, toks, PN, &p), KVE_EINVAL);
+    ASSERT_CONTAINS(lm_last_error(), "prefill: h2o: prefill budget 8 must be greater than window 8");
+    ASSERT_STATUS(lm_prefill(NULL, toks, PN, NULL), KVE_EINVAL);
+    ASSERT_STATUS(lm_prefill(s, NULL, PN, NULL), KVE_EINVAL);
+    ASSERT_STATUS(lm_prefill(s, toks, 0, NULL), KVE_EINVAL);
+    toks[5] = V_;
+    ASSERT_STATUS(lm_prefill(s, toks, PN, NULL), KVE_EINVAL);
+    ASSERT_CONTAINS(lm_last_error(), "token 5");
+    toks[5] = token_at(16);
+    ASSERT_EQ(s->pos, 0);
+    lm_alloc_fail_after(0);
+    p.window = 3;
+    kve_status st = lm_prefill(s, toks, PN, &p);
+    lm_alloc_fail_after(SIZE_MAX);
+    ASSERT_STATUS(st, KVE_ENOMEM);
+    ASSERT_EQ(s->pos, 0);
+    ASSERT_OK(lm_prefill(s, toks, PN, &p));
+    ASSERT_STATUS(lm_prefill(s, toks, PN, &p), KVE_EINVAL); /* not at position 0 */
+    ASSERT_CONTAINS(lm_last_error(), "reset it first");
+    lm_state_free(s);
+    s = NULL;
+    opt.policy = "knorm:budget=8";
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    ASSERT_STATUS(lm_prefill(s, toks, PN, &p), KVE_EINVAL);
+    ASSERT_CONTAINS(lm_last_error(), "reads keys");
+    ASSERT_EQ(s->pos, 0);
+    lm_state_free(s);
+    s = NULL;
+    ASSERT_OK(lm_state_new(m, NULL, &s));
+    ASSERT_STATUS(lm_prefill(s, toks, PN, NULL), KVE_EINVAL);
+    ASSERT_CONTAINS(lm_last_error(), "no policy");
+    lm_state_free(s);
+    tiny_close(&k);
 }
 
 static void test_reset_and_seeds(void)
@@ -934,6 +1127,8 @@ int main(int argc, char **argv)
     RUN(test_full_identity);
     RUN(test_window_and_streaming);
     RUN(test_h2o_against_reference);
+    RUN(test_key_policies_against_reference);
+    RUN(test_prefill);
     RUN(test_reset_and_seeds);
     RUN(test_refusals);
     RUN(test_window_nats);

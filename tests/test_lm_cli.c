@@ -19,6 +19,7 @@
 #include "lm_fixture.h"
 #include "tmpdir.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 static char kvevict[512], outcheck[512];
@@ -509,6 +510,206 @@ static int outcheck_ok(const char *mode, const char *checks)
     return WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
 }
 
+/* --qk: the decoder's rotated queries and keys, read back as a q/K trace
+ * whose rows are the dense dump's within float rounding (the trace computes
+ * the softmax with kve_attn_row's arithmetic, the decoder with run.c's). */
+typedef struct qk_vectors {
+    float *k; /* (L, G, T, S) */
+    size_t T;
+} qk_vectors;
+
+static void collect_qk(void *user, int32_t layer, int32_t pos, const float *q, const float *k)
+{
+    qk_vectors *v = user;
+    enum { S = D_ / H_ };
+    (void)q;
+    for (size_t g = 0; g < G_; g++)
+        memcpy(v->k + (((size_t)layer * G_ + g) * v->T + (size_t)pos) * S, k + g * S,
+               S * sizeof(float));
+}
+
+static void test_dump_qk(void)
+{
+    enum { T = 300, S = D_ / H_ }; /* longer than the text: --loop */
+    static const char short_text[] = "the cab bat a tea that ace. the hat";
+    char shortpath[400];
+    snprintf(shortpath, sizeof shortpath, "%s", path_of("short.txt"));
+    fx_write_file(shortpath, short_text, sizeof short_text - 1);
+    char args[4096];
+    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps %d --qk -o %s", model1,
+             shortpath, T, path_of("t.qk"));
+    ASSERT_FAILS(args, 2, "lm dump", "--loop");
+    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps %d --qk --query-heads -o %s",
+             model1, textpath, 9, path_of("t.qk"));
+    ASSERT_FAILS(args, 2, "lm dump", "--query-heads");
+    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps %d --qk --loop -o %s",
+             model1, shortpath, T, path_of("t.qk"));
+    ASSERT_RUNS(args);
+    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps %d --loop -o %s", model1,
+             shortpath, T, path_of("t.npy"));
+    ASSERT_RUNS(args);
+    char src[500];
+    snprintf(src, sizeof src, "qk:%s", path_of("t.qk"));
+    kve_trace *q = NULL, *dn = NULL;
+    ASSERT_OK(kve_trace_open(src, 0, &q));
+    ASSERT_OK(kve_trace_open(path_of("t.npy"), 0, &dn));
+    ASSERT_EQ(kve_trace_steps(q), T);
+    ASSERT_EQ(kve_trace_heads(q), L_ * G_);
+    ASSERT_EQ(kve_trace_layers(q), L_);
+    ASSERT_EQ(kve_trace_key_dim(q), S);
+    struct stat st;
+    ASSERT_TRUE(stat(path_of("t.qk"), &st) == 0);
+    /* the data and two headers of 128 bytes: O(T S), not O(T^2) */
+    ASSERT_EQ((size_t)st.st_size, (size_t)L_ * (H_ + G_) * T * S * 4 + 2 * 128);
+    static double a[T], b[T];
+    double worst = 0;
+    for (size_t h = 0; h < L_ * G_; h++)
+        for (size_t t = 0; t < T; t += 7) {
+            ASSERT_OK(kve_trace_row(q, h, t, a));
+            ASSERT_OK(kve_trace_row(dn, h, t, b));
+            for (size_t i = 0; i <= t; i++)
+                worst = fabs(a[i] - b[i]) > worst ? fabs(a[i] - b[i]) : worst;
+        }
+    printf("  q/K rows against the decoder's own: largest difference %.3g\n", worst);
+    ASSERT_TRUE(worst < 1e-5);
+    /* The keys are the decoder's, as on_qk hands them. */
+    qk_vectors v = {calloc((size_t)L_ * G_ * T * S, sizeof(float)), T};
+    lm_options opt = {.on_qk = collect_qk, .user = &v};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(lib_model, &opt, &s));
+    int32_t ids[64];
+    size_t n;
+    ASSERT_OK(lm_encode(lib_tok, short_text, sizeof short_text - 1, ids, 64, &n));
+    ASSERT_TRUE(n + 1 < T);
+    for (size_t t = 0; t < T; t++)
+        ASSERT_OK(lm_forward(s, t ? ids[(t - 1) % n] : LM_BOS));
+    lm_state_free(s);
+    float key[S];
+    for (size_t h = 0; h < L_ * G_; h++)
+        for (size_t t = 0; t < T; t += 5) {
+            ASSERT_OK(kve_trace_key(q, h, t, key));
+            ASSERT_TRUE(memcmp(key, v.k + (h * T + t) * S, sizeof key) == 0);
+        }
+    free(v.k);
+    kve_trace_free(q);
+    kve_trace_free(dn);
+    /* The policies that read keys run on it from the command line. */
+    snprintf(args, sizeof args, "eval --trace %s --policy knorm:budget=16,recent_window=4 --json",
+             src);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(out_text, "\"heads\": 4");
+    remove(path_of("t.qk"));
+    remove(path_of("t.npy"));
+    remove(shortpath);
+}
+
+/* lm prefill against the library: the same windows and prompts, decoded
+ * here with lm_prefill and lm_forward. */
+static void test_prefill_cmd(void)
+{
+    enum { L = T_, P = 60 };
+    char args[4096];
+    int32_t *H = malloc((text_len + 1) * sizeof *H);
+    size_t nH;
+    ASSERT_OK(lm_encode(lib_tok, text, text_len, H, text_len + 1, &nH));
+    int32_t seg[64];
+    size_t a, b, q;
+    ASSERT_OK(lm_encode(lib_tok, "The pass key is #", 17, seg, 64, &a));
+    ASSERT_OK(lm_encode(lib_tok, "Remember it.", 12, seg, 64, &b));
+    ASSERT_OK(lm_encode(lib_tok, "What is the pass key? The pass key is #", 39, seg, 64, &q));
+    size_t d = b + q + 7;
+    snprintf(args, sizeof args,
+             "lm prefill --model %s --text %s --policy h2o:budget=24,recent_window=2 --budget 24 "
+             "--methods step,h2o,snapkv,policy --window 6 --kernel 3 --pool avg --prompt %d "
+             "--windows 2 --trials 3 --distances %zu --json",
+             model0, textpath, P, d);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(outcheck_ok("jsonl", "--count 5 --key policy:string --key 'budget:integer|null' "
+                                     "--key positions:string --key prefill:string "
+                                     "--key windows:integer --key tokens:integer "
+                                     "--key bytes:number --key bits_per_byte:number "
+                                     "--key delta_bits_per_byte:number --key prompts:integer "
+                                     "--key passkey_accuracy:number "
+                                     "--key passkey_accuracy_se:number --key seed:integer"));
+    kve_prefill_params pp = kve_prefill_default_params(KVE_PREFILL_SNAPKV);
+    pp.window = 6;
+    pp.kernel = 3;
+    pp.pool = KVE_POOL_AVG;
+    const char *methods[5] = {"-", "step", "h2o", "snapkv", "policy"};
+    const char *line = out_text;
+    int32_t w[L];
+    for (int r = 0; r < 5; r++) {
+        lm_options opt = {.policy = r ? "h2o:budget=24,recent_window=2" : NULL};
+        lm_state *s = NULL;
+        ASSERT_OK(lm_state_new(lib_model, &opt, &s));
+        kve_prefill_params p = pp;
+        p.method = r == 2 ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
+        /* bits per byte over the tokens after the prompt's first step */
+        double nats = 0, bytes = 0;
+        for (size_t wi = 0; wi < 2; wi++) {
+            w[0] = LM_BOS;
+            memcpy(w + 1, H + wi * (L - 1), (L - 1) * sizeof *w);
+            ASSERT_OK(lm_state_reset(s));
+            size_t i = 0;
+            if (r >= 2) {
+                ASSERT_OK(lm_prefill(s, w, P, r == 4 ? NULL : &p));
+                i = P;
+            }
+            for (; i + 1 < L; i++) {
+                ASSERT_OK(lm_forward(s, w[i]));
+                if (i >= P) {
+                    nats += lm_token_nats(s->logits, FX_PIECES, w[i + 1]);
+                    size_t len;
+                    lm_decode(lib_tok, w[i], w[i + 1], &len);
+                    bytes += (double)len;
+                }
+            }
+        }
+        /* pass key: the prompt but its last token, then that token */
+        int hits = 0;
+        for (size_t j = 0; j < 3; j++) {
+            int32_t key;
+            ASSERT_EQ(passkey_prompt(H, nH, L, j, 3, d, w, &key), L);
+            ASSERT_OK(lm_state_reset(s));
+            size_t i = 0;
+            if (r >= 2) {
+                ASSERT_OK(lm_prefill(s, w, L - 1, r == 4 ? NULL : &p));
+                i = L - 1;
+            }
+            for (; i < L; i++)
+                ASSERT_OK(lm_forward(s, w[i]));
+            int32_t best = 0;
+            for (int32_t v = 1; v < FX_PIECES; v++)
+                best = s->logits[v] > s->logits[best] ? v : best;
+            hits += best == key;
+        }
+        lm_state_free(s);
+        ASSERT_TRUE(line && *line);
+        char want[64];
+        snprintf(want, sizeof want, "\"prefill\": \"%s\"", methods[r]);
+        ASSERT_CONTAINS(line, want);
+        ASSERT_NEAR(json_num(line, "bits_per_byte"), nats / log(2.0) / bytes, 1e-12);
+        ASSERT_NEAR(json_num(line, "bytes"), bytes, 0);
+        ASSERT_NEAR(json_num(line, "passkey_accuracy"), hits / 3.0, 1e-12);
+        line = strchr(line, '\n');
+        line = line ? line + 1 : NULL;
+    }
+    /* Refused: a method the policy cannot take; a window not below the
+     * budget; an even kernel. */
+    snprintf(args, sizeof args,
+             "lm prefill --model %s --text %s --policy window --budget 24 --methods h2o",
+             model0, textpath);
+    ASSERT_FAILS(args, 2, "lm prefill", "--methods h2o with window:budget=24");
+    snprintf(args, sizeof args,
+             "lm prefill --model %s --text %s --policy h2o:recent_window=2 --budget 24 "
+             "--window 24", model0, textpath);
+    ASSERT_FAILS(args, 2, "lm prefill", "must be greater than window 24");
+    snprintf(args, sizeof args,
+             "lm prefill --model %s --text %s --policy h2o --kernel 4", model0, textpath);
+    ASSERT_FAILS(args, 2, "lm prefill", "--kernel 4");
+    free(H);
+}
+
 /* Every machine-readable output, through the strict checker of the CLI tests. */
 static void test_machine_outputs(void)
 {
@@ -553,6 +754,7 @@ static void test_machine_outputs(void)
     /* Every command's help. */
     static const char *const helps[] = {"lm --help",         "lm logits --help", "lm eval --help",
                                         "lm passkey --help", "lm repeat --help", "lm dump --help",
+                                        "lm prefill --help",
                                         "generate --help",   "help lm"};
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
         ASSERT_RUNS(helps[i]);
@@ -637,6 +839,8 @@ int main(int argc, char **argv)
     RUN(test_eval);
     RUN(test_recall);
     RUN(test_dump);
+    RUN(test_dump_qk);
+    RUN(test_prefill_cmd);
     RUN(test_machine_outputs);
     RUN(test_generate);
     lm_model_free(lib_model);

@@ -1,8 +1,8 @@
 /*
  * test_lm_golden.c - the decoder against files written by torch: the tiny
  * models of tests/fixtures/lm/ (legacy and version 1, tied and untied) and
- * their logits, the tokenizer fixtures' encodings, and the committed model
- * of models/ with its golden prompt.
+ * their logits, the tokenizer fixtures' encodings, the committed model of
+ * models/ with its golden prompt, and its committed q/K trace.
  *
  * Tolerance: |logit - torch| <= 1e-4 (absolute). Both sides compute in
  * float32, in different orders (torch batches the positions and sums its
@@ -208,6 +208,75 @@ static void test_committed_model(void)
     }
 }
 
+/* models/kjv.qk is what `kvevict lm dump --qk --steps 512` writes from the
+ * committed model and heldout.txt: BOS then the text's first 511 tokens,
+ * the rotated queries (L, H, 512, S) and keys (L, G, 512, S), float32. The
+ * decoder is deterministic, so the file must hold exactly the vectors it
+ * hands on_qk (bit for bit); a stale file fails here. */
+typedef struct qk_file {
+    const float *q, *k; /* into the file's data */
+    size_t H, G, T, S;
+    size_t mismatches;
+} qk_file;
+
+static void compare_qk(void *user, int32_t layer, int32_t pos, const float *q, const float *k)
+{
+    qk_file *f = user;
+    size_t l = (size_t)layer, t = (size_t)pos, S = f->S;
+    for (size_t h = 0; h < f->H; h++)
+        f->mismatches += memcmp(q + h * S, f->q + ((l * f->H + h) * f->T + t) * S,
+                                S * sizeof(float)) != 0;
+    for (size_t g = 0; g < f->G; g++)
+        f->mismatches += memcmp(k + g * S, f->k + ((l * f->G + g) * f->T + t) * S,
+                                S * sizeof(float)) != 0;
+}
+
+static void test_committed_qk_trace(void)
+{
+    size_t size = 0;
+    char *bytes = fx_slurp(in(models, "kjv.qk"), &size);
+    ASSERT_TRUE(bytes != NULL);
+    lm_model *m = NULL;
+    ASSERT_OK(lm_model_open(in(models, "kjv.bin"), &m));
+    lm_tokenizer *tok = NULL;
+    ASSERT_OK(lm_tokenizer_open(in(models, "tokenizer.bin"), &tok));
+    size_t tlen = 0;
+    char *text = fx_slurp(in(models, "heldout.txt"), &tlen);
+    ASSERT_TRUE(text != NULL);
+    int32_t *ids = malloc((tlen + 1) * sizeof *ids);
+    size_t n = 0;
+    ASSERT_OK(lm_encode(tok, text, tlen, ids, tlen + 1, &n));
+    const lm_config *c = &m->config;
+    qk_file f = {0};
+    f.H = (size_t)c->n_heads;
+    f.G = (size_t)c->n_kv_heads;
+    f.T = 512;
+    f.S = (size_t)c->head_size;
+    /* two version 1.0 headers: the data of each starts at the 10-byte
+     * preamble plus its little-endian header length */
+    size_t q_off = 10 + (size_t)(unsigned char)bytes[8] + 256u * (unsigned char)bytes[9];
+    size_t q_bytes = (size_t)c->n_layers * f.H * f.T * f.S * sizeof(float);
+    ASSERT_TRUE(size > q_off + q_bytes + 10);
+    size_t k_at = q_off + q_bytes;
+    size_t k_off = k_at + 10 + (size_t)(unsigned char)bytes[k_at + 8] +
+                   256u * (unsigned char)bytes[k_at + 9];
+    ASSERT_EQ(size, k_off + (size_t)c->n_layers * f.G * f.T * f.S * sizeof(float));
+    f.q = (const float *)(const void *)(bytes + q_off);
+    f.k = (const float *)(const void *)(bytes + k_off);
+    lm_options opt = {.on_qk = compare_qk, .user = &f};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    for (size_t t = 0; t < f.T; t++)
+        ASSERT_OK(lm_forward(s, t ? ids[t - 1] : LM_BOS));
+    ASSERT_EQ(f.mismatches, 0);
+    lm_state_free(s);
+    free(ids);
+    free(text);
+    free(bytes);
+    lm_tokenizer_free(tok);
+    lm_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -231,6 +300,8 @@ int main(int argc, char **argv)
         printf("skipped test_tiny_models: no fixtures in %s\n", fixtures);
     if (have_models)
         RUN(test_committed_model);
+    if (have_models && access(in(models, "kjv.qk"), R_OK) == 0)
+        RUN(test_committed_qk_trace);
     else
         printf("skipped test_committed_model: no model in %s\n", models);
     return CHECK_DONE();

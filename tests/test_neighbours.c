@@ -19,7 +19,11 @@ static kve_status step_random(kve_policy *p, int32_t pos, kve_rng *g)
     size_t n = kve_policy_size(p);
     for (size_t i = 0; i < n; i++)
         row[i] = (float)kve_rng_uniform(g);
-    return kve_policy_step(p, pos, kve_rng_below(g, 5) ? row : NULL, n);
+    float key[64]; /* for the policies built with keys */
+    for (size_t j = 0; j < kve_policy_key_dim(p) && j < 64; j++)
+        key[j] = (float)kve_rng_uniform(g) - 0.5f;
+    return kve_policy_step_keys(p, pos, kve_rng_below(g, 5) ? row : NULL, n,
+                                kve_policy_key_dim(p) ? key : NULL);
 }
 
 /* Streaming keeps the first `sinks` positions ever admitted and the newest
@@ -324,10 +328,15 @@ static void test_state_bytes(void)
         {"random", 2565},     {"h2o", 6669},    {"scissorhands", 6669},
         {"tova", 6669},       {"h2o_decay", 6669}, {"h2o_mean", 12825},
         {"scissorhands:history=8", 10773},
+        /* keys of 64 floats: a scalar a slot for knorm, the unit key too for
+         * keydiff (13 + 4 * 64 = 269 bytes a slot) */
+        {"knorm", 6669},      {"keydiff", 513 * 269},
     };
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = 64;
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
         kve_policy *p = NULL;
-        ASSERT_OK(kve_policy_new(defaults[i].spec, &g, &p));
+        ASSERT_OK(kve_policy_new_ex(defaults[i].spec, &g, &o, &p));
         if (kve_policy_state_bytes(p) != defaults[i].bytes)
             CHECK_FAIL_AT("%s: %zu state bytes, want %zu", defaults[i].spec,
                           kve_policy_state_bytes(p), defaults[i].bytes);
@@ -351,7 +360,9 @@ static void test_steady_state_never_allocates(void)
         int has_window = strcmp(name, "window") != 0 && strcmp(name, "streaming") != 0;
         snprintf(spec, sizeof spec, "%s:budget=24%s", name, has_window ? ",recent_window=4" : "");
         kve_policy *p = NULL;
-        ASSERT_OK(kve_policy_new(spec, &g, &p));
+        kve_policy_options o = kve_policy_default_options();
+        o.key_dim = 24;
+        ASSERT_OK(kve_policy_new_ex(spec, &g, &o, &p));
         kve__alloc_fail_after(0);
         int ok = 1;
         size_t nv = 0;

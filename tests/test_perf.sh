@@ -17,11 +17,16 @@ trap 'rm -rf "$D"' EXIT INT TERM
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
-# --quick: budgets 256 and 4096, every policy but full with rows and NULL,
-# two naive rows per budget, a bank of 8 heads at 256 with 1 and 2 threads.
-policies=$("$K" policies --csv | tail -n +2 | cut -d, -f1 | grep -vx full)
+# --quick: budgets 256 and 4096, every policy but full with rows and NULL
+# (those that read keys: once, with keys), two naive rows per budget, a bank
+# of 8 heads at 256 with 1 and 2 threads.
+"$K" policies | tail -n +2 | awk '{ print $1 "," $3 }' >"$D/pols" # name,reads
+policies=$(grep -v ',keys$' "$D/pols" | cut -d, -f1 | grep -vx full)
+keyed=$(grep ',keys$' "$D/pols" | cut -d, -f1)
 n_pol=$(printf '%s\n' "$policies" | wc -l)
-want=$((2 * (2 * n_pol + 2) + 2))
+n_key=$(printf '%s\n' "$keyed" | grep -c .)
+[ "$n_key" -eq 2 ] || fail "policies --csv: $n_key policies read keys, want 2"
+want=$((2 * (2 * n_pol + n_key + 2) + 2))
 
 "$K" perf --quick --json >"$D/p.jsonl" 2>"$D/err" || fail "perf --quick --json: $(cat "$D/err")"
 "$J" jsonl --count "$want" --key impl:string --key policy:string --key budget:integer \
@@ -38,13 +43,19 @@ for p in $policies; do
         done
     done
 done
+for p in $keyed; do
+    for b in 256 4096; do
+        grep "\"policy\": \"$p:budget=$b[,\"]" "$D/p.jsonl" | grep -q '"attn": "keys"' ||
+            fail "perf --json has no row for $p at $b with keys"
+    done
+done
 for impl in naive-passes naive-sort; do
     [ "$(grep -c "\"impl\": \"$impl\"" "$D/p.jsonl")" -eq 2 ] || fail "perf --json: $impl rows"
 done
 grep '"heads": 8' "$D/p.jsonl" | grep -q '"threads": 2' || fail "perf --json: no bank row on 2 threads"
 
 "$K" perf --quick --budget 300 --csv -o "$D/p.csv" 2>"$D/err" || fail "perf --csv -o: $(cat "$D/err")"
-"$J" csv --count $((2 * n_pol + 2 + 2)) --key budget:integer --key ratio_to_floor:number \
+"$J" csv --count $((2 * n_pol + n_key + 2 + 2)) --key budget:integer --key ratio_to_floor:number \
     "$D/p.csv" || fail "perf --csv"
 "$K" perf --quick --budget 300 >"$D/p.txt" 2>"$D/err" || fail "perf text: $(cat "$D/err")"
 grep -q "^impl .*ns/step .*ratio" "$D/p.txt" || fail "perf text has no header"
@@ -77,6 +88,9 @@ block=$(sed -n '/^<!-- perf:begin -->$/,/^<!-- perf:end -->$/p' "$P")
 [ -n "$block" ] || fail "$P has no perf block"
 for p in $policies; do
     printf '%s\n' "$block" | grep -q "^| $p | rows |" || fail "$P: no row for $p"
+done
+for p in $keyed; do
+    printf '%s\n' "$block" | grep -q "^| $p | keys |" || fail "$P: no row for $p"
 done
 for what in '^Measured ' '^| floor (fastest' '^| floor (x86-64)' '^#### Targets' '^#### Banks' '256 x 4Ki'; do
     printf '%s\n' "$block" | grep -q "$what" || fail "$P: the block lacks '$what'"

@@ -10,12 +10,15 @@
  * positions, spec and state bytes, and must keep agreeing, victim for
  * victim, over a stretch of further identical steps and evictions. A refusal
  * that moved a score, a mark, a generator or a counter shows up there.
+ * Every twin is built with keys of KD floats and every step carries one, so
+ * the policies that read keys go through the same cases (and the others
+ * validate and ignore theirs).
  */
 #include "check.h"
 #include "internal.h"
 #include "kvevict.h"
 
-enum { MAXN = 512 };
+enum { MAXN = 512, KD = 5 };
 
 static const char *const specs[] = {
     "full:budget=6",
@@ -31,6 +34,10 @@ static const char *const specs[] = {
     "tova:budget=6,recent_window=1",
     "h2o_decay:budget=6,recent_window=2,decay=0.5",
     "h2o_mean:budget=6,recent_window=2",
+    "knorm:budget=6,recent_window=0",
+    "knorm:budget=6,recent_window=2",
+    "keydiff:budget=6,recent_window=0",
+    "keydiff:budget=6,recent_window=1",
 };
 
 typedef struct twins {
@@ -41,6 +48,7 @@ typedef struct twins {
 } twins;
 
 static float row[MAXN];
+static float key[KD] = {0.5f, -1.0f, 0.25f, 2.0f, 0.0f}; /* a valid key */
 static int32_t vp[MAXN], vq[MAXN];
 
 /* Both policies equal in every observable. Returns 0 after reporting. */
@@ -69,9 +77,13 @@ static int advance(twins *t, int grow)
         uint64_t k = kve_rng_below(&t->g, 4);
         row[i] = k == 0 ? 0.0f : k == 1 ? 0.25f : (float)kve_rng_uniform(&t->g);
     }
+    float k[KD]; /* from a pool of two directions: equal scores happen */
+    for (size_t j = 0; j < KD; j++)
+        k[j] = kve_rng_below(&t->g, 3) == 0 ? (float)kve_rng_uniform(&t->g)
+                                            : (float)(j + kve_rng_below(&t->g, 2));
     t->pos += 1 + (int32_t)kve_rng_below(&t->g, 2);
-    if (kve_policy_step(t->p, t->pos, with_attn ? row : NULL, n) != KVE_OK ||
-        kve_policy_step(t->q, t->pos, with_attn ? row : NULL, n) != KVE_OK) {
+    if (kve_policy_step_keys(t->p, t->pos, with_attn ? row : NULL, n, k) != KVE_OK ||
+        kve_policy_step_keys(t->q, t->pos, with_attn ? row : NULL, n, k) != KVE_OK) {
         fprintf(stderr, "step failed: %s\n", kve_last_error());
         return 0;
     }
@@ -98,7 +110,10 @@ static int twins_new(twins *t, const char *spec, uint64_t seed)
     memset(t, 0, sizeof *t);
     kve_rng_seed(&t->g, seed + 1);
     t->pos = -1;
-    if (kve_policy_new(spec, &a, &t->p) != KVE_OK || kve_policy_new(spec, &b, &t->q) != KVE_OK) {
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = KD;
+    if (kve_policy_new_ex(spec, &a, &o, &t->p) != KVE_OK ||
+        kve_policy_new_ex(spec, &b, &o, &t->q) != KVE_OK) {
         fprintf(stderr, "%s: %s\n", spec, kve_last_error());
         return 0;
     }
@@ -143,24 +158,24 @@ static void step_refusals(const char *spec, uint64_t seed)
     for (size_t i = 0; i < n; i++)
         row[i] = 0.5f;
 
-    REFUSED(kve_policy_step(NULL, t.pos + 1, row, n), KVE_EINVAL, "NULL", &t, "NULL policy");
-    REFUSED(kve_policy_step(p, -1, NULL, 0), KVE_EINVAL, "pos -1", &t, "pos -1");
-    REFUSED(kve_policy_step(p, INT32_MIN, row, kve_policy_size(p)), KVE_EINVAL, "negative", &t,
+    REFUSED(kve_policy_step_keys(NULL, t.pos + 1, row, n, key), KVE_EINVAL, "NULL", &t, "NULL policy");
+    REFUSED(kve_policy_step_keys(p, -1, NULL, 0, key), KVE_EINVAL, "pos -1", &t, "pos -1");
+    REFUSED(kve_policy_step_keys(p, INT32_MIN, row, kve_policy_size(p), key), KVE_EINVAL, "negative", &t,
             "INT32_MIN");
-    REFUSED(kve_policy_step(p, t.pos, NULL, 0), KVE_EINVAL, "not greater", &t, "pos repeated");
-    REFUSED(kve_policy_step(p, t.pos - 1, NULL, 0), KVE_EINVAL, "not greater", &t,
+    REFUSED(kve_policy_step_keys(p, t.pos, NULL, 0, key), KVE_EINVAL, "not greater", &t, "pos repeated");
+    REFUSED(kve_policy_step_keys(p, t.pos - 1, NULL, 0, key), KVE_EINVAL, "not greater", &t,
             "pos decreasing");
     /* The position check comes before the attention is admitted: a good row
      * with a bad position is still refused. */
     n = kve_policy_size(p);
     for (size_t i = 0; i < n; i++)
         row[i] = 0.5f;
-    REFUSED(kve_policy_step(p, t.pos, row, n), KVE_EINVAL, "pos", &t, "pos repeated with attn");
+    REFUSED(kve_policy_step_keys(p, t.pos, row, n, key), KVE_EINVAL, "pos", &t, "pos repeated with attn");
 
     n = kve_policy_size(p);
-    REFUSED(kve_policy_step(p, t.pos + 1, row, n + 1), KVE_EINVAL, "n is", &t, "n = size + 1");
+    REFUSED(kve_policy_step_keys(p, t.pos + 1, row, n + 1, key), KVE_EINVAL, "n is", &t, "n = size + 1");
     n = kve_policy_size(p);
-    REFUSED(kve_policy_step(p, t.pos + 1, row, n - 1), KVE_EINVAL, "n is", &t, "n = size - 1");
+    REFUSED(kve_policy_step_keys(p, t.pos + 1, row, n - 1, key), KVE_EINVAL, "n is", &t, "n = size - 1");
 
     static const struct {
         float bad;
@@ -177,17 +192,41 @@ static void step_refusals(const char *spec, uint64_t seed)
         row[at] = weights[w].bad;
         char needle[32];
         snprintf(needle, sizeof needle, "attn[%zu]", at);
-        REFUSED(kve_policy_step(p, t.pos + 1, row, n), KVE_EINVAL, needle, &t, weights[w].word);
+        REFUSED(kve_policy_step_keys(p, t.pos + 1, row, n, key), KVE_EINVAL, needle, &t, weights[w].word);
         ASSERT_CONTAINS(kve_last_error(), weights[w].word);
     }
     /* -0.0 is >= 0: accepted on both twins. */
     n = kve_policy_size(p);
     for (size_t i = 0; i < n; i++)
         row[i] = -0.0f;
-    ASSERT_OK(kve_policy_step(p, t.pos + 1, row, n));
-    ASSERT_OK(kve_policy_step(t.q, t.pos + 1, row, n));
+    ASSERT_OK(kve_policy_step_keys(p, t.pos + 1, row, n, key));
+    ASSERT_OK(kve_policy_step_keys(t.q, t.pos + 1, row, n, key));
     t.pos++;
     CHECK_UNCHANGED(&t, "a -0.0 row");
+
+    /* Keys: a policy that reads them refuses a step without one; every
+     * policy refuses a NaN or infinite entry, naming its index. */
+    if (kve_policy_reads(p) & KVE_READS_KEYS) {
+        REFUSED(kve_policy_step(p, t.pos + 1, NULL, 0), KVE_EINVAL, "reads keys, but the step "
+                "carries none", &t, "no key");
+        REFUSED(kve_policy_step_keys(p, t.pos + 1, NULL, 0, NULL), KVE_EINVAL, "carries none",
+                &t, "NULL key");
+    }
+    static const float bad_keys[] = {NAN, INFINITY, -INFINITY};
+    for (size_t w = 0; w < 3; w++) {
+        float k[KD];
+        memcpy(k, key, sizeof k);
+        k[(w * 2 + 1) % KD] = bad_keys[w];
+        char needle[32];
+        snprintf(needle, sizeof needle, "key[%zu]", (w * 2 + 1) % KD);
+        REFUSED(kve_policy_step_keys(p, t.pos + 1, NULL, 0, k), KVE_EINVAL, needle, &t,
+                "a bad key");
+        ASSERT_CONTAINS(kve_last_error(), w ? "infinite" : "NaN");
+    }
+    /* The position and attention checks come before the key's. */
+    float k[KD] = {NAN, NAN, NAN, NAN, NAN};
+    REFUSED(kve_policy_step_keys(p, t.pos, NULL, 0, k), KVE_EINVAL, "not greater", &t,
+            "pos before key");
     twins_free(&t);
 }
 
@@ -215,11 +254,12 @@ static void evict_refusals(const char *spec, uint64_t seed)
     const char *sk = strstr(kve_policy_spec(p), "sinks=");
     size_t floor = rw ? (size_t)atoi(rw + 14) : sk ? (size_t)atoi(sk + 6) : 0;
     if (floor) {
-        const char *key = rw ? "recent_window" : "sinks";
-        REFUSED(kve_policy_evict(p, floor, vp, MAXN, &nv), KVE_EINVAL, key, &t, "budget = floor");
+        const char *param = rw ? "recent_window" : "sinks";
+        REFUSED(kve_policy_evict(p, floor, vp, MAXN, &nv), KVE_EINVAL, param, &t,
+                "budget = floor");
         ASSERT_EQ(nv, 777);
         if (floor > 1)
-            REFUSED(kve_policy_evict(p, floor - 1, vp, MAXN, &nv), KVE_EINVAL, key, &t,
+            REFUSED(kve_policy_evict(p, floor - 1, vp, MAXN, &nv), KVE_EINVAL, param, &t,
                     "budget < floor");
         ASSERT_EQ(nv, 777);
     }
@@ -275,7 +315,7 @@ static void growth_failure(const char *spec, uint64_t seed)
         for (size_t i = 0; i < n; i++)
             row[i] = 0.125f;
         kve__alloc_fail_after(0);
-        kve_status st = kve_policy_step(p, t.pos + 1, row, n);
+        kve_status st = kve_policy_step_keys(p, t.pos + 1, row, n, key);
         kve__alloc_fail_after(SIZE_MAX);
         if (st == KVE_ENOMEM) {
             failed = 1;
@@ -284,7 +324,7 @@ static void growth_failure(const char *spec, uint64_t seed)
             CHECK_UNCHANGED(&t, "a failed growth");
         } else {
             ASSERT_OK(st);
-            ASSERT_OK(kve_policy_step(t.q, t.pos + 1, row, n));
+            ASSERT_OK(kve_policy_step_keys(t.q, t.pos + 1, row, n, key));
             t.pos++;
             ASSERT_TRUE(same(&t, "a step without allocation"));
         }
@@ -351,14 +391,46 @@ static void test_construction_refusals(void)
     ASSERT_STATUS(kve_policy_new("h2o", NULL, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "out");
 
+    /* Keys: a policy that reads them needs a dimension, and no dimension is
+     * above the largest; the bank says the same. */
+    kve_policy_options o = kve_policy_default_options();
+    ASSERT_EQ(o.key_dim, 0);
+    ASSERT_STATUS(kve_policy_new("knorm", NULL, &out), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "key_dim must be at least 1");
+    ASSERT_STATUS(kve_policy_new_ex("keydiff:budget=4", NULL, &o, &out), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "keydiff: reads keys");
+    o.key_dim = KVE_MAX_KEY_DIM + 1;
+    ASSERT_STATUS(kve_policy_new_ex("h2o", NULL, &o, &out), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "key_dim");
+    kve_bank *bout = NULL;
+    ASSERT_STATUS(kve_bank_new_ex("knorm", 2, NULL, &o, &bout), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "key_dim");
+    ASSERT_STATUS(kve_bank_new("keydiff", 2, NULL, &bout), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "key_dim must be at least 1");
+    ASSERT_TRUE(out == NULL && bout == NULL);
+    o.key_dim = KVE_MAX_KEY_DIM; /* the largest is accepted */
+    ASSERT_OK(kve_policy_new_ex("keydiff:budget=2", NULL, &o, &out));
+    ASSERT_EQ(kve_policy_state_bytes(out), 3 * (13 + 4 * (size_t)KVE_MAX_KEY_DIM));
+    kve_policy_free(out);
+    out = NULL;
+    /* A key given to a policy built without a dimension is refused. */
+    ASSERT_OK(kve_policy_new("h2o:budget=4,recent_window=1", NULL, &out));
+    ASSERT_STATUS(kve_policy_step_keys(out, 0, NULL, 0, key), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "key_dim 0");
+    ASSERT_EQ(kve_policy_size(out), 0);
+    ASSERT_OK(kve_policy_step_keys(out, 0, NULL, 0, NULL));
+    kve_policy_free(out);
+    out = NULL;
+
     /* Allocation failure at every allocation of every constructor: ENOMEM,
      * *out untouched, the generator not advanced, nothing leaked (ASan). */
     for (size_t t = 0; t < kve_policy_type_count(); t++) {
         const char *name = kve_policy_type_name(t);
+        o.key_dim = 7;
         for (size_t k = 0;; k++) {
             kve_policy *p = (kve_policy *)&g;
             kve__alloc_fail_after(k);
-            kve_status st = kve_policy_new(name, &g, &p);
+            kve_status st = kve_policy_new_ex(name, &g, &o, &p);
             kve__alloc_fail_after(SIZE_MAX);
             if (st == KVE_OK) {
                 ASSERT_TRUE(k > 0);
@@ -383,6 +455,11 @@ static void test_null_accessors(void)
     ASSERT_TRUE(kve_policy_spec(NULL) == NULL);
     ASSERT_TRUE(kve_policy_name(NULL) == NULL);
     ASSERT_EQ(kve_policy_budget(NULL), 0);
+    ASSERT_EQ(kve_policy_reads(NULL), 0);
+    ASSERT_EQ(kve_policy_key_dim(NULL), 0);
+    ASSERT_EQ(kve_bank_reads(NULL), 0);
+    ASSERT_EQ(kve_bank_key_dim(NULL), 0);
+    ASSERT_STATUS(kve_policy_step_keys(NULL, 0, NULL, 0, key), KVE_EINVAL);
     kve_policy_free(NULL);
 }
 

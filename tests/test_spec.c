@@ -10,16 +10,19 @@
 
 static const struct {
     const char *name, *canonical;
+    unsigned reads;
 } defaults[] = {
-    {"full", "full:budget=512"},
-    {"window", "window:budget=512"},
-    {"streaming", "streaming:budget=512,sinks=4"},
-    {"random", "random:budget=512,recent_window=0"},
-    {"h2o", "h2o:budget=512,recent_window=32"},
-    {"scissorhands", "scissorhands:budget=512,recent_window=32,history=0"},
-    {"tova", "tova:budget=512,recent_window=1"},
-    {"h2o_decay", "h2o_decay:budget=512,recent_window=32,decay=0.99"},
-    {"h2o_mean", "h2o_mean:budget=512,recent_window=32"},
+    {"full", "full:budget=512", KVE_READS_NOTHING},
+    {"window", "window:budget=512", KVE_READS_NOTHING},
+    {"streaming", "streaming:budget=512,sinks=4", KVE_READS_NOTHING},
+    {"random", "random:budget=512,recent_window=0", KVE_READS_NOTHING},
+    {"h2o", "h2o:budget=512,recent_window=32", KVE_READS_ATTN},
+    {"scissorhands", "scissorhands:budget=512,recent_window=32,history=0", KVE_READS_ATTN},
+    {"tova", "tova:budget=512,recent_window=1", KVE_READS_ATTN},
+    {"h2o_decay", "h2o_decay:budget=512,recent_window=32,decay=0.99", KVE_READS_ATTN},
+    {"h2o_mean", "h2o_mean:budget=512,recent_window=32", KVE_READS_ATTN},
+    {"knorm", "knorm:budget=512,recent_window=0", KVE_READS_KEYS},
+    {"keydiff", "keydiff:budget=512,recent_window=0", KVE_READS_KEYS},
 };
 enum { N_POLICIES = sizeof defaults / sizeof defaults[0] };
 
@@ -30,7 +33,9 @@ static void test_registry(void)
         ASSERT_STR_EQ(kve_policy_type_name(i), defaults[i].name);
         ASSERT_TRUE(kve_policy_type_summary(i) != NULL);
         ASSERT_TRUE(strlen(kve_policy_type_summary(i)) > 10);
+        ASSERT_EQ(kve_policy_type_reads(i), defaults[i].reads);
     }
+    ASSERT_EQ(kve_policy_type_reads(N_POLICIES), 0);
     ASSERT_TRUE(kve_policy_type_name(N_POLICIES) == NULL);
     ASSERT_TRUE(kve_policy_type_summary(N_POLICIES) == NULL);
     ASSERT_TRUE(kve_policy_type_name(SIZE_MAX) == NULL);
@@ -40,13 +45,16 @@ static void test_defaults_and_round_trip(void)
 {
     kve_rng g;
     kve_rng_seed(&g, 1);
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = 16; /* the key-reading policies need one; the others ignore it */
     for (size_t i = 0; i < N_POLICIES; i++) {
         kve_policy *p = NULL, *q = NULL;
-        ASSERT_OK(kve_policy_new(defaults[i].name, &g, &p));
+        ASSERT_OK(kve_policy_new_ex(defaults[i].name, &g, &o, &p));
         ASSERT_STR_EQ(kve_policy_spec(p), defaults[i].canonical);
         ASSERT_STR_EQ(kve_policy_name(p), defaults[i].name);
         ASSERT_EQ(kve_policy_budget(p), 512);
-        ASSERT_OK(kve_policy_new(kve_policy_spec(p), &g, &q));
+        ASSERT_EQ(kve_policy_reads(p), defaults[i].reads);
+        ASSERT_OK(kve_policy_new_ex(kve_policy_spec(p), &g, &o, &q));
         ASSERT_STR_EQ(kve_policy_spec(q), defaults[i].canonical);
         ASSERT_EQ(kve_policy_state_bytes(q), kve_policy_state_bytes(p));
         kve_policy_free(p);

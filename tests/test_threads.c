@@ -50,20 +50,24 @@ static uint64_t run_policy(size_t type, outcome *o)
     kve_rng_seed(&rng, 100 + type);
     kve_rng_seed(&stream, 7 * type + 1);
     kve_policy *p = NULL;
-    if (kve_policy_new(spec, &rng, &p) != KVE_OK) {
+    kve_policy_options po = kve_policy_default_options();
+    po.key_dim = 8; /* the key-reading policies step with keys */
+    if (kve_policy_new_ex(spec, &rng, &po, &p) != KVE_OK) {
         o->failures++;
         return 0;
     }
     uint64_t h = 0xcbf29ce484222325u;
-    float attn[STEPS];
+    float attn[STEPS], key[8];
     int32_t victims[BUDGET + 1];
     for (int32_t pos = 0; pos < STEPS; pos++) {
         size_t n = kve_policy_size(p);
         for (size_t i = 0; i < n; i++)
             attn[i] = (float)kve_rng_uniform(&stream);
         const float *a = kve_rng_below(&stream, 10) == 0 ? NULL : attn;
+        for (size_t j = 0; j < 8; j++)
+            key[j] = (float)kve_rng_uniform(&stream) - 0.5f;
         size_t nv = 0;
-        if (kve_policy_step(p, pos, a, n) != KVE_OK ||
+        if (kve_policy_step_keys(p, pos, a, n, key) != KVE_OK ||
             kve_policy_evict(p, BUDGET, victims, BUDGET + 1, &nv) != KVE_OK) {
             o->failures++;
             break;

@@ -8,8 +8,10 @@
  * malformed file is reported as such, never as a policy failure. Each
  * `expect` line builds its policy afresh (Rng seeded from the file's `seed`),
  * replays every step and evict, and compares the final kept set. Every
- * registered policy must have at least one `expect` line in every file, and
- * each `separates A B` line must name two expectations that differ.
+ * registered policy that can run the file must have at least one `expect`
+ * line in it (the policies that read keys run the files that give keys:
+ * a `dim` line and a key at every step), and each `separates A B` line must
+ * name two expectations that differ.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -19,7 +21,10 @@
 #include <dirent.h>
 #include <errno.h>
 
-enum { MAX_OPS = 256, MAX_W = 64, MAX_EXPECT = 32, MAX_KEPT = 64, MAX_SEP = 16, SPEC_LEN = 160 };
+enum {
+    MAX_OPS = 256, MAX_W = 64, MAX_EXPECT = 32, MAX_KEPT = 64, MAX_SEP = 16, SPEC_LEN = 160,
+    MAX_DIM = 16
+};
 
 typedef struct vop {
     int line;
@@ -29,6 +34,7 @@ typedef struct vop {
     size_t nw;       /* step: listed weights */
     int32_t wpos[MAX_W];
     float w[MAX_W];
+    float key[MAX_DIM]; /* step: the key of pos, when the vector has a dim */
     size_t budget;   /* evict: 0 = each policy's own */
 } vop;
 
@@ -42,6 +48,7 @@ typedef struct vexpect {
 typedef struct vector {
     const char *file;
     uint64_t seed;
+    size_t dim; /* floats of a key; 0: the steps carry none */
     size_t n_ops, n_expect, n_sep;
     vop ops[MAX_OPS];
     vexpect expect[MAX_EXPECT];
@@ -125,10 +132,10 @@ static int parse_vector(vector *v, const char *file, char *text)
         char *hash = strchr(s, '#');
         if (hash)
             *hash = '\0';
-        char *tok[MAX_W + 3];
+        char *tok[MAX_W + 4];
         size_t nt = 0;
         for (char *t = strtok(s, " \t\r"); t; t = strtok(NULL, " \t\r")) {
-            if (nt == MAX_W + 3)
+            if (nt == MAX_W + 4)
                 VFAIL(v, line, "too many fields (at most %d weights a step)", MAX_W);
             tok[nt++] = t;
         }
@@ -139,6 +146,12 @@ static int parse_vector(vector *v, const char *file, char *text)
             if (nt != 2 || !parse_int(tok[1], 0, INT64_MAX, &x))
                 VFAIL(v, line, "seed takes one non-negative integer");
             v->seed = (uint64_t)x;
+        } else if (!strcmp(tok[0], "dim")) {
+            if (nt != 2 || !parse_int(tok[1], 1, MAX_DIM, &x))
+                VFAIL(v, line, "dim takes one integer in 1..%d", MAX_DIM);
+            if (v->dim || v->n_ops)
+                VFAIL(v, line, "dim comes once, before the first step");
+            v->dim = (size_t)x;
         } else if (!strcmp(tok[0], "step")) {
             if (v->n_ops == MAX_OPS)
                 VFAIL(v, line, "too many steps and evicts (at most %d)", MAX_OPS);
@@ -150,6 +163,25 @@ static int parse_vector(vector *v, const char *file, char *text)
                       (long)last);
             op->line = line;
             op->pos = (int32_t)x;
+            if (nt > 2 && !strncmp(tok[nt - 1], "key=", 4)) {
+                if (!v->dim)
+                    VFAIL(v, line, "a key without a dim line");
+                char *at = tok[nt - 1] + 4;
+                for (size_t j = 0; j < v->dim; j++) {
+                    char *end = NULL;
+                    errno = 0;
+                    double k = strtod(at, &end);
+                    if (end == at || errno || !(k - k == 0.0) || fabs(k) > 3.4e38 ||
+                        (*end != ',' && *end != '\0') || (*end == ',') != (j + 1 < v->dim))
+                        VFAIL(v, line, "key needs %zu finite decimals separated by commas",
+                              v->dim);
+                    op->key[j] = (float)k;
+                    at = end + 1;
+                }
+                nt--;
+            } else if (v->dim) {
+                VFAIL(v, line, "step %lld has no key=... (the vector has dim %zu)", x, v->dim);
+            }
             if (nt == 3 && !strcmp(tok[2], "null")) {
                 op->null = 1;
             } else {
@@ -224,7 +256,8 @@ static int parse_vector(vector *v, const char *file, char *text)
             strcpy(v->sep[v->n_sep][1], tok[2]);
             v->n_sep++;
         } else {
-            VFAIL(v, line, "unknown directive \"%s\" (seed, step, evict, expect, separates)",
+            VFAIL(v, line,
+                  "unknown directive \"%s\" (seed, dim, step, evict, expect, separates)",
                   tok[0]);
         }
     }
@@ -232,9 +265,12 @@ static int parse_vector(vector *v, const char *file, char *text)
         VFAIL(v, line, "a vector starts with a step");
     if (v->n_expect == 0)
         VFAIL(v, line, "no expect lines");
-    /* Every registered policy runs every vector. */
+    /* Every registered policy runs every vector it can: those that read keys
+     * the vectors with keys. */
     for (size_t t = 0; t < kve_policy_type_count(); t++) {
         const char *name = kve_policy_type_name(t);
+        if ((kve_policy_type_reads(t) & KVE_READS_KEYS) && !v->dim)
+            continue;
         size_t len = strlen(name), i = 0;
         while (i < v->n_expect && !(strncmp(v->expect[i].spec, name, len) == 0 &&
                                     (v->expect[i].spec[len] == ':' || v->expect[i].spec[len] == '\0')))
@@ -279,7 +315,9 @@ static int run_expect(const vector *v, const vexpect *e, int32_t *got, size_t *n
     kve_rng rng;
     kve_rng_seed(&rng, v->seed);
     kve_policy *p = NULL;
-    if (kve_policy_new(e->spec, &rng, &p) != KVE_OK)
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = v->dim;
+    if (kve_policy_new_ex(e->spec, &rng, &o, &p) != KVE_OK)
         VFAIL(v, e->line, "bad spec %s: %s", e->spec, kve_last_error());
     for (size_t i = 0; i < v->n_ops; i++) {
         const vop *op = &v->ops[i];
@@ -302,7 +340,8 @@ static int run_expect(const vector *v, const vexpect *e, int32_t *got, size_t *n
                     if (op->wpos[j] == kept[k])
                         row[k] = op->w[j];
             }
-            st = kve_policy_step(p, op->pos, op->null ? NULL : row, n);
+            st = kve_policy_step_keys(p, op->pos, op->null ? NULL : row, n,
+                                      v->dim ? op->key : NULL);
         }
         if (st != KVE_OK) {
             kve_policy_free(p);
@@ -398,7 +437,7 @@ static void test_vector_files(void)
     }
     closedir(d);
     qsort(names, n, sizeof *names, cmp_names);
-    size_t expectations = 0;
+    size_t expectations = 0, keyed = 0;
     int failed = 0;
     for (size_t i = 0; i < n; i++) {
         char path[1400];
@@ -413,16 +452,23 @@ static void test_vector_files(void)
             fprintf(stderr, "%s\n", errbuf);
             failed = 1;
         } else {
-            printf("     %s: %zu expectations hold\n", names[i], vec.n_expect);
+            printf("     %s: %zu expectations hold%s\n", names[i], vec.n_expect,
+                   vec.dim ? " (with keys)" : "");
             expectations += vec.n_expect;
+            keyed += vec.dim != 0;
         }
         free(text);
     }
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     ASSERT_TRUE(!failed);
-    ASSERT_TRUE(n >= 5);
-    ASSERT_TRUE(expectations >= n * kve_policy_type_count());
+    ASSERT_TRUE(n >= 7);
+    ASSERT_TRUE(keyed >= 2);
+    size_t key_types = 0;
+    for (size_t t = 0; t < kve_policy_type_count(); t++)
+        key_types += (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
+    ASSERT_TRUE(key_types == 2);
+    ASSERT_TRUE(expectations >= n * kve_policy_type_count() - (n - keyed) * key_types);
 }
 
 /* Malformed vectors are refused with the right line and a reason. */
@@ -462,9 +508,25 @@ static void test_malformed_vectors(void)
         {"step 0 null\n", 1, "no expect lines"},
         {"step 0 null\nexpect full: 0\n", 2, "no expect line for policy window"},
         {"step 0 null\nexpect full: 0\nseparates full:budget=1\n", 3, "two specs"},
+        {"dim 0\n", 1, "dim takes"},
+        {"dim 17\n", 1, "dim takes"},
+        {"dim 2\ndim 2\n", 2, "once"},
+        {"step 0 null\ndim 2\n", 2, "before the first step"},
+        {"step 0 null key=1\n", 1, "without a dim"},
+        {"dim 2\nstep 0 null\n", 2, "no key="},
+        {"dim 2\nstep 0 null key=1\n", 2, "2 finite decimals"},
+        {"dim 2\nstep 0 null key=1,2,3\n", 2, "2 finite decimals"},
+        {"dim 2\nstep 0 null key=1,nan\n", 2, "2 finite decimals"},
+        {"dim 2\nstep 0 null key=1,\n", 2, "2 finite decimals"},
+        {"dim 2\nstep 0 null key=1,1e39\n", 2, "2 finite decimals"},
+        {"dim 1\nstep 0 null key=-1.5\nexpect full: 0\n", 3, "no expect line for policy window"},
+        {"dim 1\nstep 0 null key=2\nexpect full: 0\nexpect window: 0\nexpect streaming: 0\n"
+         "expect random: 0\nexpect h2o: 0\nexpect scissorhands: 0\nexpect tova: 0\n"
+         "expect h2o_decay: 0\nexpect h2o_mean: 0\nexpect knorm: 0\n",
+         12, "no expect line for policy keydiff"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char text[512];
+        char text[1024];
         snprintf(text, sizeof text, "%s", bad[i].text);
         if (parse_vector(&vec, "mem.vec", text) == 0)
             CHECK_FAIL_AT("case %zu accepted: %s", i, bad[i].text);

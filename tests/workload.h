@@ -13,6 +13,8 @@
 
 #include "kvevict.h"
 
+#include <string.h>
+
 static const char *const workload_specs[] = {
     "full:budget=8",
     "window:budget=1",
@@ -43,7 +45,50 @@ static const char *const workload_specs[] = {
     "h2o_mean:budget=5,recent_window=0",
     "h2o_mean:budget=8,recent_window=1",
     "h2o_mean:budget=24,recent_window=6",
+    "knorm:budget=1,recent_window=0",
+    "knorm:budget=6,recent_window=0",
+    "knorm:budget=9,recent_window=2",
+    "knorm:budget=30,recent_window=7",
+    "keydiff:budget=1,recent_window=0",
+    "keydiff:budget=5,recent_window=0",
+    "keydiff:budget=8,recent_window=1",
+    "keydiff:budget=28,recent_window=6",
 };
+
+/* The key dimension the workload gives spec i: the policies that read keys
+ * get one of a few (below, at and past a multiple of the 8 summation lanes);
+ * every third of the others gets keys too, which it must validate and
+ * ignore. */
+static inline size_t workload_key_dim(const char *spec, size_t i)
+{
+    static const size_t dims[] = {1, 3, 8, 13, 32};
+    int keyed = strncmp(spec, "knorm", 5) == 0 || strncmp(spec, "keydiff", 7) == 0;
+    if (keyed || i % 3 == 0)
+        return dims[i % (sizeof dims / sizeof dims[0])];
+    return 0;
+}
+
+/* One key of d floats into key[], built to hit the cases two
+ * implementations can disagree on: a key from a small pool (equal norms and
+ * equal directions: ties), a pooled key scaled by 2 or 0.5 (the same
+ * direction, another norm, exactly), the zero key, or fresh values with now
+ * and then a large one. pool holds 4 keys of d floats. */
+static inline void random_key(kve_rng *g, const float *pool, size_t d, float *key)
+{
+    uint64_t kind = kve_rng_below(g, 12);
+    const float *src = pool + kve_rng_below(g, 4) * d;
+    for (size_t j = 0; j < d; j++) {
+        if (kind < 3)
+            key[j] = src[j];
+        else if (kind < 5)
+            key[j] = src[j] * (kind == 3 ? 2.0f : 0.5f);
+        else if (kind == 5)
+            key[j] = 0.0f;
+        else
+            key[j] = (float)(kve_rng_uniform(g) * 2.0 - 1.0) *
+                     (kve_rng_below(g, 50) == 0 ? 1000.0f : 1.0f);
+    }
+}
 
 /* One weight over n kept: an exact zero, a value from a pool of four (ties),
  * exactly the fair share (float)(1/n) (scissorhands' strict '>'), a random

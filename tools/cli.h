@@ -168,6 +168,11 @@ void cli_signals_install(void);
  * before any long work), renamed into place by out_close. Until then it is
  * removed on any failure or signal: no partial file is ever left. */
 FILE *out_open(const char *path);
+/* Replaces what lies between the lines "<!-- NAME:begin -->" and
+ * "<!-- NAME:end -->" of the file at `path` with `block` (through out_open,
+ * so a failure leaves the file whole); dies (input error, the option --docs
+ * named) when the file has no such block. */
+void rewrite_block(const char *path, const char *name, const char *block);
 /* Flushes, checks and commits what out_open gave; a write error is bad
  * input (exit 1) with the system's reason. */
 void out_close(FILE *f);
@@ -322,9 +327,14 @@ typedef struct evalset {
     kve_eval_result *res;      /* [n] aggregated over heads */
     kve_eval_result *per_head; /* [heads][n] when keep_heads, else NULL */
     size_t heads, layers;
+    size_t key_dim;            /* the trace's keys (kve_trace_key_dim); set before collecting */
 } evalset;
 
 void evalset_init(evalset *es);
+/* Whether registered policy type i can run on the set's trace: every type
+ * but those that read keys, which need a trace with keys. The renderers that
+ * list every policy list these. */
+int evalset_runs(const evalset *es, size_t type);
 void evalset_free(evalset *es);
 /* The result of `spec` at `budget` (0: the spec's). While collecting:
  * registers it and returns zeroes. Invalid spec: usage error. */

@@ -64,6 +64,8 @@ void render_policy_table(FILE *f, evalset *es, size_t budget, const result_ctx *
     table t;
     table_init(&t, cols, nc);
     for (size_t i = 0; i < kve_policy_type_count(); i++) {
+        if (!evalset_runs(es, i))
+            continue;
         const kve_eval_result *r = evalset_get(es, kve_policy_type_name(i), budget);
         table_str(&t, r->spec);
         table_uint(&t, r->budget);
@@ -136,18 +138,22 @@ void render_summary(FILE *f, evalset *es, tfmt fmt)
     int ranked[MAX_POLICIES];
     for (size_t i = 0; i < n; i++) {
         const char *name = kve_policy_type_name(i);
+        ranked[i] = strcmp(name, "full") != 0 && evalset_runs(es, i);
+        if (!evalset_runs(es, i))
+            continue;
         const kve_eval_result *a = evalset_get(es, name, 256);
         const kve_eval_result *b = evalset_get(es, name, 512);
         val[MASS256][i] = a->retained_mass;
         val[RECALL256][i] = a->top32_recall;
         val[MASS512][i] = b->retained_mass;
         val[RECALL512][i] = b->top32_recall;
-        ranked[i] = strcmp(name, "full") != 0;
     }
     table t;
     table_init(&t, cols, sizeof cols / sizeof cols[0]);
     for (size_t i = 0; i < n; i++) {
         const char *name = kve_policy_type_name(i);
+        if (!evalset_runs(es, i))
+            continue;
         table_str(&t, name);
         for (int m = 0; m < N_METRICS; m++) {
             double v = val[m][i];
@@ -320,6 +326,8 @@ void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c
         if (fmt == FMT_JSON) {
             for (size_t b = 0; b < o->n_budgets; b++)
                 for (size_t i = 0; i < kve_policy_type_count(); i++) {
+                    if (!evalset_runs(es, i))
+                        continue;
                     const kve_eval_result *r =
                         evalset_get(es, kve_policy_type_name(i), o->budgets[b]);
                     if (f)
@@ -337,6 +345,8 @@ void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c
         table_init(&t, cols, nc);
         for (size_t b = 0; b < o->n_budgets; b++)
             for (size_t i = 0; i < kve_policy_type_count(); i++) {
+                if (!evalset_runs(es, i))
+                    continue;
                 const kve_eval_result *r = evalset_get(es, kve_policy_type_name(i), o->budgets[b]);
                 table_str(&t, r->spec);
                 table_uint(&t, r->budget);
@@ -355,8 +365,13 @@ void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c
     if (f)
         fprintf(f,
                 "Means over the steps t > budget. Every policy at its default parameters with "
-                "the budget overridden;%sfull never evicts (the ceiling).\n\n",
-                md ? " " : "\n");
+                "the budget overridden;%sfull never evicts (the ceiling).%s\n\n",
+                md ? " " : "\n",
+                es->key_dim ? ""
+                            : md ? " The policies that read keys (knorm, keydiff) need a trace "
+                                   "with keys, and this one has none."
+                                 : "\nThe policies that read keys (knorm, keydiff) need a trace "
+                                   "with keys, and this one has none.");
     for (size_t b = 0; b < o->n_budgets; b++) {
         if (f)
             fprintf(f, "%sBudget %zu\n\n", h, o->budgets[b]);
@@ -395,7 +410,9 @@ static const char bench_usage[] =
     "pass over the trace.\n"
     "\n"
     "  --trace SRC      the trace (default: canonical): canonical:key=value,..., a\n"
-    "                   .npy file of your model's attention, or - (stdin)\n"
+    "                   .npy file of your model's attention, qk:FILE (its queries\n"
+    "                   and keys: every policy, those that read keys included), or\n"
+    "                   - (stdin)\n"
     "  --budget B1,...  the budgets of the policy tables (default 256,512)\n"
     "  --topk K         recall over the K most-attended positions in the tables\n"
     "                   (default 32; the sweep and the claims stay at 32)\n"
@@ -456,6 +473,8 @@ int cmd_bench(int argc, char **argv)
     FILE *out = out_open(a.output);
     evalset es;
     evalset_init(&es);
+    kve_trace *tr = open_trace(&a);
+    es.key_dim = kve_trace_key_dim(tr);
     result_ctx c;
     memset(&c, 0, sizeof c);
     c.topk = a.topk;
@@ -463,7 +482,6 @@ int cmd_bench(int argc, char **argv)
     FILE *sink = null_sink();
     render_bench(sink, &es, &o, &c, FMT_TEXT); /* collect every spec every format needs */
     fclose(sink);
-    kve_trace *tr = open_trace(&a);
     evalset_run(&es, tr, &a, 0);
     result_ctx_init(&c, &a, tr);
     render_bench(out, &es, &o, &c, a.format);

@@ -358,6 +358,12 @@ int cmd_docs(int argc, char **argv)
         }
         blocks[k].group = g;
     }
+    for (size_t g = 0; g < n_groups; g++) { /* what the traces hold decides what runs */
+        cli_args ga = a;
+        ga.trace = groups[g].src;
+        groups[g].tr = open_trace(&ga);
+        groups[g].es.key_dim = kve_trace_key_dim(groups[g].tr);
+    }
     FILE *sink = null_sink();
     for (size_t k = 0; k < n_blocks; k++) {
         cli_cmd = blocks[k].where; /* messages name the file and line */
@@ -368,7 +374,6 @@ int cmd_docs(int argc, char **argv)
     for (size_t g = 0; g < n_groups; g++) {
         cli_args ga = a; /* seed 0, top-32: the defaults */
         ga.trace = groups[g].src;
-        groups[g].tr = open_trace(&ga);
         evalset_run(&groups[g].es, groups[g].tr, &ga, 0);
         result_ctx_init(&groups[g].ctx, &ga, groups[g].tr);
         groups[g].ctx.timings = 0;

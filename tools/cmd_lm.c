@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_lm.c - the llama2.c decoder on the command line: `kvevict lm logits`,
- * `lm eval`, `lm passkey`, `lm repeat`, `lm dump` and `kvevict generate`.
+ * `lm eval`, `lm passkey`, `lm repeat`, `lm dump`, `lm prefill` and `kvevict
+ * generate`.
  *
  * Every command loads a checkpoint (and where text is involved a tokenizer:
  * --tokenizer, else tokenizer.bin beside the checkpoint) and runs the
@@ -589,6 +590,49 @@ static const char *const PK_AFTER = "Remember it.";
 static const char *const PK_QUESTION = "What is the pass key? The pass key is #";
 enum { PK_KEYS = 64 };
 
+/* The pass-key template: its three segments encoded, the 64 keys found. */
+typedef struct pk_template {
+    int32_t *intro, *after, *question;
+    size_t na, nb, nq;
+    int32_t keys[PK_KEYS];
+} pk_template;
+
+static void pk_load(pk_template *p)
+{
+    p->intro = encode(PK_INTRO, strlen(PK_INTRO), &p->na);
+    p->after = encode(PK_AFTER, strlen(PK_AFTER), &p->nb);
+    p->question = encode(PK_QUESTION, strlen(PK_QUESTION), &p->nq);
+    for (int k = 0; k < PK_KEYS; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "<key%02d>", k);
+        p->keys[k] = lm_piece_id(ctx.tok, name, strlen(name));
+        if (p->keys[k] < 0)
+            die_input("--tokenizer: no piece %s (the pass keys are <key00> .. <key63>)", name);
+    }
+}
+
+static void pk_free(pk_template *p)
+{
+    free(p->intro), free(p->after), free(p->question);
+}
+
+/* Writes trial j of N at distance d (L tokens) to w; returns its key. */
+static int32_t pk_prompt(const pk_template *p, size_t L, size_t j, size_t N, size_t d, int32_t *w)
+{
+    size_t na = p->na, nb = p->nb, nq = p->nq;
+    size_t k = L - 1 - d, f1 = k - 1 - na, m = L - 2 - na - nb - nq;
+    size_t s = (size_t)((uint64_t)j * (ctx.n_ids - m) / N), o = 0;
+    int32_t key = p->keys[j % PK_KEYS];
+    w[o++] = LM_BOS;
+    memcpy(w + o, ctx.ids + s, f1 * sizeof *w), o += f1;
+    memcpy(w + o, p->intro, na * sizeof *w), o += na;
+    w[o++] = key;
+    memcpy(w + o, p->after, nb * sizeof *w), o += nb;
+    memcpy(w + o, ctx.ids + s + f1, (m - f1) * sizeof *w), o += m - f1;
+    memcpy(w + o, p->question, nq * sizeof *w);
+    return key;
+}
+
 static const char passkey_usage[] =
     "usage: kvevict lm passkey --model CKPT --text FILE [--tokenizer TOK]\n"
     "                          [--policy SPEC[,SPEC...]] [--budget B[,B...]]\n"
@@ -702,19 +746,11 @@ static int lm_recall(int argc, char **argv, int repeat)
     measure_load(&ma, sp);
     size_t L = (size_t)ctx.model->config.seq_len;
 
-    size_t na = 0, nb = 0, nq = 0, lo, hi;
-    int32_t *intro = NULL, *after = NULL, *question = NULL, keys[PK_KEYS];
+    size_t lo, hi;
+    pk_template pk = {0};
     if (!repeat) {
-        intro = encode(PK_INTRO, strlen(PK_INTRO), &na);
-        after = encode(PK_AFTER, strlen(PK_AFTER), &nb);
-        question = encode(PK_QUESTION, strlen(PK_QUESTION), &nq);
-        for (int k = 0; k < PK_KEYS; k++) {
-            char name[16];
-            snprintf(name, sizeof name, "<key%02d>", k);
-            keys[k] = lm_piece_id(ctx.tok, name, strlen(name));
-            if (keys[k] < 0)
-                die_input("--tokenizer: no piece %s (the pass keys are <key00> .. <key63>)", name);
-        }
+        pk_load(&pk);
+        size_t na = pk.na, nb = pk.nb, nq = pk.nq;
         if (L < 2 + na + nb + nq)
             die_input("--model: seq_len %zu cannot hold the pass-key prompt", L);
         lo = nb + nq;
@@ -749,16 +785,7 @@ static int lm_recall(int argc, char **argv, int repeat)
         for (size_t j = 0; j < trials; j++) {
             int32_t key = 0;
             if (!repeat) { /* the pass-key prompt */
-                size_t k = L - 1 - d, f1 = k - 1 - na, m = L - 2 - na - nb - nq;
-                size_t s = (size_t)((uint64_t)j * (ctx.n_ids - m) / trials), o = 0;
-                key = keys[j % PK_KEYS];
-                w[o++] = LM_BOS;
-                memcpy(w + o, ctx.ids + s, f1 * sizeof *w), o += f1;
-                memcpy(w + o, intro, na * sizeof *w), o += na;
-                w[o++] = key;
-                memcpy(w + o, after, nb * sizeof *w), o += nb;
-                memcpy(w + o, ctx.ids + s + f1, (m - f1) * sizeof *w), o += m - f1;
-                memcpy(w + o, question, nq * sizeof *w);
+                key = pk_prompt(&pk, L, j, trials, d, w);
             } else { /* the repeated passage */
                 size_t s = (size_t)((uint64_t)j * (ctx.n_ids - (L - 1)) / trials);
                 w[0] = LM_BOS;
@@ -772,10 +799,10 @@ static int lm_recall(int argc, char **argv, int repeat)
                 if (!repeat) {
                     int32_t best = run_prompt(jobs[jb].s, w, L, NULL, what);
                     r1[c] += best == key;
-                    int32_t kb = keys[0];
+                    int32_t kb = pk.keys[0];
                     for (int k = 1; k < PK_KEYS; k++)
-                        if (jobs[jb].s->logits[keys[k]] > jobs[jb].s->logits[kb])
-                            kb = keys[k];
+                        if (jobs[jb].s->logits[pk.keys[k]] > jobs[jb].s->logits[kb])
+                            kb = pk.keys[k];
                     r2[c] += kb == key;
                 } else {
                     run_prompt(jobs[jb].s, w, L, loss, what);
@@ -853,7 +880,7 @@ static int lm_recall(int argc, char **argv, int repeat)
     table_free(&t);
     out_close(out);
     free(r1), free(r2), free(r3), free(w), free(loss), free(dist);
-    free(intro), free(after), free(question);
+    pk_free(&pk);
     free_jobs(jobs, n_jobs);
     measure_free(&ma);
     return 0;
@@ -863,7 +890,7 @@ static int lm_recall(int argc, char **argv, int repeat)
 
 static const char dump_usage[] =
     "usage: kvevict lm dump --model CKPT --text FILE --steps T -o attn.npy\n"
-    "                       [--tokenizer TOK] [--query-heads]\n"
+    "                       [--tokenizer TOK] [--query-heads | --qk] [--loop]\n"
     "\n"
     "The model's attention with the full cache over BOS and the first T-1 tokens\n"
     "of FILE, as an [L, H, T, T] float32 .npy file that `kvevict eval` reads: row t\n"
@@ -871,13 +898,24 @@ static const char dump_usage[] =
     "above the diagonal), summing to 1. By default H is the number of KV heads and\n"
     "each row is the mean over the KV head's query heads, exactly what the\n"
     "decoder's policies receive; --query-heads writes every query head instead.\n"
+    "\n"
+    "  --qk    write a query/key trace instead (docs/trace.md): the queries\n"
+    "          [L, H, T, S] then the keys [L, G, T, S] as two float32 .npy arrays\n"
+    "          in one file, after the rotary embedding; `--trace qk:FILE` reads it\n"
+    "          and computes the attention rows (the KV-head group mean) on demand.\n"
+    "          O(T S) bytes instead of O(T^2): long traces stay small\n"
+    "  --loop  repeat the text's tokens after BOS as often as --steps needs\n"
+    "          (positions past the model's context are decoded all the same)\n"
+    "\n"
     "The file is written under a temporary name and renamed into place.\n";
 
 static const opt_def dump_own[] = {{"model", 0, OPT_VALUE},
                                    {"text", 0, OPT_VALUE},
                                    {"steps", 0, OPT_VALUE},
                                    {"tokenizer", 0, OPT_VALUE},
-                                   {"query-heads", 0, 0}};
+                                   {"query-heads", 0, 0},
+                                   {"qk", 0, 0},
+                                   {"loop", 0, 0}};
 static const cli_spec dump_spec = LM_SPEC(dump_usage, SO_OUTPUT, dump_own, FMT_TEXT);
 
 typedef struct dump_ctx {
@@ -887,7 +925,47 @@ typedef struct dump_ctx {
     long header;         /* bytes before the data */
     float *row;          /* (T) */
     int failed;
+    /* --qk: Q (L, H, T, S) at q_off, K (L, G, T, S) at k_off */
+    size_t H, G, S;
+    long q_off, k_off;
 } dump_ctx;
+
+/* A version 1.0 .npy header for float32 data of shape `shape` ("(2, 3)"),
+ * padded so the data starts on a multiple of 64 bytes; returns its length. */
+static long npy_header(FILE *f, const char *shape)
+{
+    char hdr[160];
+    int len = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }",
+                       shape);
+    int total = 10 + len + 1, pad = (64 - total % 64) % 64;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    unsigned hl = (unsigned)(len + 1 + pad);
+    fputc((int)(hl & 0xff), f);
+    fputc((int)(hl >> 8), f);
+    fwrite(hdr, 1, (size_t)len, f);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    return 10 + (long)hl;
+}
+
+/* --qk: the queries and keys of layer `layer` at position pos, each head's
+ * vector at its place in Q and K. */
+static void dump_qk(void *user, int32_t layer, int32_t pos, const float *q, const float *k)
+{
+    dump_ctx *d = user;
+    size_t T = d->steps, S = d->S, l = (size_t)layer, t = (size_t)pos;
+    for (size_t h = 0; h < d->H && !d->failed; h++) {
+        long off = d->q_off + (long)((((l * d->H + h) * T + t) * S) * sizeof(float));
+        if (fseek(d->f, off, SEEK_SET) != 0 || fwrite(q + h * S, sizeof(float), S, d->f) != S)
+            d->failed = 1;
+    }
+    for (size_t g = 0; g < d->G && !d->failed; g++) {
+        long off = d->k_off + (long)((((l * d->G + g) * T + t) * S) * sizeof(float));
+        if (fseek(d->f, off, SEEK_SET) != 0 || fwrite(k + g * S, sizeof(float), S, d->f) != S)
+            d->failed = 1;
+    }
+}
 
 static void dump_attention(void *user, int32_t layer, int32_t pos, const float *att, size_t ld,
                            const size_t *n_keys)
@@ -915,35 +993,50 @@ static int lm_dump(int argc, char **argv)
         die_usage("missing required option '-o FILE' (see kvevict %s --help)", cli_cmd);
     if (strcmp(a.output, "-") == 0)
         die_usage("-o: a .npy file is written to a file, not standard output");
+    int qk = cli_own(&a, &dump_spec, "qk")->count > 0;
+    int loop = cli_own(&a, &dump_spec, "loop")->count > 0;
+    if (qk && cli_own(&a, &dump_spec, "query-heads")->count)
+        die_usage("--qk writes every query head already; --query-heads does not apply");
     load_model(model);
     load_tokenizer(own(&a, &dump_spec, "tokenizer"), model);
     load_text(text);
     encode_text(text);
-    if (ctx.n_ids + 1 < T)
-        die_usage("--steps %zu: the text gives BOS and %zu tokens", T, ctx.n_ids);
+    if (ctx.n_ids + 1 < T && !loop)
+        die_usage("--steps %zu: the text gives BOS and %zu tokens (--loop repeats them)", T,
+                  ctx.n_ids);
     const lm_config *c = &ctx.model->config;
     dump_ctx d = {0};
     d.group =
         cli_own(&a, &dump_spec, "query-heads")->count ? 1 : (size_t)(c->n_heads / c->n_kv_heads);
     d.heads = (size_t)c->n_heads / d.group;
     d.steps = T;
+    d.H = (size_t)c->n_heads;
+    d.G = (size_t)c->n_kv_heads;
+    d.S = (size_t)c->head_size;
     d.row = xmalloc(T * sizeof *d.row);
     d.f = out_open(a.output);
-    char hdr[128];
-    int len = snprintf(hdr, sizeof hdr,
-                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %zu, %zu, %zu), }",
-                       c->n_layers, d.heads, T, T);
-    int total = 10 + len + 1, pad = (64 - total % 64) % 64;
-    fwrite("\x93NUMPY\x01\x00", 1, 8, d.f);
-    unsigned hl = (unsigned)(len + 1 + pad);
-    fputc((int)(hl & 0xff), d.f);
-    fputc((int)(hl >> 8), d.f);
-    fwrite(hdr, 1, (size_t)len, d.f);
-    for (int i = 0; i < pad; i++)
-        fputc(' ', d.f);
-    fputc('\n', d.f);
-    d.header = 10 + (long)hl;
-    lm_options o = {.on_attention = dump_attention, .user = &d};
+    char shape[128];
+    if (qk) {
+        snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.H, T, d.S);
+        d.q_off = npy_header(d.f, shape);
+        long q_bytes = (long)((size_t)c->n_layers * d.H * T * d.S * sizeof(float));
+        if (fseek(d.f, d.q_off + q_bytes, SEEK_SET) != 0)
+            die_input("%s: cannot write: %s", a.output, strerror(errno));
+        snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.G, T, d.S);
+        d.k_off = d.q_off + q_bytes + npy_header(d.f, shape);
+        /* the file's last byte, so its size is right even before the last row */
+        long k_bytes = (long)((size_t)c->n_layers * d.G * T * d.S * sizeof(float));
+        if (fseek(d.f, d.k_off + k_bytes - 1, SEEK_SET) != 0 || fputc(0, d.f) == EOF)
+            die_input("%s: cannot write: %s", a.output, strerror(errno));
+    } else {
+        snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.heads, T, T);
+        d.header = npy_header(d.f, shape);
+    }
+    lm_options o = {.user = &d};
+    if (qk)
+        o.on_qk = dump_qk;
+    else
+        o.on_attention = dump_attention;
     lm_state *s = NULL;
     kve_status st = lm_state_new(ctx.model, &o, &s);
     if (st != KVE_OK)
@@ -951,7 +1044,7 @@ static int lm_dump(int argc, char **argv)
     progress pr;
     progress_begin(&pr, "step", T, 0, 1);
     for (size_t t = 0; t < T && !d.failed; t++) {
-        st = lm_forward(s, t ? ctx.ids[t - 1] : LM_BOS);
+        st = lm_forward(s, t ? ctx.ids[(t - 1) % ctx.n_ids] : LM_BOS);
         if (st != KVE_OK)
             die_lm(st, "decode");
         progress_update(&pr, t + 1);
@@ -962,6 +1055,302 @@ static int lm_dump(int argc, char **argv)
     out_close(d.f);
     lm_state_free(s);
     free(d.row);
+    return 0;
+}
+
+/* ---- lm prefill --------------------------------------------------------------------
+ *
+ * A long prompt followed by generation: the prompt compressed to the budget
+ * in one go when it has been read (kve_bank_prefill, or the policy's own
+ * scores taken once), against per-step eviction while it is read. Two
+ * measures, each read from steps taken after the compression:
+ *   bits per byte: the eval windows ([BOS] + seq_len - 1 tokens of the text),
+ *     the first P positions the prompt; scored, the tokens predicted by the
+ *     steps at positions P .. end (the logits after the prompt's last token
+ *     come from the uncompressed prefill under every method, so the token
+ *     at P is not scored);
+ *   pass key: the prompt of `lm passkey` without its last token is the
+ *     prompt; the last token is then decoded, and its argmax must be the
+ *     key. (With the whole prompt prefilled the answer would come from the
+ *     uncompressed pass, under every method.)
+ */
+
+static const char prefill_usage[] =
+    "usage: kvevict lm prefill --model CKPT --text FILE --policy SPEC[,SPEC...]\n"
+    "                          [--budget B[,B...]] [--methods LIST] [--window W]\n"
+    "                          [--kernel K] [--pool max|avg] [--prompt P] [--windows N]\n"
+    "                          [--distances D,...] [--trials N] [--tokenizer TOK]\n"
+    "                          [--positions P] [--seed N] [--format F] [-o FILE]\n"
+    "                          [--docs FILE]\n"
+    "\n"
+    "A long prompt compressed to the budget at prefill, against per-step eviction\n"
+    "while the prompt is read: bits per byte of the text that follows a prompt,\n"
+    "and pass-key accuracy with the question at the prompt's end. Both are read\n"
+    "from decode steps after the compression (docs/prefill.md).\n"
+    "\n"
+    "  --methods LIST  of: step (per-step eviction during the prompt), h2o (H2O's\n"
+    "                  prompt scores: column sums of the prompt's attention),\n"
+    "                  snapkv (the last W prompt queries, pooled), policy (the\n"
+    "                  policy's own scores once: the prompt stepped without\n"
+    "                  evicting, then one eviction). Default: step,h2o,snapkv for\n"
+    "                  the policies scored from attention, step,policy for those\n"
+    "                  that read keys, step for the others\n"
+    "  --window W      SnapKV's observation window (default 32)\n"
+    "  --kernel K      SnapKV's pooling kernel, odd (default 5)\n"
+    "  --pool P        SnapKV's pooling: max (default) or avg\n"
+    "  --prompt P      prompt positions of a bits-per-byte window (default half\n"
+    "                  the context)\n"
+    "  --windows N     bits-per-byte windows, the text's first N (default 16)\n"
+    "  --distances L   pass-key distances (default 64, 128, ... and the top)\n"
+    "  --trials N      pass-key prompts per distance (default 16)\n"
+    "  --docs FILE     also rewrite the block between <!-- lm-prefill:begin -->\n"
+    "                  and <!-- lm-prefill:end --> of FILE with the markdown table\n"
+    "  other options as for `kvevict lm eval`.\n"
+    "\n"
+    "The first row is the full cache. JSON keys: policy, budget, positions,\n"
+    "prefill, windows, tokens, bytes, bits_per_byte, delta_bits_per_byte,\n"
+    "prompts, passkey_accuracy, passkey_accuracy_se, seed.\n";
+
+static const opt_def prefill_own[] = {
+    MEASURE_OPTS,           {"methods", 0, OPT_VALUE}, {"window", 0, OPT_VALUE},
+    {"kernel", 0, OPT_VALUE}, {"pool", 0, OPT_VALUE},  {"prompt", 0, OPT_VALUE},
+    {"windows", 0, OPT_VALUE}, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE},
+    {"docs", 0, OPT_VALUE}};
+static const cli_spec prefill_spec =
+    LM_SPEC(prefill_usage, SO_SEED | SO_FORMAT | SO_OUTPUT, prefill_own, FMT_TEXT);
+
+enum { PF_STEP, PF_H2O, PF_SNAPKV, PF_POLICY, PF_METHODS };
+static const char *const pf_names[PF_METHODS] = {"step", "h2o", "snapkv", "policy"};
+
+/* Decodes tokens[0 .. n) from a fresh cache: the first p as the prompt,
+ * compressed by `method`, the rest one step at a time; per_pos[i] (i in
+ * [p, n - 1)) gets the loss of tokens[i + 1]. Returns the argmax after the
+ * last token. */
+static int32_t run_with_prompt(lm_state *s, const int32_t *tokens, size_t n, size_t p, int method,
+                               const kve_prefill_params *pp, double *per_pos, const char *what)
+{
+    kve_status st = lm_state_reset(s);
+    int32_t V = ctx.model->config.vocab_size;
+    size_t i = 0;
+    if (st == KVE_OK && method != PF_STEP && s->bank) {
+        st = lm_prefill(s, tokens, p, method == PF_POLICY ? NULL : pp);
+        i = p;
+    }
+    for (; st == KVE_OK && i < n; i++) {
+        st = lm_forward(s, tokens[i]);
+        if (st == KVE_OK && per_pos && i >= p && i + 1 < n)
+            per_pos[i] = lm_token_nats(s->logits, V, tokens[i + 1]);
+    }
+    if (st != KVE_OK)
+        die_lm(st, what);
+    int32_t best = 0;
+    for (int32_t v = 1; v < V; v++)
+        if (s->logits[v] > s->logits[best])
+            best = v;
+    return best;
+}
+
+static int lm_prefill_cmd(int argc, char **argv)
+{
+    const cli_spec *sp = &prefill_spec;
+    measure_args ma;
+    measure_parse(&ma, sp, argc, argv);
+    if (!ma.n_specs)
+        die_usage("missing required option '--policy' (see kvevict lm prefill --help)");
+    kve_prefill_params pp = kve_prefill_default_params(KVE_PREFILL_SNAPKV);
+    const char *v;
+    if ((v = own(&ma.a, sp, "window")))
+        pp.window = (size_t)parse_u64("--window", v, 1, KVE_MAX_BUDGET);
+    if ((v = own(&ma.a, sp, "kernel")))
+        pp.kernel = (size_t)parse_u64("--kernel", v, 1, 999);
+    if (pp.kernel % 2 == 0)
+        die_usage("--kernel %zu: the pooling kernel must be odd", pp.kernel);
+    if ((v = own(&ma.a, sp, "pool"))) {
+        if (strcmp(v, "max") != 0 && strcmp(v, "avg") != 0)
+            die_usage("--pool: '%s' is neither 'max' nor 'avg'", v);
+        pp.pool = v[0] == 'm' ? KVE_POOL_MAX : KVE_POOL_AVG;
+    }
+    int want[PF_METHODS] = {0}, methods_given = 0;
+    if ((v = own(&ma.a, sp, "methods"))) {
+        size_t m;
+        char **items = split_list("--methods", v, &m);
+        for (size_t i = 0; i < m; i++) {
+            int k = 0;
+            while (k < PF_METHODS && strcmp(items[i], pf_names[k]) != 0)
+                k++;
+            if (k == PF_METHODS) {
+                free_list(items, m);
+                die_usage("--methods: '%s' is not step, h2o, snapkv or policy", v);
+            }
+            want[k] = 1;
+        }
+        free_list(items, m);
+        methods_given = 1;
+    }
+    size_t n_windows = (v = own(&ma.a, sp, "windows")) ? (size_t)parse_u64("--windows", v, 1, 1u << 20)
+                                                       : 16;
+    size_t trials = (v = own(&ma.a, sp, "trials")) ? (size_t)parse_u64("--trials", v, 1, 1u << 20)
+                                                   : 16;
+    const char *prompt_opt = own(&ma.a, sp, "prompt");
+    const char *docs = own(&ma.a, sp, "docs");
+    measure_load(&ma, sp);
+    const size_t L = (size_t)ctx.model->config.seq_len;
+    size_t P = prompt_opt ? (size_t)parse_u64("--prompt", prompt_opt, 1, L > 2 ? L - 2 : 1) : L / 2;
+    if (L < 4 || P + 2 > L)
+        die_usage("--prompt %zu: a window of %zu positions holds no text after it", P, L);
+
+    /* The (policy, budget, method) rows; row 0 the full cache. */
+    size_t n_jobs;
+    job *jobs = make_jobs(&ma, &n_jobs);
+    typedef struct prow {
+        size_t job;
+        int method;
+    } prow;
+    prow *rows = xmalloc((1 + (n_jobs - 1) * PF_METHODS) * sizeof *rows);
+    size_t n_rows = 0;
+    rows[n_rows++] = (prow){0, PF_STEP};
+    for (size_t j = 1; j < n_jobs; j++) {
+        unsigned reads = kve_bank_reads(jobs[j].s->bank);
+        for (int k = 0; k < PF_METHODS; k++) {
+            int on = methods_given ? want[k]
+                                   : k == PF_STEP || ((reads & KVE_READS_ATTN) &&
+                                                      (k == PF_H2O || k == PF_SNAPKV)) ||
+                                         ((reads & KVE_READS_KEYS) && k == PF_POLICY);
+            if (!on)
+                continue;
+            if (k == PF_H2O || k == PF_SNAPKV) { /* refused combinations are usage errors */
+                kve_prefill_params q = pp;
+                q.method = k == PF_H2O ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
+                if (kve_bank_prefill(jobs[j].s->bank, 0, 0, &q, L, NULL, L, 1, KVE_REDUCE_MEAN,
+                                     jobs[j].budget) != KVE_OK)
+                    die_usage("--methods %s with %s: %s", pf_names[k], jobs[j].spec,
+                              kve_last_error());
+            }
+            rows[n_rows++] = (prow){j, k};
+        }
+    }
+
+    /* Pass-key prompts: those of lm passkey. */
+    pk_template pk;
+    pk_load(&pk);
+    size_t na = pk.na, nb = pk.nb, nq = pk.nq;
+    if (L < 2 + na + nb + nq || ctx.n_ids < L - 2 - na - nb - nq || ctx.n_ids < L - 1)
+        die_input("--text %s: too short for this model's windows and prompts", ma.text);
+    size_t nd;
+    size_t *dist = distances(own(&ma.a, sp, "distances"), nb + nq, L - 2 - na, 0, &nd);
+    size_t W = ctx.n_ids / (L - 1); /* whole windows only */
+    if (n_windows > W)
+        die_usage("--windows %zu: the text holds %zu whole windows", n_windows, W);
+
+    FILE *out = out_open(ma.a.output);
+    int32_t *w = xmalloc(L * sizeof *w);
+    double *loss = xmalloc(L * sizeof *loss);
+    double *nats = xcalloc(n_rows, sizeof *nats), *hits = xcalloc(n_rows, sizeof *hits);
+    double bytes = 0;
+    size_t tokens = 0;
+    progress pr;
+    progress_begin(&pr, "window", (uint64_t)(n_windows + nd * trials) * n_rows, 0, 1);
+    uint64_t done = 0;
+    for (size_t wi = 0; wi < n_windows; wi++) {
+        w[0] = LM_BOS;
+        memcpy(w + 1, ctx.ids + wi * (L - 1), (L - 1) * sizeof *w);
+        for (size_t i = P + 1; i < L; i++) {
+            size_t len;
+            lm_decode(ctx.tok, w[i - 1], w[i], &len);
+            bytes += (double)len;
+            tokens++;
+        }
+        for (size_t r = 0; r < n_rows; r++) {
+            const job *jb = &jobs[rows[r].job];
+            kve_prefill_params q = pp;
+            q.method = rows[r].method == PF_H2O ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
+            run_with_prompt(jb->s, w, L, P, rows[r].method, &q, loss,
+                            jb->spec ? jb->spec : "full cache");
+            for (size_t i = P; i + 1 < L; i++)
+                nats[r] += loss[i];
+            progress_update(&pr, ++done);
+        }
+    }
+    for (size_t di = 0; di < nd; di++) {
+        size_t d = dist[di];
+        for (size_t j = 0; j < trials; j++) {
+            int32_t key = pk_prompt(&pk, L, j, trials, d, w);
+            for (size_t r = 0; r < n_rows; r++) {
+                const job *jb = &jobs[rows[r].job];
+                kve_prefill_params q = pp;
+                q.method = rows[r].method == PF_H2O ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
+                hits[r] += run_with_prompt(jb->s, w, L, L - 1, rows[r].method, &q, NULL,
+                                           jb->spec ? jb->spec : "full cache") == key;
+                progress_update(&pr, ++done);
+            }
+        }
+    }
+    progress_end(&pr);
+
+    static const col cols[] = {
+        JOB_COLS,
+        {"prefill", "prefill", COL_ALL},
+        {"windows", "windows", COL_CSV | COL_JSON},
+        {"tokens", "tokens", COL_CSV | COL_JSON},
+        {"bytes", "bytes", COL_CSV | COL_JSON},
+        {"bits/byte", "bits_per_byte", COL_ALL},
+        {"delta", "delta_bits_per_byte", COL_ALL},
+        {"prompts", "prompts", COL_CSV | COL_JSON},
+        {"pass key", "passkey_accuracy", COL_ALL},
+        {"se", "passkey_accuracy_se", COL_ALL},
+        {"seed", KEY_SEED, COL_CSV | COL_JSON},
+    };
+    table t;
+    table_init(&t, cols, sizeof cols / sizeof cols[0]);
+    double prompts = (double)(nd * trials);
+    for (size_t r = 0; r < n_rows; r++) {
+        const job *jb = &jobs[rows[r].job];
+        double bpb = nats[r] / log(2.0) / bytes, acc = hits[r] / prompts;
+        job_cells(&t, jb, ma.positions);
+        table_str(&t, rows[r].job ? pf_names[rows[r].method] : "-");
+        table_uint(&t, n_windows);
+        table_uint(&t, tokens);
+        table_real(&t, bytes, "%.0f");
+        table_real(&t, bpb, "%.4f");
+        table_real(&t, bpb - nats[0] / log(2.0) / bytes, "%+.4f");
+        table_uint(&t, (uint64_t)prompts);
+        table_real(&t, acc, "%.3f");
+        table_real(&t, sqrt(acc * (1 - acc) / prompts), "%.3f");
+        table_uint(&t, ma.a.seed);
+    }
+    char dlist[256] = "";
+    for (size_t di = 0, len = 0; di < nd && len < sizeof dlist; di++)
+        len += (size_t)snprintf(dlist + len, sizeof dlist - len, "%s%zu", di ? ", " : "", dist[di]);
+    char head[1024];
+    snprintf(head, sizeof head,
+             "%zu windows of %zu positions (the first %zu the prompt; %zu tokens, %.0f bytes "
+             "scored after it); pass key at distances %s, %zu prompts each, the last token "
+             "decoded after the prompt; positions %s; SnapKV window %zu, kernel %zu, %s "
+             "pooling\n\n",
+             n_windows, L, P, tokens, bytes, dlist, trials, positions_name(ma.positions),
+             pp.window, pp.kernel, pp.pool == KVE_POOL_MAX ? "max" : "average");
+    if (ma.a.format == FMT_TEXT)
+        fputs(head, out);
+    table_print(&t, out, ma.a.format);
+    if (docs) {
+        char *block = NULL;
+        size_t blen = 0;
+        FILE *mem = open_memstream(&block, &blen);
+        if (!mem)
+            die_input("out of memory");
+        fprintf(mem, "\n%s", head);
+        table_print(&t, mem, FMT_MD);
+        fputc('\n', mem);
+        fclose(mem);
+        rewrite_block(docs, "lm-prefill", block);
+        free(block);
+    }
+    table_free(&t);
+    out_close(out);
+    free(w), free(loss), free(nats), free(hits), free(dist), free(rows);
+    pk_free(&pk);
+    free_jobs(jobs, n_jobs);
+    measure_free(&ma);
     return 0;
 }
 
@@ -978,7 +1367,8 @@ static const char lm_usage[] =
     "  eval     bits per byte of a text, full cache beside every policy and budget\n"
     "  passkey  long-range recall of a single-token pass key by distance\n"
     "  repeat   loss on a repeated passage against the distance to its first copy\n"
-    "  dump     the model's attention as an [L,H,T,T] .npy trace\n"
+    "  dump     the model's attention as an [L,H,T,T] .npy trace (or a q/K trace)\n"
+    "  prefill  a long prompt compressed at prefill against per-step eviction\n"
     "\n"
     "Run `kvevict lm COMMAND --help` for its options. See also `kvevict generate`.\n";
 
@@ -1001,7 +1391,8 @@ int cmd_lm(int argc, char **argv)
                 {"eval", lm_eval},
                 {"passkey", lm_passkey},
                 {"repeat", lm_repeat},
-                {"dump", lm_dump}};
+                {"dump", lm_dump},
+                {"prefill", lm_prefill_cmd}};
     if (argc < 1)
         die_usage("missing command (see kvevict lm --help)");
     if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0) {

@@ -15,7 +15,9 @@
  * on a shared machine does not count; wall time for the two-thread banks):
  *   - every policy but full (which never evicts, so has no steady state) at
  *     every budget, in the steady state: step with an attention row (or
- *     NULL), then evict to the budget (one victim a step);
+ *     NULL), then evict to the budget (one victim a step); the policies that
+ *     read keys are stepped with NULL attention and a key of PERF_KEY_DIM
+ *     floats (mode "keys"), keydiff up to KEYDIFF_MAX_BUDGET;
  *   - a naive h2o at every budget: the same arithmetic as separate passes
  *     (add, then argmin, then compaction), and with the victim chosen by
  *     sorting the unprotected slots (what a first implementation does);
@@ -49,6 +51,10 @@ static const size_t quick_budgets[] = {256, 4096};
 static const size_t bank_heads[] = {8, 64, 256}; /* 256 = 32 layers x 8 KV heads */
 static const size_t bank_budgets[] = {256, 1024, 4096};
 enum { N_BANK_HEADS = 3, N_BANK_BUDGETS = 3, POOL_ROWS = 64, NAIVE_RECENT = 32 };
+enum { PERF_KEY_DIM = 128 }; /* a common head size; keys come from the attention pool */
+/* keydiff re-scores every kept key at every step, O(kept * d), so filling it
+ * to budget B costs O(B^2 d): it is timed at budgets up to this one. */
+enum { KEYDIFF_MAX_BUDGET = 16384 };
 #define POOL_BYTES ((size_t)64 << 20)
 
 /* Seconds of `clock`: the calling thread's CPU time for single-threaded
@@ -153,6 +159,7 @@ typedef struct work {
     const pool *pool;
     size_t budget;
     int attn;      /* step with rows (1) or NULL (0) */
+    int keys;      /* step with a key of PERF_KEY_DIM floats (the pool row's first) */
     int32_t pos;   /* next position */
     /* W_FLOOR */
     floor_fn floor;
@@ -182,7 +189,8 @@ static void run_policy(work *w, size_t steps)
     int32_t victims[4];
     for (size_t s = 0; s < steps; s++, w->pos++) {
         const float *a = w->attn ? pool_row(w->pool, w->pos) : NULL;
-        checked(kve_policy_step(w->p, w->pos, a, kve_policy_size(w->p)), "step");
+        const float *k = w->keys ? pool_row(w->pool, w->pos + 1) : NULL;
+        checked(kve_policy_step_keys(w->p, w->pos, a, kve_policy_size(w->p), k), "step");
         checked(kve_policy_evict(w->p, w->budget, victims, 4, NULL), "evict");
     }
 }
@@ -331,7 +339,7 @@ typedef struct row {
     char name[32];
     char spec[KVE_SPEC_MAX];
     size_t budget, heads, threads, steps, state_bytes;
-    const char *attn; /* "rows" or "null" */
+    const char *attn; /* "rows", "null" or "keys" (NULL attention and a key) */
     double ns, floor_ns, floor_base_ns;
     const char *floor_isa;
 } row;
@@ -406,17 +414,28 @@ static void measure_policies(rows *rs, size_t budget, const timing_opts *o, int 
         const char *name = kve_policy_type_name(t);
         if (strcmp(name, "full") == 0)
             continue;
+        const int keys = (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
+        if (strcmp(name, "keydiff") == 0 && budget > KEYDIFF_MAX_BUDGET)
+            continue;
         for (int attn = 1; attn >= 0; attn--) {
+            if (keys && attn)
+                continue; /* one mode: NULL attention and a key */
             row *r = add_row(rs);
             snprintf(r->name, sizeof r->name, "%s", name);
             spec_of(r->spec, name, budget);
             r->budget = budget;
-            r->attn = attn ? "rows" : "null";
+            r->attn = keys ? "keys" : attn ? "rows" : "null";
             kve_rng_seed(&rng, 1);
-            work w = {.kind = W_POLICY, .pool = &p, .budget = budget, .attn = attn};
-            checked(kve_policy_new(r->spec, &rng, &w.p), r->spec);
-            for (; (size_t)w.pos < budget; w.pos++) /* fill: O(1) a step */
-                checked(kve_policy_step(w.p, w.pos, NULL, 0), "fill");
+            work w = {.kind = W_POLICY, .pool = &p, .budget = budget, .attn = attn, .keys = keys};
+            kve_policy_options po = kve_policy_default_options();
+            po.key_dim = keys ? PERF_KEY_DIM : 0;
+            if (keys && p.width < PERF_KEY_DIM)
+                die_usage("budget %zu: the policies that read keys are timed at budgets of at "
+                          "least %d", budget, PERF_KEY_DIM);
+            checked(kve_policy_new_ex(r->spec, &rng, &po, &w.p), r->spec);
+            for (; (size_t)w.pos < budget; w.pos++) /* fill: a NULL step, or one key's work */
+                checked(kve_policy_step_keys(w.p, w.pos, NULL, 0,
+                                             keys ? pool_row(&p, w.pos) : NULL), "fill");
             r->ns = measure(&w, o, &r->steps);
             r->state_bytes = kve_policy_state_bytes(w.p);
             set_floor(r, &f);
@@ -665,8 +684,9 @@ static void print_docs(FILE *f, const rows *rs, const size_t *budgets, size_t n_
     static const char *const impls[] = {"kvevict", "naive-passes", "naive-sort"};
     for (size_t k = 0; k < 3; k++)
         for (size_t t = 0; t < kve_policy_type_count(); t++)
-            for (int attn = 1; attn >= 0; attn--) {
-                const char *name = kve_policy_type_name(t), *mode = attn ? "rows" : "null";
+            for (int attn = 2; attn >= 0; attn--) {
+                const char *name = kve_policy_type_name(t);
+                const char *mode = attn == 2 ? "keys" : attn ? "rows" : "null";
                 const row *r0 = find(rs, impls[k], name, mode, budgets[0], 1, 1);
                 if (!r0)
                     continue;
@@ -754,39 +774,6 @@ static void print_docs(FILE *f, const rows *rs, const size_t *budgets, size_t n_
     fputc('\n', f);
 }
 
-/* Replaces what lies between the marker lines of `path` with `block`. */
-static void rewrite_docs(const char *path, const char *block)
-{
-    static const char begin[] = "<!-- perf:begin -->\n", end[] = "<!-- perf:end -->";
-    FILE *in = fopen(path, "rb");
-    if (!in)
-        die_input("--docs: %s: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
-    if (!mem)
-        die_input("out of memory");
-    char buf[4096];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, in)) > 0)
-        fwrite(buf, 1, got, mem);
-    int bad = ferror(in);
-    fclose(in);
-    fclose(mem);
-    if (bad)
-        die_input("--docs: %s: cannot read", path);
-    char *b = strstr(text, begin);
-    char *e = b ? strstr(b, end) : NULL;
-    if (!b || !e)
-        die_input("--docs: %s has no '<!-- perf:begin -->' ... '<!-- perf:end -->' block", path);
-    FILE *out = out_open(path);
-    fwrite(text, 1, (size_t)(b - text) + strlen(begin), out);
-    fputs(block, out);
-    fputs(e, out);
-    out_close(out);
-    free(text);
-}
-
 /* ns per step against budget, log-log: every policy (with attention rows),
  * window with NULL, the floors and the naive h2o. */
 static void plot(const char *dir, const rows *rs, const size_t *budgets, size_t n_budgets)
@@ -809,7 +796,8 @@ static void plot(const char *dir, const rows *rs, const size_t *budgets, size_t 
         const row *h = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
         fprintf(g, "%zu %.6g %.6g", budgets[i], h ? h->floor_ns : NAN, h ? h->floor_base_ns : NAN);
         for (size_t t = 0; t < kve_policy_type_count(); t++) {
-            const row *r = find(rs, "kvevict", kve_policy_type_name(t), "rows", budgets[i], 1, 1);
+            const char *mode = kve_policy_type_reads(t) & KVE_READS_KEYS ? "keys" : "rows";
+            const row *r = find(rs, "kvevict", kve_policy_type_name(t), mode, budgets[i], 1, 1);
             if (strcmp(kve_policy_type_name(t), "full") != 0)
                 fprintf(g, " %.6g", r ? r->ns : NAN);
         }
@@ -918,7 +906,7 @@ int cmd_perf(int argc, char **argv)
             die_input("out of memory");
         print_docs(m, &rs, budgets, n_budgets, &o, load);
         fclose(m);
-        rewrite_docs(docs->v[0], block);
+        rewrite_block(docs->v[0], "perf", block);
         free(block);
     }
     if (dir->count)

@@ -109,15 +109,21 @@ int cmd_plot(int argc, char **argv)
     size_t n_pol = kve_policy_type_count();
     evalset es;
     evalset_init(&es);
+    kve_trace *tr = open_trace(&a);
+    es.key_dim = kve_trace_key_dim(tr);
+    size_t n_run = 0; /* the policies that run on this trace, in registry order */
+    int runs[64] = {0};
+    for (size_t i = 0; i < n_pol && i < 64; i++)
+        n_run += (size_t)(runs[i] = evalset_runs(&es, i));
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
-            kve_trace *tr = open_trace(&a);
             evalset_run(&es, tr, &a, 0);
             kve_trace_free(tr);
         }
         for (size_t b = 0; b < N_BUDGETS; b++)
             for (size_t i = 0; i < n_pol; i++)
-                evalset_get(&es, kve_policy_type_name(i), plot_budgets[b]);
+                if (evalset_runs(&es, i))
+                    evalset_get(&es, kve_policy_type_name(i), plot_budgets[b]);
         for (size_t w = 0; w < N_WINDOWS; w++) {
             char spec[64];
             snprintf(spec, sizeof spec, "h2o:recent_window=%zu", plot_windows[w]);
@@ -140,6 +146,8 @@ int cmd_plot(int argc, char **argv)
     for (size_t b = 0; b < N_BUDGETS; b++) {
         fprintf(f, "%zu", plot_budgets[b]);
         for (size_t i = 0; i < n_pol; i++) {
+            if (!evalset_runs(&es, i))
+                continue;
             const kve_eval_result *r = evalset_get(&es, kve_policy_type_name(i), plot_budgets[b]);
             fprintf(f, " %.9f %.9f", r->retained_mass, r->top32_recall);
         }
@@ -160,7 +168,7 @@ int cmd_plot(int argc, char **argv)
     evalset_free(&es);
 
     /* The trace picture: replay h2o, then read the rows of the window. */
-    kve_trace *tr = open_trace(&a);
+    tr = open_trace(&a);
     size_t T = kve_trace_steps(tr);
     size_t t1 = T < PLOT_END ? T : PLOT_END;
     size_t n_steps = t1 < PLOT_STEPS ? t1 : PLOT_STEPS, t0 = t1 - n_steps;
@@ -238,8 +246,11 @@ int cmd_plot(int argc, char **argv)
                "set linetype 10 lc rgb '#bcbd22' pt 12\n"
                "set linetype cycle 10\n");
     fprintf(f, "names = \"");
-    for (size_t i = 0; i < n_pol; i++)
-        fprintf(f, "%s%s", i ? " " : "", kve_policy_type_name(i));
+    for (size_t i = 0, first = 1; i < n_pol && i < 64; i++)
+        if (runs[i]) {
+            fprintf(f, "%s%s", first ? "" : " ", kve_policy_type_name(i));
+            first = 0;
+        }
     fprintf(f, "\"\n");
     fprintf(f,
             "set output '%s/mass_vs_budget.png'\n"
@@ -247,14 +258,14 @@ int cmd_plot(int argc, char **argv)
             "set ylabel 'retained mass (mean over steps t > budget)'\n"
             "plot for [i=1:%zu] '%s/budgets.dat' using 1:(column(2*i)) with linespoints "
             "lt i lw 2 title word(names, i) noenhanced\n",
-            out, label, n_pol, tmpdir);
+            out, label, n_run, tmpdir);
     fprintf(f,
             "set output '%s/recall_vs_budget.png'\n"
             "set title 'Top-32 recall against budget (%s)' noenhanced\n"
             "set ylabel 'top-32 recall (mean over steps t > budget)'\n"
             "plot for [i=1:%zu] '%s/budgets.dat' using 1:(column(2*i+1)) with linespoints "
             "lt i lw 2 title word(names, i) noenhanced\n",
-            out, label, n_pol, tmpdir);
+            out, label, n_run, tmpdir);
     fprintf(f,
             "unset logscale x\n"
             "set xtics (16, 32, 48, 64, 80, 96, 128)\n"

@@ -58,6 +58,11 @@ size_t evalset_index(evalset *es, const char *spec, size_t budget)
     return es->n++;
 }
 
+int evalset_runs(const evalset *es, size_t type)
+{
+    return es->key_dim || !(kve_policy_type_reads(type) & KVE_READS_KEYS);
+}
+
 const kve_eval_result *evalset_get(evalset *es, const char *spec, size_t budget)
 {
     size_t i = evalset_index(es, spec, budget);

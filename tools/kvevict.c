@@ -41,7 +41,8 @@ static const char main_usage[] =
     "\n"
     "Traces (SRC): canonical, canonical:key=value,... (version, seed, steps, ...\n"
     "see docs/trace.md; version=1 is the first version), a .npy file of shape\n"
-    "[T,T], [H,T,T] or [L,H,T,T], or - for a\n"
+    "[T,T], [H,T,T] or [L,H,T,T], qk:FILE (a model's queries and keys, the rows\n"
+    "computed on demand; the policies that read keys need one), or - for a\n"
     ".npy on standard input. Policies (SPEC): name[:key=value,...], e.g.\n"
     "h2o:budget=256,recent_window=64.\n"
     "Output: --format text|md|csv|json (--json, --csv, --md), -o FILE (- for\n"
@@ -52,9 +53,10 @@ static const char main_usage[] =
 static const char policies_usage[] =
     "usage: kvevict policies [--format text|md|csv|json | --json | --csv | --md] [-o FILE]\n"
     "\n"
-    "Lists the registered policies, each with its canonical default spec and a\n"
-    "one-line summary, in the order every table uses. JSON keys: name, policy\n"
-    "(the default spec), summary.\n";
+    "Lists the registered policies, each with its canonical default spec, what it\n"
+    "reads at each step (attention, keys or nothing) and a one-line summary, in the\n"
+    "order every table uses. The policies that read keys run on traces with keys\n"
+    "(qk:PATH). JSON keys: name, policy (the default spec), reads, summary.\n";
 
 static const cli_spec policies_spec = {
     .usage = policies_usage,
@@ -69,15 +71,19 @@ int cmd_policies(int argc, char **argv)
     static const col cols[] = {
         {"name", "name", COL_ALL | COL_LEFT | COL_CODE},
         {"default spec", KEY_POLICY, COL_ALL | COL_LEFT | COL_CODE},
+        {"reads", "reads", COL_ALL | COL_LEFT},
         {"summary", "summary", COL_ALL | COL_LEFT},
     };
     FILE *out = out_open(a.output);
     table t;
-    table_init(&t, cols, 3);
+    table_init(&t, cols, 4);
     for (size_t i = 0; i < kve_policy_type_count(); i++) {
         char *spec = canon_spec("policy", kve_policy_type_name(i), 0);
+        unsigned reads = kve_policy_type_reads(i);
         table_str(&t, kve_policy_type_name(i));
         table_str(&t, spec);
+        table_str(&t, reads & KVE_READS_KEYS ? "keys" : reads & KVE_READS_ATTN ? "attention"
+                                                                               : "nothing");
         table_str(&t, kve_policy_type_summary(i));
         free(spec);
     }

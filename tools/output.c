@@ -416,3 +416,38 @@ void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r)
     json_metrics(f, c, r);
     fputs("}\n", f);
 }
+
+void rewrite_block(const char *path, const char *name, const char *block)
+{
+    char begin[64], end[64];
+    snprintf(begin, sizeof begin, "<!-- %s:begin -->\n", name);
+    snprintf(end, sizeof end, "<!-- %s:end -->", name);
+    FILE *in = fopen(path, "rb");
+    if (!in)
+        die_input("--docs: %s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem)
+        die_input("out of memory");
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, in)) > 0)
+        fwrite(buf, 1, got, mem);
+    int bad = ferror(in);
+    fclose(in);
+    fclose(mem);
+    if (bad)
+        die_input("--docs: %s: cannot read", path);
+    char *b = strstr(text, begin);
+    char *e = b ? strstr(b, end) : NULL;
+    if (!b || !e)
+        die_input("--docs: %s has no '<!-- %s:begin -->' ... '<!-- %s:end -->' block", path, name,
+                  name);
+    FILE *out = out_open(path);
+    fwrite(text, 1, (size_t)(b - text) + strlen(begin), out);
+    fputs(block, out);
+    fputs(e, out);
+    out_close(out);
+    free(text);
+}

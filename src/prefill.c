@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prefill.c - compressing a prompt to the budget before decoding
+ * (kvevict.h, "Prefill compression"): H2O's prompt scores and SnapKV.
+ *
+ * Legend: n prompt positions (0 .. n-1), r rows read (n for H2O, min(w, n)
+ * for SnapKV), R = group query heads a KV head, w the observation window,
+ * k the pooling kernel (odd), B the budget.
+ *   rows   (R, r, ld)  query head g's row j: the weights of query
+ *                      t = n - r + j over keys 0 .. t (past t never read)
+ *   col    (n)         col[i] = sum over rows j, in row order, of the row's
+ *                      weight on i reduced over the group (kve_rows: the
+ *                      bank's reduction, float32), in double
+ *   score  (n)         what ranks i: H2O col[i]; SnapKV, before the window
+ *                      (i < n - w), the pooling of col over [i - k/2, i + k/2]
+ *                      clipped to [0, n - w) (max, or the sum divided by k);
+ *                      inside the window col[i]
+ * Selection: when n > B, the `protect` newest positions (H2O: the policy's
+ * recent_window; SnapKV: the window) are kept, and of the others the B -
+ * protect of highest score, ties to the lower position (kve__top_k, the
+ * harness's own top-k selection).
+ *
+ * Invariants: every argument, every weight that is read and every head is
+ * checked before any head changes; a head is written only when the whole
+ * call has succeeded but for its own installation, which cannot fail. The
+ * scratch (n doubles, n bytes and B - protect heap entries for the bank) is
+ * one allocation, freed before returning.
+ * Cost: O(R r n) to read the rows, O(n k) to pool, O(n log B) to select.
+ */
+#include "policy_impl.h"
+
+#include <float.h>
+#include <string.h>
+
+kve_prefill_params kve_prefill_default_params(kve_prefill_method method)
+{
+    kve_prefill_params p = {.method = method, .window = 32, .kernel = 5, .pool = KVE_POOL_MAX};
+    return p;
+}
+
+size_t kve_prefill_rows(const kve_prefill_params *params, size_t n)
+{
+    if (!params)
+        return 0;
+    if (params->method == KVE_PREFILL_SNAPKV)
+        return params->window < n ? params->window : n;
+    return n;
+}
+
+/* The checks every entry point shares; `what` prefixes the messages. */
+static kve_status check_params(const kve_prefill_params *p, size_t n, size_t ld, size_t group,
+                               kve_reduce reduce)
+{
+    if (!p)
+        return kve__fail(KVE_EINVAL, "prefill: params is NULL");
+    if (p->method != KVE_PREFILL_H2O && p->method != KVE_PREFILL_SNAPKV)
+        return kve__fail(KVE_EINVAL, "prefill: method %d is not a kve_prefill_method",
+                         (int)p->method);
+    if (p->method == KVE_PREFILL_SNAPKV) {
+        if (p->window == 0)
+            return kve__fail(KVE_EINVAL, "prefill: snapkv: window must be at least 1");
+        if (p->kernel == 0 || p->kernel % 2 == 0)
+            return kve__fail(KVE_EINVAL, "prefill: snapkv: kernel %zu must be odd", p->kernel);
+        if (p->pool != KVE_POOL_MAX && p->pool != KVE_POOL_AVG)
+            return kve__fail(KVE_EINVAL, "prefill: snapkv: pool %d is not a kve_pool",
+                             (int)p->pool);
+    }
+    if (n == 0 || n > (size_t)INT32_MAX + 1)
+        return kve__fail(KVE_EINVAL, "prefill: n %zu is not in 1 .. 2^31", n);
+    if (ld < n)
+        return kve__fail(KVE_EINVAL, "prefill: ld %zu is smaller than n %zu", ld, n);
+    if (group == 0)
+        return kve__fail(KVE_EINVAL, "prefill: group must be at least 1");
+    if (reduce != KVE_REDUCE_MEAN && reduce != KVE_REDUCE_SUM && reduce != KVE_REDUCE_MAX)
+        return kve__fail(KVE_EINVAL, "prefill: reduce %d is not a kve_reduce", (int)reduce);
+    size_t r = kve_prefill_rows(p, n);
+    if (group > SIZE_MAX / r || ld > SIZE_MAX / sizeof(float) / (group * r))
+        return kve__fail(KVE_EINVAL, "prefill: %zu rows of ld %zu overflow the address space",
+                         group * r, ld);
+    return KVE_OK;
+}
+
+/* Validates the weights one KV head's rows hold over [0, t] (and, with
+ * reduce = sum, their reduced sums); `label` names the head in messages. */
+static kve_status check_rows(const float *rows, size_t n, size_t r, size_t ld, size_t group,
+                             kve_reduce reduce, const char *label)
+{
+    for (size_t j = 0; j < r; j++) {
+        size_t t = n - r + j;
+        for (size_t g = 0; g < group; g++) {
+            kve_rows in = {rows + (g * r + j) * ld, ld, 1, reduce};
+            size_t q, i;
+            if (kve__rows_invalid(&in, t + 1, &q, &i)) {
+                float a = in.row[i];
+                return kve__fail(KVE_EINVAL, "prefill: %squery head %zu, query %zu: weight on "
+                                 "key %zu = %g is %s", label, g, t, i, (double)a,
+                                 isnan(a) ? "NaN" : isinf(a) ? "infinite" : "negative");
+            }
+        }
+        if (group > 1 && reduce == KVE_REDUCE_SUM) {
+            kve_rows in = {rows + j * ld, r * ld, group, reduce};
+            size_t q, i;
+            if (kve__rows_invalid(&in, t + 1, &q, &i))
+                return kve__fail(KVE_EINVAL, "prefill: %squery %zu: the sum of %zu query heads "
+                                 "on key %zu overflows float32", label, t, group, i);
+        }
+    }
+    return KVE_OK;
+}
+
+/* The group's reduced weight on key i in row j, as the bank reduces. */
+static float reduced(const float *rows, size_t r, size_t ld, size_t group, kve_reduce reduce,
+                     size_t j, size_t i)
+{
+    const float *a = rows + j * ld + i;
+    const size_t step = r * ld; /* from one query head's row j to the next's */
+    if (group == 1)
+        return a[0];
+    if (reduce == KVE_REDUCE_MAX) {
+        float m = a[0];
+        for (size_t g = 1; g < group; g++)
+            m = a[g * step] > m ? a[g * step] : m;
+        return m;
+    }
+    double s = (double)a[0];
+    for (size_t g = 1; g < group; g++)
+        s += (double)a[g * step];
+    return (float)(reduce == KVE_REDUCE_MEAN ? s / (double)group : s);
+}
+
+/* col (n) and score (n) of one KV head's validated rows. */
+static void head_scores(const kve_prefill_params *p, size_t n, const float *rows, size_t ld,
+                        size_t group, kve_reduce reduce, double *col, double *score)
+{
+    const size_t r = kve_prefill_rows(p, n);
+    for (size_t i = 0; i < n; i++)
+        col[i] = 0.0;
+    for (size_t j = 0; j < r; j++) {
+        size_t t = n - r + j;
+        for (size_t i = 0; i <= t; i++)
+            col[i] += (double)reduced(rows, r, ld, group, reduce, j, i);
+    }
+    if (p->method == KVE_PREFILL_H2O) {
+        memcpy(score, col, n * sizeof *score);
+        return;
+    }
+    const size_t m = n - r, half = p->kernel / 2; /* positions before the window */
+    for (size_t i = 0; i < m; i++) {
+        size_t lo = i > half ? i - half : 0, hi = i + half < m ? i + half : m - 1;
+        double v = p->pool == KVE_POOL_MAX ? col[lo] : 0.0;
+        for (size_t q = lo; q <= hi; q++)
+            v = p->pool == KVE_POOL_MAX ? (col[q] > v ? col[q] : v) : v + col[q];
+        score[i] = p->pool == KVE_POOL_MAX ? v : v / (double)p->kernel;
+    }
+    for (size_t i = m; i < n; i++)
+        score[i] = col[i];
+}
+
+kve_status kve_prefill_scores(const kve_prefill_params *params, size_t n, const float *rows,
+                              size_t ld, size_t group, kve_reduce reduce, double *scores)
+{
+    kve_status st = check_params(params, n, ld, group, reduce);
+    if (st != KVE_OK)
+        return st;
+    if (!rows || !scores)
+        return kve__fail(KVE_EINVAL, "prefill: %s is NULL", !rows ? "rows" : "scores");
+    if ((st = check_rows(rows, n, kve_prefill_rows(params, n), ld, group, reduce, "")) != KVE_OK)
+        return st;
+    double *col = kve__malloc(n * sizeof *col);
+    if (!col)
+        return kve__fail(KVE_ENOMEM, "prefill: out of memory for %zu column sums", n);
+    head_scores(params, n, rows, ld, group, reduce, col, scores);
+    kve__free(col);
+    return KVE_OK;
+}
+
+/* ---- selection ---- */
+
+/* keep[i] = 1 for the `want` candidates of [0, m) of highest score (ties to
+ * the lower position); heap holds want entries. */
+static void select_top(const double *score, size_t m, size_t want, kve__top_entry *heap,
+                       unsigned char *keep)
+{
+    size_t k = kve__top_k(score, m, want, heap);
+    for (size_t j = 0; j < k; j++)
+        keep[heap[j].pos] = 1;
+}
+
+/* Installs the kept positions in an empty head: pos, the policy's own
+ * admission of each slot, and the score: the column sum for a policy whose
+ * score is attention received (h2o, h2o_decay, tova), else 0, as admitted
+ * (scissorhands counts votes, h2o_mean derives it from its own columns). */
+static void install(const kve_config *c, kve_head *h, const unsigned char *keep, size_t n,
+                    const double *col)
+{
+    int32_t *pos = h->col[KVE_COL_POS];
+    double *score = h->col[KVE_COL_SCORE];
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!keep[i])
+            continue;
+        pos[w] = (int32_t)i;
+        score[w] = c->type->flags & KVE_TYPE_ATTN_SCORE ? col[i] : 0.0;
+        if (c->type->admit)
+            c->type->admit(c, h, w);
+        w++;
+    }
+    h->size = w;
+    h->last_pos = (int32_t)(n - 1);
+    h->any_pos = true;
+    h->gap = KVE_NONE;
+    h->best = KVE_NONE;
+}
+
+kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count,
+                            const kve_prefill_params *params, size_t n, const float *rows,
+                            size_t ld, size_t group, kve_reduce reduce, size_t budget)
+{
+    if (!b)
+        return kve__fail(KVE_EINVAL, "bank is NULL");
+    const kve_config *c = &b->cfg;
+    const char *name = c->type->name;
+    if (first > b->n_heads || count > b->n_heads - first)
+        return kve__fail(KVE_EINVAL, "%s: heads %zu + %zu are out of range: the bank has %zu",
+                         name, first, count, b->n_heads);
+    kve_status st = check_params(params, n, ld, group, reduce);
+    if (st != KVE_OK)
+        return st;
+    if (!(c->type->flags & KVE_TYPE_SCORED) || (c->type->flags & KVE_TYPE_READS_KEYS))
+        return kve__fail(KVE_EINVAL, "%s: prefill needs a policy scored from attention (h2o, "
+                         "tova, ...); %s", name,
+                         c->type->flags & KVE_TYPE_READS_KEYS
+                             ? "a policy that reads keys is stepped through the prompt and "
+                               "evicted once instead"
+                             : "evict this one instead");
+    const size_t rw = c->params.recent_window;
+    const size_t r = kve_prefill_rows(params, n);
+    const size_t protect = params->method == KVE_PREFILL_SNAPKV ? params->window : rw;
+    if (budget == 0 || budget > c->params.budget)
+        return kve__fail(KVE_EINVAL, "%s: prefill budget %zu is not in 1 .. %zu (the bank's "
+                         "budget)", name, budget, c->params.budget);
+    if (protect && budget <= protect)
+        return kve__fail(KVE_EINVAL, "%s: prefill budget %zu must be greater than %s %zu", name,
+                         budget, params->method == KVE_PREFILL_SNAPKV ? "window" : "recent_window",
+                         protect);
+    if (count && !rows)
+        return kve__fail(KVE_EINVAL, "%s: prefill: rows is NULL", name);
+    for (size_t j = 0; j < count; j++) {
+        const kve_head *h = &b->heads[first + j];
+        if (h->size || h->any_pos)
+            return kve__fail(KVE_EINVAL, "%s: head %zu: prefill needs an empty head (a new "
+                             "sequence); this one has admitted position %ld", name, first + j,
+                             (long)h->last_pos);
+    }
+    for (size_t j = 0; j < count; j++) {
+        char label[32];
+        snprintf(label, sizeof label, "head %zu: ", first + j);
+        st = check_rows(rows + j * group * r * ld, n, r, ld, group, reduce, label);
+        if (st != KVE_OK)
+            return st;
+    }
+    if (count == 0)
+        return KVE_OK;
+    const size_t want = n <= budget ? 0 : budget - protect;
+    size_t bytes = 2 * n * sizeof(double) + n + (want + 1) * sizeof(kve__top_entry);
+    char *scratch = kve__malloc(bytes);
+    if (!scratch)
+        return kve__fail(KVE_ENOMEM, "%s: prefill: out of memory for the scores of %zu "
+                         "positions", name, n);
+    double *col = (double *)(void *)scratch, *score = col + n;
+    kve__top_entry *heap = (kve__top_entry *)(void *)(score + n);
+    unsigned char *keep = (unsigned char *)(heap + want + 1);
+    for (size_t j = 0; j < count; j++) {
+        kve_head *h = &b->heads[first + j];
+        head_scores(params, n, rows + j * group * r * ld, ld, group, reduce, col, score);
+        if (n <= budget) {
+            memset(keep, 1, n);
+        } else {
+            memset(keep, 0, n);
+            memset(keep + (n - protect), 1, protect);
+            select_top(score, n - protect, want, heap, keep);
+        }
+        install(c, h, keep, n, col);
+    }
+    kve__free(scratch);
+    return KVE_OK;
+}
