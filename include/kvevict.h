@@ -155,6 +155,32 @@ KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
  *   tova           the current step's attention only
  *   h2o_decay      cumulative attention with a forgetting factor (A2SF)
  *   h2o_mean       cumulative attention divided by steps observed
+ *
+ * Pages. Paged KV caches (vLLM, TensorRT-LLM, OpenVINO) store keys and
+ * values in pages of b consecutive positions and can free only whole pages.
+ * The scored policies (h2o, scissorhands, tova, h2o_decay, h2o_mean) take
+ *   block          (default 1, 1 .. KVE_MAX_BUDGET)  evict whole pages
+ *   block_mean     (default 0, 0 or 1)  1: a page scores the mean, not the sum
+ * and window and streaming take block alone. Position p is in page p / b
+ * (aligned pages). A page is evictable once it is complete (a position at or
+ * past its last, (p / b + 1) * b - 1, has been admitted) and none of its
+ * kept positions is among the newest recent_window; for streaming, once it
+ * holds no sink (a page holding a sink is pinned whole: its memory is spent
+ * anyway). An eviction to `budget` removes whole evictable pages until at
+ * most `budget` positions are left: the scored policies the page with the
+ * lowest score first, where a page's score is the sum of its positions'
+ * scores (added in kept order, in double) or with block_mean=1 that sum
+ * divided by its kept positions, ties to the lower page; window and
+ * streaming the oldest page first. Victims are still reported as positions,
+ * ascending, and may number up to size - budget + block - 1. So a head keeps
+ * between budget - block + 1 and budget positions after an eviction, and a
+ * page costs block slots of the policy's per-slot state (h2o: 13 * block
+ * bytes; no per-page state is kept: page scores are summed when evicting).
+ * The budget must be at least the positions pages can leave unevictable:
+ * max(recent_window, block - 1) + block - 1 for the scored policies,
+ * block - 1 for window, sinks + 2 * (block - 1) for streaming with sinks
+ * (checked by kve_policy_new and every evict). block=1 is the policy
+ * without pages, exactly, and its canonical spec omits both keys.
  * ====================================================================== */
 
 typedef struct kve_policy kve_policy; /* opaque */
@@ -306,12 +332,47 @@ KVE_API kve_status kve_spec_with(const char *spec, const char *key, const char *
  * particular kve_bank_step, kve_bank_step_grouped and kve_bank_evict (every
  * head), kve_bank_state_bytes and kve_bank_free.
  *
- * Memory. kve_bank_new allocates the handle with its heads (about 150 bytes
+ * Memory. kve_bank_new allocates the handle with its heads (about 170 bytes
  * a head) and one slab per column of n_heads * (budget + 1) slots
  * (window/streaming: their sliding block). As with a policy, nothing
  * allocates while every head is evicted after every step; a head stepped
  * past its slots without evicting moves to a private block of twice the
  * slots, and the slabs are freed once no head uses them.
+ *
+ * Shared budgets (Ada-KV). Heads differ: some attend locally and need a few
+ * dozen positions, others retrieve from far back. A bank built with
+ * options.share = G (kve_bank_new_ex) groups heads [0, G), [G, 2G), ... (an
+ * engine's KV heads of one layer), and kve_bank_evict_shared evicts each
+ * group to one budget B for its heads together: the group's lowest-scoring
+ * evictable positions go, wherever they are, so heads end up holding
+ * different numbers of positions (their sizes add up to B after every
+ * eviction that had to remove something). Exactly:
+ *   - candidates are each head's kept positions outside its newest
+ *     recent_window, compared by (score, head, position): ties go to the
+ *     lower head, then the lower position;
+ *   - no head is evicted below its floor max(recent_window,
+ *     floor(min_share * B / G)); min_share defaults to 0.2 (Ada-KV's and
+ *     kvpress's safeguard alpha), so each head keeps a fifth of an even share;
+ *   - victims are chosen one at a time, each the lowest candidate of a head
+ *     still above its floor, until the group holds B;
+ *   - each head's victims are written ascending, as kve_bank_evict does.
+ * Scores are compared as they are, unscaled: every head's attention row sums
+ * to (at most) 1, so h2o's score (attention mass received), h2o_decay's
+ * (decayed mass) and tova's (the last weight) are masses in the same unit in
+ * every head, and h2o_mean's is a mean weight per step; scissorhands' is a
+ * count of steps in which the position beat 1/n of its own head, the same
+ * unit (steps) in every head although n differs between heads. Only the
+ * scored policies can share a budget, and only without pages.
+ * Memory follows the sizes: a group's storage is one region per column of
+ * G * (budget + 1 + slack) slots (slack = max(1, (budget + 1) / 8), the
+ * spec's budget), each head owning a part of it; a head that fills its part
+ * makes the next step lay the group out again in place (every head gets its
+ * size + 1 plus an even share of what is left; O(G * budget), at most once
+ * every slack - 1 steps of one head's growth). Nothing allocates while each
+ * group is evicted to at most G * budget after every step; a group that must
+ * hold more moves to a private block of twice the slots (all or nothing).
+ * The ranges of every call on a shared bank (step, evict, evict_shared) must
+ * be whole groups; threads may run disjoint groups at once.
  * ====================================================================== */
 
 typedef struct kve_bank kve_bank; /* opaque: n_heads instances of one policy spec */
@@ -338,8 +399,37 @@ typedef enum kve_reduce {
  *      13 bytes a slot for h2o) of n_heads * (budget + 1) slots. */
 KVE_API kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank **out);
 
+/* What kve_bank_new_ex builds besides the spec. Start from
+ * kve_bank_default_options() and set the fields you need, so that a field
+ * added later keeps its default. */
+typedef struct kve_bank_options {
+    size_t share;     /* heads per shared-budget group, dividing n_heads; 0 (the
+                         default): every head has its own budget */
+    double min_share; /* the floor of a shared eviction, as a fraction of an even
+                         share, in [0, 1] (default 0.2; see "Shared budgets") */
+} kve_bank_options;
+
+/* The defaults: share 0 (no shared budget), min_share 0.2. */
+KVE_API kve_bank_options kve_bank_default_options(void);
+
+/* kve_bank_new with options; options may be NULL (the defaults, which make
+ * it kve_bank_new).
+ * Refuses (KVE_EINVAL) what kve_bank_new refuses, plus: min_share outside
+ *      [0, 1] (or NaN); share that does not divide n_heads; share > 0 with a
+ *      policy that has no score (full, window, streaming, random) or with
+ *      block > 1. KVE_ENOMEM. On failure *out and rng are untouched.
+ * Allocates: as kve_bank_new; with share > 0 the handle also holds
+ *      n_heads / share groups (about 80 bytes each) and each head starts with
+ *      budget + 1 + slack slots (see "Shared budgets"). */
+KVE_API kve_status kve_bank_new_ex(const char *spec, size_t n_heads,
+                                   const kve_bank_options *options, kve_rng *rng, kve_bank **out);
+
 /* Releases `b` and everything it owns. NULL is a no-op. */
 KVE_API void kve_bank_free(kve_bank *b);
+
+/* The bank's heads per shared group (options.share); 0 for a bank without
+ * shared budgets and for NULL. O(1). */
+KVE_API size_t kve_bank_share(const kve_bank *b);
 
 /* The number of heads; 0 for NULL. O(1). */
 KVE_API size_t kve_bank_heads(const kve_bank *b);
@@ -423,9 +513,83 @@ KVE_API kve_status kve_bank_evict(kve_bank *b, size_t budget, int32_t *victims,
 /* kve_bank_evict on heads [first, first + count) only: head first + j's
  * victims at victims + j*ld_victims, its count in counts[j]. Other heads are
  * untouched (see "Threads"). count 0 does nothing and succeeds. Refuses as
- * kve_bank_evict, plus first + count > kve_bank_heads(b). */
+ * kve_bank_evict, plus first + count > kve_bank_heads(b) and, on a bank with
+ * shared groups, a range that splits a group. */
 KVE_API kve_status kve_bank_evict_range(kve_bank *b, size_t first, size_t count, size_t budget,
                                         int32_t *victims, size_t ld_victims, size_t *counts);
+
+/* Evicts each shared group in heads [first, first + count) to `budget`
+ * positions for all its heads together (see "Shared budgets": a layer's
+ * budget, e.g. G times a per-head budget). Head first + j's victims go to
+ * victims + j*ld_victims, ascending, their count to counts[j] (counts may be
+ * NULL; victims may be NULL when ld_victims is 0). A group holding at most
+ * `budget` positions loses nothing.
+ * Refuses (nothing changed): KVE_EINVAL for NULL b, a bank built without
+ * share, a range out of the bank or splitting a group, budget <= share *
+ * recent_window (budget 0 included), victims NULL with ld_victims > 0;
+ * KVE_ERANGE if some head would lose more than ld_victims (the message
+ * names the first such head; then no head changed). Never allocates.
+ * Cost: O(k * (n + G)) for k victims in a group whose heads keep n positions
+ * each: one scan of a head per victim taken from it (its first candidate was
+ * found by the step), plus one compaction per head that loses several. */
+KVE_API kve_status kve_bank_evict_shared(kve_bank *b, size_t first, size_t count, size_t budget,
+                                         int32_t *victims, size_t ld_victims, size_t *counts);
+
+/* ======================================================================
+ * Budgets across layers
+ *
+ * An engine with L layers and a memory total T (positions per KV head,
+ * summed over layers) gives each layer its own budget: every head of layer l
+ * evicts to out[l] (or, sharing, each layer's group to G * out[l]), and the
+ * out[l] add up to T, so the memory is the same as T / L per layer. Three
+ * schedules, one apportionment: every layer gets `floor`, and the rest
+ * R = T - L * floor is split in proportion to weights w_l, layer l getting
+ * floor + floor(R * w_l / sum w), the units left over going one each to the
+ * largest fractional parts (ties to the lower layer):
+ *   KVE_SCHEDULE_UNIFORM   w_l = 1: T / L each, the first T mod L layers one
+ *                          more (with floor 0);
+ *   KVE_SCHEDULE_PYRAMID   PyramidKV (Cai et al., 2024): w falls on a straight
+ *                          line from 2 - 1/beta at the bottom layer (l = 0) to
+ *                          1/beta at the top (weights averaging 1): the top
+ *                          layer gets floor + (mean part) / beta, the bottom
+ *                          twice the mean part minus that. beta >= 1
+ *                          (PyramidKV's default, 20; beta 1 is uniform). The
+ *                          floor plays PyramidKV's window, which every layer
+ *                          keeps: pass the smallest budget the policy accepts
+ *                          (recent_window + 1 for the scored policies);
+ *   KVE_SCHEDULE_WEIGHTED  w_l = weights[l], e.g. a statistic measured per
+ *                          layer on a calibration text (the decoder measures
+ *                          the attention mass a layer puts beyond its recent
+ *                          window: docs/budgets.md).
+ * ====================================================================== */
+
+typedef enum kve_schedule_kind {
+    KVE_SCHEDULE_UNIFORM = 0, /* the same for every layer */
+    KVE_SCHEDULE_PYRAMID,     /* PyramidKV's straight line, more for lower layers */
+    KVE_SCHEDULE_WEIGHTED     /* in proportion to the caller's weights */
+} kve_schedule_kind;
+
+/* A schedule. Start from kve_schedule_default() and set what you need. */
+typedef struct kve_schedule {
+    kve_schedule_kind kind;
+    size_t floor;          /* every layer gets at least this (default 0) */
+    double beta;           /* PYRAMID: >= 1, finite (default 20) */
+    const double *weights; /* WEIGHTED: n_layers finite weights >= 0, summing > 0 */
+} kve_schedule;
+
+/* The defaults: uniform, floor 0, beta 20, no weights. */
+KVE_API kve_schedule kve_schedule_default(void);
+
+/* Writes to out[0 .. n_layers) the budgets of schedule `s` for `total`,
+ * which add up to total exactly (see above). Deterministic: the same
+ * arguments give the same budgets on every machine.
+ * Refuses (KVE_EINVAL, out untouched): NULL s or out, n_layers 0, a kind
+ *      outside kve_schedule_kind, total < n_layers * floor, a pyramid beta
+ *      below 1 or not finite, NULL weights or a weight that is negative, NaN
+ *      or infinite, or weights summing to 0 (the message names the index).
+ * Thread-safe; never allocates; O(n_layers^2). */
+KVE_API kve_status kve_layer_budgets(const kve_schedule *s, size_t total, size_t n_layers,
+                                     size_t *out);
 
 /* The instruction set the library's kernels run with on this machine:
  * "avx512", "avx2" or "scalar" (the portable code, the definition the others

@@ -5,8 +5,8 @@
  *
  * Invariant: a kve_config that kve__config_parse returned KVE_OK for has
  * passed every check of its type (ranges, recent_window < budget,
- * sinks < budget), so construction and the decode path never re-validate
- * parameters. Parsing never allocates.
+ * sinks < budget, the page reserve of pages.c), so construction and the
+ * decode path never re-validate parameters. Parsing never allocates.
  */
 #include "policy_impl.h"
 
@@ -62,6 +62,13 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
     st = type->init ? type->init(c) : kve__check_recent_window(c);
     if (st != KVE_OK)
         return st;
+    /* Pages: only the scored policies and the sliding ones take a block. */
+    c->evict = type->evict;
+    if (c->params.block > 1) {
+        c->evict = (type->flags & KVE_TYPE_SCORED) ? kve__evict_pages : kve__sliding_evict_pages;
+        if ((st = kve__check_pages(c, c->params.budget)) != KVE_OK)
+            return st;
+    }
     for (int k = 0; k < KVE_NCOLS; k++)
         c->slot_bytes += c->elem[k];
     c->cap0 = type->cap_for_budget ? type->cap_for_budget(c->params.budget) : c->params.budget + 1;
