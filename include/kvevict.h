@@ -782,12 +782,16 @@ typedef struct kve_eval_result {
     size_t state_bytes;       /* kve_policy_state_bytes at the end */
     size_t topk;              /* k of topk_recall: options.topk (32 by kve_eval) */
     double topk_recall;       /* mean over scored steps, k = topk (NaN if none) */
+    double mean_kept;         /* positions kept after the evict, mean over scored steps
+                                 (NaN if none): below the budget with pages */
 } kve_eval_result;
 
 /* Called after each step of each job with the positions just evicted
- * (ascending). Return non-zero to stop the evaluation: the other jobs finish
- * the step in progress (without further calls), so every result covers the
- * same steps, and the evaluation returns KVE_OK with the steps done so far. */
+ * (ascending; with several heads, head after head, each ascending, and
+ * n_victims their total). Return non-zero to stop the evaluation: the other
+ * jobs finish the step in progress (without further calls), so every result
+ * covers the same steps, and the evaluation returns KVE_OK with the steps
+ * done so far. */
 typedef int (*kve_eval_step_fn)(void *user, size_t job, int32_t pos, const int32_t *victims,
                                 size_t n_victims);
 
@@ -801,18 +805,40 @@ typedef struct kve_eval_options {
     size_t topk;              /* k of topk_recall, 1 .. KVE_MAX_BUDGET (default 32) */
     kve_eval_step_fn on_step; /* called after each step of each job (default NULL) */
     void *user;               /* passed to on_step (default NULL) */
+    size_t heads;             /* trace heads [head, head + heads) run together, one bank
+                                 of `heads` heads per job (default 1; 0 means 1) */
+    kve_bank_options bank;    /* the jobs' banks: with bank.share > 0 each group of
+                                 share heads is evicted to share * budget by
+                                 kve_bank_evict_shared (default: no sharing) */
+    size_t score_after;       /* metrics over steps t > score_after; 0 (default): over
+                                 t > the job's budget. Lets jobs of different budgets
+                                 (a layer schedule) be measured on the same steps */
+    kve_eval_result *per_head; /* NULL (default), or n_jobs * heads results, job-major:
+                                 head h of job j at [j * heads + h], its own metrics */
 } kve_eval_options;
 
-/* The defaults: seed 0, topk 32, no callback. */
+/* The defaults: seed 0, topk 32, no callback, one head, no sharing,
+ * score_after 0, no per-head results. */
 KVE_API kve_eval_options kve_eval_default_options(void);
 
 /* Evaluates n_jobs policies on head `head` of `tr`, writing results[i] for
  * jobs[i]; results are written only when the whole call succeeds. options
- * may be NULL (the defaults). Refuses: KVE_EINVAL for NULL arguments, n_jobs
- * 0, a bad spec or budget (message names the job's spec), head out of range,
- * topk 0 or above KVE_MAX_BUDGET; KVE_ENOMEM; KVE_EIO from the trace.
- * Memory: O(T + min(topk, T) + sum of budgets). Cost per step: O(t log k)
- * for the top-k sets (shared by every job) plus O(kept) per job. */
+ * may be NULL (the defaults).
+ * Several heads (options->heads = H > 1): each job is one bank of H heads
+ * (kve_bank_new_ex with options->bank), head h fed head + h of the trace as
+ * above, the heads stepped and evicted together; results[i] holds the means
+ * over the heads of each head's metrics (min_retained_mass the minimum,
+ * state_bytes the bank's, ns_per_step the whole bank's step and evict), and
+ * per_head (when given) each head's own (state_bytes and ns_per_step: the
+ * bank's divided by H). Without sharing, head h's numbers are exactly those
+ * of a one-head evaluation of that trace head. Sharing, the heads of a group
+ * are stepped in one call, so a head whose kept weights sum to 0 receives a
+ * row of zeros (unless every head of the bank does: then NULL).
+ * Refuses: KVE_EINVAL for NULL arguments, n_jobs 0, a bad spec or budget or
+ * bank option (message names the job's spec), heads past the trace's, topk
+ * 0 or above KVE_MAX_BUDGET; KVE_ENOMEM; KVE_EIO from the trace.
+ * Memory: O(H * T + min(topk, T)) plus the banks. Cost per step: O(H * t log
+ * k) for the top-k sets (shared by every job) plus O(kept) per job and head. */
 KVE_API kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs,
                                size_t n_jobs, const kve_eval_options *options,
                                kve_eval_result *results);

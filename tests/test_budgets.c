@@ -16,12 +16,18 @@
  * hook); state bytes; construction checks.
  * Layer schedules: hand-computed budgets (uniform, PyramidKV, weighted),
  * the apportionment's properties on random weights, refusals.
+ * The harness on several heads (kve_eval_ex, options.heads): without
+ * sharing each head's numbers are those of its one-head evaluation, bit for
+ * bit; sharing, the heads' mean kept sizes add up to the group's budget;
+ * score_after moves the scored steps; refusals.
  * Deterministic per seed (printed; replay with argv[1]).
  */
+#define _POSIX_C_SOURCE 200809L
 #include "check.h"
 #include "internal.h" /* the allocation hook */
 #include "kvevict.h"
 #include "reference.h"
+#include "tmpdir.h"
 #include "workload.h"
 
 enum { MAXG = 4, GROUPS = 2, MAXH = MAXG * GROUPS, LD = 512, STEPS = 400 };
@@ -560,9 +566,134 @@ static void test_schedule_refusals(void)
         ASSERT_EQ(out[l], 7);
 }
 
+/* ---- the harness on several heads ---- */
+
+enum { TH = 4, TT = 160 };
+
+/* Writes a [TH, TT, TT] float32 .npy of random rows (each summing to 1 over
+ * [0, t]; head h more concentrated the larger h) to `path`; 0 on success. */
+static int write_heads_npy(const char *path, uint64_t seed)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    char hdr[128];
+    int len = snprintf(hdr, sizeof hdr,
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d, %d), }", TH,
+                       TT, TT);
+    int pad = (64 - (10 + len + 1) % 64) % 64;
+    unsigned hl = (unsigned)(len + 1 + pad);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc((int)(hl & 0xff), f);
+    fputc((int)(hl >> 8), f);
+    fwrite(hdr, 1, (size_t)len, f);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    kve_rng g;
+    kve_rng_seed(&g, seed);
+    static float row[TT];
+    for (int h = 0; h < TH; h++)
+        for (int t = 0; t < TT; t++) {
+            double sum = 0;
+            for (int i = 0; i < TT; i++) {
+                double u = kve_rng_uniform(&g);
+                row[i] = i <= t ? (float)pow(u, 1.0 + 3.0 * h) : 0.0f;
+                sum += row[i];
+            }
+            for (int i = 0; i <= t; i++)
+                row[i] = (float)(row[i] / sum);
+            fwrite(row, sizeof(float), TT, f);
+        }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static void test_eval_heads(void)
+{
+    ASSERT_TRUE(write_heads_npy(path_of("heads.npy"), check_seed) == 0);
+    kve_trace *tr = NULL;
+    ASSERT_OK(kve_trace_open(path_of("heads.npy"), KVE_TRACE_NORMALIZE, &tr));
+    const kve_eval_job jobs[] = {{"h2o:recent_window=4", 24},
+                                 {"tova:recent_window=1", 20},
+                                 {"h2o_mean:recent_window=2,block=4", 30}};
+    enum { NJ = sizeof jobs / sizeof jobs[0] };
+    kve_eval_result all[NJ], per[NJ * TH], one[NJ];
+    kve_eval_options o = kve_eval_default_options();
+    ASSERT_EQ(o.heads, 1);
+    ASSERT_EQ(o.bank.share, 0);
+    o.heads = TH;
+    o.per_head = per;
+    ASSERT_OK(kve_eval_ex(tr, 0, jobs, NJ, &o, all));
+    for (size_t h = 0; h < TH; h++) { /* each head as its own evaluation */
+        ASSERT_OK(kve_eval_ex(tr, h, jobs, NJ, NULL, one));
+        for (size_t j = 0; j < NJ; j++) {
+            const kve_eval_result *q = &per[j * TH + h];
+            ASSERT_STR_EQ(q->spec, one[j].spec);
+            ASSERT_EQ(q->scored_steps, one[j].scored_steps);
+            ASSERT_TRUE(q->retained_mass == one[j].retained_mass);
+            ASSERT_TRUE(q->top32_recall == one[j].top32_recall);
+            ASSERT_TRUE(q->min_retained_mass == one[j].min_retained_mass);
+            ASSERT_TRUE(q->mean_kept == one[j].mean_kept);
+        }
+    }
+    for (size_t j = 0; j < NJ; j++) {
+        double mass = 0, least = 1;
+        for (size_t h = 0; h < TH; h++) {
+            mass += per[j * TH + h].retained_mass;
+            least = fmin(least, per[j * TH + h].min_retained_mass);
+        }
+        ASSERT_NEAR(all[j].retained_mass, mass / TH, 1e-12);
+        ASSERT_TRUE(all[j].min_retained_mass == least);
+        ASSERT_EQ(all[j].steps, TT);
+    }
+    ASSERT_TRUE(all[0].mean_kept == 24.0);
+    ASSERT_TRUE(all[2].mean_kept < 30.0 && all[2].mean_kept > 30.0 - 4.0); /* pages */
+
+    /* Sharing: every scored step ends with the group at its budget. */
+    const kve_eval_job shared[] = {{"h2o:recent_window=4", 24}, {"scissorhands:recent_window=2", 16}};
+    kve_eval_result sr[2], sp[2 * TH];
+    o.bank.share = TH;
+    o.per_head = sp;
+    ASSERT_OK(kve_eval_ex(tr, 0, shared, 2, &o, sr));
+    for (size_t j = 0; j < 2; j++) {
+        double kept = 0;
+        for (size_t h = 0; h < TH; h++)
+            kept += sp[j * TH + h].mean_kept;
+        ASSERT_NEAR(kept, (double)(TH * shared[j].budget), 1e-9);
+        ASSERT_EQ(sr[j].scored_steps, TT - 1 - shared[j].budget);
+    }
+    /* the concentrated heads (higher h) give up positions to the spread ones */
+    ASSERT_TRUE(sp[0].mean_kept > sp[TH - 1].mean_kept);
+    o.bank.share = 2;
+    ASSERT_OK(kve_eval_ex(tr, 0, shared, 2, &o, sr));
+    ASSERT_NEAR(sp[0].mean_kept + sp[1].mean_kept, 2.0 * 24, 1e-9);
+
+    /* score_after: the same steps for every job */
+    o.bank.share = 0;
+    o.per_head = NULL;
+    o.score_after = 100;
+    ASSERT_OK(kve_eval_ex(tr, 0, jobs, NJ, &o, all));
+    for (size_t j = 0; j < NJ; j++)
+        ASSERT_EQ(all[j].scored_steps, TT - 1 - 100);
+
+    /* refusals */
+    o.score_after = 0;
+    ASSERT_STATUS(kve_eval_ex(tr, 1, jobs, NJ, &o, all), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "heads 1 .. 4");
+    o.bank.share = 3;
+    ASSERT_STATUS(kve_eval_ex(tr, 0, jobs, NJ, &o, all), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "job 0");
+    o.bank.share = TH;
+    ASSERT_STATUS(kve_eval_ex(tr, 0, jobs, NJ, &o, all), KVE_EINVAL); /* pages cannot share */
+    ASSERT_CONTAINS(kve_last_error(), "job 2");
+    kve_trace_free(tr);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
+    if (tmpdir_make("kve_budgets") != 0)
+        return 1;
     RUN(test_shared_against_model);
     RUN(test_ties_and_floors);
     RUN(test_refusals_change_nothing);
@@ -571,5 +702,7 @@ int main(int argc, char **argv)
     RUN(test_schedules_by_hand);
     RUN(test_schedules_properties);
     RUN(test_schedule_refusals);
+    RUN(test_eval_heads);
+    remove_dir();
     return CHECK_DONE();
 }
