@@ -293,6 +293,14 @@ KVE_API const char *kve_policy_type_summary(size_t i);
 KVE_API kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
                          size_t cap);
 
+/* Stores in *out the smallest budget `spec` accepts (as kve_policy_new with
+ * that budget, or an evict to it): recent_window + 1, sinks + 1, the page
+ * reserve (see "Pages"), or 1, whichever is largest; every larger budget is
+ * accepted too. E.g. 33 for "h2o", 5 for "streaming", 1 for "window".
+ * Refuses (KVE_EINVAL, *out untouched): NULL out, and the specs
+ * kve_policy_new refuses. Never allocates. */
+KVE_API kve_status kve_spec_min_budget(const char *spec, size_t *out);
+
 /* ======================================================================
  * Banks: one policy for every head of an engine
  *

@@ -9,9 +9,8 @@
  * arena, C_g = rows cache g owns in it.
  *
  * Layer budgets: total L * budget, floor the smallest budget the spec
- * accepts (found by asking kve_spec_with: the conditions recent_window <
- * budget, sinks < budget and the page reserve all hold from some budget
- * on), so PyramidKV's top layer keeps its window plus a little.
+ * accepts (kve_spec_min_budget), so PyramidKV's top layer keeps its window
+ * plus a little.
  *
  * Shared layers: a layer's G caches live in one arena per array (keys,
  * values, positions), cache g owning rows [o_g, o_g + C_g), heads in order.
@@ -35,22 +34,6 @@ enum { FIRST_ROWS = 64 };
 
 /* ---- layer budgets ---- */
 
-/* The smallest budget `spec` accepts, at most `budget` (which it accepts). */
-static size_t min_budget(const char *spec, size_t budget)
-{
-    size_t lo = 1, hi = budget;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        char num[32], out[KVE_SPEC_MAX];
-        snprintf(num, sizeof num, "%zu", mid);
-        if (kve_spec_with(spec, "budget", num, out, sizeof out) == KVE_OK)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
 kve_status lm__budgets_init(lm_state *s)
 {
     size_t L = (size_t)s->model->config.n_layers;
@@ -69,7 +52,8 @@ kve_status lm__budgets_init(lm_state *s)
                        KVE_MAX_BUDGET);
     kve_schedule sch = kve_schedule_default();
     sch.kind = s->opt.schedule;
-    sch.floor = min_budget(s->spec, s->budget);
+    if ((st = kve_spec_min_budget(s->spec, &sch.floor)) != KVE_OK)
+        return lm_fail(st, "policy: %s", kve_last_error());
     sch.beta = s->opt.beta > 0 ? s->opt.beta : sch.beta;
     sch.weights = s->opt.layer_weights;
     s->opt.layer_weights = NULL; /* read here only */

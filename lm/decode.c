@@ -279,7 +279,7 @@ static kve_status reserve(lm_state *s)
     for (size_t i = 0; i < LG; i++) {
         lm_cache *k = &s->cache[i];
         if (s->arena) { /* a shared layer: its arena, laid out again or grown */
-            kve_status st = i % G ? KVE_OK : lm__arena_reserve(s, i / G);
+            kve_status st = (i % G) ? KVE_OK : lm__arena_reserve(s, i / G);
             if (st != KVE_OK)
                 return st;
         } else if (k->n + 1 > k->cap) {
@@ -451,7 +451,7 @@ kve_status lm_forward(lm_state *s, int32_t token)
         if (s->opt.on_attention)
             s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
         if (s->bank) {
-            struct timespec t0, t1;
+            struct timespec t0 = {0, 0}, t1;
             if (s->opt.timing)
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
             if ((st = manage(s, l)) != KVE_OK) {

@@ -104,3 +104,20 @@ kve_status kve_spec_with(const char *spec, const char *key, const char *value, c
     memcpy(out, c.spec, len + 1);
     return KVE_OK;
 }
+
+kve_status kve_spec_min_budget(const char *spec, size_t *out)
+{
+    kve_config c;
+    memset(&c, 0, sizeof c);
+    if (!out)
+        return kve__fail(KVE_EINVAL, "out is NULL");
+    kve_status st = kve__config_parse(spec, NULL, NULL, &c);
+    if (st != KVE_OK)
+        return st;
+    /* recent_window < budget, sinks < budget, and the page reserve */
+    size_t least = c.params.recent_window + 1;
+    least = c.params.sinks + 1 > least ? c.params.sinks + 1 : least;
+    least = kve__page_reserve(&c) > least ? kve__page_reserve(&c) : least;
+    *out = least;
+    return KVE_OK;
+}

@@ -284,8 +284,11 @@ static inline int ref_step(ref_policy *r, int32_t pos, const float *attn, size_t
     return 0;
 }
 
+/* A candidate victim: sorted by (score, head, pos); head is 0 but for a
+ * shared budget. */
 typedef struct ref_cand {
     double score;
+    size_t head;
     int32_t pos;
     size_t index;
 } ref_cand;
@@ -295,6 +298,8 @@ static inline int ref_cmp_cand(const void *a, const void *b)
     const ref_cand *x = a, *y = b;
     if (x->score != y->score)
         return x->score < y->score ? -1 : 1;
+    if (x->head != y->head)
+        return x->head < y->head ? -1 : 1;
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
@@ -414,6 +419,7 @@ static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size
             abort();
         for (size_t i = 0; i < limit; i++) {
             c[i].score = ref_score(r, i);
+            c[i].head = 0;
             c[i].pos = r->slot[i].pos;
             c[i].index = i;
         }
@@ -431,23 +437,6 @@ static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size
 
 /* ---- one budget shared by G heads ---- */
 
-typedef struct ref_shared_cand {
-    double score;
-    size_t head;
-    int32_t pos;
-    size_t index;
-} ref_shared_cand;
-
-static inline int ref_cmp_shared(const void *a, const void *b)
-{
-    const ref_shared_cand *x = a, *y = b;
-    if (x->score != y->score)
-        return x->score < y->score ? -1 : 1;
-    if (x->head != y->head)
-        return x->head < y->head ? -1 : 1;
-    return (x->pos > y->pos) - (x->pos < y->pos);
-}
-
 static inline int ref_evict_shared(ref_policy **heads, size_t G, size_t budget, double min_share,
                                    int32_t *victims, size_t ld, size_t *counts)
 {
@@ -456,7 +445,7 @@ static inline int ref_evict_shared(ref_policy **heads, size_t G, size_t budget, 
         return -1;
     for (size_t h = 0; h < G; h++)
         total += heads[h]->n;
-    ref_shared_cand *c = malloc((total + 1) * sizeof *c);
+    ref_cand *c = malloc((total + 1) * sizeof *c);
     size_t *taken = calloc(G, sizeof *taken);
     if (!c || !taken)
         abort();
@@ -471,7 +460,7 @@ static inline int ref_evict_shared(ref_policy **heads, size_t G, size_t budget, 
             c[nc].index = i;
             nc++;
         }
-    qsort(c, nc, sizeof *c, ref_cmp_shared);
+    qsort(c, nc, sizeof *c, ref_cmp_cand);
     size_t need = total > budget ? total - budget : 0;
     unsigned char **chosen = calloc(G, sizeof *chosen);
     if (!chosen)

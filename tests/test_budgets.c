@@ -534,6 +534,37 @@ static void test_schedules_properties(void)
     }
 }
 
+/* The smallest budget a spec accepts: accepted, and one less refused. */
+static void test_min_budget(void)
+{
+    static const struct {
+        const char *spec;
+        size_t least;
+    } cases[] = {{"h2o", 33},
+                 {"streaming", 5},
+                 {"window", 1},
+                 {"full", 1},
+                 {"random:recent_window=3", 4},
+                 {"tova", 2},
+                 {"h2o:budget=64,recent_window=8,block=16", 30},
+                 {"streaming:sinks=4,block=4", 10},
+                 {"window:block=8", 7}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t least = 0;
+        char num[24], out[KVE_SPEC_MAX];
+        ASSERT_OK(kve_spec_min_budget(cases[i].spec, &least));
+        ASSERT_EQ(least, cases[i].least);
+        snprintf(num, sizeof num, "%zu", least);
+        ASSERT_OK(kve_spec_with(cases[i].spec, "budget", num, out, sizeof out));
+        snprintf(num, sizeof num, "%zu", least - 1);
+        ASSERT_TRUE(kve_spec_with(cases[i].spec, "budget", num, out, sizeof out) == KVE_EINVAL);
+    }
+    size_t least = 7;
+    ASSERT_STATUS(kve_spec_min_budget("h2o:block=0", &least), KVE_EINVAL);
+    ASSERT_STATUS(kve_spec_min_budget("h2o", NULL), KVE_EINVAL);
+    ASSERT_EQ(least, 7);
+}
+
 static void test_schedule_refusals(void)
 {
     size_t out[4] = {7, 7, 7, 7};
@@ -702,6 +733,7 @@ int main(int argc, char **argv)
     RUN(test_schedules_by_hand);
     RUN(test_schedules_properties);
     RUN(test_schedule_refusals);
+    RUN(test_min_budget);
     RUN(test_eval_heads);
     remove_dir();
     return CHECK_DONE();

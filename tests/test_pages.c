@@ -12,6 +12,7 @@
  * Deterministic per seed (printed; replay with argv[1]).
  */
 #include "check.h"
+#include "internal.h" /* the allocation hook */
 #include "kvevict.h"
 #include "reference.h"
 #include "workload.h"
@@ -170,13 +171,18 @@ static void test_whole_pages_only(void)
     kve_rng_seed(&g, check_seed);
     const float pool[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
     int32_t v[MAXN];
+    kve__alloc_fail_after(0); /* pages never allocate */
     for (int32_t t = 0; t < 600; t++) {
         size_t n = kve_policy_size(p);
         for (size_t i = 0; i < n; i++)
             attn[i] = random_weight(&g, pool, n);
-        ASSERT_OK(kve_policy_step(p, t, attn, n));
+        kve_status st = kve_policy_step(p, t, attn, n);
         size_t nv = 0;
-        ASSERT_OK(kve_policy_evict(p, 72, v, MAXN, &nv));
+        if (st == KVE_OK)
+            st = kve_policy_evict(p, 72, v, MAXN, &nv);
+        if (st != KVE_OK)
+            kve__alloc_fail_after(SIZE_MAX);
+        ASSERT_OK(st);
         ASSERT_TRUE(nv == 0 || nv == 16);
         for (size_t i = 0; i < nv; i++) /* one page, in order */
             ASSERT_EQ(v[i], v[0] / 16 * 16 + (int32_t)i);
@@ -193,6 +199,7 @@ static void test_whole_pages_only(void)
             i = j;
         }
     }
+    kve__alloc_fail_after(SIZE_MAX);
     ASSERT_EQ(kve_policy_state_bytes(p), 73 * 13); /* a page is 16 slots of 13 bytes */
     kve_policy_free(p);
 }
