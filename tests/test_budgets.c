@@ -10,7 +10,9 @@
  * above the bank's, uniform evicts mixed in, floors from min_share 0 to 1.
  * After every eviction the victims, counts and kept sets agree, the group's
  * sizes add up to its budget whenever it had to lose something, and no head
- * is below its floor unless it was before. Then: ties by hand; every refusal,
+ * is below its floor unless it was before, on every instruction set the
+ * machine runs (the first candidates come from the step's pass). Then: ties
+ * by hand; every refusal,
  * each changing nothing (checked by carrying on against the model); no
  * allocation in the steady state and all-or-nothing growth (the allocation
  * hook); state bytes; construction checks.
@@ -25,6 +27,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 #include "internal.h" /* the allocation hook */
+#include "kernels.h"  /* kve__isa_force */
 #include "kvevict.h"
 #include "reference.h"
 #include "tmpdir.h"
@@ -215,6 +218,26 @@ static void test_shared_against_model(void)
             runs++;
         }
     ASSERT_EQ(runs, N_SPECS * MAXG);
+}
+
+/* The shared eviction takes each head's first candidate from the step's
+ * pass, which every instruction set computes: the model test on each. */
+static void test_shared_on_every_isa(void)
+{
+    int runs = 0;
+    for (int isa = 0; isa < KVE_ISA_COUNT; isa++) {
+        if (!kve__isa_supported((kve_isa)isa))
+            continue;
+        ASSERT_TRUE(kve__isa_force((kve_isa)isa));
+        const char *name = kve_isa_name();
+        int before = check_failures;
+        test_shared_against_model();
+        kve__isa_force(KVE_ISA_COUNT);
+        if (check_failures != before)
+            CHECK_FAIL_AT("instruction set %s disagrees with the model", name);
+        runs++;
+    }
+    ASSERT_TRUE(runs >= 1);
 }
 
 /* Ties by hand: every score 0 (NULL steps), no recent window. */
@@ -726,6 +749,7 @@ int main(int argc, char **argv)
     if (tmpdir_make("kve_budgets") != 0)
         return 1;
     RUN(test_shared_against_model);
+    RUN(test_shared_on_every_isa);
     RUN(test_ties_and_floors);
     RUN(test_refusals_change_nothing);
     RUN(test_construction);
