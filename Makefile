@@ -13,7 +13,7 @@ BASE_DEPS = cmake:cmake gcc:gcc make:make pkgconf:pkg-config
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench perf-docs prefill-docs qk-scaling-docs test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
+.PHONY: all deps run bench perf-docs prefill-docs qk-scaling-docs budgets-docs test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
 
 all: build/kvevict
 
@@ -62,6 +62,13 @@ plots: build/kvevict
 
 docs: build/kvevict
 	./build/kvevict docs $(wildcard docs/*.md docs/policies/*.md)
+
+# The measurements of docs/budgets.md (the model and its attention traces;
+# about ten minutes), its figures and tables: scripts/budgets.sh. The drift
+# test (test_budgets_docs) re-makes a subset of the committed rows.
+budgets-docs: build/kvevict
+	@./scripts/deps.sh gnuplot-nox:gnuplot
+	./scripts/budgets.sh build/kvevict
 
 test: test-release test-asan test-tsan
 

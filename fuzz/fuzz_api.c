@@ -4,7 +4,8 @@
  * library to its contract after every call.
  *
  * Program: a header (policy type, budget, recent_window / sinks / history /
- * decay, rng seed, an allocation-failure point for construction), then one
+ * decay, rng seed, an allocation-failure point for construction, a page
+ * size and page score where the budget leaves room for pages), then one
  * op per byte: step with attention, step with NULL attention, evict (to the
  * policy's budget or to an arbitrary, possibly refused one, with a possibly
  * too small or NULL victims buffer), a bad step (negative or repeated
@@ -21,8 +22,9 @@
  *   - a refusal returns the documented status, leaves a message, and changes
  *     nothing (A equals its snapshot, and later behaviour still equals B's);
  *   - an accepted evict leaves size <= budget (full: unchanged), reports
- *     exactly the removed positions, ascending, each previously kept, and
- *     the same victims as B and R;
+ *     exactly the removed positions (with pages, up to block - 1 more than
+ *     the excess), ascending, each previously kept, and the same victims as
+ *     B and R;
  *   - R refuses exactly what A refuses for the reasons R models.
  * Any violation abort()s with the op number; KVE_FUZZ_TRACE=1 in the
  * environment prints the decoded program to stderr for replay.
@@ -233,8 +235,11 @@ static void do_evict(world *w, size_t budget, bool null_victims, size_t cap)
           cap, kve_status_name(st));
     bool full = strcmp(kve_policy_name(w->a), "full") == 0;
     size_t need = !full && s.size > budget ? s.size - budget : 0;
+    /* pages (block b > 1) remove whole pages: up to b - 1 more than needed */
+    size_t b = w->r->block, extra = b > 1 ? b - 1 : 0;
+    size_t most = need && need + extra < s.size ? need + extra : need ? s.size : 0;
     if (st == KVE_OK) {
-        CHECK(nv == need);
+        CHECK(nv >= need && nv <= most);
         CHECK(kve_policy_size(w->a) == s.size - nv);
         CHECK(full ? kve_policy_size(w->a) == s.size : kve_policy_size(w->a) <= budget);
         for (size_t i = 0; i < nv; i++) {
@@ -263,10 +268,15 @@ static void do_evict(world *w, size_t budget, bool null_victims, size_t cap)
         CHECK(same_as(w->a, &s));
         CHECK(nv == (size_t)-1);
         ref_policy probe = *w->r;
+        bool sliding = probe.kind == REF_WINDOW || probe.kind == REF_STREAMING;
+        size_t reserve = b < 2      ? 0
+                         : sliding ? (probe.sinks ? probe.sinks + b - 1 : 0) + b - 1
+                                   : (probe.recent_window > b - 1 ? probe.recent_window : b - 1) +
+                                         b - 1;
         bool ref_refuses = budget == 0 || (probe.recent_window && budget <= probe.recent_window) ||
-                           (probe.sinks && budget <= probe.sinks);
+                           (probe.sinks && budget <= probe.sinks) || budget < reserve;
         if (st == KVE_ERANGE) {
-            CHECK(!ref_refuses && !(null_victims && cap > 0) && cap < need);
+            CHECK(!ref_refuses && !(null_victims && cap > 0) && cap < most);
         } else {
             CHECK(st == KVE_EINVAL);
             CHECK(ref_refuses || (null_victims && cap > 0));
@@ -303,7 +313,7 @@ static void run_program(reader *in)
     size_t budget = 1 + take(in) % 48;
     uint8_t param = take(in), history = take(in), decay = take(in);
     uint64_t seed = take(in);
-    uint8_t fail_at = take(in);
+    uint8_t fail_at = take(in), block = take(in);
 
     char value[32];
     snprintf(spec, sizeof spec, "%s", name);
@@ -318,6 +328,9 @@ static void run_program(reader *in)
     set_key("history", value);
     static const char *const decays[] = {"1", "0.5", "0.99", "1e-3", "0.9999999", "1e-300"};
     set_key("decay", decays[decay % 6]);
+    static const char *const blocks[] = {"1", "2", "3", "8"};
+    set_key("block", blocks[block % 4]); /* when the budget leaves room for pages */
+    set_key("block_mean", block & 4 ? "1" : "0");
     TRACE("program on %s, seed %llu\n", spec, (unsigned long long)seed);
 
     kve_rng ra, rb, rr;

@@ -160,6 +160,32 @@ KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
  * The last two read the key vector of each admitted position instead of
  * attention: build them with kve_policy_new_ex and a key dimension, and step
  * them with kve_policy_step_keys (see "Policies that read keys").
+ *
+ * Pages. Paged KV caches (vLLM, TensorRT-LLM, OpenVINO) store keys and
+ * values in pages of b consecutive positions and can free only whole pages.
+ * The scored policies (h2o, scissorhands, tova, h2o_decay, h2o_mean) take
+ *   block          (default 1, 1 .. KVE_MAX_BUDGET)  evict whole pages
+ *   block_mean     (default 0, 0 or 1)  1: a page scores the mean, not the sum
+ * and window and streaming take block alone. Position p is in page p / b
+ * (aligned pages). A page is evictable once it is complete (a position at or
+ * past its last, (p / b + 1) * b - 1, has been admitted) and none of its
+ * kept positions is among the newest recent_window; for streaming, once it
+ * holds no sink (a page holding a sink is pinned whole: its memory is spent
+ * anyway). An eviction to `budget` removes whole evictable pages until at
+ * most `budget` positions are left: the scored policies the page with the
+ * lowest score first, where a page's score is the sum of its positions'
+ * scores (added in kept order, in double) or with block_mean=1 that sum
+ * divided by its kept positions, ties to the lower page; window and
+ * streaming the oldest page first. Victims are still reported as positions,
+ * ascending, and may number up to size - budget + block - 1. So a head keeps
+ * between budget - block + 1 and budget positions after an eviction, and a
+ * page costs block slots of the policy's per-slot state (h2o: 13 * block
+ * bytes; no per-page state is kept: page scores are summed when evicting).
+ * The budget must be at least the positions pages can leave unevictable:
+ * max(recent_window, block - 1) + block - 1 for the scored policies,
+ * block - 1 for window, sinks + 2 * (block - 1) for streaming with sinks
+ * (checked by kve_policy_new and every evict). block=1 is the policy
+ * without pages, exactly, and its canonical spec omits both keys.
  * ====================================================================== */
 
 typedef struct kve_policy kve_policy; /* opaque */
@@ -272,6 +298,14 @@ KVE_API const char *kve_policy_type_summary(size_t i);
 KVE_API kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
                          size_t cap);
 
+/* Stores in *out the smallest budget `spec` accepts (as kve_policy_new with
+ * that budget, or an evict to it): recent_window + 1, sinks + 1, the page
+ * reserve (see "Pages"), or 1, whichever is largest; every larger budget is
+ * accepted too. E.g. 33 for "h2o", 5 for "streaming", 1 for "window".
+ * Refuses (KVE_EINVAL, *out untouched): NULL out, and the specs
+ * kve_policy_new refuses. Never allocates. */
+KVE_API kve_status kve_spec_min_budget(const char *spec, size_t *out);
+
 /* ======================================================================
  * Banks: one policy for every head of an engine
  *
@@ -311,12 +345,47 @@ KVE_API kve_status kve_spec_with(const char *spec, const char *key, const char *
  * particular kve_bank_step, kve_bank_step_grouped and kve_bank_evict (every
  * head), kve_bank_state_bytes and kve_bank_free.
  *
- * Memory. kve_bank_new allocates the handle with its heads (about 150 bytes
+ * Memory. kve_bank_new allocates the handle with its heads (about 170 bytes
  * a head) and one slab per column of n_heads * (budget + 1) slots
  * (window/streaming: their sliding block). As with a policy, nothing
  * allocates while every head is evicted after every step; a head stepped
  * past its slots without evicting moves to a private block of twice the
  * slots, and the slabs are freed once no head uses them.
+ *
+ * Shared budgets (Ada-KV). Heads differ: some attend locally and need a few
+ * dozen positions, others retrieve from far back. A bank built with
+ * options.share = G (kve_bank_new_ex) groups heads [0, G), [G, 2G), ... (an
+ * engine's KV heads of one layer), and kve_bank_evict_shared evicts each
+ * group to one budget B for its heads together: the group's lowest-scoring
+ * evictable positions go, wherever they are, so heads end up holding
+ * different numbers of positions (their sizes add up to B after every
+ * eviction that had to remove something). Exactly:
+ *   - candidates are each head's kept positions outside its newest
+ *     recent_window, compared by (score, head, position): ties go to the
+ *     lower head, then the lower position;
+ *   - no head is evicted below its floor max(recent_window,
+ *     floor(min_share * B / G)); min_share defaults to 0.2 (Ada-KV's and
+ *     kvpress's safeguard alpha), so each head keeps a fifth of an even share;
+ *   - victims are chosen one at a time, each the lowest candidate of a head
+ *     still above its floor, until the group holds B;
+ *   - each head's victims are written ascending, as kve_bank_evict does.
+ * Scores are compared as they are, unscaled: every head's attention row sums
+ * to (at most) 1, so h2o's score (attention mass received), h2o_decay's
+ * (decayed mass) and tova's (the last weight) are masses in the same unit in
+ * every head, and h2o_mean's is a mean weight per step; scissorhands' is a
+ * count of steps in which the position beat 1/n of its own head, the same
+ * unit (steps) in every head although n differs between heads. Only the
+ * scored policies can share a budget, and only without pages.
+ * Memory follows the sizes: a group's storage is one region per column of
+ * G * (budget + 1 + slack) slots (slack = max(1, (budget + 1) / 8), the
+ * spec's budget), each head owning a part of it; a head that fills its part
+ * makes the next step lay the group out again in place (every head gets its
+ * size + 1 plus an even share of what is left; O(G * budget), at most once
+ * every slack - 1 steps of one head's growth). Nothing allocates while each
+ * group is evicted to at most G * budget after every step; a group that must
+ * hold more moves to a private block of twice the slots (all or nothing).
+ * The ranges of every call on a shared bank (step, evict, evict_shared) must
+ * be whole groups; threads may run disjoint groups at once.
  * ====================================================================== */
 
 typedef struct kve_bank kve_bank; /* opaque: n_heads instances of one policy spec */
@@ -343,8 +412,42 @@ typedef enum kve_reduce {
  *      13 bytes a slot for h2o) of n_heads * (budget + 1) slots. */
 KVE_API kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank **out);
 
+/* What kve_bank_new_ex builds besides the spec. Start from
+ * kve_bank_default_options() and set the fields you need, so that a field
+ * added later keeps its default. */
+typedef struct kve_bank_options {
+    size_t key_dim;   /* d: the floats of every key a step carries, as
+                         kve_policy_options.key_dim (see "Policies that read
+                         keys"); 0 (the default): steps carry no keys */
+    size_t share;     /* heads per shared-budget group, dividing n_heads; 0 (the
+                         default): every head has its own budget */
+    double min_share; /* the floor of a shared eviction, as a fraction of an even
+                         share, in [0, 1] (default 0.2; see "Shared budgets") */
+} kve_bank_options;
+
+/* The defaults: key_dim 0, share 0 (no shared budget), min_share 0.2. */
+KVE_API kve_bank_options kve_bank_default_options(void);
+
+/* kve_bank_new with options; options may be NULL (the defaults, which make
+ * it kve_bank_new). Argument order as kve_policy_new_ex.
+ * Refuses (KVE_EINVAL) what kve_bank_new refuses, plus: what
+ *      kve_policy_new_ex refuses of key_dim (above KVE_MAX_KEY_DIM, or 0 for
+ *      a policy that reads keys); min_share outside
+ *      [0, 1] (or NaN); share that does not divide n_heads; share > 0 with a
+ *      policy that has no score (full, window, streaming, random) or with
+ *      block > 1. KVE_ENOMEM. On failure *out and rng are untouched.
+ * Allocates: as kve_bank_new; with share > 0 the handle also holds
+ *      n_heads / share groups (about 80 bytes each) and each head starts with
+ *      budget + 1 + slack slots (see "Shared budgets"). */
+KVE_API kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
+                                   const kve_bank_options *options, kve_bank **out);
+
 /* Releases `b` and everything it owns. NULL is a no-op. */
 KVE_API void kve_bank_free(kve_bank *b);
+
+/* The bank's heads per shared group (options.share); 0 for a bank without
+ * shared budgets and for NULL. O(1). */
+KVE_API size_t kve_bank_share(const kve_bank *b);
 
 /* The number of heads; 0 for NULL. O(1). */
 KVE_API size_t kve_bank_heads(const kve_bank *b);
@@ -428,9 +531,83 @@ KVE_API kve_status kve_bank_evict(kve_bank *b, size_t budget, int32_t *victims,
 /* kve_bank_evict on heads [first, first + count) only: head first + j's
  * victims at victims + j*ld_victims, its count in counts[j]. Other heads are
  * untouched (see "Threads"). count 0 does nothing and succeeds. Refuses as
- * kve_bank_evict, plus first + count > kve_bank_heads(b). */
+ * kve_bank_evict, plus first + count > kve_bank_heads(b) and, on a bank with
+ * shared groups, a range that splits a group. */
 KVE_API kve_status kve_bank_evict_range(kve_bank *b, size_t first, size_t count, size_t budget,
                                         int32_t *victims, size_t ld_victims, size_t *counts);
+
+/* Evicts each shared group in heads [first, first + count) to `budget`
+ * positions for all its heads together (see "Shared budgets": a layer's
+ * budget, e.g. G times a per-head budget). Head first + j's victims go to
+ * victims + j*ld_victims, ascending, their count to counts[j] (counts may be
+ * NULL; victims may be NULL when ld_victims is 0). A group holding at most
+ * `budget` positions loses nothing.
+ * Refuses (nothing changed): KVE_EINVAL for NULL b, a bank built without
+ * share, a range out of the bank or splitting a group, budget <= share *
+ * recent_window (budget 0 included), victims NULL with ld_victims > 0;
+ * KVE_ERANGE if some head would lose more than ld_victims (the message
+ * names the first such head; then no head changed). Never allocates.
+ * Cost: O(k * (n + G)) for k victims in a group whose heads keep n positions
+ * each: one scan of a head per victim taken from it (its first candidate was
+ * found by the step), plus one compaction per head that loses several. */
+KVE_API kve_status kve_bank_evict_shared(kve_bank *b, size_t first, size_t count, size_t budget,
+                                         int32_t *victims, size_t ld_victims, size_t *counts);
+
+/* ======================================================================
+ * Budgets across layers
+ *
+ * An engine with L layers and a memory total T (positions per KV head,
+ * summed over layers) gives each layer its own budget: every head of layer l
+ * evicts to out[l] (or, sharing, each layer's group to G * out[l]), and the
+ * out[l] add up to T, so the memory is the same as T / L per layer. Three
+ * schedules, one apportionment: every layer gets `floor`, and the rest
+ * R = T - L * floor is split in proportion to weights w_l, layer l getting
+ * floor + floor(R * w_l / sum w), the units left over going one each to the
+ * largest fractional parts (ties to the lower layer):
+ *   KVE_SCHEDULE_UNIFORM   w_l = 1: T / L each, the first T mod L layers one
+ *                          more (with floor 0);
+ *   KVE_SCHEDULE_PYRAMID   PyramidKV (Cai et al., 2024): w falls on a straight
+ *                          line from 2 - 1/beta at the bottom layer (l = 0) to
+ *                          1/beta at the top (weights averaging 1): the top
+ *                          layer gets floor + (mean part) / beta, the bottom
+ *                          twice the mean part minus that. beta >= 1
+ *                          (PyramidKV's default, 20; beta 1 is uniform). The
+ *                          floor plays PyramidKV's window, which every layer
+ *                          keeps: pass the smallest budget the policy accepts
+ *                          (recent_window + 1 for the scored policies);
+ *   KVE_SCHEDULE_WEIGHTED  w_l = weights[l], e.g. a statistic measured per
+ *                          layer on a calibration text (the decoder measures
+ *                          the attention mass a layer puts beyond its recent
+ *                          window: docs/budgets.md).
+ * ====================================================================== */
+
+typedef enum kve_schedule_kind {
+    KVE_SCHEDULE_UNIFORM = 0, /* the same for every layer */
+    KVE_SCHEDULE_PYRAMID,     /* PyramidKV's straight line, more for lower layers */
+    KVE_SCHEDULE_WEIGHTED     /* in proportion to the caller's weights */
+} kve_schedule_kind;
+
+/* A schedule. Start from kve_schedule_default() and set what you need. */
+typedef struct kve_schedule {
+    kve_schedule_kind kind;
+    size_t floor;          /* every layer gets at least this (default 0) */
+    double beta;           /* PYRAMID: >= 1, finite (default 20) */
+    const double *weights; /* WEIGHTED: n_layers finite weights >= 0, summing > 0 */
+} kve_schedule;
+
+/* The defaults: uniform, floor 0, beta 20, no weights. */
+KVE_API kve_schedule kve_schedule_default(void);
+
+/* Writes to out[0 .. n_layers) the budgets of schedule `s` for `total`,
+ * which add up to total exactly (see above). Deterministic: the same
+ * arguments give the same budgets on every machine.
+ * Refuses (KVE_EINVAL, out untouched): NULL s or out, n_layers 0, a kind
+ *      outside kve_schedule_kind, total < n_layers * floor, a pyramid beta
+ *      below 1 or not finite, NULL weights or a weight that is negative, NaN
+ *      or infinite, or weights summing to 0 (the message names the index).
+ * Thread-safe; never allocates; O(n_layers^2). */
+KVE_API kve_status kve_layer_budgets(const kve_schedule *s, size_t total, size_t n_layers,
+                                     size_t *out);
 
 /* The instruction set the library's kernels run with on this machine:
  * "avx512", "avx2" or "scalar" (the portable code, the definition the others
@@ -496,7 +673,8 @@ enum {
 /* The largest key dimension a policy accepts (2^16 floats). */
 #define KVE_MAX_KEY_DIM 65536
 
-/* What kve_policy_new_ex and kve_bank_new_ex build besides the spec. Start
+/* What kve_policy_new_ex builds besides the spec (kve_bank_options carries
+ * the same key_dim for a bank). Start
  * from kve_policy_default_options(), so that a field added later keeps its
  * default. */
 typedef struct kve_policy_options {
@@ -547,10 +725,8 @@ KVE_API kve_status kve_policy_new_ex(const char *spec, kve_rng *rng,
 KVE_API kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float *attn, size_t n,
                                         const float *key);
 
-/* kve_bank_new with options (NULL: the defaults), refusing as
- * kve_policy_new_ex; kve_bank_new is kve_bank_new_ex with NULL options. */
-KVE_API kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
-                                   const kve_policy_options *options, kve_bank **out);
+/* A bank of key-reading heads: kve_bank_new_ex with options.key_dim = d
+ * (kve_bank_options, in "Banks"). */
 
 /* What the bank's policy reads (KVE_READS_*), and its key dimension; 0 for
  * NULL. */
@@ -902,12 +1078,16 @@ typedef struct kve_eval_result {
     size_t state_bytes;       /* kve_policy_state_bytes at the end */
     size_t topk;              /* k of topk_recall: options.topk (32 by kve_eval) */
     double topk_recall;       /* mean over scored steps, k = topk (NaN if none) */
+    double mean_kept;         /* positions kept after the evict, mean over scored steps
+                                 (NaN if none): below the budget with pages */
 } kve_eval_result;
 
 /* Called after each step of each job with the positions just evicted
- * (ascending). Return non-zero to stop the evaluation: the other jobs finish
- * the step in progress (without further calls), so every result covers the
- * same steps, and the evaluation returns KVE_OK with the steps done so far. */
+ * (ascending; with several heads, head after head, each ascending, and
+ * n_victims their total). Return non-zero to stop the evaluation: the other
+ * jobs finish the step in progress (without further calls), so every result
+ * covers the same steps, and the evaluation returns KVE_OK with the steps
+ * done so far. */
 typedef int (*kve_eval_step_fn)(void *user, size_t job, int32_t pos, const int32_t *victims,
                                 size_t n_victims);
 
@@ -921,18 +1101,40 @@ typedef struct kve_eval_options {
     size_t topk;              /* k of topk_recall, 1 .. KVE_MAX_BUDGET (default 32) */
     kve_eval_step_fn on_step; /* called after each step of each job (default NULL) */
     void *user;               /* passed to on_step (default NULL) */
+    size_t heads;             /* trace heads [head, head + heads) run together, one bank
+                                 of `heads` heads per job (default 1; 0 means 1) */
+    kve_bank_options bank;    /* the jobs' banks: with bank.share > 0 each group of
+                                 share heads is evicted to share * budget by
+                                 kve_bank_evict_shared (default: no sharing) */
+    size_t score_after;       /* metrics over steps t > score_after; 0 (default): over
+                                 t > the job's budget. Lets jobs of different budgets
+                                 (a layer schedule) be measured on the same steps */
+    kve_eval_result *per_head; /* NULL (default), or n_jobs * heads results, job-major:
+                                 head h of job j at [j * heads + h], its own metrics */
 } kve_eval_options;
 
-/* The defaults: seed 0, topk 32, no callback. */
+/* The defaults: seed 0, topk 32, no callback, one head, no sharing,
+ * score_after 0, no per-head results. */
 KVE_API kve_eval_options kve_eval_default_options(void);
 
 /* Evaluates n_jobs policies on head `head` of `tr`, writing results[i] for
  * jobs[i]; results are written only when the whole call succeeds. options
- * may be NULL (the defaults). Refuses: KVE_EINVAL for NULL arguments, n_jobs
- * 0, a bad spec or budget (message names the job's spec), head out of range,
- * topk 0 or above KVE_MAX_BUDGET; KVE_ENOMEM; KVE_EIO from the trace.
- * Memory: O(T + min(topk, T) + sum of budgets). Cost per step: O(t log k)
- * for the top-k sets (shared by every job) plus O(kept) per job. */
+ * may be NULL (the defaults).
+ * Several heads (options->heads = H > 1): each job is one bank of H heads
+ * (kve_bank_new_ex with options->bank), head h fed head + h of the trace as
+ * above, the heads stepped and evicted together; results[i] holds the means
+ * over the heads of each head's metrics (min_retained_mass the minimum,
+ * state_bytes the bank's, ns_per_step the whole bank's step and evict), and
+ * per_head (when given) each head's own (state_bytes and ns_per_step: the
+ * bank's divided by H). Without sharing, head h's numbers are exactly those
+ * of a one-head evaluation of that trace head. Sharing, the heads of a group
+ * are stepped in one call, so a head whose kept weights sum to 0 receives a
+ * row of zeros (unless every head of the bank does: then NULL).
+ * Refuses: KVE_EINVAL for NULL arguments, n_jobs 0, a bad spec or budget or
+ * bank option (message names the job's spec), heads past the trace's, topk
+ * 0 or above KVE_MAX_BUDGET; KVE_ENOMEM; KVE_EIO from the trace.
+ * Memory: O(H * T + min(topk, T)) plus the banks. Cost per step: O(H * t log
+ * k) for the top-k sets (shared by every job) plus O(kept) per job and head. */
 KVE_API kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs,
                                size_t n_jobs, const kve_eval_options *options,
                                kve_eval_result *results);

@@ -130,13 +130,15 @@ void lm_state_free(lm_state *s)
         return;
     if (s->cache) {
         const lm_config *c = &s->model->config;
-        for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_kv_heads; i++) {
+        for (size_t i = 0; !s->arena && i < (size_t)c->n_layers * (size_t)c->n_kv_heads; i++) {
             lm_free(s->cache[i].key);
             lm_free(s->cache[i].value);
             lm_free(s->cache[i].pos);
         }
         lm_free(s->cache);
     }
+    lm__arena_free(s);
+    lm_free(s->layer_budget);
     kve_bank_free(s->bank);
     lm_free(s->spec);
     free_buffers(s);
@@ -146,19 +148,25 @@ void lm_state_free(lm_state *s)
 /* The bank of every (layer, KV head), layer-major, built from one generator
  * seeded by opt.seed (so a run is reproducible from its seed), with keys of
  * head_size floats (the policies that read keys get each new key); NULL
- * without a policy. */
+ * without a policy. Its spec's budget is the largest layer budget (it sizes
+ * the slots); with share_heads each layer's KV heads are one shared group. */
 static kve_status make_bank(const lm_state *s, kve_bank **out)
 {
     *out = NULL;
     if (!s->spec)
         return KVE_OK;
     const lm_config *c = &s->model->config;
+    char spec[KVE_SPEC_MAX];
+    kve_status st = lm__bank_spec(s, spec, sizeof spec);
+    if (st != KVE_OK)
+        return st;
+    kve_bank_options o = kve_bank_default_options();
+    o.share = s->opt.share_heads ? (size_t)c->n_kv_heads : 0;
+    o.min_share = s->opt.min_share;
     kve_rng rng;
     kve_rng_seed(&rng, s->opt.seed);
-    kve_policy_options o = kve_policy_default_options();
     o.key_dim = (size_t)c->head_size;
-    kve_status st = kve_bank_new_ex(s->spec, (size_t)c->n_layers * (size_t)c->n_kv_heads, &rng,
-                                    &o, out);
+    st = kve_bank_new_ex(spec, (size_t)c->n_layers * (size_t)c->n_kv_heads, &rng, &o, out);
     return st == KVE_OK ? st : lm_fail(st, "policy: %s", kve_last_error());
 }
 
@@ -213,14 +221,15 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     s->cache = lm_calloc(LG, sizeof *s->cache);
     ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope &&
          s->logits && s->counts && s->cache;
-    kve_status st = ok ? make_bank(s, &s->bank) : KVE_ENOMEM;
+    kve_status st = ok ? lm__budgets_init(s) : KVE_ENOMEM;
+    if (st == KVE_OK)
+        st = make_bank(s, &s->bank);
     if (!ok)
         lm_fail(KVE_ENOMEM, "decoder: out of memory for the activations");
     if (st != KVE_OK) {
         lm_state_free(s);
         return st;
     }
-    s->budget = kve_bank_budget(s->bank);
     *out = s;
     return KVE_OK;
 }
@@ -272,10 +281,14 @@ static kve_status reserve(lm_state *s)
     size_t LG = (size_t)c->n_layers * G, need_ld = 0;
     for (size_t i = 0; i < LG; i++) {
         lm_cache *k = &s->cache[i];
-        if (k->n + 1 > k->cap) {
-            size_t cap = k->cap ? 2 * k->cap : FIRST_CAP;
-            if (s->bank && k->n + 1 <= s->budget + 1 && cap > s->budget + 1)
-                cap = s->budget + 1; /* a policy that evicts never holds more */
+        if (s->arena) { /* a shared layer: its arena, laid out again or grown */
+            kve_status st = (i % G) ? KVE_OK : lm__arena_reserve(s, i / G);
+            if (st != KVE_OK)
+                return st;
+        } else if (k->n + 1 > k->cap) {
+            size_t cap = k->cap ? 2 * k->cap : FIRST_CAP, b = s->bank ? s->layer_budget[i / G] : 0;
+            if (s->bank && k->n + 1 <= b + 1 && cap > b + 1)
+                cap = b + 1; /* a policy that evicts never holds more */
             if (!grow(&k->key, cap, S * sizeof(float)) ||
                 !grow(&k->value, cap, S * sizeof(float)) || !grow(&k->pos, cap, sizeof(int32_t)))
                 return lm_fail(KVE_ENOMEM, "decoder: out of memory for a cache of %zu keys", cap);
@@ -382,8 +395,12 @@ static kve_status manage(lm_state *s, size_t l, int evict)
                                        KVE_REDUCE_MEAN, keys, S);
     if (st == KVE_OK && !evict)
         return KVE_OK;
+    size_t b = s->layer_budget[l];
     if (st == KVE_OK)
-        st = kve_bank_evict_range(s->bank, l * G, G, s->budget, s->victims, s->ld, s->counts);
+        st = s->opt.share_heads ? kve_bank_evict_shared(s->bank, l * G, G, G * b, s->victims,
+                                                        s->ld, s->counts)
+                                : kve_bank_evict_range(s->bank, l * G, G, b, s->victims, s->ld,
+                                                       s->counts);
     if (st != KVE_OK)
         return lm_fail(st, "policies of layer %zu (bank heads %zu..%zu) at position %d: %s", l,
                        l * G, l * G + G - 1, s->pos, kve_last_error());
@@ -425,9 +442,10 @@ kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
     size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads;
     size_t S = (size_t)c->head_size, R = H / G;
     size_t r = params ? kve_prefill_rows(params, n) : 0;
-    if (params && kve_bank_prefill(s->bank, 0, 0, params, n, NULL, n, R, KVE_REDUCE_MEAN,
-                                   s->budget) != KVE_OK)
-        return lm_fail(KVE_EINVAL, "prefill: %s", kve_last_error());
+    for (size_t l = 0; params && l < L; l++) /* every layer's budget, checked first */
+        if (kve_bank_prefill(s->bank, 0, 0, params, n, NULL, n, R, KVE_REDUCE_MEAN,
+                             s->layer_budget[l]) != KVE_OK)
+            return lm_fail(KVE_EINVAL, "prefill: layer %zu: %s", l, kve_last_error());
     if (params && (r > SIZE_MAX / n / sizeof(float) / (L * H) ||
                    !grow(&s->pf_rows, L * H * r * n, sizeof(float))))
         return lm_fail(KVE_ENOMEM, "prefill: out of memory for %zu rows of %zu weights",
@@ -445,9 +463,9 @@ kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
     for (size_t l = 0; l < L && st == KVE_OK; l++) {
         if (params) {
             st = kve_bank_prefill(s->bank, l * G, G, params, n, s->pf_rows + l * H * r * n, n, R,
-                                  KVE_REDUCE_MEAN, s->budget);
+                                  KVE_REDUCE_MEAN, s->layer_budget[l]);
         } else {
-            st = kve_bank_evict_range(s->bank, l * G, G, s->budget, s->victims, s->ld,
+            st = kve_bank_evict_range(s->bank, l * G, G, s->layer_budget[l], s->victims, s->ld,
                                       s->counts);
         }
         if (st != KVE_OK)

@@ -200,6 +200,18 @@ typedef struct lm_options {
     lm_qk_fn on_qk;               /* may be NULL */
     void *user;
     int timing; /* 1: accumulate lm_state.bookkeeping_s */
+    /* Budgets (budgets.c, docs/budgets.md). The budget is the mean per KV
+     * head: the total L * budget is split over the layers by `schedule`
+     * (kve_layer_budgets, floor = the smallest budget the spec accepts). */
+    kve_schedule_kind schedule;  /* KVE_SCHEDULE_UNIFORM (default), _PYRAMID, _WEIGHTED */
+    double beta;                 /* PYRAMID: beta >= 1; 0 means PyramidKV's 20 */
+    const double *layer_weights; /* WEIGHTED: L weights (lm_layer_spread); read by
+                                    lm_state_new only */
+    int share_heads;             /* 1: each layer's G KV heads share G * its budget
+                                    (kve_bank_evict_shared) instead of each its own */
+    double min_share;            /* share_heads: the floor, as kve_bank_options (0 is
+                                    no floor but the recent window; the library's
+                                    default is 0.2) */
 } lm_options;
 
 typedef struct lm_cache { /* one (layer, KV head) */
@@ -210,12 +222,27 @@ typedef struct lm_cache { /* one (layer, KV head) */
     size_t cap;           /* C */
 } lm_cache;
 
+/* The storage of one layer's caches when its KV heads share a budget
+ * (budgets.c): cache g of the layer owns rows [o_g, o_g + C_g) of each
+ * array, heads in order, so the layer's memory follows the total it keeps
+ * while each head's share moves. */
+typedef struct lm_arena {
+    float *key;   /* (A, S) */
+    float *value; /* (A, S) */
+    int32_t *pos; /* (A) */
+    size_t cap;   /* A rows */
+} lm_arena;
+
 typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     const lm_model *model;
     lm_options opt;
     char *spec;           /* canonical spec with the budget applied; NULL: none */
     kve_bank *bank;       /* (L*G) policies, layer-major; NULL without a policy */
-    size_t budget;        /* what every head is evicted to */
+    size_t budget;        /* the mean per-head budget: the spec's (or opt.budget) */
+    size_t *layer_budget; /* (L) per-head budget of each layer, adding up to L * budget:
+                             its heads evict to it, or (share_heads) together to G
+                             times it; NULL without a policy */
+    lm_arena *arena;      /* (L) with share_heads: every layer's cache storage */
     lm_cache *cache;      /* (L, G) */
     int32_t pos;          /* the position of the next token */
     int broken;           /* a step failed half way: refuse until reset */
@@ -280,6 +307,9 @@ kve_status lm_forward(lm_state *s, int32_t token);
  *       evicting, then each head is evicted to the budget in one call
  *       (several victims at once). For knorm and keydiff this is kvpress's
  *       KnormPress and KeyDiffPress applied to the prompt.
+ * Each layer's heads are compressed to that layer's budget (s->layer_budget;
+ * with share_heads each head to the layer's even share, which the shared
+ * evictions of the decode steps then move between heads).
  * The logits after the last prompt token (s->logits) are those of the
  * uncompressed prompt, as an engine's prefill gives them.
  * Refuses (KVE_EINVAL, nothing changed): NULL s or tokens, n 0, a decoder
@@ -310,5 +340,29 @@ kve_status lm_window_nats(lm_state *s, const int32_t *tokens, size_t n, double *
 /* -log softmax(logits)[target] with the log-sum-exp in double; NAN for a
  * target outside [0, vocab). */
 double lm_token_nats(const float *logits, int32_t vocab, int32_t target);
+
+/* ---- budgets (budgets.c) ------------------------------------------------------ */
+
+/* The calibration statistic of the weighted layer schedule: for each layer
+ * l, out[l] is the mean, over the steps t > window of BOS + tokens[0 .. n)
+ * decoded with the full cache and over the layer's KV heads, of the
+ * attention mass (the group mean the policies receive) on keys older than
+ * the newest `window` before the query's own: sum over i < t - window of
+ * p_t(i). The mass a layer spreads beyond a recent window of that size.
+ * Refuses KVE_EINVAL for NULL arguments or n <= window (no step measured),
+ * KVE_ENOMEM. */
+kve_status lm_layer_spread(const lm_model *m, const int32_t *tokens, size_t n, size_t window,
+                           double *out);
+
+/* For decode.c: the layer budgets and bank options of a new state (s->spec
+ * and s->opt set; fills s->layer_budget and s->budget, and s->arena with
+ * share_heads), the spec the bank is built from (its budget the largest
+ * layer budget, which sizes its slots), and room for one more key in every
+ * cache of layer l of a shared state (the arena laid out again or grown,
+ * all or nothing). */
+kve_status lm__budgets_init(lm_state *s);
+kve_status lm__bank_spec(const lm_state *s, char *out, size_t cap);
+kve_status lm__arena_reserve(lm_state *s, size_t l);
+void lm__arena_free(lm_state *s);
 
 #endif /* KVE_LM_H */

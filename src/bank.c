@@ -22,19 +22,16 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { BLOCK_ALIGN = 64 }; /* columns of a private block start on cache lines */
 
 /* ---- storage ---- */
 
-/* Byte offsets of each column in a private block of `cap` slots; returns the
- * block's size. cap is at most SIZE_MAX / 64 (checked by the callers). */
-static size_t block_layout(const kve_config *c, size_t cap, size_t off[KVE_NCOLS])
+size_t kve__block_layout(const kve_config *c, size_t cap, size_t off[KVE_NCOLS])
 {
     size_t total = 0;
     for (int k = 0; k < KVE_NCOLS; k++) {
         off[k] = total;
         size_t bytes = cap * c->elem[k];
-        total += (bytes + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN;
+        total += (bytes + KVE_BLOCK_ALIGN - 1) / KVE_BLOCK_ALIGN * KVE_BLOCK_ALIGN;
     }
     return total;
 }
@@ -48,14 +45,23 @@ static void free_slabs(kve_bank *b)
 }
 
 kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_head *heads,
-                          kve_rng *rng)
+                          const kve_bank_options *opt, kve_group *groups, kve_rng *rng)
 {
     memset(b, 0, sizeof *b);
     b->cfg = *c;
     b->n_heads = n_heads;
     b->heads = heads;
-    const size_t cap = c->cap0;
-    if (n_heads > SIZE_MAX / BLOCK_ALIGN / cap || n_heads * cap > SIZE_MAX / c->slot_bytes ||
+    if (opt && opt->share) {
+        /* A shared group's heads drift apart in size: each starts with the
+         * slack of the sliding layout, so that a head outgrows its slots
+         * only every slack steps (group.c). */
+        b->cfg.cap0 = kve__sliding_cap(c->params.budget);
+        b->share = opt->share;
+        b->min_share = opt->min_share;
+        b->groups = groups;
+    }
+    const size_t cap = b->cfg.cap0;
+    if (n_heads > SIZE_MAX / KVE_BLOCK_ALIGN / cap || n_heads * cap > SIZE_MAX / c->slot_bytes ||
         (c->aux_bytes && n_heads > SIZE_MAX / c->aux_bytes))
         return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu heads of %zu slots", c->type->name,
                          n_heads, cap);
@@ -86,6 +92,12 @@ kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_
         hd->best = KVE_NONE;
         hd->aux = b->aux ? (char *)b->aux + h * c->aux_bytes : NULL;
     }
+    for (size_t g = 0; b->share && g < n_heads / b->share; g++) {
+        memset(&groups[g], 0, sizeof groups[g]);
+        for (int k = 0; k < KVE_NCOLS; k++)
+            groups[g].base[k] = heads[g * b->share].col[k];
+        groups[g].cap = b->share * cap;
+    }
     /* Drawn last, one output per head in head order: head h gets the stream
      * the h-th of n_heads policies built from the same generator would. */
     if (c->type->flags & KVE_TYPE_NEEDS_RNG)
@@ -98,8 +110,16 @@ void kve__bank_release(kve_bank *b)
 {
     for (size_t h = 0; h < b->n_heads; h++)
         kve__free(b->heads[h].block);
+    for (size_t g = 0; b->share && g < b->n_heads / b->share; g++)
+        kve__free(b->groups[g].block);
     free_slabs(b);
     kve__free(b->aux);
+}
+
+void kve__bank_leave_slabs(kve_bank *b, size_t n)
+{
+    if (atomic_fetch_sub_explicit(&b->slab_users, n, memory_order_acq_rel) == n)
+        free_slabs(b); /* the last head has left the slabs */
 }
 
 /* Allocates the block a head needs to double, into h->spare. */
@@ -108,10 +128,10 @@ static kve_status alloc_growth(const kve_bank *b, size_t head)
     const kve_config *c = &b->cfg;
     kve_head *h = &b->heads[head];
     size_t off[KVE_NCOLS];
-    if (h->cap > SIZE_MAX / BLOCK_ALIGN / 2 ||
-        h->cap * 2 > (SIZE_MAX - (size_t)KVE_NCOLS * BLOCK_ALIGN) / c->slot_bytes)
+    if (h->cap > SIZE_MAX / KVE_BLOCK_ALIGN / 2 ||
+        h->cap * 2 > (SIZE_MAX - (size_t)KVE_NCOLS * KVE_BLOCK_ALIGN) / c->slot_bytes)
         return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu positions", c->type->name, h->cap * 2);
-    h->spare = kve__malloc(block_layout(c, h->cap * 2, off));
+    h->spare = kve__malloc(kve__block_layout(c, h->cap * 2, off));
     if (!h->spare)
         return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu slots", c->type->name, h->cap * 2);
     return KVE_OK;
@@ -123,7 +143,7 @@ static void commit_growth(kve_bank *b, kve_head *h)
 {
     const kve_config *c = &b->cfg;
     size_t cap = h->cap * 2, off[KVE_NCOLS];
-    block_layout(c, cap, off);
+    kve__block_layout(c, cap, off);
     kve__close_gap(c, h);
     char *block = h->spare;
     for (int k = 0; k < KVE_NCOLS; k++) {
@@ -138,8 +158,8 @@ static void commit_growth(kve_bank *b, kve_head *h)
     }
     if (h->block)
         kve__free(h->block);
-    else if (atomic_fetch_sub_explicit(&b->slab_users, 1, memory_order_acq_rel) == 1)
-        free_slabs(b); /* the last head has left the slabs */
+    else
+        kve__bank_leave_slabs(b, 1);
     h->block = block;
     h->spare = NULL;
     h->cap = cap;
@@ -157,10 +177,7 @@ static const char *label(const kve_bank *b, size_t head, char buf[32])
     return buf;
 }
 
-/* Fails with "NAME: head H: message" ("NAME: message" for a policy). Out of
- * line and cold, so the checks of the decode path stay small. */
-KVE_PRINTF(4, 5) KVE_COLD static kve_status head_fail(const kve_bank *b, kve_status st,
-                                                      size_t head, const char *fmt, ...)
+kve_status kve__head_fail(const kve_bank *b, kve_status st, size_t head, const char *fmt, ...)
 {
     char msg[200], buf[32];
     va_list ap;
@@ -175,12 +192,12 @@ KVE_COLD static kve_status bad_weight(const kve_bank *b, size_t head, size_t row
 {
     char rowbuf[48] = "";
     if (q == group)
-        return head_fail(b, KVE_EINVAL, head,
+        return kve__head_fail(b, KVE_EINVAL, head,
                          "the sum of %zu query rows at attn index %zu overflows float32", group, i);
     if (group > 1)
         snprintf(rowbuf, sizeof rowbuf, "query row %zu: ", row + q);
     float a = in->row[q * in->ld + i];
-    return head_fail(b, KVE_EINVAL, head, "%sattn[%zu] = %g is %s", rowbuf, i, (double)a,
+    return kve__head_fail(b, KVE_EINVAL, head, "%sattn[%zu] = %g is %s", rowbuf, i, (double)a,
                      isnan(a) ? "NaN" : isinf(a) ? "infinite" : "negative");
 }
 
@@ -225,7 +242,7 @@ static void head_step(const kve_config *c, kve_head *h, int32_t pos, const kve_r
 
 KVE_COLD static kve_status bad_key(const kve_bank *b, size_t head, const float *key, size_t i)
 {
-    return head_fail(b, KVE_EINVAL, head, "key[%zu] = %g is %s", i, (double)key[i],
+    return kve__head_fail(b, KVE_EINVAL, head, "key[%zu] = %g is %s", i, (double)key[i],
                      isnan(key[i]) ? "NaN" : "infinite");
 }
 
@@ -237,12 +254,12 @@ static kve_status check_keys(const kve_bank *b, size_t first, size_t count, cons
     const kve_config *c = &b->cfg;
     if (!keys) {
         if ((c->type->flags & KVE_TYPE_READS_KEYS) && count)
-            return head_fail(b, KVE_EINVAL, first, "the policy reads keys, but the step carries "
+            return kve__head_fail(b, KVE_EINVAL, first, "the policy reads keys, but the step carries "
                              "none");
         return KVE_OK;
     }
     if (c->key_dim == 0)
-        return head_fail(b, KVE_EINVAL, first, "a key is given, but the policy was built with "
+        return kve__head_fail(b, KVE_EINVAL, first, "a key is given, but the policy was built with "
                          "key_dim 0");
     if (ld_keys < c->key_dim)
         return kve__fail(KVE_EINVAL, "%s: ld_keys %zu is smaller than key_dim %zu",
@@ -262,11 +279,11 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
 {
     const kve_config *c = &b->cfg;
     if (pos < 0)
-        return head_fail(b, KVE_EINVAL, first, "pos %ld is negative", (long)pos);
+        return kve__head_fail(b, KVE_EINVAL, first, "pos %ld is negative", (long)pos);
     for (size_t j = 0; j < count; j++) {
         const kve_head *h = &b->heads[first + j];
         if (h->any_pos && pos <= h->last_pos)
-            return head_fail(b, KVE_EINVAL, first + j,
+            return kve__head_fail(b, KVE_EINVAL, first + j,
                              "pos %ld is not greater than the last position %ld", (long)pos,
                              (long)h->last_pos);
     }
@@ -274,10 +291,10 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
         for (size_t j = 0; j < count; j++) {
             size_t n = b->heads[first + j].size;
             if (b->is_policy && ld != n)
-                return head_fail(b, KVE_EINVAL, 0, "n is %zu but the policy keeps %zu positions",
+                return kve__head_fail(b, KVE_EINVAL, 0, "n is %zu but the policy keeps %zu positions",
                                  ld, n);
             if (ld < n)
-                return head_fail(b, KVE_EINVAL, first + j,
+                return kve__head_fail(b, KVE_EINVAL, first + j,
                                  "ld %zu is smaller than the %zu kept positions", ld, n);
         }
         for (size_t j = 0; j < count; j++) {
@@ -290,7 +307,13 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
     kve_status kst = check_keys(b, first, count, keys, ld_keys);
     if (kst != KVE_OK)
         return kst;
-    for (size_t j = 0; j < count; j++) {
+    if (b->share) {
+        kve_status st = kve__groups_prepare(b, first / b->share, count / b->share);
+        if (st != KVE_OK)
+            return st;
+        kve__groups_commit(b, first / b->share, count / b->share);
+    }
+    for (size_t j = 0; j < count && !b->share; j++) {
         const kve_head *h = &b->heads[first + j];
         if (h->offset == 0 && h->size >= h->cap) {
             kve_status st = alloc_growth(b, first + j);
@@ -331,26 +354,29 @@ kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budge
     if (c->params.sinks && budget <= c->params.sinks)
         return kve__fail(KVE_EINVAL, "%s: budget %zu must be greater than sinks %zu", name, budget,
                          c->params.sinks);
+    kve_status st = kve__check_pages(c, budget);
+    if (st != KVE_OK)
+        return st;
     if (!victims && ld_victims)
         return kve__fail(KVE_EINVAL, "%s: victims is NULL but %s is %zu", name, ld_name,
                          ld_victims);
     const bool never = (c->type->flags & KVE_TYPE_NEVER_EVICTS) != 0;
+    /* pages: up to block - 1 past the need (policies without the key have block 0) */
+    const size_t extra = c->params.block > 1 ? c->params.block - 1 : 0;
     for (size_t j = 0; j < count && !never; j++) {
         size_t n = b->heads[first + j].size;
         size_t need = n > budget ? n - budget : 0;
-        if (need > ld_victims)
-            return head_fail(b, KVE_ERANGE, first + j, "%zu victims to report but %s is %zu", need,
-                             ld_name, ld_victims);
+        size_t most = need && extra ? (need + extra < n ? need + extra : n) : need;
+        if (most > ld_victims)
+            return kve__head_fail(b, KVE_ERANGE, first + j, "%s%zu victims to report but %s is %zu",
+                                  extra ? "up to " : "", most, ld_name, ld_victims);
     }
     for (size_t j = 0; j < count; j++) {
         kve_head *h = &b->heads[first + j];
         size_t need = !never && h->size > budget ? h->size - budget : 0;
         if (need) {
             int32_t *out = victims + j * ld_victims;
-            if (c->type->evict)
-                c->type->evict(c, h, need, out);
-            else
-                kve__evict_marked(c, h, need, out);
+            need = c->evict ? c->evict(c, h, need, out) : kve__evict_marked(c, h, need, out);
         }
         if (counts)
             counts[j] = need;
@@ -362,24 +388,58 @@ kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budge
 
 typedef struct bank_alloc {
     kve_bank bank;
-    kve_head heads[]; /* (n_heads) */
+    kve_head heads[]; /* (n_heads), then (n_heads / share) kve_group */
 } bank_alloc;
 
-kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
-                          const kve_policy_options *options, kve_bank **out)
+kve_bank_options kve_bank_default_options(void)
 {
+    kve_bank_options o = {.key_dim = 0, .share = 0, .min_share = 0.2};
+    return o;
+}
+
+/* The options' own checks, against the parsed spec. */
+static kve_status check_options(const kve_config *c, size_t n_heads, const kve_bank_options *o)
+{
+    const char *name = c->type->name;
+    if (!(o->min_share >= 0.0 && o->min_share <= 1.0))
+        return kve__fail(KVE_EINVAL, "%s: min_share %g is outside [0, 1]", name, o->min_share);
+    if (!o->share)
+        return KVE_OK;
+    if (n_heads % o->share)
+        return kve__fail(KVE_EINVAL, "%s: share %zu does not divide n_heads %zu", name, o->share,
+                         n_heads);
+    if (!(c->type->flags & KVE_TYPE_SCORED))
+        return kve__fail(KVE_EINVAL,
+                         "%s: a shared budget compares scores, and this policy has none", name);
+    if (c->params.block > 1)
+        return kve__fail(KVE_EINVAL, "%s: a shared budget evicts positions, not pages (block=%zu)",
+                         name, c->params.block);
+    return KVE_OK;
+}
+
+kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
+                           const kve_bank_options *options, kve_bank **out)
+{
+    kve_bank_options o = options ? *options : kve_bank_default_options();
+    kve_policy_options po = kve_policy_default_options();
+    po.key_dim = o.key_dim;
     kve_config c;
-    kve_status st = kve__config_new(spec, rng, options, out, &c);
+    kve_status st = kve__config_new(spec, rng, &po, out, &c);
     if (st != KVE_OK)
         return st;
     if (n_heads == 0)
         return kve__fail(KVE_EINVAL, "%s: n_heads must be at least 1", c.type->name);
-    if (n_heads > (SIZE_MAX - sizeof(bank_alloc)) / sizeof(kve_head))
+    if ((st = check_options(&c, n_heads, &o)) != KVE_OK)
+        return st;
+    size_t n_groups = o.share ? n_heads / o.share : 0;
+    if (n_heads > (SIZE_MAX - sizeof(bank_alloc)) / (sizeof(kve_head) + sizeof(kve_group)))
         return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu heads", c.type->name, n_heads);
-    bank_alloc *a = kve__malloc(sizeof *a + n_heads * sizeof(kve_head));
+    bank_alloc *a =
+        kve__malloc(sizeof *a + n_heads * sizeof(kve_head) + n_groups * sizeof(kve_group));
     if (!a)
         return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu heads", c.type->name, n_heads);
-    st = kve__bank_init(&a->bank, &c, n_heads, a->heads, rng);
+    kve_group *groups = n_groups ? (kve_group *)(void *)(a->heads + n_heads) : NULL;
+    st = kve__bank_init(&a->bank, &c, n_heads, a->heads, &o, groups, rng);
     if (st != KVE_OK) {
         kve__free(a);
         return st;
@@ -424,6 +484,9 @@ size_t kve_bank_state_bytes(const kve_bank *b)
     for (size_t h = 0; h < b->n_heads; h++)
         if (b->heads[h].block)
             slots += b->heads[h].cap;
+    for (size_t g = 0; b->share && g < b->n_heads / b->share; g++)
+        if (b->groups[g].block)
+            slots += b->groups[g].cap;
     return slots * b->cfg.slot_bytes;
 }
 
@@ -454,6 +517,11 @@ static kve_status check_range(const kve_bank *b, size_t first, size_t count)
     if (first > b->n_heads || count > b->n_heads - first)
         return kve__fail(KVE_EINVAL, "%s: heads %zu + %zu are out of range: the bank has %zu",
                          b->cfg.type->name, first, count, b->n_heads);
+    if (b->share && (first % b->share || count % b->share))
+        return kve__fail(KVE_EINVAL,
+                         "%s: heads %zu + %zu split a shared group: ranges of this bank are "
+                         "whole groups of %zu heads",
+                         b->cfg.type->name, first, count, b->share);
     return KVE_OK;
 }
 
@@ -508,4 +576,18 @@ kve_status kve_bank_evict(kve_bank *b, size_t budget, int32_t *victims, size_t l
                           size_t *counts)
 {
     return kve_bank_evict_range(b, 0, b ? b->n_heads : 0, budget, victims, ld_victims, counts);
+}
+
+kve_status kve_bank_evict_shared(kve_bank *b, size_t first, size_t count, size_t budget,
+                                 int32_t *victims, size_t ld_victims, size_t *counts)
+{
+    kve_status st = check_range(b, first, count);
+    if (st != KVE_OK)
+        return st;
+    return kve__bank_evict_shared(b, first, count, budget, victims, ld_victims, counts);
+}
+
+size_t kve_bank_share(const kve_bank *b)
+{
+    return b ? b->share : 0;
 }

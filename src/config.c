@@ -5,8 +5,8 @@
  *
  * Invariant: a kve_config that kve__config_parse returned KVE_OK for has
  * passed every check of its type (ranges, recent_window < budget,
- * sinks < budget), so construction and the decode path never re-validate
- * parameters. Parsing never allocates.
+ * sinks < budget, the page reserve of pages.c), so construction and the
+ * decode path never re-validate parameters. Parsing never allocates.
  */
 #include "policy_impl.h"
 
@@ -65,6 +65,13 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
     st = type->init ? type->init(c) : kve__check_recent_window(c);
     if (st != KVE_OK)
         return st;
+    /* Pages: only the scored policies and the sliding ones take a block. */
+    c->evict = type->evict;
+    if (c->params.block > 1) {
+        c->evict = (type->flags & KVE_TYPE_SCORED) ? kve__evict_pages : kve__sliding_evict_pages;
+        if ((st = kve__check_pages(c, c->params.budget)) != KVE_OK)
+            return st;
+    }
     for (int k = 0; k < KVE_NCOLS; k++)
         c->slot_bytes += c->elem[k];
     c->cap0 = type->cap_for_budget ? type->cap_for_budget(c->params.budget) : c->params.budget + 1;
@@ -121,5 +128,22 @@ kve_status kve_spec_with(const char *spec, const char *key, const char *value, c
     if (len >= cap)
         return kve__fail(KVE_ERANGE, "canonical spec needs %zu bytes, out holds %zu", len + 1, cap);
     memcpy(out, c.spec, len + 1);
+    return KVE_OK;
+}
+
+kve_status kve_spec_min_budget(const char *spec, size_t *out)
+{
+    kve_config c;
+    memset(&c, 0, sizeof c);
+    if (!out)
+        return kve__fail(KVE_EINVAL, "out is NULL");
+    kve_status st = kve__config_parse(spec, NULL, NULL, 0, &c);
+    if (st != KVE_OK)
+        return st;
+    /* recent_window < budget, sinks < budget, and the page reserve */
+    size_t least = c.params.recent_window + 1;
+    least = c.params.sinks + 1 > least ? c.params.sinks + 1 : least;
+    least = kve__page_reserve(&c) > least ? kve__page_reserve(&c) : least;
+    *out = least;
     return KVE_OK;
 }

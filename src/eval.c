@@ -17,15 +17,15 @@
  *                           bit 1: key in its top-k
  *   heap     [min(k, T)]    the top-k selection (the top-32 one is on the stack)
  *   victims  [max budget+1] one job's victims of one step
- *   key      [d]            the key of position t (traces with keys only)
+ *   keys     [H, d]         the keys of position t (traces with keys only)
  *   jobs     [n_jobs]       per-job policy and accumulators
  * So memory is O(T + d + n_jobs) here plus O(budget) per policy.
  *
- * Keys: on a trace with keys (kve_trace_key_dim d > 0) every job's policy is
+ * Keys: on a trace with keys (kve_trace_key_dim d > 0) every job's bank is
  * built with key dimension d, and the jobs whose policy reads keys get the
- * key of position t at step t (read once per step, shared by every job);
- * the others are stepped without it. On a trace without keys a job whose
- * policy reads keys is refused before anything runs.
+ * key of position t of each head at step t (read once per step, shared by
+ * every job); the others are stepped without it. On a trace without keys a
+ * job whose policy reads keys is refused before anything runs.
  *
  * Invariants: results[] is written only when the whole call succeeds; the
  * timer brackets kve_policy_step + kve_policy_evict only and its readings
@@ -50,17 +50,23 @@
 
 enum { TOP_32 = 32, CALIBRATION_PAIRS = 64, IN_TOP32 = 1, IN_TOPK = 2 };
 
-typedef struct job_state {
-    kve_policy *policy;
-    int reads_keys; /* the policy reads keys: step it with the key of t */
-    size_t budget;
-    size_t steps; /* steps done */
+/* One head's accumulators. */
+typedef struct head_acc {
     size_t scored;
     double sum_mass;
     double sum_recall;   /* top-32 */
     double sum_recall_k; /* top-k */
+    double sum_kept;
     double min_mass;
-    uint64_t ns; /* timed policy work, overhead subtracted at the end */
+} head_acc;
+
+typedef struct job_state {
+    kve_bank *bank; /* (heads) */
+    int reads_keys; /* the policy reads keys: step it with the keys of t */
+    size_t budget;  /* per head; a shared group of share heads gets share * budget */
+    size_t steps;   /* steps done */
+    uint64_t ns;    /* timed policy work, overhead subtracted at the end */
+    head_acc *acc;  /* (heads) */
 } job_state;
 
 static _Thread_local kve__eval_attn_fn attn_hook;
@@ -107,8 +113,10 @@ static void free_jobs(job_state *js, size_t n)
 {
     if (!js)
         return;
-    for (size_t i = 0; i < n; i++)
-        kve_policy_free(js[i].policy);
+    for (size_t i = 0; i < n; i++) {
+        kve_bank_free(js[i].bank);
+        kve__free(js[i].acc);
+    }
     kve__free(js);
 }
 
@@ -125,10 +133,10 @@ static int spec_reads_keys(const char *spec)
     return 0;
 }
 
-/* Builds job i's policy with its budget override, for keys of key_dim
+/* Builds job i's bank with its budget override, for keys of key_dim
  * floats. The message of a refusal names the job and its spec. */
-static kve_status build_job(const kve_eval_job *job, size_t i, uint64_t seed, size_t key_dim,
-                            job_state *js)
+static kve_status build_job(const kve_eval_job *job, size_t i, const kve_eval_options *o,
+                            size_t heads, size_t key_dim, job_state *js)
 {
     char spec[KVE_SPEC_MAX];
     char value[32];
@@ -142,32 +150,35 @@ static kve_status build_job(const kve_eval_job *job, size_t i, uint64_t seed, si
                          "has none (a q/K trace has: qk:PATH)", i, job->spec);
     if (st == KVE_OK) {
         kve_rng rng;
-        kve_rng_seed(&rng, seed);
-        kve_policy_options o = kve_policy_default_options();
-        o.key_dim = key_dim;
-        st = kve_policy_new_ex(spec, &rng, &o, &js->policy);
+        kve_rng_seed(&rng, o->seed);
+        kve_bank_options bo = o->bank;
+        bo.key_dim = key_dim;
+        st = kve_bank_new_ex(spec, heads, &rng, &bo, &js->bank);
     }
     if (st != KVE_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", kve_last_error());
         return kve__fail(st, "job %zu (\"%.60s\"): %s", i, job->spec, why);
     }
-    js->budget = kve_policy_budget(js->policy);
-    js->reads_keys = (kve_policy_reads(js->policy) & KVE_READS_KEYS) != 0;
-    js->min_mass = 1.0;
+    js->budget = kve_bank_budget(js->bank);
+    js->reads_keys = (kve_bank_reads(js->bank) & KVE_READS_KEYS) != 0;
+    if (!(js->acc = kve__calloc(heads, sizeof *js->acc)))
+        return kve__fail(KVE_ENOMEM, "out of memory for %zu heads", heads);
+    for (size_t h = 0; h < heads; h++)
+        js->acc[h].min_mass = 1.0;
     return KVE_OK;
 }
 
-/* One step of one job on row p_t: metrics, renormalised attention, step,
- * evict. Returns the policy's status (non-OK only on a broken invariant or
- * KVE_ENOMEM from a policy that grows). */
-static kve_status run_step(job_state *js, size_t job, const double *row, const float *key,
-                           size_t t, size_t k, const unsigned char *in_top, float *attn,
-                           int32_t *victims, size_t victims_cap, size_t *n_victims)
+/* The measures of head h of one job on row p_t, before the step, and the
+ * renormalised attention it is about to receive (in attn, n entries; zeros
+ * when the kept weights sum to 0). Returns whether the step informs it: an
+ * empty kept set (an empty vector) or a kept sum above 0; otherwise a head
+ * of its own is stepped with NULL, "no information". */
+static bool measure_head(head_acc *acc, const kve_bank *b, size_t h, const double *row, size_t t,
+                         size_t k, size_t score_from, const unsigned char *in_top, float *attn)
 {
-    kve_policy *p = js->policy;
-    size_t n = kve_policy_size(p);
-    const int32_t *pos = kve_policy_positions(p);
+    size_t n = kve_bank_size(b, h);
+    const int32_t *pos = kve_bank_positions(b, h);
     double kept = 0;
     size_t hits = 0, hits_k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -175,36 +186,79 @@ static kve_status run_step(job_state *js, size_t job, const double *row, const f
         hits += in_top[pos[i]] & IN_TOP32;
         hits_k += (in_top[pos[i]] & IN_TOPK) >> 1;
     }
-    if (t > js->budget) {
+    if (t > score_from) {
         double mass = row[t] + kept;
-        js->sum_mass += mass;
-        js->sum_recall += (double)hits / (double)(t < TOP_32 ? t : TOP_32);
-        js->sum_recall_k += (double)hits_k / (double)(t < k ? t : k);
-        if (mass < js->min_mass || js->scored == 0)
-            js->min_mass = mass;
-        js->scored++;
+        acc->sum_mass += mass;
+        acc->sum_recall += (double)hits / (double)(t < TOP_32 ? t : TOP_32);
+        acc->sum_recall_k += (double)hits_k / (double)(t < k ? t : k);
+        if (mass < acc->min_mass || acc->scored == 0)
+            acc->min_mass = mass;
+        acc->scored++;
     }
-    const float *a = attn;
-    if (n > 0 && kept > 0) {
-        for (size_t i = 0; i < n; i++)
-            attn[i] = (float)(row[pos[i]] / kept);
-    } else if (n > 0) {
-        a = NULL;
+    for (size_t i = 0; i < n; i++)
+        attn[i] = kept > 0 ? (float)(row[pos[i]] / kept) : 0.0f;
+    return n == 0 || kept > 0;
+}
+
+/* One step of one job on rows p_t of its heads (rows[h * T ...]) and, on a
+ * trace with keys, keys k_t (keys[h * d ...]): metrics, renormalised
+ * attention, step, evict; the victims head after head into
+ * victims (*n_victims in all). The timer brackets the bank's calls only.
+ * Returns the bank's status (non-OK only on a broken invariant or KVE_ENOMEM
+ * from a bank that grows). */
+static kve_status run_step(job_state *js, size_t job, const double *rows, const float *keys,
+                           size_t d, size_t T, size_t t, size_t k, size_t score_after,
+                           const unsigned char *in_top, float *attn, int32_t *victims,
+                           size_t *counts, size_t *n_victims)
+{
+    kve_bank *b = js->bank;
+    if (!js->reads_keys)
+        keys = NULL;
+    const size_t heads = kve_bank_heads(b), share = kve_bank_share(b);
+    const size_t score_from = score_after ? score_after : js->budget;
+    kve_status st = KVE_OK;
+    bool any = false;
+    uint64_t t0;
+    for (size_t h = 0; h < heads && st == KVE_OK; h++) {
+        float *a = attn + h * T;
+        bool info = measure_head(&js->acc[h], b, h, rows + h * T, t, k, score_from,
+                                 in_top + h * T, a);
+        any = any || info;
+        if (attn_hook)
+            attn_hook(attn_hook_user, job, (int32_t)t, kve_bank_positions(b, h), info ? a : NULL,
+                      kve_bank_size(b, h));
+        if (!share) { /* a head of its own: exactly a one-head evaluation */
+            t0 = now_ns();
+            st = kve_bank_step_keys(b, h, 1, (int32_t)t, info ? a : NULL, T, 1,
+                                    KVE_REDUCE_MEAN, keys ? keys + h * d : NULL, d);
+            js->ns += now_ns() - t0;
+        }
     }
-    if (attn_hook)
-        attn_hook(attn_hook_user, job, (int32_t)t, pos, a, n);
-    uint64_t t0 = now_ns();
-    kve_status st = kve_policy_step_keys(p, (int32_t)t, a, n, js->reads_keys ? key : NULL);
+    t0 = now_ns();
+    if (share && st == KVE_OK) /* a group is stepped whole */
+        st = kve_bank_step_keys(b, 0, heads, (int32_t)t, any ? attn : NULL, T, 1,
+                                KVE_REDUCE_MEAN, keys, d);
     if (st == KVE_OK)
-        st = kve_policy_evict(p, js->budget, victims, victims_cap, n_victims);
+        st = share ? kve_bank_evict_shared(b, 0, heads, share * js->budget, victims, T + 1,
+                                           counts)
+                   : kve_bank_evict(b, js->budget, victims, T + 1, counts);
     js->ns += now_ns() - t0;
     js->steps++;
+    *n_victims = 0;
+    for (size_t h = 0; h < heads && st == KVE_OK; h++) {
+        if (t > score_from)
+            js->acc[h].sum_kept += (double)kve_bank_size(b, h);
+        memmove(victims + *n_victims, victims + h * (T + 1), counts[h] * sizeof *victims);
+        *n_victims += counts[h];
+    }
     return st;
 }
 
 kve_eval_options kve_eval_default_options(void)
 {
-    kve_eval_options o = {.seed = 0, .topk = TOP_32, .on_step = NULL, .user = NULL};
+    kve_eval_options o = {.seed = 0, .topk = TOP_32, .on_step = NULL, .user = NULL,
+                          .heads = 1, .bank = kve_bank_default_options(), .score_after = 0,
+                          .per_head = NULL};
     return o;
 }
 
@@ -217,6 +271,23 @@ kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t
     o.on_step = on_step;
     o.user = user;
     return kve_eval_ex(tr, head, jobs, n_jobs, &o, results);
+}
+
+/* result of one head's accumulators; r->spec etc. are the caller's. */
+static void head_result(const head_acc *a, kve_eval_result *r)
+{
+    r->scored_steps = a->scored;
+    if (a->scored) {
+        double n = (double)a->scored;
+        r->retained_mass = a->sum_mass / n;
+        r->top32_recall = a->sum_recall / n;
+        r->topk_recall = a->sum_recall_k / n;
+        r->min_retained_mass = a->min_mass;
+        r->mean_kept = a->sum_kept / n;
+    } else {
+        r->retained_mass = r->top32_recall = r->topk_recall = r->min_retained_mass =
+            r->mean_kept = NAN;
+    }
 }
 
 kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t n_jobs,
@@ -233,10 +304,13 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
         return kve__fail(KVE_EINVAL, "n_jobs is 0");
     if (o.topk == 0 || o.topk > KVE_MAX_BUDGET)
         return kve__fail(KVE_EINVAL, "topk %zu is out of range [1, %d]", o.topk, KVE_MAX_BUDGET);
-    size_t heads = kve_trace_heads(tr);
+    size_t heads = kve_trace_heads(tr), H = o.heads ? o.heads : 1;
     if (head >= heads)
         return kve__fail(KVE_EINVAL, "head %zu is out of range (the trace has %zu heads)", head,
                          heads);
+    if (H > heads - head)
+        return kve__fail(KVE_EINVAL, "heads %zu .. %zu are out of range (the trace has %zu heads)",
+                         head, head + H - 1, heads);
     size_t T = kve_trace_steps(tr);
     size_t k = o.topk;
     size_t key_dim = kve_trace_key_dim(tr);
@@ -248,51 +322,55 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
         return kve__fail(KVE_ENOMEM, "out of memory for %zu jobs", n_jobs);
     kve_status st = KVE_OK;
     size_t built = 0;
-    size_t max_budget = 0;
-    for (; built < n_jobs; built++) {
-        if ((st = build_job(&jobs[built], built, o.seed, key_dim, &js[built])) != KVE_OK)
+    for (; built < n_jobs; built++)
+        if ((st = build_job(&jobs[built], built, &o, H, key_dim, &js[built])) != KVE_OK)
             break;
-        if (js[built].budget > max_budget)
-            max_budget = js[built].budget;
-    }
     if (st != KVE_OK) {
-        free_jobs(js, built);
+        free_jobs(js, built + 1);
         return st;
     }
-    size_t victims_cap = (max_budget < T ? max_budget : T) + 1;
-    double *row = kve__malloc(T * sizeof *row);
-    float *attn = kve__malloc(T * sizeof *attn);
-    unsigned char *in_top = kve__calloc(T, 1);
-    int32_t *victims = kve__malloc(victims_cap * sizeof *victims);
-    kve__top_entry *heap_k = k == TOP_32 ? NULL : kve__malloc(heap_cap * sizeof *heap_k);
-    float *key = key_dim ? kve__malloc(key_dim * sizeof *key) : NULL;
-    if (!row || !attn || !in_top || !victims || (k != TOP_32 && !heap_k) || (key_dim && !key)) {
+    /* Per head: its row, its top sets, its attention; victims of every head
+     * (up to T + 1 each: pages and shared budgets may take more than one). */
+    double *rows = kve__malloc(H * T * sizeof *rows);
+    float *attn = kve__malloc(H * T * sizeof *attn);
+    unsigned char *in_top = kve__calloc(H * T, 1);
+    int32_t *victims = kve__malloc(H * (T + 1) * sizeof *victims);
+    size_t *counts = kve__malloc(H * sizeof *counts);
+    kve__top_entry *heap_k = k == TOP_32 ? NULL : kve__malloc(H * heap_cap * sizeof *heap_k);
+    kve__top_entry *heap = kve__malloc(H * TOP_32 * sizeof *heap);
+    size_t *n_top = kve__calloc(2 * H, sizeof *n_top); /* top-32, top-k counts per head */
+    float *keys = key_dim ? kve__malloc(H * key_dim * sizeof *keys) : NULL;
+    if (!rows || !attn || !in_top || !victims || !counts || (k != TOP_32 && !heap_k) || !heap ||
+        !n_top || (key_dim && !keys)) {
         st = kve__fail(KVE_ENOMEM, "out of memory for the evaluation buffers (T = %zu)", T);
         goto done;
     }
 
-    kve__top_entry heap[TOP_32];
     int stop = 0;
     for (size_t t = 0; t < T && !stop; t++) {
-        if ((st = kve_trace_row(tr, head, t, row)) != KVE_OK)
-            goto done;
-        if (key && (st = kve_trace_key(tr, head, t, key)) != KVE_OK)
-            goto done;
-        size_t n_top = 0, n_top_k = 0;
-        if (k == TOP_32) {
-            top_k(row, t, TOP_32, heap, &n_top, in_top, IN_TOP32 | IN_TOPK);
-        } else {
-            top_k(row, t, TOP_32, heap, &n_top, in_top, IN_TOP32);
-            top_k(row, t, k, heap_k, &n_top_k, in_top, IN_TOPK);
+        for (size_t h = 0; h < H; h++) {
+            double *row = rows + h * T;
+            unsigned char *top = in_top + h * T;
+            if ((st = kve_trace_row(tr, head + h, t, row)) != KVE_OK)
+                goto done;
+            if (keys && (st = kve_trace_key(tr, head + h, t, keys + h * key_dim)) != KVE_OK)
+                goto done;
+            if (k == TOP_32) {
+                top_k(row, t, TOP_32, heap + h * TOP_32, &n_top[h], top, IN_TOP32 | IN_TOPK);
+            } else {
+                top_k(row, t, TOP_32, heap + h * TOP_32, &n_top[h], top, IN_TOP32);
+                top_k(row, t, k, heap_k + h * heap_cap, &n_top[H + h], top, IN_TOPK);
+            }
         }
         for (size_t j = 0; j < n_jobs; j++) {
             size_t nv = 0;
-            st = run_step(&js[j], j, row, key, t, k, in_top, attn, victims, victims_cap, &nv);
+            st = run_step(&js[j], j, rows, keys, key_dim, T, t, k, o.score_after, in_top, attn,
+                          victims, counts, &nv);
             if (st != KVE_OK) {
                 char why[256];
                 snprintf(why, sizeof why, "%s", kve_last_error());
-                st = kve__fail(st, "job %zu (%s) at step %zu: %s", j,
-                               kve_policy_spec(js[j].policy), t, why);
+                st = kve__fail(st, "job %zu (%s) at step %zu: %s", j, kve_bank_spec(js[j].bank),
+                               t, why);
                 goto done;
             }
             /* Once stopped, the step in progress is finished for every job
@@ -300,10 +378,13 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
             if (o.on_step && !stop && o.on_step(o.user, j, (int32_t)t, victims, nv))
                 stop = 1;
         }
-        for (size_t j = 0; j < n_top; j++)
-            in_top[heap[j].pos] = 0;
-        for (size_t j = 0; j < n_top_k; j++)
-            in_top[heap_k[j].pos] = 0;
+        for (size_t h = 0; h < H; h++) {
+            unsigned char *top = in_top + h * T;
+            for (size_t j = 0; j < n_top[h]; j++)
+                top[heap[h * TOP_32 + j].pos] = 0;
+            for (size_t j = 0; k != TOP_32 && j < n_top[H + h]; j++)
+                top[heap_k[h * heap_cap + j].pos] = 0;
+        }
     }
 
     uint64_t overhead = timer_overhead_ns();
@@ -311,32 +392,51 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
         const job_state *s = &js[j];
         kve_eval_result *r = &results[j];
         memset(r, 0, sizeof *r);
-        snprintf(r->spec, sizeof r->spec, "%s", kve_policy_spec(s->policy));
+        snprintf(r->spec, sizeof r->spec, "%s", kve_bank_spec(s->bank));
         r->budget = s->budget;
         r->steps = s->steps;
-        r->scored_steps = s->scored;
         r->topk = k;
-        if (s->scored) {
-            r->retained_mass = s->sum_mass / (double)s->scored;
-            r->top32_recall = s->sum_recall / (double)s->scored;
-            r->topk_recall = s->sum_recall_k / (double)s->scored;
-            r->min_retained_mass = s->min_mass;
-        } else {
-            r->retained_mass = r->top32_recall = r->topk_recall = r->min_retained_mass = NAN;
+        /* Every head is scored on the same steps: the means of its heads'
+         * means, the minimum of their minima. */
+        head_result(&s->acc[0], r);
+        for (size_t h = 1; h < H; h++) {
+            kve_eval_result q;
+            head_result(&s->acc[h], &q);
+            r->retained_mass += q.retained_mass;
+            r->top32_recall += q.top32_recall;
+            r->topk_recall += q.topk_recall;
+            r->mean_kept += q.mean_kept;
+            r->min_retained_mass = fmin(r->min_retained_mass, q.min_retained_mass);
+        }
+        if (H > 1) {
+            r->retained_mass /= (double)H;
+            r->top32_recall /= (double)H;
+            r->topk_recall /= (double)H;
+            r->mean_kept /= (double)H;
         }
         uint64_t spent = overhead * s->steps;
         r->ns_per_step = s->steps && s->ns > spent ? (double)(s->ns - spent) / (double)s->steps
                                                    : 0.0;
-        r->state_bytes = kve_policy_state_bytes(s->policy);
+        r->state_bytes = kve_bank_state_bytes(s->bank);
+        for (size_t h = 0; o.per_head && h < H; h++) {
+            kve_eval_result *q = &o.per_head[j * H + h];
+            *q = *r;
+            head_result(&s->acc[h], q);
+            q->ns_per_step = r->ns_per_step / (double)H;
+            q->state_bytes = r->state_bytes / H;
+        }
     }
     st = KVE_OK;
 done:
-    kve__free(row);
+    kve__free(rows);
     kve__free(attn);
     kve__free(in_top);
     kve__free(victims);
+    kve__free(counts);
     kve__free(heap_k);
-    kve__free(key);
+    kve__free(heap);
+    kve__free(n_top);
+    kve__free(keys);
     free_jobs(js, n_jobs);
     return st;
 }

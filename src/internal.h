@@ -96,7 +96,11 @@ typedef enum kve_param_kind {
     KVE_PARAM_REAL  /* double, finite decimal, in [rmin, rmax] (rmin open if flagged) */
 } kve_param_kind;
 
-enum { KVE_PARAM_MIN_OPEN = 1u };
+/* KVE_PARAM_MIN_OPEN: a real's minimum is excluded. KVE_PARAM_OMIT_DEFAULT:
+ * the canonical form spells the key only when its value is not the default
+ * (keys added after specs were published, so that every spec written before
+ * them keeps its canonical text). */
+enum { KVE_PARAM_MIN_OPEN = 1u, KVE_PARAM_OMIT_DEFAULT = 2u };
 
 typedef struct kve_param_def {
     const char *key;
@@ -125,7 +129,8 @@ kve_status kve__spec_parse(const char *what, const char *params, const kve_param
 kve_status kve__spec_parse_value(const char *what, const kve_param_def *d, const char *text,
                                  size_t len, void *dst);
 
-/* Writes "name:k=v,..." with every def in order. Returns the length that the
+/* Writes "name:k=v,..." with every def in order (a KVE_PARAM_OMIT_DEFAULT
+ * def only when its value differs from the default). Returns the length that the
  * full text needs (like snprintf); the output is truncated past cap. */
 size_t kve__spec_format(char *out, size_t cap, const char *name, const kve_param_def *defs,
                         size_t n_defs, const void *src);

@@ -23,7 +23,7 @@ kve_status kve_policy_new_ex(const char *spec, kve_rng *rng, const kve_policy_op
     kve_policy *p = kve__malloc(sizeof *p);
     if (!p)
         return kve__fail(KVE_ENOMEM, "%s: out of memory for the handle", c.type->name);
-    st = kve__bank_init(&p->bank, &c, 1, &p->head, rng);
+    st = kve__bank_init(&p->bank, &c, 1, &p->head, NULL, NULL, rng);
     if (st != KVE_OK) {
         kve__free(p);
         return st;

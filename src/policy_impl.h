@@ -65,6 +65,8 @@ typedef struct kve_params {
     size_t sinks;         /* streaming: first positions pinned forever */
     size_t history;       /* scissorhands: steps counted (0 = lifetime) */
     double decay;         /* h2o_decay: forgetting factor per observed step */
+    size_t block;         /* pages of `block` aligned positions, evicted whole (1: none) */
+    size_t block_mean;    /* 1: a page scores the mean of its slots, 0: their sum */
 } kve_params;
 
 enum { KVE_COL_POS, KVE_COL_SCORE, KVE_COL_MARK, KVE_COL_EXTRA0, KVE_COL_EXTRA1, KVE_NCOLS };
@@ -99,9 +101,13 @@ struct kve_config {
     size_t aux_bytes;        /* per-head scratch of the policy; 0 = none */
     size_t cap0;             /* S0: slots per head at construction */
     const kve_observe_fn *observe; /* (KVE_ISA_COUNT) the attention rule; NULL if it reads none */
+    /* The eviction: the type's, or the page eviction when block > 1 (which
+     * removes at least n_evict positions, in whole pages, and returns how
+     * many); NULL: the marked path (select, then compaction). */
+    size_t (*evict)(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 };
 
-/* The state of one head. A kve_head is about 150 bytes; per-slot state lives
+/* The state of one head. A kve_head is about 170 bytes; per-slot state lives
  * in the columns. */
 struct kve_head {
     void *col[KVE_NCOLS]; /* column c: (cap) slots of elem[c] bytes, kept order */
@@ -115,9 +121,23 @@ struct kve_head {
     uint64_t observed;    /* number of informative (non-NULL) steps so far */
     kve_rng rng;          /* private generator, policies that draw only */
     void *aux;            /* (aux_bytes) the policy's per-head scratch, or NULL */
+    size_t picked;        /* a shared eviction's scratch: victims marked in this head */
+    size_t pick_first;    /* ... the lowest marked index */
+    size_t pick_cur;      /* ... and the next candidate, KVE_NONE when none */
     int32_t last_pos;
     bool any_pos;         /* a position has been admitted; last_pos is meaningful */
 };
+
+/* A shared-budget group: `share` consecutive heads whose storage is one
+ * region per column (group.c). Head j of the group owns the slots
+ * [off_j, off_j + cap_j) of every column, heads in order, off_0 = 0. */
+typedef struct kve_group {
+    void *base[KVE_NCOLS]; /* column c of the group: (cap) slots; NULL if unused */
+    size_t cap;            /* slots per column, all the group's heads together */
+    void *block;           /* the private block after growth; NULL: the slabs */
+    void *spare;           /* a block allocated for growth, not yet committed */
+    bool relayout;         /* set by a step's checks: some head is full, room is left */
+} kve_group;
 
 struct kve_bank {
     kve_config cfg;
@@ -127,6 +147,9 @@ struct kve_bank {
     void *aux;                /* (H, aux_bytes) per-head scratch, or NULL */
     atomic_size_t slab_users; /* heads whose columns still live in the slabs */
     kve_head *heads;          /* (H), in the same allocation as the bank */
+    size_t share;             /* heads per shared-budget group; 0: none */
+    double min_share;         /* the floor of a shared eviction (kvevict.h) */
+    kve_group *groups;        /* (H / share), in the same allocation; NULL if share is 0 */
 };
 
 /* A policy is a bank of one head, allocated together. */
@@ -182,8 +205,9 @@ struct kve_policy_type {
     size_t (*select)(const kve_config *c, kve_head *h, size_t n_evict);
 
     /* Removes n_evict positions (0 < n_evict <= size - floor) and writes them
-     * ascending to victims. NULL: the marked path (select, then compaction). */
-    void (*evict)(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+     * ascending to victims; returns n_evict. NULL: the marked path (select,
+     * then compaction). */
+    size_t (*evict)(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 
     /* Slots per head for `budget`; NULL: budget + 1. */
     size_t (*cap_for_budget)(size_t budget);
@@ -203,7 +227,9 @@ KVE_ALWAYS_INLINE void kve__score_prep(kve_score_ctx *x, const kve_config *c, kv
 
 /* Param defs shared by the policy tables, so keys, ranges and docs are
  * spelled once. Every table starts with KVE_DEF_BUDGET (KVE_MAX_BUDGET is
- * public, in kvevict.h). */
+ * public, in kvevict.h); the scored tables end with KVE_DEF_PAGES, window and
+ * streaming with KVE_DEF_BLOCK. Both keys are spelled in a canonical spec
+ * only when set (KVE_PARAM_OMIT_DEFAULT). */
 #define KVE_DEF_SIZE(key_, def_, lo_, hi_, field_, doc_) \
     {.key = (key_), .kind = KVE_PARAM_SIZE, .idefault = (def_), .imin = (lo_), .imax = (hi_), \
      .offset = offsetof(kve_params, field_), .doc = (doc_)}
@@ -212,6 +238,15 @@ KVE_ALWAYS_INLINE void kve__score_prep(kve_score_ctx *x, const kve_config *c, kv
 #define KVE_DEF_RECENT_WINDOW(def) \
     KVE_DEF_SIZE("recent_window", def, 0, KVE_MAX_BUDGET - 1, recent_window, \
                  "newest kept positions that are never evicted")
+#define KVE_DEF_BLOCK \
+    {.key = "block", .kind = KVE_PARAM_SIZE, .idefault = 1, .imin = 1, .imax = KVE_MAX_BUDGET, \
+     .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, block), \
+     .doc = "page size: aligned pages of block positions are evicted whole"}
+#define KVE_DEF_PAGES \
+    KVE_DEF_BLOCK, \
+    {.key = "block_mean", .kind = KVE_PARAM_SIZE, .idefault = 0, .imin = 0, .imax = 1, \
+     .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, block_mean), \
+     .doc = "1: a page scores the mean of its positions' scores, 0: their sum"}
 
 /* The registry (registry.c). */
 const kve_policy_type *kve__policy_type_find(const char *name);
@@ -229,11 +264,35 @@ kve_status kve__config_new(const char *spec, const kve_rng *rng,
                            const kve_policy_options *options, const void *out, kve_config *c);
 
 /* Banks (bank.c). kve__bank_init builds b (already allocated, with `heads`
- * storage for n_heads) from a parsed config: slabs, heads, generators. On
- * failure nothing is left allocated and rng is not advanced. */
+ * storage for n_heads, and `groups` for n_heads / share when opt->share)
+ * from a parsed config and checked options (opt may be NULL: no sharing):
+ * slabs, heads, groups, generators. On failure nothing is left allocated
+ * and rng is not advanced. */
 kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_head *heads,
-                          kve_rng *rng);
+                          const kve_bank_options *opt, kve_group *groups, kve_rng *rng);
 void kve__bank_release(kve_bank *b);
+/* n more heads have left the slabs; the last to leave frees them. */
+void kve__bank_leave_slabs(kve_bank *b, size_t n);
+
+enum { KVE_BLOCK_ALIGN = 64 }; /* columns of a private block start on cache lines */
+/* Byte offsets of each column in a private block of `cap` slots; returns the
+ * block's size. cap is at most SIZE_MAX / 64 (checked by the callers). */
+size_t kve__block_layout(const kve_config *c, size_t cap, size_t off[KVE_NCOLS]);
+
+/* Fails with "NAME: head H: message" ("NAME: message" for a policy). Out of
+ * line and cold, so the checks of the decode path stay small. */
+kve_status kve__head_fail(const kve_bank *b, kve_status st, size_t head, const char *fmt, ...)
+    KVE_PRINTF(4, 5) KVE_COLD;
+
+/* Shared-budget groups (group.c), for the groups [g0, g0 + n) of a step's
+ * range. prepare: after validation, decides per group whether a full head
+ * needs the group re-laid out in place or the group needs a bigger block
+ * (allocated now, all or nothing). commit: carries that out; cannot fail. */
+kve_status kve__groups_prepare(kve_bank *b, size_t g0, size_t n);
+void kve__groups_commit(kve_bank *b, size_t g0, size_t n);
+/* kve_bank_evict_shared past its range check. */
+kve_status kve__bank_evict_shared(kve_bank *b, size_t first, size_t count, size_t budget,
+                                  int32_t *victims, size_t ld_victims, size_t *counts);
 
 /* The checked halves of a step and an evict on heads [first, first + count),
  * shared by the bank and policy APIs once their own arguments are checked. */
@@ -244,11 +303,30 @@ kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budge
                            int32_t *victims, size_t ld_victims, size_t *counts,
                            const char *ld_name);
 
+/* Pages (pages.c). The smallest budget an eviction in whole pages can always
+ * reach: no more than that many kept positions can be unevictable (kvevict.h,
+ * "Pages"). 0 without pages (block 1). */
+size_t kve__page_reserve(const kve_config *c);
+/* KVE_EINVAL, naming the budget, when budget < kve__page_reserve(c). */
+kve_status kve__check_pages(const kve_config *c, size_t budget);
+
 /* Shared scored mechanism (scored.c). */
 kve_status kve__check_recent_window(kve_config *c);
 size_t kve__select_argmin(const kve_config *c, kve_head *h, size_t n_evict);
-void kve__evict_marked(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
-void kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+size_t kve__evict_marked(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+size_t kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+/* Removes the marked slots of h (the first at index `first`), writing their
+ * positions ascending to victims and clearing the marks; returns how many. */
+size_t kve__compact_marked(const kve_config *c, kve_head *h, size_t first, int32_t *victims);
+/* Removes the one slot v (pos closed at once, the lazy columns left open at
+ * v: the gap of policy_impl.h). */
+void kve__evict_one(kve_head *h, size_t v, int32_t *victims);
+/* Evict in whole pages (pages.c): the scored policies lowest page score
+ * first, window and streaming the oldest page first, until at least n_evict
+ * positions are gone; return how many went (< n_evict + block). */
+size_t kve__evict_pages(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+size_t kve__sliding_evict_pages(const kve_config *c, kve_head *h, size_t n_evict,
+                                int32_t *victims);
 void kve__close_gap(const kve_config *c, kve_head *h);
 /* Closes h's hole in every lazy column and returns the lowest index of the
  * lowest score among [0, limit) (limit <= size): one pass over the scores
@@ -258,7 +336,9 @@ size_t kve__scored_scan(const kve_config *c, kve_head *h, size_t limit);
 /* The sliding layout of window and streaming (sliding.c). */
 size_t kve__sliding_cap(size_t budget);
 void kve__sliding_rewind(kve_head *h);
-void kve__sliding_evict(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+size_t kve__sliding_evict(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+/* Removes the n_evict oldest positions after the first `pinned` slots. */
+void kve__sliding_remove(kve_head *h, size_t pinned, size_t n_evict, int32_t *victims);
 
 /* Policy tables, one per file under policies/. */
 extern const kve_policy_type kve__full_type;

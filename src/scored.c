@@ -98,15 +98,12 @@ static void move_slots(const kve_config *c, kve_head *h, size_t dst, size_t src,
     }
 }
 
-void kve__evict_marked(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
+size_t kve__compact_marked(const kve_config *c, kve_head *h, size_t first, int32_t *victims)
 {
-    kve__close_gap(c, h);
-    h->best = KVE_NONE;
-    size_t w = c->type->select(c, h, n_evict); /* write index: the first victim */
     uint8_t *mark = h->col[KVE_COL_MARK];
     const int32_t *pos = h->col[KVE_COL_POS];
     size_t n = h->size, nv = 0;
-    size_t r = w; /* read index */
+    size_t w = first, r = first; /* write and read indexes */
     while (r < n) {
         if (mark[r]) {
             victims[nv++] = pos[r];
@@ -122,23 +119,35 @@ void kve__evict_marked(const kve_config *c, kve_head *h, size_t n_evict, int32_t
         r = end;
     }
     h->size = w;
+    return nv;
 }
 
-void kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
+size_t kve__evict_marked(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
 {
-    if (n_evict != 1) {
-        kve__evict_marked(c, h, n_evict, victims);
-        return;
-    }
-    /* A cached victim comes from a step's pass, which closed the gap. */
-    size_t v = h->best;
-    if (v == KVE_NONE)
-        v = kve__scored_scan(c, h, h->size - c->params.recent_window);
+    kve__close_gap(c, h);
     h->best = KVE_NONE;
+    return kve__compact_marked(c, h, c->type->select(c, h, n_evict), victims);
+}
+
+void kve__evict_one(kve_head *h, size_t v, int32_t *victims)
+{
     int32_t *pos = h->col[KVE_COL_POS];
     size_t n = h->size;
     victims[0] = pos[v];
     memmove(pos + v, pos + v + 1, (n - v - 1) * sizeof *pos);
     h->size = n - 1;
     h->gap = v + 1 < n ? v : KVE_NONE; /* the last slot needs no closing */
+    h->best = KVE_NONE;
+}
+
+size_t kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
+{
+    if (n_evict != 1)
+        return kve__evict_marked(c, h, n_evict, victims);
+    /* A cached victim comes from a step's pass, which closed the gap. */
+    size_t v = h->best;
+    if (v == KVE_NONE)
+        v = kve__scored_scan(c, h, h->size - c->params.recent_window);
+    kve__evict_one(h, v, victims);
+    return 1;
 }

@@ -37,16 +37,22 @@ void kve__sliding_rewind(kve_head *h)
     h->offset = 0;
 }
 
-void kve__sliding_evict(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
+void kve__sliding_remove(kve_head *h, size_t pinned, size_t n_evict, int32_t *victims)
 {
     int32_t *pos = h->col[KVE_COL_POS];
-    size_t sinks = c->params.sinks < h->size ? c->params.sinks : h->size;
     /* Plain loops: the steady state moves one victim and a few sinks. */
     for (size_t i = 0; i < n_evict; i++)
-        victims[i] = pos[sinks + i];
-    for (size_t i = sinks; i-- > 0;) /* right by n_evict, over the victims: downwards */
+        victims[i] = pos[pinned + i];
+    for (size_t i = pinned; i-- > 0;) /* right by n_evict, over the victims: downwards */
         pos[i + n_evict] = pos[i];
     h->col[KVE_COL_POS] = pos + n_evict;
     h->offset += n_evict;
     h->size -= n_evict;
+}
+
+size_t kve__sliding_evict(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
+{
+    kve__sliding_remove(h, c->params.sinks < h->size ? c->params.sinks : h->size, n_evict,
+                        victims);
+    return n_evict;
 }

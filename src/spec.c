@@ -203,7 +203,7 @@ static void format_real(char *buf, size_t cap, double v)
 size_t kve__spec_format(char *out, size_t cap, const char *name, const kve_param_def *defs,
                         size_t n_defs, const void *src)
 {
-    size_t len = 0;
+    size_t len = 0, printed = 0;
     int n = snprintf(out, cap, "%s", name);
     len += n > 0 ? (size_t)n : 0;
     for (size_t i = 0; i < n_defs; i++) {
@@ -213,6 +213,8 @@ size_t kve__spec_format(char *out, size_t cap, const char *name, const kve_param
         case KVE_PARAM_SIZE: {
             size_t v;
             memcpy(&v, field, sizeof v);
+            if ((defs[i].flags & KVE_PARAM_OMIT_DEFAULT) && v == defs[i].idefault)
+                continue; /* only integer keys are optional so far */
             snprintf(value, sizeof value, "%zu", v);
             break;
         }
@@ -230,7 +232,7 @@ size_t kve__spec_format(char *out, size_t cap, const char *name, const kve_param
         }
         }
         n = snprintf(len < cap ? out + len : NULL, len < cap ? cap - len : 0, "%c%s=%s",
-                     i == 0 ? ':' : ',', defs[i].key, value);
+                     printed++ == 0 ? ':' : ',', defs[i].key, value);
         len += n > 0 ? (size_t)n : 0;
     }
     return len;

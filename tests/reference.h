@@ -61,6 +61,25 @@
  *                -(u . S) with the products summed in the same 8 lanes.
  *   Scored policies evict by SORTING the unprotected slots by (score, pos)
  *   and taking the first size - budget.
+ *
+ * Pages (block = b > 1, the keys block and block_mean): slots are grouped by
+ * pos / b; a page is a candidate when its last position (pos/b + 1) * b - 1
+ * is <= the last admitted position and (scored) all its slots lie before
+ * the newest recent_window, or (window, streaming) none of its slots is a
+ * sink. Scored pages are SORTED by (key, page) with key = the sum of the
+ * slots' scores in kept order (block_mean=1: that sum / its slot count);
+ * window and streaming by page; whole pages are taken in that order until at
+ * least size - budget positions are chosen.
+ *
+ *   int ref_evict_shared(ref_policy **heads, size_t G, size_t budget,
+ *                        double min_share, int32_t *victims, size_t ld,
+ *                        size_t *counts);
+ *       One budget for G scored heads (Ada-KV): refuses budget <= G * rw.
+ *       floor = max(rw, (size_t)(min_share * (double)budget / (double)G));
+ *       every unprotected slot of every head is SORTED by (score, head, pos)
+ *       and taken in that order, skipping a head once it is down to its
+ *       floor, until the heads hold budget. Head h's victims (ascending) at
+ *       victims + h * ld, their count in counts[h].
  * Cost: O(n log n) per evict, O(n * 64) per step. Nobody should ship this.
  */
 #ifndef KVE_REFERENCE_H
@@ -89,7 +108,7 @@ typedef struct ref_slot {
 
 typedef struct ref_policy {
     int kind;
-    size_t budget, recent_window, sinks, history;
+    size_t budget, recent_window, sinks, history, block, block_mean;
     double decay;
     uint64_t rng[4];   /* random: private xoshiro256** state */
     int32_t last;      /* last admitted position, -1 before any */
@@ -166,6 +185,7 @@ static inline ref_policy *ref_new_keys(const char *spec, kve_rng *rng, size_t di
     r->recent_window = kind == REF_TOVA ? 1 : kind >= REF_KNORM ? 0 : kind >= REF_H2O ? 32 : 0;
     r->sinks = kind == REF_STREAMING ? 4 : 0;
     r->decay = 0.99;
+    r->block = 1;
     r->last = -1;
     const char *p = spec[len] == ':' ? spec + len + 1 : NULL;
     while (p && *p) {
@@ -188,6 +208,10 @@ static inline ref_policy *ref_new_keys(const char *spec, kve_rng *rng, size_t di
                 r->sinks = v;
             else if (klen == 7 && !strncmp(p, "history", 7))
                 r->history = v;
+            else if (klen == 5 && !strncmp(p, "block", 5))
+                r->block = v;
+            else if (klen == 10 && !strncmp(p, "block_mean", 10))
+                r->block_mean = v;
             else
                 end = NULL;
         }
@@ -347,8 +371,11 @@ static inline int ref_step(ref_policy *r, int32_t pos, const float *attn, size_t
     return ref_step_keys(r, pos, attn, n, NULL);
 }
 
+/* A candidate victim: sorted by (score, head, pos); head is 0 but for a
+ * shared budget. */
 typedef struct ref_cand {
     double score;
+    size_t head;
     int32_t pos;
     size_t index;
 } ref_cand;
@@ -358,6 +385,8 @@ static inline int ref_cmp_cand(const void *a, const void *b)
     const ref_cand *x = a, *y = b;
     if (x->score != y->score)
         return x->score < y->score ? -1 : 1;
+    if (x->head != y->head)
+        return x->head < y->head ? -1 : 1;
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
@@ -365,6 +394,77 @@ static inline int ref_cmp_pos(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
+}
+
+/* A page of slots [first, end) and its sort key. */
+typedef struct ref_page {
+    double key;
+    int64_t page;
+    size_t first, end;
+} ref_page;
+
+static inline int ref_cmp_page(const void *a, const void *b)
+{
+    const ref_page *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return (x->page > y->page) - (x->page < y->page);
+}
+
+/* Chooses whole pages (see the top) until `need` positions are chosen. */
+static inline void ref_choose_pages(const ref_policy *r, size_t need, unsigned char *chosen)
+{
+    ref_page *pg = malloc(r->n * sizeof *pg);
+    if (!pg)
+        abort();
+    size_t np = 0, b = r->block;
+    int sliding = r->kind == REF_WINDOW || r->kind == REF_STREAMING;
+    for (size_t i = 0; i < r->n;) {
+        int64_t page = r->slot[i].pos / (int64_t)b;
+        size_t j = i;
+        double sum = 0;
+        int sink = 0;
+        while (j < r->n && r->slot[j].pos / (int64_t)b == page) {
+            sum += ref_score(r, j);
+            sink |= r->slot[j].sink;
+            j++;
+        }
+        int complete = (int64_t)r->last >= (page + 1) * (int64_t)b - 1;
+        int outside = sliding ? !sink : j <= r->n - r->recent_window;
+        if (complete && outside) {
+            pg[np].key = sliding ? 0.0 : r->block_mean ? sum / (double)(j - i) : sum;
+            pg[np].page = page;
+            pg[np].first = i;
+            pg[np].end = j;
+            np++;
+        }
+        i = j;
+    }
+    qsort(pg, np, sizeof *pg, ref_cmp_page);
+    size_t got = 0;
+    for (size_t k = 0; k < np && got < need; k++) {
+        for (size_t i = pg[k].first; i < pg[k].end; i++)
+            chosen[i] = 1;
+        got += pg[k].end - pg[k].first;
+    }
+    free(pg);
+}
+
+/* Removes the chosen slots, writing their positions ascending; returns how many. */
+static inline size_t ref_remove_chosen(ref_policy *r, const unsigned char *chosen, int32_t *victims)
+{
+    size_t w = 0, nv = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (chosen[i]) {
+            victims[nv++] = r->slot[i].pos;
+            free(r->slot[i].unit);
+        } else {
+            r->slot[w++] = r->slot[i];
+        }
+    }
+    r->n = w;
+    qsort(victims, nv, sizeof *victims, ref_cmp_pos); /* already ascending; says the contract */
+    return nv;
 }
 
 static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size_t *n_victims)
@@ -381,7 +481,9 @@ static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size
     if (!chosen)
         abort();
     size_t limit = r->n - r->recent_window;
-    if (r->kind == REF_WINDOW || r->kind == REF_STREAMING) {
+    if (r->block > 1) {
+        ref_choose_pages(r, need, chosen);
+    } else if (r->kind == REF_WINDOW || r->kind == REF_STREAMING) {
         size_t k = 0;
         for (size_t i = 0; k < need; i++) /* oldest non-sinks first */
             if (!r->slot[i].sink) {
@@ -406,6 +508,7 @@ static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size
             abort();
         for (size_t i = 0; i < limit; i++) {
             c[i].score = ref_score(r, i);
+            c[i].head = 0;
             c[i].pos = r->slot[i].pos;
             c[i].index = i;
         }
@@ -414,18 +517,61 @@ static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size
             chosen[c[k].index] = 1;
         free(c);
     }
-    size_t w = 0, nv = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        if (chosen[i]) {
-            victims[nv++] = r->slot[i].pos;
-            free(r->slot[i].unit);
-        } else {
-            r->slot[w++] = r->slot[i];
-        }
-    }
-    r->n = w;
+    size_t nv = ref_remove_chosen(r, chosen, victims);
     free(chosen);
-    qsort(victims, nv, sizeof *victims, ref_cmp_pos); /* already ascending; says the contract */
+    if (n_victims)
+        *n_victims = nv; /* pages may take more than the need */
+    return 0;
+}
+
+/* ---- one budget shared by G heads ---- */
+
+static inline int ref_evict_shared(ref_policy **heads, size_t G, size_t budget, double min_share,
+                                   int32_t *victims, size_t ld, size_t *counts)
+{
+    size_t rw = heads[0]->recent_window, total = 0, nc = 0;
+    if (budget <= G * rw)
+        return -1;
+    for (size_t h = 0; h < G; h++)
+        total += heads[h]->n;
+    ref_cand *c = malloc((total + 1) * sizeof *c);
+    size_t *taken = calloc(G, sizeof *taken);
+    if (!c || !taken)
+        abort();
+    size_t floor = (size_t)(min_share * (double)budget / (double)G);
+    if (floor < rw)
+        floor = rw;
+    for (size_t h = 0; h < G; h++)
+        for (size_t i = 0; i + rw < heads[h]->n; i++) {
+            c[nc].score = ref_score(heads[h], i);
+            c[nc].head = h;
+            c[nc].pos = heads[h]->slot[i].pos;
+            c[nc].index = i;
+            nc++;
+        }
+    qsort(c, nc, sizeof *c, ref_cmp_cand);
+    size_t need = total > budget ? total - budget : 0;
+    unsigned char **chosen = calloc(G, sizeof *chosen);
+    if (!chosen)
+        abort();
+    for (size_t h = 0; h < G; h++)
+        if (!(chosen[h] = calloc(heads[h]->n + 1, 1)))
+            abort();
+    for (size_t k = 0; k < nc && need > 0; k++) {
+        size_t h = c[k].head;
+        if (heads[h]->n - taken[h] <= floor)
+            continue;
+        chosen[h][c[k].index] = 1;
+        taken[h]++;
+        need--;
+    }
+    for (size_t h = 0; h < G; h++) {
+        counts[h] = ref_remove_chosen(heads[h], chosen[h], victims + h * ld);
+        free(chosen[h]);
+    }
+    free(chosen);
+    free(taken);
+    free(c);
     return 0;
 }
 

@@ -57,8 +57,10 @@ static void walk_new(size_t heads)
             kve_bank *no_bank = (kve_bank *)&before, *b = no_bank;
             kve_policy_options o = kve_policy_default_options();
             o.key_dim = 4; /* keydiff's unit keys and per-head scratch */
+            kve_bank_options bo = kve_bank_default_options();
+            bo.key_dim = o.key_dim;
             kve__alloc_fail_after(k);
-            kve_status st = heads ? kve_bank_new_ex(spec, heads, &rng, &o, &b)
+            kve_status st = heads ? kve_bank_new_ex(spec, heads, &rng, &bo, &b)
                                   : kve_policy_new_ex(spec, &rng, &o, &p);
             size_t made = kve__alloc_fail_after(SIZE_MAX);
             if (st == KVE_OK) {

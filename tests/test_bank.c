@@ -53,7 +53,9 @@ static int twin_new(twin *t, const char *spec, size_t heads, size_t dim, uint64_
         t->key_pool[j] = (float)kve_rng_uniform(&t->g) - 0.5f;
     kve_policy_options o = kve_policy_default_options();
     o.key_dim = dim;
-    if (dim > MAXD || kve_bank_new_ex(spec, heads, &rb, &o, &t->b) != KVE_OK)
+    kve_bank_options bo = kve_bank_default_options();
+    bo.key_dim = dim;
+    if (dim > MAXD || kve_bank_new_ex(spec, heads, &rb, &bo, &t->b) != KVE_OK)
         return 0;
     if (kve_bank_key_dim(t->b) != dim)
         return 0;

@@ -13,25 +13,7 @@ K=${1:?usage: test_cli.sh PATH/TO/kvevict PATH/TO/outcheck}
 J=${2:?usage: test_cli.sh PATH/TO/kvevict PATH/TO/outcheck}
 D=$(mktemp -d "${TMPDIR:-/tmp}/kvevict-cli.XXXXXX") || exit 1
 trap 'rm -rf "$D"' EXIT INT TERM
-fails=0
-checks=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-ok() { checks=$((checks + 1)); }
-check() { # check DESCRIPTION COMMAND... : the command must succeed
-    d=$1; shift
-    if "$@"; then ok; else fail "$d"; fi
-}
-
-# expect_err CODE ARGS... : exit CODE, exactly one line on stderr, no stdout.
-expect_err() {
-    code=$1; shift
-    "$K" "$@" >"$D/out" 2>"$D/err"
-    rc=$?
-    if [ "$rc" -ne "$code" ]; then fail "kvevict $*: exit $rc, expected $code"; return; fi
-    if [ "$(wc -l <"$D/err")" -ne 1 ]; then fail "kvevict $*: stderr is not one line:"; cat "$D/err" >&2; return; fi
-    if [ -s "$D/out" ]; then fail "kvevict $*: wrote to stdout on error"; return; fi
-    ok
-}
+. "$(dirname "$0")/cli_check.sh" # check, expect_err
 
 # ---- help ------------------------------------------------------------------
 for c in "" bench eval replay trace sweep plot docs policies; do

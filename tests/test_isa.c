@@ -72,7 +72,7 @@ static int run(const char *spec, size_t dim, uint64_t seed, uint64_t *hashes)
     kve_rng_seed(&rb, seed);
     kve_rng_seed(&g, seed ^ 0xabcdef);
     kve_bank *b = NULL;
-    kve_policy_options o = kve_policy_default_options();
+    kve_bank_options o = kve_bank_default_options();
     o.key_dim = dim;
     if (dim > MAXD || kve_bank_new_ex(spec, H, &rb, &o, &b) != KVE_OK)
         return 0;

@@ -612,7 +612,7 @@ static void test_prefill(void)
         /* What each head keeps: kve_bank_prefill on the full cache's rows, or
          * the policy stepped through them without evicting and evicted once. */
         kve_bank *b = NULL;
-        kve_policy_options o = kve_policy_default_options();
+        kve_bank_options o = kve_bank_default_options();
         o.key_dim = D_ / H_;
         ASSERT_OK(kve_bank_new_ex(cases[c].spec, L_ * G_, NULL, &o, &b));
         if (cases[c].method >= 0) {
@@ -661,7 +661,7 @@ static void test_prefill(void)
     kve_prefill_params p = kve_prefill_default_params(KVE_PREFILL_SNAPKV);
     p.window = 8; /* not below the budget */
     ASSERT_STATUS(lm_prefill(s, toks, PN, &p), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "prefill: h2o: prefill budget 8 must be greater than window 8");
+    ASSERT_CONTAINS(lm_last_error(), "prefill: layer 0: h2o: prefill budget 8 must be greater than window 8");
     ASSERT_STATUS(lm_prefill(NULL, toks, PN, NULL), KVE_EINVAL);
     ASSERT_STATUS(lm_prefill(s, NULL, PN, NULL), KVE_EINVAL);
     ASSERT_STATUS(lm_prefill(s, toks, 0, NULL), KVE_EINVAL);
@@ -692,6 +692,177 @@ static void test_prefill(void)
     ASSERT_STATUS(lm_prefill(s, toks, PN, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(lm_last_error(), "no policy");
     lm_state_free(s);
+    tiny_close(&k);
+}
+
+/* Budgets: the reference drives one bank of every (layer, KV head), as the
+ * decoder should: each layer's heads evicted to its own budget, or (shared)
+ * the layer's G heads together to G times it. The layer budgets come from
+ * kve_layer_budgets with the floor the decoder must use (recent_window + 1). */
+typedef struct bank_ref {
+    kve_bank *b;
+    size_t budget[L_];
+    int shared;
+    float rows[G_ * 64];
+} bank_ref;
+
+static size_t bank_keys(void *user, int layer, int g, int32_t t, int32_t *keys)
+{
+    (void)t;
+    bank_ref *br = user;
+    size_t h = (size_t)(layer * G_ + g), n = kve_bank_size(br->b, h);
+    memcpy(keys, kve_bank_positions(br->b, h), n * sizeof *keys);
+    return n;
+}
+
+static void bank_seen(void *user, int layer, int g, int32_t t, const int32_t *keys,
+                      const double *mean, size_t n)
+{
+    (void)keys;
+    bank_ref *br = user;
+    for (size_t i = 0; i < n; i++)
+        br->rows[(size_t)g * 64 + i] = (float)mean[i];
+    if (g != G_ - 1)
+        return; /* the layer is stepped whole, after its last head */
+    int32_t victims[G_ * 64];
+    size_t first = (size_t)layer * G_, b = br->budget[layer];
+    kve_status st = kve_bank_step_range(br->b, first, G_, t, br->rows, 64, 1, KVE_REDUCE_MEAN);
+    if (st == KVE_OK)
+        st = br->shared ? kve_bank_evict_shared(br->b, first, G_, G_ * b, victims, 64, NULL)
+                        : kve_bank_evict_range(br->b, first, G_, b, victims, 64, NULL);
+    if (st != KVE_OK)
+        fprintf(stderr, "bank_seen: %s\n", kve_last_error());
+}
+
+static void test_budgets_against_reference(void)
+{
+    static const kve_schedule_kind kinds[] = {KVE_SCHEDULE_UNIFORM, KVE_SCHEDULE_PYRAMID,
+                                              KVE_SCHEDULE_WEIGHTED};
+    static const double weights[L_] = {1.0, 4.0};
+    const char *spec = "h2o:budget=7,recent_window=1";
+    int spread_seen = 0;
+    for (int shared = 0; shared < 2; shared++)
+        for (int kind = 0; kind < 3; kind++) {
+            tiny k;
+            lm_model *m = tiny_open(&k, 1, 0, check_seed + 9);
+            ASSERT_TRUE(m != NULL);
+            bank_ref br = {.shared = shared};
+            kve_schedule sch = kve_schedule_default();
+            sch.kind = kinds[kind];
+            sch.floor = 2;
+            sch.beta = 3.0;
+            sch.weights = weights;
+            ASSERT_OK(kve_layer_budgets(&sch, L_ * 7, L_, br.budget));
+            kve_bank_options o = kve_bank_default_options();
+            o.share = shared ? G_ : 0;
+            o.min_share = 0.5;
+            ASSERT_OK(kve_bank_new_ex("h2o:budget=12,recent_window=1", L_ * G_, NULL, &o, &br.b));
+            lm_options opt = {.policy = spec, .schedule = kinds[kind], .beta = 3.0,
+                              .layer_weights = weights, .share_heads = shared,
+                              .min_share = 0.5};
+            lm_state *s = NULL;
+            ASSERT_OK(lm_state_new(m, &opt, &s));
+            for (int l = 0; l < L_; l++)
+                ASSERT_EQ(s->layer_budget[l], br.budget[l]);
+            ASSERT_TRUE(kind == 0 || br.budget[0] != br.budget[1]);
+            ref_state r;
+            enum { STEPS = 40 };
+            ref_init(&r, &k.fx, 0, STEPS);
+            double want[V_];
+            for (size_t t = 0; t < STEPS; t++) {
+                ASSERT_OK(lm_forward(s, token_at(t)));
+                ref_step(&r, token_at(t), (int32_t)t, bank_keys, bank_seen, &br, want);
+                for (int i = 0; i < V_; i++)
+                    if (!(fabs(s->logits[i] - want[i]) <= TOL(want[i])))
+                        CHECK_FAIL_AT("shared %d kind %d step %zu logit %d: %.9g vs %.9g", shared,
+                                      kind, t, i, s->logits[i], want[i]);
+                for (int l = 0; l < L_; l++) {
+                    size_t total = 0;
+                    for (int g = 0; g < G_; g++) {
+                        const lm_cache *c = &s->cache[l * G_ + g];
+                        size_t h = (size_t)(l * G_ + g);
+                        ASSERT_EQ(c->n, kve_bank_size(br.b, h));
+                        ASSERT_TRUE(memcmp(c->pos, kve_bank_positions(br.b, h),
+                                           c->n * sizeof(int32_t)) == 0);
+                        total += c->n;
+                        spread_seen |= shared && c->n != br.budget[l];
+                    }
+                    ASSERT_TRUE(total <= G_ * br.budget[l]);
+                    if (t >= G_ * br.budget[l])
+                        ASSERT_EQ(total, G_ * br.budget[l]);
+                }
+            }
+            ref_free(&r);
+            kve_bank_free(br.b);
+            lm_state_free(s);
+            tiny_close(&k);
+        }
+    ASSERT_TRUE(spread_seen); /* sharing did move positions between heads */
+}
+
+/* The calibration statistic against a direct computation from dumped rows,
+ * and its refusals. */
+typedef struct spread_dump {
+    double far[L_];
+    size_t seen[L_];
+    size_t window;
+} spread_dump;
+
+static void dump_far(void *user, int32_t layer, int32_t pos, const float *att, size_t ld,
+                     const size_t *n_keys)
+{
+    spread_dump *d = user;
+    if ((size_t)pos <= d->window)
+        return;
+    for (int g = 0; g < G_; g++) {
+        double far = 0;
+        for (size_t i = 0; i + d->window < (size_t)pos; i++) {
+            double sum = 0;
+            for (int r = 0; r < H_ / G_; r++)
+                sum += att[(size_t)(g * (H_ / G_) + r) * ld + i];
+            far += (float)(sum / (H_ / G_));
+        }
+        (void)n_keys;
+        d->far[layer] += far;
+        d->seen[layer]++;
+    }
+}
+
+static void test_layer_spread(void)
+{
+    tiny k;
+    lm_model *m = tiny_open(&k, 1, 0, check_seed + 10);
+    ASSERT_TRUE(m != NULL);
+    int32_t toks[30];
+    for (size_t i = 0; i < 30; i++)
+        toks[i] = token_at(i + 1);
+    double got[L_];
+    ASSERT_OK(lm_layer_spread(m, toks, 30, 4, got));
+    spread_dump d = {.window = 4};
+    lm_options o = {.on_attention = dump_far, .user = &d};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, &o, &s));
+    for (size_t i = 0; i <= 30; i++)
+        ASSERT_OK(lm_forward(s, i ? toks[i - 1] : LM_BOS));
+    lm_state_free(s);
+    for (int l = 0; l < L_; l++) {
+        ASSERT_EQ(d.seen[l], (30 - 4) * G_);
+        ASSERT_NEAR(got[l], d.far[l] / (double)d.seen[l], 1e-12);
+        ASSERT_TRUE(got[l] > 0 && got[l] < 1);
+    }
+    ASSERT_STATUS(lm_layer_spread(m, toks, 4, 4, got), KVE_EINVAL);
+    ASSERT_CONTAINS(lm_last_error(), "no step beyond");
+    ASSERT_STATUS(lm_layer_spread(NULL, toks, 30, 4, got), KVE_EINVAL);
+    /* a schedule the decoder refuses: weights summing to zero, a bad kind;
+     * a shared budget on a policy without scores */
+    double zero[L_] = {0};
+    lm_options bad = {.policy = "h2o:budget=6,recent_window=1",
+                      .schedule = KVE_SCHEDULE_WEIGHTED, .layer_weights = zero};
+    ASSERT_STATUS(lm_state_new(m, &bad, &s), KVE_EINVAL);
+    ASSERT_CONTAINS(lm_last_error(), "sum to 0");
+    bad = (lm_options){.policy = "window:budget=6", .share_heads = 1};
+    ASSERT_STATUS(lm_state_new(m, &bad, &s), KVE_EINVAL);
+    ASSERT_CONTAINS(lm_last_error(), "compares scores");
     tiny_close(&k);
 }
 
@@ -1087,26 +1258,31 @@ static void test_alloc_failures(void)
             break;
         }
     }
-    opt.policy = "full";
-    ASSERT_OK(run_decoder(m, &opt, 20, ref)); /* full: the caches grow along the run */
-    for (k = 0; k < 12; k++) {
-        lm_state *s = NULL;
-        ASSERT_OK(lm_state_new(m, &opt, &s));
-        int failed = 0;
-        for (size_t t = 0; t < 20; t++) {
-            lm_alloc_fail_after(k);
-            kve_status st = lm_forward(s, token_at(t));
-            lm_alloc_fail_after(SIZE_MAX);
-            if (st != KVE_OK) {
-                ASSERT_STATUS(st, KVE_ENOMEM);
-                ASSERT_EQ(s->pos, (int32_t)t);
-                failed = 1;
-                ASSERT_OK(lm_forward(s, token_at(t)));
+    /* full: the caches grow along the run; shared h2o: the layers' arenas
+     * grow, then are laid out again in place */
+    lm_options shared = {.policy = "h2o:budget=6,recent_window=1", .share_heads = 1};
+    for (int which = 0; which < 2; which++) {
+        opt = which ? shared : (lm_options){.policy = "full"};
+        ASSERT_OK(run_decoder(m, &opt, 20, ref));
+        for (k = 0; k < 12; k++) {
+            lm_state *s = NULL;
+            ASSERT_OK(lm_state_new(m, &opt, &s));
+            int failed = 0;
+            for (size_t t = 0; t < 20; t++) {
+                lm_alloc_fail_after(k);
+                kve_status st = lm_forward(s, token_at(t));
+                lm_alloc_fail_after(SIZE_MAX);
+                if (st != KVE_OK) {
+                    ASSERT_STATUS(st, KVE_ENOMEM);
+                    ASSERT_EQ(s->pos, (int32_t)t);
+                    failed = 1;
+                    ASSERT_OK(lm_forward(s, token_at(t)));
+                }
+                ASSERT_TRUE(memcmp(s->logits, ref + t * V_, sizeof(float) * V_) == 0);
             }
-            ASSERT_TRUE(memcmp(s->logits, ref + t * V_, sizeof(float) * V_) == 0);
+            ASSERT_TRUE(failed || k > 0);
+            lm_state_free(s);
         }
-        ASSERT_TRUE(failed || k > 0);
-        lm_state_free(s);
     }
     lm_model_free(m);
     free(img);
@@ -1129,6 +1305,8 @@ int main(int argc, char **argv)
     RUN(test_h2o_against_reference);
     RUN(test_key_policies_against_reference);
     RUN(test_prefill);
+    RUN(test_budgets_against_reference);
+    RUN(test_layer_spread);
     RUN(test_reset_and_seeds);
     RUN(test_refusals);
     RUN(test_window_nats);

@@ -418,7 +418,7 @@ static void test_refusals(void)
     static const char *const cannot[] = {"window:budget=16", "streaming:budget=16",
                                          "random:budget=16", "full:budget=16",
                                          "knorm:budget=16", "keydiff:budget=16"};
-    kve_policy_options o = kve_policy_default_options();
+    kve_bank_options o = kve_bank_default_options();
     o.key_dim = 4;
     kve_rng rng;
     kve_rng_seed(&rng, 1);

@@ -403,7 +403,9 @@ static void test_construction_refusals(void)
     ASSERT_STATUS(kve_policy_new_ex("h2o", NULL, &o, &out), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "key_dim");
     kve_bank *bout = NULL;
-    ASSERT_STATUS(kve_bank_new_ex("knorm", 2, NULL, &o, &bout), KVE_EINVAL);
+    kve_bank_options bo = kve_bank_default_options();
+    bo.key_dim = o.key_dim;
+    ASSERT_STATUS(kve_bank_new_ex("knorm", 2, NULL, &bo, &bout), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "key_dim");
     ASSERT_STATUS(kve_bank_new("keydiff", 2, NULL, &bout), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "key_dim must be at least 1");

@@ -13,6 +13,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,19 @@ uint64_t parse_u64(const char *what, const char *s, uint64_t min, uint64_t max)
     if (x < min || x > max)
         die_usage("%s: %s is out of range [%llu, %llu]", what, s, (unsigned long long)min,
                   (unsigned long long)max);
+    return x;
+}
+
+double parse_real(const char *what, const char *s, double min, double max)
+{
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (!strchr("0123456789.+-", s[0]) || !s[0] || *end || errno || !isfinite(x) ||
+        strpbrk(s, "xX"))
+        die_usage("%s: '%s' is not a plain decimal number", what, s);
+    if (!(x >= min && x <= max))
+        die_usage("%s: %s is out of range [%g, %g]", what, s, min, max);
     return x;
 }
 
@@ -308,7 +322,12 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
             o.def[o.n] = &shared_defs[i].def;
             o.val[o.n++] = &shared_val[i];
         }
-    for (size_t i = 0; i < spec->n_own && i < CLI_MAX_OWN; i++) {
+    if (spec->n_own > CLI_MAX_OWN) { /* a command's table outgrew the parser: a bug, not input */
+        fprintf(stderr, "kvevict: internal error: a command has %zu options, more than %d\n",
+                spec->n_own, (int)CLI_MAX_OWN);
+        exit(3);
+    }
+    for (size_t i = 0; i < spec->n_own; i++) {
         o.def[o.n] = &spec->own[i];
         o.val[o.n++] = &a->own[i];
     }

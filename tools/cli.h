@@ -73,7 +73,7 @@ char *xstrdup(const char *s);
 typedef enum { FMT_TEXT, FMT_MD, FMT_CSV, FMT_JSON } tfmt;
 
 enum { OPT_VALUE = 1u, OPT_REPEAT = 2u };
-enum { OPT_MAXREP = 8, CLI_MAX_OWN = 16, CLI_MAX_POS = 64, CLI_MAX_BUDGETS = 64 };
+enum { OPT_MAXREP = 8, CLI_MAX_OWN = 32, CLI_MAX_POS = 64, CLI_MAX_BUDGETS = 64 };
 
 typedef struct opt_def {
     const char *name; /* long name without "--" */
@@ -148,6 +148,9 @@ uint64_t parse_u64(const char *what, const char *s, uint64_t min, uint64_t max);
  * out[0 .. *n), at most cap of them; usage errors name `what`. */
 void parse_budgets(const char *what, const char *s, size_t *out, size_t cap, size_t *n);
 
+/* A finite decimal number (strtod syntax without hex, inf or nan) within
+ * [min, max]; otherwise a usage error naming `what`. */
+double parse_real(const char *what, const char *s, double min, double max);
 /* Splits a comma-separated list into *n fresh strings; empty items are a
  * usage error naming `what`. Free with free_list. */
 char **split_list(const char *what, const char *s, size_t *n);
@@ -310,6 +313,78 @@ void table_free(table *t);
  * c->timings), state bytes, then the CSV-only context columns. */
 size_t result_cols(col *cols, size_t n, const result_ctx *c);
 void result_cells(table *t, const result_ctx *c, const kve_eval_result *r);
+
+/* ---- JSON Lines read back (jsonl.c) ------------------------------------- */
+
+/* One flat object: n keys and their values as text (strings unescaped,
+ * numbers and literals as written); str[i]: value i was a string. */
+typedef struct jrow {
+    size_t n;
+    char **key, **val;
+    int *str;
+} jrow;
+typedef struct jsonl {
+    size_t n;
+    jrow *rows;
+} jsonl;
+
+/* Reads a JSON Lines file of flat objects (blank lines skipped); malformed
+ * input or I/O errors exit (bad input). */
+void jsonl_read(jsonl *j, const char *path);
+void jsonl_free(jsonl *j);
+/* The value of `key` in r, NULL when absent. */
+const char *jrow_get(const jrow *r, const char *key);
+/* Whether r satisfies every where[i]: "KEY=VALUE" (the value's text equals
+ * VALUE), "KEY!=VALUE" (KEY present, its text not VALUE) or "KEY" (present). */
+int jrow_where(const jrow *r, const char *const *where, size_t n);
+
+/* ---- budgets across heads and layers (budgets.c) ------------------------- */
+
+/* The options of docs/budgets.md, shared by `kvevict eval` (traces) and the
+ * measuring `kvevict lm` commands (the model): BUDGET_OPTS in a command's own
+ * table, budget_args_parse after cli_parse. */
+#define BUDGET_OPTS                                                                                \
+    {"share-heads", 0, 0}, {"min-share", 0, OPT_VALUE}, {"schedule", 0, OPT_VALUE},                \
+        {"beta", 0, OPT_VALUE}, {"calibration", 0, OPT_VALUE},                                     \
+    {                                                                                              \
+        "calibration-window", 0, OPT_VALUE                                                         \
+    }
+#define BUDGET_USAGE                                                                               \
+    "  --share-heads       each layer's KV heads share one budget, heads x budget\n"             \
+    "                      (Ada-KV: the layer's lowest scores go; docs/budgets.md)\n"             \
+    "  --min-share F       with --share-heads: no head keeps less than F of an even\n"           \
+    "                      share, nor less than its recent window (default 0.2)\n"               \
+    "  --schedule S        uniform (default), pyramid (PyramidKV) or attention: the\n"          \
+    "                      total, layers x budget, split over the layers\n"                     \
+    "  --beta B            pyramid: the top layer gets 1/B of the mean (default 20)\n"          \
+    "  --calibration SRC   attention: each layer weighted by the attention mass it\n"           \
+    "                      puts beyond the newest W keys, measured on SRC\n"                    \
+    "  --calibration-window W   that W (default 32)\n"
+
+typedef struct budget_args {
+    int given;                  /* some budgets option was given: rows carry its columns */
+    int share_heads;            /* --share-heads */
+    double min_share;           /* --min-share (0.2) */
+    kve_schedule_kind schedule; /* --schedule */
+    const char *schedule_name;  /* "uniform", "pyramid", "attention" */
+    double beta;                /* --beta (20) */
+    const char *calibration;    /* --calibration, NULL unless attention */
+    size_t calibration_window;  /* --calibration-window (32) */
+} budget_args;
+
+void budget_args_parse(budget_args *b, const cli_args *a, const cli_spec *spec);
+/* Appends the budgets columns (schedule, share, layer budgets) when given. */
+size_t budget_cols(col *cols, size_t n, const budget_args *b);
+/* Their cells: the layer budgets L of them, "a,b,c". */
+void budget_cells(table *t, const budget_args *b, const size_t *layer_budgets, size_t L);
+/* The statistic of --schedule attention on a trace of L layers (layer-major
+ * heads): per layer, the mean over steps t > window and the layer's heads of
+ * the mass on keys older than t - window. Errors exit. */
+void trace_layer_spread(kve_trace *tr, size_t window, double *out);
+/* `kvevict eval` with budgets options: the trace's layers evaluated one by
+ * one, each a bank of its heads at its budget (budgets.c). */
+void eval_budgets(FILE *out, const cli_args *a, const budget_args *b, int per_head,
+                  size_t score_after);
 
 /* ---- evaluation sets (evalset.c) ---------------------------------------- */
 

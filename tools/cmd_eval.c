@@ -10,6 +10,7 @@
 #include "cli.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 static const char eval_usage[] =
@@ -41,16 +42,27 @@ static const char eval_usage[] =
     "\n"
     "A multi-head file evaluates each head independently: retained mass, recall\n"
     "and ns/step are means over heads, min mass the minimum, state bytes the\n"
-    "largest. Exit status: 0 ok, 1 bad input, 2 bad usage.\n";
+    "largest.\n"
+    "\n"
+    "Budgets across heads and layers (docs/budgets.md) on an [L,H,T,T] file: the\n"
+    "budget is the mean per head, the layers' heads run as one bank per layer;\n"
+    "the row adds schedule, share, layer_budgets, mean_kept, score_after and\n"
+    "total_state_bytes (state_bytes: its mean per head):\n"
+    BUDGET_USAGE
+    "                      (SRC: a trace of as many layers)\n"
+    "  --score-after N     score every layer on steps t > N (default: the largest\n"
+    "                      layer budget); any of these options selects this mode\n"
+    "\n"
+    "Exit status: 0 ok, 1 bad input, 2 bad usage.\n";
 
-static const opt_def eval_own[] = {{"per-head", 0, 0}};
+static const opt_def eval_own[] = {{"per-head", 0, 0}, BUDGET_OPTS, {"score-after", 0, OPT_VALUE}};
 static const cli_spec eval_spec = {
     .usage = eval_usage,
     .shared = SO_TRACE | SO_POLICY | SO_BUDGET | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT |
               SO_OUTPUT,
     .required = SO_TRACE | SO_POLICY,
     .own = eval_own,
-    .n_own = 1,
+    .n_own = sizeof eval_own / sizeof eval_own[0],
     .default_format = FMT_TEXT,
 };
 
@@ -69,6 +81,18 @@ int cmd_eval(int argc, char **argv)
     cli_args a;
     cli_parse(&a, &eval_spec, argc, argv);
     int per_head = cli_own(&a, &eval_spec, "per-head")->count > 0;
+    budget_args ba;
+    budget_args_parse(&ba, &a, &eval_spec);
+    const opt_val *sa = cli_own(&a, &eval_spec, "score-after");
+    if (ba.given || sa->count) {
+        ba.given = 1; /* the rows carry the budgets columns */
+        size_t after = sa->count ? (size_t)parse_u64("--score-after", sa->v[0], 1, INT32_MAX) : 0;
+        free(canon_spec("--policy", a.policy, a.budget)); /* a usage error before the trace */
+        FILE *out = out_open(a.output);
+        eval_budgets(out, &a, &ba, per_head, after);
+        out_close(out);
+        return 0;
+    }
     char *spec = canon_spec("--policy", a.policy, a.budget);
     FILE *out = out_open(a.output);
     kve_trace *tr = open_trace(&a);

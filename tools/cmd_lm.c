@@ -42,6 +42,8 @@ static struct {
     size_t text_len;
     int32_t *ids; /* the text, encoded */
     size_t n_ids;
+    budget_args budgets; /* --share-heads, --schedule, ... (budgets.c) */
+    double *layer_weights; /* (L) --schedule attention: measured on --calibration */
 } ctx;
 
 /* Exit for a failed lm call: KVE_EINVAL is usage, the rest bad input. */
@@ -188,10 +190,13 @@ static size_t budget_of(const char *s, int32_t seq_len)
     return (size_t)parse_u64("--budget", s, 1, KVE_MAX_BUDGET);
 }
 
-/* A decoder; dies (usage) on a bad spec. */
+/* A decoder; dies (usage) on a bad spec. The budgets options apply. */
 static lm_state *new_state(const char *spec, size_t budget, lm_positions pos, uint64_t seed)
 {
-    lm_options o = {.policy = spec, .budget = budget, .positions = pos, .seed = seed};
+    lm_options o = {.policy = spec, .budget = budget, .positions = pos, .seed = seed,
+                    .schedule = ctx.budgets.schedule, .beta = ctx.budgets.beta,
+                    .layer_weights = ctx.layer_weights, .share_heads = ctx.budgets.share_heads,
+                    .min_share = ctx.budgets.min_share};
     lm_state *s = NULL;
     kve_status st = lm_state_new(ctx.model, &o, &s);
     if (st != KVE_OK)
@@ -212,9 +217,7 @@ static lm_state *new_state(const char *spec, size_t budget, lm_positions pos, ui
 #define MEASURE_OPTS                                                                               \
     {"model", 0, OPT_VALUE}, {"text", 0, OPT_VALUE}, {"tokenizer", 0, OPT_VALUE},                  \
         {"policy", 0, OPT_VALUE | OPT_REPEAT}, {"budget", 0, OPT_VALUE | OPT_REPEAT},              \
-    {                                                                                              \
-        "positions", 0, OPT_VALUE                                                                  \
-    }
+        {"positions", 0, OPT_VALUE}, BUDGET_OPTS
 
 typedef struct measure_args {
     cli_args a;
@@ -249,6 +252,27 @@ static void measure_parse(measure_args *m, const cli_spec *spec, int argc, char 
     if (m->n_budgets && !m->n_specs)
         die_usage("--budget needs --policy");
     m->positions = opt_positions(own(&m->a, spec, "positions"));
+    budget_args_parse(&ctx.budgets, &m->a, spec);
+}
+
+/* --schedule attention: each layer's spread beyond the calibration window,
+ * on BOS and the first seq_len - 1 tokens of the --calibration text. */
+static void load_calibration(const char *path)
+{
+    char *text = NULL;
+    size_t len = 0, n = 0;
+    kve_status st = lm_read_file(path, &text, &len);
+    if (st != KVE_OK)
+        die_input("--calibration: %s", lm_last_error());
+    int32_t *ids = encode(text, len, &n);
+    size_t most = (size_t)ctx.model->config.seq_len - 1;
+    ctx.layer_weights = xcalloc((size_t)ctx.model->config.n_layers, sizeof *ctx.layer_weights);
+    st = lm_layer_spread(ctx.model, ids, n < most ? n : most, ctx.budgets.calibration_window,
+                         ctx.layer_weights);
+    lm_free(text);
+    free(ids);
+    if (st != KVE_OK)
+        die_input("--calibration %s: %s", path, lm_last_error());
 }
 
 static void measure_load(const measure_args *m, const cli_spec *spec)
@@ -257,6 +281,8 @@ static void measure_load(const measure_args *m, const cli_spec *spec)
     load_tokenizer(own(&m->a, spec, "tokenizer"), m->model);
     load_text(m->text);
     encode_text(m->text);
+    if (ctx.budgets.calibration)
+        load_calibration(ctx.budgets.calibration);
 }
 
 static void measure_free(measure_args *m)
@@ -302,7 +328,8 @@ static void free_jobs(job *jobs, size_t n)
 }
 
 /* The first cells of a row: policy ("full" for the full cache), budget
- * (null for the full cache), positions. */
+ * (null for the full cache), positions; then, with budgets options, the
+ * schedule, the sharing and the layer budgets. */
 static void job_cells(table *t, const job *jb, lm_positions positions)
 {
     table_str(t, jb->spec ? jb->spec : "full");
@@ -311,13 +338,21 @@ static void job_cells(table *t, const job *jb, lm_positions positions)
     else
         table_real(t, NAN, "%.0f");
     table_str(t, positions_name(positions));
+    budget_cells(t, &ctx.budgets, jb->spec ? jb->s->layer_budget : NULL,
+                 (size_t)ctx.model->config.n_layers);
 }
 
-#define JOB_COLS                                                                                   \
-    {"policy", KEY_POLICY, COL_ALL | COL_LEFT | COL_CODE}, {"budget", KEY_BUDGET, COL_ALL},        \
-    {                                                                                              \
-        "positions", "positions", COL_CSV | COL_JSON                                               \
-    }
+/* The columns of job_cells, then `rest`; returns the count. */
+static size_t job_cols(col *cols, const col *rest, size_t n_rest)
+{
+    size_t n = 0;
+    cols[n++] = (col){"policy", KEY_POLICY, COL_ALL | COL_LEFT | COL_CODE};
+    cols[n++] = (col){"budget", KEY_BUDGET, COL_ALL};
+    cols[n++] = (col){"positions", "positions", COL_CSV | COL_JSON};
+    n = budget_cols(cols, n, &ctx.budgets);
+    memcpy(cols + n, rest, n_rest * sizeof *rest);
+    return n + n_rest;
+}
 
 /* ---- lm logits ---------------------------------------------------------------- */
 
@@ -450,6 +485,11 @@ static const char eval_usage[] =
     "  --format F          text (default), md, csv or json; --json, --csv, --md\n"
     "  -o, --output F      write to F instead of standard output\n"
     "\n"
+    "Budgets across heads and layers (docs/budgets.md): the budget is the mean per\n"
+    "KV head; rows add the keys schedule, share and layer_budgets.\n"
+    BUDGET_USAGE
+    "                      (SRC: a text, its first seq_len - 1 tokens after BOS)\n"
+    "\n"
     "The first row is the full cache (policy full, budget null in JSON). JSON keys:\n"
     "policy, budget, positions, windows, tokens, bytes, bits_per_byte,\n"
     "bits_per_byte_se, bits_per_token, full_bits_per_byte, delta_bits_per_byte,\n"
@@ -516,8 +556,7 @@ static int lm_eval(int argc, char **argv)
     if (W < 2)
         warn("one window: no standard errors");
 
-    static const col cols[] = {
-        JOB_COLS,
+    static const col rest[] = {
         {"windows", "windows", COL_CSV | COL_JSON},
         {"tokens", "tokens", COL_CSV | COL_JSON},
         {"bytes", "bytes", COL_CSV | COL_JSON},
@@ -529,8 +568,9 @@ static int lm_eval(int argc, char **argv)
         {"delta se", "delta_bits_per_byte_se", COL_ALL},
         {"seed", KEY_SEED, COL_CSV | COL_JSON},
     };
+    col cols[TABLE_MAXCOLS];
     table t;
-    table_init(&t, cols, sizeof cols / sizeof cols[0]);
+    table_init(&t, cols, job_cols(cols, rest, sizeof rest / sizeof rest[0]));
     double total_bytes = (double)ctx.text_len + 1, full = 0;
     for (size_t w = 0; w < W; w++)
         full += bits[w];
@@ -820,7 +860,6 @@ static int lm_recall(int argc, char **argv, int repeat)
     progress_end(&pr);
 
     static const col pk_cols[] = {
-        JOB_COLS,
         {"distance", "distance", COL_ALL},
         {"trials", "trials", COL_CSV | COL_JSON},
         {"accuracy", "accuracy", COL_ALL},
@@ -830,7 +869,6 @@ static int lm_recall(int argc, char **argv, int repeat)
         {"seed", KEY_SEED, COL_CSV | COL_JSON},
     };
     static const col rp_cols[] = {
-        JOB_COLS,
         {"distance", "distance", COL_ALL},
         {"trials", "trials", COL_CSV | COL_JSON},
         {"span", "span", COL_CSV | COL_JSON},
@@ -840,10 +878,11 @@ static int lm_recall(int argc, char **argv, int repeat)
         {"seed", KEY_SEED, COL_CSV | COL_JSON},
     };
     table t;
+    col cols[TABLE_MAXCOLS];
     if (repeat)
-        table_init(&t, rp_cols, sizeof rp_cols / sizeof rp_cols[0]);
+        table_init(&t, cols, job_cols(cols, rp_cols, sizeof rp_cols / sizeof rp_cols[0]));
     else
-        table_init(&t, pk_cols, sizeof pk_cols / sizeof pk_cols[0]);
+        table_init(&t, cols, job_cols(cols, pk_cols, sizeof pk_cols / sizeof pk_cols[0]));
     double count = repeat ? (double)trials * (double)(P - 1) : (double)trials;
     for (size_t jb = 0; jb < n_jobs; jb++) {
         for (size_t di = 0; di < nd; di++) {
@@ -1287,8 +1326,7 @@ static int lm_prefill_cmd(int argc, char **argv)
     }
     progress_end(&pr);
 
-    static const col cols[] = {
-        JOB_COLS,
+    static const col rest[] = {
         {"prefill", "prefill", COL_ALL},
         {"windows", "windows", COL_CSV | COL_JSON},
         {"tokens", "tokens", COL_CSV | COL_JSON},
@@ -1300,8 +1338,9 @@ static int lm_prefill_cmd(int argc, char **argv)
         {"se", "passkey_accuracy_se", COL_ALL},
         {"seed", KEY_SEED, COL_CSV | COL_JSON},
     };
+    col cols[TABLE_MAXCOLS];
     table t;
-    table_init(&t, cols, sizeof cols / sizeof cols[0]);
+    table_init(&t, cols, job_cols(cols, rest, sizeof rest / sizeof rest[0]));
     double prompts = (double)(nd * trials);
     for (size_t r = 0; r < n_rows; r++) {
         const job *jb = &jobs[rows[r].job];

@@ -50,14 +50,27 @@ static const char plot_usage[] =
     "\n"
     "  --out DIR    the directory to write the PNG files to (must exist)\n"
     "  --trace SRC  plot another trace (default canonical); the trace picture\n"
-    "               shows its steps up to 2304\n";
+    "               shows its steps up to 2304\n"
+    "\n"
+    "usage: kvevict plot --jsonl FILE --x KEY --y KEY [--series KEY] [--where K=V]...\n"
+    "                    [--title T] [--xlabel T] [--ylabel T] [--logx] --png PATH\n"
+    "\n"
+    "A figure of committed measurements (the JSON Lines of `--json` outputs, as\n"
+    "docs/data/ holds): the rows satisfying every --where (the value's text equal),\n"
+    "one line of y against x per distinct value of --series (in order of first\n"
+    "appearance; one line without it). A numeric x is an axis, any other x a list\n"
+    "of categories in order of first appearance.\n";
 
-static const opt_def plot_own[] = {{"out", 0, OPT_VALUE}};
+static const opt_def plot_own[] = {
+    {"out", 0, OPT_VALUE},    {"jsonl", 0, OPT_VALUE},   {"x", 0, OPT_VALUE},
+    {"y", 0, OPT_VALUE},      {"series", 0, OPT_VALUE},  {"where", 0, OPT_VALUE | OPT_REPEAT},
+    {"title", 0, OPT_VALUE},  {"xlabel", 0, OPT_VALUE},  {"ylabel", 0, OPT_VALUE},
+    {"logx", 0, 0},           {"png", 0, OPT_VALUE}};
 static const cli_spec plot_spec = {
     .usage = plot_usage,
     .shared = SO_TRACE,
     .own = plot_own,
-    .n_own = 1,
+    .n_own = sizeof plot_own / sizeof plot_own[0],
 };
 
 typedef struct replay_rec {
@@ -88,10 +101,160 @@ static void close_checked(FILE *f, const char *path)
         die_input("%s: cannot write", path);
 }
 
+/* gnuplot text in single quotes: a quote is doubled. */
+static void gp_quoted(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputc('\'', f);
+        if (*s != '\n')
+            fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+static const char *own1(const cli_args *a, const char *name)
+{
+    const opt_val *v = cli_own(a, &plot_spec, name);
+    return v->count ? v->v[0] : NULL;
+}
+
+/* kvevict plot --jsonl: see the usage. */
+static int plot_jsonl(const cli_args *a)
+{
+    const char *file = own1(a, "jsonl"), *x = own1(a, "x"), *y = own1(a, "y");
+    const char *series = own1(a, "series"), *png = own1(a, "png");
+    if (!x || !y || !png)
+        die_usage("--jsonl needs --x, --y and --png");
+    const opt_val *wv = cli_own(a, &plot_spec, "where");
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0)
+        die_input("gnuplot not found: apt-get install gnuplot-nox (or run make plots)");
+    jsonl j;
+    jsonl_read(&j, file);
+    size_t n = 0, n_series = 0, n_cat = 0;
+    const char **names = xcalloc(j.n + 1, sizeof *names), **cats = xcalloc(j.n + 1, sizeof *cats);
+    size_t *row_series = xcalloc(j.n + 1, sizeof *row_series);
+    size_t *keep = xcalloc(j.n + 1, sizeof *keep);
+    int numeric = 1, integers = 1;
+    double x_lo = INFINITY, x_hi = -INFINITY;
+    for (size_t r = 0; r < j.n; r++) {
+        const jrow *q = &j.rows[r];
+        if (!jrow_where(q, wv->v, (size_t)wv->count))
+            continue;
+        const char *xv = jrow_get(q, x), *yv = jrow_get(q, y);
+        if (!xv || !yv)
+            die_input("%s: a row without %s", file, xv ? y : x);
+        char *end;
+        double xd = strtod(xv, &end);
+        numeric = numeric && *end == '\0' && xv[0];
+        integers = integers && xd == floor(xd);
+        x_lo = fmin(x_lo, xd);
+        x_hi = fmax(x_hi, xd);
+        const char *sv = series ? jrow_get(q, series) : "";
+        sv = sv ? sv : "null";
+        size_t i = 0;
+        while (i < n_series && strcmp(names[i], sv) != 0)
+            i++;
+        if (i == n_series)
+            names[n_series++] = sv;
+        size_t c = 0;
+        while (c < n_cat && strcmp(cats[c], xv) != 0)
+            c++;
+        if (c == n_cat)
+            cats[n_cat++] = xv;
+        row_series[n] = i;
+        keep[n++] = r;
+    }
+    if (!n)
+        die_input("%s: no row satisfies the --where options", file);
+    const char *base = getenv("TMPDIR");
+    char tmpl[4096], path[4200], data[4200];
+    snprintf(tmpl, sizeof tmpl, "%s/kvevict-plot-XXXXXX", base && base[0] ? base : "/tmp");
+    const char *tmpdir = mkdtemp(tmpl);
+    if (!tmpdir || strchr(tmpdir, '\''))
+        die_input("cannot create a temporary directory");
+    FILE *f = open_in(tmpdir, "data.dat", "w", data, sizeof data);
+    for (size_t s = 0; s < n_series; s++) { /* one gnuplot index per series */
+        fprintf(f, "# %s\n", names[s]);
+        for (size_t k = 0; k < n; k++) {
+            if (row_series[k] != s)
+                continue;
+            const jrow *q = &j.rows[keep[k]];
+            const char *xv = jrow_get(q, x), *yv = jrow_get(q, y);
+            size_t c = 0;
+            while (strcmp(cats[c], xv) != 0)
+                c++;
+            const char *yy = strcmp(yv, "null") ? yv : "NaN";
+            if (numeric)
+                fprintf(f, "%s %s\n", xv, yy);
+            else /* a category: its index, its text on the axis */
+                fprintf(f, "%zu %s\n", c, yy);
+        }
+        fputs("\n\n", f);
+    }
+    close_checked(f, data);
+    f = open_in(tmpdir, "plot.gp", "w", path, sizeof path);
+    fprintf(f, "set terminal pngcairo size 900,540 enhanced font 'Sans,11'\n"
+               "set grid\nset key outside right top noenhanced\nset output ");
+    gp_quoted(f, png);
+    fprintf(f, "\nset title ");
+    gp_quoted(f, own1(a, "title") ? own1(a, "title") : "");
+    fprintf(f, " noenhanced\nset xlabel ");
+    gp_quoted(f, own1(a, "xlabel") ? own1(a, "xlabel") : x);
+    fprintf(f, " noenhanced\nset ylabel ");
+    gp_quoted(f, own1(a, "ylabel") ? own1(a, "ylabel") : y);
+    fprintf(f, " noenhanced\n");
+    if (cli_own(a, &plot_spec, "logx")->count)
+        fprintf(f, "set logscale x 2\n");
+    else if (numeric && integers && x_hi - x_lo <= 16) /* a few integers: one tic each */
+        fprintf(f, "set xtics 1\nset xrange [%g:%g]\n", x_lo - 0.25, x_hi + 0.25);
+    if (!numeric) {
+        fprintf(f, "set xrange [-0.5:%zu.5]\nset xtics (", n_cat - 1);
+        for (size_t c = 0; c < n_cat; c++) {
+            fprintf(f, "%s", c ? ", " : "");
+            gp_quoted(f, cats[c]);
+            fprintf(f, " %zu", c);
+        }
+        fprintf(f, ") noenhanced\n");
+    }
+    fprintf(f, "plot ");
+    for (size_t s = 0; s < n_series; s++) {
+        fprintf(f, "%s'%s' index %zu using 1:2 with linespoints lw 2 pt %zu title ", s ? ", " : "",
+                data, s, 5 + 2 * (s % 6));
+        char title[256], *end;
+        (void)strtod(names[s], &end);
+        /* a number names its key too ("head 0"); a word stands alone */
+        snprintf(title, sizeof title, "%s%s%s", *end || !names[s][0] ? "" : series,
+                 *end || !names[s][0] ? "" : " ", series ? names[s] : y);
+        gp_quoted(f, title);
+    }
+    fputc('\n', f);
+    close_checked(f, path);
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s'", path);
+    int rc = system(cmd);
+    remove(path);
+    remove(data);
+    rmdir(tmpdir);
+    free(names);
+    free(cats);
+    free(row_series);
+    free(keep);
+    jsonl_free(&j);
+    if (rc != 0)
+        die_input("gnuplot failed (status %d)", rc);
+    printf("wrote %s\n", png);
+    finish_stdout();
+    return 0;
+}
+
 int cmd_plot(int argc, char **argv)
 {
     cli_args a;
     cli_parse(&a, &plot_spec, argc, argv);
+    if (own1(&a, "jsonl"))
+        return plot_jsonl(&a);
     const char *src = a.trace ? a.trace : BENCH_TRACE;
     /* The figures' titles name the trace; a source gnuplot cannot quote is
      * named generically. */

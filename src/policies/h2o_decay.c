@@ -18,6 +18,7 @@ static const kve_param_def params[] = {
     {.key = "decay", .kind = KVE_PARAM_REAL, .rdefault = 0.99, .rmin = 0.0, .rmax = 1.0,
      .flags = KVE_PARAM_MIN_OPEN, .offset = offsetof(kve_params, decay),
      .doc = "forgetting factor per informative step, in (0, 1]"},
+    KVE_DEF_PAGES,
 };
 
 /* The rule, per slot: score = decay * score + a. */

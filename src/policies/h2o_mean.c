@@ -21,6 +21,7 @@ enum { SUM = KVE_COL_EXTRA0, BIRTH = KVE_COL_EXTRA1 };
 static const kve_param_def params[] = {
     KVE_DEF_BUDGET,
     KVE_DEF_RECENT_WINDOW(32),
+    KVE_DEF_PAGES,
 };
 
 static kve_status init(kve_config *c)

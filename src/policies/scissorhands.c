@@ -26,6 +26,7 @@ static const kve_param_def params[] = {
     KVE_DEF_RECENT_WINDOW(32),
     KVE_DEF_SIZE("history", 0, 0, MAX_HISTORY, history,
                  "informative steps whose votes count (0 = the whole lifetime)"),
+    KVE_DEF_PAGES,
 };
 
 /* Both rules: the fair share of this step, and (windowed) the vote register's

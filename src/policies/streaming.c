@@ -12,6 +12,7 @@ static const kve_param_def params[] = {
     KVE_DEF_BUDGET,
     KVE_DEF_SIZE("sinks", 4, 0, KVE_MAX_BUDGET - 1, sinks,
                  "first positions ever admitted, kept forever"),
+    KVE_DEF_BLOCK,
 };
 
 static kve_status init(kve_config *c)

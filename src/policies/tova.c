@@ -13,6 +13,7 @@
 static const kve_param_def params[] = {
     KVE_DEF_BUDGET,
     KVE_DEF_RECENT_WINDOW(1),
+    KVE_DEF_PAGES,
 };
 
 /* The rule, per slot: score = a. The slot's old score is not read, so the

@@ -7,6 +7,7 @@
 
 static const kve_param_def params[] = {
     KVE_DEF_BUDGET,
+    KVE_DEF_BLOCK,
 };
 
 const kve_policy_type kve__window_type = {
