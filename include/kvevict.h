@@ -345,7 +345,7 @@ KVE_API kve_status kve_spec_min_budget(const char *spec, size_t *out);
  * particular kve_bank_step, kve_bank_step_grouped and kve_bank_evict (every
  * head), kve_bank_state_bytes and kve_bank_free.
  *
- * Memory. kve_bank_new allocates the handle with its heads (about 170 bytes
+ * Memory. kve_bank_new allocates the handle with its heads (about 180 bytes
  * a head) and one slab per column of n_heads * (budget + 1) slots
  * (window/streaming: their sliding block). As with a policy, nothing
  * allocates while every head is evicted after every step; a head stepped
@@ -437,7 +437,7 @@ KVE_API kve_bank_options kve_bank_default_options(void);
  *      policy that has no score (full, window, streaming, random) or with
  *      block > 1. KVE_ENOMEM. On failure *out and rng are untouched.
  * Allocates: as kve_bank_new; with share > 0 the handle also holds
- *      n_heads / share groups (about 80 bytes each) and each head starts with
+ *      n_heads / share groups (about 70 bytes each) and each head starts with
  *      budget + 1 + slack slots (see "Shared budgets"). */
 KVE_API kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
                                    const kve_bank_options *options, kve_bank **out);

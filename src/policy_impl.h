@@ -107,7 +107,7 @@ struct kve_config {
     size_t (*evict)(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 };
 
-/* The state of one head. A kve_head is about 170 bytes; per-slot state lives
+/* The state of one head. A kve_head is about 180 bytes; per-slot state lives
  * in the columns. */
 struct kve_head {
     void *col[KVE_NCOLS]; /* column c: (cap) slots of elem[c] bytes, kept order */
