@@ -2,8 +2,9 @@
 /*
  * trace_impl.h - the kve_trace object and the table of trace sources behind
  * it, shared by trace.c (public entry points, dispatch), the sources
- * (trace_canonical.c: the synthetic generator; npy.c: the .npy reader) and
- * the .npy writer (npy.c). Nothing outside those files sees it.
+ * (trace_canonical.c: the synthetic generator; npy.c: the .npy reader;
+ * trace_memory.c: the caller's float32 array) and the .npy writer (npy.c).
+ * Nothing outside those files sees it.
  *
  * A source is one kve_trace_source_type (prefix, open, row, free), in the
  * manner of the policies' function tables: a new source (a q/K trace, a
@@ -17,7 +18,8 @@
  *    by the trace and released by type->free.
  *  - A row function is called with head < heads and t < steps already
  *    checked; it writes row[0 .. t] and nothing else.
- * Memory: O(steps) per trace whatever the source (never a T x T matrix).
+ * Memory: O(steps) per trace whatever the source: the library never holds
+ * a T x T matrix (the memory source reads the caller's, which it borrows).
  */
 #ifndef KVE_TRACE_IMPL_H
 #define KVE_TRACE_IMPL_H
@@ -53,7 +55,18 @@ struct kve_trace {
 
 /* The sources, one per file. */
 extern const kve_trace_source_type kve__canonical_source; /* trace_canonical.c */
+extern const kve_trace_source_type kve__memory_source;    /* trace_memory.c */
 extern const kve_trace_source_type kve__npy_source;       /* npy.c */
+
+/* What every source of recorded attention (a .npy file, the caller's
+ * memory) accepts as row t of head h, held in row[0 .. t]: every weight
+ * finite and >= 0; with KVE_TRACE_NORMALIZE a sum that is > 0 and finite,
+ * else (t >= 1) a sum within 1e-3 of 1. Returns the sum (in key order, in
+ * double) in *sum; refuses with KVE_EFORMAT and a message that starts with
+ * `what` (the path, "memory") and names the head (its layer and head in the
+ * layer when layers > 1), the row and the key. O(t). */
+kve_status kve__trace_check_row(const char *what, size_t heads, size_t layers, unsigned flags,
+                                size_t h, size_t t, const double *row, double *sum);
 
 /* The .npy writer (npy.c): head `head` of any trace as a [T, T] float32
  * v1.0 .npy, to an open stream. */
