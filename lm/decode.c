@@ -433,7 +433,7 @@ kve_status lm_forward(lm_state *s, int32_t token)
         if (s->opt.on_attention)
             s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
         if (s->bank) {
-            struct timespec t0, t1;
+            struct timespec t0 = {0, 0}, t1 = {0, 0}; /* set when opt.timing */
             if (s->opt.timing)
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
             if ((st = manage(s, l)) != KVE_OK) {
