@@ -21,6 +21,7 @@
  *     the .npy reader's bit for bit; out-of-range reads are refused.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "fuzz_rows.h"
 #include "kvevict.h"
 #include "npy_file.h"
 
@@ -77,17 +78,6 @@ static void build(const uint8_t *body, size_t len, unsigned mode, size_t heads, 
     }
 }
 
-static void check_distribution(const double *row, size_t t, double tol)
-{
-    double sum = 0;
-    for (size_t i = 0; i <= t; i++) {
-        CHECK(isfinite(row[i]) && row[i] >= 0);
-        sum += row[i];
-    }
-    if (t >= 1)
-        CHECK(fabs(sum - 1.0) <= tol);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < HEADER)
@@ -130,7 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int k = 0; k < 3; k++) {
             CHECK(kve_trace_row(m, hs[h], ts[k], row_m) == KVE_OK);
             CHECK(kve_trace_row(n, hs[h], ts[k], row_n) == KVE_OK);
-            check_distribution(row_m, ts[k], tol);
+            CHECK(row_is_distribution(row_m, ts[k], tol));
             CHECK(memcmp(row_m, row_n, (ts[k] + 1) * sizeof *row_m) == 0);
         }
     CHECK(kve_trace_row(m, L * H, 0, row_m) == KVE_EINVAL);

@@ -17,28 +17,9 @@
 set -u
 K=${1:?usage: test_shard.sh PATH/TO/kvevict PATH/TO/outcheck}
 J=${2:?usage: test_shard.sh PATH/TO/kvevict PATH/TO/outcheck}
-D=$(mktemp -d "${TMPDIR:-/tmp}/kvevict-shard.XXXXXX") || exit 1
-trap 'rm -rf "$D"' EXIT INT TERM
-fails=0
-checks=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-ok() { checks=$((checks + 1)); }
-check() { # check DESCRIPTION COMMAND... : the command must succeed
-    d=$1; shift
-    if "$@"; then ok; else fail "$d"; fi
-}
-# expect_err CODE WORDS ARGS... : exit CODE, one line on stderr containing
-# WORDS, nothing on stdout.
-expect_err() {
-    code=$1; words=$2; shift 2
-    "$K" "$@" >"$D/out" 2>"$D/err"
-    rc=$?
-    if [ "$rc" -ne "$code" ]; then fail "kvevict $*: exit $rc, expected $code"; return; fi
-    if [ "$(wc -l <"$D/err")" -ne 1 ]; then fail "kvevict $*: stderr is not one line:"; cat "$D/err" >&2; return; fi
-    if ! grep -qF -- "$words" "$D/err"; then fail "kvevict $*: want '$words' in: $(cat "$D/err")"; return; fi
-    if [ -s "$D/out" ]; then fail "kvevict $*: wrote to stdout on error"; return; fi
-    ok
-}
+. "$(dirname "$0")/check.sh"
+scratch kvevict-shard
+
 # The one timing, set to 0: in JSON Lines (rows or shard lines) and in CSV
 # (the column found by its header; fields split as RFC 4180 quotes them).
 json_no_ns() { sed -E 's/"ns_per_step": [^,}]*/"ns_per_step": 0/' "$1"; }
@@ -60,6 +41,24 @@ csv_no_ns() {
            out = ""
            for (i = 1; i <= n; i++) out = out (i > 1 ? "," : "") (i == col && NR > 1 ? "0" : f[i])
            print out }' "$1"
+}
+
+# same_json DESC A B, same_csv DESC A B: equal but for ns_per_step.
+same_json() {
+    json_no_ns "$2" >"$D/x"
+    json_no_ns "$3" >"$D/y"
+    check "$1" cmp -s "$D/x" "$D/y"
+}
+same_csv() {
+    csv_no_ns "$2" >"$D/x"
+    csv_no_ns "$3" >"$D/y"
+    check "$1" cmp -s "$D/x" "$D/y"
+}
+# covers DESC FILE N: the "job" values of FILE's lines are 0 .. N-1, once each.
+covers() {
+    sed -E 's/.*"job": ([0-9]+),.*/\1/' "$2" | sort -n >"$D/x"
+    seq 0 $(($3 - 1)) >"$D/y"
+    check "$1" cmp -s "$D/x" "$D/y"
 }
 
 # ---- sweep: partition, lines, merge ----------------------------------------
@@ -87,18 +86,12 @@ for n in 1 2 3 5 12; do
         cat "$D/s$i.$n" >>"$D/all.$n"
         i=$((i + 1))
     done
-    sed -E 's/.*"job": ([0-9]+),.*/\1/' "$D/all.$n" | sort -n >"$D/jobs.$n"
-    seq 0 $((JOBS - 1)) >"$D/want"
-    check "$n shards cover the $JOBS jobs exactly once" cmp -s "$D/jobs.$n" "$D/want"
+    covers "$n shards cover the $JOBS jobs exactly once" "$D/all.$n" $JOBS
     "$K" merge --json "$D"/s*."$n" >"$D/merged.json" 2>"$D/err"
     check "merge of $n shards runs" [ $? -eq 0 ]
-    json_no_ns "$D/full.json" >"$D/a"
-    json_no_ns "$D/merged.json" >"$D/b"
-    check "merge of $n shards: the unsharded JSON but for ns_per_step" cmp -s "$D/a" "$D/b"
+    same_json "merge of $n shards: the unsharded JSON but for ns_per_step" "$D/full.json" "$D/merged.json"
     "$K" merge --csv "$D"/s*."$n" >"$D/merged.csv"
-    csv_no_ns "$D/full.csv" >"$D/a"
-    csv_no_ns "$D/merged.csv" >"$D/b"
-    check "merge of $n shards: the unsharded CSV but for ns_per_step" cmp -s "$D/a" "$D/b"
+    same_csv "merge of $n shards: the unsharded CSV but for ns_per_step" "$D/full.csv" "$D/merged.csv"
 done
 check "the shard lines carry the run" grep -q '"run": {"command": "sweep", "trace": "canonical:steps=500", "policy": "h2o:budget=64", "param": \["recent_window=4,8,16,32"\], "budget": \[48, 64, 96\], "seed": 0, "topk": null, "normalize": false}' "$D/s0.3"
 json_no_ns "$D/s0.1" | sed -E 's/, "topk": 32//; s/, "shard": .*$/}/' >"$D/rows"
@@ -127,9 +120,7 @@ check "merge -o writes the file" cmp -s "$D/out.csv" "$D/one.csv"
 
 # A shard run twice gives the same lines but for the timing.
 "$K" sweep $S $G --shard 1/3 >"$D/again"
-json_no_ns "$D/again" >"$D/a"
-json_no_ns "$D/s1.3" >"$D/b"
-check "a shard is deterministic" cmp -s "$D/a" "$D/b"
+same_json "a shard is deterministic" "$D/again" "$D/s1.3"
 
 # ---- --topk, --seed (random draws), a multi-head .npy trace -----------------
 R="--trace canonical:steps=400,seed=7 --policy random:budget=64 --param recent_window=2,8,16 --budget 64,100 --seed 11 --topk 8"
@@ -137,9 +128,7 @@ R="--trace canonical:steps=400,seed=7 --policy random:budget=64 --param recent_w
 "$K" sweep $R --shard 0/2 >"$D/r0"
 "$K" sweep $R --shard 1/2 >"$D/r1"
 "$K" merge --json "$D/r1" "$D/r0" >"$D/rm.json"
-json_no_ns "$D/r.json" >"$D/a"
-json_no_ns "$D/rm.json" >"$D/b"
-check "random policy, --seed 11, --topk 8: merged equals unsharded" cmp -s "$D/a" "$D/b"
+same_json "random policy, --seed 11, --topk 8: merged equals unsharded" "$D/r.json" "$D/rm.json"
 check "--topk 8: top8_recall and topk in the merged rows" "$J" jsonl --key top8_recall:number --value topk=8 --no-key top32_recall "$D/rm.json"
 check "--topk 8: shard lines keep top32_recall too" "$J" jsonl --key top8_recall:number --key top32_recall:number "$D/r0"
 "$K" trace --trace canonical:steps=300,seed=3 -o "$D/h0.npy"
@@ -154,9 +143,7 @@ check "a two-head trace sweeps" [ $? -eq 0 ]
 check "the two-head trace has 2 heads" "$J" jsonl --value heads=2 "$D/m.json"
 "$K" sweep $M --shard 0/3 >"$D/m0"; "$K" sweep $M --shard 1/3 >"$D/m1"; "$K" sweep $M --shard 2/3 >"$D/m2"
 "$K" merge --json "$D/m0" "$D/m1" "$D/m2" >"$D/mm.json"
-json_no_ns "$D/m.json" >"$D/a"
-json_no_ns "$D/mm.json" >"$D/b"
-check "two heads: means over heads merged equal unsharded" cmp -s "$D/a" "$D/b"
+same_json "two heads: means over heads merged equal unsharded" "$D/m.json" "$D/mm.json"
 
 # ---- bench: the report's grid -----------------------------------------------
 B="--trace canonical:steps=600"
@@ -173,17 +160,11 @@ while [ $i -lt 4 ]; do
     cat "$D/b$i.4" >>"$D/ball"
     i=$((i + 1))
 done
-sed -E 's/.*"job": ([0-9]+),.*/\1/' "$D/ball" | sort -n >"$D/a"
-seq 0 $((bjobs - 1)) >"$D/b"
-check "bench: 4 shards cover its $bjobs jobs exactly once" cmp -s "$D/a" "$D/b"
+covers "bench: 4 shards cover its $bjobs jobs exactly once" "$D/ball" "$bjobs"
 "$K" merge --json "$D"/b?.4 >"$D/bm.json"
-json_no_ns "$D/bench.json" >"$D/a"
-json_no_ns "$D/bm.json" >"$D/b"
-check "bench: merged JSON equals unsharded but for ns_per_step" cmp -s "$D/a" "$D/b"
+same_json "bench: merged JSON equals unsharded but for ns_per_step" "$D/bench.json" "$D/bm.json"
 "$K" merge --csv "$D"/b?.4 >"$D/bm.csv"
-csv_no_ns "$D/bench.csv" >"$D/a"
-csv_no_ns "$D/bm.csv" >"$D/b"
-check "bench: merged CSV equals unsharded but for ns_per_step" cmp -s "$D/a" "$D/b"
+same_csv "bench: merged CSV equals unsharded but for ns_per_step" "$D/bench.csv" "$D/bm.csv"
 json_no_ns "$D/b1" >"$D/b1.z"
 for f in "$D"/b?.4; do json_no_ns "$f" >"$f.z"; done
 for fmt in text md; do
@@ -200,41 +181,41 @@ grep -E '^\([1-6]\) ' "$D/bm.txt" >"$D/b"
 check "bench: the merged report reaches the unsharded verdicts" cmp -s "$D/a" "$D/b"
 
 # ---- refusals ---------------------------------------------------------------
-expect_err 1 "shard 1/3 is missing" merge "$D/s0.3" "$D/s2.3"
-expect_err 1 "shards 1/5, 3/5 are missing" merge "$D/s0.5" "$D/s2.5" "$D/s4.5"
-expect_err 1 "a shard given twice" merge "$D/s0.3" "$D/s1.3" "$D/s1.3.z" "$D/s2.3"
-expect_err 1 "the file is given twice" merge "$D/s0.3" "$D/s1.3" "$D/s1.3" "$D/s2.3"
+expect_says 1 "shard 1/3 is missing" merge "$D/s0.3" "$D/s2.3"
+expect_says 1 "shards 1/5, 3/5 are missing" merge "$D/s0.5" "$D/s2.5" "$D/s4.5"
+expect_says 1 "a shard given twice" merge "$D/s0.3" "$D/s1.3" "$D/s1.3.z" "$D/s2.3"
+expect_says 1 "the file is given twice" merge "$D/s0.3" "$D/s1.3" "$D/s1.3" "$D/s2.3"
 head -n 1 "$D/s2.3" >"$D/cut"
-expect_err 1 "shard 2/3 is incomplete: job 5 is missing" merge "$D/s0.3" "$D/s1.3" "$D/cut"
+expect_says 1 "shard 2/3 is incomplete: job 5 is missing" merge "$D/s0.3" "$D/s1.3" "$D/cut"
 head -c 100 "$D/s2.3" >"$D/torn"
-expect_err 1 "torn:1: not JSON: unterminated string" merge "$D/s0.3" "$D/s1.3" "$D/torn"
-expect_err 1 "a line of another run" merge "$D/s0.3" "$D/r1"
-expect_err 1 "but " merge "$D/s0.3" "$D/s1.5"
+expect_says 1 "torn:1: not JSON: unterminated string" merge "$D/s0.3" "$D/s1.3" "$D/torn"
+expect_says 1 "a line of another run" merge "$D/s0.3" "$D/r1"
+expect_says 1 "but " merge "$D/s0.3" "$D/s1.5"
 sed 's/"job": 1,/"job": 2,/' "$D/s1.3" >"$D/moved"
-expect_err 1 "job 2 is not in shard 1/3" merge "$D/s0.3" "$D/moved" "$D/s2.3"
+expect_says 1 "job 2 is not in shard 1/3" merge "$D/s0.3" "$D/moved" "$D/s2.3"
 sed 's/h2o:budget=48,recent_window=8/h2o:budget=48,recent_window=9/' "$D/s1.3" >"$D/tampered"
-expect_err 1 "but the run's grid gives" merge "$D/s0.3" "$D/tampered" "$D/s2.3"
+expect_says 1 "but the run's grid gives" merge "$D/s0.3" "$D/tampered" "$D/s2.3"
 sed 's/"jobs": 12/"jobs": 13/' "$D/s0.1" >"$D/bigger"
-expect_err 1 "a grid of 13 jobs" merge "$D/bigger"
+expect_says 1 "a grid of 13 jobs" merge "$D/bigger"
 sed 's/"shard": "0\/1", //' "$D/s0.1" >"$D/noshard"
-expect_err 1 "no \"shard\" key" merge "$D/noshard"
-expect_err 1 "full.json:1: no \"shard\" key" merge "$D/full.json"
-expect_err 1 "not JSON" merge "$D/full.csv"
+expect_says 1 "no \"shard\" key" merge "$D/noshard"
+expect_says 1 "full.json:1: no \"shard\" key" merge "$D/full.json"
+expect_says 1 "not JSON" merge "$D/full.csv"
 : >"$D/empty"
-expect_err 1 "no shard lines" merge "$D/empty"
-expect_err 1 "No such file or directory" merge "$D/absent"
-expect_err 2 "no files to merge" merge
-expect_err 2 "contradict" merge --csv --json "$D/s0.1"
-expect_err 2 "not I/N" sweep $S --shard 1
-expect_err 2 "not I/N" sweep $S --shard /3
-expect_err 2 "not I/N" sweep $S --shard 1/
-expect_err 2 "not a plain decimal" sweep $S --shard a/3
-expect_err 2 "out of range" sweep $S --shard 0/0
-expect_err 2 "below the count" sweep $S --shard 3/3
-expect_err 2 "at most 12 shards" sweep $S $G --shard 0/13
-expect_err 2 "give the format to merge" sweep $S --shard 0/2 --csv
-expect_err 2 "give the format to merge" bench --shard 0/2 --md
-expect_err 2 "--seeds does not shard" bench --seeds 2 --shard 0/2
+expect_says 1 "no shard lines" merge "$D/empty"
+expect_says 1 "No such file or directory" merge "$D/absent"
+expect_says 2 "no files to merge" merge
+expect_says 2 "contradict" merge --csv --json "$D/s0.1"
+expect_says 2 "not I/N" sweep $S --shard 1
+expect_says 2 "not I/N" sweep $S --shard /3
+expect_says 2 "not I/N" sweep $S --shard 1/
+expect_says 2 "not a plain decimal" sweep $S --shard a/3
+expect_says 2 "out of range" sweep $S --shard 0/0
+expect_says 2 "below the count" sweep $S --shard 3/3
+expect_says 2 "at most 12 shards" sweep $S $G --shard 0/13
+expect_says 2 "give the format to merge" sweep $S --shard 0/2 --csv
+expect_says 2 "give the format to merge" bench --shard 0/2 --md
+expect_says 2 "--seeds does not shard" bench --seeds 2 --shard 0/2
 "$K" merge --json -o "$D/no.json" "$D/s0.3" "$D/s2.3" 2>/dev/null
 check "a refused merge leaves no -o file" [ ! -e "$D/no.json" ]
 check "a refused merge leaves no temporary file" [ -z "$(ls "$D" | grep 'no.json.tmp')" ]
