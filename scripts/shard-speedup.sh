@@ -18,10 +18,10 @@ K=${1:-build/kvevict}
 N=${2:-2}
 shift $(($# < 2 ? $# : 2))
 ./scripts/deps.sh parallel:parallel time:/usr/bin/time
-# By default 27 jobs, 3 windows x 3 decays x 3 budgets on 65536 steps: large
+# By default 27 jobs, 3 windows x 3 decays x 3 budgets on 131072 steps: large
 # budgets, so each job's own work (O(kept) per step) outweighs the work every
 # shard repeats (generating each row and its top-32, O(t) per step).
-GRID=(--trace canonical:steps=65536 --policy h2o_decay:budget=8192
+GRID=(--trace canonical:steps=131072 --policy h2o_decay:budget=8192
       --param recent_window=64,256,1024 --param decay=0.9,0.99,0.999
       --budget 8192,16384,32768)
 [ $# -gt 0 ] && GRID=("$@")
