@@ -20,6 +20,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "fuzz.h"
+#include "fuzz_rows.h"
 #include "kvevict.h"
 
 #include <float.h>
@@ -51,13 +52,7 @@ static size_t row_cap;
 
 static void check_row(const double *row, size_t t, double tol)
 {
-    double sum = 0;
-    for (size_t i = 0; i <= t; i++) {
-        CHECK(isfinite(row[i]) && row[i] >= 0);
-        sum += row[i];
-    }
-    if (t >= 1)
-        CHECK(fabs(sum - 1.0) <= tol);
+    CHECK(row_is_distribution(row, t, tol));
 }
 
 static void check_trace(kve_trace *tr, unsigned flags, size_t input_size)

@@ -14,6 +14,9 @@
 #              then one fault each: NaN / infinite / beyond-float32 values,
 #              logits beyond float32, a missing or truncated K, trailing
 #              bytes, shapes that disagree, bad dtype or order, huge T
+#   fuzz_memory  in-memory arrays (shape, mode and body bytes; fuzz_memory.c):
+#              distributions, unnormalised and zero rows, NaN / -1 / infinite
+#              weights, raw float bits, the undefined flag
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/corpus"
@@ -204,6 +207,29 @@ qk huge-t "$(d '<f4' '(4294967296, 1)')" "$V4" "$(d '<f4' '(4294967296, 1)')" "$
 { head -c 20 fuzz_qk/q-f4-2d; } > fuzz_qk/q-cut-header
 : > fuzz_qk/q-empty
 
+
+# ---- fuzz_memory ----
+# Header: L-1, H-1, T-1 (each taken modulo 2, 3, 16) and the mode (fuzz_memory.c:
+# bit 0 NORMALIZE, bit 1 an undefined flag, bit 2 one byte per weight, bit 3 rows
+# made distributions); then the body the array is cycled from.
+mkdir -p fuzz_memory
+rm -f fuzz_memory/m-*
+W='\001\003\007\017\037\077\177\020\040\100\200\002\004\010\021\042'
+mem() { printf '%b' "$2" > "fuzz_memory/m-$1"; }
+mem weights-rows '\000\001\006\014'"$W"
+mem weights-rows-normalize '\001\002\011\015'"$W"
+mem weights-normalize '\000\000\005\005'"$W"
+mem weights-raw '\000\000\004\004'"$W"
+mem weights-nan '\000\001\006\014\001\003\377\017'"$W"
+mem weights-negative '\001\000\003\014\001\376\007'"$W"
+mem weights-inf '\000\000\003\015\001\375\007'"$W"
+mem weights-zero-rows '\000\000\004\005\000\000\000\000\000\007'
+mem largest '\001\002\017\015'"$W$W"
+mem one-step '\000\000\000\000\000\000\200\077'
+mem raw-bits '\000\000\002\000'"$T3"
+mem raw-normalize '\000\001\002\001'"$T3$FNEG"
+mem undefined-flag '\000\000\002\016'"$W"
+mem empty-body '\000\000\003\004'
 # ---- fuzz_checkpoint ----
 mkdir -p fuzz_checkpoint fuzz_tokenizer
 rm -f fuzz_checkpoint/c-* fuzz_tokenizer/t-*
@@ -297,4 +323,4 @@ le32 5 > fuzz_tokenizer/t-no-pieces
 : > fuzz_tokenizer/t-empty
 
 echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_npy | wc -l) npy," \
-  "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer"
+  "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_memory | wc -l) memory, $(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer"

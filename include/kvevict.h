@@ -960,6 +960,10 @@ KVE_API kve_status kve_bank_attn_rows(const kve_bank *b, size_t first, size_t co
  *        read (KVE_EFORMAT, naming head, row and key). The keys are available
  *        to key-reading policies (kve_trace_key). KVE_TRACE_NORMALIZE has no
  *        effect (the rows are softmaxes).
+ *   an array in the caller's memory (kve_trace_from_memory, below): float32
+ *        [L, H, T, T] in C order, validated as a .npy file is. Its source
+ *        text is "memory", which kve_trace_open refuses (no text opens one;
+ *        a file called memory opens as ./memory).
  * ====================================================================== */
 
 typedef struct kve_trace kve_trace; /* opaque */
@@ -980,6 +984,40 @@ KVE_API kve_status kve_trace_open(const char *src, unsigned flags, kve_trace **o
 KVE_API kve_status kve_trace_open_ex(const char *src, unsigned flags, kve_progress_fn progress,
                                      void *user, kve_trace **out);
 
+/* Makes a trace of attention already in memory, without copying it or
+ * writing a file: e.g. a PyTorch model's output_attentions for one sequence,
+ * stacked into one array.
+ *
+ * attn: layers * heads_per_layer heads of [steps, steps] float32 in C order
+ *       (numpy's [L, H, T, T]; [H, T, T] is layers = 1 and [T, T] is
+ *       layers = heads_per_layer = 1). Head h = l * heads_per_layer + j
+ *       (layer-major, as kve_trace_heads counts them); element (h, t, i),
+ *       the weight query t pays key i, is at attn[(h * steps + t) * steps + i].
+ *       Entries above the diagonal (i > t) are never read.
+ * flags: 0 or KVE_TRACE_NORMALIZE. The rows are validated now, exactly as a
+ *       .npy file's are when opened (see above): every weight over keys
+ *       [0, t] finite and >= 0, and every row t >= 1 summing to 1 within
+ *       1e-3 unless KVE_TRACE_NORMALIZE, which divides each row by its sum
+ *       (an all-zero row is still refused). kve_trace_row gives the weights
+ *       widened to double, normalised in double: the same bits as the .npy
+ *       file numpy saves from the same float32 array.
+ * Lifetime: the array is borrowed. It must stay valid and unchanged until
+ *       kve_trace_free(*out); a row found changed when read is refused with
+ *       KVE_EFORMAT (checked, never trusted). kve_trace_source is "memory".
+ * Refuses (*out untouched, nothing allocated): KVE_EINVAL for NULL attn or
+ *       out, flags other than KVE_TRACE_NORMALIZE, a zero dimension, steps
+ *       above INT32_MAX (positions are int32_t), a shape whose size in bytes
+ *       does not fit in size_t; KVE_EFORMAT for a row that is not a
+ *       distribution (the message names head, layer, row and key);
+ *       KVE_ENOMEM.
+ * Memory: the handle and one row of T doubles while validating (freed);
+ *       never a copy of the array. Cost: one read of the lower triangle,
+ *       layers * heads_per_layer * T * (T + 1) / 2 weights. Reads only the
+ *       array: several traces may borrow one array, from several threads. */
+KVE_API kve_status kve_trace_from_memory(const float *attn, size_t layers,
+                                         size_t heads_per_layer, size_t steps, unsigned flags,
+                                         kve_trace **out);
+
 /* Releases `tr`. NULL is a no-op. */
 KVE_API void kve_trace_free(kve_trace *tr);
 
@@ -993,7 +1031,7 @@ KVE_API size_t kve_trace_heads(const kve_trace *tr);
 /* L, the number of layers (1 unless the file is [L, H, T, T]). */
 KVE_API size_t kve_trace_layers(const kve_trace *tr);
 
-/* The canonical spec of a synthetic trace, or the path of a file. */
+/* The canonical spec of a synthetic trace, the path of a file, or "memory". */
 KVE_API const char *kve_trace_source(const kve_trace *tr);
 
 /* Writes row `t` of head `head` to row[0 .. t] (t + 1 doubles: the weights

@@ -30,7 +30,6 @@
 
 #include <errno.h>
 #include <float.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +53,6 @@ const char *kve__reason(int err, char *buf, size_t cap)
 }
 
 static const char MAGIC[MAGIC_LEN] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
-static const double SUM_TOLERANCE = 1e-3;
 
 typedef struct kve_npy {
     FILE *f;
@@ -367,43 +365,10 @@ static kve_status read_row(kve_npy *n, size_t h, size_t t, double *row)
     return KVE_OK;
 }
 
-static void head_name(const kve_npy *n, size_t h, char *out, size_t cap)
-{
-    if (n->layers > 1)
-        snprintf(out, cap, "head %zu (layer %zu, head %zu)", h, h / (n->heads / n->layers),
-                 h % (n->heads / n->layers));
-    else
-        snprintf(out, cap, "head %zu", h);
-}
-
 /* Checks row t of head h (in row[0 .. t]) and returns its sum in *sum. */
 static kve_status check_row(const kve_npy *n, size_t h, size_t t, const double *row, double *sum)
 {
-    double s = 0;
-    char name[64];
-    for (size_t i = 0; i <= t; i++) {
-        double w = row[i];
-        if (!isfinite(w) || w < 0) {
-            head_name(n, h, name, sizeof name);
-            return kve__fail(KVE_EFORMAT, "%s: %s, row %zu: weight at key %zu is %g (want finite "
-                             "and >= 0)", n->path, name, t, i, w);
-        }
-        s += w;
-    }
-    if (n->flags & KVE_TRACE_NORMALIZE) {
-        if (!(s > 0) || !isfinite(s)) {
-            head_name(n, h, name, sizeof name);
-            return kve__fail(KVE_EFORMAT, "%s: %s, row %zu: %s, cannot normalise", n->path, name,
-                             t, s > 0 ? "sum overflows" : "all weights over [0, t] are zero");
-        }
-    } else if (t >= 1 && !(fabs(s - 1.0) <= SUM_TOLERANCE)) {
-        head_name(n, h, name, sizeof name);
-        return kve__fail(KVE_EFORMAT, "%s: %s, row %zu sums to %.9g over keys [0, %zu], not 1 "
-                         "(tolerance 1e-3); to rescale rows, pass KVE_TRACE_NORMALIZE",
-                         n->path, name, t, s, t);
-    }
-    *sum = s;
-    return KVE_OK;
+    return kve__trace_check_row(n->path, n->heads, n->layers, n->flags, h, t, row, sum);
 }
 
 static kve_status validate(kve_npy *n, double *row, kve_progress_fn progress, void *user)

@@ -8,16 +8,61 @@
  * text selects the first source whose prefix it is followed by nothing or
  * ':' ("canonical", "canonical:steps=100"); any other text is a path for
  * the fallback source (a file called "canonical" is opened as
- * "./canonical").
+ * "./canonical"; "memory" names the traces kve_trace_from_memory makes,
+ * which no text opens). What a row of recorded attention must be, for every
+ * source that reads one, is defined once here (kve__trace_check_row).
  */
 #include "trace_impl.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
+
+static const double SUM_TOLERANCE = 1e-3;
+
+/* "head h", or "head h (layer l, head j)" when the trace has layers. */
+static const char *head_name(size_t heads, size_t layers, size_t h, char *out, size_t cap)
+{
+    if (layers > 1)
+        snprintf(out, cap, "head %zu (layer %zu, head %zu)", h, h / (heads / layers),
+                 h % (heads / layers));
+    else
+        snprintf(out, cap, "head %zu", h);
+    return out;
+}
+
+kve_status kve__trace_check_row(const char *what, size_t heads, size_t layers, unsigned flags,
+                                size_t h, size_t t, const double *row, double *sum)
+{
+    char name[96];
+    double s = 0;
+    for (size_t i = 0; i <= t; i++) {
+        double w = row[i];
+        if (!isfinite(w) || w < 0)
+            return kve__fail(KVE_EFORMAT, "%s: %s, row %zu: weight at key %zu is %g (want finite "
+                             "and >= 0)", what, head_name(heads, layers, h, name, sizeof name),
+                             t, i, w);
+        s += w;
+    }
+    if (flags & KVE_TRACE_NORMALIZE) {
+        if (!(s > 0) || !isfinite(s))
+            return kve__fail(KVE_EFORMAT, "%s: %s, row %zu: %s, cannot normalise", what,
+                             head_name(heads, layers, h, name, sizeof name), t,
+                             s > 0 ? "sum overflows" : "all weights over [0, t] are zero");
+    } else if (t >= 1 && !(fabs(s - 1.0) <= SUM_TOLERANCE)) {
+        return kve__fail(KVE_EFORMAT, "%s: %s, row %zu sums to %.9g over keys [0, %zu], not 1 "
+                         "(tolerance 1e-3); to rescale rows, pass KVE_TRACE_NORMALIZE", what,
+                         head_name(heads, layers, h, name, sizeof name), t, s, t);
+    }
+    *sum = s;
+    return KVE_OK;
+}
 
 /* The sources in the order they are tried; the fallback (prefix NULL) last. */
 static const kve_trace_source_type *const sources[] = {
     &kve__canonical_source,
     &kve__qk_source,
+    &kve__memory_source,
     &kve__npy_source,
 };
 enum { N_SOURCES = sizeof sources / sizeof sources[0] };

@@ -2,9 +2,9 @@
 /*
  * trace_impl.h - the kve_trace object and the table of trace sources behind
  * it, shared by trace.c (public entry points, dispatch), the sources
- * (trace_canonical.c: the synthetic generator; npy.c: the .npy reader) and
- * the .npy writer (npy.c), and the q/K reader (trace_qk.c). Nothing outside
- * those files sees it.
+ * (trace_canonical.c: the synthetic generator; npy.c: the .npy reader;
+ * trace_memory.c: the caller's float32 array), the .npy writer (npy.c) and
+ * the q/K reader (trace_qk.c). Nothing outside those files sees it.
  *
  * A source is one kve_trace_source_type (prefix, open, row, free), in the
  * manner of the policies' function tables: a new source (a q/K trace, a
@@ -19,7 +19,8 @@
  *  - A row function is called with head < heads and t < steps already
  *    checked; it writes row[0 .. t] and nothing else.
  * Memory: O(steps) per trace (a q/K trace: O(steps * d)), whatever the
- * source: never a T x T matrix.
+ * source: the library never holds a T x T matrix (the memory source reads
+ * the caller's, which it borrows).
  */
 #ifndef KVE_TRACE_IMPL_H
 #define KVE_TRACE_IMPL_H
@@ -60,6 +61,7 @@ struct kve_trace {
 /* The sources, one per file. */
 extern const kve_trace_source_type kve__canonical_source; /* trace_canonical.c */
 extern const kve_trace_source_type kve__qk_source;        /* trace_qk.c */
+extern const kve_trace_source_type kve__memory_source;    /* trace_memory.c */
 extern const kve_trace_source_type kve__npy_source;       /* npy.c */
 
 /* ---- the .npy reading both file sources share (npy.c) ---- */
@@ -89,6 +91,16 @@ kve_status kve__npy_read_at(FILE *f, const char *path, uint64_t offset, void *bu
 double kve__npy_decode(const unsigned char *p, size_t itemsize);
 /* The system's reason for errno `err`, thread-safely (XSI strerror_r). */
 const char *kve__reason(int err, char *buf, size_t cap);
+
+/* What every source of recorded attention (a .npy file, the caller's
+ * memory) accepts as row t of head h, held in row[0 .. t]: every weight
+ * finite and >= 0; with KVE_TRACE_NORMALIZE a sum that is > 0 and finite,
+ * else (t >= 1) a sum within 1e-3 of 1. Returns the sum (in key order, in
+ * double) in *sum; refuses with KVE_EFORMAT and a message that starts with
+ * `what` (the path, "memory") and names the head (its layer and head in the
+ * layer when layers > 1), the row and the key. O(t). */
+kve_status kve__trace_check_row(const char *what, size_t heads, size_t layers, unsigned flags,
+                                size_t h, size_t t, const double *row, double *sum);
 
 /* The .npy writer (npy.c): head `head` of any trace as a [T, T] float32
  * v1.0 .npy, to an open stream. */

@@ -15,7 +15,7 @@ J=${2:?usage: test_budgets_cli.sh KVEVICT OUTCHECK SOURCE_DIR}
 SRC=${3:?usage: test_budgets_cli.sh KVEVICT OUTCHECK SOURCE_DIR}
 D=$(mktemp -d "${TMPDIR:-/tmp}/kvevict-budgets-cli.XXXXXX") || exit 1
 trap 'rm -rf "$D"' EXIT INT TERM
-. "$(dirname "$0")/cli_check.sh" # check, expect_err
+. "$(dirname "$0")/check.sh" # check, expect_err
 M=$SRC/models/kjv.bin
 TEXT=$SRC/models/heldout.txt
 head -c 300 "$TEXT" >"$D/text.txt"

@@ -4,7 +4,8 @@
 # every subcommand's --help, output formats (every machine-readable output
 # parsed by outcheck, the strict JSON / JSON Lines / CSV checker) and
 # contents, metrics over no scored step (null / n/a, a warning), --topk,
-# -o and "-", determinism, the .npy round trip, replay's line format,
+# -o and "-" (and -o to a FIFO, written in place), determinism, the .npy
+# round trip, replay's line format,
 # sweep's grid size, an interrupted `trace -o` leaving no file, and the exit
 # codes of bad usage (2) and bad input (1), each with exactly one line on
 # stderr and nothing on stdout. POSIX sh; a few seconds natively.
@@ -13,7 +14,9 @@ K=${1:?usage: test_cli.sh PATH/TO/kvevict PATH/TO/outcheck}
 J=${2:?usage: test_cli.sh PATH/TO/kvevict PATH/TO/outcheck}
 D=$(mktemp -d "${TMPDIR:-/tmp}/kvevict-cli.XXXXXX") || exit 1
 trap 'rm -rf "$D"' EXIT INT TERM
-. "$(dirname "$0")/cli_check.sh" # check, expect_err
+# fail, ok, check, expect_err CODE ARGS... (exit CODE, exactly one line on
+# stderr, no stdout)
+. "$(dirname "$0")/check.sh"
 
 # ---- help ------------------------------------------------------------------
 for c in "" bench eval replay trace sweep plot docs policies; do
@@ -519,6 +522,15 @@ if env --default-signal=INT true 2>/dev/null; then
 else
     echo "test_cli: env --default-signal is not available; SIGINT case skipped"
 fi
+
+# ---- -o to a FIFO (or a device such as /dev/null): written in place ----------
+# A rename of a finished file over it would replace it with a regular file.
+mkfifo "$D/fifo"
+timeout 30 cat "$D/fifo" >"$D/fifo.out" &  # a reader, which never hangs the test
+"$K" policies --csv -o "$D/fifo"
+wait
+check "-o FIFO: still a FIFO afterwards" [ -p "$D/fifo" ]
+check "-o FIFO: the output went through it" grep -q '^name,policy,reads,summary$' "$D/fifo.out"
 
 echo "test_cli: $checks checks passed, $fails failed"
 [ "$fails" -eq 0 ]

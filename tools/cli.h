@@ -73,7 +73,7 @@ char *xstrdup(const char *s);
 typedef enum { FMT_TEXT, FMT_MD, FMT_CSV, FMT_JSON } tfmt;
 
 enum { OPT_VALUE = 1u, OPT_REPEAT = 2u };
-enum { OPT_MAXREP = 8, CLI_MAX_OWN = 32, CLI_MAX_POS = 64, CLI_MAX_BUDGETS = 64 };
+enum { OPT_MAXREP = 8, CLI_MAX_OWN = 32, CLI_MAX_POS = 1024, CLI_MAX_BUDGETS = 64 };
 
 typedef struct opt_def {
     const char *name; /* long name without "--" */
@@ -421,6 +421,9 @@ size_t evalset_index(evalset *es, const char *spec, size_t budget);
  * `a`), then leaves collecting mode, warning once per budget at which no
  * step is scored. Exits on failure. */
 void evalset_run(evalset *es, kve_trace *tr, const cli_args *a, int keep_heads);
+/* One warning per budget at which no step of a trace of `steps` steps is
+ * scored (evalset_run gives them; merge gives them again). */
+void evalset_warn_unscored(const evalset *es, size_t steps);
 
 /* ---- the sweep grid (grid.c), shared by sweep and docs ------------------ */
 
@@ -455,6 +458,62 @@ void grid_free(grid *g);
 /* The grid as a table (every format but JSON) or JSON Lines with
  * "params": {KEY: "VALUE", ...}. */
 void render_grid(FILE *f, evalset *es, const grid *g, const result_ctx *c, tfmt fmt);
+
+/* The "params" object of grid point i: {"KEY": "VALUE", ...}. */
+void json_params(FILE *f, const grid *g, size_t i);
+
+/* ---- shards (shard.c): one grid split across processes or machines ------- */
+
+/* Shard `index` of `count` runs the jobs j of a grid (enumerated in a fixed
+ * order) with j % count == index, and writes one JSON line per job carrying
+ * the whole job: the run it belongs to, its index, its result. `kvevict
+ * merge` reads the shards back into what the unsharded run prints. A job's
+ * result depends on the job alone (the harness seeds every job from --seed),
+ * never on the shard or the jobs beside it. */
+typedef struct shard {
+    size_t index, count; /* count 0: not sharded */
+} shard;
+
+/* "I/N" (--shard): 0 <= I < N, plain decimal; usage errors otherwise. */
+void shard_parse(shard *s, const char *arg);
+/* Refuses (usage) more shards than the grid's `jobs`. */
+void shard_check(const shard *s, size_t jobs);
+/* Job j belongs to shard s (always, unsharded). */
+int shard_has(const shard *s, size_t job);
+/* The run's description, a JSON object (fresh string): command, the trace
+ * and policy as given, the --param words (NULL: none), budgets, seed, topk
+ * (null unless given), normalize and, for bench, the trace's key dimension
+ * (it decides which policies the report runs). Equal texts mean the same
+ * grid. */
+char *shard_run(const char *command, const cli_args *a, const char *trace, size_t key_dim,
+                const char *policy,
+                const opt_val *params);
+/* One shard line: the keys of the unsharded JSON row (with "topk" always,
+ * "top32_recall" beside "topK_recall", and "params" of grid point `job`
+ * when g is not NULL), then "shard": "I/N", "job", "jobs" and "run". */
+void shard_line(FILE *f, const shard *s, size_t job, size_t jobs, const char *run,
+                const result_ctx *c, const kve_eval_result *r, const grid *g);
+
+/* ---- JSON Lines read back (jsonread.c) ----------------------------------- */
+
+typedef enum { JV_NULL, JV_FALSE, JV_TRUE, JV_NUMBER, JV_STRING, JV_ARRAY, JV_OBJECT } jv_kind;
+
+typedef struct jv {
+    jv_kind kind;
+    char *key;         /* the member's name inside an object, else NULL */
+    char *text;        /* STRING: decoded (UTF-8); NUMBER: as written; else NULL */
+    size_t start, end; /* the value's own text: line[start .. end) */
+    struct jv *child;  /* ARRAY, OBJECT: the members, in order */
+    size_t n;
+} jv;
+
+/* Parses `line` (one JSON value and nothing else, RFC 8259, no key twice
+ * in an object, nesting at most 16 deep). NULL on refusal, with "what was
+ * expected at column C" in err[0 .. cap). Free with jv_free. */
+jv *jv_parse(const char *line, char *err, size_t cap);
+void jv_free(jv *v);
+/* The member `key` of an object; NULL when absent or obj is no object. */
+const jv *jv_get(const jv *obj, const char *key);
 
 /* ---- the benchmark report (cmd_bench.c), shared with docs --------------- */
 
@@ -508,6 +567,11 @@ void seeds_free(seeds_run *r);
 void render_seeds(FILE *f, const seeds_run *r, tfmt fmt);
 void render_summary(FILE *f, evalset *es, tfmt fmt);
 void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c, tfmt fmt);
+/* Registers in `es` (collecting) every spec the report on `trace` (source
+ * text) needs, in the order the report first uses them: bench's grid. */
+void bench_collect(evalset *es, const bench_opts *o, const char *trace, size_t key_dim);
+/* The claims' budgets and bench's default budgets: 256 and 512. */
+extern const size_t bench_default_budgets[2];
 /* A stream that discards what is written (for collecting passes). */
 FILE *null_sink(void);
 
@@ -541,6 +605,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_policies(int argc, char **argv);
 int cmd_docs(int argc, char **argv);

@@ -43,7 +43,7 @@ const char *const obs_claims[N_OBS] = {
 };
 
 /* The budgets of the page's claims, and bench's default budgets. */
-static const size_t page_budgets[2] = {256, 512};
+const size_t bench_default_budgets[2] = {256, 512};
 static const size_t sweep_windows[] = {16, 32, 48, 64, 80, 96, 128};
 enum { N_WINDOWS = sizeof sweep_windows / sizeof sweep_windows[0] };
 
@@ -268,12 +268,12 @@ void judge_observations(FILE *f, evalset *es, int md, int calibrated, int outcom
     nodata = 0;
     pos = 0;
     for (size_t b = 0; b < 2; b++) {
-        const kve_eval_result *h = evalset_get(es, "h2o", page_budgets[b]);
+        const kve_eval_result *h = evalset_get(es, "h2o", bench_default_budgets[b]);
         nodata |= isnan(h->top32_recall);
         pos += (size_t)snprintf(fig + pos, sizeof fig - pos, "%sbudget %zu: h2o %s",
-                                b ? "; " : "", page_budgets[b], N4(h->top32_recall));
+                                b ? "; " : "", bench_default_budgets[b], N4(h->top32_recall));
         for (size_t j = 0; j < 3; j++) {
-            const kve_eval_result *o = evalset_get(es, blind[j], page_budgets[b]);
+            const kve_eval_result *o = evalset_get(es, blind[j], bench_default_budgets[b]);
             pos += (size_t)snprintf(fig + pos, sizeof fig - pos, ", %s %s", blind[j],
                                     N4(o->top32_recall));
             if (!(h->top32_recall > o->top32_recall))
@@ -287,14 +287,14 @@ void judge_observations(FILE *f, evalset *es, int md, int calibrated, int outcom
     nodata = 0;
     pos = 0;
     for (size_t b = 0; b < 2; b++) {
-        const kve_eval_result *h = evalset_get(es, "h2o", page_budgets[b]);
-        const kve_eval_result *c = evalset_get(es, "scissorhands", page_budgets[b]);
+        const kve_eval_result *h = evalset_get(es, "h2o", bench_default_budgets[b]);
+        const kve_eval_result *c = evalset_get(es, "scissorhands", bench_default_budgets[b]);
         double dm = h->retained_mass - c->retained_mass, dr = h->top32_recall - c->top32_recall;
         nodata |= nan2(dm, dr);
         pos += (size_t)snprintf(fig + pos, sizeof fig - pos,
                                 "%sbudget %zu: mass h2o %s vs scissorhands %s (%s), "
                                 "recall %s vs %s (%s)",
-                                b ? "; " : "", page_budgets[b], N4(h->retained_mass),
+                                b ? "; " : "", bench_default_budgets[b], N4(h->retained_mass),
                                 N4(c->retained_mass), S4(dm), N4(h->top32_recall),
                                 N4(c->top32_recall), S4(dr));
         if (!(fabs(dm) <= 0.01 && fabs(dr) <= 0.01))
@@ -398,7 +398,7 @@ void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c
 static const char bench_usage[] =
     "usage: kvevict bench [--trace SRC] [--budget B1,B2,...] [--topk K]\n"
     "                     [--format text|md|csv|json | --json | --csv | --md | --markdown]\n"
-    "                     [-o FILE] [--normalize] [--seed N]\n"
+    "                     [-o FILE] [--normalize] [--seed N] [--shard I/N]\n"
     "       kvevict bench --seeds N [--trace canonical:...] [--format F] [-o FILE] [--seed N]\n"
     "\n"
     "The benchmark: every registered policy (default parameters, budget overridden)\n"
@@ -428,20 +428,67 @@ static const char bench_usage[] =
     "  -o, --output FILE  write there instead of standard output (- for it)\n"
     "  --normalize      rescale each row of a .npy file to sum 1 instead of refusing\n"
     "  --seed N         seed of the policies' random numbers (default 0)\n"
+    "  --shard I/N      run shard I of N (0 <= I < N) of the report's grid (every\n"
+    "                   spec it needs, in the order it first uses them): the jobs\n"
+    "                   j with j % N == I, as JSON Lines carrying each whole job;\n"
+    "                   `kvevict merge` combines the N files into the report, in\n"
+    "                   any format (see docs/scale-out.md)\n"
     "\n"
     "Budgets at which no step is scored (budget >= steps - 1) show n/a, with a\n"
     "warning, and the claims that need them are not judged.\n";
 
-static const opt_def bench_own[] = {{"seeds", 0, OPT_VALUE}};
+static const opt_def bench_own[] = {{"seeds", 0, OPT_VALUE}, {"shard", 0, OPT_VALUE}};
 static const cli_spec bench_spec = {
     .usage = bench_usage,
     .shared = SO_TRACE | SO_BUDGETS | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT | SO_OUTPUT,
     .own = bench_own,
-    .n_own = 1,
+    .n_own = 2,
     .default_format = FMT_TEXT,
 };
 
 enum { MAX_SEEDS = 1000 };
+
+void bench_collect(evalset *es, const bench_opts *o, const char *trace, size_t key_dim)
+{
+    es->key_dim = key_dim;
+    result_ctx c;
+    memset(&c, 0, sizeof c);
+    c.topk = 32;
+    c.trace = trace;
+    FILE *sink = null_sink();
+    render_bench(sink, es, o, &c, FMT_TEXT); /* every spec every format needs */
+    fclose(sink);
+}
+
+/* Shard `sh` of the report's grid, as shard lines. */
+static void run_shard(const cli_args *a, const bench_opts *o, const char *src, const shard *sh)
+{
+    kve_trace *tr = open_trace(a);
+    size_t key_dim = kve_trace_key_dim(tr);
+    evalset all;
+    evalset_init(&all);
+    bench_collect(&all, o, src, key_dim);
+    shard_check(sh, all.n);
+    char *run = shard_run("bench", a, src, key_dim, NULL, NULL);
+    FILE *out = out_open(a->output);
+    evalset es;
+    evalset_init(&es);
+    for (size_t j = 0; j < all.n; j++)
+        if (shard_has(sh, j))
+            evalset_index(&es, all.spec[j], 0);
+    es.key_dim = key_dim;
+    evalset_run(&es, tr, a, 0);
+    result_ctx c;
+    result_ctx_init(&c, a, tr);
+    for (size_t j = 0; j < all.n; j++)
+        if (shard_has(sh, j))
+            shard_line(out, sh, j, all.n, run, &c, evalset_get(&es, all.spec[j], 0), NULL);
+    evalset_free(&es);
+    evalset_free(&all);
+    kve_trace_free(tr);
+    free(run);
+    out_close(out);
+}
 
 int cmd_bench(int argc, char **argv)
 {
@@ -449,6 +496,15 @@ int cmd_bench(int argc, char **argv)
     cli_parse(&a, &bench_spec, argc, argv);
     const char *src = a.trace ? a.trace : BENCH_TRACE;
     const opt_val *seeds = cli_own(&a, &bench_spec, "seeds");
+    const opt_val *shard_opt = cli_own(&a, &bench_spec, "shard");
+    shard sh = {0, 0};
+    if (shard_opt->count) {
+        shard_parse(&sh, shard_opt->v[0]);
+        if (seeds->count)
+            die_usage("--seeds does not shard (it runs one evaluation per seed on threads)");
+        if (a.format != FMT_TEXT && a.format != FMT_JSON)
+            die_usage("--shard writes JSON Lines for kvevict merge; give the format to merge");
+    }
     if (seeds->count) {
         size_t n = (size_t)parse_u64("--seeds", seeds->v[0], 1, MAX_SEEDS);
         if (a.n_budgets)
@@ -464,25 +520,23 @@ int cmd_bench(int argc, char **argv)
         out_close(out);
         return 0;
     }
-    bench_opts o = {page_budgets, 2, 0};
+    bench_opts o = {bench_default_budgets, 2, 0};
     if (a.n_budgets) {
         o.budgets = a.budgets;
         o.n_budgets = a.n_budgets;
     }
     o.canonical = strncmp(src, "canonical", 9) == 0 && (src[9] == '\0' || src[9] == ':');
+    if (sh.count) {
+        run_shard(&a, &o, src, &sh);
+        return 0;
+    }
     FILE *out = out_open(a.output);
     evalset es;
     evalset_init(&es);
     kve_trace *tr = open_trace(&a);
-    es.key_dim = kve_trace_key_dim(tr);
-    result_ctx c;
-    memset(&c, 0, sizeof c);
-    c.topk = a.topk;
-    c.trace = src;
-    FILE *sink = null_sink();
-    render_bench(sink, &es, &o, &c, FMT_TEXT); /* collect every spec every format needs */
-    fclose(sink);
+    bench_collect(&es, &o, src, kve_trace_key_dim(tr));
     evalset_run(&es, tr, &a, 0);
+    result_ctx c;
     result_ctx_init(&c, &a, tr);
     render_bench(out, &es, &o, &c, a.format);
     evalset_free(&es);

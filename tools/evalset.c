@@ -78,8 +78,7 @@ static int on_step(void *user, size_t job, int32_t pos, const int32_t *victims, 
     return 0;
 }
 
-/* One warning per budget at which no step was scored. */
-static void warn_unscored(const evalset *es, size_t steps)
+void evalset_warn_unscored(const evalset *es, size_t steps)
 {
     size_t warned[CLI_MAX_BUDGETS];
     size_t n_warned = 0;
@@ -165,5 +164,5 @@ void evalset_run(evalset *es, kve_trace *tr, const cli_args *a, int keep_heads)
     free(jobs);
     free(tmp);
     if (!es->quiet)
-        warn_unscored(es, kve_trace_steps(tr));
+        evalset_warn_unscored(es, kve_trace_steps(tr));
 }

@@ -104,6 +104,18 @@ void grid_free(grid *g)
     g->n_keys = 0;
 }
 
+void json_params(FILE *f, const grid *g, size_t i)
+{
+    fputs("\"params\": {", f);
+    for (size_t k = 0; k < g->n_keys; k++) {
+        fputs(k ? ", " : "", f);
+        json_string(f, g->key[k]);
+        fputs(": ", f);
+        json_string(f, g->vals[k][grid_val(g, i, k)]);
+    }
+    fputc('}', f);
+}
+
 void render_grid(FILE *f, evalset *es, const grid *g, const result_ctx *c, tfmt fmt)
 {
     size_t n = grid_points(g);
@@ -113,14 +125,9 @@ void render_grid(FILE *f, evalset *es, const grid *g, const result_ctx *c, tfmt 
             const kve_eval_result *r = evalset_get(es, spec, 0);
             if (f) {
                 json_result_begin(f, c, r);
-                fputs(", \"params\": {", f);
-                for (size_t k = 0; k < g->n_keys; k++) {
-                    fputs(k ? ", " : "", f);
-                    json_string(f, g->key[k]);
-                    fputs(": ", f);
-                    json_string(f, g->vals[k][grid_val(g, i, k)]);
-                }
-                fputs("}, ", f);
+                fputs(", ", f);
+                json_params(f, g, i);
+                fputs(", ", f);
                 json_metrics(f, c, r);
                 fputs("}\n", f);
             }

@@ -24,6 +24,9 @@ static const char main_usage[] =
     "  eval      one policy on a trace: retained mass, top-K recall, cost\n"
     "  replay    one policy on a trace, its victims step by step\n"
     "  sweep     a grid of parameter values and budgets, one row per point\n"
+    "            (sweep and bench --shard I/N: one shard of the grid)\n"
+    "  merge     the shards of a sharded sweep or bench, combined into what\n"
+    "            the unsharded run prints\n"
     "  trace     write a trace as a [T,T] float32 .npy file, or (--stats) measure\n"
     "            its sinks, recency and persistence per head\n"
     "  perf      per-step cost of every policy and of banks against the memory\n"
@@ -103,7 +106,7 @@ static const command commands[] = {
     {"bench", cmd_bench}, {"eval", cmd_eval},         {"replay", cmd_replay},
     {"trace", cmd_trace}, {"sweep", cmd_sweep},       {"policies", cmd_policies},
     {"docs", cmd_docs},   {"plot", cmd_plot},         {"lm", cmd_lm},
-    {"generate", cmd_generate}, {"perf", cmd_perf},
+    {"generate", cmd_generate}, {"perf", cmd_perf},     {"merge", cmd_merge},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -6,7 +6,8 @@
  * result row (the keys every subcommand shares).
  *
  * Invariant: a file the tool writes exists under its final name only once
- * it is complete. Until then it is a temporary file registered in `temps`;
+ * it is complete (a device or FIFO, which a rename would replace, is
+ * written in place). Until then it is a temporary file registered in `temps`;
  * die_* and the signal handler (which uses only async-signal-safe calls)
  * remove every registered file, so an error or an interrupt leaves nothing.
  */
@@ -134,6 +135,17 @@ FILE *out_open(const char *path)
     if (slot == MAX_TEMPS)
         die_input("%s: too many output files", path);
     out_file *o = &outs[slot];
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* A device or FIFO (/dev/null, a named pipe) is written in place:
+         * renaming a finished file over it would replace it. */
+        o->f = fopen(path, "wb");
+        if (!o->f)
+            die_input("%s: %s", path, strerror(errno));
+        o->tmp[0] = '\0';
+        o->path = xstrdup(path);
+        return o->f;
+    }
     if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof o->tmp)
         die_input("%s: path is too long", path);
     int fd = temp_create(o->tmp);
@@ -169,6 +181,11 @@ void out_close(FILE *f)
         o->f = NULL;
         if (bad)
             die_input("%s: cannot write: %s", o->path, strerror(e));
+        if (o->tmp[0] == '\0') { /* written in place */
+            free(o->path);
+            o->path = NULL;
+            return;
+        }
         if (rename(o->tmp, o->path) != 0)
             die_input("%s: cannot rename the finished file into place: %s", o->path,
                       strerror(errno));

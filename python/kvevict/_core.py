@@ -1,0 +1,404 @@
+# SPDX-License-Identifier: MIT
+"""Status checks, argument and array validation, the generator, policies,
+banks and attention rows.
+
+Every array is validated here before the library sees it: a numpy ndarray,
+dtype exactly float32 (native byte order; no silent conversion, which would
+copy and hide a caller's mistake), aligned, C-contiguous, of the shape and
+length the call needs. Integers are checked against the C type they become,
+since ctypes would silently wrap a negative count into a huge size_t.
+Handles are released by close() (or a with block), and otherwise when the
+object is collected.
+"""
+import ctypes
+import operator
+
+import numpy as np
+
+from . import _errors
+from ._lib import (KVE_SPEC_MAX, REDUCE, RngState, c_size_t, lib)
+
+SIZE_MAX = 2 ** (8 * ctypes.sizeof(c_size_t)) - 1
+INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
+
+
+def _text(b):
+    return b.decode("utf-8", "replace") if b is not None else None
+
+
+def check(status):
+    """Raises the exception of a non-zero kve_status, with the library's message."""
+    if status != 0:
+        message = _text(lib.kve_last_error())
+        cls = _errors.BY_CODE.get(status)
+        if cls is None:
+            raise _errors.KvevictError(message, _text(lib.kve_status_name(status)), status)
+        raise cls(message)
+
+
+def refuse(message):
+    """An argument refused by the binding before any call."""
+    raise _errors.InvalidArgumentError(message)
+
+
+def as_size(name, value, low=0, high=SIZE_MAX):
+    """An int for a size_t (or a narrower range)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        refuse(f"{name}: an integer is required, got {type(value).__name__}")
+    if v < low or v > high:
+        refuse(f"{name}: {v} is out of range [{low}, {high}]")
+    return v
+
+
+def as_pos(value):
+    """A position: any int32 (the library refuses negatives with its own words)."""
+    return as_size("pos", value, INT32_MIN, INT32_MAX)
+
+
+def as_spec(spec, name="spec"):
+    """A str for a C string."""
+    if not isinstance(spec, str):
+        refuse(f"{name}: a str is required, got {type(spec).__name__}")
+    if "\0" in spec:
+        refuse(f"{name}: contains a NUL character")
+    return spec.encode("utf-8")
+
+
+def f32_array(name, a, ndims):
+    """Checks that `a` is a float32 ndarray, aligned and C-contiguous, with
+    one of the dimension counts `ndims`; returns it."""
+    if not isinstance(a, np.ndarray):
+        refuse(f"{name}: a numpy.ndarray of float32 is required, got {type(a).__name__} "
+               f"(use numpy.asarray(x, dtype=numpy.float32))")
+    if a.dtype != np.float32:
+        refuse(f"{name}: dtype {a.dtype.str}, want float32 in native byte order (convert with "
+               f"numpy.ascontiguousarray(x, dtype=numpy.float32))")
+    if a.ndim not in ndims:
+        want = " or ".join(str(n) for n in ndims)
+        refuse(f"{name}: {a.ndim} dimensions (shape {a.shape}), want {want}")
+    if not a.flags.c_contiguous:
+        refuse(f"{name}: not C-contiguous (strides {a.strides}); pass "
+               f"numpy.ascontiguousarray({name})")
+    if not a.flags.aligned:
+        refuse(f"{name}: its data is not aligned for float32; pass a copy ({name}.copy())")
+    return a
+
+
+def _copy_int32(ptr, n):
+    """n int32 values at the library's pointer, copied into a fresh array."""
+    out = np.empty(n, dtype=np.int32)
+    if n:
+        ctypes.memmove(out.ctypes.data, ptr, 4 * n)
+    return out
+
+
+def getter(cfn, doc, convert=None):
+    """A read-only property: the library's getter `cfn` on the object's handle
+    (through `convert`, e.g. _text for strings)."""
+    if convert is None:
+        return property(lambda self: cfn(self._handle()), doc=doc)
+    return property(lambda self: convert(cfn(self._handle())), doc=doc)
+
+
+class Rng:
+    """kve_rng: xoshiro256** seeded through splitmix64 (kvevict.h, "Random
+    numbers"). Passing one Rng to several policies or banks advances it as
+    the C API does, so they draw independent streams."""
+
+    def __init__(self, seed=0):
+        self._state = RngState()
+        lib.kve_rng_seed(self._state, as_size("seed", seed, 0, 2 ** 64 - 1))
+
+    def next(self):
+        """The next 64-bit output."""
+        return lib.kve_rng_next(self._state)
+
+    def uniform(self):
+        """A float uniform in [0, 1)."""
+        return lib.kve_rng_uniform(self._state)
+
+    def below(self, bound):
+        """A uniform int in [0, bound) (0 when bound is 0)."""
+        return lib.kve_rng_below(self._state, as_size("bound", bound, 0, 2 ** 64 - 1))
+
+    @property
+    def state(self):
+        """The four state words, a tuple of ints."""
+        return tuple(self._state.s)
+
+
+def rng_arg(rng):
+    """None, an int seed (a fresh generator) or an Rng; the C argument."""
+    if rng is None:
+        return None
+    if not isinstance(rng, Rng):
+        rng = Rng(rng)
+    return rng._state
+
+
+class _Handle:
+    """An owned library object, released once by close() or on collection."""
+
+    _free = None  # the library's *_free, set by subclasses
+    _kind = "object"
+
+    def __init__(self):
+        self._h = None
+
+    def _handle(self):
+        if self._h is None:
+            refuse(f"{self._kind}: used after close()")
+        return self._h
+
+    def close(self):
+        """Releases the library object; the Python object is unusable after."""
+        h, self._h = self._h, None
+        if h is not None:
+            type(self)._free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_h", None) is not None:
+            self.close()
+
+
+class Policy(_Handle):
+    """One attention head's kept set and eviction decisions (kve_policy).
+
+    Policy(spec, rng=None): spec "name[:key=value,...]", e.g.
+    "h2o:budget=256,recent_window=64". rng: None, an int seed or an Rng;
+    the `random` policy requires one, the others ignore it.
+    """
+
+    _free = lib.kve_policy_free
+    _kind = "policy"
+
+    def __init__(self, spec, rng=None):
+        super().__init__()
+        h = ctypes.c_void_p()
+        check(lib.kve_policy_new(as_spec(spec), rng_arg(rng), h))
+        self._h = h.value
+
+    def step(self, pos, attn=None):
+        """The query at `pos` paid `attn` (float32, one weight per kept
+        position in kept order, len == size) to the kept positions; then
+        `pos` is admitted. attn=None: no information this step."""
+        h = self._handle()
+        pos = as_pos(pos)
+        if attn is None:
+            check(lib.kve_policy_step(h, pos, None, 0))
+            return
+        a = f32_array("attn", attn, (1,))
+        n = lib.kve_policy_size(h)
+        if a.shape[0] != n:
+            refuse(f"attn: length {a.shape[0]}, want {n} (the policy's size: one weight per "
+                   f"kept position)")
+        check(lib.kve_policy_step(h, pos, a.ctypes.data, n))
+
+    def evict(self, budget):
+        """Evicts down to `budget`; returns the victims, ascending, as int32."""
+        h = self._handle()
+        budget = as_size("budget", budget)
+        size = lib.kve_policy_size(h)
+        cap = size - budget if size > budget else 0
+        out = np.empty(cap, dtype=np.int32)
+        n = c_size_t()
+        check(lib.kve_policy_evict(h, budget, out.ctypes.data if cap else None, cap, n))
+        return out[:n.value]
+
+    size = getter(lib.kve_policy_size, "The number of kept positions.")
+    state_bytes = getter(lib.kve_policy_state_bytes, "Bytes of per-slot state held now.")
+    spec = getter(lib.kve_policy_spec, "The canonical spec, every parameter spelled out.", _text)
+    name = getter(lib.kve_policy_name, "The policy's name.", _text)
+    budget = getter(lib.kve_policy_budget, "The spec's budget parameter.")
+
+    @property
+    def positions(self):
+        """The kept positions, ascending (int32, a copy)."""
+        h = self._handle()
+        return _copy_int32(lib.kve_policy_positions(h), lib.kve_policy_size(h))
+
+    def __repr__(self):
+        if self._h is None:
+            return "<kvevict.Policy (closed)>"
+        return f"<kvevict.Policy {self.spec} size={self.size}>"
+
+
+class Bank(_Handle):
+    """n_heads instances of one spec behind one handle (kve_bank): head h
+    behaves as the h-th of n_heads policies built one after another from the
+    same generator.
+
+    Bank(spec, n_heads, rng=None), rng as for Policy.
+    """
+
+    _free = lib.kve_bank_free
+    _kind = "bank"
+
+    def __init__(self, spec, n_heads, rng=None):
+        super().__init__()
+        h = ctypes.c_void_p()
+        check(lib.kve_bank_new(as_spec(spec), as_size("n_heads", n_heads), rng_arg(rng), h))
+        self._h = h.value
+        self._heads = lib.kve_bank_heads(self._h)
+
+    def _range(self, first, count):
+        first = as_size("first", first, 0, self._heads)
+        count = self._heads - first if count is None else as_size("count", count)
+        if first + count > self._heads:
+            refuse(f"heads [{first}, {first + count}) are out of range (the bank has "
+                   f"{self._heads} heads)")
+        return first, count
+
+    def step(self, pos, attn=None, *, group=None, reduce="mean", first=0, count=None):
+        """One decode step for heads [first, first + count) (default: all).
+
+        attn: float32 of shape (count * group, n) or (count, group, n), n at
+        least the largest kept set of those heads; row r = j * group + g is
+        query head g of KV head first + j; each KV head reduces its group's
+        rows with `reduce` ("mean", "sum" or "max"). group defaults to 1 for
+        a 2-D array and to the middle dimension of a 3-D one. None: no
+        information this step.
+        """
+        h = self._handle()
+        pos = as_pos(pos)
+        first, count = self._range(first, count)
+        if reduce not in REDUCE:
+            refuse(f"reduce: {reduce!r}, want one of {', '.join(REDUCE)}")
+        mode = REDUCE[reduce]
+        if attn is None:
+            if first == 0 and count == self._heads:
+                check(lib.kve_bank_step(h, pos, None, 0))
+            else:
+                check(lib.kve_bank_step_range(h, first, count, pos, None, 0, 1, mode))
+            return
+        a = f32_array("attn", attn, (2, 3))
+        if a.ndim == 3:
+            if group is not None and as_size("group", group) != a.shape[1]:
+                refuse(f"group: {group}, but attn's shape {a.shape} has groups of {a.shape[1]}")
+            group = a.shape[1]
+            a = a.reshape(a.shape[0] * a.shape[1], a.shape[2])
+        group = 1 if group is None else as_size("group", group, 1)
+        rows, ld = a.shape
+        if rows != count * group:
+            refuse(f"attn: {rows} rows, want {count * group} ({count} heads x group {group})")
+        widest = max((lib.kve_bank_size(h, first + j) for j in range(count)), default=0)
+        if ld < widest:
+            refuse(f"attn: rows of {ld} weights, but a head keeps {widest} positions")
+        if first == 0 and count == self._heads:
+            if group == 1:
+                check(lib.kve_bank_step(h, pos, a.ctypes.data, ld))
+            else:
+                check(lib.kve_bank_step_grouped(h, pos, a.ctypes.data, ld, group, mode))
+        else:
+            check(lib.kve_bank_step_range(h, first, count, pos, a.ctypes.data, ld, group, mode))
+
+    def evict(self, budget, *, first=0, count=None):
+        """Evicts heads [first, first + count) (default: all) to `budget`.
+
+        Returns (victims, counts): victims is int32 of shape (count, k), row j
+        holding head first + j's victims, ascending, in its first counts[j]
+        entries and -1 after them; k is the most any head evicts.
+        """
+        h = self._handle()
+        budget = as_size("budget", budget)
+        first, count = self._range(first, count)
+        k = max((max(lib.kve_bank_size(h, first + j) - budget, 0) for j in range(count)),
+                default=0)
+        victims = np.full((count, k), -1, dtype=np.int32)
+        counts = np.zeros(count, dtype=np.uintp)
+        vptr = victims.ctypes.data if k else None
+        if first == 0 and count == self._heads:
+            check(lib.kve_bank_evict(h, budget, vptr, k, counts.ctypes.data))
+        else:
+            check(lib.kve_bank_evict_range(h, first, count, budget, vptr, k,
+                                           counts.ctypes.data if count else None))
+        return victims, counts.astype(np.intp)
+
+    @property
+    def heads(self):
+        return self._heads
+
+    @property
+    def sizes(self):
+        """Each head's number of kept positions (an intp array)."""
+        h = self._handle()
+        return np.array([lib.kve_bank_size(h, j) for j in range(self._heads)], dtype=np.intp)
+
+    def size(self, head):
+        """Head `head`'s number of kept positions."""
+        return lib.kve_bank_size(self._handle(), as_size("head", head, 0, self._heads - 1))
+
+    def positions(self, head):
+        """Head `head`'s kept positions, ascending (int32, a copy)."""
+        h = self._handle()
+        head = as_size("head", head, 0, self._heads - 1)
+        return _copy_int32(lib.kve_bank_positions(h, head), lib.kve_bank_size(h, head))
+
+    state_bytes = getter(lib.kve_bank_state_bytes, "Bytes of per-slot state, every head's.")
+    spec = getter(lib.kve_bank_spec, "The canonical spec every head shares.", _text)
+    budget = getter(lib.kve_bank_budget, "The spec's budget parameter.")
+
+    def __repr__(self):
+        if self._h is None:
+            return "<kvevict.Bank (closed)>"
+        return f"<kvevict.Bank {self.spec} heads={self._heads}>"
+
+
+def attn_row(q, keys, scale):
+    """The softmax over the n keys (rows of `keys`, float32 (n, d)) of the
+    logits scale * dot(q, key) for a float32 query q of d floats (kvevict.h,
+    "Attention rows"): float32 (n,)."""
+    q = f32_array("q", q, (1,))
+    k = f32_array("keys", keys, (2,))
+    n, d = k.shape
+    if q.shape[0] != d:
+        refuse(f"q: {q.shape[0]} floats, but keys have rows of {d}")
+    out = np.empty(n, dtype=np.float32)
+    check(lib.kve_attn_row(q.ctypes.data, k.ctypes.data, n, d, d, float(scale),
+                           out.ctypes.data))
+    return out
+
+
+def version():
+    """The library's version, "MAJOR.MINOR.PATCH"."""
+    return _text(lib.kve_version())
+
+
+def version_number():
+    return lib.kve_version_number()
+
+
+def isa():
+    """The instruction set of the library's kernels: avx512, avx2 or scalar."""
+    return _text(lib.kve_isa_name())
+
+
+def spec_with(spec, key=None, value=None):
+    """The canonical form of `spec`, with parameter `key` set to `value`
+    when given; validated as Policy() would."""
+    if (key is None) != (value is None):
+        refuse("spec_with: key and value go together")
+    buf = ctypes.create_string_buffer(KVE_SPEC_MAX)
+    k = None if key is None else as_spec(key, "key")
+    v = None if value is None else as_spec(str(value), "value")
+    check(lib.kve_spec_with(as_spec(spec), k, v, buf, KVE_SPEC_MAX))
+    return _text(buf.value)
+
+
+def policies():
+    """The registered policies in their fixed order: a list of dicts with
+    name, policy (the default canonical spec) and summary."""
+    out = []
+    for i in range(lib.kve_policy_type_count()):
+        name = _text(lib.kve_policy_type_name(i))
+        out.append({"name": name, "policy": spec_with(name),
+                    "summary": _text(lib.kve_policy_type_summary(i))})
+    return out

@@ -1,0 +1,230 @@
+# SPDX-License-Identifier: MIT
+"""Finding and loading libkvevict, and the C declarations the binding uses.
+
+Where the library is looked for, in order (the first that loads wins, except
+that KVEVICT_LIBRARY, when set, is the only place tried):
+  1. the KVEVICT_LIBRARY environment variable: the path of libkvevict.so;
+  2. a freshly built source tree: when this package is imported from
+     python/ of a kvevict checkout, that checkout's build/ (what `make`
+     builds);
+  3. an installed prefix: `pkg-config --variable=libdir kvevict` (set
+     PKG_CONFIG_PATH=PREFIX/lib/pkgconfig for a prefix pkg-config does not
+     search);
+  4. the dynamic linker's cache (ctypes.util.find_library, i.e. ldconfig).
+
+Every C function the binding calls is declared once, in _FUNCTIONS: name,
+result type, argument types. Binding a function the library gains later is
+one line there (marked optional if older libraries lack it) and a method
+that calls it.
+
+The GIL: every call goes through a ctypes.CDLL, which releases the GIL for
+the duration of each foreign call and takes it back on return (a PyDLL
+would hold it). So long calls (opening and validating a trace, evaluate)
+let other Python threads run; tests/test_python.py checks it with a call
+that blocks inside the library until another thread acts.
+"""
+import ctypes
+import ctypes.util
+import os
+import pathlib
+import subprocess
+import sys
+
+_SONAME = "libkvevict.dylib" if sys.platform == "darwin" else "libkvevict.so"
+
+# ---- C types of the public header (include/kvevict.h) ---------------------
+
+c_size_t = ctypes.c_size_t
+c_int32 = ctypes.c_int32
+c_uint64 = ctypes.c_uint64
+c_status = ctypes.c_int  # kve_status, an enum
+c_ptr = ctypes.c_void_p  # opaque handles and array data
+c_str = ctypes.c_char_p
+
+KVE_SPEC_MAX = 160  # the size of kve_eval_result.spec (kvevict.h)
+KVE_MAX_BUDGET = 16777216
+KVE_TRACE_NORMALIZE = 1
+REDUCE = {"mean": 0, "sum": 1, "max": 2}  # kve_reduce
+
+
+class RngState(ctypes.Structure):
+    """kve_rng: the generator's four words, on the caller's side."""
+    _fields_ = [("s", c_uint64 * 4)]
+
+
+class EvalJob(ctypes.Structure):
+    """kve_eval_job."""
+    _fields_ = [("spec", c_str), ("budget", c_size_t)]
+
+
+class EvalResult(ctypes.Structure):
+    """kve_eval_result."""
+    _fields_ = [
+        ("spec", ctypes.c_char * KVE_SPEC_MAX),
+        ("budget", c_size_t),
+        ("steps", c_size_t),
+        ("scored_steps", c_size_t),
+        ("retained_mass", ctypes.c_double),
+        ("top32_recall", ctypes.c_double),
+        ("min_retained_mass", ctypes.c_double),
+        ("ns_per_step", ctypes.c_double),
+        ("state_bytes", c_size_t),
+        ("topk", c_size_t),
+        ("topk_recall", ctypes.c_double),
+        ("mean_kept", ctypes.c_double),
+    ]
+
+
+class BankOptions(ctypes.Structure):
+    """kve_bank_options."""
+    _fields_ = [("key_dim", c_size_t), ("share", c_size_t), ("min_share", ctypes.c_double)]
+
+
+class EvalOptions(ctypes.Structure):
+    """kve_eval_options (the callback is never set by the binding)."""
+    _fields_ = [
+        ("seed", c_uint64),
+        ("topk", c_size_t),
+        ("on_step", c_ptr),
+        ("user", c_ptr),
+        ("heads", c_size_t),
+        ("bank", BankOptions),
+        ("score_after", c_size_t),
+        ("per_head", c_ptr),
+    ]
+
+
+P = ctypes.POINTER
+
+# name, result type, argument types[, optional]
+_FUNCTIONS = (
+    ("kve_version", c_str, ()),
+    ("kve_version_number", ctypes.c_uint, ()),
+    ("kve_status_name", c_str, (c_status,)),
+    ("kve_last_error", c_str, ()),
+    ("kve_isa_name", c_str, ()),
+    ("kve_rng_seed", None, (P(RngState), c_uint64)),
+    ("kve_rng_next", c_uint64, (P(RngState),)),
+    ("kve_rng_uniform", ctypes.c_double, (P(RngState),)),
+    ("kve_rng_below", c_uint64, (P(RngState), c_uint64)),
+    ("kve_policy_type_count", c_size_t, ()),
+    ("kve_policy_type_name", c_str, (c_size_t,)),
+    ("kve_policy_type_summary", c_str, (c_size_t,)),
+    ("kve_spec_with", c_status, (c_str, c_str, c_str, ctypes.c_char_p, c_size_t)),
+    ("kve_policy_new", c_status, (c_str, P(RngState), P(c_ptr))),
+    ("kve_policy_free", None, (c_ptr,)),
+    ("kve_policy_step", c_status, (c_ptr, c_int32, c_ptr, c_size_t)),
+    ("kve_policy_evict", c_status, (c_ptr, c_size_t, c_ptr, c_size_t, P(c_size_t))),
+    ("kve_policy_size", c_size_t, (c_ptr,)),
+    ("kve_policy_positions", c_ptr, (c_ptr,)),
+    ("kve_policy_state_bytes", c_size_t, (c_ptr,)),
+    ("kve_policy_spec", c_str, (c_ptr,)),
+    ("kve_policy_name", c_str, (c_ptr,)),
+    ("kve_policy_budget", c_size_t, (c_ptr,)),
+    ("kve_bank_new", c_status, (c_str, c_size_t, P(RngState), P(c_ptr))),
+    ("kve_bank_free", None, (c_ptr,)),
+    ("kve_bank_heads", c_size_t, (c_ptr,)),
+    ("kve_bank_size", c_size_t, (c_ptr, c_size_t)),
+    ("kve_bank_positions", c_ptr, (c_ptr, c_size_t)),
+    ("kve_bank_state_bytes", c_size_t, (c_ptr,)),
+    ("kve_bank_spec", c_str, (c_ptr,)),
+    ("kve_bank_budget", c_size_t, (c_ptr,)),
+    ("kve_bank_step", c_status, (c_ptr, c_int32, c_ptr, c_size_t)),
+    ("kve_bank_step_grouped", c_status, (c_ptr, c_int32, c_ptr, c_size_t, c_size_t, ctypes.c_int)),
+    ("kve_bank_step_range", c_status,
+     (c_ptr, c_size_t, c_size_t, c_int32, c_ptr, c_size_t, c_size_t, ctypes.c_int)),
+    ("kve_bank_evict", c_status, (c_ptr, c_size_t, c_ptr, c_size_t, c_ptr)),
+    ("kve_bank_evict_range", c_status,
+     (c_ptr, c_size_t, c_size_t, c_size_t, c_ptr, c_size_t, c_ptr)),
+    ("kve_attn_row", c_status,
+     (c_ptr, c_ptr, c_size_t, c_size_t, c_size_t, ctypes.c_float, c_ptr)),
+    ("kve_trace_open", c_status, (c_str, ctypes.c_uint, P(c_ptr))),
+    ("kve_trace_from_memory", c_status,
+     (c_ptr, c_size_t, c_size_t, c_size_t, ctypes.c_uint, P(c_ptr))),
+    ("kve_trace_free", None, (c_ptr,)),
+    ("kve_trace_steps", c_size_t, (c_ptr,)),
+    ("kve_trace_heads", c_size_t, (c_ptr,)),
+    ("kve_trace_layers", c_size_t, (c_ptr,)),
+    ("kve_trace_source", c_str, (c_ptr,)),
+    ("kve_trace_row", c_status, (c_ptr, c_size_t, c_size_t, c_ptr)),
+    ("kve_trace_write_npy", c_status, (c_ptr, c_size_t, c_str)),
+    ("kve_trace_npy_bytes", c_uint64, (c_ptr,)),
+    ("kve_eval_default_options", EvalOptions, ()),
+    ("kve_eval_ex", c_status, (c_ptr, c_size_t, P(EvalJob), c_size_t, P(EvalOptions), P(EvalResult))),
+)
+
+
+def _source_tree_build():
+    """The build/ of the kvevict checkout this package sits in, if it does."""
+    root = pathlib.Path(__file__).resolve().parent.parent.parent
+    if (root / "include" / "kvevict.h").is_file() and (root / "python" / "kvevict").is_dir():
+        return root / "build" / _SONAME
+    return None
+
+
+def _pkg_config_libdir():
+    try:
+        done = subprocess.run(["pkg-config", "--variable=libdir", "kvevict"],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    libdir = done.stdout.strip()
+    return pathlib.Path(libdir) / _SONAME if done.returncode == 0 and libdir else None
+
+
+def _candidates():
+    """(where, path or name) in the order they are tried."""
+    env = os.environ.get("KVEVICT_LIBRARY")
+    if env:
+        return [("KVEVICT_LIBRARY", env)]
+    found = []
+    tree = _source_tree_build()
+    if tree is not None:
+        found.append(("the source tree's build", str(tree)))
+    libdir = _pkg_config_libdir()
+    if libdir is not None:
+        found.append(("pkg-config", str(libdir)))
+    name = ctypes.util.find_library("kvevict")
+    if name:
+        found.append(("the dynamic linker (ldconfig)", name))
+    return found
+
+
+def _declare(lib, path):
+    for entry in _FUNCTIONS:
+        name, restype, argtypes = entry[:3]
+        optional = len(entry) > 3 and entry[3]
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            if optional:
+                continue
+            raise ImportError(f"kvevict: {path} has no {name}: it is an older or different "
+                              f"library than this binding (install a matching libkvevict)") from None
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def load():
+    """Loads the library; returns (ctypes.CDLL, path). ImportError names every
+    place tried when none loads."""
+    tried = []
+    for where, path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            if where == "KVEVICT_LIBRARY":
+                raise ImportError(f"kvevict: KVEVICT_LIBRARY={path}: {e}") from None
+            tried.append(f"{where}: {path} ({e})")
+            continue
+        _declare(lib, path)
+        return lib, path
+    raise ImportError(
+        "kvevict: cannot find libkvevict. Build it (make) or install it "
+        "(cmake --install build --prefix PREFIX), then set KVEVICT_LIBRARY=/path/to/"
+        f"{_SONAME}, or PKG_CONFIG_PATH=PREFIX/lib/pkgconfig. Tried: "
+        + ("; ".join(tried) if tried else "KVEVICT_LIBRARY (unset), pkg-config and ldconfig "
+           "(kvevict not found)"))
+
+
+lib, path = load()

@@ -1,0 +1,718 @@
+# SPDX-License-Identifier: MIT
+"""test_python.py KVEVICT EVAL_REF SOURCE_DIR - the Python binding (python/kvevict).
+
+Run by CTest with Debian's /usr/bin/python3, KVEVICT_LIBRARY set to the
+build's libkvevict.so and PYTHONPATH to python/. Exits 77 (CTest's skip)
+with the reason printed when numpy cannot be imported. Covered:
+  - every public function and property of the package;
+  - results identical to the C API and the CLI, three ways, bit for bit:
+    evaluate() against eval_ref (a C program on the public header) and
+    `kvevict eval --json`, on the canonical trace, on a multi-head .npy file
+    and on the same attention held in memory (Trace.from_array); Policy
+    against `kvevict replay --json`; Bank and Rng against eval_ref;
+  - the ctypes structures against the C layout (sizes, offsets, constants);
+  - errors: one exception class per status, the library's message and the
+    status's name; arrays refused before the call (dtype, byte order,
+    layout, alignment, shape, length) and integers out of their C range,
+    with the object unchanged;
+  - the GIL released during a library call (a call that blocks inside the
+    library until another Python thread acts);
+  - reference counting and leaks over 10 000 calls: input arrays' reference
+    counts unchanged, Python allocations flat (tracemalloc), the library's
+    state flat, and the process's resident memory flat while 10 000
+    policies, banks and traces are made and released.
+"""
+import gc
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+try:
+    import numpy as np
+except ImportError as e:  # never a silent pass: CTest shows the test as skipped
+    print(f"SKIP: numpy is not importable by {sys.executable} ({e}); "
+          f"install python3-numpy to run the binding's tests")
+    sys.exit(77)
+
+if len(sys.argv) < 4:
+    sys.exit("usage: test_python.py KVEVICT EVAL_REF SOURCE_DIR [unittest args]")
+KVEVICT, EVAL_REF, SOURCE = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3])
+del sys.argv[1:4]
+
+import kvevict  # noqa: E402  (after the numpy check)
+from kvevict import _core  # noqa: E402
+
+CANON = "canonical:steps=700,seed=5"
+ALL_SPECS = [p["name"] for p in kvevict.policies()]
+METRICS = ("retained_mass", "top32_recall", "min_retained_mass")
+
+
+def run(*args, **kw):
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, check=False,
+                          **kw)
+    if done.returncode != 0:
+        raise AssertionError(f"{args}: exit {done.returncode}: {done.stderr}")
+    return done.stdout
+
+
+def c_eval(trace, head, seed, topk, jobs):
+    """eval_ref's results: one dict per job."""
+    words = [f"{s}@{b}" for s, b in jobs]
+    out = run(EVAL_REF, "eval", trace, head, seed, topk, *words)
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def cli_eval(trace, spec, budget, seed, topk, per_head=False):
+    args = [KVEVICT, "eval", "--trace", trace, "--policy", spec, "--budget", budget, "--seed",
+            seed, "--topk", topk, "--json"] + (["--per-head"] if per_head else [])
+    return json.loads(run(*args))
+
+
+def same_float(a, b):
+    """Equal as doubles, bit for bit (None, the JSON null, is NaN)."""
+    a = math.nan if a is None else a
+    b = math.nan if b is None else b
+    return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) ==
+                                                 math.copysign(1, b))
+
+
+def attention_rows(rng, heads, steps):
+    """float32 [heads, T, T] causal attention rows (softmax of random logits)."""
+    logits = rng.standard_normal((heads, steps, steps)) * 2.0
+    mask = np.triu(np.ones((steps, steps), dtype=bool), 1)
+    logits[:, mask] = -np.inf
+    w = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class Module(unittest.TestCase):
+    def test_versions_agree(self):
+        layout = json.loads(run(EVAL_REF, "layout"))
+        self.assertEqual(kvevict.version(), layout["version"])
+        self.assertEqual(kvevict.__version__, kvevict.version())
+        major, minor, patch = map(int, kvevict.version().split("."))
+        self.assertEqual(kvevict.version_number(), major * 10000 + minor * 100 + patch)
+        pyproject = (SOURCE / "python" / "pyproject.toml").read_text()
+        self.assertIn(f'version = "{kvevict.version()}"', pyproject)
+        self.assertIn(f"kvevict {kvevict.version()}", run(KVEVICT, "--version"))
+
+    def test_library_path(self):
+        self.assertEqual(os.path.realpath(kvevict.library_path),
+                         os.path.realpath(os.environ["KVEVICT_LIBRARY"]))
+
+    def test_isa(self):
+        self.assertIn(kvevict.isa(), ("avx512", "avx2", "scalar"))
+
+    def test_layout(self):
+        """The ctypes mirrors of the header's structs and constants."""
+        import ctypes
+        from kvevict import _lib
+        c = json.loads(run(EVAL_REF, "layout"))
+        self.assertEqual(ctypes.sizeof(_lib.RngState), c["kve_rng"])
+        for name, cls in (("kve_eval_job", _lib.EvalJob), ("kve_eval_result", _lib.EvalResult),
+                          ("kve_eval_options", _lib.EvalOptions)):
+            self.assertEqual(ctypes.sizeof(cls), c[name], name)
+            for field, *_ in cls._fields_:
+                self.assertEqual(getattr(cls, field).offset, c[f"{name}.{field}"],
+                                 f"{name}.{field}")
+        self.assertEqual(_lib.KVE_SPEC_MAX, c["KVE_SPEC_MAX"])
+        self.assertEqual(_lib.KVE_MAX_BUDGET, c["KVE_MAX_BUDGET"])
+        self.assertEqual(_lib.KVE_TRACE_NORMALIZE, c["KVE_TRACE_NORMALIZE"])
+        self.assertEqual(_lib.REDUCE["sum"], c["KVE_REDUCE_SUM"])
+        self.assertEqual(_lib.REDUCE["max"], c["KVE_REDUCE_MAX"])
+        self.assertEqual(kvevict.CanceledError.code, c["KVE_ECANCELED"])
+
+    def test_policies_match_cli(self):
+        cli = [json.loads(line) for line in run(KVEVICT, "policies", "--json").splitlines()]
+        self.assertEqual(kvevict.policies(), cli)
+        self.assertIn("h2o", ALL_SPECS)
+
+    def test_spec_with(self):
+        self.assertEqual(kvevict.spec_with("h2o"), "h2o:budget=512,recent_window=32")
+        self.assertEqual(kvevict.spec_with("h2o", "recent_window", 64),
+                         "h2o:budget=512,recent_window=64")
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            kvevict.spec_with("h2o", "nokey", "1")
+        self.assertIn("nokey", e.exception.message)
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.spec_with("h2o", "budget")
+
+
+class Errors(unittest.TestCase):
+    def test_classes_carry_status_and_message(self):
+        from kvevict import _lib
+        for cls in (kvevict.InvalidArgumentError, kvevict.OutOfMemoryError, kvevict.RangeError,
+                    kvevict.FormatError, kvevict.KvevictIOError, kvevict.CanceledError):
+            self.assertTrue(issubclass(cls, kvevict.KvevictError))
+            self.assertEqual(cls.status, _lib.lib.kve_status_name(cls.code).decode())
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            kvevict.Policy("h2o:budget=8,recent_window=8")
+        err = e.exception
+        self.assertEqual(err.status, "KVE_EINVAL")
+        self.assertEqual(err.code, 1)
+        self.assertEqual(err.message, "h2o: recent_window 8 must be smaller than budget 8")
+        self.assertEqual(str(err), "KVE_EINVAL: " + err.message)
+        self.assertIsInstance(err, ValueError)
+
+    def test_each_status(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(kvevict.KvevictIOError) as e:
+                kvevict.Trace.open(os.path.join(d, "absent.npy"))
+            self.assertIn("No such file or directory", e.exception.message)
+            self.assertIsInstance(e.exception, OSError)
+            bad = os.path.join(d, "bad.npy")
+            pathlib.Path(bad).write_bytes(b"\x93NUMPY\x01\x00garbage")
+            with self.assertRaises(kvevict.FormatError):
+                kvevict.Trace.open(bad)
+            # row 0 is not held to sum 1: a float64 weight beyond float32
+            big = np.zeros((2, 2))
+            big[0, 0], big[1, :] = 1e300, 0.5
+            np.save(os.path.join(d, "big.npy"), big)
+            with kvevict.Trace.open(os.path.join(d, "big.npy")) as tr:
+                with self.assertRaises(kvevict.RangeError) as e:
+                    tr.write_npy(os.path.join(d, "out.npy"))
+            self.assertIn("does not fit float32", e.exception.message)
+            self.assertFalse(os.path.exists(os.path.join(d, "out.npy")))
+        with self.assertRaises(kvevict.OutOfMemoryError) as e:
+            kvevict.Bank("h2o:budget=16777216", 2 ** 50)
+        self.assertIsInstance(e.exception, MemoryError)
+        with self.assertRaises(kvevict.CanceledError) as e:  # no call of the binding cancels
+            _core.check(6)
+        self.assertEqual(e.exception.status, "KVE_ECANCELED")
+        with self.assertRaises(kvevict.KvevictError) as e:
+            _core.check(99)
+        self.assertEqual(e.exception.status, "KVE_UNKNOWN")
+
+
+def renormalised(row, kept):
+    """What the harness hands a policy: the kept weights summed in double in
+    kept order, each divided by the sum in double and rounded to float32;
+    None (no information) for a zero sum."""
+    w = [float(row[i]) for i in kept]
+    total = 0.0
+    for x in w:
+        total += x
+    if total == 0.0:
+        return None
+    return np.array([x / total for x in w], dtype=np.float32)
+
+
+class PolicyTests(unittest.TestCase):
+    def test_replay_matches_cli(self):
+        """Policy.step/evict on the harness's rows: the victims `kvevict
+        replay` prints, step for step, for every policy."""
+        trace = "canonical:steps=400,seed=2"
+        with kvevict.Trace.open(trace) as tr:
+            rows = [tr.row(t) for t in range(tr.steps)]
+        for name in ALL_SPECS:
+            spec = kvevict.spec_with(name, "budget", 48)
+            out = run(KVEVICT, "replay", "--trace", trace, "--policy", spec, "--seed", 9,
+                      "--json")
+            want = [json.loads(line) for line in out.splitlines()]
+            rng = kvevict.Rng(9) if name == "random" else None
+            with kvevict.Policy(spec, rng=rng) as p:
+                for t, row in enumerate(rows):
+                    attn = np.zeros(0, np.float32) if t == 0 else renormalised(row, p.positions)
+                    p.step(t, attn)
+                    victims = p.evict(48)
+                    self.assertEqual(victims.dtype, np.int32)
+                    self.assertEqual(victims.tolist(), want[t]["victims"], f"{spec} at {t}")
+                    self.assertEqual(p.size, want[t]["size"])
+
+    def test_properties(self):
+        p = kvevict.Policy("h2o:budget=8,recent_window=2")
+        self.assertEqual(p.spec, "h2o:budget=8,recent_window=2")
+        self.assertEqual(p.name, "h2o")
+        self.assertEqual(p.budget, 8)
+        self.assertEqual(p.size, 0)
+        self.assertEqual(p.positions.tolist(), [])
+        self.assertEqual(p.state_bytes, 13 * 9)
+        for pos in range(12):
+            p.step(pos, None)  # no information: admitted all the same
+            p.evict(8)
+        self.assertEqual(p.size, 8)
+        self.assertEqual(p.positions.dtype, np.int32)
+        # no information: every score 0, ties evict the lower position first
+        self.assertEqual(p.positions.tolist(), list(range(4, 12)))
+        self.assertIn("h2o:budget=8", repr(p))
+        full = kvevict.Policy("full:budget=4")
+        for pos in range(10):
+            full.step(pos)
+        self.assertEqual(full.evict(4).tolist(), [])  # full never evicts
+        self.assertEqual(full.size, 10)
+
+    def test_rng_streams(self):
+        """One Rng for several random policies: the draws the C API makes."""
+        a, b = kvevict.Rng(3), kvevict.Rng(3)
+        self.assertEqual([a.next() for _ in range(4)], [b.next() for _ in range(4)])
+        self.assertEqual(a.state, b.state)
+        u = a.uniform()
+        self.assertTrue(0.0 <= u < 1.0)
+        self.assertEqual(a.below(0), 0)
+        self.assertTrue(all(0 <= a.below(7) < 7 for _ in range(100)))
+        r = kvevict.Rng(11)
+        before = r.state
+        kvevict.Policy("random:budget=4", rng=r)
+        self.assertNotEqual(r.state, before)  # one draw made
+        det = kvevict.Rng(11)
+        kvevict.Policy("h2o:budget=8,recent_window=2", rng=det)
+        self.assertEqual(det.state, kvevict.Rng(11).state)  # deterministic: untouched
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.Policy("random:budget=4")  # random needs a generator
+
+    def test_close(self):
+        with kvevict.Policy("window:budget=4") as p:
+            p.step(0)
+        self.assertIn("closed", repr(p))
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            p.step(1)
+        self.assertIn("after close", e.exception.message)
+        p.close()  # twice: a no-op
+
+    def test_refusals_change_nothing(self):
+        p = kvevict.Policy("h2o:budget=4,recent_window=1")
+        for pos in range(5):
+            p.step(pos, np.full(p.size, 1.0 / max(p.size, 1), np.float32) if p.size else None)
+        p.evict(4)
+        before = (p.positions.tolist(), p.size)
+        n = p.size
+        good = np.full(n, 0.25, np.float32)
+        cases = [
+            (np.full(n, 0.25, np.float64), "dtype <f8"),
+            (np.full(n, 0.25, np.float32).astype(">f4"), "dtype >f4"),
+            (list(good), "numpy.ndarray"),
+            (np.full((1, n), 0.25, np.float32), "2 dimensions"),
+            (np.full(2 * n, 0.25, np.float32)[::2], "not C-contiguous"),
+            (np.frombuffer(bytearray(4 * n + 1), np.float32, n, 1), "not aligned"),
+            (np.full(n + 1, 0.25, np.float32), f"want {n}"),
+            (np.full(n - 1, 0.25, np.float32), f"want {n}"),
+        ]
+        for attn, words in cases:
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                p.step(10, attn)
+            self.assertIn(words, e.exception.message)
+        bad = good.copy()
+        bad[2] = np.nan
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            p.step(10, bad)  # the library's own check
+        self.assertIn("attn[2] = nan", e.exception.message)
+        for pos, words in ((4, "not greater"), (-1, "negative"), (2 ** 31, "out of range"),
+                           (1.5, "integer")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                p.step(pos, good)
+            self.assertIn(words, e.exception.message)
+        for budget, words in ((-1, "out of range"), (0, "budget"), ("4", "integer"),
+                              (1, "recent_window")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                p.evict(budget)
+            self.assertIn(words, e.exception.message)
+        self.assertEqual((p.positions.tolist(), p.size), before)
+        for spec in (4, "h2o\0x", "nope", "h2o:budget=0"):
+            with self.assertRaises(kvevict.InvalidArgumentError):
+                kvevict.Policy(spec)
+
+
+class BankTests(unittest.TestCase):
+    def c_bank(self, spec, heads, group, reduce, seed, steps, budget):
+        out = run(EVAL_REF, "bank", spec, heads, group, reduce, seed, steps, budget)
+        return [json.loads(line)["victims"] for line in out.splitlines()]
+
+    def test_matches_c(self):
+        """Grouped steps with every reduction, the same weights drawn from the
+        same Rng as the C program: the same victims, head by head."""
+        for spec, group, reduce in (("h2o:budget=12,recent_window=3", 1, "mean"),
+                                    ("tova:budget=12", 2, "mean"),
+                                    ("h2o_decay:budget=12,recent_window=3,decay=0.9", 3, "sum"),
+                                    ("scissorhands:budget=12,recent_window=2", 2, "max"),
+                                    ("random:budget=12,recent_window=2", 2, "mean")):
+            heads, steps, budget = 3, 60, 12
+            want = self.c_bank(spec, heads, group, kvevict._lib.REDUCE[reduce], 17, steps,
+                               budget)
+            rng = kvevict.Rng(17)
+            b = kvevict.Bank(spec, heads, rng=rng)
+            ld = budget + 1
+            for pos in range(steps):
+                attn = np.array([rng.uniform() for _ in range(heads * group * ld)],
+                                dtype=np.float32).reshape(heads, group, ld)
+                b.step(pos, attn if group > 1 else attn.reshape(heads, ld), reduce=reduce)
+                victims, counts = b.evict(budget)
+                got = [victims[h, :counts[h]].tolist() for h in range(heads)]
+                self.assertEqual(got, want[pos], f"{spec} at {pos}")
+                self.assertTrue((victims[counts == 0] == -1).all())
+
+    def test_as_policies_and_ranges(self):
+        """Head h of a bank is the h-th of n policies; disjoint ranges stepped
+        one after the other equal one step of every head."""
+        spec, heads = "h2o:budget=6,recent_window=2", 4
+        whole = kvevict.Bank(spec, heads)
+        halves = kvevict.Bank(spec, heads)
+        policies = [kvevict.Policy(spec) for _ in range(heads)]
+        gen = np.random.default_rng(1)
+        for pos in range(30):
+            n = int(whole.sizes.max())
+            attn = gen.random((heads, max(n, 1)), dtype=np.float32)
+            whole.step(pos, attn)
+            halves.step(pos, np.ascontiguousarray(attn[:2]), first=0, count=2)
+            halves.step(pos, np.ascontiguousarray(attn[2:]), first=2, count=2)
+            for h, p in enumerate(policies):
+                p.step(pos, np.ascontiguousarray(attn[h, :p.size]))
+            v, c = whole.evict(6)
+            v1, c1 = halves.evict(6, first=0, count=2)
+            v2, c2 = halves.evict(6, first=2)
+            for h, p in enumerate(policies):
+                mine = p.evict(6).tolist()
+                self.assertEqual(v[h, :c[h]].tolist(), mine)
+                vr, cr = (v1, c1) if h < 2 else (v2, c2)
+                self.assertEqual(vr[h % 2, :cr[h % 2]].tolist(), mine)
+            for h in range(heads):
+                self.assertEqual(whole.positions(h).tolist(), policies[h].positions.tolist())
+                self.assertEqual(whole.size(h), policies[h].size)
+        self.assertEqual(whole.heads, heads)
+        self.assertEqual(whole.spec, spec)
+        self.assertEqual(whole.budget, 6)
+        self.assertEqual(whole.state_bytes, heads * policies[0].state_bytes)
+        whole.step(30, None)
+        halves.step(30, None, first=1, count=3)
+        halves.step(30, None, first=0, count=1)
+        self.assertEqual(whole.sizes.tolist(), halves.sizes.tolist())
+        self.assertIn("heads=4", repr(whole))
+        whole.close()
+        self.assertIn("closed", repr(whole))
+
+    def test_refusals(self):
+        b = kvevict.Bank("h2o:budget=4,recent_window=1", 2)
+        for pos in range(5):
+            b.step(pos, np.full((2, 5), 0.2, np.float32))
+        b.evict(4)
+        before = [b.positions(h).tolist() for h in range(2)]
+        cases = [
+            (dict(attn=np.full((3, 5), 0.2, np.float32)), "3 rows, want 2"),
+            (dict(attn=np.full((2, 3), 0.2, np.float32)), "keeps 4 positions"),
+            (dict(attn=np.full((2, 2, 5), 0.2, np.float32), group=3), "groups of 2"),
+            (dict(attn=np.full((4, 5), 0.2, np.float32), group=2, reduce="median"), "reduce"),
+            (dict(attn=np.full((2, 5), 0.2, np.float64)), "dtype <f8"),
+            (dict(attn=np.full(10, 0.2, np.float32)), "1 dimensions"),
+            (dict(attn=np.full((2, 5), 0.2, np.float32), first=1, count=2), "out of range"),
+            (dict(attn=np.full((2, 5), 0.2, np.float32), first=3), "out of range"),
+            (dict(attn=np.full((2, 5), -0.2, np.float32)), "negative"),
+        ]
+        for kw, words in cases:
+            attn = kw.pop("attn")
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                b.step(5, attn, **kw)
+            self.assertIn(words, e.exception.message)
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            b.evict(1)  # budget <= recent_window
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            b.size(2)
+        self.assertEqual([b.positions(h).tolist() for h in range(2)], before)
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.Bank("h2o", 0)
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.Bank("h2o", -1)
+
+
+class AttnRow(unittest.TestCase):
+    def test_softmax(self):
+        gen = np.random.default_rng(4)
+        q = gen.standard_normal(16).astype(np.float32)
+        keys = gen.standard_normal((9, 16)).astype(np.float32)
+        got = kvevict.attn_row(q, keys, 0.25)
+        logits = 0.25 * (keys.astype(np.float64) @ q.astype(np.float64))
+        want = np.exp(logits - logits.max())
+        want /= want.sum()
+        self.assertEqual(got.dtype, np.float32)
+        self.assertTrue(np.allclose(got, want, rtol=1e-5, atol=1e-7))
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.attn_row(q[:8], keys, 0.25)
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.attn_row(q, keys, float("nan"))
+
+
+class TraceTests(unittest.TestCase):
+    def test_canonical(self):
+        with kvevict.Trace.open(CANON) as tr:
+            self.assertEqual((tr.steps, tr.heads, tr.layers), (700, 1, 1))
+            self.assertTrue(tr.source.startswith("canonical:version=2,seed=5,steps=700"))
+            row = tr.row(99)
+            self.assertEqual((row.dtype, row.shape), (np.float64, (100,)))
+            self.assertAlmostEqual(row.sum(), 1.0, places=6)
+            self.assertEqual(tr.row(0).tolist(), [1.0])
+            for t, head in ((700, 0), (2 ** 62, 0), (0, 1)):
+                with self.assertRaises(kvevict.InvalidArgumentError):
+                    tr.row(t, head)
+            self.assertIn("steps=700", repr(tr))
+
+    def test_npy_round_trip(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = pathlib.Path(d) / "t.npy"
+            with kvevict.Trace.open("canonical:steps=50") as tr:
+                tr.write_npy(path)
+                self.assertEqual(tr.npy_bytes, path.stat().st_size)
+                a = np.load(path)
+                self.assertEqual(a.shape, (50, 50))
+                for t in (0, 17, 49):
+                    self.assertTrue((a[t, :t + 1] == tr.row(t).astype(np.float32)).all())
+                with kvevict.Trace.open(path) as back:  # os.PathLike
+                    self.assertEqual(back.source, str(path))
+                with kvevict.Trace.from_array(a) as mem:
+                    self.assertEqual(mem.source, "memory")
+                    for t in (0, 17, 49):
+                        self.assertEqual(mem.row(t).tolist(), a[t, :t + 1].astype(np.float64).tolist())
+
+    def test_from_array_shapes(self):
+        gen = np.random.default_rng(8)
+        a = attention_rows(gen, 6, 20)
+        for arr, shape in ((a[0], (1, 1)), (a, (1, 6)), (a.reshape(2, 3, 20, 20), (2, 6))):
+            with kvevict.Trace.from_array(arr) as tr:
+                self.assertEqual((tr.layers, tr.heads, tr.steps), shape + (20,))
+                last = arr.reshape(-1, 20, 20)[-1]
+                self.assertEqual(tr.row(19, tr.heads - 1).tolist(),
+                                 last[19].astype(np.float64).tolist())
+        scaled = a * np.float32(3.0)
+        with self.assertRaises(kvevict.FormatError) as e:
+            kvevict.Trace.from_array(scaled)
+        self.assertIn("memory: head 0, row 1 sums to", e.exception.message)
+        with kvevict.Trace.from_array(scaled, normalize=True) as tr:
+            self.assertAlmostEqual(tr.row(10, 3).sum(), 1.0, places=12)
+
+    def test_from_array_refusals(self):
+        a = attention_rows(np.random.default_rng(2), 2, 8)
+        for arr, words in ((a.astype(np.float64), "dtype <f8"), (a[0].tolist(), "ndarray"),
+                           (a[0, 0], "1 dimensions"), (a.reshape(1, 1, 2, 8, 8), "5 dimensions"),
+                           (a[:, :, :4].copy(), "last two dimensions"),
+                           (a.transpose(0, 2, 1), "C-contiguous"),
+                           (np.zeros((0, 0), np.float32), "zero dimension")):
+            with self.assertRaises(kvevict.KvevictError) as e:
+                kvevict.Trace.from_array(arr)
+            self.assertIn(words, e.exception.message)
+        bad = a.copy()
+        bad[1, 5, 2] = np.nan
+        with self.assertRaises(kvevict.FormatError) as e:
+            kvevict.Trace.from_array(bad.reshape(2, 1, 8, 8))
+        self.assertEqual(e.exception.message,
+                         "memory: head 1 (layer 1, head 0), row 5: weight at key 2 is nan "
+                         "(want finite and >= 0)")
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            kvevict.Trace.open("memory")
+        self.assertIn("kve_trace_from_memory", e.exception.message)
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.Trace.open(42)
+
+    def test_from_array_borrows(self):
+        """The trace holds one reference to the array while open, none after;
+        a row changed under it is refused, not trusted."""
+        a = attention_rows(np.random.default_rng(3), 1, 12)[0]
+        base = sys.getrefcount(a)
+        tr = kvevict.Trace.from_array(a)
+        self.assertEqual(sys.getrefcount(a), base + 1)
+        a[7, 3] = 5.0
+        with self.assertRaises(kvevict.FormatError):
+            tr.row(7)
+        tr.close()
+        self.assertEqual(sys.getrefcount(a), base)
+
+
+class Evaluate(unittest.TestCase):
+    """The harness three ways: Python, C (eval_ref), the CLI (kvevict eval)."""
+
+    def three_way(self, trace_py, trace_src, head, seed, topk, jobs):
+        py = kvevict.evaluate(trace_py, jobs, head=head, seed=seed, topk=topk)
+        c = c_eval(trace_src, head, seed, topk, jobs)
+        self.assertEqual(len(py), len(jobs))
+        for (spec, budget), p, r in zip(jobs, py, c):
+            cli = cli_eval(trace_src, spec, budget, seed, topk, per_head=True)
+            cli_head = cli["per_head"][head]
+            recall_key = f"top{topk}_recall"
+            self.assertEqual(p["policy"], r["policy"])
+            self.assertEqual(p["policy"], cli["policy"])
+            for key in ("budget", "steps", "scored_steps", "state_bytes", "topk"):
+                self.assertEqual(p[key], r[key], key)
+            for key in ("budget", "steps", "scored_steps"):
+                self.assertEqual(p[key], cli[key], key)
+            self.assertEqual(p["state_bytes"], cli_head["state_bytes"])
+            for key in METRICS + ("topk_recall",):
+                self.assertTrue(same_float(p[key], r[key]), f"{spec}: {key} {p[key]} {r[key]}")
+            for key in ("retained_mass", "min_retained_mass"):
+                self.assertTrue(same_float(p[key], cli_head[key]), f"{spec}: {key}")
+            self.assertTrue(same_float(p["topk_recall"], cli_head[recall_key]))
+            self.assertEqual(p["seed"], seed)
+            self.assertEqual(p["head"], head)
+        return py
+
+    def jobs(self, budgets):
+        return [(kvevict.spec_with(name), b) for b in budgets for name in ALL_SPECS]
+
+    def test_canonical_three_ways(self):
+        with kvevict.Trace.open(CANON) as tr:
+            py = self.three_way(tr, CANON, 0, 7, 8, self.jobs((64, 256)))
+            self.assertEqual({r["trace"] for r in py}, {tr.source})
+        self.assertTrue(all(r["scored_steps"] > 0 for r in py))
+
+    def test_memory_and_npy_three_ways(self):
+        """Attention held in memory (Trace.from_array) gives the results the
+        .npy file of the same array gives through C and the CLI."""
+        gen = np.random.default_rng(12)
+        a = attention_rows(gen, 4, 160).reshape(2, 2, 160, 160)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "attn.npy")
+            np.save(path, a)
+            jobs = self.jobs((48, 100))
+            with kvevict.Trace.from_array(a) as mem, kvevict.Trace.open(path) as npy:
+                for head in (0, 3):
+                    py = self.three_way(mem, path, head, 3, 32, jobs)
+                    from_file = kvevict.evaluate(npy, jobs, head=head, seed=3)
+                    for x, y in zip(py, from_file):
+                        for key in METRICS + ("topk_recall", "state_bytes", "policy"):
+                            self.assertTrue(x[key] == y[key] or same_float(x[key], y[key]))
+                every = kvevict.evaluate(mem, jobs[:3], head=None, seed=3)
+                self.assertEqual([r["head"] for r in every], [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3])
+
+    def test_structured_array_and_nan(self):
+        with kvevict.Trace.open("canonical:steps=100") as tr:
+            jobs = ["h2o:budget=16,recent_window=4", ("window", 40),
+                    {"policy": "tova", "budget": 200}]
+            rows = kvevict.evaluate(tr, jobs, topk=4)
+            arr = kvevict.evaluate(tr, jobs, topk=4, as_array=True)
+            single = kvevict.evaluate(tr, "streaming:budget=20")
+        self.assertEqual(arr.dtype, kvevict.RESULT_DTYPE)
+        for r, x in zip(rows, arr):  # two runs: all but the timing agree
+            for key in set(kvevict.RESULT_DTYPE.names) - {"ns_per_step"}:
+                self.assertTrue(r[key] == x[key] or same_float(r[key], float(x[key])), key)
+        self.assertEqual(rows[2]["scored_steps"], 0)  # budget 200 >= steps - 1
+        for key in METRICS + ("topk_recall",):
+            self.assertTrue(math.isnan(rows[2][key]))
+        self.assertEqual(len(single), 1)
+        out = json.loads(run(KVEVICT, "eval", "--trace", "canonical:steps=100", "--policy",
+                             "tova:budget=200", "--json"))
+        self.assertIsNone(out["retained_mass"])  # the CLI's null is the binding's nan
+
+    def test_refusals(self):
+        with kvevict.Trace.open("canonical:steps=60") as tr:
+            for jobs, head, kw, words in (
+                    (["h2o:budget=8,recent_window=9"], 0, {}, "recent_window 9"),
+                    (["h2o"], 1, {}, "head 1"),
+                    (["h2o"], 0, {"topk": 0}, "topk"),
+                    ([], 0, {}, "no job"),
+                    ([3], 0, {}, "is not a spec"),
+                    ([("h2o", -5)], 0, {}, "out of range"),
+                    (["h2o"], 0, {"seed": -1}, "out of range")):
+                with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                    kvevict.evaluate(tr, jobs, head=head, **kw)
+                self.assertIn(words, e.exception.message)
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.evaluate("canonical", ["h2o"])
+
+
+class Gil(unittest.TestCase):
+    def test_released_during_a_call(self):
+        """Trace.open on a FIFO blocks inside the library (in fopen) until a
+        writer opens the FIFO, and only this thread can open it: if the call
+        held the GIL, this thread could never run and the call never return.
+        It returns (refusing the FIFO, which is not a regular file)."""
+        with tempfile.TemporaryDirectory() as d:
+            fifo = os.path.join(d, "fifo")
+            os.mkfifo(fifo)
+            outcome = {}
+
+            def opener():
+                try:
+                    kvevict.Trace.open(fifo)
+                except kvevict.KvevictError as e:
+                    outcome["error"] = e
+
+            t = threading.Thread(target=opener, daemon=True)
+            t.start()
+            fd, deadline = None, time.monotonic() + 60
+            while fd is None and time.monotonic() < deadline:
+                try:  # succeeds once the other thread is blocked in the library's open
+                    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:
+                    time.sleep(0.01)
+            self.assertIsNotNone(fd, "the library's open never started")
+            os.close(fd)
+            t.join(60)
+            self.assertFalse(t.is_alive())
+        self.assertIsInstance(outcome.get("error"), kvevict.KvevictIOError)
+        self.assertIn("not a regular file", outcome["error"].message)
+
+
+class Leaks(unittest.TestCase):
+    """10 000 calls of each kind: nothing grows."""
+
+    N = 10_000
+
+    def test_steps_and_evicts(self):
+        import tracemalloc
+        p = kvevict.Policy("h2o:budget=64,recent_window=8")
+        b = kvevict.Bank("tova:budget=64", 4)
+        attn = np.full(65, 1.0 / 65, np.float32)
+        rows = np.full((4, 65), 1.0 / 65, np.float32)
+        for pos in range(100):  # the steady state: size 64 before each step
+            p.step(pos, attn[:p.size].copy())
+            p.evict(64)
+            b.step(pos, rows)
+            b.evict(64)
+        view = np.ascontiguousarray(attn[:64])
+        refs = (sys.getrefcount(view), sys.getrefcount(rows))
+        state = (p.state_bytes, b.state_bytes)
+        gc.collect()
+        tracemalloc.start()
+        start = tracemalloc.take_snapshot()
+        for pos in range(100, 100 + self.N):
+            p.step(pos, view)
+            p.evict(64)
+            p.positions
+            b.step(pos, rows)
+            b.evict(64)
+        gc.collect()
+        grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(start, "filename")
+                    if s.size_diff > 0)
+        tracemalloc.stop()
+        self.assertEqual((sys.getrefcount(view), sys.getrefcount(rows)), refs)
+        self.assertEqual((p.state_bytes, b.state_bytes), state)
+        self.assertLess(grown, 64 * 1024, f"Python allocations grew by {grown} bytes")
+
+    def test_objects_made_and_released(self):
+        """10 000 policies, banks, traces over one array and evaluations:
+        resident memory stays flat (a leaked policy of budget 512 alone would
+        be 6.7 KB; 10 000 of them 67 MB), and the array's reference count is
+        back where it started."""
+        a = attention_rows(np.random.default_rng(5), 1, 40)[0]
+        base = sys.getrefcount(a)
+        for _ in range(200):  # warm-up: allocator pools, caches
+            kvevict.Policy("h2o").close()
+        gc.collect()
+        before = rss_bytes()
+        for i in range(self.N):
+            kvevict.Policy("h2o:budget=512")  # released on collection
+            with kvevict.Bank("h2o:budget=64", 4):
+                pass
+            with kvevict.Trace.from_array(a) as tr:
+                if i % 50 == 0:
+                    kvevict.evaluate(tr, ["h2o:budget=16,recent_window=4"])
+            with kvevict.Trace.open("canonical:steps=10"):
+                pass
+        gc.collect()
+        grown = rss_bytes() - before
+        self.assertEqual(sys.getrefcount(a), base)
+        self.assertLess(grown, 8 << 20, f"resident memory grew by {grown} bytes")
+
+
+if __name__ == "__main__":
+    result = unittest.main(verbosity=2, exit=False).result
+    print(f"test_python: {result.testsRun} tests, {len(result.failures)} failures, "
+          f"{len(result.errors)} errors")
+    sys.exit(0 if result.wasSuccessful() else 1)
