@@ -433,14 +433,15 @@ kve_status lm_forward(lm_state *s, int32_t token)
         if (s->opt.on_attention)
             s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
         if (s->bank) {
-            struct timespec t0, t1;
-            if (s->opt.timing)
+            struct timespec t0 = {0, 0}, t1;
+            const int timing = s->opt.timing; /* read once: manage() gets s */
+            if (timing)
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
             if ((st = manage(s, l)) != KVE_OK) {
                 s->broken = 1;
                 return st;
             }
-            if (s->opt.timing) {
+            if (timing) {
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
                 s->bookkeeping_s +=
                     (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);

@@ -67,6 +67,8 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
+/* The first n bytes of s (fewer if s is shorter), NUL-terminated. */
+char *xstrndup(const char *s, size_t n);
 
 /* ---- options (args.c) ------------------------------------------------- */
 
@@ -181,13 +183,22 @@ void temp_forget(const char *path);
 /* Removes every temporary file still registered (die_* call it). */
 void temp_remove_all(void);
 
-/* Opens --trace (a source text, or "-": a .npy file read from standard
- * input into a temporary file removed once opened), with progress while a
- * large file is validated. Errors exit (usage for a bad canonical spec). */
+/* Opens --trace (a source text; "-": a .npy file read from standard input
+ * into a temporary file removed once opened; "lm:...": a model's attention,
+ * lm_trace_open), with progress while a large file is validated. Errors
+ * exit (usage for a bad canonical or lm: spec). */
 kve_trace *open_trace(const cli_args *a);
-/* The name the user gave the trace: "-" for standard input, else
- * kve_trace_source. */
+/* The name the user gave the trace: "-" for standard input, the lm: source
+ * for a model's attention, else kve_trace_source. */
 const char *trace_name(const kve_trace *tr);
+/* Records that the trace opened from the temporary file `path` is called
+ * `name` (for trace_name). */
+void trace_alias(const char *path, const char *name);
+/* The source "lm:model=CKPT,text=FILE[,tokenizer=TOK][,steps=T][,window=W]
+ * [,heads=kv|query]": the model's full-cache attention over window W of the
+ * text as `kvevict lm dump` writes it, decoded now into a temporary .npy file
+ * that is removed once open (cmd_lm.c). Errors exit. */
+kve_trace *lm_trace_open(const char *src, unsigned flags);
 
 /* A "\r"-updated line on stderr while long work runs, drawn only when
  * stderr is a terminal and the command has run over two seconds. */
@@ -218,6 +229,7 @@ void json_string(FILE *f, const char *s);
 #define KEY_BUDGET "budget"
 #define KEY_HEADS "heads"
 #define KEY_LAYERS "layers"
+#define KEY_LAYER "layer"
 #define KEY_THREADS "threads"
 #define KEY_STEPS "steps"
 #define KEY_SCORED "scored_steps"
@@ -376,6 +388,10 @@ void render_grid(FILE *f, evalset *es, const grid *g, const result_ctx *c, tfmt 
 #define BENCH_TRACE "canonical"
 #define BENCH_SEED 0u
 #define H2O_PAGE "docs/policies/h2o.md"
+/* The committed model and its held-out text, relative to a checkout. */
+#define BENCH_MODEL "models/kjv.bin"
+#define BENCH_MODEL_TEXT "models/heldout.txt"
+#define BENCH_MODEL_TRACE "lm:model=" BENCH_MODEL ",text=" BENCH_MODEL_TEXT
 
 typedef struct bench_opts {
     const size_t *budgets; /* the policy tables' budgets */
@@ -423,6 +439,11 @@ void seeds_free(seeds_run *r);
 void render_seeds(FILE *f, const seeds_run *r, tfmt fmt);
 void render_summary(FILE *f, evalset *es, tfmt fmt);
 void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c, tfmt fmt);
+/* bench's last section (text or md): every policy at 10%, 20% and 50% of the
+ * steps of trace `src`; NULL: the committed model's attention when the
+ * current directory is a checkout, else a line saying so; "none": nothing.
+ * Seed from `a`; ns/step columns when `timings`. */
+void render_model_section(FILE *f, const char *src, const cli_args *a, int timings, tfmt fmt);
 /* A stream that discards what is written (for collecting passes). */
 FILE *null_sink(void);
 
@@ -449,6 +470,44 @@ void trace_stats_head(kve_trace *tr, size_t head, size_t block, trace_stats *s);
  * in text and markdown. */
 void render_trace_stats(FILE *f, kve_trace *tr, size_t head, int all_heads, size_t block,
                         tfmt fmt);
+
+/* ---- committed measurement files (data.c), shared by docs and plot ------- */
+
+struct jrow;
+/* A JSON Lines file of flat objects (jsonl.h), read whole. */
+typedef struct jfile {
+    size_t n;
+    struct jrow *rows; /* (n) */
+} jfile;
+
+/* Reads `path`; a missing, unreadable or empty file, or a malformed line, is
+ * bad input ("PATH:LINE: at byte B: ..."). */
+void jfile_read(jfile *jf, const char *path);
+void jfile_free(jfile *jf);
+/* The value of `key` in row r as text (a string unescaped, a number's
+ * literal, "true", "false", "null"; "null" when absent); the key "spec" is
+ * the row's policy without its budget= parameter, written into buf. */
+const char *jrow_value(const struct jrow *r, const char *key, char *buf, size_t cap);
+
+/* "KEY:V1|V2|..." (the row's value is one of them) or "KEY!V1|..." (none). */
+typedef struct row_filter {
+    char *key, *vals;
+    int negate;
+} row_filter;
+void filter_parse(row_filter *flt, const char *what, const char *arg);
+void filter_free(row_filter *flt);
+/* 1 when r passes every one of the n filters. */
+int filters_match(const row_filter *flt, size_t n, const struct jrow *r);
+
+/* The docs block `table FILE ARG...` (cmd_docs.c documents the arguments):
+ * the rows of a JSON Lines file as a markdown table. */
+void render_data_table(FILE *f, char *const *args, size_t n_args);
+/* `kvevict plot --real-model DIR`: the figures of docs/real-model.md from
+ * its data files (plot_real.c). */
+void plot_real_model(const char *data_dir, const char *out_dir);
+/* A fresh directory $TMPDIR/kvevict-plot-XXXXXX for gnuplot's files, its
+ * path in buf (cmd_plot.c); exits on failure or a quote in TMPDIR. */
+const char *plot_tmpdir(char *buf, size_t cap);
 
 /* ---- subcommands ---------------------------------------------------------- */
 

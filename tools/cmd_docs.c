@@ -21,6 +21,14 @@
  *     seeds n=N                     the claims on N seeds of a canonical trace
  *                                   (`kvevict bench --seeds N --md`)
  *     trace-stats [block=B]         `kvevict trace --stats --md` of the trace
+ *     table FILE ARG...             the rows of a committed JSON Lines file
+ *                                   (data.c), no trace involved: ARGs are
+ *                                   where=KEY:V1|V2 (or KEY!V1|V2; repeatable),
+ *                                   then show=KEY[:F],... (one table row per
+ *                                   file row) or rows=KEY[:F],... cols=KEY
+ *                                   value=KEY[:F] (a pivot); F is N or +N
+ *                                   decimals or `code`; the key `spec` is the
+ *                                   policy without its budget
  * e.g. <!-- kvevict:begin sweep h2o recent_window=16,32,64 budget=256 -->,
  *      <!-- kvevict:begin observations trace=canonical:version=1 -->.
  * The blocks of one trace are evaluated in one lockstep pass; a trace that
@@ -155,6 +163,12 @@ static void render_block(FILE *f, group *g, const block *b)
         if (name[0] == 'r') {
             bench_opts o = {block_budgets, 2, 1};
             render_bench(f, es, &o, c, FMT_MD);
+            if (!es->collecting) { /* bench --markdown's last section, seed 0 */
+                cli_args a;
+                memset(&a, 0, sizeof a);
+                a.topk = 32;
+                render_model_section(f, NULL, &a, 0, FMT_MD);
+            }
         } else if (name[0] == 'h') {
             render_h2o_sweep(f, es, 256, c, FMT_MD);
         } else if (name[0] == 'o') {
@@ -196,6 +210,13 @@ static void render_block(FILE *f, group *g, const block *b)
             render_trace_stats(f, g->tr, 0, 1, rows, FMT_MD);
         return;
     }
+    if (strcmp(name, "table") == 0) {
+        if (b->trace)
+            die_usage("block 'table' reads a data file, not a trace: no trace=");
+        if (!es->collecting)
+            render_data_table(f, b->args, b->n_args);
+        return;
+    }
     if (strcmp(name, "sweep") == 0) {
         if (b->n_args < 1)
             die_usage("block 'sweep' needs a policy spec");
@@ -217,7 +238,7 @@ static void render_block(FILE *f, group *g, const block *b)
         return;
     }
     die_usage("unknown block '%s' (results, bench, h2o-sweep, observations, summary, sweep, "
-              "seeds, trace-stats)",
+              "seeds, trace-stats, table)",
               name);
 }
 
@@ -248,7 +269,10 @@ static const char docs_usage[] =
     "Names: results (all of `kvevict bench --markdown`), bench budget=B,\n"
     "h2o-sweep, observations, summary (every policy at 256 and 512),\n"
     "sweep SPEC [KEY=V1,V2,...]... [budget=B1,B2,...], seeds n=N (the claims on\n"
-    "N seeds, as bench --seeds) and trace-stats [block=B] (as trace --stats).\n"
+    "N seeds, as bench --seeds), trace-stats [block=B] (as trace --stats) and\n"
+    "table FILE [where=KEY:V|V...] (show=KEY[:F],... | rows=KEY,... cols=KEY\n"
+    "value=KEY[:F]): the rows of a committed JSON Lines file as a table, F being\n"
+    "N or +N decimals or code, the key spec the policy without its budget.\n"
     "Every block uses policy seed 0 and the canonical trace, unless --trace is\n"
     "given or the block has an argument trace=SRC of its own; it holds no timings\n"
     "(they depend on the machine), so a block is up to date exactly when its text\n"

@@ -50,14 +50,17 @@ static const char plot_usage[] =
     "\n"
     "  --out DIR    the directory to write the PNG files to (must exist)\n"
     "  --trace SRC  plot another trace (default canonical); the trace picture\n"
-    "               shows its steps up to 2304\n";
+    "               shows its steps up to 2304\n"
+    "  --real-model DIR  instead, the figures of docs/real-model.md (real_*.png)\n"
+    "               from the data files in DIR (docs/data/real-model; make\n"
+    "               real-model writes them)\n";
 
-static const opt_def plot_own[] = {{"out", 0, OPT_VALUE}};
+static const opt_def plot_own[] = {{"out", 0, OPT_VALUE}, {"real-model", 0, OPT_VALUE}};
 static const cli_spec plot_spec = {
     .usage = plot_usage,
     .shared = SO_TRACE,
     .own = plot_own,
-    .n_own = 1,
+    .n_own = 2,
 };
 
 typedef struct replay_rec {
@@ -88,6 +91,18 @@ static void close_checked(FILE *f, const char *path)
         die_input("%s: cannot write", path);
 }
 
+const char *plot_tmpdir(char *buf, size_t cap)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/kvevict-plot-XXXXXX", base && base[0] ? base : "/tmp");
+    if (strchr(buf, '\''))
+        die_usage("TMPDIR: quotes are not supported");
+    const char *dir = mkdtemp(buf);
+    if (!dir)
+        die_input("cannot create a temporary directory");
+    return dir;
+}
+
 int cmd_plot(int argc, char **argv)
 {
     cli_args a;
@@ -105,6 +120,13 @@ int cmd_plot(int argc, char **argv)
         die_input("--out: '%s' is not a writable directory", out);
     if (system("command -v gnuplot >/dev/null 2>&1") != 0)
         die_input("gnuplot not found: apt-get install gnuplot-nox (or run make plots)");
+    const opt_val *real = cli_own(&a, &plot_spec, "real-model");
+    if (real->count) {
+        if (a.trace)
+            die_usage("--real-model plots data files, not a trace: --trace does not apply");
+        plot_real_model(real->v[0], out);
+        return 0;
+    }
 
     size_t n_pol = kve_policy_type_count();
     evalset es;
@@ -126,14 +148,8 @@ int cmd_plot(int argc, char **argv)
         evalset_get(&es, "streaming", 256);
     }
 
-    const char *base = getenv("TMPDIR");
     char tmpl[4096];
-    snprintf(tmpl, sizeof tmpl, "%s/kvevict-plot-XXXXXX", base && base[0] ? base : "/tmp");
-    if (strchr(tmpl, '\''))
-        die_usage("TMPDIR: quotes are not supported");
-    const char *tmpdir = mkdtemp(tmpl);
-    if (!tmpdir)
-        die_input("cannot create a temporary directory");
+    const char *tmpdir = plot_tmpdir(tmpl, sizeof tmpl);
     char path[4096];
     FILE *f = open_in(tmpdir, "budgets.dat", "w", path, sizeof path);
     fprintf(f, "# budget, then retained mass and top-32 recall of each policy\n");
