@@ -760,6 +760,8 @@ static void test_lm_trace(void)
         {",heads=all", 2, "heads=all is neither kv nor query"},
         {",window=99", 2, "window 99 of 128 steps needs"},
         {",steps=x", 2, "steps"},
+        {",steps=8193", 2, "8193 is out of range [1, 8192]"}, /* L*H*T^2 floats spooled */
+        {",heads=kv,heads=query", 2, "heads is given twice"},
         {",text=again", 2, "text is given twice"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -1128,7 +1128,8 @@ static int lm_dump(int argc, char **argv)
  * --trace lm:model=CKPT,text=FILE[,tokenizer=TOK][,steps=T][,window=W][,heads=kv|query]
  * in every command that reads a trace: what `lm dump` writes for evaluation
  * window W of the text (BOS, then the encoded text from token W * (seq_len - 1)
- * on: the windows of `lm eval`), T steps (default: the model's context),
+ * on: the windows of `lm eval`), T steps (default: the model's context; at
+ * most 8192, as L * H * T^2 * 4 bytes go to the temporary file),
  * spooled to a temporary .npy file that is removed as soon as it is open.
  * Everything loaded is freed before returning.
  */
@@ -1137,8 +1138,8 @@ static const char lm_trace_keys[] = "model, text, tokenizer, steps, window, head
 
 kve_trace *lm_trace_open(const char *src, unsigned flags)
 {
-    const char *model = NULL, *text = NULL, *tokenizer = NULL, *steps = NULL, *window = NULL;
-    size_t group = 0; /* 0: the KV heads' (n_heads / n_kv_heads) */
+    const char *model = NULL, *text = NULL, *tokenizer = NULL, *steps = NULL, *window = NULL,
+               *heads = NULL;
     size_t n_items;
     char **items = split_list("--trace", src + 3, &n_items);
     for (size_t i = 0; i < n_items; i++) {
@@ -1153,15 +1154,8 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
                             : strcmp(k, "tokenizer") == 0 ? &tokenizer
                             : strcmp(k, "steps") == 0     ? &steps
                             : strcmp(k, "window") == 0    ? &window
+                            : strcmp(k, "heads") == 0     ? &heads
                                                           : NULL;
-        if (strcmp(k, "heads") == 0) {
-            if (group)
-                die_usage("--trace %s: heads is given twice", src);
-            if (strcmp(v, "query") != 0 && strcmp(v, "kv") != 0)
-                die_usage("--trace %s: heads=%s is neither kv nor query", src, v);
-            group = strcmp(v, "query") == 0 ? 1 : SIZE_MAX;
-            continue;
-        }
         if (!slot)
             die_usage("--trace %s: unknown key '%s' (keys: %s)", src, k, lm_trace_keys);
         if (*slot)
@@ -1170,7 +1164,10 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
     }
     if (!model || !text)
         die_usage("--trace %s: model= and text= are required", src);
-    size_t T = steps ? (size_t)parse_u64("--trace lm: steps", steps, 1, 1u << 16) : 0;
+    if (heads && strcmp(heads, "query") != 0 && strcmp(heads, "kv") != 0)
+        die_usage("--trace %s: heads=%s is neither kv nor query", src, heads);
+    /* L * H * T^2 * 4 bytes go to TMPDIR: 2 GiB for 32 heads at the cap */
+    size_t T = steps ? (size_t)parse_u64("--trace lm: steps", steps, 1, 1u << 13) : 0;
     size_t w = window ? (size_t)parse_u64("--trace lm: window", window, 0, SIZE_MAX / 2) : 0;
 
     lm_model *m = NULL;
@@ -1190,7 +1187,7 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
         die_lm(st, "--trace lm: text");
     const lm_config *c = &m->config;
     if (!T)
-        T = (size_t)c->seq_len;
+        T = (size_t)c->seq_len < (1u << 13) ? (size_t)c->seq_len : 1u << 13;
     size_t chunk = c->seq_len > 1 ? (size_t)c->seq_len - 1 : 1, start = w * chunk;
     if (start > n_ids || n_ids - start < T - 1)
         die_usage("--trace %s: the text has %zu tokens; window %zu of %zu steps needs %zu", src,
@@ -1198,8 +1195,7 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
     /* BOS just before the window's first token. */
     int32_t *toks = ids + start;
     toks[0] = LM_BOS;
-    if (!group || group == SIZE_MAX)
-        group = (size_t)(c->n_heads / c->n_kv_heads);
+    size_t group = heads && strcmp(heads, "query") == 0 ? 1 : (size_t)(c->n_heads / c->n_kv_heads);
 
     const char *dir = getenv("TMPDIR");
     static unsigned serial; /* names never repeat within a run (trace_name's aliases) */
