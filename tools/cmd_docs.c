@@ -12,6 +12,8 @@
  * its own trace with an argument trace=SRC (anywhere among its arguments).
  * Names:
  *     results                       the whole `kvevict bench --markdown`
+ *                                   (its section on the committed model's
+ *                                   attention on the canonical trace only)
  *     bench budget=B                every policy at budget B
  *     h2o-sweep                     the H2O recent-window sweep at 256
  *     observations                  the claims of the H2O page, checked
@@ -163,7 +165,9 @@ static void render_block(FILE *f, group *g, const block *b)
         if (name[0] == 'r') {
             bench_opts o = {block_budgets, 2, 1};
             render_bench(f, es, &o, c, FMT_MD);
-            if (!es->collecting) { /* bench --markdown's last section, seed 0 */
+            /* bench --markdown's last section (seed 0), which bench prints
+             * only without --trace: on the default trace alone */
+            if (!es->collecting && strcmp(g->src, BENCH_TRACE) == 0) {
                 cli_args a;
                 memset(&a, 0, sizeof a);
                 a.topk = 32;
