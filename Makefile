@@ -13,7 +13,7 @@ BASE_DEPS = cmake:cmake gcc:gcc make:make pkgconf:pkg-config
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench perf-docs test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
+.PHONY: all deps run bench perf-docs test test-release test-asan test-tsan fuzz ci-gates clean plots docs model real-model
 
 all: build/kvevict
 
@@ -48,6 +48,14 @@ plots: build/kvevict
 
 docs: build/kvevict
 	./build/kvevict docs $(wildcard docs/*.md docs/policies/*.md)
+
+# docs/real-model.md from scratch: every measurement of the committed model
+# with kvevict's own commands (scripts/real-model.sh: about 25 minutes of CPU,
+# two at a time), written to docs/data/real-model/, then the page's blocks,
+# its figures (installs gnuplot-nox when missing) and the reproduction subset
+# that tests/test_real_model.sh checks.
+real-model: build/kvevict
+	./scripts/real-model.sh build
 
 test: test-release test-asan test-tsan
 
