@@ -13,7 +13,7 @@ BASE_DEPS = cmake:cmake gcc:gcc make:make pkgconf:pkg-config
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench perf-docs prefill-docs qk-scaling-docs budgets-docs test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
+.PHONY: all deps run bench perf-docs prefill-docs qk-scaling-docs budgets-docs real-model test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
 
 all: build/kvevict
 
@@ -69,6 +69,13 @@ docs: build/kvevict
 budgets-docs: build/kvevict
 	@./scripts/deps.sh gnuplot-nox:gnuplot
 	./scripts/budgets.sh build/kvevict
+# docs/real-model.md from scratch: every measurement of the committed model
+# with kvevict's own commands (scripts/real-model.sh: about 25 minutes of CPU,
+# two at a time), written to docs/data/real-model/, then the page's blocks,
+# its figures (installs gnuplot-nox when missing) and the reproduction subset
+# that tests/test_real_model.sh checks.
+real-model: build/kvevict
+	./scripts/real-model.sh build
 
 test: test-release test-asan test-tsan
 

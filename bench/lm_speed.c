@@ -4,12 +4,17 @@
  * bookkeeping (policy step, eviction, compaction), and the matrix kernel
  * against a plain serial loop and, when the machine has it, OpenBLAS.
  *
- * Usage: kvevict-lm-speed [CKPT [STEPS]]
+ * Usage: kvevict-lm-speed [--json] [CKPT [STEPS]]
  *   CKPT   a llama2.c checkpoint; "-" or absent: random weights of the shape
  *          of models/ (dim 128, hidden 384, 4 layers, 4 heads over 2 KV
  *          heads, vocabulary 1088, context 512), built in memory
  *   STEPS  positions decoded per run (default 2 * seq_len, so the bounded
  *          caches run in their steady state for half of the run)
+ *   --json one JSON object per line per (policy, positions) instead of the
+ *          report, and no kernel comparison: policy ("none" without one),
+ *          positions, budget (null without a policy), steps,
+ *          tokens_per_second, bookkeeping_share (docs/real-model.md renders
+ *          them; a timing, never drift-checked)
  * Policies run at a budget of 20% of the context. Times are the thread's CPU
  * time, so other jobs on the machine do not count. Tokens per second come
  * from runs without timing; the bookkeeping share from a run with
@@ -107,6 +112,8 @@ static double one_run(const lm_model *m, const char *spec, size_t budget, lm_pos
     return dt;
 }
 
+static int json; /* --json */
+
 static void run(const lm_model *m, const char *spec, size_t budget, lm_positions pos, size_t steps,
                 double reading)
 {
@@ -118,6 +125,17 @@ static void run(const lm_model *m, const char *spec, size_t budget, lm_positions
         dt = one_run(m, spec, budget, pos, steps, 1, &bk);
         double sh = (bk - (double)windows * reading) / (dt - 2.0 * (double)windows * reading);
         share = sh < share ? sh : share;
+    }
+    if (json) {
+        printf("{\"policy\": \"%s\", \"positions\": \"%s\", \"budget\": ", spec ? spec : "none",
+               pos == LM_POS_CACHE ? "cache" : "original");
+        if (spec)
+            printf("%zu", budget);
+        else
+            printf("null");
+        printf(", \"steps\": %zu, \"tokens_per_second\": %.1f, \"bookkeeping_share\": %.4f}\n",
+               steps, (double)steps / best, share > 0 ? share : 0);
+        return;
     }
     printf("%-36s %-9s %10.0f %12.1f%%\n", spec ? spec : "(none: every key kept)",
            pos == LM_POS_CACHE ? "cache" : "original", (double)steps / best,
@@ -196,6 +214,11 @@ static void kernels(const lm_model *m, size_t steps)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--json") == 0) {
+        json = 1;
+        argv++;
+        argc--;
+    }
     lm_model *m = NULL;
     void *img = NULL;
     const char *src = argc > 1 && strcmp(argv[1], "-") != 0 ? argv[1] : NULL;
@@ -212,22 +235,26 @@ int main(int argc, char **argv)
     size_t budget = (size_t)c->seq_len / 5;
     if (budget < 40)
         budget = 40;
-    printf("model %s: dim %d, hidden %d, layers %d, heads %d over %d KV heads, vocab %d, "
-           "context %d\n%zu positions per run, policies at budget %zu\n\n",
-           src ? src : "(random weights)", c->dim, c->hidden_dim, c->n_layers, c->n_heads,
-           c->n_kv_heads, c->vocab_size, c->seq_len, steps, budget);
+    if (!json) {
+        printf("model %s: dim %d, hidden %d, layers %d, heads %d over %d KV heads, vocab %d, "
+               "context %d\n%zu positions per run, policies at budget %zu\n\n",
+               src ? src : "(random weights)", c->dim, c->hidden_dim, c->n_layers, c->n_heads,
+               c->n_kv_heads, c->vocab_size, c->seq_len, steps, budget);
+        printf("%-36s %-9s %10s %13s\n", "policy", "positions", "tokens/s", "bookkeeping");
+    }
     double reading = clock_cost();
-    printf("%-36s %-9s %10s %13s\n", "policy", "positions", "tokens/s", "bookkeeping");
     run(m, NULL, 0, LM_POS_ORIGINAL, steps, reading);
     for (size_t i = 0; i < kve_policy_type_count(); i++)
         run(m, kve_policy_type_name(i), budget, LM_POS_ORIGINAL, steps, reading);
     run(m, "window", budget, LM_POS_CACHE, steps, reading);
     run(m, "streaming", budget, LM_POS_CACHE, steps, reading);
     run(m, "h2o", budget, LM_POS_CACHE, steps, reading);
-    printf("(bookkeeping: policy step + eviction + compaction, share of CPU time; one clock\n"
-           " reading, %.0f ns, taken off each of the %d readings a step)\n",
-           1e9 * reading, 2 * c->n_layers);
-    kernels(m, steps);
+    if (!json) {
+        printf("(bookkeeping: policy step + eviction + compaction, share of CPU time; one clock\n"
+               " reading, %.0f ns, taken off each of the %d readings a step)\n",
+               1e9 * reading, 2 * c->n_layers);
+        kernels(m, steps);
+    }
     lm_model_free(m);
     free(img);
     return 0;

@@ -390,6 +390,45 @@ expect_err 2 docs --check "$D/bad.md"
 printf '<!-- kvevict:begin summary -->\n' >"$D/open.md"
 expect_err 1 docs --check "$D/open.md"
 
+# ---- docs: tables rendered from a JSON Lines data file ----------------------------
+cat >"$D/data.jsonl" <<'DATA'
+{"policy": "full", "budget": null, "distance": 64, "accuracy": 1, "x": 0.123456}
+{"policy": "full", "budget": null, "distance": 128, "accuracy": 1, "x": 2.5e-1}
+{"policy": "h2o:budget=8,recent_window=2", "budget": 8, "distance": 64, "accuracy": 0.25, "x": -1}
+{"policy": "h2o:budget=8,recent_window=2", "budget": 8, "distance": 128, "accuracy": 0, "x": 3}
+{"policy": "window:budget=16", "budget": 16, "distance": 64, "accuracy": 0.5, "x": 1.5}
+DATA
+cat >"$D/tab.md" <<DOC
+<!-- kvevict:begin table $D/data.jsonl where=policy!full show=policy:code,budget,x:+2 -->
+<!-- kvevict:end table -->
+<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance value=accuracy:3 -->
+<!-- kvevict:end table -->
+DOC
+"$K" docs "$D/tab.md" >"$D/out" 2>"$D/err"
+check "docs table blocks regenerate ($(cat "$D/err"))" [ $? -eq 0 ]
+check "docs table: the filtered rows, formatted" grep -qE '^\| `h2o:budget=8,recent_window=2` +\| +8 \| +-1\.00 \|$' "$D/tab.md"
+check "docs table: no filtered-out row" sh -c "! grep -q '^| .full' '$D/tab.md'"
+check "docs table: a pivot, its columns the distances" grep -qE '^\| policy +\| distance 64 \| distance 128 \|$' "$D/tab.md"
+check "docs table: the budget taken out of the spec" grep -qE '^\| h2o:recent_window=2 +\| +0\.250 \| +0\.000 \|$' "$D/tab.md"
+check "docs table: a missing pivot cell is empty" grep -qE '^\| window +\| +0\.500 \| +\|$' "$D/tab.md"
+"$K" docs --check "$D/tab.md" >"$D/out" 2>"$D/err"
+check "docs table: --check passes after regenerating" [ $? -eq 0 ]
+sed 's/"accuracy": 0.25/"accuracy": 0.26/' "$D/data.jsonl" >"$D/data2.jsonl" && mv "$D/data2.jsonl" "$D/data.jsonl"
+"$K" docs --check "$D/tab.md" >"$D/out" 2>"$D/err"
+check "docs table: --check catches a changed data file" [ $? -eq 1 ]
+printf '{"policy": "a", "x": 1}\n{"policy": "b", "x": }\n' >"$D/bad.jsonl"
+printf '<!-- kvevict:begin table %s show=x -->\n<!-- kvevict:end table -->\n' "$D/bad.jsonl" >"$D/tab2.md"
+expect_err 1 docs --check "$D/tab2.md"
+check "docs table: a malformed line is named" grep -q 'bad.jsonl:2: expected a value at column 22' "$D/err"
+printf '<!-- kvevict:begin table %s show=x:7x -->\n<!-- kvevict:end table -->\n' "$D/data.jsonl" >"$D/tab3.md"
+expect_err 2 docs --check "$D/tab3.md"
+printf '<!-- kvevict:begin table %s rows=spec -->\n<!-- kvevict:end table -->\n' "$D/data.jsonl" >"$D/tab4.md"
+expect_err 2 docs --check "$D/tab4.md"
+printf '<!-- kvevict:begin table %s show=x trace=canonical -->\n<!-- kvevict:end table -->\n' "$D/data.jsonl" >"$D/tab5.md"
+expect_err 2 docs --check "$D/tab5.md"
+printf '<!-- kvevict:begin table %s/none.jsonl show=x -->\n<!-- kvevict:end table -->\n' "$D" >"$D/tab6.md"
+expect_err 1 docs --check "$D/tab6.md"
+
 # ---- machine-readable output, parsed ---------------------------------------
 # The keys every result row carries (docs/cli.md).
 ROW="--key policy:string --key trace:string --key budget:integer --key steps:integer

@@ -66,7 +66,7 @@ static int run(const char *args)
 
 /* Fixture paths (in the scratch directory). */
 static char model0[400], model1[400], model_untied[400], tokpath[400], textpath[400];
-static lm_model *lib_model;
+static lm_model *lib_model, *lib_model1; /* model0, model1 */
 static lm_tokenizer *lib_tok;
 static char *text;
 static size_t text_len;
@@ -435,17 +435,19 @@ static void test_recall(void)
 }
 
 typedef struct att_rows {
-    float *rows; /* (L, G, T, T) group means */
+    float *rows;  /* (L, H / group, T, T): means of `group` query heads */
     size_t T;
+    size_t group; /* 0: the KV heads' group, H / G */
 } att_rows;
 
 static void collect(void *user, int32_t layer, int32_t pos, const float *att, size_t ld,
                     const size_t *n_keys)
 {
     att_rows *a = user;
-    for (size_t g = 0; g < G_; g++)
-        lm_group_mean(a->rows + (((size_t)layer * G_ + g) * a->T + (size_t)pos) * a->T,
-                      att + g * (H_ / G_) * ld, ld, H_ / G_, n_keys[g]);
+    size_t group = a->group ? a->group : H_ / G_, heads = H_ / group;
+    for (size_t g = 0; g < heads; g++)
+        lm_group_mean(a->rows + (((size_t)layer * heads + g) * a->T + (size_t)pos) * a->T,
+                      att + g * group * ld, ld, group, n_keys[g * group / (H_ / G_)]);
 }
 
 static void test_dump(void)
@@ -461,7 +463,7 @@ static void test_dump(void)
     ASSERT_EQ(kve_trace_layers(tr), L_);
     ASSERT_EQ(kve_trace_heads(tr), L_ * G_);
     /* Row by row what the decoder's policies would receive (own key included). */
-    att_rows a = {calloc(L_ * G_ * T * T, sizeof(float)), T};
+    att_rows a = {calloc(L_ * G_ * T * T, sizeof(float)), T, 0};
     lm_options opt = {.on_attention = collect, .user = &a};
     lm_state *s = NULL;
     ASSERT_OK(lm_state_new(lib_model, &opt, &s));
@@ -754,11 +756,232 @@ static void test_machine_outputs(void)
     /* Every command's help. */
     static const char *const helps[] = {"lm --help",         "lm logits --help", "lm eval --help",
                                         "lm passkey --help", "lm repeat --help", "lm dump --help",
-                                        "lm prefill --help",
+                                        "lm prefill --help", "lm stream --help",
                                         "generate --help",   "help lm"};
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
         ASSERT_RUNS(helps[i]);
         ASSERT_TRUE(strncmp(out_text, "usage: kvevict ", 15) == 0);
+    }
+}
+
+/* lm stream: every row against the same decode run here, bin by bin. */
+static void test_stream(void)
+{
+    int32_t *H = malloc((text_len + 1) * sizeof *H);
+    size_t nH;
+    ASSERT_OK(lm_encode(lib_tok, text, text_len, H, text_len + 1, &nH));
+    /* Past the context (128) and round the text more than once. */
+    size_t N = 2 * nH + 37, W = 64, M = 200;
+    char args[4096];
+    snprintf(args, sizeof args,
+             "lm stream --model %s --text %s --tokens %zu --bin %zu --full-tokens %zu "
+             "--policy window,h2o:recent_window=2 --budget 8 --positions cache --json",
+             model0, textpath, N, W, M);
+    ASSERT_RUNS(args);
+    const char *specs[3] = {NULL, "window:budget=8", "h2o:budget=8,recent_window=2"};
+    const char *line = out_text;
+    size_t n_bins = (N + W - 1) / W;
+    double *nats = calloc(n_bins, sizeof *nats);
+    for (int j = 0; j < 3; j++) {
+        lm_options opt = {.policy = specs[j], .positions = LM_POS_CACHE};
+        lm_state *s = NULL;
+        ASSERT_OK(lm_state_new(lib_model, &opt, &s));
+        size_t n = j ? N : M;
+        memset(nats, 0, n_bins * sizeof *nats);
+        for (size_t p = 0; p + 1 < n; p++) {
+            ASSERT_OK(lm_forward(s, p ? H[(p - 1) % nH] : LM_BOS));
+            nats[(p + 1) / W] += lm_token_nats(s->logits, FX_PIECES, H[p % nH]);
+        }
+        lm_state_free(s);
+        for (size_t b = 0; b * W < n; b++) {
+            size_t start = b * W, end = start + W < n ? start + W : n, first = start ? start : 1;
+            double bytes = 0;
+            for (size_t p = first; p < end; p++) {
+                size_t len;
+                lm_decode(lib_tok, 0, H[(p - 1) % nH], &len);
+                bytes += (double)len;
+            }
+            ASSERT_TRUE(line && *line);
+            char head[160];
+            snprintf(head, sizeof head, "{\"policy\": \"%s\", \"budget\": %s, \"positions\": \"cache\"",
+                     specs[j] ? specs[j] : "full", j ? "8" : "null");
+            ASSERT_TRUE(strncmp(line, head, strlen(head)) == 0);
+            ASSERT_EQ(json_num(line, "start"), start);
+            ASSERT_EQ(json_num(line, "end"), end);
+            ASSERT_EQ(json_num(line, "tokens"), end - first);
+            ASSERT_EQ(json_num(line, "bytes"), bytes);
+            ASSERT_NEAR(json_num(line, "nats_per_token"), nats[b] / (double)(end - first), 1e-12);
+            ASSERT_NEAR(json_num(line, "bits_per_byte"), nats[b] / log(2.0) / bytes, 1e-12);
+            line = strchr(line, '\n') + 1;
+        }
+    }
+    ASSERT_TRUE(*line == '\0');
+    free(nats);
+    ASSERT_TRUE(outcheck_ok("jsonl", "--key policy:string --key 'budget:integer|null' "
+                                     "--key positions:string --key start:integer "
+                                     "--key end:integer --key tokens:integer --key bytes:integer "
+                                     "--key nats_per_token:number --key bits_per_byte:number "
+                                     "--key seed:integer"));
+    /* The same decode in a text table; no full cache with --full-tokens 0. */
+    snprintf(args, sizeof args,
+             "lm stream --model %s --text %s --tokens 100 --full-tokens 0 --policy window "
+             "--budget 8",
+             model0, textpath);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(out_text, "stream of 100 positions: BOS, then ");
+    ASSERT_CONTAINS(out_text, "bins of 128 positions"); /* the context, by default */
+    ASSERT_TRUE(strstr(out_text, "\nfull ") == NULL);
+    ASSERT_CONTAINS(out_text, "\nwindow:budget=8 ");
+    /* Refusals. */
+    snprintf(args, sizeof args, "lm stream --model %s --text %s", model0, textpath);
+    ASSERT_FAILS(args, 2, "lm stream", "missing required option '--tokens'");
+    snprintf(args, sizeof args, "lm stream --model %s --text %s --tokens 1", model0, textpath);
+    ASSERT_FAILS(args, 2, "lm stream", "--tokens");
+    snprintf(args, sizeof args, "lm stream --model %s --text %s --tokens 9 --full-tokens 10",
+             model0, textpath);
+    ASSERT_FAILS(args, 2, "lm stream", "--full-tokens 10: the stream has 9 positions");
+    snprintf(args, sizeof args, "lm stream --model %s --text %s --tokens 9 --bin 0", model0,
+             textpath);
+    ASSERT_FAILS(args, 2, "lm stream", "--bin");
+    free(H);
+}
+
+/* Removes "\"trace\": \"...\", " from a JSON line (in place). */
+static void drop_trace_key(char *s)
+{
+    for (char *p = strstr(s, "\"trace\": \""); p; p = strstr(p, "\"trace\": \"")) {
+        char *end = strstr(p + 10, "\", ");
+        if (!end)
+            return;
+        memmove(p, end + 3, strlen(end + 3) + 1);
+    }
+}
+
+/* --trace lm:...: the model's attention as a trace in every command that
+ * reads one, equal to what lm dump writes; bench's model section. */
+static void test_lm_trace(void)
+{
+    char args[4096], src[1024];
+    const char *tmp = getenv("TMPDIR");
+    char *saved = tmp ? strdup(tmp) : NULL;
+    setenv("TMPDIR", dir, 1); /* the spooled .npy must not outlive a run */
+    size_t files = files_in_dir();
+    snprintf(src, sizeof src, "lm:model=%s,text=%s,steps=9", model1, textpath);
+    snprintf(args, sizeof args, "trace --stats --trace %s --block 4 --json", src);
+    ASSERT_RUNS(args);
+    char *from_lm = strdup(out_text);
+    ASSERT_CONTAINS(from_lm, "\"layer\": 1");
+    snprintf(args, sizeof args, "lm dump --model %s --text %s --steps 9 -o %s", model1, textpath,
+             path_of("d.npy"));
+    ASSERT_RUNS(args);
+    snprintf(args, sizeof args, "trace --stats --trace %s --block 4 --json", path_of("d.npy"));
+    ASSERT_RUNS(args);
+    drop_trace_key(from_lm);
+    drop_trace_key(out_text);
+    ASSERT_STR_EQ(from_lm, out_text);
+    free(from_lm);
+    remove(path_of("d.npy"));
+    snprintf(args, sizeof args, "trace --stats --trace %s --block 4", src);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(out_text, " 1.1 "); /* layer.head */
+    snprintf(args, sizeof args, "eval --trace %s --policy window:budget=4 --json", src);
+    ASSERT_RUNS(args);
+    char want[1100];
+    snprintf(want, sizeof want, "\"trace\": \"%s\"", src);
+    ASSERT_CONTAINS(out_text, want);
+    /* window=1, heads=query: rows against the library, head by head. */
+    int32_t *ids = malloc((text_len + 2) * sizeof *ids);
+    size_t n;
+    ASSERT_OK(lm_encode(lib_tok, text, text_len, ids + 1, text_len + 1, &n));
+    int32_t *w1 = ids + (T_ - 1); /* BOS, then the text from token 127 */
+    w1[0] = LM_BOS;
+    enum { T = 7 };
+    att_rows q = {calloc((size_t)L_ * H_ * T * T, sizeof(float)), T, 1};
+    lm_options opt = {.on_attention = collect, .user = &q};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(lib_model1, &opt, &s));
+    for (size_t t = 0; t < T; t++)
+        ASSERT_OK(lm_forward(s, w1[t]));
+    lm_state_free(s);
+    for (size_t h = 0; h < (size_t)L_ * H_; h++) {
+        snprintf(args, sizeof args,
+                 "trace --trace lm:model=%s,text=%s,window=1,steps=%d,heads=query --head %zu "
+                 "-o %s",
+                 model1, textpath, T, h, path_of("h.npy"));
+        ASSERT_RUNS(args);
+        kve_trace *tr = NULL;
+        ASSERT_OK(kve_trace_open(path_of("h.npy"), 0, &tr));
+        double row[T];
+        for (size_t t = 0; t < T; t++) {
+            ASSERT_OK(kve_trace_row(tr, 0, t, row));
+            for (size_t i = 0; i <= t; i++)
+                ASSERT_TRUE(row[i] == (double)q.rows[(h * T + t) * T + i]);
+        }
+        kve_trace_free(tr);
+    }
+    free(q.rows);
+    free(ids);
+    remove(path_of("h.npy"));
+    /* bench: the model section on the given trace, none, or the note. */
+    snprintf(args, sizeof args,
+             "bench --trace canonical:steps=300 --model-trace lm:model=%s,text=%s", model1,
+             textpath);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(out_text, "\nThe committed model's attention\n");
+    ASSERT_CONTAINS(out_text, "\nModel trace, budget 12\n"); /* 10% of 128 steps */
+    ASSERT_CONTAINS(out_text, "\nModel trace, budget 25\n");
+    ASSERT_CONTAINS(out_text, "\nModel trace, budget 64\n");
+    ASSERT_CONTAINS(out_text, "\nh2o:budget=64,recent_window=32 ");
+    ASSERT_CONTAINS(out_text, "\nwindow:budget=12 ");
+    ASSERT_CONTAINS(out_text, "\nNot run at budget 12 (their default recent window or sinks do "
+                              "not fit below it): h2o, scissorhands, h2o_decay, h2o_mean.\n");
+    snprintf(args, sizeof args, "bench --trace canonical:steps=300 --model-trace none");
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(strstr(out_text, "committed model") == NULL);
+    char cwd[4096];
+    ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+    ASSERT_TRUE(chdir(dir) == 0); /* no models/ here */
+    ASSERT_RUNS("bench --md --budget 64");
+    ASSERT_TRUE(chdir(cwd) == 0);
+    ASSERT_CONTAINS(out_text, "### The committed model's attention: not measured here");
+    /* With --trace, only --model-trace asks for the section. */
+    ASSERT_RUNS("bench --trace canonical:steps=300");
+    ASSERT_TRUE(strstr(out_text, "committed model") == NULL);
+    snprintf(args, sizeof args,
+             "bench --trace canonical:steps=300 --json --model-trace lm:model=%s,text=%s", model1,
+             textpath);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(strstr(out_text, "lm:model") == NULL); /* csv and json: the canonical rows */
+    /* Refusals, before or after decoding; no spooled file left behind. */
+    static const struct {
+        const char *extra; /* after lm:model=MODEL,text=TEXT */
+        int code;
+        const char *needle;
+    } bad[] = {
+        {",colour=red", 2, "unknown key 'colour'"},
+        {",heads=all", 2, "heads=all is neither kv nor query"},
+        {",window=99", 2, "window 99 of 128 steps needs"},
+        {",steps=x", 2, "steps"},
+        {",steps=8193", 2, "8193 is out of range [1, 8192]"}, /* L*H*T^2 floats spooled */
+        {",heads=kv,heads=query", 2, "heads is given twice"},
+        {",text=again", 2, "text is given twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "trace --stats --trace lm:model=%s,text=%s%s", model1,
+                 textpath, bad[i].extra);
+        ASSERT_FAILS(args, bad[i].code, "trace", bad[i].needle);
+    }
+    snprintf(args, sizeof args, "trace --stats --trace lm:model=%s", model1);
+    ASSERT_FAILS(args, 2, "trace", "model= and text= are required");
+    snprintf(args, sizeof args, "trace --stats --trace lm:model=/nonexistent.bin,text=%s",
+             textpath);
+    ASSERT_FAILS(args, 1, "trace", "No such file or directory");
+    ASSERT_EQ(files_in_dir(), files);
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("TMPDIR");
     }
 }
 
@@ -829,7 +1052,7 @@ int main(int argc, char **argv)
     if (tmpdir_make("kve-lm-cli") != 0)
         return 1;
     make_fixtures();
-    if (lm_model_open(model0, &lib_model) != KVE_OK ||
+    if (lm_model_open(model0, &lib_model) != KVE_OK || lm_model_open(model1, &lib_model1) != KVE_OK ||
         lm_tokenizer_open(tokpath, &lib_tok) != KVE_OK) {
         fprintf(stderr, "test_lm_cli: fixtures: %s\n", lm_last_error());
         return 1;
@@ -842,8 +1065,11 @@ int main(int argc, char **argv)
     RUN(test_dump_qk);
     RUN(test_prefill_cmd);
     RUN(test_machine_outputs);
+    RUN(test_stream);
+    RUN(test_lm_trace);
     RUN(test_generate);
     lm_model_free(lib_model);
+    lm_model_free(lib_model1);
     lm_tokenizer_free(lib_tok);
     free(text);
     free(out_text);

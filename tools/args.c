@@ -124,6 +124,17 @@ char *xstrdup(const char *s)
     return d;
 }
 
+char *xstrndup(const char *s, size_t n)
+{
+    size_t len = 0;
+    while (len < n && s[len])
+        len++;
+    char *d = xmalloc(len + 1);
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
 /* ---- numbers and lists ---- */
 
 uint64_t parse_u64(const char *what, const char *s, uint64_t min, uint64_t max)

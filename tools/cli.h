@@ -33,6 +33,7 @@
 #include <stdio.h>
 
 #include "kvevict.h"
+#include "jsonl.h"
 
 enum { EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
@@ -67,6 +68,8 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
+/* The first n bytes of s (fewer if s is shorter), NUL-terminated. */
+char *xstrndup(const char *s, size_t n);
 
 /* ---- options (args.c) ------------------------------------------------- */
 
@@ -189,13 +192,22 @@ void temp_forget(const char *path);
 /* Removes every temporary file still registered (die_* call it). */
 void temp_remove_all(void);
 
-/* Opens --trace (a source text, or "-": a .npy file read from standard
- * input into a temporary file removed once opened), with progress while a
- * large file is validated. Errors exit (usage for a bad canonical spec). */
+/* Opens --trace (a source text; "-": a .npy file read from standard input
+ * into a temporary file removed once opened; "lm:...": a model's attention,
+ * lm_trace_open), with progress while a large file is validated. Errors
+ * exit (usage for a bad canonical or lm: spec). */
 kve_trace *open_trace(const cli_args *a);
-/* The name the user gave the trace: "-" for standard input, else
- * kve_trace_source. */
+/* The name the user gave the trace: "-" for standard input, the lm: source
+ * for a model's attention, else kve_trace_source. */
 const char *trace_name(const kve_trace *tr);
+/* Records that the trace opened from the temporary file `path` is called
+ * `name` (for trace_name). */
+void trace_alias(const char *path, const char *name);
+/* The source "lm:model=CKPT,text=FILE[,tokenizer=TOK][,steps=T][,window=W]
+ * [,heads=kv|query]": the model's full-cache attention over window W of the
+ * text as `kvevict lm dump` writes it, decoded now into a temporary .npy file
+ * that is removed once open (cmd_lm.c). Errors exit. */
+kve_trace *lm_trace_open(const char *src, unsigned flags);
 
 /* A "\r"-updated line on stderr while long work runs, drawn only when
  * stderr is a terminal and the command has run over two seconds. */
@@ -226,6 +238,7 @@ void json_string(FILE *f, const char *s);
 #define KEY_BUDGET "budget"
 #define KEY_HEADS "heads"
 #define KEY_LAYERS "layers"
+#define KEY_LAYER "layer"
 #define KEY_THREADS "threads"
 #define KEY_STEPS "steps"
 #define KEY_SCORED "scored_steps"
@@ -313,30 +326,6 @@ void table_free(table *t);
  * c->timings), state bytes, then the CSV-only context columns. */
 size_t result_cols(col *cols, size_t n, const result_ctx *c);
 void result_cells(table *t, const result_ctx *c, const kve_eval_result *r);
-
-/* ---- JSON Lines read back (jsonl.c) ------------------------------------- */
-
-/* One flat object: n keys and their values as text (strings unescaped,
- * numbers and literals as written); str[i]: value i was a string. */
-typedef struct jrow {
-    size_t n;
-    char **key, **val;
-    int *str;
-} jrow;
-typedef struct jsonl {
-    size_t n;
-    jrow *rows;
-} jsonl;
-
-/* Reads a JSON Lines file of flat objects (blank lines skipped); malformed
- * input or I/O errors exit (bad input). */
-void jsonl_read(jsonl *j, const char *path);
-void jsonl_free(jsonl *j);
-/* The value of `key` in r, NULL when absent. */
-const char *jrow_get(const jrow *r, const char *key);
-/* Whether r satisfies every where[i]: "KEY=VALUE" (the value's text equals
- * VALUE), "KEY!=VALUE" (KEY present, its text not VALUE) or "KEY" (present). */
-int jrow_where(const jrow *r, const char *const *where, size_t n);
 
 /* ---- budgets across heads and layers (budgets.c) ------------------------- */
 
@@ -494,32 +483,15 @@ char *shard_run(const char *command, const cli_args *a, const char *trace, size_
 void shard_line(FILE *f, const shard *s, size_t job, size_t jobs, const char *run,
                 const result_ctx *c, const kve_eval_result *r, const grid *g);
 
-/* ---- JSON Lines read back (jsonread.c) ----------------------------------- */
-
-typedef enum { JV_NULL, JV_FALSE, JV_TRUE, JV_NUMBER, JV_STRING, JV_ARRAY, JV_OBJECT } jv_kind;
-
-typedef struct jv {
-    jv_kind kind;
-    char *key;         /* the member's name inside an object, else NULL */
-    char *text;        /* STRING: decoded (UTF-8); NUMBER: as written; else NULL */
-    size_t start, end; /* the value's own text: line[start .. end) */
-    struct jv *child;  /* ARRAY, OBJECT: the members, in order */
-    size_t n;
-} jv;
-
-/* Parses `line` (one JSON value and nothing else, RFC 8259, no key twice
- * in an object, nesting at most 16 deep). NULL on refusal, with "what was
- * expected at column C" in err[0 .. cap). Free with jv_free. */
-jv *jv_parse(const char *line, char *err, size_t cap);
-void jv_free(jv *v);
-/* The member `key` of an object; NULL when absent or obj is no object. */
-const jv *jv_get(const jv *obj, const char *key);
-
 /* ---- the benchmark report (cmd_bench.c), shared with docs --------------- */
 
 #define BENCH_TRACE "canonical"
 #define BENCH_SEED 0u
 #define H2O_PAGE "docs/policies/h2o.md"
+/* The committed model and its held-out text, relative to a checkout. */
+#define BENCH_MODEL "models/kjv.bin"
+#define BENCH_MODEL_TEXT "models/heldout.txt"
+#define BENCH_MODEL_TRACE "lm:model=" BENCH_MODEL ",text=" BENCH_MODEL_TEXT
 
 typedef struct bench_opts {
     const size_t *budgets; /* the policy tables' budgets */
@@ -572,6 +544,11 @@ void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c
 void bench_collect(evalset *es, const bench_opts *o, const char *trace, size_t key_dim);
 /* The claims' budgets and bench's default budgets: 256 and 512. */
 extern const size_t bench_default_budgets[2];
+/* bench's last section (text or md): every policy at 10%, 20% and 50% of the
+ * steps of trace `src`; NULL: the committed model's attention when the
+ * current directory is a checkout, else a line saying so; "none": nothing.
+ * Seed from `a`; ns/step columns when `timings`. */
+void render_model_section(FILE *f, const char *src, const cli_args *a, int timings, tfmt fmt);
 /* A stream that discards what is written (for collecting passes). */
 FILE *null_sink(void);
 
@@ -598,6 +575,47 @@ void trace_stats_head(kve_trace *tr, size_t head, size_t block, trace_stats *s);
  * in text and markdown. */
 void render_trace_stats(FILE *f, kve_trace *tr, size_t head, int all_heads, size_t block,
                         tfmt fmt);
+
+/* ---- committed measurement files (data.c), shared by docs and plot ------- */
+
+/* A JSON Lines file of flat objects (jsonl.h), read whole. */
+typedef struct jfile {
+    size_t n;
+    jrow *rows; /* (n) */
+} jfile;
+
+/* Reads `path` (blank lines skipped); a missing, unreadable or empty file,
+ * or a malformed line, is bad input ("PATH:LINE: expected ... at column C"). */
+void jfile_read(jfile *jf, const char *path);
+void jfile_free(jfile *jf);
+/* The value of `key` in row r as text (a string unescaped, a number's
+ * literal, "true", "false", "null"; "null" when absent); the key "spec" is
+ * the row's policy without its budget= parameter, written into buf. */
+const char *jrow_value(const jrow *r, const char *key, char *buf, size_t cap);
+
+/* "KEY:V1|V2|..." (the row's value is one of them) or "KEY!V1|..." (none). */
+typedef struct row_filter {
+    char *key, *vals;
+    int negate;
+} row_filter;
+void filter_parse(row_filter *flt, const char *what, const char *arg);
+void filter_free(row_filter *flt);
+/* 1 when r passes every one of the n filters. */
+int filters_match(const row_filter *flt, size_t n, const jrow *r);
+/* Whether r satisfies every where[i]: "KEY=VALUE" (the value's text equals
+ * VALUE), "KEY!=VALUE" (KEY present, its text not VALUE) or "KEY"
+ * (present): the --where of `plot --jsonl` and the docs' `jsonl` blocks. */
+int jrow_where(const jrow *r, const char *const *where, size_t n);
+
+/* The docs block `table FILE ARG...` (cmd_docs.c documents the arguments):
+ * the rows of a JSON Lines file as a markdown table. */
+void render_data_table(FILE *f, char *const *args, size_t n_args);
+/* `kvevict plot --real-model DIR`: the figures of docs/real-model.md from
+ * its data files (plot_real.c). */
+void plot_real_model(const char *data_dir, const char *out_dir);
+/* A fresh directory $TMPDIR/kvevict-plot-XXXXXX for gnuplot's files, its
+ * path in buf (cmd_plot.c); exits on failure or a quote in TMPDIR. */
+const char *plot_tmpdir(char *buf, size_t cap);
 
 /* ---- subcommands ---------------------------------------------------------- */
 

@@ -27,6 +27,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SAT_EPS 0.001
 #define PAGE_STREAMING_MASS 0.7367
@@ -54,7 +55,19 @@ static const kve_eval_result *h2o_window(evalset *es, size_t w, size_t budget)
     return evalset_get(es, spec, budget);
 }
 
-void render_policy_table(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt)
+/* Policy type i's defaults are a valid spec at `budget` (a recent window or
+ * sink count below it). */
+static int fits(size_t i, size_t budget)
+{
+    char num[32], buf[KVE_SPEC_MAX];
+    snprintf(num, sizeof num, "%zu", budget);
+    return kve_spec_with(kve_policy_type_name(i), "budget", num, buf, sizeof buf) == KVE_OK;
+}
+
+/* Every policy at `budget`; with `only_fitting`, those whose defaults fit it,
+ * followed by a line naming the others. */
+static void policy_table(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt,
+                         int only_fitting)
 {
     col cols[TABLE_MAXCOLS];
     size_t nc = 0;
@@ -63,9 +76,16 @@ void render_policy_table(FILE *f, evalset *es, size_t budget, const result_ctx *
     nc = result_cols(cols, nc, c);
     table t;
     table_init(&t, cols, nc);
+    char unfit[256] = "";
     for (size_t i = 0; i < kve_policy_type_count(); i++) {
         if (!evalset_runs(es, i))
             continue;
+        if (only_fitting && !fits(i, budget)) {
+            size_t len = strlen(unfit);
+            snprintf(unfit + len, sizeof unfit - len, "%s%s", len ? ", " : "",
+                     kve_policy_type_name(i));
+            continue;
+        }
         const kve_eval_result *r = evalset_get(es, kve_policy_type_name(i), budget);
         table_str(&t, r->spec);
         table_uint(&t, r->budget);
@@ -73,6 +93,15 @@ void render_policy_table(FILE *f, evalset *es, size_t budget, const result_ctx *
     }
     table_print(&t, f, fmt);
     table_free(&t);
+    if (unfit[0] && f)
+        fprintf(f, "\nNot run at budget %zu (their default recent window or sinks do not fit "
+                   "below it): %s.\n",
+                budget, unfit);
+}
+
+void render_policy_table(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt)
+{
+    policy_table(f, es, budget, c, fmt, 0);
 }
 
 /* The windows of the sweep that fit below `budget`. */
@@ -395,6 +424,68 @@ void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c
     }
 }
 
+/* The committed model's attention (docs/real-model.md): every policy at 10%,
+ * 20% and 50% of the trace's steps. The default source is the model of a
+ * kvevict checkout, relative to the current directory (make run runs there);
+ * without it the section says where the model is found. */
+static const unsigned model_percents[] = {10, 20, 50};
+
+void render_model_section(FILE *f, const char *src, const cli_args *a, int timings, tfmt fmt)
+{
+    int md = fmt == FMT_MD;
+    if (src && strcmp(src, "none") == 0)
+        return;
+    if (!src) {
+        if (access(BENCH_MODEL, R_OK) != 0 || access(BENCH_MODEL_TEXT, R_OK) != 0) {
+            fprintf(f,
+                    "\n%sThe committed model's attention: not measured here (no %s and %s in "
+                    "the current directory; run from a kvevict checkout, as make run does, or "
+                    "give --model-trace lm:model=CKPT,text=FILE).\n",
+                    md ? "### " : "", BENCH_MODEL, BENCH_MODEL_TEXT);
+            return;
+        }
+        src = BENCH_MODEL_TRACE;
+    }
+    cli_args ma = *a;
+    ma.trace = src;
+    ma.trace_flags = 0;
+    kve_trace *tr = open_trace(&ma);
+    size_t T = kve_trace_steps(tr), budgets[3], nb = 0;
+    for (size_t i = 0; i < 3; i++) {
+        size_t b = (size_t)model_percents[i] * T / 100;
+        if (b > 0 && (nb == 0 || b != budgets[nb - 1]))
+            budgets[nb++] = b;
+    }
+    evalset es;
+    evalset_init(&es);
+    es.key_dim = kve_trace_key_dim(tr);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            evalset_run(&es, tr, &ma, 0);
+        for (size_t b = 0; b < nb; b++)
+            for (size_t i = 0; i < kve_policy_type_count(); i++)
+                if (evalset_runs(&es, i) && fits(i, budgets[b]))
+                    evalset_get(&es, kve_policy_type_name(i), budgets[b]);
+    }
+    result_ctx c;
+    result_ctx_init(&c, &ma, tr);
+    c.timings = timings;
+    fprintf(f,
+            "\n%sThe committed model's attention\n\n"
+            "Trace %s%s%s: %zu steps, %zu layers x %zu heads (each row the mean of a KV "
+            "head's query heads, as the decoder's policies receive it; docs/real-model.md). "
+            "Every policy at 10%%, 20%% and 50%% of the steps, means over the heads and the "
+            "steps t > budget.\n",
+            md ? "### " : "", md ? "`" : "", c.trace, md ? "`" : "", T, kve_trace_layers(tr),
+            kve_trace_heads(tr) / kve_trace_layers(tr));
+    for (size_t b = 0; b < nb; b++) {
+        fprintf(f, "\n%sModel trace, budget %zu\n\n", md ? "#### " : "", budgets[b]);
+        policy_table(f, &es, budgets[b], &c, fmt, 1);
+    }
+    evalset_free(&es);
+    kve_trace_free(tr);
+}
+
 static const char bench_usage[] =
     "usage: kvevict bench [--trace SRC] [--budget B1,B2,...] [--topk K]\n"
     "                     [--format text|md|csv|json | --json | --csv | --md | --markdown]\n"
@@ -433,16 +524,24 @@ static const char bench_usage[] =
     "                   j with j % N == I, as JSON Lines carrying each whole job;\n"
     "                   `kvevict merge` combines the N files into the report, in\n"
     "                   any format (see docs/scale-out.md)\n"
+    "  --model-trace SRC  text and md end with every policy at 10%, 20% and 50%\n"
+    "                   of the steps of this trace. Without --trace and without\n"
+    "                   this option: the committed model's attention,\n"
+    "                   lm:model=models/kjv.bin,text=models/heldout.txt, when run\n"
+    "                   from a kvevict checkout (as make run is); none: no such\n"
+    "                   section. csv and json leave it out (bench --trace SRC gives\n"
+    "                   its rows)\n"
     "\n"
     "Budgets at which no step is scored (budget >= steps - 1) show n/a, with a\n"
     "warning, and the claims that need them are not judged.\n";
 
-static const opt_def bench_own[] = {{"seeds", 0, OPT_VALUE}, {"shard", 0, OPT_VALUE}};
+static const opt_def bench_own[] = {
+    {"seeds", 0, OPT_VALUE}, {"shard", 0, OPT_VALUE}, {"model-trace", 0, OPT_VALUE}};
 static const cli_spec bench_spec = {
     .usage = bench_usage,
     .shared = SO_TRACE | SO_BUDGETS | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT | SO_OUTPUT,
     .own = bench_own,
-    .n_own = 2,
+    .n_own = sizeof bench_own / sizeof bench_own[0],
     .default_format = FMT_TEXT,
 };
 
@@ -527,6 +626,8 @@ int cmd_bench(int argc, char **argv)
     }
     o.canonical = strncmp(src, "canonical", 9) == 0 && (src[9] == '\0' || src[9] == ':');
     if (sh.count) {
+        if (cli_own(&a, &bench_spec, "model-trace")->count)
+            die_usage("--model-trace adds a section to text and md reports; a shard has none");
         run_shard(&a, &o, src, &sh);
         return 0;
     }
@@ -541,6 +642,9 @@ int cmd_bench(int argc, char **argv)
     render_bench(out, &es, &o, &c, a.format);
     evalset_free(&es);
     kve_trace_free(tr);
+    const opt_val *mt = cli_own(&a, &bench_spec, "model-trace");
+    if ((a.format == FMT_TEXT || a.format == FMT_MD) && (mt->count || !a.trace))
+        render_model_section(out, mt->count ? mt->v[0] : NULL, &a, 1, a.format);
     out_close(out);
     return 0;
 }

@@ -12,6 +12,8 @@
  * its own trace with an argument trace=SRC (anywhere among its arguments).
  * Names:
  *     results                       the whole `kvevict bench --markdown`
+ *                                   (its section on the committed model's
+ *                                   attention on the canonical trace only)
  *     bench budget=B                every policy at budget B
  *     h2o-sweep                     the H2O recent-window sweep at 256
  *     observations                  the claims of the H2O page, checked
@@ -26,6 +28,14 @@
  *                                   (render_jsonl): measurements too slow to
  *                                   repeat here, drift-checked by the tests
  *                                   that re-run a subset of them
+ *     table FILE ARG...             the rows of a committed JSON Lines file
+ *                                   (data.c), no trace involved: ARGs are
+ *                                   where=KEY:V1|V2 (or KEY!V1|V2; repeatable),
+ *                                   then show=KEY[:F],... (one table row per
+ *                                   file row) or rows=KEY[:F],... cols=KEY
+ *                                   value=KEY[:F] (a pivot); F is N or +N
+ *                                   decimals or `code`; the key `spec` is the
+ *                                   policy without its budget
  * e.g. <!-- kvevict:begin sweep h2o recent_window=16,32,64 budget=256 -->,
  *      <!-- kvevict:begin observations trace=canonical:version=1 -->.
  * The blocks of one trace are evaluated in one lockstep pass; a trace that
@@ -226,8 +236,8 @@ static void render_jsonl(FILE *f, const block *b)
     }
     if (!nv || (pivot.buf && nv != 1))
         die_usage("block 'jsonl' needs val= columns (exactly one with pivot=)");
-    jsonl j;
-    jsonl_read(&j, b->args[0]);
+    jfile j;
+    jfile_read(&j, b->args[0]);
     size_t *keep = xcalloc(j.n + 1, sizeof *keep), nk = 0;
     for (size_t r = 0; r < j.n; r++)
         if (jrow_where(&j.rows[r], where, nw))
@@ -238,7 +248,7 @@ static void render_jsonl(FILE *f, const block *b)
     const char **pv = xcalloc(nk, sizeof *pv);
     size_t npv = 0;
     for (size_t k = 0; pivot.buf && k < nk; k++) {
-        const char *v = jrow_get(&j.rows[keep[k]], pivot.key);
+        const char *v = jrow_text(&j.rows[keep[k]], pivot.key);
         size_t i = 0;
         while (i < npv && strcmp(pv[i], v ? v : "null") != 0)
             i++;
@@ -269,13 +279,13 @@ static void render_jsonl(FILE *f, const block *b)
         fputc('|', f);
         for (size_t c = 0; c < nr; c++) {
             fputc(' ', f);
-            jsonl_value(f, jrow_get(r, rows[c].key), rows[c].fmt);
+            jsonl_value(f, jrow_text(r, rows[c].key), rows[c].fmt);
             fputs(" |", f);
         }
         if (!pivot.buf) {
             for (size_t c = 0; c < nv; c++) {
                 fputc(' ', f);
-                jsonl_value(f, jrow_get(r, vals[c].key), vals[c].fmt);
+                jsonl_value(f, jrow_text(r, vals[c].key), vals[c].fmt);
                 fputs(" |", f);
             }
             fputc('\n', f);
@@ -287,16 +297,16 @@ static void render_jsonl(FILE *f, const block *b)
             const jrow *q = &j.rows[keep[m]];
             int same = 1;
             for (size_t c = 0; c < nr && same; c++) {
-                const char *x = jrow_get(r, rows[c].key), *y = jrow_get(q, rows[c].key);
+                const char *x = jrow_text(r, rows[c].key), *y = jrow_text(q, rows[c].key);
                 same = (!x && !y) || (x && y && strcmp(x, y) == 0);
             }
             if (!same)
                 continue;
             done[m] = 1;
-            const char *v = jrow_get(q, pivot.key);
+            const char *v = jrow_text(q, pivot.key);
             for (size_t i = 0; i < npv; i++)
                 if (strcmp(pv[i], v ? v : "null") == 0)
-                    cells[i] = jrow_get(q, vals[0].key);
+                    cells[i] = jrow_text(q, vals[0].key);
         }
         for (size_t i = 0; i < npv; i++) {
             fputc(' ', f);
@@ -310,7 +320,7 @@ static void render_jsonl(FILE *f, const block *b)
     free(done);
     free(pv);
     free(keep);
-    jsonl_free(&j);
+    jfile_free(&j);
     for (size_t c = 0; c < nr; c++)
         free(rows[c].buf);
     for (size_t c = 0; c < nv; c++)
@@ -337,6 +347,14 @@ static void render_block(FILE *f, group *g, const block *b)
         if (name[0] == 'r') {
             bench_opts o = {block_budgets, 2, 1};
             render_bench(f, es, &o, c, FMT_MD);
+            /* bench --markdown's last section (seed 0), which bench prints
+             * only without --trace: on the default trace alone */
+            if (!es->collecting && strcmp(g->src, BENCH_TRACE) == 0) {
+                cli_args a;
+                memset(&a, 0, sizeof a);
+                a.topk = 32;
+                render_model_section(f, NULL, &a, 0, FMT_MD);
+            }
         } else if (name[0] == 'h') {
             render_h2o_sweep(f, es, 256, c, FMT_MD);
         } else if (name[0] == 'o') {
@@ -378,6 +396,13 @@ static void render_block(FILE *f, group *g, const block *b)
             render_trace_stats(f, g->tr, 0, 1, rows, FMT_MD);
         return;
     }
+    if (strcmp(name, "table") == 0) {
+        if (b->trace)
+            die_usage("block 'table' reads a data file, not a trace: no trace=");
+        if (!es->collecting)
+            render_data_table(f, b->args, b->n_args);
+        return;
+    }
     if (strcmp(name, "sweep") == 0) {
         if (b->n_args < 1)
             die_usage("block 'sweep' needs a policy spec");
@@ -399,7 +424,7 @@ static void render_block(FILE *f, group *g, const block *b)
         return;
     }
     die_usage("unknown block '%s' (results, bench, h2o-sweep, observations, summary, sweep, "
-              "seeds, trace-stats, jsonl)",
+              "seeds, trace-stats, jsonl, table)",
               name);
 }
 
@@ -435,6 +460,9 @@ static const char docs_usage[] =
     "val=K[:FMT][:Head]... (a table of a JSON Lines file's rows: committed\n"
     "measurements; FMT a printf conversion for a number or `code`, Head with _\n"
     "for blanks).\n"
+    "table FILE [where=KEY:V|V...] (show=KEY[:F],... | rows=KEY,... cols=KEY\n"
+    "value=KEY[:F]): the rows of a committed JSON Lines file as a table, F being\n"
+    "N or +N decimals or code, the key spec the policy without its budget.\n"
     "Every block uses policy seed 0 and the canonical trace, unless --trace is\n"
     "given or the block has an argument trace=SRC of its own; it holds no timings\n"
     "(they depend on the machine), so a block is up to date exactly when its text\n"
@@ -452,7 +480,7 @@ static const cli_spec docs_spec = {
     .usage = docs_usage,
     .shared = SO_TRACE,
     .own = docs_own,
-    .n_own = 1,
+    .n_own = sizeof docs_own / sizeof docs_own[0],
     .max_pos = CLI_MAX_POS,
 };
 

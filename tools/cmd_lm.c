@@ -95,9 +95,10 @@ static void load_model(const char *path)
         die_input("--model %s: %s", path, lm_last_error());
 }
 
-/* --tokenizer, else tokenizer.bin in the checkpoint's directory; its pieces
- * must be the model's vocabulary. */
-static void load_tokenizer(const char *path, const char *model_path)
+/* The tokenizer at `path`, else tokenizer.bin in the checkpoint's directory;
+ * its pieces must be the model's vocabulary. Messages begin with `what`. */
+static lm_tokenizer *open_tokenizer(const char *path, const char *model_path, const lm_model *m,
+                                    const char *what)
 {
     char buf[4096];
     if (!path) {
@@ -105,15 +106,25 @@ static void load_tokenizer(const char *path, const char *model_path)
         int dirlen = slash ? (int)(slash - model_path) : 1;
         snprintf(buf, sizeof buf, "%.*s/tokenizer.bin", dirlen, slash ? model_path : ".");
         if (access(buf, F_OK) != 0)
-            die_usage("--tokenizer not given and %s does not exist", buf);
+            die_usage("%s not given and %s does not exist", what, buf);
         path = buf;
     }
-    kve_status s = lm_tokenizer_open(path, &ctx.tok);
+    lm_tokenizer *t = NULL;
+    kve_status s = lm_tokenizer_open(path, &t);
     if (s != KVE_OK)
-        die_input("--tokenizer %s: %s", path, lm_last_error());
-    if (ctx.tok->n_pieces != ctx.model->config.vocab_size)
-        die_input("--tokenizer %s: %d pieces, but the model's vocab_size is %d", path,
-                  ctx.tok->n_pieces, ctx.model->config.vocab_size);
+        die_input("%s %s: %s", what, path, lm_last_error());
+    if (t->n_pieces != m->config.vocab_size) {
+        int32_t n = t->n_pieces;
+        lm_tokenizer_free(t);
+        die_input("%s %s: %d pieces, but the model's vocab_size is %d", what, path, n,
+                  m->config.vocab_size);
+    }
+    return t;
+}
+
+static void load_tokenizer(const char *path, const char *model_path)
+{
+    ctx.tok = open_tokenizer(path, model_path, ctx.model, "--tokenizer");
 }
 
 /* Reads --text ("-": standard input) whole; NUL bytes are refused. */
@@ -925,6 +936,137 @@ static int lm_recall(int argc, char **argv, int repeat)
     return 0;
 }
 
+/* ---- lm stream ------------------------------------------------------------------
+ *
+ * One decode far past the context: position 0 is BOS, position p >= 1 holds
+ * H[(p - 1) mod |H|] (the text encoded once, repeated end to end). Every job
+ * decodes positions 0 .. N-2 once, never resetting its cache, and the loss
+ * of the token at p (1 <= p < N), predicted from positions 0 .. p-1, goes to
+ * bin p / W. The full cache (job 0) stops after its first M positions.
+ */
+
+static const char stream_usage[] =
+    "usage: kvevict lm stream --model CKPT --text FILE --tokens N [--tokenizer TOK]\n"
+    "                         [--policy SPEC[,SPEC...]] [--budget B[,B...]] [--bin W]\n"
+    "                         [--full-tokens M] [--positions original|cache] [--seed N]\n"
+    "                         [--format F | --json | --csv | --md] [-o FILE]\n"
+    "\n"
+    "The loss against position over one long decode with a bounded cache (the\n"
+    "StreamingLLM experiment). The stream is BOS, then FILE's tokens (encoded once:\n"
+    "dummy prefix, no BOS or EOS) repeated end to end, N positions in all; each\n"
+    "policy at each budget decodes it once, never resetting its cache, past the\n"
+    "model's context when N exceeds it. The loss of the token at position p,\n"
+    "predicted from positions 0 .. p-1, is averaged over bins of W positions: bin\n"
+    "k covers [kW, (k+1)W) (position 0, BOS, is not predicted). The full cache\n"
+    "comes first and decodes only the first M positions: its work grows with the\n"
+    "square of M and its memory with M.\n"
+    "\n"
+    "  --tokens N         positions in the stream, 2 to 2^30\n"
+    "  --bin W            positions per bin (default: the model's context)\n"
+    "  --full-tokens M    positions the full cache decodes (default N; 0: none)\n"
+    "  other options as for `kvevict lm eval`; JSON rows: policy, budget,\n"
+    "  positions, start, end, tokens, bytes, nats_per_token, bits_per_byte, seed.\n";
+
+static const opt_def stream_own[] = {MEASURE_OPTS,
+                                     {"tokens", 0, OPT_VALUE},
+                                     {"bin", 0, OPT_VALUE},
+                                     {"full-tokens", 0, OPT_VALUE}};
+static const cli_spec stream_spec =
+    LM_SPEC(stream_usage, SO_SEED | SO_FORMAT | SO_OUTPUT, stream_own, FMT_TEXT);
+
+enum { STREAM_MAX_TOKENS = 1 << 30 };
+
+static int lm_stream(int argc, char **argv)
+{
+    measure_args m;
+    measure_parse(&m, &stream_spec, argc, argv);
+    size_t N = (size_t)parse_u64("--tokens", need(&m.a, &stream_spec, "tokens"), 2,
+                                 STREAM_MAX_TOKENS);
+    const char *bs = own(&m.a, &stream_spec, "bin"), *fs = own(&m.a, &stream_spec, "full-tokens");
+    size_t W = bs ? (size_t)parse_u64("--bin", bs, 1, STREAM_MAX_TOKENS) : 0;
+    size_t M = fs ? (size_t)parse_u64("--full-tokens", fs, 0, STREAM_MAX_TOKENS) : N;
+    if (M > N)
+        die_usage("--full-tokens %zu: the stream has %zu positions", M, N);
+    if (M == 1)
+        die_usage("--full-tokens 1: one position predicts nothing (give 0 for no full cache)");
+    measure_load(&m, &stream_spec);
+    if (!W)
+        W = (size_t)ctx.model->config.seq_len;
+    size_t n_jobs;
+    job *jobs = make_jobs(&m, &n_jobs);
+    FILE *out = out_open(m.a.output);
+
+    size_t n_bins = (N + W - 1) / W;
+    double *nats = xcalloc(n_jobs * n_bins, sizeof *nats); /* (jobs, bins) */
+    int32_t V = ctx.model->config.vocab_size;
+    uint64_t total = (M ? M - 1 : 0) + (uint64_t)(n_jobs - 1) * (N - 1), done = 0;
+    progress pr;
+    progress_begin(&pr, "position", total, 0, 1);
+    for (size_t j = 0; j < n_jobs; j++) {
+        size_t n = j ? N : M; /* positions this job decodes, the last one only predicted */
+        lm_state *s = jobs[j].s;
+        for (size_t p = 0; p + 1 < n; p++) {
+            kve_status st = lm_forward(s, p ? ctx.ids[(p - 1) % ctx.n_ids] : LM_BOS);
+            if (st != KVE_OK)
+                die_lm(st, jobs[j].spec ? jobs[j].spec : "full cache");
+            nats[j * n_bins + (p + 1) / W] += lm_token_nats(s->logits, V, ctx.ids[p % ctx.n_ids]);
+            progress_update(&pr, ++done);
+        }
+    }
+    progress_end(&pr);
+
+    static const col rest[] = {
+        {"start", "start", COL_ALL},
+        {"end", "end", COL_ALL},
+        {"tokens", "tokens", COL_CSV | COL_JSON},
+        {"bytes", "bytes", COL_CSV | COL_JSON},
+        {"nats/token", "nats_per_token", COL_ALL},
+        {"bits/byte", "bits_per_byte", COL_ALL},
+        {"seed", KEY_SEED, COL_CSV | COL_JSON},
+    };
+    col cols[TABLE_MAXCOLS];
+    table t;
+    table_init(&t, cols, job_cols(cols, rest, sizeof rest / sizeof rest[0]));
+    for (size_t j = 0; j < n_jobs; j++) {
+        size_t n = j ? N : M;
+        for (size_t b = 0; b * W < n; b++) {
+            size_t start = b * W, end = start + W < n ? start + W : n;
+            size_t count = end - (start ? start : 1);
+            if (count == 0)
+                continue;
+            double by = 0;
+            for (size_t p = start ? start : 1; p < end; p++) {
+                size_t len;
+                lm_decode(ctx.tok, 0, ctx.ids[(p - 1) % ctx.n_ids], &len);
+                by += (double)len;
+            }
+            double x = nats[j * n_bins + b];
+            job_cells(&t, &jobs[j], m.positions);
+            table_uint(&t, start);
+            table_uint(&t, end);
+            table_uint(&t, count);
+            table_uint(&t, (uint64_t)by);
+            table_real(&t, x / (double)count, "%.4f");
+            table_real(&t, x / log(2.0) / by, "%.4f");
+            table_uint(&t, m.a.seed);
+        }
+    }
+    if (m.a.format == FMT_TEXT)
+        fprintf(out,
+                "stream of %zu positions: BOS, then %s (%zu tokens) repeated end to end "
+                "(%.2f times); bins of %zu positions; the full cache decodes %zu; positions "
+                "%s\n\n",
+                N, m.text, ctx.n_ids, (double)(N - 1) / (double)ctx.n_ids, W, M,
+                positions_name(m.positions));
+    table_print(&t, out, m.a.format);
+    table_free(&t);
+    out_close(out);
+    free(nats);
+    free_jobs(jobs, n_jobs);
+    measure_free(&m);
+    return 0;
+}
+
 /* ---- lm dump -------------------------------------------------------------------- */
 
 static const char dump_usage[] =
@@ -1021,6 +1163,77 @@ static void dump_attention(void *user, int32_t layer, int32_t pos, const float *
     }
 }
 
+/* Decodes toks[0 .. T) with the full cache, the hooks of `o` writing into
+ * d (set up by the caller); 0, or -1 when a write failed. */
+static int dump_run(dump_ctx *d, const lm_model *m, const int32_t *toks, size_t T, lm_options o)
+{
+    o.user = d;
+    lm_state *s = NULL;
+    kve_status st = lm_state_new(m, &o, &s);
+    if (st != KVE_OK)
+        die_lm(st, "decoder");
+    progress pr;
+    progress_begin(&pr, "step", T, 0, 1);
+    for (size_t t = 0; t < T && !d->failed; t++) {
+        st = lm_forward(s, toks[t]);
+        if (st != KVE_OK)
+            die_lm(st, "decode");
+        progress_update(&pr, t + 1);
+    }
+    progress_end(&pr);
+    lm_state_free(s);
+    free(d->row);
+    return d->failed || ferror(d->f) ? -1 : 0;
+}
+
+/* Writes the model's full-cache attention over toks[0 .. T) (BOS first) to
+ * f as an [L, heads, T, T] float32 .npy file, each row the mean of `group`
+ * query heads as the policies receive it (group 1: every query head).
+ * Returns 0, or -1 when a write failed (errno says why). */
+static int write_attention(FILE *f, const lm_model *m, const int32_t *toks, size_t T, size_t group)
+{
+    const lm_config *c = &m->config;
+    dump_ctx d = {0};
+    d.f = f;
+    d.group = group;
+    d.heads = (size_t)c->n_heads / group;
+    d.steps = T;
+    d.row = xmalloc(T * sizeof *d.row);
+    char shape[128];
+    snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.heads, T, T);
+    d.header = npy_header(f, shape);
+    lm_options o = {.on_attention = dump_attention};
+    return dump_run(&d, m, toks, T, o);
+}
+
+/* Writes the queries and keys of the full-cache decode of toks[0 .. T) to f
+ * as a q/K trace: Q [L, H, T, S], then K [L, G, T, S], float32 .npy arrays
+ * back to back. Returns 0, or -1 when a write failed (errno says why). */
+static int write_qk(FILE *f, const lm_model *m, const int32_t *toks, size_t T)
+{
+    const lm_config *c = &m->config;
+    dump_ctx d = {0};
+    d.f = f;
+    d.steps = T;
+    d.H = (size_t)c->n_heads;
+    d.G = (size_t)c->n_kv_heads;
+    d.S = (size_t)c->head_size;
+    char shape[128];
+    snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.H, T, d.S);
+    d.q_off = npy_header(f, shape);
+    long q_bytes = (long)((size_t)c->n_layers * d.H * T * d.S * sizeof(float));
+    if (fseek(f, d.q_off + q_bytes, SEEK_SET) != 0)
+        return -1;
+    snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.G, T, d.S);
+    d.k_off = d.q_off + q_bytes + npy_header(f, shape);
+    /* the file's last byte, so its size is right even before the last row */
+    long k_bytes = (long)((size_t)c->n_layers * d.G * T * d.S * sizeof(float));
+    if (fseek(f, d.k_off + k_bytes - 1, SEEK_SET) != 0 || fputc(0, f) == EOF)
+        return -1;
+    lm_options o = {.on_qk = dump_qk};
+    return dump_run(&d, m, toks, T, o);
+}
+
 static int lm_dump(int argc, char **argv)
 {
     cli_args a;
@@ -1044,56 +1257,16 @@ static int lm_dump(int argc, char **argv)
         die_usage("--steps %zu: the text gives BOS and %zu tokens (--loop repeats them)", T,
                   ctx.n_ids);
     const lm_config *c = &ctx.model->config;
-    dump_ctx d = {0};
-    d.group =
+    size_t group =
         cli_own(&a, &dump_spec, "query-heads")->count ? 1 : (size_t)(c->n_heads / c->n_kv_heads);
-    d.heads = (size_t)c->n_heads / d.group;
-    d.steps = T;
-    d.H = (size_t)c->n_heads;
-    d.G = (size_t)c->n_kv_heads;
-    d.S = (size_t)c->head_size;
-    d.row = xmalloc(T * sizeof *d.row);
-    d.f = out_open(a.output);
-    char shape[128];
-    if (qk) {
-        snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.H, T, d.S);
-        d.q_off = npy_header(d.f, shape);
-        long q_bytes = (long)((size_t)c->n_layers * d.H * T * d.S * sizeof(float));
-        if (fseek(d.f, d.q_off + q_bytes, SEEK_SET) != 0)
-            die_input("%s: cannot write: %s", a.output, strerror(errno));
-        snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.G, T, d.S);
-        d.k_off = d.q_off + q_bytes + npy_header(d.f, shape);
-        /* the file's last byte, so its size is right even before the last row */
-        long k_bytes = (long)((size_t)c->n_layers * d.G * T * d.S * sizeof(float));
-        if (fseek(d.f, d.k_off + k_bytes - 1, SEEK_SET) != 0 || fputc(0, d.f) == EOF)
-            die_input("%s: cannot write: %s", a.output, strerror(errno));
-    } else {
-        snprintf(shape, sizeof shape, "(%d, %zu, %zu, %zu)", c->n_layers, d.heads, T, T);
-        d.header = npy_header(d.f, shape);
-    }
-    lm_options o = {.user = &d};
-    if (qk)
-        o.on_qk = dump_qk;
-    else
-        o.on_attention = dump_attention;
-    lm_state *s = NULL;
-    kve_status st = lm_state_new(ctx.model, &o, &s);
-    if (st != KVE_OK)
-        die_lm(st, "decoder");
-    progress pr;
-    progress_begin(&pr, "step", T, 0, 1);
-    for (size_t t = 0; t < T && !d.failed; t++) {
-        st = lm_forward(s, t ? ctx.ids[(t - 1) % ctx.n_ids] : LM_BOS);
-        if (st != KVE_OK)
-            die_lm(st, "decode");
-        progress_update(&pr, t + 1);
-    }
-    progress_end(&pr);
-    if (d.failed)
+    int32_t *toks = xmalloc(T * sizeof *toks);
+    for (size_t t = 0; t < T; t++) /* BOS, then the text (looped with --loop) */
+        toks[t] = t ? ctx.ids[(t - 1) % ctx.n_ids] : LM_BOS;
+    FILE *f = out_open(a.output);
+    if ((qk ? write_qk(f, ctx.model, toks, T) : write_attention(f, ctx.model, toks, T, group)) != 0)
         die_input("%s: cannot write: %s", a.output, strerror(errno));
-    out_close(d.f);
-    lm_state_free(s);
-    free(d.row);
+    out_close(f);
+    free(toks);
     return 0;
 }
 
@@ -1393,6 +1566,111 @@ static int lm_prefill_cmd(int argc, char **argv)
     return 0;
 }
 
+/* ---- the model's attention as a trace source -----------------------------------
+ *
+ * --trace lm:model=CKPT,text=FILE[,tokenizer=TOK][,steps=T][,window=W][,heads=kv|query]
+ * in every command that reads a trace: what `lm dump` writes for evaluation
+ * window W of the text (BOS, then the encoded text from token W * (seq_len - 1)
+ * on: the windows of `lm eval`), T steps (default: the model's context; at
+ * most 8192, as L * H * T^2 * 4 bytes go to the temporary file),
+ * spooled to a temporary .npy file that is removed as soon as it is open.
+ * Everything loaded is freed before returning.
+ */
+
+static const char lm_trace_keys[] = "model, text, tokenizer, steps, window, heads";
+
+kve_trace *lm_trace_open(const char *src, unsigned flags)
+{
+    const char *model = NULL, *text = NULL, *tokenizer = NULL, *steps = NULL, *window = NULL,
+               *heads = NULL;
+    size_t n_items;
+    char **items = split_list("--trace", src + 3, &n_items);
+    for (size_t i = 0; i < n_items; i++) {
+        char *eq = strchr(items[i], '=');
+        if (!eq || eq == items[i] || !eq[1])
+            die_usage("--trace %s: '%s' is not key=value (keys: %s)", src, items[i],
+                      lm_trace_keys);
+        *eq = '\0';
+        const char *k = items[i], *v = eq + 1;
+        const char **slot = strcmp(k, "model") == 0       ? &model
+                            : strcmp(k, "text") == 0      ? &text
+                            : strcmp(k, "tokenizer") == 0 ? &tokenizer
+                            : strcmp(k, "steps") == 0     ? &steps
+                            : strcmp(k, "window") == 0    ? &window
+                            : strcmp(k, "heads") == 0     ? &heads
+                                                          : NULL;
+        if (!slot)
+            die_usage("--trace %s: unknown key '%s' (keys: %s)", src, k, lm_trace_keys);
+        if (*slot)
+            die_usage("--trace %s: %s is given twice", src, k);
+        *slot = v;
+    }
+    if (!model || !text)
+        die_usage("--trace %s: model= and text= are required", src);
+    if (heads && strcmp(heads, "query") != 0 && strcmp(heads, "kv") != 0)
+        die_usage("--trace %s: heads=%s is neither kv nor query", src, heads);
+    /* L * H * T^2 * 4 bytes go to TMPDIR: 2 GiB for 32 heads at the cap */
+    size_t T = steps ? (size_t)parse_u64("--trace lm: steps", steps, 1, 1u << 13) : 0;
+    size_t w = window ? (size_t)parse_u64("--trace lm: window", window, 0, SIZE_MAX / 2) : 0;
+
+    lm_model *m = NULL;
+    if (lm_model_open(model, &m) != KVE_OK)
+        die_input("--trace lm: model %s: %s", model, lm_last_error());
+    lm_tokenizer *tok = open_tokenizer(tokenizer, model, m, "--trace lm: tokenizer");
+    char *txt = NULL;
+    size_t txt_len = 0;
+    if (lm_read_file(text, &txt, &txt_len) != KVE_OK)
+        die_input("--trace lm: text: %s", lm_last_error());
+    if (memchr(txt, 0, txt_len))
+        die_input("--trace lm: text %s: holds a NUL byte", text);
+    int32_t *ids = xmalloc((txt_len + 2) * sizeof *ids);
+    size_t n_ids;
+    kve_status st = lm_encode(tok, txt, txt_len, ids + 1, txt_len + 1, &n_ids);
+    if (st != KVE_OK)
+        die_lm(st, "--trace lm: text");
+    const lm_config *c = &m->config;
+    if (!T)
+        T = (size_t)c->seq_len < (1u << 13) ? (size_t)c->seq_len : 1u << 13;
+    size_t chunk = c->seq_len > 1 ? (size_t)c->seq_len - 1 : 1, start = w * chunk;
+    if (start > n_ids || n_ids - start < T - 1)
+        die_usage("--trace %s: the text has %zu tokens; window %zu of %zu steps needs %zu", src,
+                  n_ids, w, T, start + T - 1);
+    /* BOS just before the window's first token. */
+    int32_t *toks = ids + start;
+    toks[0] = LM_BOS;
+    size_t group = heads && strcmp(heads, "query") == 0 ? 1 : (size_t)(c->n_heads / c->n_kv_heads);
+
+    const char *dir = getenv("TMPDIR");
+    static unsigned serial; /* names never repeat within a run (trace_name's aliases) */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/kvevict-lm-%ld-%u-XXXXXX", dir && *dir ? dir : "/tmp",
+             (long)getpid(), serial++);
+    int fd = temp_create(path);
+    if (fd < 0)
+        die_input("--trace lm: cannot create a temporary file: %s", strerror(errno));
+    FILE *f = fdopen(fd, "wb");
+    if (!f)
+        die_input("--trace lm: %s: %s", path, strerror(errno));
+    if (write_attention(f, m, toks, T, group) != 0 || fclose(f) != 0)
+        die_input("--trace lm: cannot write %s: %s", path, strerror(errno));
+    free(ids);
+    free(txt);
+    lm_tokenizer_free(tok);
+    lm_model_free(m);
+    free_list(items, n_items);
+    kve_trace *tr = NULL;
+    progress pr;
+    progress_begin(&pr, "validating row", 0, 0, 1);
+    st = kve_trace_open_ex(path, flags, progress_callback, &pr, &tr);
+    progress_end(&pr);
+    unlink(path);
+    temp_forget(path);
+    if (st != KVE_OK)
+        die_status(st, "--trace");
+    trace_alias(path, src);
+    return tr;
+}
+
 /* ---- lm: the dispatcher ------------------------------------------------------- */
 
 static const char lm_usage[] =
@@ -1406,6 +1684,7 @@ static const char lm_usage[] =
     "  eval     bits per byte of a text, full cache beside every policy and budget\n"
     "  passkey  long-range recall of a single-token pass key by distance\n"
     "  repeat   loss on a repeated passage against the distance to its first copy\n"
+    "  stream   loss against position over one long decode with a bounded cache\n"
     "  dump     the model's attention as an [L,H,T,T] .npy trace (or a q/K trace)\n"
     "  prefill  a long prompt compressed at prefill against per-step eviction\n"
     "\n"
@@ -1430,6 +1709,7 @@ int cmd_lm(int argc, char **argv)
                 {"eval", lm_eval},
                 {"passkey", lm_passkey},
                 {"repeat", lm_repeat},
+                {"stream", lm_stream},
                 {"dump", lm_dump},
                 {"prefill", lm_prefill_cmd}};
     if (argc < 1)

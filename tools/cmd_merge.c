@@ -5,7 +5,7 @@
  * or CSV the unsharded run prints.
  *
  * Every line is checked before anything is printed: it parses (strictly,
- * jsonread.c) as a shard line; every line belongs to the same run (the
+ * jsonl.c) as a shard line; every line belongs to the same run (the
  * "run" objects are equal as written), to the same number of shards, and
  * to the trace, heads, layers and seed the first line names; its job is in
  * its shard (job % N == I) and below the grid's size; no job appears twice

@@ -51,6 +51,9 @@ static const char plot_usage[] =
     "  --out DIR    the directory to write the PNG files to (must exist)\n"
     "  --trace SRC  plot another trace (default canonical); the trace picture\n"
     "               shows its steps up to 2304\n"
+    "  --real-model DIR  instead, the figures of docs/real-model.md (real_*.png)\n"
+    "               from the data files in DIR (docs/data/real-model; make\n"
+    "               real-model writes them)\n"
     "\n"
     "usage: kvevict plot --jsonl FILE --x KEY --y KEY [--series KEY] [--where K=V]...\n"
     "                    [--title T] [--xlabel T] [--ylabel T] [--logx] --png PATH\n"
@@ -62,6 +65,7 @@ static const char plot_usage[] =
     "of categories in order of first appearance.\n";
 
 static const opt_def plot_own[] = {
+    {"real-model", 0, OPT_VALUE},
     {"out", 0, OPT_VALUE},    {"jsonl", 0, OPT_VALUE},   {"x", 0, OPT_VALUE},
     {"y", 0, OPT_VALUE},      {"series", 0, OPT_VALUE},  {"where", 0, OPT_VALUE | OPT_REPEAT},
     {"title", 0, OPT_VALUE},  {"xlabel", 0, OPT_VALUE},  {"ylabel", 0, OPT_VALUE},
@@ -130,8 +134,8 @@ static int plot_jsonl(const cli_args *a)
     const opt_val *wv = cli_own(a, &plot_spec, "where");
     if (system("command -v gnuplot >/dev/null 2>&1") != 0)
         die_input("gnuplot not found: apt-get install gnuplot-nox (or run make plots)");
-    jsonl j;
-    jsonl_read(&j, file);
+    jfile j;
+    jfile_read(&j, file);
     size_t n = 0, n_series = 0, n_cat = 0;
     const char **names = xcalloc(j.n + 1, sizeof *names), **cats = xcalloc(j.n + 1, sizeof *cats);
     size_t *row_series = xcalloc(j.n + 1, sizeof *row_series);
@@ -142,7 +146,7 @@ static int plot_jsonl(const cli_args *a)
         const jrow *q = &j.rows[r];
         if (!jrow_where(q, wv->v, (size_t)wv->count))
             continue;
-        const char *xv = jrow_get(q, x), *yv = jrow_get(q, y);
+        const char *xv = jrow_text(q, x), *yv = jrow_text(q, y);
         if (!xv || !yv)
             die_input("%s: a row without %s", file, xv ? y : x);
         char *end;
@@ -151,7 +155,7 @@ static int plot_jsonl(const cli_args *a)
         integers = integers && xd == floor(xd);
         x_lo = fmin(x_lo, xd);
         x_hi = fmax(x_hi, xd);
-        const char *sv = series ? jrow_get(q, series) : "";
+        const char *sv = series ? jrow_text(q, series) : "";
         sv = sv ? sv : "null";
         size_t i = 0;
         while (i < n_series && strcmp(names[i], sv) != 0)
@@ -168,12 +172,8 @@ static int plot_jsonl(const cli_args *a)
     }
     if (!n)
         die_input("%s: no row satisfies the --where options", file);
-    const char *base = getenv("TMPDIR");
     char tmpl[4096], path[4200], data[4200];
-    snprintf(tmpl, sizeof tmpl, "%s/kvevict-plot-XXXXXX", base && base[0] ? base : "/tmp");
-    const char *tmpdir = mkdtemp(tmpl);
-    if (!tmpdir || strchr(tmpdir, '\''))
-        die_input("cannot create a temporary directory");
+    const char *tmpdir = plot_tmpdir(tmpl, sizeof tmpl);
     FILE *f = open_in(tmpdir, "data.dat", "w", data, sizeof data);
     for (size_t s = 0; s < n_series; s++) { /* one gnuplot index per series */
         fprintf(f, "# %s\n", names[s]);
@@ -181,7 +181,7 @@ static int plot_jsonl(const cli_args *a)
             if (row_series[k] != s)
                 continue;
             const jrow *q = &j.rows[keep[k]];
-            const char *xv = jrow_get(q, x), *yv = jrow_get(q, y);
+            const char *xv = jrow_text(q, x), *yv = jrow_text(q, y);
             size_t c = 0;
             while (strcmp(cats[c], xv) != 0)
                 c++;
@@ -241,12 +241,24 @@ static int plot_jsonl(const cli_args *a)
     free(cats);
     free(row_series);
     free(keep);
-    jsonl_free(&j);
+    jfile_free(&j);
     if (rc != 0)
         die_input("gnuplot failed (status %d)", rc);
     printf("wrote %s\n", png);
     finish_stdout();
     return 0;
+}
+
+const char *plot_tmpdir(char *buf, size_t cap)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/kvevict-plot-XXXXXX", base && base[0] ? base : "/tmp");
+    if (strchr(buf, '\''))
+        die_usage("TMPDIR: quotes are not supported");
+    const char *dir = mkdtemp(buf);
+    if (!dir)
+        die_input("cannot create a temporary directory");
+    return dir;
 }
 
 int cmd_plot(int argc, char **argv)
@@ -268,6 +280,13 @@ int cmd_plot(int argc, char **argv)
         die_input("--out: '%s' is not a writable directory", out);
     if (system("command -v gnuplot >/dev/null 2>&1") != 0)
         die_input("gnuplot not found: apt-get install gnuplot-nox (or run make plots)");
+    const opt_val *real = cli_own(&a, &plot_spec, "real-model");
+    if (real->count) {
+        if (a.trace)
+            die_usage("--real-model plots data files, not a trace: --trace does not apply");
+        plot_real_model(real->v[0], out);
+        return 0;
+    }
 
     size_t n_pol = kve_policy_type_count();
     evalset es;
@@ -295,14 +314,8 @@ int cmd_plot(int argc, char **argv)
         evalset_get(&es, "streaming", 256);
     }
 
-    const char *base = getenv("TMPDIR");
     char tmpl[4096];
-    snprintf(tmpl, sizeof tmpl, "%s/kvevict-plot-XXXXXX", base && base[0] ? base : "/tmp");
-    if (strchr(tmpl, '\''))
-        die_usage("TMPDIR: quotes are not supported");
-    const char *tmpdir = mkdtemp(tmpl);
-    if (!tmpdir)
-        die_input("cannot create a temporary directory");
+    const char *tmpdir = plot_tmpdir(tmpl, sizeof tmpl);
     char path[4096];
     FILE *f = open_in(tmpdir, "budgets.dat", "w", path, sizeof path);
     fprintf(f, "# budget, then retained mass and top-32 recall of each policy\n");

@@ -49,7 +49,7 @@ static const cli_spec sweep_spec = {
               SO_OUTPUT,
     .required = SO_TRACE | SO_POLICY,
     .own = sweep_own,
-    .n_own = 2,
+    .n_own = sizeof sweep_own / sizeof sweep_own[0],
     .default_format = FMT_TEXT,
 };
 

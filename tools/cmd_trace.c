@@ -57,7 +57,7 @@ static const cli_spec trace_spec = {
     .shared = SO_TRACE | SO_OUTPUT | SO_HEAD | SO_NORMALIZE | SO_FORMAT,
     .required = SO_TRACE,
     .own = trace_own,
-    .n_own = 2,
+    .n_own = sizeof trace_own / sizeof trace_own[0],
     .default_format = FMT_TEXT,
 };
 

@@ -324,9 +324,29 @@ static const char *spool_stdin(void)
     return stdin_source;
 }
 
+/* The names the user gave traces spooled to temporary files (lm_trace_open),
+ * by the path they were opened from; the paths never repeat within a run. */
+enum { MAX_ALIASES = 16 };
+static struct {
+    char *path, *name;
+} aliases[MAX_ALIASES];
+
+void trace_alias(const char *path, const char *name)
+{
+    for (size_t i = 0; i < MAX_ALIASES; i++)
+        if (!aliases[i].path) {
+            aliases[i].path = xstrdup(path);
+            aliases[i].name = xstrdup(name);
+            return;
+        }
+    die_input("too many lm: traces in one run (at most %d)", MAX_ALIASES);
+}
+
 kve_trace *open_trace(const cli_args *a)
 {
     const char *src = a->trace ? a->trace : BENCH_TRACE;
+    if (strncmp(src, "lm:", 3) == 0)
+        return lm_trace_open(src, a->trace_flags);
     int from_stdin = strcmp(src, "-") == 0;
     if (from_stdin)
         src = spool_stdin();
@@ -347,6 +367,9 @@ kve_trace *open_trace(const cli_args *a)
 const char *trace_name(const kve_trace *tr)
 {
     const char *s = kve_trace_source(tr);
+    for (size_t i = 0; i < MAX_ALIASES && aliases[i].path; i++)
+        if (strcmp(s, aliases[i].path) == 0)
+            return aliases[i].name;
     return stdin_source[0] && strcmp(s, stdin_source) == 0 ? "-" : s;
 }
 

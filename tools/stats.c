@@ -132,8 +132,18 @@ void trace_stats_head(kve_trace *tr, size_t head, size_t block, trace_stats *s)
 void render_trace_stats(FILE *f, kve_trace *tr, size_t head, int all_heads, size_t block,
                         tfmt fmt)
 {
-    static const col cols[] = {
-        {"head", "head", COL_ALL},
+    /* A multi-layer trace also shows each head as layer.head (the head
+     * within its layer) and gives its layer in CSV and JSON. */
+    size_t nh = kve_trace_heads(tr), nl = kve_trace_layers(tr), per = nh / (nl ? nl : 1);
+    int layered = nl > 1;
+    col cols[TABLE_MAXCOLS];
+    size_t nc = 0;
+    cols[nc++] = (col){"head", "head", COL_ALL};
+    if (layered) {
+        cols[nc++] = (col){"layer.head", "layer_head", COL_TEXT};
+        cols[nc++] = (col){"layer", KEY_LAYER, COL_CSV | COL_JSON};
+    }
+    static const col rest[] = {
         {"sink mass", "sink_mass", COL_ALL},
         {"last-64 mass", "recent_mass", COL_ALL},
         {"own-key mass", "self_mass", COL_ALL},
@@ -146,11 +156,12 @@ void render_trace_stats(FILE *f, kve_trace *tr, size_t head, int all_heads, size
         {"layers", KEY_LAYERS, COL_CSV | COL_JSON},
         {"block", "block", COL_CSV | COL_JSON},
     };
-    size_t nh = kve_trace_heads(tr);
+    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
+        cols[nc++] = rest[i];
     size_t lo = all_heads ? 0 : head, hi = all_heads ? nh : head + 1;
     double sum[6] = {0};
     table t;
-    table_init(&t, cols, sizeof cols / sizeof cols[0]);
+    table_init(&t, cols, nc);
     progress pr;
     progress_begin(&pr, "head", hi - lo, 0, 1);
     for (size_t h = lo; h < hi; h++) {
@@ -160,6 +171,10 @@ void render_trace_stats(FILE *f, kve_trace *tr, size_t head, int all_heads, size
         const double v[6] = {s.sink_mass,          s.recent_mass,      s.self_mass,
                              s.top32_persistence,  s.block_heavy_mass, s.block_heavy_next_mass};
         table_uint(&t, h);
+        if (layered) {
+            table_fmt(&t, "%zu.%zu", h / per, h % per);
+            table_uint(&t, h / per);
+        }
         for (int k = 0; k < 6; k++) {
             table_real(&t, v[k], "%.4f");
             sum[k] += v[k];
@@ -174,6 +189,10 @@ void render_trace_stats(FILE *f, kve_trace *tr, size_t head, int all_heads, size
     /* Text and markdown end with the mean over the heads shown. */
     if (hi - lo > 1 && (fmt == FMT_TEXT || fmt == FMT_MD)) {
         table_str(&t, "mean");
+        if (layered) {
+            table_str(&t, "");
+            table_real(&t, NAN, "%.0f");
+        }
         for (int k = 0; k < 6; k++)
             table_real(&t, sum[k] / (double)(hi - lo), "%.4f");
         table_str(&t, trace_name(tr));

@@ -1,0 +1,356 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * data.c - committed measurement files (JSON Lines under docs/data/) read
+ * back: whole files, row filters, and the docs block `table`, which renders
+ * a file's rows as a markdown table so that a page shows exactly what its
+ * data file holds (the drift test compares them; docs/real-model.md).
+ *
+ * A row's value of a key is its text (a string unescaped, a number's
+ * literal, true/false/null); a missing key reads as null. One derived key,
+ * `spec`, is the row's `policy` without its `budget=N` parameter
+ * ("h2o:budget=102,recent_window=32" -> "h2o:recent_window=32"), so that rows
+ * of one policy at several budgets can share a table row.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void jfile_read(jfile *jf, const char *path)
+{
+    memset(jf, 0, sizeof *jf);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die_input("%s: cannot open: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0, lineno = 0, rcap = 0;
+    ssize_t len;
+    errno = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        if (len > 0 && line[len - 1] == '\n')
+            len--;
+        if (strspn(line, " \t\r") == (size_t)len)
+            continue; /* a blank line */
+        if (jf->n == rcap)
+            jf->rows = xrealloc(jf->rows, (rcap = rcap ? 2 * rcap : 64) * sizeof *jf->rows);
+        char err[160];
+        if (jrow_parse(line, (size_t)len, &jf->rows[jf->n], err, sizeof err) != 0) {
+            free(line);
+            fclose(f);
+            die_input("%s:%zu: %s", path, lineno, err);
+        }
+        jf->n++;
+    }
+    int bad = ferror(f);
+    free(line);
+    fclose(f);
+    if (bad)
+        die_input("%s: cannot read: %s", path, strerror(errno));
+    if (jf->n == 0)
+        die_input("%s: no rows", path);
+}
+
+void jfile_free(jfile *jf)
+{
+    for (size_t i = 0; i < jf->n; i++)
+        jrow_free(&jf->rows[i]);
+    free(jf->rows);
+    memset(jf, 0, sizeof *jf);
+}
+
+/* ---- values and filters ---- */
+
+static const char *strip_budget(const char *policy, char *buf, size_t cap)
+{
+    const char *colon = strchr(policy, ':');
+    if (!colon) {
+        snprintf(buf, cap, "%s", policy);
+        return buf;
+    }
+    size_t n = (size_t)snprintf(buf, cap, "%.*s", (int)(colon - policy), policy);
+    char sep = ':';
+    const char *p = colon + 1;
+    while (*p && n < cap) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (strncmp(p, "budget=", 7) != 0) {
+            n += (size_t)snprintf(buf + n, cap - n, "%c%.*s", sep, (int)len, p);
+            sep = ',';
+        }
+        p += len + (comma ? 1 : 0);
+    }
+    return buf;
+}
+
+const char *jrow_value(const jrow *r, const char *key, char *buf, size_t cap)
+{
+    if (strcmp(key, "spec") == 0) {
+        const jfield *p = jrow_get(r, "policy");
+        return p && p->type == JV_STRING ? strip_budget(p->text, buf, cap) : "null";
+    }
+    const jfield *f = jrow_get(r, key);
+    return f ? f->text : "null";
+}
+
+void filter_parse(row_filter *flt, const char *what, const char *arg)
+{
+    const char *op = strpbrk(arg, ":!");
+    if (!op || op == arg || !op[1])
+        die_usage("%s: '%s' is not KEY:V1|V2... or KEY!V1|V2...", what, arg);
+    flt->key = xstrndup(arg, (size_t)(op - arg));
+    flt->negate = *op == '!';
+    flt->vals = xstrdup(op + 1);
+}
+
+void filter_free(row_filter *flt)
+{
+    free(flt->key);
+    free(flt->vals);
+}
+
+int filters_match(const row_filter *flt, size_t n, const jrow *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        char buf[256];
+        const char *v = jrow_value(r, flt[i].key, buf, sizeof buf);
+        size_t vl = strlen(v);
+        int hit = 0;
+        for (const char *p = flt[i].vals; !hit;) {
+            const char *bar = strchr(p, '|');
+            size_t len = bar ? (size_t)(bar - p) : strlen(p);
+            hit = len == vl && strncmp(p, v, len) == 0;
+            if (!bar)
+                break;
+            p = bar + 1;
+        }
+        if (hit == flt[i].negate)
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- the docs block `table` ---- */
+
+typedef struct tcol {
+    char *key;
+    char fmt[8]; /* "" raw, "%.Nf", "%+.Nf", or "code" */
+} tcol;
+
+/* KEY or KEY:N, KEY:+N, KEY:code (N one digit: decimals). */
+static void tcol_parse(tcol *c, const char *s)
+{
+    const char *colon = strchr(s, ':');
+    c->key = xstrndup(s, colon ? (size_t)(colon - s) : strlen(s));
+    c->fmt[0] = '\0';
+    if (!colon)
+        return;
+    const char *f = colon + 1;
+    if (strcmp(f, "code") == 0)
+        snprintf(c->fmt, sizeof c->fmt, "code");
+    else if (f[0] >= '0' && f[0] <= '9' && !f[1])
+        snprintf(c->fmt, sizeof c->fmt, "%%.%cf", f[0]);
+    else if (f[0] == '+' && f[1] >= '0' && f[1] <= '9' && !f[2])
+        snprintf(c->fmt, sizeof c->fmt, "%%+.%cf", f[1]);
+    else
+        die_usage("block 'table': format '%s' of %s is not N, +N or code (N: 0 to 9 decimals)",
+                  f, c->key);
+}
+
+/* The cell of value v (text of a field of type t) under column c. */
+static void put_cell(table *t, const tcol *c, const char *v, int is_number)
+{
+    if (strcmp(v, "null") == 0) {
+        table_str(t, "n/a");
+        return;
+    }
+    if (c->fmt[0] && c->fmt[0] == '%' && is_number) {
+        table_fmt(t, c->fmt, strtod(v, NULL));
+        return;
+    }
+    if (is_number && strpbrk(v, ".eE")) {
+        table_fmt(t, "%.4f", strtod(v, NULL));
+        return;
+    }
+    table_str(t, v);
+}
+
+static int is_num(const jrow *r, const char *key)
+{
+    const jfield *f = jrow_get(r, key);
+    return f && f->type == JV_NUMBER;
+}
+
+static void header_of(const char *key, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", strcmp(key, "spec") == 0 ? "policy" : key);
+    for (char *p = buf; *p; p++)
+        if (*p == '_')
+            *p = ' ';
+}
+
+void render_data_table(FILE *f, char *const *args, size_t n_args)
+{
+    if (n_args < 1)
+        die_usage("block 'table' needs a data file");
+    const char *path = args[0];
+    row_filter flt[8];
+    size_t n_flt = 0;
+    tcol cols[TABLE_MAXCOLS];
+    size_t n_cols = 0;
+    tcol rows_[TABLE_MAXCOLS], value = {0};
+    size_t n_rows = 0;
+    char *pivot = NULL;
+    for (size_t i = 1; i < n_args; i++) {
+        const char *a = args[i];
+        if (strncmp(a, "where=", 6) == 0) {
+            if (n_flt == 8)
+                die_usage("block 'table': at most 8 where= arguments");
+            filter_parse(&flt[n_flt++], "block 'table': where", a + 6);
+        } else if (strncmp(a, "show=", 5) == 0 || strncmp(a, "rows=", 5) == 0) {
+            size_t n;
+            char **items = split_list(a[0] == 's' ? "show" : "rows", a + 5, &n);
+            tcol *dst = a[0] == 's' ? cols : rows_;
+            size_t *cnt = a[0] == 's' ? &n_cols : &n_rows;
+            for (size_t k = 0; k < n; k++) {
+                if (*cnt == TABLE_MAXCOLS)
+                    die_usage("block 'table': more than %d columns", TABLE_MAXCOLS);
+                tcol_parse(&dst[(*cnt)++], items[k]);
+            }
+            free_list(items, n);
+        } else if (strncmp(a, "cols=", 5) == 0 && !pivot) {
+            pivot = xstrdup(a + 5);
+        } else if (strncmp(a, "value=", 6) == 0 && !value.key) {
+            tcol_parse(&value, a + 6);
+        } else {
+            die_usage("block 'table': unknown or repeated argument '%s' (where=, show=, rows=, "
+                      "cols=, value=)",
+                      a);
+        }
+    }
+    int pivoting = pivot || value.key || n_rows;
+    if (pivoting && (!pivot || !value.key || !n_rows || n_cols))
+        die_usage("block 'table': a pivot takes rows=, cols= and value= (and no show=)");
+    if (!pivoting && !n_cols)
+        die_usage("block 'table': give show=KEY,... or rows=, cols= and value=");
+    jfile jf;
+    jfile_read(&jf, path);
+    char buf[256], buf2[256];
+
+    /* The pivot's columns: the distinct values of `pivot`, in file order. */
+    char **pv = NULL;
+    size_t n_pv = 0;
+    if (pivoting) {
+        for (size_t r = 0; r < jf.n; r++) {
+            if (!filters_match(flt, n_flt, &jf.rows[r]))
+                continue;
+            const char *v = jrow_value(&jf.rows[r], pivot, buf, sizeof buf);
+            size_t k = 0;
+            while (k < n_pv && strcmp(pv[k], v) != 0)
+                k++;
+            if (k == n_pv) {
+                if (n_rows + n_pv >= TABLE_MAXCOLS)
+                    die_usage("block 'table': %s has too many values for columns", pivot);
+                pv = xrealloc(pv, (n_pv + 1) * sizeof *pv);
+                pv[n_pv++] = xstrdup(v);
+            }
+        }
+    }
+    const tcol *shown = pivoting ? rows_ : cols;
+    size_t n_shown = pivoting ? n_rows : n_cols;
+    col tc[TABLE_MAXCOLS];
+    char heads[TABLE_MAXCOLS][160];
+    size_t matching = 0;
+    for (size_t r = 0; r < jf.n; r++)
+        matching += filters_match(flt, n_flt, &jf.rows[r]);
+    if (matching == 0)
+        die_input("%s: no row matches the block's where= filters", path);
+    size_t nc = 0;
+    for (size_t k = 0; k < n_shown; k++, nc++) {
+        header_of(shown[k].key, heads[nc], sizeof heads[nc]);
+        unsigned fl = COL_TEXT;
+        if (strcmp(shown[k].fmt, "code") == 0)
+            fl |= COL_CODE;
+        /* numbers (and n/a) right-aligned, text left */
+        int numeric = 0;
+        for (size_t r = 0; r < jf.n && !numeric; r++)
+            numeric = filters_match(flt, n_flt, &jf.rows[r]) && is_num(&jf.rows[r], shown[k].key);
+        if (!numeric)
+            fl |= COL_LEFT;
+        tc[nc] = (col){heads[nc], shown[k].key, fl};
+    }
+    for (size_t k = 0; k < n_pv; k++, nc++) {
+        char h[64];
+        header_of(pivot, h, sizeof h);
+        snprintf(heads[nc], sizeof heads[nc], "%s %.80s", h, pv[k]);
+        tc[nc] = (col){heads[nc], pv[k], COL_TEXT};
+    }
+    table t;
+    table_init(&t, tc, nc);
+    /* Plain: every matching row. Pivot: one row per distinct rows= tuple, in
+     * file order, its cells from the rows that share it. */
+    char *done = xcalloc(jf.n, 1);
+    for (size_t r = 0; r < jf.n; r++) {
+        const jrow *row = &jf.rows[r];
+        if (done[r] || !filters_match(flt, n_flt, row))
+            continue;
+        for (size_t k = 0; k < n_shown; k++)
+            put_cell(&t, &shown[k], jrow_value(row, shown[k].key, buf, sizeof buf),
+                     is_num(row, shown[k].key));
+        for (size_t k = 0; k < n_pv; k++) {
+            const jrow *hit = NULL;
+            for (size_t s = r; s < jf.n && !hit; s++) {
+                const jrow *o = &jf.rows[s];
+                if (done[s] || !filters_match(flt, n_flt, o))
+                    continue;
+                int same = strcmp(jrow_value(o, pivot, buf, sizeof buf), pv[k]) == 0;
+                for (size_t q = 0; q < n_shown && same; q++)
+                    same = strcmp(jrow_value(o, shown[q].key, buf, sizeof buf),
+                                  jrow_value(row, shown[q].key, buf2, sizeof buf2)) == 0;
+                if (same) {
+                    hit = o;
+                    done[s] = 1;
+                }
+            }
+            if (hit)
+                put_cell(&t, &value, jrow_value(hit, value.key, buf, sizeof buf),
+                         is_num(hit, value.key));
+            else
+                table_str(&t, "");
+        }
+        done[r] = 1;
+    }
+    table_print(&t, f, FMT_MD);
+    table_free(&t);
+    free(done);
+    for (size_t k = 0; k < n_pv; k++)
+        free(pv[k]);
+    free(pv);
+    for (size_t k = 0; k < n_cols; k++)
+        free(cols[k].key);
+    for (size_t k = 0; k < n_rows; k++)
+        free(rows_[k].key);
+    free(value.key);
+    free(pivot);
+    for (size_t k = 0; k < n_flt; k++)
+        filter_free(&flt[k]);
+    jfile_free(&jf);
+}
+
+int jrow_where(const jrow *r, const char *const *where, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *eq = strchr(where[i], '=');
+        int negate = eq && eq > where[i] && eq[-1] == '!';
+        size_t klen = eq ? (size_t)(eq - where[i]) - (size_t)negate : strlen(where[i]);
+        char *key = xstrndup(where[i], klen);
+        const char *v = jrow_text(r, key);
+        free(key);
+        if (!v || (eq && (strcmp(v, eq + 1) == 0) == negate))
+            return 0;
+    }
+    return 1;
+}
