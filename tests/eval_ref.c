@@ -5,15 +5,25 @@
  * public header only, printed at full precision for Python to compare bit
  * for bit.
  *
- *   eval_ref eval TRACE HEAD SEED TOPK SPEC[@BUDGET]...
+ *   eval_ref eval [KEY=VALUE...] TRACE HEAD SEED TOPK SPEC[@BUDGET]...
  *       kve_eval_ex on head HEAD of TRACE (a source text): one JSON line per
  *       job with every field of kve_eval_result (%.17g reads back exactly;
- *       NaN as null).
+ *       NaN as null), and "per_head", each head's. KEYs set the options:
+ *       heads, share, min_share, score_after (defaults: the library's).
  *   eval_ref bank SPEC HEADS GROUP REDUCE SEED STEPS BUDGET
  *       a bank of HEADS heads stepped with grouped attention from a kve_rng
  *       seeded SEED (weights kve_rng_uniform, as float32, in row order) and
  *       evicted to BUDGET after every step; one JSON line per step with each
  *       head's victims.
+ *   eval_ref bankx SPEC HEADS KEY_DIM SHARE MIN_SHARE SEED STEPS BUDGET
+ *       a bank built with kve_bank_new_ex {KEY_DIM, SHARE, MIN_SHARE} from
+ *       a kve_rng seeded SEED; every step draws the attention rows (HEADS x
+ *       LD weights kve_rng_uniform as float32, LD = max(SHARE, 1) * BUDGET +
+ *       1) and then, with KEY_DIM > 0, the keys (HEADS x KEY_DIM floats
+ *       kve_rng_uniform - 0.5 as float32), steps every head with
+ *       kve_bank_step_keys and evicts with kve_bank_evict_shared to SHARE *
+ *       BUDGET (SHARE > 0) or kve_bank_evict to BUDGET; one JSON line per
+ *       step with each head's victims and sizes.
  *   eval_ref layout
  *       sizeof and offsetof of the structs the binding mirrors with ctypes.
  * Exits 1 with the library's message when a call is refused.
@@ -40,10 +50,47 @@ static void real(const char *key, double x)
         printf(", \"%s\": null", key);
 }
 
+/* Sets option `kv` ("key=value") of o; 0 when it is not an option. */
+static int eval_option(kve_eval_options *o, const char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq)
+        return 0;
+    size_t n = (size_t)(eq - kv);
+    const char *v = eq + 1;
+    if (n == 5 && strncmp(kv, "heads", n) == 0)
+        o->heads = (size_t)strtoull(v, NULL, 10);
+    else if (n == 5 && strncmp(kv, "share", n) == 0)
+        o->bank.share = (size_t)strtoull(v, NULL, 10);
+    else if (n == 9 && strncmp(kv, "min_share", n) == 0)
+        o->bank.min_share = strtod(v, NULL);
+    else if (n == 11 && strncmp(kv, "score_after", n) == 0)
+        o->score_after = (size_t)strtoull(v, NULL, 10);
+    else
+        return 0;
+    return 1;
+}
+
+static void print_metrics(const kve_eval_result *r)
+{
+    printf("\"scored_steps\": %zu, \"state_bytes\": %zu", r->scored_steps, r->state_bytes);
+    real("retained_mass", r->retained_mass);
+    real("top32_recall", r->top32_recall);
+    real("topk_recall", r->topk_recall);
+    real("min_retained_mass", r->min_retained_mass);
+    real("mean_kept", r->mean_kept);
+}
+
 static int cmd_eval(int argc, char **argv)
 {
+    kve_eval_options o = kve_eval_default_options();
+    while (argc > 1 && eval_option(&o, argv[1])) {
+        argv++;
+        argc--;
+    }
     if (argc < 6)
-        return refused("usage: eval_ref eval TRACE HEAD SEED TOPK SPEC[@BUDGET]...");
+        return refused("usage: eval_ref eval [KEY=VALUE...] TRACE HEAD SEED TOPK "
+                       "SPEC[@BUDGET]...");
     kve_trace *tr = NULL;
     if (kve_trace_open(argv[1], 0, &tr) != KVE_OK)
         return refused(argv[1]);
@@ -63,25 +110,32 @@ static int cmd_eval(int argc, char **argv)
         }
         jobs[j].spec = specs[j];
     }
-    kve_eval_options o = kve_eval_default_options();
     o.seed = strtoull(argv[3], NULL, 10);
     o.topk = (size_t)strtoull(argv[4], NULL, 10);
+    size_t heads = o.heads ? o.heads : 1;
+    kve_eval_result *per = calloc(n * heads, sizeof *per); /* (job, head) */
+    if (!per)
+        return refused("out of memory");
+    o.per_head = per;
     int rc = 0;
     if (kve_eval_ex(tr, (size_t)strtoull(argv[2], NULL, 10), jobs, n, &o, res) != KVE_OK) {
         rc = refused("kve_eval_ex");
     } else {
         for (size_t j = 0; j < n; j++) {
             const kve_eval_result *r = &res[j];
-            printf("{\"policy\": \"%s\", \"budget\": %zu, \"steps\": %zu, \"scored_steps\": %zu, "
-                   "\"state_bytes\": %zu, \"topk\": %zu",
-                   r->spec, r->budget, r->steps, r->scored_steps, r->state_bytes, r->topk);
-            real("retained_mass", r->retained_mass);
-            real("top32_recall", r->top32_recall);
-            real("topk_recall", r->topk_recall);
-            real("min_retained_mass", r->min_retained_mass);
-            printf("}\n");
+            printf("{\"policy\": \"%s\", \"budget\": %zu, \"steps\": %zu, \"topk\": %zu, ",
+                   r->spec, r->budget, r->steps, r->topk);
+            print_metrics(r);
+            printf(", \"per_head\": [");
+            for (size_t h = 0; h < heads; h++) {
+                printf(h ? ", {" : "{");
+                print_metrics(&per[j * heads + h]);
+                printf("}");
+            }
+            printf("]}\n");
         }
     }
+    free(per);
     free(jobs);
     free(res);
     free(specs);
@@ -133,14 +187,75 @@ static int cmd_bank(int argc, char **argv)
     return rc;
 }
 
+static int cmd_bankx(int argc, char **argv)
+{
+    if (argc != 9)
+        return refused("usage: eval_ref bankx SPEC HEADS KEY_DIM SHARE MIN_SHARE SEED STEPS "
+                       "BUDGET");
+    kve_bank_options bo = kve_bank_default_options();
+    size_t heads = (size_t)strtoull(argv[2], NULL, 10);
+    bo.key_dim = (size_t)strtoull(argv[3], NULL, 10);
+    bo.share = (size_t)strtoull(argv[4], NULL, 10);
+    bo.min_share = strtod(argv[5], NULL);
+    int32_t steps = (int32_t)atoi(argv[7]);
+    size_t budget = (size_t)strtoull(argv[8], NULL, 10);
+    kve_rng rng;
+    kve_rng_seed(&rng, strtoull(argv[6], NULL, 10));
+    kve_bank *b = NULL;
+    if (kve_bank_new_ex(argv[1], heads, &rng, &bo, &b) != KVE_OK)
+        return refused(argv[1]);
+    const size_t d = bo.key_dim;
+    size_t ld = (bo.share ? bo.share : 1) * budget + 1; /* attn (heads, ld), victims (heads, ld) */
+    float *attn = malloc(heads * ld * sizeof *attn);
+    float *keys = malloc(heads * (d ? d : 1) * sizeof *keys); /* (heads, d) */
+    int32_t *victims = malloc(heads * ld * sizeof *victims);
+    size_t *counts = malloc(heads * sizeof *counts);
+    if (!attn || !keys || !victims || !counts)
+        return refused("out of memory");
+    int rc = 0;
+    for (int32_t pos = 0; pos < steps && rc == 0; pos++) {
+        for (size_t i = 0; i < heads * ld; i++)
+            attn[i] = (float)kve_rng_uniform(&rng);
+        for (size_t i = 0; i < heads * d; i++)
+            keys[i] = (float)(kve_rng_uniform(&rng) - 0.5);
+        kve_status st = kve_bank_step_keys(b, 0, heads, pos, attn, ld, 1, KVE_REDUCE_MEAN,
+                                           d ? keys : NULL, d);
+        if (st == KVE_OK)
+            st = bo.share ? kve_bank_evict_shared(b, 0, heads, bo.share * budget, victims, ld,
+                                                  counts)
+                          : kve_bank_evict(b, budget, victims, ld, counts);
+        if (st != KVE_OK) {
+            rc = refused("bankx");
+            break;
+        }
+        printf("{\"pos\": %d, \"victims\": [", (int)pos);
+        for (size_t h = 0; h < heads; h++) {
+            printf("%s[", h ? ", " : "");
+            for (size_t k = 0; k < counts[h]; k++)
+                printf("%s%d", k ? ", " : "", (int)victims[h * ld + k]);
+            printf("]");
+        }
+        printf("], \"sizes\": [");
+        for (size_t h = 0; h < heads; h++)
+            printf(h ? ", %zu" : "%zu", kve_bank_size(b, h));
+        printf("]}\n");
+    }
+    free(attn);
+    free(keys);
+    free(victims);
+    free(counts);
+    kve_bank_free(b);
+    return rc;
+}
+
 #define FIELD(s, f) printf(", \"%s.%s\": %zu", #s, #f, offsetof(s, f))
 
 static int cmd_layout(void)
 {
     printf("{\"kve_rng\": %zu, \"kve_eval_job\": %zu, \"kve_eval_result\": %zu, "
-           "\"kve_eval_options\": %zu",
+           "\"kve_eval_options\": %zu, \"kve_bank_options\": %zu, \"kve_policy_options\": %zu",
            sizeof(kve_rng), sizeof(kve_eval_job), sizeof(kve_eval_result),
-           sizeof(kve_eval_options));
+           sizeof(kve_eval_options), sizeof(kve_bank_options), sizeof(kve_policy_options));
     FIELD(kve_eval_job, spec);
     FIELD(kve_eval_job, budget);
     FIELD(kve_eval_result, spec);
@@ -154,10 +269,25 @@ static int cmd_layout(void)
     FIELD(kve_eval_result, state_bytes);
     FIELD(kve_eval_result, topk);
     FIELD(kve_eval_result, topk_recall);
+    FIELD(kve_eval_result, mean_kept);
     FIELD(kve_eval_options, seed);
     FIELD(kve_eval_options, topk);
     FIELD(kve_eval_options, on_step);
     FIELD(kve_eval_options, user);
+    FIELD(kve_eval_options, heads);
+    FIELD(kve_eval_options, bank);
+    FIELD(kve_eval_options, score_after);
+    FIELD(kve_eval_options, per_head);
+    FIELD(kve_bank_options, key_dim);
+    FIELD(kve_bank_options, share);
+    FIELD(kve_bank_options, min_share);
+    FIELD(kve_policy_options, key_dim);
+    kve_bank_options bo = kve_bank_default_options();
+    kve_eval_options eo = kve_eval_default_options();
+    printf(", \"default.min_share\": %.17g, \"default.heads\": %zu, \"default.topk\": %zu",
+           bo.min_share, eo.heads, eo.topk);
+    printf(", \"KVE_READS_ATTN\": %u, \"KVE_READS_KEYS\": %u, \"KVE_MAX_KEY_DIM\": %d",
+           (unsigned)KVE_READS_ATTN, (unsigned)KVE_READS_KEYS, KVE_MAX_KEY_DIM);
     printf(", \"KVE_SPEC_MAX\": %d, \"KVE_MAX_BUDGET\": %d, \"KVE_TRACE_NORMALIZE\": %u, "
            "\"KVE_REDUCE_SUM\": %d, \"KVE_REDUCE_MAX\": %d, \"KVE_ECANCELED\": %d, "
            "\"version\": \"%s\"}\n",
@@ -172,8 +302,10 @@ int main(int argc, char **argv)
         return cmd_eval(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "bank") == 0)
         return cmd_bank(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "bankx") == 0)
+        return cmd_bankx(argc - 1, argv + 1);
     if (argc == 2 && strcmp(argv[1], "layout") == 0)
         return cmd_layout();
-    fprintf(stderr, "usage: eval_ref eval|bank|layout ...\n");
+    fprintf(stderr, "usage: eval_ref eval|bank|bankx|layout ...\n");
     return 2;
 }

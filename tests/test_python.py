@@ -7,9 +7,12 @@ with the reason printed when numpy cannot be imported. Covered:
   - every public function and property of the package;
   - results identical to the C API and the CLI, three ways, bit for bit:
     evaluate() against eval_ref (a C program on the public header) and
-    `kvevict eval --json`, on the canonical trace, on a multi-head .npy file
-    and on the same attention held in memory (Trace.from_array); Policy
-    against `kvevict replay --json`; Bank and Rng against eval_ref;
+    `kvevict eval --json`, on the canonical trace, on a multi-head .npy file,
+    on the same attention held in memory (Trace.from_array) and on a
+    query/key trace written here with numpy (every policy, those that read
+    keys included), and with banks of several heads sharing a budget;
+    Policy against `kvevict replay --json` on the canonical and the q/K
+    trace; Bank (keys and shared budgets included) and Rng against eval_ref;
   - the ctypes structures against the C layout (sizes, offsets, constants);
   - errors: one exception class per status, the library's message and the
     status's name; arrays refused before the call (dtype, byte order,
@@ -17,10 +20,14 @@ with the reason printed when numpy cannot be imported. Covered:
     with the object unchanged;
   - the GIL released during a library call (a call that blocks inside the
     library until another Python thread acts);
+  - the policies that read keys and shared budgets: keys validated and
+    refused, the library's refusals of key dimensions, shared groups and
+    their evictions, each with the object unchanged;
   - reference counting and leaks over 10 000 calls: input arrays' reference
     counts unchanged, Python allocations flat (tracemalloc), the library's
     state flat, and the process's resident memory flat while 10 000
-    policies, banks and traces are made and released.
+    policies, banks and traces are made and released (key-reading, shared
+    and q/K ones included).
 """
 import gc
 import json
@@ -51,6 +58,9 @@ from kvevict import _core  # noqa: E402
 
 CANON = "canonical:steps=700,seed=5"
 ALL_SPECS = [p["name"] for p in kvevict.policies()]
+# what runs on a trace without keys: every policy but those reading keys
+ATTN_SPECS = [p["name"] for p in kvevict.policies() if p["reads"] != "keys"]
+KEY_SPECS = [p["name"] for p in kvevict.policies() if p["reads"] == "keys"]
 METRICS = ("retained_mass", "top32_recall", "min_retained_mass")
 
 
@@ -92,6 +102,34 @@ def attention_rows(rng, heads, steps):
     return (w / w.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
+def write_qk(path, q, k):
+    """A query/key trace file (kvevict.h, "qk:PATH"): the .npy of the
+    queries, then the .npy of the keys, back to back."""
+    with open(path, "wb") as f:
+        np.save(f, q)
+        np.save(f, k)
+    return f"qk:{path}"
+
+
+def qk_arrays(seed, heads, kv_heads, steps, d):
+    """Random float32 queries [heads, T, d] and keys [kv_heads, T, d]; keys
+    of varied norms, so knorm has something to choose by."""
+    gen = np.random.default_rng(seed)
+    q = gen.standard_normal((heads, steps, d)).astype(np.float32)
+    k = gen.standard_normal((kv_heads, steps, d)) * gen.uniform(0.2, 2.0, (kv_heads, steps, 1))
+    return q, k.astype(np.float32)
+
+
+class QkFile:
+    """One q/K trace file for the tests of this run: 4 query heads over 2 KV
+    heads (grouped-query), 150 steps, d = 16."""
+    D, STEPS = 16, 150
+    _dir = tempfile.TemporaryDirectory()
+    q, k = qk_arrays(21, 4, 2, STEPS, D)
+    path = os.path.join(_dir.name, "qk.bin")
+    src = write_qk(path, q, k)
+
+
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -122,7 +160,9 @@ class Module(unittest.TestCase):
         c = json.loads(run(EVAL_REF, "layout"))
         self.assertEqual(ctypes.sizeof(_lib.RngState), c["kve_rng"])
         for name, cls in (("kve_eval_job", _lib.EvalJob), ("kve_eval_result", _lib.EvalResult),
-                          ("kve_eval_options", _lib.EvalOptions)):
+                          ("kve_eval_options", _lib.EvalOptions),
+                          ("kve_bank_options", _lib.BankOptions),
+                          ("kve_policy_options", _lib.PolicyOptions)):
             self.assertEqual(ctypes.sizeof(cls), c[name], name)
             for field, *_ in cls._fields_:
                 self.assertEqual(getattr(cls, field).offset, c[f"{name}.{field}"],
@@ -133,11 +173,39 @@ class Module(unittest.TestCase):
         self.assertEqual(_lib.REDUCE["sum"], c["KVE_REDUCE_SUM"])
         self.assertEqual(_lib.REDUCE["max"], c["KVE_REDUCE_MAX"])
         self.assertEqual(kvevict.CanceledError.code, c["KVE_ECANCELED"])
+        self.assertEqual(_lib.KVE_READS_ATTN, c["KVE_READS_ATTN"])
+        self.assertEqual(_lib.KVE_READS_KEYS, c["KVE_READS_KEYS"])
+        self.assertEqual(_lib.KVE_MAX_KEY_DIM, c["KVE_MAX_KEY_DIM"])
+        # the defaults come back through the mirrors, and the binding's
+        # keyword defaults are the library's
+        import inspect
+        bank, ev = _lib.lib.kve_bank_default_options(), _lib.lib.kve_eval_default_options()
+        self.assertEqual((bank.key_dim, bank.share, bank.min_share), (0, 0, c["default.min_share"]))
+        self.assertEqual((ev.heads, ev.topk, ev.score_after, ev.per_head),
+                         (c["default.heads"], c["default.topk"], 0, None))
+        self.assertEqual((ev.bank.share, ev.bank.min_share), (0, c["default.min_share"]))
+        self.assertEqual(_lib.lib.kve_policy_default_options().key_dim, 0)
+        for fn in (kvevict.Bank.__init__, kvevict.evaluate):
+            params = inspect.signature(fn).parameters
+            self.assertEqual(params["min_share"].default, c["default.min_share"])
+            self.assertEqual(params["share"].default, 0)
+        self.assertEqual(inspect.signature(kvevict.evaluate).parameters["heads"].default,
+                         c["default.heads"])
 
     def test_policies_match_cli(self):
         cli = [json.loads(line) for line in run(KVEVICT, "policies", "--json").splitlines()]
         self.assertEqual(kvevict.policies(), cli)
         self.assertIn("h2o", ALL_SPECS)
+        self.assertEqual({p["reads"] for p in cli}, {"nothing", "attention", "keys"})
+        self.assertIn("knorm", KEY_SPECS)
+        self.assertEqual(len(ATTN_SPECS) + len(KEY_SPECS), len(ALL_SPECS))
+
+    def test_min_budget(self):
+        self.assertEqual(kvevict.min_budget("h2o"), 33)
+        self.assertEqual(kvevict.min_budget("streaming"), 5)
+        self.assertEqual(kvevict.min_budget("window"), 1)
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.min_budget("nope")
 
     def test_spec_with(self):
         self.assertEqual(kvevict.spec_with("h2o"), "h2o:budget=512,recent_window=32")
@@ -216,7 +284,7 @@ class PolicyTests(unittest.TestCase):
         trace = "canonical:steps=400,seed=2"
         with kvevict.Trace.open(trace) as tr:
             rows = [tr.row(t) for t in range(tr.steps)]
-        for name in ALL_SPECS:
+        for name in ATTN_SPECS:
             spec = kvevict.spec_with(name, "budget", 48)
             out = run(KVEVICT, "replay", "--trace", trace, "--policy", spec, "--seed", 9,
                       "--json")
@@ -230,6 +298,39 @@ class PolicyTests(unittest.TestCase):
                     self.assertEqual(victims.dtype, np.int32)
                     self.assertEqual(victims.tolist(), want[t]["victims"], f"{spec} at {t}")
                     self.assertEqual(p.size, want[t]["size"])
+
+    def test_replay_qk_matches_cli(self):
+        """Every policy on a q/K trace, its keys from Trace.key: the victims
+        `kvevict replay` prints. Every policy is built with the trace's
+        key_dim and given every key: those that read attention validate and
+        ignore it (the harness steps them without keys)."""
+        head, budget = 1, 40
+        with kvevict.Trace.open(QkFile.src) as tr:
+            rows = [tr.row(t, head) for t in range(tr.steps)]
+            keys = [tr.key(head, t) for t in range(tr.steps)]
+            d = tr.key_dim
+        for name in ALL_SPECS:
+            spec = kvevict.spec_with(name, "budget", budget)
+            out = run(KVEVICT, "replay", "--trace", QkFile.src, "--head", head, "--policy",
+                      spec, "--seed", 4, "--json")
+            want = [json.loads(line) for line in out.splitlines()]
+            self.assertEqual(len(want), QkFile.STEPS)
+            rng = kvevict.Rng(4) if name == "random" else None
+            with kvevict.Policy(spec, rng=rng, key_dim=d) as p:
+                self.assertEqual(p.key_dim, d)
+                for t, (row, key) in enumerate(zip(rows, keys)):
+                    attn = np.zeros(0, np.float32) if t == 0 else renormalised(row, p.positions)
+                    p.step(t, attn, key=key)
+                    self.assertEqual(p.evict(budget).tolist(), want[t]["victims"],
+                                     f"{spec} at {t}")
+        # the same victims for a key policy stepped without attention
+        with kvevict.Policy(kvevict.spec_with("knorm", "budget", budget), key_dim=d) as a, \
+                kvevict.Policy(kvevict.spec_with("knorm", "budget", budget), key_dim=d) as b:
+            for t, (row, key) in enumerate(zip(rows, keys)):
+                a.step(t, None, key)
+                b.step(t, np.zeros(0, np.float32) if t == 0 else renormalised(row, b.positions),
+                       key=key)
+                self.assertEqual(a.evict(budget).tolist(), b.evict(budget).tolist())
 
     def test_properties(self):
         p = kvevict.Policy("h2o:budget=8,recent_window=2")
@@ -247,6 +348,10 @@ class PolicyTests(unittest.TestCase):
         # no information: every score 0, ties evict the lower position first
         self.assertEqual(p.positions.tolist(), list(range(4, 12)))
         self.assertIn("h2o:budget=8", repr(p))
+        self.assertEqual((p.reads, p.key_dim), ("attention", 0))
+        self.assertEqual(kvevict.Policy("window").reads, "nothing")
+        kn = kvevict.Policy("knorm:budget=8", key_dim=5)
+        self.assertEqual((kn.reads, kn.key_dim), ("keys", 5))
         full = kvevict.Policy("full:budget=4")
         for pos in range(10):
             full.step(pos)
@@ -424,6 +529,169 @@ class BankTests(unittest.TestCase):
             kvevict.Bank("h2o", -1)
 
 
+class KeyPolicies(unittest.TestCase):
+    """Policies that read keys: Policy and Bank with key_dim and keys."""
+
+    def test_bank_matches_c(self):
+        """Banks built with kve_bank_new_ex and stepped with keys (and
+        attention) from the same Rng as the C program: the same victims and
+        sizes, step for step; shared budgets evicted with evict_shared."""
+        for spec, heads, d, share, min_share in (
+                ("knorm:budget=10,recent_window=2", 3, 8, 0, 0.2),
+                ("keydiff:budget=10", 2, 5, 0, 0.2),
+                ("h2o:budget=10,recent_window=2", 2, 6, 0, 0.2),  # keys validated, ignored
+                ("h2o:budget=10,recent_window=2", 4, 0, 2, 0.2),
+                ("tova:budget=10", 4, 0, 4, 0.5),
+                ("keydiff:budget=10,recent_window=1", 4, 8, 2, 0.0)):
+            steps, budget = 50, 10
+            out = run(EVAL_REF, "bankx", spec, heads, d, share, min_share, 17, steps, budget)
+            want = [json.loads(line) for line in out.splitlines()]
+            rng = kvevict.Rng(17)
+            b = kvevict.Bank(spec, heads, rng=rng, key_dim=d, share=share, min_share=min_share)
+            self.assertEqual((b.key_dim, b.share, b.min_share), (d, share, min_share))
+            ld = max(share, 1) * budget + 1
+            for pos in range(steps):
+                attn = np.array([rng.uniform() for _ in range(heads * ld)],
+                                dtype=np.float32).reshape(heads, ld)
+                keys = np.array([rng.uniform() - 0.5 for _ in range(heads * d)],
+                                dtype=np.float32).reshape(heads, d) if d else None
+                b.step(pos, attn, keys)
+                victims, counts = (b.evict_shared(0, None, share * budget) if share
+                                   else b.evict(budget))
+                got = [victims[h, :counts[h]].tolist() for h in range(heads)]
+                self.assertEqual(got, want[pos]["victims"], f"{spec} at {pos}")
+                self.assertEqual(b.sizes.tolist(), want[pos]["sizes"], f"{spec} at {pos}")
+            if share:  # the heads' sizes differ, each group's add up to its budget
+                sizes = b.sizes.reshape(-1, share)
+                self.assertTrue((sizes.sum(axis=1) == share * budget).all(), sizes)
+
+    def test_bank_is_policies(self):
+        """Head h of a key-reading bank is the h-th of n policies, keys in
+        ranges included."""
+        spec, heads, d = "keydiff:budget=9,recent_window=2", 3, 7
+        gen = np.random.default_rng(6)
+        bank = kvevict.Bank(spec, heads, key_dim=d)
+        self.assertEqual((bank.reads, bank.key_dim, bank.share), ("keys", d, 0))
+        policies = [kvevict.Policy(spec, key_dim=d) for _ in range(heads)]
+        for pos in range(40):
+            keys = gen.standard_normal((heads, d)).astype(np.float32)
+            if pos % 2:
+                bank.step(pos, None, keys)
+            else:  # two ranges, one after the other
+                bank.step(pos, None, np.ascontiguousarray(keys[:1]), count=1)
+                bank.step(pos, None, np.ascontiguousarray(keys[1:]), first=1)
+            v, c = bank.evict(9)
+            for h, p in enumerate(policies):
+                p.step(pos, key=keys[h])
+                self.assertEqual(v[h, :c[h]].tolist(), p.evict(9).tolist())
+                self.assertEqual(bank.positions(h).tolist(), p.positions.tolist())
+        self.assertEqual(bank.state_bytes, sum(p.state_bytes for p in policies))
+
+    def test_refusals_change_nothing(self):
+        p = kvevict.Policy("knorm:budget=4,recent_window=1", key_dim=4)
+        gen = np.random.default_rng(3)
+        for pos in range(6):
+            p.step(pos, key=gen.standard_normal(4).astype(np.float32))
+            p.evict(4)
+        before = p.positions.tolist()
+        good = np.ones(4, np.float32)
+        nan = good.copy()
+        nan[3] = np.nan
+        for key, words in ((None, "reads keys, but the step carries none"),
+                           (good.astype(np.float64), "dtype <f8"),
+                           (np.ones(5, np.float32), "want (4,)"),
+                           (np.ones((1, 4), np.float32), "2 dimensions"),
+                           (np.ones(8, np.float32)[::2], "not C-contiguous"),
+                           (list(good), "numpy.ndarray"),
+                           (nan, "key[3]")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                p.step(10, None, key)
+            self.assertIn(words, e.exception.message)
+        self.assertEqual(p.positions.tolist(), before)
+        for kw, words in (({}, "key_dim must be at least 1"),
+                          ({"key_dim": kvevict._lib.KVE_MAX_KEY_DIM + 1}, "key_dim"),
+                          ({"key_dim": -1}, "out of range")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                kvevict.Policy("knorm", **kw)
+            self.assertIn(words, e.exception.message)
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:  # no keys to give
+            kvevict.Policy("h2o:budget=8,recent_window=2").step(0, None, good)
+        self.assertIn("key", e.exception.message)
+        b = kvevict.Bank("knorm:budget=4,recent_window=1", 2, key_dim=4)
+        for keys, kw, words in ((None, {}, "carries none"),
+                                (np.ones((3, 4), np.float32), {}, "want (2, 4)"),
+                                (np.ones((1, 4), np.float32), {}, "want (2, 4)"),
+                                (np.ones((2, 3), np.float32), {}, "want (2, 4)"),
+                                (np.ones((2, 4), np.float32), {"first": 1}, "want (1, 4)"),
+                                (np.ones(8, np.float32), {}, "1 dimensions")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                b.step(0, None, keys, **kw)
+            self.assertIn(words, e.exception.message)
+        self.assertEqual(b.sizes.tolist(), [0, 0])
+
+
+class SharedBanks(unittest.TestCase):
+    def test_evict_shared(self):
+        """Skewed heads: the head whose attention is spread thin gives up its
+        positions to the one that concentrates it; no head below its floor;
+        victims ascending; each group holds its budget."""
+        spec, heads, share, budget = "h2o:budget=16,recent_window=2", 4, 2, 16
+        b = kvevict.Bank(spec, heads, share=share, min_share=0.25)
+        gen = np.random.default_rng(9)
+        for pos in range(80):
+            n = int(b.sizes.max())
+            attn = gen.random((heads, max(n, 1)), dtype=np.float32)
+            attn[0::2] *= np.float32(1e-3)  # heads 0 and 2 attend little
+            b.step(pos, attn)
+            victims, counts = b.evict_shared(0, None, share * budget)
+            for h in range(heads):
+                v = victims[h, :counts[h]]
+                self.assertTrue((np.diff(v) > 0).all())
+                self.assertFalse(np.isin(v, b.positions(h)).any())
+        sizes = b.sizes
+        self.assertTrue((sizes.reshape(-1, share).sum(axis=1) == share * budget).all())
+        floor = max(2, int(0.25 * share * budget / share))
+        self.assertTrue((sizes >= floor).all(), sizes)
+        self.assertGreater(sizes[1], sizes[0])
+        # one group at a time: the other group is untouched
+        b.step(80, None)
+        before = b.positions(0).tolist()
+        victims, counts = b.evict_shared(2, 2, share * budget)
+        self.assertEqual(victims.shape[0], 2)
+        self.assertEqual(b.positions(0).tolist(), before)
+        self.assertEqual(int(counts.sum()), share)  # each head of the group admitted one
+        self.assertIn("share=2", repr(b))
+
+    def test_refusals(self):
+        for args, kw, words in ((("h2o", 4), {"share": 3}, "share"),
+                                (("window", 4), {"share": 2}, "share"),
+                                (("h2o:block=4,recent_window=8", 4), {"share": 2}, "block"),
+                                (("h2o", 4), {"share": 2, "min_share": 1.5}, "min_share"),
+                                (("h2o", 4), {"share": 2, "min_share": float("nan")}, "min_share"),
+                                (("h2o", 4), {"share": 2, "min_share": "x"}, "min_share"),
+                                (("h2o", 4), {"share": -2}, "out of range")):
+            with self.assertRaises(kvevict.InvalidArgumentError, msg=str(kw)) as e:
+                kvevict.Bank(*args, **kw)
+            self.assertIn(words, e.exception.message)
+        b = kvevict.Bank("h2o:budget=8,recent_window=2", 4, share=2)
+        for pos in range(12):
+            b.step(pos, np.full((4, 13), 0.1, np.float32))
+        before = [b.positions(h).tolist() for h in range(4)]
+        for call, words in ((lambda: b.evict_shared(1, 2, 16), "group"),
+                            (lambda: b.evict_shared(0, None, 4), "recent windows"),
+                            (lambda: b.evict_shared(0, 5, 16), "out of range"),
+                            (lambda: b.evict(8, first=1, count=2), "group"),
+                            (lambda: b.step(12, None, first=1, count=1), "group")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                call()
+            self.assertIn(words, e.exception.message)
+        self.assertEqual([b.positions(h).tolist() for h in range(4)], before)
+        plain = kvevict.Bank("h2o:budget=8,recent_window=2", 4)
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            plain.evict_shared(0, None, 16)
+        self.assertIn("share", e.exception.message)
+
+
 class AttnRow(unittest.TestCase):
     def test_softmax(self):
         gen = np.random.default_rng(4)
@@ -540,6 +808,7 @@ class Evaluate(unittest.TestCase):
             self.assertEqual(p["policy"], cli["policy"])
             for key in ("budget", "steps", "scored_steps", "state_bytes", "topk"):
                 self.assertEqual(p[key], r[key], key)
+            self.assertTrue(same_float(p["mean_kept"], r["mean_kept"]))
             for key in ("budget", "steps", "scored_steps"):
                 self.assertEqual(p[key], cli[key], key)
             self.assertEqual(p["state_bytes"], cli_head["state_bytes"])
@@ -552,8 +821,89 @@ class Evaluate(unittest.TestCase):
             self.assertEqual(p["head"], head)
         return py
 
-    def jobs(self, budgets):
-        return [(kvevict.spec_with(name), b) for b in budgets for name in ALL_SPECS]
+    def jobs(self, budgets, names=ATTN_SPECS):
+        return [(kvevict.spec_with(name), b) for b in budgets for name in names]
+
+    def test_qk_three_ways(self):
+        """Every policy on a q/K trace (grouped-query, two KV heads), those
+        that read keys included."""
+        with kvevict.Trace.open(QkFile.src) as tr:
+            self.assertEqual((tr.heads, tr.steps, tr.key_dim), (2, QkFile.STEPS, QkFile.D))
+            for head in (0, 1):
+                py = self.three_way(tr, QkFile.src, head, 5, 16, self.jobs((40, 100), ALL_SPECS))
+                self.assertTrue(all(r["scored_steps"] > 0 for r in py))
+
+    def test_key_policy_needs_keys(self):
+        with kvevict.Trace.open("canonical:steps=60") as tr:
+            self.assertEqual(tr.key_dim, 0)
+            for name in KEY_SPECS:
+                with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                    kvevict.evaluate(tr, [name])
+                self.assertIn("the policy reads keys, but the trace has none", e.exception.message)
+
+    def test_heads_and_shared_three_ways(self):
+        """Banks of several heads (kve_eval_options.heads), their budgets
+        shared or not, against eval_ref and `kvevict eval --share-heads`,
+        whose layers are such banks."""
+        a = attention_rows(np.random.default_rng(13), 4, 90).reshape(2, 2, 90, 90)
+        specs = ["h2o:budget=20,recent_window=4", "tova:budget=20", "scissorhands:budget=20,"
+                 "recent_window=4,history=0", "h2o_decay:budget=20,recent_window=4,decay=0.99"]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "attn.npy")
+            np.save(path, a)
+            with kvevict.Trace.open(path) as tr:
+                for share, min_share in ((0, 0.2), (2, 0.2), (2, 0.5)):
+                    opts = dict(heads=2, share=share, min_share=min_share, score_after=20)
+                    for first in (0, 2):
+                        py = kvevict.evaluate(tr, specs, head=first, seed=1, topk=32,
+                                              per_head=True, **opts)
+                        c = [json.loads(line) for line in run(
+                            EVAL_REF, "eval", *[f"{k}={v}" for k, v in opts.items()], path,
+                            first, 1, 32, *specs).splitlines()]
+                        for p, r in zip(py, c):
+                            self.assertEqual((p["heads"], p["head"]), (2, first))
+                            for x, y in [(p, r)] + list(zip(p["per_head"], r["per_head"])):
+                                for key in METRICS + ("topk_recall", "mean_kept"):
+                                    self.assertTrue(same_float(x[key], y[key]), (p, key))
+                                for key in ("scored_steps", "state_bytes"):
+                                    self.assertEqual(x[key], y[key], key)
+                            self.assertEqual([h["head"] for h in p["per_head"]],
+                                             [first, first + 1])
+                            if share:
+                                continue
+                            for h in p["per_head"]:  # without sharing: a one-head run
+                                one = kvevict.evaluate(tr, p["policy"], head=h["head"], seed=1,
+                                                       score_after=20)[0]
+                                for key in METRICS + ("mean_kept", "scored_steps"):
+                                    self.assertTrue(one[key] == h[key], key)
+                    if not share:
+                        continue
+                    for spec in specs:
+                        out = run(KVEVICT, "eval", "--trace", path, "--policy", spec,
+                                  "--share-heads", "--min-share", min_share, "--per-head",
+                                  "--json")
+                        cli = [json.loads(line) for line in out.splitlines()]
+                        for row in cli[1:]:  # the layers' heads
+                            p = kvevict.evaluate(tr, spec, head=2 * row["layer"], seed=0,
+                                                 per_head=True, **opts)[0]
+                            h = p["per_head"][row["head"]]
+                            for key in METRICS + ("mean_kept",):
+                                self.assertTrue(same_float(h[key], row[key]), (spec, key))
+                            self.assertEqual(h["state_bytes"], row["state_bytes"])
+                        self.assertEqual(len(cli), 5)
+                every = kvevict.evaluate(tr, specs[:1], head=None, heads=2, share=2)
+                self.assertEqual([r["head"] for r in every], [0, 2])
+                with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                    kvevict.evaluate(tr, specs[:1], head=None, heads=3)
+                self.assertIn("does not divide", e.exception.message)
+                for kw, words in (({"heads": 3}, "heads"), ({"share": 3, "heads": 2}, "share"),
+                                  ({"share": 2, "heads": 2, "min_share": 2.0}, "min_share"),
+                                  ({"heads": 0}, "out of range"),
+                                  ({"per_head": True, "as_array": True}, "per_head")):
+                    with self.assertRaises(kvevict.InvalidArgumentError, msg=str(kw)) as e:
+                        kvevict.evaluate(tr, ["window:budget=20"] if "share" not in kw
+                                         else specs[:1], head=2, **kw)
+                    self.assertIn(words, e.exception.message)
 
     def test_canonical_three_ways(self):
         with kvevict.Trace.open(CANON) as tr:
@@ -658,16 +1008,26 @@ class Leaks(unittest.TestCase):
         import tracemalloc
         p = kvevict.Policy("h2o:budget=64,recent_window=8")
         b = kvevict.Bank("tova:budget=64", 4)
+        kp = kvevict.Policy("keydiff:budget=64,recent_window=4", key_dim=16)
+        sb = kvevict.Bank("knorm:budget=32,recent_window=2", 4, key_dim=16, share=2)
         attn = np.full(65, 1.0 / 65, np.float32)
         rows = np.full((4, 65), 1.0 / 65, np.float32)
+        gen = np.random.default_rng(1)
+        key = gen.standard_normal(16).astype(np.float32)
+        keys = gen.standard_normal((4, 16)).astype(np.float32)
         for pos in range(100):  # the steady state: size 64 before each step
             p.step(pos, attn[:p.size].copy())
             p.evict(64)
             b.step(pos, rows)
             b.evict(64)
+            kp.step(pos, None, key)
+            kp.evict(64)
+            sb.step(pos, None, keys)
+            sb.evict_shared(0, None, 64)
         view = np.ascontiguousarray(attn[:64])
-        refs = (sys.getrefcount(view), sys.getrefcount(rows))
-        state = (p.state_bytes, b.state_bytes)
+        refs = (sys.getrefcount(view), sys.getrefcount(rows), sys.getrefcount(key),
+                sys.getrefcount(keys))
+        state = (p.state_bytes, b.state_bytes, kp.state_bytes, sb.state_bytes)
         gc.collect()
         tracemalloc.start()
         start = tracemalloc.take_snapshot()
@@ -677,19 +1037,26 @@ class Leaks(unittest.TestCase):
             p.positions
             b.step(pos, rows)
             b.evict(64)
+            kp.step(pos, None, key)
+            kp.evict(64)
+            sb.step(pos, None, keys)
+            sb.evict_shared(0, None, 64)
         gc.collect()
         grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(start, "filename")
                     if s.size_diff > 0)
         tracemalloc.stop()
-        self.assertEqual((sys.getrefcount(view), sys.getrefcount(rows)), refs)
-        self.assertEqual((p.state_bytes, b.state_bytes), state)
+        self.assertEqual((sys.getrefcount(view), sys.getrefcount(rows), sys.getrefcount(key),
+                          sys.getrefcount(keys)), refs)
+        self.assertEqual((p.state_bytes, b.state_bytes, kp.state_bytes, sb.state_bytes), state)
+        self.assertEqual(int(sb.sizes.sum()), 2 * 64)
         self.assertLess(grown, 64 * 1024, f"Python allocations grew by {grown} bytes")
 
     def test_objects_made_and_released(self):
-        """10 000 policies, banks, traces over one array and evaluations:
-        resident memory stays flat (a leaked policy of budget 512 alone would
-        be 6.7 KB; 10 000 of them 67 MB), and the array's reference count is
-        back where it started."""
+        """10 000 policies, banks, traces over one array and evaluations
+        (key-reading and shared ones, and q/K traces, included): resident
+        memory stays flat (a leaked policy of budget 512 alone would be 6.7
+        KB; 10 000 of them 67 MB), and the array's reference count is back
+        where it started."""
         a = attention_rows(np.random.default_rng(5), 1, 40)[0]
         base = sys.getrefcount(a)
         for _ in range(200):  # warm-up: allocator pools, caches
@@ -700,11 +1067,20 @@ class Leaks(unittest.TestCase):
             kvevict.Policy("h2o:budget=512")  # released on collection
             with kvevict.Bank("h2o:budget=64", 4):
                 pass
+            kvevict.Policy("keydiff:budget=512", key_dim=16)  # 13 + 64 bytes a slot
+            with kvevict.Bank("h2o:budget=64", 4, key_dim=8, share=2):
+                pass
             with kvevict.Trace.from_array(a) as tr:
                 if i % 50 == 0:
-                    kvevict.evaluate(tr, ["h2o:budget=16,recent_window=4"])
+                    kvevict.evaluate(tr, ["h2o:budget=16,recent_window=4"], heads=1,
+                                     per_head=True)
             with kvevict.Trace.open("canonical:steps=10"):
                 pass
+            if i % 10 == 0:
+                with kvevict.Trace.open(QkFile.src) as tr:
+                    tr.key(1, 5)
+                    if i % 500 == 0:
+                        kvevict.evaluate(tr, ["knorm:budget=40"], heads=2, per_head=True)
         gc.collect()
         grown = rss_bytes() - before
         self.assertEqual(sys.getrefcount(a), base)

@@ -16,7 +16,8 @@ import operator
 import numpy as np
 
 from . import _errors
-from ._lib import (KVE_SPEC_MAX, REDUCE, RngState, c_size_t, lib)
+from ._lib import (KVE_READS_ATTN, KVE_READS_KEYS, KVE_SPEC_MAX, REDUCE, RngState, c_size_t,
+                   lib)
 
 SIZE_MAX = 2 ** (8 * ctypes.sizeof(c_size_t)) - 1
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
@@ -86,6 +87,28 @@ def f32_array(name, a, ndims):
     return a
 
 
+def key_arg(name, keys, key_dim, lead):
+    """None, or `keys` checked as a float32 array of shape lead + (key_dim,)
+    (one key, or one per head). With key_dim 0 only the dimension count is
+    checked: the library refuses a key for an object built without keys,
+    in its own words."""
+    if keys is None:
+        return None
+    k = f32_array(name, keys, (len(lead) + 1,))
+    if k.shape[:-1] != lead or (key_dim and k.shape[-1] != key_dim):
+        dims = [str(n) for n in lead] + [str(key_dim) if key_dim else "d"]
+        want = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+        refuse(f"{name}: shape {k.shape}, want {want} (key_dim {key_dim})")
+    return k
+
+
+def reads_name(bits):
+    """kve_policy_reads as the command line's `policies` prints it."""
+    if bits & KVE_READS_KEYS:
+        return "keys"
+    return "attention" if bits & KVE_READS_ATTN else "nothing"
+
+
 def _copy_int32(ptr, n):
     """n int32 values at the library's pointer, copied into a fresh array."""
     out = np.empty(n, dtype=np.int32)
@@ -127,6 +150,18 @@ class Rng:
     def state(self):
         """The four state words, a tuple of ints."""
         return tuple(self._state.s)
+
+
+def bank_options(key_dim=0, share=0, min_share=0.2):
+    """kve_bank_options from keyword values (the library validates them)."""
+    options = lib.kve_bank_default_options()
+    options.key_dim = as_size("key_dim", key_dim)
+    options.share = as_size("share", share)
+    try:
+        options.min_share = float(min_share)
+    except (TypeError, ValueError):
+        refuse(f"min_share: a real number is required, got {type(min_share).__name__}")
+    return options
 
 
 def rng_arg(rng):
@@ -172,35 +207,43 @@ class _Handle:
 class Policy(_Handle):
     """One attention head's kept set and eviction decisions (kve_policy).
 
-    Policy(spec, rng=None): spec "name[:key=value,...]", e.g.
+    Policy(spec, rng=None, key_dim=0): spec "name[:key=value,...]", e.g.
     "h2o:budget=256,recent_window=64". rng: None, an int seed or an Rng;
-    the `random` policy requires one, the others ignore it.
+    the `random` policy requires one, the others ignore it. key_dim: d, the
+    floats of the key every step carries (kve_policy_options.key_dim); the
+    policies that read keys (knorm, keydiff: reads == "keys") require it.
     """
 
     _free = lib.kve_policy_free
     _kind = "policy"
 
-    def __init__(self, spec, rng=None):
+    def __init__(self, spec, rng=None, key_dim=0):
         super().__init__()
+        options = lib.kve_policy_default_options()
+        options.key_dim = as_size("key_dim", key_dim)
         h = ctypes.c_void_p()
-        check(lib.kve_policy_new(as_spec(spec), rng_arg(rng), h))
+        check(lib.kve_policy_new_ex(as_spec(spec), rng_arg(rng), options, h))
         self._h = h.value
 
-    def step(self, pos, attn=None):
+    def step(self, pos, attn=None, key=None):
         """The query at `pos` paid `attn` (float32, one weight per kept
         position in kept order, len == size) to the kept positions; then
-        `pos` is admitted. attn=None: no information this step."""
+        `pos` is admitted. attn=None: no information this step. key: the
+        key of `pos`, float32 of key_dim floats (None: no key); a policy
+        that reads keys requires it and needs no attn."""
         h = self._handle()
         pos = as_pos(pos)
+        k = key_arg("key", key, lib.kve_policy_key_dim(h), ())
+        kptr = None if k is None else k.ctypes.data
         if attn is None:
-            check(lib.kve_policy_step(h, pos, None, 0))
+            check(lib.kve_policy_step_keys(h, pos, None, 0, kptr))
             return
         a = f32_array("attn", attn, (1,))
         n = lib.kve_policy_size(h)
         if a.shape[0] != n:
             refuse(f"attn: length {a.shape[0]}, want {n} (the policy's size: one weight per "
                    f"kept position)")
-        check(lib.kve_policy_step(h, pos, a.ctypes.data, n))
+        check(lib.kve_policy_step_keys(h, pos, a.ctypes.data, n, kptr))
 
     def evict(self, budget):
         """Evicts down to `budget`; returns the victims, ascending, as int32."""
@@ -218,6 +261,9 @@ class Policy(_Handle):
     spec = getter(lib.kve_policy_spec, "The canonical spec, every parameter spelled out.", _text)
     name = getter(lib.kve_policy_name, "The policy's name.", _text)
     budget = getter(lib.kve_policy_budget, "The spec's budget parameter.")
+    reads = getter(lib.kve_policy_reads, 'What a step reads: "attention", "keys" or "nothing".',
+                   reads_name)
+    key_dim = getter(lib.kve_policy_key_dim, "d, the floats of a step's key (0: no keys).")
 
     @property
     def positions(self):
@@ -236,18 +282,26 @@ class Bank(_Handle):
     behaves as the h-th of n_heads policies built one after another from the
     same generator.
 
-    Bank(spec, n_heads, rng=None), rng as for Policy.
+    Bank(spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2), rng
+    and key_dim as for Policy (kve_bank_options.key_dim). share: heads per
+    shared-budget group (Ada-KV), dividing n_heads; 0, the default, gives
+    every head its own budget. min_share: the floor of a shared eviction, a
+    fraction of an even share in [0, 1]. Only the scored policies without
+    pages can share.
     """
 
     _free = lib.kve_bank_free
     _kind = "bank"
 
-    def __init__(self, spec, n_heads, rng=None):
+    def __init__(self, spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2):
         super().__init__()
+        options = bank_options(key_dim, share, min_share)
         h = ctypes.c_void_p()
-        check(lib.kve_bank_new(as_spec(spec), as_size("n_heads", n_heads), rng_arg(rng), h))
+        check(lib.kve_bank_new_ex(as_spec(spec), as_size("n_heads", n_heads), rng_arg(rng),
+                                  options, h))
         self._h = h.value
         self._heads = lib.kve_bank_heads(self._h)
+        self._min_share = options.min_share
 
     def _range(self, first, count):
         first = as_size("first", first, 0, self._heads)
@@ -257,7 +311,8 @@ class Bank(_Handle):
                    f"{self._heads} heads)")
         return first, count
 
-    def step(self, pos, attn=None, *, group=None, reduce="mean", first=0, count=None):
+    def step(self, pos, attn=None, keys=None, *, group=None, reduce="mean", first=0,
+             count=None):
         """One decode step for heads [first, first + count) (default: all).
 
         attn: float32 of shape (count * group, n) or (count, group, n), n at
@@ -266,6 +321,9 @@ class Bank(_Handle):
         rows with `reduce` ("mean", "sum" or "max"). group defaults to 1 for
         a 2-D array and to the middle dimension of a 3-D one. None: no
         information this step.
+        keys: float32 (count, key_dim), row j the key of `pos` in KV head
+        first + j (a bank built with key_dim); None: no keys. The policies
+        that read keys require them and need no attn.
         """
         h = self._handle()
         pos = as_pos(pos)
@@ -273,11 +331,14 @@ class Bank(_Handle):
         if reduce not in REDUCE:
             refuse(f"reduce: {reduce!r}, want one of {', '.join(REDUCE)}")
         mode = REDUCE[reduce]
+        k = key_arg("keys", keys, lib.kve_bank_key_dim(h), (count,))
+        kptr, kld = (None, 0) if k is None else (k.ctypes.data, k.shape[1])
+        whole = first == 0 and count == self._heads and k is None
         if attn is None:
-            if first == 0 and count == self._heads:
+            if whole:
                 check(lib.kve_bank_step(h, pos, None, 0))
             else:
-                check(lib.kve_bank_step_range(h, first, count, pos, None, 0, 1, mode))
+                check(lib.kve_bank_step_keys(h, first, count, pos, None, 0, 1, mode, kptr, kld))
             return
         a = f32_array("attn", attn, (2, 3))
         if a.ndim == 3:
@@ -292,13 +353,21 @@ class Bank(_Handle):
         widest = max((lib.kve_bank_size(h, first + j) for j in range(count)), default=0)
         if ld < widest:
             refuse(f"attn: rows of {ld} weights, but a head keeps {widest} positions")
-        if first == 0 and count == self._heads:
-            if group == 1:
-                check(lib.kve_bank_step(h, pos, a.ctypes.data, ld))
-            else:
-                check(lib.kve_bank_step_grouped(h, pos, a.ctypes.data, ld, group, mode))
+        if whole and group == 1:
+            check(lib.kve_bank_step(h, pos, a.ctypes.data, ld))
+        elif whole:
+            check(lib.kve_bank_step_grouped(h, pos, a.ctypes.data, ld, group, mode))
         else:
-            check(lib.kve_bank_step_range(h, first, count, pos, a.ctypes.data, ld, group, mode))
+            check(lib.kve_bank_step_keys(h, first, count, pos, a.ctypes.data, ld, group, mode,
+                                         kptr, kld))
+
+    def _victims(self, first, count, most):
+        """(victims, counts, victims pointer): victims int32 (count, k) of -1,
+        k the most of `most(j)` over the range."""
+        k = max((max(most(first + j), 0) for j in range(count)), default=0)
+        victims = np.full((count, k), -1, dtype=np.int32)
+        counts = np.zeros(count, dtype=np.uintp)
+        return victims, counts, victims.ctypes.data if k else None
 
     def evict(self, budget, *, first=0, count=None):
         """Evicts heads [first, first + count) (default: all) to `budget`.
@@ -310,17 +379,34 @@ class Bank(_Handle):
         h = self._handle()
         budget = as_size("budget", budget)
         first, count = self._range(first, count)
-        k = max((max(lib.kve_bank_size(h, first + j) - budget, 0) for j in range(count)),
-                default=0)
-        victims = np.full((count, k), -1, dtype=np.int32)
-        counts = np.zeros(count, dtype=np.uintp)
-        vptr = victims.ctypes.data if k else None
+        victims, counts, vptr = self._victims(
+            first, count, lambda head: lib.kve_bank_size(h, head) - budget)
+        k = victims.shape[1]
         if first == 0 and count == self._heads:
             check(lib.kve_bank_evict(h, budget, vptr, k, counts.ctypes.data))
         else:
             check(lib.kve_bank_evict_range(h, first, count, budget, vptr, k,
                                            counts.ctypes.data if count else None))
         return victims, counts.astype(np.intp)
+
+    def evict_shared(self, first, count, budget):
+        """Evicts each shared group of heads [first, first + count) (count
+        None: to the last head; whole groups) to `budget` positions for all
+        its heads together (kve_bank_evict_shared): the group's lowest scores
+        go, wherever they are, no head going below its floor. A bank built
+        with share > 0 only. Returns (victims, counts) as evict does; the
+        heads' sizes then differ, and a group's add up to at most budget.
+        """
+        h = self._handle()
+        first, count = self._range(first, count)
+        budget = as_size("budget", budget)
+        # a head can lose at most what it holds
+        victims, counts, vptr = self._victims(first, count,
+                                              lambda head: lib.kve_bank_size(h, head))
+        check(lib.kve_bank_evict_shared(h, first, count, budget, vptr, victims.shape[1],
+                                        counts.ctypes.data if count else None))
+        k = int(counts.max(initial=0))
+        return np.ascontiguousarray(victims[:, :k]), counts.astype(np.intp)
 
     @property
     def heads(self):
@@ -345,11 +431,21 @@ class Bank(_Handle):
     state_bytes = getter(lib.kve_bank_state_bytes, "Bytes of per-slot state, every head's.")
     spec = getter(lib.kve_bank_spec, "The canonical spec every head shares.", _text)
     budget = getter(lib.kve_bank_budget, "The spec's budget parameter.")
+    share = getter(lib.kve_bank_share, "Heads per shared-budget group (0: no sharing).")
+    reads = getter(lib.kve_bank_reads, 'What a step reads: "attention", "keys" or "nothing".',
+                   reads_name)
+    key_dim = getter(lib.kve_bank_key_dim, "d, the floats of a head's key (0: no keys).")
+
+    @property
+    def min_share(self):
+        """The floor of a shared eviction, a fraction of an even share."""
+        return self._min_share
 
     def __repr__(self):
         if self._h is None:
             return "<kvevict.Bank (closed)>"
-        return f"<kvevict.Bank {self.spec} heads={self._heads}>"
+        extra = f" share={self.share}" if self.share else ""
+        return f"<kvevict.Bank {self.spec} heads={self._heads}{extra}>"
 
 
 def attn_row(q, keys, scale):
@@ -393,12 +489,24 @@ def spec_with(spec, key=None, value=None):
     return _text(buf.value)
 
 
+def min_budget(spec):
+    """The smallest budget `spec` accepts (kve_spec_min_budget): 33 for
+    "h2o", 5 for "streaming", 1 for "window"."""
+    out = c_size_t()
+    check(lib.kve_spec_min_budget(as_spec(spec), out))
+    return out.value
+
+
 def policies():
     """The registered policies in their fixed order: a list of dicts with
-    name, policy (the default canonical spec) and summary."""
+    name, policy (the default canonical spec), reads (what a step reads:
+    "attention", "keys" or "nothing"; the policies that read keys need a
+    key_dim and keys, i.e. a q/K trace to be evaluated) and summary: the
+    rows of `kvevict policies --json`."""
     out = []
     for i in range(lib.kve_policy_type_count()):
         name = _text(lib.kve_policy_type_name(i))
         out.append({"name": name, "policy": spec_with(name),
+                    "reads": reads_name(lib.kve_policy_type_reads(i)),
                     "summary": _text(lib.kve_policy_type_summary(i))})
     return out

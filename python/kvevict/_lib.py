@@ -44,6 +44,8 @@ c_str = ctypes.c_char_p
 KVE_SPEC_MAX = 160  # the size of kve_eval_result.spec (kvevict.h)
 KVE_MAX_BUDGET = 16777216
 KVE_TRACE_NORMALIZE = 1
+KVE_MAX_KEY_DIM = 65536
+KVE_READS_ATTN, KVE_READS_KEYS = 1, 2  # kve_policy_reads bits
 REDUCE = {"mean": 0, "sum": 1, "max": 2}  # kve_reduce
 
 
@@ -73,6 +75,11 @@ class EvalResult(ctypes.Structure):
         ("topk_recall", ctypes.c_double),
         ("mean_kept", ctypes.c_double),
     ]
+
+
+class PolicyOptions(ctypes.Structure):
+    """kve_policy_options."""
+    _fields_ = [("key_dim", c_size_t)]
 
 
 class BankOptions(ctypes.Structure):
@@ -112,6 +119,13 @@ _FUNCTIONS = (
     ("kve_policy_type_summary", c_str, (c_size_t,)),
     ("kve_spec_with", c_status, (c_str, c_str, c_str, ctypes.c_char_p, c_size_t)),
     ("kve_policy_new", c_status, (c_str, P(RngState), P(c_ptr))),
+    ("kve_policy_default_options", PolicyOptions, ()),
+    ("kve_policy_new_ex", c_status, (c_str, P(RngState), P(PolicyOptions), P(c_ptr))),
+    ("kve_policy_step_keys", c_status, (c_ptr, c_int32, c_ptr, c_size_t, c_ptr)),
+    ("kve_policy_reads", ctypes.c_uint, (c_ptr,)),
+    ("kve_policy_key_dim", c_size_t, (c_ptr,)),
+    ("kve_policy_type_reads", ctypes.c_uint, (c_size_t,)),
+    ("kve_spec_min_budget", c_status, (c_str, P(c_size_t))),
     ("kve_policy_free", None, (c_ptr,)),
     ("kve_policy_step", c_status, (c_ptr, c_int32, c_ptr, c_size_t)),
     ("kve_policy_evict", c_status, (c_ptr, c_size_t, c_ptr, c_size_t, P(c_size_t))),
@@ -122,6 +136,16 @@ _FUNCTIONS = (
     ("kve_policy_name", c_str, (c_ptr,)),
     ("kve_policy_budget", c_size_t, (c_ptr,)),
     ("kve_bank_new", c_status, (c_str, c_size_t, P(RngState), P(c_ptr))),
+    ("kve_bank_default_options", BankOptions, ()),
+    ("kve_bank_new_ex", c_status, (c_str, c_size_t, P(RngState), P(BankOptions), P(c_ptr))),
+    ("kve_bank_share", c_size_t, (c_ptr,)),
+    ("kve_bank_reads", ctypes.c_uint, (c_ptr,)),
+    ("kve_bank_key_dim", c_size_t, (c_ptr,)),
+    ("kve_bank_step_keys", c_status,
+     (c_ptr, c_size_t, c_size_t, c_int32, c_ptr, c_size_t, c_size_t, ctypes.c_int, c_ptr,
+      c_size_t)),
+    ("kve_bank_evict_shared", c_status,
+     (c_ptr, c_size_t, c_size_t, c_size_t, c_ptr, c_size_t, c_ptr)),
     ("kve_bank_free", None, (c_ptr,)),
     ("kve_bank_heads", c_size_t, (c_ptr,)),
     ("kve_bank_size", c_size_t, (c_ptr, c_size_t)),
@@ -147,6 +171,8 @@ _FUNCTIONS = (
     ("kve_trace_layers", c_size_t, (c_ptr,)),
     ("kve_trace_source", c_str, (c_ptr,)),
     ("kve_trace_row", c_status, (c_ptr, c_size_t, c_size_t, c_ptr)),
+    ("kve_trace_key_dim", c_size_t, (c_ptr,)),
+    ("kve_trace_key", c_status, (c_ptr, c_size_t, c_size_t, c_ptr)),
     ("kve_trace_write_npy", c_status, (c_ptr, c_size_t, c_str)),
     ("kve_trace_npy_bytes", c_uint64, (c_ptr,)),
     ("kve_eval_default_options", EvalOptions, ()),

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Traces (kve_trace) and the evaluation harness (kve_eval_ex).
 
-A trace is a canonical synthetic trace, a .npy file, or a float32 array the
-caller holds (Trace.from_array, over kve_trace_from_memory: no copy, no
-file). evaluate() runs several policies in lockstep over one pass of a
+A trace is a canonical synthetic trace, a .npy file, a query/key file
+("qk:PATH": rows computed from queries and keys, and keys for the policies
+that read them), or a float32 array the caller holds (Trace.from_array,
+over kve_trace_from_memory: no copy, no file). evaluate() runs several policies in lockstep over one pass of a
 trace head and returns what the harness measured, as dicts (or one numpy
 structured array) with the keys the command line's JSON uses.
 """
@@ -12,7 +13,8 @@ import os
 
 import numpy as np
 
-from ._core import _Handle, _text, as_size, as_spec, check, f32_array, getter, refuse
+from ._core import (_Handle, _text, as_size, as_spec, bank_options, check, f32_array, getter,
+                    refuse)
 from ._lib import KVE_TRACE_NORMALIZE, EvalJob, EvalResult, lib
 
 
@@ -36,9 +38,12 @@ class Trace(_Handle):
 
     @classmethod
     def open(cls, src, normalize=False):
-        """Opens "canonical", "canonical:key=value,..." or a .npy file of
-        shape [T,T], [H,T,T] or [L,H,T,T] (a str or os.PathLike). normalize:
-        rescale each row to sum 1 instead of refusing rows that do not."""
+        """Opens "canonical", "canonical:key=value,...", a .npy file of
+        shape [T,T], [H,T,T] or [L,H,T,T] (a str or os.PathLike), or
+        "qk:PATH", a query/key trace (two .npy arrays back to back, queries
+        [L,H,T,d] then keys [L,G,T,d]; its rows are computed, and its keys
+        feed the policies that read keys). normalize: rescale each row to
+        sum 1 instead of refusing rows that do not."""
         if isinstance(src, os.PathLike):
             src = os.fspath(src)
         if isinstance(src, str):
@@ -76,6 +81,17 @@ class Trace(_Handle):
     layers = getter(lib.kve_trace_layers, "L, the layers (1 unless [L,H,T,T]).")
     source = getter(lib.kve_trace_source, 'The canonical spec, the path, or "memory".', _text)
     npy_bytes = getter(lib.kve_trace_npy_bytes, "The size of the file write_npy writes.")
+    key_dim = getter(lib.kve_trace_key_dim, "d, the floats of a key: a q/K trace's, else 0.")
+
+    def key(self, head, t):
+        """The key of position t of head `head` (its KV head's), float32 of
+        key_dim floats; a q/K trace only."""
+        h = self._handle()
+        head = as_size("head", head)
+        t = as_size("t", t)
+        out = np.empty(max(lib.kve_trace_key_dim(h), 1), dtype=np.float32)
+        check(lib.kve_trace_key(h, head, t, out.ctypes.data))
+        return out
 
     def row(self, t, head=0):
         """Row t of head `head`: t + 1 float64 weights over keys 0..t."""
@@ -95,16 +111,23 @@ class Trace(_Handle):
     def __repr__(self):
         if self._h is None:
             return "<kvevict.Trace (closed)>"
-        return f"<kvevict.Trace {self.source} steps={self.steps} heads={self.heads}>"
+        d = self.key_dim
+        keys = f" key_dim={d}" if d else ""
+        return f"<kvevict.Trace {self.source} steps={self.steps} heads={self.heads}{keys}>"
 
 
 # The keys of a result dict (and the fields of the structured array).
 RESULT_DTYPE = np.dtype([
-    ("policy", "U160"), ("trace", "O"), ("head", np.int64), ("budget", np.int64),
-    ("steps", np.int64), ("scored_steps", np.int64), ("seed", np.uint64), ("topk", np.int64),
-    ("retained_mass", np.float64), ("top32_recall", np.float64), ("topk_recall", np.float64),
-    ("min_retained_mass", np.float64), ("ns_per_step", np.float64), ("state_bytes", np.int64),
+    ("policy", "U160"), ("trace", "O"), ("head", np.int64), ("heads", np.int64),
+    ("budget", np.int64), ("steps", np.int64), ("scored_steps", np.int64), ("seed", np.uint64),
+    ("topk", np.int64), ("retained_mass", np.float64), ("top32_recall", np.float64),
+    ("topk_recall", np.float64), ("min_retained_mass", np.float64), ("mean_kept", np.float64),
+    ("ns_per_step", np.float64), ("state_bytes", np.int64),
 ])
+
+# The keys of a per-head dict (evaluate(..., per_head=True)).
+PER_HEAD_KEYS = ("head", "scored_steps", "retained_mass", "top32_recall", "topk_recall",
+                 "min_retained_mass", "mean_kept", "ns_per_step", "state_bytes")
 
 
 def _jobs(jobs):
@@ -128,21 +151,47 @@ def _jobs(jobs):
     return out
 
 
-def evaluate(trace, jobs, head=0, *, seed=0, topk=32, as_array=False):
-    """Evaluates policies on one head of `trace` (head=None: every head, in
-    order), all in lockstep over one pass (kve_eval_ex).
+def _row(r, **extra):
+    """The metrics of one kve_eval_result."""
+    return dict(extra, scored_steps=r.scored_steps, retained_mass=r.retained_mass,
+                top32_recall=r.top32_recall, topk_recall=r.topk_recall,
+                min_retained_mass=r.min_retained_mass, mean_kept=r.mean_kept,
+                ns_per_step=r.ns_per_step, state_bytes=r.state_bytes)
+
+
+def evaluate(trace, jobs, head=0, *, seed=0, topk=32, heads=1, share=0, min_share=0.2,
+             score_after=0, per_head=False, as_array=False):
+    """Evaluates policies on heads [head, head + heads) of `trace` (head=None:
+    every such group of heads, in order), all in lockstep over one pass
+    (kve_eval_ex).
 
     jobs: a spec, or a list of specs, (spec, budget) pairs or dicts
-    {"policy": spec, "budget": b}; budget 0 or absent is the spec's. seed:
-    the policies' random numbers (every job gets the same seed, so a job's
-    result does not depend on the others). topk: the k of topk_recall.
+    {"policy": spec, "budget": b}; budget 0 or absent is the spec's. A
+    policy that reads keys (policies()'s reads == "keys") needs a trace
+    with keys (a q/K trace, "qk:PATH"). seed: the policies' random numbers
+    (every job gets the same seed, so a job's result does not depend on the
+    others). topk: the k of topk_recall.
 
-    Returns a list of dicts, one per job (per head and job, head-major), with
-    the keys policy (canonical spec, budget included), trace, head, budget,
-    steps, scored_steps, seed, topk, retained_mass, top32_recall,
-    topk_recall, min_retained_mass, ns_per_step and state_bytes; a metric
-    over no scored step (budget >= steps - 1) is nan. as_array=True: the
-    same as one numpy structured array (RESULT_DTYPE).
+    heads: the trace heads run together, one bank of `heads` heads per job
+    (kve_eval_options.heads); the metrics are then means over the heads
+    (min_retained_mass the minimum, state_bytes and ns_per_step the bank's).
+    Without sharing a head's figures are those of a one-head evaluation of
+    it. share, min_share: the banks' shared budgets (kve_bank_options): each
+    group of `share` heads is evicted to share * budget together
+    (Bank.evict_shared), the scored policies only. score_after: the metrics
+    are over steps t > score_after (0: t > the job's budget), so that jobs of
+    different budgets are measured on the same steps. per_head: each row
+    also holds "per_head", a list of one dict per head with the keys
+    PER_HEAD_KEYS (state_bytes and ns_per_step: the bank's divided by heads).
+
+    Returns a list of dicts, one per job (per group of heads and job, head
+    group first), with the keys policy (canonical spec, budget included),
+    trace, head (the first), heads, budget, steps, scored_steps, seed, topk,
+    retained_mass, top32_recall, topk_recall, min_retained_mass, mean_kept
+    (positions kept after an evict, mean over scored steps), ns_per_step and
+    state_bytes; a metric over no scored step (budget >= steps - 1) is nan.
+    as_array=True: the same as one numpy structured array (RESULT_DTYPE;
+    without per_head).
     """
     if not isinstance(trace, Trace):
         refuse(f"trace: a kvevict.Trace is required, got {type(trace).__name__}")
@@ -150,25 +199,40 @@ def evaluate(trace, jobs, head=0, *, seed=0, topk=32, as_array=False):
     pairs = _jobs(jobs)
     seed = as_size("seed", seed, 0, 2 ** 64 - 1)
     topk = as_size("topk", topk)
+    width = as_size("heads", heads, 1)
+    bank = bank_options(0, share, min_share)
+    score_after = as_size("score_after", score_after)
+    if per_head and as_array:
+        refuse("per_head: a structured array has no per-head rows; use as_array=False")
     n_heads = lib.kve_trace_heads(h)
-    heads = range(n_heads) if head is None else [as_size("head", head)]
+    if head is None:
+        if n_heads % width:
+            refuse(f"heads: {width} does not divide the trace's {n_heads} heads (head=None "
+                   f"evaluates every group of {width})")
+        firsts = range(0, n_heads, width)
+    else:
+        firsts = [as_size("head", head)]
     c_jobs = (EvalJob * len(pairs))(*[EvalJob(spec, budget) for spec, budget in pairs])
     options = lib.kve_eval_default_options()
     options.seed = seed
     options.topk = topk
+    options.heads = width
+    options.bank = bank
+    options.score_after = score_after
+    heads_out = (EvalResult * (len(pairs) * width))() if per_head else None
+    options.per_head = ctypes.cast(heads_out, ctypes.c_void_p) if per_head else None
     source = _text(lib.kve_trace_source(h))
     rows = []
-    for hd in heads:
+    for first in firsts:
         results = (EvalResult * len(pairs))()
-        check(lib.kve_eval_ex(h, hd, c_jobs, len(pairs), options, results))
-        for r in results:
-            rows.append({
-                "policy": _text(r.spec), "trace": source, "head": hd, "budget": r.budget,
-                "steps": r.steps, "scored_steps": r.scored_steps, "seed": seed, "topk": r.topk,
-                "retained_mass": r.retained_mass, "top32_recall": r.top32_recall,
-                "topk_recall": r.topk_recall, "min_retained_mass": r.min_retained_mass,
-                "ns_per_step": r.ns_per_step, "state_bytes": r.state_bytes,
-            })
+        check(lib.kve_eval_ex(h, first, c_jobs, len(pairs), options, results))
+        for j, r in enumerate(results):
+            row = _row(r, policy=_text(r.spec), trace=source, head=first, heads=width,
+                       budget=r.budget, steps=r.steps, seed=seed, topk=r.topk)
+            if per_head:
+                row["per_head"] = [_row(heads_out[j * width + i], head=first + i)
+                                   for i in range(width)]
+            rows.append(row)
     if not as_array:
         return rows
     out = np.empty(len(rows), dtype=RESULT_DTYPE)
