@@ -307,7 +307,7 @@ class PolicyTests(unittest.TestCase):
         head, budget = 1, 40
         with kvevict.Trace.open(QkFile.src) as tr:
             rows = [tr.row(t, head) for t in range(tr.steps)]
-            keys = [tr.key(head, t) for t in range(tr.steps)]
+            keys = [tr.key(t, head) for t in range(tr.steps)]
             d = tr.key_dim
         for name in ALL_SPECS:
             spec = kvevict.spec_with(name, "budget", budget)
@@ -556,7 +556,7 @@ class KeyPolicies(unittest.TestCase):
                 keys = np.array([rng.uniform() - 0.5 for _ in range(heads * d)],
                                 dtype=np.float32).reshape(heads, d) if d else None
                 b.step(pos, attn, keys)
-                victims, counts = (b.evict_shared(0, None, share * budget) if share
+                victims, counts = (b.evict_shared(share * budget) if share
                                    else b.evict(budget))
                 got = [victims[h, :counts[h]].tolist() for h in range(heads)]
                 self.assertEqual(got, want[pos]["victims"], f"{spec} at {pos}")
@@ -643,7 +643,7 @@ class SharedBanks(unittest.TestCase):
             attn = gen.random((heads, max(n, 1)), dtype=np.float32)
             attn[0::2] *= np.float32(1e-3)  # heads 0 and 2 attend little
             b.step(pos, attn)
-            victims, counts = b.evict_shared(0, None, share * budget)
+            victims, counts = b.evict_shared(share * budget)
             for h in range(heads):
                 v = victims[h, :counts[h]]
                 self.assertTrue((np.diff(v) > 0).all())
@@ -656,7 +656,7 @@ class SharedBanks(unittest.TestCase):
         # one group at a time: the other group is untouched
         b.step(80, None)
         before = b.positions(0).tolist()
-        victims, counts = b.evict_shared(2, 2, share * budget)
+        victims, counts = b.evict_shared(share * budget, first=2, count=2)
         self.assertEqual(victims.shape[0], 2)
         self.assertEqual(b.positions(0).tolist(), before)
         self.assertEqual(int(counts.sum()), share)  # each head of the group admitted one
@@ -677,9 +677,9 @@ class SharedBanks(unittest.TestCase):
         for pos in range(12):
             b.step(pos, np.full((4, 13), 0.1, np.float32))
         before = [b.positions(h).tolist() for h in range(4)]
-        for call, words in ((lambda: b.evict_shared(1, 2, 16), "group"),
-                            (lambda: b.evict_shared(0, None, 4), "recent windows"),
-                            (lambda: b.evict_shared(0, 5, 16), "out of range"),
+        for call, words in ((lambda: b.evict_shared(16, first=1, count=2), "group"),
+                            (lambda: b.evict_shared(4), "recent windows"),
+                            (lambda: b.evict_shared(16, count=5), "out of range"),
                             (lambda: b.evict(8, first=1, count=2), "group"),
                             (lambda: b.step(12, None, first=1, count=1), "group")):
             with self.assertRaises(kvevict.InvalidArgumentError) as e:
@@ -688,7 +688,7 @@ class SharedBanks(unittest.TestCase):
         self.assertEqual([b.positions(h).tolist() for h in range(4)], before)
         plain = kvevict.Bank("h2o:budget=8,recent_window=2", 4)
         with self.assertRaises(kvevict.InvalidArgumentError) as e:
-            plain.evict_shared(0, None, 16)
+            plain.evict_shared(16)
         self.assertIn("share", e.exception.message)
 
 
@@ -1023,7 +1023,7 @@ class Leaks(unittest.TestCase):
             kp.step(pos, None, key)
             kp.evict(64)
             sb.step(pos, None, keys)
-            sb.evict_shared(0, None, 64)
+            sb.evict_shared(64)
         view = np.ascontiguousarray(attn[:64])
         refs = (sys.getrefcount(view), sys.getrefcount(rows), sys.getrefcount(key),
                 sys.getrefcount(keys))
@@ -1040,7 +1040,7 @@ class Leaks(unittest.TestCase):
             kp.step(pos, None, key)
             kp.evict(64)
             sb.step(pos, None, keys)
-            sb.evict_shared(0, None, 64)
+            sb.evict_shared(64)
         gc.collect()
         grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(start, "filename")
                     if s.size_diff > 0)
@@ -1078,7 +1078,7 @@ class Leaks(unittest.TestCase):
                 pass
             if i % 10 == 0:
                 with kvevict.Trace.open(QkFile.src) as tr:
-                    tr.key(1, 5)
+                    tr.key(5, 1)
                     if i % 500 == 0:
                         kvevict.evaluate(tr, ["knorm:budget=40"], heads=2, per_head=True)
         gc.collect()

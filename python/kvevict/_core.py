@@ -389,9 +389,9 @@ class Bank(_Handle):
                                            counts.ctypes.data if count else None))
         return victims, counts.astype(np.intp)
 
-    def evict_shared(self, first, count, budget):
-        """Evicts each shared group of heads [first, first + count) (count
-        None: to the last head; whole groups) to `budget` positions for all
+    def evict_shared(self, budget, *, first=0, count=None):
+        """Evicts each shared group of heads [first, first + count) (default:
+        all; whole groups) to `budget` positions for all
         its heads together (kve_bank_evict_shared): the group's lowest scores
         go, wherever they are, no head going below its floor. A bank built
         with share > 0 only. Returns (victims, counts) as evict does; the

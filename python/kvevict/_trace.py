@@ -83,7 +83,7 @@ class Trace(_Handle):
     npy_bytes = getter(lib.kve_trace_npy_bytes, "The size of the file write_npy writes.")
     key_dim = getter(lib.kve_trace_key_dim, "d, the floats of a key: a q/K trace's, else 0.")
 
-    def key(self, head, t):
+    def key(self, t, head=0):
         """The key of position t of head `head` (its KV head's), float32 of
         key_dim floats; a q/K trace only."""
         h = self._handle()
