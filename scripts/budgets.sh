@@ -167,22 +167,22 @@ done
 # ---- figures and tables ----
 IMG=$SRC/docs/img
 plot() { "$K" plot "$@" >/dev/null; }
-plot --jsonl "$DATA/budgets-lm.jsonl" --where schedule --x budget --y delta_bits_per_byte \
+plot --jsonl "$DATA/budgets-lm.jsonl" --where 'schedule!null' --x budget --y delta_bits_per_byte \
     --series allocation --logx --title 'h2o on the model: held-out bits/byte above the full cache' \
     --xlabel 'mean budget per KV head' --ylabel 'bits/byte minus the full cache' \
     --png "$IMG/budgets-bpb.png"
-plot --jsonl "$DATA/budgets-passkey.jsonl" --where budget=51 --x distance --y accuracy \
+plot --jsonl "$DATA/budgets-passkey.jsonl" --where budget:51 --x distance --y accuracy \
     --series allocation --title 'h2o at budget 51 (10%): pass-key accuracy' \
     --xlabel 'distance from the key to the question' --ylabel 'exact-match accuracy' \
     --png "$IMG/budgets-passkey.png"
 plot --jsonl "$DATA/budgets-trace.jsonl" --x budget --y retained_mass --series allocation --logx \
     --title 'h2o on the attention trace: retained mass (steps t > 2 x budget)' \
     --xlabel 'mean budget per KV head' --png "$IMG/budgets-trace.png"
-plot --jsonl "$DATA/budgets-trace-heads.jsonl" --where 'allocation=shared heads' --where 'head!=all' \
+plot --jsonl "$DATA/budgets-trace-heads.jsonl" --where 'allocation:shared heads' --where 'head!all' \
     --x layer --y mean_kept --series head \
     --title 'One budget for the 2 KV heads of each layer (51 each on average): positions kept' \
     --xlabel layer --ylabel 'mean kept positions' --png "$IMG/budgets-heads.png"
-plot --jsonl "$DATA/budgets-pages-lm.jsonl" --where budget=130 --x block --y delta_bits_per_byte \
+plot --jsonl "$DATA/budgets-pages-lm.jsonl" --where budget:130 --x block --y delta_bits_per_byte \
     --series family --logx --title 'Pages at budget 130: held-out bits/byte above the full cache' \
     --xlabel 'block (positions per page)' --ylabel 'bits/byte minus the full cache' \
     --png "$IMG/budgets-pages.png"

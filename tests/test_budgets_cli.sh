@@ -5,8 +5,8 @@
 # short dump with a shared budget and layer schedules (every format parsed
 # by outcheck, the layer budgets adding up to the total, per-head rows, the
 # shared heads' sizes adding up to the layer's budget), `kvevict lm eval`
-# with the same options on a short text, the `jsonl` docs block and
-# `kvevict plot --jsonl`, and the usage (2) and input (1) errors, each one
+# with the same options on a short text, the docs `table` block with the
+# headers docs/budgets.md gives, `kvevict plot --jsonl` and its --where, and the usage (2) and input (1) errors, each one
 # line on stderr. Seconds natively (the dumps are 64 steps, the texts a few
 # hundred bytes), under a minute under ASan.
 set -u
@@ -95,7 +95,7 @@ expect_err 1 lm eval --model "$M" --text text.txt --policy "$P" --budget 12 --sc
 printf 'a b' >tiny.txt
 expect_err 1 lm eval --model "$M" --text text.txt --policy "$P" --budget 12 --schedule attention --calibration tiny.txt
 
-# ---- the jsonl docs block and plot --jsonl ----
+# ---- the docs table block's headers, and plot --jsonl ----
 cat >rows.jsonl <<'EOF'
 {"name": "a", "budget": 1, "x": 1, "y": 0.5, "s": "p"}
 {"name": "a", "budget": 2, "x": 2, "y": 0.25, "s": "p"}
@@ -104,44 +104,52 @@ cat >rows.jsonl <<'EOF'
 EOF
 cat >doc.md <<'EOF'
 # t
-<!-- kvevict:begin jsonl rows.jsonl row=name:code:the_name pivot=budget::b val=y:%.2f -->
-<!-- kvevict:end jsonl -->
-<!-- kvevict:begin jsonl rows.jsonl where=name=a where=s row=budget val=y:%+.3f:why val=s -->
-<!-- kvevict:end jsonl -->
+<!-- kvevict:begin table rows.jsonl rows=name:code:the_name cols=budget::Δ_at value=y:2 -->
+<!-- kvevict:end table -->
+<!-- kvevict:begin table rows.jsonl where=name:a where=s!null show=budget,y:+3:why,s::Σ -->
+<!-- kvevict:end table -->
 EOF
 "$K" docs doc.md >/dev/null 2>"$D/err"
-check "docs renders jsonl blocks ($(cat "$D/err"))" grep -q '^| the name | b 1 | b 2 |$' doc.md
-check "... a pivot row" grep -q '^| `a` | 0.50 | 0.25 |$' doc.md
-check "... null is n/a, a missing cell empty" grep -q '^| `b` | n/a |  |$' doc.md
-check "... where= filters" grep -q '^| 2 | +0.250 | p |$' doc.md
+check "docs table: a given header, a pivot's prefix, padded by characters ($(cat "$D/err"))" \
+    grep -q '^| the name | Δ at 1 | Δ at 2 |$' doc.md
+check "... a pivot row" grep -q '^| `a`      |   0.50 |   0.25 |$' doc.md
+check "... null is n/a, a missing cell empty" grep -q '^| `b`      |    n/a |        |$' doc.md
+check "... where= filters; a header on an unformatted column" grep -q '^|      2 | +0.250 | p   |$' doc.md
+check "... the headers of the show= block" grep -q '^| budget |    why | Σ   |$' doc.md
 "$K" docs --check doc.md >/dev/null 2>&1
 check "docs --check: up to date" [ $? -eq 0 ]
 sed 's/0.25/0.75/' rows.jsonl >rows2.jsonl && mv rows2.jsonl rows.jsonl
 "$K" docs --check doc.md >/dev/null 2>"$D/err"
 check "docs --check: a changed row is drift (exit 1)" [ $? -eq 1 ]
-printf '# t\n<!-- kvevict:begin jsonl rows.jsonl row=name bogus=1 -->\n<!-- kvevict:end jsonl -->\n' >bad.md
-expect_err 2 docs bad.md
-printf '# t\n<!-- kvevict:begin jsonl rows.jsonl row=name val=y:%%d -->\n<!-- kvevict:end jsonl -->\n' >bad.md
-expect_err 2 docs bad.md
-printf '# t\n<!-- kvevict:begin jsonl rows.jsonl row=name pivot=x val=y val=s -->\n<!-- kvevict:end jsonl -->\n' >bad.md
-expect_err 2 docs bad.md
-printf '# t\n<!-- kvevict:begin jsonl rows.jsonl where=name=z val=y -->\n<!-- kvevict:end jsonl -->\n' >bad.md
+for args in 'show=name bogus=1' 'show=y:%.2f' 'rows=name cols=budget:2 value=y' \
+    'rows=name cols=budget value=y::h' 'show=name:2:' 'show=:2' 'rows=name cols=x value=y show=s' \
+    'where=name=a show=y' 'where=name!=a show=y'; do
+    printf '# t\n<!-- kvevict:begin table rows.jsonl %s -->\n<!-- kvevict:end table -->\n' "$args" >bad.md
+    expect_err 2 docs bad.md
+done
+printf '# t\n<!-- kvevict:begin table rows.jsonl where=name:z show=y -->\n<!-- kvevict:end table -->\n' >bad.md
 expect_err 1 docs bad.md
-printf '# t\n<!-- kvevict:begin jsonl rows.jsonl val=name:%%.2f -->\n<!-- kvevict:end jsonl -->\n' >bad.md
+printf '# t\n<!-- kvevict:begin table rows.jsonl show=name:2 -->\n<!-- kvevict:end table -->\n' >bad.md
 expect_err 1 docs bad.md
 for broken in '{"a": [1]}' '{"a": 1,}' '{"a" 1}' 'x' '{"a": "b' '{"a": 1} x' '{"a": "\q"}'; do
     printf '%s\n' "$broken" >broken.jsonl
-    printf '# t\n<!-- kvevict:begin jsonl broken.jsonl val=a -->\n<!-- kvevict:end jsonl -->\n' >bad.md
+    printf '# t\n<!-- kvevict:begin table broken.jsonl show=a -->\n<!-- kvevict:end table -->\n' >bad.md
     expect_err 1 docs bad.md
 done
-printf '# t\n<!-- kvevict:begin jsonl missing.jsonl val=a -->\n<!-- kvevict:end jsonl -->\n' >bad.md
+printf '# t\n<!-- kvevict:begin table missing.jsonl show=a -->\n<!-- kvevict:end table -->\n' >bad.md
 expect_err 1 docs bad.md
 expect_err 2 plot --jsonl rows.jsonl --x x --png p.png
 expect_err 1 plot --jsonl rows.jsonl --x x --y nope --png p.png
+expect_err 2 plot --jsonl rows.jsonl --x x --y y --where budget --png p.png
+expect_err 2 plot --jsonl rows.jsonl --x x --y y --where budget=1 --png p.png
+expect_err 2 plot --jsonl rows.jsonl --x x --y y --where 'budget!=1' --png p.png
 if command -v gnuplot >/dev/null 2>&1; then
-    "$K" plot --jsonl rows.jsonl --x x --y y --series name --where budget --title "it's" --logx --png p.png >/dev/null 2>"$D/err"
+    expect_says 1 'no row satisfies the --where' plot --jsonl rows.jsonl --x x --y y --where name:z --png p.png
+    expect_err 1 plot --jsonl rows.jsonl --x x --y y --where 'name!a|b' --png p.png
+    expect_err 1 plot --jsonl rows.jsonl --x x --y y --where name:a --where 'budget!1|2' --png p.png
+    "$K" plot --jsonl rows.jsonl --x x --y y --series name --where budget!null --title "it's" --logx --png p.png >/dev/null 2>"$D/err"
     check "plot --jsonl draws a PNG ($(cat "$D/err"))" [ -s p.png ]
-    "$K" plot --jsonl rows.jsonl --x name --y x --png q.png >/dev/null 2>"$D/err"
+    "$K" plot --jsonl rows.jsonl --x name --y x --where 'name:a|b' --png q.png >/dev/null 2>"$D/err"
     check "plot --jsonl with categories" [ -s q.png ]
 fi
 

@@ -593,7 +593,11 @@ void jfile_free(jfile *jf);
  * the row's policy without its budget= parameter, written into buf. */
 const char *jrow_value(const jrow *r, const char *key, char *buf, size_t cap);
 
-/* "KEY:V1|V2|..." (the row's value is one of them) or "KEY!V1|..." (none). */
+/* "KEY:V1|V2|..." (the row's value is one of them) or "KEY!V1|..." (none),
+ * the value as jrow_value reads it (so "KEY!null": KEY present and not
+ * null): the where= of docs tables, the --where of `plot --jsonl` and the
+ * filters of plot_real.c. filter_parse exits (usage) on another form,
+ * naming `what`. */
 typedef struct row_filter {
     char *key, *vals;
     int negate;
@@ -602,10 +606,6 @@ void filter_parse(row_filter *flt, const char *what, const char *arg);
 void filter_free(row_filter *flt);
 /* 1 when r passes every one of the n filters. */
 int filters_match(const row_filter *flt, size_t n, const jrow *r);
-/* Whether r satisfies every where[i]: "KEY=VALUE" (the value's text equals
- * VALUE), "KEY!=VALUE" (KEY present, its text not VALUE) or "KEY"
- * (present): the --where of `plot --jsonl` and the docs' `jsonl` blocks. */
-int jrow_where(const jrow *r, const char *const *where, size_t n);
 
 /* The docs block `table FILE ARG...` (cmd_docs.c documents the arguments):
  * the rows of a JSON Lines file as a markdown table. */
@@ -616,6 +616,8 @@ void plot_real_model(const char *data_dir, const char *out_dir);
 /* A fresh directory $TMPDIR/kvevict-plot-XXXXXX for gnuplot's files, its
  * path in buf (cmd_plot.c); exits on failure or a quote in TMPDIR. */
 const char *plot_tmpdir(char *buf, size_t cap);
+/* s as a gnuplot single-quoted string (a quote doubled, a newline a blank). */
+void gp_quote(FILE *f, const char *s);
 
 /* ---- subcommands ---------------------------------------------------------- */
 

@@ -23,19 +23,19 @@
  *     seeds n=N                     the claims on N seeds of a canonical trace
  *                                   (`kvevict bench --seeds N --md`)
  *     trace-stats [block=B]         `kvevict trace --stats --md` of the trace
- *     jsonl FILE [where=K=V]... row=K... [pivot=K] val=K...
- *                                   a table of committed JSON Lines rows
- *                                   (render_jsonl): measurements too slow to
- *                                   repeat here, drift-checked by the tests
- *                                   that re-run a subset of them
  *     table FILE ARG...             the rows of a committed JSON Lines file
- *                                   (data.c), no trace involved: ARGs are
- *                                   where=KEY:V1|V2 (or KEY!V1|V2; repeatable),
- *                                   then show=KEY[:F],... (one table row per
- *                                   file row) or rows=KEY[:F],... cols=KEY
- *                                   value=KEY[:F] (a pivot); F is N or +N
- *                                   decimals or `code`; the key `spec` is the
- *                                   policy without its budget
+ *                                   (data.c; measurements too slow to repeat
+ *                                   here, drift-checked by the tests that
+ *                                   re-make a subset), no trace involved:
+ *                                   ARGs are where=KEY:V1|V2 (or KEY!V1|V2;
+ *                                   repeatable), then show=C,... (one table
+ *                                   row per file row) or rows=C,... cols=KEY
+ *                                   [::Header] value=KEY[:F] (a pivot: one
+ *                                   column per value of KEY, headed "Header
+ *                                   VALUE"); a column C is KEY[:F[:Header]],
+ *                                   F empty, N or +N decimals or `code`, the
+ *                                   header with _ for blanks; the key `spec`
+ *                                   is the policy without its budget
  * e.g. <!-- kvevict:begin sweep h2o recent_window=16,32,64 budget=256 -->,
  *      <!-- kvevict:begin observations trace=canonical:version=1 -->.
  * The blocks of one trace are evaluated in one lockstep pass; a trace that
@@ -156,178 +156,6 @@ static const char *block_arg(const block *b, const char *key)
     return NULL;
 }
 
-/* A value of a jsonl block's cell: `fmt` a printf format for a double, or
- * "code" (`quoted`), or NULL (the text as it is); null shows n/a. */
-static void jsonl_value(FILE *f, const char *v, const char *fmt)
-{
-    if (!v || strcmp(v, "null") == 0) {
-        fputs("n/a", f);
-    } else if (fmt && strcmp(fmt, "code") == 0) {
-        fprintf(f, "`%s`", v);
-    } else if (fmt) {
-        char *end;
-        double x = strtod(v, &end);
-        if (*end)
-            die_input("value '%s' is not a number for the format %s", v, fmt);
-        fprintf(f, fmt, x); /* NOLINT(clang-diagnostic-format-nonliteral): the doc's format */
-    } else {
-        fputs(v, f);
-    }
-}
-
-/* "KEY[:FMT][:Header_words]" into its parts (pointers into a copy). */
-typedef struct jcol {
-    char *buf;
-    const char *key, *fmt, *head;
-} jcol;
-
-static jcol jcol_parse(const char *arg)
-{
-    jcol c = {xstrdup(arg), NULL, NULL, NULL};
-    c.key = c.buf;
-    char *colon = strchr(c.buf, ':');
-    if (colon) {
-        *colon = '\0';
-        c.fmt = colon + 1;
-        char *second = strchr(colon + 1, ':');
-        if (second) {
-            *second = '\0';
-            c.head = second + 1;
-            for (char *u = second + 1; *u; u++)
-                *u = *u == '_' ? ' ' : *u;
-        }
-        if (!*c.fmt)
-            c.fmt = NULL;
-    }
-    if (c.fmt && strcmp(c.fmt, "code") != 0 &&
-        (c.fmt[0] != '%' || strchr(c.fmt + 1, '%') || !strpbrk(c.fmt, "fgeFGE")))
-        die_usage("format '%s' of '%s' is not one %%f, %%g or %%e conversion", c.fmt, arg);
-    if (!c.head)
-        c.head = c.key;
-    return c;
-}
-
-/* <!-- kvevict:begin jsonl FILE [where=K=V]... row=K[:FMT][:Head]...
- *      [pivot=K[:FMT][:Head]] val=K[:FMT][:Head]... -->
- * A table of the rows of FILE that satisfy every where: without pivot, one
- * line per JSON row (its row= columns, then its val= columns); with pivot,
- * one line per distinct combination of the row= values and one val column
- * per distinct pivot value (headed "Head VALUE"), both in order of first
- * appearance. A path is relative to the current directory. */
-static void render_jsonl(FILE *f, const block *b)
-{
-    if (b->n_args < 2)
-        die_usage("block 'jsonl' needs a FILE and columns");
-    const char *where[MAX_ARGS];
-    jcol rows[MAX_ARGS], vals[MAX_ARGS], pivot = {0};
-    size_t nw = 0, nr = 0, nv = 0;
-    for (size_t i = 1; i < b->n_args; i++) {
-        const char *a = b->args[i];
-        if (strncmp(a, "where=", 6) == 0)
-            where[nw++] = b->args[i] + 6;
-        else if (strncmp(a, "row=", 4) == 0)
-            rows[nr++] = jcol_parse(a + 4);
-        else if (strncmp(a, "val=", 4) == 0)
-            vals[nv++] = jcol_parse(a + 4);
-        else if (strncmp(a, "pivot=", 6) == 0 && !pivot.buf)
-            pivot = jcol_parse(a + 6);
-        else
-            die_usage("block 'jsonl': '%s' is not where=, row=, val= or one pivot=", a);
-    }
-    if (!nv || (pivot.buf && nv != 1))
-        die_usage("block 'jsonl' needs val= columns (exactly one with pivot=)");
-    jfile j;
-    jfile_read(&j, b->args[0]);
-    size_t *keep = xcalloc(j.n + 1, sizeof *keep), nk = 0;
-    for (size_t r = 0; r < j.n; r++)
-        if (jrow_where(&j.rows[r], where, nw))
-            keep[nk++] = r;
-    if (!nk)
-        die_input("%s: no row satisfies the block's where=", b->args[0]);
-    /* the pivot's distinct values, in order of first appearance */
-    const char **pv = xcalloc(nk, sizeof *pv);
-    size_t npv = 0;
-    for (size_t k = 0; pivot.buf && k < nk; k++) {
-        const char *v = jrow_text(&j.rows[keep[k]], pivot.key);
-        size_t i = 0;
-        while (i < npv && strcmp(pv[i], v ? v : "null") != 0)
-            i++;
-        if (i == npv)
-            pv[npv++] = v ? v : "null";
-    }
-    fputc('|', f);
-    for (size_t c = 0; c < nr; c++)
-        fprintf(f, " %s |", rows[c].head);
-    for (size_t c = 0; c < (pivot.buf ? npv : nv); c++) {
-        if (!pivot.buf)
-            fprintf(f, " %s |", vals[c].head);
-        else {
-            fprintf(f, " %s ", pivot.head);
-            jsonl_value(f, pv[c], pivot.fmt);
-            fputs(" |", f);
-        }
-    }
-    fputs("\n|", f);
-    for (size_t c = 0; c < nr + (pivot.buf ? npv : nv); c++)
-        fputs(c < nr ? " --- |" : " ---: |", f);
-    fputc('\n', f);
-    unsigned char *done = xcalloc(nk, 1);
-    for (size_t k = 0; k < nk; k++) {
-        if (done[k])
-            continue;
-        const jrow *r = &j.rows[keep[k]];
-        fputc('|', f);
-        for (size_t c = 0; c < nr; c++) {
-            fputc(' ', f);
-            jsonl_value(f, jrow_text(r, rows[c].key), rows[c].fmt);
-            fputs(" |", f);
-        }
-        if (!pivot.buf) {
-            for (size_t c = 0; c < nv; c++) {
-                fputc(' ', f);
-                jsonl_value(f, jrow_text(r, vals[c].key), vals[c].fmt);
-                fputs(" |", f);
-            }
-            fputc('\n', f);
-            continue;
-        }
-        /* every later row with the same row= values fills its pivot column */
-        const char **cells = xcalloc(npv, sizeof *cells);
-        for (size_t m = k; m < nk; m++) {
-            const jrow *q = &j.rows[keep[m]];
-            int same = 1;
-            for (size_t c = 0; c < nr && same; c++) {
-                const char *x = jrow_text(r, rows[c].key), *y = jrow_text(q, rows[c].key);
-                same = (!x && !y) || (x && y && strcmp(x, y) == 0);
-            }
-            if (!same)
-                continue;
-            done[m] = 1;
-            const char *v = jrow_text(q, pivot.key);
-            for (size_t i = 0; i < npv; i++)
-                if (strcmp(pv[i], v ? v : "null") == 0)
-                    cells[i] = jrow_text(q, vals[0].key);
-        }
-        for (size_t i = 0; i < npv; i++) {
-            fputc(' ', f);
-            if (cells[i])
-                jsonl_value(f, cells[i], vals[0].fmt);
-            fputs(" |", f);
-        }
-        fputc('\n', f);
-        free(cells);
-    }
-    free(done);
-    free(pv);
-    free(keep);
-    jfile_free(&j);
-    for (size_t c = 0; c < nr; c++)
-        free(rows[c].buf);
-    for (size_t c = 0; c < nv; c++)
-        free(vals[c].buf);
-    free(pivot.buf);
-}
-
 /* Renders block b (or, while its group's evalset is collecting, registers
  * what it needs). */
 static void render_block(FILE *f, group *g, const block *b)
@@ -335,11 +163,6 @@ static void render_block(FILE *f, group *g, const block *b)
     const char *name = b->name;
     evalset *es = &g->es;
     const result_ctx *c = &g->ctx;
-    if (strcmp(name, "jsonl") == 0) {
-        if (!es->collecting)
-            render_jsonl(f, b);
-        return;
-    }
     if (strcmp(name, "results") == 0 || strcmp(name, "h2o-sweep") == 0 ||
         strcmp(name, "observations") == 0 || strcmp(name, "summary") == 0) {
         if (b->n_args)
@@ -424,7 +247,7 @@ static void render_block(FILE *f, group *g, const block *b)
         return;
     }
     die_usage("unknown block '%s' (results, bench, h2o-sweep, observations, summary, sweep, "
-              "seeds, trace-stats, jsonl, table)",
+              "seeds, trace-stats, table)",
               name);
 }
 
@@ -456,13 +279,14 @@ static const char docs_usage[] =
     "h2o-sweep, observations, summary (every policy at 256 and 512),\n"
     "sweep SPEC [KEY=V1,V2,...]... [budget=B1,B2,...], seeds n=N (the claims on\n"
     "N seeds, as bench --seeds), trace-stats [block=B] (as trace --stats) and\n"
-    "jsonl FILE [where=K=V]... row=K[:FMT][:Head]... [pivot=K[:FMT][:Head]]\n"
-    "val=K[:FMT][:Head]... (a table of a JSON Lines file's rows: committed\n"
-    "measurements; FMT a printf conversion for a number or `code`, Head with _\n"
-    "for blanks).\n"
-    "table FILE [where=KEY:V|V...] (show=KEY[:F],... | rows=KEY,... cols=KEY\n"
-    "value=KEY[:F]): the rows of a committed JSON Lines file as a table, F being\n"
-    "N or +N decimals or code, the key spec the policy without its budget.\n"
+    "table FILE [where=KEY:V1|V2...]... (show=C,... | rows=C,... cols=KEY[::Head]\n"
+    "value=KEY[:F]): the rows of a committed JSON Lines file whose KEY is one of\n"
+    "the values (where=KEY!V1|V2...: none of them), one table row per file row\n"
+    "(show=) or a pivot (one row per distinct rows= values, one column per value\n"
+    "of cols=, headed \"Head VALUE\"). A column C is KEY[:F[:Head]]: F empty, N or\n"
+    "+N decimals or code; Head with _ for blanks (default: the key). A missing key\n"
+    "reads null (where=KEY!null: present); the key spec is the policy without its\n"
+    "budget.\n"
     "Every block uses policy seed 0 and the canonical trace, unless --trace is\n"
     "given or the block has an argument trace=SRC of its own; it holds no timings\n"
     "(they depend on the machine), so a block is up to date exactly when its text\n"

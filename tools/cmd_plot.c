@@ -55,12 +55,14 @@ static const char plot_usage[] =
     "               from the data files in DIR (docs/data/real-model; make\n"
     "               real-model writes them)\n"
     "\n"
-    "usage: kvevict plot --jsonl FILE --x KEY --y KEY [--series KEY] [--where K=V]...\n"
+    "usage: kvevict plot --jsonl FILE --x KEY --y KEY [--series KEY] [--where F]...\n"
     "                    [--title T] [--xlabel T] [--ylabel T] [--logx] --png PATH\n"
     "\n"
     "A figure of committed measurements (the JSON Lines of `--json` outputs, as\n"
-    "docs/data/ holds): the rows satisfying every --where (the value's text equal),\n"
-    "one line of y against x per distinct value of --series (in order of first\n"
+    "docs/data/ holds): the rows passing every --where F, KEY:V1|V2... (the\n"
+    "value's text is one of them) or KEY!V1|V2... (none of them; a missing key\n"
+    "reads null, so KEY!null: present), as in the docs' table blocks; one line\n"
+    "of y against x per distinct value of --series (in order of first\n"
     "appearance; one line without it). A numeric x is an axis, any other x a list\n"
     "of categories in order of first appearance.\n";
 
@@ -105,15 +107,13 @@ static void close_checked(FILE *f, const char *path)
         die_input("%s: cannot write", path);
 }
 
-/* gnuplot text in single quotes: a quote is doubled. */
-static void gp_quoted(FILE *f, const char *s)
+void gp_quote(FILE *f, const char *s)
 {
     fputc('\'', f);
     for (; *s; s++) {
         if (*s == '\'')
             fputc('\'', f);
-        if (*s != '\n')
-            fputc(*s, f);
+        fputc(*s == '\n' ? ' ' : *s, f);
     }
     fputc('\'', f);
 }
@@ -132,6 +132,9 @@ static int plot_jsonl(const cli_args *a)
     if (!x || !y || !png)
         die_usage("--jsonl needs --x, --y and --png");
     const opt_val *wv = cli_own(a, &plot_spec, "where");
+    row_filter *flt = xcalloc((size_t)wv->count + 1, sizeof *flt);
+    for (int i = 0; i < wv->count; i++)
+        filter_parse(&flt[i], "--where", wv->v[i]);
     if (system("command -v gnuplot >/dev/null 2>&1") != 0)
         die_input("gnuplot not found: apt-get install gnuplot-nox (or run make plots)");
     jfile j;
@@ -144,7 +147,7 @@ static int plot_jsonl(const cli_args *a)
     double x_lo = INFINITY, x_hi = -INFINITY;
     for (size_t r = 0; r < j.n; r++) {
         const jrow *q = &j.rows[r];
-        if (!jrow_where(q, wv->v, (size_t)wv->count))
+        if (!filters_match(flt, (size_t)wv->count, q))
             continue;
         const char *xv = jrow_text(q, x), *yv = jrow_text(q, y);
         if (!xv || !yv)
@@ -197,13 +200,13 @@ static int plot_jsonl(const cli_args *a)
     f = open_in(tmpdir, "plot.gp", "w", path, sizeof path);
     fprintf(f, "set terminal pngcairo size 900,540 enhanced font 'Sans,11'\n"
                "set grid\nset key outside right top noenhanced\nset output ");
-    gp_quoted(f, png);
+    gp_quote(f, png);
     fprintf(f, "\nset title ");
-    gp_quoted(f, own1(a, "title") ? own1(a, "title") : "");
+    gp_quote(f, own1(a, "title") ? own1(a, "title") : "");
     fprintf(f, " noenhanced\nset xlabel ");
-    gp_quoted(f, own1(a, "xlabel") ? own1(a, "xlabel") : x);
+    gp_quote(f, own1(a, "xlabel") ? own1(a, "xlabel") : x);
     fprintf(f, " noenhanced\nset ylabel ");
-    gp_quoted(f, own1(a, "ylabel") ? own1(a, "ylabel") : y);
+    gp_quote(f, own1(a, "ylabel") ? own1(a, "ylabel") : y);
     fprintf(f, " noenhanced\n");
     if (cli_own(a, &plot_spec, "logx")->count)
         fprintf(f, "set logscale x 2\n");
@@ -213,7 +216,7 @@ static int plot_jsonl(const cli_args *a)
         fprintf(f, "set xrange [-0.5:%zu.5]\nset xtics (", n_cat - 1);
         for (size_t c = 0; c < n_cat; c++) {
             fprintf(f, "%s", c ? ", " : "");
-            gp_quoted(f, cats[c]);
+            gp_quote(f, cats[c]);
             fprintf(f, " %zu", c);
         }
         fprintf(f, ") noenhanced\n");
@@ -227,7 +230,7 @@ static int plot_jsonl(const cli_args *a)
         /* a number names its key too ("head 0"); a word stands alone */
         snprintf(title, sizeof title, "%s%s%s", *end || !names[s][0] ? "" : series,
                  *end || !names[s][0] ? "" : " ", series ? names[s] : y);
-        gp_quoted(f, title);
+        gp_quote(f, title);
     }
     fputc('\n', f);
     close_checked(f, path);
@@ -241,6 +244,9 @@ static int plot_jsonl(const cli_args *a)
     free(cats);
     free(row_series);
     free(keep);
+    for (int i = 0; i < wv->count; i++)
+        filter_free(&flt[i]);
+    free(flt);
     jfile_free(&j);
     if (rc != 0)
         die_input("gnuplot failed (status %d)", rc);

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * data.c - committed measurement files (JSON Lines under docs/data/) read
- * back: whole files, row filters, and the docs block `table`, which renders
- * a file's rows as a markdown table so that a page shows exactly what its
- * data file holds (the drift test compares them; docs/real-model.md).
+ * back: whole files, row filters (the where= of the docs block `table`, the
+ * --where of `plot --jsonl`, the figures of plot_real.c: one syntax), and
+ * the docs block `table`, which renders a file's rows as a markdown table so
+ * that a page shows exactly what its data file holds (the drift tests
+ * compare them; docs/real-model.md, docs/budgets.md).
  *
  * A row's value of a key is its text (a string unescaped, a number's
  * literal, true/false/null); a missing key reads as null. One derived key,
@@ -99,7 +101,7 @@ const char *jrow_value(const jrow *r, const char *key, char *buf, size_t cap)
 void filter_parse(row_filter *flt, const char *what, const char *arg)
 {
     const char *op = strpbrk(arg, ":!");
-    if (!op || op == arg || !op[1])
+    if (!op || op == arg || !op[1] || (op[0] == '!' && op[1] == '='))
         die_usage("%s: '%s' is not KEY:V1|V2... or KEY!V1|V2...", what, arg);
     flt->key = xstrndup(arg, (size_t)(op - arg));
     flt->negate = *op == '!';
@@ -138,36 +140,61 @@ int filters_match(const row_filter *flt, size_t n, const jrow *r)
 typedef struct tcol {
     char *key;
     char fmt[8]; /* "" raw, "%.Nf", "%+.Nf", or "code" */
+    char *head;  /* the header given (`_` read as a blank), or NULL */
 } tcol;
 
-/* KEY or KEY:N, KEY:+N, KEY:code (N one digit: decimals). */
+/* KEY[:F[:Header]]: F is empty, N, +N (N one digit: decimals) or code; the
+ * header is the rest, `_` standing for a blank (block arguments are split at
+ * blanks). */
 static void tcol_parse(tcol *c, const char *s)
 {
     const char *colon = strchr(s, ':');
     c->key = xstrndup(s, colon ? (size_t)(colon - s) : strlen(s));
     c->fmt[0] = '\0';
+    c->head = NULL;
+    if (!c->key[0])
+        die_usage("block 'table': a column without a key in '%s'", s);
     if (!colon)
         return;
-    const char *f = colon + 1;
+    const char *head = strchr(colon + 1, ':');
+    char *f = xstrndup(colon + 1, head ? (size_t)(head - colon - 1) : strlen(colon + 1));
     if (strcmp(f, "code") == 0)
         snprintf(c->fmt, sizeof c->fmt, "code");
     else if (f[0] >= '0' && f[0] <= '9' && !f[1])
         snprintf(c->fmt, sizeof c->fmt, "%%.%cf", f[0]);
     else if (f[0] == '+' && f[1] >= '0' && f[1] <= '9' && !f[2])
         snprintf(c->fmt, sizeof c->fmt, "%%+.%cf", f[1]);
-    else
+    else if (f[0]) /* empty: the value as written */
         die_usage("block 'table': format '%s' of %s is not N, +N or code (N: 0 to 9 decimals)",
                   f, c->key);
+    free(f);
+    if (head) {
+        if (!head[1])
+            die_usage("block 'table': an empty header in '%s'", s);
+        c->head = xstrdup(head + 1);
+        for (char *p = c->head; *p; p++)
+            if (*p == '_')
+                *p = ' ';
+    }
 }
 
-/* The cell of value v (text of a field of type t) under column c. */
+static void tcol_free(tcol *c)
+{
+    free(c->key);
+    free(c->head);
+}
+
+/* The cell of value v (text of a field of type t) under column c; a number
+ * format on a value that is no number is bad input (a mistaken key). */
 static void put_cell(table *t, const tcol *c, const char *v, int is_number)
 {
     if (strcmp(v, "null") == 0) {
         table_str(t, "n/a");
         return;
     }
-    if (c->fmt[0] && c->fmt[0] == '%' && is_number) {
+    if (c->fmt[0] == '%') {
+        if (!is_number)
+            die_input("block 'table': %s is '%s', not a number for its format", c->key, v);
         table_fmt(t, c->fmt, strtod(v, NULL));
         return;
     }
@@ -184,9 +211,15 @@ static int is_num(const jrow *r, const char *key)
     return f && f->type == JV_NUMBER;
 }
 
-static void header_of(const char *key, char *buf, size_t cap)
+/* Column c's header: the one given, else its key with blanks for `_` (the
+ * key spec reads "policy"). */
+static void header_of(const tcol *c, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s", strcmp(key, "spec") == 0 ? "policy" : key);
+    if (c->head) {
+        snprintf(buf, cap, "%s", c->head);
+        return;
+    }
+    snprintf(buf, cap, "%s", strcmp(c->key, "spec") == 0 ? "policy" : c->key);
     for (char *p = buf; *p; p++)
         if (*p == '_')
             *p = ' ';
@@ -201,9 +234,9 @@ void render_data_table(FILE *f, char *const *args, size_t n_args)
     size_t n_flt = 0;
     tcol cols[TABLE_MAXCOLS];
     size_t n_cols = 0;
-    tcol rows_[TABLE_MAXCOLS], value = {0};
+    tcol rows_[TABLE_MAXCOLS], value = {0}, pivot_col = {0};
     size_t n_rows = 0;
-    char *pivot = NULL;
+    const char *pivot = NULL;
     for (size_t i = 1; i < n_args; i++) {
         const char *a = args[i];
         if (strncmp(a, "where=", 6) == 0) {
@@ -222,9 +255,17 @@ void render_data_table(FILE *f, char *const *args, size_t n_args)
             }
             free_list(items, n);
         } else if (strncmp(a, "cols=", 5) == 0 && !pivot) {
-            pivot = xstrdup(a + 5);
+            tcol_parse(&pivot_col, a + 5);
+            if (pivot_col.fmt[0])
+                die_usage("block 'table': cols=%s takes a header (KEY::Header), not a format",
+                          pivot_col.key);
+            pivot = pivot_col.key;
         } else if (strncmp(a, "value=", 6) == 0 && !value.key) {
             tcol_parse(&value, a + 6);
+            if (value.head)
+                die_usage("block 'table': value=%s takes no header (the columns are headed by "
+                          "cols=KEY::Header)",
+                          value.key);
         } else {
             die_usage("block 'table': unknown or repeated argument '%s' (where=, show=, rows=, "
                       "cols=, value=)",
@@ -270,7 +311,7 @@ void render_data_table(FILE *f, char *const *args, size_t n_args)
         die_input("%s: no row matches the block's where= filters", path);
     size_t nc = 0;
     for (size_t k = 0; k < n_shown; k++, nc++) {
-        header_of(shown[k].key, heads[nc], sizeof heads[nc]);
+        header_of(&shown[k], heads[nc], sizeof heads[nc]);
         unsigned fl = COL_TEXT;
         if (strcmp(shown[k].fmt, "code") == 0)
             fl |= COL_CODE;
@@ -284,7 +325,7 @@ void render_data_table(FILE *f, char *const *args, size_t n_args)
     }
     for (size_t k = 0; k < n_pv; k++, nc++) {
         char h[64];
-        header_of(pivot, h, sizeof h);
+        header_of(&pivot_col, h, sizeof h);
         snprintf(heads[nc], sizeof heads[nc], "%s %.80s", h, pv[k]);
         tc[nc] = (col){heads[nc], pv[k], COL_TEXT};
     }
@@ -330,27 +371,12 @@ void render_data_table(FILE *f, char *const *args, size_t n_args)
         free(pv[k]);
     free(pv);
     for (size_t k = 0; k < n_cols; k++)
-        free(cols[k].key);
+        tcol_free(&cols[k]);
     for (size_t k = 0; k < n_rows; k++)
-        free(rows_[k].key);
-    free(value.key);
-    free(pivot);
+        tcol_free(&rows_[k]);
+    tcol_free(&value);
+    tcol_free(&pivot_col);
     for (size_t k = 0; k < n_flt; k++)
         filter_free(&flt[k]);
     jfile_free(&jf);
-}
-
-int jrow_where(const jrow *r, const char *const *where, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const char *eq = strchr(where[i], '=');
-        int negate = eq && eq > where[i] && eq[-1] == '!';
-        size_t klen = eq ? (size_t)(eq - where[i]) - (size_t)negate : strlen(where[i]);
-        char *key = xstrndup(where[i], klen);
-        const char *v = jrow_text(r, key);
-        free(key);
-        if (!v || (eq && (strcmp(v, eq + 1) == 0) == negate))
-            return 0;
-    }
-    return 1;
 }

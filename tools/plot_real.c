@@ -74,18 +74,6 @@ static const figure figures[] = {
      "nats_per_token", NULL, NULL, NAN, NULL},
 };
 
-/* s as a gnuplot single-quoted string: a quote is doubled. */
-static void gp_str(FILE *gp, const char *s)
-{
-    fputc('\'', gp);
-    for (; *s; s++) {
-        if (*s == '\'')
-            fputc('\'', gp);
-        fputc(*s == '\n' ? ' ' : *s, gp);
-    }
-    fputc('\'', gp);
-}
-
 static void label_of(const jrow *r, const figure *fg, char *out, size_t cap)
 {
     char a[256], b[256];
@@ -190,11 +178,11 @@ static void write_figure(const figure *fg, const char *dir, const char *tmp, FIL
     fprintf(gp, "reset\nset terminal pngcairo size 1200,640 enhanced font 'Sans,11'\n"
                 "set key outside right top noenhanced\nset grid\n");
     fprintf(gp, "set output '%s/%s'\nset title ", out_dir, fg->png);
-    gp_str(gp, fg->title);
+    gp_quote(gp, fg->title);
     fprintf(gp, " noenhanced\nset xlabel ");
-    gp_str(gp, fg->xlabel);
+    gp_quote(gp, fg->xlabel);
     fprintf(gp, "\nset ylabel ");
-    gp_str(gp, fg->ylabel);
+    gp_quote(gp, fg->ylabel);
     fprintf(gp, "\n");
     if (fg->extra)
         fputs(fg->extra, gp);
@@ -218,11 +206,11 @@ static void write_figure(const figure *fg, const char *dir, const char *tmp, FIL
     for (size_t k = 0; k < n_labels; k++) {
         fprintf(gp, "%s'%s' index %zu using 1:2%s with %s lt %zu lw 2 title ", k ? ", \\\n  " : "",
                 path, k, fg->err ? ":3" : "", fg->err ? "yerrorlines" : "linespoints", k + 1);
-        gp_str(gp, labels[k]);
+        gp_quote(gp, labels[k]);
     }
     if (!isnan(fg->hline)) {
         fprintf(gp, ", \\\n  %.9g with lines dt 2 lw 1 lc rgb '#000000' title ", fg->hline);
-        gp_str(gp, fg->hline_title ? fg->hline_title : "");
+        gp_quote(gp, fg->hline_title ? fg->hline_title : "");
     }
     fprintf(gp, "\n");
     for (size_t k = 0; k < n_labels; k++)

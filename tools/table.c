@@ -72,9 +72,19 @@ void table_real(table *t, double x, const char *shown)
     add(t, text, machine, 1);
 }
 
+/* The columns s takes on a terminal: its UTF-8 characters (every byte but
+ * the continuation bytes 10xxxxxx), so a header such as "Δ" pads right. */
+static size_t text_width(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0u) != 0x80u;
+    return n;
+}
+
 static void print_padded(FILE *f, const char *s, size_t width, int left)
 {
-    size_t len = strlen(s);
+    size_t len = text_width(s);
     if (!left)
         for (size_t i = len; i < width; i++)
             fputc(' ', f);
@@ -167,9 +177,9 @@ void table_print(const table *t, FILE *f, tfmt fmt)
         if (!(t->cols[c].flags & COL_TEXT))
             continue;
         last = c;
-        width[c] = strlen(t->cols[c].head);
+        width[c] = text_width(t->cols[c].head);
         for (size_t r = 0; r < nr; r++) {
-            size_t w = strlen(shown(t, c, &t->cells[r * nc + c], fmt, buf, sizeof buf));
+            size_t w = text_width(shown(t, c, &t->cells[r * nc + c], fmt, buf, sizeof buf));
             if (w > width[c])
                 width[c] = w;
         }
