@@ -107,7 +107,7 @@ fuzz:
 MODEL_WORK ?= build-model
 model:
 	@./scripts/deps.sh bible-kjv:bible
-	@./scripts/pydeps.sh python3-torch:torch python3-numpy:numpy libopenblas0-pthread
+	@./scripts/deps.sh python3-torch:py:torch python3-numpy:py:numpy libopenblas0-pthread
 	./tools/train/pipeline.sh $(MODEL_WORK)
 
 # CI gates after `make test`: valgrind, coverage >= 90% branches, cppcheck, short fuzz.
