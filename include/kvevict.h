@@ -1143,7 +1143,8 @@ typedef struct kve_eval_options {
                                  of `heads` heads per job (default 1; 0 means 1) */
     kve_bank_options bank;    /* the jobs' banks: with bank.share > 0 each group of
                                  share heads is evicted to share * budget by
-                                 kve_bank_evict_shared (default: no sharing) */
+                                 kve_bank_evict_shared (default: no sharing);
+                                 bank.key_dim is ignored: the trace's is used */
     size_t score_after;       /* metrics over steps t > score_after; 0 (default): over
                                  t > the job's budget. Lets jobs of different budgets
                                  (a layer schedule) be measured on the same steps */

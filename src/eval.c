@@ -11,15 +11,19 @@
  *
  * Buffers (all allocated before the first step; refusals allocate nothing
  * that survives):
- *   row      [T]            the current row, weights over keys 0..t
- *   attn     [T]            one job's renormalised kept weights (float32)
- *   in_top   [T]            bit 0: key in the current row's top-32,
+ *   rows     [H, T]         each head's current row, weights over keys 0..t
+ *   attn     [H, T]         one job's renormalised kept weights (float32)
+ *   in_top   [H, T]         bit 0: key in the head's current top-32,
  *                           bit 1: key in its top-k
- *   heap     [min(k, T)]    the top-k selection (the top-32 one is on the stack)
- *   victims  [max budget+1] one job's victims of one step
+ *   heap     [H, 32]        the top-32 selections
+ *   heap_k   [H, min(k, T)] the top-k selections (none when k = 32)
+ *   n_top    [2 H]          their sizes
+ *   victims  [H, T + 1]     one job's victims of one step, head after head
+ *   counts   [H]            their counts per head
  *   keys     [H, d]         the keys of position t (traces with keys only)
- *   jobs     [n_jobs]       per-job policy and accumulators
- * So memory is O(T + d + n_jobs) here plus O(budget) per policy.
+ *   jobs     [n_jobs]       per-job bank and per-head accumulators
+ * (H: options.heads.) So memory is O(H (T + d) + n_jobs) here plus O(budget)
+ * per head of each job's bank.
  *
  * Keys: on a trace with keys (kve_trace_key_dim d > 0) every job's bank is
  * built with key dimension d, and the jobs whose policy reads keys get the
