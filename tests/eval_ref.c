@@ -143,6 +143,19 @@ static int cmd_eval(int argc, char **argv)
     return rc;
 }
 
+/* The start of a step's line: {"pos": P, "victims": [[head 0's], ...] */
+static void print_victims(int32_t pos, const int32_t *victims, size_t ld, const size_t *counts,
+                          size_t heads)
+{
+    printf("{\"pos\": %d, \"victims\": [", (int)pos);
+    for (size_t h = 0; h < heads; h++) {
+        printf("%s[", h ? ", " : "");
+        for (size_t k = 0; k < counts[h]; k++)
+            printf("%s%d", k ? ", " : "", (int)victims[h * ld + k]);
+        printf("]");
+    }
+}
+
 static int cmd_bank(int argc, char **argv)
 {
     if (argc != 8)
@@ -171,13 +184,7 @@ static int cmd_bank(int argc, char **argv)
             rc = refused("bank");
             break;
         }
-        printf("{\"pos\": %d, \"victims\": [", (int)pos);
-        for (size_t h = 0; h < heads; h++) {
-            printf("%s[", h ? ", " : "");
-            for (size_t k = 0; k < counts[h]; k++)
-                printf("%s%d", k ? ", " : "", (int)victims[h * ld + k]);
-            printf("]");
-        }
+        print_victims(pos, victims, ld, counts, heads);
         printf("]}\n");
     }
     free(attn);
@@ -228,13 +235,7 @@ static int cmd_bankx(int argc, char **argv)
             rc = refused("bankx");
             break;
         }
-        printf("{\"pos\": %d, \"victims\": [", (int)pos);
-        for (size_t h = 0; h < heads; h++) {
-            printf("%s[", h ? ", " : "");
-            for (size_t k = 0; k < counts[h]; k++)
-                printf("%s%d", k ? ", " : "", (int)victims[h * ld + k]);
-            printf("]");
-        }
+        print_victims(pos, victims, ld, counts, heads);
         printf("], \"sizes\": [");
         for (size_t h = 0; h < heads; h++)
             printf(h ? ", %zu" : "%zu", kve_bank_size(b, h));

@@ -29,6 +29,7 @@
 #include "internal.h" /* the allocation hook */
 #include "kernels.h"  /* kve__isa_force */
 #include "kvevict.h"
+#include "npy_file.h"
 #include "reference.h"
 #include "tmpdir.h"
 #include "workload.h"
@@ -636,27 +637,12 @@ enum { TH = 4, TT = 160 };
  * [0, t]; head h more concentrated the larger h) to `path`; 0 on success. */
 static int write_heads_npy(const char *path, uint64_t seed)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    char hdr[128];
-    int len = snprintf(hdr, sizeof hdr,
-                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d, %d), }", TH,
-                       TT, TT);
-    int pad = (64 - (10 + len + 1) % 64) % 64;
-    unsigned hl = (unsigned)(len + 1 + pad);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fputc((int)(hl & 0xff), f);
-    fputc((int)(hl >> 8), f);
-    fwrite(hdr, 1, (size_t)len, f);
-    for (int i = 0; i < pad; i++)
-        fputc(' ', f);
-    fputc('\n', f);
+    static float data[TH * TT * TT];
     kve_rng g;
     kve_rng_seed(&g, seed);
-    static float row[TT];
     for (int h = 0; h < TH; h++)
         for (int t = 0; t < TT; t++) {
+            float *row = data + ((size_t)h * TT + (size_t)t) * TT;
             double sum = 0;
             for (int i = 0; i < TT; i++) {
                 double u = kve_rng_uniform(&g);
@@ -665,9 +651,9 @@ static int write_heads_npy(const char *path, uint64_t seed)
             }
             for (int i = 0; i <= t; i++)
                 row[i] = (float)(row[i] / sum);
-            fwrite(row, sizeof(float), TT, f);
         }
-    return fclose(f) == 0 ? 0 : -1;
+    const size_t dims[] = {TH, TT, TT};
+    return npy_write_f4(path, dims, 3, data);
 }
 
 static void test_eval_heads(void)

@@ -27,6 +27,7 @@
 #include "check.h"
 #include "internal.h"
 #include "kvevict.h"
+#include "npy_file.h"
 #include "reference.h"
 #include "tmpdir.h"
 
@@ -41,27 +42,6 @@ static int dir_made;
 
 /* ---- writing files as numpy does ---- */
 
-/* A v1.0 header for `descr` and a shape of n dims, padded to 64 bytes. */
-static void put_header(FILE *f, const char *descr, const size_t *dims, size_t n)
-{
-    char shape[128] = "(";
-    for (size_t i = 0; i < n; i++)
-        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%zu%s", dims[i],
-                 n == 1 ? ",)" : i + 1 < n ? ", " : ")");
-    char text[256];
-    int len = snprintf(text, sizeof text, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                       descr, shape);
-    int pad = (64 - (10 + len + 1) % 64) % 64;
-    unsigned hl = (unsigned)(len + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fputc((int)(hl & 0xff), f);
-    fputc((int)(hl >> 8), f);
-    fwrite(text, 1, (size_t)len, f);
-    for (int i = 0; i < pad; i++)
-        fputc(' ', f);
-    fputc('\n', f);
-}
-
 /* Writes q then k (float32, or float64 when f8) as a q/K file. */
 static void write_qk(const char *path, int f8)
 {
@@ -72,7 +52,8 @@ static void write_qk(const char *path, int f8)
     const float *arrays[2] = {&q[0][0][0][0], &k[0][0][0][0]};
     size_t counts[2] = {(size_t)L * H * T * D, (size_t)L * G * T * D};
     for (int a = 0; a < 2; a++) {
-        put_header(f, f8 ? "<f8" : "<f4", a ? dk : dq, 4);
+        if (npy_put_header(f, f8 ? "<f8" : "<f4", a ? dk : dq, 4) != 0)
+            abort();
         for (size_t i = 0; i < counts[a]; i++) {
             if (f8) {
                 double v = (double)arrays[a][i];
@@ -134,7 +115,7 @@ static void write_dense(const char *path)
     if (!f)
         abort();
     size_t dims[4] = {L, G, T, T};
-    put_header(f, "<f8", dims, 4);
+    ASSERT_TRUE(npy_put_header(f, "<f8", dims, 4) == 0);
     fwrite(dense, sizeof(double), (size_t)L * G * T * T, f);
     fclose(f);
 }
@@ -225,9 +206,9 @@ static void test_rows_are_attn_rows(void)
     FILE *f = fopen(path, "wb");
     ASSERT_TRUE(f != NULL);
     size_t dims[2] = {T, D};
-    put_header(f, "<f4", dims, 2);
+    ASSERT_TRUE(npy_put_header(f, "<f4", dims, 2) == 0);
     fwrite(q[1][3], sizeof(float), (size_t)T * D, f);
-    put_header(f, "<f4", dims, 2);
+    ASSERT_TRUE(npy_put_header(f, "<f4", dims, 2) == 0);
     fwrite(k[1][1], sizeof(float), (size_t)T * D, f);
     fclose(f);
     kve_trace *tr = NULL;
@@ -422,7 +403,7 @@ static void write_case(const char *path, const char *dq_descr, const size_t *dq,
     for (int a = 0; a < 2; a++) {
         if (!descr[a])
             continue;
-        put_header(f, descr[a], dims[a], nd[a]);
+        ASSERT_TRUE(npy_put_header(f, descr[a], dims[a], nd[a]) == 0);
         size_t count = 1, item = strcmp(descr[a], "<f8") == 0 ? 8 : 4;
         for (size_t i = 0; i < nd[a]; i++)
             count *= dims[a][i];
@@ -505,15 +486,15 @@ static void test_malformed_files(void)
     ASSERT_STATUS(kve_trace_open(source, 0, &(kve_trace *){NULL}), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "Q has 1 dimensions");
     FILE *f = fopen(path, "wb");
-    put_header(f, "<f4", dbig, 4);
+    ASSERT_TRUE(npy_put_header(f, "<f4", dbig, 4) == 0);
     fclose(f);
     ASSERT_STATUS(kve_trace_open(source, 0, &(kve_trace *){NULL}), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "Q's header promises");
     f = fopen(path, "wb");
-    put_header(f, "<f4", dwide, 2);
+    ASSERT_TRUE(npy_put_header(f, "<f4", dwide, 2) == 0);
     for (size_t i = 0; i < (size_t)KVE_MAX_KEY_DIM + 1; i++)
         fputc(0, f), fputc(0, f), fputc(0, f), fputc(0, f);
-    put_header(f, "<f4", dwide, 2);
+    ASSERT_TRUE(npy_put_header(f, "<f4", dwide, 2) == 0);
     for (size_t i = 0; i < (size_t)KVE_MAX_KEY_DIM + 1; i++)
         fputc(0, f), fputc(0, f), fputc(0, f), fputc(0, f);
     fclose(f);
