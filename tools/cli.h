@@ -114,6 +114,10 @@ typedef struct cli_spec {
     tfmt default_format; /* without a format option */
 } cli_spec;
 
+/* A cli_spec's own options: .own and .n_own from one array, so the count is
+ * never written by hand (a count that lags its table hides options). */
+#define CLI_OWN(table) .own = (table), .n_own = sizeof(table) / sizeof((table)[0])
+
 typedef struct cli_args {
     /* shared options, checked; defaults when absent */
     const char *trace;     /* NULL when absent */

@@ -540,8 +540,7 @@ static const opt_def bench_own[] = {
 static const cli_spec bench_spec = {
     .usage = bench_usage,
     .shared = SO_TRACE | SO_BUDGETS | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT | SO_OUTPUT,
-    .own = bench_own,
-    .n_own = sizeof bench_own / sizeof bench_own[0],
+    CLI_OWN(bench_own),
     .default_format = FMT_TEXT,
 };
 

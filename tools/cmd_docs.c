@@ -303,8 +303,7 @@ static const opt_def docs_own[] = {{"check", 0, 0}};
 static const cli_spec docs_spec = {
     .usage = docs_usage,
     .shared = SO_TRACE,
-    .own = docs_own,
-    .n_own = sizeof docs_own / sizeof docs_own[0],
+    CLI_OWN(docs_own),
     .max_pos = CLI_MAX_POS,
 };
 

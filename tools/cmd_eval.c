@@ -61,8 +61,7 @@ static const cli_spec eval_spec = {
     .shared = SO_TRACE | SO_POLICY | SO_BUDGET | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT |
               SO_OUTPUT,
     .required = SO_TRACE | SO_POLICY,
-    .own = eval_own,
-    .n_own = sizeof eval_own / sizeof eval_own[0],
+    CLI_OWN(eval_own),
     .default_format = FMT_TEXT,
 };
 

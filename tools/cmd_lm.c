@@ -218,8 +218,7 @@ static lm_state *new_state(const char *spec, size_t budget, lm_positions pos, ui
 /* A command's cli_spec from its usage, shared options and own option table. */
 #define LM_SPEC(usage_, shared_, own_, format_)                                                    \
     {                                                                                              \
-        .usage = (usage_), .shared = (shared_), .own = (own_),                                     \
-        .n_own = sizeof(own_) / sizeof((own_)[0]), .default_format = (format_)                     \
+        .usage = (usage_), .shared = (shared_), CLI_OWN(own_), .default_format = (format_)        \
     }
 
 /* ---- the measuring commands' common part: eval, passkey, repeat ------------ */

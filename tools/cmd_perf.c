@@ -858,8 +858,7 @@ static const opt_def perf_own[] = {
 static const cli_spec perf_spec = {
     .usage = perf_usage,
     .shared = SO_BUDGETS | SO_FORMAT | SO_OUTPUT,
-    .own = perf_own,
-    .n_own = sizeof perf_own / sizeof perf_own[0],
+    CLI_OWN(perf_own),
     .default_format = FMT_TEXT,
 };
 

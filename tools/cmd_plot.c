@@ -75,8 +75,7 @@ static const opt_def plot_own[] = {
 static const cli_spec plot_spec = {
     .usage = plot_usage,
     .shared = SO_TRACE,
-    .own = plot_own,
-    .n_own = sizeof plot_own / sizeof plot_own[0],
+    CLI_OWN(plot_own),
 };
 
 typedef struct replay_rec {

@@ -48,8 +48,7 @@ static const cli_spec sweep_spec = {
     .shared = SO_TRACE | SO_POLICY | SO_BUDGETS | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT |
               SO_OUTPUT,
     .required = SO_TRACE | SO_POLICY,
-    .own = sweep_own,
-    .n_own = sizeof sweep_own / sizeof sweep_own[0],
+    CLI_OWN(sweep_own),
     .default_format = FMT_TEXT,
 };
 

@@ -56,8 +56,7 @@ static const cli_spec trace_spec = {
     .usage = trace_usage,
     .shared = SO_TRACE | SO_OUTPUT | SO_HEAD | SO_NORMALIZE | SO_FORMAT,
     .required = SO_TRACE,
-    .own = trace_own,
-    .n_own = sizeof trace_own / sizeof trace_own[0],
+    CLI_OWN(trace_own),
     .default_format = FMT_TEXT,
 };
 
