@@ -47,7 +47,7 @@ static double now_s(void)
 
 static void die(const char *what)
 {
-    fprintf(stderr, "kvevict-lm-speed: %s: %s\n", what, lm_last_error());
+    fprintf(stderr, "kvevict-lm-speed: %s: %s\n", what, kve_last_error());
     exit(1);
 }
 
@@ -223,11 +223,11 @@ int main(int argc, char **argv)
     void *img = NULL;
     const char *src = argc > 1 && strcmp(argv[1], "-") != 0 ? argv[1] : NULL;
     if (src) {
-        if (lm_model_open(src, &m) != KVE_OK)
+        if (lm_model_open(src, NULL, &m) != KVE_OK)
             die(src);
     } else {
         size_t size;
-        if (!(img = random_model(&size)) || lm_model_from_memory(img, size, &m) != KVE_OK)
+        if (!(img = random_model(&size)) || lm_model_from_memory(img, size, NULL, &m) != KVE_OK)
             die("random model");
     }
     const lm_config *c = &m->config;

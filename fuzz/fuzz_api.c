@@ -31,6 +31,7 @@
  */
 #include "internal.h"
 #include "reference.h"
+#include "test_allocator.h"
 
 #include <float.h>
 #include <math.h>
@@ -53,6 +54,7 @@ static uint8_t take(reader *r)
 
 static bool trace_on;
 static size_t op_no;
+static talloc ta; /* the allocator of policy a and of the failing constructions */
 static char spec[KVE_SPEC_MAX];
 
 #define CHECK(c)                                                                       \
@@ -338,14 +340,16 @@ static void run_program(reader *in)
     rb = rr = ra;
 
     /* Construction under a failing allocator: ENOMEM, *out untouched, rng untouched. */
+    talloc_init(&ta);
     if (fail_at < 4) {
         kve_policy *sentinel = (kve_policy *)&ra, *p = sentinel;
         kve_rng before = ra;
         kve_policy_options o = kve_policy_default_options();
+        o.allocator = &ta.a;
         o.key_dim = 1 + seed % MAX_DIM;
-        kve__alloc_fail_after(fail_at);
+        talloc_fail_after(&ta, fail_at);
         kve_status st = kve_policy_new_ex(spec, &ra, &o, &p);
-        kve__alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&ta, SIZE_MAX);
         if (st == KVE_OK) {
             kve_policy_free(p);
             ra = before;
@@ -354,6 +358,7 @@ static void run_program(reader *in)
             CHECK(p == sentinel);
             CHECK(memcmp(&before, &ra, sizeof ra) == 0);
         }
+        CHECK(ta.blocks == 0 && ta.bytes == 0 && ta.bad == 0);
     }
 
     world w = {0};
@@ -361,7 +366,9 @@ static void run_program(reader *in)
     w.keyp = w.key;
     kve_policy_options o = kve_policy_default_options();
     o.key_dim = w.dim;
+    o.allocator = &ta.a;
     CHECK(kve_policy_new_ex(spec, &ra, &o, &w.a) == KVE_OK);
+    o.allocator = NULL;
     CHECK(kve_policy_new_ex(spec, &rb, &o, &w.b) == KVE_OK);
     CHECK(kve_policy_key_dim(w.a) == w.dim);
     CHECK((w.r = ref_new_keys(kve_policy_spec(w.a), &rr, w.dim)) != NULL);
@@ -455,9 +462,9 @@ static void run_program(reader *in)
             fill_attn(&w, in, n);
             bool null_attn = take(in) & 1;
             make_key(&w, op);
-            kve__alloc_fail_after(0);
+            talloc_fail_after(&ta, 0);
             do_step(&w, w.next_pos, null_attn ? NULL : w.attn, n, false);
-            kve__alloc_fail_after(SIZE_MAX);
+            talloc_fail_after(&ta, SIZE_MAX);
             advance(&w, n);
             break;
         }
@@ -480,6 +487,7 @@ static void run_program(reader *in)
 
     kve_policy_free(w.a);
     kve_policy_free(w.b);
+    CHECK(ta.blocks == 0 && ta.bytes == 0 && ta.bad == 0); /* every block back, sized */
     ref_free(w.r);
     free(w.attn);
     for (int k = 0; k < 3; k++)

@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     do {                                                                                           \
         if (!(c)) {                                                                                \
             fprintf(stderr, "fuzz_checkpoint: CHECK(%s) failed at line %d (last error: %s)\n", #c, \
-                    __LINE__, lm_last_error());                                                    \
+                    __LINE__, kve_last_error());                                                    \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
@@ -66,7 +66,7 @@ static void decode_a_little(const lm_model *m, lm_positions positions)
     for (int32_t t = 0; t < 4; t++) {
         kve_status st = lm_forward(s, (t * 7) % V);
         if (st != KVE_OK) {
-            CHECK(st == KVE_EINVAL && lm_last_error()[0] != '\0');
+            CHECK(st == KVE_EINVAL && kve_last_error()[0] != '\0');
             break;
         }
         CHECK(s->pos == t + 1);
@@ -83,10 +83,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size)
         memcpy(buf, data, size);
     lm_model *m = (lm_model *)&buf;
-    kve_status st = lm_model_from_memory(buf, size, &m);
+    kve_status st = lm_model_from_memory(buf, size, NULL, &m);
     if (st != KVE_OK) {
         CHECK(st == KVE_EFORMAT || st == KVE_ENOMEM);
-        CHECK(lm_last_error()[0] != '\0' && strchr(lm_last_error(), '\n') == NULL);
+        CHECK(kve_last_error()[0] != '\0' && strchr(kve_last_error(), '\n') == NULL);
         CHECK(m == (lm_model *)&buf);
         free(buf);
         return 0;

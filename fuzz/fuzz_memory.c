@@ -22,7 +22,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "fuzz_rows.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 #include "npy_file.h"
 
 #include <math.h>
@@ -94,7 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     kve_trace *const untouched = (kve_trace *)&size;
     kve_trace *m = untouched;
-    kve_status sm = kve_trace_from_memory(array, L, H, T, flags, &m);
+    kve_status sm = kve_trace_from_memory(array, L, H, T, TRACE_FLAGS(flags), &m);
     snprintf(message, sizeof message, "%s", kve_last_error());
     if (flags & 2) {
         CHECK(sm == KVE_EINVAL && m == untouched);
@@ -103,7 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const size_t dims[4] = {L, H, T, T};
     CHECK(npy_write_f4(path, dims, 4, array) == 0);
     kve_trace *n = NULL;
-    kve_status sn = kve_trace_open(path, flags, &n);
+    kve_status sn = kve_trace_open(path, TRACE_FLAGS(flags), &n);
     unlink(path);
     CHECK(sm == sn);
     if (sm != KVE_OK) {
@@ -118,13 +119,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t hs[2] = {0, L * H - 1}, ts[3] = {T - 1, 0, T / 2};
     for (int h = 0; h < 2; h++)
         for (int k = 0; k < 3; k++) {
-            CHECK(kve_trace_row(m, hs[h], ts[k], row_m) == KVE_OK);
-            CHECK(kve_trace_row(n, hs[h], ts[k], row_n) == KVE_OK);
+            CHECK(kve_trace_row(m, hs[h], ts[k], row_m, (ts[k]) + 1) == KVE_OK);
+            CHECK(kve_trace_row(n, hs[h], ts[k], row_n, (ts[k]) + 1) == KVE_OK);
             CHECK(row_is_distribution(row_m, ts[k], tol));
             CHECK(memcmp(row_m, row_n, (ts[k] + 1) * sizeof *row_m) == 0);
         }
-    CHECK(kve_trace_row(m, L * H, 0, row_m) == KVE_EINVAL);
-    CHECK(kve_trace_row(m, 0, T, row_m) == KVE_EINVAL);
+    CHECK(kve_trace_row(m, L * H, 0, row_m, 1) == KVE_EINVAL);
+    CHECK(kve_trace_row(m, 0, T, row_m, T + 1) == KVE_EINVAL);
     kve_trace_free(m);
     kve_trace_free(n);
     return 0;

@@ -21,7 +21,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "fuzz.h"
 #include "fuzz_rows.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 
 #include <float.h>
 #include <math.h>
@@ -69,32 +70,32 @@ static void check_trace(kve_trace *tr, unsigned flags, size_t input_size)
     size_t hs[2] = {0, heads - 1}, ts[3] = {steps - 1, 0, steps / 2};
     for (int h = 0; h < 2; h++) {
         for (int k = 0; k < 3; k++) {
-            CHECK(kve_trace_row(tr, hs[h], ts[k], row_a) == KVE_OK);
+            CHECK(kve_trace_row(tr, hs[h], ts[k], row_a, (ts[k]) + 1) == KVE_OK);
             check_row(row_a, ts[k], tol);
         }
-        CHECK(kve_trace_row(tr, hs[h], steps - 1, row_b) == KVE_OK);
-        CHECK(kve_trace_row(tr, hs[h], steps - 1, row_a) == KVE_OK);
+        CHECK(kve_trace_row(tr, hs[h], steps - 1, row_b, steps) == KVE_OK);
+        CHECK(kve_trace_row(tr, hs[h], steps - 1, row_a, steps) == KVE_OK);
         CHECK(memcmp(row_a, row_b, steps * sizeof *row_a) == 0);
     }
-    CHECK(kve_trace_row(tr, heads, 0, row_a) == KVE_EINVAL);
-    CHECK(kve_trace_row(tr, 0, steps, row_a) == KVE_EINVAL);
+    CHECK(kve_trace_row(tr, heads, 0, row_a, 1) == KVE_EINVAL);
+    CHECK(kve_trace_row(tr, 0, steps, row_a, steps + 1) == KVE_EINVAL);
 
     /* Round trip of head 0 through the writer. */
     kve_status st = kve_trace_write_npy(tr, 0, out_path);
     if (st == KVE_ERANGE) { /* row 0 may hold a weight beyond float32 */
-        CHECK(kve_trace_row(tr, 0, 0, row_a) == KVE_OK);
+        CHECK(kve_trace_row(tr, 0, 0, row_a, 1) == KVE_OK);
         CHECK(row_a[0] > FLT_MAX); /* rows t >= 1 sum to 1: only row 0 can be this large */
         CHECK(access(out_path, F_OK) != 0);
         return;
     }
     CHECK(st == KVE_OK);
     kve_trace *back = NULL;
-    CHECK(kve_trace_open(out_path, 0, &back) == KVE_OK);
+    CHECK(kve_trace_open(out_path, NULL, &back) == KVE_OK);
     CHECK(kve_trace_steps(back) == steps && kve_trace_heads(back) == 1);
     for (size_t k = 0; k < 3; k++) {
         size_t t = ts[k];
-        CHECK(kve_trace_row(tr, 0, t, row_a) == KVE_OK);
-        CHECK(kve_trace_row(back, 0, t, row_b) == KVE_OK);
+        CHECK(kve_trace_row(tr, 0, t, row_a, t + 1) == KVE_OK);
+        CHECK(kve_trace_row(back, 0, t, row_b, t + 1) == KVE_OK);
         for (size_t i = 0; i <= t; i++)
             CHECK(row_b[i] == (double)(float)row_a[i]);
     }
@@ -110,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const unsigned flag_sets[2] = {0, KVE_TRACE_NORMALIZE};
     for (int f = 0; f < 2; f++) {
         kve_trace *tr = (kve_trace *)&tr;
-        kve_status st = kve_trace_open(in_path, flag_sets[f], &tr);
+        kve_status st = kve_trace_open(in_path, TRACE_FLAGS(flag_sets[f]), &tr);
         if (st != KVE_OK) {
             CHECK(st == KVE_EFORMAT || st == KVE_EIO || st == KVE_ENOMEM);
             CHECK(kve_last_error()[0] != '\0' && strchr(kve_last_error(), '\n') == NULL);

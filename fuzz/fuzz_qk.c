@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_qk.c - the query/key trace reader ("qk:PATH", src/trace_qk.c), on
+ * fuzz_qk.c - the query/key trace reader ("qk:PATH", src/eval/trace_qk.c), on
  * whatever bytes the fuzzer makes.
  *
  * Each input is written to a private temporary file and opened as
@@ -21,7 +21,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "fuzz.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 
 #include <math.h>
 #include <string.h>
@@ -53,7 +54,7 @@ static void check_trace(kve_trace *tr, size_t input_size)
     size_t hs[2] = {0, heads - 1}, ts[3] = {steps - 1, 0, steps / 2};
     for (int h = 0; h < 2; h++) {
         for (int k = 0; k < 3; k++) {
-            kve_status st = kve_trace_row(tr, hs[h], ts[k], row_a);
+            kve_status st = kve_trace_row(tr, hs[h], ts[k], row_a, (ts[k]) + 1);
             if (st != KVE_OK) {
                 CHECK(st == KVE_EFORMAT && kve_last_error()[0] != '\0');
                 continue;
@@ -64,21 +65,21 @@ static void check_trace(kve_trace *tr, size_t input_size)
                 sum += row_a[i];
             }
             CHECK(fabs(sum - 1.0) <= 1e-5);
-            CHECK(kve_trace_row(tr, hs[h], ts[k], row_b) == KVE_OK);
+            CHECK(kve_trace_row(tr, hs[h], ts[k], row_b, (ts[k]) + 1) == KVE_OK);
             CHECK(memcmp(row_a, row_b, (ts[k] + 1) * sizeof *row_a) == 0);
-            CHECK(kve_trace_key(tr, hs[h], ts[k], key) == KVE_OK);
+            CHECK(kve_trace_key(tr, hs[h], ts[k], key, kve_trace_key_dim(tr)) == KVE_OK);
             for (size_t j = 0; j < d; j++)
                 CHECK(isfinite(key[j]));
         }
     }
-    CHECK(kve_trace_row(tr, heads, 0, row_a) == KVE_EINVAL);
-    CHECK(kve_trace_row(tr, 0, steps, row_a) == KVE_EINVAL);
-    CHECK(kve_trace_key(tr, heads, 0, key) == KVE_EINVAL);
-    CHECK(kve_trace_key(tr, 0, steps, key) == KVE_EINVAL);
+    CHECK(kve_trace_row(tr, heads, 0, row_a, 1) == KVE_EINVAL);
+    CHECK(kve_trace_row(tr, 0, steps, row_a, steps + 1) == KVE_EINVAL);
+    CHECK(kve_trace_key(tr, heads, 0, key, kve_trace_key_dim(tr)) == KVE_EINVAL);
+    CHECK(kve_trace_key(tr, 0, steps, key, kve_trace_key_dim(tr)) == KVE_EINVAL);
     if (steps <= 256 && d <= 256) {
         kve_eval_job jobs[2] = {{"knorm:budget=4,recent_window=1", 0}, {"h2o:budget=4,recent_window=1", 0}};
         kve_eval_result res[2];
-        kve_status st = kve_eval(tr, 0, jobs, 2, 0, NULL, NULL, res);
+        kve_status st = kve_eval(tr, 0, 1, jobs, 2, EVAL_OPTS(0, NULL, NULL), res, NULL);
         if (st == KVE_OK) {
             for (int j = 0; j < 2; j++)
                 CHECK(res[j].scored_steps == 0 ||
@@ -100,7 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(fwrite(data, 1, size, f) == size);
     CHECK(fclose(f) == 0);
     kve_trace *tr = (kve_trace *)&tr;
-    kve_status st = kve_trace_open(src, 0, &tr);
+    kve_status st = kve_trace_open(src, NULL, &tr);
     if (st != KVE_OK) {
         CHECK(st == KVE_EFORMAT || st == KVE_EIO || st == KVE_ENOMEM);
         CHECK(kve_last_error()[0] != '\0' && strchr(kve_last_error(), '\n') == NULL);

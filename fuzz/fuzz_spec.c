@@ -22,7 +22,7 @@
  *     distributions (finite, >= 0, summing to 1 within 1e-3).
  * Large budgets or steps are only parsed, not built, so one input stays fast.
  */
-#include "kvevict.h"
+#include "kvevict_eval.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -125,7 +125,7 @@ static void check_row(const double *row, size_t t)
 static void fuzz_trace(const char *src)
 {
     kve_trace *tr = (kve_trace *)&src;
-    kve_status st = kve_trace_open(src, 0, &tr);
+    kve_status st = kve_trace_open(src, NULL, &tr);
     if (st != KVE_OK) {
         check_refusal(st);
         CHECK(tr == (kve_trace *)&src);
@@ -136,7 +136,7 @@ static void fuzz_trace(const char *src)
     CHECK(steps >= 1);
     CHECK(strncmp(kve_trace_source(tr), "canonical", 9) == 0);
     kve_trace *tr2 = NULL;
-    CHECK(kve_trace_open(kve_trace_source(tr), 0, &tr2) == KVE_OK);
+    CHECK(kve_trace_open(kve_trace_source(tr), NULL, &tr2) == KVE_OK);
     CHECK(strcmp(kve_trace_source(tr), kve_trace_source(tr2)) == 0);
     CHECK(kve_trace_steps(tr2) == steps);
 
@@ -144,13 +144,13 @@ static void fuzz_trace(const char *src)
     size_t last = steps - 1 < MAX_ROW ? steps - 1 : MAX_ROW;
     size_t ts[4] = {0, last, last / 2, last > 0 ? 1 : 0};
     for (int k = 0; k < 4; k++) {
-        CHECK(kve_trace_row(tr, 0, ts[k], row) == KVE_OK);
+        CHECK(kve_trace_row(tr, 0, ts[k], row, (ts[k]) + 1) == KVE_OK);
         check_row(row, ts[k]);
-        CHECK(kve_trace_row(tr2, 0, ts[k], row2) == KVE_OK);
+        CHECK(kve_trace_row(tr2, 0, ts[k], row2, (ts[k]) + 1) == KVE_OK);
         CHECK(memcmp(row, row2, (ts[k] + 1) * sizeof *row) == 0);
     }
-    CHECK(kve_trace_row(tr, 1, 0, row) == KVE_EINVAL);
-    CHECK(kve_trace_row(tr, 0, steps, row) == KVE_EINVAL);
+    CHECK(kve_trace_row(tr, 1, 0, row, 1) == KVE_EINVAL);
+    CHECK(kve_trace_row(tr, 0, steps, row, steps + 1) == KVE_EINVAL);
     kve_trace_free(tr);
     kve_trace_free(tr2);
 }

@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     do {                                                                                           \
         if (!(c)) {                                                                                \
             fprintf(stderr, "fuzz_tokenizer: CHECK(%s) failed at line %d (last error: %s)\n", #c,  \
-                    __LINE__, lm_last_error());                                                    \
+                    __LINE__, kve_last_error());                                                    \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
@@ -66,10 +66,10 @@ static void check_text(const lm_tokenizer *t, const char *text)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     lm_tokenizer *t = (lm_tokenizer *)&size;
-    kve_status st = lm_tokenizer_from_memory(data, size, &t);
+    kve_status st = lm_tokenizer_from_memory(data, size, NULL, &t);
     if (st != KVE_OK) {
         CHECK(st == KVE_EFORMAT || st == KVE_ENOMEM);
-        CHECK(lm_last_error()[0] != '\0' && strchr(lm_last_error(), '\n') == NULL);
+        CHECK(kve_last_error()[0] != '\0' && strchr(kve_last_error(), '\n') == NULL);
         CHECK(t == (lm_tokenizer *)&size);
         return 0;
     }

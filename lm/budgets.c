@@ -43,28 +43,29 @@ kve_status lm__budgets_init(lm_state *s)
     kve_rng_seed(&rng, 0);
     kve_policy *p = NULL;
     kve_policy_options o = kve_policy_default_options();
+    o.allocator = s->opt.allocator;
     o.key_dim = (size_t)s->model->config.head_size; /* a policy that reads keys needs it */
     kve_status st = kve_policy_new_ex(s->spec, &rng, &o, &p);
     if (st != KVE_OK)
-        return lm_fail(st, "policy: %s", kve_last_error());
+        return kve_set_error(st, "policy: %s", kve_last_error());
     s->budget = kve_policy_budget(p);
     kve_policy_free(p);
     if (s->budget > KVE_MAX_BUDGET / L)
-        return lm_fail(KVE_EINVAL, "budgets: %zu layers of %zu positions exceed %d", L, s->budget,
+        return kve_set_error(KVE_EINVAL, "budgets: %zu layers of %zu positions exceed %d", L, s->budget,
                        KVE_MAX_BUDGET);
-    kve_schedule sch = kve_schedule_default();
+    kve_schedule_options sch = kve_schedule_default_options();
     sch.kind = s->opt.schedule;
     if ((st = kve_spec_min_budget(s->spec, &sch.floor)) != KVE_OK)
-        return lm_fail(st, "policy: %s", kve_last_error());
+        return kve_set_error(st, "policy: %s", kve_last_error());
     sch.beta = s->opt.beta > 0 ? s->opt.beta : sch.beta;
     sch.weights = s->opt.layer_weights;
     s->opt.layer_weights = NULL; /* read here only */
-    if (!(s->layer_budget = lm_calloc(L, sizeof *s->layer_budget)))
-        return lm_fail(KVE_ENOMEM, "decoder: out of memory for the layer budgets");
-    if ((st = kve_layer_budgets(&sch, L * s->budget, L, s->layer_budget)) != KVE_OK)
-        return lm_fail(st, "%s", kve_last_error());
-    if (s->opt.share_heads && !(s->arena = lm_calloc(L, sizeof *s->arena)))
-        return lm_fail(KVE_ENOMEM, "decoder: out of memory for the layer arenas");
+    if (!(s->layer_budget = lm_calloc(&s->alloc, L, sizeof *s->layer_budget)))
+        return kve_set_error(KVE_ENOMEM, "decoder: out of memory for the layer budgets");
+    if ((st = kve_layer_budgets(L * s->budget, L, &sch, s->layer_budget)) != KVE_OK)
+        return kve_set_error(st, "%s", kve_last_error());
+    if (s->opt.share_heads && !(s->arena = lm_calloc(&s->alloc, L, sizeof *s->arena)))
+        return kve_set_error(KVE_ENOMEM, "decoder: out of memory for the layer arenas");
     return KVE_OK;
 }
 
@@ -76,7 +77,7 @@ kve_status lm__bank_spec(const lm_state *s, char *out, size_t cap)
     char num[32];
     snprintf(num, sizeof num, "%zu", most);
     kve_status st = kve_spec_with(s->spec, "budget", num, out, cap);
-    return st == KVE_OK ? st : lm_fail(st, "policy: %s", kve_last_error());
+    return st == KVE_OK ? st : kve_set_error(st, "policy: %s", kve_last_error());
 }
 
 /* ---- the arena of a shared layer ---- */
@@ -123,14 +124,14 @@ kve_status lm__arena_reserve(lm_state *s, size_t l)
         size_t most = G * (b + slack), grown = A ? 2 * A : G * FIRST_ROWS;
         A = grown < most ? grown : most;
         A = A > need ? A : need;
-        key = lm_malloc(A * S * sizeof *key);
-        value = lm_malloc(A * S * sizeof *value);
-        pos = lm_malloc(A * sizeof *pos);
+        key = lm_malloc(&s->alloc, A * S * sizeof *key);
+        value = lm_malloc(&s->alloc, A * S * sizeof *value);
+        pos = lm_malloc(&s->alloc, A * sizeof *pos);
         if (!key || !value || !pos) {
-            lm_free(key);
-            lm_free(value);
-            lm_free(pos);
-            return lm_fail(KVE_ENOMEM, "decoder: out of memory for layer %zu's cache of %zu keys",
+            lm_free(&s->alloc, key);
+            lm_free(&s->alloc, value);
+            lm_free(&s->alloc, pos);
+            return kve_set_error(KVE_ENOMEM, "decoder: out of memory for layer %zu's cache of %zu keys",
                            l, A);
         }
     }
@@ -152,9 +153,9 @@ kve_status lm__arena_reserve(lm_state *s, size_t l)
         ks[g].cap = rows;
     }
     if (fresh) {
-        lm_free(a->key);
-        lm_free(a->value);
-        lm_free(a->pos);
+        lm_free(&s->alloc, a->key);
+        lm_free(&s->alloc, a->value);
+        lm_free(&s->alloc, a->pos);
         a->key = key;
         a->value = value;
         a->pos = pos;
@@ -166,11 +167,11 @@ kve_status lm__arena_reserve(lm_state *s, size_t l)
 void lm__arena_free(lm_state *s)
 {
     for (size_t l = 0; s->arena && l < (size_t)s->model->config.n_layers; l++) {
-        lm_free(s->arena[l].key);
-        lm_free(s->arena[l].value);
-        lm_free(s->arena[l].pos);
+        lm_free(&s->alloc, s->arena[l].key);
+        lm_free(&s->alloc, s->arena[l].value);
+        lm_free(&s->alloc, s->arena[l].pos);
     }
-    lm_free(s->arena);
+    lm_free(&s->alloc, s->arena);
 }
 
 /* ---- the calibration statistic ---- */
@@ -203,29 +204,29 @@ kve_status lm_layer_spread(const lm_model *m, const int32_t *tokens, size_t n, s
                            double *out)
 {
     if (!m || !tokens || !out)
-        return lm_fail(KVE_EINVAL, "layer spread: NULL argument");
+        return kve_set_error(KVE_EINVAL, "layer spread: NULL argument");
     if (n <= window)
-        return lm_fail(KVE_EINVAL,
+        return kve_set_error(KVE_EINVAL,
                        "layer spread: %zu tokens leave no step beyond a window of %zu", n, window);
     const lm_config *c = &m->config;
     size_t L = (size_t)c->n_layers;
     spread_ctx x = {.window = window, .G = (size_t)c->n_kv_heads,
                     .R = (size_t)(c->n_heads / c->n_kv_heads)};
-    x.row = lm_malloc((n + 1) * sizeof *x.row);
-    x.sum = lm_calloc(L, sizeof *x.sum);
-    x.seen = lm_calloc(L, sizeof *x.seen);
-    lm_options o = {.on_attention = on_spread, .user = &x};
+    x.row = lm_malloc(&m->alloc, (n + 1) * sizeof *x.row);
+    x.sum = lm_calloc(&m->alloc, L, sizeof *x.sum);
+    x.seen = lm_calloc(&m->alloc, L, sizeof *x.seen);
+    lm_options o = {.allocator = &m->alloc, .on_attention = on_spread, .user = &x};
     lm_state *s = NULL;
     kve_status st = x.row && x.sum && x.seen ? lm_state_new(m, &o, &s)
-                                             : lm_fail(KVE_ENOMEM, "layer spread: out of memory");
+                                             : kve_set_error(KVE_ENOMEM, "layer spread: out of memory");
     for (size_t i = 0; st == KVE_OK && i <= n; i++)
         st = lm_forward(s, i ? tokens[i - 1] : LM_BOS);
     if (st == KVE_OK)
         for (size_t l = 0; l < L; l++)
             out[l] = x.sum[l] / (double)x.seen[l];
     lm_state_free(s);
-    lm_free(x.row);
-    lm_free(x.sum);
-    lm_free(x.seen);
+    lm_free(&m->alloc, x.row);
+    lm_free(&m->alloc, x.sum);
+    lm_free(&m->alloc, x.seen);
     return st;
 }

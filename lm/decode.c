@@ -121,7 +121,7 @@ static void free_buffers(lm_state *s)
                     s->k,    s->v,          s->rope,    s->logits, s->att,
                     s->krot, s->rope_table, s->victims, s->counts, s->pf_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        lm_free(bufs[i]);
+        lm_free(&s->alloc, bufs[i]);
 }
 
 void lm_state_free(lm_state *s)
@@ -131,18 +131,19 @@ void lm_state_free(lm_state *s)
     if (s->cache) {
         const lm_config *c = &s->model->config;
         for (size_t i = 0; !s->arena && i < (size_t)c->n_layers * (size_t)c->n_kv_heads; i++) {
-            lm_free(s->cache[i].key);
-            lm_free(s->cache[i].value);
-            lm_free(s->cache[i].pos);
+            lm_free(&s->alloc, s->cache[i].key);
+            lm_free(&s->alloc, s->cache[i].value);
+            lm_free(&s->alloc, s->cache[i].pos);
         }
-        lm_free(s->cache);
+        lm_free(&s->alloc, s->cache);
     }
     lm__arena_free(s);
-    lm_free(s->layer_budget);
+    lm_free(&s->alloc, s->layer_budget);
     kve_bank_free(s->bank);
-    lm_free(s->spec);
+    lm_free(&s->alloc, s->spec);
     free_buffers(s);
-    lm_free(s);
+    const kve_allocator a = s->alloc;
+    lm_free(&a, s);
 }
 
 /* The bank of every (layer, KV head), layer-major, built from one generator
@@ -161,24 +162,25 @@ static kve_status make_bank(const lm_state *s, kve_bank **out)
     if (st != KVE_OK)
         return st;
     kve_bank_options o = kve_bank_default_options();
+    o.allocator = s->opt.allocator;
     o.share = s->opt.share_heads ? (size_t)c->n_kv_heads : 0;
     o.min_share = s->opt.min_share;
     kve_rng rng;
     kve_rng_seed(&rng, s->opt.seed);
     o.key_dim = (size_t)c->head_size;
     st = kve_bank_new_ex(spec, (size_t)c->n_layers * (size_t)c->n_kv_heads, &rng, &o, out);
-    return st == KVE_OK ? st : lm_fail(st, "policy: %s", kve_last_error());
+    return st == KVE_OK ? st : kve_set_error(st, "policy: %s", kve_last_error());
 }
 
 kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out)
 {
     if (!m || !out)
-        return lm_fail(KVE_EINVAL, "decoder: NULL argument");
+        return kve_set_error(KVE_EINVAL, "decoder: NULL argument");
     static const lm_options defaults = {0};
     if (!opt)
         opt = &defaults;
     if (opt->positions != LM_POS_ORIGINAL && opt->positions != LM_POS_CACHE)
-        return lm_fail(KVE_EINVAL, "decoder: positions must be original or cache");
+        return kve_set_error(KVE_EINVAL, "decoder: positions must be original or cache");
     char spec[KVE_SPEC_MAX];
     if (opt->policy) {
         char num[32];
@@ -186,46 +188,50 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
         kve_status st = kve_spec_with(opt->policy, opt->budget ? "budget" : NULL,
                                       opt->budget ? num : NULL, spec, sizeof spec);
         if (st != KVE_OK)
-            return lm_fail(st, "policy: %s", kve_last_error());
+            return kve_set_error(st, "policy: %s", kve_last_error());
     } else if (opt->budget) {
-        return lm_fail(KVE_EINVAL, "decoder: a budget needs a policy");
+        return kve_set_error(KVE_EINVAL, "decoder: a budget needs a policy");
     }
     const lm_config *c = &m->config;
     size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
     size_t H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
     size_t LG = (size_t)c->n_layers * G;
-    lm_state *s = lm_calloc(1, sizeof *s);
+    lm_state *s = lm_calloc(opt->allocator, 1, sizeof *s);
     if (!s)
-        return lm_fail(KVE_ENOMEM, "decoder: out of memory");
+        return kve_set_error(KVE_ENOMEM, "decoder: out of memory");
     s->model = m;
     s->opt = *opt;
+    if (opt->allocator) { /* the state's own copy, which its blocks and bank use */
+        s->alloc = *opt->allocator;
+        s->opt.allocator = &s->alloc;
+    }
     s->opt.policy = NULL; /* the canonical copy below is the one used */
     int ok = 1;
     if (opt->policy) {
         size_t len = strlen(spec) + 1;
-        ok = (s->spec = lm_malloc(len)) != NULL;
+        ok = (s->spec = lm_malloc(&s->alloc, len)) != NULL;
         if (ok)
             memcpy(s->spec, spec, len);
     }
-    s->x = lm_calloc(D, sizeof(float));
-    s->xb = lm_calloc(D, sizeof(float));
-    s->xb2 = lm_calloc(D, sizeof(float));
-    s->hb = lm_calloc(F, sizeof(float));
-    s->hb2 = lm_calloc(F, sizeof(float));
-    s->q = lm_calloc(H * S, sizeof(float));
-    s->k = lm_calloc(G * S, sizeof(float));
-    s->v = lm_calloc(G * S, sizeof(float));
-    s->rope = lm_calloc(S, sizeof(float));
-    s->logits = lm_calloc(V, sizeof(float));
-    s->counts = lm_calloc(G, sizeof(size_t));
-    s->cache = lm_calloc(LG, sizeof *s->cache);
+    s->x = lm_calloc(&s->alloc, D, sizeof(float));
+    s->xb = lm_calloc(&s->alloc, D, sizeof(float));
+    s->xb2 = lm_calloc(&s->alloc, D, sizeof(float));
+    s->hb = lm_calloc(&s->alloc, F, sizeof(float));
+    s->hb2 = lm_calloc(&s->alloc, F, sizeof(float));
+    s->q = lm_calloc(&s->alloc, H * S, sizeof(float));
+    s->k = lm_calloc(&s->alloc, G * S, sizeof(float));
+    s->v = lm_calloc(&s->alloc, G * S, sizeof(float));
+    s->rope = lm_calloc(&s->alloc, S, sizeof(float));
+    s->logits = lm_calloc(&s->alloc, V, sizeof(float));
+    s->counts = lm_calloc(&s->alloc, G, sizeof(size_t));
+    s->cache = lm_calloc(&s->alloc, LG, sizeof *s->cache);
     ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope &&
          s->logits && s->counts && s->cache;
     kve_status st = ok ? lm__budgets_init(s) : KVE_ENOMEM;
     if (st == KVE_OK)
         st = make_bank(s, &s->bank);
     if (!ok)
-        lm_fail(KVE_ENOMEM, "decoder: out of memory for the activations");
+        kve_set_error(KVE_ENOMEM, "decoder: out of memory for the activations");
     if (st != KVE_OK) {
         lm_state_free(s);
         return st;
@@ -237,7 +243,7 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
 kve_status lm_state_reset(lm_state *s)
 {
     if (!s)
-        return lm_fail(KVE_EINVAL, "decoder: NULL state");
+        return kve_set_error(KVE_EINVAL, "decoder: NULL state");
     kve_bank *fresh;
     kve_status st = make_bank(s, &fresh);
     if (st != KVE_OK)
@@ -260,12 +266,12 @@ size_t lm_state_kept(const lm_state *s, int32_t layer, int32_t kv_head)
 
 /* realloc of *p to n elements of `size` bytes; the old block stays valid
  * (and *p unchanged) on failure. */
-static int grow(void *pp, size_t n, size_t size)
+static int grow(const kve_allocator *a, void *pp, size_t n, size_t size)
 {
     void **p = pp;
     if (n > SIZE_MAX / size)
         return 0;
-    void *q = lm_realloc(*p, n * size);
+    void *q = lm_realloc(a, *p, n * size);
     if (!q)
         return 0;
     *p = q;
@@ -289,22 +295,23 @@ static kve_status reserve(lm_state *s)
             size_t cap = k->cap ? 2 * k->cap : FIRST_CAP, b = s->bank ? s->layer_budget[i / G] : 0;
             if (s->bank && k->n + 1 <= b + 1 && cap > b + 1)
                 cap = b + 1; /* a policy that evicts never holds more */
-            if (!grow(&k->key, cap, S * sizeof(float)) ||
-                !grow(&k->value, cap, S * sizeof(float)) || !grow(&k->pos, cap, sizeof(int32_t)))
-                return lm_fail(KVE_ENOMEM, "decoder: out of memory for a cache of %zu keys", cap);
+            if (!grow(&s->alloc, &k->key, cap, S * sizeof(float)) ||
+                !grow(&s->alloc, &k->value, cap, S * sizeof(float)) ||
+                !grow(&s->alloc, &k->pos, cap, sizeof(int32_t)))
+                return kve_set_error(KVE_ENOMEM, "decoder: out of memory for a cache of %zu keys", cap);
             k->cap = cap;
         }
         if (k->cap > need_ld)
             need_ld = k->cap;
     }
     if (need_ld > s->ld) {
-        int ok = grow(&s->att, H * need_ld, sizeof(float)) &&
-                 grow(&s->victims, G * need_ld, sizeof(int32_t));
+        int ok = grow(&s->alloc, &s->att, H * need_ld, sizeof(float)) &&
+                 grow(&s->alloc, &s->victims, G * need_ld, sizeof(int32_t));
         if (ok && s->opt.positions == LM_POS_CACHE)
-            ok = grow(&s->krot, need_ld, S * sizeof(float)) &&
-                 grow(&s->rope_table, need_ld, S * sizeof(float));
+            ok = grow(&s->alloc, &s->krot, need_ld, S * sizeof(float)) &&
+                 grow(&s->alloc, &s->rope_table, need_ld, S * sizeof(float));
         if (!ok)
-            return lm_fail(KVE_ENOMEM, "decoder: out of memory for attention over %zu keys",
+            return kve_set_error(KVE_ENOMEM, "decoder: out of memory for attention over %zu keys",
                            need_ld);
         s->ld = need_ld;
     }
@@ -328,7 +335,7 @@ static kve_status keep_only(lm_cache *k, const int32_t *kept, size_t m, size_t S
         j++;
     }
     if (j != m)
-        return lm_fail(KVE_EINVAL, "decoder: the policy keeps position %d, which the cache does "
+        return kve_set_error(KVE_EINVAL, "decoder: the policy keeps position %d, which the cache does "
                        "not hold", kept[j]);
     k->n = w;
     return KVE_OK;
@@ -391,8 +398,8 @@ static kve_status manage(lm_state *s, size_t l, int evict)
     size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads,
            R = (size_t)(c->n_heads / c->n_kv_heads);
     const float *keys = kve_bank_reads(s->bank) & KVE_READS_KEYS ? s->k : NULL;
-    kve_status st = kve_bank_step_keys(s->bank, l * G, G, s->pos, s->att, s->ld, R,
-                                       KVE_REDUCE_MEAN, keys, S);
+    kve_status st = kve_bank_step_range(s->bank, l * G, G, s->pos, s->att, s->ld, R,
+                                        KVE_REDUCE_MEAN, keys, S);
     if (st == KVE_OK && !evict)
         return KVE_OK;
     size_t b = s->layer_budget[l];
@@ -402,7 +409,7 @@ static kve_status manage(lm_state *s, size_t l, int evict)
                                 : kve_bank_evict_range(s->bank, l * G, G, b, s->victims, s->ld,
                                                        s->counts);
     if (st != KVE_OK)
-        return lm_fail(st, "policies of layer %zu (bank heads %zu..%zu) at position %d: %s", l,
+        return kve_set_error(st, "policies of layer %zu (bank heads %zu..%zu) at position %d: %s", l,
                        l * G, l * G + G - 1, s->pos, kve_last_error());
     for (size_t g = 0; st == KVE_OK && g < G; g++)
         st = keep_only(&s->cache[l * G + g], kve_bank_positions(s->bank, l * G + g),
@@ -424,31 +431,32 @@ static void record_rows(lm_state *s, size_t l)
 }
 
 kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
-                      const kve_prefill_params *params)
+                      const kve_prefill_options *options)
 {
+    const kve_prefill_options *params = options;
     if (!s || !tokens || n == 0)
-        return lm_fail(KVE_EINVAL, "prefill: %s", !s ? "NULL state" : !tokens ? "NULL tokens"
+        return kve_set_error(KVE_EINVAL, "prefill: %s", !s ? "NULL state" : !tokens ? "NULL tokens"
                                                                             : "no tokens");
     if (!s->bank)
-        return lm_fail(KVE_EINVAL, "prefill: the decoder has no policy to compress with");
+        return kve_set_error(KVE_EINVAL, "prefill: the decoder has no policy to compress with");
     if (s->pos != 0 || s->broken)
-        return lm_fail(KVE_EINVAL, "prefill: the decoder is at position %d; reset it first",
+        return kve_set_error(KVE_EINVAL, "prefill: the decoder is at position %d; reset it first",
                        s->pos);
     const lm_config *c = &s->model->config;
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
-            return lm_fail(KVE_EINVAL, "prefill: token %zu = %d is outside the vocabulary "
+            return kve_set_error(KVE_EINVAL, "prefill: token %zu = %d is outside the vocabulary "
                            "[0, %d)", i, tokens[i], c->vocab_size);
     size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads;
     size_t S = (size_t)c->head_size, R = H / G;
-    size_t r = params ? kve_prefill_rows(params, n) : 0;
+    size_t r = params ? kve_prefill_rows(n, params) : 0;
     for (size_t l = 0; params && l < L; l++) /* every layer's budget, checked first */
-        if (kve_bank_prefill(s->bank, 0, 0, params, n, NULL, n, R, KVE_REDUCE_MEAN,
-                             s->layer_budget[l]) != KVE_OK)
-            return lm_fail(KVE_EINVAL, "prefill: layer %zu: %s", l, kve_last_error());
+        if (kve_bank_prefill(s->bank, 0, 0, n, s->layer_budget[l], NULL, n, R, KVE_REDUCE_MEAN,
+                             params) != KVE_OK)
+            return kve_set_error(KVE_EINVAL, "prefill: layer %zu: %s", l, kve_last_error());
     if (params && (r > SIZE_MAX / n / sizeof(float) / (L * H) ||
-                   !grow(&s->pf_rows, L * H * r * n, sizeof(float))))
-        return lm_fail(KVE_ENOMEM, "prefill: out of memory for %zu rows of %zu weights",
+                   !grow(&s->alloc, &s->pf_rows, L * H * r * n, sizeof(float))))
+        return kve_set_error(KVE_ENOMEM, "prefill: out of memory for %zu rows of %zu weights",
                        L * H * r, n);
     s->prefilling = 1;
     s->pf_method = params != NULL;
@@ -462,14 +470,14 @@ kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
         return st;
     for (size_t l = 0; l < L && st == KVE_OK; l++) {
         if (params) {
-            st = kve_bank_prefill(s->bank, l * G, G, params, n, s->pf_rows + l * H * r * n, n, R,
-                                  KVE_REDUCE_MEAN, s->layer_budget[l]);
+            st = kve_bank_prefill(s->bank, l * G, G, n, s->layer_budget[l],
+                                  s->pf_rows + l * H * r * n, n, R, KVE_REDUCE_MEAN, params);
         } else {
             st = kve_bank_evict_range(s->bank, l * G, G, s->layer_budget[l], s->victims, s->ld,
                                       s->counts);
         }
         if (st != KVE_OK)
-            st = lm_fail(st, "prefill: layer %zu: %s", l, kve_last_error());
+            st = kve_set_error(st, "prefill: layer %zu: %s", l, kve_last_error());
         for (size_t g = 0; st == KVE_OK && g < G; g++)
             st = keep_only(&s->cache[l * G + g], kve_bank_positions(s->bank, l * G + g),
                            kve_bank_size(s->bank, l * G + g), S);
@@ -482,16 +490,16 @@ kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
 kve_status lm_forward(lm_state *s, int32_t token)
 {
     if (!s)
-        return lm_fail(KVE_EINVAL, "decoder: NULL state");
+        return kve_set_error(KVE_EINVAL, "decoder: NULL state");
     const lm_config *c = &s->model->config;
     const lm_weights *w = &s->model->weights;
     if (s->broken)
-        return lm_fail(KVE_EINVAL, "decoder: an earlier step failed; reset the decoder first");
+        return kve_set_error(KVE_EINVAL, "decoder: an earlier step failed; reset the decoder first");
     if (token < 0 || token >= c->vocab_size)
-        return lm_fail(KVE_EINVAL, "token %d is outside the vocabulary [0, %d)", token,
+        return kve_set_error(KVE_EINVAL, "token %d is outside the vocabulary [0, %d)", token,
                        c->vocab_size);
     if (s->pos == INT32_MAX)
-        return lm_fail(KVE_EINVAL, "decoder: position %d is the last one", s->pos);
+        return kve_set_error(KVE_EINVAL, "decoder: position %d is the last one", s->pos);
     kve_status st = reserve(s);
     if (st != KVE_OK)
         return st;

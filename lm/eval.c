@@ -28,11 +28,11 @@ kve_status lm_window_nats(lm_state *s, const int32_t *tokens, size_t n, double *
                           double *per_token)
 {
     if (!s || (!tokens && n) || !nats)
-        return lm_fail(KVE_EINVAL, "window: NULL argument");
+        return kve_set_error(KVE_EINVAL, "window: NULL argument");
     int32_t V = s->model->config.vocab_size;
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V)
-            return lm_fail(KVE_EINVAL, "window: token %d at %zu is outside the vocabulary [0, %d)",
+            return kve_set_error(KVE_EINVAL, "window: token %d at %zu is outside the vocabulary [0, %d)",
                            tokens[i], i, V);
     kve_status st = lm_state_reset(s);
     double total = 0;

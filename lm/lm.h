@@ -13,10 +13,13 @@
  *   S  head_size = D / H    R  group = H / G       T  seq_len (training context)
  *   C  capacity of one (layer, KV head) cache: kept positions + 1
  *
- * Errors are kve_status values; on failure lm_last_error() holds a one-line
- * message naming the field or argument at fault. Nothing here prints, exits
- * or aborts. Every allocation goes through lm_malloc and friends, so a test
- * can make the k-th allocation fail (lm_alloc_fail_after).
+ * Errors are kve_status values; on failure kve_last_error() holds a one-line
+ * message naming the field or argument at fault (set with kve_set_error, as
+ * a layer built on kvevict does). Nothing here prints, exits or aborts.
+ * Every allocation goes through the caller's kve_allocator (lm_options,
+ * and the allocator argument of the model and tokenizer constructors; NULL:
+ * the C library's), so an engine can redirect it and a test can make the
+ * k-th allocation fail.
  */
 #ifndef KVE_LM_H
 #define KVE_LM_H
@@ -28,34 +31,25 @@
 
 /* ---- errors and allocation (util.c) ------------------------------------- */
 
-/* The message of this thread's most recent lm failure ("" when none). */
-const char *lm_last_error(void);
-/* Formats the thread's message (control characters become '?') and returns s. */
-#if defined(__GNUC__)
-#define LM_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
-#else
-#define LM_PRINTF(fmt, args)
-#endif
-kve_status lm_fail(kve_status s, const char *fmt, ...) LM_PRINTF(2, 3);
 #ifdef __clang_analyzer__
-/* Tells the analyser, which sees one file at a time, that lm_fail returns s
- * (as internal.h does for kve__fail). Not compiled into the library. */
-#define lm_fail(s, ...) (lm_fail((s), __VA_ARGS__), (s))
+/* Tells the analyser, which sees one file at a time, that kve_set_error
+ * returns s (as internal.h does for kve__fail). Not compiled. */
+#define kve_set_error(s, ...) (kve_set_error((s), __VA_ARGS__), (s))
 #endif
 
-void *lm_malloc(size_t n);
-void *lm_calloc(size_t count, size_t size);
-void *lm_realloc(void *p, size_t n);
-void lm_free(void *p);
-/* Test hook, as kve's: after k more allocations every lm allocation of this
- * thread fails until re-armed with SIZE_MAX. Returns the allocations made
- * since the previous call. */
-size_t lm_alloc_fail_after(size_t k);
+/* Blocks from allocator `a` (NULL: the C library's), each remembering its
+ * size so lm_free and lm_realloc hand it back with exactly that size. NULL
+ * on failure (lm_realloc then leaves p as it was); lm_free(a, NULL) does
+ * nothing. A block goes back to the allocator it came from. */
+void *lm_malloc(const kve_allocator *a, size_t n);
+void *lm_calloc(const kve_allocator *a, size_t count, size_t size);
+void *lm_realloc(const kve_allocator *a, void *p, size_t n);
+void lm_free(const kve_allocator *a, void *p);
 
 /* Reads the whole file at `path` ("-": standard input) into a fresh buffer
- * (*data, *size; free with lm_free), NUL-terminated beyond *size. KVE_EIO
- * with strerror, KVE_ENOMEM; *data untouched on failure. */
-kve_status lm_read_file(const char *path, char **data, size_t *size);
+ * from `a` (*data, *size; free with lm_free(a, ...)), NUL-terminated beyond
+ * *size. KVE_EIO with strerror, KVE_ENOMEM; *data untouched on failure. */
+kve_status lm_read_file(const kve_allocator *a, const char *path, char **data, size_t *size);
 
 /* ---- checkpoints (model.c) ------------------------------------------------
  *
@@ -106,15 +100,18 @@ typedef struct lm_model {
     lm_weights weights;
     void *map; /* the mmapped file; NULL for lm_model_from_memory */
     size_t map_size;
+    kve_allocator alloc; /* the handle's, and lm_layer_spread's scratch (a copy) */
 } lm_model;
 
-/* mmaps `path` and validates it. KVE_EIO (with strerror) when the file cannot
- * be opened, stat'ed or mapped; KVE_EFORMAT naming the field for a malformed
- * or truncated file; KVE_ENOMEM. *out untouched on failure. */
-kve_status lm_model_open(const char *path, lm_model **out);
+/* mmaps `path` and validates it; the handle comes from `allocator` (NULL:
+ * the C library's). KVE_EIO (with strerror) when the file cannot be opened,
+ * stat'ed or mapped; KVE_EFORMAT naming the field for a malformed or
+ * truncated file; KVE_ENOMEM. *out untouched on failure. */
+kve_status lm_model_open(const char *path, const kve_allocator *allocator, lm_model **out);
 /* The same over caller memory (4-byte aligned, KVE_EINVAL otherwise), which
  * must outlive the model. */
-kve_status lm_model_from_memory(const void *data, size_t size, lm_model **out);
+kve_status lm_model_from_memory(const void *data, size_t size, const kve_allocator *allocator,
+                                lm_model **out);
 void lm_model_free(lm_model *m);
 
 /* ---- tokenizer (tokenizer.c) ----------------------------------------------
@@ -137,12 +134,15 @@ typedef struct lm_tokenizer {
     int32_t *sorted;                /* (n_pieces) ids by (bytes, id): the lookup table */
     char *bytes;                    /* every piece, back to back */
     unsigned char byte_pieces[256]; /* byte b at [b]: what "<0xHH>" decodes to */
+    kve_allocator alloc;            /* every block of the tokenizer and of lm_encode (a copy) */
 } lm_tokenizer;
 
-/* Reads and validates a tokenizer.bin: KVE_EIO, KVE_EFORMAT naming the piece
- * and field, KVE_ENOMEM. */
-kve_status lm_tokenizer_open(const char *path, lm_tokenizer **out);
-kve_status lm_tokenizer_from_memory(const void *data, size_t size, lm_tokenizer **out);
+/* Reads and validates a tokenizer.bin, allocating from `allocator` (NULL:
+ * the C library's): KVE_EIO, KVE_EFORMAT naming the piece and field,
+ * KVE_ENOMEM. */
+kve_status lm_tokenizer_open(const char *path, const kve_allocator *allocator, lm_tokenizer **out);
+kve_status lm_tokenizer_from_memory(const void *data, size_t size, const kve_allocator *allocator,
+                                    lm_tokenizer **out);
 void lm_tokenizer_free(lm_tokenizer *t);
 
 /* Encodes text[0 .. len) as run.c does with bos = eos = 0: the dummy prefix
@@ -192,6 +192,8 @@ typedef void (*lm_attention_fn)(void *user, int32_t layer, int32_t pos, const fl
 typedef void (*lm_qk_fn)(void *user, int32_t layer, int32_t pos, const float *q, const float *k);
 
 typedef struct lm_options {
+    const kve_allocator *allocator; /* the state's blocks and its bank's (copied); NULL:
+                                       the C library's */
     const char *policy;           /* spec; NULL: no policy, every key kept (run.c) */
     size_t budget;                /* 0: the spec's budget; else overrides it */
     lm_positions positions;       /* LM_POS_ORIGINAL (default) or LM_POS_CACHE */
@@ -236,6 +238,7 @@ typedef struct lm_arena {
 typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     const lm_model *model;
     lm_options opt;
+    kve_allocator alloc;  /* opt.allocator, copied (opt.allocator then points here) */
     char *spec;           /* canonical spec with the budget applied; NULL: none */
     kve_bank *bank;       /* (L*G) policies, layer-major; NULL without a policy */
     size_t budget;        /* the mean per-head budget: the spec's (or opt.budget) */
@@ -296,13 +299,13 @@ kve_status lm_forward(lm_state *s, int32_t token);
  * decoder (one with a policy, at position 0) with every key kept, then
  * compresses every (layer, KV head) cache to the budget in one go, so the
  * decoding that follows (lm_forward) starts from a compressed prompt:
- *   params != NULL: kve_bank_prefill with that method, from the attention
+ *   options != NULL: kve_bank_prefill with that method, from the attention
  *       rows recorded while decoding the prompt (for each query head, all n
  *       rows for H2O, the last w for SnapKV; over keys 0 .. t, the own key
  *       included), each KV head's group reduced by the mean as the step
  *       does; the policies are not stepped during the prompt. Needs a policy
  *       scored from attention.
- *   params == NULL: the policy's own scores, taken once: every prompt
+ *   options == NULL: the policy's own scores, taken once: every prompt
  *       position is stepped (attention and keys as in lm_forward) without
  *       evicting, then each head is evicted to the budget in one call
  *       (several victims at once). For knorm and keydiff this is kvpress's
@@ -314,12 +317,12 @@ kve_status lm_forward(lm_state *s, int32_t token);
  * uncompressed prompt, as an engine's prefill gives them.
  * Refuses (KVE_EINVAL, nothing changed): NULL s or tokens, n 0, a decoder
  * without a policy or not at position 0, a token outside the vocabulary,
- * and what kve_bank_prefill refuses of params (checked before any token is
+ * and what kve_bank_prefill refuses of options (checked before any token is
  * decoded). KVE_ENOMEM (nothing changed) when the rows (L*H*r*n floats)
  * cannot be allocated. A failure while decoding leaves the state broken, as
  * lm_forward's. Memory: the caches grow to n keys during the prompt. */
 kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
-                      const kve_prefill_params *params);
+                      const kve_prefill_options *options);
 
 /* xout (d) = W (d, n) @ x (n): the decoder's one matrix kernel, every dot
  * product summed in 8 lanes in a fixed order (vectorised by the compiler). */
@@ -350,7 +353,7 @@ double lm_token_nats(const float *logits, int32_t vocab, int32_t target);
  * the newest `window` before the query's own: sum over i < t - window of
  * p_t(i). The mass a layer spreads beyond a recent window of that size.
  * Refuses KVE_EINVAL for NULL arguments or n <= window (no step measured),
- * KVE_ENOMEM. */
+ * KVE_ENOMEM. Allocates from the model's allocator. */
 kve_status lm_layer_spread(const lm_model *m, const int32_t *tokens, size_t n, size_t window,
                            double *out);
 

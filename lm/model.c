@@ -50,7 +50,7 @@ static kve_status parse_params(const unsigned char *p, int legacy, lm_config *c)
         if (i == 5 && legacy && f[i] < 0 && f[i] != INT32_MIN)
             continue;
         if (f[i] <= 0)
-            return lm_fail(KVE_EFORMAT, "checkpoint header: %s %d must be positive", field_name[i],
+            return kve_set_error(KVE_EFORMAT, "checkpoint header: %s %d must be positive", field_name[i],
                            f[i]);
     }
     c->dim = f[0];
@@ -63,15 +63,15 @@ static kve_status parse_params(const unsigned char *p, int legacy, lm_config *c)
     if (legacy)
         c->shared_classifier = f[5] > 0;
     if (c->dim % c->n_heads != 0)
-        return lm_fail(KVE_EFORMAT, "checkpoint header: dim %d is not a multiple of n_heads %d",
+        return kve_set_error(KVE_EFORMAT, "checkpoint header: dim %d is not a multiple of n_heads %d",
                        c->dim, c->n_heads);
     if (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads != 0)
-        return lm_fail(KVE_EFORMAT,
+        return kve_set_error(KVE_EFORMAT,
                        "checkpoint header: n_heads %d is not a multiple of n_kv_heads %d",
                        c->n_heads, c->n_kv_heads);
     c->head_size = c->dim / c->n_heads;
     if (c->head_size % 2 != 0)
-        return lm_fail(KVE_EFORMAT,
+        return kve_set_error(KVE_EFORMAT,
                        "checkpoint header: head_size %d (dim / n_heads) must be even for the "
                        "rotary embedding",
                        c->head_size);
@@ -107,12 +107,12 @@ static kve_status lay_out(lm_model *m, const float *base, uint64_t payload_bytes
         ok = !__builtin_add_overflow(total, count[order[i]], &total);
     }
     if (!ok || total > UINT64_MAX / 4)
-        return lm_fail(KVE_EFORMAT,
+        return kve_set_error(KVE_EFORMAT,
                        "checkpoint header: dim %d, hidden_dim %d, n_layers %d, vocab_size %d, "
                        "seq_len %d describe more weights than 64 bits count",
                        c->dim, c->hidden_dim, c->n_layers, c->vocab_size, c->seq_len);
     if (total * 4 != payload_bytes)
-        return lm_fail(KVE_EFORMAT,
+        return kve_set_error(KVE_EFORMAT,
                        "checkpoint: the header (dim %d, hidden_dim %d, n_layers %d, n_heads %d, "
                        "n_kv_heads %d, vocab_size %d, seq_len %d, %s classifier) promises %llu "
                        "bytes of weights, the file holds %llu",
@@ -143,18 +143,18 @@ static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
     if (size >= 4 && (uint32_t)read_i32(data) == V1_MAGIC) {
         c->version = 1;
         if (size < 8)
-            return lm_fail(KVE_EFORMAT, "checkpoint: %zu bytes, truncated in the field version",
+            return kve_set_error(KVE_EFORMAT, "checkpoint: %zu bytes, truncated in the field version",
                            size);
         int32_t version = read_i32(data + 4);
         if (version != 1)
-            return lm_fail(KVE_EFORMAT,
+            return kve_set_error(KVE_EFORMAT,
                            "checkpoint: version %d is not supported (only version 1, float32)",
                            version);
         if (size < 8 + LEGACY_HEADER)
-            return lm_fail(KVE_EFORMAT, "checkpoint: %zu bytes, truncated in the field %s", size,
+            return kve_set_error(KVE_EFORMAT, "checkpoint: %zu bytes, truncated in the field %s", size,
                            field_name[(size - 8) / 4]);
         if (size < V1_HEADER)
-            return lm_fail(KVE_EFORMAT,
+            return kve_set_error(KVE_EFORMAT,
                            "checkpoint: %zu bytes, truncated in the 256-byte version-1 header",
                            size);
         kve_status st = parse_params(data + 8, 0, c);
@@ -162,13 +162,13 @@ static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
             return st;
         unsigned flag = data[8 + LEGACY_HEADER];
         if (flag > 1)
-            return lm_fail(KVE_EFORMAT,
+            return kve_set_error(KVE_EFORMAT,
                            "checkpoint header: shared_classifier flag %u must be 0 or 1", flag);
         c->shared_classifier = (int)flag;
         return lay_out(m, (const float *)(const void *)(data + V1_HEADER), size - V1_HEADER);
     }
     if (size < LEGACY_HEADER)
-        return lm_fail(KVE_EFORMAT, "checkpoint: %zu bytes, truncated in the field %s", size,
+        return kve_set_error(KVE_EFORMAT, "checkpoint: %zu bytes, truncated in the field %s", size,
                        field_name[size / 4]);
     kve_status st = parse_params(data, 1, c);
     if (st != KVE_OK)
@@ -176,51 +176,56 @@ static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
     return lay_out(m, (const float *)(const void *)(data + LEGACY_HEADER), size - LEGACY_HEADER);
 }
 
-kve_status lm_model_from_memory(const void *data, size_t size, lm_model **out)
+kve_status lm_model_from_memory(const void *data, size_t size, const kve_allocator *allocator,
+                                lm_model **out)
 {
     if (!data || !out)
-        return lm_fail(KVE_EINVAL, "checkpoint: NULL argument");
+        return kve_set_error(KVE_EINVAL, "checkpoint: NULL argument");
     if ((uintptr_t)data % 4 != 0)
-        return lm_fail(KVE_EINVAL, "checkpoint: data must be 4-byte aligned");
-    lm_model *m = lm_calloc(1, sizeof *m);
+        return kve_set_error(KVE_EINVAL, "checkpoint: data must be 4-byte aligned");
+    lm_model *m = lm_calloc(allocator, 1, sizeof *m);
     if (!m)
-        return lm_fail(KVE_ENOMEM, "checkpoint: out of memory");
+        return kve_set_error(KVE_ENOMEM, "checkpoint: out of memory");
+    if (allocator)
+        m->alloc = *allocator;
     kve_status st = parse(m, data, size);
     if (st != KVE_OK) {
-        lm_free(m);
+        lm_free(allocator, m);
         return st;
     }
     *out = m;
     return KVE_OK;
 }
 
-kve_status lm_model_open(const char *path, lm_model **out)
+kve_status lm_model_open(const char *path, const kve_allocator *allocator, lm_model **out)
 {
     if (!path || !out)
-        return lm_fail(KVE_EINVAL, "checkpoint: NULL argument");
+        return kve_set_error(KVE_EINVAL, "checkpoint: NULL argument");
     int fd = open(path, O_RDONLY);
     if (fd < 0)
-        return lm_fail(KVE_EIO, "cannot open %s: %s", path, strerror(errno));
+        return kve_set_error(KVE_EIO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return lm_fail(KVE_EIO, "cannot read %s: %s", path, strerror(e));
+        return kve_set_error(KVE_EIO, "cannot read %s: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return lm_fail(KVE_EIO, "cannot read %s: not a regular file", path);
+        return kve_set_error(KVE_EIO, "cannot read %s: not a regular file", path);
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
-        return lm_fail(KVE_EFORMAT, "checkpoint %s: too large to map", path);
+        return kve_set_error(KVE_EFORMAT, "checkpoint %s: too large to map", path);
     }
     size_t size = (size_t)st.st_size;
-    lm_model *m = lm_calloc(1, sizeof *m);
+    lm_model *m = lm_calloc(allocator, 1, sizeof *m);
     if (!m) {
         close(fd);
-        return lm_fail(KVE_ENOMEM, "checkpoint: out of memory");
+        return kve_set_error(KVE_ENOMEM, "checkpoint: out of memory");
     }
+    if (allocator)
+        m->alloc = *allocator;
     static const unsigned char empty[4] = {0};
     const unsigned char *data = empty;
     if (size > 0) {
@@ -228,8 +233,8 @@ kve_status lm_model_open(const char *path, lm_model **out)
         if (map == MAP_FAILED) {
             int e = errno;
             close(fd);
-            lm_free(m);
-            return lm_fail(KVE_EIO, "cannot map %s: %s", path, strerror(e));
+            lm_free(allocator, m);
+            return kve_set_error(KVE_EIO, "cannot map %s: %s", path, strerror(e));
         }
         m->map = map;
         m->map_size = size;
@@ -251,5 +256,6 @@ void lm_model_free(lm_model *m)
         return;
     if (m->map)
         munmap(m->map, m->map_size);
-    lm_free(m);
+    const kve_allocator a = m->alloc;
+    lm_free(&a, m);
 }

@@ -56,70 +56,75 @@ void lm_tokenizer_free(lm_tokenizer *t)
 {
     if (!t)
         return;
-    lm_free(t->piece);
-    lm_free(t->len);
-    lm_free(t->score);
-    lm_free(t->sorted);
-    lm_free(t->bytes);
-    lm_free(t);
+    const kve_allocator a = t->alloc;
+    lm_free(&a, t->piece);
+    lm_free(&a, t->len);
+    lm_free(&a, t->score);
+    lm_free(&a, t->sorted);
+    lm_free(&a, t->bytes);
+    lm_free(&a, t);
 }
 
-kve_status lm_tokenizer_from_memory(const void *data, size_t size, lm_tokenizer **out)
+kve_status lm_tokenizer_from_memory(const void *data, size_t size, const kve_allocator *allocator,
+                                    lm_tokenizer **out)
 {
     if (!data || !out)
-        return lm_fail(KVE_EINVAL, "tokenizer: NULL argument");
+        return kve_set_error(KVE_EINVAL, "tokenizer: NULL argument");
     const unsigned char *d = data;
     if (size < 4)
-        return lm_fail(KVE_EFORMAT, "tokenizer: %zu bytes, truncated in the field max_token_length",
+        return kve_set_error(KVE_EFORMAT, "tokenizer: %zu bytes, truncated in the field max_token_length",
                        size);
     int32_t max_len = get_i32(d);
     if (max_len <= 0)
-        return lm_fail(KVE_EFORMAT, "tokenizer: max_token_length %d must be positive", max_len);
+        return kve_set_error(KVE_EFORMAT, "tokenizer: max_token_length %d must be positive", max_len);
 
     /* First pass: validate every piece and count them and their bytes. */
     size_t n = 0, total = 0;
     int32_t longest = 0;
     for (size_t off = 4; off < size; n++) {
         if (n >= INT32_MAX)
-            return lm_fail(KVE_EFORMAT, "tokenizer: more than %d pieces", INT32_MAX);
+            return kve_set_error(KVE_EFORMAT, "tokenizer: more than %d pieces", INT32_MAX);
         if (size - off < 4)
-            return lm_fail(KVE_EFORMAT, "tokenizer: piece %zu truncated in the field score", n);
+            return kve_set_error(KVE_EFORMAT, "tokenizer: piece %zu truncated in the field score", n);
         float score;
         memcpy(&score, d + off, sizeof score);
         if (isnan(score))
-            return lm_fail(KVE_EFORMAT, "tokenizer: piece %zu has a NaN score", n);
+            return kve_set_error(KVE_EFORMAT, "tokenizer: piece %zu has a NaN score", n);
         if (size - off - 4 < 4)
-            return lm_fail(KVE_EFORMAT, "tokenizer: piece %zu truncated in the field len", n);
+            return kve_set_error(KVE_EFORMAT, "tokenizer: piece %zu truncated in the field len", n);
         int32_t len = get_i32(d + off + 4);
         if (len < 0 || len > max_len)
-            return lm_fail(KVE_EFORMAT,
+            return kve_set_error(KVE_EFORMAT,
                            "tokenizer: piece %zu: len %d outside [0, max_token_length %d]", n, len,
                            max_len);
         off += 8;
         if (size - off < (size_t)len)
-            return lm_fail(KVE_EFORMAT, "tokenizer: piece %zu truncated in its %d bytes", n, len);
+            return kve_set_error(KVE_EFORMAT, "tokenizer: piece %zu truncated in its %d bytes", n, len);
         if (memchr(d + off, 0, (size_t)len))
-            return lm_fail(KVE_EFORMAT, "tokenizer: piece %zu contains a NUL byte", n);
+            return kve_set_error(KVE_EFORMAT, "tokenizer: piece %zu contains a NUL byte", n);
         off += (size_t)len;
         total += (size_t)len;
         longest = len > longest ? len : longest;
     }
     if (n == 0)
-        return lm_fail(KVE_EFORMAT, "tokenizer: no pieces after max_token_length");
+        return kve_set_error(KVE_EFORMAT, "tokenizer: no pieces after max_token_length");
 
-    lm_tokenizer *t = lm_calloc(1, sizeof *t);
-    sort_item *items = lm_malloc(n * sizeof *items);
+    const kve_allocator *a = allocator;
+    lm_tokenizer *t = lm_calloc(a, 1, sizeof *t);
+    sort_item *items = lm_malloc(a, n * sizeof *items);
     if (t) {
-        t->piece = lm_malloc(n * sizeof *t->piece);
-        t->len = lm_malloc(n * sizeof *t->len);
-        t->score = lm_malloc(n * sizeof *t->score);
-        t->sorted = lm_malloc(n * sizeof *t->sorted);
-        t->bytes = lm_malloc(total);
+        if (a)
+            t->alloc = *a;
+        t->piece = lm_malloc(a, n * sizeof *t->piece);
+        t->len = lm_malloc(a, n * sizeof *t->len);
+        t->score = lm_malloc(a, n * sizeof *t->score);
+        t->sorted = lm_malloc(a, n * sizeof *t->sorted);
+        t->bytes = lm_malloc(a, total);
     }
     if (!t || !items || !t->piece || !t->len || !t->score || !t->sorted || !t->bytes) {
         lm_tokenizer_free(t);
-        lm_free(items);
-        return lm_fail(KVE_ENOMEM, "tokenizer: out of memory for %zu pieces", n);
+        lm_free(a, items);
+        return kve_set_error(KVE_ENOMEM, "tokenizer: out of memory for %zu pieces", n);
     }
     t->n_pieces = (int32_t)n;
     t->max_token_length = max_len;
@@ -139,24 +144,24 @@ kve_status lm_tokenizer_from_memory(const void *data, size_t size, lm_tokenizer 
     qsort(items, n, sizeof *items, cmp_items);
     for (size_t i = 0; i < n; i++)
         t->sorted[i] = items[i].id;
-    lm_free(items);
+    lm_free(a, items);
     for (int b = 0; b < 256; b++)
         t->byte_pieces[b] = (unsigned char)b;
     *out = t;
     return KVE_OK;
 }
 
-kve_status lm_tokenizer_open(const char *path, lm_tokenizer **out)
+kve_status lm_tokenizer_open(const char *path, const kve_allocator *allocator, lm_tokenizer **out)
 {
     if (!path || !out)
-        return lm_fail(KVE_EINVAL, "tokenizer: NULL argument");
+        return kve_set_error(KVE_EINVAL, "tokenizer: NULL argument");
     char *buf;
     size_t size;
-    kve_status st = lm_read_file(path, &buf, &size);
+    kve_status st = lm_read_file(allocator, path, &buf, &size);
     if (st != KVE_OK)
         return st;
-    st = lm_tokenizer_from_memory(buf, size, out);
-    lm_free(buf);
+    st = lm_tokenizer_from_memory(buf, size, allocator, out);
+    lm_free(allocator, buf);
     return st;
 }
 
@@ -301,7 +306,7 @@ static kve_status push_token(encoder *e, int32_t id, unsigned byte)
     if (id < 0) {
         id = (int32_t)byte + 3;
         if (id >= e->t->n_pieces)
-            return lm_fail(KVE_EFORMAT,
+            return kve_set_error(KVE_EFORMAT,
                            "tokenizer: byte 0x%02X has no piece (byte fallback needs 259 pieces, "
                            "there are %d)",
                            byte, e->t->n_pieces);
@@ -368,22 +373,22 @@ kve_status lm_encode(const lm_tokenizer *t, const char *text, size_t len, int32_
                      size_t cap, size_t *n)
 {
     if (!t || (!text && len) || (!tokens && cap) || !n)
-        return lm_fail(KVE_EINVAL, "encode: NULL argument");
+        return kve_set_error(KVE_EINVAL, "encode: NULL argument");
     size_t most = len + 1; /* the dummy prefix, then at most one token a byte */
     if (most > SIZE_MAX / 64)
-        return lm_fail(KVE_ENOMEM, "encode: text of %zu bytes is too long", len);
+        return kve_set_error(KVE_ENOMEM, "encode: text of %zu bytes is too long", len);
     encoder e = {.t = t};
-    e.id = lm_malloc(most * sizeof *e.id);
-    e.next = lm_malloc(most * sizeof *e.next);
-    e.prev = lm_malloc(most * sizeof *e.prev);
-    e.ver = lm_calloc(most, sizeof *e.ver);
-    e.dead = lm_calloc(most, 1);
+    e.id = lm_malloc(&t->alloc, most * sizeof *e.id);
+    e.next = lm_malloc(&t->alloc, most * sizeof *e.next);
+    e.prev = lm_malloc(&t->alloc, most * sizeof *e.prev);
+    e.ver = lm_calloc(&t->alloc, most, sizeof *e.ver);
+    e.dead = lm_calloc(&t->alloc, most, 1);
     /* Each merge pushes at most two candidates: n - 1 + 2 (n - 1) in all. */
-    e.heap = lm_malloc(3 * most * sizeof *e.heap);
-    e.buf = lm_malloc(2 * (size_t)t->longest);
+    e.heap = lm_malloc(&t->alloc, 3 * most * sizeof *e.heap);
+    e.buf = lm_malloc(&t->alloc, 2 * (size_t)t->longest);
     kve_status st;
     if (!e.id || !e.next || !e.prev || !e.ver || !e.dead || !e.heap || !e.buf)
-        st = lm_fail(KVE_ENOMEM, "encode: out of memory for %zu bytes of text", len);
+        st = kve_set_error(KVE_ENOMEM, "encode: out of memory for %zu bytes of text", len);
     else
         st = encode_into(&e, text, len);
     size_t count = 0;
@@ -391,7 +396,7 @@ kve_status lm_encode(const lm_tokenizer *t, const char *text, size_t len, int32_
         for (size_t i = e.n ? 0 : SIZE_MAX; i != SIZE_MAX; i = e.next[i])
             count++;
         if (count > cap)
-            st = lm_fail(KVE_ERANGE, "encode: %zu tokens do not fit in %zu", count, cap);
+            st = kve_set_error(KVE_ERANGE, "encode: %zu tokens do not fit in %zu", count, cap);
     }
     if (st == KVE_OK) {
         size_t i = 0; /* node 0 is never merged away: the list starts there */
@@ -399,12 +404,12 @@ kve_status lm_encode(const lm_tokenizer *t, const char *text, size_t len, int32_
             tokens[k] = e.id[i];
         *n = count;
     }
-    lm_free(e.id);
-    lm_free(e.next);
-    lm_free(e.prev);
-    lm_free(e.ver);
-    lm_free(e.dead);
-    lm_free(e.heap);
-    lm_free(e.buf);
+    lm_free(&t->alloc, e.id);
+    lm_free(&t->alloc, e.next);
+    lm_free(&t->alloc, e.prev);
+    lm_free(&t->alloc, e.ver);
+    lm_free(&t->alloc, e.dead);
+    lm_free(&t->alloc, e.heap);
+    lm_free(&t->alloc, e.buf);
     return st;
 }

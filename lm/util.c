@@ -1,95 +1,90 @@
 /*
- * util.c - the decoder library's error message, allocation hook and file reading.
+ * util.c - the decoder library's allocation and file reading.
  *
- * Invariants, as in the core library: the message is thread-local, always
- * NUL-terminated and one printable line; with the hook unarmed the
- * allocators are plain malloc/calloc/realloc, armed by lm_alloc_fail_after(k)
- * the first k allocations of this thread succeed and the rest return NULL.
+ * Allocation goes through the caller's kve_allocator (kvevict.h, "The
+ * allocator"), the C library's for NULL, exactly as the core's does: each
+ * block carries its size in a header (as aligned as malloc's blocks), so
+ * the decoder's many buffers, grown and freed in many places, go back to
+ * the allocator with exactly the size they were asked for. Errors are the
+ * core's: kve_set_error sets the thread's message, kve_last_error reads it.
  */
 #include "lm.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static _Thread_local char last_error[256];
-static _Thread_local size_t allowed = SIZE_MAX;
-static _Thread_local size_t made;
+/* The header of a block: its size, padded to the strictest alignment. */
+typedef union lm_block {
+    size_t bytes; /* the block, header included */
+    max_align_t align;
+} lm_block;
 
-const char *lm_last_error(void)
+/* One call of the allocator interface: a's, or the C library's. */
+static void *call(const kve_allocator *a, void *p, size_t old, size_t n)
 {
-    return last_error;
+    if (a && a->fn)
+        return a->fn(a->ud, p, old, n);
+    if (n == 0) {
+        free(p);
+        return NULL;
+    }
+    return realloc(p, n);
 }
 
-kve_status(lm_fail)(kve_status s, const char *fmt, ...) /* (name): not the analyser macro */
+void *lm_realloc(const kve_allocator *a, void *p, size_t n)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
-    va_end(ap);
-    for (char *c = last_error; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f)
-            *c = '?';
-    return s;
+    if (n > SIZE_MAX - sizeof(lm_block))
+        return NULL;
+    lm_block *b = p ? (lm_block *)p - 1 : NULL;
+    lm_block *q = call(a, b, b ? b->bytes : 0, sizeof(lm_block) + n);
+    if (!q)
+        return NULL;
+    q->bytes = sizeof(lm_block) + n;
+    return q + 1;
 }
 
-static int take_one(void)
+void *lm_malloc(const kve_allocator *a, size_t n)
 {
-    if (allowed == 0)
-        return 0;
-    if (allowed != SIZE_MAX)
-        allowed--;
-    made++;
-    return 1;
+    return lm_realloc(a, NULL, n);
 }
 
-size_t lm_alloc_fail_after(size_t k)
+void *lm_calloc(const kve_allocator *a, size_t count, size_t size)
 {
-    size_t n = made;
-    made = 0;
-    allowed = k;
-    return n;
+    if (size && count > SIZE_MAX / size)
+        return NULL;
+    void *p = lm_malloc(a, count * size);
+    if (p)
+        memset(p, 0, count * size);
+    return p;
 }
 
-void *lm_malloc(size_t n)
+void lm_free(const kve_allocator *a, void *p)
 {
-    return take_one() ? malloc(n ? n : 1) : NULL;
+    if (p) {
+        lm_block *b = (lm_block *)p - 1;
+        (void)call(a, b, b->bytes, 0);
+    }
 }
 
-void *lm_calloc(size_t count, size_t size)
-{
-    return take_one() ? calloc(count ? count : 1, size ? size : 1) : NULL;
-}
-
-void *lm_realloc(void *p, size_t n)
-{
-    return take_one() ? realloc(p, n ? n : 1) : NULL;
-}
-
-void lm_free(void *p)
-{
-    free(p);
-}
-
-kve_status lm_read_file(const char *path, char **data, size_t *size)
+kve_status lm_read_file(const kve_allocator *a, const char *path, char **data, size_t *size)
 {
     if (!path || !data || !size)
-        return lm_fail(KVE_EINVAL, "read: NULL argument");
+        return kve_set_error(KVE_EINVAL, "read: NULL argument");
     int is_stdin = strcmp(path, "-") == 0;
     FILE *f = is_stdin ? stdin : fopen(path, "rb");
     if (!f)
-        return lm_fail(KVE_EIO, "cannot open %s: %s", path, strerror(errno));
+        return kve_set_error(KVE_EIO, "cannot open %s: %s", path, strerror(errno));
     char *buf = NULL;
     size_t n = 0, cap = 0;
     kve_status st = KVE_OK;
     for (;;) {
         if (n + 1 >= cap) { /* room for the data and a NUL */
             size_t ncap = cap ? 2 * cap : 65536;
-            char *grown = ncap > cap ? lm_realloc(buf, ncap) : NULL;
+            char *grown = ncap > cap ? lm_realloc(a, buf, ncap) : NULL;
             if (!grown) {
-                st = lm_fail(KVE_ENOMEM, "out of memory reading %s", path);
+                st = kve_set_error(KVE_ENOMEM, "out of memory reading %s", path);
                 break;
             }
             buf = grown;
@@ -101,11 +96,11 @@ kve_status lm_read_file(const char *path, char **data, size_t *size)
             break;
     }
     if (st == KVE_OK && ferror(f))
-        st = lm_fail(KVE_EIO, "cannot read %s: %s", path, strerror(errno));
+        st = kve_set_error(KVE_EIO, "cannot read %s: %s", path, strerror(errno));
     if (!is_stdin)
         fclose(f);
     if (st != KVE_OK) {
-        lm_free(buf);
+        lm_free(a, buf);
         return st;
     }
     buf[n] = '\0';

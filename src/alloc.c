@@ -1,55 +1,61 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * alloc.c - the one place the library allocates.
+ * alloc.c - the one place the library allocates: every request goes to the
+ * kve_allocator of the object or call it is for (kvevict.h, "The
+ * allocator"), and the C library's when the caller gave none.
  *
- * Invariant: with the hook unarmed (the default) these are plain
- * malloc/calloc/realloc/free. Armed by kve__alloc_fail_after(k), the first k
- * allocations of this thread succeed and every later one returns NULL, which
- * lets a test walk a failure through every allocation of a constructor.
- * The counters are thread-local, so tests may arm the hook in one thread
- * while others run normally.
+ * Invariants: a request is never for 0 bytes (0 becomes 1, on the way in
+ * and on the way out, so the size a block is freed with is the size it was
+ * asked for); a release never passes NULL; no state is kept here, so
+ * threads allocate through distinct objects without any locking.
  */
 #include "internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-static _Thread_local size_t allowed = SIZE_MAX; /* allocations left before failing */
-static _Thread_local size_t made;               /* allocations since the last arming */
-
-static bool take_one(void)
+/* The C library's allocator in lua_Alloc's shape (Lua's l_alloc). */
+static void *libc_alloc(void *ud, void *ptr, size_t old_size, size_t new_size)
 {
-    if (allowed == 0)
-        return false;
-    if (allowed != SIZE_MAX)
-        allowed--;
-    made++;
-    return true;
+    (void)ud;
+    (void)old_size;
+    if (new_size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    return realloc(ptr, new_size);
 }
 
-size_t kve__alloc_fail_after(size_t k)
+kve_allocator kve__allocator(const kve_allocator *a)
 {
-    size_t n = made;
-    made = 0;
-    allowed = k;
-    return n;
+    if (a && a->fn)
+        return *a;
+    kve_allocator c = {libc_alloc, NULL};
+    return c;
 }
 
-void *kve__malloc(size_t n)
+void *kve__alloc(const kve_allocator *a, size_t n)
 {
-    return take_one() ? malloc(n ? n : 1) : NULL;
+    return a->fn(a->ud, NULL, 0, n ? n : 1);
 }
 
-void *kve__calloc(size_t count, size_t size)
+void *kve__alloc_zero(const kve_allocator *a, size_t n)
 {
-    return take_one() ? calloc(count ? count : 1, size ? size : 1) : NULL;
+    void *p = kve__alloc(a, n);
+    if (p)
+        memset(p, 0, n ? n : 1);
+    return p;
 }
 
-void *kve__realloc(void *ptr, size_t n)
+void *kve__alloc_array(const kve_allocator *a, size_t count, size_t size)
 {
-    return take_one() ? realloc(ptr, n ? n : 1) : NULL;
+    if (size && count > SIZE_MAX / size)
+        return NULL;
+    return kve__alloc(a, count * size);
 }
 
-void kve__free(void *ptr)
+void kve__dealloc(const kve_allocator *a, void *p, size_t n)
 {
-    free(ptr);
+    if (p)
+        (void)a->fn(a->ud, p, n ? n : 1, 0);
 }

@@ -143,7 +143,7 @@ static kve_status check_shape(size_t d, size_t ld, float scale)
     return KVE_OK;
 }
 
-kve_status kve_attn_row(const float *q, const float *keys, size_t n, size_t d, size_t ld,
+kve_status kve_attn_row(const float *q, size_t d, const float *keys, size_t ld, size_t n,
                         float scale, float *out)
 {
     kve_status st = check_shape(d, ld, scale);
@@ -159,8 +159,8 @@ kve_status kve_attn_row(const float *q, const float *keys, size_t n, size_t d, s
     return KVE_OK;
 }
 
-kve_status kve_bank_attn_rows(const kve_bank *b, size_t first, size_t count, size_t group,
-                              const float *q, size_t d, const float *keys, size_t ld_key,
+kve_status kve_bank_attn_rows(const kve_bank *b, size_t first, size_t count, const float *q,
+                              size_t d, size_t group, const float *keys, size_t ld_key,
                               size_t ld_head, float scale, float *out, size_t ld_out)
 {
     if (!b)

@@ -36,19 +36,27 @@ size_t kve__block_layout(const kve_config *c, size_t cap, size_t off[KVE_NCOLS])
     return total;
 }
 
+size_t kve__block_bytes(const kve_config *c, size_t cap)
+{
+    size_t off[KVE_NCOLS];
+    return kve__block_layout(c, cap, off);
+}
+
 static void free_slabs(kve_bank *b)
 {
     for (int k = 0; k < KVE_NCOLS; k++) {
-        kve__free(b->slab[k]);
+        kve__dealloc(&b->alloc, b->slab[k], b->n_heads * b->cfg.cap0 * b->cfg.elem[k]);
         b->slab[k] = NULL;
     }
 }
 
-kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_head *heads,
-                          const kve_bank_options *opt, kve_group *groups, kve_rng *rng)
+kve_status kve__bank_init(kve_bank *b, const kve_config *c, const kve_allocator *alloc,
+                          size_t n_heads, kve_head *heads, const kve_bank_options *opt,
+                          kve_group *groups, kve_rng *rng)
 {
     memset(b, 0, sizeof *b);
     b->cfg = *c;
+    b->alloc = *alloc;
     b->n_heads = n_heads;
     b->heads = heads;
     if (opt && opt->share) {
@@ -70,14 +78,16 @@ kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_
         if (!c->elem[k])
             continue;
         size_t slots = n_heads * cap;
-        b->slab[k] = k == KVE_COL_MARK ? kve__calloc(slots, c->elem[k])
-                                        : kve__malloc(slots * c->elem[k]);
+        b->slab[k] = k == KVE_COL_MARK ? kve__alloc_zero(&b->alloc, slots * c->elem[k])
+                                        : kve__alloc(&b->alloc, slots * c->elem[k]);
         ok = b->slab[k] != NULL;
     }
     if (ok && c->aux_bytes)
-        ok = (b->aux = kve__calloc(n_heads, c->aux_bytes)) != NULL;
+        ok = (b->aux = kve__alloc_zero(&b->alloc, n_heads * c->aux_bytes)) != NULL;
     if (!ok) {
         free_slabs(b);
+        kve__dealloc(&b->alloc, b->aux, n_heads * c->aux_bytes);
+        b->aux = NULL;
         return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu heads of %zu slots",
                          c->type->name, n_heads, cap);
     }
@@ -109,11 +119,14 @@ kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_
 void kve__bank_release(kve_bank *b)
 {
     for (size_t h = 0; h < b->n_heads; h++)
-        kve__free(b->heads[h].block);
+        if (b->heads[h].block)
+            kve__dealloc(&b->alloc, b->heads[h].block, kve__block_bytes(&b->cfg, b->heads[h].cap));
     for (size_t g = 0; b->share && g < b->n_heads / b->share; g++)
-        kve__free(b->groups[g].block);
+        if (b->groups[g].block)
+            kve__dealloc(&b->alloc, b->groups[g].block,
+                         kve__block_bytes(&b->cfg, b->groups[g].cap));
     free_slabs(b);
-    kve__free(b->aux);
+    kve__dealloc(&b->alloc, b->aux, b->n_heads * b->cfg.aux_bytes);
 }
 
 void kve__bank_leave_slabs(kve_bank *b, size_t n)
@@ -127,11 +140,10 @@ static kve_status alloc_growth(const kve_bank *b, size_t head)
 {
     const kve_config *c = &b->cfg;
     kve_head *h = &b->heads[head];
-    size_t off[KVE_NCOLS];
     if (h->cap > SIZE_MAX / KVE_BLOCK_ALIGN / 2 ||
         h->cap * 2 > (SIZE_MAX - (size_t)KVE_NCOLS * KVE_BLOCK_ALIGN) / c->slot_bytes)
         return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu positions", c->type->name, h->cap * 2);
-    h->spare = kve__malloc(kve__block_layout(c, h->cap * 2, off));
+    h->spare = kve__alloc(&b->alloc, kve__block_bytes(c, h->cap * 2));
     if (!h->spare)
         return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu slots", c->type->name, h->cap * 2);
     return KVE_OK;
@@ -157,7 +169,7 @@ static void commit_growth(kve_bank *b, kve_head *h)
         h->col[k] = dst;
     }
     if (h->block)
-        kve__free(h->block);
+        kve__dealloc(&b->alloc, h->block, kve__block_bytes(c, h->cap));
     else
         kve__bank_leave_slabs(b, 1);
     h->block = block;
@@ -319,8 +331,10 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
             kve_status st = alloc_growth(b, first + j);
             if (st != KVE_OK) {
                 for (size_t k = 0; k < j; k++) {
-                    kve__free(b->heads[first + k].spare);
-                    b->heads[first + k].spare = NULL;
+                    kve_head *g = &b->heads[first + k];
+                    if (g->spare)
+                        kve__dealloc(&b->alloc, g->spare, kve__block_bytes(c, g->cap * 2));
+                    g->spare = NULL;
                 }
                 return st;
             }
@@ -393,7 +407,7 @@ typedef struct bank_alloc {
 
 kve_bank_options kve_bank_default_options(void)
 {
-    kve_bank_options o = {.key_dim = 0, .share = 0, .min_share = 0.2};
+    kve_bank_options o = {.allocator = NULL, .key_dim = 0, .share = 0, .min_share = 0.2};
     return o;
 }
 
@@ -423,6 +437,7 @@ kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
     kve_bank_options o = options ? *options : kve_bank_default_options();
     kve_policy_options po = kve_policy_default_options();
     po.key_dim = o.key_dim;
+    const kve_allocator alloc = kve__allocator(o.allocator);
     kve_config c;
     kve_status st = kve__config_new(spec, rng, &po, out, &c);
     if (st != KVE_OK)
@@ -434,16 +449,18 @@ kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
     size_t n_groups = o.share ? n_heads / o.share : 0;
     if (n_heads > (SIZE_MAX - sizeof(bank_alloc)) / (sizeof(kve_head) + sizeof(kve_group)))
         return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu heads", c.type->name, n_heads);
-    bank_alloc *a =
-        kve__malloc(sizeof *a + n_heads * sizeof(kve_head) + n_groups * sizeof(kve_group));
+    const size_t bytes = sizeof(bank_alloc) + n_heads * sizeof(kve_head) +
+                         n_groups * sizeof(kve_group);
+    bank_alloc *a = kve__alloc(&alloc, bytes);
     if (!a)
         return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu heads", c.type->name, n_heads);
     kve_group *groups = n_groups ? (kve_group *)(void *)(a->heads + n_heads) : NULL;
-    st = kve__bank_init(&a->bank, &c, n_heads, a->heads, &o, groups, rng);
+    st = kve__bank_init(&a->bank, &c, &alloc, n_heads, a->heads, &o, groups, rng);
     if (st != KVE_OK) {
-        kve__free(a);
+        kve__dealloc(&alloc, a, bytes);
         return st;
     }
+    a->bank.handle_bytes = bytes;
     *out = &a->bank;
     return KVE_OK;
 }
@@ -457,8 +474,10 @@ void kve_bank_free(kve_bank *b)
 {
     if (!b)
         return;
+    const kve_allocator alloc = b->alloc;
+    const size_t bytes = b->handle_bytes;
     kve__bank_release(b);
-    kve__free(b); /* the bank is the first member of its bank_alloc */
+    kve__dealloc(&alloc, b, bytes); /* the bank is the first member of its bank_alloc */
 }
 
 size_t kve_bank_heads(const kve_bank *b)
@@ -500,9 +519,9 @@ size_t kve_bank_budget(const kve_bank *b)
     return b ? b->cfg.params.budget : 0;
 }
 
-unsigned kve_bank_reads(const kve_bank *b)
+kve_reads kve_bank_reads(const kve_bank *b)
 {
-    return b ? kve__type_reads(b->cfg.type) : 0;
+    return b ? kve__type_reads(b->cfg.type) : KVE_READS_NOTHING;
 }
 
 size_t kve_bank_key_dim(const kve_bank *b)
@@ -525,9 +544,9 @@ static kve_status check_range(const kve_bank *b, size_t first, size_t count)
     return KVE_OK;
 }
 
-kve_status kve_bank_step_keys(kve_bank *b, size_t first, size_t count, int32_t pos,
-                              const float *attn, size_t ld, size_t group, kve_reduce reduce,
-                              const float *keys, size_t ld_keys)
+kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t pos,
+                               const float *attn, size_t ld, size_t group, kve_reduce reduce,
+                               const float *keys, size_t ld_keys)
 {
     kve_status st = check_range(b, first, count);
     if (st != KVE_OK)
@@ -546,21 +565,10 @@ kve_status kve_bank_step_keys(kve_bank *b, size_t first, size_t count, int32_t p
     return kve__bank_step(b, first, count, pos, attn, ld, group, reduce, keys, ld_keys);
 }
 
-kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t pos,
-                               const float *attn, size_t ld, size_t group, kve_reduce reduce)
-{
-    return kve_bank_step_keys(b, first, count, pos, attn, ld, group, reduce, NULL, 0);
-}
-
 kve_status kve_bank_step(kve_bank *b, int32_t pos, const float *attn, size_t ld)
 {
-    return kve_bank_step_range(b, 0, b ? b->n_heads : 0, pos, attn, ld, 1, KVE_REDUCE_MEAN);
-}
-
-kve_status kve_bank_step_grouped(kve_bank *b, int32_t pos, const float *attn, size_t ld,
-                                 size_t group, kve_reduce reduce)
-{
-    return kve_bank_step_range(b, 0, b ? b->n_heads : 0, pos, attn, ld, group, reduce);
+    return kve_bank_step_range(b, 0, b ? b->n_heads : 0, pos, attn, ld, 1, KVE_REDUCE_MEAN,
+                               NULL, 0);
 }
 
 kve_status kve_bank_evict_range(kve_bank *b, size_t first, size_t count, size_t budget,

@@ -19,16 +19,17 @@
 
 #include <math.h>
 
-kve_schedule kve_schedule_default(void)
+kve_schedule_options kve_schedule_default_options(void)
 {
-    kve_schedule s = {.kind = KVE_SCHEDULE_UNIFORM, .floor = 0, .beta = 20.0, .weights = NULL};
+    kve_schedule_options s = {.kind = KVE_SCHEDULE_UNIFORM, .floor = 0, .beta = 20.0,
+                              .weights = NULL};
     return s;
 }
 
 /* w_l of the schedule (checked). PyramidKV: the top layer's part above the
  * floor is the mean part / beta, the bottom layer's twice the mean minus
  * that, the layers between on the straight line; the weights average 1. */
-static double weight(const kve_schedule *s, size_t l, size_t L)
+static double weight(const kve_schedule_options *s, size_t l, size_t L)
 {
     switch (s->kind) {
     case KVE_SCHEDULE_PYRAMID: {
@@ -42,10 +43,13 @@ static double weight(const kve_schedule *s, size_t l, size_t L)
     }
 }
 
-kve_status kve_layer_budgets(const kve_schedule *s, size_t total, size_t n_layers, size_t *out)
+kve_status kve_layer_budgets(size_t total, size_t n_layers, const kve_schedule_options *options,
+                             size_t *out)
 {
-    if (!s || !out)
-        return kve__fail(KVE_EINVAL, "layer budgets: %s is NULL", s ? "out" : "schedule");
+    const kve_schedule_options defaults = kve_schedule_default_options();
+    const kve_schedule_options *s = options ? options : &defaults;
+    if (!out)
+        return kve__fail(KVE_EINVAL, "layer budgets: out is NULL");
     if (n_layers == 0)
         return kve__fail(KVE_EINVAL, "layer budgets: n_layers is 0");
     if (s->kind != KVE_SCHEDULE_UNIFORM && s->kind != KVE_SCHEDULE_PYRAMID &&

@@ -104,11 +104,11 @@ kve_status kve__config_new(const char *spec, const kve_rng *rng,
 
 kve_policy_options kve_policy_default_options(void)
 {
-    kve_policy_options o = {.key_dim = 0};
+    kve_policy_options o = {.allocator = NULL, .key_dim = 0};
     return o;
 }
 
-unsigned kve__type_reads(const kve_policy_type *t)
+kve_reads kve__type_reads(const kve_policy_type *t)
 {
     if (t->flags & KVE_TYPE_READS_KEYS)
         return KVE_READS_KEYS;

@@ -118,19 +118,22 @@ kve_status kve__groups_prepare(kve_bank *b, size_t g0, size_t n)
         g->relayout = full && need <= g->cap;
         if (!full || g->relayout)
             continue;
-        size_t cap = 2 * g->cap > need ? 2 * g->cap : need, off[KVE_NCOLS];
-        if (g->cap > SIZE_MAX / KVE_BLOCK_ALIGN / 2 || (g->spare = kve__malloc(kve__block_layout(
-                                                            c, cap, off))) == NULL) {
+        size_t cap = 2 * g->cap > need ? 2 * g->cap : need;
+        if (g->cap > SIZE_MAX / KVE_BLOCK_ALIGN / 2 ||
+            (g->spare = kve__alloc(&b->alloc, kve__block_bytes(c, cap))) == NULL) {
             for (size_t k = g0; k < gi; k++) {
-                kve__free(b->groups[k].spare);
-                b->groups[k].spare = NULL;
-                b->groups[k].relayout = false;
+                kve_group *f = &b->groups[k];
+                if (f->spare)
+                    kve__dealloc(&b->alloc, f->spare, kve__block_bytes(c, f->spare_cap));
+                f->spare = NULL;
+                f->relayout = false;
             }
             g->relayout = false;
             return kve__head_fail(b, KVE_ENOMEM, gi * b->share,
                                   "out of memory for a group of %zu heads holding %zu slots",
                                   b->share, cap);
         }
+        g->spare_cap = cap;
     }
     return KVE_OK;
 }
@@ -146,10 +149,7 @@ void kve__groups_commit(kve_bank *b, size_t g0, size_t n)
         }
         if (!g->spare)
             continue;
-        size_t need = 0, off[KVE_NCOLS];
-        for (size_t j = 0; j < b->share; j++)
-            need += group_heads(b, gi)[j].size + 1;
-        size_t cap = 2 * g->cap > need ? 2 * g->cap : need;
+        size_t cap = g->spare_cap, off[KVE_NCOLS];
         kve__block_layout(c, cap, off);
         void *dst[KVE_NCOLS];
         for (int k = 0; k < KVE_NCOLS; k++)
@@ -158,7 +158,7 @@ void kve__groups_commit(kve_bank *b, size_t g0, size_t n)
         if (c->elem[KVE_COL_MARK])
             memset(dst[KVE_COL_MARK], 0, cap * c->elem[KVE_COL_MARK]);
         if (g->block)
-            kve__free(g->block);
+            kve__dealloc(&b->alloc, g->block, kve__block_bytes(c, g->cap));
         else
             kve__bank_leave_slabs(b, b->share);
         g->block = g->spare;

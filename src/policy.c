@@ -20,15 +20,17 @@ kve_status kve_policy_new_ex(const char *spec, kve_rng *rng, const kve_policy_op
     kve_status st = kve__config_new(spec, rng, options, out, &c);
     if (st != KVE_OK)
         return st;
-    kve_policy *p = kve__malloc(sizeof *p);
+    const kve_allocator alloc = kve__allocator(options ? options->allocator : NULL);
+    kve_policy *p = kve__alloc(&alloc, sizeof *p);
     if (!p)
         return kve__fail(KVE_ENOMEM, "%s: out of memory for the handle", c.type->name);
-    st = kve__bank_init(&p->bank, &c, 1, &p->head, NULL, NULL, rng);
+    st = kve__bank_init(&p->bank, &c, &alloc, 1, &p->head, NULL, NULL, rng);
     if (st != KVE_OK) {
-        kve__free(p);
+        kve__dealloc(&alloc, p, sizeof *p);
         return st;
     }
     p->bank.is_policy = true;
+    p->bank.handle_bytes = sizeof *p;
     *out = p;
     return KVE_OK;
 }
@@ -42,8 +44,9 @@ void kve_policy_free(kve_policy *p)
 {
     if (!p)
         return;
+    const kve_allocator alloc = p->bank.alloc;
     kve__bank_release(&p->bank);
-    kve__free(p);
+    kve__dealloc(&alloc, p, sizeof *p);
 }
 
 kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float *attn, size_t n,
@@ -98,7 +101,7 @@ size_t kve_policy_budget(const kve_policy *p)
     return p ? p->bank.cfg.params.budget : 0;
 }
 
-unsigned kve_policy_reads(const kve_policy *p)
+kve_reads kve_policy_reads(const kve_policy *p)
 {
     return kve_bank_reads(p ? &p->bank : NULL);
 }

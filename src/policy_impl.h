@@ -136,11 +136,14 @@ typedef struct kve_group {
     size_t cap;            /* slots per column, all the group's heads together */
     void *block;           /* the private block after growth; NULL: the slabs */
     void *spare;           /* a block allocated for growth, not yet committed */
+    size_t spare_cap;      /* ... of this many slots */
     bool relayout;         /* set by a step's checks: some head is full, room is left */
 } kve_group;
 
 struct kve_bank {
     kve_config cfg;
+    kve_allocator alloc;      /* every byte of the bank: the constructor's, copied */
+    size_t handle_bytes;      /* the allocation holding the bank, its heads and groups */
     size_t n_heads;
     bool is_policy;           /* a kve_policy: messages do not name the head */
     void *slab[KVE_NCOLS];    /* (H, S0) slots per column, NULL once every head left */
@@ -168,7 +171,7 @@ enum {
 };
 
 /* KVE_READS_* of a type (kvevict.h). */
-unsigned kve__type_reads(const kve_policy_type *t);
+kve_reads kve__type_reads(const kve_policy_type *t);
 
 struct kve_policy_type {
     const char *name;
@@ -266,10 +269,13 @@ kve_status kve__config_new(const char *spec, const kve_rng *rng,
 /* Banks (bank.c). kve__bank_init builds b (already allocated, with `heads`
  * storage for n_heads, and `groups` for n_heads / share when opt->share)
  * from a parsed config and checked options (opt may be NULL: no sharing):
- * slabs, heads, groups, generators. On failure nothing is left allocated
- * and rng is not advanced. */
-kve_status kve__bank_init(kve_bank *b, const kve_config *c, size_t n_heads, kve_head *heads,
-                          const kve_bank_options *opt, kve_group *groups, kve_rng *rng);
+ * the allocator (a resolved copy, kve__allocator), slabs, heads, groups,
+ * generators. On failure nothing is left allocated and rng is not
+ * advanced. kve__bank_release frees what init and growth allocated (not the
+ * handle). */
+kve_status kve__bank_init(kve_bank *b, const kve_config *c, const kve_allocator *alloc,
+                          size_t n_heads, kve_head *heads, const kve_bank_options *opt,
+                          kve_group *groups, kve_rng *rng);
 void kve__bank_release(kve_bank *b);
 /* n more heads have left the slabs; the last to leave frees them. */
 void kve__bank_leave_slabs(kve_bank *b, size_t n);
@@ -278,6 +284,8 @@ enum { KVE_BLOCK_ALIGN = 64 }; /* columns of a private block start on cache line
 /* Byte offsets of each column in a private block of `cap` slots; returns the
  * block's size. cap is at most SIZE_MAX / 64 (checked by the callers). */
 size_t kve__block_layout(const kve_config *c, size_t cap, size_t off[KVE_NCOLS]);
+/* The size of that block: what it is allocated and freed with. */
+size_t kve__block_bytes(const kve_config *c, size_t cap);
 
 /* Fails with "NAME: head H: message" ("NAME: message" for a policy). Out of
  * line and cold, so the checks of the decode path stay small. */
@@ -340,17 +348,9 @@ size_t kve__sliding_evict(const kve_config *c, kve_head *h, size_t n_evict, int3
 /* Removes the n_evict oldest positions after the first `pinned` slots. */
 void kve__sliding_remove(kve_head *h, size_t pinned, size_t n_evict, int32_t *victims);
 
-/* Policy tables, one per file under policies/. */
-extern const kve_policy_type kve__full_type;
-extern const kve_policy_type kve__window_type;
-extern const kve_policy_type kve__streaming_type;
-extern const kve_policy_type kve__random_type;
-extern const kve_policy_type kve__h2o_type;
-extern const kve_policy_type kve__scissorhands_type;
-extern const kve_policy_type kve__tova_type;
-extern const kve_policy_type kve__h2o_decay_type;
-extern const kve_policy_type kve__h2o_mean_type;
-extern const kve_policy_type kve__knorm_type;
-extern const kve_policy_type kve__keydiff_type;
+/* Policy tables, one per file under policies/, declared from the list. */
+#define KVE_POLICY(name) extern const kve_policy_type kve__##name##_type;
+#include "policies/list.h"
+#undef KVE_POLICY
 
 #endif /* KVE_POLICY_IMPL_H */

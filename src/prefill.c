@@ -24,35 +24,34 @@
  * checked before any head changes; a head is written only when the whole
  * call has succeeded but for its own installation, which cannot fail. The
  * scratch (n doubles, n bytes and B - protect heap entries for the bank) is
- * one allocation, freed before returning.
+ * one allocation from the call's allocator (the options', else the bank's
+ * or the C library's), freed before returning.
  * Cost: O(R r n) to read the rows, O(n k) to pool, O(n log B) to select.
  */
 #include "policy_impl.h"
 
 #include <float.h>
+#include <stdio.h>
 #include <string.h>
 
-kve_prefill_params kve_prefill_default_params(kve_prefill_method method)
+kve_prefill_options kve_prefill_default_options(void)
 {
-    kve_prefill_params p = {.method = method, .window = 32, .kernel = 5, .pool = KVE_POOL_MAX};
-    return p;
+    kve_prefill_options o = {.method = KVE_PREFILL_H2O, .window = 32, .kernel = 5,
+                             .pool = KVE_POOL_MAX, .allocator = NULL};
+    return o;
 }
 
-size_t kve_prefill_rows(const kve_prefill_params *params, size_t n)
+size_t kve_prefill_rows(size_t n, const kve_prefill_options *options)
 {
-    if (!params)
-        return 0;
-    if (params->method == KVE_PREFILL_SNAPKV)
-        return params->window < n ? params->window : n;
+    if (options && options->method == KVE_PREFILL_SNAPKV)
+        return options->window < n ? options->window : n;
     return n;
 }
 
-/* The checks every entry point shares; `what` prefixes the messages. */
-static kve_status check_params(const kve_prefill_params *p, size_t n, size_t ld, size_t group,
+/* The checks every entry point shares. */
+static kve_status check_params(const kve_prefill_options *p, size_t n, size_t ld, size_t group,
                                kve_reduce reduce)
 {
-    if (!p)
-        return kve__fail(KVE_EINVAL, "prefill: params is NULL");
     if (p->method != KVE_PREFILL_H2O && p->method != KVE_PREFILL_SNAPKV)
         return kve__fail(KVE_EINVAL, "prefill: method %d is not a kve_prefill_method",
                          (int)p->method);
@@ -73,7 +72,7 @@ static kve_status check_params(const kve_prefill_params *p, size_t n, size_t ld,
         return kve__fail(KVE_EINVAL, "prefill: group must be at least 1");
     if (reduce != KVE_REDUCE_MEAN && reduce != KVE_REDUCE_SUM && reduce != KVE_REDUCE_MAX)
         return kve__fail(KVE_EINVAL, "prefill: reduce %d is not a kve_reduce", (int)reduce);
-    size_t r = kve_prefill_rows(p, n);
+    size_t r = kve_prefill_rows(n, p);
     if (group > SIZE_MAX / r || ld > SIZE_MAX / sizeof(float) / (group * r))
         return kve__fail(KVE_EINVAL, "prefill: %zu rows of ld %zu overflow the address space",
                          group * r, ld);
@@ -129,10 +128,10 @@ static float reduced(const float *rows, size_t r, size_t ld, size_t group, kve_r
 }
 
 /* col (n) and score (n) of one KV head's validated rows. */
-static void head_scores(const kve_prefill_params *p, size_t n, const float *rows, size_t ld,
+static void head_scores(const kve_prefill_options *p, size_t n, const float *rows, size_t ld,
                         size_t group, kve_reduce reduce, double *col, double *score)
 {
-    const size_t r = kve_prefill_rows(p, n);
+    const size_t r = kve_prefill_rows(n, p);
     for (size_t i = 0; i < n; i++)
         col[i] = 0.0;
     for (size_t j = 0; j < r; j++) {
@@ -156,21 +155,24 @@ static void head_scores(const kve_prefill_params *p, size_t n, const float *rows
         score[i] = col[i];
 }
 
-kve_status kve_prefill_scores(const kve_prefill_params *params, size_t n, const float *rows,
-                              size_t ld, size_t group, kve_reduce reduce, double *scores)
+kve_status kve_prefill_scores(size_t n, const float *rows, size_t ld, size_t group,
+                              kve_reduce reduce, const kve_prefill_options *options,
+                              double *scores)
 {
-    kve_status st = check_params(params, n, ld, group, reduce);
+    const kve_prefill_options o = options ? *options : kve_prefill_default_options();
+    kve_status st = check_params(&o, n, ld, group, reduce);
     if (st != KVE_OK)
         return st;
     if (!rows || !scores)
         return kve__fail(KVE_EINVAL, "prefill: %s is NULL", !rows ? "rows" : "scores");
-    if ((st = check_rows(rows, n, kve_prefill_rows(params, n), ld, group, reduce, "")) != KVE_OK)
+    if ((st = check_rows(rows, n, kve_prefill_rows(n, &o), ld, group, reduce, "")) != KVE_OK)
         return st;
-    double *col = kve__malloc(n * sizeof *col);
+    const kve_allocator alloc = kve__allocator(o.allocator);
+    double *col = kve__alloc(&alloc, n * sizeof *col);
     if (!col)
         return kve__fail(KVE_ENOMEM, "prefill: out of memory for %zu column sums", n);
-    head_scores(params, n, rows, ld, group, reduce, col, scores);
-    kve__free(col);
+    head_scores(&o, n, rows, ld, group, reduce, col, scores);
+    kve__dealloc(&alloc, col, n * sizeof *col);
     return KVE_OK;
 }
 
@@ -212,12 +214,14 @@ static void install(const kve_config *c, kve_head *h, const unsigned char *keep,
     h->best = KVE_NONE;
 }
 
-kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count,
-                            const kve_prefill_params *params, size_t n, const float *rows,
-                            size_t ld, size_t group, kve_reduce reduce, size_t budget)
+kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count, size_t n, size_t budget,
+                            const float *rows, size_t ld, size_t group, kve_reduce reduce,
+                            const kve_prefill_options *options)
 {
     if (!b)
         return kve__fail(KVE_EINVAL, "bank is NULL");
+    const kve_prefill_options o = options ? *options : kve_prefill_default_options();
+    const kve_prefill_options *params = &o;
     const kve_config *c = &b->cfg;
     const char *name = c->type->name;
     if (first > b->n_heads || count > b->n_heads - first)
@@ -234,7 +238,7 @@ kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count,
                                "evicted once instead"
                              : "evict this one instead");
     const size_t rw = c->params.recent_window;
-    const size_t r = kve_prefill_rows(params, n);
+    const size_t r = kve_prefill_rows(n, params);
     const size_t protect = params->method == KVE_PREFILL_SNAPKV ? params->window : rw;
     if (budget == 0 || budget > c->params.budget)
         return kve__fail(KVE_EINVAL, "%s: prefill budget %zu is not in 1 .. %zu (the bank's "
@@ -263,7 +267,8 @@ kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count,
         return KVE_OK;
     const size_t want = n <= budget ? 0 : budget - protect;
     size_t bytes = 2 * n * sizeof(double) + n + (want + 1) * sizeof(kve__top_entry);
-    char *scratch = kve__malloc(bytes);
+    const kve_allocator alloc = o.allocator ? kve__allocator(o.allocator) : b->alloc;
+    char *scratch = kve__alloc(&alloc, bytes);
     if (!scratch)
         return kve__fail(KVE_ENOMEM, "%s: prefill: out of memory for the scores of %zu "
                          "positions", name, n);
@@ -282,6 +287,6 @@ kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count,
         }
         install(c, h, keep, n, col);
     }
-    kve__free(scratch);
+    kve__dealloc(&alloc, scratch, bytes);
     return KVE_OK;
 }

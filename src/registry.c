@@ -1,19 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * registry.c - the fixed, ordered list of policies. The order is the order of
- * every table the tools print: ceiling first, then the policies that ignore
- * attention, then the attention-aware family, then the policies that read
- * keys.
+ * registry.c - the fixed, ordered list of policies: policies/list.h, one
+ * line a policy, expanded into the table below (its order is the order of
+ * every table the tools print).
  */
 #include "policy_impl.h"
 
 #include <string.h>
 
 static const kve_policy_type *const types[] = {
-    &kve__full_type,         &kve__window_type, &kve__streaming_type,
-    &kve__random_type,       &kve__h2o_type,    &kve__scissorhands_type,
-    &kve__tova_type,         &kve__h2o_decay_type, &kve__h2o_mean_type,
-    &kve__knorm_type,        &kve__keydiff_type,
+#define KVE_POLICY(name) &kve__##name##_type,
+#include "policies/list.h"
+#undef KVE_POLICY
 };
 
 enum { N_TYPES = sizeof types / sizeof types[0] };
@@ -41,7 +39,7 @@ const char *kve_policy_type_summary(size_t i)
     return i < N_TYPES ? types[i]->summary : NULL;
 }
 
-unsigned kve_policy_type_reads(size_t i)
+kve_reads kve_policy_type_reads(size_t i)
 {
-    return i < N_TYPES ? kve__type_reads(types[i]) : 0;
+    return i < N_TYPES ? kve__type_reads(types[i]) : KVE_READS_NOTHING;
 }

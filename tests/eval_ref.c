@@ -6,10 +6,11 @@
  * for bit.
  *
  *   eval_ref eval [KEY=VALUE...] TRACE HEAD SEED TOPK SPEC[@BUDGET]...
- *       kve_eval_ex on head HEAD of TRACE (a source text): one JSON line per
- *       job with every field of kve_eval_result (%.17g reads back exactly;
- *       NaN as null), and "per_head", each head's. KEYs set the options:
- *       heads, share, min_share, score_after (defaults: the library's).
+ *       kve_eval on heads HEAD .. HEAD + heads - 1 of TRACE (a source text):
+ *       one JSON line per job with every field of kve_eval_result (%.17g
+ *       reads back exactly; NaN as null), and "per_head", each head's. KEYs
+ *       set the head count (heads, default 1) and the options share,
+ *       min_share, score_after (defaults: the library's).
  *   eval_ref bank SPEC HEADS GROUP REDUCE SEED STEPS BUDGET
  *       a bank of HEADS heads stepped with grouped attention from a kve_rng
  *       seeded SEED (weights kve_rng_uniform, as float32, in row order) and
@@ -21,14 +22,14 @@
  *       LD weights kve_rng_uniform as float32, LD = max(SHARE, 1) * BUDGET +
  *       1) and then, with KEY_DIM > 0, the keys (HEADS x KEY_DIM floats
  *       kve_rng_uniform - 0.5 as float32), steps every head with
- *       kve_bank_step_keys and evicts with kve_bank_evict_shared to SHARE *
+ *       kve_bank_step_range and evicts with kve_bank_evict_shared to SHARE *
  *       BUDGET (SHARE > 0) or kve_bank_evict to BUDGET; one JSON line per
  *       step with each head's victims and sizes.
  *   eval_ref layout
  *       sizeof and offsetof of the structs the binding mirrors with ctypes.
  * Exits 1 with the library's message when a call is refused.
  */
-#include "kvevict.h"
+#include "kvevict_eval.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -50,8 +51,9 @@ static void real(const char *key, double x)
         printf(", \"%s\": null", key);
 }
 
-/* Sets option `kv` ("key=value") of o; 0 when it is not an option. */
-static int eval_option(kve_eval_options *o, const char *kv)
+/* Sets option `kv` ("key=value") of o, or the head count; 0 when it is
+ * not an option. */
+static int eval_option(kve_eval_options *o, size_t *heads, const char *kv)
 {
     const char *eq = strchr(kv, '=');
     if (!eq)
@@ -59,11 +61,11 @@ static int eval_option(kve_eval_options *o, const char *kv)
     size_t n = (size_t)(eq - kv);
     const char *v = eq + 1;
     if (n == 5 && strncmp(kv, "heads", n) == 0)
-        o->heads = (size_t)strtoull(v, NULL, 10);
+        *heads = (size_t)strtoull(v, NULL, 10);
     else if (n == 5 && strncmp(kv, "share", n) == 0)
-        o->bank.share = (size_t)strtoull(v, NULL, 10);
+        o->share = (size_t)strtoull(v, NULL, 10);
     else if (n == 9 && strncmp(kv, "min_share", n) == 0)
-        o->bank.min_share = strtod(v, NULL);
+        o->min_share = strtod(v, NULL);
     else if (n == 11 && strncmp(kv, "score_after", n) == 0)
         o->score_after = (size_t)strtoull(v, NULL, 10);
     else
@@ -84,7 +86,8 @@ static void print_metrics(const kve_eval_result *r)
 static int cmd_eval(int argc, char **argv)
 {
     kve_eval_options o = kve_eval_default_options();
-    while (argc > 1 && eval_option(&o, argv[1])) {
+    size_t heads = 1;
+    while (argc > 1 && eval_option(&o, &heads, argv[1])) {
         argv++;
         argc--;
     }
@@ -92,7 +95,7 @@ static int cmd_eval(int argc, char **argv)
         return refused("usage: eval_ref eval [KEY=VALUE...] TRACE HEAD SEED TOPK "
                        "SPEC[@BUDGET]...");
     kve_trace *tr = NULL;
-    if (kve_trace_open(argv[1], 0, &tr) != KVE_OK)
+    if (kve_trace_open(argv[1], NULL, &tr) != KVE_OK)
         return refused(argv[1]);
     size_t n = (size_t)argc - 5;
     kve_eval_job *jobs = calloc(n, sizeof *jobs);
@@ -103,7 +106,7 @@ static int cmd_eval(int argc, char **argv)
     for (size_t j = 0; j < n; j++) {
         specs[j] = argv[5 + j];
         char *at = strchr(specs[j], '@');
-        jobs[j].budget = 0;
+        jobs[j].budget = KVE_EVAL_BUDGET_SPEC;
         if (at) {
             *at = '\0';
             jobs[j].budget = (size_t)strtoull(at + 1, NULL, 10);
@@ -112,14 +115,13 @@ static int cmd_eval(int argc, char **argv)
     }
     o.seed = strtoull(argv[3], NULL, 10);
     o.topk = (size_t)strtoull(argv[4], NULL, 10);
-    size_t heads = o.heads ? o.heads : 1;
-    kve_eval_result *per = calloc(n * heads, sizeof *per); /* (job, head) */
+    kve_eval_result *per = calloc(n * (heads ? heads : 1), sizeof *per); /* (job, head) */
     if (!per)
         return refused("out of memory");
-    o.per_head = per;
     int rc = 0;
-    if (kve_eval_ex(tr, (size_t)strtoull(argv[2], NULL, 10), jobs, n, &o, res) != KVE_OK) {
-        rc = refused("kve_eval_ex");
+    if (kve_eval(tr, (size_t)strtoull(argv[2], NULL, 10), heads, jobs, n, &o, res, per) !=
+        KVE_OK) {
+        rc = refused("kve_eval");
     } else {
         for (size_t j = 0; j < n; j++) {
             const kve_eval_result *r = &res[j];
@@ -179,7 +181,7 @@ static int cmd_bank(int argc, char **argv)
     for (int32_t pos = 0; pos < steps && rc == 0; pos++) {
         for (size_t i = 0; i < heads * group * ld; i++)
             attn[i] = (float)kve_rng_uniform(&rng);
-        if (kve_bank_step_grouped(b, pos, attn, ld, group, reduce) != KVE_OK ||
+        if (kve_bank_step_range(b, 0, kve_bank_heads(b), pos, attn, ld, group, reduce, NULL, 0) != KVE_OK ||
             kve_bank_evict(b, budget, victims, ld, counts) != KVE_OK) {
             rc = refused("bank");
             break;
@@ -225,7 +227,7 @@ static int cmd_bankx(int argc, char **argv)
             attn[i] = (float)kve_rng_uniform(&rng);
         for (size_t i = 0; i < heads * d; i++)
             keys[i] = (float)(kve_rng_uniform(&rng) - 0.5);
-        kve_status st = kve_bank_step_keys(b, 0, heads, pos, attn, ld, 1, KVE_REDUCE_MEAN,
+        kve_status st = kve_bank_step_range(b, 0, heads, pos, attn, ld, 1, KVE_REDUCE_MEAN,
                                            d ? keys : NULL, d);
         if (st == KVE_OK)
             st = bo.share ? kve_bank_evict_shared(b, 0, heads, bo.share * budget, victims, ld,
@@ -254,9 +256,11 @@ static int cmd_bankx(int argc, char **argv)
 static int cmd_layout(void)
 {
     printf("{\"kve_rng\": %zu, \"kve_eval_job\": %zu, \"kve_eval_result\": %zu, "
-           "\"kve_eval_options\": %zu, \"kve_bank_options\": %zu, \"kve_policy_options\": %zu",
+           "\"kve_eval_options\": %zu, \"kve_bank_options\": %zu, \"kve_policy_options\": %zu, "
+           "\"kve_trace_options\": %zu, \"kve_allocator\": %zu",
            sizeof(kve_rng), sizeof(kve_eval_job), sizeof(kve_eval_result),
-           sizeof(kve_eval_options), sizeof(kve_bank_options), sizeof(kve_policy_options));
+           sizeof(kve_eval_options), sizeof(kve_bank_options), sizeof(kve_policy_options),
+           sizeof(kve_trace_options), sizeof(kve_allocator));
     FIELD(kve_eval_job, spec);
     FIELD(kve_eval_job, budget);
     FIELD(kve_eval_result, spec);
@@ -271,22 +275,29 @@ static int cmd_layout(void)
     FIELD(kve_eval_result, topk);
     FIELD(kve_eval_result, topk_recall);
     FIELD(kve_eval_result, mean_kept);
+    FIELD(kve_eval_options, allocator);
     FIELD(kve_eval_options, seed);
     FIELD(kve_eval_options, topk);
     FIELD(kve_eval_options, on_step);
     FIELD(kve_eval_options, user);
-    FIELD(kve_eval_options, heads);
-    FIELD(kve_eval_options, bank);
+    FIELD(kve_eval_options, share);
+    FIELD(kve_eval_options, min_share);
     FIELD(kve_eval_options, score_after);
-    FIELD(kve_eval_options, per_head);
+    FIELD(kve_bank_options, allocator);
     FIELD(kve_bank_options, key_dim);
     FIELD(kve_bank_options, share);
     FIELD(kve_bank_options, min_share);
+    FIELD(kve_policy_options, allocator);
     FIELD(kve_policy_options, key_dim);
+    FIELD(kve_trace_options, allocator);
+    FIELD(kve_trace_options, flags);
+    FIELD(kve_trace_options, progress);
+    FIELD(kve_trace_options, user);
     kve_bank_options bo = kve_bank_default_options();
     kve_eval_options eo = kve_eval_default_options();
-    printf(", \"default.min_share\": %.17g, \"default.heads\": %zu, \"default.topk\": %zu",
-           bo.min_share, eo.heads, eo.topk);
+    printf(", \"default.min_share\": %.17g, \"default.eval_min_share\": %.17g, "
+           "\"default.score_after\": %zu, \"default.topk\": %zu",
+           bo.min_share, eo.min_share, eo.score_after, eo.topk);
     printf(", \"KVE_READS_ATTN\": %u, \"KVE_READS_KEYS\": %u, \"KVE_MAX_KEY_DIM\": %d",
            (unsigned)KVE_READS_ATTN, (unsigned)KVE_READS_KEYS, KVE_MAX_KEY_DIM);
     printf(", \"KVE_SPEC_MAX\": %d, \"KVE_MAX_BUDGET\": %d, \"KVE_TRACE_NORMALIZE\": %u, "

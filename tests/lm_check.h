@@ -1,6 +1,6 @@
 /*
  * lm_check.h - check.h's status assertions for the decoder's tests: lm
- * reports through lm_last_error and kvevict through kve_last_error, so a
+ * reports through kve_last_error and kvevict through kve_last_error, so a
  * failed call shows both messages. Include after check.h.
  */
 #ifndef KVE_LM_CHECK_H
@@ -17,7 +17,7 @@
         kve_status st_ = (call);                                                                   \
         if (st_ != (want))                                                                         \
             CHECK_FAIL_AT("%s -> %s, want %s (lm: %s; kvevict: %s)", #call, kve_status_name(st_),  \
-                          kve_status_name(want), lm_last_error(), kve_last_error());               \
+                          kve_status_name(want), kve_last_error(), kve_last_error());               \
     } while (0)
 
 #endif /* KVE_LM_CHECK_H */

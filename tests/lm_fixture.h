@@ -3,8 +3,8 @@
  * themselves: random weights from a seed, written in the legacy and the
  * version-1 checkpoint formats, and a small tokenizer.bin.
  *
- * Nothing here shares code with lm/ (files are read with lm_read_file, which
- * is not under test here): the writer follows llama2.c's
+ * Nothing here shares code with lm/ (files are read with stdio): the writer
+ * follows llama2.c's
  * export.py (legacy_export, version1_export) on its own, so a loader that
  * reads tensors in the wrong order fails the tests. For a (shape, seed) the
  * weights are the same on every run (splitmix64).
@@ -237,15 +237,36 @@ static inline unsigned char *fx_tokenizer_image(size_t *size)
     return b.p;
 }
 
-/* A whole file, NUL-terminated (its length in *len when len is not NULL);
- * NULL if it cannot be read. Free with free(). (lm_read_file does the
- * reading; it is not what the tests test.) */
+/* The whole file at `path` in a fresh buffer (malloc), NUL-terminated
+ * beyond *len (len may be NULL); NULL if it cannot be read. Free with
+ * free(). */
 static inline char *fx_slurp(const char *path, size_t *len)
 {
-    char *data;
-    size_t n;
-    if (lm_read_file(path, &data, &n) != KVE_OK)
+    FILE *f = fopen(path, "rb");
+    if (!f)
         return NULL;
+    size_t n = 0, cap = 65536;
+    char *data = malloc(cap);
+    for (size_t got; data && (got = fread(data + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap) {
+            char *more = realloc(data, 2 * cap);
+            if (!more) {
+                free(data);
+                data = NULL;
+                break;
+            }
+            data = more;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!data || bad) {
+        free(data);
+        return NULL;
+    }
+    data[n] = '\0';
     if (len)
         *len = n;
     return data;

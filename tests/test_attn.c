@@ -98,7 +98,7 @@ static void test_against_double_softmax(void)
             float spread = (float)(kve_rng_below(&g, 3) + 1) * 2.0f;
             fill(&g, q, d, spread);
             fill(&g, keys, n * ld, spread);
-            ASSERT_OK(kve_attn_row(q, keys, n, d, ld, scale, out));
+            ASSERT_OK(kve_attn_row(q, d, keys, ld, n, scale, out));
             reference(q, keys, n, d, ld, scale);
             char what[64];
             snprintf(what, sizeof what, "d %zu, n %zu", d, n);
@@ -123,7 +123,7 @@ static void test_extreme_logits(void)
         memset(keys, 0, n * d * sizeof(float));
         for (size_t i = 0; i < n; i++)
             keys[i * d] = firsts[c][i];
-        ASSERT_OK(kve_attn_row(qv, keys, n, d, d, 1.0f, out));
+        ASSERT_OK(kve_attn_row(qv, d, keys, d, n, 1.0f, out));
         double sum = 0.0;
         for (size_t i = 0; i < n; i++) {
             ASSERT_TRUE(isfinite(out[i]) && out[i] >= 0.0f);
@@ -134,11 +134,11 @@ static void test_extreme_logits(void)
         ASSERT_TRUE(check_row(n, "extreme logits"));
     }
     /* Case 0: 3e38 wins alone; case 1: uniform; case 3: two at FLT_MAX. */
-    ASSERT_TRUE(kve_attn_row(qv, keys, n, d, d, 1.0f, out) == KVE_OK);
+    ASSERT_TRUE(kve_attn_row(qv, d, keys, d, n, 1.0f, out) == KVE_OK);
     ASSERT_TRUE(out[0] == 0.5f && out[5] == 0.5f && out[3] == 0.0f);
     for (size_t i = 0; i < n; i++)
         keys[i * d] = -1e30f;
-    ASSERT_OK(kve_attn_row(qv, keys, n, d, d, 1.0f, out));
+    ASSERT_OK(kve_attn_row(qv, d, keys, d, n, 1.0f, out));
     for (size_t i = 0; i < n; i++)
         ASSERT_TRUE(out[i] == (float)(1.0 / 6.0));
 }
@@ -154,7 +154,7 @@ static void test_exponential(void)
     double worst = 0.0;
     for (int step = 0; step <= 87000; step++) {
         k[1] = -(float)step / 1000.0f;
-        ASSERT_OK(kve_attn_row(&one, k, 2, 1, 1, 1.0f, out));
+        ASSERT_OK(kve_attn_row(&one, 1, k, 1, 2, 1.0f, out));
         double e = exp((double)k[1]), p = e / (1.0 + e);
         double err = fabs((double)out[1] - p) / p;
         if (!(err <= 10 * 0x1p-24))
@@ -173,11 +173,11 @@ static void test_single_key_is_one(void)
         fill(&g, q, d, 100.0f);
         fill(&g, keys, d, 100.0f);
         out[0] = -1.0f;
-        ASSERT_OK(kve_attn_row(q, keys, 1, d, d, 0.125f, out));
+        ASSERT_OK(kve_attn_row(q, d, keys, d, 1, 0.125f, out));
         ASSERT_TRUE(out[0] == 1.0f);
     }
     out[0] = 7.0f;
-    ASSERT_OK(kve_attn_row(NULL, NULL, 0, 4, 4, 1.0f, NULL)); /* n = 0: nothing */
+    ASSERT_OK(kve_attn_row(NULL, 4, NULL, 4, 0, 1.0f, NULL)); /* n = 0: nothing */
     ASSERT_TRUE(out[0] == 7.0f);
 }
 
@@ -190,12 +190,12 @@ static void test_every_path_same_bits(void)
     fill(&g, q, d, 3.0f);
     fill(&g, keys, n * d, 3.0f);
     ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
-    ASSERT_OK(kve_attn_row(q, keys, n, d, d, 0.1f, again));
+    ASSERT_OK(kve_attn_row(q, d, keys, d, n, 0.1f, again));
     int paths = 0;
     for (int isa = KVE_ISA_AVX2; isa < KVE_ISA_COUNT; isa++) {
         if (!kve__isa_force((kve_isa)isa))
             continue;
-        ASSERT_OK(kve_attn_row(q, keys, n, d, d, 0.1f, out));
+        ASSERT_OK(kve_attn_row(q, d, keys, d, n, 0.1f, out));
         ASSERT_TRUE(memcmp(out, again, n * sizeof(float)) == 0);
         paths++;
     }
@@ -217,37 +217,36 @@ static void test_bank_rows(void)
     for (int32_t pos = 0; pos < 60; pos++) {
         fill(&g, q, H * G * D, 1.0f);
         fill(&g, keys, H * ld_head, 1.0f);
-        ASSERT_OK(kve_bank_attn_rows(b, 0, H, G, q, D, keys, LDK, ld_head, 0.35f, out, ld_out));
+        ASSERT_OK(kve_bank_attn_rows(b, 0, H, q, D, G, keys, LDK, ld_head, 0.35f, out, ld_out));
         for (size_t j = 0; j < H; j++)
             for (size_t r = j * G; r < j * G + G; r++) {
                 size_t n = kve_bank_size(b, j);
-                ASSERT_OK(kve_attn_row(q + r * D, keys + j * ld_head, n, D, LDK, 0.35f, again));
+                ASSERT_OK(kve_attn_row(q + r * D, D, keys + j * ld_head, LDK, n, 0.35f, again));
                 ASSERT_TRUE(memcmp(out + r * ld_out, again, n * sizeof(float)) == 0);
             }
         /* A sub-range reads and writes relative to its first head. */
-        ASSERT_OK(kve_bank_attn_rows(b, 1, 2, G, q + G * D, D, keys + ld_head, LDK, ld_head,
-                                     0.35f, again, ld_out));
+        ASSERT_OK(kve_bank_attn_rows(b, 1, 2, q + G * D, D, G, keys + ld_head, LDK, ld_head, 0.35f, again, ld_out));
         ASSERT_TRUE(memcmp(again, out + G * ld_out, kve_bank_size(b, 1) * sizeof(float)) == 0);
-        ASSERT_OK(kve_bank_step_grouped(b, pos, out, ld_out, G, KVE_REDUCE_MEAN));
+        ASSERT_OK(kve_bank_step_range(b, 0, kve_bank_heads(b), pos, out, ld_out, G, KVE_REDUCE_MEAN, NULL, 0));
         ASSERT_OK(kve_bank_evict(b, 20, victims, 4, NULL));
     }
     ASSERT_EQ(kve_bank_size(b, 2), 20);
 
     /* Refusals, all before anything is written. */
     out[0] = 42.0f;
-    ASSERT_STATUS(kve_bank_attn_rows(NULL, 0, 1, 1, q, D, keys, LDK, 0, 1.0f, out, 64), KVE_EINVAL);
-    ASSERT_STATUS(kve_bank_attn_rows(b, 2, 2, 1, q, D, keys, LDK, 0, 1.0f, out, 64), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_attn_rows(NULL, 0, 1, q, D, 1, keys, LDK, 0, 1.0f, out, 64), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_attn_rows(b, 2, 2, q, D, 1, keys, LDK, 0, 1.0f, out, 64), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "out of range");
-    ASSERT_STATUS(kve_bank_attn_rows(b, 0, 3, 0, q, D, keys, LDK, 0, 1.0f, out, 64), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_attn_rows(b, 0, 3, q, D, 0, keys, LDK, 0, 1.0f, out, 64), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "group");
-    ASSERT_STATUS(kve_bank_attn_rows(b, 0, 3, 1, q, D, keys, LDK, 0, 1.0f, out, 19), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_attn_rows(b, 0, 3, q, D, 1, keys, LDK, 0, 1.0f, out, 19), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "head 0: ld_out 19");
-    ASSERT_STATUS(kve_bank_attn_rows(b, 0, 3, 1, q, D, keys, D - 1, 0, 1.0f, out, 64), KVE_EINVAL);
-    ASSERT_STATUS(kve_bank_attn_rows(b, 0, 3, 1, NULL, D, keys, LDK, 0, 1.0f, out, 64), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_attn_rows(b, 0, 3, q, D, 1, keys, D - 1, 0, 1.0f, out, 64), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_attn_rows(b, 0, 3, NULL, D, 1, keys, LDK, 0, 1.0f, out, 64), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "q is NULL");
     ASSERT_TRUE(out[0] == 42.0f);
     keys[ld_head + 3 * LDK] = INFINITY; /* head 1, key 3 */
-    ASSERT_STATUS(kve_bank_attn_rows(b, 0, 3, G, q, D, keys, LDK, ld_head, 1.0f, out, 64),
+    ASSERT_STATUS(kve_bank_attn_rows(b, 0, 3, q, D, G, keys, LDK, ld_head, 1.0f, out, 64),
                   KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "head 1, query row 2: the logit of key 3");
     kve_bank_free(b);
@@ -256,27 +255,27 @@ static void test_bank_rows(void)
 static void test_refusals(void)
 {
     const float one[4] = {1, 1, 1, 1};
-    ASSERT_STATUS(kve_attn_row(one, one, 1, 0, 4, 1.0f, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_attn_row(one, 0, one, 4, 1, 1.0f, out), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "d must be");
-    ASSERT_STATUS(kve_attn_row(one, one, 2, 4, 3, 1.0f, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_attn_row(one, 4, one, 3, 2, 1.0f, out), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "stride 3");
-    ASSERT_STATUS(kve_attn_row(one, one, 1, 4, 4, NAN, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_attn_row(one, 4, one, 4, 1, NAN, out), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "scale");
-    ASSERT_STATUS(kve_attn_row(one, one, 1, 4, 4, INFINITY, out), KVE_EINVAL);
-    ASSERT_STATUS(kve_attn_row(NULL, one, 1, 4, 4, 1.0f, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_attn_row(one, 4, one, 4, 1, INFINITY, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_attn_row(NULL, 4, one, 4, 1, 1.0f, out), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "q is NULL");
-    ASSERT_STATUS(kve_attn_row(one, NULL, 1, 4, 4, 1.0f, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_attn_row(one, 4, NULL, 4, 1, 1.0f, out), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "keys is NULL");
-    ASSERT_STATUS(kve_attn_row(one, one, 1, 4, 4, 1.0f, NULL), KVE_EINVAL);
+    ASSERT_STATUS(kve_attn_row(one, 4, one, 4, 1, 1.0f, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "out is NULL");
     /* Logits that are not finite: a NaN input, and a dot product past float32. */
     float k[3 * 4] = {1, 1, 1, 1, 1, NAN, 1, 1, 1, 1, 1, 1};
-    ASSERT_STATUS(kve_attn_row(one, k, 3, 4, 4, 1.0f, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_attn_row(one, 4, k, 4, 3, 1.0f, out), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "key 1");
     k[5] = 1.0f;
     k[4] = 3e38f;
-    ASSERT_OK(kve_attn_row(one, k, 3, 4, 4, 1.0f, out));
-    ASSERT_STATUS(kve_attn_row(one, k, 3, 4, 4, 2.0f, out), KVE_EINVAL); /* scaled past float32 */
+    ASSERT_OK(kve_attn_row(one, 4, k, 4, 3, 1.0f, out));
+    ASSERT_STATUS(kve_attn_row(one, 4, k, 4, 3, 2.0f, out), KVE_EINVAL); /* scaled past float32 */
     ASSERT_CONTAINS(kve_last_error(), "key 1");
 }
 

@@ -124,7 +124,7 @@ static int step_range(twin *t, size_t first, size_t count, int with_attn)
     const float *k = t->dim ? keys : NULL;
     kve_status st = first == 0 && count == t->heads && !k
                         ? kve_bank_step(t->b, t->pos, attn, ld)
-                        : kve_bank_step_keys(t->b, first, count, t->pos, attn, ld, 1,
+                        : kve_bank_step_range(t->b, first, count, t->pos, attn, ld, 1,
                                              KVE_REDUCE_MEAN, k, ldk);
     if (st != KVE_OK) {
         fprintf(stderr, "bank step: %s\n", kve_last_error());
@@ -266,7 +266,7 @@ static void grouped_workload(const char *spec, size_t heads, size_t group, kve_r
                 rows[r * ld + i] = random_weight(g, t.pool, kve_bank_size(t.b, r / group) + 1);
         int with_attn = kve_rng_below(g, 10) != 0;
         t.pos++;
-        ASSERT_OK(kve_bank_step_grouped(t.b, t.pos, with_attn ? rows : NULL, ld, group, reduce));
+        ASSERT_OK(kve_bank_step_range(t.b, 0, kve_bank_heads(t.b), t.pos, with_attn ? rows : NULL, ld, group, reduce, NULL, 0));
         for (size_t h = 0; h < heads; h++) {
             size_t n = kve_policy_size(t.p[h]);
             naive_reduce(rows + h * group * ld, ld, group, reduce, n, reduced);
@@ -312,7 +312,7 @@ static void test_grouped_sum_is_taken_in_double(void)
     ASSERT_OK(kve_bank_step(b, 1, (const float[]){0.0f}, 1));
     const float tiny = 0x1p-24f;
     const float q[3 * 2] = {1.0f, 1.0f, tiny, 0.0f, tiny, 0.0f}; /* 3 query rows, ld 2 */
-    ASSERT_OK(kve_bank_step_grouped(b, 2, q, 2, 3, KVE_REDUCE_SUM));
+    ASSERT_OK(kve_bank_step_range(b, 0, kve_bank_heads(b), 2, q, 2, 3, KVE_REDUCE_SUM, NULL, 0));
     int32_t v[4];
     size_t c = 0;
     /* Scores: pos 0: 1 + 2^-23, pos 1: 1, pos 2: 0 (the newcomer). */
@@ -382,7 +382,7 @@ static void refusals(const char *spec, size_t dim, uint64_t seed)
         for (size_t i = 0; i < H * MAXG * ld; i++)
             rows[i] = 0.25f;
         rows[((H - 1) * 2 + 1) * ld + 2] = weights[w].bad;
-        REFUSED(&t, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 2, KVE_REDUCE_MEAN),
+        REFUSED(&t, kve_bank_step_range(t.b, 0, kve_bank_heads(t.b), t.pos + 1, rows, ld, 2, KVE_REDUCE_MEAN, NULL, 0),
                 KVE_EINVAL, "head 3: query row 7: attn[2]");
     }
     ld = kve_bank_size(t.b, H - 1);
@@ -391,15 +391,15 @@ static void refusals(const char *spec, size_t dim, uint64_t seed)
     /* A sum only float32 overflows; the mean and max of the same rows are fine. */
     rows[((H - 1) * 2) * ld + 1] = FLT_MAX;
     rows[((H - 1) * 2 + 1) * ld + 1] = FLT_MAX;
-    REFUSED(&t, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 2, KVE_REDUCE_SUM),
+    REFUSED(&t, kve_bank_step_range(t.b, 0, kve_bank_heads(t.b), t.pos + 1, rows, ld, 2, KVE_REDUCE_SUM, NULL, 0),
             KVE_EINVAL, "overflows float32");
-    REFUSED(&t, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 0, KVE_REDUCE_MEAN),
+    REFUSED(&t, kve_bank_step_range(t.b, 0, kve_bank_heads(t.b), t.pos + 1, rows, ld, 0, KVE_REDUCE_MEAN, NULL, 0),
             KVE_EINVAL, "group");
-    REFUSED(&t, kve_bank_step_grouped(t.b, t.pos + 1, rows, ld, 2, (kve_reduce)7),
+    REFUSED(&t, kve_bank_step_range(t.b, 0, kve_bank_heads(t.b), t.pos + 1, rows, ld, 2, (kve_reduce)7, NULL, 0),
             KVE_EINVAL, "reduce 7");
-    REFUSED(&t, kve_bank_step_range(t.b, 2, 3, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN),
+    REFUSED(&t, kve_bank_step_range(t.b, 2, 3, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN, NULL, 0),
             KVE_EINVAL, "out of range");
-    REFUSED(&t, kve_bank_step_range(t.b, 5, 0, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN),
+    REFUSED(&t, kve_bank_step_range(t.b, 5, 0, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN, NULL, 0),
             KVE_EINVAL, "out of range");
     REFUSED(&t, kve_bank_step(NULL, t.pos + 1, NULL, 0), KVE_EINVAL, "bank is NULL");
 
@@ -409,16 +409,16 @@ static void refusals(const char *spec, size_t dim, uint64_t seed)
         for (size_t i = 0; i < H * (MAXD + 3); i++)
             keys[i] = 0.5f;
         if (kve_bank_reads(t.b) & KVE_READS_KEYS)
-            REFUSED(&t, kve_bank_step_keys(t.b, 0, H, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN,
+            REFUSED(&t, kve_bank_step_range(t.b, 0, H, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN,
                                            NULL, 0),
                     KVE_EINVAL, "head 0: the policy reads keys, but the step carries none");
-        REFUSED(&t, kve_bank_step_keys(t.b, 0, H, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN, keys,
+        REFUSED(&t, kve_bank_step_range(t.b, 0, H, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN, keys,
                                        dim - 1),
                 KVE_EINVAL, "ld_keys");
         keys[(H - 1) * dim + dim - 1] = NAN;
         char needle[48];
         snprintf(needle, sizeof needle, "head 3: key[%zu] = nan is NaN", dim - 1);
-        REFUSED(&t, kve_bank_step_keys(t.b, 0, H, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN, keys,
+        REFUSED(&t, kve_bank_step_range(t.b, 0, H, t.pos + 1, NULL, 0, 1, KVE_REDUCE_MEAN, keys,
                                        dim),
                 KVE_EINVAL, needle);
     }
@@ -522,7 +522,7 @@ static void test_construction(void)
     ASSERT_TRUE(kve_bank_spec(NULL) == NULL);
     ASSERT_EQ(kve_bank_budget(NULL), 0);
     kve_bank_free(NULL);
-    ASSERT_STATUS(kve_bank_step_grouped(NULL, 0, NULL, 0, 1, KVE_REDUCE_MEAN), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_step_range(NULL, 0, kve_bank_heads(NULL), 0, NULL, 0, 1, KVE_REDUCE_MEAN, NULL, 0), KVE_EINVAL);
     ASSERT_STATUS(kve_bank_evict_range(NULL, 0, 0, 4, NULL, 0, NULL), KVE_EINVAL);
 }
 
@@ -541,7 +541,7 @@ static void test_growth(void)
         ASSERT_OK(kve_bank_step(b, pos, NULL, 0));
     ASSERT_EQ(kve_bank_state_bytes(b), 3 * 5 * slot); /* full, not grown */
     /* Head 1 alone grows: the slabs stay for heads 0 and 2. */
-    ASSERT_OK(kve_bank_step_range(b, 1, 1, pos++, NULL, 0, 1, KVE_REDUCE_MEAN));
+    ASSERT_OK(kve_bank_step_range(b, 1, 1, pos++, NULL, 0, 1, KVE_REDUCE_MEAN, NULL, 0));
     ASSERT_EQ(kve_bank_state_bytes(b), (3 * 5 + 10) * slot);
     ASSERT_EQ(kve_bank_size(b, 1), 6);
     /* Then every head grows: head 1 has room, heads 0 and 2 leave the slabs. */

@@ -60,7 +60,7 @@ static void run_range(range_job *j)
             for (size_t i = 0; i < n; i++)
                 rows[r * LD + i] = (float)kve_rng_below(&g, 8) / 8.0f;
         const float *attn = kve_rng_below(&g, 9) ? rows : NULL;
-        if (kve_bank_step_range(j->b, j->first, HALF, pos, attn, LD, GROUP, KVE_REDUCE_MEAN) !=
+        if (kve_bank_step_range(j->b, j->first, HALF, pos, attn, LD, GROUP, KVE_REDUCE_MEAN, NULL, 0) !=
             KVE_OK) {
             j->failures++;
             return;

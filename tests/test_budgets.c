@@ -26,9 +26,11 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
+#include "test_allocator.h"
 #include "internal.h" /* the allocation hook */
 #include "kernels.h"  /* kve__isa_force */
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 #include "npy_file.h"
 #include "reference.h"
 #include "tmpdir.h"
@@ -128,7 +130,7 @@ static int step_group(pair *p, size_t gi, int32_t pos, int null_step)
     for (size_t j = 0; j < p->G * KEY_DIM; j++)
         keys[j] = (float)kve_rng_uniform(&p->g) - 0.5f;
     const float *a = null_step ? NULL : rows;
-    if (kve_bank_step_keys(p->b, first, p->G, pos, a, LD, 1, KVE_REDUCE_MEAN, keys, KEY_DIM) !=
+    if (kve_bank_step_range(p->b, first, p->G, pos, a, LD, 1, KVE_REDUCE_MEAN, keys, KEY_DIM) !=
         KVE_OK) {
         fprintf(stderr, "step: %s\n", kve_last_error());
         return 0;
@@ -329,7 +331,7 @@ static void test_refusals_change_nothing(void)
     ASSERT_STATUS(kve_bank_evict_shared(NULL, 0, 2, 24, v, LD, counts), KVE_EINVAL);
     ASSERT_STATUS(kve_bank_evict_shared(p.b, 0, 2, 24, NULL, LD, counts), KVE_EINVAL);
     ASSERT_STATUS(kve_bank_evict_range(p.b, 1, 1, 12, v, LD, counts), KVE_EINVAL);
-    ASSERT_STATUS(kve_bank_step_range(p.b, 0, 1, 99, NULL, 0, 1, KVE_REDUCE_MEAN), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_step_range(p.b, 0, 1, 99, NULL, 0, 1, KVE_REDUCE_MEAN, NULL, 0), KVE_EINVAL);
     /* too little room for the victims: the marks are undone */
     ASSERT_STATUS(kve_bank_evict_shared(p.b, 0, 4, 2 * 5, v, 1, counts), KVE_ERANGE);
     ASSERT_CONTAINS(kve_last_error(), "victims to report");
@@ -396,7 +398,10 @@ static void test_construction(void)
  * that must grow does so all or nothing; the memory follows. */
 static void test_allocation(void)
 {
+    talloc ta;
+    talloc_init(&ta);
     kve_bank_options o = kve_bank_default_options();
+    o.allocator = &ta.a;
     o.share = 4;
     o.min_share = 0.0;
     kve_bank *b = NULL;
@@ -407,7 +412,7 @@ static void test_allocation(void)
     const float pool[4] = {0.5f, 0.25f, 0.0f, 0.125f};
     static float r[8 * 256];
     static int32_t v[8 * 256];
-    kve__alloc_fail_after(0);
+    talloc_fail_after(&ta, 0);
     for (int32_t t = 0; t < 2000; t++) {
         for (size_t h = 0; h < 8; h++) { /* head 0 of each group draws far more */
             size_t n = kve_bank_size(b, h);
@@ -418,11 +423,11 @@ static void test_allocation(void)
         if (st == KVE_OK)
             st = kve_bank_evict_shared(b, 0, 8, 4 * 32, v, 256, NULL);
         if (st != KVE_OK) {
-            kve__alloc_fail_after(SIZE_MAX);
+            talloc_fail_after(&ta, SIZE_MAX);
             CHECK_FAIL_AT("step %d: %s", t, kve_last_error());
         }
     }
-    kve__alloc_fail_after(SIZE_MAX);
+    talloc_fail_after(&ta, SIZE_MAX);
     ASSERT_EQ(kve_bank_state_bytes(b), bytes);
     size_t sizes = 0, spread = 0;
     for (size_t h = 0; h < 8; h++) {
@@ -440,9 +445,9 @@ static void test_allocation(void)
     int32_t t = 2000;
     kve_status st = KVE_OK;
     for (; st == KVE_OK && t < 2100; t++) {
-        kve__alloc_fail_after(0);
-        st = kve_bank_step_range(b, 4, 4, t, NULL, 0, 1, KVE_REDUCE_MEAN);
-        kve__alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&ta, 0);
+        st = kve_bank_step_range(b, 4, 4, t, NULL, 0, 1, KVE_REDUCE_MEAN, NULL, 0);
+        talloc_fail_after(&ta, SIZE_MAX);
     }
     ASSERT_EQ(st, KVE_ENOMEM);
     ASSERT_CONTAINS(kve_last_error(), "out of memory");
@@ -450,7 +455,7 @@ static void test_allocation(void)
     size_t stepped = (size_t)(t - 2000);
     for (size_t h = 4; h < 8; h++)
         ASSERT_EQ(kve_bank_size(b, h), before[h] + stepped);
-    ASSERT_OK(kve_bank_step_range(b, 4, 4, t, NULL, 0, 1, KVE_REDUCE_MEAN));
+    ASSERT_OK(kve_bank_step_range(b, 4, 4, t, NULL, 0, 1, KVE_REDUCE_MEAN, NULL, 0));
     ASSERT_TRUE(kve_bank_state_bytes(b) > bytes);
     for (size_t h = 4; h < 8; h++)
         ASSERT_EQ(kve_bank_size(b, h), before[h] + stepped + 1);
@@ -462,13 +467,14 @@ static void test_allocation(void)
     ASSERT_EQ(sizes, 4 * 32);
     /* every step of the range fails the allocation of the whole bank */
     kve_bank_free(b);
+    talloc_check_empty(&ta);
 
     /* Construction cleans up at every failing allocation. */
     for (size_t k = 0; k < 8; k++) {
         kve_bank *c = NULL;
-        kve__alloc_fail_after(k);
+        talloc_fail_after(&ta, k);
         st = kve_bank_new_ex("h2o_mean:budget=8,recent_window=1", 4, NULL, &o, &c);
-        kve__alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&ta, SIZE_MAX);
         if (st == KVE_OK) {
             kve_bank_free(c);
             break;
@@ -476,6 +482,7 @@ static void test_allocation(void)
         ASSERT_EQ(st, KVE_ENOMEM);
         ASSERT_TRUE(c == NULL);
     }
+    talloc_check_empty(&ta);
 }
 
 /* ---- layer schedules ---- */
@@ -483,16 +490,16 @@ static void test_allocation(void)
 static void test_schedules_by_hand(void)
 {
     size_t out[8];
-    kve_schedule s = kve_schedule_default();
+    kve_schedule_options s = kve_schedule_default_options();
     ASSERT_EQ(s.kind, KVE_SCHEDULE_UNIFORM);
     ASSERT_NEAR(s.beta, 20.0, 0.0);
-    ASSERT_OK(kve_layer_budgets(&s, 10, 4, out));
+    ASSERT_OK(kve_layer_budgets(10, 4, &s, out));
     ASSERT_EQ(out[0], 3);
     ASSERT_EQ(out[1], 3);
     ASSERT_EQ(out[2], 2);
     ASSERT_EQ(out[3], 2);
     s.floor = 2;
-    ASSERT_OK(kve_layer_budgets(&s, 10, 4, out));
+    ASSERT_OK(kve_layer_budgets(10, 4, &s, out));
     ASSERT_EQ(out[0] + out[1] + out[2] + out[3], 10);
     ASSERT_EQ(out[0], 3);
     ASSERT_EQ(out[3], 2);
@@ -501,27 +508,27 @@ static void test_schedules_by_hand(void)
      * above the floor, 72, splits as 35.1, 23.7, 12.3, 0.9. */
     s.kind = KVE_SCHEDULE_PYRAMID;
     s.floor = 33;
-    ASSERT_OK(kve_layer_budgets(&s, 4 * 51, 4, out));
+    ASSERT_OK(kve_layer_budgets(4 * 51, 4, &s, out));
     ASSERT_EQ(out[0], 68);
     ASSERT_EQ(out[1], 57);
     ASSERT_EQ(out[2], 45);
     ASSERT_EQ(out[3], 34);
     s.beta = 1.0; /* flat */
-    ASSERT_OK(kve_layer_budgets(&s, 4 * 51, 4, out));
+    ASSERT_OK(kve_layer_budgets(4 * 51, 4, &s, out));
     for (int l = 0; l < 4; l++)
         ASSERT_EQ(out[l], 51);
     s.floor = 0;
-    ASSERT_OK(kve_layer_budgets(&s, 7, 1, out));
+    ASSERT_OK(kve_layer_budgets(7, 1, &s, out));
     ASSERT_EQ(out[0], 7);
 
     double w[3] = {1.0, 3.0, 0.0};
     s.kind = KVE_SCHEDULE_WEIGHTED;
     s.floor = 0;
     s.weights = w;
-    ASSERT_OK(kve_layer_budgets(&s, 10, 2, out)); /* 2.5 and 7.5: the tie to layer 0 */
+    ASSERT_OK(kve_layer_budgets(10, 2, &s, out)); /* 2.5 and 7.5: the tie to layer 0 */
     ASSERT_EQ(out[0], 3);
     ASSERT_EQ(out[1], 7);
-    ASSERT_OK(kve_layer_budgets(&s, 10, 3, out));
+    ASSERT_OK(kve_layer_budgets(10, 3, &s, out));
     ASSERT_EQ(out[2], 0);
 }
 
@@ -538,13 +545,13 @@ static void test_schedules_properties(void)
         }
         if (sum == 0)
             w[0] = sum = 1.0;
-        kve_schedule s = kve_schedule_default();
+        kve_schedule_options s = kve_schedule_default_options();
         s.kind = (kve_schedule_kind)kve_rng_below(&g, 3);
         s.weights = w;
         s.beta = 1.0 + kve_rng_uniform(&g) * 40.0;
         s.floor = (size_t)kve_rng_below(&g, 50);
         size_t total = L * s.floor + (size_t)kve_rng_below(&g, 100000);
-        ASSERT_OK(kve_layer_budgets(&s, total, L, out));
+        ASSERT_OK(kve_layer_budgets(total, L, &s, out));
         size_t got = 0, rest = total - L * s.floor;
         for (size_t l = 0; l < L; l++) {
             ASSERT_TRUE(out[l] >= s.floor);
@@ -600,31 +607,33 @@ static void test_min_budget(void)
 static void test_schedule_refusals(void)
 {
     size_t out[4] = {7, 7, 7, 7};
-    kve_schedule s = kve_schedule_default();
-    ASSERT_STATUS(kve_layer_budgets(NULL, 10, 4, out), KVE_EINVAL);
-    ASSERT_STATUS(kve_layer_budgets(&s, 10, 4, NULL), KVE_EINVAL);
-    ASSERT_STATUS(kve_layer_budgets(&s, 10, 0, out), KVE_EINVAL);
+    kve_schedule_options s = kve_schedule_default_options();
+    size_t uniform[4];
+    ASSERT_OK(kve_layer_budgets(10, 4, NULL, uniform)); /* NULL: the defaults, uniform */
+    ASSERT_TRUE(uniform[0] == 3 && uniform[1] == 3 && uniform[2] == 2 && uniform[3] == 2);
+    ASSERT_STATUS(kve_layer_budgets(10, 4, &s, NULL), KVE_EINVAL);
+    ASSERT_STATUS(kve_layer_budgets(10, 0, &s, out), KVE_EINVAL);
     s.floor = 3;
-    ASSERT_STATUS(kve_layer_budgets(&s, 11, 4, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_layer_budgets(11, 4, &s, out), KVE_EINVAL);
     s.floor = 0;
     s.kind = (kve_schedule_kind)7;
-    ASSERT_STATUS(kve_layer_budgets(&s, 10, 4, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_layer_budgets(10, 4, &s, out), KVE_EINVAL);
     s.kind = KVE_SCHEDULE_PYRAMID;
     s.beta = 0.5;
-    ASSERT_STATUS(kve_layer_budgets(&s, 10, 4, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_layer_budgets(10, 4, &s, out), KVE_EINVAL);
     s.beta = INFINITY;
-    ASSERT_STATUS(kve_layer_budgets(&s, 10, 4, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_layer_budgets(10, 4, &s, out), KVE_EINVAL);
     s.kind = KVE_SCHEDULE_WEIGHTED;
-    ASSERT_STATUS(kve_layer_budgets(&s, 10, 4, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_layer_budgets(10, 4, &s, out), KVE_EINVAL);
     double w[4] = {1, -1, 1, 1};
     s.weights = w;
-    ASSERT_STATUS(kve_layer_budgets(&s, 10, 4, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_layer_budgets(10, 4, &s, out), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "weights[1]");
     w[1] = NAN;
-    ASSERT_STATUS(kve_layer_budgets(&s, 10, 4, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_layer_budgets(10, 4, &s, out), KVE_EINVAL);
     double z[4] = {0, 0, 0, 0};
     s.weights = z;
-    ASSERT_STATUS(kve_layer_budgets(&s, 10, 4, out), KVE_EINVAL);
+    ASSERT_STATUS(kve_layer_budgets(10, 4, &s, out), KVE_EINVAL);
     for (int l = 0; l < 4; l++)
         ASSERT_EQ(out[l], 7);
 }
@@ -660,20 +669,18 @@ static void test_eval_heads(void)
 {
     ASSERT_TRUE(write_heads_npy(path_of("heads.npy"), check_seed) == 0);
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open(path_of("heads.npy"), KVE_TRACE_NORMALIZE, &tr));
+    ASSERT_OK(kve_trace_open(path_of("heads.npy"), TRACE_FLAGS(KVE_TRACE_NORMALIZE), &tr));
     const kve_eval_job jobs[] = {{"h2o:recent_window=4", 24},
                                  {"tova:recent_window=1", 20},
                                  {"h2o_mean:recent_window=2,block=4", 30}};
     enum { NJ = sizeof jobs / sizeof jobs[0] };
     kve_eval_result all[NJ], per[NJ * TH], one[NJ];
     kve_eval_options o = kve_eval_default_options();
-    ASSERT_EQ(o.heads, 1);
-    ASSERT_EQ(o.bank.share, 0);
-    o.heads = TH;
-    o.per_head = per;
-    ASSERT_OK(kve_eval_ex(tr, 0, jobs, NJ, &o, all));
+    ASSERT_EQ(o.share, 0);
+    ASSERT_EQ(o.score_after, KVE_EVAL_AFTER_BUDGET);
+    ASSERT_OK(kve_eval(tr, 0, TH, jobs, NJ, &o, all, per));
     for (size_t h = 0; h < TH; h++) { /* each head as its own evaluation */
-        ASSERT_OK(kve_eval_ex(tr, h, jobs, NJ, NULL, one));
+        ASSERT_OK(kve_eval(tr, h, 1, jobs, NJ, NULL, one, NULL));
         for (size_t j = 0; j < NJ; j++) {
             const kve_eval_result *q = &per[j * TH + h];
             ASSERT_STR_EQ(q->spec, one[j].spec);
@@ -700,9 +707,8 @@ static void test_eval_heads(void)
     /* Sharing: every scored step ends with the group at its budget. */
     const kve_eval_job shared[] = {{"h2o:recent_window=4", 24}, {"scissorhands:recent_window=2", 16}};
     kve_eval_result sr[2], sp[2 * TH];
-    o.bank.share = TH;
-    o.per_head = sp;
-    ASSERT_OK(kve_eval_ex(tr, 0, shared, 2, &o, sr));
+    o.share = TH;
+    ASSERT_OK(kve_eval(tr, 0, TH, shared, 2, &o, sr, sp));
     for (size_t j = 0; j < 2; j++) {
         double kept = 0;
         for (size_t h = 0; h < TH; h++)
@@ -712,27 +718,32 @@ static void test_eval_heads(void)
     }
     /* the concentrated heads (higher h) give up positions to the spread ones */
     ASSERT_TRUE(sp[0].mean_kept > sp[TH - 1].mean_kept);
-    o.bank.share = 2;
-    ASSERT_OK(kve_eval_ex(tr, 0, shared, 2, &o, sr));
+    o.share = 2;
+    ASSERT_OK(kve_eval(tr, 0, TH, shared, 2, &o, sr, sp));
     ASSERT_NEAR(sp[0].mean_kept + sp[1].mean_kept, 2.0 * 24, 1e-9);
 
     /* score_after: the same steps for every job */
-    o.bank.share = 0;
-    o.per_head = NULL;
+    o.share = 0;
     o.score_after = 100;
-    ASSERT_OK(kve_eval_ex(tr, 0, jobs, NJ, &o, all));
+    ASSERT_OK(kve_eval(tr, 0, TH, jobs, NJ, &o, all, NULL));
     for (size_t j = 0; j < NJ; j++)
         ASSERT_EQ(all[j].scored_steps, TT - 1 - 100);
+    o.score_after = 0; /* 0 is a step like any other: every t > 0 is scored */
+    ASSERT_OK(kve_eval(tr, 0, TH, jobs, NJ, &o, all, NULL));
+    for (size_t j = 0; j < NJ; j++)
+        ASSERT_EQ(all[j].scored_steps, TT - 1);
 
     /* refusals */
-    o.score_after = 0;
-    ASSERT_STATUS(kve_eval_ex(tr, 1, jobs, NJ, &o, all), KVE_EINVAL);
+    o.score_after = KVE_EVAL_AFTER_BUDGET;
+    ASSERT_STATUS(kve_eval(tr, 1, TH, jobs, NJ, &o, all, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "heads 1 .. 4");
-    o.bank.share = 3;
-    ASSERT_STATUS(kve_eval_ex(tr, 0, jobs, NJ, &o, all), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 0, 0, jobs, NJ, &o, all, NULL), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "count is 0");
+    o.share = 3;
+    ASSERT_STATUS(kve_eval(tr, 0, TH, jobs, NJ, &o, all, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "job 0");
-    o.bank.share = TH;
-    ASSERT_STATUS(kve_eval_ex(tr, 0, jobs, NJ, &o, all), KVE_EINVAL); /* pages cannot share */
+    o.share = TH;
+    ASSERT_STATUS(kve_eval(tr, 0, TH, jobs, NJ, &o, all, NULL), KVE_EINVAL); /* pages cannot share */
     ASSERT_CONTAINS(kve_last_error(), "job 2");
     kve_trace_free(tr);
 }

@@ -19,12 +19,13 @@
  *     KVE_CALIBRATE=1 build/tests/test_calibration
  */
 #include "check.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 
-/* The documented default of canonical's sink_mass (src/trace_canonical.c),
+/* The documented default of canonical's sink_mass (src/eval/trace_canonical.c),
  * in grid units of 0.00001. */
 #define FITTED_UNITS 9034
 #define GRID_TOP 25000 /* 0.25 */
@@ -38,11 +39,11 @@ static double f(int units)
     snprintf(spec, sizeof spec, "canonical:sink_mass=%d.%05d", units / 100000,
              units % 100000);
     kve_trace *tr = NULL;
-    if (kve_trace_open(spec, 0, &tr) != KVE_OK)
+    if (kve_trace_open(spec, NULL, &tr) != KVE_OK)
         return NAN;
     kve_eval_job job = {"streaming", 256};
     kve_eval_result r;
-    kve_status st = kve_eval(tr, 0, &job, 1, 0, NULL, NULL, &r);
+    kve_status st = kve_eval(tr, 0, 1, &job, 1, EVAL_OPTS(0, NULL, NULL), &r, NULL);
     kve_trace_free(tr);
     return st == KVE_OK ? r.retained_mass : NAN;
 }
@@ -50,7 +51,7 @@ static double f(int units)
 static void test_default_is_the_documented_one(void)
 {
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical", NULL, &tr));
     char want[64];
     snprintf(want, sizeof want, ",sink_mass=%g,", FITTED_UNITS * 0.00001);
     ASSERT_CONTAINS(kve_trace_source(tr), want);

@@ -13,9 +13,11 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "check.h"
+#include "test_allocator.h"
 #include "tmpdir.h"
 #include "eval_impl.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 
 #include <dirent.h>
 #include <stdint.h>
@@ -61,7 +63,7 @@ static kve_status open_matrix(const char *name, const double *m, size_t T, int f
     }
     if (fclose(f) != 0)
         return KVE_EIO;
-    return kve_trace_open(path_of(name), 0, tr);
+    return kve_trace_open(path_of(name), NULL, tr);
 }
 
 /* Random distributions over [0, t] per row, with some rows heavy on a few
@@ -123,7 +125,7 @@ static void test_metrics_uniform_rows(void)
     ASSERT_OK(open_uniform("uniform.npy", T, &tr));
     kve_eval_job jobs[] = {{"window", 8}, {"streaming:sinks=4", 8}, {"full", 8}, {"window", 40}};
     kve_eval_result r[4];
-    ASSERT_OK(kve_eval(tr, 0, jobs, 4, 1, NULL, NULL, r));
+    ASSERT_OK(kve_eval(tr, 0, 1, jobs, 4, EVAL_OPTS(1, NULL, NULL), r, NULL));
     double mass = 0, rw = 0, rs = 0;
     for (size_t t = 9; t < T; t++) {
         mass += 9.0 / (double)(t + 1);
@@ -176,7 +178,7 @@ static void test_topk_option(void)
     ASSERT_U64_EQ(o.seed, 0);
     ASSERT_TRUE(o.on_step == NULL && o.user == NULL);
     o.topk = 8;
-    ASSERT_OK(kve_eval_ex(tr, 0, jobs, 3, &o, r));
+    ASSERT_OK(kve_eval(tr, 0, 1, jobs, 3, &o, r, NULL));
     double rw = 0, rs = 0;
     for (size_t t = 9; t < T; t++) {
         rw += t < 16 ? (16.0 - (double)t) / 8.0 : 0.0;
@@ -186,19 +188,19 @@ static void test_topk_option(void)
     ASSERT_NEAR(r[0].topk_recall, rw / 31, 1e-12);
     ASSERT_NEAR(r[1].topk_recall, rs / 31, 1e-12);
     ASSERT_TRUE(r[2].topk_recall == 1.0);
-    ASSERT_OK(kve_eval(tr, 0, jobs, 3, 0, NULL, NULL, plain));
+    ASSERT_OK(kve_eval(tr, 0, 1, jobs, 3, EVAL_OPTS(0, NULL, NULL), plain, NULL));
     for (int j = 0; j < 3; j++) {
         ASSERT_TRUE(r[j].top32_recall == plain[j].top32_recall);
         ASSERT_TRUE(r[j].retained_mass == plain[j].retained_mass);
     }
     o.topk = 1000; /* more than T: the top set is every earlier key */
-    ASSERT_OK(kve_eval_ex(tr, 0, jobs, 3, &o, r));
+    ASSERT_OK(kve_eval(tr, 0, 1, jobs, 3, &o, r, NULL));
     ASSERT_TRUE(r[2].topk_recall == 1.0);
     double all = 0; /* window keeps 8 of the t earlier keys */
     for (size_t t = 9; t < T; t++)
         all += 8.0 / (double)t;
     ASSERT_NEAR(r[0].topk_recall, all / 31, 1e-12);
-    ASSERT_OK(kve_eval_ex(tr, 0, jobs, 3, NULL, r32)); /* NULL: the defaults */
+    ASSERT_OK(kve_eval(tr, 0, 1, jobs, 3, NULL, r32, NULL)); /* NULL: the defaults */
     for (int j = 0; j < 3; j++) {
         ASSERT_TRUE(same_result(&r32[j], &plain[j]));
         ASSERT_TRUE(r32[j].topk_recall == plain[j].topk_recall && r32[j].topk == 32);
@@ -219,7 +221,7 @@ static void test_metrics_diagonal_rows(void)
     ASSERT_OK(open_matrix("diag.npy", m, T, 0, &tr));
     kve_eval_job jobs[] = {{"window", 3}, {"streaming:sinks=1", 3}};
     kve_eval_result r[2];
-    ASSERT_OK(kve_eval(tr, 0, jobs, 2, 1, NULL, NULL, r));
+    ASSERT_OK(kve_eval(tr, 0, 1, jobs, 2, EVAL_OPTS(1, NULL, NULL), r, NULL));
     ASSERT_TRUE(r[0].retained_mass == 1.0 && r[0].min_retained_mass == 1.0);
     /* window keeps t-3..t-1 of top = 0..t-1 (t < 32): recall 3/t; streaming
      * keeps 0, t-2, t-1: also 3/t. */
@@ -245,7 +247,7 @@ static void check_attn(void *user, size_t job, int32_t pos, const int32_t *kept,
     attn_check *c = user;
     (void)job;
     c->calls++;
-    if (kve_trace_row(c->tr, 0, (size_t)pos, c->row) != KVE_OK) {
+    if (kve_trace_row(c->tr, 0, (size_t)pos, c->row, ((size_t)pos) + 1) != KVE_OK) {
         c->bad++;
         return;
     }
@@ -290,14 +292,14 @@ static void test_renormalisation_exact(void)
     }
     kve_trace *tr = NULL, *tr2 = NULL;
     ASSERT_OK(open_matrix("renorm.npy", m, T, 1, &tr));
-    ASSERT_OK(kve_trace_open(path_of("renorm.npy"), 0, &tr2));
+    ASSERT_OK(kve_trace_open(path_of("renorm.npy"), NULL, &tr2));
     free(m);
     attn_check c = {tr2, malloc(T * sizeof(double)), 0, 0, 0, 0};
     ASSERT_TRUE(c.row != NULL);
     kve_eval_job jobs[] = {{"window", 5}, {"h2o:recent_window=4", 20}, {"full", 1}};
     kve_eval_result r[3];
     kve__eval_set_attn_hook(check_attn, &c);
-    kve_status st = kve_eval(tr, 0, jobs, 3, 1, NULL, NULL, r);
+    kve_status st = kve_eval(tr, 0, 1, jobs, 3, EVAL_OPTS(1, NULL, NULL), r, NULL);
     kve__eval_set_attn_hook(NULL, NULL);
     ASSERT_OK(st);
     ASSERT_EQ(c.calls, 3 * T);
@@ -373,7 +375,10 @@ static void naive_metrics(replay *r, size_t t)
             hits += (size_t)r->ref.pos[i] == best;
     }
     if (t > r->ref.budget) {
-        r->mass_sum += p[t] + kept;
+        double total = 0; /* the row's own mass: what a kept fraction is of */
+        for (size_t i = 0; i <= t; i++)
+            total += p[i];
+        r->mass_sum += (p[t] + kept) / total;
         r->recall_sum += (double)hits / (double)k;
         r->scored++;
     }
@@ -384,7 +389,7 @@ static int on_replay_step(void *user, size_t job, int32_t pos, const int32_t *vi
     replay *r = user;
     (void)job;
     size_t t = (size_t)pos;
-    if (kve_trace_row(r->tr, 0, t, r->row) != KVE_OK || t != r->steps) {
+    if (kve_trace_row(r->tr, 0, t, r->row, t + 1) != KVE_OK || t != r->steps) {
         r->mismatches++;
         return 1;
     }
@@ -405,13 +410,13 @@ static void test_h2o_replay_matches_reference(void)
     double *m = random_matrix(T, 0, check_seed + 1);
     kve_trace *tr = NULL, *tr2 = NULL;
     ASSERT_OK(open_matrix("replay.npy", m, T, 0, &tr));
-    ASSERT_OK(kve_trace_open(path_of("replay.npy"), 0, &tr2));
+    ASSERT_OK(kve_trace_open(path_of("replay.npy"), NULL, &tr2));
     free(m);
     replay r = {tr2, malloc(T * sizeof(double)), {40, 8, 0, {0}, {0}}, 0, 0, 0, 0, 0};
     ASSERT_TRUE(r.row != NULL);
     kve_eval_job job = {"h2o:budget=40,recent_window=8", 0};
     kve_eval_result res;
-    ASSERT_OK(kve_eval(tr, 0, &job, 1, 1, on_replay_step, &r, &res));
+    ASSERT_OK(kve_eval(tr, 0, 1, &job, 1, EVAL_OPTS(1, on_replay_step, &r), &res, NULL));
     ASSERT_EQ(r.steps, T);
     ASSERT_EQ(r.mismatches, 0);
     ASSERT_EQ(res.scored_steps, r.scored);
@@ -433,30 +438,30 @@ enum { N_EVERY = sizeof every_policy / sizeof every_policy[0] };
 static void test_determinism_and_independence(void)
 {
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=900,seed=5", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical:steps=900,seed=5", NULL, &tr));
     kve_eval_job jobs[N_EVERY];
     for (size_t i = 0; i < N_EVERY; i++) {
         jobs[i] = every_policy[i];
         jobs[i].budget = 100;
     }
     kve_eval_result a[N_EVERY], b[N_EVERY], alone;
-    ASSERT_OK(kve_eval(tr, 0, jobs, N_EVERY, 42, NULL, NULL, a));
-    ASSERT_OK(kve_eval(tr, 0, jobs, N_EVERY, 42, NULL, NULL, b));
+    ASSERT_OK(kve_eval(tr, 0, 1, jobs, N_EVERY, EVAL_OPTS(42, NULL, NULL), a, NULL));
+    ASSERT_OK(kve_eval(tr, 0, 1, jobs, N_EVERY, EVAL_OPTS(42, NULL, NULL), b, NULL));
     for (size_t i = 0; i < N_EVERY; i++) {
         ASSERT_TRUE(same_result(&a[i], &b[i]));
         ASSERT_TRUE(a[i].ns_per_step >= 0 && isfinite(a[i].ns_per_step));
         ASSERT_EQ(a[i].budget, 100);
         ASSERT_CONTAINS(a[i].spec, "budget=100");
         /* A job's result does not depend on its neighbours. */
-        ASSERT_OK(kve_eval(tr, 0, &jobs[i], 1, 42, NULL, NULL, &alone));
+        ASSERT_OK(kve_eval(tr, 0, 1, &jobs[i], 1, EVAL_OPTS(42, NULL, NULL), &alone, NULL));
         ASSERT_TRUE(same_result(&a[i], &alone));
     }
     /* The seed reaches random: another seed, another result. */
-    ASSERT_OK(kve_eval(tr, 0, &jobs[3], 1, 43, NULL, NULL, &alone));
+    ASSERT_OK(kve_eval(tr, 0, 1, &jobs[3], 1, EVAL_OPTS(43, NULL, NULL), &alone, NULL));
     ASSERT_TRUE(alone.retained_mass != a[3].retained_mass);
     /* Budget 0 keeps the spec's. */
     kve_eval_job own = {"h2o:budget=77", 0};
-    ASSERT_OK(kve_eval(tr, 0, &own, 1, 42, NULL, NULL, &alone));
+    ASSERT_OK(kve_eval(tr, 0, 1, &own, 1, EVAL_OPTS(42, NULL, NULL), &alone, NULL));
     ASSERT_EQ(alone.budget, 77);
     ASSERT_EQ(alone.scored_steps, 900 - 78);
     kve_trace_free(tr);
@@ -466,17 +471,17 @@ static void test_determinism_and_independence(void)
 static void test_written_trace_evaluates_identically(void)
 {
     kve_trace *c = NULL, *f = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=1100", 0, &c));
+    ASSERT_OK(kve_trace_open("canonical:steps=1100", NULL, &c));
     ASSERT_OK(kve_trace_write_npy(c, 0, path_of("canon.npy")));
-    ASSERT_OK(kve_trace_open(path_of("canon.npy"), 0, &f));
+    ASSERT_OK(kve_trace_open(path_of("canon.npy"), NULL, &f));
     kve_eval_job jobs[N_EVERY];
     for (size_t i = 0; i < N_EVERY; i++) {
         jobs[i] = every_policy[i];
         jobs[i].budget = 128;
     }
     kve_eval_result a[N_EVERY], b[N_EVERY];
-    ASSERT_OK(kve_eval(c, 0, jobs, N_EVERY, 7, NULL, NULL, a));
-    ASSERT_OK(kve_eval(f, 0, jobs, N_EVERY, 7, NULL, NULL, b));
+    ASSERT_OK(kve_eval(c, 0, 1, jobs, N_EVERY, EVAL_OPTS(7, NULL, NULL), a, NULL));
+    ASSERT_OK(kve_eval(f, 0, 1, jobs, N_EVERY, EVAL_OPTS(7, NULL, NULL), b, NULL));
     for (size_t i = 0; i < N_EVERY; i++)
         if (!same_result(&a[i], &b[i]))
             CHECK_FAIL_AT("%s: canonical %.17g/%.17g, .npy %.17g/%.17g", a[i].spec,
@@ -512,12 +517,12 @@ static int stop_cb(void *user, size_t job, int32_t pos, const int32_t *victims, 
 static void test_early_stop(void)
 {
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=200", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical:steps=200", NULL, &tr));
     kve_eval_job jobs[] = {{"window:budget=6", 0}, {"h2o:budget=6,recent_window=2", 0},
                            {"full", 0}};
     kve_eval_result r[3];
     stopper s = {0, 10, 0, 6};
-    ASSERT_OK(kve_eval(tr, 0, jobs, 3, 1, stop_cb, &s, r));
+    ASSERT_OK(kve_eval(tr, 0, 1, jobs, 3, EVAL_OPTS(1, stop_cb, &s), r, NULL));
     ASSERT_EQ(s.calls, 10 * 3 + 1);
     ASSERT_EQ(s.bad, 0);
     for (int j = 0; j < 3; j++)
@@ -554,15 +559,15 @@ static void test_heads_and_io(void)
         }
     ASSERT_TRUE(fclose(f) == 0);
     kve_trace *all = NULL;
-    ASSERT_OK(kve_trace_open(path_of("heads.npy"), 0, &all));
+    ASSERT_OK(kve_trace_open(path_of("heads.npy"), NULL, &all));
     ASSERT_EQ(kve_trace_heads(all), H);
     kve_eval_job jobs[] = {{"h2o:recent_window=3", 12}, {"tova", 12}};
     for (size_t h = 0; h < H; h++) {
         kve_trace *one = NULL;
         ASSERT_OK(open_matrix("one.npy", m[h], T, 0, &one));
         kve_eval_result a[2], b[2];
-        ASSERT_OK(kve_eval(all, h, jobs, 2, 1, NULL, NULL, a));
-        ASSERT_OK(kve_eval(one, 0, jobs, 2, 1, NULL, NULL, b));
+        ASSERT_OK(kve_eval(all, h, 1, jobs, 2, EVAL_OPTS(1, NULL, NULL), a, NULL));
+        ASSERT_OK(kve_eval(one, 0, 1, jobs, 2, EVAL_OPTS(1, NULL, NULL), b, NULL));
         ASSERT_TRUE(same_result(&a[0], &b[0]) && same_result(&a[1], &b[1]));
         kve_trace_free(one);
     }
@@ -570,7 +575,7 @@ static void test_heads_and_io(void)
     kve_eval_result r[2], untouched;
     memset(r, 0x5a, sizeof r);
     memset(&untouched, 0x5a, sizeof untouched);
-    ASSERT_STATUS(kve_eval(all, 1, jobs, 2, 1, NULL, NULL, r), KVE_EIO);
+    ASSERT_STATUS(kve_eval(all, 1, 1, jobs, 2, EVAL_OPTS(1, NULL, NULL), r, NULL), KVE_EIO);
     ASSERT_CONTAINS(kve_last_error(), "heads.npy");
     ASSERT_TRUE(memcmp(&r[0], &untouched, sizeof untouched) == 0);
     kve_trace_free(all);
@@ -583,40 +588,40 @@ static void test_heads_and_io(void)
 static void test_refusals(void)
 {
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=50", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical:steps=50", NULL, &tr));
     kve_eval_job ok = {"h2o", 40};
     kve_eval_result r[2], untouched;
     memset(r, 0xab, sizeof r);
     memset(&untouched, 0xab, sizeof untouched);
-    ASSERT_STATUS(kve_eval(NULL, 0, &ok, 1, 1, NULL, NULL, r), KVE_EINVAL);
-    ASSERT_STATUS(kve_eval(tr, 0, NULL, 1, 1, NULL, NULL, r), KVE_EINVAL);
-    ASSERT_STATUS(kve_eval(tr, 0, &ok, 1, 1, NULL, NULL, NULL), KVE_EINVAL);
-    ASSERT_STATUS(kve_eval(tr, 0, &ok, 0, 1, NULL, NULL, r), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(NULL, 0, 1, &ok, 1, EVAL_OPTS(1, NULL, NULL), r, NULL), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 0, 1, NULL, 1, EVAL_OPTS(1, NULL, NULL), r, NULL), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 0, 1, &ok, 1, EVAL_OPTS(1, NULL, NULL), NULL, NULL), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 0, 1, &ok, 0, EVAL_OPTS(1, NULL, NULL), r, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "n_jobs");
-    ASSERT_STATUS(kve_eval(tr, 1, &ok, 1, 1, NULL, NULL, r), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 1, 1, &ok, 1, EVAL_OPTS(1, NULL, NULL), r, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "head 1");
     kve_eval_job bad_name[] = {{"h2o", 40}, {"nope:budget=3", 0}};
-    ASSERT_STATUS(kve_eval(tr, 0, bad_name, 2, 1, NULL, NULL, r), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 0, 1, bad_name, 2, EVAL_OPTS(1, NULL, NULL), r, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "job 1 (\"nope:budget=3\")");
     kve_eval_job bad_budget[] = {{"window", 16777217}};
-    ASSERT_STATUS(kve_eval(tr, 0, bad_budget, 1, 1, NULL, NULL, r), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 0, 1, bad_budget, 1, EVAL_OPTS(1, NULL, NULL), r, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "budget");
     kve_eval_job contradiction[] = {{"h2o:recent_window=32", 16}};
-    ASSERT_STATUS(kve_eval(tr, 0, contradiction, 1, 1, NULL, NULL, r), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 0, 1, contradiction, 1, EVAL_OPTS(1, NULL, NULL), r, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "recent_window");
     kve_eval_job null_spec[] = {{NULL, 3}};
-    ASSERT_STATUS(kve_eval(tr, 0, null_spec, 1, 1, NULL, NULL, r), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 0, 1, null_spec, 1, EVAL_OPTS(1, NULL, NULL), r, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "job 0");
     kve_eval_options o = kve_eval_default_options();
     o.topk = 0;
-    ASSERT_STATUS(kve_eval_ex(tr, 0, &ok, 1, &o, r), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 0, 1, &ok, 1, &o, r, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "topk 0");
     o.topk = (size_t)KVE_MAX_BUDGET + 1;
-    ASSERT_STATUS(kve_eval_ex(tr, 0, &ok, 1, &o, r), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(tr, 0, 1, &ok, 1, &o, r, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "topk");
     o.topk = KVE_MAX_BUDGET; /* the largest k is accepted (and costs only min(k, T)) */
     kve_eval_result big;
-    ASSERT_OK(kve_eval_ex(tr, 0, &ok, 1, &o, &big));
+    ASSERT_OK(kve_eval(tr, 0, 1, &ok, 1, &o, &big, NULL));
     ASSERT_EQ(big.topk, KVE_MAX_BUDGET);
     ASSERT_TRUE(memcmp(&r[0], &untouched, sizeof untouched) == 0);
     ASSERT_TRUE(memcmp(&r[1], &untouched, sizeof untouched) == 0);
@@ -626,26 +631,31 @@ static void test_refusals(void)
 static void test_alloc_failure(void)
 {
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=60", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical:steps=60", NULL, &tr));
     kve_eval_job jobs[] = {{"h2o:recent_window=2", 8}, {"random", 8}, {"full", 8}};
     kve_eval_result r[3], untouched;
     memset(&untouched, 0xcd, sizeof untouched);
+    talloc ta;
+    talloc_init(&ta);
     for (size_t k = 0;; k++) {
         memset(r, 0xcd, sizeof r);
         kve_eval_options o = kve_eval_default_options();
+        o.allocator = &ta.a;
         o.seed = 1;
         o.topk = 5; /* a heap of its own, allocated */
-        kve__alloc_fail_after(k);
-        kve_status st = kve_eval_ex(tr, 0, jobs, 3, &o, r);
-        kve__alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&ta, k);
+        kve_status st = kve_eval(tr, 0, 1, jobs, 3, &o, r, NULL);
+        talloc_fail_after(&ta, SIZE_MAX);
         if (st == KVE_OK)
             break;
         if (st != KVE_ENOMEM)
             CHECK_FAIL_AT("k = %zu: %s: %s", k, kve_status_name(st), kve_last_error());
         ASSERT_TRUE(memcmp(&r[0], &untouched, sizeof untouched) == 0);
+        ASSERT_EQ(ta.blocks, 0);
         ASSERT_TRUE(k < 100);
     }
     ASSERT_EQ(r[2].steps, 60);
+    talloc_check_empty(&ta);
     kve_trace_free(tr);
 }
 

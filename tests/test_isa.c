@@ -99,7 +99,7 @@ static int run(const char *spec, size_t dim, uint64_t seed, uint64_t *hashes)
         const float *attn = kve_rng_below(&g, 10) ? rows : NULL;
         for (size_t k = 0; k < H; k++)
             random_key(&g, key_pool, dim, keys + k * MAXD);
-        if (kve_bank_step_keys(b, 0, H, s, attn, n, group, reduce, dim ? keys : NULL, MAXD) !=
+        if (kve_bank_step_range(b, 0, H, s, attn, n, group, reduce, dim ? keys : NULL, MAXD) !=
             KVE_OK)
             break;
         h = hash_bank(b, h);

@@ -25,7 +25,16 @@
 #include "lm_check.h"
 #include "lm_naive_bpe.h"
 #include "lm_reference.h"
+#include "test_allocator.h"
 #include "tmpdir.h"
+
+/* The default prefill options with another method. */
+static kve_prefill_options prefill_method(kve_prefill_method m)
+{
+    kve_prefill_options o = kve_prefill_default_options();
+    o.method = m;
+    return o;
+}
 
 #include <sys/stat.h>
 
@@ -39,8 +48,8 @@ static lm_model *load(const fx_model *fx, int version, unsigned char **img)
     size_t n;
     *img = fx_image(fx, version, &n);
     lm_model *m = NULL;
-    if (lm_model_from_memory(*img, n, &m) != KVE_OK)
-        fprintf(stderr, "load: %s\n", lm_last_error());
+    if (lm_model_from_memory(*img, n, NULL, &m) != KVE_OK)
+        fprintf(stderr, "load: %s\n", kve_last_error());
     return m;
 }
 
@@ -127,12 +136,12 @@ static void set_i32(unsigned char *p, int32_t v)
 #define ASSERT_REFUSED(img, n, needle)                                                             \
     do {                                                                                           \
         lm_model *m_ = (lm_model *)&check_seed;                                                    \
-        kve_status st_ = lm_model_from_memory((img), (n), &m_);                                    \
+        kve_status st_ = lm_model_from_memory((img), (n), NULL, &m_);                                    \
         if (st_ != KVE_EFORMAT || m_ != (lm_model *)&check_seed)                                   \
             CHECK_FAIL_AT("size %zu: %s, want KVE_EFORMAT (%s)", (size_t)(n),                      \
-                          kve_status_name(st_), lm_last_error());                                  \
-        ASSERT_CONTAINS(lm_last_error(), needle);                                                  \
-        ASSERT_TRUE(strchr(lm_last_error(), '\n') == NULL);                                        \
+                          kve_status_name(st_), kve_last_error());                                  \
+        ASSERT_CONTAINS(kve_last_error(), needle);                                                  \
+        ASSERT_TRUE(strchr(kve_last_error(), '\n') == NULL);                                        \
     } while (0)
 
 static void test_header_fields(void)
@@ -160,7 +169,7 @@ static void test_header_fields(void)
             set_i32(img + base + 4 * f, INT32_MAX);
             if (!(version == 1 && f == 6)) {
                 lm_model *m = NULL;
-                ASSERT_STATUS(lm_model_from_memory(img, n, &m), KVE_EFORMAT);
+                ASSERT_STATUS(lm_model_from_memory(img, n, NULL, &m), KVE_EFORMAT);
             }
             set_i32(img + base + 4 * f, saved);
         }
@@ -214,7 +223,7 @@ static void test_header_fields(void)
         ASSERT_REFUSED(longer, n + 1, "the file holds");
         free(longer);
         lm_model *m = NULL;
-        ASSERT_OK(lm_model_from_memory(img, n, &m)); /* restored: valid again */
+        ASSERT_OK(lm_model_from_memory(img, n, NULL, &m)); /* restored: valid again */
         lm_model_free(m);
         free(img);
     }
@@ -259,19 +268,19 @@ static void test_truncated_everywhere(void)
 static void test_open_errors(void)
 {
     lm_model *m = NULL;
-    ASSERT_STATUS(lm_model_open(path_of("missing.bin"), &m), KVE_EIO);
-    ASSERT_CONTAINS(lm_last_error(), "No such file");
-    ASSERT_STATUS(lm_model_open(dir, &m), KVE_EIO);
-    ASSERT_CONTAINS(lm_last_error(), "not a regular file");
+    ASSERT_STATUS(lm_model_open(path_of("missing.bin"), NULL, &m), KVE_EIO);
+    ASSERT_CONTAINS(kve_last_error(), "No such file");
+    ASSERT_STATUS(lm_model_open(dir, NULL, &m), KVE_EIO);
+    ASSERT_CONTAINS(kve_last_error(), "not a regular file");
     ASSERT_TRUE(fx_write_file(path_of("empty.bin"), "", 0) == 0);
-    ASSERT_STATUS(lm_model_open(path_of("empty.bin"), &m), KVE_EFORMAT);
-    ASSERT_CONTAINS(lm_last_error(), "0 bytes, truncated in the field dim");
+    ASSERT_STATUS(lm_model_open(path_of("empty.bin"), NULL, &m), KVE_EFORMAT);
+    ASSERT_CONTAINS(kve_last_error(), "0 bytes, truncated in the field dim");
     ASSERT_TRUE(m == NULL);
     /* The mapped file gives the same model as the same bytes in memory. */
     fx_model fx;
     fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, 5);
     ASSERT_TRUE(fx_write_model(&fx, 1, path_of("v1.bin")) == 0);
-    ASSERT_OK(lm_model_open(path_of("v1.bin"), &m));
+    ASSERT_OK(lm_model_open(path_of("v1.bin"), NULL, &m));
     ASSERT_TRUE(m->map != NULL);
     ASSERT_TRUE(memcmp(m->weights.wcls, fx.cls, sizeof(float) * V_ * D_) == 0);
     ASSERT_TRUE(memcmp(m->weights.w3, fx.w3, sizeof(float) * L_ * F_ * D_) == 0);
@@ -280,7 +289,7 @@ static void test_open_errors(void)
     remove(path_of("empty.bin"));
     fx_model_free(&fx);
     uint32_t words[10] = {0};
-    ASSERT_STATUS(lm_model_from_memory((unsigned char *)words + 1, 28, &m), KVE_EINVAL);
+    ASSERT_STATUS(lm_model_from_memory((unsigned char *)words + 1, 28, NULL, &m), KVE_EINVAL);
 }
 
 /* ---- the decode step ---- */
@@ -296,7 +305,7 @@ static kve_status run_decoder(const lm_model *m, const lm_options *opt, size_t s
             memcpy(logits + t * V_, s->logits, V_ * sizeof(float));
     }
     if (st != KVE_OK)
-        fprintf(stderr, "run_decoder: %s\n", lm_last_error());
+        fprintf(stderr, "run_decoder: %s\n", kve_last_error());
     lm_state_free(s);
     return st;
 }
@@ -602,7 +611,7 @@ static void test_prefill(void)
         lm_options opt = {.policy = cases[c].spec};
         lm_state *s = NULL;
         ASSERT_OK(lm_state_new(m, &opt, &s));
-        kve_prefill_params p = kve_prefill_default_params(
+        kve_prefill_options p = prefill_method(
             cases[c].method == KVE_PREFILL_SNAPKV ? KVE_PREFILL_SNAPKV : KVE_PREFILL_H2O);
         p.window = cases[c].window ? cases[c].window : p.window;
         ASSERT_OK(lm_prefill(s, toks, PN, cases[c].method < 0 ? NULL : &p));
@@ -616,7 +625,7 @@ static void test_prefill(void)
         o.key_dim = D_ / H_;
         ASSERT_OK(kve_bank_new_ex(cases[c].spec, L_ * G_, NULL, &o, &b));
         if (cases[c].method >= 0) {
-            size_t r = kve_prefill_rows(&p, PN);
+            size_t r = kve_prefill_rows(PN, &p);
             static float rows[L_ * H_ * PN * PN];
             for (size_t l = 0; l < L_; l++)
                 for (size_t h = 0; h < H_; h++)
@@ -625,8 +634,7 @@ static void test_prefill(void)
                                pf_rows + ((l * H_ + h) * PN + (PN - r + j)) * PN,
                                PN * sizeof(float));
             for (size_t l = 0; l < L_; l++)
-                ASSERT_OK(kve_bank_prefill(b, l * G_, G_, &p, PN, rows + l * H_ * r * PN, PN,
-                                           H_ / G_, KVE_REDUCE_MEAN, kve_bank_budget(b)));
+                ASSERT_OK(kve_bank_prefill(b, l * G_, G_, PN, kve_bank_budget(b), rows + l * H_ * r * PN, PN, H_ / G_, KVE_REDUCE_MEAN, &p));
             for (size_t h = 0; h < L_ * G_; h++) {
                 const lm_cache *kc = &s->cache[h];
                 ASSERT_EQ(kc->n, kve_bank_size(b, h));
@@ -658,39 +666,46 @@ static void test_prefill(void)
     lm_options opt = {.policy = "h2o:budget=8,recent_window=2"};
     lm_state *s = NULL;
     ASSERT_OK(lm_state_new(m, &opt, &s));
-    kve_prefill_params p = kve_prefill_default_params(KVE_PREFILL_SNAPKV);
+    kve_prefill_options p = prefill_method(KVE_PREFILL_SNAPKV);
     p.window = 8; /* not below the budget */
     ASSERT_STATUS(lm_prefill(s, toks, PN, &p), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "prefill: layer 0: h2o: prefill budget 8 must be greater than window 8");
+    ASSERT_CONTAINS(kve_last_error(), "prefill: layer 0: h2o: prefill budget 8 must be greater than window 8");
     ASSERT_STATUS(lm_prefill(NULL, toks, PN, NULL), KVE_EINVAL);
     ASSERT_STATUS(lm_prefill(s, NULL, PN, NULL), KVE_EINVAL);
     ASSERT_STATUS(lm_prefill(s, toks, 0, NULL), KVE_EINVAL);
     toks[5] = V_;
     ASSERT_STATUS(lm_prefill(s, toks, PN, NULL), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "token 5");
+    ASSERT_CONTAINS(kve_last_error(), "token 5");
     toks[5] = token_at(16);
     ASSERT_EQ(s->pos, 0);
-    lm_alloc_fail_after(0);
+    lm_state_free(s);
+    talloc ta;
+    talloc_init(&ta);
+    opt.allocator = &ta.a;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    opt.allocator = NULL;
+    talloc_fail_after(&ta, 0);
     p.window = 3;
     kve_status st = lm_prefill(s, toks, PN, &p);
-    lm_alloc_fail_after(SIZE_MAX);
+    talloc_fail_after(&ta, SIZE_MAX);
     ASSERT_STATUS(st, KVE_ENOMEM);
     ASSERT_EQ(s->pos, 0);
     ASSERT_OK(lm_prefill(s, toks, PN, &p));
     ASSERT_STATUS(lm_prefill(s, toks, PN, &p), KVE_EINVAL); /* not at position 0 */
-    ASSERT_CONTAINS(lm_last_error(), "reset it first");
+    ASSERT_CONTAINS(kve_last_error(), "reset it first");
     lm_state_free(s);
+    talloc_check_empty(&ta);
     s = NULL;
     opt.policy = "knorm:budget=8";
     ASSERT_OK(lm_state_new(m, &opt, &s));
     ASSERT_STATUS(lm_prefill(s, toks, PN, &p), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "reads keys");
+    ASSERT_CONTAINS(kve_last_error(), "reads keys");
     ASSERT_EQ(s->pos, 0);
     lm_state_free(s);
     s = NULL;
     ASSERT_OK(lm_state_new(m, NULL, &s));
     ASSERT_STATUS(lm_prefill(s, toks, PN, NULL), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "no policy");
+    ASSERT_CONTAINS(kve_last_error(), "no policy");
     lm_state_free(s);
     tiny_close(&k);
 }
@@ -726,7 +741,7 @@ static void bank_seen(void *user, int layer, int g, int32_t t, const int32_t *ke
         return; /* the layer is stepped whole, after its last head */
     int32_t victims[G_ * 64];
     size_t first = (size_t)layer * G_, b = br->budget[layer];
-    kve_status st = kve_bank_step_range(br->b, first, G_, t, br->rows, 64, 1, KVE_REDUCE_MEAN);
+    kve_status st = kve_bank_step_range(br->b, first, G_, t, br->rows, 64, 1, KVE_REDUCE_MEAN, NULL, 0);
     if (st == KVE_OK)
         st = br->shared ? kve_bank_evict_shared(br->b, first, G_, G_ * b, victims, 64, NULL)
                         : kve_bank_evict_range(br->b, first, G_, b, victims, 64, NULL);
@@ -747,12 +762,12 @@ static void test_budgets_against_reference(void)
             lm_model *m = tiny_open(&k, 1, 0, check_seed + 9);
             ASSERT_TRUE(m != NULL);
             bank_ref br = {.shared = shared};
-            kve_schedule sch = kve_schedule_default();
+            kve_schedule_options sch = kve_schedule_default_options();
             sch.kind = kinds[kind];
             sch.floor = 2;
             sch.beta = 3.0;
             sch.weights = weights;
-            ASSERT_OK(kve_layer_budgets(&sch, L_ * 7, L_, br.budget));
+            ASSERT_OK(kve_layer_budgets(L_ * 7, L_, &sch, br.budget));
             kve_bank_options o = kve_bank_default_options();
             o.share = shared ? G_ : 0;
             o.min_share = 0.5;
@@ -851,7 +866,7 @@ static void test_layer_spread(void)
         ASSERT_TRUE(got[l] > 0 && got[l] < 1);
     }
     ASSERT_STATUS(lm_layer_spread(m, toks, 4, 4, got), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "no step beyond");
+    ASSERT_CONTAINS(kve_last_error(), "no step beyond");
     ASSERT_STATUS(lm_layer_spread(NULL, toks, 30, 4, got), KVE_EINVAL);
     /* a schedule the decoder refuses: weights summing to zero, a bad kind;
      * a shared budget on a policy without scores */
@@ -859,10 +874,10 @@ static void test_layer_spread(void)
     lm_options bad = {.policy = "h2o:budget=6,recent_window=1",
                       .schedule = KVE_SCHEDULE_WEIGHTED, .layer_weights = zero};
     ASSERT_STATUS(lm_state_new(m, &bad, &s), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "sum to 0");
+    ASSERT_CONTAINS(kve_last_error(), "sum to 0");
     bad = (lm_options){.policy = "window:budget=6", .share_heads = 1};
     ASSERT_STATUS(lm_state_new(m, &bad, &s), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "compares scores");
+    ASSERT_CONTAINS(kve_last_error(), "compares scores");
     tiny_close(&k);
 }
 
@@ -901,7 +916,7 @@ static void test_refusals(void)
     lm_state *s = NULL;
     lm_options opt = {.policy = "h2o:budget=4,recent_window=4"};
     ASSERT_STATUS(lm_state_new(m, &opt, &s), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "policy: h2o: recent_window");
+    ASSERT_CONTAINS(kve_last_error(), "policy: h2o: recent_window");
     opt = (lm_options){.policy = "nope"};
     ASSERT_STATUS(lm_state_new(m, &opt, &s), KVE_EINVAL);
     opt = (lm_options){.budget = 5};
@@ -918,7 +933,7 @@ static void test_refusals(void)
     for (size_t t = 0; t < 8; t++) {
         ASSERT_STATUS(lm_forward(s, -1), KVE_EINVAL);
         ASSERT_STATUS(lm_forward(s, V_), KVE_EINVAL);
-        ASSERT_CONTAINS(lm_last_error(), "outside the vocabulary");
+        ASSERT_CONTAINS(kve_last_error(), "outside the vocabulary");
         ASSERT_OK(lm_forward(s, token_at(t)));
         memcpy(b + t * V_, s->logits, sizeof(float) * V_);
     }
@@ -934,10 +949,10 @@ static void test_refusals(void)
     ASSERT_OK(lm_state_new(bad, &opt, &s));
     ASSERT_OK(lm_forward(s, 1)); /* position 0: no kept key to weigh yet */
     ASSERT_STATUS(lm_forward(s, 2), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "policies of layer 0");
-    ASSERT_CONTAINS(lm_last_error(), "NaN");
+    ASSERT_CONTAINS(kve_last_error(), "policies of layer 0");
+    ASSERT_CONTAINS(kve_last_error(), "NaN");
     ASSERT_STATUS(lm_forward(s, 2), KVE_EINVAL);
-    ASSERT_CONTAINS(lm_last_error(), "reset");
+    ASSERT_CONTAINS(kve_last_error(), "reset");
     ASSERT_OK(lm_state_reset(s));
     ASSERT_OK(lm_forward(s, 1));
     lm_state_free(s);
@@ -998,8 +1013,8 @@ static lm_tokenizer *fixture_tokenizer(void)
     size_t n;
     unsigned char *img = fx_tokenizer_image(&n);
     lm_tokenizer *t = NULL;
-    if (lm_tokenizer_from_memory(img, n, &t) != KVE_OK)
-        fprintf(stderr, "tokenizer: %s\n", lm_last_error());
+    if (lm_tokenizer_from_memory(img, n, NULL, &t) != KVE_OK)
+        fprintf(stderr, "tokenizer: %s\n", kve_last_error());
     free(img);
     return t;
 }
@@ -1103,7 +1118,7 @@ static void test_tokenizer_malformed(void)
     size_t boundaries = 0;
     for (size_t cut = 0; cut < n; cut++) {
         lm_tokenizer *t = NULL;
-        kve_status st = lm_tokenizer_from_memory(img, cut, &t);
+        kve_status st = lm_tokenizer_from_memory(img, cut, NULL, &t);
         int boundary = 0;
         if (cut >= 4) {
             size_t off = 4, pieces = 0;
@@ -1124,32 +1139,32 @@ static void test_tokenizer_malformed(void)
         } else {
             ASSERT_STATUS(st, KVE_EFORMAT);
             ASSERT_TRUE(t == NULL);
-            ASSERT_TRUE(lm_last_error()[0] != '\0');
+            ASSERT_TRUE(kve_last_error()[0] != '\0');
         }
     }
     ASSERT_EQ(boundaries, FX_PIECES - 1);
     lm_tokenizer *t = NULL;
-    ASSERT_STATUS(lm_tokenizer_from_memory(img, 4, &t), KVE_EFORMAT);
-    ASSERT_CONTAINS(lm_last_error(), "no pieces");
-    ASSERT_STATUS(lm_tokenizer_from_memory(img, 10, &t), KVE_EFORMAT);
-    ASSERT_CONTAINS(lm_last_error(), "piece 0 truncated in the field len");
+    ASSERT_STATUS(lm_tokenizer_from_memory(img, 4, NULL, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(kve_last_error(), "no pieces");
+    ASSERT_STATUS(lm_tokenizer_from_memory(img, 10, NULL, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(kve_last_error(), "piece 0 truncated in the field len");
     unsigned char *bad = malloc(n);
     memcpy(bad, img, n);
     set_i32(bad, 0);
-    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
-    ASSERT_CONTAINS(lm_last_error(), "max_token_length 0");
+    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, NULL, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(kve_last_error(), "max_token_length 0");
     memcpy(bad, img, n);
     set_i32(bad + 8, 17); /* piece 0 longer than max_token_length 16 */
-    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
-    ASSERT_CONTAINS(lm_last_error(), "piece 0: len 17");
+    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, NULL, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(kve_last_error(), "piece 0: len 17");
     set_i32(bad + 8, -1);
-    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
-    ASSERT_CONTAINS(lm_last_error(), "len -1");
+    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, NULL, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(kve_last_error(), "len -1");
     /* A header max_token_length of 2^31 - 1 sizes nothing: buffers follow
      * the longest piece (the fuzzer found a 3 GB allocation here). */
     memcpy(bad, img, n);
     set_i32(bad, INT32_MAX);
-    ASSERT_OK(lm_tokenizer_from_memory(bad, n, &t));
+    ASSERT_OK(lm_tokenizer_from_memory(bad, n, NULL, &t));
     ASSERT_EQ(t->longest, 7); /* "<key00>" */
     int32_t few[16];
     size_t nf;
@@ -1158,15 +1173,15 @@ static void test_tokenizer_malformed(void)
     lm_tokenizer_free(t);
     memcpy(bad, img, n);
     bad[12] = 0; /* the first byte of "<unk>" */
-    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
-    ASSERT_CONTAINS(lm_last_error(), "NUL byte");
+    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, NULL, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(kve_last_error(), "NUL byte");
     memcpy(bad, img, n);
     float nan_score = NAN;
     memcpy(bad + 4, &nan_score, 4);
-    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, &t), KVE_EFORMAT);
-    ASSERT_CONTAINS(lm_last_error(), "NaN score");
+    ASSERT_STATUS(lm_tokenizer_from_memory(bad, n, NULL, &t), KVE_EFORMAT);
+    ASSERT_CONTAINS(kve_last_error(), "NaN score");
     free(bad);
-    ASSERT_STATUS(lm_tokenizer_open(path_of("missing.bin"), &t), KVE_EIO);
+    ASSERT_STATUS(lm_tokenizer_open(path_of("missing.bin"), NULL, &t), KVE_EIO);
     /* A vocabulary without byte pieces cannot fall back: refused, not a wild id. */
     fx_buf small = {0};
     fx_i32(&small, 5);
@@ -1177,12 +1192,12 @@ static void test_tokenizer_malformed(void)
         fx_i32(&small, (int32_t)strlen(pieces[i]));
         fx_put(&small, pieces[i], strlen(pieces[i]));
     }
-    ASSERT_OK(lm_tokenizer_from_memory(small.p, small.n, &t));
+    ASSERT_OK(lm_tokenizer_from_memory(small.p, small.n, NULL, &t));
     int32_t toks[8];
     ASSERT_OK(lm_encode(t, "aa", 2, toks, 8, &n));
     ASSERT_EQ(n, 3);
     ASSERT_STATUS(lm_encode(t, "ab", 2, toks, 8, &n), KVE_EFORMAT);
-    ASSERT_CONTAINS(lm_last_error(), "byte 0x62 has no piece");
+    ASSERT_CONTAINS(kve_last_error(), "byte 0x62 has no piece");
     lm_tokenizer_free(t);
     free(small.p);
     free(img);
@@ -1201,18 +1216,22 @@ static void test_alloc_failures(void)
     size_t tn;
     unsigned char *timg = fx_tokenizer_image(&tn);
     lm_model *m = NULL;
-    ASSERT_OK(lm_model_from_memory(img, n, &m));
+    ASSERT_OK(lm_model_from_memory(img, n, NULL, &m));
     float ref[20 * V_];
     lm_options opt = {.policy = "h2o:budget=5,recent_window=1"};
     ASSERT_OK(run_decoder(m, &opt, 20, ref));
 
+    /* Every block of lm/ and of the kvevict objects inside it comes from
+     * the one allocator given, and goes back to it with its size. */
+    talloc ta;
+    talloc_init(&ta);
     size_t k;
     for (k = 0;; k++) { /* the model */
         ASSERT_TRUE(k < WALK_MAX);
         lm_model *x = NULL;
-        lm_alloc_fail_after(k);
-        kve_status st = lm_model_from_memory(img, n, &x);
-        lm_alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&ta, k);
+        kve_status st = lm_model_from_memory(img, n, &ta.a, &x);
+        talloc_fail_after(&ta, SIZE_MAX);
         if (st == KVE_OK) {
             lm_model_free(x);
             break;
@@ -1220,58 +1239,65 @@ static void test_alloc_failures(void)
         ASSERT_STATUS(st, KVE_ENOMEM);
         ASSERT_TRUE(x == NULL);
     }
+    talloc_check_empty(&ta);
     for (k = 0;; k++) { /* the tokenizer, then an encoding */
         ASSERT_TRUE(k < WALK_MAX);
         lm_tokenizer *t = NULL;
-        lm_alloc_fail_after(k);
-        kve_status st = lm_tokenizer_from_memory(timg, tn, &t);
+        talloc_fail_after(&ta, k);
+        kve_status st = lm_tokenizer_from_memory(timg, tn, &ta.a, &t);
         int32_t toks[64];
         size_t nt = 0;
         if (st == KVE_OK)
             st = lm_encode(t, "the cafe abc", 12, toks, 64, &nt);
-        lm_alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&ta, SIZE_MAX);
         lm_tokenizer_free(t);
+        ASSERT_EQ(ta.blocks, 0);
         if (st == KVE_OK)
             break;
         ASSERT_STATUS(st, KVE_ENOMEM);
     }
-    /* The decoder: construction (lm's allocations, then kvevict's inside the
-     * policies) and every cache growth of a run. A failed step changes
-     * nothing: retried without the hook, the run equals the reference run. */
-    for (int which = 0; which < 2; which++) {
-        for (k = 0;; k++) {
-            ASSERT_TRUE(k < WALK_MAX);
-            lm_state *s = NULL;
-            if (which == 0)
-                lm_alloc_fail_after(k);
-            else
-                kve__alloc_fail_after(k);
-            kve_status st = lm_state_new(m, &opt, &s);
-            lm_alloc_fail_after(SIZE_MAX);
-            kve__alloc_fail_after(SIZE_MAX);
-            if (st != KVE_OK) {
-                ASSERT_STATUS(st, KVE_ENOMEM);
-                ASSERT_TRUE(s == NULL);
-                continue;
-            }
-            lm_state_free(s);
-            break;
+    talloc_check_empty(&ta);
+    /* The decoder: construction (lm's allocations and kvevict's inside the
+     * bank, through the same allocator) and every cache growth of a run. A
+     * failed step changes nothing: retried, the run equals the reference. */
+    opt.allocator = &ta.a;
+    size_t bank_blocks = 0;
+    for (k = 0;; k++) {
+        ASSERT_TRUE(k < WALK_MAX);
+        lm_state *s = NULL;
+        talloc_fail_after(&ta, k);
+        kve_status st = lm_state_new(m, &opt, &s);
+        talloc_fail_after(&ta, SIZE_MAX);
+        if (st != KVE_OK) {
+            ASSERT_STATUS(st, KVE_ENOMEM);
+            ASSERT_TRUE(s == NULL);
+            ASSERT_EQ(ta.blocks, 0);
+            continue;
         }
+        size_t before = ta.blocks;
+        kve_bank_free(s->bank); /* the bank's blocks were the allocator's too */
+        bank_blocks = before - ta.blocks;
+        s->bank = NULL;
+        lm_state_free(s);
+        break;
     }
+    ASSERT_TRUE(bank_blocks >= 2);
+    talloc_check_empty(&ta);
     /* full: the caches grow along the run; shared h2o: the layers' arenas
      * grow, then are laid out again in place */
     lm_options shared = {.policy = "h2o:budget=6,recent_window=1", .share_heads = 1};
     for (int which = 0; which < 2; which++) {
         opt = which ? shared : (lm_options){.policy = "full"};
         ASSERT_OK(run_decoder(m, &opt, 20, ref));
+        opt.allocator = &ta.a;
         for (k = 0; k < 12; k++) {
             lm_state *s = NULL;
             ASSERT_OK(lm_state_new(m, &opt, &s));
             int failed = 0;
             for (size_t t = 0; t < 20; t++) {
-                lm_alloc_fail_after(k);
+                talloc_fail_after(&ta, k);
                 kve_status st = lm_forward(s, token_at(t));
-                lm_alloc_fail_after(SIZE_MAX);
+                talloc_fail_after(&ta, SIZE_MAX);
                 if (st != KVE_OK) {
                     ASSERT_STATUS(st, KVE_ENOMEM);
                     ASSERT_EQ(s->pos, (int32_t)t);
@@ -1282,6 +1308,7 @@ static void test_alloc_failures(void)
             }
             ASSERT_TRUE(failed || k > 0);
             lm_state_free(s);
+            talloc_check_empty(&ta);
         }
     }
     lm_model_free(m);

@@ -13,7 +13,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
 #include "lm.h"
 #include "lm_check.h"
 #include "lm_fixture.h"
@@ -262,7 +262,7 @@ static void test_eval(void)
     size_t n;
     ASSERT_OK(lm_encode(lib_tok, text, text_len, ids, text_len + 1, &n));
     lm_model *m = NULL;
-    ASSERT_OK(lm_model_open(model_untied, &m));
+    ASSERT_OK(lm_model_open(model_untied, NULL, &m));
     const char *specs[5] = {NULL, "window:budget=5", "h2o:budget=5,recent_window=2",
                             "window:budget=64", "h2o:budget=64,recent_window=2"};
     const char *line = out_text;
@@ -458,7 +458,7 @@ static void test_dump(void)
              T, path_of("attn.npy"));
     ASSERT_RUNS(args);
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open(path_of("attn.npy"), 0, &tr));
+    ASSERT_OK(kve_trace_open(path_of("attn.npy"), NULL, &tr));
     ASSERT_EQ(kve_trace_steps(tr), T);
     ASSERT_EQ(kve_trace_layers(tr), L_);
     ASSERT_EQ(kve_trace_heads(tr), L_ * G_);
@@ -477,7 +477,7 @@ static void test_dump(void)
     double row[T];
     for (size_t h = 0; h < L_ * G_; h++) {
         for (size_t t = 0; t < T; t++) {
-            ASSERT_OK(kve_trace_row(tr, h, t, row));
+            ASSERT_OK(kve_trace_row(tr, h, t, row, t + 1));
             double sum = 0;
             for (size_t i = 0; i <= t; i++) {
                 ASSERT_TRUE(row[i] == (double)a.rows[(h * T + t) * T + i]);
@@ -492,7 +492,7 @@ static void test_dump(void)
     snprintf(args, sizeof args, "lm dump --model %s --text %s --steps %d -o %s --query-heads",
              model1, textpath, T, path_of("attn_q.npy"));
     ASSERT_RUNS(args);
-    ASSERT_OK(kve_trace_open(path_of("attn_q.npy"), 0, &tr));
+    ASSERT_OK(kve_trace_open(path_of("attn_q.npy"), NULL, &tr));
     ASSERT_EQ(kve_trace_heads(tr), L_ * H_);
     kve_trace_free(tr);
     snprintf(args, sizeof args, "eval --trace %s --policy window:budget=4 --json",
@@ -553,8 +553,8 @@ static void test_dump_qk(void)
     char src[500];
     snprintf(src, sizeof src, "qk:%s", path_of("t.qk"));
     kve_trace *q = NULL, *dn = NULL;
-    ASSERT_OK(kve_trace_open(src, 0, &q));
-    ASSERT_OK(kve_trace_open(path_of("t.npy"), 0, &dn));
+    ASSERT_OK(kve_trace_open(src, NULL, &q));
+    ASSERT_OK(kve_trace_open(path_of("t.npy"), NULL, &dn));
     ASSERT_EQ(kve_trace_steps(q), T);
     ASSERT_EQ(kve_trace_heads(q), L_ * G_);
     ASSERT_EQ(kve_trace_layers(q), L_);
@@ -567,8 +567,8 @@ static void test_dump_qk(void)
     double worst = 0;
     for (size_t h = 0; h < L_ * G_; h++)
         for (size_t t = 0; t < T; t += 7) {
-            ASSERT_OK(kve_trace_row(q, h, t, a));
-            ASSERT_OK(kve_trace_row(dn, h, t, b));
+            ASSERT_OK(kve_trace_row(q, h, t, a, t + 1));
+            ASSERT_OK(kve_trace_row(dn, h, t, b, t + 1));
             for (size_t i = 0; i <= t; i++)
                 worst = fabs(a[i] - b[i]) > worst ? fabs(a[i] - b[i]) : worst;
         }
@@ -589,7 +589,7 @@ static void test_dump_qk(void)
     float key[S];
     for (size_t h = 0; h < L_ * G_; h++)
         for (size_t t = 0; t < T; t += 5) {
-            ASSERT_OK(kve_trace_key(q, h, t, key));
+            ASSERT_OK(kve_trace_key(q, h, t, key, kve_trace_key_dim(q)));
             ASSERT_TRUE(memcmp(key, v.k + (h * T + t) * S, sizeof key) == 0);
         }
     free(v.k);
@@ -633,7 +633,8 @@ static void test_prefill_cmd(void)
                                      "--key delta_bits_per_byte:number --key prompts:integer "
                                      "--key passkey_accuracy:number "
                                      "--key passkey_accuracy_se:number --key seed:integer"));
-    kve_prefill_params pp = kve_prefill_default_params(KVE_PREFILL_SNAPKV);
+    kve_prefill_options pp = kve_prefill_default_options();
+    pp.method = KVE_PREFILL_SNAPKV;
     pp.window = 6;
     pp.kernel = 3;
     pp.pool = KVE_POOL_AVG;
@@ -644,7 +645,7 @@ static void test_prefill_cmd(void)
         lm_options opt = {.policy = r ? "h2o:budget=24,recent_window=2" : NULL};
         lm_state *s = NULL;
         ASSERT_OK(lm_state_new(lib_model, &opt, &s));
-        kve_prefill_params p = pp;
+        kve_prefill_options p = pp;
         p.method = r == 2 ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
         /* bits per byte over the tokens after the prompt's first step */
         double nats = 0, bytes = 0;
@@ -910,10 +911,10 @@ static void test_lm_trace(void)
                  model1, textpath, T, h, path_of("h.npy"));
         ASSERT_RUNS(args);
         kve_trace *tr = NULL;
-        ASSERT_OK(kve_trace_open(path_of("h.npy"), 0, &tr));
+        ASSERT_OK(kve_trace_open(path_of("h.npy"), NULL, &tr));
         double row[T];
         for (size_t t = 0; t < T; t++) {
-            ASSERT_OK(kve_trace_row(tr, 0, t, row));
+            ASSERT_OK(kve_trace_row(tr, 0, t, row, t + 1));
             for (size_t i = 0; i <= t; i++)
                 ASSERT_TRUE(row[i] == (double)q.rows[(h * T + t) * T + i]);
         }
@@ -1052,9 +1053,9 @@ int main(int argc, char **argv)
     if (tmpdir_make("kve-lm-cli") != 0)
         return 1;
     make_fixtures();
-    if (lm_model_open(model0, &lib_model) != KVE_OK || lm_model_open(model1, &lib_model1) != KVE_OK ||
-        lm_tokenizer_open(tokpath, &lib_tok) != KVE_OK) {
-        fprintf(stderr, "test_lm_cli: fixtures: %s\n", lm_last_error());
+    if (lm_model_open(model0, NULL, &lib_model) != KVE_OK || lm_model_open(model1, NULL, &lib_model1) != KVE_OK ||
+        lm_tokenizer_open(tokpath, NULL, &lib_tok) != KVE_OK) {
+        fprintf(stderr, "test_lm_cli: fixtures: %s\n", kve_last_error());
         return 1;
     }
     RUN(test_logits);

@@ -45,7 +45,7 @@ static const char *in(const char *dir, const char *name)
 static void check_logits(const char *model, const char *golden)
 {
     lm_model *m = NULL;
-    ASSERT_OK(lm_model_open(model, &m));
+    ASSERT_OK(lm_model_open(model, NULL, &m));
     char *text = fx_slurp(golden, NULL);
     ASSERT_TRUE(text != NULL);
     int32_t V = m->config.vocab_size, toks[MAX_POS];
@@ -141,7 +141,7 @@ static long json_str(const char **p, char *out, size_t cap)
 static void check_encodings(const char *tokenizer, const char *cases)
 {
     lm_tokenizer *t = NULL;
-    ASSERT_OK(lm_tokenizer_open(tokenizer, &t));
+    ASSERT_OK(lm_tokenizer_open(tokenizer, NULL, &t));
     char *text = fx_slurp(cases, NULL);
     ASSERT_TRUE(text != NULL);
     int lines = 0, bad = 0;
@@ -237,9 +237,9 @@ static void test_committed_qk_trace(void)
     char *bytes = fx_slurp(in(models, "kjv.qk"), &size);
     ASSERT_TRUE(bytes != NULL);
     lm_model *m = NULL;
-    ASSERT_OK(lm_model_open(in(models, "kjv.bin"), &m));
+    ASSERT_OK(lm_model_open(in(models, "kjv.bin"), NULL, &m));
     lm_tokenizer *tok = NULL;
-    ASSERT_OK(lm_tokenizer_open(in(models, "tokenizer.bin"), &tok));
+    ASSERT_OK(lm_tokenizer_open(in(models, "tokenizer.bin"), NULL, &tok));
     size_t tlen = 0;
     char *text = fx_slurp(in(models, "heldout.txt"), &tlen);
     ASSERT_TRUE(text != NULL);

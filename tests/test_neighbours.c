@@ -5,6 +5,7 @@
  * state-bytes figure of every policy as its file comment states it.
  */
 #include "check.h"
+#include "test_allocator.h"
 #include "internal.h"
 #include "kvevict.h"
 
@@ -360,21 +361,25 @@ static void test_steady_state_never_allocates(void)
         int has_window = strcmp(name, "window") != 0 && strcmp(name, "streaming") != 0;
         snprintf(spec, sizeof spec, "%s:budget=24%s", name, has_window ? ",recent_window=4" : "");
         kve_policy *p = NULL;
+        talloc ta;
+        talloc_init(&ta);
         kve_policy_options o = kve_policy_default_options();
+        o.allocator = &ta.a;
         o.key_dim = 24;
         ASSERT_OK(kve_policy_new_ex(spec, &g, &o, &p));
-        kve__alloc_fail_after(0);
+        talloc_fail_after(&ta, 0);
         int ok = 1;
         size_t nv = 0;
         for (int32_t pos = 0; pos < 500 && ok; pos++) {
             ok = step_random(p, pos, &g) == KVE_OK &&
                  kve_policy_evict(p, 24, victims, MAXN, &nv) == KVE_OK;
         }
-        size_t made = kve__alloc_fail_after(SIZE_MAX);
+        size_t made = talloc_fail_after(&ta, SIZE_MAX);
         if (!ok)
             CHECK_FAIL_AT("%s: failed without allocating: %s", spec, kve_last_error());
         ASSERT_EQ(made, 0);
         kve_policy_free(p);
+        talloc_check_empty(&ta);
     }
 }
 

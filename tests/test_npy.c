@@ -13,9 +13,11 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "check.h"
+#include "test_allocator.h"
 #include "tmpdir.h"
 #include "internal.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 
 #include <dirent.h>
 #include <stdint.h>
@@ -128,7 +130,7 @@ static int rows_match(kve_trace *tr, const double *d, size_t heads, size_t T)
     int ok = row != NULL;
     for (size_t h = 0; ok && h < heads; h++)
         for (size_t t = 0; ok && t < T; t++) {
-            ok = kve_trace_row(tr, h, t, row) == KVE_OK;
+            ok = kve_trace_row(tr, h, t, row, t + 1) == KVE_OK;
             for (size_t i = 0; ok && i <= t; i++)
                 ok = row[i] == d[(h * T + t) * T + i];
             if (!ok)
@@ -143,7 +145,7 @@ static kve_status open_bytes(const bytes *b, const char *name, unsigned flags, k
     const char *p = path_of(name);
     if (write_bytes(p, b->p, b->n) != 0)
         return KVE_EIO;
-    return kve_trace_open(p, flags, tr);
+    return kve_trace_open(p, TRACE_FLAGS(flags), tr);
 }
 
 /* ---- accepted files ---- */
@@ -151,7 +153,7 @@ static kve_status open_bytes(const bytes *b, const char *name, unsigned flags, k
 static void test_writer_round_trip(void)
 {
     kve_trace *c = NULL, *r = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=300,seed=9", 0, &c));
+    ASSERT_OK(kve_trace_open("canonical:steps=300,seed=9", NULL, &c));
     const char *p = path_of("rt.npy");
     ASSERT_OK(kve_trace_write_npy(c, 0, p));
     struct stat sb;
@@ -168,25 +170,25 @@ static void test_writer_round_trip(void)
     ASSERT_TRUE(memcmp(head + 10, "{'descr': '<f4', 'fortran_order': False, 'shape': (300, 300), }",
                        63) == 0);
 
-    ASSERT_OK(kve_trace_open(p, 0, &r));
+    ASSERT_OK(kve_trace_open(p, NULL, &r));
     ASSERT_EQ(kve_trace_steps(r), 300);
     ASSERT_EQ(kve_trace_heads(r), 1);
     ASSERT_EQ(kve_trace_layers(r), 1);
     ASSERT_STR_EQ(kve_trace_source(r), p);
     double a[300], b[300];
     for (size_t t = 0; t < 300; t++) {
-        ASSERT_OK(kve_trace_row(c, 0, t, a));
-        ASSERT_OK(kve_trace_row(r, 0, t, b));
+        ASSERT_OK(kve_trace_row(c, 0, t, a, t + 1));
+        ASSERT_OK(kve_trace_row(r, 0, t, b, t + 1));
         if (memcmp(a, b, (t + 1) * sizeof a[0]) != 0)
             CHECK_FAIL_AT("row %zu differs after the round trip", t);
     }
     /* Writing the file's own head again over itself gives identical bytes. */
     ASSERT_OK(kve_trace_write_npy(r, 0, path_of("rt2.npy")));
     kve_trace *r2 = NULL;
-    ASSERT_OK(kve_trace_open(path_of("rt2.npy"), 0, &r2));
+    ASSERT_OK(kve_trace_open(path_of("rt2.npy"), NULL, &r2));
     for (size_t t = 0; t < 300; t += 7) {
-        ASSERT_OK(kve_trace_row(r2, 0, t, a));
-        ASSERT_OK(kve_trace_row(r, 0, t, b));
+        ASSERT_OK(kve_trace_row(r2, 0, t, a, t + 1));
+        ASSERT_OK(kve_trace_row(r, 0, t, b, t + 1));
         ASSERT_TRUE(memcmp(a, b, (t + 1) * sizeof a[0]) == 0);
     }
     kve_trace_free(r2);
@@ -235,9 +237,9 @@ static void test_hand_built_variants(void)
         ASSERT_TRUE(rows_match(tr, d, heads, T));
         /* Descending reads give the same rows (the fast path is only fast). */
         double row[8];
-        ASSERT_OK(kve_trace_row(tr, heads - 1, T - 1, row));
+        ASSERT_OK(kve_trace_row(tr, heads - 1, T - 1, row, T));
         ASSERT_TRUE(row[0] == d[((heads - 1) * T + T - 1) * T]);
-        ASSERT_STATUS(kve_trace_row(tr, heads, 0, row), KVE_EINVAL);
+        ASSERT_STATUS(kve_trace_row(tr, heads, 0, row, 1), KVE_EINVAL);
         kve_trace_free(tr);
         free(d);
         free(b.p);
@@ -348,24 +350,24 @@ static void test_malformed_preambles(void)
     /* Shorter than the preamble, wrong magic, header length past the end,
      * over the header limit. */
     ASSERT_TRUE(write_bytes(path_of("p.npy"), "", 0) == 0);
-    ASSERT_STATUS(kve_trace_open(path_of("p.npy"), 0, &tr), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_open(path_of("p.npy"), NULL, &tr), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "too short");
     ASSERT_TRUE(write_bytes(path_of("p.npy"), "\x93NUMPZ\x01\x00\x00\x00", 10) == 0);
-    ASSERT_STATUS(kve_trace_open(path_of("p.npy"), 0, &tr), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_open(path_of("p.npy"), NULL, &tr), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "bad magic");
     ASSERT_TRUE(write_bytes(path_of("p.npy"), "\x93NUMPY\x01\x00\x50\x00{'d", 13) == 0);
-    ASSERT_STATUS(kve_trace_open(path_of("p.npy"), 0, &tr), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_open(path_of("p.npy"), NULL, &tr), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "truncated .npy header");
     ASSERT_TRUE(write_bytes(path_of("p.npy"), "\x93NUMPY\x02\x00\xff\xff\xff\xff{", 13) == 0);
-    ASSERT_STATUS(kve_trace_open(path_of("p.npy"), 0, &tr), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_open(path_of("p.npy"), NULL, &tr), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "limit");
     ASSERT_TRUE(write_bytes(path_of("p.npy"), "\x93NUMPY\x02\x00\x00\x00", 10) == 0);
-    ASSERT_STATUS(kve_trace_open(path_of("p.npy"), 0, &tr), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_open(path_of("p.npy"), NULL, &tr), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "preamble");
     ASSERT_TRUE(tr == NULL);
     /* Every proper prefix of a valid file is refused, never crashes. */
     kve_trace *c = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=5", 0, &c));
+    ASSERT_OK(kve_trace_open("canonical:steps=5", NULL, &c));
     ASSERT_OK(kve_trace_write_npy(c, 0, path_of("full.npy")));
     kve_trace_free(c);
     FILE *f = fopen(path_of("full.npy"), "rb");
@@ -376,12 +378,12 @@ static void test_malformed_preambles(void)
     ASSERT_EQ(n, 128 + 5 * 5 * 4);
     for (size_t len = 0; len < n; len++) {
         ASSERT_TRUE(write_bytes(path_of("prefix.npy"), buf, len) == 0);
-        ASSERT_STATUS(kve_trace_open(path_of("prefix.npy"), 0, &tr), KVE_EFORMAT);
+        ASSERT_STATUS(kve_trace_open(path_of("prefix.npy"), NULL, &tr), KVE_EFORMAT);
     }
     /* I/O failures: a missing file, a directory. */
-    ASSERT_STATUS(kve_trace_open(path_of("missing.npy"), 0, &tr), KVE_EIO);
+    ASSERT_STATUS(kve_trace_open(path_of("missing.npy"), NULL, &tr), KVE_EIO);
     ASSERT_CONTAINS(kve_last_error(), "missing.npy");
-    ASSERT_STATUS(kve_trace_open(dir, 0, &tr), KVE_EIO);
+    ASSERT_STATUS(kve_trace_open(dir, NULL, &tr), KVE_EIO);
     ASSERT_TRUE(tr == NULL);
 }
 
@@ -426,7 +428,7 @@ static void test_bad_rows(void)
     kve_trace *tr = NULL;
     ASSERT_OK(open_rows(near, 1, 0, &tr));
     double row[4];
-    ASSERT_OK(kve_trace_row(tr, 0, 1, row));
+    ASSERT_OK(kve_trace_row(tr, 0, 1, row, 2));
     ASSERT_TRUE(row[1] == 0.5009);
     kve_trace_free(tr);
     /* The message names layer and head for a 4-d file. */
@@ -451,11 +453,11 @@ static void test_normalize(void)
     ASSERT_CONTAINS(kve_last_error(), "row 1 sums to 4");
     ASSERT_OK(open_rows(raw, 0, KVE_TRACE_NORMALIZE, &tr));
     double row[4];
-    ASSERT_OK(kve_trace_row(tr, 0, 0, row));
+    ASSERT_OK(kve_trace_row(tr, 0, 0, row, 1));
     ASSERT_TRUE(row[0] == 1.0);
-    ASSERT_OK(kve_trace_row(tr, 0, 1, row));
+    ASSERT_OK(kve_trace_row(tr, 0, 1, row, 2));
     ASSERT_TRUE(row[0] == 0.75 && row[1] == 0.25);
-    ASSERT_OK(kve_trace_row(tr, 0, 3, row));
+    ASSERT_OK(kve_trace_row(tr, 0, 3, row, 4));
     for (int i = 0; i < 4; i++)
         ASSERT_TRUE(row[i] == (double)(i + 1) / 10.0);
     kve_trace_free(tr);
@@ -493,7 +495,11 @@ static int count_tmp_files(void)
 static void test_writer_failures(void)
 {
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=20", 0, &tr));
+    talloc ta;
+    talloc_init(&ta);
+    kve_trace_options o = kve_trace_default_options();
+    o.allocator = &ta.a; /* the writer's scratch comes from the trace's allocator */
+    ASSERT_OK(kve_trace_open("canonical:steps=20", &o, &tr));
     ASSERT_STATUS(kve_trace_write_npy(tr, 0, path_of("no/such/dir/x.npy")), KVE_EIO);
     ASSERT_CONTAINS(kve_last_error(), "x.npy");
     ASSERT_STATUS(kve_trace_write_npy(tr, 1, path_of("x.npy")), KVE_EINVAL);
@@ -510,9 +516,9 @@ static void test_writer_failures(void)
     ASSERT_EQ(count_tmp_files(), 0);
     /* Allocation failure: ENOMEM, no file, no temporary. */
     for (size_t k = 0; k < 3; k++) {
-        kve__alloc_fail_after(k);
+        talloc_fail_after(&ta, k);
         kve_status st = kve_trace_write_npy(tr, 0, path_of("oom.npy"));
-        kve__alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&ta, SIZE_MAX);
         ASSERT_EQ(st, KVE_ENOMEM);
         ASSERT_TRUE(stat(path_of("oom.npy"), &sb) != 0);
     }
@@ -521,10 +527,11 @@ static void test_writer_failures(void)
     ASSERT_TRUE(write_bytes(path_of("over.npy"), "junk", 4) == 0);
     ASSERT_OK(kve_trace_write_npy(tr, 0, path_of("over.npy")));
     kve_trace *r = NULL;
-    ASSERT_OK(kve_trace_open(path_of("over.npy"), 0, &r));
+    ASSERT_OK(kve_trace_open(path_of("over.npy"), NULL, &r));
     ASSERT_EQ(kve_trace_steps(r), 20);
     kve_trace_free(r);
     kve_trace_free(tr);
+    talloc_check_empty(&ta);
     ASSERT_EQ(count_tmp_files(), 0);
 }
 
@@ -554,7 +561,7 @@ static void test_stream_writer_and_progress(void)
 {
     enum { T = 70 };
     kve_trace *c = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=70,seed=3", 0, &c));
+    ASSERT_OK(kve_trace_open("canonical:steps=70,seed=3", NULL, &c));
     ASSERT_U64_EQ(kve_trace_npy_bytes(c), 128 + 4 * T * T);
     ASSERT_U64_EQ(kve_trace_npy_bytes(NULL), 0);
     const char *p = path_of("stream.npy");
@@ -612,7 +619,7 @@ static void test_stream_writer_and_progress(void)
      * reports nothing; a stop is KVE_ECANCELED with *out untouched. */
     kve_trace *r = NULL;
     progress_log o = {0, 0, 0, 0, UINT64_MAX, 0};
-    ASSERT_OK(kve_trace_open_ex(p, 0, log_progress, &o, &r));
+    ASSERT_OK(kve_trace_open(p, TRACE_OPTS(0, log_progress, &o), &r));
     ASSERT_U64_EQ(o.calls, T + 1);
     ASSERT_U64_EQ(o.total, T);
     ASSERT_U64_EQ(o.last, T);
@@ -621,12 +628,12 @@ static void test_stream_writer_and_progress(void)
     for (uint64_t stop = 0; stop <= 9; stop += 9) {
         progress_log s = {0, 0, 0, 0, stop, 0};
         r = untouched;
-        ASSERT_STATUS(kve_trace_open_ex(p, 0, log_progress, &s, &r), KVE_ECANCELED);
+        ASSERT_STATUS(kve_trace_open(p, TRACE_OPTS(0, log_progress, &s), &r), KVE_ECANCELED);
         ASSERT_TRUE(r == untouched);
         ASSERT_CONTAINS(kve_last_error(), "canceled");
     }
     progress_log none = {0, 0, 0, 0, 0, 0};
-    ASSERT_OK(kve_trace_open_ex("canonical:steps=10", 0, log_progress, &none, &r));
+    ASSERT_OK(kve_trace_open("canonical:steps=10", TRACE_OPTS(0, log_progress, &none), &r));
     ASSERT_U64_EQ(none.calls, 0);
     kve_trace_free(r);
     kve_trace_free(c);
@@ -641,19 +648,25 @@ static void test_open_alloc_failure(void)
     ASSERT_TRUE(write_bytes(path_of("oom.npy"), b.p, b.n) == 0);
     free(b.p);
     free(d);
+    talloc ta;
+    talloc_init(&ta);
+    kve_trace_options o = kve_trace_default_options();
+    o.allocator = &ta.a;
     for (size_t k = 0;; k++) {
         kve_trace *tr = NULL;
-        kve__alloc_fail_after(k);
-        kve_status st = kve_trace_open(path_of("oom.npy"), 0, &tr);
-        kve__alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&ta, k);
+        kve_status st = kve_trace_open(path_of("oom.npy"), &o, &tr);
+        talloc_fail_after(&ta, SIZE_MAX);
         if (st == KVE_OK) {
             kve_trace_free(tr);
             break;
         }
         ASSERT_EQ(st, KVE_ENOMEM);
         ASSERT_TRUE(tr == NULL);
+        ASSERT_EQ(ta.blocks, 0);
         ASSERT_TRUE(k < 20);
     }
+    talloc_check_empty(&ta);
 }
 
 /* Seeded random mutations of a valid file: any status is fine, a crash or
@@ -684,7 +697,7 @@ static void test_mutations(void)
         }
         ASSERT_TRUE(write_bytes(path_of("mut.npy"), m, n) == 0);
         kve_trace *tr = NULL;
-        kve_status st = kve_trace_open(path_of("mut.npy"), (unsigned)(iter & 1), &tr);
+        kve_status st = kve_trace_open(path_of("mut.npy"), TRACE_FLAGS((unsigned)(iter & 1)), &tr);
         if (st == KVE_OK) {
             accepted++;
             double row[64];
@@ -692,7 +705,7 @@ static void test_mutations(void)
             ASSERT_TRUE(T <= 64);
             for (size_t h = 0; h < kve_trace_heads(tr); h++)
                 for (size_t t = 0; t < T; t++)
-                    ASSERT_OK(kve_trace_row(tr, h, t, row));
+                    ASSERT_OK(kve_trace_row(tr, h, t, row, t + 1));
             kve_trace_free(tr);
         } else {
             ASSERT_TRUE(st == KVE_EFORMAT);

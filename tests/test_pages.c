@@ -12,7 +12,7 @@
  * Deterministic per seed (printed; replay with argv[1]).
  */
 #include "check.h"
-#include "internal.h" /* the allocation hook */
+#include "test_allocator.h"
 #include "kvevict.h"
 #include "reference.h"
 #include "workload.h"
@@ -165,13 +165,17 @@ static void test_block_one_is_plain(void)
 static void test_whole_pages_only(void)
 {
     kve_policy *p = NULL;
-    ASSERT_OK(kve_policy_new("h2o:budget=72,recent_window=8,block=16", NULL, &p));
+    talloc ta;
+    talloc_init(&ta);
+    kve_policy_options o = kve_policy_default_options();
+    o.allocator = &ta.a;
+    ASSERT_OK(kve_policy_new_ex("h2o:budget=72,recent_window=8,block=16", NULL, &o, &p));
     ASSERT_STR_EQ(kve_policy_spec(p), "h2o:budget=72,recent_window=8,block=16");
     kve_rng g;
     kve_rng_seed(&g, check_seed);
     const float pool[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
     int32_t v[MAXN];
-    kve__alloc_fail_after(0); /* pages never allocate */
+    talloc_fail_after(&ta, 0); /* pages never allocate */
     for (int32_t t = 0; t < 600; t++) {
         size_t n = kve_policy_size(p);
         for (size_t i = 0; i < n; i++)
@@ -181,7 +185,7 @@ static void test_whole_pages_only(void)
         if (st == KVE_OK)
             st = kve_policy_evict(p, 72, v, MAXN, &nv);
         if (st != KVE_OK)
-            kve__alloc_fail_after(SIZE_MAX);
+            talloc_fail_after(&ta, SIZE_MAX);
         ASSERT_OK(st);
         ASSERT_TRUE(nv == 0 || nv == 16);
         for (size_t i = 0; i < nv; i++) /* one page, in order */
@@ -199,9 +203,10 @@ static void test_whole_pages_only(void)
             i = j;
         }
     }
-    kve__alloc_fail_after(SIZE_MAX);
+    ASSERT_EQ(talloc_fail_after(&ta, SIZE_MAX), 0);
     ASSERT_EQ(kve_policy_state_bytes(p), 73 * 13); /* a page is 16 slots of 13 bytes */
     kve_policy_free(p);
+    talloc_check_empty(&ta);
 }
 
 static void test_page_refusals(void)

@@ -14,8 +14,17 @@
 #include "internal.h"
 #include "kvevict.h"
 #include "reference.h"
+#include "test_allocator.h"
 
 #include <float.h>
+
+/* The default options with another method. */
+static kve_prefill_options prefill_method(kve_prefill_method m)
+{
+    kve_prefill_options o = kve_prefill_default_options();
+    o.method = m;
+    return o;
+}
 
 enum { MAXN = 300, MAXG = 3, MAXH = 3 };
 
@@ -45,7 +54,7 @@ static void make_rows(kve_rng *g, size_t heads, size_t group, size_t n, size_t r
 }
 
 /* The method's definition, one KV head (rows at `q`): col and score. */
-static void naive(const kve_prefill_params *p, size_t n, const float *q, size_t ld,
+static void naive(const kve_prefill_options *p, size_t n, const float *q, size_t ld,
                   size_t group, kve_reduce reduce)
 {
     size_t r = p->method == KVE_PREFILL_SNAPKV && p->window < n ? p->window : n;
@@ -138,15 +147,15 @@ static void test_scores_match_naive(void)
         size_t n = 1 + (size_t)kve_rng_below(&g, it < 30 ? 40 : MAXN);
         size_t group = 1 + (size_t)kve_rng_below(&g, MAXG);
         kve_reduce reduce = reduces[kve_rng_below(&g, 3)];
-        kve_prefill_params p = kve_prefill_default_params(
+        kve_prefill_options p = prefill_method(
             kve_rng_below(&g, 2) ? KVE_PREFILL_SNAPKV : KVE_PREFILL_H2O);
         p.window = 1 + (size_t)kve_rng_below(&g, 40);
         p.kernel = 1 + 2 * (size_t)kve_rng_below(&g, 5);
         p.pool = kve_rng_below(&g, 2) ? KVE_POOL_MAX : KVE_POOL_AVG;
-        size_t r = kve_prefill_rows(&p, n), ld = n + (size_t)kve_rng_below(&g, 3);
+        size_t r = kve_prefill_rows(n, &p), ld = n + (size_t)kve_rng_below(&g, 3);
         ASSERT_EQ(r, p.method == KVE_PREFILL_H2O ? n : (p.window < n ? p.window : n));
         make_rows(&g, 1, group, n, r, ld);
-        ASSERT_OK(kve_prefill_scores(&p, n, rows, ld, group, reduce, lib_score));
+        ASSERT_OK(kve_prefill_scores(n, rows, ld, group, reduce, &p, lib_score));
         naive(&p, n, rows, ld, group, reduce);
         for (size_t i = 0; i < n; i++)
             if (lib_score[i] != naive_score[i])
@@ -168,28 +177,36 @@ static void test_scores_hand_case(void)
     const float r4[16] = {1.0f, 0, 0, 0,  0.5f, 0.5f, 0, 0,  0.25f, 0.5f, 0.25f, 0,
                           0.125f, 0.625f, 0.125f, 0.125f};
     double s[4];
-    kve_prefill_params h = kve_prefill_default_params(KVE_PREFILL_H2O);
-    ASSERT_OK(kve_prefill_scores(&h, 4, r4, 4, 1, KVE_REDUCE_MEAN, s));
+    kve_prefill_options h = prefill_method(KVE_PREFILL_H2O);
+    ASSERT_OK(kve_prefill_scores(4, r4, 4, 1, KVE_REDUCE_MEAN, &h, s));
     ASSERT_NEAR(s[0], 1.875, 0); /* 1 + 0.5 + 0.25 + 0.125 */
     ASSERT_NEAR(s[1], 1.625, 0);
     ASSERT_NEAR(s[2], 0.375, 0);
     ASSERT_NEAR(s[3], 0.125, 0); /* its own query's weight only */
-    kve_prefill_params p = kve_prefill_default_params(KVE_PREFILL_SNAPKV);
+    kve_prefill_options p = prefill_method(KVE_PREFILL_SNAPKV);
     p.window = 1;
     p.kernel = 3;
-    ASSERT_OK(kve_prefill_scores(&p, 4, r4 + 12, 4, 1, KVE_REDUCE_MEAN, s)); /* the last row */
+    ASSERT_OK(kve_prefill_scores(4, r4 + 12, 4, 1, KVE_REDUCE_MEAN, &p, s)); /* the last row */
     /* window sums over keys 0..2: 0.125 0.625 0.125; max-pooled by 3 */
     ASSERT_NEAR(s[0], 0.625, 0);
     ASSERT_NEAR(s[1], 0.625, 0);
     ASSERT_NEAR(s[2], 0.625, 0);
     ASSERT_NEAR(s[3], 0.125, 0); /* the window: its own sum, unpooled */
     p.pool = KVE_POOL_AVG;
-    ASSERT_OK(kve_prefill_scores(&p, 4, r4 + 12, 4, 1, KVE_REDUCE_MEAN, s));
+    ASSERT_OK(kve_prefill_scores(4, r4 + 12, 4, 1, KVE_REDUCE_MEAN, &p, s));
     ASSERT_NEAR(s[0], 0.75 / 3, 1e-15); /* the missing position -1 counts 0 */
     ASSERT_NEAR(s[1], 0.875 / 3, 1e-15);
     ASSERT_NEAR(s[2], 0.75 / 3, 1e-15); /* position 3 is the window: not pooled in */
-    ASSERT_EQ(kve_prefill_rows(&p, 4), 1);
-    ASSERT_EQ(kve_prefill_rows(NULL, 4), 0);
+    ASSERT_EQ(kve_prefill_rows(4, &p), 1);
+    /* NULL options are the defaults: H2O, every row. */
+    ASSERT_EQ(kve_prefill_rows(4, NULL), 4);
+    kve_prefill_options d = kve_prefill_default_options();
+    ASSERT_TRUE(d.method == KVE_PREFILL_H2O && d.window == 32 && d.kernel == 5 &&
+                d.pool == KVE_POOL_MAX && d.allocator == NULL);
+    double s1[4], s2[4];
+    ASSERT_OK(kve_prefill_scores(4, r4, 4, 1, KVE_REDUCE_MEAN, NULL, s1));
+    ASSERT_OK(kve_prefill_scores(4, r4, 4, 1, KVE_REDUCE_MEAN, &d, s2));
+    ASSERT_TRUE(memcmp(s1, s2, sizeof s1) == 0);
 }
 
 /* ---- the bank ---- */
@@ -210,7 +227,7 @@ static void test_bank_prefill_matches_naive(void)
         size_t heads = 1 + (size_t)kve_rng_below(&g, MAXH);
         size_t group = 1 + (size_t)kve_rng_below(&g, MAXG);
         size_t n = 1 + (size_t)kve_rng_below(&g, it < 40 ? 60 : MAXN);
-        kve_prefill_params p = kve_prefill_default_params(
+        kve_prefill_options p = prefill_method(
             kve_rng_below(&g, 2) ? KVE_PREFILL_SNAPKV : KVE_PREFILL_H2O);
         p.window = 1 + (size_t)kve_rng_below(&g, 12);
         p.kernel = 1 + 2 * (size_t)kve_rng_below(&g, 4);
@@ -223,10 +240,10 @@ static void test_bank_prefill_matches_naive(void)
         snprintf(spec, sizeof spec, specs[which], budget + (size_t)kve_rng_below(&g, 3), rw);
         kve_bank *b = NULL;
         ASSERT_OK(kve_bank_new(spec, heads, NULL, &b));
-        size_t r = kve_prefill_rows(&p, n), ld = n + 1;
+        size_t r = kve_prefill_rows(n, &p), ld = n + 1;
         make_rows(&g, heads, group, n, r, ld);
         kve_reduce reduce = (kve_reduce)kve_rng_below(&g, 3);
-        ASSERT_OK(kve_bank_prefill(b, 0, heads, &p, n, rows, ld, group, reduce, budget));
+        ASSERT_OK(kve_bank_prefill(b, 0, heads, n, budget, rows, ld, group, reduce, &p));
         size_t protect = p.method == KVE_PREFILL_SNAPKV ? p.window : rw;
         for (size_t h = 0; h < heads; h++) {
             naive(&p, n, rows + h * group * r * ld, ld, group, reduce);
@@ -255,11 +272,11 @@ static void test_h2o_continues_from_the_column_sums(void)
     kve_rng g;
     kve_rng_seed(&g, check_seed + 2);
     const size_t n = 200, budget = 48, rw = 8;
-    kve_prefill_params p = kve_prefill_default_params(KVE_PREFILL_H2O);
+    kve_prefill_options p = prefill_method(KVE_PREFILL_H2O);
     kve_bank *b = NULL;
     ASSERT_OK(kve_bank_new("h2o:budget=48,recent_window=8", 1, NULL, &b));
     make_rows(&g, 1, 2, n, n, n);
-    ASSERT_OK(kve_bank_prefill(b, 0, 1, &p, n, rows, n, 2, KVE_REDUCE_MEAN, budget));
+    ASSERT_OK(kve_bank_prefill(b, 0, 1, n, budget, rows, n, 2, KVE_REDUCE_MEAN, &p));
     naive(&p, n, rows, n, 2, KVE_REDUCE_MEAN);
     ref_policy *ref = ref_new("h2o:budget=48,recent_window=8", NULL);
     ASSERT_TRUE(ref != NULL);
@@ -302,7 +319,7 @@ static void test_refusals(void)
 {
     kve_bank *b = NULL;
     ASSERT_OK(kve_bank_new("h2o:budget=16,recent_window=4", 2, NULL, &b));
-    kve_prefill_params p = kve_prefill_default_params(KVE_PREFILL_SNAPKV);
+    kve_prefill_options p = prefill_method(KVE_PREFILL_SNAPKV);
     p.window = 4;
     const size_t n = 30, ld = 30, r = 4;
     kve_rng g;
@@ -311,45 +328,41 @@ static void test_refusals(void)
     double s[MAXN];
     static const struct {
         const char *what;
-        kve_prefill_params p;
+        kve_prefill_options p;
         size_t n, ld, group;
         kve_reduce reduce;
         const char *needle;
     } bad[] = {
-        {"method", {(kve_prefill_method)9, 4, 5, KVE_POOL_MAX}, 30, 30, 2, KVE_REDUCE_MEAN,
+        {"method", {(kve_prefill_method)9, 4, 5, KVE_POOL_MAX, NULL}, 30, 30, 2, KVE_REDUCE_MEAN,
          "method 9"},
-        {"window 0", {KVE_PREFILL_SNAPKV, 0, 5, KVE_POOL_MAX}, 30, 30, 2, KVE_REDUCE_MEAN,
+        {"window 0", {KVE_PREFILL_SNAPKV, 0, 5, KVE_POOL_MAX, NULL}, 30, 30, 2, KVE_REDUCE_MEAN,
          "window"},
-        {"kernel even", {KVE_PREFILL_SNAPKV, 4, 4, KVE_POOL_MAX}, 30, 30, 2, KVE_REDUCE_MEAN,
+        {"kernel even", {KVE_PREFILL_SNAPKV, 4, 4, KVE_POOL_MAX, NULL}, 30, 30, 2, KVE_REDUCE_MEAN,
          "kernel 4"},
-        {"kernel 0", {KVE_PREFILL_SNAPKV, 4, 0, KVE_POOL_MAX}, 30, 30, 2, KVE_REDUCE_MEAN,
+        {"kernel 0", {KVE_PREFILL_SNAPKV, 4, 0, KVE_POOL_MAX, NULL}, 30, 30, 2, KVE_REDUCE_MEAN,
          "kernel 0"},
-        {"pool", {KVE_PREFILL_SNAPKV, 4, 5, (kve_pool)3}, 30, 30, 2, KVE_REDUCE_MEAN, "pool 3"},
-        {"n 0", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX}, 0, 30, 2, KVE_REDUCE_MEAN, "n 0"},
-        {"ld", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX}, 30, 29, 2, KVE_REDUCE_MEAN, "ld 29"},
-        {"group", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX}, 30, 30, 0, KVE_REDUCE_MEAN, "group"},
-        {"reduce", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX}, 30, 30, 2, (kve_reduce)5,
+        {"pool", {KVE_PREFILL_SNAPKV, 4, 5, (kve_pool)3, NULL}, 30, 30, 2, KVE_REDUCE_MEAN, "pool 3"},
+        {"n 0", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL}, 0, 30, 2, KVE_REDUCE_MEAN, "n 0"},
+        {"ld", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL}, 30, 29, 2, KVE_REDUCE_MEAN, "ld 29"},
+        {"group", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL}, 30, 30, 0, KVE_REDUCE_MEAN, "group"},
+        {"reduce", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL}, 30, 30, 2, (kve_reduce)5,
          "reduce 5"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(s, 0x5a, sizeof s);
-        ASSERT_STATUS(kve_prefill_scores(&bad[i].p, bad[i].n, rows, bad[i].ld, bad[i].group,
-                                         bad[i].reduce, s),
+        ASSERT_STATUS(kve_prefill_scores(bad[i].n, rows, bad[i].ld, bad[i].group, bad[i].reduce, &bad[i].p, s),
                       KVE_EINVAL);
         ASSERT_CONTAINS(kve_last_error(), bad[i].needle);
         ASSERT_TRUE(((const unsigned char *)s)[0] == 0x5a); /* untouched */
-        ASSERT_STATUS(kve_bank_prefill(b, 0, 2, &bad[i].p, bad[i].n, rows, bad[i].ld,
-                                       bad[i].group, bad[i].reduce, 12),
+        ASSERT_STATUS(kve_bank_prefill(b, 0, 2, bad[i].n, 12, rows, bad[i].ld, bad[i].group, bad[i].reduce, &bad[i].p),
                       KVE_EINVAL);
         ASSERT_CONTAINS(kve_last_error(), bad[i].needle);
         expect_empty(b);
     }
-    ASSERT_STATUS(kve_prefill_scores(NULL, n, rows, ld, 2, KVE_REDUCE_MEAN, s), KVE_EINVAL);
-    ASSERT_STATUS(kve_prefill_scores(&p, n, NULL, ld, 2, KVE_REDUCE_MEAN, s), KVE_EINVAL);
+    ASSERT_STATUS(kve_prefill_scores(n, NULL, ld, 2, KVE_REDUCE_MEAN, &p, s), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "rows is NULL");
-    ASSERT_STATUS(kve_prefill_scores(&p, n, rows, ld, 2, KVE_REDUCE_MEAN, NULL), KVE_EINVAL);
-    ASSERT_STATUS(kve_prefill_scores(&p, (size_t)INT32_MAX + 2, rows, (size_t)INT32_MAX + 2, 1,
-                                     KVE_REDUCE_MEAN, s),
+    ASSERT_STATUS(kve_prefill_scores(n, rows, ld, 2, KVE_REDUCE_MEAN, &p, NULL), KVE_EINVAL);
+    ASSERT_STATUS(kve_prefill_scores((size_t)INT32_MAX + 2, rows, (size_t)INT32_MAX + 2, 1, KVE_REDUCE_MEAN, &p, s),
                   KVE_EINVAL);
     /* A bad weight in the last head's last query head: named, nothing changed. */
     static const struct {
@@ -359,7 +372,7 @@ static void test_refusals(void)
     for (size_t w = 0; w < 3; w++) {
         make_rows(&g, 2, 2, n, r, ld);
         rows[((1 * 2 + 1) * r + 2) * ld + 7] = weights[w].bad; /* head 1, query head 1, query 28 */
-        ASSERT_STATUS(kve_bank_prefill(b, 0, 2, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 12),
+        ASSERT_STATUS(kve_bank_prefill(b, 0, 2, n, 12, rows, ld, 2, KVE_REDUCE_MEAN, &p),
                       KVE_EINVAL);
         ASSERT_CONTAINS(kve_last_error(), "head 1: query head 1, query 28: weight on key 7");
         ASSERT_CONTAINS(kve_last_error(), weights[w].word);
@@ -369,21 +382,21 @@ static void test_refusals(void)
     make_rows(&g, 2, 2, n, r, ld);
     rows[(0 * r + 1) * ld + 3] = FLT_MAX;
     rows[(1 * r + 1) * ld + 3] = FLT_MAX;
-    ASSERT_STATUS(kve_bank_prefill(b, 0, 2, &p, n, rows, ld, 2, KVE_REDUCE_SUM, 12), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_prefill(b, 0, 2, n, 12, rows, ld, 2, KVE_REDUCE_SUM, &p), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "overflows float32");
-    ASSERT_OK(kve_bank_prefill(b, 0, 2, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 12));
+    ASSERT_OK(kve_bank_prefill(b, 0, 2, n, 12, rows, ld, 2, KVE_REDUCE_MEAN, &p));
     kve_bank_free(b);
     b = NULL;
 
     /* The bank's own refusals. */
     ASSERT_OK(kve_bank_new("h2o:budget=16,recent_window=4", 2, NULL, &b));
     make_rows(&g, 2, 2, n, r, ld);
-    kve_prefill_params h = kve_prefill_default_params(KVE_PREFILL_H2O);
-    ASSERT_STATUS(kve_bank_prefill(NULL, 0, 1, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 12),
+    kve_prefill_options h = prefill_method(KVE_PREFILL_H2O);
+    ASSERT_STATUS(kve_bank_prefill(NULL, 0, 1, n, 12, rows, ld, 2, KVE_REDUCE_MEAN, &p),
                   KVE_EINVAL);
     const struct {
         size_t first, count;
-        const kve_prefill_params *p;
+        const kve_prefill_options *p;
         const float *rows;
         size_t budget;
         const char *needle;
@@ -396,21 +409,20 @@ static void test_refusals(void)
         {0, 2, &p, NULL, 12, "rows is NULL"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        ASSERT_STATUS(kve_bank_prefill(b, refused[i].first, refused[i].count, refused[i].p, n,
-                                       refused[i].rows, ld, 2, KVE_REDUCE_MEAN, refused[i].budget),
+        ASSERT_STATUS(kve_bank_prefill(b, refused[i].first, refused[i].count, n, refused[i].budget, refused[i].rows, ld, 2, KVE_REDUCE_MEAN, refused[i].p),
                       KVE_EINVAL);
         ASSERT_CONTAINS(kve_last_error(), refused[i].needle);
         expect_empty(b);
     }
     /* count 0 checks the rest and needs no rows. */
-    ASSERT_OK(kve_bank_prefill(b, 2, 0, &p, n, NULL, ld, 2, KVE_REDUCE_MEAN, 12));
+    ASSERT_OK(kve_bank_prefill(b, 2, 0, n, 12, NULL, ld, 2, KVE_REDUCE_MEAN, &p));
     expect_empty(b);
     /* A head that has admitted a position. */
-    ASSERT_OK(kve_bank_step_range(b, 1, 1, 0, NULL, 0, 1, KVE_REDUCE_MEAN));
-    ASSERT_STATUS(kve_bank_prefill(b, 0, 2, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 12), KVE_EINVAL);
+    ASSERT_OK(kve_bank_step_range(b, 1, 1, 0, NULL, 0, 1, KVE_REDUCE_MEAN, NULL, 0));
+    ASSERT_STATUS(kve_bank_prefill(b, 0, 2, n, 12, rows, ld, 2, KVE_REDUCE_MEAN, &p), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "head 1: prefill needs an empty head");
     ASSERT_EQ(kve_bank_size(b, 0), 0);
-    ASSERT_OK(kve_bank_prefill(b, 0, 1, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 12));
+    ASSERT_OK(kve_bank_prefill(b, 0, 1, n, 12, rows, ld, 2, KVE_REDUCE_MEAN, &p));
     ASSERT_EQ(kve_bank_size(b, 0), 12);
     kve_bank_free(b);
 
@@ -424,7 +436,7 @@ static void test_refusals(void)
     kve_rng_seed(&rng, 1);
     for (size_t i = 0; i < sizeof cannot / sizeof cannot[0]; i++) {
         ASSERT_OK(kve_bank_new_ex(cannot[i], 1, &rng, &o, &b));
-        ASSERT_STATUS(kve_bank_prefill(b, 0, 1, &p, n, rows, ld, 2, KVE_REDUCE_MEAN, 12),
+        ASSERT_STATUS(kve_bank_prefill(b, 0, 1, n, 12, rows, ld, 2, KVE_REDUCE_MEAN, &p),
                       KVE_EINVAL);
         ASSERT_CONTAINS(kve_last_error(), i >= 4 ? "reads keys" : "evict this one instead");
         expect_empty(b);
@@ -432,29 +444,46 @@ static void test_refusals(void)
     }
 }
 
-/* Allocation failure: ENOMEM, every head still empty; then it succeeds. */
+/* Allocation failure: ENOMEM, every head still empty; then it succeeds.
+ * The scratch comes from the bank's allocator, or the options' when given. */
 static void test_allocation_failure(void)
 {
+    talloc tb, tp;
+    talloc_init(&tb);
+    talloc_init(&tp);
+    kve_bank_options bo = kve_bank_default_options();
+    bo.allocator = &tb.a;
     kve_bank *b = NULL;
-    ASSERT_OK(kve_bank_new("h2o:budget=16,recent_window=2", 2, NULL, &b));
+    ASSERT_OK(kve_bank_new_ex("h2o:budget=16,recent_window=2", 2, NULL, &bo, &b));
     kve_rng g;
     kve_rng_seed(&g, check_seed + 4);
     const size_t n = 50;
     make_rows(&g, 2, 1, n, n, n);
-    kve_prefill_params p = kve_prefill_default_params(KVE_PREFILL_H2O);
-    kve__alloc_fail_after(0);
-    kve_status st = kve_bank_prefill(b, 0, 2, &p, n, rows, n, 1, KVE_REDUCE_MEAN, 16);
-    kve__alloc_fail_after(SIZE_MAX);
+    kve_prefill_options p = prefill_method(KVE_PREFILL_H2O);
+    talloc_fail_after(&tb, 0);
+    kve_status st = kve_bank_prefill(b, 0, 2, n, 16, rows, n, 1, KVE_REDUCE_MEAN, &p);
+    talloc_fail_after(&tb, SIZE_MAX);
+    ASSERT_STATUS(st, KVE_ENOMEM);
+    expect_empty(b);
+    p.allocator = &tp.a; /* the options' allocator, not the bank's */
+    talloc_fail_after(&tp, 0);
+    st = kve_bank_prefill(b, 0, 2, n, 16, rows, n, 1, KVE_REDUCE_MEAN, &p);
+    talloc_fail_after(&tp, SIZE_MAX);
     ASSERT_STATUS(st, KVE_ENOMEM);
     expect_empty(b);
     double s[64];
-    kve__alloc_fail_after(0);
-    st = kve_prefill_scores(&p, n, rows, n, 1, KVE_REDUCE_MEAN, s);
-    kve__alloc_fail_after(SIZE_MAX);
+    talloc_fail_after(&tp, 0);
+    st = kve_prefill_scores(n, rows, n, 1, KVE_REDUCE_MEAN, &p, s);
+    talloc_fail_after(&tp, SIZE_MAX);
     ASSERT_STATUS(st, KVE_ENOMEM);
-    ASSERT_OK(kve_bank_prefill(b, 0, 2, &p, n, rows, n, 1, KVE_REDUCE_MEAN, 16));
+    size_t bank_blocks = tb.blocks;
+    ASSERT_OK(kve_bank_prefill(b, 0, 2, n, 16, rows, n, 1, KVE_REDUCE_MEAN, &p));
+    ASSERT_EQ(tp.made, 1);
+    ASSERT_EQ(tb.blocks, bank_blocks);
     ASSERT_EQ(kve_bank_size(b, 1), 16);
     kve_bank_free(b);
+    talloc_check_empty(&tb);
+    talloc_check_empty(&tp);
 }
 
 int main(int argc, char **argv)

@@ -162,7 +162,8 @@ class Module(unittest.TestCase):
         for name, cls in (("kve_eval_job", _lib.EvalJob), ("kve_eval_result", _lib.EvalResult),
                           ("kve_eval_options", _lib.EvalOptions),
                           ("kve_bank_options", _lib.BankOptions),
-                          ("kve_policy_options", _lib.PolicyOptions)):
+                          ("kve_policy_options", _lib.PolicyOptions),
+                          ("kve_trace_options", _lib.TraceOptions)):
             self.assertEqual(ctypes.sizeof(cls), c[name], name)
             for field, *_ in cls._fields_:
                 self.assertEqual(getattr(cls, field).offset, c[f"{name}.{field}"],
@@ -180,17 +181,20 @@ class Module(unittest.TestCase):
         # keyword defaults are the library's
         import inspect
         bank, ev = _lib.lib.kve_bank_default_options(), _lib.lib.kve_eval_default_options()
-        self.assertEqual((bank.key_dim, bank.share, bank.min_share), (0, 0, c["default.min_share"]))
-        self.assertEqual((ev.heads, ev.topk, ev.score_after, ev.per_head),
-                         (c["default.heads"], c["default.topk"], 0, None))
-        self.assertEqual((ev.bank.share, ev.bank.min_share), (0, c["default.min_share"]))
+        self.assertEqual((bank.allocator, bank.key_dim, bank.share, bank.min_share),
+                         (None, 0, 0, c["default.min_share"]))
+        self.assertEqual((ev.allocator, ev.topk, ev.score_after),
+                         (None, c["default.topk"], c["default.score_after"]))
+        self.assertEqual(ev.score_after, _lib.KVE_EVAL_AFTER_BUDGET)
+        self.assertEqual((ev.share, ev.min_share), (0, c["default.eval_min_share"]))
         self.assertEqual(_lib.lib.kve_policy_default_options().key_dim, 0)
+        tr = _lib.lib.kve_trace_default_options()
+        self.assertEqual((tr.allocator, tr.flags, tr.progress, tr.user), (None, 0, None, None))
         for fn in (kvevict.Bank.__init__, kvevict.evaluate):
             params = inspect.signature(fn).parameters
             self.assertEqual(params["min_share"].default, c["default.min_share"])
             self.assertEqual(params["share"].default, 0)
-        self.assertEqual(inspect.signature(kvevict.evaluate).parameters["heads"].default,
-                         c["default.heads"])
+        self.assertEqual(inspect.signature(kvevict.evaluate).parameters["heads"].default, 1)
 
     def test_policies_match_cli(self):
         cli = [json.loads(line) for line in run(KVEVICT, "policies", "--json").splitlines()]

@@ -43,7 +43,7 @@ fi
 [ -f "$D/site/kvevict/__init__.py" ] || fail "pip installed no kvevict package"
 ls "$D/site" | grep -q "^kvevict-$VERSION.dist-info$" || fail "no kvevict-$VERSION.dist-info"
 
-LIBDIR=$(PKG_CONFIG_PATH="$D/prefix/lib/pkgconfig" pkg-config --variable=libdir kvevict)
+LIBDIR=$(PKG_CONFIG_PATH="$D/prefix/lib/pkgconfig" pkg-config --variable=libdir kvevict-eval)
 cat >"$D/smoke.py" <<'EOF'
 import os, sys
 import kvevict
@@ -69,7 +69,7 @@ else
 fi
 # Without KVEVICT_LIBRARY, pkg-config or ldconfig knowing the prefix: an
 # ImportError that says what was tried (unless the system has a kvevict).
-if ! PKG_CONFIG_PATH= pkg-config --exists kvevict 2>/dev/null && ! ldconfig -p 2>/dev/null | grep -q libkvevict; then
+if ! PKG_CONFIG_PATH= pkg-config --exists kvevict-eval 2>/dev/null && ! ldconfig -p 2>/dev/null | grep -q libkvevict; then
     (cd "$D" && env -u KVEVICT_LIBRARY PYTHONPATH="$D/site" PKG_CONFIG_PATH= "$PY" -c "import kvevict") \
         >"$D/none.log" 2>&1 && fail "imported without any library to load"
     grep -q "ImportError: kvevict: cannot find libkvevict.*KVEVICT_LIBRARY" "$D/none.log" ||

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_qk.c - query/key traces ("qk:PATH", src/trace_qk.c).
+ * test_qk.c - query/key traces ("qk:PATH", src/eval/trace_qk.c).
  *
  * Files are written here, byte by byte, as numpy's np.save writes them (two
  * arrays back to back). Checked:
@@ -25,8 +25,10 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
+#include "test_allocator.h"
 #include "internal.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 #include "npy_file.h"
 #include "reference.h"
 #include "tmpdir.h"
@@ -151,7 +153,7 @@ static void test_rows_match_naive(void)
 {
     setup();
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open(src, 0, &tr));
+    ASSERT_OK(kve_trace_open(src, NULL, &tr));
     ASSERT_EQ(kve_trace_steps(tr), T);
     ASSERT_EQ(kve_trace_heads(tr), L * G);
     ASSERT_EQ(kve_trace_layers(tr), L);
@@ -161,7 +163,7 @@ static void test_rows_match_naive(void)
     for (size_t h = 0; h < L * G; h++)
         for (size_t t = 0; t < T; t++) {
             size_t tt = (h % 2) ? T - 1 - t : t; /* some heads in descending order */
-            ASSERT_OK(kve_trace_row(tr, h, tt, row));
+            ASSERT_OK(kve_trace_row(tr, h, tt, row, tt + 1));
             double sum = 0;
             for (size_t i = 0; i <= tt; i++) {
                 double diff = fabs(row[i] - dense[h / G][h % G][tt][i]);
@@ -176,7 +178,7 @@ static void test_rows_match_naive(void)
     float key[D];
     for (size_t h = 0; h < L * G; h++)
         for (size_t t = 0; t < T; t += 7) {
-            ASSERT_OK(kve_trace_key(tr, L * G - 1 - h, t, key));
+            ASSERT_OK(kve_trace_key(tr, L * G - 1 - h, t, key, kve_trace_key_dim(tr)));
             ASSERT_TRUE(memcmp(key, k[(L * G - 1 - h) / G][(L * G - 1 - h) % G][t], sizeof key) ==
                         0);
         }
@@ -189,8 +191,8 @@ static void same_rows(kve_trace *a, size_t ha, kve_trace *b, size_t hb, size_t s
 {
     static double ra[T], rb[T];
     for (size_t t = 0; t < T; t += stride) {
-        ASSERT_OK(kve_trace_row(a, ha, t, ra));
-        ASSERT_OK(kve_trace_row(b, hb, t, rb));
+        ASSERT_OK(kve_trace_row(a, ha, t, ra, t + 1));
+        ASSERT_OK(kve_trace_row(b, hb, t, rb, t + 1));
         for (size_t i = 0; i <= t; i++)
             if (rb[i] != (f32 ? (double)(float)ra[i] : ra[i]))
                 CHECK_FAIL_AT("row %zu key %zu: %.17g against %.17g", t, i, ra[i], rb[i]);
@@ -212,14 +214,14 @@ static void test_rows_are_attn_rows(void)
     fwrite(k[1][1], sizeof(float), (size_t)T * D, f);
     fclose(f);
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open(one, 0, &tr));
+    ASSERT_OK(kve_trace_open(one, NULL, &tr));
     ASSERT_EQ(kve_trace_heads(tr), 1);
     ASSERT_EQ(kve_trace_layers(tr), 1);
     float want[T];
     float scale = (float)(1.0 / sqrt((double)D));
     for (size_t t = 0; t < T; t++) {
-        ASSERT_OK(kve_trace_row(tr, 0, t, row));
-        ASSERT_OK(kve_attn_row(q[1][3][t], &k[1][1][0][0], t + 1, D, D, scale, want));
+        ASSERT_OK(kve_trace_row(tr, 0, t, row, t + 1));
+        ASSERT_OK(kve_attn_row(q[1][3][t], D, &k[1][1][0][0], D, t + 1, scale, want));
         for (size_t i = 0; i <= t; i++)
             if (row[i] != (double)want[i])
                 CHECK_FAIL_AT("row %zu key %zu: %.9g, kve_attn_row %.9g", t, i, row[i],
@@ -231,9 +233,9 @@ static void test_rows_are_attn_rows(void)
     qk_file("f8.qk", p8, s8);
     write_qk(p8, 1);
     kve_trace *a = NULL;
-    ASSERT_OK(kve_trace_open(s8, 0, &a));
+    ASSERT_OK(kve_trace_open(s8, NULL, &a));
     kve_trace *b = NULL;
-    ASSERT_OK(kve_trace_open(src, 0, &b));
+    ASSERT_OK(kve_trace_open(src, NULL, &b));
     same_rows(a, 3, b, 3, 13, 0);
     kve_trace_free(a);
     kve_trace_free(b);
@@ -270,8 +272,8 @@ static void test_matches_the_dense_file(void)
     enum { J = sizeof jobs / sizeof jobs[0] };
     kve_eval_result a[J], b[J];
     kve_trace *tq = NULL, *tn = NULL;
-    ASSERT_OK(kve_trace_open(src, 0, &tq));
-    ASSERT_OK(kve_trace_open(npy_path, 0, &tn));
+    ASSERT_OK(kve_trace_open(src, NULL, &tq));
+    ASSERT_OK(kve_trace_open(npy_path, NULL, &tn));
     ASSERT_EQ(kve_trace_key_dim(tn), 0);
     static victims_log lg;
     memset(&lg, 0, sizeof lg);
@@ -282,9 +284,9 @@ static void test_matches_the_dense_file(void)
         o.user = &lg;
         lg.which = 0;
         lg.count[0] = lg.count[1] = 0;
-        ASSERT_OK(kve_eval_ex(tq, h, jobs, J, &o, a));
+        ASSERT_OK(kve_eval(tq, h, 1, jobs, J, &o, a, NULL));
         lg.which = 1;
-        ASSERT_OK(kve_eval_ex(tn, h, jobs, J, &o, b));
+        ASSERT_OK(kve_eval(tn, h, 1, jobs, J, &o, b, NULL));
         for (size_t j = 0; j < J; j++) {
             double dm = fabs(a[j].retained_mass - b[j].retained_mass);
             worst = dm > worst ? dm : worst;
@@ -302,7 +304,7 @@ static void test_matches_the_dense_file(void)
     snprintf(path, sizeof path, "%s/w.npy", dir);
     ASSERT_OK(kve_trace_write_npy(tq, 3, path));
     kve_trace *w = NULL;
-    ASSERT_OK(kve_trace_open(path, 0, &w));
+    ASSERT_OK(kve_trace_open(path, NULL, &w));
     same_rows(tq, 3, w, 0, 11, 1);
     kve_trace_free(w);
     kve_trace_free(tq);
@@ -332,7 +334,7 @@ static void test_key_policies_in_the_harness(void)
                                         "keydiff:budget=20,recent_window=0",
                                         "keydiff:budget=31,recent_window=3"};
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open(src, 0, &tr));
+    ASSERT_OK(kve_trace_open(src, NULL, &tr));
     for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
         for (size_t h = 0; h < L * G; h += 3) {
             kve_eval_job jobs[2] = {{specs[s], 0}, {"h2o:budget=16,recent_window=2", 0}};
@@ -340,7 +342,7 @@ static void test_key_policies_in_the_harness(void)
             kve_eval_options o = kve_eval_default_options();
             o.on_step = keep_victims;
             harness_n = 0;
-            ASSERT_OK(kve_eval_ex(tr, h, jobs, 2, &o, res));
+            ASSERT_OK(kve_eval(tr, h, 1, jobs, 2, &o, res, NULL));
             ASSERT_TRUE(res[0].retained_mass > 0 && res[0].retained_mass <= 1.0);
             /* the reference, stepped with the file's keys */
             ref_policy *r = ref_new_keys(specs[s], NULL, D);
@@ -361,24 +363,24 @@ static void test_key_policies_in_the_harness(void)
     kve_trace_free(tr);
     /* On a trace without keys such a job is refused, naming it. */
     kve_trace *c = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=100", 0, &c));
+    ASSERT_OK(kve_trace_open("canonical:steps=100", NULL, &c));
     kve_eval_job job = {"knorm:budget=16", 0};
     kve_eval_result res;
-    ASSERT_STATUS(kve_eval(c, 0, &job, 1, 0, NULL, NULL, &res), KVE_EINVAL);
+    ASSERT_STATUS(kve_eval(c, 0, 1, &job, 1, EVAL_OPTS(0, NULL, NULL), &res, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "job 0 (\"knorm:budget=16\"): the policy reads keys, but "
                                       "the trace has none");
     float key[D];
-    ASSERT_STATUS(kve_trace_key(c, 0, 0, key), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_key(c, 0, 0, key, kve_trace_key_dim(c)), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "has no keys");
     ASSERT_EQ(kve_trace_key_dim(c), 0);
     ASSERT_EQ(kve_trace_key_dim(NULL), 0);
     kve_trace_free(c);
-    ASSERT_OK(kve_trace_open(src, 0, &tr));
-    ASSERT_STATUS(kve_trace_key(NULL, 0, 0, key), KVE_EINVAL);
-    ASSERT_STATUS(kve_trace_key(tr, 0, 0, NULL), KVE_EINVAL);
-    ASSERT_STATUS(kve_trace_key(tr, L * G, 0, key), KVE_EINVAL);
+    ASSERT_OK(kve_trace_open(src, NULL, &tr));
+    ASSERT_STATUS(kve_trace_key(NULL, 0, 0, key, kve_trace_key_dim(NULL)), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_key(tr, 0, 0, NULL, kve_trace_key_dim(tr)), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_key(tr, L * G, 0, key, kve_trace_key_dim(tr)), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "head 4 is out of range");
-    ASSERT_STATUS(kve_trace_key(tr, 0, T, key), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_key(tr, 0, T, key, kve_trace_key_dim(tr)), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "step 150 is out of range");
     kve_trace_free(tr);
 }
@@ -473,7 +475,7 @@ static void test_malformed_files(void)
                    cases[i].k_none ? NULL : cases[i].k_f8 ? "<f8" : "<f4", kd, kn, cases[i].at,
                    cases[i].bad, cases[i].drop, cases[i].extra);
         kve_trace *sentinel = (kve_trace *)&cases, *tr = sentinel;
-        kve_status st = kve_trace_open(source, 0, &tr);
+        kve_status st = kve_trace_open(source, NULL, &tr);
         if (st != KVE_EFORMAT)
             CHECK_FAIL_AT("%s: %s, want KVE_EFORMAT (%s)", cases[i].name, kve_status_name(st),
                           kve_last_error());
@@ -483,12 +485,12 @@ static void test_malformed_files(void)
     }
     /* Q alone malformed: 1-D, and a huge T, a huge d (headers only). */
     write_case(path, "<f4", dq1, 1, "<f4", dk1, 1, -1, 0, 0, 0);
-    ASSERT_STATUS(kve_trace_open(source, 0, &(kve_trace *){NULL}), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_open(source, NULL, &(kve_trace *){NULL}), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "Q has 1 dimensions");
     FILE *f = fopen(path, "wb");
     ASSERT_TRUE(npy_put_header(f, "<f4", dbig, 4) == 0);
     fclose(f);
-    ASSERT_STATUS(kve_trace_open(source, 0, &(kve_trace *){NULL}), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_open(source, NULL, &(kve_trace *){NULL}), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "Q's header promises");
     f = fopen(path, "wb");
     ASSERT_TRUE(npy_put_header(f, "<f4", dwide, 2) == 0);
@@ -498,27 +500,27 @@ static void test_malformed_files(void)
     for (size_t i = 0; i < (size_t)KVE_MAX_KEY_DIM + 1; i++)
         fputc(0, f), fputc(0, f), fputc(0, f), fputc(0, f);
     fclose(f);
-    ASSERT_STATUS(kve_trace_open(source, 0, &(kve_trace *){NULL}), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_open(source, NULL, &(kve_trace *){NULL}), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "exceeds the largest key dimension");
     /* Q's header itself bad: the .npy reader's message, naming the file. */
     f = fopen(path, "wb");
     fputs("not a numpy file at all", f);
     fclose(f);
-    ASSERT_STATUS(kve_trace_open(source, 0, &(kve_trace *){NULL}), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_open(source, NULL, &(kve_trace *){NULL}), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "bad magic");
     /* K's header bad: named as K. */
     write_case(path, "<f4", dq, 4, "<i4", dk, 4, -1, 0, 0, 0);
-    ASSERT_STATUS(kve_trace_open(source, 0, &(kve_trace *){NULL}), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_open(source, NULL, &(kve_trace *){NULL}), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "(K): .npy dtype '<i4'");
     /* Not a file, a directory, nothing after "qk:". */
     snprintf(source, sizeof source, "qk:%s/none.qk", dir);
-    ASSERT_STATUS(kve_trace_open(source, 0, &(kve_trace *){NULL}), KVE_EIO);
+    ASSERT_STATUS(kve_trace_open(source, NULL, &(kve_trace *){NULL}), KVE_EIO);
     ASSERT_CONTAINS(kve_last_error(), "cannot open");
     snprintf(source, sizeof source, "qk:%s", dir);
-    ASSERT_STATUS(kve_trace_open(source, 0, &(kve_trace *){NULL}), KVE_EIO);
+    ASSERT_STATUS(kve_trace_open(source, NULL, &(kve_trace *){NULL}), KVE_EIO);
     ASSERT_CONTAINS(kve_last_error(), "not a regular file");
-    ASSERT_STATUS(kve_trace_open("qk:", 0, &(kve_trace *){NULL}), KVE_EINVAL);
-    ASSERT_STATUS(kve_trace_open("qk", 0, &(kve_trace *){NULL}), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_open("qk:", NULL, &(kve_trace *){NULL}), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_open("qk", NULL, &(kve_trace *){NULL}), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "qk:PATH");
 }
 
@@ -531,12 +533,12 @@ static void test_logit_overflow(void)
     k[1][1][5][0] = 1e20f;
     write_qk(qk_path, 0);
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open(src, 0, &tr));
-    ASSERT_OK(kve_trace_row(tr, 3, 39, row));
-    ASSERT_STATUS(kve_trace_row(tr, 3, 40, row), KVE_EFORMAT);
+    ASSERT_OK(kve_trace_open(src, NULL, &tr));
+    ASSERT_OK(kve_trace_row(tr, 3, 39, row, 40));
+    ASSERT_STATUS(kve_trace_row(tr, 3, 40, row, 41), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "head 3 (layer 1, KV head 1), row 40, query head 2");
     ASSERT_CONTAINS(kve_last_error(), "not finite");
-    ASSERT_OK(kve_trace_row(tr, 3, 41, row)); /* the next row is fine again */
+    ASSERT_OK(kve_trace_row(tr, 3, 41, row, 42)); /* the next row is fine again */
     kve_trace_free(tr);
 }
 
@@ -563,7 +565,7 @@ static void test_progress_and_allocation(void)
     setup();
     prog p = {0};
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open_ex(src, 0, on_progress, &p, &tr));
+    ASSERT_OK(kve_trace_open(src, TRACE_OPTS(0, on_progress, &p), &tr));
     ASSERT_U64_EQ(p.total, (uint64_t)L * (H + G) * T);
     ASSERT_U64_EQ(p.last, p.total);
     ASSERT_TRUE(p.calls >= 2);
@@ -572,53 +574,67 @@ static void test_progress_and_allocation(void)
     stop.stop_at = 1;
     kve_trace *sentinel = (kve_trace *)&stop;
     tr = sentinel;
-    ASSERT_STATUS(kve_trace_open_ex(src, 0, on_progress, &stop, &tr), KVE_ECANCELED);
+    ASSERT_STATUS(kve_trace_open(src, TRACE_OPTS(0, on_progress, &stop), &tr), KVE_ECANCELED);
     ASSERT_TRUE(tr == sentinel);
+    talloc ta, te;
+    talloc_init(&ta);
+    talloc_init(&te);
+    kve_trace_options to = kve_trace_default_options();
+    to.allocator = &ta.a;
     size_t k2 = 0;
     for (;; k2++) {
         ASSERT_TRUE(k2 < 64);
         tr = sentinel;
-        kve__alloc_fail_after(k2);
-        kve_status st = kve_trace_open(src, 0, &tr);
-        kve__alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&ta, k2);
+        kve_status st = kve_trace_open(src, &to, &tr);
+        talloc_fail_after(&ta, SIZE_MAX);
         if (st == KVE_OK)
             break;
         ASSERT_STATUS(st, KVE_ENOMEM);
         ASSERT_TRUE(tr == sentinel);
+        ASSERT_EQ(ta.blocks, 0);
     }
     ASSERT_TRUE(k2 >= 4);
     /* Reading rows and keys allocates nothing. */
-    kve__alloc_fail_after(0);
-    kve_status st = kve_trace_row(tr, 1, T - 1, row);
+    talloc_fail_after(&ta, 0);
+    kve_status st = kve_trace_row(tr, 1, T - 1, row, T);
     float key[D];
     if (st == KVE_OK)
-        st = kve_trace_key(tr, 2, 3, key);
-    kve__alloc_fail_after(SIZE_MAX);
+        st = kve_trace_key(tr, 2, 3, key, D);
+    ASSERT_EQ(talloc_fail_after(&ta, SIZE_MAX), 0);
     ASSERT_OK(st);
+    /* The key buffer must hold a key. */
+    ASSERT_STATUS(kve_trace_key(tr, 2, 3, key, D - 1), KVE_ERANGE);
+    ASSERT_CONTAINS(kve_last_error(), "buffer holds");
     /* The harness with a policy that reads keys (its key buffer included):
      * every failing allocation refused, the results untouched; then the
      * same results as a run that never failed. */
     const kve_eval_job jobs[2] = {{"keydiff:budget=16,recent_window=2", 0},
                                   {"h2o:budget=16,recent_window=2", 0}};
     kve_eval_result want[2], got[2];
-    ASSERT_OK(kve_eval(tr, 1, jobs, 2, 0, NULL, NULL, want));
+    ASSERT_OK(kve_eval(tr, 1, 1, jobs, 2, NULL, want, NULL));
+    kve_eval_options eo = kve_eval_default_options();
+    eo.allocator = &te.a;
     for (k2 = 0;; k2++) {
         ASSERT_TRUE(k2 < 64);
         memset(got, 0x5a, sizeof got);
-        kve__alloc_fail_after(k2);
-        st = kve_eval(tr, 1, jobs, 2, 0, NULL, NULL, got);
-        kve__alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&te, k2);
+        st = kve_eval(tr, 1, 1, jobs, 2, &eo, got, NULL);
+        talloc_fail_after(&te, SIZE_MAX);
+        ASSERT_EQ(te.blocks, 0);
         if (st == KVE_OK)
             break;
         ASSERT_STATUS(st, KVE_ENOMEM);
         ASSERT_TRUE(((const unsigned char *)got)[0] == 0x5a);
     }
+    talloc_check_empty(&te);
     ASSERT_TRUE(k2 >= 5);
     for (int j = 0; j < 2; j++) {
         ASSERT_TRUE(got[j].retained_mass == want[j].retained_mass);
         ASSERT_TRUE(got[j].top32_recall == want[j].top32_recall);
     }
     kve_trace_free(tr);
+    talloc_check_empty(&ta);
 }
 
 int main(int argc, char **argv)

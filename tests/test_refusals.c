@@ -15,6 +15,7 @@
  * validate and ignore theirs).
  */
 #include "check.h"
+#include "test_allocator.h"
 #include "internal.h"
 #include "kvevict.h"
 
@@ -45,6 +46,7 @@ typedef struct twins {
     kve_rng g;         /* attention source, shared by both */
     int32_t pos;       /* last position admitted */
     size_t budget;
+    talloc ta;         /* p's allocator */
 } twins;
 
 static float row[MAXN];
@@ -110,10 +112,13 @@ static int twins_new(twins *t, const char *spec, uint64_t seed)
     memset(t, 0, sizeof *t);
     kve_rng_seed(&t->g, seed + 1);
     t->pos = -1;
+    talloc_init(&t->ta);
     kve_policy_options o = kve_policy_default_options();
     o.key_dim = KD;
-    if (kve_policy_new_ex(spec, &a, &o, &t->p) != KVE_OK ||
-        kve_policy_new_ex(spec, &b, &o, &t->q) != KVE_OK) {
+    if (kve_policy_new_ex(spec, &b, &o, &t->q) != KVE_OK)
+        return 0;
+    o.allocator = &t->ta.a;
+    if (kve_policy_new_ex(spec, &a, &o, &t->p) != KVE_OK) {
         fprintf(stderr, "%s: %s\n", spec, kve_last_error());
         return 0;
     }
@@ -128,6 +133,7 @@ static void twins_free(twins *t)
 {
     kve_policy_free(t->p);
     kve_policy_free(t->q);
+    talloc_check_empty(&t->ta);
 }
 
 /* After a refusal: the twins agree now and over 12 more steps. The
@@ -314,9 +320,9 @@ static void growth_failure(const char *spec, uint64_t seed)
         size_t n = kve_policy_size(p);
         for (size_t i = 0; i < n; i++)
             row[i] = 0.125f;
-        kve__alloc_fail_after(0);
+        talloc_fail_after(&t.ta, 0);
         kve_status st = kve_policy_step_keys(p, t.pos + 1, row, n, key);
-        kve__alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&t.ta, SIZE_MAX);
         if (st == KVE_ENOMEM) {
             failed = 1;
             ASSERT_TRUE(kve_last_error()[0] != '\0');
@@ -395,6 +401,8 @@ static void test_construction_refusals(void)
      * above the largest; the bank says the same. */
     kve_policy_options o = kve_policy_default_options();
     ASSERT_EQ(o.key_dim, 0);
+    talloc ta;
+    talloc_init(&ta);
     ASSERT_STATUS(kve_policy_new("knorm", NULL, &out), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "key_dim must be at least 1");
     ASSERT_STATUS(kve_policy_new_ex("keydiff:budget=4", NULL, &o, &out), KVE_EINVAL);
@@ -429,11 +437,12 @@ static void test_construction_refusals(void)
     for (size_t t = 0; t < kve_policy_type_count(); t++) {
         const char *name = kve_policy_type_name(t);
         o.key_dim = 7;
+        o.allocator = &ta.a;
         for (size_t k = 0;; k++) {
             kve_policy *p = (kve_policy *)&g;
-            kve__alloc_fail_after(k);
+            talloc_fail_after(&ta, k);
             kve_status st = kve_policy_new_ex(name, &g, &o, &p);
-            kve__alloc_fail_after(SIZE_MAX);
+            talloc_fail_after(&ta, SIZE_MAX);
             if (st == KVE_OK) {
                 ASSERT_TRUE(k > 0);
                 kve_policy_free(p);
@@ -443,9 +452,11 @@ static void test_construction_refusals(void)
             ASSERT_TRUE(p == (kve_policy *)&g);
             ASSERT_TRUE(memcmp(&g, &before, sizeof g) == 0);
             ASSERT_TRUE(k < 16);
+            ASSERT_EQ(ta.blocks, 0);
         }
         before = g; /* random's success drew one output */
     }
+    talloc_check_empty(&ta);
 }
 
 /* The accessors accept NULL. */

@@ -1,23 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_threads.c - the thread-safety promise of kvevict.h: distinct objects
- * may be used from distinct threads at once without locking, and the error
- * message and the allocation hook are per thread.
+ * may be used from distinct threads at once without locking, the error
+ * message is per thread, and allocators are per object.
  *
  * Each of THREADS threads, released together by a barrier, runs the same
  * workload as a single-threaded pass beforehand: every policy type on a
  * deterministic attention stream (step + evict each step, victims hashed),
  * a canonical trace opened and evaluated with kve_eval, a refused call whose
- * message names the thread, and a construction under an armed allocation
- * hook. The results must equal the single-threaded ones bit for bit, each
- * thread must still read its own error message after the others failed, and
- * one thread's armed hook must not make another's allocations fail. Built
+ * message names the thread, and a construction with a failing allocator of
+ * the thread's own while the others allocate through theirs. The results
+ * must equal the single-threaded ones bit for bit, each thread must still
+ * read its own error message after the others failed, and one thread's
+ * failing allocator must not make another's allocations fail. Built
  * under ThreadSanitizer by `make test-tsan`, which also sees any data race.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
+#include "test_allocator.h"
 #include "internal.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 
 #include <pthread.h>
 
@@ -27,7 +30,7 @@ typedef struct outcome {
     uint64_t policy_hash[16]; /* per policy type: victims and final kept set */
     kve_eval_result eval[2];
     int own_message_ok;       /* this thread's error message survived */
-    int hook_refused;         /* kve_policy_new under fail_after(0) said ENOMEM */
+    int hook_refused;         /* kve_policy_new_ex with a failing allocator said ENOMEM */
     int failures;             /* unexpected statuses */
 } outcome;
 
@@ -96,9 +99,9 @@ static void workload(size_t id, outcome *o)
         o->failures++;
 
     kve_trace *tr = NULL;
-    if (kve_trace_open("canonical:steps=300,seed=4", 0, &tr) == KVE_OK) {
+    if (kve_trace_open("canonical:steps=300,seed=4", NULL, &tr) == KVE_OK) {
         const kve_eval_job jobs[2] = {{"h2o:budget=32,recent_window=8", 0}, {"random", 40}};
-        if (kve_eval(tr, 0, jobs, 2, 9, NULL, NULL, o->eval) != KVE_OK)
+        if (kve_eval(tr, 0, 1, jobs, 2, EVAL_OPTS(9, NULL, NULL), o->eval, NULL) != KVE_OK)
             o->failures++;
         kve_trace_free(tr);
     } else {
@@ -108,10 +111,14 @@ static void workload(size_t id, outcome *o)
     /* Successful calls since the failure did not clear or replace it. */
     o->own_message_ok = strstr(kve_last_error(), want) != NULL;
 
-    /* This thread's armed hook refuses this thread's allocation only. */
-    kve__alloc_fail_after(0);
-    o->hook_refused = kve_policy_new("h2o", NULL, &p) == KVE_ENOMEM;
-    kve__alloc_fail_after(SIZE_MAX);
+    /* This thread's failing allocator refuses this construction only. */
+    talloc ta;
+    talloc_init(&ta);
+    kve_policy_options po = kve_policy_default_options();
+    po.allocator = &ta.a;
+    talloc_fail_after(&ta, 0);
+    o->hook_refused = kve_policy_new_ex("h2o", NULL, &po, &p) == KVE_ENOMEM && ta.blocks == 0;
+    talloc_fail_after(&ta, SIZE_MAX);
 }
 
 typedef struct job {

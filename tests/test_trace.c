@@ -14,8 +14,10 @@
  * test_calibration.c checks it against its procedure.
  */
 #include "check.h"
+#include "test_allocator.h"
 #include "internal.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -49,7 +51,7 @@ static double sum_range(const double *row, size_t lo, size_t hi)
 static void test_defaults_and_source(void)
 {
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical", NULL, &tr));
     ASSERT_EQ(kve_trace_steps(tr), 4096);
     ASSERT_EQ(kve_trace_heads(tr), 1);
     ASSERT_EQ(kve_trace_layers(tr), 1);
@@ -57,26 +59,26 @@ static void test_defaults_and_source(void)
     /* The canonical spec opens back to the same spec; a partial spec fills
      * in the defaults of its version in the fixed order. */
     kve_trace *tr2 = NULL;
-    ASSERT_OK(kve_trace_open(kve_trace_source(tr), 0, &tr2));
+    ASSERT_OK(kve_trace_open(kve_trace_source(tr), NULL, &tr2));
     ASSERT_STR_EQ(kve_trace_source(tr2), V2_SPEC);
     kve_trace_free(tr2);
     tr2 = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=10,seed=7", 0, &tr2));
+    ASSERT_OK(kve_trace_open("canonical:steps=10,seed=7", NULL, &tr2));
     ASSERT_CONTAINS(kve_trace_source(tr2), "canonical:version=2,seed=7,steps=10,sinks=4,");
     ASSERT_EQ(kve_trace_steps(tr2), 10);
     kve_trace_free(tr2);
     kve_trace_free(tr);
     /* Version 1: its own keys and defaults, version first wherever given. */
-    ASSERT_OK(kve_trace_open("canonical:version=1", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical:version=1", NULL, &tr));
     ASSERT_STR_EQ(kve_trace_source(tr), V1_SPEC);
     kve_trace_free(tr);
-    ASSERT_OK(kve_trace_open(V1_SPEC, 0, &tr));
+    ASSERT_OK(kve_trace_open(V1_SPEC, NULL, &tr));
     ASSERT_STR_EQ(kve_trace_source(tr), V1_SPEC);
     kve_trace_free(tr);
-    ASSERT_OK(kve_trace_open("canonical:seed=7,steps=10,version=1", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical:seed=7,steps=10,version=1", NULL, &tr));
     ASSERT_CONTAINS(kve_trace_source(tr), "canonical:version=1,seed=7,steps=10,sinks=4,");
     kve_trace_free(tr);
-    ASSERT_OK(kve_trace_open("canonical:version=2", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical:version=2", NULL, &tr));
     ASSERT_STR_EQ(kve_trace_source(tr), V2_SPEC);
     kve_trace_free(tr);
     kve_trace_free(NULL);
@@ -90,17 +92,17 @@ static void check_determinism(const char *spec, const char *other_seed)
 {
     enum { T = 1300 };
     kve_trace *a = NULL, *b = NULL;
-    ASSERT_OK(kve_trace_open(spec, 0, &a));
-    ASSERT_OK(kve_trace_open(spec, 0, &b));
+    ASSERT_OK(kve_trace_open(spec, NULL, &a));
+    ASSERT_OK(kve_trace_open(spec, NULL, &b));
     ASSERT_EQ(kve_trace_steps(a), T);
     double *ra = malloc(T * sizeof *ra), *rb = malloc(T * sizeof *rb);
     double *all = malloc((size_t)T * T * sizeof *all); /* test-side copy, 13 MB */
     ASSERT_TRUE(ra && rb && all);
     for (size_t t = 0; t < T; t++) {
-        ASSERT_OK(kve_trace_row(a, 0, t, all + t * T));
+        ASSERT_OK(kve_trace_row(a, 0, t, all + t * T, t + 1));
     }
     for (size_t t = T; t-- > 0;) {
-        ASSERT_OK(kve_trace_row(b, 0, t, rb));
+        ASSERT_OK(kve_trace_row(b, 0, t, rb, t + 1));
         if (memcmp(rb, all + t * T, (t + 1) * sizeof *rb) != 0)
             CHECK_FAIL_AT("%s: row %zu differs when read in descending order", spec, t);
     }
@@ -108,14 +110,14 @@ static void check_determinism(const char *spec, const char *other_seed)
     for (int k = 0; k < 400; k++) {
         x = x * 6364136223846793005u + 1442695040888963407u;
         size_t t = (size_t)(x >> 33) % T;
-        ASSERT_OK(kve_trace_row(a, 0, t, ra));
+        ASSERT_OK(kve_trace_row(a, 0, t, ra, t + 1));
         if (memcmp(ra, all + t * T, (t + 1) * sizeof *ra) != 0)
             CHECK_FAIL_AT("%s: row %zu differs when read in random order", spec, t);
     }
     /* A different seed gives a different trace. */
     kve_trace *c = NULL;
-    ASSERT_OK(kve_trace_open(other_seed, 0, &c));
-    ASSERT_OK(kve_trace_row(c, 0, 1000, rb));
+    ASSERT_OK(kve_trace_open(other_seed, NULL, &c));
+    ASSERT_OK(kve_trace_row(c, 0, 1000, rb, 1001));
     ASSERT_TRUE(memcmp(rb, all + 1000 * (size_t)T, 1001 * sizeof *rb) != 0);
     kve_trace_free(c);
     free(ra);
@@ -137,14 +139,14 @@ static void test_determinism(void)
 static void check_distributions(const char *spec)
 {
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open(spec, 0, &tr));
+    ASSERT_OK(kve_trace_open(spec, NULL, &tr));
     size_t T = kve_trace_steps(tr);
     double *row = malloc(T * sizeof *row);
     ASSERT_TRUE(row);
-    ASSERT_OK(kve_trace_row(tr, 0, 0, row));
+    ASSERT_OK(kve_trace_row(tr, 0, 0, row, 1));
     ASSERT_TRUE(row[0] == 1.0);
     for (size_t t = 1; t < T; t++) {
-        ASSERT_OK(kve_trace_row(tr, 0, t, row));
+        ASSERT_OK(kve_trace_row(tr, 0, t, row, t + 1));
         if (row[t] != 0.0)
             CHECK_FAIL_AT("%s: row %zu puts %g on its own key", spec, t, row[t]);
         double s = 0;
@@ -182,14 +184,14 @@ static void test_v1_structure_in_steady_state(void)
 {
     enum { T = 2048 };
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical:version=1,steps=2048", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical:version=1,steps=2048", NULL, &tr));
     double *row = malloc(T * sizeof *row);
     ASSERT_TRUE(row);
     int32_t prev_heavy[HEAVY] = {0};
     for (size_t t = EPOCH + RECENT; t < T; t += 37) {
         if (t % EPOCH < RECENT)
             continue;
-        ASSERT_OK(kve_trace_row(tr, 0, t, row));
+        ASSERT_OK(kve_trace_row(tr, 0, t, row, t + 1));
         ASSERT_NEAR(sum_range(row, 0, SINKS), SINK_MASS, 1e-7);
         for (size_t i = 1; i < SINKS; i++)
             ASSERT_TRUE(row[i] == row[0]);
@@ -245,20 +247,20 @@ static void check_renormalisation(const char *prefix, double sink_mass)
     char spec[160];
     kve_trace *tr = NULL;
     snprintf(spec, sizeof spec, "%s,steps=600", prefix);
-    ASSERT_OK(kve_trace_open(spec, 0, &tr));
+    ASSERT_OK(kve_trace_open(spec, NULL, &tr));
     double row[600];
     /* t = 1..4: keys [0, t) are all sinks. */
     for (size_t t = 1; t <= SINKS; t++) {
-        ASSERT_OK(kve_trace_row(tr, 0, t, row));
+        ASSERT_OK(kve_trace_row(tr, 0, t, row, t + 1));
         for (size_t i = 0; i < t; i++)
             ASSERT_TRUE(row[i] == (double)(float)(1.0 / (double)t));
     }
     /* t = 5: sinks and a band of one key. */
-    ASSERT_OK(kve_trace_row(tr, 0, 5, row));
+    ASSERT_OK(kve_trace_row(tr, 0, 5, row, 6));
     ASSERT_TRUE(row[4] == (double)(float)(RECENT_MASS / (sink_mass + RECENT_MASS)));
     ASSERT_TRUE(row[0] == (double)(float)(sink_mass / (sink_mass + RECENT_MASS) / 4));
     /* t = 300: sinks, full band and background, no heavy. */
-    ASSERT_OK(kve_trace_row(tr, 0, 300, row));
+    ASSERT_OK(kve_trace_row(tr, 0, 300, row, 301));
     double present = sink_mass + RECENT_MASS + bg_mass;
     ASSERT_NEAR(sum_range(row, 0, SINKS), sink_mass / present, 1e-7);
     ASSERT_NEAR(sum_range(row, 300 - RECENT, 300), RECENT_MASS / present, 1e-7);
@@ -267,16 +269,16 @@ static void check_renormalisation(const char *prefix, double sink_mass)
 
     /* All present classes at mass 0: the row is uniform. */
     snprintf(spec, sizeof spec, "%s,steps=40,sink_mass=0,recent_mass=0,heavy_mass=1", prefix);
-    ASSERT_OK(kve_trace_open(spec, 0, &tr));
-    ASSERT_OK(kve_trace_row(tr, 0, 30, row));
+    ASSERT_OK(kve_trace_open(spec, NULL, &tr));
+    ASSERT_OK(kve_trace_row(tr, 0, 30, row, 31));
     for (size_t i = 0; i < 30; i++)
         ASSERT_TRUE(row[i] == (double)(float)(1.0 / 30));
     kve_trace_free(tr);
 
     /* Masses that leave no background are fine; more than 1 is refused. */
     snprintf(spec, sizeof spec, "%s,steps=40,sink_mass=0.2,recent_mass=0.8,heavy_mass=0", prefix);
-    ASSERT_OK(kve_trace_open(spec, 0, &tr));
-    ASSERT_OK(kve_trace_row(tr, 0, 39, row));
+    ASSERT_OK(kve_trace_open(spec, NULL, &tr));
+    ASSERT_OK(kve_trace_row(tr, 0, 39, row, 40));
     ASSERT_NEAR(sum_range(row, 0, SINKS), 0.2, 1e-7);
     ASSERT_NEAR(sum_range(row, SINKS, 39), 0.8, 1e-7);
     kve_trace_free(tr);
@@ -321,12 +323,11 @@ static void test_v2_hitters(void)
     const double d = 0.5, jit = 0.5;
     kve_trace *tr = NULL;
     ASSERT_OK(kve_trace_open("canonical:steps=1700,seed=11,sinks=3,sink_mass=0,recent=0,"
-                             "recent_mass=0,heavy_mass=1,epoch=64,heavy=4",
-                             0, &tr));
+                             "recent_mass=0,heavy_mass=1,epoch=64,heavy=4", NULL, &tr));
     double *row = malloc(T * sizeof *row);
     ASSERT_TRUE(row);
     int32_t pos[MAXH];
-    ASSERT_OK(kve_trace_row(tr, 0, T - 1, row));
+    ASSERT_OK(kve_trace_row(tr, 0, T - 1, row, T));
     size_t n = hitters_of(row, T - 1, pos, MAXH);
     /* Slots of width EP / HV = 16 from SK: one hitter each. */
     for (size_t j = 0; SK + (j + 1) * EP / HV <= T - 1; j++) {
@@ -349,7 +350,7 @@ static void test_v2_hitters(void)
     }
     size_t checked = 0;
     for (size_t t = (size_t)pos[0] + 1; t < T; t += 7) {
-        ASSERT_OK(kve_trace_row(tr, 0, t, row));
+        ASSERT_OK(kve_trace_row(tr, 0, t, row, t + 1));
         size_t present = 0;
         for (size_t i = 0; i < t; i++)
             present += row[i] > 0.0;
@@ -386,13 +387,12 @@ static void test_v2_heavy_class_presence(void)
     const double d = 0.5, heavy_mass = 0.5, bg = 0.5, w_star = HV / (1 - d);
     kve_trace *tr = NULL;
     ASSERT_OK(kve_trace_open("canonical:steps=1500,sinks=0,sink_mass=0,recent=0,recent_mass=0,"
-                             "heavy_mass=0.5,jitter=0,epoch=64,heavy=4",
-                             0, &tr));
+                             "heavy_mass=0.5,jitter=0,epoch=64,heavy=4", NULL, &tr));
     double *row = malloc(T * sizeof *row);
     ASSERT_TRUE(row);
     int below = 0, above = 0;
     for (size_t t = 40; t < T; t += 13) {
-        ASSERT_OK(kve_trace_row(tr, 0, t, row));
+        ASSERT_OK(kve_trace_row(tr, 0, t, row, t + 1));
         double lowest = 1;
         for (size_t i = 0; i < t; i++)
             lowest = row[i] < lowest ? row[i] : lowest;
@@ -436,21 +436,20 @@ static void test_v2_structure_in_steady_state(void)
 {
     enum { T = 3000, MAXH = 128 };
     kve_trace *tr = NULL, *only = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=3000", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical:steps=3000", NULL, &tr));
     ASSERT_OK(kve_trace_open("canonical:steps=3000,sink_mass=0,recent=0,recent_mass=0,"
-                             "heavy_mass=1",
-                             0, &only));
+                             "heavy_mass=1", NULL, &only));
     double *row = malloc(T * sizeof *row);
     char *is_hit = calloc(T, 1);
     ASSERT_TRUE(row && is_hit);
-    ASSERT_OK(kve_trace_row(only, 0, T - 1, row));
+    ASSERT_OK(kve_trace_row(only, 0, T - 1, row, T));
     int32_t pos[MAXH];
     size_t n = hitters_of(row, T - 1, pos, MAXH);
     ASSERT_EQ(n, (T - 1 - SINKS) / (EPOCH / HEAVY)); /* one per 32-position slot */
     for (size_t h = 0; h < n; h++)
         is_hit[pos[h]] = 1;
     for (size_t t = 2 * EPOCH; t < T; t += 41) {
-        ASSERT_OK(kve_trace_row(tr, 0, t, row));
+        ASSERT_OK(kve_trace_row(tr, 0, t, row, t + 1));
         for (size_t i = 1; i < SINKS; i++)
             ASSERT_TRUE(row[i] == row[0]);
         for (size_t dist = 1; dist < RECENT; dist++) {
@@ -488,12 +487,12 @@ static void test_v2_structure_in_steady_state(void)
 static uint64_t hash_rows(const char *spec, size_t T)
 {
     kve_trace *tr = NULL;
-    if (kve_trace_open(spec, 0, &tr) != KVE_OK)
+    if (kve_trace_open(spec, NULL, &tr) != KVE_OK)
         return 0;
     double *row = malloc(T * sizeof *row);
     uint64_t h = 1469598103934665603u;
     for (size_t t = 0; row && t < T; t++) {
-        if (kve_trace_row(tr, 0, t, row) != KVE_OK)
+        if (kve_trace_row(tr, 0, t, row, t + 1) != KVE_OK)
             break;
         for (size_t i = 0; i <= t; i++) {
             float f = (float)row[i];
@@ -526,34 +525,38 @@ static void test_golden(void)
 static void test_streaming_memory(void)
 {
     kve_trace *tr = NULL;
-    kve__alloc_fail_after(SIZE_MAX);
-    ASSERT_OK(kve_trace_open("canonical:steps=65536", 0, &tr));
-    size_t at_open = kve__alloc_fail_after(SIZE_MAX);
+    talloc ta;
+    talloc_init(&ta);
+    kve_trace_options o = kve_trace_default_options();
+    o.allocator = &ta.a;
+    ASSERT_OK(kve_trace_open("canonical:steps=65536", &o, &tr));
+    size_t at_open = talloc_fail_after(&ta, SIZE_MAX);
     ASSERT_TRUE(at_open <= 8);
     /* Version 1 too: a fixed handful of allocations, none per row. */
     kve_trace *v1 = NULL;
-    ASSERT_OK(kve_trace_open("canonical:version=1,steps=65536", 0, &v1));
-    ASSERT_TRUE(kve__alloc_fail_after(SIZE_MAX) <= 8);
+    ASSERT_OK(kve_trace_open("canonical:version=1,steps=65536", &o, &v1));
+    ASSERT_TRUE(talloc_fail_after(&ta, SIZE_MAX) <= 8);
     double *row = malloc(65536 * sizeof *row);
     ASSERT_TRUE(row);
     for (size_t t = 0; t < 65536; t += 2039) {
-        ASSERT_OK(kve_trace_row(tr, 0, t, row));
+        ASSERT_OK(kve_trace_row(tr, 0, t, row, t + 1));
         ASSERT_NEAR(sum_range(row, 0, t + 1), 1.0, 1e-6);
     }
     for (size_t t = 0; t < 65536; t += 4099) {
-        ASSERT_OK(kve_trace_row(v1, 0, t, row));
+        ASSERT_OK(kve_trace_row(v1, 0, t, row, t + 1));
         ASSERT_NEAR(sum_range(row, 0, t + 1), 1.0, 1e-6);
     }
-    ASSERT_EQ(kve__alloc_fail_after(SIZE_MAX), 0);
+    ASSERT_EQ(talloc_fail_after(&ta, SIZE_MAX), 0);
     kve_trace_free(v1);
     kve_trace_free(tr);
+    talloc_check_empty(&ta);
     free(row);
 
     enum { BIG = 1 << 20 };
-    ASSERT_OK(kve_trace_open("canonical:steps=1048576", 0, &tr));
+    ASSERT_OK(kve_trace_open("canonical:steps=1048576", NULL, &tr));
     row = malloc((size_t)BIG * sizeof *row);
     ASSERT_TRUE(row);
-    ASSERT_OK(kve_trace_row(tr, 0, BIG - 1, row));
+    ASSERT_OK(kve_trace_row(tr, 0, BIG - 1, row, BIG));
     ASSERT_NEAR(sum_range(row, 0, BIG), 1.0, 1e-6);
     /* The band's 0.55, plus the heavy shares of the hitters inside it. */
     double last = sum_range(row, BIG - 1 - RECENT, BIG - 1);
@@ -593,25 +596,32 @@ static void test_spec_refusals(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kve_trace *tr = (kve_trace *)&bad; /* sentinel: must stay untouched */
-        ASSERT_STATUS(kve_trace_open(bad[i].src, 0, &tr), KVE_EINVAL);
+        ASSERT_STATUS(kve_trace_open(bad[i].src, NULL, &tr), KVE_EINVAL);
         ASSERT_CONTAINS(kve_last_error(), bad[i].msg);
         ASSERT_TRUE(tr == (kve_trace *)&bad);
     }
     kve_trace *tr = NULL;
-    ASSERT_STATUS(kve_trace_open(NULL, 0, &tr), KVE_EINVAL);
-    ASSERT_STATUS(kve_trace_open("canonical", 0, NULL), KVE_EINVAL);
-    ASSERT_STATUS(kve_trace_open("canonical", 2, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_open(NULL, NULL, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_open("canonical", NULL, NULL), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_open("canonical", TRACE_FLAGS(2), &tr), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "flags");
     ASSERT_TRUE(tr == NULL);
     /* KVE_TRACE_NORMALIZE is accepted and changes nothing for canonical. */
-    ASSERT_OK(kve_trace_open("canonical:steps=8", KVE_TRACE_NORMALIZE, &tr));
+    ASSERT_OK(kve_trace_open("canonical:steps=8", TRACE_FLAGS(KVE_TRACE_NORMALIZE), &tr));
     double row[8];
-    ASSERT_STATUS(kve_trace_row(tr, 1, 0, row), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_row(tr, 1, 0, row, 1), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "head 1");
-    ASSERT_STATUS(kve_trace_row(tr, 0, 8, row), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_row(tr, 0, 8, row, 9), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "step 8");
-    ASSERT_STATUS(kve_trace_row(tr, 0, 0, NULL), KVE_EINVAL);
-    ASSERT_STATUS(kve_trace_row(NULL, 0, 0, row), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_row(tr, 0, 0, NULL, 1), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_row(NULL, 0, 0, row, 1), KVE_EINVAL);
+    /* The buffer must hold the row: t + 1 weights. */
+    row[5] = -1;
+    ASSERT_STATUS(kve_trace_row(tr, 0, 5, row, 5), KVE_ERANGE);
+    ASSERT_CONTAINS(kve_last_error(), "row 5 has 6 weights, but the buffer holds 5");
+    ASSERT_TRUE(row[5] == -1);
+    ASSERT_OK(kve_trace_row(tr, 0, 5, row, 6));
+    ASSERT_STATUS(kve_trace_row(tr, 0, 0, row, 0), KVE_ERANGE);
     kve_trace_free(tr);
 }
 
@@ -619,12 +629,16 @@ static void test_spec_refusals(void)
  * (the sanitizer build checks the last part). */
 static void test_alloc_failure(void)
 {
+    talloc ta;
+    talloc_init(&ta);
+    kve_trace_options o = kve_trace_default_options();
+    o.allocator = &ta.a;
     for (size_t k = 0, v = 0; v < 2; k++) {
         kve_trace *tr = NULL;
-        kve__alloc_fail_after(k);
+        talloc_fail_after(&ta, k);
         kve_status st =
-            kve_trace_open(v ? "canonical:version=1,steps=100" : "canonical:steps=100", 0, &tr);
-        kve__alloc_fail_after(SIZE_MAX);
+            kve_trace_open(v ? "canonical:version=1,steps=100" : "canonical:steps=100", &o, &tr);
+        talloc_fail_after(&ta, SIZE_MAX);
         if (st == KVE_OK) {
             ASSERT_TRUE(k > 0);
             kve_trace_free(tr);
@@ -634,8 +648,10 @@ static void test_alloc_failure(void)
         }
         ASSERT_EQ(st, KVE_ENOMEM);
         ASSERT_TRUE(tr == NULL);
+        ASSERT_EQ(ta.blocks, 0);
         ASSERT_TRUE(k < 20);
     }
+    talloc_check_empty(&ta);
 }
 
 int main(int argc, char **argv)

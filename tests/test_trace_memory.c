@@ -13,8 +13,10 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
+#include "test_allocator.h"
 #include "internal.h"
-#include "kvevict.h"
+#include "kvevict_eval.h"
+#include "eval_options.h"
 #include "npy_file.h"
 #include "tmpdir.h"
 
@@ -63,7 +65,7 @@ static int same_rows(kve_trace *a, kve_trace *b)
     int same = ra && rb;
     for (size_t h = 0; same && h < H; h++)
         for (size_t t = 0; same && t < T; t++)
-            same = kve_trace_row(a, h, t, ra) == KVE_OK && kve_trace_row(b, h, t, rb) == KVE_OK &&
+            same = kve_trace_row(a, h, t, ra, t + 1) == KVE_OK && kve_trace_row(b, h, t, rb, t + 1) == KVE_OK &&
                    memcmp(ra, rb, (t + 1) * sizeof *ra) == 0;
     free(ra);
     free(rb);
@@ -79,20 +81,20 @@ static void test_shapes(void)
     const size_t shapes[3][2] = {{1, 1}, {1, L * H}, {L, H}};
     for (int k = 0; k < 3; k++) {
         kve_trace *tr = NULL;
-        ASSERT_OK(kve_trace_from_memory(a, shapes[k][0], shapes[k][1], T, 0, &tr));
+        ASSERT_OK(kve_trace_from_memory(a, shapes[k][0], shapes[k][1], T, NULL, &tr));
         ASSERT_EQ(kve_trace_steps(tr), T);
         ASSERT_EQ(kve_trace_heads(tr), shapes[k][0] * shapes[k][1]);
         ASSERT_EQ(kve_trace_layers(tr), shapes[k][0]);
         ASSERT_STR_EQ(kve_trace_source(tr), "memory");
         double row[T];
         size_t last = kve_trace_heads(tr) - 1;
-        ASSERT_OK(kve_trace_row(tr, last, T - 1, row));
+        ASSERT_OK(kve_trace_row(tr, last, T - 1, row, T));
         for (size_t i = 0; i < T; i++)
             ASSERT_TRUE(row[i] == (double)a[(last * T + T - 1) * T + i]);
-        ASSERT_OK(kve_trace_row(tr, 0, 0, row));
+        ASSERT_OK(kve_trace_row(tr, 0, 0, row, 1));
         ASSERT_TRUE(row[0] == (double)a[0]);
-        ASSERT_STATUS(kve_trace_row(tr, last + 1, 0, row), KVE_EINVAL);
-        ASSERT_STATUS(kve_trace_row(tr, 0, T, row), KVE_EINVAL);
+        ASSERT_STATUS(kve_trace_row(tr, last + 1, 0, row, 1), KVE_EINVAL);
+        ASSERT_STATUS(kve_trace_row(tr, 0, T, row, T + 1), KVE_EINVAL);
         kve_trace_free(tr);
     }
 }
@@ -109,8 +111,8 @@ static void test_same_as_npy(void)
         const size_t dims[4] = {L, H, T, T};
         ASSERT_EQ(npy_write_f4(path_of("same.npy"), dims, 4, a), 0);
         kve_trace *m = NULL, *n = NULL;
-        ASSERT_OK(kve_trace_from_memory(a, L, H, T, flag_sets[f], &m));
-        ASSERT_OK(kve_trace_open(path_of("same.npy"), flag_sets[f], &n));
+        ASSERT_OK(kve_trace_from_memory(a, L, H, T, TRACE_FLAGS(flag_sets[f]), &m));
+        ASSERT_OK(kve_trace_open(path_of("same.npy"), TRACE_FLAGS(flag_sets[f]), &n));
         ASSERT_TRUE(same_rows(m, n));
         const kve_eval_job jobs[] = {{"h2o:recent_window=4", 16}, {"tova", 20},
                                      {"random:recent_window=2", 10}, {"streaming:sinks=2", 8}};
@@ -120,8 +122,8 @@ static void test_same_as_npy(void)
         o.seed = check_seed;
         o.topk = 5;
         for (size_t h = 0; h < L * H; h++) {
-            ASSERT_OK(kve_eval_ex(m, h, jobs, NJ, &o, rm));
-            ASSERT_OK(kve_eval_ex(n, h, jobs, NJ, &o, rn));
+            ASSERT_OK(kve_eval(m, h, 1, jobs, NJ, &o, rm, NULL));
+            ASSERT_OK(kve_eval(n, h, 1, jobs, NJ, &o, rn, NULL));
             for (size_t j = 0; j < NJ; j++) {
                 rm[j].ns_per_step = rn[j].ns_per_step = 0; /* the one timing */
                 ASSERT_TRUE(memcmp(&rm[j], &rn[j], sizeof rm[j]) == 0);
@@ -139,23 +141,23 @@ static void test_argument_refusals(void)
     float a[4] = {1, 0, 0.5f, 0.5f};
     kve_trace *const untouched = (kve_trace *)&a;
     kve_trace *tr = untouched;
-    ASSERT_STATUS(kve_trace_from_memory(NULL, 1, 1, 2, 0, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_from_memory(NULL, 1, 1, 2, NULL, &tr), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "attn is NULL");
-    ASSERT_STATUS(kve_trace_from_memory(a, 1, 1, 2, 0, NULL), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_from_memory(a, 1, 1, 2, NULL, NULL), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "out is NULL");
-    ASSERT_STATUS(kve_trace_from_memory(a, 1, 1, 2, 2, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_from_memory(a, 1, 1, 2, TRACE_FLAGS(2), &tr), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "flags 0x2");
-    ASSERT_STATUS(kve_trace_from_memory(a, 0, 1, 2, 0, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_from_memory(a, 0, 1, 2, NULL, &tr), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "zero dimension");
-    ASSERT_STATUS(kve_trace_from_memory(a, 1, 0, 2, 0, &tr), KVE_EINVAL);
-    ASSERT_STATUS(kve_trace_from_memory(a, 1, 1, 0, 0, &tr), KVE_EINVAL);
-    ASSERT_STATUS(kve_trace_from_memory(a, 1, 1, (size_t)INT32_MAX + 1, 0, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_from_memory(a, 1, 0, 2, NULL, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_from_memory(a, 1, 1, 0, NULL, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_from_memory(a, 1, 1, (size_t)INT32_MAX + 1, NULL, &tr), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "largest position");
     /* Shapes whose byte size overflows, at each factor (nothing is read). */
-    ASSERT_STATUS(kve_trace_from_memory(a, SIZE_MAX / 2, 3, 1, 0, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_from_memory(a, SIZE_MAX / 2, 3, 1, NULL, &tr), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "larger than memory");
-    ASSERT_STATUS(kve_trace_from_memory(a, 1, SIZE_MAX / 8, 3, 0, &tr), KVE_EINVAL);
-    ASSERT_STATUS(kve_trace_from_memory(a, 1, SIZE_MAX / 8 / 65536, 65536, 0, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_from_memory(a, 1, SIZE_MAX / 8, 3, NULL, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_from_memory(a, 1, SIZE_MAX / 8 / 65536, 65536, NULL, &tr), KVE_EINVAL);
     ASSERT_TRUE(tr == untouched);
 }
 
@@ -166,7 +168,7 @@ static void expect_refused(float *a, size_t T, unsigned flags, size_t h, size_t 
 {
     kve_trace *const untouched = (kve_trace *)&a;
     kve_trace *tr = untouched;
-    ASSERT_STATUS(kve_trace_from_memory(a, 2, 2, T, flags, &tr), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_from_memory(a, 2, 2, T, TRACE_FLAGS(flags), &tr), KVE_EFORMAT);
     ASSERT_TRUE(tr == untouched);
     char where[64];
     snprintf(where, sizeof where, "memory: head %zu (layer %zu, head %zu), row %zu", h, h / 2,
@@ -201,11 +203,11 @@ static void test_bad_rows(void)
     memcpy(a + (1 * T + 4) * T, row1, sizeof row1);
     a[(2 * T + 0) * T + 0] = 0.5f;
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_from_memory(a, 2, 2, T, 0, &tr));
+    ASSERT_OK(kve_trace_from_memory(a, 2, 2, T, NULL, &tr));
     kve_trace_free(tr);
     /* Entries above the diagonal are never read: NaN there is fine. */
     a[(0 * T + 3) * T + 7] = NAN;
-    ASSERT_OK(kve_trace_from_memory(a, 2, 2, T, 0, &tr));
+    ASSERT_OK(kve_trace_from_memory(a, 2, 2, T, NULL, &tr));
     kve_trace_free(tr);
     /* Without NORMALIZE a huge weight is a row that does not sum to 1. */
     a[(0 * T + 3) * T + 0] = FLT_MAX;
@@ -221,17 +223,17 @@ static void test_borrowed(void)
     lcg_state = check_seed;
     fill_rows(a, 1, T, 1.0);
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_from_memory(a, 1, 1, T, 0, &tr));
+    ASSERT_OK(kve_trace_from_memory(a, 1, 1, T, NULL, &tr));
     double row[T];
-    ASSERT_OK(kve_trace_row(tr, 0, 7, row));
+    ASSERT_OK(kve_trace_row(tr, 0, 7, row, 8));
     a[7 * T + 3] = NAN;
-    ASSERT_STATUS(kve_trace_row(tr, 0, 7, row), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_row(tr, 0, 7, row, 8), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "memory: head 0, row 7: weight at key 3 is nan");
     kve_eval_job job = {"h2o:recent_window=2", 4};
     kve_eval_result r;
-    ASSERT_STATUS(kve_eval(tr, 0, &job, 1, 0, NULL, NULL, &r), KVE_EFORMAT);
+    ASSERT_STATUS(kve_eval(tr, 0, 1, &job, 1, EVAL_OPTS(0, NULL, NULL), &r, NULL), KVE_EFORMAT);
     a[7 * T + 3] = 0.5f; /* a finite weight, but the row no longer sums to 1 */
-    ASSERT_STATUS(kve_trace_row(tr, 0, 7, row), KVE_EFORMAT);
+    ASSERT_STATUS(kve_trace_row(tr, 0, 7, row, 8), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "sums to");
     kve_trace_free(tr);
 }
@@ -240,9 +242,9 @@ static void test_borrowed(void)
 static void test_reserved_name(void)
 {
     kve_trace *tr = NULL;
-    ASSERT_STATUS(kve_trace_open("memory", 0, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_open("memory", NULL, &tr), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "kve_trace_from_memory");
-    ASSERT_STATUS(kve_trace_open("memory:steps=3", 0, &tr), KVE_EINVAL);
+    ASSERT_STATUS(kve_trace_open("memory:steps=3", NULL, &tr), KVE_EINVAL);
     ASSERT_TRUE(tr == NULL);
     /* A file of that name opens by a path. */
     enum { T = 4 };
@@ -251,7 +253,7 @@ static void test_reserved_name(void)
     fill_rows(a, 1, T, 1.0);
     const size_t dims[2] = {T, T};
     ASSERT_EQ(npy_write_f4(path_of("memory"), dims, 2, a), 0);
-    ASSERT_OK(kve_trace_open(path_of("memory"), 0, &tr));
+    ASSERT_OK(kve_trace_open(path_of("memory"), NULL, &tr));
     ASSERT_EQ(kve_trace_steps(tr), T);
     kve_trace_free(tr);
     unlink(path_of("memory"));
@@ -266,12 +268,12 @@ static void test_writer(void)
     lcg_state = check_seed;
     fill_rows(a, H, T, 1.0);
     kve_trace *m = NULL, *back = NULL, *one = NULL;
-    ASSERT_OK(kve_trace_from_memory(a, 1, H, T, 0, &m));
+    ASSERT_OK(kve_trace_from_memory(a, 1, H, T, NULL, &m));
     ASSERT_EQ(kve_trace_npy_bytes(m), 128 + 4 * T * T);
     for (size_t h = 0; h < H; h++) {
         ASSERT_OK(kve_trace_write_npy(m, h, path_of("w.npy")));
-        ASSERT_OK(kve_trace_open(path_of("w.npy"), 0, &back));
-        ASSERT_OK(kve_trace_from_memory(a + h * T * T, 1, 1, T, 0, &one));
+        ASSERT_OK(kve_trace_open(path_of("w.npy"), NULL, &back));
+        ASSERT_OK(kve_trace_from_memory(a + h * T * T, 1, 1, T, NULL, &one));
         ASSERT_TRUE(same_rows(back, one));
         kve_trace_free(back);
         kve_trace_free(one);
@@ -289,14 +291,18 @@ static void test_alloc_failure(void)
     float a[T * T];
     lcg_state = check_seed;
     fill_rows(a, 1, T, 1.0);
+    talloc ta;
+    talloc_init(&ta);
+    kve_trace_options o = kve_trace_default_options();
+    o.allocator = &ta.a;
     size_t k = 0;
     for (;; k++) {
         ASSERT_TRUE(k < 16);
         kve_trace *const untouched = (kve_trace *)&k;
         kve_trace *tr = untouched;
-        kve__alloc_fail_after(k);
-        kve_status st = kve_trace_from_memory(a, 1, 1, T, 0, &tr);
-        kve__alloc_fail_after(SIZE_MAX);
+        talloc_fail_after(&ta, k);
+        kve_status st = kve_trace_from_memory(a, 1, 1, T, &o, &tr);
+        talloc_fail_after(&ta, SIZE_MAX);
         if (st == KVE_OK) {
             ASSERT_EQ(kve_trace_steps(tr), T);
             kve_trace_free(tr);
@@ -305,8 +311,10 @@ static void test_alloc_failure(void)
         ASSERT_STATUS(st, KVE_ENOMEM);
         ASSERT_CONTAINS(kve_last_error(), "out of memory");
         ASSERT_TRUE(tr == untouched);
+        ASSERT_EQ(ta.blocks, 0);
     }
     ASSERT_TRUE(k >= 2); /* the row buffer and the handle, at least */
+    talloc_check_empty(&ta);
 }
 
 /* Seeded refusal loop: random shapes, random arrays with random damage (a
@@ -344,9 +352,9 @@ static void test_refusals_match_npy(void)
         ASSERT_EQ(npy_write_f4(path_of("r.npy"), dims, 4, a), 0);
         for (unsigned flags = 0; flags <= KVE_TRACE_NORMALIZE; flags++) {
             kve_trace *m = NULL, *n = NULL;
-            kve_status sm = kve_trace_from_memory(a, L, H, T, flags, &m);
+            kve_status sm = kve_trace_from_memory(a, L, H, T, TRACE_FLAGS(flags), &m);
             snprintf(mem_msg, sizeof mem_msg, "%s", kve_last_error());
-            kve_status sn = kve_trace_open(path_of("r.npy"), flags, &n);
+            kve_status sn = kve_trace_open(path_of("r.npy"), TRACE_FLAGS(flags), &n);
             if (sm != sn)
                 CHECK_FAIL_AT("round %d (replay with seed %llu): memory %s (%s), npy %s (%s)",
                               round, (unsigned long long)check_seed, kve_status_name(sm), mem_msg,

@@ -62,7 +62,12 @@ static const char *const workload_specs[] = {
 static inline size_t workload_key_dim(const char *spec, size_t i)
 {
     static const size_t dims[] = {1, 3, 8, 13, 32};
-    int keyed = strncmp(spec, "knorm", 5) == 0 || strncmp(spec, "keydiff", 7) == 0;
+    size_t name = strcspn(spec, ":"); /* what the policy reads: the registry says */
+    int keyed = 0;
+    for (size_t t = 0; t < kve_policy_type_count(); t++)
+        if (strlen(kve_policy_type_name(t)) == name &&
+            strncmp(spec, kve_policy_type_name(t), name) == 0)
+            keyed = (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
     if (keyed || i % 3 == 0)
         return dims[i % (sizeof dims / sizeof dims[0])];
     return 0;

@@ -9,7 +9,7 @@
  * On a trace of L layers (an [L, H, T, T] .npy from `kvevict lm dump`), the
  * budget is the mean per head: the total L * budget is split over the
  * layers by kve_layer_budgets (floor: the smallest budget the spec accepts,
- * kve_spec_min_budget), and each layer is one kve_eval_ex call over its H
+ * kve_spec_min_budget), and each layer is one kve_eval call over its H
  * heads with its own budget, sharing or not. Every layer is scored on the
  * same steps, t > score_after (default: the largest layer budget), so
  * schedules are compared on equal steps when given the same --score-after.
@@ -29,7 +29,7 @@ void budget_args_parse(budget_args *b, const cli_args *a, const cli_spec *spec)
     b->min_share = kve_bank_default_options().min_share;
     b->schedule = KVE_SCHEDULE_UNIFORM;
     b->schedule_name = "uniform";
-    b->beta = kve_schedule_default().beta;
+    b->beta = kve_schedule_default_options().beta;
     b->calibration_window = 32;
     const opt_val *v;
     b->share_heads = cli_own(a, spec, "share-heads")->count > 0;
@@ -110,7 +110,7 @@ void trace_layer_spread(kve_trace *tr, size_t window, double *out)
         size_t seen = 0;
         for (size_t h = l * (heads / L); h < (l + 1) * (heads / L); h++)
             for (size_t t = window + 1; t < T; t++) {
-                kve_status st = kve_trace_row(tr, h, t, row);
+                kve_status st = kve_trace_row(tr, h, t, row, T);
                 if (st != KVE_OK)
                     die_status(st, "--calibration");
                 for (size_t i = 0; i + window < t; i++)
@@ -139,7 +139,7 @@ void eval_budgets(FILE *out, const cli_args *a, const budget_args *b, int per_he
     if (budget > KVE_MAX_BUDGET / L)
         die_usage("--budget %zu: %zu layers of it exceed %d", budget, L, KVE_MAX_BUDGET);
 
-    kve_schedule sch = kve_schedule_default();
+    kve_schedule_options sch = kve_schedule_default_options();
     sch.kind = b->schedule;
     sch.beta = b->beta;
     double *weights = xcalloc(L, sizeof *weights);
@@ -157,7 +157,7 @@ void eval_budgets(FILE *out, const cli_args *a, const budget_args *b, int per_he
     if ((st = kve_spec_min_budget(spec, &sch.floor)) != KVE_OK)
         die_status(st, "--policy");
     size_t *lb = xcalloc(L, sizeof *lb), most = 0;
-    if ((st = kve_layer_budgets(&sch, L * budget, L, lb)) != KVE_OK)
+    if ((st = kve_layer_budgets(L * budget, L, &sch, lb)) != KVE_OK)
         die_status(st, "--schedule");
     for (size_t l = 0; l < L; l++)
         most = lb[l] > most ? lb[l] : most;
@@ -166,16 +166,14 @@ void eval_budgets(FILE *out, const cli_args *a, const budget_args *b, int per_he
     kve_eval_options o = kve_eval_default_options();
     o.seed = a->seed;
     o.topk = a->topk;
-    o.heads = H;
-    o.bank.share = b->share_heads ? H : 0;
-    o.bank.min_share = b->min_share;
+    o.share = b->share_heads ? H : 0;
+    o.min_share = b->min_share;
     o.score_after = score_after ? score_after : most;
     progress pr;
     progress_begin(&pr, "layer", L, 0, 1);
     for (size_t l = 0; l < L; l++) {
         kve_eval_job job = {spec, lb[l]};
-        o.per_head = ph + l * H;
-        if ((st = kve_eval_ex(tr, l * H, &job, 1, &o, &layer[l])) != KVE_OK)
+        if ((st = kve_eval(tr, l * H, H, &job, 1, &o, &layer[l], ph + l * H)) != KVE_OK)
             die_status(st, NULL);
         progress_update(&pr, l + 1);
     }

@@ -32,7 +32,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "kvevict.h"
+#include "kvevict_eval.h"
 #include "jsonl.h"
 
 enum { EXIT_INPUT = 1, EXIT_USAGE = 2 };

@@ -243,8 +243,8 @@ int is_calibrated_trace(const char *src)
     if (strncmp(src, "canonical", 9) != 0 || (src[9] != '\0' && src[9] != ':'))
         return 0;
     kve_trace *a = NULL, *b = NULL;
-    int same = kve_trace_open(src, 0, &a) == KVE_OK &&
-               kve_trace_open(BENCH_TRACE, 0, &b) == KVE_OK &&
+    int same = kve_trace_open(src, NULL, &a) == KVE_OK &&
+               kve_trace_open(BENCH_TRACE, NULL, &b) == KVE_OK &&
                strcmp(kve_trace_source(a), kve_trace_source(b)) == 0;
     kve_trace_free(a);
     kve_trace_free(b);

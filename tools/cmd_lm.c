@@ -55,8 +55,8 @@ static struct {
 LM_NORETURN static void die_lm(kve_status s, const char *what)
 {
     if (s == KVE_EINVAL)
-        die_usage("%s: %s", what, lm_last_error());
-    die_input("%s: %s", what, lm_last_error());
+        die_usage("%s: %s", what, kve_last_error());
+    die_input("%s: %s", what, kve_last_error());
 }
 
 /* The value of own option `name`, NULL when absent. */
@@ -90,9 +90,9 @@ static const char *positions_name(lm_positions p)
 
 static void load_model(const char *path)
 {
-    kve_status s = lm_model_open(path, &ctx.model);
+    kve_status s = lm_model_open(path, NULL, &ctx.model);
     if (s != KVE_OK)
-        die_input("--model %s: %s", path, lm_last_error());
+        die_input("--model %s: %s", path, kve_last_error());
 }
 
 /* The tokenizer at `path`, else tokenizer.bin in the checkpoint's directory;
@@ -110,9 +110,9 @@ static lm_tokenizer *open_tokenizer(const char *path, const char *model_path, co
         path = buf;
     }
     lm_tokenizer *t = NULL;
-    kve_status s = lm_tokenizer_open(path, &t);
+    kve_status s = lm_tokenizer_open(path, NULL, &t);
     if (s != KVE_OK)
-        die_input("%s %s: %s", what, path, lm_last_error());
+        die_input("%s %s: %s", what, path, kve_last_error());
     if (t->n_pieces != m->config.vocab_size) {
         int32_t n = t->n_pieces;
         lm_tokenizer_free(t);
@@ -130,9 +130,9 @@ static void load_tokenizer(const char *path, const char *model_path)
 /* Reads --text ("-": standard input) whole; NUL bytes are refused. */
 static void load_text(const char *path)
 {
-    kve_status st = lm_read_file(path, &ctx.text, &ctx.text_len);
+    kve_status st = lm_read_file(NULL, path, &ctx.text, &ctx.text_len);
     if (st != KVE_OK)
-        die_input("--text: %s", lm_last_error());
+        die_input("--text: %s", kve_last_error());
     const char *nul = memchr(ctx.text, 0, ctx.text_len);
     if (nul)
         die_input("--text %s: a NUL byte at offset %zu", path, (size_t)(nul - ctx.text));
@@ -271,18 +271,18 @@ static void load_calibration(const char *path)
 {
     char *text = NULL;
     size_t len = 0, n = 0;
-    kve_status st = lm_read_file(path, &text, &len);
+    kve_status st = lm_read_file(NULL, path, &text, &len);
     if (st != KVE_OK)
-        die_input("--calibration: %s", lm_last_error());
+        die_input("--calibration: %s", kve_last_error());
     int32_t *ids = encode(text, len, &n);
     size_t most = (size_t)ctx.model->config.seq_len - 1;
     ctx.layer_weights = xcalloc((size_t)ctx.model->config.n_layers, sizeof *ctx.layer_weights);
     st = lm_layer_spread(ctx.model, ids, n < most ? n : most, ctx.budgets.calibration_window,
                          ctx.layer_weights);
-    lm_free(text);
+    lm_free(NULL, text);
     free(ids);
     if (st != KVE_OK)
-        die_input("--calibration %s: %s", path, lm_last_error());
+        die_input("--calibration %s: %s", path, kve_last_error());
 }
 
 static void measure_load(const measure_args *m, const cli_spec *spec)
@@ -1338,7 +1338,7 @@ static const char *const pf_names[PF_METHODS] = {"step", "h2o", "snapkv", "polic
  * [p, n - 1)) gets the loss of tokens[i + 1]. Returns the argmax after the
  * last token. */
 static int32_t run_with_prompt(lm_state *s, const int32_t *tokens, size_t n, size_t p, int method,
-                               const kve_prefill_params *pp, double *per_pos, const char *what)
+                               const kve_prefill_options *pp, double *per_pos, const char *what)
 {
     kve_status st = lm_state_reset(s);
     int32_t V = ctx.model->config.vocab_size;
@@ -1368,7 +1368,8 @@ static int lm_prefill_cmd(int argc, char **argv)
     measure_parse(&ma, sp, argc, argv);
     if (!ma.n_specs)
         die_usage("missing required option '--policy' (see kvevict lm prefill --help)");
-    kve_prefill_params pp = kve_prefill_default_params(KVE_PREFILL_SNAPKV);
+    kve_prefill_options pp = kve_prefill_default_options();
+    pp.method = KVE_PREFILL_SNAPKV;
     const char *v;
     if ((v = own(&ma.a, sp, "window")))
         pp.window = (size_t)parse_u64("--window", v, 1, KVE_MAX_BUDGET);
@@ -1430,10 +1431,10 @@ static int lm_prefill_cmd(int argc, char **argv)
             if (!on)
                 continue;
             if (k == PF_H2O || k == PF_SNAPKV) { /* refused combinations are usage errors */
-                kve_prefill_params q = pp;
+                kve_prefill_options q = pp;
                 q.method = k == PF_H2O ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
-                if (kve_bank_prefill(jobs[j].s->bank, 0, 0, &q, L, NULL, L, 1, KVE_REDUCE_MEAN,
-                                     jobs[j].budget) != KVE_OK)
+                if (kve_bank_prefill(jobs[j].s->bank, 0, 0, L, jobs[j].budget, NULL, L, 1,
+                                     KVE_REDUCE_MEAN, &q) != KVE_OK)
                     die_usage("--methods %s with %s: %s", pf_names[k], jobs[j].spec,
                               kve_last_error());
             }
@@ -1473,7 +1474,7 @@ static int lm_prefill_cmd(int argc, char **argv)
         }
         for (size_t r = 0; r < n_rows; r++) {
             const job *jb = &jobs[rows[r].job];
-            kve_prefill_params q = pp;
+            kve_prefill_options q = pp;
             q.method = rows[r].method == PF_H2O ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
             run_with_prompt(jb->s, w, L, P, rows[r].method, &q, loss,
                             jb->spec ? jb->spec : "full cache");
@@ -1488,7 +1489,7 @@ static int lm_prefill_cmd(int argc, char **argv)
             int32_t key = pk_prompt(&pk, L, j, trials, d, w);
             for (size_t r = 0; r < n_rows; r++) {
                 const job *jb = &jobs[rows[r].job];
-                kve_prefill_params q = pp;
+                kve_prefill_options q = pp;
                 q.method = rows[r].method == PF_H2O ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
                 hits[r] += run_with_prompt(jb->s, w, L, L - 1, rows[r].method, &q, NULL,
                                            jb->spec ? jb->spec : "full cache") == key;
@@ -1613,13 +1614,13 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
     size_t w = window ? (size_t)parse_u64("--trace lm: window", window, 0, SIZE_MAX / 2) : 0;
 
     lm_model *m = NULL;
-    if (lm_model_open(model, &m) != KVE_OK)
-        die_input("--trace lm: model %s: %s", model, lm_last_error());
+    if (lm_model_open(model, NULL, &m) != KVE_OK)
+        die_input("--trace lm: model %s: %s", model, kve_last_error());
     lm_tokenizer *tok = open_tokenizer(tokenizer, model, m, "--trace lm: tokenizer");
     char *txt = NULL;
     size_t txt_len = 0;
-    if (lm_read_file(text, &txt, &txt_len) != KVE_OK)
-        die_input("--trace lm: text: %s", lm_last_error());
+    if (lm_read_file(NULL, text, &txt, &txt_len) != KVE_OK)
+        die_input("--trace lm: text: %s", kve_last_error());
     if (memchr(txt, 0, txt_len))
         die_input("--trace lm: text %s: holds a NUL byte", text);
     int32_t *ids = xmalloc((txt_len + 2) * sizeof *ids);
@@ -1653,14 +1654,18 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
     if (write_attention(f, m, toks, T, group) != 0 || fclose(f) != 0)
         die_input("--trace lm: cannot write %s: %s", path, strerror(errno));
     free(ids);
-    free(txt);
+    lm_free(NULL, txt);
     lm_tokenizer_free(tok);
     lm_model_free(m);
     free_list(items, n_items);
     kve_trace *tr = NULL;
     progress pr;
     progress_begin(&pr, "validating row", 0, 0, 1);
-    st = kve_trace_open_ex(path, flags, progress_callback, &pr, &tr);
+    kve_trace_options o = kve_trace_default_options();
+    o.flags = (kve_trace_flags)flags;
+    o.progress = progress_callback;
+    o.user = &pr;
+    st = kve_trace_open(path, &o, &tr);
     progress_end(&pr);
     unlink(path);
     temp_forget(path);

@@ -251,7 +251,8 @@ static void *run_share(void *arg)
     for (size_t k = 0; k < s->steps; k++) {
         int32_t pos = s->pos + (int32_t)k;
         const float *rows = pool_row(w->pool, pos) + s->first * ld;
-        checked(kve_bank_step_range(w->b, s->first, s->count, pos, rows, ld, 1, KVE_REDUCE_MEAN),
+        checked(kve_bank_step_range(w->b, s->first, s->count, pos, rows, ld, 1, KVE_REDUCE_MEAN,
+                                    NULL, 0),
                 "bank step");
         checked(kve_bank_evict_range(w->b, s->first, s->count, w->budget, victims, 2, NULL),
                 "bank evict");

@@ -358,9 +358,13 @@ int cmd_plot(int argc, char **argv)
     for (size_t i = 0; i < T; i++)
         rec.evicted_at[i] = INT32_MAX;
     char *h2o = canon_spec("h2o", "h2o", PLOT_BUDGET);
-    kve_eval_job job = {h2o, 0};
+    kve_eval_job job = {h2o, KVE_EVAL_BUDGET_SPEC};
     kve_eval_result res;
-    kve_status st = kve_eval(tr, 0, &job, 1, BENCH_SEED, record, &rec, &res);
+    kve_eval_options o = kve_eval_default_options();
+    o.seed = BENCH_SEED;
+    o.on_step = record;
+    o.user = &rec;
+    kve_status st = kve_eval(tr, 0, 1, &job, 1, &o, &res, NULL);
     if (st != KVE_OK)
         die_status(st, "replay of h2o");
     /* Positions are pooled into bins of `bin` rows so that no row is lost
@@ -374,7 +378,7 @@ int cmd_plot(int argc, char **argv)
     double *row = xmalloc(T * sizeof *row);
     for (size_t k = 0; k < n_steps; k++) {
         size_t t = t0 + k;
-        st = kve_trace_row(tr, 0, t, row);
+        st = kve_trace_row(tr, 0, t, row, T);
         if (st != KVE_OK)
             die_status(st, "trace row");
         for (size_t b = 0; b < PB; b++) {

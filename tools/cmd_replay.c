@@ -91,7 +91,7 @@ int cmd_replay(int argc, char **argv)
         fputs("| pos | size | victims |\n| --: | ---: | --- |\n", out);
     else if (a.format == FMT_TEXT)
         fputs("pos  size  victims\n", out);
-    kve_eval_job job = {spec, 0};
+    kve_eval_job job = {spec, KVE_EVAL_BUDGET_SPEC};
     kve_eval_result res;
     replay_ctx ctx = {out, a.format, 0, {0}};
     kve_eval_options o = kve_eval_default_options();
@@ -99,7 +99,7 @@ int cmd_replay(int argc, char **argv)
     o.on_step = replay_step;
     o.user = &ctx;
     progress_begin(&ctx.pr, "step", kve_trace_steps(tr), 0, 1);
-    kve_status s = kve_eval_ex(tr, a.head, &job, 1, &o, &res);
+    kve_status s = kve_eval(tr, a.head, 1, &job, 1, &o, &res, NULL);
     progress_end(&ctx.pr);
     kve_trace_free(tr);
     free(spec);

@@ -127,7 +127,7 @@ void evalset_run(evalset *es, kve_trace *tr, const cli_args *a, int keep_heads)
     for (size_t h = 0; h < heads; h++) {
         if (!es->quiet)
             progress_begin(&pr, "step", kve_trace_steps(tr), h, heads);
-        kve_status s = kve_eval_ex(tr, h, jobs, es->n, &o, tmp);
+        kve_status s = kve_eval(tr, h, 1, jobs, es->n, &o, tmp, NULL);
         if (!es->quiet)
             progress_end(&pr);
         if (s != KVE_OK) {

@@ -353,7 +353,11 @@ kve_trace *open_trace(const cli_args *a)
     kve_trace *tr = NULL;
     progress pr;
     progress_begin(&pr, "validating row", 0, 0, 1);
-    kve_status s = kve_trace_open_ex(src, a->trace_flags, progress_callback, &pr, &tr);
+    kve_trace_options o = kve_trace_default_options();
+    o.flags = (kve_trace_flags)a->trace_flags;
+    o.progress = progress_callback;
+    o.user = &pr;
+    kve_status s = kve_trace_open(src, &o, &tr);
     progress_end(&pr);
     if (from_stdin) { /* the open file stays readable; the name can go now */
         unlink(stdin_source);

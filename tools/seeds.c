@@ -71,7 +71,7 @@ static void one_seed(seeds_run *r, size_t i, const cli_args *a)
     es.quiet = 1; /* no progress line from a worker thread */
     judge_observations(NULL, &es, 0, 0, r->outcome[i]); /* collect */
     kve_trace *tr = NULL;
-    kve_status st = kve_trace_open(spec, 0, &tr);
+    kve_status st = kve_trace_open(spec, NULL, &tr);
     if (st != KVE_OK)
         die_status(st, spec);
     evalset_run(&es, tr, a, 0);
@@ -102,7 +102,7 @@ void seeds_eval(seeds_run *r, const char *src, size_t n, const cli_args *a)
         die_usage("--seeds: the trace must be canonical (its seed is what varies), not '%s'",
                   src);
     kve_trace *tr = NULL;
-    kve_status st = kve_trace_open(src, 0, &tr);
+    kve_status st = kve_trace_open(src, NULL, &tr);
     if (st != KVE_OK)
         die_status(st, "--trace");
     r->base = xstrdup(kve_trace_source(tr));

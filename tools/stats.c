@@ -63,7 +63,7 @@ void trace_stats_head(kve_trace *tr, size_t head, size_t block, trace_stats *s)
     size_t rows = 0, pairs = 0, blocks = 0;
     int have_heavy = 0;
     for (size_t t = 0; t < T; t++) {
-        kve_status st = kve_trace_row(tr, head, t, row);
+        kve_status st = kve_trace_row(tr, head, t, row, T);
         if (st != KVE_OK) {
             free(row);
             free(acc);

@@ -338,7 +338,7 @@ class Bank(_Handle):
             if whole:
                 check(lib.kve_bank_step(h, pos, None, 0))
             else:
-                check(lib.kve_bank_step_keys(h, first, count, pos, None, 0, 1, mode, kptr, kld))
+                check(lib.kve_bank_step_range(h, first, count, pos, None, 0, 1, mode, kptr, kld))
             return
         a = f32_array("attn", attn, (2, 3))
         if a.ndim == 3:
@@ -355,11 +355,9 @@ class Bank(_Handle):
             refuse(f"attn: rows of {ld} weights, but a head keeps {widest} positions")
         if whole and group == 1:
             check(lib.kve_bank_step(h, pos, a.ctypes.data, ld))
-        elif whole:
-            check(lib.kve_bank_step_grouped(h, pos, a.ctypes.data, ld, group, mode))
         else:
-            check(lib.kve_bank_step_keys(h, first, count, pos, a.ctypes.data, ld, group, mode,
-                                         kptr, kld))
+            check(lib.kve_bank_step_range(h, first, count, pos, a.ctypes.data, ld, group, mode,
+                                          kptr, kld))
 
     def _victims(self, first, count, most):
         """(victims, counts, victims pointer): victims int32 (count, k) of -1,
@@ -458,7 +456,7 @@ def attn_row(q, keys, scale):
     if q.shape[0] != d:
         refuse(f"q: {q.shape[0]} floats, but keys have rows of {d}")
     out = np.empty(n, dtype=np.float32)
-    check(lib.kve_attn_row(q.ctypes.data, k.ctypes.data, n, d, d, float(scale),
+    check(lib.kve_attn_row(q.ctypes.data, d, k.ctypes.data, d, n, float(scale),
                            out.ctypes.data))
     return out
 

@@ -1,13 +1,17 @@
 # SPDX-License-Identifier: MIT
 """Finding and loading libkvevict, and the C declarations the binding uses.
 
-Where the library is looked for, in order (the first that loads wins, except
-that KVEVICT_LIBRARY, when set, is the only place tried):
-  1. the KVEVICT_LIBRARY environment variable: the path of libkvevict.so;
+The binding loads libkvevict_eval, the harness library (kvevict_eval.h),
+which loads the engine core libkvevict (kvevict.h) beside it: every
+function of both is found through the one handle. Where it is looked for,
+in order (the first that loads wins, except that KVEVICT_LIBRARY, when set,
+is the only place tried):
+  1. the KVEVICT_LIBRARY environment variable: the path of
+     libkvevict_eval.so;
   2. a freshly built source tree: when this package is imported from
      python/ of a kvevict checkout, that checkout's build/ (what `make`
      builds);
-  3. an installed prefix: `pkg-config --variable=libdir kvevict` (set
+  3. an installed prefix: `pkg-config --variable=libdir kvevict-eval` (set
      PKG_CONFIG_PATH=PREFIX/lib/pkgconfig for a prefix pkg-config does not
      search);
   4. the dynamic linker's cache (ctypes.util.find_library, i.e. ldconfig).
@@ -30,9 +34,9 @@ import pathlib
 import subprocess
 import sys
 
-_SONAME = "libkvevict.dylib" if sys.platform == "darwin" else "libkvevict.so"
+_SONAME = "libkvevict_eval.dylib" if sys.platform == "darwin" else "libkvevict_eval.so"
 
-# ---- C types of the public header (include/kvevict.h) ---------------------
+# ---- C types of the public headers (include/kvevict.h, kvevict_eval.h) -----
 
 c_size_t = ctypes.c_size_t
 c_int32 = ctypes.c_int32
@@ -43,7 +47,8 @@ c_str = ctypes.c_char_p
 
 KVE_SPEC_MAX = 160  # the size of kve_eval_result.spec (kvevict.h)
 KVE_MAX_BUDGET = 16777216
-KVE_TRACE_NORMALIZE = 1
+KVE_TRACE_NONE, KVE_TRACE_NORMALIZE = 0, 1  # kve_trace_flags
+KVE_EVAL_AFTER_BUDGET = ctypes.c_size_t(-1).value  # kve_eval_options.score_after: SIZE_MAX
 KVE_MAX_KEY_DIM = 65536
 KVE_READS_ATTN, KVE_READS_KEYS = 1, 2  # kve_policy_reads bits
 REDUCE = {"mean": 0, "sum": 1, "max": 2}  # kve_reduce
@@ -78,26 +83,33 @@ class EvalResult(ctypes.Structure):
 
 
 class PolicyOptions(ctypes.Structure):
-    """kve_policy_options."""
-    _fields_ = [("key_dim", c_size_t)]
+    """kve_policy_options (the binding leaves the allocator NULL: the C library's)."""
+    _fields_ = [("allocator", c_ptr), ("key_dim", c_size_t)]
 
 
 class BankOptions(ctypes.Structure):
     """kve_bank_options."""
-    _fields_ = [("key_dim", c_size_t), ("share", c_size_t), ("min_share", ctypes.c_double)]
+    _fields_ = [("allocator", c_ptr), ("key_dim", c_size_t), ("share", c_size_t),
+                ("min_share", ctypes.c_double)]
+
+
+class TraceOptions(ctypes.Structure):
+    """kve_trace_options (no progress callback from the binding)."""
+    _fields_ = [("allocator", c_ptr), ("flags", ctypes.c_int), ("progress", c_ptr),
+                ("user", c_ptr)]
 
 
 class EvalOptions(ctypes.Structure):
     """kve_eval_options (the callback is never set by the binding)."""
     _fields_ = [
+        ("allocator", c_ptr),
         ("seed", c_uint64),
         ("topk", c_size_t),
         ("on_step", c_ptr),
         ("user", c_ptr),
-        ("heads", c_size_t),
-        ("bank", BankOptions),
+        ("share", c_size_t),
+        ("min_share", ctypes.c_double),
         ("score_after", c_size_t),
-        ("per_head", c_ptr),
     ]
 
 
@@ -141,7 +153,7 @@ _FUNCTIONS = (
     ("kve_bank_share", c_size_t, (c_ptr,)),
     ("kve_bank_reads", ctypes.c_uint, (c_ptr,)),
     ("kve_bank_key_dim", c_size_t, (c_ptr,)),
-    ("kve_bank_step_keys", c_status,
+    ("kve_bank_step_range", c_status,
      (c_ptr, c_size_t, c_size_t, c_int32, c_ptr, c_size_t, c_size_t, ctypes.c_int, c_ptr,
       c_size_t)),
     ("kve_bank_evict_shared", c_status,
@@ -154,29 +166,29 @@ _FUNCTIONS = (
     ("kve_bank_spec", c_str, (c_ptr,)),
     ("kve_bank_budget", c_size_t, (c_ptr,)),
     ("kve_bank_step", c_status, (c_ptr, c_int32, c_ptr, c_size_t)),
-    ("kve_bank_step_grouped", c_status, (c_ptr, c_int32, c_ptr, c_size_t, c_size_t, ctypes.c_int)),
-    ("kve_bank_step_range", c_status,
-     (c_ptr, c_size_t, c_size_t, c_int32, c_ptr, c_size_t, c_size_t, ctypes.c_int)),
     ("kve_bank_evict", c_status, (c_ptr, c_size_t, c_ptr, c_size_t, c_ptr)),
     ("kve_bank_evict_range", c_status,
      (c_ptr, c_size_t, c_size_t, c_size_t, c_ptr, c_size_t, c_ptr)),
     ("kve_attn_row", c_status,
-     (c_ptr, c_ptr, c_size_t, c_size_t, c_size_t, ctypes.c_float, c_ptr)),
-    ("kve_trace_open", c_status, (c_str, ctypes.c_uint, P(c_ptr))),
+     (c_ptr, c_size_t, c_ptr, c_size_t, c_size_t, ctypes.c_float, c_ptr)),
+    ("kve_trace_default_options", TraceOptions, ()),
+    ("kve_trace_open", c_status, (c_str, P(TraceOptions), P(c_ptr))),
     ("kve_trace_from_memory", c_status,
-     (c_ptr, c_size_t, c_size_t, c_size_t, ctypes.c_uint, P(c_ptr))),
+     (c_ptr, c_size_t, c_size_t, c_size_t, P(TraceOptions), P(c_ptr))),
     ("kve_trace_free", None, (c_ptr,)),
     ("kve_trace_steps", c_size_t, (c_ptr,)),
     ("kve_trace_heads", c_size_t, (c_ptr,)),
     ("kve_trace_layers", c_size_t, (c_ptr,)),
     ("kve_trace_source", c_str, (c_ptr,)),
-    ("kve_trace_row", c_status, (c_ptr, c_size_t, c_size_t, c_ptr)),
+    ("kve_trace_row", c_status, (c_ptr, c_size_t, c_size_t, c_ptr, c_size_t)),
     ("kve_trace_key_dim", c_size_t, (c_ptr,)),
-    ("kve_trace_key", c_status, (c_ptr, c_size_t, c_size_t, c_ptr)),
+    ("kve_trace_key", c_status, (c_ptr, c_size_t, c_size_t, c_ptr, c_size_t)),
     ("kve_trace_write_npy", c_status, (c_ptr, c_size_t, c_str)),
     ("kve_trace_npy_bytes", c_uint64, (c_ptr,)),
     ("kve_eval_default_options", EvalOptions, ()),
-    ("kve_eval_ex", c_status, (c_ptr, c_size_t, P(EvalJob), c_size_t, P(EvalOptions), P(EvalResult))),
+    ("kve_eval", c_status,
+     (c_ptr, c_size_t, c_size_t, P(EvalJob), c_size_t, P(EvalOptions), P(EvalResult),
+      P(EvalResult))),
 )
 
 
@@ -190,7 +202,7 @@ def _source_tree_build():
 
 def _pkg_config_libdir():
     try:
-        done = subprocess.run(["pkg-config", "--variable=libdir", "kvevict"],
+        done = subprocess.run(["pkg-config", "--variable=libdir", "kvevict-eval"],
                               capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
@@ -210,7 +222,7 @@ def _candidates():
     libdir = _pkg_config_libdir()
     if libdir is not None:
         found.append(("pkg-config", str(libdir)))
-    name = ctypes.util.find_library("kvevict")
+    name = ctypes.util.find_library("kvevict_eval")
     if name:
         found.append(("the dynamic linker (ldconfig)", name))
     return found
@@ -226,7 +238,8 @@ def _declare(lib, path):
             if optional:
                 continue
             raise ImportError(f"kvevict: {path} has no {name}: it is an older or different "
-                              f"library than this binding (install a matching libkvevict)") from None
+                              f"library than this binding (install a matching libkvevict_eval, "
+                              f"the harness library, which loads libkvevict)") from None
         fn.restype = restype
         fn.argtypes = argtypes
 
@@ -246,7 +259,8 @@ def load():
         _declare(lib, path)
         return lib, path
     raise ImportError(
-        "kvevict: cannot find libkvevict. Build it (make) or install it "
+        "kvevict: cannot find libkvevict (libkvevict_eval, the harness library, and the "
+        "core beside it). Build it (make) or install it "
         "(cmake --install build --prefix PREFIX), then set KVEVICT_LIBRARY=/path/to/"
         f"{_SONAME}, or PKG_CONFIG_PATH=PREFIX/lib/pkgconfig. Tried: "
         + ("; ".join(tried) if tried else "KVEVICT_LIBRARY (unset), pkg-config and ldconfig "

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Traces (kve_trace) and the evaluation harness (kve_eval_ex).
+"""Traces (kve_trace) and the evaluation harness (kve_eval).
 
 A trace is a canonical synthetic trace, a .npy file, a query/key file
 ("qk:PATH": rows computed from queries and keys, and keys for the policies
@@ -15,7 +15,15 @@ import numpy as np
 
 from ._core import (_Handle, _text, as_size, as_spec, bank_options, check, f32_array, getter,
                     refuse)
-from ._lib import KVE_TRACE_NORMALIZE, EvalJob, EvalResult, lib
+from ._lib import (KVE_EVAL_AFTER_BUDGET, KVE_TRACE_NONE, KVE_TRACE_NORMALIZE, EvalJob,
+                   EvalResult, lib)
+
+
+def _trace_options(normalize):
+    """kve_trace_options with the flags of `normalize`."""
+    options = lib.kve_trace_default_options()
+    options.flags = KVE_TRACE_NORMALIZE if normalize else KVE_TRACE_NONE
+    return options
 
 
 class Trace(_Handle):
@@ -55,7 +63,7 @@ class Trace(_Handle):
         else:
             refuse(f"src: a str or path is required, got {type(src).__name__}")
         h = ctypes.c_void_p()
-        check(lib.kve_trace_open(raw, KVE_TRACE_NORMALIZE if normalize else 0, h))
+        check(lib.kve_trace_open(raw, _trace_options(normalize), h))
         return cls(h.value)
 
     @classmethod
@@ -73,7 +81,7 @@ class Trace(_Handle):
         heads = a.shape[-3] if a.ndim >= 3 else 1
         h = ctypes.c_void_p()
         check(lib.kve_trace_from_memory(a.ctypes.data, layers, heads, a.shape[-1],
-                                        KVE_TRACE_NORMALIZE if normalize else 0, h))
+                                        _trace_options(normalize), h))
         return cls(h.value, a)
 
     steps = getter(lib.kve_trace_steps, "T, the rows of every head.")
@@ -90,7 +98,7 @@ class Trace(_Handle):
         head = as_size("head", head)
         t = as_size("t", t)
         out = np.empty(max(lib.kve_trace_key_dim(h), 1), dtype=np.float32)
-        check(lib.kve_trace_key(h, head, t, out.ctypes.data))
+        check(lib.kve_trace_key(h, head, t, out.ctypes.data, out.shape[0]))
         return out
 
     def row(self, t, head=0):
@@ -100,7 +108,7 @@ class Trace(_Handle):
         head = as_size("head", head)
         # a step out of range gets the library's refusal (and no huge buffer)
         out = np.empty(t + 1 if t < lib.kve_trace_steps(h) else 1, dtype=np.float64)
-        check(lib.kve_trace_row(h, head, t, out.ctypes.data))
+        check(lib.kve_trace_row(h, head, t, out.ctypes.data, out.shape[0]))
         return out
 
     def write_npy(self, path, head=0):
@@ -163,7 +171,7 @@ def evaluate(trace, jobs, head=0, *, seed=0, topk=32, heads=1, share=0, min_shar
              score_after=0, per_head=False, as_array=False):
     """Evaluates policies on heads [head, head + heads) of `trace` (head=None:
     every such group of heads, in order), all in lockstep over one pass
-    (kve_eval_ex).
+    (kve_eval).
 
     jobs: a spec, or a list of specs, (spec, budget) pairs or dicts
     {"policy": spec, "budget": b}; budget 0 or absent is the spec's. A
@@ -173,7 +181,7 @@ def evaluate(trace, jobs, head=0, *, seed=0, topk=32, heads=1, share=0, min_shar
     others). topk: the k of topk_recall.
 
     heads: the trace heads run together, one bank of `heads` heads per job
-    (kve_eval_options.heads); the metrics are then means over the heads
+    (kve_eval's count of heads); the metrics are then means over the heads
     (min_retained_mass the minimum, state_bytes and ns_per_step the bank's).
     Without sharing a head's figures are those of a one-head evaluation of
     it. share, min_share: the banks' shared budgets (kve_bank_options): each
@@ -202,6 +210,7 @@ def evaluate(trace, jobs, head=0, *, seed=0, topk=32, heads=1, share=0, min_shar
     width = as_size("heads", heads, 1)
     bank = bank_options(0, share, min_share)
     score_after = as_size("score_after", score_after)
+    after = KVE_EVAL_AFTER_BUDGET if score_after == 0 else score_after
     if per_head and as_array:
         refuse("per_head: a structured array has no per-head rows; use as_array=False")
     n_heads = lib.kve_trace_heads(h)
@@ -216,16 +225,15 @@ def evaluate(trace, jobs, head=0, *, seed=0, topk=32, heads=1, share=0, min_shar
     options = lib.kve_eval_default_options()
     options.seed = seed
     options.topk = topk
-    options.heads = width
-    options.bank = bank
-    options.score_after = score_after
+    options.share = bank.share
+    options.min_share = bank.min_share
+    options.score_after = after
     heads_out = (EvalResult * (len(pairs) * width))() if per_head else None
-    options.per_head = ctypes.cast(heads_out, ctypes.c_void_p) if per_head else None
     source = _text(lib.kve_trace_source(h))
     rows = []
     for first in firsts:
         results = (EvalResult * len(pairs))()
-        check(lib.kve_eval_ex(h, first, c_jobs, len(pairs), options, results))
+        check(lib.kve_eval(h, first, width, c_jobs, len(pairs), options, results, heads_out))
         for j, r in enumerate(results):
             row = _row(r, policy=_text(r.spec), trace=source, head=first, heads=width,
                        budget=r.budget, steps=r.steps, seed=seed, topk=r.topk)

@@ -86,13 +86,13 @@ static kve_status shape_of(const kve__npy_header *h, const char *path, const cha
 
 /* Reads Q's and K's headers and checks them against each other and the
  * file's size; fills the dimensions and offsets of n. */
-static kve_status read_shapes(kve_qk *n, uint64_t size)
+static kve_status read_shapes(kve_trace *tr, kve_qk *n, uint64_t size)
 {
     kve__npy_header hq, hk;
     uint64_t q_off = 0, k_at = 0, k_off = 0, q_shape[4], k_shape[4], q_bytes = 0, k_bytes = 0;
     char label[512];
     const char *p = n->path;
-    kve_status st = kve__npy_read_header(n->f, p, 0, size, &hq, &q_off);
+    kve_status st = kve__npy_read_header(tr, n->f, p, 0, size, &hq, &q_off);
     if (st == KVE_OK)
         st = shape_of(&hq, p, "Q", q_shape);
     if (st != KVE_OK)
@@ -110,7 +110,7 @@ static kve_status read_shapes(kve_qk *n, uint64_t size)
         return kve__fail(KVE_EFORMAT, "%s: the file ends after Q: no K array follows (a q/K "
                          "trace is Q then K, two np.save calls on one file)", p);
     snprintf(label, sizeof label, "%.500s (K)", p);
-    st = kve__npy_read_header(n->f, label, k_at, size, &hk, &k_off);
+    st = kve__npy_read_header(tr, n->f, label, k_at, size, &hk, &k_off);
     if (st == KVE_OK)
         st = shape_of(&hk, p, "K", k_shape);
     if (st != KVE_OK)
@@ -192,16 +192,8 @@ static kve_status scan(kve_qk *n, const char *name, uint64_t off, uint64_t count
 static void qk_free(void *impl)
 {
     kve_qk *n = impl;
-    if (!n)
-        return;
-    if (n->f)
+    if (n && n->f)
         fclose(n->f);
-    kve__free(n->keys);
-    kve__free(n->q);
-    kve__free(n->w);
-    kve__free(n->acc);
-    kve__free(n->raw);
-    kve__free(n);
 }
 
 static kve_status qk_open(const char *arg, unsigned flags, kve_progress_fn progress, void *user,
@@ -211,11 +203,11 @@ static kve_status qk_open(const char *arg, unsigned flags, kve_progress_fn progr
     if (!arg || !*arg)
         return kve__fail(KVE_EINVAL, "qk: no path (want qk:PATH)");
     size_t plen = strlen(arg);
-    char *source = kve__malloc(plen + 4);
-    kve_qk *n = kve__calloc(1, sizeof *n);
+    char *source = kve__trace_malloc(tr, plen + 4);
+    kve_qk *n = kve__trace_calloc(tr, 1, sizeof *n);
     if (!source || !n) {
-        kve__free(source);
-        kve__free(n);
+        kve__trace_free(tr, source);
+        kve__trace_free(tr, n);
         return kve__fail(KVE_ENOMEM, "qk:%s: out of memory", arg);
     }
     snprintf(source, plen + 4, "qk:%s", arg);
@@ -223,13 +215,13 @@ static kve_status qk_open(const char *arg, unsigned flags, kve_progress_fn progr
     n->cached = SIZE_MAX;
     uint64_t size = 0;
     kve_status st = kve__npy_open_file(arg, &n->f, &size);
-    if (st != KVE_OK || (st = read_shapes(n, size)) != KVE_OK)
+    if (st != KVE_OK || (st = read_shapes(tr, n, size)) != KVE_OK)
         goto fail;
-    n->raw = kve__malloc(CHUNK);
-    n->keys = kve__malloc(n->T * n->d * sizeof *n->keys);
-    n->q = kve__malloc(n->d * sizeof *n->q);
-    n->w = kve__malloc(n->T * sizeof *n->w);
-    n->acc = kve__malloc(n->T * sizeof *n->acc);
+    n->raw = kve__trace_malloc(tr, CHUNK);
+    n->keys = kve__trace_malloc(tr, n->T * n->d * sizeof *n->keys);
+    n->q = kve__trace_malloc(tr, n->d * sizeof *n->q);
+    n->w = kve__trace_malloc(tr, n->T * sizeof *n->w);
+    n->acc = kve__trace_malloc(tr, n->T * sizeof *n->acc);
     if (!n->raw || !n->keys || !n->q || !n->w || !n->acc) {
         st = kve__fail(KVE_ENOMEM, "%s: out of memory for %zu keys of %zu floats", arg, n->T,
                        n->d);
@@ -258,8 +250,7 @@ static kve_status qk_open(const char *arg, unsigned flags, kve_progress_fn progr
     tr->impl = n;
     return KVE_OK;
 fail:
-    qk_free(n);
-    kve__free(source);
+    qk_free(n); /* the file; the blocks go with the discarded trace */
     return st;
 }
 
@@ -307,7 +298,7 @@ static kve_status qk_row(void *impl, size_t head, size_t t, double *row)
         uint64_t off = n->q_off + (((uint64_t)l * n->H + h) * n->T + t) * n->d * n->q_item;
         if ((st = load(n, off, n->d, n->q_item, n->q, "queries")) != KVE_OK)
             return st;
-        if (kve_attn_row(n->q, n->keys, t + 1, n->d, n->d, n->scale, n->w) != KVE_OK) {
+        if (kve_attn_row(n->q, n->d, n->keys, n->d, t + 1, n->scale, n->w) != KVE_OK) {
             char inner[96];
             snprintf(inner, sizeof inner, "%s", kve_last_error());
             return kve__fail(KVE_EFORMAT, "%s: head %zu (layer %zu, KV head %zu), row %zu, query "

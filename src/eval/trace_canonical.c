@@ -212,7 +212,6 @@ static kve_status find_version(const char *params, canon_params *p)
     return KVE_OK;
 }
 
-static void canonical_free(void *impl);
 static kve_status canonical_row(void *impl, size_t head, size_t t, double *row);
 
 /* Version 2's hitters: slot j's rng gives its offset, then its strength. */
@@ -271,22 +270,22 @@ static kve_status canonical_open(const char *params, unsigned flags, kve_progres
 
     size_t len = kve__spec_format(NULL, 0, "canonical", defs, n_defs, &p);
     size_t band_len = p.recent < p.steps ? p.recent : p.steps;
-    kve_canonical *c = kve__calloc(1, sizeof *c);
-    char *source = kve__malloc(len + 1);
-    double *band = kve__malloc((band_len ? band_len : 1) * sizeof *band);
+    kve_canonical *c = kve__trace_calloc(tr, 1, sizeof *c);
+    char *source = kve__trace_malloc(tr, len + 1);
+    double *band = kve__trace_malloc(tr, (band_len ? band_len : 1) * sizeof *band);
     /* Version 1: the cached epoch's heavy set; version 2: the hitters and
      * the powers of heavy_decay. */
     size_t n_a = p.version == 1 ? p.heavy : slot_count(&p);
     size_t n_b = p.version == 1 ? p.heavy : p.steps / p.epoch + 1;
-    void *a = kve__malloc((n_a ? n_a : 1) *
+    void *a = kve__trace_malloc(tr, (n_a ? n_a : 1) *
                           (p.version == 1 ? sizeof *c->heavy_pos : sizeof *c->hits));
-    double *b = kve__malloc((n_b ? n_b : 1) * sizeof *b);
+    double *b = kve__trace_malloc(tr, (n_b ? n_b : 1) * sizeof *b);
     if (!c || !source || !band || !a || !b) {
-        kve__free(c);
-        kve__free(source);
-        kve__free(band);
-        kve__free(a);
-        kve__free(b);
+        kve__trace_free(tr, c);
+        kve__trace_free(tr, source);
+        kve__trace_free(tr, band);
+        kve__trace_free(tr, a);
+        kve__trace_free(tr, b);
         return kve__fail(KVE_ENOMEM, "canonical: out of memory");
     }
     kve__spec_format(source, len + 1, "canonical", defs, n_defs, &p);
@@ -315,19 +314,6 @@ static kve_status canonical_open(const char *params, unsigned flags, kve_progres
     tr->source = source;
     tr->impl = c;
     return KVE_OK;
-}
-
-static void canonical_free(void *impl)
-{
-    kve_canonical *c = impl;
-    if (!c)
-        return;
-    kve__free(c->band);
-    kve__free(c->heavy_pos);
-    kve__free(c->heavy_w);
-    kve__free(c->hits);
-    kve__free(c->decay_pow);
-    kve__free(c);
 }
 
 /* Version 1: draws epoch e's heavy set: min(heavy, start - sinks) distinct
@@ -554,5 +540,4 @@ const kve_trace_source_type kve__canonical_source = {
     .prefix = "canonical",
     .open = canonical_open,
     .row = canonical_row,
-    .free = canonical_free,
 };

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * eval.c - the evaluation harness (kvevict.h, "Evaluation harness").
+ * eval.c - the evaluation harness (kvevict_eval.h, "The evaluation harness").
  *
  * All jobs run in lockstep over one pass of the trace head: each row is
  * produced once, its top-32 and top-k sets computed once (one heap when
@@ -12,6 +12,7 @@
  * Buffers (all allocated before the first step; refusals allocate nothing
  * that survives):
  *   rows     [H, T]         each head's current row, weights over keys 0..t
+ *   total    [H]            its total, P = sum over keys 0..t in key order
  *   attn     [H, T]         one job's renormalised kept weights (float32)
  *   in_top   [H, T]         bit 0: key in the head's current top-32,
  *                           bit 1: key in its top-k
@@ -22,14 +23,23 @@
  *   counts   [H]            their counts per head
  *   keys     [H, d]         the keys of position t (traces with keys only)
  *   jobs     [n_jobs]       per-job bank and per-head accumulators
- * (H: options.heads.) So memory is O(H (T + d) + n_jobs) here plus O(budget)
- * per head of each job's bank.
+ * (H: the count of heads.) So memory is O(H (T + d) + n_jobs) here plus
+ * O(budget) per head of each job's bank, all of it (the banks included)
+ * from options.allocator, in blocks of the sizes the buffer table below
+ * records, freed with those sizes.
  *
  * Keys: on a trace with keys (kve_trace_key_dim d > 0) every job's bank is
  * built with key dimension d, and the jobs whose policy reads keys get the
  * key of position t of each head at step t (read once per step, shared by
  * every job); the others are stepped without it. On a trace without keys a
  * job whose policy reads keys is refused before anything runs.
+ *
+ * Retained mass: the kept weights and the query's own, over the row's total
+ * P, both summed in ascending key order with the query's own weight last.
+ * A sum over a subset of non-negative terms, taken in the order of the full
+ * sum, never exceeds it (rounding is monotonic), so the mass is at most 1,
+ * and exactly 1 when nothing was evicted: no clamp, and a trace whose
+ * float32 weights sum to 1 + 1e-9 reads the same as one summing to 1.
  *
  * Invariants: results[] is written only when the whole call succeeds; the
  * timer brackets kve_policy_step + kve_policy_evict only and its readings
@@ -45,6 +55,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "eval_impl.h"
+#include "kvevict_eval.h"
 
 #include <math.h>
 
@@ -113,15 +124,15 @@ static void top_k(const double *row, size_t t, size_t k, kve__top_entry *heap, s
         in_top[heap[j].pos] |= bit;
 }
 
-static void free_jobs(job_state *js, size_t n)
+static void free_jobs(const kve_allocator *a, job_state *js, size_t n, size_t heads)
 {
     if (!js)
         return;
     for (size_t i = 0; i < n; i++) {
         kve_bank_free(js[i].bank);
-        kve__free(js[i].acc);
+        kve__dealloc(a, js[i].acc, heads * sizeof *js[i].acc);
     }
-    kve__free(js);
+    kve__dealloc(a, js, n * sizeof *js);
 }
 
 /* Whether the policy of canonical spec `spec` reads keys. */
@@ -140,23 +151,27 @@ static int spec_reads_keys(const char *spec)
 /* Builds job i's bank with its budget override, for keys of key_dim
  * floats. The message of a refusal names the job and its spec. */
 static kve_status build_job(const kve_eval_job *job, size_t i, const kve_eval_options *o,
-                            size_t heads, size_t key_dim, job_state *js)
+                            const kve_allocator *a, size_t heads, size_t key_dim, job_state *js)
 {
     char spec[KVE_SPEC_MAX];
     char value[32];
     if (!job->spec)
         return kve__fail(KVE_EINVAL, "job %zu: spec is NULL", i);
     snprintf(value, sizeof value, "%zu", job->budget);
-    kve_status st = kve_spec_with(job->spec, job->budget ? "budget" : NULL,
-                                  job->budget ? value : NULL, spec, sizeof spec);
+    const bool own = job->budget != KVE_EVAL_BUDGET_SPEC;
+    kve_status st = kve_spec_with(job->spec, own ? "budget" : NULL, own ? value : NULL, spec,
+                                  sizeof spec);
     if (st == KVE_OK && spec_reads_keys(spec) && key_dim == 0)
         return kve__fail(KVE_EINVAL, "job %zu (\"%.60s\"): the policy reads keys, but the trace "
                          "has none (a q/K trace has: qk:PATH)", i, job->spec);
     if (st == KVE_OK) {
         kve_rng rng;
         kve_rng_seed(&rng, o->seed);
-        kve_bank_options bo = o->bank;
+        kve_bank_options bo = kve_bank_default_options();
+        bo.allocator = a;
         bo.key_dim = key_dim;
+        bo.share = o->share;
+        bo.min_share = o->min_share;
         st = kve_bank_new_ex(spec, heads, &rng, &bo, &js->bank);
     }
     if (st != KVE_OK) {
@@ -166,7 +181,7 @@ static kve_status build_job(const kve_eval_job *job, size_t i, const kve_eval_op
     }
     js->budget = kve_bank_budget(js->bank);
     js->reads_keys = (kve_bank_reads(js->bank) & KVE_READS_KEYS) != 0;
-    if (!(js->acc = kve__calloc(heads, sizeof *js->acc)))
+    if (!(js->acc = kve__alloc_zero(a, heads * sizeof *js->acc)))
         return kve__fail(KVE_ENOMEM, "out of memory for %zu heads", heads);
     for (size_t h = 0; h < heads; h++)
         js->acc[h].min_mass = 1.0;
@@ -178,8 +193,9 @@ static kve_status build_job(const kve_eval_job *job, size_t i, const kve_eval_op
  * when the kept weights sum to 0). Returns whether the step informs it: an
  * empty kept set (an empty vector) or a kept sum above 0; otherwise a head
  * of its own is stepped with NULL, "no information". */
-static bool measure_head(head_acc *acc, const kve_bank *b, size_t h, const double *row, size_t t,
-                         size_t k, size_t score_from, const unsigned char *in_top, float *attn)
+static bool measure_head(head_acc *acc, const kve_bank *b, size_t h, const double *row,
+                         double total, size_t t, size_t k, size_t score_from,
+                         const unsigned char *in_top, float *attn)
 {
     size_t n = kve_bank_size(b, h);
     const int32_t *pos = kve_bank_positions(b, h);
@@ -191,7 +207,7 @@ static bool measure_head(head_acc *acc, const kve_bank *b, size_t h, const doubl
         hits_k += (in_top[pos[i]] & IN_TOPK) >> 1;
     }
     if (t > score_from) {
-        double mass = row[t] + kept;
+        double mass = (kept + row[t]) / total; /* at most 1: see the top of the file */
         acc->sum_mass += mass;
         acc->sum_recall += (double)hits / (double)(t < TOP_32 ? t : TOP_32);
         acc->sum_recall_k += (double)hits_k / (double)(t < k ? t : k);
@@ -210,22 +226,22 @@ static bool measure_head(head_acc *acc, const kve_bank *b, size_t h, const doubl
  * victims (*n_victims in all). The timer brackets the bank's calls only.
  * Returns the bank's status (non-OK only on a broken invariant or KVE_ENOMEM
  * from a bank that grows). */
-static kve_status run_step(job_state *js, size_t job, const double *rows, const float *keys,
-                           size_t d, size_t T, size_t t, size_t k, size_t score_after,
-                           const unsigned char *in_top, float *attn, int32_t *victims,
-                           size_t *counts, size_t *n_victims)
+static kve_status run_step(job_state *js, size_t job, const double *rows, const double *totals,
+                           const float *keys, size_t d, size_t T, size_t t, size_t k,
+                           size_t score_after, const unsigned char *in_top, float *attn,
+                           int32_t *victims, size_t *counts, size_t *n_victims)
 {
     kve_bank *b = js->bank;
     if (!js->reads_keys)
         keys = NULL;
     const size_t heads = kve_bank_heads(b), share = kve_bank_share(b);
-    const size_t score_from = score_after ? score_after : js->budget;
+    const size_t score_from = score_after == KVE_EVAL_AFTER_BUDGET ? js->budget : score_after;
     kve_status st = KVE_OK;
     bool any = false;
     uint64_t t0;
     for (size_t h = 0; h < heads && st == KVE_OK; h++) {
         float *a = attn + h * T;
-        bool info = measure_head(&js->acc[h], b, h, rows + h * T, t, k, score_from,
+        bool info = measure_head(&js->acc[h], b, h, rows + h * T, totals[h], t, k, score_from,
                                  in_top + h * T, a);
         any = any || info;
         if (attn_hook)
@@ -233,15 +249,15 @@ static kve_status run_step(job_state *js, size_t job, const double *rows, const 
                       kve_bank_size(b, h));
         if (!share) { /* a head of its own: exactly a one-head evaluation */
             t0 = now_ns();
-            st = kve_bank_step_keys(b, h, 1, (int32_t)t, info ? a : NULL, T, 1,
-                                    KVE_REDUCE_MEAN, keys ? keys + h * d : NULL, d);
+            st = kve_bank_step_range(b, h, 1, (int32_t)t, info ? a : NULL, T, 1,
+                                     KVE_REDUCE_MEAN, keys ? keys + h * d : NULL, d);
             js->ns += now_ns() - t0;
         }
     }
     t0 = now_ns();
     if (share && st == KVE_OK) /* a group is stepped whole */
-        st = kve_bank_step_keys(b, 0, heads, (int32_t)t, any ? attn : NULL, T, 1,
-                                KVE_REDUCE_MEAN, keys, d);
+        st = kve_bank_step_range(b, 0, heads, (int32_t)t, any ? attn : NULL, T, 1,
+                                 KVE_REDUCE_MEAN, keys, d);
     if (st == KVE_OK)
         st = share ? kve_bank_evict_shared(b, 0, heads, share * js->budget, victims, T + 1,
                                            counts)
@@ -260,21 +276,10 @@ static kve_status run_step(job_state *js, size_t job, const double *rows, const 
 
 kve_eval_options kve_eval_default_options(void)
 {
-    kve_eval_options o = {.seed = 0, .topk = TOP_32, .on_step = NULL, .user = NULL,
-                          .heads = 1, .bank = kve_bank_default_options(), .score_after = 0,
-                          .per_head = NULL};
+    kve_eval_options o = {.allocator = NULL, .seed = 0, .topk = TOP_32, .on_step = NULL,
+                          .user = NULL, .share = 0, .min_share = 0.2,
+                          .score_after = KVE_EVAL_AFTER_BUDGET};
     return o;
-}
-
-kve_status kve_eval(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t n_jobs,
-                    uint64_t seed, kve_eval_step_fn on_step, void *user,
-                    kve_eval_result *results)
-{
-    kve_eval_options o = kve_eval_default_options();
-    o.seed = seed;
-    o.on_step = on_step;
-    o.user = user;
-    return kve_eval_ex(tr, head, jobs, n_jobs, &o, results);
 }
 
 /* result of one head's accumulators; r->spec etc. are the caller's. */
@@ -294,9 +299,65 @@ static void head_result(const head_acc *a, kve_eval_result *r)
     }
 }
 
-kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, size_t n_jobs,
-                       const kve_eval_options *options, kve_eval_result *results)
+/* The buffers of one call (the table at the top of the file), each with the
+ * size it is allocated and freed with. */
+typedef struct buffers {
+    double *rows;
+    double *totals;
+    float *attn;
+    unsigned char *in_top;
+    int32_t *victims;
+    size_t *counts;
+    kve__top_entry *heap_k;
+    kve__top_entry *heap;
+    size_t *n_top;
+    float *keys;
+    size_t bytes[10]; /* of each, in the order above */
+} buffers;
+
+static void **buffer_at(buffers *b, size_t i)
 {
+    void **p[] = {(void **)&b->rows,   (void **)&b->totals, (void **)&b->attn,
+                  (void **)&b->in_top, (void **)&b->victims, (void **)&b->counts,
+                  (void **)&b->heap_k, (void **)&b->heap,   (void **)&b->n_top,
+                  (void **)&b->keys};
+    return p[i];
+}
+
+/* Allocates every buffer of a call over H heads of T steps; false (nothing
+ * left allocated) when one fails. A buffer of 0 bytes stays NULL. */
+static bool alloc_buffers(const kve_allocator *a, buffers *b, size_t H, size_t T, size_t k,
+                          size_t heap_cap, size_t key_dim)
+{
+    memset(b, 0, sizeof *b);
+    const size_t bytes[10] = {
+        H * T * sizeof *b->rows,         H * sizeof *b->totals,
+        H * T * sizeof *b->attn,         H * T,
+        H * (T + 1) * sizeof *b->victims, H * sizeof *b->counts,
+        k == TOP_32 ? 0 : H * heap_cap * sizeof *b->heap_k,
+        H * TOP_32 * sizeof *b->heap,    2 * H * sizeof *b->n_top,
+        H * key_dim * sizeof *b->keys};
+    for (size_t i = 0; i < 10; i++) {
+        b->bytes[i] = bytes[i];
+        if (bytes[i] && !(*buffer_at(b, i) = kve__alloc_zero(a, bytes[i])))
+            return false;
+    }
+    return true;
+}
+
+static void free_buffers(const kve_allocator *a, buffers *b)
+{
+    for (size_t i = 0; i < 10; i++)
+        kve__dealloc(a, *buffer_at(b, i), b->bytes[i]);
+}
+
+kve_status kve_eval(kve_trace *tr, size_t first, size_t count, const kve_eval_job *jobs,
+                    size_t n_jobs, const kve_eval_options *options, kve_eval_result *results,
+                    kve_eval_result *per_head)
+{
+    kve_status st = kve__check_core();
+    if (st != KVE_OK)
+        return st;
     kve_eval_options o = options ? *options : kve_eval_default_options();
     if (!tr)
         return kve__fail(KVE_EINVAL, "trace is NULL");
@@ -308,57 +369,64 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
         return kve__fail(KVE_EINVAL, "n_jobs is 0");
     if (o.topk == 0 || o.topk > KVE_MAX_BUDGET)
         return kve__fail(KVE_EINVAL, "topk %zu is out of range [1, %d]", o.topk, KVE_MAX_BUDGET);
-    size_t heads = kve_trace_heads(tr), H = o.heads ? o.heads : 1;
-    if (head >= heads)
-        return kve__fail(KVE_EINVAL, "head %zu is out of range (the trace has %zu heads)", head,
+    size_t heads = kve_trace_heads(tr), H = count;
+    if (H == 0)
+        return kve__fail(KVE_EINVAL, "count is 0: no head to evaluate");
+    if (first >= heads)
+        return kve__fail(KVE_EINVAL, "head %zu is out of range (the trace has %zu heads)", first,
                          heads);
-    if (H > heads - head)
+    if (H > heads - first)
         return kve__fail(KVE_EINVAL, "heads %zu .. %zu are out of range (the trace has %zu heads)",
-                         head, head + H - 1, heads);
+                         first, first + H - 1, heads);
+    if (n_jobs > SIZE_MAX / sizeof(job_state))
+        return kve__fail(KVE_EINVAL, "%zu jobs are more than memory can hold", n_jobs);
     size_t T = kve_trace_steps(tr);
     size_t k = o.topk;
     size_t key_dim = kve_trace_key_dim(tr);
     /* The top-k set of row t has min(k, t) < T members. */
     size_t heap_cap = k < T ? k : T;
+    const kve_allocator alloc = kve__allocator(o.allocator);
+    const kve_allocator *a = &alloc;
 
-    job_state *js = kve__calloc(n_jobs, sizeof *js);
+    job_state *js = kve__alloc_zero(a, n_jobs * sizeof *js);
     if (!js)
         return kve__fail(KVE_ENOMEM, "out of memory for %zu jobs", n_jobs);
-    kve_status st = KVE_OK;
     size_t built = 0;
     for (; built < n_jobs; built++)
-        if ((st = build_job(&jobs[built], built, &o, H, key_dim, &js[built])) != KVE_OK)
+        if ((st = build_job(&jobs[built], built, &o, a, H, key_dim, &js[built])) != KVE_OK)
             break;
     if (st != KVE_OK) {
-        free_jobs(js, built + 1);
+        free_jobs(a, js, n_jobs, H);
         return st;
     }
     /* Per head: its row, its top sets, its attention; victims of every head
      * (up to T + 1 each: pages and shared budgets may take more than one). */
-    double *rows = kve__malloc(H * T * sizeof *rows);
-    float *attn = kve__malloc(H * T * sizeof *attn);
-    unsigned char *in_top = kve__calloc(H * T, 1);
-    int32_t *victims = kve__malloc(H * (T + 1) * sizeof *victims);
-    size_t *counts = kve__malloc(H * sizeof *counts);
-    kve__top_entry *heap_k = k == TOP_32 ? NULL : kve__malloc(H * heap_cap * sizeof *heap_k);
-    kve__top_entry *heap = kve__malloc(H * TOP_32 * sizeof *heap);
-    size_t *n_top = kve__calloc(2 * H, sizeof *n_top); /* top-32, top-k counts per head */
-    float *keys = key_dim ? kve__malloc(H * key_dim * sizeof *keys) : NULL;
-    if (!rows || !attn || !in_top || !victims || !counts || (k != TOP_32 && !heap_k) || !heap ||
-        !n_top || (key_dim && !keys)) {
+    buffers buf;
+    if (!alloc_buffers(a, &buf, H, T, k, heap_cap, key_dim)) {
         st = kve__fail(KVE_ENOMEM, "out of memory for the evaluation buffers (T = %zu)", T);
         goto done;
     }
+    double *rows = buf.rows, *totals = buf.totals;
+    float *attn = buf.attn, *keys = buf.keys;
+    unsigned char *in_top = buf.in_top;
+    int32_t *victims = buf.victims;
+    size_t *counts = buf.counts, *n_top = buf.n_top;
+    kve__top_entry *heap_k = buf.heap_k, *heap = buf.heap;
 
     int stop = 0;
     for (size_t t = 0; t < T && !stop; t++) {
         for (size_t h = 0; h < H; h++) {
             double *row = rows + h * T;
             unsigned char *top = in_top + h * T;
-            if ((st = kve_trace_row(tr, head + h, t, row)) != KVE_OK)
+            if ((st = kve_trace_row(tr, first + h, t, row, T)) != KVE_OK)
                 goto done;
-            if (keys && (st = kve_trace_key(tr, head + h, t, keys + h * key_dim)) != KVE_OK)
+            if (keys &&
+                (st = kve_trace_key(tr, first + h, t, keys + h * key_dim, key_dim)) != KVE_OK)
                 goto done;
+            double total = 0; /* the keys before t in order, then t: as the kept mass */
+            for (size_t i = 0; i < t; i++)
+                total += row[i];
+            totals[h] = total + row[t];
             if (k == TOP_32) {
                 top_k(row, t, TOP_32, heap + h * TOP_32, &n_top[h], top, IN_TOP32 | IN_TOPK);
             } else {
@@ -368,8 +436,8 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
         }
         for (size_t j = 0; j < n_jobs; j++) {
             size_t nv = 0;
-            st = run_step(&js[j], j, rows, keys, key_dim, T, t, k, o.score_after, in_top, attn,
-                          victims, counts, &nv);
+            st = run_step(&js[j], j, rows, totals, keys, key_dim, T, t, k, o.score_after, in_top,
+                          attn, victims, counts, &nv);
             if (st != KVE_OK) {
                 char why[256];
                 snprintf(why, sizeof why, "%s", kve_last_error());
@@ -422,8 +490,8 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
         r->ns_per_step = s->steps && s->ns > spent ? (double)(s->ns - spent) / (double)s->steps
                                                    : 0.0;
         r->state_bytes = kve_bank_state_bytes(s->bank);
-        for (size_t h = 0; o.per_head && h < H; h++) {
-            kve_eval_result *q = &o.per_head[j * H + h];
+        for (size_t h = 0; per_head && h < H; h++) {
+            kve_eval_result *q = &per_head[j * H + h];
             *q = *r;
             head_result(&s->acc[h], q);
             q->ns_per_step = r->ns_per_step / (double)H;
@@ -432,15 +500,7 @@ kve_status kve_eval_ex(kve_trace *tr, size_t head, const kve_eval_job *jobs, siz
     }
     st = KVE_OK;
 done:
-    kve__free(rows);
-    kve__free(attn);
-    kve__free(in_top);
-    kve__free(victims);
-    kve__free(counts);
-    kve__free(heap_k);
-    kve__free(heap);
-    kve__free(n_top);
-    kve__free(keys);
-    free_jobs(js, n_jobs);
+    free_buffers(a, &buf);
+    free_jobs(a, js, n_jobs, H);
     return st;
 }

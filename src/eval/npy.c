@@ -393,8 +393,8 @@ static kve_status validate(kve_npy *n, double *row, kve_progress_fn progress, vo
     return KVE_OK;
 }
 
-kve_status kve__npy_read_header(FILE *f, const char *path, uint64_t at, uint64_t size, header *h,
-                                uint64_t *data_offset)
+kve_status kve__npy_read_header(kve_trace *tr, FILE *f, const char *path, uint64_t at,
+                                uint64_t size, header *h, uint64_t *data_offset)
 {
     unsigned char pre[12];
     if (at > size || size - at < 10)
@@ -424,7 +424,7 @@ kve_status kve__npy_read_header(FILE *f, const char *path, uint64_t at, uint64_t
         return kve__fail(KVE_EFORMAT, "%s: truncated .npy header (%llu bytes announced, %llu "
                          "present)", path, (unsigned long long)hlen,
                          (unsigned long long)(size - pre_len));
-    char *text = kve__malloc((size_t)hlen + 1);
+    char *text = kve__trace_malloc(tr, (size_t)hlen + 1);
     if (!text)
         return kve__fail(KVE_ENOMEM, "%s: out of memory for the .npy header", path);
     st = kve__npy_read_at(f, path, at + pre_len, text, (size_t)hlen, "header");
@@ -432,7 +432,7 @@ kve_status kve__npy_read_header(FILE *f, const char *path, uint64_t at, uint64_t
         text[hlen] = '\0';
         st = parse_header(text, (size_t)hlen, path, h);
     }
-    kve__free(text);
+    kve__trace_free(tr, text);
     *data_offset = at + pre_len + hlen;
     return st;
 }
@@ -504,23 +504,19 @@ kve_status kve__npy_open_file(const char *path, FILE **f, uint64_t *size)
 static void npy_free(void *impl)
 {
     kve_npy *n = impl;
-    if (!n)
-        return;
-    if (n->f)
+    if (n && n->f)
         fclose(n->f);
-    kve__free(n->raw);
-    kve__free(n);
 }
 
 static kve_status npy_open(const char *path, unsigned flags, kve_progress_fn progress, void *user,
                            kve_trace *tr)
 {
     size_t plen = strlen(path);
-    char *source = kve__malloc(plen + 1);
-    kve_npy *n = kve__calloc(1, sizeof *n);
+    char *source = kve__trace_malloc(tr, plen + 1);
+    kve_npy *n = kve__trace_calloc(tr, 1, sizeof *n);
     if (!source || !n) {
-        kve__free(source);
-        kve__free(n);
+        kve__trace_free(tr, source);
+        kve__trace_free(tr, n);
         return kve__fail(KVE_ENOMEM, "%s: out of memory", path);
     }
     memcpy(source, path, plen + 1);
@@ -533,19 +529,19 @@ static kve_status npy_open(const char *path, unsigned flags, kve_progress_fn pro
         goto fail;
     header h;
     uint64_t data_offset = 0;
-    if ((st = kve__npy_read_header(n->f, path, 0, size, &h, &data_offset)) != KVE_OK)
+    if ((st = kve__npy_read_header(tr, n->f, path, 0, size, &h, &data_offset)) != KVE_OK)
         goto fail;
     if ((st = check_shape(&h, path, size, data_offset, n)) != KVE_OK)
         goto fail;
-    n->raw = kve__malloc(n->steps * n->itemsize);
-    row = kve__malloc(n->steps * sizeof *row);
+    n->raw = kve__trace_malloc(tr, n->steps * n->itemsize);
+    row = kve__trace_malloc(tr, n->steps * sizeof *row);
     if (!n->raw || !row) {
         st = kve__fail(KVE_ENOMEM, "%s: out of memory for a row of %zu entries", path, n->steps);
         goto fail;
     }
     if ((st = validate(n, row, progress, user)) != KVE_OK)
         goto fail;
-    kve__free(row);
+    kve__trace_free(tr, row);
     tr->steps = n->steps;
     tr->heads = n->heads;
     tr->layers = n->layers;
@@ -553,9 +549,7 @@ static kve_status npy_open(const char *path, unsigned flags, kve_progress_fn pro
     tr->impl = n;
     return KVE_OK;
 fail:
-    kve__free(row);
-    npy_free(n);
-    kve__free(source);
+    npy_free(n); /* the file; the blocks go with the discarded trace */
     return st;
 }
 
@@ -608,8 +602,8 @@ kve_status kve__npy_write_file(kve_trace *tr, size_t head, FILE *f, kve_progress
     char header_text[128];
     size_t hn;
     size_t padded = format_header(T, header_text, sizeof header_text, &hn);
-    double *row = kve__malloc(T * sizeof *row);
-    unsigned char *out = kve__malloc(padded > T * 4 ? padded : T * 4);
+    double *row = kve__trace_malloc(tr, T * sizeof *row);
+    unsigned char *out = kve__trace_malloc(tr, padded > T * 4 ? padded : T * 4);
     kve_status st = KVE_OK;
     char why[128];
     if (!row || !out) {
@@ -632,7 +626,7 @@ kve_status kve__npy_write_file(kve_trace *tr, size_t head, FILE *f, kve_progress
         goto done;
     }
     for (size_t t = 0; t < T; t++) {
-        if ((st = kve_trace_row(tr, head, t, row)) != KVE_OK)
+        if ((st = kve_trace_row(tr, head, t, row, T)) != KVE_OK)
             goto done;
         for (size_t i = 0; i < T; i++) {
             if (i <= t && !(row[i] <= FLT_MAX)) { /* row 0 is not held to sum 1 */
@@ -656,8 +650,8 @@ kve_status kve__npy_write_file(kve_trace *tr, size_t head, FILE *f, kve_progress
         }
     }
 done:
-    kve__free(row);
-    kve__free(out);
+    kve__trace_free(tr, row);
+    kve__trace_free(tr, out);
     return st;
 }
 
@@ -672,7 +666,7 @@ kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path)
                          tr->heads);
     size_t plen = strlen(path);
     static const char suffix[] = ".tmp.XXXXXX";
-    char *tmp = kve__malloc(plen + sizeof suffix);
+    char *tmp = kve__trace_malloc(tr, plen + sizeof suffix);
     if (!tmp)
         return kve__fail(KVE_ENOMEM, "%s: out of memory for writing", path);
     memcpy(tmp, path, plen);
@@ -716,6 +710,6 @@ kve_status kve_trace_write_npy(kve_trace *tr, size_t head, const char *path)
 unlink_tmp:
     remove(tmp);
 done:
-    kve__free(tmp);
+    kve__trace_free(tr, tmp);
     return st;
 }

@@ -10,7 +10,8 @@
  * are never read.
  *
  * Invariants: the array is borrowed, never copied or written; the handle is
- * all this source allocates (O(1), whatever T). Every row is checked at
+ * all this source keeps (O(1), whatever T), and a row of T doubles is its
+ * scratch while validating, all blocks of the trace (trace_impl.h). Every row is checked at
  * creation by kve__trace_check_row, as a .npy file's rows are when it is
  * opened, and checked again when read (so an array changed since is refused
  * with KVE_EFORMAT instead of feeding a policy bad weights). A row is
@@ -57,11 +58,6 @@ static kve_status memory_row(void *impl, size_t head, size_t t, double *row)
     return KVE_OK;
 }
 
-static void memory_free(void *impl)
-{
-    kve__free(impl);
-}
-
 /* Text never opens a memory trace: the source text is reserved. */
 static kve_status memory_open(const char *arg, unsigned flags, kve_progress_fn progress,
                               void *user, kve_trace *tr)
@@ -79,7 +75,6 @@ const kve_trace_source_type kve__memory_source = {
     .prefix = MEMORY_NAME,
     .open = memory_open,
     .row = memory_row,
-    .free = memory_free,
 };
 
 /* Checks every row of every head, reading each into `row` ([T] doubles). */
@@ -98,15 +93,16 @@ static kve_status validate(const kve_memory *m, double *row)
 }
 
 kve_status kve_trace_from_memory(const float *attn, size_t layers, size_t heads_per_layer,
-                                 size_t steps, unsigned flags, kve_trace **out)
+                                 size_t steps, const kve_trace_options *options, kve_trace **out)
 {
     if (!attn)
         return kve__fail(KVE_EINVAL, "memory: attn is NULL");
     if (!out)
         return kve__fail(KVE_EINVAL, "memory: out is NULL");
-    if (flags & ~(unsigned)KVE_TRACE_NORMALIZE)
-        return kve__fail(KVE_EINVAL, "memory: trace flags 0x%x: only KVE_TRACE_NORMALIZE (0x1) "
-                         "is defined", flags);
+    kve_status st = kve__trace_check_options(options, "memory: ");
+    if (st != KVE_OK)
+        return st;
+    const unsigned flags = options ? (unsigned)options->flags : 0;
     if (layers == 0 || heads_per_layer == 0 || steps == 0)
         return kve__fail(KVE_EINVAL, "memory: shape [%zu, %zu, %zu, %zu] has a zero dimension "
                          "(the trace would be empty)", layers, heads_per_layer, steps, steps);
@@ -119,21 +115,26 @@ kve_status kve_trace_from_memory(const float *attn, size_t layers, size_t heads_
         steps > cap / (layers * heads_per_layer * steps))
         return kve__fail(KVE_EINVAL, "memory: shape [%zu, %zu, %zu, %zu] is larger than memory "
                          "can hold", layers, heads_per_layer, steps, steps);
-    kve_memory probe = {attn, steps, layers * heads_per_layer, layers, flags};
-    double *row = kve__malloc(steps * sizeof *row);
-    if (!row)
-        return kve__fail(KVE_ENOMEM, "memory: out of memory for a row of %zu entries", steps);
-    kve_status st = validate(&probe, row);
-    kve__free(row);
+    kve_trace *tr;
+    st = kve__trace_new(options, "memory: ", &tr);
     if (st != KVE_OK)
         return st;
-    kve_trace *tr = kve__calloc(1, sizeof *tr);
-    kve_memory *m = kve__malloc(sizeof *m);
-    char *source = kve__malloc(sizeof MEMORY_NAME);
-    if (!tr || !m || !source) {
-        kve__free(tr);
-        kve__free(m);
-        kve__free(source);
+    kve_memory probe = {attn, steps, layers * heads_per_layer, layers, flags};
+    double *row = kve__trace_malloc(tr, steps * sizeof *row);
+    if (!row) {
+        kve__trace_discard(tr);
+        return kve__fail(KVE_ENOMEM, "memory: out of memory for a row of %zu entries", steps);
+    }
+    st = validate(&probe, row);
+    kve__trace_free(tr, row);
+    if (st != KVE_OK) {
+        kve__trace_discard(tr);
+        return st;
+    }
+    kve_memory *m = kve__trace_malloc(tr, sizeof *m);
+    char *source = kve__trace_malloc(tr, sizeof MEMORY_NAME);
+    if (!m || !source) {
+        kve__trace_discard(tr);
         return kve__fail(KVE_ENOMEM, "memory: out of memory for the trace handle");
     }
     *m = probe;

@@ -10,6 +10,14 @@
  * manner of the policies' function tables: a new source (a q/K trace, a
  * model) is one file defining its table and one line in trace.c's list.
  *
+ * Memory. A source allocates its state with kve__trace_malloc/calloc: blocks
+ * the trace owns, taken from the trace's allocator (the caller's
+ * kve_allocator, copied when the trace was made), each carrying its size so
+ * it goes back with exactly that size. kve_trace_free releases every block
+ * left, and a failed open every block the source made, so a source frees
+ * only what it is done with early (scratch) and never tracks sizes; its
+ * `free` releases what is not memory (an open file).
+ *
  * Invariants:
  *  - steps >= 1, heads >= 1, layers >= 1, layers divides heads, and
  *    heads * steps * steps fits in 64 bits.
@@ -26,6 +34,9 @@
 #define KVE_TRACE_IMPL_H
 
 #include "internal.h"
+#include "kvevict_eval.h"
+
+#include <stdio.h>
 
 typedef struct kve_trace_source_type {
     /* The source text this source opens: "NAME" or "NAME:PARAMS" for a
@@ -35,8 +46,8 @@ typedef struct kve_trace_source_type {
     /* Opens `arg` (PARAMS or NULL for a prefixed source, the path for the
      * fallback) with flags (KVE_TRACE_NORMALIZE), reporting progress through
      * progress(user, ...) when not NULL. Fills tr->steps/heads/layers/
-     * source/impl. On failure *tr is unchanged and nothing stays allocated or
-     * open. */
+     * source/impl, all its memory blocks of tr. On failure nothing stays
+     * open; the caller releases the blocks. */
     kve_status (*open)(const char *arg, unsigned flags, kve_progress_fn progress, void *user,
                        kve_trace *tr);
     /* Row t of head `head` into row[0 .. t]. O(t) (a q/K trace: O(t d)). */
@@ -44,19 +55,40 @@ typedef struct kve_trace_source_type {
     /* The key of position t of head `head` into key[0 .. key_dim); NULL for
      * a source without keys (key_dim 0). */
     kve_status (*key)(void *impl, size_t head, size_t t, float *key);
-    /* Releases impl. NULL is a no-op. */
+    /* Releases what impl holds besides memory (an open file); NULL: nothing
+     * to release. Called with impl NULL too. The blocks go with the trace. */
     void (*free)(void *impl);
 } kve_trace_source_type;
 
+typedef struct kve__block kve__block; /* a block of a trace's memory (trace.c) */
+
 struct kve_trace {
     const kve_trace_source_type *type;
-    void *impl;    /* the source's state */
-    size_t steps;  /* T */
-    size_t heads;  /* L * H */
-    size_t layers; /* L */
-    size_t key_dim; /* d of the keys (kve_trace_key); 0: the source has none */
-    char *source;  /* canonical spec or path */
+    void *impl;          /* the source's state */
+    size_t steps;        /* T */
+    size_t heads;        /* L * H */
+    size_t layers;       /* L */
+    size_t key_dim;      /* d of the keys (kve_trace_key); 0: the source has none */
+    char *source;        /* canonical spec or path */
+    kve_allocator alloc; /* every byte of the trace: the caller's, copied */
+    kve__block *blocks;  /* the blocks the trace owns, most recent first */
 };
+
+/* n bytes (or count * size, zeroed; NULL when the product overflows) that
+ * `tr` owns, through its allocator; NULL on failure. */
+void *kve__trace_malloc(kve_trace *tr, size_t n);
+void *kve__trace_calloc(kve_trace *tr, size_t count, size_t size);
+/* Returns a block of tr's to its allocator early. NULL is a no-op. */
+void kve__trace_free(kve_trace *tr, void *p);
+
+/* A new trace handle (*out, not NULL) with options (NULL: the defaults) checked, for
+ * kve_trace_open and kve_trace_from_memory; kve__trace_discard releases a
+ * handle whose source failed or never started (every block included). */
+kve_status kve__trace_new(const kve_trace_options *options, const char *what, kve_trace **out);
+/* What kve__trace_new checks first (the core's version, the flags), which
+ * allocates nothing; `what` prefixes the messages. */
+kve_status kve__trace_check_options(const kve_trace_options *options, const char *what);
+void kve__trace_discard(kve_trace *tr);
 
 /* The sources, one per file. */
 extern const kve_trace_source_type kve__canonical_source; /* trace_canonical.c */
@@ -78,9 +110,10 @@ typedef struct kve__npy_header {
 /* Parses the preamble and header of the array that starts `at` bytes into
  * the open file f of `size` bytes; *data_offset is where its data starts
  * (from the start of the file). KVE_EFORMAT naming `path` and what is
- * wrong, KVE_EIO, KVE_ENOMEM. */
-kve_status kve__npy_read_header(FILE *f, const char *path, uint64_t at, uint64_t size,
-                                kve__npy_header *h, uint64_t *data_offset);
+ * wrong, KVE_EIO, KVE_ENOMEM. Its scratch is a block of tr's, freed before
+ * it returns. */
+kve_status kve__npy_read_header(kve_trace *tr, FILE *f, const char *path, uint64_t at,
+                                uint64_t size, kve__npy_header *h, uint64_t *data_offset);
 /* Opens the regular file at `path` for reading: *f and its *size; KVE_EIO
  * with the system's reason (or "not a regular file") otherwise. */
 kve_status kve__npy_open_file(const char *path, FILE **f, uint64_t *size);
