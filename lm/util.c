@@ -18,7 +18,7 @@
 /* The header of a block: its size, padded to the strictest alignment. */
 typedef union lm_block {
     size_t bytes; /* the block, header included */
-    max_align_t align;
+    max_align_t align; /* cppcheck-suppress unusedStructMember ; only its alignment is used */
 } lm_block;
 
 /* One call of the allocator interface: a's, or the C library's. */

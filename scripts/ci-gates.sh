@@ -28,12 +28,12 @@ gate_static() {
   # ctunullpointer in spec.c: kve__spec_format(NULL, 0, ...) measures the
   # length with snprintf(NULL, 0, ...), which C11 7.21.6.5 allows.
   cppcheck --std=c11 --enable=warning,style,performance,portability --inline-suppr \
-    --error-exitcode=1 --quiet -I include -I src -I lm --suppress=ctunullpointer:src/spec.c \
+    --error-exitcode=1 --quiet -I include -I src -I src/eval -I lm --suppress=ctunullpointer:src/spec.c \
     src/ lm/ || return 1
   cmake -S . -B "$COV" -DCMAKE_BUILD_TYPE=Debug -DKVE_COVERAGE=ON -DKVE_WERROR=ON \
     -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null || return 1
   local out
-  out=$(clang-tidy -p "$COV" --quiet src/*.c src/policies/*.c lm/*.c 2>&1)
+  out=$(clang-tidy -p "$COV" --quiet src/*.c src/eval/*.c src/policies/*.c lm/*.c 2>&1)
   local rc=$?
   if [ $rc -ne 0 ] || echo "$out" | grep -qE "(warning|error):"; then
     echo "$out" | grep -E "(warning|error):" -A3

@@ -13,6 +13,7 @@
 #define KVE_LM_FIXTURE_H
 
 #include "lm.h"
+#include "read_file.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -237,39 +238,11 @@ static inline unsigned char *fx_tokenizer_image(size_t *size)
     return b.p;
 }
 
-/* The whole file at `path` in a fresh buffer (malloc), NUL-terminated
- * beyond *len (len may be NULL); NULL if it cannot be read. Free with
- * free(). */
+/* The whole file at `path` (read_file.h): NUL-terminated beyond *len (len
+ * may be NULL); NULL if it cannot be read. Free with free(). */
 static inline char *fx_slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t n = 0, cap = 65536;
-    char *data = malloc(cap);
-    for (size_t got; data && (got = fread(data + n, 1, cap - n - 1, f)) > 0;) {
-        n += got;
-        if (n + 1 == cap) {
-            char *more = realloc(data, 2 * cap);
-            if (!more) {
-                free(data);
-                data = NULL;
-                break;
-            }
-            data = more;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!data || bad) {
-        free(data);
-        return NULL;
-    }
-    data[n] = '\0';
-    if (len)
-        *len = n;
-    return data;
+    return read_whole_file(path, len);
 }
 
 /* ---- the files of `kvevict lm logits` ---- */

@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "kvevict.h"
+#include "read_file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -383,33 +384,6 @@ static int run_vector(const vector *v)
     return 0;
 }
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (len + 1 < cap)
-            break;
-        char *grown = realloc(buf, cap * 2);
-        if (!grown) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = grown;
-        cap *= 2;
-    }
-    fclose(f);
-    if (buf)
-        buf[len] = '\0';
-    return buf;
-}
-
 static int cmp_names(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -442,7 +416,7 @@ static void test_vector_files(void)
     for (size_t i = 0; i < n; i++) {
         char path[1400];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        char *text = read_file(path);
+        char *text = read_whole_file(path, NULL);
         if (!text) {
             fprintf(stderr, "%s: cannot read\n", path);
             failed = 1;

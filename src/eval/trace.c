@@ -32,7 +32,7 @@ struct kve__block {
             kve__block *prev, *next;
             size_t bytes; /* the allocation, header included */
         } h;
-        max_align_t align;
+        max_align_t align; /* cppcheck-suppress unusedStructMember ; only its alignment is used */
     } u;
 };
 
