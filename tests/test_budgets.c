@@ -15,10 +15,10 @@
  * by hand; every refusal,
  * each changing nothing (checked by carrying on against the model); no
  * allocation in the steady state and all-or-nothing growth (the allocation
- * hook); state bytes; construction checks.
+ * test allocator); state bytes; construction checks.
  * Layer schedules: hand-computed budgets (uniform, PyramidKV, weighted),
  * the apportionment's properties on random weights, refusals.
- * The harness on several heads (kve_eval_ex, options.heads): without
+ * The harness on several heads (kve_eval with a count of heads): without
  * sharing each head's numbers are those of its one-head evaluation, bit for
  * bit; sharing, the heads' mean kept sizes add up to the group's budget;
  * score_after moves the scored steps; refusals.
@@ -27,7 +27,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 #include "test_allocator.h"
-#include "internal.h" /* the allocation hook */
+#include "internal.h"
 #include "kernels.h"  /* kve__isa_force */
 #include "kvevict_eval.h"
 #include "eval_options.h"

@@ -165,7 +165,7 @@ static void test_metrics_uniform_rows(void)
  * 0..7. window:budget=8 keeps t-8..t-1: 16 - t of them for t < 16, none
  * after; streaming:budget=8,sinks=4 keeps 0..3 and t-4..t-1: 4 + max(0,
  * 12 - t). k larger than T takes every earlier key: full recalls 1. Top-32
- * is unchanged by the option. k = 32 through kve_eval_ex equals kve_eval. */
+ * is unchanged by the option. k = 32 given explicitly equals the defaults. */
 static void test_topk_option(void)
 {
     enum { T = 40 };

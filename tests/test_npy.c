@@ -556,7 +556,7 @@ static int log_progress(void *user, uint64_t done, uint64_t total)
 
 /* kve_trace_write_npy_file writes exactly the bytes kve_trace_write_npy
  * does, kve_trace_npy_bytes of them, reporting one unit per row; progress
- * can stop it and kve_trace_open_ex with KVE_ECANCELED. */
+ * can stop it and kve_trace_open (options.progress) with KVE_ECANCELED. */
 static void test_stream_writer_and_progress(void)
 {
     enum { T = 70 };
