@@ -81,6 +81,29 @@ static void test_zero_size_allocations(void)
     ASSERT_EQ(ta.calls, 6); /* three requests, three releases */
 }
 
+/* kve_set_error: for the layers built on kvevict. It returns its status,
+ * sets what kve_last_error reads, may quote the message it replaces, keeps
+ * to one printable line of at most 255 bytes; a NULL format clears it. */
+static void test_set_error(void)
+{
+    ASSERT_EQ(kve_set_error(KVE_EFORMAT, "rows: %d is not %s", 3, "4"), KVE_EFORMAT);
+    ASSERT_STR_EQ(kve_last_error(), "rows: 3 is not 4");
+    ASSERT_EQ(kve_set_error(KVE_EINVAL, "layer %d: %s", 2, kve_last_error()), KVE_EINVAL);
+    ASSERT_STR_EQ(kve_last_error(), "layer 2: rows: 3 is not 4");
+    kve_policy *p = NULL;
+    ASSERT_STATUS(kve_policy_new("nosuch", NULL, &p), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "unknown policy");
+    ASSERT_EQ(kve_set_error(KVE_EIO, "a\nb\tc"), KVE_EIO);
+    ASSERT_STR_EQ(kve_last_error(), "a?b?c");
+    char big[400];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    kve_set_error(KVE_EINVAL, "%s", big);
+    ASSERT_EQ(strlen(kve_last_error()), 255);
+    ASSERT_EQ(kve_set_error(KVE_OK, NULL), KVE_OK);
+    ASSERT_STR_EQ(kve_last_error(), "");
+}
+
 /* A refusal quotes at most 40 characters of the offending text. */
 static void test_long_values_are_quoted_short(void)
 {
@@ -260,6 +283,7 @@ int main(int argc, char **argv)
     RUN(test_status_names);
     RUN(test_version);
     RUN(test_zero_size_allocations);
+    RUN(test_set_error);
     RUN(test_long_values_are_quoted_short);
     RUN(test_name_character_ranges);
     RUN(test_reals_out_of_strtod_range);
