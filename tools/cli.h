@@ -196,23 +196,6 @@ void temp_forget(const char *path);
 /* Removes every temporary file still registered (die_* call it). */
 void temp_remove_all(void);
 
-/* Opens --trace (a source text; "-": a .npy file read from standard input
- * into a temporary file removed once opened; "lm:...": a model's attention,
- * lm_trace_open), with progress while a large file is validated. Errors
- * exit (usage for a bad canonical or lm: spec). */
-kve_trace *open_trace(const cli_args *a);
-/* The name the user gave the trace: "-" for standard input, the lm: source
- * for a model's attention, else kve_trace_source. */
-const char *trace_name(const kve_trace *tr);
-/* Records that the trace opened from the temporary file `path` is called
- * `name` (for trace_name). */
-void trace_alias(const char *path, const char *name);
-/* The source "lm:model=CKPT,text=FILE[,tokenizer=TOK][,steps=T][,window=W]
- * [,heads=kv|query]": the model's full-cache attention over window W of the
- * text as `kvevict lm dump` writes it, decoded now into a temporary .npy file
- * that is removed once open (cmd_lm.c). Errors exit. */
-kve_trace *lm_trace_open(const char *src, unsigned flags);
-
 /* A "\r"-updated line on stderr while long work runs, drawn only when
  * stderr is a terminal and the command has run over two seconds. */
 typedef struct progress {
@@ -227,6 +210,25 @@ void progress_update(progress *pr, uint64_t done);
 void progress_end(progress *pr);
 /* A kve_progress_fn over a progress (user); never asks to stop. */
 int progress_callback(void *user, uint64_t done, uint64_t total);
+
+/* ---- traces (traces.c) -------------------------------------------------- */
+
+/* Opens --trace (a source text; "-": a .npy file read from standard input
+ * into a temporary file removed once opened; "lm:...": a model's attention,
+ * lm_trace_open), with progress while a large file is validated. Errors
+ * exit (usage for a bad canonical or lm: spec). */
+kve_trace *open_trace(const cli_args *a);
+/* The name the user gave the trace: "-" for standard input, the lm: source
+ * for a model's attention, else kve_trace_source. */
+const char *trace_name(const kve_trace *tr);
+/* Records that the trace opened from the temporary file `path` is called
+ * `name` (for trace_name). */
+void trace_alias(const char *path, const char *name);
+/* The source "lm:model=CKPT,text=FILE[,tokenizer=TOK][,steps=T][,window=W]
+ * [,heads=kv|query]": the model's full-cache attention over window W of the
+ * text as `kvevict lm dump` writes it, decoded now into a temporary .npy file
+ * that is removed once open (lm/lm_trace.c). Errors exit. */
+kve_trace *lm_trace_open(const char *src, unsigned flags);
 
 /* ---- JSON (output.c) ----------------------------------------------------- */
 
