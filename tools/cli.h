@@ -489,6 +489,33 @@ char *shard_run(const char *command, const cli_args *a, const char *trace, size_
 void shard_line(FILE *f, const shard *s, size_t job, size_t jobs, const char *run,
                 const result_ctx *c, const kve_eval_result *r, const grid *g);
 
+/* ---- the claims of the H2O page (claims.c), judged on an evalset ---------- */
+
+/* The six claims of the H2O page (docs/policies/h2o.md, "Claims, checked"),
+ * each judged on an evalset: OBS_HOLDS, OBS_FAILS, or OBS_NOT_JUDGED when a
+ * figure it needs is a mean over no scored step. */
+enum { N_OBS = 6 };
+enum { OBS_NOT_JUDGED = -1, OBS_FAILS = 0, OBS_HOLDS = 1 };
+extern const char *const obs_claims[N_OBS];
+/* Judges every claim into outcome[], printing each with its figures to f
+ * (markdown list or text) unless f is NULL. `calibrated`: the trace is the
+ * one the canonical trace's sink_mass was fitted on, so claim 6 is the fit
+ * ("fitted"), not a check. */
+void judge_observations(FILE *f, evalset *es, int markdown, int calibrated, int outcome[N_OBS]);
+/* judge_observations for a trace given by its source text. */
+void render_observations(FILE *f, evalset *es, int markdown, const char *trace);
+/* The source names the calibrated trace (the default canonical trace). */
+int is_calibrated_trace(const char *src);
+
+/* The claims' budgets and bench's default budgets: 256 and 512. */
+extern const size_t bench_default_budgets[2];
+/* The recent windows of the page's sweep (claim 3; bench's h2o sweep). */
+enum { N_CLAIM_WINDOWS = 7 };
+extern const size_t claim_windows[N_CLAIM_WINDOWS];
+/* The result of h2o:recent_window=w at `budget` in es (registers it while
+ * collecting). */
+const kve_eval_result *h2o_window(evalset *es, size_t w, size_t budget);
+
 /* ---- the benchmark report (cmd_bench.c), shared with docs --------------- */
 
 #define BENCH_TRACE "canonical"
@@ -507,22 +534,6 @@ typedef struct bench_opts {
 
 void render_policy_table(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt);
 void render_h2o_sweep(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt);
-
-/* The six claims of the H2O page (docs/policies/h2o.md, "Claims, checked"),
- * each judged on an evalset: OBS_HOLDS, OBS_FAILS, or OBS_NOT_JUDGED when a
- * figure it needs is a mean over no scored step. */
-enum { N_OBS = 6 };
-enum { OBS_NOT_JUDGED = -1, OBS_FAILS = 0, OBS_HOLDS = 1 };
-extern const char *const obs_claims[N_OBS];
-/* Judges every claim into outcome[], printing each with its figures to f
- * (markdown list or text) unless f is NULL. `calibrated`: the trace is the
- * one the canonical trace's sink_mass was fitted on, so claim 6 is the fit
- * ("fitted"), not a check. */
-void judge_observations(FILE *f, evalset *es, int markdown, int calibrated, int outcome[N_OBS]);
-/* judge_observations for a trace given by its source text. */
-void render_observations(FILE *f, evalset *es, int markdown, const char *trace);
-/* The source names the calibrated trace (the default canonical trace). */
-int is_calibrated_trace(const char *src);
 
 /* ---- the claims on several trace seeds (seeds.c) ------------------------- */
 
@@ -548,8 +559,6 @@ void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c
 /* Registers in `es` (collecting) every spec the report on `trace` (source
  * text) needs, in the order the report first uses them: bench's grid. */
 void bench_collect(evalset *es, const bench_opts *o, const char *trace, size_t key_dim);
-/* The claims' budgets and bench's default budgets: 256 and 512. */
-extern const size_t bench_default_budgets[2];
 /* bench's last section (text or md): every policy at 10%, 20% and 50% of the
  * steps of trace `src`; NULL: the committed model's attention when the
  * current directory is a checkout, else a line saying so; "none": nothing.
