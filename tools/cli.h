@@ -237,50 +237,6 @@ void json_double(FILE *f, double x);
 /* A JSON string literal with the needed escapes. */
 void json_string(FILE *f, const char *s);
 
-/* The keys of result rows: the same key for the same quantity in every
- * subcommand (docs/cli.md lists them). */
-#define KEY_POLICY "policy"
-#define KEY_TRACE "trace"
-#define KEY_BUDGET "budget"
-#define KEY_HEADS "heads"
-#define KEY_LAYERS "layers"
-#define KEY_LAYER "layer"
-#define KEY_THREADS "threads"
-#define KEY_STEPS "steps"
-#define KEY_SCORED "scored_steps"
-#define KEY_SEED "seed"
-#define KEY_TOPK "topk"
-#define KEY_MASS "retained_mass"
-#define KEY_MIN_MASS "min_retained_mass"
-#define KEY_NS "ns_per_step"
-#define KEY_STATE "state_bytes"
-#define KEY_FLOOR_NS "floor_ns_per_step"
-#define KEY_RATIO "ratio_to_floor"
-
-/* What every result row of one run shares. */
-typedef struct result_ctx {
-    const char *trace; /* trace_name */
-    uint64_t seed;
-    size_t heads, layers;
-    size_t topk;    /* k of the recall column */
-    int topk_given; /* print "topk" in JSON */
-    int timings;    /* tables show ns/step (never in the docs' blocks) */
-} result_ctx;
-
-void result_ctx_init(result_ctx *c, const cli_args *a, const kve_trace *tr);
-/* The recall key for k: "top32_recall", "top16_recall", ... */
-const char *recall_key(const result_ctx *c);
-/* The recall of r at the context's k (top32_recall when k = 32). */
-double recall_of(const result_ctx *c, const kve_eval_result *r);
-/* `{"policy": ..., "trace": ..., "budget", "steps", "scored_steps",
- * "heads", "layers", "seed"[, "topk"]` without the closing brace. */
-void json_result_begin(FILE *f, const result_ctx *c, const kve_eval_result *r);
-/* `"retained_mass": x, "topK_recall": y, "min_retained_mass": z,
- * "ns_per_step": w, "state_bytes": n` (no leading comma). */
-void json_metrics(FILE *f, const result_ctx *c, const kve_eval_result *r);
-/* One whole row: begin, ", ", metrics, "}\n". */
-void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r);
-
 /* ---- tables (table.c) ------------------------------------------------- */
 
 enum {
@@ -326,6 +282,52 @@ void table_real(table *t, double x, const char *shown);
  * as header; JSON: one object per row (JSON Lines). */
 void table_print(const table *t, FILE *f, tfmt fmt);
 void table_free(table *t);
+
+/* ---- result rows (results.c) -------------------------------------------- */
+
+/* The keys of result rows: the same key for the same quantity in every
+ * subcommand (docs/cli.md lists them). */
+#define KEY_POLICY "policy"
+#define KEY_TRACE "trace"
+#define KEY_BUDGET "budget"
+#define KEY_HEADS "heads"
+#define KEY_LAYERS "layers"
+#define KEY_LAYER "layer"
+#define KEY_THREADS "threads"
+#define KEY_STEPS "steps"
+#define KEY_SCORED "scored_steps"
+#define KEY_SEED "seed"
+#define KEY_TOPK "topk"
+#define KEY_MASS "retained_mass"
+#define KEY_MIN_MASS "min_retained_mass"
+#define KEY_NS "ns_per_step"
+#define KEY_STATE "state_bytes"
+#define KEY_FLOOR_NS "floor_ns_per_step"
+#define KEY_RATIO "ratio_to_floor"
+
+/* What every result row of one run shares. */
+typedef struct result_ctx {
+    const char *trace; /* trace_name */
+    uint64_t seed;
+    size_t heads, layers;
+    size_t topk;    /* k of the recall column */
+    int topk_given; /* print "topk" in JSON */
+    int timings;    /* tables show ns/step (never in the docs' blocks) */
+} result_ctx;
+
+void result_ctx_init(result_ctx *c, const cli_args *a, const kve_trace *tr);
+/* The recall key for k: "top32_recall", "top16_recall", ... */
+const char *recall_key(const result_ctx *c);
+/* The recall of r at the context's k (top32_recall when k = 32). */
+double recall_of(const result_ctx *c, const kve_eval_result *r);
+/* `{"policy": ..., "trace": ..., "budget", "steps", "scored_steps",
+ * "heads", "layers", "seed"[, "topk"]` without the closing brace. */
+void json_result_begin(FILE *f, const result_ctx *c, const kve_eval_result *r);
+/* `"retained_mass": x, "topK_recall": y, "min_retained_mass": z,
+ * "ns_per_step": w, "state_bytes": n` (no leading comma). */
+void json_metrics(FILE *f, const result_ctx *c, const kve_eval_result *r);
+/* One whole row: begin, ", ", metrics, "}\n". */
+void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r);
 
 /* The standard columns of a result row (after whatever columns the caller
  * put first): retained mass, top-K recall, min mass, ns/step (when
@@ -591,48 +593,19 @@ void trace_stats_head(kve_trace *tr, size_t head, size_t block, trace_stats *s);
 void render_trace_stats(FILE *f, kve_trace *tr, size_t head, int all_heads, size_t block,
                         tfmt fmt);
 
-/* ---- committed measurement files (data.c), shared by docs and plot ------- */
+/* ---- the source-tree commands (source_tree.c) ---------------------------- */
 
-/* A JSON Lines file of flat objects (jsonl.h), read whole. */
-typedef struct jfile {
-    size_t n;
-    jrow *rows; /* (n) */
-} jfile;
-
-/* Reads `path` (blank lines skipped); a missing, unreadable or empty file,
- * or a malformed line, is bad input ("PATH:LINE: expected ... at column C"). */
-void jfile_read(jfile *jf, const char *path);
-void jfile_free(jfile *jf);
-/* The value of `key` in row r as text (a string unescaped, a number's
- * literal, "true", "false", "null"; "null" when absent); the key "spec" is
- * the row's policy without its budget= parameter, written into buf. */
-const char *jrow_value(const jrow *r, const char *key, char *buf, size_t cap);
-
-/* "KEY:V1|V2|..." (the row's value is one of them) or "KEY!V1|..." (none),
- * the value as jrow_value reads it (so "KEY!null": KEY present and not
- * null): the where= of docs tables, the --where of `plot --jsonl` and the
- * filters of plot_real.c. filter_parse exits (usage) on another form,
- * naming `what`. */
-typedef struct row_filter {
-    char *key, *vals;
-    int negate;
-} row_filter;
-void filter_parse(row_filter *flt, const char *what, const char *arg);
-void filter_free(row_filter *flt);
-/* 1 when r passes every one of the n filters. */
-int filters_match(const row_filter *flt, size_t n, const jrow *r);
-
-/* The docs block `table FILE ARG...` (cmd_docs.c documents the arguments):
- * the rows of a JSON Lines file as a markdown table. */
-void render_data_table(FILE *f, char *const *args, size_t n_args);
-/* `kvevict plot --real-model DIR`: the figures of docs/real-model.md from
- * its data files (plot_real.c). */
-void plot_real_model(const char *data_dir, const char *out_dir);
-/* A fresh directory $TMPDIR/kvevict-plot-XXXXXX for gnuplot's files, its
- * path in buf (cmd_plot.c); exits on failure or a quote in TMPDIR. */
-const char *plot_tmpdir(char *buf, size_t cap);
-/* s as a gnuplot single-quoted string (a quote doubled, a newline a blank). */
-void gp_quote(FILE *f, const char *s);
+/* The documentation tool (tools/docs/): built beside kvevict, not installed. */
+#define DOCS_TOOL "kvevict-docs"
+/* argv[0] of the running program (main sets it), to find DOCS_TOOL. */
+extern const char *cli_argv0;
+/* Runs `DOCS_TOOL cmd argv[0 .. argc)` in place of this process: the one
+ * beside this program's executable. Returns only by exiting: usage (2),
+ * saying where the command lives, when there is none. */
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
+int source_tree_run(const char *cmd, int argc, char **argv);
 
 /* ---- subcommands ---------------------------------------------------------- */
 
@@ -643,10 +616,8 @@ int cmd_sweep(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_policies(int argc, char **argv);
-int cmd_docs(int argc, char **argv);
 int cmd_perf(int argc, char **argv);
-int cmd_plot(int argc, char **argv);
-int cmd_lm(int argc, char **argv);       /* cmd_lm.c: lm logits|eval|passkey|repeat|dump */
-int cmd_generate(int argc, char **argv); /* cmd_lm.c */
+int cmd_lm(int argc, char **argv);       /* lm/cmd_lm.c: lm logits|eval|passkey|... */
+int cmd_generate(int argc, char **argv); /* lm/generate.c */
 
 #endif /* KVE_CLI_H */

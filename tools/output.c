@@ -2,8 +2,9 @@
 /*
  * output.c - where results go and how: output files written under a
  * temporary name and renamed into place, the signal handler that removes
- * them, progress lines, and the JSON form of a result row (the keys every
- * subcommand shares). Where traces come from is traces.c.
+ * them, progress lines, JSON strings and numbers, and the rewriting of a
+ * marked block of a file. Where traces come from is traces.c; what a result
+ * row holds, results.c.
  *
  * Invariant: a file the tool writes exists under its final name only once
  * it is complete (a device or FIFO, which a rename would replace, is
@@ -299,66 +300,6 @@ void json_string(FILE *f, const char *s)
             fputc(*c, f);
     }
     fputc('"', f);
-}
-
-void result_ctx_init(result_ctx *c, const cli_args *a, const kve_trace *tr)
-{
-    memset(c, 0, sizeof *c);
-    c->trace = trace_name(tr);
-    c->seed = a->seed;
-    c->heads = kve_trace_heads(tr);
-    c->layers = kve_trace_layers(tr);
-    c->topk = a->topk;
-    c->topk_given = a->topk_given;
-    c->timings = 1;
-}
-
-const char *recall_key(const result_ctx *c)
-{
-    static char key[40];
-    snprintf(key, sizeof key, "top%zu_recall", c->topk);
-    return key;
-}
-
-double recall_of(const result_ctx *c, const kve_eval_result *r)
-{
-    return c->topk == 32 ? r->top32_recall : r->topk_recall;
-}
-
-void json_result_begin(FILE *f, const result_ctx *c, const kve_eval_result *r)
-{
-    fprintf(f, "{\"" KEY_POLICY "\": ");
-    json_string(f, r->spec);
-    fprintf(f, ", \"" KEY_TRACE "\": ");
-    json_string(f, c->trace);
-    fprintf(f,
-            ", \"" KEY_BUDGET "\": %zu, \"" KEY_STEPS "\": %zu, \"" KEY_SCORED "\": %zu, "
-            "\"" KEY_HEADS "\": %zu, \"" KEY_LAYERS "\": %zu, \"" KEY_SEED "\": %llu",
-            r->budget, r->steps, r->scored_steps, c->heads, c->layers,
-            (unsigned long long)c->seed);
-    if (c->topk_given)
-        fprintf(f, ", \"" KEY_TOPK "\": %zu", c->topk);
-}
-
-void json_metrics(FILE *f, const result_ctx *c, const kve_eval_result *r)
-{
-    fprintf(f, "\"" KEY_MASS "\": ");
-    json_double(f, r->retained_mass);
-    fprintf(f, ", \"%s\": ", recall_key(c));
-    json_double(f, recall_of(c, r));
-    fprintf(f, ", \"" KEY_MIN_MASS "\": ");
-    json_double(f, r->min_retained_mass);
-    fprintf(f, ", \"" KEY_NS "\": ");
-    json_double(f, r->ns_per_step);
-    fprintf(f, ", \"" KEY_STATE "\": %zu", r->state_bytes);
-}
-
-void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r)
-{
-    json_result_begin(f, c, r);
-    fputs(", ", f);
-    json_metrics(f, c, r);
-    fputs("}\n", f);
 }
 
 void rewrite_block(const char *path, const char *name, const char *block)

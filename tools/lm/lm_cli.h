@@ -125,8 +125,8 @@ typedef struct job {
     lm_state *s;
 } job;
 
-job *make_jobs(const measure_args *m, size_t *n_jobs);
-void free_jobs(job *jobs, size_t n);
+job *jobs_new(const measure_args *m, size_t *n_jobs);
+void jobs_free(job *jobs, size_t n);
 /* The first cells of a row: policy ("full" for the full cache), budget
  * (null for the full cache), positions; then, with budgets options, the
  * schedule, the sharing and the layer budgets. */

@@ -79,7 +79,7 @@ int lm_eval(int argc, char **argv)
     measure_parse(&m, &eval_spec, argc, argv);
     measure_load(&m, &eval_spec);
     size_t n_jobs;
-    job *jobs = make_jobs(&m, &n_jobs);
+    job *jobs = jobs_new(&m, &n_jobs);
     size_t chunk = (size_t)lm_ctx.model->config.seq_len - 1;
     if (chunk == 0)
         die_input("--model: seq_len 1 leaves no room after BOS");
@@ -160,7 +160,7 @@ int lm_eval(int argc, char **argv)
     free(diff);
     free(bits);
     free(bytes);
-    free_jobs(jobs, n_jobs);
+    jobs_free(jobs, n_jobs);
     measure_free(&m);
     return 0;
 }
@@ -222,7 +222,7 @@ int lm_stream(int argc, char **argv)
     if (!W)
         W = (size_t)lm_ctx.model->config.seq_len;
     size_t n_jobs;
-    job *jobs = make_jobs(&m, &n_jobs);
+    job *jobs = jobs_new(&m, &n_jobs);
     FILE *out = out_open(m.a.output);
 
     size_t n_bins = (N + W - 1) / W;
@@ -292,7 +292,7 @@ int lm_stream(int argc, char **argv)
     table_free(&t);
     out_close(out);
     free(nats);
-    free_jobs(jobs, n_jobs);
+    jobs_free(jobs, n_jobs);
     measure_free(&m);
     return 0;
 }

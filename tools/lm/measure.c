@@ -216,7 +216,7 @@ void measure_free(measure_args *m)
 
 /* The (policy, budget) jobs: job 0 is the full cache (no policy), then every
  * spec at every budget, budgets outermost. */
-job *make_jobs(const measure_args *m, size_t *n_jobs)
+job *jobs_new(const measure_args *m, size_t *n_jobs)
 {
     size_t nb = m->n_budgets ? m->n_budgets : 1;
     job *jobs = xcalloc(1 + m->n_specs * nb, sizeof *jobs);
@@ -235,7 +235,7 @@ job *make_jobs(const measure_args *m, size_t *n_jobs)
     return jobs;
 }
 
-void free_jobs(job *jobs, size_t n)
+void jobs_free(job *jobs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         lm_state_free(jobs[i].s);

@@ -155,7 +155,7 @@ int lm_prefill_cmd(int argc, char **argv)
 
     /* The (policy, budget, method) rows; row 0 the full cache. */
     size_t n_jobs;
-    job *jobs = make_jobs(&ma, &n_jobs);
+    job *jobs = jobs_new(&ma, &n_jobs);
     typedef struct prow {
         size_t job;
         int method;
@@ -303,7 +303,7 @@ int lm_prefill_cmd(int argc, char **argv)
     out_close(out);
     free(w), free(loss), free(nats), free(hits), free(dist), free(rows);
     pk_free(&pk);
-    free_jobs(jobs, n_jobs);
+    jobs_free(jobs, n_jobs);
     measure_free(&ma);
     return 0;
 }

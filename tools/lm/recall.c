@@ -114,7 +114,7 @@ static int lm_recall(int argc, char **argv, int repeat)
     size_t nd;
     size_t *dist = distances(own(&ma.a, sp, "distances"), lo, hi, repeat, &nd);
     size_t n_jobs;
-    job *jobs = make_jobs(&ma, &n_jobs);
+    job *jobs = jobs_new(&ma, &n_jobs);
     FILE *out = out_open(ma.a.output);
 
     int32_t *w = xmalloc(L * sizeof *w);
@@ -225,7 +225,7 @@ static int lm_recall(int argc, char **argv, int repeat)
     out_close(out);
     free(r1), free(r2), free(r3), free(w), free(loss), free(dist);
     pk_free(&pk);
-    free_jobs(jobs, n_jobs);
+    jobs_free(jobs, n_jobs);
     measure_free(&ma);
     return 0;
 }

@@ -18,7 +18,7 @@
  * from one lockstep evaluation plus one replay of h2o.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli.h"
+#include "docs.h"
 
 #include <limits.h>
 #include <math.h>
@@ -104,17 +104,6 @@ static void close_checked(FILE *f, const char *path)
 {
     if (ferror(f) | fclose(f))
         die_input("%s: cannot write", path);
-}
-
-void gp_quote(FILE *f, const char *s)
-{
-    fputc('\'', f);
-    for (; *s; s++) {
-        if (*s == '\'')
-            fputc('\'', f);
-        fputc(*s == '\n' ? ' ' : *s, f);
-    }
-    fputc('\'', f);
 }
 
 static const char *own1(const cli_args *a, const char *name)
@@ -252,18 +241,6 @@ static int plot_jsonl(const cli_args *a)
     printf("wrote %s\n", png);
     finish_stdout();
     return 0;
-}
-
-const char *plot_tmpdir(char *buf, size_t cap)
-{
-    const char *base = getenv("TMPDIR");
-    snprintf(buf, cap, "%s/kvevict-plot-XXXXXX", base && base[0] ? base : "/tmp");
-    if (strchr(buf, '\''))
-        die_usage("TMPDIR: quotes are not supported");
-    const char *dir = mkdtemp(buf);
-    if (!dir)
-        die_input("cannot create a temporary directory");
-    return dir;
 }
 
 int cmd_plot(int argc, char **argv)

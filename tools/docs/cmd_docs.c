@@ -49,7 +49,7 @@
  * temporary file and a rename, so an interrupt leaves each whole.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli.h"
+#include "docs.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -25,8 +25,7 @@
  * script go to a temporary directory removed afterwards.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli.h"
-#include "jsonl.h"
+#include "docs.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
  * of one policy at several budgets can share a table row.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli.h"
+#include "docs.h"
 
 #include <errno.h>
 #include <math.h>
