@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * args.c - errors, option parsing, strict numbers and lists for the kvevict
- * tool.
+ * args.c - option parsing, strict numbers and lists for the kvevict tool
+ * (its errors are errors.c's).
  *
  * Options are "--name VALUE", "--name=VALUE", "-x VALUE" or flags. The
  * options several subcommands share (SO_* in cli.h) are parsed here, once,
@@ -17,123 +17,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-const char *cli_cmd = "";
-
-static void vmsg(const char *kind, const char *fmt, va_list ap)
-{
-    fflush(stdout);
-    if (cli_cmd[0])
-        fprintf(stderr, "kvevict %s: %s", cli_cmd, kind);
-    else
-        fprintf(stderr, "kvevict: %s", kind);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-}
-
-void die_usage(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vmsg("", fmt, ap);
-    va_end(ap);
-    temp_remove_all();
-    exit(EXIT_USAGE);
-}
-
-void die_input(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vmsg("", fmt, ap);
-    va_end(ap);
-    temp_remove_all();
-    exit(EXIT_INPUT);
-}
-
-void warn(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vmsg("warning: ", fmt, ap);
-    va_end(ap);
-}
-
-/* The library names its flags as C identifiers; the CLI's user knows them
- * as options. */
-static const struct {
-    const char *c_name, *option;
-} flag_words[] = {
-    {"KVE_TRACE_NORMALIZE", "--normalize"},
-};
-
-void die_status(kve_status s, const char *what)
-{
-    char msg[512];
-    const char *e = kve_last_error();
-    size_t n = 0;
-    while (*e && n + 1 < sizeof msg) {
-        size_t k = 0;
-        for (; k < sizeof flag_words / sizeof flag_words[0]; k++)
-            if (strncmp(e, flag_words[k].c_name, strlen(flag_words[k].c_name)) == 0)
-                break;
-        if (k < sizeof flag_words / sizeof flag_words[0]) {
-            n += (size_t)snprintf(msg + n, sizeof msg - n, "%s", flag_words[k].option);
-            e += strlen(flag_words[k].c_name);
-            if (n >= sizeof msg)
-                n = sizeof msg - 1;
-        } else {
-            msg[n++] = *e++;
-        }
-    }
-    msg[n] = '\0';
-    if (s == KVE_EINVAL)
-        what ? die_usage("%s: %s", what, msg) : die_usage("%s", msg);
-    what ? die_input("%s: %s", what, msg) : die_input("%s", msg);
-}
-
-void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p)
-        die_input("out of memory");
-    return p;
-}
-
-void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p)
-        die_input("out of memory");
-    return p;
-}
-
-void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q)
-        die_input("out of memory");
-    return q;
-}
-
-char *xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = xmalloc(n);
-    memcpy(d, s, n);
-    return d;
-}
-
-char *xstrndup(const char *s, size_t n)
-{
-    size_t len = 0;
-    while (len < n && s[len])
-        len++;
-    char *d = xmalloc(len + 1);
-    memcpy(d, s, len);
-    d[len] = '\0';
-    return d;
-}
 
 /* ---- numbers and lists ---- */
 

@@ -28,6 +28,7 @@
 #ifndef KVE_CLI_H
 #define KVE_CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,7 +38,7 @@
 
 enum { EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
-/* ---- errors and memory (args.c) --------------------------------------- */
+/* ---- errors, memory, temporary files, signals (errors.c) ---------------- */
 
 /* The subcommand being run, for messages ("eval"); "" at top level. */
 extern const char *cli_cmd;
@@ -70,6 +71,25 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 /* The first n bytes of s (fewer if s is shorter), NUL-terminated. */
 char *xstrndup(const char *s, size_t n);
+
+/* Flushes standard output; a write error is bad input (exit 1). */
+void finish_stdout(void);
+
+/* Temporary files registered at once (so, output files open at once). */
+enum { MAX_TEMPS = 4 };
+/* Creates a temporary file from `template` (ending in XXXXXX, rewritten in
+ * place; at most PATH_MAX bytes) that is removed on failure or signal until
+ * temp_forget; returns its descriptor, or -1 with errno set. */
+int temp_create(char *template);
+void temp_forget(const char *path);
+/* Removes every temporary file still registered (die_* call it). */
+void temp_remove_all(void);
+
+/* Installs the SIGINT/SIGTERM/SIGHUP handler that removes the files being
+ * written, then dies of the signal (signals ignored at start stay ignored). */
+void cli_signals_install(void);
+/* Set while a progress line is on stderr (output.c), for the handler to erase. */
+extern volatile sig_atomic_t cli_progress_shown;
 
 /* ---- options (args.c) ------------------------------------------------- */
 
@@ -167,11 +187,7 @@ void free_list(char **items, size_t n);
  * given), in a fresh string; a usage error naming `what` if refused. */
 char *canon_spec(const char *what, const char *spec, size_t budget);
 
-/* ---- output files, signals, progress (output.c) ------------------------ */
-
-/* Installs the SIGINT/SIGTERM/SIGHUP handler that removes the files being
- * written, then dies of the signal (signals ignored at start stay ignored). */
-void cli_signals_install(void);
+/* ---- output files, progress (output.c) ------------------------------- */
 
 /* The stream for results: standard output for NULL or "-", else a fresh
  * temporary file beside `path` (created now, so an unwritable path fails
@@ -186,15 +202,6 @@ void rewrite_block(const char *path, const char *name, const char *block);
 /* Flushes, checks and commits what out_open gave; a write error is bad
  * input (exit 1) with the system's reason. */
 void out_close(FILE *f);
-/* Flushes standard output; a write error is bad input (exit 1). */
-void finish_stdout(void);
-/* Creates a temporary file from `template` (ending in XXXXXX, rewritten in
- * place; at most PATH_MAX bytes) that is removed on failure or signal until
- * temp_forget; returns its descriptor, or -1 with errno set. */
-int temp_create(char *template);
-void temp_forget(const char *path);
-/* Removes every temporary file still registered (die_* call it). */
-void temp_remove_all(void);
 
 /* A "\r"-updated line on stderr while long work runs, drawn only when
  * stderr is a terminal and the command has run over two seconds. */

@@ -8,9 +8,9 @@
  *
  * Invariant: a file the tool writes exists under its final name only once
  * it is complete (a device or FIFO, which a rename would replace, is
- * written in place). Until then it is a temporary file registered in `temps`;
- * die_* and the signal handler (which uses only async-signal-safe calls)
- * remove every registered file, so an error or an interrupt leaves nothing.
+ * written in place). Until then it is a temporary file registered with
+ * temp_create (errors.c), which die_* and the signal handler remove, so an
+ * error or an interrupt leaves nothing.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
@@ -24,97 +24,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- temporary files ---- */
-
-enum { MAX_TEMPS = 4 };
-
-static char temp_path[MAX_TEMPS][PATH_MAX];
-static volatile sig_atomic_t temp_used[MAX_TEMPS];
-static volatile sig_atomic_t progress_on_screen;
-
-static void block_signals(sigset_t *old)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigprocmask(SIG_BLOCK, &set, old);
-}
-
-int temp_create(char *template)
-{
-    size_t len = strlen(template);
-    if (len >= PATH_MAX) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    sigset_t old;
-    block_signals(&old); /* no signal between creating and registering */
-    size_t slot = 0;
-    while (slot < MAX_TEMPS && temp_used[slot])
-        slot++;
-    int fd = -1;
-    if (slot == MAX_TEMPS) {
-        errno = EMFILE;
-    } else {
-        memcpy(temp_path[slot], template, len + 1);
-        fd = mkstemp(temp_path[slot]);
-        if (fd >= 0) {
-            memcpy(template, temp_path[slot], len + 1);
-            temp_used[slot] = 1;
-        }
-    }
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    return fd;
-}
-
-void temp_forget(const char *path)
-{
-    for (size_t i = 0; i < MAX_TEMPS; i++)
-        if (temp_used[i] && strcmp(temp_path[i], path) == 0)
-            temp_used[i] = 0;
-}
-
-void temp_remove_all(void)
-{
-    for (size_t i = 0; i < MAX_TEMPS; i++)
-        if (temp_used[i]) {
-            unlink(temp_path[i]);
-            temp_used[i] = 0;
-        }
-}
-
-static void on_signal(int sig)
-{
-    for (size_t i = 0; i < MAX_TEMPS; i++)
-        if (temp_used[i])
-            unlink(temp_path[i]);
-    if (progress_on_screen) {
-        static const char erase[] = "\r\033[K";
-        ssize_t w = write(STDERR_FILENO, erase, sizeof erase - 1);
-        (void)w;
-    }
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-void cli_signals_install(void)
-{
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        struct sigaction old, sa;
-        /* A signal ignored when we start (a background job of a script)
-         * stays ignored, as the shell meant. */
-        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-            continue;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
-    }
-}
 
 /* ---- output streams ---- */
 
@@ -198,17 +107,6 @@ void out_close(FILE *f)
     die_input("internal error: closing a stream that out_open did not give");
 }
 
-void finish_stdout(void)
-{
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        int e = errno;
-        fprintf(stderr, "kvevict%s%s: cannot write standard output: %s\n", cli_cmd[0] ? " " : "",
-                cli_cmd, strerror(e));
-        temp_remove_all();
-        exit(EXIT_INPUT);
-    }
-}
-
 FILE *null_sink(void)
 {
     FILE *f = fopen("/dev/null", "w");
@@ -259,7 +157,7 @@ void progress_update(progress *pr, uint64_t done)
         fprintf(stderr, "\rkvevict %s: %s %llu/%llu (%.0f%%) ", cli_cmd, pr->what,
                 (unsigned long long)done, (unsigned long long)pr->total, pct);
     pr->shown = 1;
-    progress_on_screen = 1;
+    cli_progress_shown = 1;
 }
 
 void progress_end(progress *pr)
@@ -267,7 +165,7 @@ void progress_end(progress *pr)
     if (pr->shown)
         fputs("\r\033[K", stderr);
     pr->shown = 0;
-    progress_on_screen = 0;
+    cli_progress_shown = 0;
 }
 
 int progress_callback(void *user, uint64_t done, uint64_t total)
