@@ -333,6 +333,26 @@ check "plot without gnuplot exits 1" [ "$rc" -eq 1 ]
 check "plot without gnuplot says how to install it" grep -q 'apt-get install gnuplot-nox' "$D/err"
 check "plot without gnuplot: one line" [ "$(wc -l <"$D/err")" -eq 1 ]
 
+# ---- the source-tree commands: kvevict-docs beside kvevict, or a clear refusal --
+check "kvevict-docs is built beside kvevict" [ -x "$(dirname "$K")/kvevict-docs" ]
+"$(dirname "$K")/kvevict-docs" --help >"$D/out" 2>&1
+check "kvevict-docs --help" grep -q '^usage: kvevict-docs COMMAND' "$D/out"
+"$K" help docs >"$D/out" 2>&1
+check "kvevict help docs: kvevict-docs's usage" grep -q '^usage: kvevict docs ' "$D/out"
+mkdir "$D/alone"
+cp "$K" "$D/alone/kvevict"
+for c in "docs --check x.md" "plot" "help docs" "perf --quick --docs x.md" "perf --plot ."; do
+    # shellcheck disable=SC2086
+    "$D/alone/kvevict" $c >"$D/out" 2>"$D/err"
+    rc=$?
+    check "without kvevict-docs, kvevict $c exits 2 ($rc)" [ "$rc" -eq 2 ]
+    check "without kvevict-docs, kvevict $c: one line naming kvevict-docs" \
+        sh -c "[ \$(wc -l <'$D/err') -eq 1 ] && grep -q 'kvevict-docs.*never installed' '$D/err'"
+    check "without kvevict-docs, kvevict $c prints nothing" [ ! -s "$D/out" ]
+done
+"$D/alone/kvevict" perf --quick --budget 256 --reps 1 --ms 1 --json >"$D/out" 2>"$D/err"
+check "without kvevict-docs, perf itself runs" [ $? -eq 0 ] && [ -s "$D/out" ]
+
 # ---- docs: regenerate, check, and mask exactly the timing cells ---------------
 cat >"$D/doc.md" <<'DOC'
 # A page
