@@ -110,9 +110,10 @@ void parse_budgets(const char *what, const char *s, size_t *out, size_t cap, siz
 
 char *canon_spec(const char *what, const char *spec, size_t budget)
 {
-    char buf[KVE_SPEC_MAX], num[32];
+    char buf[KVE_SPEC_MAX];
     kve_status s;
     if (budget) {
+        char num[32];
         snprintf(num, sizeof num, "%zu", budget);
         s = kve_spec_with(spec, "budget", num, buf, sizeof buf);
     } else {

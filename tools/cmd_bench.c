@@ -128,7 +128,7 @@ void render_summary(FILE *f, evalset *es, tfmt fmt)
     size_t n = kve_policy_type_count();
     if (n > MAX_POLICIES)
         n = MAX_POLICIES;
-    double val[N_METRICS][MAX_POLICIES];
+    double val[N_METRICS][MAX_POLICIES] = {{0}};
     int ranked[MAX_POLICIES];
     for (size_t i = 0; i < n; i++) {
         const char *name = kve_policy_type_name(i);
@@ -266,7 +266,7 @@ void render_model_section(FILE *f, const char *src, const cli_args *a, int timin
     ma.trace = src;
     ma.trace_flags = 0;
     kve_trace *tr = open_trace(&ma);
-    size_t T = kve_trace_steps(tr), budgets[3], nb = 0;
+    size_t T = kve_trace_steps(tr), budgets[3] = {0}, nb = 0;
     for (size_t i = 0; i < 3; i++) {
         size_t b = (size_t)model_percents[i] * T / 100;
         if (b > 0 && (nb == 0 || b != budgets[nb - 1]))

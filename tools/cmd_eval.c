@@ -141,10 +141,10 @@ int cmd_eval(int argc, char **argv)
         int whole = a.format != FMT_TEXT;
         col cols[TABLE_MAXCOLS];
         size_t nc = 0;
-        if (whole)
+        if (whole) {
             cols[nc++] = (col){"policy spec", KEY_POLICY, COL_ALL | COL_LEFT | COL_CODE};
-        if (whole)
             cols[nc++] = (col){"budget", KEY_BUDGET, COL_ALL};
+        }
         if (per_head) {
             cols[nc++] = (col){"layer", "layer", COL_ALL};
             cols[nc++] = (col){"head", "head", COL_ALL};

@@ -229,7 +229,7 @@ static void take_line(merge_set *m, const char *file, size_t lineno, const char 
     const char *policy = str_of(&x, "policy");
     if (strlen(policy) >= KVE_SPEC_MAX)
         BAD(&x, "\"policy\" is longer than any canonical spec");
-    strcpy(r->r.spec, policy);
+    memcpy(r->r.spec, policy, strlen(policy) + 1);
     r->r.budget = (size_t)u64_of(&x, "budget", KVE_MAX_BUDGET);
     r->r.steps = (size_t)u64_of(&x, "steps", SIZE_MAX);
     r->r.scored_steps = (size_t)u64_of(&x, "scored_steps", SIZE_MAX);

@@ -622,7 +622,7 @@ int perf_main(int argc, char **argv, const perf_renderers *render)
     for (size_t i = 0; i < n_budgets; i++)
         measure_policies(&rs, budgets[i], &o, quick);
     static const size_t one_budget[] = {256};
-    measure_banks(&rs, quick ? bank_heads : bank_heads, quick ? 1 : N_BANK_HEADS,
+    measure_banks(&rs, bank_heads, quick ? 1 : N_BANK_HEADS,
                   quick ? one_budget : bank_budgets, quick ? 1 : N_BANK_BUDGETS, &o);
     if (!quick && isatty(STDERR_FILENO))
         fprintf(stderr, "\r%40s\r", "");
