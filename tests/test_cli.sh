@@ -475,9 +475,40 @@ check "eval --per-head --json parses" "$J" json $ROW --key per_head:array --valu
 "$K" eval --trace "$D/heads.npy" --policy window:budget=1 --per-head --csv >"$D/c"
 check "eval --per-head --csv: the whole and each head" "$J" csv --count 3 --key layer:string --key head:string "$D/c"
 "$K" eval --trace "$C" --policy h2o --budget 256 --topk 16 --json >"$D/j"
-check "eval --topk 16: top16_recall and topk, no top32_recall" "$J" json $ROW --key top16_recall:number --value topk=16 --no-key top32_recall "$D/j"
+check "eval --topk 16: topk_recall and topk beside top32_recall" "$J" json $ROW --key topk_recall:number --value topk=16 --key top32_recall:number --no-key top16_recall "$D/j"
+"$K" eval --trace "$C" --policy h2o --budget 256 --json >"$D/j32"
+t32=$(sed 's/.*"top32_recall": \([^,]*\),.*/\1/' "$D/j32")
+check "eval --topk 16: top32_recall is still the recall at 32 ($t32)" grep -q "\"top32_recall\": $t32," "$D/j"
+"$K" eval --trace "$C" --policy h2o --budget 256 --topk 16 --csv >"$D/c"
+check "eval --topk 16 --csv: the same keys" sh -c "head -1 '$D/c' | grep -q 'top32_recall,topk_recall'"
 "$K" eval --trace "$C" --policy h2o --budget 256 --topk 16 >"$D/out"
 check "eval --topk 16 text says top-16" grep -q '^top-16 recall ' "$D/out"
+# ---- budgets as percentages of the trace's steps, as every command writes them
+no_ns() { sed -E 's/"ns_per_step": [^,]*,//' "$1"; }
+"$K" eval --trace "$C" --policy h2o --budget 40% --json >"$D/pct" 2>"$D/err"
+"$K" eval --trace "$C" --policy h2o --budget 280 --json >"$D/cnt"
+check "eval --budget 40% of 700 steps is budget 280" [ "$(no_ns "$D/pct")" = "$(no_ns "$D/cnt")" ]
+check "eval --budget 40%: nothing on stderr" [ ! -s "$D/err" ]
+expect_says 2 "--budget: 0.1% of the trace's steps (700) is no position" eval --trace "$C" --policy h2o --budget 0.1%
+expect_says 2 "--budget: '101%' is not a percentage in (0, 100]" eval --trace "$C" --policy h2o --budget 101%
+"$K" eval --trace "$C" --policy h2o --budget 100% --json >"$D/j" 2>"$D/err"
+check "eval --budget 100%: the unscored warning of any budget >= T - 1" grep -q 'no step is scored at budget 700' "$D/err"
+"$K" sweep --trace "$C" --policy h2o --budget 10%,40% --json >"$D/pct"
+"$K" sweep --trace "$C" --policy h2o --budget 70,280 --json >"$D/cnt"
+check "sweep --budget 10%,40% is 70,280" [ "$(no_ns "$D/pct")" = "$(no_ns "$D/cnt")" ]
+"$K" bench --trace "$C" --budget 40% --json >"$D/pct"
+"$K" bench --trace "$C" --budget 280 --json >"$D/cnt"
+check "bench --budget 40% is 280" [ "$(no_ns "$D/pct")" = "$(no_ns "$D/cnt")" ]
+"$K" replay --trace "$C" --policy h2o --budget 40% >"$D/pct"
+"$K" replay --trace "$C" --policy h2o --budget 280 >"$D/cnt"
+check "replay --budget 40% is 280" cmp -s "$D/pct" "$D/cnt"
+expect_says 2 "perf times policies of a given size" perf --quick --budget 10%
+for c in "eval --trace $C --policy h2o" "replay --trace $C --policy h2o" "sweep --trace $C --policy h2o" \
+         "bench --trace $C" "trace --trace $C --stats" "lm eval --help" "lm dump --help" "docs --help" "plot --help"; do
+    # shellcheck disable=SC2086
+    "$K" $c --quiet >/dev/null 2>"$D/err"
+    check "$c takes --quiet" [ $? -eq 0 ] && [ ! -s "$D/err" ]
+done
 "$K" replay --trace canonical:steps=300 --policy h2o:budget=64 >"$D/j"
 check "replay JSON Lines parse" "$J" jsonl --count 300 --key pos:integer --key victims:array --key size:integer "$D/j"
 "$K" replay --trace canonical:steps=300 --policy h2o:budget=64 --csv >"$D/c"

@@ -108,6 +108,46 @@ void parse_budgets(const char *what, const char *s, size_t *out, size_t cap, siz
     *n = count;
 }
 
+size_t parse_budget(const char *what, const char *s, double *percent)
+{
+    size_t len = strlen(s);
+    *percent = 0;
+    if (len > 1 && s[len - 1] == '%') {
+        char *end;
+        errno = 0;
+        double p = strtod(s, &end);
+        if (end != s + len - 1 || errno || !(p > 0) || p > 100 || s[0] < '0' || s[0] > '9')
+            die_usage("%s: '%s' is not a percentage in (0, 100]", what, s);
+        *percent = p;
+        return 0;
+    }
+    return (size_t)parse_u64(what, s, 1, KVE_MAX_BUDGET);
+}
+
+size_t budget_of_whole(const char *what, const char *s, double percent, size_t whole,
+                       const char *of)
+{
+    size_t b = (size_t)floor(percent * (double)whole / 100.0);
+    if (b == 0)
+        die_usage("%s: %s of %s (%zu) is no position", what, s, of, whole);
+    if (b > KVE_MAX_BUDGET)
+        die_usage("%s: %s of %s (%zu) is above %d", what, s, of, whole, KVE_MAX_BUDGET);
+    return b;
+}
+
+void cli_resolve_budgets(cli_args *a, size_t whole, const char *of)
+{
+    for (size_t i = 0; i < a->n_budgets; i++)
+        if (a->budget_pct[i] > 0) {
+            char s[32];
+            snprintf(s, sizeof s, "%g%%", a->budget_pct[i]);
+            a->budgets[i] = budget_of_whole("--budget", s, a->budget_pct[i], whole, of);
+            a->budget_pct[i] = 0;
+        }
+    a->budget = a->n_budgets ? a->budgets[0] : 0;
+    a->budgets_relative = 0;
+}
+
 char *canon_spec(const char *what, const char *spec, size_t budget)
 {
     char buf[KVE_SPEC_MAX];
@@ -145,6 +185,7 @@ static const struct {
     {SO_FORMAT, {"md", 0, 0}},
     {SO_FORMAT, {"markdown", 0, 0}},
     {SO_OUTPUT, {"output", 'o', OPT_VALUE}},
+    {SO_QUIET, {"quiet", 0, 0}},
 };
 enum { N_SHARED = sizeof shared_defs / sizeof shared_defs[0] };
 
@@ -292,14 +333,33 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
             a->policy = s; /* checked by the command, with its --budget */
             break;
         case SO_BUDGET:
-            a->budget = (size_t)parse_u64("--budget", s, 1, KVE_MAX_BUDGET);
+            a->budget = parse_budget("--budget", s, &a->budget_pct[0]);
             a->n_budgets = 1;
             a->budgets[0] = a->budget;
+            a->budgets_relative = a->budget == 0;
             break;
-        case SO_BUDGETS:
-            parse_budgets("--budget", s, a->budgets, CLI_MAX_BUDGETS, &a->n_budgets);
+        case SO_BUDGETS: {
+            size_t n;
+            char **items = split_list("--budget", s, &n);
+            if (n > CLI_MAX_BUDGETS) {
+                free_list(items, n);
+                die_usage("--budget: %zu budgets; at most %d", n, CLI_MAX_BUDGETS);
+            }
+            for (size_t k = 0; k < n; k++) {
+                if (strlen(items[k]) >= 32) { /* a number this long is out of range anyway */
+                    char item[32];
+                    snprintf(item, sizeof item, "%.31s", items[k]);
+                    free_list(items, n);
+                    die_usage("--budget: '%s...' is too large", item);
+                }
+                a->budgets[k] = parse_budget("--budget", items[k], &a->budget_pct[k]);
+                a->budgets_relative |= a->budgets[k] == 0;
+            }
+            free_list(items, n);
+            a->n_budgets = n;
             a->budget = a->budgets[0];
             break;
+        }
         case SO_SEED:
             a->seed = parse_u64("--seed", s, 0, UINT64_MAX);
             break;
@@ -327,6 +387,9 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
         }
         case SO_OUTPUT:
             a->output = s;
+            break;
+        case SO_QUIET:
+            cli_quiet = 1;
             break;
         default:
             break;

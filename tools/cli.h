@@ -114,14 +114,15 @@ typedef struct opt_val {
 enum {
     SO_TRACE = 1u << 0,     /* --trace SRC ("-": a .npy on standard input) */
     SO_POLICY = 1u << 1,    /* --policy SPEC (checked with kve_spec_with) */
-    SO_BUDGET = 1u << 2,    /* --budget B, 1 .. KVE_MAX_BUDGET */
-    SO_BUDGETS = 1u << 3,   /* --budget B1,B2,... (same range, up to CLI_MAX_BUDGETS) */
+    SO_BUDGET = 1u << 2,    /* --budget B, 1 .. KVE_MAX_BUDGET, or P% (parse_budget) */
+    SO_BUDGETS = 1u << 3,   /* --budget B1,B2,... (each as SO_BUDGET, up to CLI_MAX_BUDGETS) */
     SO_SEED = 1u << 4,      /* --seed N */
     SO_NORMALIZE = 1u << 5, /* --normalize */
     SO_TOPK = 1u << 6,      /* --topk K, 1 .. KVE_MAX_BUDGET */
     SO_HEAD = 1u << 7,      /* --head N */
     SO_FORMAT = 1u << 8,    /* --format F, --json, --csv, --md, --markdown */
-    SO_OUTPUT = 1u << 9     /* -o FILE, --output FILE ("-": standard output) */
+    SO_OUTPUT = 1u << 9,    /* -o FILE, --output FILE ("-": standard output) */
+    SO_QUIET = 1u << 10     /* --quiet: no progress line (cli_quiet) */
 };
 
 typedef struct cli_spec {
@@ -145,7 +146,9 @@ typedef struct cli_args {
     const char *policy;    /* NULL when absent */
     size_t budget;         /* the (first) budget, 0 when absent */
     size_t n_budgets;      /* with SO_BUDGETS */
-    size_t budgets[CLI_MAX_BUDGETS];
+    size_t budgets[CLI_MAX_BUDGETS]; /* 0 for a percentage until cli_resolve_budgets */
+    double budget_pct[CLI_MAX_BUDGETS]; /* P of a budget given as P%, else 0 */
+    int budgets_relative;  /* some budget is a percentage, not yet resolved */
     uint64_t seed;         /* 0 */
     size_t topk;           /* 32 */
     int topk_given;        /* --topk was given: JSON says "topk" */
@@ -172,8 +175,22 @@ const opt_val *cli_own(const cli_args *a, const cli_spec *spec, const char *name
  * [min, max]; otherwise a usage error naming `what`. */
 uint64_t parse_u64(const char *what, const char *s, uint64_t min, uint64_t max);
 /* A comma-separated list of budgets (KVE_MAX_BUDGET at most each) into
- * out[0 .. *n), at most cap of them; usage errors name `what`. */
+ * out[0 .. *n), at most cap of them; usage errors name `what`. Counts only
+ * (the docs' blocks); --budget is parse_budget's. */
 void parse_budgets(const char *what, const char *s, size_t *out, size_t cap, size_t *n);
+/* A budget as every command's --budget is written: B, a count of positions
+ * (1 .. KVE_MAX_BUDGET), or P%, 0 < P <= 100, a share of a whole the command
+ * names (a trace's steps T; a model's context). Returns B, or 0 with
+ * *percent = P. Usage errors name `what`. */
+size_t parse_budget(const char *what, const char *s, double *percent);
+/* P% of `whole` positions, floor(P * whole / 100), for the budget written
+ * `s`; a usage error naming `what` and `of` ("the context") when that is no
+ * position. */
+size_t budget_of_whole(const char *what, const char *s, double percent, size_t whole,
+                       const char *of);
+/* Turns a's budgets given as percentages into positions of `whole` (`of`
+ * names it: "the trace's steps"); a->budget follows the first. */
+void cli_resolve_budgets(cli_args *a, size_t whole, const char *of);
 
 /* A finite decimal number (strtod syntax without hex, inf or nan) within
  * [min, max]; otherwise a usage error naming `what`. */
@@ -204,12 +221,15 @@ void rewrite_block(const char *path, const char *name, const char *block);
 void out_close(FILE *f);
 
 /* A "\r"-updated line on stderr while long work runs, drawn only when
- * stderr is a terminal and the command has run over two seconds. */
+ * stderr is a terminal, the command has run over two seconds and it was
+ * not given --quiet (cli_quiet). */
+extern int cli_quiet;
 typedef struct progress {
     const char *what; /* "step", "row", ... */
     uint64_t total;
     size_t head, heads; /* shown as "head h/H" when heads > 1 */
     double last;        /* when the line was last drawn */
+    uint64_t next;      /* the work done at which to read the clock again */
     int shown;
 } progress;
 void progress_begin(progress *pr, const char *what, uint64_t total, size_t head, size_t heads);
@@ -305,6 +325,8 @@ void table_free(table *t);
 #define KEY_SCORED "scored_steps"
 #define KEY_SEED "seed"
 #define KEY_TOPK "topk"
+#define KEY_RECALL32 "top32_recall"  /* the recall at k = 32, in every row */
+#define KEY_TOPK_RECALL "topk_recall" /* the recall at --topk K, beside "topk": K */
 #define KEY_MASS "retained_mass"
 #define KEY_MIN_MASS "min_retained_mass"
 #define KEY_NS "ns_per_step"
@@ -323,15 +345,17 @@ typedef struct result_ctx {
 } result_ctx;
 
 void result_ctx_init(result_ctx *c, const cli_args *a, const kve_trace *tr);
-/* The recall key for k: "top32_recall", "top16_recall", ... */
+/* The key of the recall a table shows: top32_recall, or topk_recall with
+ * --topk (whose k is then "topk"). */
 const char *recall_key(const result_ctx *c);
 /* The recall of r at the context's k (top32_recall when k = 32). */
 double recall_of(const result_ctx *c, const kve_eval_result *r);
 /* `{"policy": ..., "trace": ..., "budget", "steps", "scored_steps",
  * "heads", "layers", "seed"[, "topk"]` without the closing brace. */
 void json_result_begin(FILE *f, const result_ctx *c, const kve_eval_result *r);
-/* `"retained_mass": x, "topK_recall": y, "min_retained_mass": z,
- * "ns_per_step": w, "state_bytes": n` (no leading comma). */
+/* `"retained_mass": x, "top32_recall": y[, "topk_recall": y_k],
+ * "min_retained_mass": z, "ns_per_step": w, "state_bytes": n` (no leading
+ * comma; topk_recall with --topk). */
 void json_metrics(FILE *f, const result_ctx *c, const kve_eval_result *r);
 /* One whole row: begin, ", ", metrics, "}\n". */
 void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r);
@@ -493,8 +517,8 @@ char *shard_run(const char *command, const cli_args *a, const char *trace, size_
                 const char *policy,
                 const opt_val *params);
 /* One shard line: the keys of the unsharded JSON row (with "topk" always,
- * "top32_recall" beside "topK_recall", and "params" of grid point `job`
- * when g is not NULL), then "shard": "I/N", "job", "jobs" and "run". */
+ * and "params" of grid point `job` when g is not NULL), then "shard": "I/N",
+ * "job", "jobs" and "run". */
 void shard_line(FILE *f, const shard *s, size_t job, size_t jobs, const char *run,
                 const result_ctx *c, const kve_eval_result *r, const grid *g);
 

@@ -320,7 +320,8 @@ static const char bench_usage[] =
     "                   .npy file of your model's attention, qk:FILE (its queries\n"
     "                   and keys: every policy, those that read keys included), or\n"
     "                   - (stdin)\n"
-    "  --budget B1,...  the budgets of the policy tables (default 256,512)\n"
+    "  --budget B1,...  the budgets of the policy tables (default 256,512); each a\n"
+    "                   count or P% of the trace's steps T (floor(P T / 100))\n"
     "  --topk K         recall over the K most-attended positions in the tables\n"
     "                   (default 32; the sweep and the claims stay at 32)\n"
     "  --seeds N        instead of the report: the page's claims on N seeds of the\n"
@@ -335,6 +336,7 @@ static const char bench_usage[] =
     "  -o, --output FILE  write there instead of standard output (- for it)\n"
     "  --normalize      rescale each row of a .npy file to sum 1 instead of refusing\n"
     "  --seed N         seed of the policies' random numbers (default 0)\n"
+    "  --quiet          no progress line on stderr (drawn on a terminal after 2 s)\n"
     "  --shard I/N      run shard I of N (0 <= I < N) of the report's grid (every\n"
     "                   spec it needs, in the order it first uses them): the jobs\n"
     "                   j with j % N == I, as JSON Lines carrying each whole job;\n"
@@ -355,7 +357,8 @@ static const opt_def bench_own[] = {
     {"seeds", 0, OPT_VALUE}, {"shard", 0, OPT_VALUE}, {"model-trace", 0, OPT_VALUE}};
 static const cli_spec bench_spec = {
     .usage = bench_usage,
-    .shared = SO_TRACE | SO_BUDGETS | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT | SO_OUTPUT,
+    .shared = SO_TRACE | SO_BUDGETS | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT | SO_OUTPUT |
+              SO_QUIET,
     CLI_OWN(bench_own),
     .default_format = FMT_TEXT,
 };
@@ -375,9 +378,11 @@ void bench_collect(evalset *es, const bench_opts *o, const char *trace, size_t k
 }
 
 /* Shard `sh` of the report's grid, as shard lines. */
-static void run_shard(const cli_args *a, const bench_opts *o, const char *src, const shard *sh)
+static void run_shard(cli_args *a, const bench_opts *o, const char *src, const shard *sh)
 {
     kve_trace *tr = open_trace(a);
+    if (a->budgets_relative) /* --budget P%: of the trace's steps (o->budgets are a's) */
+        cli_resolve_budgets(a, kve_trace_steps(tr), "the trace's steps");
     size_t key_dim = kve_trace_key_dim(tr);
     evalset all;
     evalset_init(&all);
@@ -450,6 +455,8 @@ int cmd_bench(int argc, char **argv)
     evalset es;
     evalset_init(&es);
     kve_trace *tr = open_trace(&a);
+    if (a.budgets_relative) /* --budget P%: of the trace's steps (o.budgets are a's) */
+        cli_resolve_budgets(&a, kve_trace_steps(tr), "the trace's steps");
     bench_collect(&es, &o, src, kve_trace_key_dim(tr));
     evalset_run(&es, tr, &a, 0);
     result_ctx c;

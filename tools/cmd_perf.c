@@ -455,7 +455,7 @@ static void measure_policies(perf_rows *rs, size_t budget, const timing_opts *o,
         free(w.idx);
     }
     free(p.w);
-    if (!quiet && isatty(STDERR_FILENO))
+    if (!quiet && !cli_quiet && isatty(STDERR_FILENO))
         fprintf(stderr, "\rkvevict perf: budget %zu done   ", budget);
 }
 
@@ -565,7 +565,8 @@ static const char perf_usage[] =
     "measurement: ns/step, ns per kept slot, the floor, the ratio, bytes per slot.\n"
     "Timings depend on the machine and its load; they are never asserted.\n"
     "\n"
-    "  --budget B1,...    budgets of the policy rows (default above)\n"
+    "  --budget B1,...    budgets of the policy rows (default above; counts, not\n"
+    "                     percentages: perf times policies of a given size)\n"
     "  --quick            budgets 256 and 4Ki, banks of 8 heads, 2 runs of 2 ms\n"
     "  --reps N           runs per measurement, the best counts (default 7)\n"
     "  --ms MS            milliseconds per run (default 5)\n"
@@ -578,7 +579,8 @@ static const char perf_usage[] =
     "  -o, --output FILE  write there instead of standard output (- for it)\n"
     "  --docs FILE        also rewrite the block between <!-- perf:begin --> and\n"
     "                     <!-- perf:end --> of FILE (conditions, tables, targets)\n"
-    "  --plot DIR         also draw DIR/perf_vs_budget.png with gnuplot\n";
+    "  --plot DIR         also draw DIR/perf_vs_budget.png with gnuplot\n"
+    "  --quiet            no line on stderr saying which budget is done\n";
 
 static const opt_def perf_own[] = {
     {"quick", 0, 0}, {"reps", 0, OPT_VALUE}, {"ms", 0, OPT_VALUE},
@@ -586,7 +588,7 @@ static const opt_def perf_own[] = {
 };
 static const cli_spec perf_spec = {
     .usage = perf_usage,
-    .shared = SO_BUDGETS | SO_FORMAT | SO_OUTPUT,
+    .shared = SO_BUDGETS | SO_FORMAT | SO_OUTPUT | SO_QUIET,
     CLI_OWN(perf_own),
     .default_format = FMT_TEXT,
 };
@@ -607,6 +609,9 @@ int perf_main(int argc, char **argv, const perf_renderers *render)
         o.target = (double)parse_u64("--ms", ms->v[0], 1, 60000) / 1e3;
     const size_t *budgets = quick ? quick_budgets : default_budgets;
     size_t n_budgets = quick ? 2 : sizeof default_budgets / sizeof default_budgets[0];
+    if (a.budgets_relative)
+        die_usage("--budget: perf times policies of a given size, with no trace or model to take "
+                  "a percentage of: give counts of positions");
     if (a.n_budgets) {
         budgets = a.budgets;
         n_budgets = a.n_budgets;
@@ -624,7 +629,7 @@ int perf_main(int argc, char **argv, const perf_renderers *render)
     static const size_t one_budget[] = {256};
     measure_banks(&rs, bank_heads, quick ? 1 : N_BANK_HEADS,
                   quick ? one_budget : bank_budgets, quick ? 1 : N_BANK_BUDGETS, &o);
-    if (!quick && isatty(STDERR_FILENO))
+    if (!quick && !cli_quiet && isatty(STDERR_FILENO))
         fprintf(stderr, "\r%40s\r", "");
 
     print_rows(out, &rs, a.format);

@@ -137,13 +137,19 @@ void progress_begin(progress *pr, const char *what, uint64_t total, size_t head,
     pr->head = head;
     pr->heads = heads;
     pr->last = 0.0;
+    pr->next = 0;
     pr->shown = 0;
 }
 
+int cli_quiet;
+
 void progress_update(progress *pr, uint64_t done)
 {
-    if ((done & 255) != 0 && done != pr->total)
+    /* The clock is read after every 256 units of work (and at the end),
+     * whatever the size of each update. */
+    if (cli_quiet || (done < pr->next && done != pr->total))
         return;
+    pr->next = done + 256;
     double now = now_s();
     if (now - started < 2.0 || now - pr->last < 0.25 || !isatty(STDERR_FILENO))
         return;

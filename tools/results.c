@@ -24,9 +24,7 @@ void result_ctx_init(result_ctx *c, const cli_args *a, const kve_trace *tr)
 
 const char *recall_key(const result_ctx *c)
 {
-    static char key[40];
-    snprintf(key, sizeof key, "top%zu_recall", c->topk);
-    return key;
+    return c->topk_given ? KEY_TOPK_RECALL : KEY_RECALL32;
 }
 
 double recall_of(const result_ctx *c, const kve_eval_result *r)
@@ -53,8 +51,12 @@ void json_metrics(FILE *f, const result_ctx *c, const kve_eval_result *r)
 {
     fprintf(f, "\"" KEY_MASS "\": ");
     json_double(f, r->retained_mass);
-    fprintf(f, ", \"%s\": ", recall_key(c));
-    json_double(f, recall_of(c, r));
+    fprintf(f, ", \"" KEY_RECALL32 "\": ");
+    json_double(f, r->top32_recall);
+    if (c->topk_given) {
+        fprintf(f, ", \"" KEY_TOPK_RECALL "\": ");
+        json_double(f, recall_of(c, r));
+    }
     fprintf(f, ", \"" KEY_MIN_MASS "\": ");
     json_double(f, r->min_retained_mass);
     fprintf(f, ", \"" KEY_NS "\": ");
@@ -75,11 +77,11 @@ void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r)
 size_t result_cols(col *cols, size_t n, const result_ctx *c)
 {
     static char recall_head[48];
-    static char recall_csv[48];
     snprintf(recall_head, sizeof recall_head, "top-%zu recall", c->topk);
-    snprintf(recall_csv, sizeof recall_csv, "%s", recall_key(c));
     cols[n++] = (col){"retained mass", KEY_MASS, COL_ALL};
-    cols[n++] = (col){recall_head, recall_csv, COL_ALL};
+    if (c->topk_given) /* k = 32 always has its key; the table shows the recall at k */
+        cols[n++] = (col){"top-32 recall", KEY_RECALL32, COL_CSV | COL_JSON};
+    cols[n++] = (col){recall_head, recall_key(c), COL_ALL};
     cols[n++] = (col){"min mass", KEY_MIN_MASS, COL_ALL};
     cols[n++] = (col){"ns/step", KEY_NS, c->timings ? COL_ALL : COL_CSV | COL_JSON};
     cols[n++] = (col){"state bytes", KEY_STATE, COL_ALL};
@@ -98,6 +100,8 @@ size_t result_cols(col *cols, size_t n, const result_ctx *c)
 void result_cells(table *t, const result_ctx *c, const kve_eval_result *r)
 {
     table_real(t, r->retained_mass, "%.4f");
+    if (c->topk_given)
+        table_real(t, r->top32_recall, "%.4f");
     table_real(t, recall_of(c, r), "%.4f");
     table_real(t, r->min_retained_mass, "%.4f");
     table_real(t, r->ns_per_step, "%.1f");

@@ -51,6 +51,7 @@ static const char plot_usage[] =
     "  --out DIR    the directory to write the PNG files to (must exist)\n"
     "  --trace SRC  plot another trace (default canonical); the trace picture\n"
     "               shows its steps up to 2304\n"
+    "  --quiet      no progress line on stderr (drawn on a terminal after 2 s)\n"
     "  --real-model DIR  instead, the figures of docs/real-model.md (real_*.png)\n"
     "               from the data files in DIR (docs/data/real-model; make\n"
     "               real-model writes them)\n"
@@ -74,7 +75,7 @@ static const opt_def plot_own[] = {
     {"logx", 0, 0},           {"png", 0, OPT_VALUE}};
 static const cli_spec plot_spec = {
     .usage = plot_usage,
-    .shared = SO_TRACE,
+    .shared = SO_TRACE | SO_QUIET,
     CLI_OWN(plot_own),
 };
 

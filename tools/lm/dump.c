@@ -30,6 +30,7 @@ static const char dump_usage[] =
     "          and computes the attention rows (the KV-head group mean) on demand.\n"
     "          O(T S) bytes instead of O(T^2): long traces stay small\n"
     "  --loop  repeat the text's tokens after BOS as often as --steps needs\n"
+    "  --quiet no progress line on stderr (drawn on a terminal after 2 s)\n"
     "          (positions past the model's context are decoded all the same)\n"
     "\n"
     "The file is written under a temporary name and renamed into place.\n";
@@ -41,7 +42,7 @@ static const opt_def dump_own[] = {{"model", 0, OPT_VALUE},
                                    {"query-heads", 0, 0},
                                    {"qk", 0, 0},
                                    {"loop", 0, 0}};
-static const cli_spec dump_spec = LM_SPEC(dump_usage, SO_OUTPUT, dump_own, FMT_TEXT);
+static const cli_spec dump_spec = LM_SPEC(dump_usage, SO_OUTPUT | SO_QUIET, dump_own, FMT_TEXT);
 
 typedef struct dump_ctx {
     FILE *f;

@@ -40,7 +40,8 @@ static const char logits_usage[] =
     "                   read with --prompt\n"
     "  --policy SPEC    the policy of every (layer, KV head), e.g. window:budget=64;\n"
     "                   default: none, every key kept (--policy full is identical)\n"
-    "  --budget B       evict to B positions (default: the spec's budget)\n"
+    "  --budget B       evict to B positions (default: the spec's budget), or P% of\n"
+    "                   the model's context: floor(P seq_len / 100) positions\n"
     "  --positions P    original (keys rotated at their position, the default) or\n"
     "                   cache (keys rotated at their index in the cache)\n"
     "  --seed N         seed of the policies' random numbers (default 0)\n"
@@ -73,7 +74,7 @@ int lm_logits(int argc, char **argv)
     if (!tokens == !prompt)
         die_usage("give exactly one of --tokens and --prompt");
     lm_positions positions = opt_positions(own(&a, sp, "positions"));
-    if (a.budget && !a.policy)
+    if (a.n_budgets && !a.policy)
         die_usage("--budget needs --policy");
     if (a.policy)
         free(canon_spec("--policy", a.policy, a.budget));
@@ -87,6 +88,7 @@ int lm_logits(int argc, char **argv)
         free_list(items, n);
     }
     load_model(model);
+    resolve_budget(&a);
     int32_t V = lm_ctx.model->config.vocab_size;
     if (prompt) {
         load_tokenizer(own(&a, sp, "tokenizer"), model);
@@ -193,7 +195,7 @@ int cmd_generate(int argc, char **argv)
     uint64_t seed = a.seed;
     size_t budget = a.budget;
     const char *spec = a.policy;
-    if (budget && !spec)
+    if (a.n_budgets && !spec)
         die_usage("--budget needs --policy");
     if (spec)
         free(canon_spec("--policy", spec, budget));
@@ -207,6 +209,8 @@ int cmd_generate(int argc, char **argv)
             die_usage("--temperature: '%s' is not a number in [0, 1e6]", ts);
     }
     load_model(model);
+    resolve_budget(&a);
+    budget = a.budget;
     load_tokenizer(own(&a, sp, "tokenizer"), model);
     size_t n_prompt;
     int32_t *ids = encode(prompt, strlen(prompt), &n_prompt);

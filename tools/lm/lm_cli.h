@@ -87,6 +87,12 @@ char **split_specs(const opt_val *v, size_t *n);
 size_t budget_of(const char *s, int32_t seq_len);
 /* A decoder; dies (usage) on a bad spec. The budgets options apply. */
 lm_state *new_state(const char *spec, size_t budget, lm_positions pos, uint64_t seed);
+/* A usage error naming --budget (as written: `text`) when `spec` cannot take
+ * `budget` positions. */
+void check_budget(const char *spec, size_t budget, const char *text);
+/* The one --budget of lm logits and generate once the model is loaded: P%
+ * resolved (of the context), then checked against --policy. */
+void resolve_budget(cli_args *a);
 
 /* A command's cli_spec from its usage, shared options and own option table. */
 #define LM_SPEC(usage_, shared_, own_, format_)                                                    \
@@ -108,6 +114,8 @@ typedef struct measure_args {
     char **specs, **budgets;
     size_t n_specs, n_budgets;
     lm_positions positions;
+    size_t span; /* positions the longest decode attends at most; 0: the context */
+    const char *span_name; /* what decodes them ("the stream"); NULL: a window */
 } measure_args;
 
 /* Parses the options and loads model, tokenizer and text. Every argument is

@@ -38,6 +38,7 @@ static const char eval_usage[] =
     "                      every policy runs at every budget (default: the spec's)\n"
     "  --positions P       original (default) or cache\n"
     "  --seed N            seed of the policies' random numbers (default 0)\n"
+    "  --quiet             no progress line on stderr (drawn on a terminal after 2 s)\n"
     "  --format F          text (default), md, csv or json; --json, --csv, --md\n"
     "  -o, --output F      write to F instead of standard output\n"
     "\n"
@@ -53,7 +54,7 @@ static const char eval_usage[] =
 
 static const opt_def eval_own[] = {MEASURE_OPTS};
 static const cli_spec eval_spec =
-    LM_SPEC(eval_usage, SO_SEED | SO_FORMAT | SO_OUTPUT, eval_own, FMT_TEXT);
+    LM_SPEC(eval_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, eval_own, FMT_TEXT);
 
 /* Standard error of the ratio sum(x) / den over samples x_i weighted by
  * b_i (delta method): sqrt(W / (W - 1) * sum (x_i - r b_i)^2) / den, with
@@ -78,11 +79,12 @@ int lm_eval(int argc, char **argv)
     measure_args m;
     measure_parse(&m, &eval_spec, argc, argv);
     measure_load(&m, &eval_spec);
-    size_t n_jobs;
-    job *jobs = jobs_new(&m, &n_jobs);
     size_t chunk = (size_t)lm_ctx.model->config.seq_len - 1;
     if (chunk == 0)
         die_input("--model: seq_len 1 leaves no room after BOS");
+    m.span = chunk; /* a window decodes BOS and chunk - 1 tokens */
+    size_t n_jobs;
+    job *jobs = jobs_new(&m, &n_jobs);
     FILE *out = out_open(m.a.output);
 
     size_t W = (lm_ctx.n_ids + chunk - 1) / chunk;
@@ -201,7 +203,7 @@ static const opt_def stream_own[] = {MEASURE_OPTS,
                                      {"bin", 0, OPT_VALUE},
                                      {"full-tokens", 0, OPT_VALUE}};
 static const cli_spec stream_spec =
-    LM_SPEC(stream_usage, SO_SEED | SO_FORMAT | SO_OUTPUT, stream_own, FMT_TEXT);
+    LM_SPEC(stream_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, stream_own, FMT_TEXT);
 
 enum { STREAM_MAX_TOKENS = 1 << 30 };
 
@@ -221,6 +223,8 @@ int lm_stream(int argc, char **argv)
     measure_load(&m, &stream_spec);
     if (!W)
         W = (size_t)lm_ctx.model->config.seq_len;
+    m.span = N - 1; /* a policy decodes positions 0 .. N-2 */
+    m.span_name = "the stream";
     size_t n_jobs;
     job *jobs = jobs_new(&m, &n_jobs);
     FILE *out = out_open(m.a.output);

@@ -120,19 +120,9 @@ char **split_specs(const opt_val *v, size_t *n)
 
 size_t budget_of(const char *s, int32_t seq_len)
 {
-    size_t len = strlen(s);
-    if (len > 1 && s[len - 1] == '%') {
-        char *end;
-        errno = 0;
-        double p = strtod(s, &end);
-        if (end != s + len - 1 || errno || !(p > 0) || p > 100 || s[0] < '0' || s[0] > '9')
-            die_usage("--budget: '%s' is not a percentage in (0, 100]", s);
-        size_t b = (size_t)floor(p * (double)seq_len / 100.0);
-        if (b == 0)
-            die_usage("--budget: %s of the context (%d) is no position", s, seq_len);
-        return b;
-    }
-    return (size_t)parse_u64("--budget", s, 1, KVE_MAX_BUDGET);
+    double p;
+    size_t b = parse_budget("--budget", s, &p);
+    return b ? b : budget_of_whole("--budget", s, p, (size_t)seq_len, "the context");
 }
 
 lm_state *new_state(const char *spec, size_t budget, lm_positions pos, uint64_t seed)
@@ -147,6 +137,30 @@ lm_state *new_state(const char *spec, size_t budget, lm_positions pos, uint64_t 
     if (st != KVE_OK)
         die_lm(st, "--policy");
     return s;
+}
+
+void check_budget(const char *spec, size_t budget, const char *text)
+{
+    char what[128];
+    if (strchr(text, '%'))
+        snprintf(what, sizeof what, "--budget %s (%zu of the context's %d positions)", text,
+                 budget, lm_ctx.model->config.seq_len);
+    else
+        snprintf(what, sizeof what, "--budget %s", text);
+    free(canon_spec(what, spec, budget));
+}
+
+void resolve_budget(cli_args *a)
+{
+    if (!a->n_budgets)
+        return;
+    char text[32];
+    if (a->budget_pct[0] > 0)
+        snprintf(text, sizeof text, "%g%%", a->budget_pct[0]);
+    else
+        snprintf(text, sizeof text, "%zu", a->budget);
+    cli_resolve_budgets(a, (size_t)lm_ctx.model->config.seq_len, "the context");
+    check_budget(a->policy, a->budget, text);
 }
 
 /* ---- the measuring commands' common part: eval, passkey, repeat, stream, prefill */
@@ -222,12 +236,27 @@ job *jobs_new(const measure_args *m, size_t *n_jobs)
     job *jobs = xcalloc(1 + m->n_specs * nb, sizeof *jobs);
     jobs[0].s = new_state(NULL, 0, m->positions, m->a.seed);
     size_t n = 1;
+    size_t span = m->span ? m->span : (size_t)lm_ctx.model->config.seq_len;
     for (size_t b = 0; b < nb; b++) {
         size_t budget = m->n_budgets ? budget_of(m->budgets[b], lm_ctx.model->config.seq_len) : 0;
         for (size_t i = 0; i < m->n_specs; i++) {
+            if (budget)
+                check_budget(m->specs[i], budget, m->budgets[b]);
             jobs[n].s = new_state(m->specs[i], budget, m->positions, m->a.seed);
             jobs[n].spec = xstrdup(jobs[n].s->spec);
             jobs[n].budget = jobs[n].s->budget;
+            /* A step attends over the kept keys and its own: at budget B >= span - 1
+             * no key is gone before the last step, as `eval` warns of a budget
+             * with no scored step. Once per budget. */
+            size_t k = 1;
+            while (k < n && jobs[k].budget != jobs[n].budget)
+                k++;
+            if (k == n && jobs[n].budget + 1 >= span)
+                warn("no key is ever evicted at budget %zu: %s decodes at most %zu positions, "
+                     "each step attending over the budget and its own key; the rows at this "
+                     "budget equal the full cache's",
+                     jobs[n].budget, m->span_name ? m->span_name : "a window of the context",
+                     span);
             n++;
         }
     }

@@ -71,7 +71,7 @@ static const opt_def prefill_own[] = {
     {"windows", 0, OPT_VALUE}, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE},
     {"docs", 0, OPT_VALUE}};
 static const cli_spec prefill_spec =
-    LM_SPEC(prefill_usage, SO_SEED | SO_FORMAT | SO_OUTPUT, prefill_own, FMT_TEXT);
+    LM_SPEC(prefill_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, prefill_own, FMT_TEXT);
 
 enum { PF_STEP, PF_H2O, PF_SNAPKV, PF_POLICY, PF_METHODS };
 static const char *const pf_names[PF_METHODS] = {"step", "h2o", "snapkv", "policy"};

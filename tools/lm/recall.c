@@ -50,11 +50,11 @@ static const char repeat_usage[] =
 static const opt_def passkey_own[] = {
     MEASURE_OPTS, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE}};
 static const cli_spec passkey_spec =
-    LM_SPEC(passkey_usage, SO_SEED | SO_FORMAT | SO_OUTPUT, passkey_own, FMT_TEXT);
+    LM_SPEC(passkey_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, passkey_own, FMT_TEXT);
 static const opt_def repeat_own[] = {
     MEASURE_OPTS, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE}, {"span", 0, OPT_VALUE}};
 static const cli_spec repeat_spec =
-    LM_SPEC(repeat_usage, SO_SEED | SO_FORMAT | SO_OUTPUT, repeat_own, FMT_TEXT);
+    LM_SPEC(repeat_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, repeat_own, FMT_TEXT);
 
 /* Decodes a window from a fresh cache. Without per_pos: all n tokens, and
  * returns the argmax after the last. With per_pos: tokens[0 .. n-1), and
@@ -113,6 +113,8 @@ static int lm_recall(int argc, char **argv, int repeat)
     }
     size_t nd;
     size_t *dist = distances(own(&ma.a, sp, "distances"), lo, hi, repeat, &nd);
+    if (repeat)
+        ma.span = L - 1; /* a window's last token is only predicted */
     size_t n_jobs;
     job *jobs = jobs_new(&ma, &n_jobs);
     FILE *out = out_open(ma.a.output);
