@@ -449,6 +449,44 @@ expect_err 2 docs --check "$D/tab5.md"
 printf '<!-- kvevict:begin table %s/none.jsonl show=x -->\n<!-- kvevict:end table -->\n' "$D" >"$D/tab6.md"
 expect_err 1 docs --check "$D/tab6.md"
 
+# ---- docs: every malformed block or page is refused in one line ----------------
+refuse() { # CODE NAME BLOCK-LINE [MORE LINES]: a page with that block, refused
+    code=$1; name=$2; shift 2
+    printf '%s\n' "$@" >"$D/r-$name.md"
+    expect_err "$code" docs --check "$D/r-$name.md"
+}
+E='<!-- kvevict:end table -->'
+refuse 2 t-nofile '<!-- kvevict:begin table -->' "$E"
+refuse 2 t-where9 "<!-- kvevict:begin table $D/data.jsonl where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 show=x -->" "$E"
+refuse 2 t-badwhere "<!-- kvevict:begin table $D/data.jsonl where=nocolon show=x -->" "$E"
+refuse 2 t-nokey "<!-- kvevict:begin table $D/data.jsonl show=:2 -->" "$E"
+refuse 2 t-badfmt "<!-- kvevict:begin table $D/data.jsonl show=x:zz -->" "$E"
+refuse 2 t-nohead "<!-- kvevict:begin table $D/data.jsonl show=x:2: -->" "$E"
+refuse 2 t-colsfmt "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance:2 value=accuracy -->" "$E"
+refuse 2 t-valhead "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance value=accuracy:2:H -->" "$E"
+refuse 2 t-unknown "<!-- kvevict:begin table $D/data.jsonl nosuch=1 -->" "$E"
+refuse 2 t-halfpivot "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance -->" "$E"
+refuse 2 t-nothing "<!-- kvevict:begin table $D/data.jsonl where=policy:full -->" "$E"
+refuse 2 t-trace "<!-- kvevict:begin table $D/data.jsonl show=x trace=canonical -->" "$E"
+refuse 1 t-nomatch "<!-- kvevict:begin table $D/data.jsonl where=policy:none show=x -->" "$E"
+refuse 1 t-notnum "<!-- kvevict:begin table $D/data.jsonl show=policy:2 -->" "$E"
+refuse 1 t-missing "<!-- kvevict:begin table $D/nosuch.jsonl show=x -->" "$E"
+: >"$D/empty.jsonl"
+refuse 1 t-empty "<!-- kvevict:begin table $D/empty.jsonl show=x -->" "$E"
+printf '{"a": 1}\n{"a": 1,}\n' >"$D/bad.jsonl"
+refuse 1 t-badline "<!-- kvevict:begin table $D/bad.jsonl show=a -->" "$E"
+refuse 2 b-args '<!-- kvevict:begin summary x=1 -->' '<!-- kvevict:end summary -->'
+refuse 2 b-bench '<!-- kvevict:begin bench -->' '<!-- kvevict:end bench -->'
+refuse 2 b-sweep '<!-- kvevict:begin sweep -->' '<!-- kvevict:end sweep -->'
+refuse 1 b-emptytrace '<!-- kvevict:begin summary trace= -->' '<!-- kvevict:end summary -->'
+refuse 1 b-manyargs '<!-- kvevict:begin sweep a b c d e f g h i j k l m n o p q -->' '<!-- kvevict:end sweep -->'
+refuse 1 b-badend '<!-- kvevict:begin summary -->' '<!-- kvevict:end bench -->'
+refuse 1 b-nested '<!-- kvevict:begin summary -->' '<!-- kvevict:begin bench budget=8 -->'
+refuse 1 b-noname '<!-- kvevict:begin  -->' '<!-- kvevict:end  -->'
+printf 'a\000b\n' >"$D/nul.md"
+expect_err 1 docs --check "$D/nul.md"
+expect_err 1 docs --check "$D/nosuch.md"
+
 # ---- machine-readable output, parsed ---------------------------------------
 # The keys every result row carries (docs/cli.md).
 ROW="--key policy:string --key trace:string --key budget:integer --key steps:integer
