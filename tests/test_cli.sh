@@ -337,6 +337,12 @@ check "plot without gnuplot: one line" [ "$(wc -l <"$D/err")" -eq 1 ]
 check "kvevict-docs is built beside kvevict" [ -x "$(dirname "$K")/kvevict-docs" ]
 "$(dirname "$K")/kvevict-docs" --help >"$D/out" 2>&1
 check "kvevict-docs --help" grep -q '^usage: kvevict-docs COMMAND' "$D/out"
+"$(dirname "$K")/kvevict-docs" >"$D/out" 2>"$D/err"
+check "kvevict-docs without a command: usage error" [ $? -eq 2 ] && grep -q 'missing command' "$D/err"
+"$(dirname "$K")/kvevict-docs" -h >"$D/out" 2>&1
+check "kvevict-docs -h" grep -q '^usage: kvevict-docs COMMAND' "$D/out"
+"$(dirname "$K")/kvevict-docs" eval >"$D/out" 2>"$D/err"
+check "kvevict-docs eval: not its command" [ $? -eq 2 ] && grep -q "unknown command 'eval'" "$D/err"
 "$K" help docs >"$D/out" 2>&1
 check "kvevict help docs: kvevict-docs's usage" grep -q '^usage: kvevict docs ' "$D/out"
 mkdir "$D/alone"
@@ -459,6 +465,13 @@ E='<!-- kvevict:end table -->'
 refuse 2 t-nofile '<!-- kvevict:begin table -->' "$E"
 refuse 2 t-where9 "<!-- kvevict:begin table $D/data.jsonl where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 show=x -->" "$E"
 refuse 2 t-badwhere "<!-- kvevict:begin table $D/data.jsonl where=nocolon show=x -->" "$E"
+for w in ':x' 'a:' 'a!=b'; do
+    refuse 2 t-where "<!-- kvevict:begin table $D/data.jsonl where=$w show=x -->" "$E"
+done
+refuse 2 t-plusfmt "<!-- kvevict:begin table $D/data.jsonl show=x:+z -->" "$E"
+refuse 2 t-twocols "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance cols=x value=accuracy -->" "$E"
+refuse 2 t-twovalues "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance value=x value=accuracy -->" "$E"
+refuse 2 t-pivotshow "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance value=accuracy show=x -->" "$E"
 refuse 2 t-nokey "<!-- kvevict:begin table $D/data.jsonl show=:2 -->" "$E"
 refuse 2 t-badfmt "<!-- kvevict:begin table $D/data.jsonl show=x:zz -->" "$E"
 refuse 2 t-nohead "<!-- kvevict:begin table $D/data.jsonl show=x:2: -->" "$E"
@@ -477,12 +490,25 @@ printf '{"a": 1}\n{"a": 1,}\n' >"$D/bad.jsonl"
 refuse 1 t-badline "<!-- kvevict:begin table $D/bad.jsonl show=a -->" "$E"
 refuse 2 b-args '<!-- kvevict:begin summary x=1 -->' '<!-- kvevict:end summary -->'
 refuse 2 b-bench '<!-- kvevict:begin bench -->' '<!-- kvevict:end bench -->'
+refuse 2 b-bench2 '<!-- kvevict:begin bench budget=8 x=1 -->' '<!-- kvevict:end bench -->'
+refuse 2 b-seeds2 '<!-- kvevict:begin seeds n=2 x=1 -->' '<!-- kvevict:end seeds -->'
+refuse 2 b-seedsnn '<!-- kvevict:begin seeds nn=2 -->' '<!-- kvevict:end seeds -->'
+refuse 1 b-strayend 'text' '<!-- kvevict:end summary -->'
 refuse 2 b-sweep '<!-- kvevict:begin sweep -->' '<!-- kvevict:end sweep -->'
 refuse 1 b-emptytrace '<!-- kvevict:begin summary trace= -->' '<!-- kvevict:end summary -->'
 refuse 1 b-manyargs '<!-- kvevict:begin sweep a b c d e f g h i j k l m n o p q -->' '<!-- kvevict:end sweep -->'
 refuse 1 b-badend '<!-- kvevict:begin summary -->' '<!-- kvevict:end bench -->'
 refuse 1 b-nested '<!-- kvevict:begin summary -->' '<!-- kvevict:begin bench budget=8 -->'
 refuse 1 b-noname '<!-- kvevict:begin  -->' '<!-- kvevict:end  -->'
+# a marker with trailing blanks or CR is one; a line that only begins like one is text
+printf '<!-- kvevict:begin table %s show=policy -->  \r\n<!-- kvevict:end table -->\n<!-- kvevict:begin x\n' \
+    "$D/data.jsonl" >"$D/cr.md"
+"$K" docs "$D/cr.md" >"$D/out" 2>"$D/err"
+check "docs: a marker with trailing blanks and CR ($(cat "$D/err"))" grep -q '^| full ' "$D/cr.md"
+printf '{"policy": "full"}\n{"policy": "h2o"}' >"$D/nonl.jsonl"
+printf '<!-- kvevict:begin table %s show=policy -->\n<!-- kvevict:end table -->\n' "$D/nonl.jsonl" >"$D/nonl.md"
+"$K" docs "$D/nonl.md" >"$D/out" 2>"$D/err"
+check "docs: a data file's last line without a newline ($(cat "$D/err"))" grep -q '^| h2o ' "$D/nonl.md"
 printf 'a\000b\n' >"$D/nul.md"
 expect_err 1 docs --check "$D/nul.md"
 expect_err 1 docs --check "$D/nosuch.md"

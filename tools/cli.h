@@ -12,7 +12,9 @@
  *  - Every failure prints exactly one line, "kvevict CMD: message", on
  *    stderr; warnings are "kvevict CMD: warning: message". Results go to
  *    standard output or -o FILE; progress goes to stderr only when it is a
- *    terminal and the work has lasted over two seconds.
+ *    terminal, the work has lasted over two seconds and --quiet is not given.
+ *  - --budget is B positions or P% of a whole the command names (a trace's
+ *    steps, a model's context), the same syntax everywhere.
  *  - Output: --format text|md|csv|json (shorthands --json, --csv, --md,
  *    --markdown); JSON is JSON Lines, one object per result row, with the
  *    same key for the same quantity everywhere (KEY_* below). A metric over
@@ -22,8 +24,11 @@
  * A new subcommand: one file tools/cmd_NAME.c with `int cmd_NAME(int, char
  * **)`, a cli_spec naming the shared options it takes (parsed and checked
  * once by cli_parse) and its own, one line in the table of kvevict.c, one
- * word in tools/CMakeLists.txt. Results go through out_open/out_close and
- * the table or json_result helpers, so formats and keys stay the same.
+ * word in tools/CMakeLists.txt (a new `lm` command: tools/lm/, lm_cli.h and
+ * the table of lm/cmd_lm.c; a source-tree command: tools/docs/, docs.h).
+ * Results go through out_open/out_close and the table or json_result
+ * helpers, so formats and keys stay the same. A new trace source of the
+ * tool's own is one file and one line of traces.c's tool_sources.
  */
 #ifndef KVE_CLI_H
 #define KVE_CLI_H
