@@ -9,12 +9,14 @@
 #   valgrind   every C test executable under valgrind memcheck (build-valgrind/):
 #              zero errors, zero definite or indirect leaks
 #   fuzz       each libFuzzer target for CI_FUZZ_SECONDS (default 30) s
-#   coverage   gcc --coverage build (build-cov/), whole suite, gcovr reports:
-#              the documentation tool (tools/docs/) and the user's CLI
-#              (tools/ but docs/), then src/, lines and branches, printed
-#              last; branch coverage of src/ or of tools/docs/ below
-#              COVERAGE_MIN_BRANCH (default 90) %, or of the user's CLI below
-#              COVERAGE_MIN_BRANCH_CLI (default 70) %, fails
+#   coverage   gcc --coverage build (build-cov/), whole suite, one gcovr pass
+#              (build-cov/coverage.json), then reports of the documentation
+#              tool (tools/docs/), of the user's CLI (tools/ but tools/docs/)
+#              and of src/, lines and branches, printed last. Branch coverage
+#              of src/ or of tools/docs/ below COVERAGE_MIN_BRANCH (default
+#              90) % fails; so does the user's CLI's below
+#              COVERAGE_MIN_BRANCH_CLI (default 80 %: a floor under the 82.9 %
+#              its tests reached when the gate was added, against regression)
 # Usage: ./scripts/ci-gates.sh [GATE...]   (default: all, in the order above)
 # Installs what it needs with apt-get when root (scripts/deps.sh).
 set -uo pipefail
@@ -22,7 +24,7 @@ cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
 FUZZ_SECONDS=${CI_FUZZ_SECONDS:-30}
 MIN_BRANCH=${COVERAGE_MIN_BRANCH:-90}
-MIN_BRANCH_CLI=${COVERAGE_MIN_BRANCH_CLI:-70}
+MIN_BRANCH_CLI=${COVERAGE_MIN_BRANCH_CLI:-80}
 gates=${*:-static valgrind fuzz coverage}
 COV=${KVE_COV_BUILD:-build-cov}      # build trees (overridable, e.g. for a private run)
 VG=${KVE_VG_BUILD:-build-valgrind}
@@ -90,7 +92,9 @@ gate_coverage() {
     tail -40 "$COV"/ctest.log
     return 1
   }
-  local obj=(--root . --object-directory "$COV")
+  # gcov runs once; each report reads its result back.
+  gcovr --root . --object-directory "$COV" --json "$COV"/coverage.json || return 1
+  local obj=(--root . --add-tracefile "$COV"/coverage.json)
   local rc=0
   echo "---- coverage of the documentation tool (tools/docs/): branches ----"
   gcovr "${obj[@]}" --filter 'tools/docs/' --txt --branches --print-summary \
