@@ -5,11 +5,23 @@
 #               the thread test under TSan
 # Build trees live in build/ (Release), build-asan/ and build-tsan/. Builds
 # print nothing unless they fail (scripts/quiet.sh); -Werror is on for every
-# build made here (KVE_WERROR=ON), as in CI.
+# build made here (KVE_WERROR=ON), as in CI. The build makes two programs:
+# build/kvevict (the user's CLI, the one installed) and build/kvevict-docs
+# (the documentation build tool, never installed: docs, plots, perf-docs).
+# What a build needs is checked (and, as root, installed) once, not on every
+# build: build/.deps-ok stands for "checked", and goes with make clean.
 
 JOBS ?= 2
 CMAKE_FLAGS ?=
 BASE_DEPS = cmake:cmake gcc:gcc make:make pkgconf:pkg-config
+# What the tests need beyond the build (else they skip, saying why): gnuplot
+# (test_plot), Debian's numpy, torch, pip and setuptools for /usr/bin/python3
+# (the Python binding's tests), OpenBLAS so that numpy and torch run at speed,
+# clang (test_split_clang compiles the core with it too).
+TEST_DEPS = gnuplot-nox:gnuplot python3-numpy:py:numpy python3-pip:py:pip \
+  python3-setuptools:py:setuptools python3-torch:py:torch libopenblas0-pthread clang:clang
+DEPS_STAMP = build/.deps-ok
+TEST_DEPS_STAMP = build/.test-deps-ok
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
@@ -17,10 +29,19 @@ CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
 all: build/kvevict
 
-deps:
-	@./scripts/deps.sh $(BASE_DEPS)
+deps: $(DEPS_STAMP)
 
-build/kvevict: deps FORCE
+$(DEPS_STAMP): Makefile scripts/deps.sh
+	@./scripts/deps.sh $(BASE_DEPS)
+	@mkdir -p build && touch $@
+
+# Without root, deps.sh names what is missing and the tests that need it
+# skip: scripts/ctest.sh lists each with its reason at the end of make test.
+$(TEST_DEPS_STAMP): Makefile scripts/deps.sh
+	@if ./scripts/deps.sh $(TEST_DEPS); then mkdir -p build && touch $@; else \
+	  echo "make test: the tests that need them will skip (listed at the end)"; fi
+
+build/kvevict: $(DEPS_STAMP) FORCE
 	@$(QUIET) build/build.log sh -c '$(CONFIGURE) -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j $(JOBS)'
 
 run: build/kvevict
@@ -38,7 +59,7 @@ bench: build/kvevict
 # drift-checked: commit them with the conditions the page states.
 perf-docs: build/kvevict
 	@./scripts/deps.sh gnuplot-nox:gnuplot
-	./build/kvevict perf --docs docs/performance.md --plot docs/img -o build/perf.txt
+	./build/kvevict-docs perf --docs docs/performance.md --plot docs/img -o build/perf.txt
 
 # The measured block of docs/prefill.md: prefill compression against per-step
 # eviction on the committed model (kvevict lm prefill; about ten minutes on
@@ -58,10 +79,10 @@ qk-scaling-docs: build/kvevict
 # blocks of the docs (docs/results.md, docs/policies/*.md; see kvevict docs --help).
 plots: build/kvevict
 	@./scripts/deps.sh gnuplot-nox:gnuplot
-	./build/kvevict plot --out docs/img
+	./build/kvevict-docs plot --out docs/img
 
 docs: build/kvevict
-	./build/kvevict docs $(wildcard docs/*.md docs/policies/*.md)
+	./build/kvevict-docs docs $(wildcard docs/*.md docs/policies/*.md)
 
 # The measurements of docs/budgets.md (the model and its attention traces;
 # about ten minutes), its figures and tables: scripts/budgets.sh. The drift
@@ -77,21 +98,24 @@ budgets-docs: build/kvevict
 real-model: build/kvevict
 	./scripts/real-model.sh build
 
+# Each suite lists the tests that skipped with their reasons (scripts/ctest.sh);
+# make test ends with the list over the three.
 test: test-release test-asan test-tsan
+	@./scripts/ctest.sh --summary build build-asan build-tsan
 
-test-release: build/kvevict
-	cd build && ctest --output-on-failure -j $(JOBS)
+test-release: build/kvevict $(TEST_DEPS_STAMP)
+	@./scripts/ctest.sh build --output-on-failure -j $(JOBS)
 
-test-asan: deps
+test-asan: $(DEPS_STAMP) $(TEST_DEPS_STAMP)
 	@$(QUIET) build-asan/build.log sh -c '$(CONFIGURE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVE_SANITIZE=ON && cmake --build build-asan -j $(JOBS)'
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j $(JOBS)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ./scripts/ctest.sh build-asan --output-on-failure -j $(JOBS)
 
 # The thread tests (tests/test_threads.c, tests/test_bank_threads.c) under
 # ThreadSanitizer.
-test-tsan: deps
+test-tsan: $(DEPS_STAMP)
 	@$(QUIET) build-tsan/build.log sh -c '$(CONFIGURE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVE_TSAN=ON && cmake --build build-tsan -j $(JOBS) --target test_threads test_bank_threads'
-	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure \
+	@TSAN_OPTIONS=halt_on_error=1 ./scripts/ctest.sh build-tsan --output-on-failure \
 	  -R '^(test_threads|test_bank_threads)$$'
 
 # libFuzzer on every target for FUZZ_SECONDS each (clang; see docs/robustness.md).

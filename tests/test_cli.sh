@@ -333,6 +333,32 @@ check "plot without gnuplot exits 1" [ "$rc" -eq 1 ]
 check "plot without gnuplot says how to install it" grep -q 'apt-get install gnuplot-nox' "$D/err"
 check "plot without gnuplot: one line" [ "$(wc -l <"$D/err")" -eq 1 ]
 
+# ---- the source-tree commands: kvevict-docs beside kvevict, or a clear refusal --
+check "kvevict-docs is built beside kvevict" [ -x "$(dirname "$K")/kvevict-docs" ]
+"$(dirname "$K")/kvevict-docs" --help >"$D/out" 2>&1
+check "kvevict-docs --help" grep -q '^usage: kvevict-docs COMMAND' "$D/out"
+"$(dirname "$K")/kvevict-docs" >"$D/out" 2>"$D/err"
+check "kvevict-docs without a command: usage error" [ $? -eq 2 ] && grep -q 'missing command' "$D/err"
+"$(dirname "$K")/kvevict-docs" -h >"$D/out" 2>&1
+check "kvevict-docs -h" grep -q '^usage: kvevict-docs COMMAND' "$D/out"
+"$(dirname "$K")/kvevict-docs" eval >"$D/out" 2>"$D/err"
+check "kvevict-docs eval: not its command" [ $? -eq 2 ] && grep -q "unknown command 'eval'" "$D/err"
+"$K" help docs >"$D/out" 2>&1
+check "kvevict help docs: kvevict-docs's usage" grep -q '^usage: kvevict docs ' "$D/out"
+mkdir "$D/alone"
+cp "$K" "$D/alone/kvevict"
+for c in "docs --check x.md" "plot" "help docs" "perf --quick --docs x.md" "perf --plot ."; do
+    # shellcheck disable=SC2086
+    "$D/alone/kvevict" $c >"$D/out" 2>"$D/err"
+    rc=$?
+    check "without kvevict-docs, kvevict $c exits 2 ($rc)" [ "$rc" -eq 2 ]
+    check "without kvevict-docs, kvevict $c: one line naming kvevict-docs" \
+        sh -c "[ \$(wc -l <'$D/err') -eq 1 ] && grep -q 'kvevict-docs.*never installed' '$D/err'"
+    check "without kvevict-docs, kvevict $c prints nothing" [ ! -s "$D/out" ]
+done
+"$D/alone/kvevict" perf --quick --budget 256 --reps 1 --ms 1 --json >"$D/out" 2>"$D/err"
+check "without kvevict-docs, perf itself runs" [ $? -eq 0 ] && [ -s "$D/out" ]
+
 # ---- docs: regenerate, check, and mask exactly the timing cells ---------------
 cat >"$D/doc.md" <<'DOC'
 # A page
@@ -429,6 +455,64 @@ expect_err 2 docs --check "$D/tab5.md"
 printf '<!-- kvevict:begin table %s/none.jsonl show=x -->\n<!-- kvevict:end table -->\n' "$D" >"$D/tab6.md"
 expect_err 1 docs --check "$D/tab6.md"
 
+# ---- docs: every malformed block or page is refused in one line ----------------
+refuse() { # CODE NAME BLOCK-LINE [MORE LINES]: a page with that block, refused
+    code=$1; name=$2; shift 2
+    printf '%s\n' "$@" >"$D/r-$name.md"
+    expect_err "$code" docs --check "$D/r-$name.md"
+}
+E='<!-- kvevict:end table -->'
+refuse 2 t-nofile '<!-- kvevict:begin table -->' "$E"
+refuse 2 t-where9 "<!-- kvevict:begin table $D/data.jsonl where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 where=a:1 show=x -->" "$E"
+refuse 2 t-badwhere "<!-- kvevict:begin table $D/data.jsonl where=nocolon show=x -->" "$E"
+for w in ':x' 'a:' 'a!=b'; do
+    refuse 2 t-where "<!-- kvevict:begin table $D/data.jsonl where=$w show=x -->" "$E"
+done
+refuse 2 t-plusfmt "<!-- kvevict:begin table $D/data.jsonl show=x:+z -->" "$E"
+refuse 2 t-twocols "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance cols=x value=accuracy -->" "$E"
+refuse 2 t-twovalues "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance value=x value=accuracy -->" "$E"
+refuse 2 t-pivotshow "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance value=accuracy show=x -->" "$E"
+refuse 2 t-nokey "<!-- kvevict:begin table $D/data.jsonl show=:2 -->" "$E"
+refuse 2 t-badfmt "<!-- kvevict:begin table $D/data.jsonl show=x:zz -->" "$E"
+refuse 2 t-nohead "<!-- kvevict:begin table $D/data.jsonl show=x:2: -->" "$E"
+refuse 2 t-colsfmt "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance:2 value=accuracy -->" "$E"
+refuse 2 t-valhead "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance value=accuracy:2:H -->" "$E"
+refuse 2 t-unknown "<!-- kvevict:begin table $D/data.jsonl nosuch=1 -->" "$E"
+refuse 2 t-halfpivot "<!-- kvevict:begin table $D/data.jsonl rows=spec cols=distance -->" "$E"
+refuse 2 t-nothing "<!-- kvevict:begin table $D/data.jsonl where=policy:full -->" "$E"
+refuse 2 t-trace "<!-- kvevict:begin table $D/data.jsonl show=x trace=canonical -->" "$E"
+refuse 1 t-nomatch "<!-- kvevict:begin table $D/data.jsonl where=policy:none show=x -->" "$E"
+refuse 1 t-notnum "<!-- kvevict:begin table $D/data.jsonl show=policy:2 -->" "$E"
+refuse 1 t-missing "<!-- kvevict:begin table $D/nosuch.jsonl show=x -->" "$E"
+: >"$D/empty.jsonl"
+refuse 1 t-empty "<!-- kvevict:begin table $D/empty.jsonl show=x -->" "$E"
+printf '{"a": 1}\n{"a": 1,}\n' >"$D/bad.jsonl"
+refuse 1 t-badline "<!-- kvevict:begin table $D/bad.jsonl show=a -->" "$E"
+refuse 2 b-args '<!-- kvevict:begin summary x=1 -->' '<!-- kvevict:end summary -->'
+refuse 2 b-bench '<!-- kvevict:begin bench -->' '<!-- kvevict:end bench -->'
+refuse 2 b-bench2 '<!-- kvevict:begin bench budget=8 x=1 -->' '<!-- kvevict:end bench -->'
+refuse 2 b-seeds2 '<!-- kvevict:begin seeds n=2 x=1 -->' '<!-- kvevict:end seeds -->'
+refuse 2 b-seedsnn '<!-- kvevict:begin seeds nn=2 -->' '<!-- kvevict:end seeds -->'
+refuse 1 b-strayend 'text' '<!-- kvevict:end summary -->'
+refuse 2 b-sweep '<!-- kvevict:begin sweep -->' '<!-- kvevict:end sweep -->'
+refuse 1 b-emptytrace '<!-- kvevict:begin summary trace= -->' '<!-- kvevict:end summary -->'
+refuse 1 b-manyargs '<!-- kvevict:begin sweep a b c d e f g h i j k l m n o p q -->' '<!-- kvevict:end sweep -->'
+refuse 1 b-badend '<!-- kvevict:begin summary -->' '<!-- kvevict:end bench -->'
+refuse 1 b-nested '<!-- kvevict:begin summary -->' '<!-- kvevict:begin bench budget=8 -->'
+refuse 1 b-noname '<!-- kvevict:begin  -->' '<!-- kvevict:end  -->'
+# a marker with trailing blanks or CR is one; a line that only begins like one is text
+printf '<!-- kvevict:begin table %s show=policy -->  \r\n<!-- kvevict:end table -->\n<!-- kvevict:begin x\n' \
+    "$D/data.jsonl" >"$D/cr.md"
+"$K" docs "$D/cr.md" >"$D/out" 2>"$D/err"
+check "docs: a marker with trailing blanks and CR ($(cat "$D/err"))" grep -q '^| full ' "$D/cr.md"
+printf '{"policy": "full"}\n{"policy": "h2o"}' >"$D/nonl.jsonl"
+printf '<!-- kvevict:begin table %s show=policy -->\n<!-- kvevict:end table -->\n' "$D/nonl.jsonl" >"$D/nonl.md"
+"$K" docs "$D/nonl.md" >"$D/out" 2>"$D/err"
+check "docs: a data file's last line without a newline ($(cat "$D/err"))" grep -q '^| h2o ' "$D/nonl.md"
+printf 'a\000b\n' >"$D/nul.md"
+expect_err 1 docs --check "$D/nul.md"
+expect_err 1 docs --check "$D/nosuch.md"
+
 # ---- machine-readable output, parsed ---------------------------------------
 # The keys every result row carries (docs/cli.md).
 ROW="--key policy:string --key trace:string --key budget:integer --key steps:integer
@@ -455,9 +539,40 @@ check "eval --per-head --json parses" "$J" json $ROW --key per_head:array --valu
 "$K" eval --trace "$D/heads.npy" --policy window:budget=1 --per-head --csv >"$D/c"
 check "eval --per-head --csv: the whole and each head" "$J" csv --count 3 --key layer:string --key head:string "$D/c"
 "$K" eval --trace "$C" --policy h2o --budget 256 --topk 16 --json >"$D/j"
-check "eval --topk 16: top16_recall and topk, no top32_recall" "$J" json $ROW --key top16_recall:number --value topk=16 --no-key top32_recall "$D/j"
+check "eval --topk 16: topk_recall and topk beside top32_recall" "$J" json $ROW --key topk_recall:number --value topk=16 --key top32_recall:number --no-key top16_recall "$D/j"
+"$K" eval --trace "$C" --policy h2o --budget 256 --json >"$D/j32"
+t32=$(sed 's/.*"top32_recall": \([^,]*\),.*/\1/' "$D/j32")
+check "eval --topk 16: top32_recall is still the recall at 32 ($t32)" grep -q "\"top32_recall\": $t32," "$D/j"
+"$K" eval --trace "$C" --policy h2o --budget 256 --topk 16 --csv >"$D/c"
+check "eval --topk 16 --csv: the same keys" sh -c "head -1 '$D/c' | grep -q 'top32_recall,topk_recall'"
 "$K" eval --trace "$C" --policy h2o --budget 256 --topk 16 >"$D/out"
 check "eval --topk 16 text says top-16" grep -q '^top-16 recall ' "$D/out"
+# ---- budgets as percentages of the trace's steps, as every command writes them
+no_ns() { sed -E 's/"ns_per_step": [^,]*,//' "$1"; }
+"$K" eval --trace "$C" --policy h2o --budget 40% --json >"$D/pct" 2>"$D/err"
+"$K" eval --trace "$C" --policy h2o --budget 280 --json >"$D/cnt"
+check "eval --budget 40% of 700 steps is budget 280" [ "$(no_ns "$D/pct")" = "$(no_ns "$D/cnt")" ]
+check "eval --budget 40%: nothing on stderr" [ ! -s "$D/err" ]
+expect_says 2 "--budget: 0.1% of the trace's steps (700) is no position" eval --trace "$C" --policy h2o --budget 0.1%
+expect_says 2 "--budget: '101%' is not a percentage in (0, 100]" eval --trace "$C" --policy h2o --budget 101%
+"$K" eval --trace "$C" --policy h2o --budget 100% --json >"$D/j" 2>"$D/err"
+check "eval --budget 100%: the unscored warning of any budget >= T - 1" grep -q 'no step is scored at budget 700' "$D/err"
+"$K" sweep --trace "$C" --policy h2o --budget 10%,40% --json >"$D/pct"
+"$K" sweep --trace "$C" --policy h2o --budget 70,280 --json >"$D/cnt"
+check "sweep --budget 10%,40% is 70,280" [ "$(no_ns "$D/pct")" = "$(no_ns "$D/cnt")" ]
+"$K" bench --trace "$C" --budget 40% --json >"$D/pct"
+"$K" bench --trace "$C" --budget 280 --json >"$D/cnt"
+check "bench --budget 40% is 280" [ "$(no_ns "$D/pct")" = "$(no_ns "$D/cnt")" ]
+"$K" replay --trace "$C" --policy h2o --budget 40% >"$D/pct"
+"$K" replay --trace "$C" --policy h2o --budget 280 >"$D/cnt"
+check "replay --budget 40% is 280" cmp -s "$D/pct" "$D/cnt"
+expect_says 2 "perf times policies of a given size" perf --quick --budget 10%
+for c in "eval --trace $C --policy h2o" "replay --trace $C --policy h2o" "sweep --trace $C --policy h2o" \
+         "bench --trace $C" "trace --trace $C --stats" "lm eval --help" "lm dump --help" "docs --help" "plot --help"; do
+    # shellcheck disable=SC2086
+    "$K" $c --quiet >/dev/null 2>"$D/err"
+    check "$c takes --quiet" [ $? -eq 0 ] && [ ! -s "$D/err" ]
+done
 "$K" replay --trace canonical:steps=300 --policy h2o:budget=64 >"$D/j"
 check "replay JSON Lines parse" "$J" jsonl --count 300 --key pos:integer --key victims:array --key size:integer "$D/j"
 "$K" replay --trace canonical:steps=300 --policy h2o:budget=64 --csv >"$D/c"

@@ -318,6 +318,62 @@ static void test_eval(void)
     ASSERT_CONTAINS(out_text, "windows of up to 127 tokens");
 }
 
+/* A budget is written as in every command (counts, or P% of the context,
+ * here T_ = 128); a spec that cannot take it names --budget once; a budget
+ * at which nothing is ever evicted before it is attended warns, and its row
+ * is the full cache's. */
+static void test_budgets_written(void)
+{
+    char args[4096];
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy h2o --budget 1%%", model0,
+             textpath);
+    ASSERT_FAILS(args, 2, "lm eval",
+                 "--budget 1% (1 of the context's 128 positions): h2o: recent_window");
+    ASSERT_TRUE(strstr(err_text, "--policy") == NULL);
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy h2o --budget 8", model0,
+             textpath);
+    ASSERT_FAILS(args, 2, "lm eval", "--budget 8: h2o: recent_window 32");
+    ASSERT_TRUE(strstr(err_text, "--policy") == NULL);
+    /* A window decodes BOS and 126 tokens, 127 positions: at budget 126 the
+     * last attends over all of them. */
+    snprintf(args, sizeof args,
+             "lm eval --model %s --text %s --policy window --budget 125,126,600 --json", model0,
+             textpath);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(err_text, "warning: no key is ever evicted at budget 126: a window of the "
+                              "context decodes at most 127 positions");
+    ASSERT_CONTAINS(err_text, "warning: no key is ever evicted at budget 600:");
+    ASSERT_TRUE(strstr(err_text, "budget 125") == NULL);
+    const char *full = out_text, *l126 = strstr(out_text, "\"budget\": 126");
+    const char *l600 = strstr(out_text, "\"budget\": 600");
+    ASSERT_TRUE(l126 && l600);
+    ASSERT_EQ(json_num(l126, "bits_per_byte"), json_num(full, "bits_per_byte"));
+    ASSERT_EQ(json_num(l600, "bits_per_byte"), json_num(full, "bits_per_byte"));
+    /* The stream: positions 0 .. N-2 decoded. */
+    snprintf(args, sizeof args,
+             "lm stream --model %s --text %s --tokens 50 --policy window --budget 47,48 --json",
+             model0, textpath);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(err_text, "no key is ever evicted at budget 48: the stream decodes at most 49");
+    ASSERT_TRUE(strstr(err_text, "budget 47") == NULL);
+    /* One budget (lm logits, generate): P% of the context too. */
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1,2,3,4,5 --policy window --budget 3%%",
+             model0);
+    ASSERT_RUNS(args);
+    char *pct = out_text;
+    out_text = NULL;
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1,2,3,4,5 --policy window --budget 3",
+             model0);
+    ASSERT_RUNS(args);
+    ASSERT_STR_EQ(pct, out_text); /* floor(3 * 128 / 100) = 3 */
+    free(pct);
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1 --policy window --budget 0.5%%",
+             model0);
+    ASSERT_FAILS(args, 2, "lm logits", "--budget: 0.5% of the context (128) is no position");
+    snprintf(args, sizeof args, "generate --model %s --steps 4 --policy h2o --budget 10%%", model0);
+    ASSERT_FAILS(args, 2, "generate", "--budget 10% (12 of the context's 128 positions): h2o");
+}
+
 /* The pass-key prompt and repeated window of models/README.md, built here. */
 static size_t passkey_prompt(const int32_t *H, size_t nH, size_t L, size_t j, size_t N, size_t d,
                              int32_t *w, int32_t *key)
@@ -1061,6 +1117,7 @@ int main(int argc, char **argv)
     RUN(test_logits);
     RUN(test_errors);
     RUN(test_eval);
+    RUN(test_budgets_written);
     RUN(test_recall);
     RUN(test_dump);
     RUN(test_dump_qk);

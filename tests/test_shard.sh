@@ -129,8 +129,8 @@ R="--trace canonical:steps=400,seed=7 --policy random:budget=64 --param recent_w
 "$K" sweep $R --shard 1/2 >"$D/r1"
 "$K" merge --json "$D/r1" "$D/r0" >"$D/rm.json"
 same_json "random policy, --seed 11, --topk 8: merged equals unsharded" "$D/r.json" "$D/rm.json"
-check "--topk 8: top8_recall and topk in the merged rows" "$J" jsonl --key top8_recall:number --value topk=8 --no-key top32_recall "$D/rm.json"
-check "--topk 8: shard lines keep top32_recall too" "$J" jsonl --key top8_recall:number --key top32_recall:number "$D/r0"
+check "--topk 8: topk_recall and topk beside top32_recall in the merged rows" "$J" jsonl --key topk_recall:number --value topk=8 --key top32_recall:number --no-key top8_recall "$D/rm.json"
+check "--topk 8: shard lines carry topk_recall and top32_recall" "$J" jsonl --key topk_recall:number --key top32_recall:number "$D/r0"
 "$K" trace --trace canonical:steps=300,seed=3 -o "$D/h0.npy"
 "$K" trace --trace canonical:steps=300,seed=4 -o "$D/h1.npy"
 # a [2, T, T] file from two [T, T] files: the first's 128-byte header with

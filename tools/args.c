@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * args.c - errors, option parsing, strict numbers and lists for the kvevict
- * tool.
+ * args.c - option parsing, strict numbers and lists for the kvevict tool
+ * (its errors are errors.c's).
  *
  * Options are "--name VALUE", "--name=VALUE", "-x VALUE" or flags. The
  * options several subcommands share (SO_* in cli.h) are parsed here, once,
@@ -17,123 +17,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-const char *cli_cmd = "";
-
-static void vmsg(const char *kind, const char *fmt, va_list ap)
-{
-    fflush(stdout);
-    if (cli_cmd[0])
-        fprintf(stderr, "kvevict %s: %s", cli_cmd, kind);
-    else
-        fprintf(stderr, "kvevict: %s", kind);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-}
-
-void die_usage(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vmsg("", fmt, ap);
-    va_end(ap);
-    temp_remove_all();
-    exit(EXIT_USAGE);
-}
-
-void die_input(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vmsg("", fmt, ap);
-    va_end(ap);
-    temp_remove_all();
-    exit(EXIT_INPUT);
-}
-
-void warn(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vmsg("warning: ", fmt, ap);
-    va_end(ap);
-}
-
-/* The library names its flags as C identifiers; the CLI's user knows them
- * as options. */
-static const struct {
-    const char *c_name, *option;
-} flag_words[] = {
-    {"KVE_TRACE_NORMALIZE", "--normalize"},
-};
-
-void die_status(kve_status s, const char *what)
-{
-    char msg[512];
-    const char *e = kve_last_error();
-    size_t n = 0;
-    while (*e && n + 1 < sizeof msg) {
-        size_t k = 0;
-        for (; k < sizeof flag_words / sizeof flag_words[0]; k++)
-            if (strncmp(e, flag_words[k].c_name, strlen(flag_words[k].c_name)) == 0)
-                break;
-        if (k < sizeof flag_words / sizeof flag_words[0]) {
-            n += (size_t)snprintf(msg + n, sizeof msg - n, "%s", flag_words[k].option);
-            e += strlen(flag_words[k].c_name);
-            if (n >= sizeof msg)
-                n = sizeof msg - 1;
-        } else {
-            msg[n++] = *e++;
-        }
-    }
-    msg[n] = '\0';
-    if (s == KVE_EINVAL)
-        what ? die_usage("%s: %s", what, msg) : die_usage("%s", msg);
-    what ? die_input("%s: %s", what, msg) : die_input("%s", msg);
-}
-
-void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p)
-        die_input("out of memory");
-    return p;
-}
-
-void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p)
-        die_input("out of memory");
-    return p;
-}
-
-void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q)
-        die_input("out of memory");
-    return q;
-}
-
-char *xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = xmalloc(n);
-    memcpy(d, s, n);
-    return d;
-}
-
-char *xstrndup(const char *s, size_t n)
-{
-    size_t len = 0;
-    while (len < n && s[len])
-        len++;
-    char *d = xmalloc(len + 1);
-    memcpy(d, s, len);
-    d[len] = '\0';
-    return d;
-}
 
 /* ---- numbers and lists ---- */
 
@@ -225,11 +108,52 @@ void parse_budgets(const char *what, const char *s, size_t *out, size_t cap, siz
     *n = count;
 }
 
+size_t parse_budget(const char *what, const char *s, double *percent)
+{
+    size_t len = strlen(s);
+    *percent = 0;
+    if (len > 1 && s[len - 1] == '%') {
+        char *end;
+        errno = 0;
+        double p = strtod(s, &end);
+        if (end != s + len - 1 || errno || !(p > 0) || p > 100 || s[0] < '0' || s[0] > '9')
+            die_usage("%s: '%s' is not a percentage in (0, 100]", what, s);
+        *percent = p;
+        return 0;
+    }
+    return (size_t)parse_u64(what, s, 1, KVE_MAX_BUDGET);
+}
+
+size_t budget_of_whole(const char *what, const char *s, double percent, size_t whole,
+                       const char *of)
+{
+    size_t b = (size_t)floor(percent * (double)whole / 100.0);
+    if (b == 0)
+        die_usage("%s: %s of %s (%zu) is no position", what, s, of, whole);
+    if (b > KVE_MAX_BUDGET)
+        die_usage("%s: %s of %s (%zu) is above %d", what, s, of, whole, KVE_MAX_BUDGET);
+    return b;
+}
+
+void cli_resolve_budgets(cli_args *a, size_t whole, const char *of)
+{
+    for (size_t i = 0; i < a->n_budgets; i++)
+        if (a->budget_pct[i] > 0) {
+            char s[32];
+            snprintf(s, sizeof s, "%g%%", a->budget_pct[i]);
+            a->budgets[i] = budget_of_whole("--budget", s, a->budget_pct[i], whole, of);
+            a->budget_pct[i] = 0;
+        }
+    a->budget = a->n_budgets ? a->budgets[0] : 0;
+    a->budgets_relative = 0;
+}
+
 char *canon_spec(const char *what, const char *spec, size_t budget)
 {
-    char buf[KVE_SPEC_MAX], num[32];
+    char buf[KVE_SPEC_MAX];
     kve_status s;
     if (budget) {
+        char num[32];
         snprintf(num, sizeof num, "%zu", budget);
         s = kve_spec_with(spec, "budget", num, buf, sizeof buf);
     } else {
@@ -261,6 +185,7 @@ static const struct {
     {SO_FORMAT, {"md", 0, 0}},
     {SO_FORMAT, {"markdown", 0, 0}},
     {SO_OUTPUT, {"output", 'o', OPT_VALUE}},
+    {SO_QUIET, {"quiet", 0, 0}},
 };
 enum { N_SHARED = sizeof shared_defs / sizeof shared_defs[0] };
 
@@ -408,14 +333,33 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
             a->policy = s; /* checked by the command, with its --budget */
             break;
         case SO_BUDGET:
-            a->budget = (size_t)parse_u64("--budget", s, 1, KVE_MAX_BUDGET);
+            a->budget = parse_budget("--budget", s, &a->budget_pct[0]);
             a->n_budgets = 1;
             a->budgets[0] = a->budget;
+            a->budgets_relative = a->budget == 0;
             break;
-        case SO_BUDGETS:
-            parse_budgets("--budget", s, a->budgets, CLI_MAX_BUDGETS, &a->n_budgets);
+        case SO_BUDGETS: {
+            size_t n;
+            char **items = split_list("--budget", s, &n);
+            if (n > CLI_MAX_BUDGETS) {
+                free_list(items, n);
+                die_usage("--budget: %zu budgets; at most %d", n, CLI_MAX_BUDGETS);
+            }
+            for (size_t k = 0; k < n; k++) {
+                if (strlen(items[k]) >= 32) { /* a number this long is out of range anyway */
+                    char item[32];
+                    snprintf(item, sizeof item, "%.31s", items[k]);
+                    free_list(items, n);
+                    die_usage("--budget: '%s...' is too large", item);
+                }
+                a->budgets[k] = parse_budget("--budget", items[k], &a->budget_pct[k]);
+                a->budgets_relative |= a->budgets[k] == 0;
+            }
+            free_list(items, n);
+            a->n_budgets = n;
             a->budget = a->budgets[0];
             break;
+        }
         case SO_SEED:
             a->seed = parse_u64("--seed", s, 0, UINT64_MAX);
             break;
@@ -443,6 +387,9 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
         }
         case SO_OUTPUT:
             a->output = s;
+            break;
+        case SO_QUIET:
+            cli_quiet = 1;
             break;
         default:
             break;

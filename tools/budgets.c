@@ -127,6 +127,14 @@ void eval_budgets(FILE *out, const cli_args *a, const budget_args *b, int per_he
 {
     char *spec = canon_spec("--policy", a->policy, a->budget);
     kve_trace *tr = open_trace(a);
+    cli_args resolved;
+    if (a->budgets_relative) { /* --budget P%: of the trace's steps */
+        resolved = *a;
+        cli_resolve_budgets(&resolved, kve_trace_steps(tr), "the trace's steps");
+        a = &resolved;
+        free(spec);
+        spec = canon_spec("--policy", a->policy, a->budget);
+    }
     size_t L = kve_trace_layers(tr), heads = kve_trace_heads(tr), H = heads / L;
     kve_rng rng;
     kve_rng_seed(&rng, a->seed);
@@ -217,6 +225,8 @@ void eval_budgets(FILE *out, const cli_args *a, const budget_args *b, int per_he
     cols[nc++] = (col){"retained mass", KEY_MASS, COL_ALL};
     char recall_head[48];
     snprintf(recall_head, sizeof recall_head, "top-%zu recall", c.topk);
+    if (c.topk_given) /* k = 32 always has its key; the table shows the recall at k */
+        cols[nc++] = (col){"top-32 recall", KEY_RECALL32, M};
     cols[nc++] = (col){recall_head, recall_key(&c), COL_ALL};
     cols[nc++] = (col){"min mass", KEY_MIN_MASS, COL_ALL};
     cols[nc++] = (col){"mean kept", "mean_kept", COL_ALL};
@@ -245,6 +255,8 @@ void eval_budgets(FILE *out, const cli_args *a, const budget_args *b, int per_he
             table_uint(&t, (h - 1) % H);
         }
         table_real(&t, r->retained_mass, "%.4f");
+        if (c.topk_given)
+            table_real(&t, r->top32_recall, "%.4f");
         table_real(&t, recall_of(&c, r), "%.4f");
         table_real(&t, r->min_retained_mass, "%.4f");
         table_real(&t, r->mean_kept, "%.1f");

@@ -12,7 +12,9 @@
  *  - Every failure prints exactly one line, "kvevict CMD: message", on
  *    stderr; warnings are "kvevict CMD: warning: message". Results go to
  *    standard output or -o FILE; progress goes to stderr only when it is a
- *    terminal and the work has lasted over two seconds.
+ *    terminal, the work has lasted over two seconds and --quiet is not given.
+ *  - --budget is B positions or P% of a whole the command names (a trace's
+ *    steps, a model's context), the same syntax everywhere.
  *  - Output: --format text|md|csv|json (shorthands --json, --csv, --md,
  *    --markdown); JSON is JSON Lines, one object per result row, with the
  *    same key for the same quantity everywhere (KEY_* below). A metric over
@@ -22,12 +24,16 @@
  * A new subcommand: one file tools/cmd_NAME.c with `int cmd_NAME(int, char
  * **)`, a cli_spec naming the shared options it takes (parsed and checked
  * once by cli_parse) and its own, one line in the table of kvevict.c, one
- * word in tools/CMakeLists.txt. Results go through out_open/out_close and
- * the table or json_result helpers, so formats and keys stay the same.
+ * word in tools/CMakeLists.txt (a new `lm` command: tools/lm/, lm_cli.h and
+ * the table of lm/cmd_lm.c; a source-tree command: tools/docs/, docs.h).
+ * Results go through out_open/out_close and the table or json_result
+ * helpers, so formats and keys stay the same. A new trace source of the
+ * tool's own is one file and one line of traces.c's tool_sources.
  */
 #ifndef KVE_CLI_H
 #define KVE_CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,7 +43,7 @@
 
 enum { EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
-/* ---- errors and memory (args.c) --------------------------------------- */
+/* ---- errors, memory, temporary files, signals (errors.c) ---------------- */
 
 /* The subcommand being run, for messages ("eval"); "" at top level. */
 extern const char *cli_cmd;
@@ -71,6 +77,25 @@ char *xstrdup(const char *s);
 /* The first n bytes of s (fewer if s is shorter), NUL-terminated. */
 char *xstrndup(const char *s, size_t n);
 
+/* Flushes standard output; a write error is bad input (exit 1). */
+void finish_stdout(void);
+
+/* Temporary files registered at once (so, output files open at once). */
+enum { MAX_TEMPS = 4 };
+/* Creates a temporary file from `template` (ending in XXXXXX, rewritten in
+ * place; at most PATH_MAX bytes) that is removed on failure or signal until
+ * temp_forget; returns its descriptor, or -1 with errno set. */
+int temp_create(char *template);
+void temp_forget(const char *path);
+/* Removes every temporary file still registered (die_* call it). */
+void temp_remove_all(void);
+
+/* Installs the SIGINT/SIGTERM/SIGHUP handler that removes the files being
+ * written, then dies of the signal (signals ignored at start stay ignored). */
+void cli_signals_install(void);
+/* Set while a progress line is on stderr (output.c), for the handler to erase. */
+extern volatile sig_atomic_t cli_progress_shown;
+
 /* ---- options (args.c) ------------------------------------------------- */
 
 typedef enum { FMT_TEXT, FMT_MD, FMT_CSV, FMT_JSON } tfmt;
@@ -94,14 +119,15 @@ typedef struct opt_val {
 enum {
     SO_TRACE = 1u << 0,     /* --trace SRC ("-": a .npy on standard input) */
     SO_POLICY = 1u << 1,    /* --policy SPEC (checked with kve_spec_with) */
-    SO_BUDGET = 1u << 2,    /* --budget B, 1 .. KVE_MAX_BUDGET */
-    SO_BUDGETS = 1u << 3,   /* --budget B1,B2,... (same range, up to CLI_MAX_BUDGETS) */
+    SO_BUDGET = 1u << 2,    /* --budget B, 1 .. KVE_MAX_BUDGET, or P% (parse_budget) */
+    SO_BUDGETS = 1u << 3,   /* --budget B1,B2,... (each as SO_BUDGET, up to CLI_MAX_BUDGETS) */
     SO_SEED = 1u << 4,      /* --seed N */
     SO_NORMALIZE = 1u << 5, /* --normalize */
     SO_TOPK = 1u << 6,      /* --topk K, 1 .. KVE_MAX_BUDGET */
     SO_HEAD = 1u << 7,      /* --head N */
     SO_FORMAT = 1u << 8,    /* --format F, --json, --csv, --md, --markdown */
-    SO_OUTPUT = 1u << 9     /* -o FILE, --output FILE ("-": standard output) */
+    SO_OUTPUT = 1u << 9,    /* -o FILE, --output FILE ("-": standard output) */
+    SO_QUIET = 1u << 10     /* --quiet: no progress line (cli_quiet) */
 };
 
 typedef struct cli_spec {
@@ -125,7 +151,9 @@ typedef struct cli_args {
     const char *policy;    /* NULL when absent */
     size_t budget;         /* the (first) budget, 0 when absent */
     size_t n_budgets;      /* with SO_BUDGETS */
-    size_t budgets[CLI_MAX_BUDGETS];
+    size_t budgets[CLI_MAX_BUDGETS]; /* 0 for a percentage until cli_resolve_budgets */
+    double budget_pct[CLI_MAX_BUDGETS]; /* P of a budget given as P%, else 0 */
+    int budgets_relative;  /* some budget is a percentage, not yet resolved */
     uint64_t seed;         /* 0 */
     size_t topk;           /* 32 */
     int topk_given;        /* --topk was given: JSON says "topk" */
@@ -152,8 +180,22 @@ const opt_val *cli_own(const cli_args *a, const cli_spec *spec, const char *name
  * [min, max]; otherwise a usage error naming `what`. */
 uint64_t parse_u64(const char *what, const char *s, uint64_t min, uint64_t max);
 /* A comma-separated list of budgets (KVE_MAX_BUDGET at most each) into
- * out[0 .. *n), at most cap of them; usage errors name `what`. */
+ * out[0 .. *n), at most cap of them; usage errors name `what`. Counts only
+ * (the docs' blocks); --budget is parse_budget's. */
 void parse_budgets(const char *what, const char *s, size_t *out, size_t cap, size_t *n);
+/* A budget as every command's --budget is written: B, a count of positions
+ * (1 .. KVE_MAX_BUDGET), or P%, 0 < P <= 100, a share of a whole the command
+ * names (a trace's steps T; a model's context). Returns B, or 0 with
+ * *percent = P. Usage errors name `what`. */
+size_t parse_budget(const char *what, const char *s, double *percent);
+/* P% of `whole` positions, floor(P * whole / 100), for the budget written
+ * `s`; a usage error naming `what` and `of` ("the context") when that is no
+ * position. */
+size_t budget_of_whole(const char *what, const char *s, double percent, size_t whole,
+                       const char *of);
+/* Turns a's budgets given as percentages into positions of `whole` (`of`
+ * names it: "the trace's steps"); a->budget follows the first. */
+void cli_resolve_budgets(cli_args *a, size_t whole, const char *of);
 
 /* A finite decimal number (strtod syntax without hex, inf or nan) within
  * [min, max]; otherwise a usage error naming `what`. */
@@ -167,11 +209,7 @@ void free_list(char **items, size_t n);
  * given), in a fresh string; a usage error naming `what` if refused. */
 char *canon_spec(const char *what, const char *spec, size_t budget);
 
-/* ---- output files, signals, progress (output.c) ------------------------ */
-
-/* Installs the SIGINT/SIGTERM/SIGHUP handler that removes the files being
- * written, then dies of the signal (signals ignored at start stay ignored). */
-void cli_signals_install(void);
+/* ---- output files, progress (output.c) ------------------------------- */
 
 /* The stream for results: standard output for NULL or "-", else a fresh
  * temporary file beside `path` (created now, so an unwritable path fails
@@ -186,15 +224,26 @@ void rewrite_block(const char *path, const char *name, const char *block);
 /* Flushes, checks and commits what out_open gave; a write error is bad
  * input (exit 1) with the system's reason. */
 void out_close(FILE *f);
-/* Flushes standard output; a write error is bad input (exit 1). */
-void finish_stdout(void);
-/* Creates a temporary file from `template` (ending in XXXXXX, rewritten in
- * place; at most PATH_MAX bytes) that is removed on failure or signal until
- * temp_forget; returns its descriptor, or -1 with errno set. */
-int temp_create(char *template);
-void temp_forget(const char *path);
-/* Removes every temporary file still registered (die_* call it). */
-void temp_remove_all(void);
+
+/* A "\r"-updated line on stderr while long work runs, drawn only when
+ * stderr is a terminal, the command has run over two seconds and it was
+ * not given --quiet (cli_quiet). */
+extern int cli_quiet;
+typedef struct progress {
+    const char *what; /* "step", "row", ... */
+    uint64_t total;
+    size_t head, heads; /* shown as "head h/H" when heads > 1 */
+    double last;        /* when the line was last drawn */
+    uint64_t next;      /* the work done at which to read the clock again */
+    int shown;
+} progress;
+void progress_begin(progress *pr, const char *what, uint64_t total, size_t head, size_t heads);
+void progress_update(progress *pr, uint64_t done);
+void progress_end(progress *pr);
+/* A kve_progress_fn over a progress (user); never asks to stop. */
+int progress_callback(void *user, uint64_t done, uint64_t total);
+
+/* ---- traces (traces.c) -------------------------------------------------- */
 
 /* Opens --trace (a source text; "-": a .npy file read from standard input
  * into a temporary file removed once opened; "lm:...": a model's attention,
@@ -210,23 +259,8 @@ void trace_alias(const char *path, const char *name);
 /* The source "lm:model=CKPT,text=FILE[,tokenizer=TOK][,steps=T][,window=W]
  * [,heads=kv|query]": the model's full-cache attention over window W of the
  * text as `kvevict lm dump` writes it, decoded now into a temporary .npy file
- * that is removed once open (cmd_lm.c). Errors exit. */
+ * that is removed once open (lm/lm_trace.c). Errors exit. */
 kve_trace *lm_trace_open(const char *src, unsigned flags);
-
-/* A "\r"-updated line on stderr while long work runs, drawn only when
- * stderr is a terminal and the command has run over two seconds. */
-typedef struct progress {
-    const char *what; /* "step", "row", ... */
-    uint64_t total;
-    size_t head, heads; /* shown as "head h/H" when heads > 1 */
-    double last;        /* when the line was last drawn */
-    int shown;
-} progress;
-void progress_begin(progress *pr, const char *what, uint64_t total, size_t head, size_t heads);
-void progress_update(progress *pr, uint64_t done);
-void progress_end(progress *pr);
-/* A kve_progress_fn over a progress (user); never asks to stop. */
-int progress_callback(void *user, uint64_t done, uint64_t total);
 
 /* ---- JSON (output.c) ----------------------------------------------------- */
 
@@ -234,50 +268,6 @@ int progress_callback(void *user, uint64_t done, uint64_t total);
 void json_double(FILE *f, double x);
 /* A JSON string literal with the needed escapes. */
 void json_string(FILE *f, const char *s);
-
-/* The keys of result rows: the same key for the same quantity in every
- * subcommand (docs/cli.md lists them). */
-#define KEY_POLICY "policy"
-#define KEY_TRACE "trace"
-#define KEY_BUDGET "budget"
-#define KEY_HEADS "heads"
-#define KEY_LAYERS "layers"
-#define KEY_LAYER "layer"
-#define KEY_THREADS "threads"
-#define KEY_STEPS "steps"
-#define KEY_SCORED "scored_steps"
-#define KEY_SEED "seed"
-#define KEY_TOPK "topk"
-#define KEY_MASS "retained_mass"
-#define KEY_MIN_MASS "min_retained_mass"
-#define KEY_NS "ns_per_step"
-#define KEY_STATE "state_bytes"
-#define KEY_FLOOR_NS "floor_ns_per_step"
-#define KEY_RATIO "ratio_to_floor"
-
-/* What every result row of one run shares. */
-typedef struct result_ctx {
-    const char *trace; /* trace_name */
-    uint64_t seed;
-    size_t heads, layers;
-    size_t topk;    /* k of the recall column */
-    int topk_given; /* print "topk" in JSON */
-    int timings;    /* tables show ns/step (never in the docs' blocks) */
-} result_ctx;
-
-void result_ctx_init(result_ctx *c, const cli_args *a, const kve_trace *tr);
-/* The recall key for k: "top32_recall", "top16_recall", ... */
-const char *recall_key(const result_ctx *c);
-/* The recall of r at the context's k (top32_recall when k = 32). */
-double recall_of(const result_ctx *c, const kve_eval_result *r);
-/* `{"policy": ..., "trace": ..., "budget", "steps", "scored_steps",
- * "heads", "layers", "seed"[, "topk"]` without the closing brace. */
-void json_result_begin(FILE *f, const result_ctx *c, const kve_eval_result *r);
-/* `"retained_mass": x, "topK_recall": y, "min_retained_mass": z,
- * "ns_per_step": w, "state_bytes": n` (no leading comma). */
-void json_metrics(FILE *f, const result_ctx *c, const kve_eval_result *r);
-/* One whole row: begin, ", ", metrics, "}\n". */
-void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r);
 
 /* ---- tables (table.c) ------------------------------------------------- */
 
@@ -324,6 +314,56 @@ void table_real(table *t, double x, const char *shown);
  * as header; JSON: one object per row (JSON Lines). */
 void table_print(const table *t, FILE *f, tfmt fmt);
 void table_free(table *t);
+
+/* ---- result rows (results.c) -------------------------------------------- */
+
+/* The keys of result rows: the same key for the same quantity in every
+ * subcommand (docs/cli.md lists them). */
+#define KEY_POLICY "policy"
+#define KEY_TRACE "trace"
+#define KEY_BUDGET "budget"
+#define KEY_HEADS "heads"
+#define KEY_LAYERS "layers"
+#define KEY_LAYER "layer"
+#define KEY_THREADS "threads"
+#define KEY_STEPS "steps"
+#define KEY_SCORED "scored_steps"
+#define KEY_SEED "seed"
+#define KEY_TOPK "topk"
+#define KEY_RECALL32 "top32_recall"  /* the recall at k = 32, in every row */
+#define KEY_TOPK_RECALL "topk_recall" /* the recall at --topk K, beside "topk": K */
+#define KEY_MASS "retained_mass"
+#define KEY_MIN_MASS "min_retained_mass"
+#define KEY_NS "ns_per_step"
+#define KEY_STATE "state_bytes"
+#define KEY_FLOOR_NS "floor_ns_per_step"
+#define KEY_RATIO "ratio_to_floor"
+
+/* What every result row of one run shares. */
+typedef struct result_ctx {
+    const char *trace; /* trace_name */
+    uint64_t seed;
+    size_t heads, layers;
+    size_t topk;    /* k of the recall column */
+    int topk_given; /* print "topk" in JSON */
+    int timings;    /* tables show ns/step (never in the docs' blocks) */
+} result_ctx;
+
+void result_ctx_init(result_ctx *c, const cli_args *a, const kve_trace *tr);
+/* The key of the recall a table shows: top32_recall, or topk_recall with
+ * --topk (whose k is then "topk"). */
+const char *recall_key(const result_ctx *c);
+/* The recall of r at the context's k (top32_recall when k = 32). */
+double recall_of(const result_ctx *c, const kve_eval_result *r);
+/* `{"policy": ..., "trace": ..., "budget", "steps", "scored_steps",
+ * "heads", "layers", "seed"[, "topk"]` without the closing brace. */
+void json_result_begin(FILE *f, const result_ctx *c, const kve_eval_result *r);
+/* `"retained_mass": x, "top32_recall": y[, "topk_recall": y_k],
+ * "min_retained_mass": z, "ns_per_step": w, "state_bytes": n` (no leading
+ * comma; topk_recall with --topk). */
+void json_metrics(FILE *f, const result_ctx *c, const kve_eval_result *r);
+/* One whole row: begin, ", ", metrics, "}\n". */
+void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r);
 
 /* The standard columns of a result row (after whatever columns the caller
  * put first): retained mass, top-K recall, min mass, ns/step (when
@@ -482,10 +522,37 @@ char *shard_run(const char *command, const cli_args *a, const char *trace, size_
                 const char *policy,
                 const opt_val *params);
 /* One shard line: the keys of the unsharded JSON row (with "topk" always,
- * "top32_recall" beside "topK_recall", and "params" of grid point `job`
- * when g is not NULL), then "shard": "I/N", "job", "jobs" and "run". */
+ * and "params" of grid point `job` when g is not NULL), then "shard": "I/N",
+ * "job", "jobs" and "run". */
 void shard_line(FILE *f, const shard *s, size_t job, size_t jobs, const char *run,
                 const result_ctx *c, const kve_eval_result *r, const grid *g);
+
+/* ---- the claims of the H2O page (claims.c), judged on an evalset ---------- */
+
+/* The six claims of the H2O page (docs/policies/h2o.md, "Claims, checked"),
+ * each judged on an evalset: OBS_HOLDS, OBS_FAILS, or OBS_NOT_JUDGED when a
+ * figure it needs is a mean over no scored step. */
+enum { N_OBS = 6 };
+enum { OBS_NOT_JUDGED = -1, OBS_FAILS = 0, OBS_HOLDS = 1 };
+extern const char *const obs_claims[N_OBS];
+/* Judges every claim into outcome[], printing each with its figures to f
+ * (markdown list or text) unless f is NULL. `calibrated`: the trace is the
+ * one the canonical trace's sink_mass was fitted on, so claim 6 is the fit
+ * ("fitted"), not a check. */
+void judge_observations(FILE *f, evalset *es, int markdown, int calibrated, int outcome[N_OBS]);
+/* judge_observations for a trace given by its source text. */
+void render_observations(FILE *f, evalset *es, int markdown, const char *trace);
+/* The source names the calibrated trace (the default canonical trace). */
+int is_calibrated_trace(const char *src);
+
+/* The claims' budgets and bench's default budgets: 256 and 512. */
+extern const size_t bench_default_budgets[2];
+/* The recent windows of the page's sweep (claim 3; bench's h2o sweep). */
+enum { N_CLAIM_WINDOWS = 7 };
+extern const size_t claim_windows[N_CLAIM_WINDOWS];
+/* The result of h2o:recent_window=w at `budget` in es (registers it while
+ * collecting). */
+const kve_eval_result *h2o_window(evalset *es, size_t w, size_t budget);
 
 /* ---- the benchmark report (cmd_bench.c), shared with docs --------------- */
 
@@ -505,22 +572,6 @@ typedef struct bench_opts {
 
 void render_policy_table(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt);
 void render_h2o_sweep(FILE *f, evalset *es, size_t budget, const result_ctx *c, tfmt fmt);
-
-/* The six claims of the H2O page (docs/policies/h2o.md, "Claims, checked"),
- * each judged on an evalset: OBS_HOLDS, OBS_FAILS, or OBS_NOT_JUDGED when a
- * figure it needs is a mean over no scored step. */
-enum { N_OBS = 6 };
-enum { OBS_NOT_JUDGED = -1, OBS_FAILS = 0, OBS_HOLDS = 1 };
-extern const char *const obs_claims[N_OBS];
-/* Judges every claim into outcome[], printing each with its figures to f
- * (markdown list or text) unless f is NULL. `calibrated`: the trace is the
- * one the canonical trace's sink_mass was fitted on, so claim 6 is the fit
- * ("fitted"), not a check. */
-void judge_observations(FILE *f, evalset *es, int markdown, int calibrated, int outcome[N_OBS]);
-/* judge_observations for a trace given by its source text. */
-void render_observations(FILE *f, evalset *es, int markdown, const char *trace);
-/* The source names the calibrated trace (the default canonical trace). */
-int is_calibrated_trace(const char *src);
 
 /* ---- the claims on several trace seeds (seeds.c) ------------------------- */
 
@@ -546,8 +597,6 @@ void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c
 /* Registers in `es` (collecting) every spec the report on `trace` (source
  * text) needs, in the order the report first uses them: bench's grid. */
 void bench_collect(evalset *es, const bench_opts *o, const char *trace, size_t key_dim);
-/* The claims' budgets and bench's default budgets: 256 and 512. */
-extern const size_t bench_default_budgets[2];
 /* bench's last section (text or md): every policy at 10%, 20% and 50% of the
  * steps of trace `src`; NULL: the committed model's attention when the
  * current directory is a checkout, else a line saying so; "none": nothing.
@@ -580,48 +629,19 @@ void trace_stats_head(kve_trace *tr, size_t head, size_t block, trace_stats *s);
 void render_trace_stats(FILE *f, kve_trace *tr, size_t head, int all_heads, size_t block,
                         tfmt fmt);
 
-/* ---- committed measurement files (data.c), shared by docs and plot ------- */
+/* ---- the source-tree commands (source_tree.c) ---------------------------- */
 
-/* A JSON Lines file of flat objects (jsonl.h), read whole. */
-typedef struct jfile {
-    size_t n;
-    jrow *rows; /* (n) */
-} jfile;
-
-/* Reads `path` (blank lines skipped); a missing, unreadable or empty file,
- * or a malformed line, is bad input ("PATH:LINE: expected ... at column C"). */
-void jfile_read(jfile *jf, const char *path);
-void jfile_free(jfile *jf);
-/* The value of `key` in row r as text (a string unescaped, a number's
- * literal, "true", "false", "null"; "null" when absent); the key "spec" is
- * the row's policy without its budget= parameter, written into buf. */
-const char *jrow_value(const jrow *r, const char *key, char *buf, size_t cap);
-
-/* "KEY:V1|V2|..." (the row's value is one of them) or "KEY!V1|..." (none),
- * the value as jrow_value reads it (so "KEY!null": KEY present and not
- * null): the where= of docs tables, the --where of `plot --jsonl` and the
- * filters of plot_real.c. filter_parse exits (usage) on another form,
- * naming `what`. */
-typedef struct row_filter {
-    char *key, *vals;
-    int negate;
-} row_filter;
-void filter_parse(row_filter *flt, const char *what, const char *arg);
-void filter_free(row_filter *flt);
-/* 1 when r passes every one of the n filters. */
-int filters_match(const row_filter *flt, size_t n, const jrow *r);
-
-/* The docs block `table FILE ARG...` (cmd_docs.c documents the arguments):
- * the rows of a JSON Lines file as a markdown table. */
-void render_data_table(FILE *f, char *const *args, size_t n_args);
-/* `kvevict plot --real-model DIR`: the figures of docs/real-model.md from
- * its data files (plot_real.c). */
-void plot_real_model(const char *data_dir, const char *out_dir);
-/* A fresh directory $TMPDIR/kvevict-plot-XXXXXX for gnuplot's files, its
- * path in buf (cmd_plot.c); exits on failure or a quote in TMPDIR. */
-const char *plot_tmpdir(char *buf, size_t cap);
-/* s as a gnuplot single-quoted string (a quote doubled, a newline a blank). */
-void gp_quote(FILE *f, const char *s);
+/* The documentation tool (tools/docs/): built beside kvevict, not installed. */
+#define DOCS_TOOL "kvevict-docs"
+/* argv[0] of the running program (main sets it), to find DOCS_TOOL. */
+extern const char *cli_argv0;
+/* Runs `DOCS_TOOL cmd argv[0 .. argc)` in place of this process: the one
+ * beside this program's executable. Returns only by exiting: usage (2),
+ * saying where the command lives, when there is none. */
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
+int source_tree_run(const char *cmd, int argc, char **argv);
 
 /* ---- subcommands ---------------------------------------------------------- */
 
@@ -632,10 +652,8 @@ int cmd_sweep(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_policies(int argc, char **argv);
-int cmd_docs(int argc, char **argv);
 int cmd_perf(int argc, char **argv);
-int cmd_plot(int argc, char **argv);
-int cmd_lm(int argc, char **argv);       /* cmd_lm.c: lm logits|eval|passkey|repeat|dump */
-int cmd_generate(int argc, char **argv); /* cmd_lm.c */
+int cmd_lm(int argc, char **argv);       /* lm/cmd_lm.c: lm logits|eval|passkey|... */
+int cmd_generate(int argc, char **argv); /* lm/generate.c */
 
 #endif /* KVE_CLI_H */

@@ -3,24 +3,14 @@
  * cmd_bench.c - `kvevict bench` and the report sections it prints, shared
  * with the docs generator: a table of every registered policy at each
  * budget, the H2O recent-window sweep beside streaming, the claims of the
- * H2O page (docs/policies/h2o.md) checked against the figures, and a
- * two-budget summary.
+ * H2O page (docs/policies/h2o.md) checked against the figures (claims.c),
+ * and a two-budget summary.
  *
  * Every section is a renderer over an evalset: run once collecting (output
  * discarded), evaluate every spec in one lockstep pass, run again to print.
  * Only the ns/step columns hold timings, and the docs' blocks are rendered
  * without them; everything else is a pure function of the trace, the specs
  * and the seed (the docs drift test relies on this).
- *
- * The claims are judged only on a canonical trace (they are statements about
- * it), and a claim whose figures include a metric over no scored step is
- * "not judged". The criteria were fixed before any figure was seen:
- *  (3) "the gain saturates at 64": retained mass rises by more than
- *      SAT_EPS at each step 16 -> 32 -> 48 -> 64 and no window in
- *      {80, 96, 128} retains more than mass(64) + SAT_EPS;
- *  (5) "within a hundredth": |difference| <= 0.01 on both metrics at both
- *      budgets;
- *  (6) the page's 0.7367: reproduced when ours rounds to it at 4 decimals.
  */
 #include "cli.h"
 
@@ -28,32 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define SAT_EPS 0.001
-#define PAGE_STREAMING_MASS 0.7367
-
-const char *const obs_claims[N_OBS] = {
-    "h2o at recent_window 32 retains less mass than streaming at budget 256.",
-    "h2o at recent_window 64 beats streaming on both metrics at budget 256.",
-    "the gain of widening recent_window saturates at exactly 64.",
-    "h2o (defaults) recovers more of the top-32 than every policy that does not read "
-    "attention (window, streaming, random), at budgets 256 and 512.",
-    "h2o and scissorhands (defaults) land within 0.01 of each other on both metrics at "
-    "budgets 256 and 512.",
-    "streaming retains 0.7367 of the mass at budget 256 (the page's figure on its trace).",
-};
-
-/* The budgets of the page's claims, and bench's default budgets. */
-const size_t bench_default_budgets[2] = {256, 512};
-static const size_t sweep_windows[] = {16, 32, 48, 64, 80, 96, 128};
-enum { N_WINDOWS = sizeof sweep_windows / sizeof sweep_windows[0] };
-
-static const kve_eval_result *h2o_window(evalset *es, size_t w, size_t budget)
-{
-    char spec[64];
-    snprintf(spec, sizeof spec, "h2o:recent_window=%zu", w);
-    return evalset_get(es, spec, budget);
-}
 
 /* Policy type i's defaults are a valid spec at `budget` (a recent window or
  * sink count below it). */
@@ -124,10 +88,11 @@ void render_h2o_sweep(FILE *f, evalset *es, size_t budget, const result_ctx *c, 
     const kve_eval_result *s = evalset_get(es, "streaming", budget);
     table t;
     table_init(&t, cols, sizeof cols / sizeof cols[0]);
-    for (size_t i = 0; i <= N_WINDOWS; i++) {
-        if (i < N_WINDOWS && !window_fits(sweep_windows[i], budget))
+    for (size_t i = 0; i <= N_CLAIM_WINDOWS; i++) {
+        if (i < N_CLAIM_WINDOWS && !window_fits(claim_windows[i], budget))
             continue;
-        const kve_eval_result *r = i < N_WINDOWS ? h2o_window(es, sweep_windows[i], budget) : s;
+        const kve_eval_result *r =
+            i < N_CLAIM_WINDOWS ? h2o_window(es, claim_windows[i], budget) : s;
         table_str(&t, r->spec);
         table_real(&t, r->retained_mass, "%.4f");
         table_real(&t, r->top32_recall, "%.4f");
@@ -163,7 +128,7 @@ void render_summary(FILE *f, evalset *es, tfmt fmt)
     size_t n = kve_policy_type_count();
     if (n > MAX_POLICIES)
         n = MAX_POLICIES;
-    double val[N_METRICS][MAX_POLICIES];
+    double val[N_METRICS][MAX_POLICIES] = {{0}};
     int ranked[MAX_POLICIES];
     for (size_t i = 0; i < n; i++) {
         const char *name = kve_policy_type_name(i);
@@ -197,155 +162,6 @@ void render_summary(FILE *f, evalset *es, tfmt fmt)
     }
     table_print(&t, f, fmt);
     table_free(&t);
-}
-
-/* x with `fmt` ("%.4f", "%+.4f"), or n/a for a metric over no scored step;
- * from a ring of buffers, so one printf can take several. */
-static const char *num(double x, const char *fmt)
-{
-    static char ring[32][32];
-    static size_t next;
-    char *b = ring[next++ % 32];
-    if (isnan(x))
-        snprintf(b, 32, "n/a");
-    else
-        snprintf(b, 32, fmt, x);
-    return b;
-}
-
-#define N4(x) num((x), "%.4f")
-#define S4(x) num((x), "%+.4f")
-
-/* One claim: verdict, claim, then the figures behind it. A claim whose
- * figures include a metric over no scored step is not judged. Returns the
- * outcome (OBS_*) and prints when f is not NULL. */
-static int obs(FILE *f, int md, int num, int nodata, int ok, const char *verdict_ok,
-               const char *claim, const char *figures)
-{
-    int outcome = nodata ? OBS_NOT_JUDGED : ok ? OBS_HOLDS : OBS_FAILS;
-    const char *verdict = nodata ? "not judged" : ok ? verdict_ok : "not reproduced";
-    if (!f)
-        return outcome;
-    if (md)
-        fprintf(f, "%d. **%s**: %s\n   %s\n", num, verdict, claim, figures);
-    else
-        fprintf(f, "(%d) %s: %s\n    %s\n", num, verdict, claim, figures);
-    return outcome;
-}
-
-static int nan2(double a, double b)
-{
-    return isnan(a) || isnan(b);
-}
-
-int is_calibrated_trace(const char *src)
-{
-    if (strncmp(src, "canonical", 9) != 0 || (src[9] != '\0' && src[9] != ':'))
-        return 0;
-    kve_trace *a = NULL, *b = NULL;
-    int same = kve_trace_open(src, NULL, &a) == KVE_OK &&
-               kve_trace_open(BENCH_TRACE, NULL, &b) == KVE_OK &&
-               strcmp(kve_trace_source(a), kve_trace_source(b)) == 0;
-    kve_trace_free(a);
-    kve_trace_free(b);
-    return same;
-}
-
-void judge_observations(FILE *f, evalset *es, int md, int calibrated, int outcome[N_OBS])
-{
-    char fig[1024];
-    size_t pos = 0;
-    const kve_eval_result *s256 = evalset_get(es, "streaming", 256);
-
-    const kve_eval_result *h32 = h2o_window(es, 32, 256), *h64 = h2o_window(es, 64, 256);
-    snprintf(fig, sizeof fig, "retained mass: %s %s, %s %s", h32->spec, N4(h32->retained_mass),
-             s256->spec, N4(s256->retained_mass));
-    outcome[0] = obs(f, md, 1, nan2(h32->retained_mass, s256->retained_mass),
-                     h32->retained_mass < s256->retained_mass, "reproduced",
-                     obs_claims[0], fig);
-
-    snprintf(fig, sizeof fig, "%s: mass %s, recall %s; %s: mass %s, recall %s", h64->spec,
-             N4(h64->retained_mass), N4(h64->top32_recall), s256->spec,
-             N4(s256->retained_mass), N4(s256->top32_recall));
-    outcome[1] = obs(f, md, 2, nan2(h64->retained_mass, s256->retained_mass),
-                     h64->retained_mass > s256->retained_mass &&
-                         h64->top32_recall > s256->top32_recall,
-                     "reproduced", obs_claims[1], fig);
-
-    double m[N_WINDOWS];
-    int rises = 1, flat = 1, nodata = 0;
-    size_t i64 = 3;
-    pos = (size_t)snprintf(fig, sizeof fig, "h2o retained mass at budget 256 by recent_window:");
-    for (size_t i = 0; i < N_WINDOWS; i++) {
-        m[i] = h2o_window(es, sweep_windows[i], 256)->retained_mass;
-        nodata |= isnan(m[i]);
-        pos += (size_t)snprintf(fig + pos, sizeof fig - pos, "%s %zu: %s", i ? "," : "",
-                                sweep_windows[i], N4(m[i]));
-        if (i > 0 && i <= i64 && !(m[i] > m[i - 1] + SAT_EPS))
-            rises = 0;
-        if (i > i64 && m[i] > m[i64] + SAT_EPS)
-            flat = 0;
-    }
-    snprintf(fig + pos, sizeof fig - pos,
-             ". Criterion: mass rises by more than %.3f at each step up to 64 (%s) and no "
-             "wider window retains more than mass(64) + %.3f (%s).",
-             SAT_EPS, rises ? "yes" : "no", SAT_EPS, flat ? "yes" : "no");
-    outcome[2] = obs(f, md, 3, nodata, rises && flat, "reproduced", obs_claims[2], fig);
-
-    static const char *const blind[] = {"window", "streaming", "random"};
-    int all = 1;
-    nodata = 0;
-    pos = 0;
-    for (size_t b = 0; b < 2; b++) {
-        const kve_eval_result *h = evalset_get(es, "h2o", bench_default_budgets[b]);
-        nodata |= isnan(h->top32_recall);
-        pos += (size_t)snprintf(fig + pos, sizeof fig - pos, "%sbudget %zu: h2o %s",
-                                b ? "; " : "", bench_default_budgets[b], N4(h->top32_recall));
-        for (size_t j = 0; j < 3; j++) {
-            const kve_eval_result *o = evalset_get(es, blind[j], bench_default_budgets[b]);
-            pos += (size_t)snprintf(fig + pos, sizeof fig - pos, ", %s %s", blind[j],
-                                    N4(o->top32_recall));
-            if (!(h->top32_recall > o->top32_recall))
-                all = 0;
-        }
-    }
-    snprintf(fig + pos, sizeof fig - pos, " (top-32 recall; full is the unbudgeted ceiling)");
-    outcome[3] = obs(f, md, 4, nodata, all, "reproduced", obs_claims[3], fig);
-
-    int near = 1;
-    nodata = 0;
-    pos = 0;
-    for (size_t b = 0; b < 2; b++) {
-        const kve_eval_result *h = evalset_get(es, "h2o", bench_default_budgets[b]);
-        const kve_eval_result *c = evalset_get(es, "scissorhands", bench_default_budgets[b]);
-        double dm = h->retained_mass - c->retained_mass, dr = h->top32_recall - c->top32_recall;
-        nodata |= nan2(dm, dr);
-        pos += (size_t)snprintf(fig + pos, sizeof fig - pos,
-                                "%sbudget %zu: mass h2o %s vs scissorhands %s (%s), "
-                                "recall %s vs %s (%s)",
-                                b ? "; " : "", bench_default_budgets[b], N4(h->retained_mass),
-                                N4(c->retained_mass), S4(dm), N4(h->top32_recall),
-                                N4(c->top32_recall), S4(dr));
-        if (!(fabs(dm) <= 0.01 && fabs(dr) <= 0.01))
-            near = 0;
-    }
-    outcome[4] = obs(f, md, 5, nodata, near, "reproduced", obs_claims[4], fig);
-
-    snprintf(fig, sizeof fig, "ours: %s %s against the page's 0.7367 (difference %s). %s",
-             s256->spec, N4(s256->retained_mass), S4(s256->retained_mass - PAGE_STREAMING_MASS),
-             calibrated ? "sink_mass was fitted to this figure on this trace (docs/trace.md, "
-                          "\"Calibration\"): a calibration, not a prediction."
-                        : "Nothing was fitted to this figure on this trace (the calibration "
-                          "uses the default canonical trace), so equality is not expected.");
-    outcome[5] = obs(f, md, 6, isnan(s256->retained_mass),
-                     fabs(s256->retained_mass - PAGE_STREAMING_MASS) < 0.00005,
-                     calibrated ? "fitted" : "reproduced", obs_claims[5], fig);
-}
-
-void render_observations(FILE *f, evalset *es, int md, const char *trace)
-{
-    int outcome[N_OBS];
-    judge_observations(f, es, md, f ? is_calibrated_trace(trace) : 0, outcome);
 }
 
 void render_bench(FILE *f, evalset *es, const bench_opts *o, const result_ctx *c, tfmt fmt)
@@ -450,7 +266,7 @@ void render_model_section(FILE *f, const char *src, const cli_args *a, int timin
     ma.trace = src;
     ma.trace_flags = 0;
     kve_trace *tr = open_trace(&ma);
-    size_t T = kve_trace_steps(tr), budgets[3], nb = 0;
+    size_t T = kve_trace_steps(tr), budgets[3] = {0}, nb = 0;
     for (size_t i = 0; i < 3; i++) {
         size_t b = (size_t)model_percents[i] * T / 100;
         if (b > 0 && (nb == 0 || b != budgets[nb - 1]))
@@ -504,7 +320,8 @@ static const char bench_usage[] =
     "                   .npy file of your model's attention, qk:FILE (its queries\n"
     "                   and keys: every policy, those that read keys included), or\n"
     "                   - (stdin)\n"
-    "  --budget B1,...  the budgets of the policy tables (default 256,512)\n"
+    "  --budget B1,...  the budgets of the policy tables (default 256,512); each a\n"
+    "                   count or P% of the trace's steps T (floor(P T / 100))\n"
     "  --topk K         recall over the K most-attended positions in the tables\n"
     "                   (default 32; the sweep and the claims stay at 32)\n"
     "  --seeds N        instead of the report: the page's claims on N seeds of the\n"
@@ -519,6 +336,7 @@ static const char bench_usage[] =
     "  -o, --output FILE  write there instead of standard output (- for it)\n"
     "  --normalize      rescale each row of a .npy file to sum 1 instead of refusing\n"
     "  --seed N         seed of the policies' random numbers (default 0)\n"
+    "  --quiet          no progress line on stderr (drawn on a terminal after 2 s)\n"
     "  --shard I/N      run shard I of N (0 <= I < N) of the report's grid (every\n"
     "                   spec it needs, in the order it first uses them): the jobs\n"
     "                   j with j % N == I, as JSON Lines carrying each whole job;\n"
@@ -539,7 +357,8 @@ static const opt_def bench_own[] = {
     {"seeds", 0, OPT_VALUE}, {"shard", 0, OPT_VALUE}, {"model-trace", 0, OPT_VALUE}};
 static const cli_spec bench_spec = {
     .usage = bench_usage,
-    .shared = SO_TRACE | SO_BUDGETS | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT | SO_OUTPUT,
+    .shared = SO_TRACE | SO_BUDGETS | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT | SO_OUTPUT |
+              SO_QUIET,
     CLI_OWN(bench_own),
     .default_format = FMT_TEXT,
 };
@@ -559,9 +378,11 @@ void bench_collect(evalset *es, const bench_opts *o, const char *trace, size_t k
 }
 
 /* Shard `sh` of the report's grid, as shard lines. */
-static void run_shard(const cli_args *a, const bench_opts *o, const char *src, const shard *sh)
+static void run_shard(cli_args *a, const bench_opts *o, const char *src, const shard *sh)
 {
     kve_trace *tr = open_trace(a);
+    if (a->budgets_relative) /* --budget P%: of the trace's steps (o->budgets are a's) */
+        cli_resolve_budgets(a, kve_trace_steps(tr), "the trace's steps");
     size_t key_dim = kve_trace_key_dim(tr);
     evalset all;
     evalset_init(&all);
@@ -634,6 +455,8 @@ int cmd_bench(int argc, char **argv)
     evalset es;
     evalset_init(&es);
     kve_trace *tr = open_trace(&a);
+    if (a.budgets_relative) /* --budget P%: of the trace's steps (o.budgets are a's) */
+        cli_resolve_budgets(&a, kve_trace_steps(tr), "the trace's steps");
     bench_collect(&es, &o, src, kve_trace_key_dim(tr));
     evalset_run(&es, tr, &a, 0);
     result_ctx c;

@@ -28,9 +28,10 @@ static const char eval_usage[] =
     "                 and keys; the policies that read keys need one), or - (a\n"
     "                 .npy on standard input)\n"
     "  --policy SPEC  name[:key=value,...], e.g. h2o:recent_window=64\n"
-    "  --budget B     evict down to B positions (default: the spec's budget)\n"
+    "  --budget B     evict down to B positions (default: the spec's budget), or\n"
+    "                 P% of the trace's steps T: floor(P T / 100) positions\n"
     "  --topk K       recall over the K most-attended earlier positions (default 32;\n"
-    "                 the JSON key becomes topK_recall, with \"topk\": K)\n"
+    "                 JSON and CSV add topk_recall and \"topk\": K beside top32_recall)\n"
     "  --per-head     also report every head (layer-major) of a multi-head file\n"
     "  --format F     text (default), md, csv or json; --json, --csv, --md for short\n"
     "  --json         one JSON object: policy, trace, budget, steps, scored_steps,\n"
@@ -39,6 +40,7 @@ static const char eval_usage[] =
     "  -o, --output FILE  write there instead of standard output (- for it)\n"
     "  --normalize    rescale each row of a .npy file to sum 1 instead of refusing\n"
     "  --seed N       seed of the policies' random numbers (default 0)\n"
+    "  --quiet        no progress line on stderr (drawn on a terminal after 2 s)\n"
     "\n"
     "A multi-head file evaluates each head independently: retained mass, recall\n"
     "and ns/step are means over heads, min mass the minimum, state bytes the\n"
@@ -59,7 +61,7 @@ static const opt_def eval_own[] = {{"per-head", 0, 0}, BUDGET_OPTS, {"score-afte
 static const cli_spec eval_spec = {
     .usage = eval_usage,
     .shared = SO_TRACE | SO_POLICY | SO_BUDGET | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT |
-              SO_OUTPUT,
+              SO_OUTPUT | SO_QUIET,
     .required = SO_TRACE | SO_POLICY,
     CLI_OWN(eval_own),
     .default_format = FMT_TEXT,
@@ -95,6 +97,11 @@ int cmd_eval(int argc, char **argv)
     char *spec = canon_spec("--policy", a.policy, a.budget);
     FILE *out = out_open(a.output);
     kve_trace *tr = open_trace(&a);
+    if (a.budgets_relative) { /* --budget P%: of the trace's steps */
+        cli_resolve_budgets(&a, kve_trace_steps(tr), "the trace's steps");
+        free(spec);
+        spec = canon_spec("--policy", a.policy, a.budget);
+    }
 
     evalset es;
     evalset_init(&es);
@@ -141,10 +148,10 @@ int cmd_eval(int argc, char **argv)
         int whole = a.format != FMT_TEXT;
         col cols[TABLE_MAXCOLS];
         size_t nc = 0;
-        if (whole)
+        if (whole) {
             cols[nc++] = (col){"policy spec", KEY_POLICY, COL_ALL | COL_LEFT | COL_CODE};
-        if (whole)
             cols[nc++] = (col){"budget", KEY_BUDGET, COL_ALL};
+        }
         if (per_head) {
             cols[nc++] = (col){"layer", "layer", COL_ALL};
             cols[nc++] = (col){"head", "head", COL_ALL};

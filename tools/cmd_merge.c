@@ -229,7 +229,7 @@ static void take_line(merge_set *m, const char *file, size_t lineno, const char 
     const char *policy = str_of(&x, "policy");
     if (strlen(policy) >= KVE_SPEC_MAX)
         BAD(&x, "\"policy\" is longer than any canonical spec");
-    strcpy(r->r.spec, policy);
+    memcpy(r->r.spec, policy, strlen(policy) + 1);
     r->r.budget = (size_t)u64_of(&x, "budget", KVE_MAX_BUDGET);
     r->r.steps = (size_t)u64_of(&x, "steps", SIZE_MAX);
     r->r.scored_steps = (size_t)u64_of(&x, "scored_steps", SIZE_MAX);
@@ -239,9 +239,9 @@ static void take_line(merge_set *m, const char *file, size_t lineno, const char 
     r->r.ns_per_step = real_of(&x, "ns_per_step");
     r->r.state_bytes = (size_t)u64_of(&x, "state_bytes", SIZE_MAX);
     r->r.topk = topk;
-    char key[48];
-    snprintf(key, sizeof key, "top%zu_recall", topk);
-    r->r.topk_recall = real_of(&x, key);
+    /* topk_recall when the run gave --topk; without it k is 32 */
+    r->r.topk_recall = jv_get(obj, "topk_recall") || topk != 32 ? real_of(&x, "topk_recall")
+                                                                : r->r.top32_recall;
     jv_free(obj);
 }
 

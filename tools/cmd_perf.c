@@ -33,10 +33,13 @@
  * Timings depend on the machine and its load: they are never asserted and
  * never drift-checked. --docs FILE rewrites the block between the lines
  * "<!-- perf:begin -->" and "<!-- perf:end -->" of FILE (the conditions, the
- * tables, the targets); --plot DIR draws DIR/perf_vs_budget.png (gnuplot).
+ * tables, the targets); --plot DIR draws DIR/perf_vs_budget.png (gnuplot):
+ * both are the documentation tool's (tools/docs/perf_docs.c), which runs
+ * this same measurement with its renderers (perf_main); the installed
+ * kvevict hands them to it (source_tree_run).
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli.h"
+#include "perf.h"
 
 #include <errno.h>
 #include <math.h>
@@ -111,6 +114,14 @@ typedef struct floor_isa {
 
 static floor_isa floors[3];
 static size_t n_floors;
+
+/* The instruction sets of the floors this machine has, "x86-64, avx2, ...". */
+void perf_print_floors(FILE *f)
+{
+    for (size_t i = 0, k = 0; i < n_floors; i++)
+        if (floors[i].available)
+            fprintf(f, "%s%s", k++ ? ", " : "", floors[i].name);
+}
 
 static void floors_init(void)
 {
@@ -298,11 +309,6 @@ static void run(work *w, size_t steps)
     }
 }
 
-typedef struct timing_opts {
-    size_t reps;
-    double target; /* seconds per timed run */
-} timing_opts;
-
 /* ns per step: the best of o->reps runs of about o->target seconds each,
  * after a calibration run that doubles the steps until one run lasts an
  * eighth of the target (and warms caches and state up). */
@@ -335,22 +341,7 @@ static double measure(work *w, const timing_opts *o, size_t *steps_out)
 
 /* ---- rows ---- */
 
-typedef struct row {
-    const char *impl; /* "kvevict", "naive-passes", "naive-sort" */
-    char name[32];
-    char spec[KVE_SPEC_MAX];
-    size_t budget, heads, threads, steps, state_bytes;
-    const char *attn; /* "rows", "null" or "keys" (NULL attention and a key) */
-    double ns, floor_ns, floor_base_ns;
-    const char *floor_isa;
-} row;
-
-typedef struct rows {
-    row *r;
-    size_t n, cap;
-} rows;
-
-static row *add_row(rows *rs)
+static row *add_row(perf_rows *rs)
 {
     if (rs->n == rs->cap)
         rs->r = xrealloc(rs->r, (rs->cap = rs->cap ? 2 * rs->cap : 64) * sizeof *rs->r);
@@ -405,7 +396,7 @@ static void spec_of(char *out, const char *name, size_t budget)
     free(s);
 }
 
-static void measure_policies(rows *rs, size_t budget, const timing_opts *o, int quiet)
+static void measure_policies(perf_rows *rs, size_t budget, const timing_opts *o, int quiet)
 {
     pool p;
     pool_init(&p, budget + 1, budget);
@@ -465,11 +456,11 @@ static void measure_policies(rows *rs, size_t budget, const timing_opts *o, int 
         free(w.idx);
     }
     free(p.w);
-    if (!quiet && isatty(STDERR_FILENO))
+    if (!quiet && !cli_quiet && isatty(STDERR_FILENO))
         fprintf(stderr, "\rkvevict perf: budget %zu done   ", budget);
 }
 
-static void measure_banks(rows *rs, const size_t *heads, size_t n_heads, const size_t *budgets,
+static void measure_banks(perf_rows *rs, const size_t *heads, size_t n_heads, const size_t *budgets,
                           size_t n_budgets, const timing_opts *o)
 {
     for (size_t bi = 0; bi < n_budgets; bi++)
@@ -501,12 +492,7 @@ static void measure_banks(rows *rs, const size_t *heads, size_t n_heads, const s
 
 /* ---- output ---- */
 
-static double slots_of(const row *r)
-{
-    return (double)r->heads * (double)r->budget;
-}
-
-static void print_rows(FILE *f, const rows *rs, tfmt fmt)
+static void print_rows(FILE *f, const perf_rows *rs, tfmt fmt)
 {
     static const col cols[] = {
         {"impl", "impl", COL_ALL | COL_LEFT},
@@ -554,63 +540,6 @@ static void print_rows(FILE *f, const rows *rs, tfmt fmt)
     table_free(&t);
 }
 
-/* "256", "4Ki", "256Ki". */
-static const char *size_label(size_t b, char buf[24])
-{
-    if (b >= 1024 && b % 1024 == 0)
-        snprintf(buf, 24, "%zuKi", b / 1024);
-    else
-        snprintf(buf, 24, "%zu", b);
-    return buf;
-}
-
-static const row *find(const rows *rs, const char *impl, const char *name, const char *attn,
-                       size_t budget, size_t heads, size_t threads)
-{
-    for (size_t i = 0; i < rs->n; i++) {
-        const row *r = &rs->r[i];
-        if (strcmp(r->impl, impl) == 0 && strcmp(r->name, name) == 0 &&
-            strcmp(r->attn, attn) == 0 && r->budget == budget && r->heads == heads &&
-            r->threads == threads)
-            return r;
-    }
-    return NULL;
-}
-
-/* What the run ran on, in one line. */
-static void conditions(FILE *f, const timing_opts *o, const double load[3])
-{
-    char cpu[128] = "an unknown CPU", line[256];
-    FILE *c = fopen("/proc/cpuinfo", "r");
-    while (c && fgets(line, sizeof line, c)) {
-        char *v = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && v) {
-            snprintf(cpu, sizeof cpu, "%s", v + 2);
-            cpu[strcspn(cpu, "\n")] = '\0';
-            break;
-        }
-    }
-    if (c)
-        fclose(c);
-    char when[32] = "";
-    time_t t = time(NULL);
-    struct tm tm;
-    if (gmtime_r(&t, &tm))
-        strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-    fprintf(f, "Measured %s on %s (%ld CPUs online), load average %.2f %.2f %.2f "
-               "before the run; kernels: %s; floors: ",
-            when, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2], kve_isa_name());
-    for (size_t i = 0, k = 0; i < n_floors; i++)
-        if (floors[i].available)
-            fprintf(f, "%s%s", k++ ? ", " : "", floors[i].name);
-    fprintf(f, " (the fastest is the floor); "
-#if defined(__VERSION__)
-               "built with " __VERSION__ "; "
-#endif
-               "best of %zu runs of about %.0f ms of CPU time each (wall time for 2 threads).\n",
-            o->reps, o->target * 1e3);
-}
-
 static void load_average(double load[3])
 {
     load[0] = load[1] = load[2] = NAN;
@@ -620,206 +549,6 @@ static void load_average(double load[3])
             load[0] = load[1] = load[2] = NAN;
         fclose(f);
     }
-}
-
-/* One row of the targets table: `name`'s worst ratio over `budgets` (attn
- * `attn`), where, the budgets at which it is within `limit`, the verdict. */
-static void target_row(FILE *f, const rows *rs, const char *target, const char *name,
-                       const char *attn, const size_t *budgets, size_t n_budgets, double limit)
-{
-    char b[24], met[160] = "";
-    double worst = 0.0;
-    const row *at = NULL;
-    for (size_t i = 0; i < n_budgets; i++) {
-        const row *r = find(rs, "kvevict", name, attn, budgets[i], 1, 1);
-        if (!r)
-            continue;
-        double ratio = r->ns / r->floor_ns;
-        if (ratio > worst) {
-            worst = ratio;
-            at = r;
-        }
-        if (ratio <= limit) {
-            size_t len = strlen(met);
-            snprintf(met + len, sizeof met - len, "%s%s", len ? ", " : "",
-                     size_label(budgets[i], b));
-        }
-    }
-    if (!at)
-        return;
-    fprintf(f, "| %s | %s | %.2f at %s | %s | ", target, name, worst, size_label(at->budget, b),
-            met[0] ? met : "none");
-    if (worst <= limit)
-        fprintf(f, "met |\n");
-    else
-        fprintf(f, "missed by %.0f%% |\n", (worst / limit - 1.0) * 100.0);
-}
-
-static void print_docs(FILE *f, const rows *rs, const size_t *budgets, size_t n_budgets,
-                       const timing_opts *o, const double load[3])
-{
-    char b[24];
-    fputc('\n', f);
-    conditions(f, o, load);
-    fprintf(f, "\n#### Every policy: ns per step (ratio to the floor)\n\n"
-               "Steady state: step (with an attention row, or NULL), then evict one. "
-               "Bytes per slot: the state the policy holds (`kve_policy_state_bytes` / "
-               "(budget + 1)).\n\n| policy | attn | bytes/slot |");
-    for (size_t i = 0; i < n_budgets; i++)
-        fprintf(f, " %s |", size_label(budgets[i], b));
-    fprintf(f, "\n|---|---|---:|");
-    for (size_t i = 0; i < n_budgets; i++)
-        fprintf(f, "---:|");
-    fputc('\n', f);
-    fprintf(f, "| floor (fastest instruction set) | rows | 12 |");
-    for (size_t i = 0; i < n_budgets; i++) {
-        const row *r = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
-        fprintf(f, " %.1f %s |", r ? r->floor_ns : NAN, r ? r->floor_isa : "");
-    }
-    fprintf(f, "\n| floor (x86-64) | rows | 12 |");
-    for (size_t i = 0; i < n_budgets; i++) {
-        const row *r = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
-        fprintf(f, " %.1f |", r ? r->floor_base_ns : NAN);
-    }
-    fputc('\n', f);
-    static const char *const impls[] = {"kvevict", "naive-passes", "naive-sort"};
-    for (size_t k = 0; k < 3; k++)
-        for (size_t t = 0; t < kve_policy_type_count(); t++)
-            for (int attn = 2; attn >= 0; attn--) {
-                const char *name = kve_policy_type_name(t);
-                const char *mode = attn == 2 ? "keys" : attn ? "rows" : "null";
-                const row *r0 = find(rs, impls[k], name, mode, budgets[0], 1, 1);
-                if (!r0)
-                    continue;
-                fprintf(f, "| %s%s%s | %s | %.4g |", k ? "naive " : "", name,
-                        k == 1 ? ", separate passes" : k == 2 ? ", sort-based" : "", mode,
-                        (double)r0->state_bytes / (double)(r0->budget + 1));
-                for (size_t i = 0; i < n_budgets; i++) {
-                    const row *r = find(rs, impls[k], name, mode, budgets[i], 1, 1);
-                    if (r)
-                        fprintf(f, " %.1f (%.2f) |", r->ns, r->ns / r->floor_ns);
-                    else
-                        fprintf(f, " |");
-                }
-                fputc('\n', f);
-            }
-
-    fprintf(f, "\n#### Where h2o's step goes\n\n"
-               "Read off the rows above: the fixed cost of a step and an evict is what "
-               "window costs with NULL attention; the validation pass (every weight checked "
-               "before any score changes) is what window adds with attention rows; the rest "
-               "of h2o's time is its one pass over the scores and the evict.\n\n"
-               "| budget | floor | fixed (window, NULL) | validation (window: rows - NULL) | "
-               "h2o | h2o - fixed - validation | that / floor |\n"
-               "|---|---:|---:|---:|---:|---:|---:|\n");
-    for (size_t i = 0; i < n_budgets; i++) {
-        const row *h = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
-        const row *wr = find(rs, "kvevict", "window", "rows", budgets[i], 1, 1);
-        const row *wn = find(rs, "kvevict", "window", "null", budgets[i], 1, 1);
-        if (!h || !wr || !wn)
-            continue;
-        double pass = h->ns - wr->ns;
-        fprintf(f, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", size_label(budgets[i], b),
-                h->floor_ns, wn->ns, wr->ns - wn->ns, h->ns, pass, pass / h->floor_ns);
-    }
-
-    fprintf(f, "\n#### Targets\n\n| target | policy | worst ratio | met at | verdict |\n"
-               "|---|---|---:|---|---|\n");
-    static const char *const tight[] = {"h2o", "tova", "h2o_decay"};
-    static const char *const loose[] = {"scissorhands", "h2o_mean"};
-    for (size_t k = 0; k < 3; k++)
-        target_row(f, rs, "within 1.3x of the floor, with rows", tight[k], "rows", budgets,
-                   n_budgets, 1.3);
-    for (size_t k = 0; k < 2; k++)
-        target_row(f, rs, "within 2x of the floor, with rows", loose[k], "rows", budgets,
-                   n_budgets, 2.0);
-    static const char *const flat[] = {"window", "streaming"};
-    for (size_t k = 0; k < 2; k++) {
-        double lo = INFINITY, hi = 0.0;
-        for (size_t i = 0; i < n_budgets; i++) {
-            const row *r = find(rs, "kvevict", flat[k], "null", budgets[i], 1, 1);
-            if (r) {
-                lo = r->ns < lo ? r->ns : lo;
-                hi = r->ns > hi ? r->ns : hi;
-            }
-        }
-        fprintf(f, "| flat with NULL: max / min ns per step <= 1.5 | %s | %.2f | | %s |\n",
-                flat[k], hi / lo, hi / lo <= 1.5 ? "met" : "missed");
-    }
-    const row *big = find(rs, "kvevict", "h2o", "rows", 4096, 256, 1);
-    if (big) {
-        double ratio = big->ns / big->floor_ns;
-        fprintf(f, "| bank of 32 x 8 heads x 4Ki within 1.3x of its floor, 1 thread | h2o | %.2f "
-                   "| | ", ratio);
-        if (ratio <= 1.3)
-            fprintf(f, "met |\n");
-        else
-            fprintf(f, "missed by %.0f%% |\n", (ratio / 1.3 - 1.0) * 100.0);
-    }
-
-    fprintf(f, "\n#### Banks of h2o: one thread, and two on the two halves of the heads\n\n"
-               "| heads x budget | slots | floor ns | 1 thread ns (ratio) | "
-               "2 threads ns (ratio) |\n|---|---:|---:|---:|---:|\n");
-    for (size_t i = 0; i < rs->n; i++) {
-        const row *r = &rs->r[i];
-        if (r->heads == 1 || r->threads != 1)
-            continue;
-        const row *two = find(rs, "kvevict", "h2o", "rows", r->budget, r->heads, 2);
-        fprintf(f, "| %zu x %s | %.0f | %.0f | %.0f (%.2f) |", r->heads,
-                size_label(r->budget, b), slots_of(r), r->floor_ns, r->ns, r->ns / r->floor_ns);
-        if (two)
-            fprintf(f, " %.0f (%.2f) |\n", two->ns, two->ns / two->floor_ns);
-        else
-            fprintf(f, " |\n");
-    }
-    fputc('\n', f);
-}
-
-/* ns per step against budget, log-log: every policy (with attention rows),
- * window with NULL, the floors and the naive h2o. */
-static void plot(const char *dir, const rows *rs, const size_t *budgets, size_t n_budgets)
-{
-    if (strchr(dir, '\'') || strchr(dir, '\n'))
-        die_usage("--plot: quotes and newlines are not supported in '%s'", dir);
-    if (access(dir, W_OK) != 0)
-        die_input("--plot: '%s' is not a writable directory", dir);
-    FILE *g = popen("gnuplot", "w");
-    if (!g)
-        die_input("--plot: cannot run gnuplot: %s", strerror(errno));
-    fprintf(g, "set terminal pngcairo size 960,640 noenhanced font 'Sans,11'\n"
-               "set output '%s/perf_vs_budget.png'\n"
-               "set logscale xy\nset format xy '%%g'\nset grid\nset key outside right\n"
-               "set xlabel 'budget (kept positions)'\nset ylabel 'ns per step (step + evict)'\n"
-               "set title 'Per-step cost against budget (%s kernels)'\n",
-            dir, kve_isa_name());
-    fprintf(g, "$d << EOD\n");
-    for (size_t i = 0; i < n_budgets; i++) {
-        const row *h = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
-        fprintf(g, "%zu %.6g %.6g", budgets[i], h ? h->floor_ns : NAN, h ? h->floor_base_ns : NAN);
-        for (size_t t = 0; t < kve_policy_type_count(); t++) {
-            const char *mode = kve_policy_type_reads(t) & KVE_READS_KEYS ? "keys" : "rows";
-            const row *r = find(rs, "kvevict", kve_policy_type_name(t), mode, budgets[i], 1, 1);
-            if (strcmp(kve_policy_type_name(t), "full") != 0)
-                fprintf(g, " %.6g", r ? r->ns : NAN);
-        }
-        const row *wn = find(rs, "kvevict", "window", "null", budgets[i], 1, 1);
-        const row *np = find(rs, "naive-passes", "h2o", "rows", budgets[i], 1, 1);
-        const row *ns = find(rs, "naive-sort", "h2o", "rows", budgets[i], 1, 1);
-        fprintf(g, " %.6g %.6g %.6g\n", wn ? wn->ns : NAN, np ? np->ns : NAN, ns ? ns->ns : NAN);
-    }
-    fprintf(g, "EOD\nplot $d using 1:2 with linespoints lw 3 lc rgb 'black' title 'floor', "
-               "$d using 1:3 with linespoints dt 2 lc rgb 'black' title 'floor, x86-64'");
-    int c = 4;
-    for (size_t t = 0; t < kve_policy_type_count(); t++)
-        if (strcmp(kve_policy_type_name(t), "full") != 0)
-            fprintf(g, ", $d using 1:%d with linespoints title '%s'", c++,
-                    kve_policy_type_name(t));
-    fprintf(g, ", $d using 1:%d with linespoints dt 3 title 'window, NULL'", c++);
-    fprintf(g, ", $d using 1:%d with linespoints dt 4 title 'naive h2o, passes'", c++);
-    fprintf(g, ", $d using 1:%d with linespoints dt 5 title 'naive h2o, sort'\n", c);
-    int rc = pclose(g);
-    if (rc != 0)
-        die_input("--plot: gnuplot failed (status %d)", rc);
 }
 
 static const char perf_usage[] =
@@ -837,7 +566,8 @@ static const char perf_usage[] =
     "measurement: ns/step, ns per kept slot, the floor, the ratio, bytes per slot.\n"
     "Timings depend on the machine and its load; they are never asserted.\n"
     "\n"
-    "  --budget B1,...    budgets of the policy rows (default above)\n"
+    "  --budget B1,...    budgets of the policy rows (default above; counts, not\n"
+    "                     percentages: perf times policies of a given size)\n"
     "  --quick            budgets 256 and 4Ki, banks of 8 heads, 2 runs of 2 ms\n"
     "  --reps N           runs per measurement, the best counts (default 7)\n"
     "  --ms MS            milliseconds per run (default 5)\n"
@@ -850,7 +580,8 @@ static const char perf_usage[] =
     "  -o, --output FILE  write there instead of standard output (- for it)\n"
     "  --docs FILE        also rewrite the block between <!-- perf:begin --> and\n"
     "                     <!-- perf:end --> of FILE (conditions, tables, targets)\n"
-    "  --plot DIR         also draw DIR/perf_vs_budget.png with gnuplot\n";
+    "  --plot DIR         also draw DIR/perf_vs_budget.png with gnuplot\n"
+    "  --quiet            no line on stderr saying which budget is done\n";
 
 static const opt_def perf_own[] = {
     {"quick", 0, 0}, {"reps", 0, OPT_VALUE}, {"ms", 0, OPT_VALUE},
@@ -858,18 +589,20 @@ static const opt_def perf_own[] = {
 };
 static const cli_spec perf_spec = {
     .usage = perf_usage,
-    .shared = SO_BUDGETS | SO_FORMAT | SO_OUTPUT,
+    .shared = SO_BUDGETS | SO_FORMAT | SO_OUTPUT | SO_QUIET,
     CLI_OWN(perf_own),
     .default_format = FMT_TEXT,
 };
 
-int cmd_perf(int argc, char **argv)
+int perf_main(int argc, char **argv, const perf_renderers *render)
 {
     cli_args a;
     cli_parse(&a, &perf_spec, argc, argv);
     int quick = cli_own(&a, &perf_spec, "quick")->count > 0;
     const opt_val *reps = cli_own(&a, &perf_spec, "reps"), *ms = cli_own(&a, &perf_spec, "ms");
     const opt_val *docs = cli_own(&a, &perf_spec, "docs"), *dir = cli_own(&a, &perf_spec, "plot");
+    if ((docs->count || dir->count) && !render) /* the source-tree tool renders them */
+        return source_tree_run("perf", argc, argv);
     timing_opts o = {quick ? 2 : 7, quick ? 0.002 : 0.005};
     if (reps->count)
         o.reps = (size_t)parse_u64("--reps", reps->v[0], 1, 1000);
@@ -877,6 +610,9 @@ int cmd_perf(int argc, char **argv)
         o.target = (double)parse_u64("--ms", ms->v[0], 1, 60000) / 1e3;
     const size_t *budgets = quick ? quick_budgets : default_budgets;
     size_t n_budgets = quick ? 2 : sizeof default_budgets / sizeof default_budgets[0];
+    if (a.budgets_relative)
+        die_usage("--budget: perf times policies of a given size, with no trace or model to take "
+                  "a percentage of: give counts of positions");
     if (a.n_budgets) {
         budgets = a.budgets;
         n_budgets = a.n_budgets;
@@ -888,30 +624,26 @@ int cmd_perf(int argc, char **argv)
     double load[3];
     load_average(load);
 
-    rows rs = {0};
+    perf_rows rs = {0};
     for (size_t i = 0; i < n_budgets; i++)
         measure_policies(&rs, budgets[i], &o, quick);
     static const size_t one_budget[] = {256};
-    measure_banks(&rs, quick ? bank_heads : bank_heads, quick ? 1 : N_BANK_HEADS,
+    measure_banks(&rs, bank_heads, quick ? 1 : N_BANK_HEADS,
                   quick ? one_budget : bank_budgets, quick ? 1 : N_BANK_BUDGETS, &o);
-    if (!quick && isatty(STDERR_FILENO))
+    if (!quick && !cli_quiet && isatty(STDERR_FILENO))
         fprintf(stderr, "\r%40s\r", "");
 
     print_rows(out, &rs, a.format);
-    if (docs->count) {
-        char *block = NULL;
-        size_t len = 0;
-        FILE *m = open_memstream(&block, &len);
-        if (!m)
-            die_input("out of memory");
-        print_docs(m, &rs, budgets, n_budgets, &o, load);
-        fclose(m);
-        rewrite_block(docs->v[0], "perf", block);
-        free(block);
-    }
+    if (docs->count)
+        render->docs(docs->v[0], &rs, budgets, n_budgets, &o, load);
     if (dir->count)
-        plot(dir->v[0], &rs, budgets, n_budgets);
+        render->plot(dir->v[0], &rs, budgets, n_budgets);
     free(rs.r);
     out_close(out);
     return 0;
+}
+
+int cmd_perf(int argc, char **argv)
+{
+    return perf_main(argc, argv, NULL);
 }

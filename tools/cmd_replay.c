@@ -22,17 +22,19 @@ static const char replay_usage[] =
     "  --trace SRC    canonical, canonical:key=value,..., a .npy file, qk:FILE, or -\n"
     "                 (stdin)\n"
     "  --policy SPEC  name[:key=value,...]\n"
-    "  --budget B     evict down to B positions (default: the spec's budget)\n"
+    "  --budget B     evict down to B positions (default: the spec's budget), or\n"
+    "                 P% of the trace's steps T: floor(P T / 100) positions\n"
     "  --head N       head of a multi-head file, layer-major (default 0)\n"
     "  --format F     json (default), text, md or csv\n"
     "  -o, --output FILE  write there instead of standard output (- for it)\n"
     "  --normalize    rescale each row of a .npy file to sum 1 instead of refusing\n"
-    "  --seed N       seed of the policy's random numbers (default 0)\n";
+    "  --seed N       seed of the policy's random numbers (default 0)\n"
+    "  --quiet        no progress line on stderr (drawn on a terminal after 2 s)\n";
 
 static const cli_spec replay_spec = {
     .usage = replay_usage,
     .shared = SO_TRACE | SO_POLICY | SO_BUDGET | SO_HEAD | SO_SEED | SO_NORMALIZE | SO_FORMAT |
-              SO_OUTPUT,
+              SO_OUTPUT | SO_QUIET,
     .required = SO_TRACE | SO_POLICY,
     .default_format = FMT_JSON,
 };
@@ -78,6 +80,11 @@ int cmd_replay(int argc, char **argv)
     char *spec = canon_spec("--policy", a.policy, a.budget);
     FILE *out = out_open(a.output);
     kve_trace *tr = open_trace(&a);
+    if (a.budgets_relative) { /* --budget P%: of the trace's steps */
+        cli_resolve_budgets(&a, kve_trace_steps(tr), "the trace's steps");
+        free(spec);
+        spec = canon_spec("--policy", a.policy, a.budget);
+    }
     size_t nh = kve_trace_heads(tr);
     if (a.head >= nh) {
         kve_trace_free(tr);

@@ -24,7 +24,8 @@ static const char sweep_usage[] =
     "                        or -\n"
     "  --policy SPEC         the base spec; each point sets its keys with kve_spec_with\n"
     "  --param KEY=V1,...    a parameter of the policy and its values\n"
-    "  --budget B1,...       budgets (default: the spec's); not with --param budget=...\n"
+    "  --budget B1,...       budgets (default: the spec's); not with --param budget=...;\n"
+    "                        each a count or P% of the trace's steps T (floor(P T / 100))\n"
     "  --topk K              recall over the K most-attended positions (default 32)\n"
     "  --format F            text (default), md, csv or json; --csv, --json, --md\n"
     "  --csv                 comma-separated, with a header row of snake_case keys\n"
@@ -33,6 +34,7 @@ static const char sweep_usage[] =
     "  -o, --output FILE     write there instead of standard output (- for it)\n"
     "  --normalize           rescale each row of a .npy file to sum 1 instead of refusing\n"
     "  --seed N              seed of the policies' random numbers (default 0)\n"
+    "  --quiet               no progress line on stderr (drawn on a terminal after 2 s)\n"
     "  --shard I/N           run shard I of N (0 <= I < N): the points p with\n"
     "                        p % N == I, as JSON Lines carrying each whole job;\n"
     "                        `kvevict merge` combines the N files into what the\n"
@@ -46,14 +48,16 @@ static const opt_def sweep_own[] = {{"param", 0, OPT_VALUE | OPT_REPEAT},
 static const cli_spec sweep_spec = {
     .usage = sweep_usage,
     .shared = SO_TRACE | SO_POLICY | SO_BUDGETS | SO_TOPK | SO_SEED | SO_NORMALIZE | SO_FORMAT |
-              SO_OUTPUT,
+              SO_OUTPUT | SO_QUIET,
     .required = SO_TRACE | SO_POLICY,
     CLI_OWN(sweep_own),
     .default_format = FMT_TEXT,
 };
 
-/* The points of shard `sh`, evaluated and written as shard lines. */
-static void run_shard(const cli_args *a, const grid *g, const shard *sh, const opt_val *params)
+/* The points of shard `sh`, evaluated and written as shard lines; `tr` the
+ * trace when it is open already, else NULL. */
+static void run_shard(const cli_args *a, const grid *g, const shard *sh, const opt_val *params,
+                      kve_trace *tr)
 {
     size_t n = grid_points(g);
     shard_check(sh, n);
@@ -67,7 +71,8 @@ static void run_shard(const cli_args *a, const grid *g, const shard *sh, const o
             evalset_index(&es, spec, 0);
             free(spec);
         }
-    kve_trace *tr = open_trace(a);
+    if (!tr)
+        tr = open_trace(a);
     evalset_run(&es, tr, a, 0);
     result_ctx c;
     result_ctx_init(&c, a, tr);
@@ -95,6 +100,11 @@ int cmd_sweep(int argc, char **argv)
         if (a.format != FMT_TEXT && a.format != FMT_JSON)
             die_usage("--shard writes JSON Lines for kvevict merge; give the format to merge");
     }
+    kve_trace *tr = NULL;
+    if (a.budgets_relative) { /* --budget P%: of the trace's steps, known once it is open */
+        tr = open_trace(&a);
+        cli_resolve_budgets(&a, kve_trace_steps(tr), "the trace's steps");
+    }
     grid g;
     grid_init(&g, a.policy);
     if (a.n_budgets)
@@ -103,7 +113,7 @@ int cmd_sweep(int argc, char **argv)
         grid_add_param(&g, "--param", params->v[p]);
     grid_check(&g);
     if (sh.count) {
-        run_shard(&a, &g, &sh, params);
+        run_shard(&a, &g, &sh, params, tr);
         grid_free(&g);
         return 0;
     }
@@ -112,7 +122,8 @@ int cmd_sweep(int argc, char **argv)
     evalset_init(&es);
     result_ctx c = {0};
     render_grid(NULL, &es, &g, &c, FMT_TEXT); /* collects every point */
-    kve_trace *tr = open_trace(&a);
+    if (!tr)
+        tr = open_trace(&a);
     evalset_run(&es, tr, &a, 0);
     result_ctx_init(&c, &a, tr);
     render_grid(out, &es, &g, &c, a.format);

@@ -49,12 +49,13 @@ static const char trace_usage[] =
     "  --stats            print the statistics instead of writing a file\n"
     "  --block B          rows per block of the block statistics (default 512)\n"
     "  --format F         text (default), md, csv or json (with --stats)\n"
-    "  --normalize        rescale each row of a .npy file to sum 1 instead of refusing\n";
+    "  --normalize        rescale each row of a .npy file to sum 1 instead of refusing\n"
+    "  --quiet            no progress line on stderr (drawn on a terminal after 2 s)\n";
 
 static const opt_def trace_own[] = {{"stats", 0, 0}, {"block", 0, OPT_VALUE}};
 static const cli_spec trace_spec = {
     .usage = trace_usage,
-    .shared = SO_TRACE | SO_OUTPUT | SO_HEAD | SO_NORMALIZE | SO_FORMAT,
+    .shared = SO_TRACE | SO_OUTPUT | SO_HEAD | SO_NORMALIZE | SO_FORMAT | SO_QUIET,
     .required = SO_TRACE,
     CLI_OWN(trace_own),
     .default_format = FMT_TEXT,

@@ -129,7 +129,7 @@ static char *read_string(reader *r)
             r->i++;
             return b.p;
         }
-        if (c == '\0' || c < 0x20) {
+        if (c < 0x20) { /* NUL included */
             fail(r, c ? "raw control character in a string" : "unterminated string");
             free(b.p);
             return NULL;
@@ -232,7 +232,7 @@ static int word(reader *r, const char *w)
     return 1;
 }
 
-static void add_child(jv *parent, jv *child)
+static void add_child(jv *parent, const jv *child)
 {
     parent->child = xrealloc(parent->child, (parent->n + 1) * sizeof *parent->child);
     parent->child[parent->n++] = *child;

@@ -3,7 +3,8 @@
  * kvevict.c - the kvevict command-line tool: dispatch to the subcommands,
  * and the small `policies` listing. Uses only the public header. See cli.h
  * for the conventions every subcommand follows, docs/cli.md for the user's
- * version.
+ * version. The source-tree commands (docs, plot) are the documentation
+ * tool's (tools/docs/), run from beside this program (source_tree.c).
  */
 #include "cli.h"
 
@@ -40,7 +41,8 @@ static const char main_usage[] =
     "  help      this text, or `kvevict help COMMAND`\n"
     "  --version the version\n"
     "\n"
-    "Source-tree commands (they maintain the docs of a kvevict checkout):\n"
+    "Source-tree commands (they maintain the docs of a kvevict checkout; " DOCS_TOOL ",\n"
+    "built there beside kvevict and not installed, runs them):\n"
     "  docs      regenerate (or --check) the measured blocks of markdown files\n"
     "  plot      render the figures of docs/img/ with gnuplot (--real-model DIR:\n"
     "            those of docs/real-model.md)\n"
@@ -103,14 +105,14 @@ int cmd_policies(int argc, char **argv)
 
 typedef struct command {
     const char *name;
-    int (*run)(int argc, char **argv);
+    int (*run)(int argc, char **argv); /* NULL: a source-tree command (DOCS_TOOL's) */
 } command;
 
 /* One line per subcommand; the order is not significant. */
 static const command commands[] = {
     {"bench", cmd_bench}, {"eval", cmd_eval},         {"replay", cmd_replay},
     {"trace", cmd_trace}, {"sweep", cmd_sweep},       {"policies", cmd_policies},
-    {"docs", cmd_docs},   {"plot", cmd_plot},         {"lm", cmd_lm},
+    {"docs", NULL},       {"plot", NULL},             {"lm", cmd_lm},
     {"generate", cmd_generate}, {"perf", cmd_perf},     {"merge", cmd_merge},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
@@ -123,8 +125,16 @@ static const command *find(const char *name)
     return NULL;
 }
 
+/* Runs command c on argv[0 .. argc). */
+static int run(const command *c, int argc, char **argv)
+{
+    cli_cmd = c->name;
+    return c->run ? c->run(argc, argv) : source_tree_run(c->name, argc, argv);
+}
+
 int main(int argc, char **argv)
 {
+    cli_argv0 = argv[0];
     cli_signals_install();
     if (argc < 2)
         die_usage("missing command (see kvevict --help)");
@@ -134,10 +144,9 @@ int main(int argc, char **argv)
             const command *c = find(argv[2]);
             if (!c)
                 die_usage("help: unknown command '%s'", argv[2]);
-            cli_cmd = c->name;
             char help[] = "--help";
             char *args[] = {help, NULL};
-            return c->run(1, args);
+            return run(c, 1, args);
         }
         fputs(main_usage, stdout);
         finish_stdout();
@@ -155,6 +164,5 @@ int main(int argc, char **argv)
     const command *c = find(name);
     if (!c)
         die_usage("unknown command '%s' (see kvevict --help)", name);
-    cli_cmd = c->name;
-    return c->run(argc - 2, argv + 2);
+    return run(c, argc - 2, argv + 2);
 }

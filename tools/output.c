@@ -2,14 +2,15 @@
 /*
  * output.c - where results go and how: output files written under a
  * temporary name and renamed into place, the signal handler that removes
- * them, standard input as a trace, progress lines, and the JSON form of a
- * result row (the keys every subcommand shares).
+ * them, progress lines, JSON strings and numbers, and the rewriting of a
+ * marked block of a file. Where traces come from is traces.c; what a result
+ * row holds, results.c.
  *
  * Invariant: a file the tool writes exists under its final name only once
  * it is complete (a device or FIFO, which a rename would replace, is
- * written in place). Until then it is a temporary file registered in `temps`;
- * die_* and the signal handler (which uses only async-signal-safe calls)
- * remove every registered file, so an error or an interrupt leaves nothing.
+ * written in place). Until then it is a temporary file registered with
+ * temp_create (errors.c), which die_* and the signal handler remove, so an
+ * error or an interrupt leaves nothing.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
@@ -23,97 +24,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- temporary files ---- */
-
-enum { MAX_TEMPS = 4 };
-
-static char temp_path[MAX_TEMPS][PATH_MAX];
-static volatile sig_atomic_t temp_used[MAX_TEMPS];
-static volatile sig_atomic_t progress_on_screen;
-
-static void block_signals(sigset_t *old)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigprocmask(SIG_BLOCK, &set, old);
-}
-
-int temp_create(char *template)
-{
-    size_t len = strlen(template);
-    if (len >= PATH_MAX) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    sigset_t old;
-    block_signals(&old); /* no signal between creating and registering */
-    size_t slot = 0;
-    while (slot < MAX_TEMPS && temp_used[slot])
-        slot++;
-    int fd = -1;
-    if (slot == MAX_TEMPS) {
-        errno = EMFILE;
-    } else {
-        memcpy(temp_path[slot], template, len + 1);
-        fd = mkstemp(temp_path[slot]);
-        if (fd >= 0) {
-            memcpy(template, temp_path[slot], len + 1);
-            temp_used[slot] = 1;
-        }
-    }
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    return fd;
-}
-
-void temp_forget(const char *path)
-{
-    for (size_t i = 0; i < MAX_TEMPS; i++)
-        if (temp_used[i] && strcmp(temp_path[i], path) == 0)
-            temp_used[i] = 0;
-}
-
-void temp_remove_all(void)
-{
-    for (size_t i = 0; i < MAX_TEMPS; i++)
-        if (temp_used[i]) {
-            unlink(temp_path[i]);
-            temp_used[i] = 0;
-        }
-}
-
-static void on_signal(int sig)
-{
-    for (size_t i = 0; i < MAX_TEMPS; i++)
-        if (temp_used[i])
-            unlink(temp_path[i]);
-    if (progress_on_screen) {
-        static const char erase[] = "\r\033[K";
-        ssize_t w = write(STDERR_FILENO, erase, sizeof erase - 1);
-        (void)w;
-    }
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-void cli_signals_install(void)
-{
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        struct sigaction old, sa;
-        /* A signal ignored when we start (a background job of a script)
-         * stays ignored, as the shell meant. */
-        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-            continue;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
-    }
-}
 
 /* ---- output streams ---- */
 
@@ -197,17 +107,6 @@ void out_close(FILE *f)
     die_input("internal error: closing a stream that out_open did not give");
 }
 
-void finish_stdout(void)
-{
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        int e = errno;
-        fprintf(stderr, "kvevict%s%s: cannot write standard output: %s\n", cli_cmd[0] ? " " : "",
-                cli_cmd, strerror(e));
-        temp_remove_all();
-        exit(EXIT_INPUT);
-    }
-}
-
 FILE *null_sink(void)
 {
     FILE *f = fopen("/dev/null", "w");
@@ -238,13 +137,19 @@ void progress_begin(progress *pr, const char *what, uint64_t total, size_t head,
     pr->head = head;
     pr->heads = heads;
     pr->last = 0.0;
+    pr->next = 0;
     pr->shown = 0;
 }
 
+int cli_quiet;
+
 void progress_update(progress *pr, uint64_t done)
 {
-    if ((done & 255) != 0 && done != pr->total)
+    /* The clock is read after every 256 units of work (and at the end),
+     * whatever the size of each update. */
+    if (cli_quiet || (done < pr->next && done != pr->total))
         return;
+    pr->next = done + 256;
     double now = now_s();
     if (now - started < 2.0 || now - pr->last < 0.25 || !isatty(STDERR_FILENO))
         return;
@@ -258,7 +163,7 @@ void progress_update(progress *pr, uint64_t done)
         fprintf(stderr, "\rkvevict %s: %s %llu/%llu (%.0f%%) ", cli_cmd, pr->what,
                 (unsigned long long)done, (unsigned long long)pr->total, pct);
     pr->shown = 1;
-    progress_on_screen = 1;
+    cli_progress_shown = 1;
 }
 
 void progress_end(progress *pr)
@@ -266,7 +171,7 @@ void progress_end(progress *pr)
     if (pr->shown)
         fputs("\r\033[K", stderr);
     pr->shown = 0;
-    progress_on_screen = 0;
+    cli_progress_shown = 0;
 }
 
 int progress_callback(void *user, uint64_t done, uint64_t total)
@@ -275,106 +180,6 @@ int progress_callback(void *user, uint64_t done, uint64_t total)
     pr->total = total;
     progress_update(pr, done);
     return 0;
-}
-
-/* ---- traces ---- */
-
-static char stdin_source[PATH_MAX]; /* the temporary path a "-" trace was opened from */
-
-/* Copies standard input to a registered temporary file; returns its path. */
-static const char *spool_stdin(void)
-{
-    if (isatty(STDIN_FILENO))
-        die_usage("--trace -: standard input is a terminal, not a .npy file");
-    const char *dir = getenv("TMPDIR");
-    if (!dir || !*dir)
-        dir = "/tmp";
-    if (snprintf(stdin_source, sizeof stdin_source, "%s/kvevict-stdin.XXXXXX", dir) >=
-        (int)sizeof stdin_source)
-        die_input("--trace -: TMPDIR is too long");
-    int fd = temp_create(stdin_source);
-    if (fd < 0)
-        die_input("--trace -: cannot create a temporary file in %s: %s", dir, strerror(errno));
-    char buf[1 << 16];
-    for (;;) {
-        ssize_t got = read(STDIN_FILENO, buf, sizeof buf);
-        if (got == 0)
-            break;
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            close(fd);
-            die_input("--trace -: cannot read standard input: %s", strerror(e));
-        }
-        for (ssize_t off = 0; off < got;) {
-            ssize_t w = write(fd, buf + off, (size_t)(got - off));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w < 0) {
-                int e = errno;
-                close(fd);
-                die_input("--trace -: cannot write %s: %s", stdin_source, strerror(e));
-            }
-            off += w;
-        }
-    }
-    if (close(fd) != 0)
-        die_input("--trace -: cannot write %s: %s", stdin_source, strerror(errno));
-    return stdin_source;
-}
-
-/* The names the user gave traces spooled to temporary files (lm_trace_open),
- * by the path they were opened from; the paths never repeat within a run. */
-enum { MAX_ALIASES = 16 };
-static struct {
-    char *path, *name;
-} aliases[MAX_ALIASES];
-
-void trace_alias(const char *path, const char *name)
-{
-    for (size_t i = 0; i < MAX_ALIASES; i++)
-        if (!aliases[i].path) {
-            aliases[i].path = xstrdup(path);
-            aliases[i].name = xstrdup(name);
-            return;
-        }
-    die_input("too many lm: traces in one run (at most %d)", MAX_ALIASES);
-}
-
-kve_trace *open_trace(const cli_args *a)
-{
-    const char *src = a->trace ? a->trace : BENCH_TRACE;
-    if (strncmp(src, "lm:", 3) == 0)
-        return lm_trace_open(src, a->trace_flags);
-    int from_stdin = strcmp(src, "-") == 0;
-    if (from_stdin)
-        src = spool_stdin();
-    kve_trace *tr = NULL;
-    progress pr;
-    progress_begin(&pr, "validating row", 0, 0, 1);
-    kve_trace_options o = kve_trace_default_options();
-    o.flags = (kve_trace_flags)a->trace_flags;
-    o.progress = progress_callback;
-    o.user = &pr;
-    kve_status s = kve_trace_open(src, &o, &tr);
-    progress_end(&pr);
-    if (from_stdin) { /* the open file stays readable; the name can go now */
-        unlink(stdin_source);
-        temp_forget(stdin_source);
-    }
-    if (s != KVE_OK)
-        die_status(s, from_stdin ? "--trace -" : "--trace");
-    return tr;
-}
-
-const char *trace_name(const kve_trace *tr)
-{
-    const char *s = kve_trace_source(tr);
-    for (size_t i = 0; i < MAX_ALIASES && aliases[i].path; i++)
-        if (strcmp(s, aliases[i].path) == 0)
-            return aliases[i].name;
-    return stdin_source[0] && strcmp(s, stdin_source) == 0 ? "-" : s;
 }
 
 /* ---- JSON ---- */
@@ -399,66 +204,6 @@ void json_string(FILE *f, const char *s)
             fputc(*c, f);
     }
     fputc('"', f);
-}
-
-void result_ctx_init(result_ctx *c, const cli_args *a, const kve_trace *tr)
-{
-    memset(c, 0, sizeof *c);
-    c->trace = trace_name(tr);
-    c->seed = a->seed;
-    c->heads = kve_trace_heads(tr);
-    c->layers = kve_trace_layers(tr);
-    c->topk = a->topk;
-    c->topk_given = a->topk_given;
-    c->timings = 1;
-}
-
-const char *recall_key(const result_ctx *c)
-{
-    static char key[40];
-    snprintf(key, sizeof key, "top%zu_recall", c->topk);
-    return key;
-}
-
-double recall_of(const result_ctx *c, const kve_eval_result *r)
-{
-    return c->topk == 32 ? r->top32_recall : r->topk_recall;
-}
-
-void json_result_begin(FILE *f, const result_ctx *c, const kve_eval_result *r)
-{
-    fprintf(f, "{\"" KEY_POLICY "\": ");
-    json_string(f, r->spec);
-    fprintf(f, ", \"" KEY_TRACE "\": ");
-    json_string(f, c->trace);
-    fprintf(f,
-            ", \"" KEY_BUDGET "\": %zu, \"" KEY_STEPS "\": %zu, \"" KEY_SCORED "\": %zu, "
-            "\"" KEY_HEADS "\": %zu, \"" KEY_LAYERS "\": %zu, \"" KEY_SEED "\": %llu",
-            r->budget, r->steps, r->scored_steps, c->heads, c->layers,
-            (unsigned long long)c->seed);
-    if (c->topk_given)
-        fprintf(f, ", \"" KEY_TOPK "\": %zu", c->topk);
-}
-
-void json_metrics(FILE *f, const result_ctx *c, const kve_eval_result *r)
-{
-    fprintf(f, "\"" KEY_MASS "\": ");
-    json_double(f, r->retained_mass);
-    fprintf(f, ", \"%s\": ", recall_key(c));
-    json_double(f, recall_of(c, r));
-    fprintf(f, ", \"" KEY_MIN_MASS "\": ");
-    json_double(f, r->min_retained_mass);
-    fprintf(f, ", \"" KEY_NS "\": ");
-    json_double(f, r->ns_per_step);
-    fprintf(f, ", \"" KEY_STATE "\": %zu", r->state_bytes);
-}
-
-void json_result(FILE *f, const result_ctx *c, const kve_eval_result *r)
-{
-    json_result_begin(f, c, r);
-    fputs(", ", f);
-    json_metrics(f, c, r);
-    fputs("}\n", f);
 }
 
 void rewrite_block(const char *path, const char *name, const char *block)

@@ -131,6 +131,7 @@ void seeds_eval(seeds_run *r, const char *src, size_t n, const cli_args *a)
     n_threads = n_threads < SEEDS_THREADS ? n_threads : SEEDS_THREADS;
     pthread_t th[SEEDS_THREADS];
     size_t started = 0;
+    /* cppcheck-suppress knownConditionTrueFalse ; cppcheck 2.10 reads min(n, enum) as < 1 */
     for (size_t k = 1; k < n_threads; k++, started++)
         if (pthread_create(&th[k - 1], NULL, seeds_worker, &w) != 0)
             break; /* fewer threads: the others take the work */

@@ -107,11 +107,7 @@ void shard_line(FILE *f, const shard *s, size_t job, size_t jobs, const char *ru
         json_params(f, g, job);
     }
     fputs(", ", f);
-    json_metrics(f, &all, r);
-    if (all.topk != 32) {
-        fputs(", \"top32_recall\": ", f);
-        json_double(f, r->top32_recall);
-    }
+    json_metrics(f, c, r); /* top32_recall, and topk_recall when the run gave --topk */
     fprintf(f, ", \"shard\": \"%zu/%zu\", \"job\": %zu, \"jobs\": %zu, \"run\": %s}\n", s->index,
             s->count, job, jobs, run);
 }

@@ -49,7 +49,7 @@
  * temporary file and a rename, so an interrupt leaves each whole.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli.h"
+#include "docs.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -295,6 +295,7 @@ static const char docs_usage[] =
     "This is a source-tree tool: it maintains the docs/ of a kvevict checkout.\n"
     "\n"
     "  --check      compare only; exit 1 naming each block that drifted\n"
+    "  --quiet      no progress line on stderr (drawn on a terminal after 2 s)\n"
     "  --trace SRC  evaluate the blocks without a trace= of their own on another\n"
     "               trace (to try a page out; the committed docs and their drift\n"
     "               test use the canonical trace)\n";
@@ -302,7 +303,7 @@ static const char docs_usage[] =
 static const opt_def docs_own[] = {{"check", 0, 0}};
 static const cli_spec docs_spec = {
     .usage = docs_usage,
-    .shared = SO_TRACE,
+    .shared = SO_TRACE | SO_QUIET,
     CLI_OWN(docs_own),
     .max_pos = CLI_MAX_POS,
 };

@@ -25,8 +25,7 @@
  * script go to a temporary directory removed afterwards.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli.h"
-#include "jsonl.h"
+#include "docs.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -76,12 +75,14 @@ static const figure figures[] = {
 
 static void label_of(const jrow *r, const figure *fg, char *out, size_t cap)
 {
-    char a[256], b[256];
+    char a[256];
     const char *va = jrow_value(r, fg->label[0], a, sizeof a);
-    if (fg->label[1])
+    if (fg->label[1]) {
+        char b[256];
         snprintf(out, cap, "%s (%s)", va, jrow_value(r, fg->label[1], b, sizeof b));
-    else
+    } else {
         snprintf(out, cap, "%s", va);
+    }
 }
 
 /* Writes figure fg's series to `dat` (one gnuplot index per series) and its
@@ -234,8 +235,9 @@ void plot_real_model(const char *dir, const char *out)
     if (!gp)
         die_input("%s: cannot create", path);
     /* The budget at 20% of the context: that of the h2o sweep's rows. */
-    char b20[64] = "none", buf[256];
+    char b20[64] = "none";
     if (exists(dir, "eval-h2o.jsonl")) {
+        char buf[256];
         jfile e;
         snprintf(path, sizeof path, "%s/eval-h2o.jsonl", dir);
         jfile_read(&e, path);

@@ -14,7 +14,7 @@
  * of one policy at several budgets can share a table row.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli.h"
+#include "docs.h"
 
 #include <errno.h>
 #include <math.h>
@@ -232,9 +232,9 @@ void render_data_table(FILE *f, char *const *args, size_t n_args)
     const char *path = args[0];
     row_filter flt[8];
     size_t n_flt = 0;
-    tcol cols[TABLE_MAXCOLS];
+    tcol cols[TABLE_MAXCOLS] = {{0}};
     size_t n_cols = 0;
-    tcol rows_[TABLE_MAXCOLS], value = {0}, pivot_col = {0};
+    tcol rows_[TABLE_MAXCOLS] = {{0}}, value = {0}, pivot_col = {0};
     size_t n_rows = 0;
     const char *pivot = NULL;
     for (size_t i = 1; i < n_args; i++) {

@@ -18,7 +18,7 @@
  * from one lockstep evaluation plus one replay of h2o.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli.h"
+#include "docs.h"
 
 #include <limits.h>
 #include <math.h>
@@ -51,6 +51,7 @@ static const char plot_usage[] =
     "  --out DIR    the directory to write the PNG files to (must exist)\n"
     "  --trace SRC  plot another trace (default canonical); the trace picture\n"
     "               shows its steps up to 2304\n"
+    "  --quiet      no progress line on stderr (drawn on a terminal after 2 s)\n"
     "  --real-model DIR  instead, the figures of docs/real-model.md (real_*.png)\n"
     "               from the data files in DIR (docs/data/real-model; make\n"
     "               real-model writes them)\n"
@@ -74,7 +75,7 @@ static const opt_def plot_own[] = {
     {"logx", 0, 0},           {"png", 0, OPT_VALUE}};
 static const cli_spec plot_spec = {
     .usage = plot_usage,
-    .shared = SO_TRACE,
+    .shared = SO_TRACE | SO_QUIET,
     CLI_OWN(plot_own),
 };
 
@@ -104,17 +105,6 @@ static void close_checked(FILE *f, const char *path)
 {
     if (ferror(f) | fclose(f))
         die_input("%s: cannot write", path);
-}
-
-void gp_quote(FILE *f, const char *s)
-{
-    fputc('\'', f);
-    for (; *s; s++) {
-        if (*s == '\'')
-            fputc('\'', f);
-        fputc(*s == '\n' ? ' ' : *s, f);
-    }
-    fputc('\'', f);
 }
 
 static const char *own1(const cli_args *a, const char *name)
@@ -254,18 +244,6 @@ static int plot_jsonl(const cli_args *a)
     return 0;
 }
 
-const char *plot_tmpdir(char *buf, size_t cap)
-{
-    const char *base = getenv("TMPDIR");
-    snprintf(buf, cap, "%s/kvevict-plot-XXXXXX", base && base[0] ? base : "/tmp");
-    if (strchr(buf, '\''))
-        die_usage("TMPDIR: quotes are not supported");
-    const char *dir = mkdtemp(buf);
-    if (!dir)
-        die_input("cannot create a temporary directory");
-    return dir;
-}
-
 int cmd_plot(int argc, char **argv)
 {
     cli_args a;
@@ -351,7 +329,11 @@ int cmd_plot(int argc, char **argv)
     /* The trace picture: replay h2o, then read the rows of the window. */
     tr = open_trace(&a);
     size_t T = kve_trace_steps(tr);
+    /* cppcheck 2.10 reads min(T, PLOT_END) as "less than 1" whatever T is (a
+     * false positive it shows on these three lines alone); the conditions it
+     * then misjudges are marked below. */
     size_t t1 = T < PLOT_END ? T : PLOT_END;
+    /* cppcheck-suppress knownConditionTrueFalse */
     size_t n_steps = t1 < PLOT_STEPS ? t1 : PLOT_STEPS, t0 = t1 - n_steps;
     replay_rec rec;
     rec.evicted_at = xmalloc(T * sizeof *rec.evicted_at);
@@ -372,10 +354,12 @@ int cmd_plot(int argc, char **argv)
      * that position's kept state. */
     size_t P = t1;                                /* positions shown */
     size_t bin = (P + PLOT_ROWS - 1) / PLOT_ROWS; /* positions per picture row */
+    /* cppcheck-suppress zerodiv */
     size_t PB = (P + bin - 1) / bin;              /* picture rows */
     float *att = xmalloc(n_steps * PB * sizeof *att);  /* [step][bin] */
     unsigned char *mask = xmalloc(n_steps * PB * 4);   /* rgba, [step][bin] */
     double *row = xmalloc(T * sizeof *row);
+    /* cppcheck-suppress knownConditionTrueFalse */
     for (size_t k = 0; k < n_steps; k++) {
         size_t t = t0 + k;
         st = kve_trace_row(tr, 0, t, row, T);
@@ -400,11 +384,13 @@ int cmd_plot(int argc, char **argv)
     /* gnuplot's binary arrays are row-major with x fastest: x = step. */
     f = open_in(tmpdir, "att.bin", "wb", path, sizeof path);
     for (size_t b = 0; b < PB; b++)
+        /* cppcheck-suppress knownConditionTrueFalse */
         for (size_t k = 0; k < n_steps; k++)
             fwrite(&att[k * PB + b], sizeof(float), 1, f);
     close_checked(f, path);
     f = open_in(tmpdir, "mask.bin", "wb", path, sizeof path);
     for (size_t b = 0; b < PB; b++)
+        /* cppcheck-suppress knownConditionTrueFalse */
         for (size_t k = 0; k < n_steps; k++)
             fwrite(mask + 4 * (k * PB + b), 1, 4, f);
     close_checked(f, path);

@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * errors.c - how the kvevict tools fail: one line "kvevict CMD: message" on
+ * stderr and an exit code (die_*), allocation that exits when memory runs
+ * out (x*), and what every failure and interrupt must undo first: the
+ * temporary files registered with temp_create, removed by die_* and by the
+ * signal handler, which then dies of the signal.
+ *
+ * Invariant: a registered temporary file is removed on every exit but a
+ * successful one that renamed or forgot it first; the signal handler uses
+ * only async-signal-safe calls (unlink, write, signal, raise).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- messages and exits ---- */
+
+const char *cli_cmd = "";
+
+static void vmsg(const char *kind, const char *fmt, va_list ap)
+{
+    fflush(stdout);
+    if (cli_cmd[0])
+        fprintf(stderr, "kvevict %s: %s", cli_cmd, kind);
+    else
+        fprintf(stderr, "kvevict: %s", kind);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+void die_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("", fmt, ap);
+    va_end(ap);
+    temp_remove_all();
+    exit(EXIT_USAGE);
+}
+
+void die_input(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("", fmt, ap);
+    va_end(ap);
+    temp_remove_all();
+    exit(EXIT_INPUT);
+}
+
+void warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+/* The library names its flags as C identifiers; the CLI's user knows them
+ * as options. */
+static const struct {
+    const char *c_name, *option;
+} flag_words[] = {
+    {"KVE_TRACE_NORMALIZE", "--normalize"},
+};
+
+void die_status(kve_status s, const char *what)
+{
+    char msg[512];
+    const char *e = kve_last_error();
+    size_t n = 0;
+    while (*e && n + 1 < sizeof msg) {
+        size_t k = 0;
+        for (; k < sizeof flag_words / sizeof flag_words[0]; k++)
+            if (strncmp(e, flag_words[k].c_name, strlen(flag_words[k].c_name)) == 0)
+                break;
+        if (k < sizeof flag_words / sizeof flag_words[0]) {
+            n += (size_t)snprintf(msg + n, sizeof msg - n, "%s", flag_words[k].option);
+            e += strlen(flag_words[k].c_name);
+            if (n >= sizeof msg)
+                n = sizeof msg - 1;
+        } else {
+            msg[n++] = *e++;
+        }
+    }
+    msg[n] = '\0';
+    if (s == KVE_EINVAL)
+        what ? die_usage("%s: %s", what, msg) : die_usage("%s", msg);
+    what ? die_input("%s: %s", what, msg) : die_input("%s", msg);
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        die_input("out of memory");
+    return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        die_input("out of memory");
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        die_input("out of memory");
+    return q;
+}
+
+char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = xmalloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+    size_t len = 0;
+    while (len < n && s[len])
+        len++;
+    char *d = xmalloc(len + 1);
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+void finish_stdout(void)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        int e = errno;
+        fprintf(stderr, "kvevict%s%s: cannot write standard output: %s\n", cli_cmd[0] ? " " : "",
+                cli_cmd, strerror(e));
+        temp_remove_all();
+        exit(EXIT_INPUT);
+    }
+}
+
+/* ---- temporary files ---- */
+
+static char temp_path[MAX_TEMPS][PATH_MAX];
+static volatile sig_atomic_t temp_used[MAX_TEMPS];
+volatile sig_atomic_t cli_progress_shown;
+
+static void block_signals(sigset_t *old)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, old);
+}
+
+int temp_create(char *template)
+{
+    size_t len = strlen(template);
+    if (len >= PATH_MAX) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    sigset_t old;
+    block_signals(&old); /* no signal between creating and registering */
+    size_t slot = 0;
+    while (slot < MAX_TEMPS && temp_used[slot])
+        slot++;
+    int fd = -1;
+    if (slot == MAX_TEMPS) {
+        errno = EMFILE;
+    } else {
+        memcpy(temp_path[slot], template, len + 1);
+        fd = mkstemp(temp_path[slot]);
+        if (fd >= 0) {
+            memcpy(template, temp_path[slot], len + 1);
+            temp_used[slot] = 1;
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return fd;
+}
+
+void temp_forget(const char *path)
+{
+    for (size_t i = 0; i < MAX_TEMPS; i++)
+        if (temp_used[i] && strcmp(temp_path[i], path) == 0)
+            temp_used[i] = 0;
+}
+
+void temp_remove_all(void)
+{
+    for (size_t i = 0; i < MAX_TEMPS; i++)
+        if (temp_used[i]) {
+            unlink(temp_path[i]);
+            temp_used[i] = 0;
+        }
+}
+
+static void on_signal(int sig)
+{
+    for (size_t i = 0; i < MAX_TEMPS; i++)
+        if (temp_used[i])
+            unlink(temp_path[i]);
+    if (cli_progress_shown) {
+        static const char erase[] = "\r\033[K";
+        ssize_t w = write(STDERR_FILENO, erase, sizeof erase - 1);
+        (void)w;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void cli_signals_install(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        /* A signal ignored when we start (a background job of a script)
+         * stays ignored, as the shell meant. */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
