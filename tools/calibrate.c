@@ -16,6 +16,9 @@
  * holding observations fails), then the fewest grid steps from version 2's
  * (16, 0.200), then grid order. With --sink-mass M nothing is fitted and
  * every point is judged at M on seeds 1 .. --seeds (the outside check).
+ * Every row also keeps, from replays of scissorhands and h2o at their
+ * defaults, what the argument about observations (4) and (5) reads: when
+ * scissorhands's kept set freezes, and what each holds at the end.
  *
  * Invariants: a row depends only on its point, its seed and the fixed
  * sink_mass (if any): points run on up to CALIB_THREADS threads, each row
@@ -61,6 +64,9 @@ static const char *const fig_keys[CF_COUNT] = {
     "scissorhands_top32_recall_256", "scissorhands_retained_mass_512",
     "scissorhands_top32_recall_512", "window_top32_recall_256",  "window_top32_recall_512",
     "random_top32_recall_256",     "random_top32_recall_512",
+    "scissorhands_frozen_from_256", "scissorhands_frozen_from_512",
+    "scissorhands_late_kept_256",  "scissorhands_late_kept_512", "h2o_late_kept_256",
+    "h2o_late_kept_512",
 };
 
 /* ---- one point ------------------------------------------------------------ */
@@ -157,6 +163,53 @@ static void keep_figures(calib_row *row, evalset *es)
     }
 }
 
+/* The replays: what scissorhands and h2o (defaults) hold, step by step. */
+enum { REPLAY_WINDOW = 32, FIRST_EPOCH = 512, N_REPLAYS = 4 };
+static const kve_eval_job replay_jobs[N_REPLAYS] = {
+    {"scissorhands", 256}, {"scissorhands", 512}, {"h2o", 256}, {"h2o", 512}};
+
+typedef struct replay_track {
+    unsigned char *kept[N_REPLAYS]; /* [T] */
+    int32_t last_other[N_REPLAYS];  /* last step with a victim other than t - 32 */
+} replay_track;
+
+static int track_step(void *user, size_t job, int32_t pos, const int32_t *victims, size_t n)
+{
+    replay_track *k = user;
+    k->kept[job][pos] = 1;
+    for (size_t v = 0; v < n; v++)
+        k->kept[job][victims[v]] = 0;
+    if (n && !(n == 1 && victims[0] == pos - REPLAY_WINDOW))
+        k->last_other[job] = pos;
+    return 0;
+}
+
+static void keep_replays(calib_row *row, kve_trace *tr)
+{
+    size_t T = kve_trace_steps(tr);
+    replay_track k;
+    for (int j = 0; j < N_REPLAYS; j++) {
+        k.kept[j] = xcalloc(T, 1);
+        k.last_other[j] = -1;
+    }
+    kve_eval_result res[N_REPLAYS];
+    kve_status st = kve_eval(tr, 0, replay_jobs, N_REPLAYS, BENCH_SEED, track_step, &k, res);
+    if (st != KVE_OK)
+        die_status(st, "calibration: replay");
+    size_t late[N_REPLAYS] = {0};
+    for (int j = 0; j < N_REPLAYS; j++) {
+        for (size_t p = FIRST_EPOCH; p + REPLAY_WINDOW < T; p++)
+            late[j] += k.kept[j][p];
+        free(k.kept[j]);
+    }
+    row->fig[CF_SC_FROZEN_256] = (double)(k.last_other[0] + 1);
+    row->fig[CF_SC_FROZEN_512] = (double)(k.last_other[1] + 1);
+    row->fig[CF_SC_LATE_256] = (double)late[0];
+    row->fig[CF_SC_LATE_512] = (double)late[1];
+    row->fig[CF_H2O_LATE_256] = (double)late[2];
+    row->fig[CF_H2O_LATE_512] = (double)late[3];
+}
+
 /* The whole row: fit (unless fixed), then the observations. A point the
  * generator refuses (a fixed sink_mass too large beside its heavy_mass) is
  * not judged. */
@@ -194,6 +247,7 @@ static void eval_row(calib_row *row, int fixed, unsigned fixed_units)
     evalset_run(&es, tr, &a, 0);
     judge_observations(NULL, &es, 0, 0, row->outcome);
     keep_figures(row, &es);
+    keep_replays(row, tr);
     evalset_free(&es);
     kve_trace_free(tr);
 }
@@ -551,15 +605,13 @@ static void print_point(FILE *f, const calib_row *row)
             m % 1000, row->sink_units / 100000, row->sink_units % 100000);
 }
 
+static void print_mask(FILE *f, unsigned mask);
+
 static void print_holding(FILE *f, const calib_row *row)
 {
-    int first = 1;
-    for (int k = 0; k < N_OBS; k++)
-        if (row->outcome[k] == OBS_HOLDS) {
-            fprintf(f, "%s(%d)", first ? "" : ", ", k + 1);
-            first = 0;
-        }
-    if (first)
+    if (holds_mask(row))
+        print_mask(f, holds_mask(row));
+    else
         fprintf(f, "none");
 }
 
@@ -594,8 +646,8 @@ static void render_choice(FILE *f, const calib_run *r, int md)
     fprintf(f, ".\n");
     fprintf(f,
             "%sThe ranking: %zu point%s hold%s %u of the observations (1) to (5), the most any "
-            "point holds; %zu of them also hold%s (6); %zu of those %s depth %zu (grid steps to the "
-            "nearest point where one of the chosen point's observations fails), the greatest; "
+            "point holds; %zu of them also hold%s (6); %zu of those %s depth %zu (grid steps to "
+            "the nearest point where one of the chosen point's observations fails), the greatest; "
             "the chosen point is %zu grid step%s from version 2's (16, 0.200)%s.\n",
             md ? "\n" : "", most, most == 1 ? "" : "s", most == 1 ? "s" : "", popcount5(s), also6,
             also6 == 1 ? "s" : "", deep, deep == 1 ? "has" : "have", dc, v2_distance(row),
@@ -687,6 +739,116 @@ static void render_outside(FILE *f, const calib_run *r, tfmt fmt)
             "(5) holds together with (1) to (4) at %zu point%s on some seed; (5) holds at %zu of "
             "the %zu rows (point, seed) in all.\n",
             with5, with5 == 1 ? "" : "s", rows5, r->n);
+    if (all_pts == 0)
+        return;
+    static const col lcols[] = {
+        {"heavy", "heavy", COL_ALL},
+        {"heavy_mass", "heavy_mass", COL_ALL},
+        {"streaming @256, seed 1", "streaming_retained_mass_256", COL_ALL},
+        {"minus 0.7367", "minus_page", COL_ALL},
+        {"streaming, the other seeds", "streaming_others", COL_ALL},
+        {"(5) holds on", "claim_5_seeds", COL_ALL},
+    };
+    fprintf(f, "\nThe points at which (1) to (4) hold together on all %zu seeds:\n\n", ns);
+    table_init(&t, lcols, sizeof lcols / sizeof lcols[0]);
+    for (size_t p = 0; p < CALIB_N_POINTS; p++) {
+        size_t k4 = 0, k5 = 0;
+        double olo = INFINITY, ohi = -INFINITY;
+        for (size_t s = 0; s < ns; s++) {
+            const calib_row *row = &r->rows[p * ns + s];
+            k4 += (holds_mask(row) & 15u) == 15u;
+            k5 += row->outcome[4] == OBS_HOLDS;
+            if (s > 0) {
+                olo = fmin(olo, row->fig[CF_STREAMING_MASS_256]);
+                ohi = fmax(ohi, row->fig[CF_STREAMING_MASS_256]);
+            }
+        }
+        if (k4 != ns)
+            continue;
+        const calib_row *row = &r->rows[p * ns];
+        unsigned m = calib_mass_milli(row->j);
+        table_uint(&t, calib_heavy[row->i]);
+        table_fmt(&t, "%u.%03u", m / 1000, m % 1000);
+        table_real(&t, row->fig[CF_STREAMING_MASS_256], "%.4f");
+        table_real(&t, row->fig[CF_STREAMING_MASS_256] - 0.7367, "%+.4f");
+        if (ns > 1)
+            table_fmt(&t, "%.4f to %.4f", olo, ohi);
+        else
+            table_str(&t, "-");
+        table_fmt(&t, "%zu of %zu", k5, ns);
+    }
+    table_print(&t, f, fmt);
+    table_free(&t);
+}
+
+/* The evidence behind the pair (4) with (5), from the rows: what the two
+ * policies recover against streaming, and the replays. */
+static void render_argument(FILE *f, const calib_run *r)
+{
+    size_t n4 = 0, n5 = 0, both = 0;
+    double sc_below[2] = {INFINITY, -INFINITY}, sc_below512[2] = {INFINITY, -INFINITY};
+    double gap_r[2] = {INFINITY, INFINITY}, gap_m[2] = {INFINITY, INFINITY};
+    double h2o_late[2] = {INFINITY, -INFINITY}, h5[2] = {INFINITY, -INFINITY};
+    double frozen[2][2] = {{INFINITY, -INFINITY}, {INFINITY, -INFINITY}};
+    double sc_late[2] = {INFINITY, -INFINITY};
+    for (size_t k = 0; k < r->n; k++) {
+        const double *g = r->rows[k].fig;
+        unsigned s = holds_mask(&r->rows[k]);
+        for (int b = 0; b < 2; b++) {
+            frozen[b][0] = fmin(frozen[b][0], g[CF_SC_FROZEN_256 + b]);
+            frozen[b][1] = fmax(frozen[b][1], g[CF_SC_FROZEN_256 + b]);
+        }
+        sc_late[0] = fmin(sc_late[0], fmin(g[CF_SC_LATE_256], g[CF_SC_LATE_512]));
+        sc_late[1] = fmax(sc_late[1], fmax(g[CF_SC_LATE_256], g[CF_SC_LATE_512]));
+        both += (s & 24u) == 24u;
+        if (s & 16u) {
+            n5++;
+            double d = fmax(g[CF_H2O_RECALL_256] - g[CF_STREAMING_RECALL_256],
+                            g[CF_H2O_RECALL_512] - g[CF_STREAMING_RECALL_512]);
+            h5[0] = fmin(h5[0], d);
+            h5[1] = fmax(h5[1], d);
+        }
+        if (!(s & 8u))
+            continue;
+        n4++;
+        double d256 = g[CF_STREAMING_RECALL_256] - g[CF_SCISSORHANDS_RECALL_256];
+        double d512 = g[CF_STREAMING_RECALL_512] - g[CF_SCISSORHANDS_RECALL_512];
+        sc_below[0] = fmin(sc_below[0], d256);
+        sc_below[1] = fmax(sc_below[1], d256);
+        sc_below512[0] = fmin(sc_below512[0], d512);
+        sc_below512[1] = fmax(sc_below512[1], d512);
+        gap_r[0] = fmin(gap_r[0], g[CF_H2O_RECALL_256] - g[CF_SCISSORHANDS_RECALL_256]);
+        gap_r[1] = fmin(gap_r[1], g[CF_H2O_RECALL_512] - g[CF_SCISSORHANDS_RECALL_512]);
+        gap_m[0] = fmin(gap_m[0], g[CF_H2O_W32_MASS_256] - g[CF_SCISSORHANDS_MASS_256]);
+        gap_m[1] = fmin(gap_m[1], g[CF_H2O_MASS_512] - g[CF_SCISSORHANDS_MASS_512]);
+        h2o_late[0] = fmin(h2o_late[0], fmin(g[CF_H2O_LATE_256], g[CF_H2O_LATE_512]));
+        h2o_late[1] = fmax(h2o_late[1], fmax(g[CF_H2O_LATE_256], g[CF_H2O_LATE_512]));
+    }
+    fprintf(f,
+            "(4) with (5): %zu point%s hold%s both. The replays: at every one of the %zu "
+            "points, scissorhands (lifetime count, window 32) evicts, from some step on, only "
+            "the position leaving its window: from step %.0f to %.0f (earliest and latest "
+            "point) at budget 256, from %.0f to %.0f at 512; at the end of the trace it holds "
+            "%.0f to %.0f positions from after the first epoch (>= 512) outside its window.\n\n",
+            both, both == 1 ? "" : "s", both == 1 ? "s" : "", r->n, frozen[0][0], frozen[0][1],
+            frozen[1][0], frozen[1][1], sc_late[0], sc_late[1]);
+    if (n4)
+        fprintf(f,
+                "At the %zu points where (4) holds, h2o recovers more of the top-32 than "
+                "streaming (what (4) requires) and holds %.0f to %.0f positions from after the "
+                "first epoch outside its window at the end (budgets 256 and 512), while "
+                "scissorhands recovers less than streaming, by %.4f to %.4f at budget 256 and "
+                "%.4f to %.4f at 512. So h2o's top-32 recall exceeds scissorhands's by at least "
+                "%.4f at 256 and %.4f at 512, and its retained mass by at least %.4f and %.4f: "
+                "never within the 0.01 of (5).\n\n",
+                n4, h2o_late[0], h2o_late[1], sc_below[0], sc_below[1], sc_below512[0],
+                sc_below512[1], gap_r[0], gap_r[1], gap_m[0], gap_m[1]);
+    if (n5)
+        fprintf(f,
+                "At the %zu points where (5) holds, h2o's top-32 recall minus streaming's, the "
+                "larger of budgets 256 and 512, is %+.4f to %+.4f: never above it, as (4) would "
+                "need.\n",
+                n5, h5[0], h5[1]);
 }
 
 static void calib_render(FILE *f, const calib_run *r, const char *part, tfmt fmt)
@@ -736,6 +898,10 @@ static void calib_render(FILE *f, const calib_run *r, const char *part, tfmt fmt
         render_pairs(f, r, fmt);
     if (all)
         fprintf(f, "\n");
+    if (all || strcmp(part, "argument") == 0)
+        render_argument(f, r);
+    if (all)
+        fprintf(f, "\n");
     if (all || strcmp(part, "choice") == 0)
         render_choice(f, r, md);
 }
@@ -747,23 +913,86 @@ void render_calibration_block(FILE *f, char *const *args, size_t n_args)
         if (strncmp(args[k], "part=", 5) == 0 && !part)
             part = args[k] + 5;
         else
-            die_usage("block 'calibration' takes FILE part=map|sink|pairs|choice|outside");
+            die_usage("block 'calibration' takes FILE part=map|sink|pairs|argument|choice|outside");
     if (n_args < 1 || !part)
-        die_usage("block 'calibration' takes FILE part=map|sink|pairs|choice|outside");
-    static const char *const parts[] = {"map", "sink", "pairs", "choice", "outside"};
+        die_usage("block 'calibration' takes FILE part=map|sink|pairs|argument|choice|outside");
+    static const char *const parts[] = {"map", "sink", "pairs", "argument", "choice",
+                                        "outside"};
     size_t k = 0;
-    while (k < 5 && strcmp(part, parts[k]) != 0)
+    while (k < 6 && strcmp(part, parts[k]) != 0)
         k++;
-    if (k == 5)
-        die_usage("block 'calibration': part=%s is none of map, sink, pairs, choice, outside",
+    if (k == 6)
+        die_usage("block 'calibration': part=%s is none of map, sink, pairs, argument, choice, "
+                  "outside",
                   part);
     calib_run r;
     calib_read(&r, args[0]);
-    if ((k == 4) != r.fixed || (k < 4 && k != 2 && r.seeds != 1))
+    if ((k == 5) != r.fixed && k != 2)
         die_usage("block 'calibration': part=%s does not apply to %s (%s)", part, args[0],
                   r.fixed ? "the outside check" : "a calibration");
     calib_render(f, &r, part, FMT_MD);
     calib_free(&r);
+}
+
+/* ---- notes in bench's report on version 3 ------------------------------------------ */
+
+/* "(1), (2), (3), (4) and (6)" for a mask of observations. */
+static void print_mask(FILE *f, unsigned mask)
+{
+    int n = 0, total = 0;
+    for (int k = 0; k < N_OBS; k++)
+        total += (mask >> k) & 1u;
+    for (int k = 0; k < N_OBS; k++)
+        if ((mask >> k) & 1u) {
+            n++;
+            fprintf(f, "%s(%d)", n == 1 ? "" : n == total ? " and " : ", ", k + 1);
+        }
+}
+
+void calib_observations_note(FILE *f, int markdown, const char *trace)
+{
+    if (is_calibrated_trace(trace) != 3)
+        return;
+    kve_trace *tr = NULL;
+    kve_status st = kve_trace_open(trace, 0, &tr);
+    if (st != KVE_OK)
+        die_status(st, trace);
+    calib_row row;
+    memset(&row, 0, sizeof row);
+    keep_replays(&row, tr);
+    kve_trace_free(tr);
+    const double *g = row.fig;
+    (void)markdown; /* one paragraph in either */
+    fprintf(f, "\nOn this trace (version 3) observations ");
+    print_mask(f, CALIB_V3_TARGETS);
+    fprintf(f,
+            " are calibration targets, not predictions: its heavy, heavy_mass and sink_mass "
+            "were chosen so that they hold on this seed (docs/trace.md, \"Calibration, version "
+            "3\"), and the other seeds (bench --seeds 21) are their test. No point of the "
+            "calibration's grid holds (5) together with (4) (the feasibility map). scissorhands "
+            "at its defaults counts a position's votes over its lifetime, at most one a step, so "
+            "a position leaving its 32-step window cannot outvote the early positions that "
+            "collected votes while the cache filled: a replay of this trace shows that from step "
+            "%.0f at budget 256 (%.0f at 512) its every victim is the position leaving its "
+            "window, and at the end it holds %.0f positions from after the first epoch outside "
+            "its window (%.0f at 512), where h2o holds %.0f (%.0f). (4) needs h2o to keep heavy "
+            "hitters that arrive later; the lifetime count keeps none that arrive after it "
+            "froze, so the two cannot land within 0.01 of each other wherever (4) holds.\n",
+            g[CF_SC_FROZEN_256], g[CF_SC_FROZEN_512], g[CF_SC_LATE_256], g[CF_SC_LATE_512],
+            g[CF_H2O_LATE_256], g[CF_H2O_LATE_512]);
+}
+
+void calib_seeds_note(FILE *f, int calibrated, int markdown)
+{
+    if (calibrated != 3)
+        return;
+    fprintf(f, "On this trace claims ");
+    print_mask(f, CALIB_V3_TARGETS);
+    fprintf(f,
+            " were calibration targets on the first seed (docs/trace.md, \"Calibration, "
+            "version 3\"):%sthere they hold by construction, and the other seeds are the "
+            "prediction.\n\n",
+            markdown ? " " : "\n");
 }
 
 /* ---- the command ------------------------------------------------------------------ */

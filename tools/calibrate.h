@@ -59,6 +59,16 @@ enum {
     CF_WINDOW_RECALL_512,
     CF_RANDOM_RECALL_256,
     CF_RANDOM_RECALL_512,
+    /* From replays of scissorhands and h2o at their defaults: the step from
+     * which scissorhands's every victim is the position leaving its window
+     * (t - 32 at step t), and the positions from after the first epoch (>=
+     * 512) that each holds outside its window at the end of the trace. */
+    CF_SC_FROZEN_256,
+    CF_SC_FROZEN_512,
+    CF_SC_LATE_256,
+    CF_SC_LATE_512,
+    CF_H2O_LATE_256,
+    CF_H2O_LATE_512,
     CF_COUNT
 };
 
@@ -81,6 +91,20 @@ typedef struct calib_run {
     int fixed;    /* sink_mass fixed (the outside check) */
 } calib_run;
 
+/* The observations the calibration targets on version 3 (bit k: observation
+ * k + 1): those holding at its chosen point on seed 1, (1) to (4) and (6).
+ * tests/test_calibration_v3.sh holds this to the committed run. */
+#define CALIB_V3_TARGETS 0x2Fu
+
+/* bench and the docs, after the observations: on version 3 (the default
+ * canonical trace) a paragraph saying which are calibration targets and,
+ * from replays of scissorhands and h2o on the trace, why (5) cannot hold
+ * with (4); nothing on any other trace. */
+void calib_observations_note(FILE *f, int markdown, const char *trace);
+/* bench --seeds, under its rule: on version 3, which claims were targets on
+ * the first seed. `calibrated` is is_calibrated_trace's value. */
+void calib_seeds_note(FILE *f, int calibrated, int markdown);
+
 /* "--calibrate" is among the words of `kvevict trace`. */
 int calibrate_requested(int argc, char **argv);
 /* `kvevict trace --calibrate ...` (argv: the words after "trace"). */
@@ -94,7 +118,8 @@ void calib_free(calib_run *r);
  * into r->rows; r must be a calibration run (one seed, fitted). */
 size_t calib_choose(const calib_run *r);
 
-/* The docs block `calibration FILE part=map|sink|pairs|choice|outside`. */
+/* The docs block `calibration FILE part=map|sink|pairs|argument|choice|outside`
+ * (cmd_docs.c): one part of the report on a committed run. */
 void render_calibration_block(FILE *f, char *const *args, size_t n_args);
 /* `kvevict plot --calibration FILE --png PATH` (plot_calibration.c). */
 void plot_calibration(const char *file, const char *png);

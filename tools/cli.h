@@ -513,13 +513,15 @@ enum { N_OBS = 6 };
 enum { OBS_NOT_JUDGED = -1, OBS_FAILS = 0, OBS_HOLDS = 1 };
 extern const char *const obs_claims[N_OBS];
 /* Judges every claim into outcome[], printing each with its figures to f
- * (markdown list or text) unless f is NULL. `calibrated`: the trace is the
- * one the canonical trace's sink_mass was fitted on, so claim 6 is the fit
+ * (markdown list or text) unless f is NULL. `calibrated` (is_calibrated_trace):
+ * the trace is one whose sink_mass was fitted on it, so claim 6 is the fit
  * ("fitted"), not a check. */
 void judge_observations(FILE *f, evalset *es, int markdown, int calibrated, int outcome[N_OBS]);
 /* judge_observations for a trace given by its source text. */
 void render_observations(FILE *f, evalset *es, int markdown, const char *trace);
-/* The source names the calibrated trace (the default canonical trace). */
+/* Which fit the source names: 3, the default canonical trace (version 3,
+ * calibrated: docs/trace.md, "Calibration, version 3"); 2, version 2's
+ * default (its sink_mass fitted); 0, neither. */
 int is_calibrated_trace(const char *src);
 
 /* ---- the claims on several trace seeds (seeds.c) ------------------------- */

@@ -18,6 +18,7 @@
  * from one lockstep evaluation plus one replay of h2o.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "calibrate.h"
 #include "cli.h"
 
 #include <limits.h>
@@ -54,6 +55,8 @@ static const char plot_usage[] =
     "  --real-model DIR  instead, the figures of docs/real-model.md (real_*.png)\n"
     "               from the data files in DIR (docs/data/real-model; make\n"
     "               real-model writes them)\n"
+    "  --calibration FILE --png PATH  instead, the feasibility map of a committed\n"
+    "               `kvevict trace --calibrate --json` run (docs/trace.md)\n"
     "\n"
     "usage: kvevict plot --jsonl FILE --x KEY --y KEY [--series KEY] [--where F]...\n"
     "                    [--title T] [--xlabel T] [--ylabel T] [--logx] --png PATH\n"
@@ -67,7 +70,7 @@ static const char plot_usage[] =
     "of categories in order of first appearance.\n";
 
 static const opt_def plot_own[] = {
-    {"real-model", 0, OPT_VALUE},
+    {"real-model", 0, OPT_VALUE}, {"calibration", 0, OPT_VALUE},
     {"out", 0, OPT_VALUE},    {"jsonl", 0, OPT_VALUE},   {"x", 0, OPT_VALUE},
     {"y", 0, OPT_VALUE},      {"series", 0, OPT_VALUE},  {"where", 0, OPT_VALUE | OPT_REPEAT},
     {"title", 0, OPT_VALUE},  {"xlabel", 0, OPT_VALUE},  {"ylabel", 0, OPT_VALUE},
@@ -272,6 +275,12 @@ int cmd_plot(int argc, char **argv)
     cli_parse(&a, &plot_spec, argc, argv);
     if (own1(&a, "jsonl"))
         return plot_jsonl(&a);
+    if (own1(&a, "calibration")) { /* plot_calibration.c: a committed calibration run */
+        if (!own1(&a, "png"))
+            die_usage("--calibration needs --png PATH");
+        plot_calibration(own1(&a, "calibration"), own1(&a, "png"));
+        return 0;
+    }
     const char *src = a.trace ? a.trace : BENCH_TRACE;
     /* The figures' titles name the trace; a source gnuplot cannot quote is
      * named generically. */

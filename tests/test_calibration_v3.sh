@@ -1,0 +1,59 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test_calibration_v3.sh KVEVICT SOURCE_DIR [quick] - the canonical trace's
+# version 3 against its committed calibration run (docs/trace.md,
+# "Calibration, version 3"; docs/data/calibration-v3*.jsonl): the run's chosen
+# point, rendered from the committed rows, is version 3's defaults; the
+# observations bench calls version 3's calibration targets are those holding
+# there; and rows recomputed now (`kvevict trace --calibrate --at`: the
+# point's bisection of sink_mass and its six observations) equal the
+# committed ones byte for byte: the chosen point, a point where (5) holds,
+# and one point of the outside check on its four seeds. `quick` (the
+# sanitizer builds) recomputes the chosen point alone. The whole run (a few
+# minutes) is `kvevict trace --calibrate`; it is not run here.
+set -u
+K=${1:?usage: test_calibration_v3.sh PATH/TO/kvevict SOURCE_DIR [quick]}
+SRC=${2:?usage: test_calibration_v3.sh PATH/TO/kvevict SOURCE_DIR [quick]}
+QUICK=${3:-}
+CAL=$SRC/docs/data/calibration-v3.jsonl
+OUTSIDE=$SRC/docs/data/calibration-v3-outside.jsonl
+D=$(mktemp -d "${TMPDIR:-/tmp}/kvevict-cal-test.XXXXXX") || exit 1
+trap 'rm -rf "$D"' EXIT INT TERM
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# The committed run, rendered: its chosen point is version 3.
+"$K" trace --calibrate --from "$CAL" >"$D/report" 2>"$D/err" || fail "--from: $(cat "$D/err")"
+chosen=$(sed -n 's/^Version 3: \(.*\) with version=3\.$/\1/p' "$D/report" | sed 's/version=2,/version=3,/')
+v3=$("$K" eval --trace canonical --policy full:budget=1 --json | sed -n 's/.*"trace": "\([^"]*\)".*/\1/p')
+[ -n "$chosen" ] && [ "$chosen" = "$v3" ] ||
+    fail "the committed run chose '$chosen' (as version 3), the canonical trace is '$v3'"
+
+# bench's targets on version 3 (CALIB_V3_TARGETS) are what holds at the point.
+held=$(sed -n 's/.*Observations holding on seed 1: \(.*\)\.$/\1/p' "$D/report" | tr -cd '0-9')
+note=$("$K" bench --seeds 1 | sed -n 's/^On this trace claims \(.*\) were calibration targets.*/\1/p' | tr -cd '0-9')
+[ -n "$held" ] && [ "$held" = "$note" ] ||
+    fail "observations holding at the chosen point: '$held'; bench's calibration targets: '$note'"
+
+# Rows recomputed now equal the committed rows.
+check_rows() { # FILE WANT_PREFIX ARGS...
+    file=$1
+    prefix=$2
+    shift 2
+    "$K" trace --calibrate "$@" --json >"$D/got" 2>"$D/err" || { fail "--calibrate $*: $(cat "$D/err")"; return; }
+    grep -F "$prefix" "$file" >"$D/want"
+    [ -s "$D/want" ] || { fail "no committed row begins $prefix"; return; }
+    cmp -s "$D/got" "$D/want" || fail "--calibrate $*: the row(s) differ from $file"
+}
+at=$(echo "$chosen" | sed -n 's/.*,heavy=\([0-9]*\),heavy_mass=\([0-9.]*\),.*/\1,\2/p')
+h=${at%,*}
+m=$(printf '%.3f' "${at#*,}")
+check_rows "$CAL" "{\"heavy\": $h, \"heavy_mass\": $m," --at "$h,$m"
+n=1
+if [ "$QUICK" != quick ]; then
+    check_rows "$CAL" '{"heavy": 24, "heavy_mass": 0.025,' --at 24,0.025
+    check_rows "$OUTSIDE" '{"heavy": 1, "heavy_mass": 0.150,' --at 1,0.150 --sink-mass 0.09034 --seeds 4
+    n=3
+fi
+[ "$fails" -eq 0 ] && echo "test_calibration_v3: version 3 is the committed run's choice; $n recomputation(s) equal the committed rows"
+[ "$fails" -eq 0 ]
