@@ -35,6 +35,34 @@ note=$("$K" bench --seeds 1 | sed -n 's/^On this trace claims \(.*\) were calibr
 [ -n "$held" ] && [ "$held" = "$note" ] ||
     fail "observations holding at the chosen point: '$held'; bench's calibration targets: '$note'"
 
+# Refusals: bad usage exits 2, a bad file 1, each with one line naming it.
+expect() { # CODE WORD ARGS...
+    code=$1
+    word=$2
+    shift 2
+    "$K" trace --calibrate "$@" >"$D/out" 2>"$D/err"
+    rc=$?
+    [ "$rc" -eq "$code" ] && grep -q -- "$word" "$D/err" ||
+        fail "--calibrate $*: exit $rc (want $code), stderr '$(cat "$D/err")' (want '$word')"
+}
+expect 2 'not a point of the grid' --at 5,0.100
+expect 2 'not a point of the grid' --at 3,0.130
+expect 2 'outside check' --seeds 3
+expect 2 'multiple of 0.00001' --sink-mass 0.090341 --at 3,0.150
+expect 2 'do not apply' --from "$CAL" --at 3,0.150
+expect 2 'text, md or json' --format csv --from "$CAL"
+expect 1 'cannot open' --from "$D/none.jsonl"
+head -3 "$CAL" >"$D/short.jsonl"
+expect 1 'not the 160 points' --from "$D/short.jsonl"
+sed '2s/"heavy_mass": 0.050/"heavy_mass": 0.051/' "$CAL" >"$D/off.jsonl"
+expect 1 'not a point of the grid' --from "$D/off.jsonl"
+printf '<!-- kvevict:begin calibration %s part=bogus -->\n<!-- kvevict:end calibration -->\n' "$CAL" >"$D/b.md"
+"$K" docs --check "$D/b.md" >/dev/null 2>"$D/err"
+[ $? -eq 2 ] && grep -q 'part=bogus' "$D/err" || fail "docs: a calibration block with part=bogus: $(cat "$D/err")"
+printf '<!-- kvevict:begin calibration %s part=choice -->\n<!-- kvevict:end calibration -->\n' "$OUTSIDE" >"$D/c.md"
+"$K" docs --check "$D/c.md" >/dev/null 2>"$D/err"
+[ $? -eq 2 ] && grep -q 'does not apply' "$D/err" || fail "docs: part=choice of the outside check: $(cat "$D/err")"
+
 # Rows recomputed now equal the committed rows.
 check_rows() { # FILE WANT_PREFIX ARGS...
     file=$1

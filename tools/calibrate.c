@@ -519,26 +519,27 @@ static void holds_digits(const calib_row *row, char *buf)
         buf[n] = '\0';
 }
 
-static void render_map(FILE *f, const calib_run *r, tfmt fmt)
+/* The cell of one point in a grid table. */
+typedef void (*grid_cell_fn)(table *t, const calib_row *row);
+
+static void map_cell(table *t, const calib_row *row)
 {
-    col cols[1 + CALIB_N_MASS];
-    grid_cols(cols, "heavy \\ heavy_mass");
-    table t;
-    table_init(&t, cols, 1 + CALIB_N_MASS);
-    for (size_t i = 0; i < CALIB_N_HEAVY; i++) {
-        table_uint(&t, calib_heavy[i]);
-        for (size_t j = 0; j < CALIB_N_MASS; j++) {
-            const calib_row *row = &r->rows[(i * CALIB_N_MASS + j) * r->seeds];
-            char buf[N_OBS + 2];
-            holds_digits(row, buf);
-            table_str(&t, buf);
-        }
-    }
-    table_print(&t, f, fmt);
-    table_free(&t);
+    char buf[N_OBS + 2];
+    holds_digits(row, buf);
+    table_str(t, buf);
 }
 
-static void render_sink(FILE *f, const calib_run *r, tfmt fmt)
+static void sink_cell(table *t, const calib_row *row)
+{
+    if (row->fit == CALIB_FIT_OK)
+        table_fmt(t, "%u.%05u", row->sink_units / 100000, row->sink_units % 100000);
+    else
+        table_fmt(t, "(%s)", fit_names[row->fit]);
+}
+
+/* A table of heavy (rows) by heavy_mass (columns), one cell a point (its
+ * first seed's row). */
+static void render_grid_table(FILE *f, const calib_run *r, tfmt fmt, grid_cell_fn cell_of)
 {
     col cols[1 + CALIB_N_MASS];
     grid_cols(cols, "heavy \\ heavy_mass");
@@ -546,13 +547,8 @@ static void render_sink(FILE *f, const calib_run *r, tfmt fmt)
     table_init(&t, cols, 1 + CALIB_N_MASS);
     for (size_t i = 0; i < CALIB_N_HEAVY; i++) {
         table_uint(&t, calib_heavy[i]);
-        for (size_t j = 0; j < CALIB_N_MASS; j++) {
-            const calib_row *row = &r->rows[(i * CALIB_N_MASS + j) * r->seeds];
-            if (row->fit == CALIB_FIT_OK)
-                table_fmt(&t, "%u.%05u", row->sink_units / 100000, row->sink_units % 100000);
-            else
-                table_fmt(&t, "(%s)", fit_names[row->fit]);
-        }
+        for (size_t j = 0; j < CALIB_N_MASS; j++)
+            cell_of(&t, &r->rows[(i * CALIB_N_MASS + j) * r->seeds]);
     }
     table_print(&t, f, fmt);
     table_free(&t);
@@ -735,10 +731,12 @@ static void render_outside(FILE *f, const calib_run *r, tfmt fmt)
                 all_pts == 1 ? "it" : "them", lo, hi, md ? "`" : "",
                 calib_heavy[r->rows[near_p * ns].i], m / 1000, m % 1000, md ? "`" : "", near);
     }
-    fprintf(f,
-            "(5) holds together with (1) to (4) at %zu point%s on some seed; (5) holds at %zu of "
-            "the %zu rows (point, seed) in all.\n",
-            with5, with5 == 1 ? "" : "s", rows5, r->n);
+    if (with5)
+        fprintf(f, "(5) holds together with (1) to (4) at %zu point%s, on some seed", with5,
+                with5 == 1 ? "" : "s");
+    else
+        fprintf(f, "(5) holds together with (1) to (4) at no point, on any seed");
+    fprintf(f, "; (5) holds at %zu of the %zu rows (point, seed) in all.\n", rows5, r->n);
     if (all_pts == 0)
         return;
     static const col lcols[] = {
@@ -884,12 +882,12 @@ static void calib_render(FILE *f, const calib_run *r, const char *part, tfmt fmt
                 "each point:\n\n",
                 CALIB_N_HEAVY, CALIB_N_MASS, r->rows[0].seed);
     if (all || strcmp(part, "map") == 0)
-        render_map(f, r, fmt);
+        render_grid_table(f, r, fmt, map_cell);
     if (all)
         fprintf(f, "\nThe fitted sink_mass (in parentheses: how the fit ended where it did not "
                    "reproduce 0.7367):\n\n");
     if (all || strcmp(part, "sink") == 0)
-        render_sink(f, r, fmt);
+        render_grid_table(f, r, fmt, sink_cell);
     if (all)
         fprintf(f, "\nPoints at which both observations hold (the diagonal: each alone), of "
                    "%d:\n\n",
