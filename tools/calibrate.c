@@ -493,7 +493,7 @@ size_t calib_choose(const calib_run *r)
 
 /* ---- rendering ------------------------------------------------------------------ */
 
-static char mass_heads[CALIB_N_MASS][8];
+static char mass_heads[CALIB_N_MASS][16];
 
 static void grid_cols(col *cols, const char *corner)
 {

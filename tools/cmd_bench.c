@@ -201,11 +201,12 @@ void render_summary(FILE *f, evalset *es, tfmt fmt)
 }
 
 /* x with `fmt` ("%.4f", "%+.4f"), or n/a for a metric over no scored step;
- * from a ring of buffers, so one printf can take several. */
+ * from a ring of buffers, so one printf can take several. The ring is the
+ * thread's own: bench --seeds and trace --calibrate judge on threads. */
 static const char *num(double x, const char *fmt)
 {
-    static char ring[32][32];
-    static size_t next;
+    static _Thread_local char ring[32][32];
+    static _Thread_local size_t next;
     char *b = ring[next++ % 32];
     if (isnan(x))
         snprintf(b, 32, "n/a");
