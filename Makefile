@@ -77,9 +77,14 @@ qk-scaling-docs: build/kvevict
 
 # The figures of docs/img/ (installs gnuplot-nox when missing) and the measured
 # blocks of the docs (docs/results.md, docs/policies/*.md; see kvevict docs --help).
+# The calibration's maps are drawn from its committed runs (docs/data/
+# calibration-v3*.jsonl, written by `kvevict trace --calibrate --json`, a few
+# minutes: docs/trace.md, "Calibration, version 3").
 plots: build/kvevict
 	@./scripts/deps.sh gnuplot-nox:gnuplot
 	./build/kvevict-docs plot --out docs/img
+	./build/kvevict-docs plot --calibration docs/data/calibration-v3.jsonl --png docs/img/calibration_v3.png
+	./build/kvevict-docs plot --calibration docs/data/calibration-v3-outside.jsonl --png docs/img/calibration_v3_outside.png
 
 docs: build/kvevict
 	./build/kvevict-docs docs $(wildcard docs/*.md docs/policies/*.md)

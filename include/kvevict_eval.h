@@ -44,9 +44,9 @@ extern "C" {
  * every machine. Sources:
  *   "canonical" or "canonical:key=value,..."  the synthetic trace of
  *        docs/trace.md, generated on demand one row at a time (O(T) memory).
- *        Keys: version (2, the default, or 1 for the first version, kept
- *        bit for bit), seed, steps and the constants documented there for
- *        that version.
+ *        Keys: version (3, the default: version 2's generator with three
+ *        calibrated defaults; 2; or 1, the first; each kept bit for bit),
+ *        seed, steps and the constants documented there for that version.
  *   a path to a .npy file: little-endian float32 or float64, C order, shape
  *        [T, T], [H, T, T] or [L, H, T, T]; each of the L*H heads is a trace.
  *        Entries above the diagonal are ignored. The whole file is validated

@@ -94,7 +94,7 @@ check "bench --seeds starts at the trace's seed" grep -q '^with seeds 5 to 6, ' 
 check "bench --seeds --csv: one row per seed" "$J" csv --count 2 --key trace:string --key trace_seed:integer --key seed:integer --key claim_1:string --key claim_6:string --key streaming_retained_mass_256:number "$D/c"
 "$K" bench --seeds 2 --trace canonical:steps=1200 --json >"$D/j"
 check "bench --seeds --json: one object per seed" "$J" jsonl --count 2 --key trace:string --key trace_seed:integer --key claim_3:string --key streaming_retained_mass_256:number "$D/j"
-check "bench --seeds --json: seed 2's trace" grep -q '"trace": "canonical:version=2,seed=2,steps=1200,' "$D/j"
+check "bench --seeds --json: seed 2's trace" grep -q '"trace": "canonical:version=3,seed=2,steps=1200,' "$D/j"
 "$K" bench --seeds 2 --trace canonical:steps=1200 --md >"$D/m"
 check "bench --seeds --md: two markdown tables" [ "$(grep -c '^| ---' "$D/m")" -eq 2 ]
 expect_err 2 bench --seeds 0
@@ -403,7 +403,7 @@ check "docs: the two traces differ" [ "$(grep '^|  *16 |' "$D/doc4.md" | sort -u
 m1=$(grep '^|  *16 |' "$D/doc4.md" | sed -n 2p | awk -F'|' '{print $4 $5}')
 m2=$("$K" sweep --trace canonical:version=1,steps=600 --policy h2o:budget=64 --param recent_window=16 --md | grep '^|  *16 |' | awk -F'|' '{print $4 $5}')
 check "docs: the version 1 block is what sweep prints on version 1 ($m1, $m2)" [ -n "$m1" ] && [ "$m1" = "$m2" ]
-check "docs: a seeds block" grep -q '^Trace `canonical:version=2,seed=1,steps=600,.*` with seeds 1 to 2' "$D/doc4.md"
+check "docs: a seeds block" grep -q '^Trace `canonical:version=3,seed=1,steps=600,.*` with seeds 1 to 2' "$D/doc4.md"
 check "docs: a trace-stats block" grep -qE '^\| +0 \| +0\.[0-9]+ \|' "$D/doc4.md"
 printf '<!-- kvevict:begin summary trace=canonical trace=canonical -->\n<!-- kvevict:end summary -->\n' >"$D/twice.md"
 expect_err 1 docs --check "$D/twice.md"

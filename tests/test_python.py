@@ -717,7 +717,7 @@ class TraceTests(unittest.TestCase):
     def test_canonical(self):
         with kvevict.Trace.open(CANON) as tr:
             self.assertEqual((tr.steps, tr.heads, tr.layers), (700, 1, 1))
-            self.assertTrue(tr.source.startswith("canonical:version=2,seed=5,steps=700"))
+            self.assertTrue(tr.source.startswith("canonical:version=3,seed=5,steps=700"))
             row = tr.row(99)
             self.assertEqual((row.dtype, row.shape), (np.float64, (100,)))
             self.assertAlmostEqual(row.sum(), 1.0, places=6)

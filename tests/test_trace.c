@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_trace.c - the canonical synthetic trace (docs/trace.md), both
- * versions: the determinism promise, the distribution contract, the
+ * test_trace.c - the canonical synthetic trace (docs/trace.md), every
+ * version: the determinism promise, the distribution contract, the
  * structure each version is documented to have (sinks, recency band, heavy
  * hitters, jittered background, renormalisation where a class is missing;
  * version 2's one hitter per slot, its strength held for an epoch and
@@ -10,8 +10,11 @@
  *
  * The constants below restate the documented defaults; they are the
  * definition under test, not values fitted to the output. Version 2's
- * sink_mass is the one fitted constant of docs/trace.md; tests/
- * test_calibration.c checks it against its procedure.
+ * sink_mass is its one fitted constant (tests/test_calibration.c checks it
+ * against its procedure); version 3 is version 2's generator with heavy,
+ * heavy_mass and sink_mass at the point the calibration of docs/trace.md
+ * chose (tests/test_calibration_v3.sh holds them to the committed run), and
+ * gives exactly version 2's rows with those three keys.
  */
 #include "check.h"
 #include "test_allocator.h"
@@ -34,11 +37,18 @@ static const char V1_SPEC[] =
 static const char V2_SPEC[] =
     "canonical:version=2,seed=1,steps=4096,sinks=4,sink_mass=0.09034,recent=64,recent_mass=0.55,"
     "recent_decay=0.96,epoch=512,heavy=16,heavy_mass=0.2,heavy_decay=0.5,jitter=0.5";
+static const char V3_SPEC[] =
+    "canonical:version=3,seed=1,steps=4096,sinks=4,sink_mass=0.10304,recent=64,recent_mass=0.55,"
+    "recent_decay=0.96,epoch=512,heavy=3,heavy_mass=0.15,heavy_decay=0.5,jitter=0.5";
+/* Version 3 as version 2 with its three calibrated keys. */
+static const char V3_AS_V2[] = "canonical:version=2,heavy=3,heavy_mass=0.15,sink_mass=0.10304";
 
 /* FNV-1a of the float32 bits of rows 0..1199 of each version's default
- * trace (see test_golden). */
+ * trace (see test_golden). Versions 1 and 2 keep the values they had before
+ * version 3 existed. */
 #define GOLDEN_HASH_V1 0x92bbe0076cbe1867u
 #define GOLDEN_HASH_V2 0xdf114f9409e7c6d5u
+#define GOLDEN_HASH_V3 0x4740c7adb8a50e0eu
 
 static double sum_range(const double *row, size_t lo, size_t hi)
 {
@@ -55,16 +65,16 @@ static void test_defaults_and_source(void)
     ASSERT_EQ(kve_trace_steps(tr), 4096);
     ASSERT_EQ(kve_trace_heads(tr), 1);
     ASSERT_EQ(kve_trace_layers(tr), 1);
-    ASSERT_STR_EQ(kve_trace_source(tr), V2_SPEC);
+    ASSERT_STR_EQ(kve_trace_source(tr), V3_SPEC);
     /* The canonical spec opens back to the same spec; a partial spec fills
      * in the defaults of its version in the fixed order. */
     kve_trace *tr2 = NULL;
     ASSERT_OK(kve_trace_open(kve_trace_source(tr), NULL, &tr2));
-    ASSERT_STR_EQ(kve_trace_source(tr2), V2_SPEC);
+    ASSERT_STR_EQ(kve_trace_source(tr2), V3_SPEC);
     kve_trace_free(tr2);
     tr2 = NULL;
     ASSERT_OK(kve_trace_open("canonical:steps=10,seed=7", NULL, &tr2));
-    ASSERT_CONTAINS(kve_trace_source(tr2), "canonical:version=2,seed=7,steps=10,sinks=4,");
+    ASSERT_CONTAINS(kve_trace_source(tr2), "canonical:version=3,seed=7,steps=10,sinks=4,");
     ASSERT_EQ(kve_trace_steps(tr2), 10);
     kve_trace_free(tr2);
     kve_trace_free(tr);
@@ -80,6 +90,12 @@ static void test_defaults_and_source(void)
     kve_trace_free(tr);
     ASSERT_OK(kve_trace_open("canonical:version=2", NULL, &tr));
     ASSERT_STR_EQ(kve_trace_source(tr), V2_SPEC);
+    kve_trace_free(tr);
+    ASSERT_OK(kve_trace_open(V2_SPEC, NULL, &tr));
+    ASSERT_STR_EQ(kve_trace_source(tr), V2_SPEC);
+    kve_trace_free(tr);
+    ASSERT_OK(kve_trace_open("canonical:version=3", NULL, &tr));
+    ASSERT_STR_EQ(kve_trace_source(tr), V3_SPEC);
     kve_trace_free(tr);
     kve_trace_free(NULL);
     ASSERT_EQ(kve_trace_steps(NULL), 0);
@@ -130,6 +146,8 @@ static void check_determinism(const char *spec, const char *other_seed)
 static void test_determinism(void)
 {
     check_determinism("canonical:steps=1300,seed=77", "canonical:steps=1300,seed=78");
+    check_determinism("canonical:version=2,steps=1300,seed=77",
+                      "canonical:version=2,steps=1300,seed=78");
     check_determinism("canonical:version=1,steps=1300,seed=77",
                       "canonical:version=1,steps=1300,seed=78");
 }
@@ -322,7 +340,7 @@ static void test_v2_hitters(void)
     enum { T = 1700, EP = 64, HV = 4, SK = 3, MAXH = 128 };
     const double d = 0.5, jit = 0.5;
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=1700,seed=11,sinks=3,sink_mass=0,recent=0,"
+    ASSERT_OK(kve_trace_open("canonical:version=2,steps=1700,seed=11,sinks=3,sink_mass=0,recent=0,"
                              "recent_mass=0,heavy_mass=1,epoch=64,heavy=4", NULL, &tr));
     double *row = malloc(T * sizeof *row);
     ASSERT_TRUE(row);
@@ -386,8 +404,8 @@ static void test_v2_heavy_class_presence(void)
     enum { T = 1500, EP = 64, HV = 4, MAXH = 128 };
     const double d = 0.5, heavy_mass = 0.5, bg = 0.5, w_star = HV / (1 - d);
     kve_trace *tr = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=1500,sinks=0,sink_mass=0,recent=0,recent_mass=0,"
-                             "heavy_mass=0.5,jitter=0,epoch=64,heavy=4", NULL, &tr));
+    ASSERT_OK(kve_trace_open("canonical:version=2,steps=1500,sinks=0,sink_mass=0,recent=0,"
+                             "recent_mass=0,heavy_mass=0.5,jitter=0,epoch=64,heavy=4", NULL, &tr));
     double *row = malloc(T * sizeof *row);
     ASSERT_TRUE(row);
     int below = 0, above = 0;
@@ -436,9 +454,9 @@ static void test_v2_structure_in_steady_state(void)
 {
     enum { T = 3000, MAXH = 128 };
     kve_trace *tr = NULL, *only = NULL;
-    ASSERT_OK(kve_trace_open("canonical:steps=3000", NULL, &tr));
-    ASSERT_OK(kve_trace_open("canonical:steps=3000,sink_mass=0,recent=0,recent_mass=0,"
-                             "heavy_mass=1", NULL, &only));
+    ASSERT_OK(kve_trace_open("canonical:version=2,steps=3000", NULL, &tr));
+    ASSERT_OK(kve_trace_open("canonical:version=2,steps=3000,sink_mass=0,recent=0,"
+                             "recent_mass=0,heavy_mass=1", NULL, &only));
     double *row = malloc(T * sizeof *row);
     char *is_hit = calloc(T, 1);
     ASSERT_TRUE(row && is_hit);
@@ -512,11 +530,42 @@ static uint64_t hash_rows(const char *spec, size_t T)
 static void test_golden(void)
 {
     uint64_t h1 = hash_rows("canonical:version=1,steps=1200", 1200);
-    uint64_t h2 = hash_rows("canonical:steps=1200", 1200);
-    printf("golden hash version 1 %016llx, version 2 %016llx\n", (unsigned long long)h1,
-           (unsigned long long)h2);
+    uint64_t h2 = hash_rows("canonical:version=2,steps=1200", 1200);
+    uint64_t h3 = hash_rows("canonical:steps=1200", 1200);
+    printf("golden hash version 1 %016llx, version 2 %016llx, version 3 %016llx\n",
+           (unsigned long long)h1, (unsigned long long)h2, (unsigned long long)h3);
     ASSERT_U64_EQ(h1, GOLDEN_HASH_V1);
     ASSERT_U64_EQ(h2, GOLDEN_HASH_V2);
+    ASSERT_U64_EQ(h3, GOLDEN_HASH_V3);
+    /* Version 3 is version 2's generator at its three calibrated keys. */
+    char spec[160];
+    snprintf(spec, sizeof spec, "%s,steps=1200", V3_AS_V2);
+    ASSERT_U64_EQ(hash_rows(spec, 1200), h3);
+}
+
+/* Version 3's rows are version 2's at the chosen point, bit for bit, on
+ * rows across the whole default trace (every 17th, and the last; test_golden
+ * compares the first 1200 through their hash). */
+static void test_v3_is_v2_at_the_chosen_point(void)
+{
+    kve_trace *a = NULL, *b = NULL;
+    ASSERT_OK(kve_trace_open("canonical", NULL, &a));
+    ASSERT_OK(kve_trace_open(V3_AS_V2, NULL, &b));
+    size_t T = kve_trace_steps(a);
+    ASSERT_EQ(kve_trace_steps(b), T);
+    double *ra = malloc(T * sizeof *ra), *rb = malloc(T * sizeof *rb);
+    ASSERT_TRUE(ra && rb);
+    for (size_t k = 0; k <= T / 17; k++) {
+        size_t t = k < T / 17 ? 17 * k : T - 1;
+        ASSERT_OK(kve_trace_row(a, 0, t, ra, T));
+        ASSERT_OK(kve_trace_row(b, 0, t, rb, T));
+        if (memcmp(ra, rb, (t + 1) * sizeof *ra) != 0)
+            CHECK_FAIL_AT("row %zu: version 3 differs from version 2 at its point", t);
+    }
+    free(ra);
+    free(rb);
+    kve_trace_free(a);
+    kve_trace_free(b);
 }
 
 /* Streaming: opening allocates O(recent + heavy), reading rows allocates
@@ -585,7 +634,7 @@ static void test_spec_refusals(void)
         {"canonical:sink_mass=0.3,recent_mass=0.55,heavy_mass=0.2", "exceeds 1"},
         {"canonical:steps=ten", "steps"},
         {"canonical:version=0", "version"},
-        {"canonical:version=3", "version"},
+        {"canonical:version=4", "version"},
         {"canonical:version=", "version"},
         {"canonical:version=1,version=2", "version"},
         {"canonical:version=1,heavy_decay=0.5", "heavy_decay"},
@@ -666,6 +715,7 @@ int main(int argc, char **argv)
     RUN(test_v2_heavy_class_presence);
     RUN(test_v2_structure_in_steady_state);
     RUN(test_golden);
+    RUN(test_v3_is_v2_at_the_chosen_point);
     RUN(test_streaming_memory);
     RUN(test_spec_refusals);
     RUN(test_alloc_failure);

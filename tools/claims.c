@@ -15,6 +15,7 @@
  *      budgets;
  *  (6) the page's 0.7367: reproduced when ours rounds to it at 4 decimals.
  */
+#include "calibrate.h"
 #include "cli.h"
 
 #include <math.h>
@@ -46,11 +47,12 @@ const kve_eval_result *h2o_window(evalset *es, size_t w, size_t budget)
 }
 
 /* x with `fmt` ("%.4f", "%+.4f"), or n/a for a metric over no scored step;
- * from a ring of buffers, so one printf can take several. */
+ * from a ring of buffers, so one printf can take several. The ring is the
+ * thread's own: bench --seeds and trace --calibrate judge on threads. */
 static const char *num(double x, const char *fmt)
 {
-    static char ring[32][32];
-    static size_t next;
+    static _Thread_local char ring[32][32];
+    static _Thread_local size_t next;
     char *b = ring[next++ % 32];
     if (isnan(x))
         snprintf(b, 32, "n/a");
@@ -88,13 +90,18 @@ int is_calibrated_trace(const char *src)
 {
     if (strncmp(src, "canonical", 9) != 0 || (src[9] != '\0' && src[9] != ':'))
         return 0;
-    kve_trace *a = NULL, *b = NULL;
-    int same = kve_trace_open(src, NULL, &a) == KVE_OK &&
-               kve_trace_open(BENCH_TRACE, NULL, &b) == KVE_OK &&
-               strcmp(kve_trace_source(a), kve_trace_source(b)) == 0;
+    kve_trace *a = NULL, *b = NULL, *v2 = NULL;
+    int opened = kve_trace_open(src, NULL, &a) == KVE_OK &&
+                 kve_trace_open(BENCH_TRACE, NULL, &b) == KVE_OK &&
+                 kve_trace_open("canonical:version=2", NULL, &v2) == KVE_OK;
+    int which = !opened                                                   ? 0
+                : strcmp(kve_trace_source(a), kve_trace_source(b)) == 0  ? 3
+                : strcmp(kve_trace_source(a), kve_trace_source(v2)) == 0 ? 2
+                                                                          : 0;
     kve_trace_free(a);
     kve_trace_free(b);
-    return same;
+    kve_trace_free(v2);
+    return which;
 }
 
 void judge_observations(FILE *f, evalset *es, int md, int calibrated, int outcome[N_OBS])
@@ -179,9 +186,12 @@ void judge_observations(FILE *f, evalset *es, int md, int calibrated, int outcom
 
     snprintf(fig, sizeof fig, "ours: %s %s against the page's 0.7367 (difference %s). %s",
              s256->spec, N4(s256->retained_mass), S4(s256->retained_mass - PAGE_STREAMING_MASS),
-             calibrated ? "sink_mass was fitted to this figure on this trace (docs/trace.md, "
-                          "\"Calibration\"): a calibration, not a prediction."
-                        : "Nothing was fitted to this figure on this trace (the calibration "
+             calibrated == 3 ? "sink_mass was fitted to this figure on this trace, at the point "
+                               "the calibration chose (docs/trace.md, \"Calibration, version "
+                               "3\"): a calibration, not a prediction."
+             : calibrated    ? "sink_mass was fitted to this figure on this trace (docs/trace.md, "
+                               "\"Calibration\"): a calibration, not a prediction."
+                             : "Nothing was fitted to this figure on this trace (the calibration "
                           "uses the default canonical trace), so equality is not expected.");
     outcome[5] = obs(f, md, 6, isnan(s256->retained_mass),
                      fabs(s256->retained_mass - PAGE_STREAMING_MASS) < 0.00005,
@@ -192,4 +202,6 @@ void render_observations(FILE *f, evalset *es, int md, const char *trace)
 {
     int outcome[N_OBS];
     judge_observations(f, es, md, f ? is_calibrated_trace(trace) : 0, outcome);
+    if (f)
+        calib_observations_note(f, md, trace); /* calibrate.c: on version 3 only */
 }

@@ -269,6 +269,19 @@ void json_double(FILE *f, double x);
 /* A JSON string literal with the needed escapes. */
 void json_string(FILE *f, const char *s);
 
+/* ---- committed JSON Lines files (jfile.c) ------------------------------- */
+
+/* A JSON Lines file of flat objects (jsonl.h), read whole. */
+typedef struct jfile {
+    size_t n;
+    jrow *rows; /* (n) */
+} jfile;
+
+/* Reads `path` (blank lines skipped); a missing, unreadable or empty file,
+ * or a malformed line, is bad input ("PATH:LINE: expected ... at column C"). */
+void jfile_read(jfile *jf, const char *path);
+void jfile_free(jfile *jf);
+
 /* ---- tables (table.c) ------------------------------------------------- */
 
 enum {
@@ -536,13 +549,15 @@ enum { N_OBS = 6 };
 enum { OBS_NOT_JUDGED = -1, OBS_FAILS = 0, OBS_HOLDS = 1 };
 extern const char *const obs_claims[N_OBS];
 /* Judges every claim into outcome[], printing each with its figures to f
- * (markdown list or text) unless f is NULL. `calibrated`: the trace is the
- * one the canonical trace's sink_mass was fitted on, so claim 6 is the fit
+ * (markdown list or text) unless f is NULL. `calibrated` (is_calibrated_trace):
+ * the trace is one whose sink_mass was fitted on it, so claim 6 is the fit
  * ("fitted"), not a check. */
 void judge_observations(FILE *f, evalset *es, int markdown, int calibrated, int outcome[N_OBS]);
 /* judge_observations for a trace given by its source text. */
 void render_observations(FILE *f, evalset *es, int markdown, const char *trace);
-/* The source names the calibrated trace (the default canonical trace). */
+/* Which fit the source names: 3, the default canonical trace (version 3,
+ * calibrated: docs/trace.md, "Calibration, version 3"); 2, version 2's
+ * default (its sink_mass fitted); 0, neither. */
 int is_calibrated_trace(const char *src);
 
 /* The claims' budgets and bench's default budgets: 256 and 512. */

@@ -11,6 +11,7 @@
  * and refused when its file system has less room than that.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "calibrate.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -24,6 +25,8 @@ static const char trace_usage[] =
     "usage: kvevict trace --trace SRC -o FILE.npy [--head N] [--normalize]\n"
     "       kvevict trace --stats --trace SRC [--head N] [--block B] [--normalize]\n"
     "                     [--format text|md|csv|json | --json | --csv | --md] [-o FILE]\n"
+    "       kvevict trace --calibrate ...   (the canonical trace's calibration:\n"
+    "                     kvevict trace --calibrate --help)\n"
     "\n"
     "Writes one head of a trace as a [T,T] float32 C-order .npy file (zeros above\n"
     "the diagonal, 4*T*T bytes plus a 128-byte header) that eval, replay and sweep\n"
@@ -107,6 +110,8 @@ static void dir_of(const char *path, char *dir, size_t cap)
 
 int cmd_trace(int argc, char **argv)
 {
+    if (calibrate_requested(argc, argv)) /* calibrate.c: the canonical trace's calibration */
+        return cmd_trace_calibrate(argc, argv);
     cli_args a;
     cli_parse(&a, &trace_spec, argc, argv);
     if (cli_own(&a, &trace_spec, "stats")->count)

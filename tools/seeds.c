@@ -21,6 +21,7 @@
  * carries.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "calibrate.h"
 #include "cli.h"
 
 #include <math.h>
@@ -192,6 +193,7 @@ void render_seeds(FILE *f, const seeds_run *r, tfmt fmt)
             "A claim is reproduced when it holds on seed %llu and on at least half of the other "
             "seeds;%sone that holds on seed %llu but fails on most others is not reproduced.\n\n",
             first, md ? " " : "\n", first);
+    calib_seeds_note(f, r->calibrated, md); /* calibrate.c: version 3's targets */
 
     static const col sum_cols[] = {
         {"claim", "claim", COL_ALL | COL_LEFT},

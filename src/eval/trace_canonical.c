@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * trace_canonical.c - the canonical synthetic decode trace (docs/trace.md),
- * in its two versions. `version=2` (the default) is "the canonical trace";
- * `version=1` is the first version, kept bit for bit so that earlier results
- * can be regenerated.
+ * in its three versions. `version=3` (the default) is "the canonical trace":
+ * version 2's generator with heavy, heavy_mass and sink_mass at the point
+ * chosen by the declared calibration (docs/trace.md, "Calibration, version
+ * 3"); `version=2` and `version=1` are the earlier versions, kept bit for bit
+ * so that earlier results can be regenerated. Versions 2 and 3 differ only in
+ * their defaults: canonical:version=3 gives the rows of canonical:version=2
+ * with those three keys set to version 3's values.
  *
  * Row t (t >= 1) is a distribution over keys [0, t) with nothing on the
  * query's own key (row[t] = 0); row 0 is row[0] = 1. In both versions the
@@ -19,7 +23,7 @@
  *   start - sinks) keys drawn from [sinks, start), start = e * epoch, with
  *   fixed shares for the epoch; heavy keys are taken out of the background
  *   (a heavy key inside the band gets both weights).
- * Version 2: heavy hitters arrive during the trace, exactly one in each
+ * Versions 2 and 3: heavy hitters arrive during the trace, exactly one in each
  *   slot [sinks + j*epoch/heavy, sinks + (j+1)*epoch/heavy) at a seeded
  *   offset, with a seeded strength s_j. Hitter j at position p_j has weight
  *   u_j(t) = s_j * heavy_decay^k, k = (t - 1 - p_j) / epoch (integer
@@ -69,16 +73,22 @@ typedef struct canon_params {
     size_t epoch;
     size_t heavy;
     double heavy_mass;
-    double heavy_decay; /* version 2 only */
+    double heavy_decay; /* versions 2 and 3 */
     double jitter;
 } canon_params;
 
-enum { STEPS_MAX = 16777216, HEAVY_MAX = 1024, VERSION_LATEST = 2 };
+enum { STEPS_MAX = 16777216, HEAVY_MAX = 1024, VERSION_LATEST = 3 };
 
 /* The one constant of version 2 fitted to a published figure (docs/trace.md,
  * "Calibration"): the sinks' mass, found by the documented bisection so that
  * streaming:budget=256 retains 0.7367 of the mass on the default trace. */
 #define V2_SINK_MASS 0.09034
+/* Version 3's three calibrated constants: the point that `kvevict trace
+ * --calibrate` chooses (docs/trace.md, "Calibration, version 3";
+ * docs/data/calibration-v3.jsonl), sink_mass fitted there as in version 2. */
+#define V3_HEAVY 3
+#define V3_HEAVY_MASS 0.15
+#define V3_SINK_MASS 0.10304
 
 #define P(field) offsetof(canon_params, field)
 #define SIZE_DEF(k, def, lo, hi, field, text) \
@@ -116,6 +126,9 @@ static const kve_param_def v1_defs[] = {
     REAL_DEF("heavy_mass", 0.20, 0, 1, 0, heavy_mass, "mass on heavy hitters"),
     JITTER_DEF,
 };
+#define HEAVY_DECAY_DEF \
+    REAL_DEF("heavy_decay", 0.5, 0, 0.99, 0, heavy_decay, \
+             "a hitter's weight factor per epoch after its first")
 static const kve_param_def v2_defs[] = {
     SIZE_DEF("version", 2, 1, VERSION_LATEST, version, "trace version"),
     COMMON_HEAD,
@@ -123,10 +136,22 @@ static const kve_param_def v2_defs[] = {
     COMMON_BAND,
     SIZE_DEF("heavy", 16, 0, HEAVY_MAX, heavy, "heavy hitters arriving per epoch"),
     REAL_DEF("heavy_mass", 0.20, 0, 1, 0, heavy_mass, "mass on heavy hitters"),
-    REAL_DEF("heavy_decay", 0.5, 0, 0.99, 0, heavy_decay,
-             "a hitter's weight factor per epoch after its first"),
+    HEAVY_DECAY_DEF,
     JITTER_DEF,
 };
+static const kve_param_def v3_defs[] = {
+    SIZE_DEF("version", 3, 1, VERSION_LATEST, version, "trace version"),
+    COMMON_HEAD,
+    REAL_DEF("sink_mass", V3_SINK_MASS, 0, 1, 0, sink_mass, "mass on the sinks (calibrated)"),
+    COMMON_BAND,
+    SIZE_DEF("heavy", V3_HEAVY, 0, HEAVY_MAX, heavy,
+             "heavy hitters arriving per epoch (calibrated)"),
+    REAL_DEF("heavy_mass", V3_HEAVY_MASS, 0, 1, 0, heavy_mass,
+             "mass on heavy hitters (calibrated)"),
+    HEAVY_DECAY_DEF,
+    JITTER_DEF,
+};
+#undef HEAVY_DECAY_DEF
 #undef JITTER_DEF
 #undef COMMON_BAND
 #undef COMMON_HEAD
@@ -136,7 +161,8 @@ static const kve_param_def v2_defs[] = {
 #undef P
 enum {
     N_V1_DEFS = sizeof v1_defs / sizeof v1_defs[0],
-    N_V2_DEFS = sizeof v2_defs / sizeof v2_defs[0]
+    N_V2_DEFS = sizeof v2_defs / sizeof v2_defs[0],
+    N_V3_DEFS = sizeof v3_defs / sizeof v3_defs[0]
 };
 
 typedef struct kve_canonical {
@@ -149,7 +175,7 @@ typedef struct kve_canonical {
     double *heavy_w;    /* [heavy]: their shares, summing to 1 */
     size_t heavy_n;     /* entries valid for cached_epoch */
     size_t cached_epoch;
-    /* version 2 */
+    /* versions 2 and 3 */
     struct hitter {
         double s;    /* strength, in [1 - jitter, 1 + jitter) */
         int32_t pos; /* position */
@@ -252,8 +278,8 @@ static kve_status canonical_open(const char *params, unsigned flags, kve_progres
     kve_status st = find_version(params, &p);
     if (st != KVE_OK)
         return st;
-    const kve_param_def *defs = p.version == 1 ? v1_defs : v2_defs;
-    size_t n_defs = p.version == 1 ? N_V1_DEFS : N_V2_DEFS;
+    const kve_param_def *defs = p.version == 1 ? v1_defs : p.version == 2 ? v2_defs : v3_defs;
+    size_t n_defs = p.version == 1 ? N_V1_DEFS : p.version == 2 ? N_V2_DEFS : N_V3_DEFS;
     st = kve__spec_parse("canonical", params, defs, n_defs, &p);
     if (st != KVE_OK)
         return st;
@@ -262,11 +288,11 @@ static kve_status canonical_open(const char *params, unsigned flags, kve_progres
         return kve__fail(KVE_EINVAL,
                          "canonical: sink_mass + recent_mass + heavy_mass = %.17g exceeds 1",
                          fixed);
-    if (p.version == 2 && p.heavy > p.epoch)
+    if (p.version >= 2 && p.heavy > p.epoch)
         return kve__fail(KVE_EINVAL,
-                         "canonical: heavy=%zu exceeds epoch=%zu (version 2 places one heavy "
+                         "canonical: heavy=%zu exceeds epoch=%zu (version %zu places one heavy "
                          "hitter in every epoch/heavy positions)",
-                         p.heavy, p.epoch);
+                         p.heavy, p.epoch, p.version);
 
     size_t len = kve__spec_format(NULL, 0, "canonical", defs, n_defs, &p);
     size_t band_len = p.recent < p.steps ? p.recent : p.steps;

@@ -36,6 +36,10 @@
  *                                   F empty, N or +N decimals or `code`, the
  *                                   header with _ for blanks; the key `spec`
  *                                   is the policy without its budget
+ *     calibration FILE part=P       a part of the report of a committed
+ *                                   `kvevict trace --calibrate --json` run
+ *                                   (calibrate.c): map, sink, pairs,
+ *                                   argument, choice or outside
  * e.g. <!-- kvevict:begin sweep h2o recent_window=16,32,64 budget=256 -->,
  *      <!-- kvevict:begin observations trace=canonical:version=1 -->.
  * The blocks of one trace are evaluated in one lockstep pass; a trace that
@@ -49,6 +53,7 @@
  * temporary file and a rename, so an interrupt leaves each whole.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "calibrate.h"
 #include "docs.h"
 
 #include <errno.h>
@@ -219,6 +224,13 @@ static void render_block(FILE *f, group *g, const block *b)
             render_trace_stats(f, g->tr, 0, 1, rows, FMT_MD);
         return;
     }
+    if (strcmp(name, "calibration") == 0) { /* calibrate.c: a committed calibration run */
+        if (b->trace)
+            die_usage("block 'calibration' reads a data file, not a trace: no trace=");
+        if (!es->collecting)
+            render_calibration_block(f, b->args, b->n_args);
+        return;
+    }
     if (strcmp(name, "table") == 0) {
         if (b->trace)
             die_usage("block 'table' reads a data file, not a trace: no trace=");
@@ -247,7 +259,7 @@ static void render_block(FILE *f, group *g, const block *b)
         return;
     }
     die_usage("unknown block '%s' (results, bench, h2o-sweep, observations, summary, sweep, "
-              "seeds, trace-stats, table)",
+              "seeds, trace-stats, table, calibration)",
               name);
 }
 
@@ -286,7 +298,8 @@ static const char docs_usage[] =
     "of cols=, headed \"Head VALUE\"). A column C is KEY[:F[:Head]]: F empty, N or\n"
     "+N decimals or code; Head with _ for blanks (default: the key). A missing key\n"
     "reads null (where=KEY!null: present); the key spec is the policy without its\n"
-    "budget.\n"
+    "budget. calibration FILE part=map|sink|pairs|argument|choice|outside: a part\n"
+    "of the report of a committed `kvevict trace --calibrate --json` run.\n"
     "Every block uses policy seed 0 and the canonical trace, unless --trace is\n"
     "given or the block has an argument trace=SRC of its own; it holds no timings\n"
     "(they depend on the machine), so a block is up to date exactly when its text\n"

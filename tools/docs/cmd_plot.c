@@ -18,6 +18,7 @@
  * from one lockstep evaluation plus one replay of h2o.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "calibrate.h"
 #include "docs.h"
 
 #include <limits.h>
@@ -55,6 +56,8 @@ static const char plot_usage[] =
     "  --real-model DIR  instead, the figures of docs/real-model.md (real_*.png)\n"
     "               from the data files in DIR (docs/data/real-model; make\n"
     "               real-model writes them)\n"
+    "  --calibration FILE --png PATH  instead, the feasibility map of a committed\n"
+    "               `kvevict trace --calibrate --json` run (docs/trace.md)\n"
     "\n"
     "usage: kvevict plot --jsonl FILE --x KEY --y KEY [--series KEY] [--where F]...\n"
     "                    [--title T] [--xlabel T] [--ylabel T] [--logx] --png PATH\n"
@@ -68,7 +71,7 @@ static const char plot_usage[] =
     "of categories in order of first appearance.\n";
 
 static const opt_def plot_own[] = {
-    {"real-model", 0, OPT_VALUE},
+    {"real-model", 0, OPT_VALUE}, {"calibration", 0, OPT_VALUE},
     {"out", 0, OPT_VALUE},    {"jsonl", 0, OPT_VALUE},   {"x", 0, OPT_VALUE},
     {"y", 0, OPT_VALUE},      {"series", 0, OPT_VALUE},  {"where", 0, OPT_VALUE | OPT_REPEAT},
     {"title", 0, OPT_VALUE},  {"xlabel", 0, OPT_VALUE},  {"ylabel", 0, OPT_VALUE},
@@ -101,12 +104,6 @@ static FILE *open_in(const char *dir, const char *name, const char *mode, char *
     return f;
 }
 
-static void close_checked(FILE *f, const char *path)
-{
-    if (ferror(f) | fclose(f))
-        die_input("%s: cannot write", path);
-}
-
 static const char *own1(const cli_args *a, const char *name)
 {
     const opt_val *v = cli_own(a, &plot_spec, name);
@@ -124,8 +121,7 @@ static int plot_jsonl(const cli_args *a)
     row_filter *flt = xcalloc((size_t)wv->count + 1, sizeof *flt);
     for (int i = 0; i < wv->count; i++)
         filter_parse(&flt[i], "--where", wv->v[i]);
-    if (system("command -v gnuplot >/dev/null 2>&1") != 0)
-        die_input("gnuplot not found: apt-get install gnuplot-nox (or run make plots)");
+    gp_require();
     jfile j;
     jfile_read(&j, file);
     size_t n = 0, n_series = 0, n_cat = 0;
@@ -185,7 +181,7 @@ static int plot_jsonl(const cli_args *a)
         }
         fputs("\n\n", f);
     }
-    close_checked(f, data);
+    gp_close(f, data);
     f = open_in(tmpdir, "plot.gp", "w", path, sizeof path);
     fprintf(f, "set terminal pngcairo size 900,540 enhanced font 'Sans,11'\n"
                "set grid\nset key outside right top noenhanced\nset output ");
@@ -222,10 +218,8 @@ static int plot_jsonl(const cli_args *a)
         gp_quote(f, title);
     }
     fputc('\n', f);
-    close_checked(f, path);
-    char cmd[8400];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", path);
-    int rc = system(cmd);
+    gp_close(f, path);
+    int rc = gp_run(path);
     remove(path);
     remove(data);
     rmdir(tmpdir);
@@ -250,6 +244,12 @@ int cmd_plot(int argc, char **argv)
     cli_parse(&a, &plot_spec, argc, argv);
     if (own1(&a, "jsonl"))
         return plot_jsonl(&a);
+    if (own1(&a, "calibration")) { /* plot_calibration.c: a committed calibration run */
+        if (!own1(&a, "png"))
+            die_usage("--calibration needs --png PATH");
+        plot_calibration(own1(&a, "calibration"), own1(&a, "png"));
+        return 0;
+    }
     const char *src = a.trace ? a.trace : BENCH_TRACE;
     /* The figures' titles name the trace; a source gnuplot cannot quote is
      * named generically. */
@@ -261,8 +261,7 @@ int cmd_plot(int argc, char **argv)
         die_usage("--out: quotes and newlines are not supported in '%s'", out);
     if (access(out, W_OK) != 0)
         die_input("--out: '%s' is not a writable directory", out);
-    if (system("command -v gnuplot >/dev/null 2>&1") != 0)
-        die_input("gnuplot not found: apt-get install gnuplot-nox (or run make plots)");
+    gp_require();
     const opt_val *real = cli_own(&a, &plot_spec, "real-model");
     if (real->count) {
         if (a.trace)
@@ -312,7 +311,7 @@ int cmd_plot(int argc, char **argv)
         }
         fprintf(f, "\n");
     }
-    close_checked(f, path);
+    gp_close(f, path);
     f = open_in(tmpdir, "window.dat", "w", path, sizeof path);
     fprintf(f, "# recent_window, h2o retained mass, h2o top-32 recall (budget 256)\n");
     for (size_t w = 0; w < N_WINDOWS; w++) {
@@ -321,7 +320,7 @@ int cmd_plot(int argc, char **argv)
         const kve_eval_result *r = evalset_get(&es, spec, 256);
         fprintf(f, "%zu %.9f %.9f\n", plot_windows[w], r->retained_mass, r->top32_recall);
     }
-    close_checked(f, path);
+    gp_close(f, path);
     const kve_eval_result *s = evalset_get(&es, "streaming", 256);
     double s_mass = s->retained_mass, s_recall = s->top32_recall;
     evalset_free(&es);
@@ -387,13 +386,13 @@ int cmd_plot(int argc, char **argv)
         /* cppcheck-suppress knownConditionTrueFalse */
         for (size_t k = 0; k < n_steps; k++)
             fwrite(&att[k * PB + b], sizeof(float), 1, f);
-    close_checked(f, path);
+    gp_close(f, path);
     f = open_in(tmpdir, "mask.bin", "wb", path, sizeof path);
     for (size_t b = 0; b < PB; b++)
         /* cppcheck-suppress knownConditionTrueFalse */
         for (size_t k = 0; k < n_steps; k++)
             fwrite(mask + 4 * (k * PB + b), 1, 4, f);
-    close_checked(f, path);
+    gp_close(f, path);
     free(att);
     free(mask);
 
@@ -471,11 +470,9 @@ int cmd_plot(int argc, char **argv)
             "origin=(%zu,0) with rgbalpha notitle\n",
             out, label, PLOT_BUDGET, t0, t1 - 1, P, tmpdir, n_steps, PB, bin, t0, tmpdir, n_steps,
             PB, bin, t0);
-    close_checked(f, path);
+    gp_close(f, path);
 
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s/plot.gp'", tmpdir);
-    int rc = system(cmd);
+    int rc = gp_run(path);
     static const char *const tmp_files[] = {"budgets.dat", "window.dat", "att.bin", "mask.bin",
                                             "plot.gp"};
     for (size_t i = 0; i < sizeof tmp_files / sizeof tmp_files[0]; i++) {

@@ -12,18 +12,9 @@
 #include "cli.h"
 #include "jsonl.h"
 
-/* ---- committed measurement files (data.c), shared by docs and plot ---- */
+/* ---- committed measurement files (data.c; read by cli.h's jfile_read),
+ * shared by docs and plot ---- */
 
-/* A JSON Lines file of flat objects (jsonl.h), read whole. */
-typedef struct jfile {
-    size_t n;
-    jrow *rows; /* (n) */
-} jfile;
-
-/* Reads `path` (blank lines skipped); a missing, unreadable or empty file,
- * or a malformed line, is bad input ("PATH:LINE: expected ... at column C"). */
-void jfile_read(jfile *jf, const char *path);
-void jfile_free(jfile *jf);
 /* The value of `key` in row r as text (a string unescaped, a number's
  * literal, "true", "false", "null"; "null" when absent); the key "spec" is
  * the row's policy without its budget= parameter, written into buf. */
@@ -49,6 +40,10 @@ void render_data_table(FILE *f, char *const *args, size_t n_args);
 /* `kvevict plot --real-model DIR`: the figures of docs/real-model.md from
  * its data files (plot_real.c). */
 void plot_real_model(const char *data_dir, const char *out_dir);
+/* `kvevict plot --calibration FILE --png PATH`: the feasibility map of a
+ * committed `kvevict trace --calibrate --json` run (plot_calibration.c, on
+ * calibrate.h's rows). */
+void plot_calibration(const char *file, const char *png);
 
 /* ---- gnuplot (gnuplot.c), shared by plot, plot_real.c and perf's figure -- */
 
@@ -57,6 +52,13 @@ void plot_real_model(const char *data_dir, const char *out_dir);
 const char *plot_tmpdir(char *buf, size_t cap);
 /* s as a gnuplot single-quoted string (a quote doubled, a newline a blank). */
 void gp_quote(FILE *f, const char *s);
+/* Exits (bad input) when gnuplot is not installed, naming the package. */
+void gp_require(void);
+/* Closes f, written at `path`; exits (bad input) when a write failed. */
+void gp_close(FILE *f, const char *path);
+/* Runs gnuplot on the script at `script` (a path without a quote, as
+ * plot_tmpdir's are); returns system()'s status, 0 when it drew. */
+int gp_run(const char *script);
 
 /* ---- the commands --------------------------------------------------------- */
 

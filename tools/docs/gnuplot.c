@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gnuplot.c - what the docs tool's figures share: gnuplot's quoting of a
- * string, and the temporary directory its data and scripts go to (removed
- * by the caller once gnuplot has run).
+ * gnuplot.c - what the docs tool's figures share: gnuplot found or refused,
+ * gnuplot's quoting of a string, the temporary directory its data and
+ * scripts go to (removed by the caller once gnuplot has run), a written file
+ * closed and checked, and gnuplot run on a script.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "docs.h"
@@ -32,4 +33,23 @@ const char *plot_tmpdir(char *buf, size_t cap)
     if (!dir)
         die_input("cannot create a temporary directory");
     return dir;
+}
+
+void gp_require(void)
+{
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0)
+        die_input("gnuplot not found: apt-get install gnuplot-nox (or run make plots)");
+}
+
+void gp_close(FILE *f, const char *path)
+{
+    if (ferror(f) | fclose(f))
+        die_input("%s: cannot write", path);
+}
+
+int gp_run(const char *script)
+{
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s'", script);
+    return system(cmd);
 }

@@ -229,11 +229,11 @@ void plot_real_model(const char *dir, const char *out)
         die_usage("--real-model: quotes and newlines are not supported in '%s'", dir);
     char tmpl[4096];
     const char *tmp = plot_tmpdir(tmpl, sizeof tmpl);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/plot.gp", tmp);
-    FILE *gp = fopen(path, "w");
+    char path[4096], script[4096];
+    snprintf(script, sizeof script, "%s/plot.gp", tmp);
+    FILE *gp = fopen(script, "w");
     if (!gp)
-        die_input("%s: cannot create", path);
+        die_input("%s: cannot create", script);
     /* The budget at 20% of the context: that of the h2o sweep's rows. */
     char b20[64] = "none";
     if (exists(dir, "eval-h2o.jsonl")) {
@@ -267,17 +267,13 @@ void plot_real_model(const char *dir, const char *out)
         write_figure(fg, dir, tmp, gp, out, i, b20);
         fprintf(gp, "\n");
     }
-    if (ferror(gp) | fclose(gp))
-        die_input("%s: cannot write", path);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s/plot.gp'", tmp);
-    int rc = system(cmd);
+    gp_close(gp, script);
+    int rc = gp_run(script);
     for (size_t i = 0; i < n; i++) {
         snprintf(path, sizeof path, "%s/fig%zu.dat", tmp, i);
         remove(path); /* absent for a skipped figure */
     }
-    snprintf(path, sizeof path, "%s/plot.gp", tmp);
-    remove(path);
+    remove(script);
     rmdir(tmp);
     if (rc != 0)
         die_input("gnuplot failed (status %d)", rc);
