@@ -154,10 +154,10 @@ static void kernels(const lm_model *m, size_t steps)
         size_t d, n;
         const float *w;
     } shapes[] = {
-        {"wq (D, D)", (size_t)c->dim, (size_t)c->dim, m->weights.wq},
-        {"w1 (F, D)", (size_t)c->hidden_dim, (size_t)c->dim, m->weights.w1},
-        {"w2 (D, F)", (size_t)c->dim, (size_t)c->hidden_dim, m->weights.w2},
-        {"classifier (V, D)", (size_t)c->vocab_size, (size_t)c->dim, m->weights.wcls},
+        {"wq (D, D)", (size_t)c->dim, (size_t)c->dim, m->weights.layer[0].wq.data},
+        {"w1 (F, D)", (size_t)c->hidden_dim, (size_t)c->dim, m->weights.layer[0].w1.data},
+        {"w2 (D, F)", (size_t)c->dim, (size_t)c->hidden_dim, m->weights.layer[0].w2.data},
+        {"classifier (V, D)", (size_t)c->vocab_size, (size_t)c->dim, m->weights.wcls.data},
     };
     void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     sgemv_fn sgemv = NULL;

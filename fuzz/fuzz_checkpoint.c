@@ -32,10 +32,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                          \
     } while (0)
 
-static int inside(const float *p, size_t n, const void *base, size_t size)
+static int inside(const void *p, size_t bytes, const void *base, size_t size)
 {
-    const char *b = base, *q = (const char *)p;
-    return q >= b && (size_t)(q - b) <= size && n * sizeof(float) <= size - (size_t)(q - b);
+    const char *b = base, *q = p;
+    return q >= b && (size_t)(q - b) <= size && bytes <= size - (size_t)(q - b);
+}
+
+/* A matrix of the expected shape whose bytes (and scales) lie in the input. */
+static int matrix_inside(const lm_matrix *w, size_t rows, size_t cols, const void *base,
+                         size_t size)
+{
+    if (w->rows != rows || w->cols != cols || !inside(w->data, rows * w->row_bytes, base, size))
+        return 0;
+    return w->type != LM_I8G ||
+           (w->group > 0 && cols % w->group == 0 &&
+            inside(w->scales, rows * cols / w->group * 4, base, size));
 }
 
 static void check_model(const lm_model *m, const void *base, size_t size)
@@ -48,13 +59,18 @@ static void check_model(const lm_model *m, const void *base, size_t size)
     size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, L = (size_t)c->n_layers;
     size_t K = (size_t)c->n_kv_heads * (size_t)c->head_size, V = (size_t)c->vocab_size;
     const lm_weights *w = &m->weights;
-    CHECK(inside(w->token_embedding, V * D, base, size));
-    CHECK(inside(w->wq, L * D * D, base, size) && inside(w->wk, L * K * D, base, size));
-    CHECK(inside(w->wv, L * K * D, base, size) && inside(w->wo, L * D * D, base, size));
-    CHECK(inside(w->w1, L * F * D, base, size) && inside(w->w2, L * D * F, base, size));
-    CHECK(inside(w->w3, L * F * D, base, size) && inside(w->wcls, V * D, base, size));
-    CHECK(inside(w->rms_att, L * D, base, size) && inside(w->rms_ffn, L * D, base, size));
-    CHECK(inside(w->rms_final, D, base, size));
+    CHECK(matrix_inside(&w->token_embedding, V, D, base, size));
+    CHECK(matrix_inside(&w->wcls, V, D, base, size));
+    CHECK(inside(w->rms_final, D * sizeof(float), base, size));
+    for (size_t l = 0; l < L; l++) {
+        const lm_layer *ly = &w->layer[l];
+        CHECK(matrix_inside(&ly->wq, D, D, base, size) && matrix_inside(&ly->wk, K, D, base, size));
+        CHECK(matrix_inside(&ly->wv, K, D, base, size) && matrix_inside(&ly->wo, D, D, base, size));
+        CHECK(matrix_inside(&ly->w1, F, D, base, size) && matrix_inside(&ly->w2, D, F, base, size));
+        CHECK(matrix_inside(&ly->w3, F, D, base, size));
+        CHECK(inside(ly->rms_att, D * sizeof(float), base, size));
+        CHECK(inside(ly->rms_ffn, D * sizeof(float), base, size));
+    }
 }
 
 static void decode_a_little(const lm_model *m, lm_positions positions)

@@ -5,7 +5,7 @@
  * generate`.
  *
  * Every command loads a checkpoint (and where text is involved a tokenizer:
- * --tokenizer, else tokenizer.bin beside the checkpoint) and runs the
+ * --tokenizer, else a GGUF's own, else tokenizer.bin beside the checkpoint) and runs the
  * decoder of lm/lm.h, one kvevict policy per (layer, KV head). Arguments are
  * checked before any file is read, so usage errors (exit 2) come before
  * input errors (exit 1); arguments that can only be checked against the
@@ -44,6 +44,7 @@ static struct {
     size_t n_ids;
     budget_args budgets; /* --share-heads, --schedule, ... (budgets.c) */
     double *layer_weights; /* (L) --schedule attention: measured on --calibration */
+    size_t threads;        /* --threads: the decoder's matrix threads */
 } ctx;
 
 /* Exit for a failed lm call: KVE_EINVAL is usage, the rest bad input. */
@@ -74,6 +75,13 @@ static const char *need(const cli_args *a, const cli_spec *spec, const char *nam
     return v;
 }
 
+/* --threads N (default: the cores available) into ctx.threads. */
+static void parse_threads(const cli_args *a, const cli_spec *spec)
+{
+    const char *v = own(a, spec, "threads");
+    ctx.threads = v ? (size_t)parse_u64("--threads", v, 1, LM_MAX_THREADS) : lm_cores();
+}
+
 static lm_positions opt_positions(const char *s)
 {
     if (!s || strcmp(s, "original") == 0)
@@ -101,6 +109,12 @@ static lm_tokenizer *open_tokenizer(const char *path, const char *model_path, co
                                     const char *what)
 {
     char buf[4096];
+    if (!path && m->config.format == LM_FORMAT_GGUF) { /* the GGUF's own vocabulary */
+        lm_tokenizer *t = NULL;
+        if (lm_tokenizer_from_model(m, &t) != KVE_OK)
+            die_input("%s not given, and %s: %s", what, model_path, lm_last_error());
+        return t;
+    }
     if (!path) {
         const char *slash = strrchr(model_path, '/');
         int dirlen = slash ? (int)(slash - model_path) : 1;
@@ -207,7 +221,7 @@ static lm_state *new_state(const char *spec, size_t budget, lm_positions pos, ui
     lm_options o = {.policy = spec, .budget = budget, .positions = pos, .seed = seed,
                     .schedule = ctx.budgets.schedule, .beta = ctx.budgets.beta,
                     .layer_weights = ctx.layer_weights, .share_heads = ctx.budgets.share_heads,
-                    .min_share = ctx.budgets.min_share};
+                    .min_share = ctx.budgets.min_share, .threads = ctx.threads};
     lm_state *s = NULL;
     kve_status st = lm_state_new(ctx.model, &o, &s);
     if (st != KVE_OK)
@@ -227,7 +241,7 @@ static lm_state *new_state(const char *spec, size_t budget, lm_positions pos, ui
 #define MEASURE_OPTS                                                                               \
     {"model", 0, OPT_VALUE}, {"text", 0, OPT_VALUE}, {"tokenizer", 0, OPT_VALUE},                  \
         {"policy", 0, OPT_VALUE | OPT_REPEAT}, {"budget", 0, OPT_VALUE | OPT_REPEAT},              \
-        {"positions", 0, OPT_VALUE}, BUDGET_OPTS
+        {"positions", 0, OPT_VALUE}, {"threads", 0, OPT_VALUE}, BUDGET_OPTS
 
 typedef struct measure_args {
     cli_args a;
@@ -262,6 +276,7 @@ static void measure_parse(measure_args *m, const cli_spec *spec, int argc, char 
     if (m->n_budgets && !m->n_specs)
         die_usage("--budget needs --policy");
     m->positions = opt_positions(own(&m->a, spec, "positions"));
+    parse_threads(&m->a, spec);
     budget_args_parse(&ctx.budgets, &m->a, spec);
 }
 
@@ -377,24 +392,29 @@ static const char logits_usage[] =
     "with each logit a float32 printed with the digits that read back to the same\n"
     "float (%.9g).\n"
     "\n"
-    "  --model CKPT     a llama2.c checkpoint (legacy or version 1, float32)\n"
+    "  --model CKPT     a checkpoint, its format told from the file: llama2.c\n"
+    "                   (legacy, version 1 float32, version 2 int8) or GGUF (llama:\n"
+    "                   F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)\n"
     "  --tokens LIST    token ids, decoded as given (no BOS is added)\n"
     "  --prompt TEXT    instead of --tokens: BOS, then TEXT encoded with the tokenizer\n"
-    "  --tokenizer TOK  tokenizer.bin (default: tokenizer.bin beside CKPT); only\n"
-    "                   read with --prompt\n"
+    "  --tokenizer TOK  tokenizer.bin (default: a GGUF's own vocabulary, else\n"
+    "                   tokenizer.bin beside CKPT); only read with --prompt\n"
     "  --policy SPEC    the policy of every (layer, KV head), e.g. window:budget=64;\n"
     "                   default: none, every key kept (--policy full is identical)\n"
     "  --budget B       evict to B positions (default: the spec's budget)\n"
     "  --positions P    original (keys rotated at their position, the default) or\n"
     "                   cache (keys rotated at their index in the cache)\n"
     "  --seed N         seed of the policies' random numbers (default 0)\n"
+    "  --threads N      matrix products on N threads (default: the cores available;\n"
+    "                   the same bits for every N)\n"
     "  -o, --output F   write to F instead of standard output\n";
 
 static const opt_def logits_own[] = {{"model", 0, OPT_VALUE},
                                      {"tokens", 0, OPT_VALUE},
                                      {"prompt", 0, OPT_VALUE},
                                      {"tokenizer", 0, OPT_VALUE},
-                                     {"positions", 0, OPT_VALUE}};
+                                     {"positions", 0, OPT_VALUE},
+                                     {"threads", 0, OPT_VALUE}};
 static const cli_spec logits_spec =
     LM_SPEC(logits_usage, SO_POLICY | SO_BUDGET | SO_SEED | SO_OUTPUT, logits_own, FMT_JSON);
 
@@ -417,6 +437,7 @@ static int lm_logits(int argc, char **argv)
     if (!tokens == !prompt)
         die_usage("give exactly one of --tokens and --prompt");
     lm_positions positions = opt_positions(own(&a, sp, "positions"));
+    parse_threads(&a, sp);
     if (a.budget && !a.policy)
         die_usage("--budget needs --policy");
     if (a.policy)
@@ -482,9 +503,10 @@ static const char eval_usage[] =
     "ln 2 / tokens. Standard errors treat windows as the samples (docs/decoder.md):\n"
     "se of bits/byte, and of its difference to the full cache, paired per window.\n"
     "\n"
-    "  --model CKPT        a llama2.c checkpoint\n"
+    "  --model CKPT        a llama2.c (legacy, version 1 or 2) or GGUF checkpoint\n"
     "  --text FILE         the text (\"-\": standard input)\n"
-    "  --tokenizer TOK     tokenizer.bin (default: tokenizer.bin beside CKPT)\n"
+    "  --tokenizer TOK     tokenizer.bin (default: a GGUF's own vocabulary, else\n"
+    "                      tokenizer.bin beside CKPT)\n"
     "  --policy SPECS      policies, comma-separated (a key=value item belongs to\n"
     "                      the spec before it); may be repeated. Default: none,\n"
     "                      the full cache alone\n"
@@ -492,6 +514,7 @@ static const char eval_usage[] =
     "                      every policy runs at every budget (default: the spec's)\n"
     "  --positions P       original (default) or cache\n"
     "  --seed N            seed of the policies' random numbers (default 0)\n"
+    "  --threads N         matrix products on N threads (default: the cores)\n"
     "  --format F          text (default), md, csv or json; --json, --csv, --md\n"
     "  -o, --output F      write to F instead of standard output\n"
     "\n"
@@ -1095,7 +1118,8 @@ static const opt_def dump_own[] = {{"model", 0, OPT_VALUE},
                                    {"tokenizer", 0, OPT_VALUE},
                                    {"query-heads", 0, 0},
                                    {"qk", 0, 0},
-                                   {"loop", 0, 0}};
+                                   {"loop", 0, 0},
+                                   {"threads", 0, OPT_VALUE}};
 static const cli_spec dump_spec = LM_SPEC(dump_usage, SO_OUTPUT, dump_own, FMT_TEXT);
 
 typedef struct dump_ctx {
@@ -1167,6 +1191,7 @@ static void dump_attention(void *user, int32_t layer, int32_t pos, const float *
 static int dump_run(dump_ctx *d, const lm_model *m, const int32_t *toks, size_t T, lm_options o)
 {
     o.user = d;
+    o.threads = ctx.threads;
     lm_state *s = NULL;
     kve_status st = lm_state_new(m, &o, &s);
     if (st != KVE_OK)
@@ -1248,6 +1273,7 @@ static int lm_dump(int argc, char **argv)
     int loop = cli_own(&a, &dump_spec, "loop")->count > 0;
     if (qk && cli_own(&a, &dump_spec, "query-heads")->count)
         die_usage("--qk writes every query head already; --query-heads does not apply");
+    parse_threads(&a, &dump_spec);
     load_model(model);
     load_tokenizer(own(&a, &dump_spec, "tokenizer"), model);
     load_text(text);
@@ -1675,8 +1701,11 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
 static const char lm_usage[] =
     "usage: kvevict lm COMMAND [OPTIONS]\n"
     "\n"
-    "A llama2.c model decoded with a KV cache that kvevict's policies manage, one\n"
-    "policy per (layer, KV head) (docs/decoder.md).\n"
+    "A llama2.c or GGUF model decoded with a KV cache that kvevict's policies\n"
+    "manage, one policy per (layer, KV head) (docs/decoder.md). Checkpoints:\n"
+    "llama2.c legacy, version 1 (float32) and version 2 (int8), and GGUF\n"
+    "(architecture llama; F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K), told from the\n"
+    "file; a GGUF carries its tokenizer.\n"
     "\n"
     "Commands:\n"
     "  logits   the logits at every position of a token sequence (JSON Lines)\n"
@@ -1749,7 +1778,8 @@ static const char generate_usage[] =
 
 static const opt_def generate_own[] = {{"model", 0, OPT_VALUE},     {"prompt", 0, OPT_VALUE},
                                        {"steps", 0, OPT_VALUE},     {"tokenizer", 0, OPT_VALUE},
-                                       {"positions", 0, OPT_VALUE}, {"temperature", 0, OPT_VALUE}};
+                                       {"positions", 0, OPT_VALUE}, {"temperature", 0, OPT_VALUE},
+                                       {"threads", 0, OPT_VALUE}};
 static const cli_spec generate_spec =
     LM_SPEC(generate_usage, SO_POLICY | SO_BUDGET | SO_SEED, generate_own, FMT_TEXT);
 
@@ -1798,6 +1828,7 @@ int cmd_generate(int argc, char **argv)
     const char *st_s = own(&a, sp, "steps");
     size_t steps = st_s ? (size_t)parse_u64("--steps", st_s, 0, INT32_MAX / 2) : 256;
     lm_positions positions = opt_positions(own(&a, sp, "positions"));
+    parse_threads(&a, sp);
     uint64_t seed = a.seed;
     size_t budget = a.budget;
     const char *spec = a.policy;
