@@ -26,11 +26,27 @@
  * OpenBLAS is loaded with dlopen (libopenblas.so.0) only to compare
  * cblas_sgemv with the decoder's kernel on the model's matrix shapes, one
  * thread; the decoder itself never uses it (docs/decoder.md says why).
+ *
+ * Usage: kvevict-lm-speed --weights [--dir DIR] [--types T,...] [--threads N,...]
+ *                         [--tokens N] [--json]
+ *   Weight types at TinyLlama's shape (22 layers, dim 2048, 32 heads over 4
+ *   KV heads, hidden 5632, vocabulary 32000, untied classifier; random
+ *   weights written as GGUF files in DIR, default /tmp, one type at a time,
+ *   each removed after its runs; F32 is 4.4 GB): tokens per second, and the
+ *   fraction of the memory-bandwidth floor reached: the bytes of weights a
+ *   token reads (every matrix once, the embedding row, the norms) over the
+ *   best streaming read bandwidth measured in the same run with the same
+ *   number of threads, against the time a token takes. Types default to
+ *   f32,f16,q8_0,q4_k, threads to 1,2, tokens to 8 (after 2 of warm-up;
+ *   wall time, best of 3 runs).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "lm.h"
 
+#include "gguf_write.h"
+
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,8 +228,231 @@ static void kernels(const lm_model *m, size_t steps)
         dlclose(blas);
 }
 
+/* ---- --weights: the stored types at TinyLlama's shape ---- */
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* Reads n bytes (a multiple of 128) with 256-bit loads, four streams. */
+__attribute__((target("avx2"))) static uint64_t read_all(const unsigned char *p, size_t n)
+{
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a = _mm256_add_epi64(a, _mm256_load_si256((const __m256i *)(const void *)(p + i)));
+        b = _mm256_add_epi64(b, _mm256_load_si256((const __m256i *)(const void *)(p + i + 32)));
+        c = _mm256_add_epi64(c, _mm256_load_si256((const __m256i *)(const void *)(p + i + 64)));
+        d = _mm256_add_epi64(d, _mm256_load_si256((const __m256i *)(const void *)(p + i + 96)));
+    }
+    a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+    return (uint64_t)_mm256_extract_epi64(a, 0) + (uint64_t)_mm256_extract_epi64(a, 3);
+}
+#else
+static uint64_t read_all(const unsigned char *p, size_t n)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        s += v;
+    }
+    return s;
+}
+#endif
+
+typedef struct stream_job {
+    const unsigned char *p;
+    size_t n;
+    uint64_t sum[LM_MAX_THREADS];
+} stream_job;
+
+static void stream_part(void *arg, size_t part, size_t parts)
+{
+    stream_job *j = arg;
+    size_t chunk = j->n / parts / 128 * 128;
+    j->sum[part] = read_all(j->p + part * chunk, chunk);
+}
+
+/* Best read bandwidth (bytes/s) over a 1 GiB buffer with `threads` threads. */
+static double stream_bandwidth(size_t threads)
+{
+    size_t n = (size_t)1 << 30;
+    unsigned char *p = aligned_alloc(64, n);
+    if (!p)
+        return 0;
+    memset(p, 1, n);
+    lm_pool *pool = NULL;
+    if (threads > 1 && lm_pool_new(threads, &pool) != KVE_OK)
+        die("threads");
+    stream_job *j = calloc(1, sizeof *j);
+    j->p = p;
+    j->n = n;
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = wall_s();
+        lm_pool_run(pool, stream_part, j);
+        double bw = (double)(n / threads / 128 * 128 * threads) / (wall_s() - t0);
+        best = bw > best ? bw : best;
+    }
+    uint64_t s = 0;
+    for (size_t i = 0; i < threads; i++)
+        s += j->sum[i];
+    if (s == 42)
+        printf(" ");
+    lm_pool_free(pool);
+    free(j);
+    free(p);
+    return best;
+}
+
+static gw_spec tiny_llama = {.dim = 2048, .hidden = 5632, .layers = 22, .heads = 32,
+                             .kv_heads = 4, .vocab = 32000, .seq_len = 2048, .shared = 0,
+                             .norm_eps = 1e-5f, .rope_theta = 10000.0f, .norm_type = GW_F32};
+
+/* Random values in [-0.05, 0.05) (norms near 1): fast, and a function of
+ * (kind, layer) alone. */
+static int bench_tensor(void *user, gw_kind kind, int layer, float *out)
+{
+    (void)user;
+    size_t rows, cols;
+    gw_shape(&tiny_llama, kind, &rows, &cols);
+    uint64_t s = (uint64_t)kind * 1000003u + (uint64_t)layer + 1;
+    int norm = kind == GW_RMS_ATT || kind == GW_RMS_FFN || kind == GW_RMS_FINAL;
+    for (size_t i = 0; i < rows * cols; i++)
+        out[i] = (float)((double)(mix(&s) >> 40) * 0x1p-24 * 0.1 - 0.05) + (norm ? 1.0f : 0.0f);
+    return 0;
+}
+
+/* Bytes of weights one token reads: every matrix once, one embedding row,
+ * the norms. */
+static double token_bytes(const lm_model *m)
+{
+    const lm_weights *w = &m->weights;
+    double b = (double)w->token_embedding.row_bytes + (double)w->wcls.rows * (double)w->wcls.row_bytes;
+    b += (double)(2 * m->config.n_layers + 1) * m->config.dim * 4;
+    for (int32_t l = 0; l < m->config.n_layers; l++) {
+        const lm_layer *ly = &w->layer[l];
+        const lm_matrix *all[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w1, &ly->w2, &ly->w3};
+        for (size_t i = 0; i < 7; i++)
+            b += (double)all[i]->rows * (double)all[i]->row_bytes;
+    }
+    return b;
+}
+
+static int weights_speed(int argc, char **argv)
+{
+    const char *dir = "/tmp", *types = "f32,f16,q8_0,q4_k", *threads_s = "1,2";
+    size_t tokens = 8;
+    int as_json = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            as_json = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--dir") == 0)
+            dir = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--types") == 0)
+            types = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--threads") == 0)
+            threads_s = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--tokens") == 0)
+            tokens = (size_t)strtoull(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "kvevict-lm-speed --weights: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    size_t th[8], n_th = 0;
+    for (const char *p = threads_s; *p && n_th < 8;) {
+        th[n_th++] = (size_t)strtoull(p, NULL, 10);
+        p = strchr(p, ',') ? strchr(p, ',') + 1 : "";
+    }
+    double bw[8];
+    for (size_t i = 0; i < n_th; i++)
+        bw[i] = stream_bandwidth(th[i]);
+    if (!as_json) {
+        printf("TinyLlama's shape: 22 layers, dim 2048, 32 heads over 4 KV heads, hidden 5632, "
+               "vocabulary 32000; random weights; kernels: %s\n", lm_isa_name(lm_isa_active()));
+        for (size_t i = 0; i < n_th; i++)
+            printf("streaming read bandwidth, %zu thread%s: %.2f GB/s (best of 5 passes over 1 "
+                   "GiB)\n", th[i], th[i] > 1 ? "s" : "", bw[i] / 1e9);
+        printf("\n%-6s %8s %11s %9s %12s %10s\n", "type", "threads", "MB/token", "tokens/s",
+               "floor tok/s", "of floor");
+    }
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } known[] = {{"f32", GW_F32}, {"f16", GW_F16}, {"bf16", GW_BF16}, {"q8_0", GW_Q8_0},
+                 {"q4_0", GW_Q4_0}, {"q4_k", GW_Q4_K}, {"q6_k", GW_Q6_K}};
+    char list[256];
+    snprintf(list, sizeof list, "%s", types);
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        size_t k = 0;
+        while (k < sizeof known / sizeof known[0] && strcmp(known[k].name, t) != 0)
+            k++;
+        if (k == sizeof known / sizeof known[0]) {
+            fprintf(stderr, "kvevict-lm-speed: unknown type %s\n", t);
+            return 2;
+        }
+        char path[4200];
+        snprintf(path, sizeof path, "%s/kvevict-bench-tinyllama-%s.gguf", dir, t);
+        gw_spec sp = tiny_llama;
+        sp.type = sp.emb_type = known[k].type;
+        FILE *f = fopen(path, "wb");
+        char err[256] = "";
+        if (!f || gw_write_gguf(f, &sp, bench_tensor, NULL, err, sizeof err) != 0 || fclose(f)) {
+            fprintf(stderr, "kvevict-lm-speed: cannot write %s: %s\n", path, err);
+            remove(path);
+            return 1;
+        }
+        lm_model *m = NULL;
+        if (lm_model_open(path, &m) != KVE_OK)
+            die(path);
+        double bytes = token_bytes(m);
+        for (size_t i = 0; i < n_th; i++) {
+            lm_options o = {.threads = th[i]};
+            lm_state *s = NULL;
+            if (lm_state_new(m, &o, &s) != KVE_OK)
+                die("decoder");
+            double best = 1e30;
+            for (int rep = 0; rep < 3; rep++) {
+                lm_state_reset(s);
+                for (size_t w = 0; w < 2; w++) /* warm-up: the pages, the threads */
+                    if (lm_forward(s, (int32_t)(w * 7919 % 32000)) != KVE_OK)
+                        die("decode");
+                double t0 = wall_s();
+                for (size_t q = 0; q < tokens; q++)
+                    if (lm_forward(s, (int32_t)((q + 2) * 7919 % 32000)) != KVE_OK)
+                        die("decode");
+                double dt = (wall_s() - t0) / (double)tokens;
+                best = dt < best ? dt : best;
+            }
+            lm_state_free(s);
+            double floor_s = bytes / bw[i];
+            if (as_json)
+                printf("{\"type\": \"%s\", \"threads\": %zu, \"isa\": \"%s\", \"bytes_per_token\": "
+                       "%.0f, \"bandwidth\": %.4g, \"tokens_per_second\": %.3f, "
+                       "\"floor_tokens_per_second\": %.3f, \"fraction_of_floor\": %.3f}\n",
+                       t, th[i], lm_isa_name(lm_isa_active()), bytes, bw[i], 1.0 / best,
+                       1.0 / floor_s, floor_s / best);
+            else
+                printf("%-6s %8zu %11.1f %9.2f %12.2f %9.0f%%\n", t, th[i], bytes / 1e6,
+                       1.0 / best, 1.0 / floor_s, 100.0 * floor_s / best);
+            fflush(stdout);
+        }
+        lm_model_free(m);
+        remove(path);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--weights") == 0)
+        return weights_speed(argc, argv);
     if (argc > 1 && strcmp(argv[1], "--json") == 0) {
         json = 1;
         argv++;

@@ -35,6 +35,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define LM_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #define LM_AVX2 __attribute__((target("avx2,f16c")))
 #define LM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
@@ -47,6 +48,16 @@
 
 static atomic_int active = -1;
 
+#if LM_X86
+/* F16C (cpuid leaf 1, ECX bit 29): not every compiler's
+ * __builtin_cpu_supports knows its name. */
+static int has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 int lm_isa_supported(lm_isa isa)
 {
     switch (isa) {
@@ -54,12 +65,12 @@ int lm_isa_supported(lm_isa isa)
 #if LM_X86
     case LM_ISA_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && has_f16c();
     case LM_ISA_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+               __builtin_cpu_supports("avx2") && has_f16c();
 #endif
     default: return 0;
     }
@@ -195,8 +206,8 @@ void lm_matvec_ref(const lm_matrix *w, const float *x, const lm_q8 *xq, float *o
 
 /* ---- the vector kernels: four rows ri[0..3] of w each ---- */
 
-typedef void (*kern4_fn)(const lm_matrix *w, const size_t ri[4], const float *x, const lm_q8 *xq,
-                         float out[4]);
+typedef void (*kern4_fn)(const lm_matrix *w, const size_t ri[8], const float *x, const lm_q8 *xq,
+                         float out[8]);
 
 #if LM_X86
 
@@ -236,30 +247,28 @@ LM_INLINE_AVX2 __m256i dot_i8(__m256i w, __m256i x)
 
 #define ROWS4(w, ri, k) ((const unsigned char *)(w)->data + (ri)[k] * (w)->row_bytes)
 
-LM_INLINE_AVX2 void k_f32(const lm_matrix *w, const size_t ri[4], const float *x, const lm_q8 *xq,
-                          float out[4])
+LM_INLINE_AVX2 void k_f32(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                          const lm_q8 *xq, float out[8])
 {
     (void)xq;
-    const float *p[4];
-    for (int k = 0; k < 4; k++)
+    const float *p[8];
+    __m256 acc[8];
+    for (int k = 0; k < nr; k++) {
         p[k] = (const float *)(const void *)ROWS4(w, ri, k);
+        acc[k] = _mm256_setzero_ps();
+    }
     size_t n = w->cols, i = 0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (; i + 8 <= n; i += 8) {
         __m256 xv = _mm256_loadu_ps(x + i);
-        a0 = madd8(a0, _mm256_loadu_ps(p[0] + i), xv);
-        a1 = madd8(a1, _mm256_loadu_ps(p[1] + i), xv);
-        a2 = madd8(a2, _mm256_loadu_ps(p[2] + i), xv);
-        a3 = madd8(a3, _mm256_loadu_ps(p[3] + i), xv);
+        for (int k = 0; k < nr; k++)
+            acc[k] = madd8(acc[k], _mm256_loadu_ps(p[k] + i), xv);
     }
-    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (; i < n; i++)
-        for (int k = 0; k < 4; k++)
-            t[k] += p[k][i] * x[i];
-    out[0] = finish8(a0, t[0]);
-    out[1] = finish8(a1, t[1]);
-    out[2] = finish8(a2, t[2]);
-    out[3] = finish8(a3, t[3]);
+    for (int k = 0; k < nr; k++) {
+        float t = 0.0f;
+        for (size_t e = i; e < n; e++)
+            t += p[k][e] * x[e];
+        out[k] = finish8(acc[k], t);
+    }
 }
 
 LM_INLINE_AVX2 __m256 load_f16(const unsigned char *p)
@@ -274,71 +283,63 @@ LM_INLINE_AVX2 __m256 load_bf16(const unsigned char *p)
 }
 
 /* F16 and BF16: two bytes an element, widened on the fly. */
-LM_INLINE_AVX2 void k_half(const lm_matrix *w, const size_t ri[4], const float *x, float out[4],
-                           int bf16)
+LM_INLINE_AVX2 void k_half(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           float out[8], int bf16)
 {
-    const unsigned char *p[4];
-    for (int k = 0; k < 4; k++)
+    const unsigned char *p[8];
+    __m256 acc[8];
+    for (int k = 0; k < nr; k++) {
         p[k] = ROWS4(w, ri, k);
+        acc[k] = _mm256_setzero_ps();
+    }
     size_t n = w->cols, i = 0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (; i + 8 <= n; i += 8) {
         __m256 xv = _mm256_loadu_ps(x + i);
-        if (bf16) {
-            a0 = madd8(a0, load_bf16(p[0] + 2 * i), xv);
-            a1 = madd8(a1, load_bf16(p[1] + 2 * i), xv);
-            a2 = madd8(a2, load_bf16(p[2] + 2 * i), xv);
-            a3 = madd8(a3, load_bf16(p[3] + 2 * i), xv);
-        } else {
-            a0 = madd8(a0, load_f16(p[0] + 2 * i), xv);
-            a1 = madd8(a1, load_f16(p[1] + 2 * i), xv);
-            a2 = madd8(a2, load_f16(p[2] + 2 * i), xv);
-            a3 = madd8(a3, load_f16(p[3] + 2 * i), xv);
-        }
+        for (int k = 0; k < nr; k++)
+            acc[k] = madd8(acc[k], bf16 ? load_bf16(p[k] + 2 * i) : load_f16(p[k] + 2 * i), xv);
     }
-    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (; i < n; i++)
-        for (int k = 0; k < 4; k++) {
-            uint16_t h = lm__u16(p[k] + 2 * i);
-            t[k] += (bf16 ? lm_bf16_to_f32(h) : _cvtsh_ss(h)) * x[i];
+    for (int k = 0; k < nr; k++) {
+        float t = 0.0f;
+        for (size_t e = i; e < n; e++) {
+            uint16_t h = lm__u16(p[k] + 2 * e);
+            t += (bf16 ? lm_bf16_to_f32(h) : _cvtsh_ss(h)) * x[e];
         }
-    out[0] = finish8(a0, t[0]);
-    out[1] = finish8(a1, t[1]);
-    out[2] = finish8(a2, t[2]);
-    out[3] = finish8(a3, t[3]);
+        out[k] = finish8(acc[k], t);
+    }
 }
 
-LM_INLINE_AVX2 void k_f16(const lm_matrix *w, const size_t ri[4], const float *x, const lm_q8 *xq,
-                          float out[4])
+LM_INLINE_AVX2 void k_f16(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                          const lm_q8 *xq, float out[8])
 {
     (void)xq;
-    k_half(w, ri, x, out, 0);
+    k_half(nr, w, ri, x, out, 0);
 }
 
-LM_INLINE_AVX2 void k_bf16(const lm_matrix *w, const size_t ri[4], const float *x,
-                           const lm_q8 *xq, float out[4])
+LM_INLINE_AVX2 void k_bf16(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           const lm_q8 *xq, float out[8])
 {
     (void)xq;
-    k_half(w, ri, x, out, 1);
+    k_half(nr, w, ri, x, out, 1);
 }
 
 /* Q4_0: per block of 32, elements 0..15 the low nibbles of its 16 bytes,
  * 16..31 the high ones; (nibble - 8) * d. */
-LM_INLINE_AVX2 void k_q4_0(const lm_matrix *w, const size_t ri[4], const float *x,
-                           const lm_q8 *xq, float out[4])
+LM_INLINE_AVX2 void k_q4_0(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           const lm_q8 *xq, float out[8])
 {
     (void)xq;
-    const unsigned char *p[4];
-    for (int k = 0; k < 4; k++)
+    const unsigned char *p[8];
+    for (int k = 0; k < nr; k++)
         p[k] = ROWS4(w, ri, k);
     const __m256i m4 = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
+    __m256 acc[8];
+    for (int k = 0; k < 8; k++)
+        acc[k] = _mm256_setzero_ps();
     for (size_t b = 0; b < w->cols / 32; b++) {
         const float *xb = x + 32 * b;
         __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
         __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < nr; k++) {
             const unsigned char *blk = p[k] + 18 * b;
             __m256 d = _mm256_set1_ps(half(F16(blk)));
             __m256i lo = bytes8(blk + 2), hi = bytes8(blk + 10);
@@ -352,80 +353,172 @@ LM_INLINE_AVX2 void k_q4_0(const lm_matrix *w, const size_t ri[4], const float *
             acc[k] = madd8(acc[k], _mm256_mul_ps(w3, d), x3);
         }
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < nr; k++)
         out[k] = finish8(acc[k], 0.0f);
+}
+
+/* A Q4_K block's eight steps d * sc_j (d1) and offsets dmin * m_j (m1),
+ * the 6-bit fields unpacked four at a time (the packing of lm__scale_min_k4:
+ * bytes 0..3 sc 0..3 and the top bits of sc 4..7, bytes 4..7 m 0..3 and the
+ * top bits of m 4..7, bytes 8..11 the low nibbles of sc and m 4..7). Each
+ * lane is one float multiply of the same operands as the reference's. */
+LM_INLINE_AVX2 void q4_k_scales(const unsigned char *blk, float d1[8], float m1[8])
+{
+    uint32_t u0, u1, u2;
+    memcpy(&u0, blk + 4, 4);
+    memcpy(&u1, blk + 8, 4);
+    memcpy(&u2, blk + 12, 4);
+    const uint32_t s_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t s_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+    __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)s_hi, (int)s_lo)));
+    __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo)));
+    _mm256_storeu_ps(d1, _mm256_mul_ps(_mm256_set1_ps(half(F16(blk))), sc));
+    _mm256_storeu_ps(m1, _mm256_mul_ps(_mm256_set1_ps(half(F16(blk + 2))), m));
 }
 
 /* Q4_K: per block of 256, four pairs of sub-blocks of 32: the low nibbles of
  * 32 bytes, then their high nibbles; (d * sc) * q - dmin * m. */
-LM_INLINE_AVX2 void k_q4_k(const lm_matrix *w, const size_t ri[4], const float *x,
-                           const lm_q8 *xq, float out[4])
+LM_INLINE_AVX2 void k_q4_k(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           const lm_q8 *xq, float out[8])
 {
     (void)xq;
-    const unsigned char *p[4];
-    for (int k = 0; k < 4; k++)
+    const unsigned char *p[8];
+    for (int k = 0; k < nr; k++)
         p[k] = ROWS4(w, ri, k);
     const __m256i m4 = _mm256_set1_epi32(0xF);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
+    __m256 acc[8];
+    for (int k = 0; k < 8; k++)
+        acc[k] = _mm256_setzero_ps();
     for (size_t b = 0; b < w->cols / 256; b++) {
-        float dk[4][8], mk[4][8];
-        for (int k = 0; k < 4; k++) {
-            const unsigned char *blk = p[k] + 144 * b;
-            const float d = half(F16(blk)), min = half(F16(blk + 2));
-            for (int j = 0; j < 8; j++) {
-                unsigned sc, m;
-                lm__scale_min_k4(j, blk + 4, &sc, &m);
-                dk[k][j] = d * (float)sc;
-                mk[k][j] = min * (float)m;
-            }
-        }
+        float dk[8][8], mk[8][8];
+        for (int k = 0; k < nr; k++)
+            q4_k_scales(p[k] + 144 * b, dk[k], mk[k]);
         const float *xb = x + 256 * b;
         for (int j = 0; j < 8; j++) { /* sub-block j: pair j / 2, low nibbles when even */
-            __m256 d[4], m[4];
-            for (int k = 0; k < 4; k++) {
-                d[k] = _mm256_set1_ps(dk[k][j]);
-                m[k] = _mm256_set1_ps(mk[k][j]);
-            }
             for (int c = 0; c < 4; c++) {
                 __m256 xv = _mm256_loadu_ps(xb + 32 * j + 8 * c);
-                for (int k = 0; k < 4; k++) {
+                for (int k = 0; k < nr; k++) {
                     __m256i raw = bytes8(p[k] + 144 * b + 16 + 32 * (j / 2) + 8 * c);
                     __m256i q = j % 2 ? _mm256_srli_epi32(raw, 4) : _mm256_and_si256(raw, m4);
-                    __m256 wv = _mm256_sub_ps(_mm256_mul_ps(d[k], _mm256_cvtepi32_ps(q)), m[k]);
+                    __m256 wv = _mm256_sub_ps(
+                        _mm256_mul_ps(_mm256_broadcast_ss(&dk[k][j]), _mm256_cvtepi32_ps(q)),
+                        _mm256_broadcast_ss(&mk[k][j]));
                     acc[k] = madd8(acc[k], wv, xv);
                 }
             }
         }
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < nr; k++)
+        out[k] = finish8(acc[k], 0.0f);
+}
+
+/* The same with AVX-512's permute: per sub-block the 16 values a nibble can
+ * stand for, fl(d1 * q - m1) for q = 0..15, are computed once (the
+ * reference's operations, lane q of a 16-lane register) and each element's
+ * weight is looked up by its nibble (the permute reads the index's low four
+ * bits, so the low nibble needs no mask); 16 products at a time, then added
+ * to the 8 lanes in element order (the low half, then the high half). */
+#define LM_INLINE_AVX512                                                                          \
+    static inline __attribute__((always_inline,                                                   \
+                                 target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+LM_INLINE_AVX512 void k_q4_k_lut(const int nr, const lm_matrix *w, const size_t ri[8],
+                                 const float *x, const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    const unsigned char *p[8];
+    for (int k = 0; k < nr; k++)
+        p[k] = ROWS4(w, ri, k);
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m256 acc[8];
+    for (int k = 0; k < 8; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (size_t b = 0; b < w->cols / 256; b++) {
+        float dk[8][8], mk[8][8];
+        for (int k = 0; k < nr; k++)
+            q4_k_scales(p[k] + 144 * b, dk[k], mk[k]);
+        const float *xb = x + 256 * b;
+        for (int j = 0; j < 8; j++) {
+            __m512 t[8];
+            for (int k = 0; k < nr; k++)
+                t[k] = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dk[k][j]), iota),
+                                     _mm512_set1_ps(mk[k][j]));
+            for (int h = 0; h < 2; h++) { /* 16 elements: 32 j + 16 h + [0, 16) */
+                __m512 xv = _mm512_loadu_ps(xb + 32 * j + 16 * h);
+                for (int k = 0; k < nr; k++) {
+                    __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                        (const __m128i *)(const void *)(p[k] + 144 * b + 16 + 32 * (j / 2) + 16 * h)));
+                    if (j % 2)
+                        q = _mm512_srli_epi32(q, 4);
+                    /* 16 products, added to the 8 lanes in element order */
+                    __m512 prod = _mm512_mul_ps(_mm512_permutexvar_ps(q, t[k]), xv);
+                    acc[k] = _mm256_add_ps(acc[k], _mm512_castps512_ps256(prod));
+                    acc[k] = _mm256_add_ps(acc[k], _mm512_extractf32x8_ps(prod, 1));
+                }
+            }
+        }
+    }
+    for (int k = 0; k < nr; k++)
+        out[k] = finish8(acc[k], 0.0f);
+}
+
+/* Q4_0 with the same lookup: (q - 8) * d for q = 0..15, once a block. */
+LM_INLINE_AVX512 void k_q4_0_lut(const int nr, const lm_matrix *w, const size_t ri[8],
+                                 const float *x, const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    const unsigned char *p[8];
+    for (int k = 0; k < nr; k++)
+        p[k] = ROWS4(w, ri, k);
+    const __m256 lo8 = _mm256_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1);
+    const __m256 hi8 = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 acc[8];
+    for (int k = 0; k < 8; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (size_t b = 0; b < w->cols / 32; b++) {
+        const float *xb = x + 32 * b;
+        __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+        __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+        for (int k = 0; k < nr; k++) {
+            const unsigned char *blk = p[k] + 18 * b;
+            __m256 d = _mm256_set1_ps(half(F16(blk)));
+            __m256 tlo = _mm256_mul_ps(lo8, d), thi = _mm256_mul_ps(hi8, d);
+            __m256i lo = bytes8(blk + 2), hi = bytes8(blk + 10);
+            acc[k] = madd8(acc[k], _mm256_permutex2var_ps(tlo, lo, thi), x0);
+            acc[k] = madd8(acc[k], _mm256_permutex2var_ps(tlo, hi, thi), x1);
+            acc[k] = madd8(acc[k], _mm256_permutex2var_ps(tlo, _mm256_srli_epi32(lo, 4), thi), x2);
+            acc[k] = madd8(acc[k], _mm256_permutex2var_ps(tlo, _mm256_srli_epi32(hi, 4), thi), x3);
+        }
+    }
+    for (int k = 0; k < nr; k++)
         out[k] = finish8(acc[k], 0.0f);
 }
 
 /* Q6_K: per block of 256, two halves of 128 in four runs of 32: the low
  * nibbles of ql[0..32) and ql[32..64), then their high nibbles, each with
  * two bits of qh[0..32); (d * sc) * (q - 32), a scale per 16. */
-LM_INLINE_AVX2 void k_q6_k(const lm_matrix *w, const size_t ri[4], const float *x,
-                           const lm_q8 *xq, float out[4])
+LM_INLINE_AVX2 void k_q6_k(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           const lm_q8 *xq, float out[8])
 {
     (void)xq;
-    const unsigned char *p[4];
-    for (int k = 0; k < 4; k++)
+    const unsigned char *p[8];
+    for (int k = 0; k < nr; k++)
         p[k] = ROWS4(w, ri, k);
     const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3);
     const __m256i k32 = _mm256_set1_epi32(32);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
+    __m256 acc[8];
+    for (int k = 0; k < 8; k++)
+        acc[k] = _mm256_setzero_ps();
     for (size_t b = 0; b < w->cols / 256; b++) {
-        float dk[4];
-        for (int k = 0; k < 4; k++)
+        float dk[8];
+        for (int k = 0; k < nr; k++)
             dk[k] = half(F16(p[k] + 210 * b + 208));
         for (int h = 0; h < 2; h++) {
             for (int run = 0; run < 4; run++) { /* elements 128h + 32 run + [0, 32) */
                 const float *xr = x + 256 * b + 128 * h + 32 * run;
                 for (int c = 0; c < 4; c++) {
                     __m256 xv = _mm256_loadu_ps(xr + 8 * c);
-                    for (int k = 0; k < 4; k++) {
+                    for (int k = 0; k < nr; k++) {
                         const unsigned char *blk = p[k] + 210 * b;
                         const unsigned char *ql = blk + 64 * h + 32 * (run % 2) + 8 * c;
                         const unsigned char *qh = blk + 128 + 32 * h + 8 * c;
@@ -442,24 +535,25 @@ LM_INLINE_AVX2 void k_q6_k(const lm_matrix *w, const size_t ri[4], const float *
             }
         }
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < nr; k++)
         out[k] = finish8(acc[k], 0.0f);
 }
 
 /* Q8_0 against the input quantized in groups of 32. */
-LM_INLINE_AVX2 void k_q8_0(const lm_matrix *w, const size_t ri[4], const float *x,
-                           const lm_q8 *xq, float out[4])
+LM_INLINE_AVX2 void k_q8_0(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           const lm_q8 *xq, float out[8])
 {
     (void)x;
-    const unsigned char *p[4];
-    for (int k = 0; k < 4; k++)
+    const unsigned char *p[8];
+    for (int k = 0; k < nr; k++)
         p[k] = ROWS4(w, ri, k);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
+    __m256 acc[8];
+    for (int k = 0; k < 8; k++)
+        acc[k] = _mm256_setzero_ps();
     for (size_t b = 0; b < w->cols / 32; b++) {
         __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq->q + 32 * b));
         const float xd = xq->d[b];
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < nr; k++) {
             const unsigned char *blk = p[k] + 34 * b;
             __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
             const float scale = half(F16(blk)) * xd;
@@ -467,99 +561,85 @@ LM_INLINE_AVX2 void k_q8_0(const lm_matrix *w, const size_t ri[4], const float *
             acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(s, _mm256_set1_ps(scale)));
         }
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < nr; k++)
         out[k] = finish8(acc[k], 0.0f);
 }
 
 /* LM_I8G with a group size that is a multiple of 32. */
-LM_INLINE_AVX2 void k_i8g(const lm_matrix *w, const size_t ri[4], const float *x,
-                          const lm_q8 *xq, float out[4])
+LM_INLINE_AVX2 void k_i8g(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                          const lm_q8 *xq, float out[8])
 {
     (void)x;
-    const unsigned char *p[4];
-    for (int k = 0; k < 4; k++)
+    const unsigned char *p[8];
+    for (int k = 0; k < nr; k++)
         p[k] = ROWS4(w, ri, k);
     size_t G = w->group;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
+    __m256 acc[8];
+    for (int k = 0; k < 8; k++)
+        acc[k] = _mm256_setzero_ps();
     for (size_t g = 0; g < w->cols / G; g++) {
-        __m256i s[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                        _mm256_setzero_si256()};
+        __m256i s[8];
+        for (int k = 0; k < 8; k++)
+            s[k] = _mm256_setzero_si256();
         for (size_t c = 0; c < G; c += 32) {
             __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq->q + g * G + c));
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < nr; k++) {
                 __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(p[k] + g * G + c));
                 s[k] = _mm256_add_epi32(s[k], dot_i8(wv, xv));
             }
         }
         const float xd = xq->d[g];
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < nr; k++) {
             const float scale = lm__i8g_scale(w, ri[k] * w->cols + g * G) * xd;
             acc[k] = _mm256_add_ps(acc[k],
                                    _mm256_mul_ps(_mm256_cvtepi32_ps(s[k]), _mm256_set1_ps(scale)));
         }
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < nr; k++)
         out[k] = finish8(acc[k], 0.0f);
 }
 
-/* The kernels of one instruction set, from the bodies above. */
-#define LM_KERNELS(SUFFIX, TARGET)                                                                \
-    TARGET static void f32_##SUFFIX(const lm_matrix *w, const size_t ri[4], const float *x,       \
-                                    const lm_q8 *xq, float out[4])                                \
+/* The kernels of one instruction set, from the bodies above, on NR rows at
+ * a time (4 for AVX2's 16 registers, 8 for AVX-512's 32: enough
+ * independent sums to hide the adds' latency). */
+#define LM_KERNEL(NAME, BODY, SUFFIX, TARGET, NR)                                                 \
+    TARGET __attribute__((unused)) static void NAME##_##SUFFIX(                                   \
+        const lm_matrix *w, const size_t ri[8], const float *x, const lm_q8 *xq, float out[8])    \
     {                                                                                             \
-        k_f32(w, ri, x, xq, out);                                                                 \
-    }                                                                                             \
-    TARGET static void f16_##SUFFIX(const lm_matrix *w, const size_t ri[4], const float *x,       \
-                                    const lm_q8 *xq, float out[4])                                \
-    {                                                                                             \
-        k_f16(w, ri, x, xq, out);                                                                 \
-    }                                                                                             \
-    TARGET static void bf16_##SUFFIX(const lm_matrix *w, const size_t ri[4], const float *x,      \
-                                     const lm_q8 *xq, float out[4])                               \
-    {                                                                                             \
-        k_bf16(w, ri, x, xq, out);                                                                \
-    }                                                                                             \
-    TARGET static void q4_0_##SUFFIX(const lm_matrix *w, const size_t ri[4], const float *x,      \
-                                     const lm_q8 *xq, float out[4])                               \
-    {                                                                                             \
-        k_q4_0(w, ri, x, xq, out);                                                                \
-    }                                                                                             \
-    TARGET static void q4_k_##SUFFIX(const lm_matrix *w, const size_t ri[4], const float *x,      \
-                                     const lm_q8 *xq, float out[4])                               \
-    {                                                                                             \
-        k_q4_k(w, ri, x, xq, out);                                                                \
-    }                                                                                             \
-    TARGET static void q6_k_##SUFFIX(const lm_matrix *w, const size_t ri[4], const float *x,      \
-                                     const lm_q8 *xq, float out[4])                               \
-    {                                                                                             \
-        k_q6_k(w, ri, x, xq, out);                                                                \
-    }                                                                                             \
-    TARGET static void q8_0_##SUFFIX(const lm_matrix *w, const size_t ri[4], const float *x,      \
-                                     const lm_q8 *xq, float out[4])                               \
-    {                                                                                             \
-        k_q8_0(w, ri, x, xq, out);                                                                \
-    }                                                                                             \
-    TARGET static void i8g_##SUFFIX(const lm_matrix *w, const size_t ri[4], const float *x,       \
-                                    const lm_q8 *xq, float out[4])                                \
-    {                                                                                             \
-        k_i8g(w, ri, x, xq, out);                                                                 \
+        BODY(NR, w, ri, x, xq, out);                                                              \
     }
+#define LM_KERNELS(SUFFIX, TARGET, NR)                                                            \
+    LM_KERNEL(f32, k_f32, SUFFIX, TARGET, NR)                                                     \
+    LM_KERNEL(f16, k_f16, SUFFIX, TARGET, NR)                                                     \
+    LM_KERNEL(bf16, k_bf16, SUFFIX, TARGET, NR)                                                   \
+    LM_KERNEL(q4_0, k_q4_0, SUFFIX, TARGET, NR)                                                   \
+    LM_KERNEL(q4_k, k_q4_k, SUFFIX, TARGET, NR)                                                   \
+    LM_KERNEL(q6_k, k_q6_k, SUFFIX, TARGET, NR)                                                   \
+    LM_KERNEL(q8_0, k_q8_0, SUFFIX, TARGET, NR)                                                   \
+    LM_KERNEL(i8g, k_i8g, SUFFIX, TARGET, NR)
 
-LM_KERNELS(avx2, LM_AVX2)
-LM_KERNELS(avx512, LM_AVX512)
+LM_KERNELS(avx2, LM_AVX2, 4)
+LM_KERNELS(avx512, LM_AVX512, 8)
+LM_KERNEL(q4_k_lut, k_q4_k_lut, avx512, LM_AVX512, 8)
+LM_KERNEL(q4_0_lut, k_q4_0_lut, avx512, LM_AVX512, 8)
 
 #define LM_TABLE(SUFFIX)                                                                          \
     {f32_##SUFFIX, f16_##SUFFIX, bf16_##SUFFIX, q4_0_##SUFFIX, q4_k_##SUFFIX, q6_k_##SUFFIX,      \
      q8_0_##SUFFIX, i8g_##SUFFIX}
 
 enum { N_KINDS = 8 };
+/* AVX-512: the AVX2 bodies, but the 4-bit types' lookup kernels */
 static const kern4_fn kernels[LM_ISA_COUNT][N_KINDS] = {
-    {NULL}, LM_TABLE(avx2), LM_TABLE(avx512)};
+    {NULL},
+    LM_TABLE(avx2),
+    {f32_avx512, f16_avx512, bf16_avx512, q4_0_lut_avx512, q4_k_lut_avx512, q6_k_avx512,
+     q8_0_avx512, i8g_avx512}};
+static const size_t kernel_rows[LM_ISA_COUNT] = {1, 4, 8};
 
 #else
 enum { N_KINDS = 8 };
 static const kern4_fn kernels[LM_ISA_COUNT][N_KINDS] = {{NULL}};
+static const size_t kernel_rows[LM_ISA_COUNT] = {1, 1, 1};
 #endif
 
 /* The kernel table's column of a type; -1: only the reference. */
@@ -589,13 +669,14 @@ void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *
         lm_matvec_ref(w, x, xq, out, r0, r1);
         return;
     }
-    for (size_t r = r0; r < r1; r += 4) {
-        size_t ri[4];
-        float o[4];
-        for (size_t k = 0; k < 4; k++) /* past the range: the last row again, dropped */
+    const size_t nr = kernel_rows[isa];
+    for (size_t r = r0; r < r1; r += nr) {
+        size_t ri[8];
+        float o[8];
+        for (size_t k = 0; k < nr; k++) /* past the range: the last row again, dropped */
             ri[k] = r + k < r1 ? r + k : r1 - 1;
         f(w, ri, x, xq, o);
-        for (size_t k = 0; k < 4 && r + k < r1; k++)
+        for (size_t k = 0; k < nr && r + k < r1; k++)
             out[r - r0 + k] = o[k];
     }
 }

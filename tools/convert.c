@@ -41,9 +41,9 @@ static const char usage[] =
     "                      input GGUF's own vocabulary; none for a llama2.c input)\n"
     "  --to FORMAT         gguf, llama2c (legacy), llama2c-v1, llama2c-v2\n"
     "  --type T            GGUF: the matrices' type: f32 (default), f16, bf16, q8_0,\n"
-    "                      q4_0, q4_k, q6_k. A matrix whose rows are not whole blocks\n"
-    "                      of 256 cannot be q4_k or q6_k: it falls back to q4_0 and\n"
-    "                      q8_0 (as llama.cpp falls back), and the tool says so\n"
+    "                      q4_0, q4_k, q6_k. A tensor whose rows are not whole blocks\n"
+    "                      of its type falls back, as llama.cpp's do: q4_k to q4_0,\n"
+    "                      q6_k to q8_0 (blocks of 32), then f16; the tool says so\n"
     "  --embedding-type T  GGUF: the embedding's and classifier's type (default: --type,\n"
     "                      with the same fallback)\n"
     "  --norm-type T       GGUF: the norms' type: f32 (default), f16, bf16\n"
@@ -76,14 +76,6 @@ static uint32_t type_of(const char *opt, const char *s)
         if (strcmp(s, types[i].name) == 0)
             return types[i].type;
     die("%s: '%s' is not f32, f16, bf16, q8_0, q4_0, q4_k or q6_k", opt, s);
-}
-
-static const char *type_name(uint32_t t)
-{
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (types[i].type == t)
-            return types[i].name;
-    return "?";
 }
 
 /* ---- sources ---- */
@@ -187,15 +179,6 @@ static void parse_shape(const char *arg, gw_spec *s, uint64_t *seed)
         die("--random: give dim, hidden, layers, heads, kv_heads, vocab and seq_len");
 }
 
-/* The type a tensor of `cols` columns gets when `want` is a K type whose
- * blocks of 256 do not divide it. */
-static uint32_t fitting(uint32_t want, size_t cols)
-{
-    if (gw_row_bytes(want, cols))
-        return want;
-    return want == GW_Q4_K ? GW_Q4_0 : want == GW_Q6_K ? GW_Q8_0 : want;
-}
-
 int main(int argc, char **argv)
 {
     const char *model = NULL, *random = NULL, *tok = NULL, *to = NULL, *out = NULL, *name = NULL;
@@ -267,24 +250,7 @@ int main(int argc, char **argv)
     if (t)
         vocab = (gw_vocab){t->n_pieces, (const char *const *)t->piece, t->len, t->score};
     s.vocab_data = t && version < 0 ? &vocab : NULL;
-    /* K types fall back per tensor shape: the matrices' columns are D, F or
-     * H*S = D, so one check on D and F decides. */
-    if (version < 0) {
-        uint32_t want = s.type;
-        size_t D = (size_t)s.dim, F = (size_t)s.hidden;
-        if (fitting(want, D) != want || fitting(want, F) != want) {
-            if (fitting(want, D) != fitting(want, F))
-                die("--type %s: rows of %zu and %zu values need different fallbacks; choose "
-                    "another type", type_s, D, F);
-            s.type = fitting(want, D) != want ? fitting(want, D) : fitting(want, F);
-            fprintf(stderr, "kvevict-convert: %s needs rows of whole blocks of 256 (dim %zu, "
-                    "hidden %zu): the matrices are %s\n", type_s, D, F, type_name(s.type));
-        }
-        if (fitting(s.emb_type, D) != s.emb_type) {
-            s.emb_type = fitting(s.emb_type, D);
-            fprintf(stderr, "kvevict-convert: the embedding is %s\n", type_name(s.emb_type));
-        }
-    }
+    s.fallback = 1;
     int group = 0;
     if (version == 2) {
         group = group_s ? atoi(group_s) : 64;
@@ -308,6 +274,10 @@ int main(int argc, char **argv)
                          : gw_write_llama2c(f, &s, version, group, src, user, err, sizeof err);
     if (fclose(f) != 0 && rc == 0)
         rc = -1, snprintf(err, sizeof err, "%s", strerror(errno));
+    if (rc == 0 && s.fell_back)
+        fprintf(stderr, "kvevict-convert: %zu tensors have rows that are not whole blocks of their "
+                "type: written in the nearest type that fits (as llama.cpp falls back)\n",
+                s.fell_back);
     if (rc != 0 || rename(tmp, out) != 0) {
         remove(tmp);
         fprintf(stderr, "kvevict-convert: cannot write %s: %s\n", out, err[0] ? err : strerror(errno));

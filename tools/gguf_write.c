@@ -364,6 +364,10 @@ static uint64_t metadata(buf *b, const gw_spec *s)
         key(b, ints[i].k, K_U32), put_u32(b, (uint32_t)ints[i].v), n++;
     key(b, "llama.attention.layer_norm_rms_epsilon", K_F32), put_f32(b, s->norm_eps), n++;
     key(b, "llama.rope.freq_base", K_F32), put_f32(b, s->rope_theta), n++;
+    if (s->extra_kv) {
+        put(b, s->extra_kv, s->extra_kv_bytes);
+        n += s->extra_kv_count;
+    }
     const gw_vocab *v = s->vocab_data;
     if (!v)
         return n;
@@ -418,10 +422,20 @@ static int write_tensor(FILE *f, gw_source src, void *user, gw_kind kind, int la
     return 0;
 }
 
-int gw_write_gguf(FILE *f, const gw_spec *s, gw_source src, void *user, char *err, size_t cap)
+/* The type a tensor of `cols` columns gets for `want` (the fallbacks of
+ * gw_spec.fallback). */
+static uint32_t fitting(uint32_t want, size_t cols)
+{
+    while (!gw_row_bytes(want, cols) && want != GW_F16)
+        want = want == GW_Q4_K ? GW_Q4_0 : want == GW_Q6_K ? GW_Q8_0 : GW_F16;
+    return want;
+}
+
+int gw_write_gguf(FILE *f, gw_spec *s, gw_source src, void *user, char *err, size_t cap)
 {
     if (check_spec(s, err, cap) != 0)
         return -1;
+    s->fell_back = 0;
     size_t n_t = 2 + (s->shared ? 0 : 1) + 9 * (size_t)s->layers;
     tinfo *t = calloc(n_t, sizeof *t);
     if (!t)
@@ -458,6 +472,10 @@ int gw_write_gguf(FILE *f, const gw_spec *s, gw_source src, void *user, char *er
         t[i].type = kd == GW_EMB || kd == GW_CLS ? s->emb_type
                     : kd == GW_RMS_ATT || kd == GW_RMS_FFN || kd == GW_RMS_FINAL ? s->norm_type
                                                                                  : s->type;
+        if (s->fallback && fitting(t[i].type, t[i].cols) != t[i].type) {
+            t[i].type = fitting(t[i].type, t[i].cols);
+            s->fell_back++;
+        }
         size_t rb = gw_row_bytes(t[i].type, t[i].cols);
         if (!rb) {
             free(t);

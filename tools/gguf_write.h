@@ -67,13 +67,20 @@ typedef struct gw_spec {
     uint32_t norm_type;    /* GGUF: the norms' type: GW_F32, GW_F16 or GW_BF16 */
     const gw_vocab *vocab_data; /* GGUF: tokenizer.ggml.* when not NULL */
     const char *name;      /* GGUF: general.name, may be NULL */
+    int fallback;          /* GGUF: 1: a tensor whose rows are not whole blocks of its
+                              type gets the nearest one that fits (Q4_K -> Q4_0 ->
+                              F16, Q6_K -> Q8_0 -> F16, Q8_0 and Q4_0 -> F16, as
+                              llama.cpp falls back); 0: refused */
+    size_t fell_back;      /* out: tensors that fell back */
+    const void *extra_kv;  /* GGUF: raw metadata pairs appended as they are (tests) */
+    size_t extra_kv_bytes, extra_kv_count;
 } gw_spec;
 
 /* The rows and columns of a tensor kind under spec s. */
 void gw_shape(const gw_spec *s, gw_kind kind, size_t *rows, size_t *cols);
 
-/* Writes the model as GGUF version 3 (alignment 32). */
-int gw_write_gguf(FILE *f, const gw_spec *s, gw_source src, void *user, char *err, size_t errcap);
+/* Writes the model as GGUF version 3 (alignment 32); sets s->fell_back. */
+int gw_write_gguf(FILE *f, gw_spec *s, gw_source src, void *user, char *err, size_t errcap);
 
 /* Writes the model in llama2.c's format `version` (0 legacy, with run.c's
  * rotary tables; 1 float32; 2 int8 in groups of `group`, which must divide
