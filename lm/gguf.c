@@ -39,9 +39,13 @@ static const char *const type_names[N_TYPES] = {
     "bool",  "string", "array", "uint64", "int64", "float64"};
 static const unsigned char scalar_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
+typedef struct str_ref { /* a name in the file: bytes, not NUL-terminated */
+    const char *s;
+    size_t len;
+} str_ref;
+
 typedef struct gg_kv {
-    const char *key;
-    size_t key_len;
+    str_ref key; /* first: the lookups read it through str_ref */
     uint32_t type;
     size_t val;         /* offset of the value (after its type) */
     uint32_t arr_type;  /* arrays: element type, count, first element's offset */
@@ -50,8 +54,7 @@ typedef struct gg_kv {
 } gg_kv;
 
 typedef struct gg_tensor {
-    const char *name;
-    size_t name_len;
+    str_ref name; /* first, as in gg_kv */
     uint32_t n_dims;
     uint64_t ne[4]; /* 1 beyond n_dims */
     uint32_t type;
@@ -147,47 +150,47 @@ static kve_status skip_value(rd *r, uint32_t type, int depth, const gg_kv *k)
 {
     if (type >= N_TYPES)
         return lm_fail(KVE_EFORMAT, "GGUF: metadata key %.*s: value type %u is not a GGUF type",
-                       (int)k->key_len, k->key, type);
+                       (int)k->key.len, k->key.s, type);
     size_t at;
     if (type == T_STRING) {
         const char *s;
         uint64_t len;
         if (!rd_str(r, &s, &len))
             return lm_fail(KVE_EFORMAT, "GGUF: metadata key %.*s: a string runs past the end of "
-                           "the file", (int)k->key_len, k->key);
+                           "the file", (int)k->key.len, k->key.s);
         return KVE_OK;
     }
     if (type != T_ARRAY) {
         if (!take(r, scalar_size[type], &at))
             return lm_fail(KVE_EFORMAT, "GGUF: metadata key %.*s: truncated in its %s value",
-                           (int)k->key_len, k->key, type_names[type]);
+                           (int)k->key.len, k->key.s, type_names[type]);
         if (type == T_BOOL && r->p[at] > 1)
             return lm_fail(KVE_EFORMAT, "GGUF: metadata key %.*s: bool value %u is neither 0 "
-                           "nor 1", (int)k->key_len, k->key, r->p[at]);
+                           "nor 1", (int)k->key.len, k->key.s, r->p[at]);
         return KVE_OK;
     }
     if (depth >= MAX_DEPTH)
         return lm_fail(KVE_EFORMAT, "GGUF: metadata key %.*s: arrays nested deeper than %d",
-                       (int)k->key_len, k->key, MAX_DEPTH);
+                       (int)k->key.len, k->key.s, MAX_DEPTH);
     uint32_t et;
     uint64_t n;
     if (!rd_u32(r, &et) || !rd_u64(r, &n))
         return lm_fail(KVE_EFORMAT, "GGUF: metadata key %.*s: truncated in an array header",
-                       (int)k->key_len, k->key);
+                       (int)k->key.len, k->key.s);
     if (et >= N_TYPES)
         return lm_fail(KVE_EFORMAT, "GGUF: metadata key %.*s: array element type %u is not a "
-                       "GGUF type", (int)k->key_len, k->key, et);
+                       "GGUF type", (int)k->key.len, k->key.s, et);
     if (et != T_STRING && et != T_ARRAY) {
         if (n > (r->size - r->off) / scalar_size[et])
             return lm_fail(KVE_EFORMAT, "GGUF: metadata key %.*s: an array of %llu %s runs past "
-                           "the end of the file", (int)k->key_len, k->key,
+                           "the end of the file", (int)k->key.len, k->key.s,
                            (unsigned long long)n, type_names[et]);
         size_t first = r->off;
         r->off += (size_t)n * scalar_size[et];
         for (uint64_t i = 0; et == T_BOOL && i < n; i++)
             if (r->p[first + i] > 1)
                 return lm_fail(KVE_EFORMAT, "GGUF: metadata key %.*s: element %llu: bool value "
-                               "%u is neither 0 nor 1", (int)k->key_len, k->key,
+                               "%u is neither 0 nor 1", (int)k->key.len, k->key.s,
                                (unsigned long long)i, r->p[first + i]);
         return KVE_OK;
     }
@@ -206,25 +209,27 @@ static int cmp_bytes(const char *a, size_t na, const char *b, size_t nb)
     return c != 0 ? c : (na > nb) - (na < nb);
 }
 
-/* Sorts idx[0 .. n) by the strings key[idx[i]] (a merge sort: qsort has no
- * context argument in C11). */
-typedef struct str_ref {
-    const char *s;
-    size_t len;
-} str_ref;
+/* The name at the start of element i of an array of `stride`-byte
+ * elements (gg_kv, gg_tensor). */
+static const str_ref *name_at(const void *base, size_t stride, size_t i)
+{
+    return (const str_ref *)(const void *)((const unsigned char *)base + i * stride);
+}
 
-static void merge_sort(size_t *idx, size_t *tmp, size_t n, const str_ref *key)
+/* Sorts idx[0 .. n) by the names of the elements they index (a merge sort:
+ * qsort has no context argument in C11). */
+static void merge_sort(size_t *idx, size_t *tmp, size_t n, const void *base, size_t stride)
 {
     if (n < 2)
         return;
     size_t h = n / 2;
-    merge_sort(idx, tmp, h, key);
-    merge_sort(idx + h, tmp, n - h, key);
+    merge_sort(idx, tmp, h, base, stride);
+    merge_sort(idx + h, tmp, n - h, base, stride);
     size_t i = 0, j = h, o = 0;
-    while (i < h && j < n)
-        tmp[o++] = cmp_bytes(key[idx[j]].s, key[idx[j]].len, key[idx[i]].s, key[idx[i]].len) < 0
-                       ? idx[j++]
-                       : idx[i++];
+    while (i < h && j < n) {
+        const str_ref *a = name_at(base, stride, idx[i]), *b = name_at(base, stride, idx[j]);
+        tmp[o++] = cmp_bytes(b->s, b->len, a->s, a->len) < 0 ? idx[j++] : idx[i++];
+    }
     while (i < h)
         tmp[o++] = idx[i++];
     while (j < n)
@@ -232,56 +237,55 @@ static void merge_sort(size_t *idx, size_t *tmp, size_t n, const str_ref *key)
     memcpy(idx, tmp, n * sizeof *idx);
 }
 
-/* idx (n) sorted by the strings; 0 and the message naming `what` when two
- * are equal. */
-static kve_status sort_names(size_t *idx, size_t n, const str_ref *key, const char *what)
+/* idx (n) sorted by name; refused, naming `what`, when two names are equal. */
+static kve_status sort_names(size_t *idx, size_t n, const void *base, size_t stride,
+                             const char *what)
 {
     size_t *tmp = lm_malloc((n ? n : 1) * sizeof *tmp);
     if (!tmp)
         return lm_fail(KVE_ENOMEM, "GGUF: out of memory");
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
-    merge_sort(idx, tmp, n, key);
+    merge_sort(idx, tmp, n, base, stride);
     lm_free(tmp);
-    for (size_t i = 1; i < n; i++)
-        if (cmp_bytes(key[idx[i]].s, key[idx[i]].len, key[idx[i - 1]].s, key[idx[i - 1]].len) == 0)
-            return lm_fail(KVE_EFORMAT, "GGUF: %s %.*s appears twice", what, (int)key[idx[i]].len,
-                           key[idx[i]].s);
+    for (size_t i = 1; i < n; i++) {
+        const str_ref *a = name_at(base, stride, idx[i - 1]), *b = name_at(base, stride, idx[i]);
+        if (cmp_bytes(a->s, a->len, b->s, b->len) == 0)
+            return lm_fail(KVE_EFORMAT, "GGUF: %s %.*s appears twice", what, (int)b->len, b->s);
+    }
     return KVE_OK;
+}
+
+/* The index of the element named `name`, by binary search over the sorted
+ * indices; SIZE_MAX when none is. */
+static size_t find_name(const void *base, size_t stride, const size_t *sorted, size_t n,
+                        const char *name)
+{
+    size_t lo = 0, hi = n, len = strlen(name);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const str_ref *r = name_at(base, stride, sorted[mid]);
+        int c = cmp_bytes(r->s, r->len, name, len);
+        if (c == 0)
+            return sorted[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return SIZE_MAX;
 }
 
 static const gg_kv *find_kv(const lm_gguf *g, const char *key)
 {
-    size_t lo = 0, hi = g->n_kv, len = strlen(key);
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const gg_kv *k = &g->kv[g->kv_sorted[mid]];
-        int c = cmp_bytes(k->key, k->key_len, key, len);
-        if (c == 0)
-            return k;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
+    size_t i = find_name(g->kv, sizeof *g->kv, g->kv_sorted, g->n_kv, key);
+    return i == SIZE_MAX ? NULL : &g->kv[i];
 }
 
 static gg_tensor *find_tensor(const lm_gguf *g, const char *name)
 {
-    size_t lo = 0, hi = g->n_t, len = strlen(name);
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        gg_tensor *t = &g->t[g->t_sorted[mid]];
-        int c = cmp_bytes(t->name, t->name_len, name, len);
-        if (c == 0)
-            return t;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
+    size_t i = find_name(g->t, sizeof *g->t, g->t_sorted, g->n_t, name);
+    return i == SIZE_MAX ? NULL : &g->t[i];
 }
 
 /* ---- the container ---- */
@@ -291,15 +295,15 @@ static kve_status parse_kvs(lm_gguf *g, rd *r)
     for (size_t i = 0; i < g->n_kv; i++) {
         gg_kv *k = &g->kv[i];
         uint64_t len;
-        if (!rd_str(r, &k->key, &len))
+        if (!rd_str(r, &k->key.s, &len))
             return lm_fail(KVE_EFORMAT, "GGUF: metadata pair %zu: truncated in its key", i);
-        k->key_len = (size_t)len;
-        if (len == 0 || len > MAX_KEY || !printable(k->key, k->key_len))
+        k->key.len = (size_t)len;
+        if (len == 0 || len > MAX_KEY || !printable(k->key.s, k->key.len))
             return lm_fail(KVE_EFORMAT, "GGUF: metadata pair %zu: the key is not 1 to %d "
                            "printable ASCII characters", i, MAX_KEY);
         if (!rd_u32(r, &k->type))
             return lm_fail(KVE_EFORMAT, "GGUF: metadata key %.*s: truncated in its type",
-                           (int)k->key_len, k->key);
+                           (int)k->key.len, k->key.s);
         k->val = r->off;
         if (k->type == T_ARRAY && r->size - r->off >= 12) {
             k->arr_type = (uint32_t)le(r->p + r->off, 4);
@@ -318,42 +322,42 @@ static kve_status parse_tensor_infos(lm_gguf *g, rd *r)
     for (size_t i = 0; i < g->n_t; i++) {
         gg_tensor *t = &g->t[i];
         uint64_t len;
-        if (!rd_str(r, &t->name, &len))
+        if (!rd_str(r, &t->name.s, &len))
             return lm_fail(KVE_EFORMAT, "GGUF: tensor info %zu: truncated in its name", i);
-        t->name_len = (size_t)len;
-        if (len == 0 || len > MAX_NAME || !printable(t->name, t->name_len))
+        t->name.len = (size_t)len;
+        if (len == 0 || len > MAX_NAME || !printable(t->name.s, t->name.len))
             return lm_fail(KVE_EFORMAT, "GGUF: tensor info %zu: the name is not 1 to %d "
                            "printable ASCII characters", i, MAX_NAME);
-        const int nl = (int)t->name_len;
+        const int nl = (int)t->name.len;
         if (!rd_u32(r, &t->n_dims))
             return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: truncated in n_dimensions", nl,
-                           t->name);
+                           t->name.s);
         if (t->n_dims == 0 || t->n_dims > 4)
-            return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: %u dimensions (1 to 4)", nl, t->name,
+            return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: %u dimensions (1 to 4)", nl, t->name.s,
                            t->n_dims);
         uint64_t elems = 1;
         for (int d = 0; d < 4; d++) {
             t->ne[d] = 1;
             if ((uint32_t)d < t->n_dims && !rd_u64(r, &t->ne[d]))
                 return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: truncated in its dimensions", nl,
-                               t->name);
+                               t->name.s);
             if (__builtin_mul_overflow(elems, t->ne[d], &elems) || elems > (UINT64_C(1) << 56))
                 return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: its dimensions hold more than "
-                               "2^56 values", nl, t->name);
+                               "2^56 values", nl, t->name.s);
         }
         uint64_t offset;
         if (!rd_u32(r, &t->type) || !rd_u64(r, &offset))
             return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: truncated in its type or offset", nl,
-                           t->name);
+                           t->name.s);
         t->offset = offset;
         size_t bs = lm_dtype_block((lm_dtype)t->type), bb = lm_dtype_block_bytes((lm_dtype)t->type);
         if (t->type == LM_I8G || bs == 0)
             return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: type %u (%s) is not supported (F32, "
-                           "F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are)", nl, t->name, t->type,
+                           "F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are)", nl, t->name.s, t->type,
                            lm_dtype_name(t->type));
         if (t->ne[0] % bs != 0)
             return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: %llu values a row are not whole %s "
-                           "blocks of %zu", nl, t->name, (unsigned long long)t->ne[0],
+                           "blocks of %zu", nl, t->name.s, (unsigned long long)t->ne[0],
                            lm_dtype_name(t->type), bs);
         t->bytes = elems / bs * bb; /* elems < 2^56, bb <= 210 */
     }
@@ -406,24 +410,16 @@ static kve_status parse_container(lm_gguf *g, const unsigned char *data, size_t 
     g->t = lm_calloc(g->n_t ? g->n_t : 1, sizeof *g->t);
     g->kv_sorted = lm_malloc((g->n_kv ? g->n_kv : 1) * sizeof *g->kv_sorted);
     g->t_sorted = lm_malloc((g->n_t ? g->n_t : 1) * sizeof *g->t_sorted);
-    str_ref *names = lm_malloc(((g->n_kv > g->n_t ? g->n_kv : g->n_t) + 1) * sizeof *names);
-    if (!g->kv || !g->t || !g->kv_sorted || !g->t_sorted || !names) {
-        lm_free(names);
+    if (!g->kv || !g->t || !g->kv_sorted || !g->t_sorted)
         return lm_fail(KVE_ENOMEM, "GGUF: out of memory for %zu metadata pairs and %zu tensors",
                        g->n_kv, g->n_t);
-    }
     kve_status st = parse_kvs(g, &r);
-    for (size_t i = 0; st == KVE_OK && i < g->n_kv; i++)
-        names[i] = (str_ref){g->kv[i].key, g->kv[i].key_len};
     if (st == KVE_OK)
-        st = sort_names(g->kv_sorted, g->n_kv, names, "metadata key");
+        st = sort_names(g->kv_sorted, g->n_kv, g->kv, sizeof *g->kv, "metadata key");
     if (st == KVE_OK)
         st = parse_tensor_infos(g, &r);
-    for (size_t i = 0; st == KVE_OK && i < g->n_t; i++)
-        names[i] = (str_ref){g->t[i].name, g->t[i].name_len};
     if (st == KVE_OK)
-        st = sort_names(g->t_sorted, g->n_t, names, "tensor");
-    lm_free(names);
+        st = sort_names(g->t_sorted, g->n_t, g->t, sizeof *g->t, "tensor");
     if (st != KVE_OK)
         return st;
 
@@ -442,12 +438,12 @@ static kve_status parse_container(lm_gguf *g, const unsigned char *data, size_t 
         const gg_tensor *t = &g->t[i];
         if (t->offset % g->alignment != 0)
             return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: offset %llu is not a multiple of "
-                           "the alignment %llu", (int)t->name_len, t->name,
+                           "the alignment %llu", (int)t->name.len, t->name.s,
                            (unsigned long long)t->offset, (unsigned long long)g->alignment);
         if (t->offset > room || t->bytes > room - t->offset)
             return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: its %llu bytes at offset %llu of "
-                           "the data section run past the end of the file", (int)t->name_len,
-                           t->name, (unsigned long long)t->bytes, (unsigned long long)t->offset);
+                           "the data section run past the end of the file", (int)t->name.len,
+                           t->name.s, (unsigned long long)t->bytes, (unsigned long long)t->offset);
     }
     /* No two tensors share a byte: sorted by offset, each ends before the next begins. */
     size_t *by_off = lm_malloc((g->n_t ? g->n_t : 1) * sizeof *by_off);
@@ -466,8 +462,8 @@ static kve_status parse_container(lm_gguf *g, const unsigned char *data, size_t 
     for (size_t i = 1; st == KVE_OK && i < n; i++) {
         const gg_tensor *a = &g->t[by_off[i - 1]], *b = &g->t[by_off[i]];
         if (a->offset + a->bytes > b->offset)
-            st = lm_fail(KVE_EFORMAT, "GGUF: tensors %.*s and %.*s overlap", (int)a->name_len,
-                         a->name, (int)b->name_len, b->name);
+            st = lm_fail(KVE_EFORMAT, "GGUF: tensors %.*s and %.*s overlap", (int)a->name.len,
+                         a->name.s, (int)b->name.len, b->name.s);
     }
     lm_free(by_off);
     return st;
@@ -562,13 +558,13 @@ static kve_status check_finite(const lm_gguf *g, const gg_tensor *t)
                 bad = b;
         if (bad != UINT64_MAX)
             return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: block %llu has a scale that is not "
-                           "finite", (int)t->name_len, t->name, (unsigned long long)bad);
+                           "finite", (int)t->name.len, t->name.s, (unsigned long long)bad);
         return KVE_OK;
     }
     }
     if (bad != UINT64_MAX)
         return lm_fail(KVE_EFORMAT, "GGUF: tensor %.*s: value %llu is not finite",
-                       (int)t->name_len, t->name, (unsigned long long)bad);
+                       (int)t->name.len, t->name.s, (unsigned long long)bad);
     return KVE_OK;
 }
 
@@ -789,7 +785,7 @@ static kve_status parse_llama(lm_model *m, lm_gguf *g)
         if (!g->t[i].used)
             st = lm_fail(KVE_EFORMAT, "GGUF: unexpected tensor %.*s (the llama architecture "
                          "has no such tensor; refused rather than ignored)",
-                         (int)g->t[i].name_len, g->t[i].name);
+                         (int)g->t[i].name.len, g->t[i].name.s);
     if (st != KVE_OK || n16 == 0)
         return st;
     float *buf = m->norms = lm_malloc(n16 * (size_t)D * sizeof(float));

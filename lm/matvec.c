@@ -159,7 +159,8 @@ static float ref_dot_float(const lm_matrix *w, size_t r, const float *x)
         size_t c = n - s < chunk ? n - s : chunk, i = 0;
         const float *v = buf;
         if (w->type == LM_F32)
-            v = (const float *)(const void *)((const unsigned char *)w->data + r * w->row_bytes) + s;
+            v = (const float *)(const void *)((const unsigned char *)w->data + r * w->row_bytes) +
+                s;
         else
             lm__dequant_span(w, r, s, c, buf);
         for (; i + 8 <= c; i += 8)
@@ -247,6 +248,23 @@ LM_INLINE_AVX2 __m256i dot_i8(__m256i w, __m256i x)
 
 #define ROWS4(w, ri, k) ((const unsigned char *)(w)->data + (ri)[k] * (w)->row_bytes)
 
+/* A kernel's start: the nr rows' bytes, and their sums at zero. */
+LM_INLINE_AVX2 void rows_begin(const lm_matrix *w, const size_t ri[8], int nr,
+                               const unsigned char *p[8], __m256 acc[8])
+{
+    for (int k = 0; k < nr; k++) {
+        p[k] = ROWS4(w, ri, k);
+        acc[k] = _mm256_setzero_ps();
+    }
+}
+
+/* A kernel's end when no tail is left: each row's lanes combined. */
+LM_INLINE_AVX2 void rows_end(int nr, const __m256 acc[8], float out[8])
+{
+    for (int k = 0; k < nr; k++)
+        out[k] = finish8(acc[k], 0.0f);
+}
+
 LM_INLINE_AVX2 void k_f32(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
                           const lm_q8 *xq, float out[8])
 {
@@ -288,10 +306,7 @@ LM_INLINE_AVX2 void k_half(const int nr, const lm_matrix *w, const size_t ri[8],
 {
     const unsigned char *p[8];
     __m256 acc[8];
-    for (int k = 0; k < nr; k++) {
-        p[k] = ROWS4(w, ri, k);
-        acc[k] = _mm256_setzero_ps();
-    }
+    rows_begin(w, ri, nr, p, acc);
     size_t n = w->cols, i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 xv = _mm256_loadu_ps(x + i);
@@ -329,12 +344,9 @@ LM_INLINE_AVX2 void k_q4_0(const int nr, const lm_matrix *w, const size_t ri[8],
 {
     (void)xq;
     const unsigned char *p[8];
-    for (int k = 0; k < nr; k++)
-        p[k] = ROWS4(w, ri, k);
-    const __m256i m4 = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
     __m256 acc[8];
-    for (int k = 0; k < 8; k++)
-        acc[k] = _mm256_setzero_ps();
+    rows_begin(w, ri, nr, p, acc);
+    const __m256i m4 = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
     for (size_t b = 0; b < w->cols / 32; b++) {
         const float *xb = x + 32 * b;
         __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
@@ -353,8 +365,7 @@ LM_INLINE_AVX2 void k_q4_0(const int nr, const lm_matrix *w, const size_t ri[8],
             acc[k] = madd8(acc[k], _mm256_mul_ps(w3, d), x3);
         }
     }
-    for (int k = 0; k < nr; k++)
-        out[k] = finish8(acc[k], 0.0f);
+    rows_end(nr, acc, out);
 }
 
 /* A Q4_K block's eight steps d * sc_j (d1) and offsets dmin * m_j (m1),
@@ -384,19 +395,16 @@ LM_INLINE_AVX2 void k_q4_k(const int nr, const lm_matrix *w, const size_t ri[8],
 {
     (void)xq;
     const unsigned char *p[8];
-    for (int k = 0; k < nr; k++)
-        p[k] = ROWS4(w, ri, k);
-    const __m256i m4 = _mm256_set1_epi32(0xF);
     __m256 acc[8];
-    for (int k = 0; k < 8; k++)
-        acc[k] = _mm256_setzero_ps();
+    rows_begin(w, ri, nr, p, acc);
+    const __m256i m4 = _mm256_set1_epi32(0xF);
     for (size_t b = 0; b < w->cols / 256; b++) {
         float dk[8][8], mk[8][8];
         for (int k = 0; k < nr; k++)
             q4_k_scales(p[k] + 144 * b, dk[k], mk[k]);
         const float *xb = x + 256 * b;
-        for (int j = 0; j < 8; j++) { /* sub-block j: pair j / 2, low nibbles when even */
-            for (int c = 0; c < 4; c++) {
+        for (size_t j = 0; j < 8; j++) { /* sub-block j: pair j / 2, low nibbles when even */
+            for (size_t c = 0; c < 4; c++) {
                 __m256 xv = _mm256_loadu_ps(xb + 32 * j + 8 * c);
                 for (int k = 0; k < nr; k++) {
                     __m256i raw = bytes8(p[k] + 144 * b + 16 + 32 * (j / 2) + 8 * c);
@@ -409,8 +417,7 @@ LM_INLINE_AVX2 void k_q4_k(const int nr, const lm_matrix *w, const size_t ri[8],
             }
         }
     }
-    for (int k = 0; k < nr; k++)
-        out[k] = finish8(acc[k], 0.0f);
+    rows_end(nr, acc, out);
 }
 
 /* The same with AVX-512's permute: per sub-block the 16 values a nibble can
@@ -427,27 +434,25 @@ LM_INLINE_AVX512 void k_q4_k_lut(const int nr, const lm_matrix *w, const size_t 
 {
     (void)xq;
     const unsigned char *p[8];
-    for (int k = 0; k < nr; k++)
-        p[k] = ROWS4(w, ri, k);
-    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m256 acc[8];
-    for (int k = 0; k < 8; k++)
-        acc[k] = _mm256_setzero_ps();
+    rows_begin(w, ri, nr, p, acc);
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (size_t b = 0; b < w->cols / 256; b++) {
         float dk[8][8], mk[8][8];
         for (int k = 0; k < nr; k++)
             q4_k_scales(p[k] + 144 * b, dk[k], mk[k]);
         const float *xb = x + 256 * b;
-        for (int j = 0; j < 8; j++) {
+        for (size_t j = 0; j < 8; j++) {
             __m512 t[8];
             for (int k = 0; k < nr; k++)
                 t[k] = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dk[k][j]), iota),
                                      _mm512_set1_ps(mk[k][j]));
-            for (int h = 0; h < 2; h++) { /* 16 elements: 32 j + 16 h + [0, 16) */
+            for (size_t h = 0; h < 2; h++) { /* 16 elements: 32 j + 16 h + [0, 16) */
                 __m512 xv = _mm512_loadu_ps(xb + 32 * j + 16 * h);
                 for (int k = 0; k < nr; k++) {
-                    __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                        (const __m128i *)(const void *)(p[k] + 144 * b + 16 + 32 * (j / 2) + 16 * h)));
+                    const unsigned char *qs = p[k] + 144 * b + 16 + 32 * (j / 2) + 16 * h;
+                    __m512i q =
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)qs));
                     if (j % 2)
                         q = _mm512_srli_epi32(q, 4);
                     /* 16 products, added to the 8 lanes in element order */
@@ -458,8 +463,7 @@ LM_INLINE_AVX512 void k_q4_k_lut(const int nr, const lm_matrix *w, const size_t 
             }
         }
     }
-    for (int k = 0; k < nr; k++)
-        out[k] = finish8(acc[k], 0.0f);
+    rows_end(nr, acc, out);
 }
 
 /* Q4_0 with the same lookup: (q - 8) * d for q = 0..15, once a block. */
@@ -468,13 +472,10 @@ LM_INLINE_AVX512 void k_q4_0_lut(const int nr, const lm_matrix *w, const size_t 
 {
     (void)xq;
     const unsigned char *p[8];
-    for (int k = 0; k < nr; k++)
-        p[k] = ROWS4(w, ri, k);
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
     const __m256 lo8 = _mm256_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1);
     const __m256 hi8 = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256 acc[8];
-    for (int k = 0; k < 8; k++)
-        acc[k] = _mm256_setzero_ps();
     for (size_t b = 0; b < w->cols / 32; b++) {
         const float *xb = x + 32 * b;
         __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
@@ -490,8 +491,7 @@ LM_INLINE_AVX512 void k_q4_0_lut(const int nr, const lm_matrix *w, const size_t 
             acc[k] = madd8(acc[k], _mm256_permutex2var_ps(tlo, _mm256_srli_epi32(hi, 4), thi), x3);
         }
     }
-    for (int k = 0; k < nr; k++)
-        out[k] = finish8(acc[k], 0.0f);
+    rows_end(nr, acc, out);
 }
 
 /* Q6_K: per block of 256, two halves of 128 in four runs of 32: the low
@@ -502,21 +502,18 @@ LM_INLINE_AVX2 void k_q6_k(const int nr, const lm_matrix *w, const size_t ri[8],
 {
     (void)xq;
     const unsigned char *p[8];
-    for (int k = 0; k < nr; k++)
-        p[k] = ROWS4(w, ri, k);
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
     const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3);
     const __m256i k32 = _mm256_set1_epi32(32);
-    __m256 acc[8];
-    for (int k = 0; k < 8; k++)
-        acc[k] = _mm256_setzero_ps();
     for (size_t b = 0; b < w->cols / 256; b++) {
         float dk[8];
         for (int k = 0; k < nr; k++)
             dk[k] = half(F16(p[k] + 210 * b + 208));
-        for (int h = 0; h < 2; h++) {
-            for (int run = 0; run < 4; run++) { /* elements 128h + 32 run + [0, 32) */
+        for (size_t h = 0; h < 2; h++) {
+            for (size_t run = 0; run < 4; run++) { /* elements 128h + 32 run + [0, 32) */
                 const float *xr = x + 256 * b + 128 * h + 32 * run;
-                for (int c = 0; c < 4; c++) {
+                for (size_t c = 0; c < 4; c++) {
                     __m256 xv = _mm256_loadu_ps(xr + 8 * c);
                     for (int k = 0; k < nr; k++) {
                         const unsigned char *blk = p[k] + 210 * b;
@@ -525,7 +522,8 @@ LM_INLINE_AVX2 void k_q6_k(const int nr, const lm_matrix *w, const size_t ri[8],
                         const int8_t sc = (int8_t)blk[192 + 8 * h + 2 * run + c / 2];
                         __m256i lo = bytes8(ql);
                         lo = run < 2 ? _mm256_and_si256(lo, m4) : _mm256_srli_epi32(lo, 4);
-                        __m256i hi = _mm256_and_si256(_mm256_srli_epi32(bytes8(qh), 2 * run), m2);
+                        __m256i hi =
+                            _mm256_and_si256(_mm256_srli_epi32(bytes8(qh), (int)(2 * run)), m2);
                         __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
                                                      k32);
                         __m256 ds = _mm256_set1_ps(dk[k] * (float)sc);
@@ -535,8 +533,7 @@ LM_INLINE_AVX2 void k_q6_k(const int nr, const lm_matrix *w, const size_t ri[8],
             }
         }
     }
-    for (int k = 0; k < nr; k++)
-        out[k] = finish8(acc[k], 0.0f);
+    rows_end(nr, acc, out);
 }
 
 /* Q8_0 against the input quantized in groups of 32. */
@@ -545,11 +542,8 @@ LM_INLINE_AVX2 void k_q8_0(const int nr, const lm_matrix *w, const size_t ri[8],
 {
     (void)x;
     const unsigned char *p[8];
-    for (int k = 0; k < nr; k++)
-        p[k] = ROWS4(w, ri, k);
     __m256 acc[8];
-    for (int k = 0; k < 8; k++)
-        acc[k] = _mm256_setzero_ps();
+    rows_begin(w, ri, nr, p, acc);
     for (size_t b = 0; b < w->cols / 32; b++) {
         __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq->q + 32 * b));
         const float xd = xq->d[b];
@@ -561,8 +555,7 @@ LM_INLINE_AVX2 void k_q8_0(const int nr, const lm_matrix *w, const size_t ri[8],
             acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(s, _mm256_set1_ps(scale)));
         }
     }
-    for (int k = 0; k < nr; k++)
-        out[k] = finish8(acc[k], 0.0f);
+    rows_end(nr, acc, out);
 }
 
 /* LM_I8G with a group size that is a multiple of 32. */
@@ -571,12 +564,9 @@ LM_INLINE_AVX2 void k_i8g(const int nr, const lm_matrix *w, const size_t ri[8], 
 {
     (void)x;
     const unsigned char *p[8];
-    for (int k = 0; k < nr; k++)
-        p[k] = ROWS4(w, ri, k);
-    size_t G = w->group;
     __m256 acc[8];
-    for (int k = 0; k < 8; k++)
-        acc[k] = _mm256_setzero_ps();
+    rows_begin(w, ri, nr, p, acc);
+    size_t G = w->group;
     for (size_t g = 0; g < w->cols / G; g++) {
         __m256i s[8];
         for (int k = 0; k < 8; k++)
@@ -595,8 +585,7 @@ LM_INLINE_AVX2 void k_i8g(const int nr, const lm_matrix *w, const size_t ri[8], 
                                    _mm256_mul_ps(_mm256_cvtepi32_ps(s[k]), _mm256_set1_ps(scale)));
         }
     }
-    for (int k = 0; k < nr; k++)
-        out[k] = finish8(acc[k], 0.0f);
+    rows_end(nr, acc, out);
 }
 
 /* The kernels of one instruction set, from the bodies above, on NR rows at

@@ -99,10 +99,10 @@ static int random_tensor(void *user, gw_kind kind, int layer, float *out)
     size_t rows, cols;
     gw_shape(r->spec, kind, &rows, &cols);
     double center = kind == GW_RMS_ATT || kind == GW_RMS_FFN || kind == GW_RMS_FINAL ? 1.0 : 0.0;
-    double a = kind == GW_EMB || kind == GW_CLS                             ? 1.0
-               : center > 0                                                 ? 0.2
-               : kind == GW_WQ || kind == GW_WK                             ? 1.5 / sqrt((double)cols)
-                                                                            : 1.0 / sqrt((double)cols);
+    double a = kind == GW_EMB || kind == GW_CLS ? 1.0
+               : center > 0                     ? 0.2
+               : kind == GW_WQ || kind == GW_WK ? 1.5 / sqrt((double)cols)
+                                                : 1.0 / sqrt((double)cols);
     uint64_t s = mix(r->seed ^ mix((uint64_t)kind << 32 | (uint32_t)layer));
     for (size_t i = 0; i < rows * cols; i++) {
         s = mix(s);
@@ -280,7 +280,8 @@ int main(int argc, char **argv)
                 s.fell_back);
     if (rc != 0 || rename(tmp, out) != 0) {
         remove(tmp);
-        fprintf(stderr, "kvevict-convert: cannot write %s: %s\n", out, err[0] ? err : strerror(errno));
+        fprintf(stderr, "kvevict-convert: cannot write %s: %s\n", out,
+                err[0] ? err : strerror(errno));
         return 1;
     }
     lm_tokenizer_free(t);

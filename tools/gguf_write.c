@@ -187,8 +187,8 @@ static void q6_k_block(const float *x, unsigned char *b)
             const unsigned char *e = L + 128 * h + l;
             ql[64 * h + l] = (unsigned char)((e[0] & 0xF) | (e[64] & 0xF) << 4);
             ql[64 * h + 32 + l] = (unsigned char)((e[32] & 0xF) | (e[96] & 0xF) << 4);
-            qh[32 * h + l] =
-                (unsigned char)((e[0] >> 4) | (e[32] >> 4) << 2 | (e[64] >> 4) << 4 | (e[96] >> 4) << 6);
+            qh[32 * h + l] = (unsigned char)((e[0] >> 4) | (e[32] >> 4) << 2 | (e[64] >> 4) << 4 |
+                                             (e[96] >> 4) << 6);
         }
     put16(b + 208, dh);
 }
@@ -244,9 +244,9 @@ void gw_shape(const gw_spec *s, gw_kind kind, size_t *rows, size_t *cols)
 {
     size_t D = (size_t)s->dim, F = (size_t)s->hidden, S = D / (size_t)s->heads;
     size_t Q = (size_t)s->heads * S, K = (size_t)s->kv_heads * S, V = (size_t)s->vocab;
-    static const unsigned char r_of[GW_KINDS] = {'V', '1', 'Q', 'K', 'K', 'D', '1', 'F', 'D', 'F', '1', 'V'};
-    static const unsigned char c_of[GW_KINDS] = {'D', 'D', 'D', 'D', 'D', 'Q', 'D', 'D', 'F', 'D', 'D', 'D'};
-    unsigned char r = r_of[kind], c = c_of[kind];
+    /* rows and columns by kind, as letters of the legend above */
+    static const char r_of[GW_KINDS + 1] = "V1QKKD1FDF1V", c_of[GW_KINDS + 1] = "DDDDDQDDFDDD";
+    char r = r_of[kind], c = c_of[kind];
     *rows = r == 'V' ? V : r == 'Q' ? Q : r == 'K' ? K : r == 'D' ? D : r == 'F' ? F : 1;
     *cols = c == 'Q' ? Q : c == 'F' ? F : D;
 }
@@ -256,9 +256,10 @@ static int check_spec(const gw_spec *s, char *err, size_t cap)
     if (s->dim <= 0 || s->hidden <= 0 || s->layers <= 0 || s->heads <= 0 || s->kv_heads <= 0 ||
         s->vocab <= 0 || s->seq_len <= 0 || s->dim % s->heads || s->heads % s->kv_heads ||
         (s->dim / s->heads) % 2)
-        return fail(err, cap, "shape: dim %d, hidden %d, layers %d, heads %d, kv_heads %d, vocab %d, "
-                    "seq_len %d is not a llama model", s->dim, s->hidden, s->layers, s->heads,
-                    s->kv_heads, s->vocab, s->seq_len);
+        return fail(err, cap,
+                    "shape: dim %d, hidden %d, layers %d, heads %d, kv_heads %d, vocab %d, "
+                    "seq_len %d is not a llama model",
+                    s->dim, s->hidden, s->layers, s->heads, s->kv_heads, s->vocab, s->seq_len);
     return 0;
 }
 
@@ -379,7 +380,8 @@ static uint64_t metadata(buf *b, const gw_spec *s)
     for (int32_t i = 0; i < v->n; i++)
         put_f32(b, v->score[i]);
     /* token types: 2 unknown, 3 control, 6 byte, 1 normal */
-    key(b, "tokenizer.ggml.token_type", K_ARRAY), put_u32(b, K_I32), put_u64(b, (uint64_t)v->n), n++;
+    key(b, "tokenizer.ggml.token_type", K_ARRAY), put_u32(b, K_I32), n++;
+    put_u64(b, (uint64_t)v->n);
     for (int32_t i = 0; i < v->n; i++)
         put_u32(b, i == 0 ? 2 : i <= 2 ? 3 : is_byte_piece(v->piece[i], (size_t)v->len[i]) ? 6 : 1);
     key(b, "tokenizer.ggml.bos_token_id", K_U32), put_u32(b, 1), n++;
