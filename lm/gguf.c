@@ -382,6 +382,18 @@ static int kv_uint(const lm_gguf *g, const gg_kv *k, uint64_t *v)
     }
 }
 
+/* A tensor's bytes in the data section, for the overlap check. */
+typedef struct span {
+    uint64_t offset, bytes;
+    size_t index;
+} span;
+
+static int cmp_span(const void *x, const void *y)
+{
+    const span *a = x, *b = y;
+    return (a->offset > b->offset) - (a->offset < b->offset);
+}
+
 static kve_status parse_container(lm_gguf *g, const unsigned char *data, size_t size)
 {
     rd r = {data, size, 4};
@@ -446,21 +458,16 @@ static kve_status parse_container(lm_gguf *g, const unsigned char *data, size_t 
                            t->name.s, (unsigned long long)t->bytes, (unsigned long long)t->offset);
     }
     /* No two tensors share a byte: sorted by offset, each ends before the next begins. */
-    size_t *by_off = lm_malloc((g->n_t ? g->n_t : 1) * sizeof *by_off);
+    span *by_off = lm_malloc((g->n_t ? g->n_t : 1) * sizeof *by_off);
     if (!by_off)
         return lm_fail(KVE_ENOMEM, "GGUF: out of memory");
     size_t n = 0;
     for (size_t i = 0; i < g->n_t; i++)
-        if (g->t[i].bytes > 0) { /* insertion by offset: tensors come in file order */
-            size_t j = n++;
-            while (j > 0 && g->t[by_off[j - 1]].offset > g->t[i].offset) {
-                by_off[j] = by_off[j - 1];
-                j--;
-            }
-            by_off[j] = i;
-        }
+        if (g->t[i].bytes > 0)
+            by_off[n++] = (span){g->t[i].offset, g->t[i].bytes, i};
+    qsort(by_off, n, sizeof *by_off, cmp_span);
     for (size_t i = 1; st == KVE_OK && i < n; i++) {
-        const gg_tensor *a = &g->t[by_off[i - 1]], *b = &g->t[by_off[i]];
+        const gg_tensor *a = &g->t[by_off[i - 1].index], *b = &g->t[by_off[i].index];
         if (a->offset + a->bytes > b->offset)
             st = lm_fail(KVE_EFORMAT, "GGUF: tensors %.*s and %.*s overlap", (int)a->name.len,
                          a->name.s, (int)b->name.len, b->name.s);
@@ -530,25 +537,44 @@ static int str_is(const char *s, size_t len, const char *want)
     return len == strlen(want) && memcmp(s, want, len) == 0;
 }
 
+/* The first of n float values (4 bytes each, or 2 with exponent mask m16)
+ * at p whose exponent bits are all set (an infinity or NaN), UINT64_MAX if
+ * none: scanned in chunks the compiler vectorises, a chunk with one found
+ * again for its index. */
+static uint64_t first_not_finite(const unsigned char *p, uint64_t n, unsigned m16)
+{
+    enum { CHUNK = 4096 };
+    for (uint64_t i = 0; i < n; i += CHUNK) {
+        uint64_t m = n - i < CHUNK ? n - i : CHUNK;
+        unsigned hit = 0;
+        for (uint64_t j = 0; j < m; j++) {
+            if (m16) {
+                uint16_t h;
+                memcpy(&h, p + 2 * (i + j), 2);
+                hit |= (h & m16) == m16;
+            } else {
+                uint32_t u;
+                memcpy(&u, p + 4 * (i + j), 4);
+                hit |= (u & 0x7f800000u) == 0x7f800000u;
+            }
+        }
+        for (uint64_t j = 0; hit && j < m; j++)
+            if (m16 ? (lm__u16(p + 2 * (i + j)) & m16) == m16
+                    : (le(p + 4 * (i + j), 4) & 0x7f800000u) == 0x7f800000u)
+                return i + j;
+    }
+    return UINT64_MAX;
+}
+
 /* Every value of t finite: float values, or each block's scales. */
 static kve_status check_finite(const lm_gguf *g, const gg_tensor *t)
 {
     const unsigned char *p = g->base + g->data_start + t->offset;
     uint64_t bad = UINT64_MAX;
     switch (t->type) {
-    case LM_F32:
-        for (uint64_t i = 0; i < t->bytes / 4 && bad == UINT64_MAX; i++)
-            if ((le(p + 4 * i, 4) & 0x7f800000u) == 0x7f800000u)
-                bad = i;
-        break;
-    case LM_F16:
-    case LM_BF16: {
-        const unsigned mask = t->type == LM_F16 ? 0x7c00u : 0x7f80u;
-        for (uint64_t i = 0; i < t->bytes / 2 && bad == UINT64_MAX; i++)
-            if ((lm__u16(p + 2 * i) & mask) == mask)
-                bad = i;
-        break;
-    }
+    case LM_F32: bad = first_not_finite(p, t->bytes / 4, 0); break;
+    case LM_F16: bad = first_not_finite(p, t->bytes / 2, 0x7c00u); break;
+    case LM_BF16: bad = first_not_finite(p, t->bytes / 2, 0x7f80u); break;
     default: { /* a float16 scale at these offsets of each block */
         size_t bb = lm_dtype_block_bytes((lm_dtype)t->type);
         size_t o1 = t->type == LM_Q6_K ? 208 : 0, o2 = t->type == LM_Q4_K ? 2 : o1;

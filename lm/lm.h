@@ -1,11 +1,14 @@
 /*
- * lm.h - a llama2.c decoder whose KV cache kvevict manages.
+ * lm.h - a llama2.c-style decoder whose KV cache kvevict manages, for
+ * llama2.c checkpoints and GGUF files of the llama architecture.
  *
  * The decoder is a client of the public header only (include/kvevict.h), the
  * way an inference engine would be: one kve_policy per (layer, KV head),
  * stepped with the real attention of the model and obeyed by compacting the
  * cache. It is a small static library (kvevict_lm) used by `kvevict lm ...`,
- * `kvevict generate` and the tests; it is not installed.
+ * `kvevict generate`, kvevict-convert, the tests and the benchmark; it is
+ * not installed. Weights stay in their file's type; the matrix products
+ * read them there (matvec.c) on the state's threads (pool.c).
  *
  * Legend of the dimension letters used in every shape comment:
  *   V  vocab_size           D  dim                 F  hidden_dim

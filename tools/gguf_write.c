@@ -480,9 +480,10 @@ int gw_write_gguf(FILE *f, gw_spec *s, gw_source src, void *user, char *err, siz
         }
         size_t rb = gw_row_bytes(t[i].type, t[i].cols);
         if (!rb) {
+            fail(err, cap, "%s: %zu columns are not whole blocks of type %u", t[i].name,
+                 t[i].cols, t[i].type);
             free(t);
-            return fail(err, cap, "%s: %zu columns are not whole blocks of type %u", t[i].name,
-                        t[i].cols, t[i].type);
+            return -1;
         }
         t[i].offset = off;
         t[i].bytes = (uint64_t)rb * t[i].rows;
