@@ -543,9 +543,10 @@ static int str_is(const char *s, size_t len, const char *want)
  * again for its index. */
 static uint64_t first_not_finite(const unsigned char *p, uint64_t n, unsigned m16)
 {
-    enum { CHUNK = 4096 };
-    for (uint64_t i = 0; i < n; i += CHUNK) {
-        uint64_t m = n - i < CHUNK ? n - i : CHUNK;
+    for (uint64_t i = 0; i < n; i += 4096) {
+        uint64_t m = 4096;
+        if (m > n - i)
+            m = n - i;
         unsigned hit = 0;
         for (uint64_t j = 0; j < m; j++) {
             if (m16) {
