@@ -26,11 +26,30 @@
  * OpenBLAS is loaded with dlopen (libopenblas.so.0) only to compare
  * cblas_sgemv with the decoder's kernel on the model's matrix shapes, one
  * thread; the decoder itself never uses it (docs/decoder.md says why).
+ *
+ * Usage: kvevict-lm-speed --weights [--dir DIR] [--types T,...] [--threads N,...]
+ *                         [--tokens N] [--json]
+ *   Weight types at TinyLlama's shape (22 layers, dim 2048, 32 heads over 4
+ *   KV heads, hidden 5632, vocabulary 32000, untied classifier; random
+ *   weights written as GGUF files in DIR, default /tmp, one type at a time,
+ *   each removed after its runs; F32 is 4.4 GB): tokens per second, and the
+ *   fraction of the memory-bandwidth floor reached: the bytes of weights a
+ *   token reads (every matrix once, the embedding row, the norms) over the
+ *   best streaming read bandwidth measured in the same run with the same
+ *   number of threads (eight streams, as the products read eight rows;
+ *   before and after the runs), against the time a token takes. Types default to
+ *   f32,f16,q8_0,q4_k, threads to 1,2, tokens to 8 (after 2 of warm-up; best
+ *   of 3 runs). One thread is timed in the thread's CPU time (waiting on
+ *   memory counts, other jobs on a shared machine do not), the bandwidth
+ *   with one thread too; two threads in wall time, their bandwidth too.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "lm.h"
 
+#include "gguf_write.h"
+
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,17 +167,17 @@ typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const fl
 /* Work proportional to `steps`: 2e4 multiply-adds a step per shape. */
 static void kernels(const lm_model *m, size_t steps)
 {
-    const lm_config *c = &m->config;
     struct {
         const char *name;
-        size_t d, n;
-        const float *w;
+        const lm_matrix *m;
     } shapes[] = {
-        {"wq (D, D)", (size_t)c->dim, (size_t)c->dim, m->weights.wq},
-        {"w1 (F, D)", (size_t)c->hidden_dim, (size_t)c->dim, m->weights.w1},
-        {"w2 (D, F)", (size_t)c->dim, (size_t)c->hidden_dim, m->weights.w2},
-        {"classifier (V, D)", (size_t)c->vocab_size, (size_t)c->dim, m->weights.wcls},
+        {"wq (D, D)", &m->weights.layer[0].wq},
+        {"w1 (F, D)", &m->weights.layer[0].w1},
+        {"w2 (D, F)", &m->weights.layer[0].w2},
+        {"classifier (V, D)", &m->weights.wcls},
     };
+    if (m->weights.wcls.type != LM_F32)
+        return; /* the comparison is of float32 kernels */
     void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     sgemv_fn sgemv = NULL;
     void (*set_threads)(int) = NULL;
@@ -168,40 +187,48 @@ static void kernels(const lm_model *m, size_t steps)
         if (set_threads)
             set_threads(1);
     }
-    printf("\nmatrix kernel, ns per matrix-vector product (best of 5):\n");
-    printf("%-20s %12s %12s %12s\n", "shape", "serial", "lm_matmul", sgemv ? "OpenBLAS" : "");
+    printf("\nmatrix kernel, ns per matrix-vector product (best of 5; lm_matmul is the\n"
+           "reference the compiler vectorises for baseline x86-64, %s the decoder's kernel,\n"
+           "the same bits):\n", lm_isa_name(lm_isa_active()));
+    printf("%-20s %12s %12s %12s %12s\n", "shape", "serial", "lm_matmul",
+           lm_isa_name(lm_isa_active()), sgemv ? "OpenBLAS" : "");
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-        size_t d = shapes[k].d, n = shapes[k].n;
+        size_t d = shapes[k].m->rows, n = shapes[k].m->cols;
+        const float *wf = shapes[k].m->data;
         float *x = malloc(n * sizeof *x), *y = malloc(d * sizeof *y);
         for (size_t i = 0; i < n; i++)
             x[i] = (float)i / (float)n;
         size_t reps = (size_t)(2e4 * (double)steps / (double)(d * n)) + 3;
-        double best[3] = {1e30, 1e30, 1e30};
+        double best[4] = {1e30, 1e30, 1e30, 1e30};
         for (int r = 0; r < 5; r++) {
             double t0 = now_s();
             for (size_t q = 0; q < reps; q++)
                 for (size_t i = 0; i < d; i++) {
                     float acc = 0;
                     for (size_t j = 0; j < n; j++)
-                        acc += shapes[k].w[i * n + j] * x[j];
+                        acc += wf[i * n + j] * x[j];
                     y[i] = acc;
                 }
             double t1 = now_s();
             for (size_t q = 0; q < reps; q++)
-                lm_matmul(y, x, shapes[k].w, n, d);
+                lm_matmul(y, x, wf, n, d);
             double t2 = now_s();
+            for (size_t q = 0; q < reps; q++)
+                lm_matvec_rows(shapes[k].m, x, NULL, y, 0, d, LM_ISA_COUNT);
+            double t3 = now_s();
             if (sgemv)
                 for (size_t q = 0; q < reps; q++)
-                    sgemv(101, 111, (int)d, (int)n, 1.0f, shapes[k].w, (int)n, x, 1, 0.0f, y, 1);
-            double t3 = now_s();
+                    sgemv(101, 111, (int)d, (int)n, 1.0f, wf, (int)n, x, 1, 0.0f, y, 1);
+            double t4 = now_s();
             best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
             best[1] = t2 - t1 < best[1] ? t2 - t1 : best[1];
             best[2] = t3 - t2 < best[2] ? t3 - t2 : best[2];
+            best[3] = t4 - t3 < best[3] ? t4 - t3 : best[3];
         }
-        printf("%-20s %12.0f %12.0f", shapes[k].name, 1e9 * best[0] / (double)reps,
-               1e9 * best[1] / (double)reps);
+        printf("%-20s %12.0f %12.0f %12.0f", shapes[k].name, 1e9 * best[0] / (double)reps,
+               1e9 * best[1] / (double)reps, 1e9 * best[2] / (double)reps);
         if (sgemv)
-            printf(" %12.0f", 1e9 * best[2] / (double)reps);
+            printf(" %12.0f", 1e9 * best[3] / (double)reps);
         printf("\n");
         free(x);
         free(y);
@@ -212,8 +239,258 @@ static void kernels(const lm_model *m, size_t steps)
         dlclose(blas);
 }
 
+/* ---- --weights: the stored types at TinyLlama's shape ---- */
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* Reads n bytes (a multiple of 8 * 64) as eight interleaved streams, each a
+ * contiguous eighth, 64 bytes a stream a round: the access pattern of the
+ * products, which read eight rows at a time. */
+__attribute__((target("avx2"))) static uint64_t read_all(const unsigned char *p, size_t n)
+{
+    __m256i acc[8];
+    for (int k = 0; k < 8; k++)
+        acc[k] = _mm256_setzero_si256();
+    size_t part = n / 8 / 64 * 64;
+    for (size_t i = 0; i < part; i += 64)
+        for (int k = 0; k < 8; k++) {
+            const __m256i *q = (const __m256i *)(const void *)(p + (size_t)k * part + i);
+            acc[k] = _mm256_add_epi64(acc[k], _mm256_add_epi64(_mm256_load_si256(q),
+                                                               _mm256_load_si256(q + 1)));
+        }
+    for (int k = 1; k < 8; k++)
+        acc[0] = _mm256_add_epi64(acc[0], acc[k]);
+    return (uint64_t)_mm256_extract_epi64(acc[0], 0) + (uint64_t)_mm256_extract_epi64(acc[0], 3);
+}
+#else
+static uint64_t read_all(const unsigned char *p, size_t n)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        s += v;
+    }
+    return s;
+}
+#endif
+
+typedef struct stream_job {
+    const unsigned char *p;
+    size_t n;
+    uint64_t sum[LM_MAX_THREADS];
+} stream_job;
+
+static void stream_part(void *arg, size_t part, size_t parts)
+{
+    stream_job *j = arg;
+    size_t chunk = j->n / parts / 512 * 512;
+    j->sum[part] = read_all(j->p + part * chunk, chunk);
+}
+
+/* Best read bandwidth (bytes/s) over a 1 GiB buffer with `threads` threads. */
+static double stream_bandwidth(size_t threads)
+{
+    size_t n = (size_t)1 << 30;
+    unsigned char *p = aligned_alloc(64, n);
+    if (!p)
+        return 0;
+    memset(p, 1, n);
+    lm_pool *pool = NULL;
+    if (threads > 1 && lm_pool_new(threads, NULL, &pool) != KVE_OK)
+        die("threads");
+    stream_job *j = calloc(1, sizeof *j);
+    j->p = p;
+    j->n = n;
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = threads > 1 ? wall_s() : now_s();
+        lm_pool_run(pool, stream_part, j);
+        double dt = (threads > 1 ? wall_s() : now_s()) - t0;
+        double bw = (double)(n / threads / 512 * 512 * threads) / dt;
+        best = bw > best ? bw : best;
+    }
+    uint64_t s = 0;
+    for (size_t i = 0; i < threads; i++)
+        s += j->sum[i];
+    if (s == 42)
+        printf(" ");
+    lm_pool_free(pool);
+    free(j);
+    free(p);
+    return best;
+}
+
+static gw_spec tiny_llama = {.dim = 2048, .hidden = 5632, .layers = 22, .heads = 32,
+                             .kv_heads = 4, .vocab = 32000, .seq_len = 2048, .shared = 0,
+                             .norm_eps = 1e-5f, .rope_theta = 10000.0f, .norm_type = GW_F32};
+
+/* Random values in [-0.05, 0.05) (norms near 1): fast, and a function of
+ * (kind, layer) alone. */
+static int bench_tensor(void *user, gw_kind kind, int layer, float *out)
+{
+    (void)user;
+    size_t rows, cols;
+    gw_shape(&tiny_llama, kind, &rows, &cols);
+    uint64_t s = (uint64_t)kind * 1000003u + (uint64_t)layer + 1;
+    int norm = kind == GW_RMS_ATT || kind == GW_RMS_FFN || kind == GW_RMS_FINAL;
+    for (size_t i = 0; i < rows * cols; i++)
+        out[i] = (float)((double)(mix(&s) >> 40) * 0x1p-24 * 0.1 - 0.05) + (norm ? 1.0f : 0.0f);
+    return 0;
+}
+
+/* Bytes of weights one token reads: every matrix once, one embedding row,
+ * the norms. */
+static double token_bytes(const lm_model *m)
+{
+    const lm_weights *w = &m->weights;
+    double b = (double)w->token_embedding.row_bytes;
+    b += (double)w->wcls.rows * (double)w->wcls.row_bytes;
+    b += (double)(2 * m->config.n_layers + 1) * m->config.dim * 4;
+    for (int32_t l = 0; l < m->config.n_layers; l++) {
+        const lm_layer *ly = &w->layer[l];
+        const lm_matrix *all[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w1, &ly->w2, &ly->w3};
+        for (size_t i = 0; i < 7; i++)
+            b += (double)all[i]->rows * (double)all[i]->row_bytes;
+    }
+    return b;
+}
+
+static int weights_speed(int argc, char **argv)
+{
+    const char *dir = "/tmp", *types = "f32,f16,q8_0,q4_k", *threads_s = "1,2";
+    size_t tokens = 8;
+    int as_json = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            as_json = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--dir") == 0)
+            dir = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--types") == 0)
+            types = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--threads") == 0)
+            threads_s = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--tokens") == 0)
+            tokens = (size_t)strtoull(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "kvevict-lm-speed --weights: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    size_t th[8], n_th = 0;
+    for (const char *p = threads_s; *p && n_th < 8;) {
+        th[n_th++] = (size_t)strtoull(p, NULL, 10);
+        p = strchr(p, ',') ? strchr(p, ',') + 1 : "";
+    }
+    double bw[8];
+    for (size_t i = 0; i < n_th; i++)
+        bw[i] = stream_bandwidth(th[i]);
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } known[] = {{"f32", GW_F32}, {"f16", GW_F16}, {"bf16", GW_BF16}, {"q8_0", GW_Q8_0},
+                 {"q4_0", GW_Q4_0}, {"q4_k", GW_Q4_K}, {"q6_k", GW_Q6_K}};
+    struct {
+        const char *type;
+        size_t threads;        /* index into th */
+        double bytes, seconds; /* per token */
+    } res[64];
+    size_t n_res = 0;
+    char list[256];
+    snprintf(list, sizeof list, "%s", types);
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        size_t k = 0;
+        while (k < sizeof known / sizeof known[0] && strcmp(known[k].name, t) != 0)
+            k++;
+        if (k == sizeof known / sizeof known[0]) {
+            fprintf(stderr, "kvevict-lm-speed: unknown type %s\n", t);
+            return 2;
+        }
+        char path[4200];
+        snprintf(path, sizeof path, "%s/kvevict-bench-tinyllama-%s.gguf", dir, t);
+        gw_spec sp = tiny_llama;
+        sp.type = sp.emb_type = known[k].type;
+        FILE *f = fopen(path, "wb");
+        char err[256] = "";
+        if (!f || gw_write_gguf(f, &sp, bench_tensor, NULL, err, sizeof err) != 0 || fclose(f)) {
+            fprintf(stderr, "kvevict-lm-speed: cannot write %s: %s\n", path, err);
+            remove(path);
+            return 1;
+        }
+        lm_model *m = NULL;
+        if (lm_model_open(path, NULL, &m) != KVE_OK)
+            die(path);
+        double bytes = token_bytes(m);
+        for (size_t i = 0; i < n_th && n_res < 64; i++) {
+            lm_options o = {.threads = th[i]};
+            lm_state *s = NULL;
+            if (lm_state_new(m, &o, &s) != KVE_OK)
+                die("decoder");
+            double best = 1e30;
+            for (int rep = 0; rep < 3; rep++) {
+                lm_state_reset(s);
+                for (size_t w = 0; w < 2; w++) /* warm-up: the pages, the threads */
+                    if (lm_forward(s, (int32_t)(w * 7919 % 32000)) != KVE_OK)
+                        die("decode");
+                double t0 = th[i] > 1 ? wall_s() : now_s();
+                for (size_t q = 0; q < tokens; q++)
+                    if (lm_forward(s, (int32_t)((q + 2) * 7919 % 32000)) != KVE_OK)
+                        die("decode");
+                double dt = ((th[i] > 1 ? wall_s() : now_s()) - t0) / (double)tokens;
+                best = dt < best ? dt : best;
+            }
+            lm_state_free(s);
+            res[n_res].type = known[k].name;
+            res[n_res].threads = i;
+            res[n_res].bytes = bytes;
+            res[n_res++].seconds = best;
+            fprintf(stderr, "  %s, %zu thread%s: %.2f tokens/s\n", t, th[i], th[i] > 1 ? "s" : "",
+                    1.0 / best);
+        }
+        lm_model_free(m);
+        remove(path);
+    }
+    /* The floor: the best bandwidth of the measurements before and after. */
+    for (size_t i = 0; i < n_th; i++) {
+        double again = stream_bandwidth(th[i]);
+        bw[i] = again > bw[i] ? again : bw[i];
+    }
+    if (!as_json) {
+        printf("TinyLlama's shape: 22 layers, dim 2048, 32 heads over 4 KV heads, hidden 5632, "
+               "vocabulary 32000; random weights; kernels: %s\n", lm_isa_name(lm_isa_active()));
+        for (size_t i = 0; i < n_th; i++)
+            printf("streaming read bandwidth, %zu thread%s: %.2f GB/s (best of 10 passes over 1 "
+                   "GiB, before and after the runs)\n", th[i], th[i] > 1 ? "s" : "", bw[i] / 1e9);
+        printf("\n%-6s %8s %11s %9s %12s %10s\n", "type", "threads", "MB/token", "tokens/s",
+               "floor tok/s", "of floor");
+    }
+    for (size_t r = 0; r < n_res; r++) {
+        double floor_s = res[r].bytes / bw[res[r].threads], sec = res[r].seconds;
+        size_t nt = th[res[r].threads];
+        if (as_json)
+            printf("{\"type\": \"%s\", \"threads\": %zu, \"isa\": \"%s\", \"bytes_per_token\": "
+                   "%.0f, \"bandwidth\": %.4g, \"tokens_per_second\": %.3f, "
+                   "\"floor_tokens_per_second\": %.3f, \"fraction_of_floor\": %.3f}\n",
+                   res[r].type, nt, lm_isa_name(lm_isa_active()), res[r].bytes,
+                   bw[res[r].threads], 1.0 / sec, 1.0 / floor_s, floor_s / sec);
+        else
+            printf("%-6s %8zu %11.1f %9.2f %12.2f %9.0f%%\n", res[r].type, nt,
+                   res[r].bytes / 1e6, 1.0 / sec, 1.0 / floor_s, 100.0 * floor_s / sec);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--weights") == 0)
+        return weights_speed(argc, argv);
     if (argc > 1 && strcmp(argv[1], "--json") == 0) {
         json = 1;
         argv++;

@@ -17,6 +17,10 @@
 #   fuzz_memory  in-memory arrays (shape, mode and body bytes; fuzz_memory.c):
 #              distributions, unnormalised and zero rows, NaN / -1 / infinite
 #              weights, raw float bits, the undefined flag
+#   fuzz_gguf  GGUF files from kvevict-convert (needs a build): every type,
+#              tied and untied, with and without a vocabulary, 16-bit norms;
+#              cut, big-endian, version 1 (also llama2.c version-2 seeds for
+#              fuzz_checkpoint)
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/corpus"
@@ -322,5 +326,41 @@ head -c 37 fuzz_tokenizer/t-small > fuzz_tokenizer/t-truncated
 le32 5 > fuzz_tokenizer/t-no-pieces
 : > fuzz_tokenizer/t-empty
 
+# ---- fuzz_gguf, and version-2 seeds of fuzz_checkpoint: written by the
+# converter (KVE_CONVERT, default build/kvevict-convert; make it first) ----
+CONV=${KVE_CONVERT:-../../build/kvevict-convert}
+TOK=../../tests/fixtures/lm/tiny-tokenizer.bin # 289 pieces
+mkdir -p fuzz_gguf
+rm -f fuzz_gguf/g-* fuzz_checkpoint/c-v2-*
+conv() { # NAME SHAPE ARGS...: one GGUF seed
+  local name=$1 shape=$2
+  shift 2
+  "$CONV" --random "$shape" --to gguf "$@" -o "fuzz_gguf/g-$name" 2>/dev/null
+}
+small=dim=8,hidden=16,layers=2,heads=2,kv_heads=1,vocab=289,seq_len=8,seed=1
+conv f32-vocab "$small" --tokenizer "$TOK"
+conv f16-untied "${small/seed=1/seed=2},tied=0" --type f16 --norm-type f16
+conv bf16 "$small" --type bf16 --norm-type bf16 --tokenizer "$TOK"
+q32=dim=32,hidden=32,layers=1,heads=2,kv_heads=1,vocab=16,seq_len=8,seed=3
+conv q8_0 "$q32" --type q8_0
+conv q4_0-untied "$q32,tied=0" --type q4_0 --embedding-type f16
+k256=dim=256,hidden=256,layers=1,heads=2,kv_heads=1,vocab=4,seq_len=4,seed=4
+conv q4_k "$k256" --type q4_k --embedding-type q8_0
+conv q6_k-untied "$k256,tied=0" --type q6_k --embedding-type q4_0 --norm-type f16
+head -c 1000 fuzz_gguf/g-q8_0 > fuzz_gguf/g-truncated
+head -c 23 fuzz_gguf/g-q8_0 > fuzz_gguf/g-header-cut
+cp fuzz_gguf/g-f32-vocab fuzz_gguf/g-big-endian
+le32 50331648 | dd of=fuzz_gguf/g-big-endian bs=1 seek=4 conv=notrunc 2>/dev/null
+cp fuzz_gguf/g-q8_0 fuzz_gguf/g-version-1
+le32 1 | dd of=fuzz_gguf/g-version-1 bs=1 seek=4 conv=notrunc 2>/dev/null
+printf 'GGUF' > fuzz_gguf/g-magic-only
+"$CONV" --random dim=8,hidden=16,layers=1,heads=2,kv_heads=1,vocab=6,seq_len=4,seed=5 \
+  --to llama2c-v2 --group 8 -o fuzz_checkpoint/c-v2-tied 2>/dev/null
+"$CONV" --random dim=8,hidden=16,layers=2,heads=2,kv_heads=1,vocab=6,seq_len=4,seed=6,tied=0 \
+  --to llama2c-v2 --group 4 -o fuzz_checkpoint/c-v2-untied 2>/dev/null
+cp fuzz_checkpoint/c-v2-tied fuzz_checkpoint/c-v2-bad-group
+le32 3 | dd of=fuzz_checkpoint/c-v2-bad-group bs=1 seek=37 conv=notrunc 2>/dev/null
+
 echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_npy | wc -l) npy," \
-  "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_memory | wc -l) memory, $(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer"
+  "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_memory | wc -l) memory, $(ls fuzz_checkpoint | wc -l) checkpoint," \
+  "$(ls fuzz_tokenizer | wc -l) tokenizer, $(ls fuzz_gguf | wc -l) gguf"

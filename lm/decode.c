@@ -58,9 +58,9 @@ void lm_matmul(float *restrict xout, const float *restrict x, const float *restr
         xout[i] = dot(w + i * n, x, n);
 }
 
-static void rmsnorm(float *o, const float *x, const float *weight, size_t size)
+static void rmsnorm(float *o, const float *x, const float *weight, size_t size, float eps)
 {
-    float ss = dot(x, x, size) / (float)size + 1e-5f;
+    float ss = dot(x, x, size) / (float)size + eps;
     ss = 1.0f / sqrtf(ss);
     for (size_t j = 0; j < size; j++)
         o[j] = weight[j] * (ss * x[j]);
@@ -82,11 +82,12 @@ static void softmax(float *x, size_t size)
 }
 
 /* rope (S): cos and sin interleaved for position pos, run.c's frequencies:
- * pair j turns by pos / 10000^(2j / S). */
-static void rope_row(float *rope, int64_t pos, size_t S)
+ * pair j turns by pos / theta^(2j / S) (theta 10000 but in GGUF files that
+ * say otherwise: llama.rope.freq_base). */
+static void rope_row(float *rope, int64_t pos, size_t S, float theta)
 {
     for (size_t i = 0; i < S; i += 2) {
-        float freq = 1.0f / powf(10000.0f, (float)i / (float)S);
+        float freq = 1.0f / powf(theta, (float)i / (float)S);
         float val = (float)pos * freq;
         rope[i] = cosf(val);
         rope[i + 1] = sinf(val);
@@ -115,11 +116,26 @@ void lm_group_mean(float *out, const float *rows, size_t ld, size_t group, size_
 
 /* ---- state ---- */
 
+/* The group size of the quantized input the model's integer products read
+ * (Q8_0: 32; version 2: its group size), 0 when none does. */
+static size_t q8_group(const lm_model *m)
+{
+    const lm_weights *w = &m->weights;
+    size_t g = lm_matrix_q8_group(&w->wcls);
+    for (int32_t l = 0; !g && l < m->config.n_layers; l++) {
+        const lm_layer *ly = &w->layer[l];
+        const lm_matrix *all[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w1, &ly->w2, &ly->w3};
+        for (size_t i = 0; !g && i < sizeof all / sizeof all[0]; i++)
+            g = lm_matrix_q8_group(all[i]);
+    }
+    return g;
+}
+
 static void free_buffers(lm_state *s)
 {
-    void *bufs[] = {s->x,    s->xb,         s->xb2,     s->hb,     s->hb2, s->q,
-                    s->k,    s->v,          s->rope,    s->logits, s->att,
-                    s->krot, s->rope_table, s->victims, s->counts, s->pf_rows};
+    void *bufs[] = {s->x,    s->xb,         s->xb2,     s->hb,     s->hb2,     s->q,
+                    s->k,    s->v,          s->rope,    s->logits, s->att,     s->krot,
+                    s->rope_table, s->victims, s->counts, s->pf_rows, s->xq, s->xd};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         lm_free(&s->alloc, bufs[i]);
 }
@@ -138,6 +154,7 @@ void lm_state_free(lm_state *s)
         lm_free(&s->alloc, s->cache);
     }
     lm__arena_free(s);
+    lm_pool_free(s->pool);
     lm_free(&s->alloc, s->layer_budget);
     kve_bank_free(s->bank);
     lm_free(&s->alloc, s->spec);
@@ -192,6 +209,9 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     } else if (opt->budget) {
         return kve_set_error(KVE_EINVAL, "decoder: a budget needs a policy");
     }
+    if (opt->threads > LM_MAX_THREADS)
+        return kve_set_error(KVE_EINVAL, "decoder: threads %zu is above %d", opt->threads,
+                       LM_MAX_THREADS);
     const lm_config *c = &m->config;
     size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
     size_t H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
@@ -225,9 +245,18 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     s->logits = lm_calloc(&s->alloc, V, sizeof(float));
     s->counts = lm_calloc(&s->alloc, G, sizeof(size_t));
     s->cache = lm_calloc(&s->alloc, LG, sizeof *s->cache);
+    size_t group = q8_group(m), widest = D > F ? D : F;
+    widest = H * S > widest ? H * S : widest;
+    if (group) {
+        s->xq = lm_malloc(&s->alloc, widest);
+        s->xd = lm_malloc(&s->alloc, widest / group * sizeof(float));
+        ok = ok && s->xq && s->xd;
+    }
     ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope &&
          s->logits && s->counts && s->cache;
     kve_status st = ok ? lm__budgets_init(s) : KVE_ENOMEM;
+    if (st == KVE_OK && opt->threads > 1)
+        st = lm_pool_new(opt->threads, s->opt.allocator, &s->pool);
     if (st == KVE_OK)
         st = make_bank(s, &s->bank);
     if (!ok)
@@ -487,6 +516,18 @@ kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
     return st;
 }
 
+/* out_k = w_k . x for the n products of one input, x quantized first when a
+ * matrix reads it so; split over the state's threads. */
+static void product(lm_state *s, const lm_product *p, size_t n, const float *x)
+{
+    lm_q8 xq = {s->xq, s->xd, 0};
+    for (size_t k = 0; k < n && !xq.group; k++)
+        xq.group = lm_matrix_q8_group(p[k].w);
+    if (xq.group)
+        lm_quantize_q8(x, p[0].w->cols, xq.group, s->xq, s->xd);
+    lm_matvec(s->pool, p, n, x, xq.group ? &xq : NULL);
+}
+
 kve_status lm_forward(lm_state *s, int32_t token)
 {
     if (!s)
@@ -504,27 +545,27 @@ kve_status lm_forward(lm_state *s, int32_t token)
     if (st != KVE_OK)
         return st;
     size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
-    size_t H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads, L = (size_t)c->n_layers;
-    size_t QD = H * S, KD = G * S;
+    size_t G = (size_t)c->n_kv_heads, L = (size_t)c->n_layers;
 
     if (s->opt.positions == LM_POS_ORIGINAL) {
-        rope_row(s->rope, s->pos, S);
+        rope_row(s->rope, s->pos, S, c->rope_theta);
     } else {
         size_t rows = 0;
         for (size_t i = 0; i < L * G; i++)
             if (s->cache[i].n + 1 > rows)
                 rows = s->cache[i].n + 1;
         for (; s->rope_rows < rows; s->rope_rows++)
-            rope_row(s->rope_table + s->rope_rows * S, (int64_t)s->rope_rows, S);
+            rope_row(s->rope_table + s->rope_rows * S, (int64_t)s->rope_rows, S, c->rope_theta);
     }
 
     float *x = s->x;
-    memcpy(x, w->token_embedding + (size_t)token * D, D * sizeof(float));
+    lm_matrix_row(&w->token_embedding, (size_t)token, x);
+    const float eps = c->norm_eps;
     for (size_t l = 0; l < L; l++) {
-        rmsnorm(s->xb, x, w->rms_att + l * D, D);
-        lm_matmul(s->q, s->xb, w->wq + l * QD * D, D, QD);
-        lm_matmul(s->k, s->xb, w->wk + l * KD * D, D, KD);
-        lm_matmul(s->v, s->xb, w->wv + l * KD * D, D, KD);
+        const lm_layer *ly = &w->layer[l];
+        rmsnorm(s->xb, x, ly->rms_att, D, eps);
+        const lm_product qkv[3] = {{&ly->wq, s->q}, {&ly->wk, s->k}, {&ly->wv, s->v}};
+        product(s, qkv, 3, s->xb);
         attend(s, l);
         if (s->opt.on_attention)
             s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
@@ -547,23 +588,26 @@ kve_status lm_forward(lm_state *s, int32_t token)
                     (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
             }
         }
-        lm_matmul(s->xb2, s->xb, w->wo + l * D * QD, QD, D);
+        const lm_product o[1] = {{&ly->wo, s->xb2}};
+        product(s, o, 1, s->xb);
         for (size_t i = 0; i < D; i++)
             x[i] += s->xb2[i];
 
-        rmsnorm(s->xb, x, w->rms_ffn + l * D, D);
-        lm_matmul(s->hb, s->xb, w->w1 + l * F * D, D, F);
-        lm_matmul(s->hb2, s->xb, w->w3 + l * F * D, D, F);
+        rmsnorm(s->xb, x, ly->rms_ffn, D, eps);
+        const lm_product up[2] = {{&ly->w1, s->hb}, {&ly->w3, s->hb2}};
+        product(s, up, 2, s->xb);
         for (size_t i = 0; i < F; i++) {
             float h = s->hb[i];
             s->hb[i] = h * (1.0f / (1.0f + expf(-h))) * s->hb2[i];
         }
-        lm_matmul(s->xb, s->hb, w->w2 + l * D * F, F, D);
+        const lm_product down[1] = {{&ly->w2, s->xb}};
+        product(s, down, 1, s->hb);
         for (size_t i = 0; i < D; i++)
             x[i] += s->xb[i];
     }
-    rmsnorm(x, x, w->rms_final, D);
-    lm_matmul(s->logits, x, w->wcls, D, (size_t)c->vocab_size);
+    rmsnorm(x, x, w->rms_final, D, eps);
+    const lm_product cls[1] = {{&w->wcls, s->logits}};
+    product(s, cls, 1, x);
     s->pos++;
     return KVE_OK;
 }

@@ -1,11 +1,14 @@
 /*
- * lm.h - a llama2.c decoder whose KV cache kvevict manages.
+ * lm.h - a llama2.c-style decoder whose KV cache kvevict manages, for
+ * llama2.c checkpoints and GGUF files of the llama architecture.
  *
  * The decoder is a client of the public header only (include/kvevict.h), the
  * way an inference engine would be: one kve_policy per (layer, KV head),
  * stepped with the real attention of the model and obeyed by compacting the
  * cache. It is a small static library (kvevict_lm) used by `kvevict lm ...`,
- * `kvevict generate` and the tests; it is not installed.
+ * `kvevict generate`, kvevict-convert, the tests and the benchmark; it is
+ * not installed. Weights stay in their file's type; the matrix products
+ * read them there (matvec.c) on the state's threads (pool.c).
  *
  * Legend of the dimension letters used in every shape comment:
  *   V  vocab_size           D  dim                 F  hidden_dim
@@ -51,8 +54,94 @@ void lm_free(const kve_allocator *a, void *p);
  * *size. KVE_EIO with strerror, KVE_ENOMEM; *data untouched on failure. */
 kve_status lm_read_file(const kve_allocator *a, const char *path, char **data, size_t *size);
 
-/* ---- checkpoints (model.c) ------------------------------------------------
+/* ---- weight types (quant.c) -----------------------------------------------
  *
+ * A matrix is kept in the type its file stores it in; the matrix-vector
+ * products (matvec.c) read it in that type. The GGUF types carry ggml's ids
+ * and ggml's block layouts (ggml-common.h), dequantized exactly as ggml's
+ * reference code (ggml-quants.c) defines them:
+ *   F32, F16, BF16: one value per element (F16/BF16 widened exactly);
+ *   Q8_0: blocks of 32: float16 d, 32 int8 q;           x = q * d
+ *   Q4_0: blocks of 32: float16 d, 16 bytes;            x = (nibble - 8) * d,
+ *         element j < 16 the low nibble of byte j, j >= 16 the high nibble
+ *         of byte j - 16;
+ *   Q4_K: blocks of 256: float16 d, dmin, 12 bytes of 6-bit scales and
+ *         mins, 128 bytes of nibbles; x = (d*sc) * q - (dmin*m) per
+ *         sub-block of 32;
+ *   Q6_K: blocks of 256: 128 bytes low nibbles, 64 bytes high 2 bits, 16
+ *         int8 scales, float16 d; x = d * sc * (q - 32) per 16 elements.
+ * LM_I8G is llama2.c's version-2 format (runq.c): int8 values with one
+ * float32 scale per group of `group` consecutive elements of a row.
+ */
+
+typedef enum lm_dtype {
+    LM_F32 = 0,
+    LM_F16 = 1,
+    LM_Q4_0 = 2,
+    LM_Q8_0 = 8,
+    LM_Q4_K = 12,
+    LM_Q6_K = 14,
+    LM_BF16 = 30,
+    LM_I8G = 1000 /* not a ggml id */
+} lm_dtype;
+
+/* The name ("F32", "Q4_K", "I8G", ...) of a type, or of any ggml type id
+ * (for messages: "Q5_K"); "unknown" for ids ggml does not define. */
+const char *lm_dtype_name(uint32_t type);
+/* Elements per block and bytes per block of a supported type (LM_I8G: 1
+ * and 1, its scales apart); 0 and 0 for others. */
+size_t lm_dtype_block(lm_dtype type);
+size_t lm_dtype_block_bytes(lm_dtype type);
+
+/* float16 and bfloat16 bits widened to float32, exactly (NaN and infinity
+ * kept). */
+float lm_f16_to_f32(uint16_t h);
+float lm_bf16_to_f32(uint16_t h);
+
+typedef struct lm_matrix {  /* W (rows, cols), row-major, in its stored type */
+    const void *data;       /* rows * row_bytes bytes */
+    const unsigned char *scales; /* LM_I8G: rows * cols / group float32 (any alignment) */
+    lm_dtype type;
+    size_t rows, cols;
+    size_t row_bytes;       /* cols / block * block bytes */
+    size_t group;           /* LM_I8G: elements per scale; else 0 */
+} lm_matrix;
+
+/* out (cols) = row `row` of w as float32, dequantized as above. */
+void lm_matrix_row(const lm_matrix *w, size_t row, float *out);
+/* For matvec.c: elements [start, start + count) of the row (whole blocks
+ * for block types). */
+void lm__dequant_span(const lm_matrix *w, size_t row, size_t start, size_t count, float *out);
+/* For quant.c and matvec.c: a little-endian uint16; ggml's
+ * get_scale_min_k4 (the 6-bit scale and min of Q4_K sub-block j < 8 from
+ * the block's 12 scale bytes q); the float32 scale of element e (counted
+ * over the whole matrix) of an LM_I8G matrix. */
+static inline uint16_t lm__u16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline void lm__scale_min_k4(int j, const unsigned char *q, unsigned *sc, unsigned *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63u;
+        *m = q[j + 4] & 63u;
+    } else {
+        *sc = (q[j + 4] & 0xFu) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+static inline float lm__i8g_scale(const lm_matrix *w, size_t e)
+{
+    float s;
+    const unsigned char *p = w->scales + 4 * (e / w->group);
+    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    __builtin_memcpy(&s, &u, sizeof s);
+    return s;
+}
+
+/* ---- checkpoints (model.c, gguf.c) ----------------------------------------
+ *
+ * Four formats, told apart by their first bytes (docs/decoder.md):
  * Legacy (llama2.c "v0"): 7 int32 (dim, hidden_dim, n_layers, n_heads,
  * n_kv_heads, vocab_size, seq_len), vocab_size negative when an unshared
  * classifier follows; then float32 tensors in this order: token embedding,
@@ -63,9 +152,27 @@ kve_status lm_read_file(const kve_allocator *a, const char *path, char **data, s
  * int32 (vocab_size positive), uint8 shared-classifier flag, zero padding to
  * 256 bytes; then rms_att, rms_ffn, rms_final, token embedding, wq, wk, wv,
  * wo, w1, w2, w3 and the classifier when unshared. No rotary tables.
- * Every header field is validated and the file must be exactly as long as
- * the header says.
+ * Version 2 (runq.c): the version-1 header with version 2 and an int32
+ * group_size after the flag; float32 rms_att, rms_ffn, rms_final; then per
+ * tensor (token embedding, wq, wk, wv, wo, w1, w2, w3 of every layer in
+ * turn, the classifier when unshared) its int8 values and their float32
+ * scales, one per group_size values.
+ * GGUF (versions 2 and 3, little endian), architecture "llama": the
+ * hyperparameters from the llama.* keys, the tensors by their GGUF names,
+ * in any of the types above (gguf.c).
+ * Every header field, key and tensor is validated, and the file must be
+ * exactly as long as the llama2.c headers say.
  */
+
+typedef enum lm_format {
+    LM_FORMAT_LEGACY = 0, /* llama2.c legacy float32 */
+    LM_FORMAT_V1 = 1,     /* llama2.c version 1, float32 */
+    LM_FORMAT_V2 = 2,     /* llama2.c version 2, int8 groups */
+    LM_FORMAT_GGUF = 3
+} lm_format;
+
+/* "llama2.c legacy", "llama2.c version 1", "llama2.c version 2", "GGUF". */
+const char *lm_format_name(lm_format f);
 
 typedef struct lm_config {
     int32_t dim;           /* D */
@@ -77,23 +184,31 @@ typedef struct lm_config {
     int32_t seq_len;       /* T: the training context; decoding may run past it */
     int32_t head_size;     /* S = D / H */
     int shared_classifier; /* 1: the classifier is the token embedding */
-    int version;           /* 0 legacy, 1 version 1 */
+    int version;           /* llama2.c: 0 legacy, 1, 2; GGUF: its version (2 or 3) */
+    lm_format format;
+    float norm_eps;        /* RMSNorm epsilon: 1e-5 (run.c) unless the GGUF says */
+    float rope_theta;      /* rotary base: 10000 (run.c) unless the GGUF says */
+    int32_t group_size;    /* version 2: values per scale; else 0 */
 } lm_config;
 
-typedef struct lm_weights {       /* all pointers into the mapped file */
-    const float *token_embedding; /* (V, D) */
-    const float *rms_att;         /* (L, D) */
-    const float *wq;              /* (L, H*S, D) */
-    const float *wk;              /* (L, G*S, D) */
-    const float *wv;              /* (L, G*S, D) */
-    const float *wo;              /* (L, D, H*S) */
-    const float *rms_ffn;         /* (L, D) */
-    const float *w1;              /* (L, F, D) */
-    const float *w2;              /* (L, D, F) */
-    const float *w3;              /* (L, F, D) */
-    const float *rms_final;       /* (D) */
-    const float *wcls;            /* (V, D): token_embedding when shared */
+typedef struct lm_layer {
+    const float *rms_att, *rms_ffn; /* (D) */
+    lm_matrix wq;                   /* (H*S, D) */
+    lm_matrix wk, wv;               /* (G*S, D) */
+    lm_matrix wo;                   /* (D, H*S) */
+    lm_matrix w1, w3;               /* (F, D): gate, up */
+    lm_matrix w2;                   /* (D, F): down */
+} lm_layer;
+
+typedef struct lm_weights {  /* pointers into the file, but norms it stores
+                                in 16 bits (converted into the model) */
+    lm_matrix token_embedding; /* (V, D) */
+    lm_layer *layer;           /* (L) */
+    const float *rms_final;    /* (D) */
+    lm_matrix wcls;            /* (V, D): token_embedding when shared */
 } lm_weights;
+
+typedef struct lm_gguf lm_gguf; /* a parsed GGUF container (gguf.c) */
 
 typedef struct lm_model {
     lm_config config;
@@ -101,12 +216,17 @@ typedef struct lm_model {
     void *map; /* the mmapped file; NULL for lm_model_from_memory */
     size_t map_size;
     kve_allocator alloc; /* the handle's, and lm_layer_spread's scratch (a copy) */
+    lm_gguf *gguf; /* GGUF: its metadata and tensor infos; else NULL */
+    float *norms;  /* GGUF norms stored in 16 bits, widened: (those, D) */
 } lm_model;
 
-/* mmaps `path` and validates it; the handle comes from `allocator` (NULL:
- * the C library's). KVE_EIO (with strerror) when the file cannot be opened,
- * stat'ed or mapped; KVE_EFORMAT naming the field for a malformed or
- * truncated file; KVE_ENOMEM. *out untouched on failure. */
+/* mmaps `path` and validates it; the handle and what it holds besides the
+ * mapping come from `allocator` (NULL: the C library's). KVE_EIO (with
+ * strerror) when the file cannot be opened, stat'ed or mapped; KVE_EFORMAT
+ * naming the field, key or tensor for a malformed or truncated file;
+ * KVE_ENOMEM. *out untouched on failure. The file is never read whole into
+ * memory: weights are read from the mapping (a GGUF's values are scanned
+ * once, for finiteness). */
 kve_status lm_model_open(const char *path, const kve_allocator *allocator, lm_model **out);
 /* The same over caller memory (4-byte aligned, KVE_EINVAL otherwise), which
  * must outlive the model. */
@@ -114,12 +234,17 @@ kve_status lm_model_from_memory(const void *data, size_t size, const kve_allocat
                                 lm_model **out);
 void lm_model_free(lm_model *m);
 
+/* For model.c: parses a GGUF image (gguf.c) into m. */
+kve_status lm__gguf_parse(lm_model *m, const unsigned char *data, size_t size);
+void lm__gguf_free(lm_gguf *g); /* with the allocator it holds */
+
 /* ---- tokenizer (tokenizer.c) ----------------------------------------------
  *
  * llama2.c's tokenizer.bin: int32 max_token_length, then until the end of
  * the file, per piece: float32 score, int32 length, `length` bytes. Piece 1
  * is BOS, pieces 3 + b are the bytes b ("<0xHH>"). Encoding and decoding are
- * run.c's (see docs/decoder.md).
+ * run.c's (see docs/decoder.md). A GGUF's own vocabulary (tokenizer.ggml.*,
+ * model "llama") is read into the same structure (lm_tokenizer_from_model).
  */
 
 enum { LM_BOS = 1, LM_EOS = 2 };
@@ -134,6 +259,9 @@ typedef struct lm_tokenizer {
     int32_t *sorted;                /* (n_pieces) ids by (bytes, id): the lookup table */
     char *bytes;                    /* every piece, back to back */
     unsigned char byte_pieces[256]; /* byte b at [b]: what "<0xHH>" decodes to */
+    int32_t byte_id[256];           /* byte fallback: the piece of byte b, -1 if none
+                                       (tokenizer.bin: 3 + b, as run.c) */
+    int32_t unk;                    /* a byte without a piece: this id; -1: refused */
     kve_allocator alloc;            /* every block of the tokenizer and of lm_encode (a copy) */
 } lm_tokenizer;
 
@@ -143,15 +271,37 @@ typedef struct lm_tokenizer {
 kve_status lm_tokenizer_open(const char *path, const kve_allocator *allocator, lm_tokenizer **out);
 kve_status lm_tokenizer_from_memory(const void *data, size_t size, const kve_allocator *allocator,
                                     lm_tokenizer **out);
+/* The vocabulary a GGUF model carries in its metadata when
+ * tokenizer.ggml.model is "llama" (SentencePiece): the pieces of
+ * tokenizer.ggml.tokens with U+2581 read as a space (as llama2.c's
+ * tokenizer export writes them), the scores of tokenizer.ggml.scores (0
+ * when absent), byte fallback to the pieces "<0xHH>" (any byte without one
+ * becomes tokenizer.ggml.unknown_token_id, default 0). One piece per
+ * vocabulary entry. tokenizer.ggml.bos_token_id, when present, must be 1
+ * (the decoder's BOS). Allocates from `allocator` (NULL: the C library's).
+ * Refuses KVE_EINVAL for a model that is not GGUF or has no tokenizer,
+ * KVE_EFORMAT naming the key (another tokenizer model, by name; a count
+ * that is not the vocabulary's, a NaN score, a NUL byte in a piece, an id
+ * out of range), KVE_ENOMEM. The model may be freed after. */
+kve_status lm_tokenizer_from_model(const lm_model *m, const kve_allocator *allocator,
+                                   lm_tokenizer **out);
 void lm_tokenizer_free(lm_tokenizer *t);
+
+/* For tokenizer.c and gguf.c: a tokenizer of n pieces whose bytes (total
+ * of them), from `a`, the caller fills in t->bytes, t->piece, t->len, t->score; then
+ * lm__tokenizer_finish sorts the lookup table and sets the defaults of
+ * byte_pieces, byte_id (3 + b) and unk (-1). */
+kve_status lm__tokenizer_alloc(const kve_allocator *a, size_t n, size_t total, lm_tokenizer **out);
+kve_status lm__tokenizer_finish(lm_tokenizer *t);
 
 /* Encodes text[0 .. len) as run.c does with bos = eos = 0: the dummy prefix
  * " " when len > 0, one token per UTF-8 code point found among the pieces,
- * byte fallback (byte + 3) otherwise, then repeated merges of the adjacent
- * pair whose concatenation is the highest-scoring piece (the leftmost on
- * ties). At most len + 1 tokens. Writes *n tokens to tokens[0 .. cap).
- * KVE_ERANGE when cap is too small; KVE_EFORMAT when a byte has no piece
- * (vocabulary smaller than 259); KVE_ENOMEM. O(len log len). */
+ * byte fallback (t->byte_id[byte], else t->unk) otherwise, then repeated
+ * merges of the adjacent pair whose concatenation is the highest-scoring
+ * piece (the leftmost on ties). At most len + 1 tokens. Writes *n tokens to
+ * tokens[0 .. cap). KVE_ERANGE when cap is too small; KVE_EFORMAT when a
+ * byte has no piece and there is no unk (a tokenizer.bin of fewer than 259
+ * pieces); KVE_ENOMEM. O(len log len). */
 kve_status lm_encode(const lm_tokenizer *t, const char *text, size_t len, int32_t *tokens,
                      size_t cap, size_t *n);
 /* The bytes `token` stands for after `prev` (run.c's decode): a piece
@@ -214,6 +364,10 @@ typedef struct lm_options {
     double min_share;            /* share_heads: the floor, as kve_bank_options (0 is
                                     no floor but the recent window; the library's
                                     default is 0.2) */
+    size_t threads;              /* matrix-vector products split by rows over this many
+                                    threads (the caller and threads - 1 workers);
+                                    0 or 1: the caller alone. Results are the same
+                                    bits for every count. */
 } lm_options;
 
 typedef struct lm_cache { /* one (layer, KV head) */
@@ -276,6 +430,11 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     size_t pf_n;       /* n, the prompt's tokens */
     size_t pf_r;       /* rows recorded per query head: queries n-r .. n-1 */
     float *pf_rows;    /* (L, H, r, n) the recorded rows over keys 0 .. t */
+    /* matrix-vector products */
+    struct lm_pool *pool; /* opt.threads > 1: the workers; else NULL */
+    int8_t *xq;           /* (max(D, F, H*S)) the input quantized for Q8_0 and
+                             version-2 weights; NULL when no matrix needs it */
+    float *xd;            /* (max(D, F, H*S) / group) its scales */
 } lm_state;
 
 /* A decoder over `m` (which must outlive it). opt may be NULL (no policy,
@@ -324,9 +483,96 @@ kve_status lm_forward(lm_state *s, int32_t token);
 kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
                       const kve_prefill_options *options);
 
-/* xout (d) = W (d, n) @ x (n): the decoder's one matrix kernel, every dot
- * product summed in 8 lanes in a fixed order (vectorised by the compiler). */
+/* xout (d) = W (d, n) @ x (n) for float32 W: the plain reference of the
+ * float32 products (the order every float product below keeps), each dot
+ * product summed in 8 lanes, lane k taking the elements i = k mod 8 in
+ * order, then ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)) plus the
+ * n mod 8 last products summed in order. */
 void lm_matmul(float *xout, const float *x, const float *w, size_t n, size_t d);
+
+/* ---- matrix-vector products over stored types (matvec.c, pool.c) ----------
+ *
+ * Every type has a plain reference (lm_matvec_ref) and a vectorised kernel
+ * per instruction set, chosen once at run time from the CPU (AVX-512 F, BW,
+ * VL and DQ, else AVX2 with F16C, else the portable code) and equal to the
+ * reference bit for bit (tests/test_lm_matvec.c forces each in turn):
+ *   F32, F16, BF16, Q4_0, Q4_K, Q6_K: the row dequantized (exactly as
+ *       lm_matrix_row does) and dotted with x in lm_matmul's order, so these
+ *       give the bits of the float32 product over the dequantized weights;
+ *   Q8_0 and LM_I8G (integer products): x quantized as lm_quantize_q8 does
+ *       (groups of 32 for Q8_0, of the format's group size for LM_I8G);
+ *       per group g the exact integer sums s_k of q_w * q_x over the
+ *       elements j with (j mod 32) / 4 = k, k < 8, then lane k += (float)s_k
+ *       * (d_w * d_x) in group order, the lanes combined as lm_matmul's.
+ *       Quantizing x costs accuracy, bounded in the tests: per group at most
+ *       d_x / 2 an element (docs/decoder.md).
+ */
+
+typedef enum lm_isa { LM_ISA_SCALAR, LM_ISA_AVX2, LM_ISA_AVX512, LM_ISA_COUNT } lm_isa;
+
+/* The instruction set in use (detected at the first call, then fixed), its
+ * name ("scalar", "avx2", "avx512"), whether this CPU and build can run one,
+ * and a test hook that makes later calls use `isa` (LM_ISA_COUNT: the
+ * detected one again; 0 and nothing changed when unsupported; not while
+ * other threads decode). */
+lm_isa lm_isa_active(void);
+const char *lm_isa_name(lm_isa isa);
+int lm_isa_supported(lm_isa isa);
+int lm_isa_force(lm_isa isa);
+
+/* An activation quantized per group of `group` values: d = max |x| / 127 in
+ * float32, q = x / d rounded to the nearest integer (ties to even); a group
+ * of zeros has d = 0 and q = 0, a group holding NaN or an infinity d = NaN
+ * (the products then give NaN, as float weights would) and q = 0.
+ * n % group == 0. */
+void lm_quantize_q8(const float *x, size_t n, size_t group, int8_t *q, float *d);
+
+/* The quantized input of the integer kernels: q (cols), d (cols / group). */
+typedef struct lm_q8 {
+    const int8_t *q;
+    const float *d;
+    size_t group;
+} lm_q8;
+
+/* Whether products with w read a quantized input, and its group size. */
+size_t lm_matrix_q8_group(const lm_matrix *w);
+
+/* out[i] = (row r0 + i of w) . x for r0 <= r0 + i < r1: the reference
+ * (plain loops) and the kernel of `isa` (LM_ISA_COUNT: the active one).
+ * xq: the quantized x when lm_matrix_q8_group(w) > 0, else unused. */
+void lm_matvec_ref(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
+                   size_t r1);
+void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
+                    size_t r1, lm_isa isa);
+
+/* A pool of threads - 1 workers and the caller (pool.c). lm_pool_run calls
+ * fn(arg, part, parts) for every part < parts = threads, part 0 on the
+ * caller, and returns when all have returned; one run at a time (callers on
+ * several threads take turns). A NULL pool runs fn(arg, 0, 1). Workers wait
+ * on a condition variable between runs. KVE_EINVAL for threads 0 or above
+ * LM_MAX_THREADS, KVE_ENOMEM or KVE_EIO when a thread cannot start. The
+ * pool's memory comes from `allocator` (NULL: the C library's). */
+enum { LM_MAX_THREADS = 256 };
+typedef struct lm_pool lm_pool;
+typedef void (*lm_job_fn)(void *arg, size_t part, size_t parts);
+kve_status lm_pool_new(size_t threads, const kve_allocator *allocator, lm_pool **out);
+void lm_pool_free(lm_pool *p);
+void lm_pool_run(lm_pool *p, lm_job_fn fn, void *arg);
+/* The processors this process may run on (at least 1): the CLI's default
+ * --threads. */
+size_t lm_cores(void);
+
+/* out_k (rows of w_k) = w_k . x for k < n (n <= 4, every w_k of x's
+ * length), the rows of all of them split into `pool`'s parts by row
+ * (contiguous ranges of the concatenated rows, so a part may span two
+ * matrices); every row's value is the same for any pool. Products of fewer
+ * than 2^20 weights in all run on the caller (waking a worker costs more).
+ * xq: x quantized, when a w_k needs it. */
+typedef struct lm_product {
+    const lm_matrix *w;
+    float *out;
+} lm_product;
+void lm_matvec(lm_pool *pool, const lm_product *p, size_t n, const float *x, const lm_q8 *xq);
 
 /* Kept positions of (layer, KV head) now. */
 size_t lm_state_kept(const lm_state *s, int32_t layer, int32_t kv_head);

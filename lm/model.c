@@ -1,16 +1,21 @@
 /*
- * model.c - llama2.c checkpoints: the legacy and version-1 float32 formats.
+ * model.c - checkpoints: the format told from the first bytes; llama2.c's
+ * legacy and version-1 float32 formats and its version-2 int8 format here,
+ * GGUF in gguf.c; the file mmapped.
  *
  * Invariants: nothing is read from the file before the header says it is
- * there; every size is computed in 64 bits with overflow checks; a model is
- * only returned when the file is exactly as long as its header promises, so
- * every weight pointer lies inside the mapping. Messages name the field.
+ * there; every size is computed in 64 bits with overflow checks; a llama2.c
+ * model is only returned when the file is exactly as long as its header
+ * promises, so every weight pointer lies inside the mapping. Messages name
+ * the field. A failed parse frees everything it allocated (release()).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "lm.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -78,8 +83,23 @@ static kve_status parse_params(const unsigned char *p, int legacy, lm_config *c)
     return KVE_OK;
 }
 
-/* Lays the weights out from `base` in the order of the format and checks
- * that they end exactly at the end of the file. */
+/* A float32 matrix (rows, cols) at base. */
+static lm_matrix f32_matrix(const float *base, size_t rows, size_t cols)
+{
+    return (lm_matrix){.data = base, .type = LM_F32, .rows = rows, .cols = cols,
+                       .row_bytes = 4 * cols};
+}
+
+/* The per-layer tables of m (L entries), allocated. */
+static kve_status alloc_layers(lm_model *m)
+{
+    m->weights.layer = lm_calloc(&m->alloc, (size_t)m->config.n_layers, sizeof *m->weights.layer);
+    return m->weights.layer ? KVE_OK : kve_set_error(KVE_ENOMEM, "checkpoint: out of memory");
+}
+
+/* Lays the float32 weights out from `base` in the order of the format
+ * (legacy or version 1) and checks that they end exactly at the end of the
+ * file. */
 static kve_status lay_out(lm_model *m, const float *base, uint64_t payload_bytes)
 {
     const lm_config *c = &m->config;
@@ -119,44 +139,146 @@ static kve_status lay_out(lm_model *m, const float *base, uint64_t payload_bytes
                        c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
                        c->seq_len, c->shared_classifier ? "shared" : "unshared",
                        (unsigned long long)total * 4u, (unsigned long long)payload_bytes);
+    kve_status st = alloc_layers(m);
+    if (st != KVE_OK)
+        return st;
     lm_weights *w = &m->weights;
-    w->token_embedding = base + off[EMB];
-    w->rms_att = base + off[RMS_ATT];
-    w->wq = base + off[WQ];
-    w->wk = base + off[WK];
-    w->wv = base + off[WV];
-    w->wo = base + off[WO];
-    w->rms_ffn = base + off[RMS_FFN];
-    w->w1 = base + off[W1];
-    w->w2 = base + off[W2];
-    w->w3 = base + off[W3];
+    w->token_embedding = f32_matrix(base + off[EMB], V, D);
+    for (uint64_t l = 0; l < L; l++) {
+        lm_layer *ly = &w->layer[l];
+        ly->rms_att = base + off[RMS_ATT] + l * D;
+        ly->rms_ffn = base + off[RMS_FFN] + l * D;
+        ly->wq = f32_matrix(base + off[WQ] + l * Q * D, Q, D);
+        ly->wk = f32_matrix(base + off[WK] + l * K * D, K, D);
+        ly->wv = f32_matrix(base + off[WV] + l * K * D, K, D);
+        ly->wo = f32_matrix(base + off[WO] + l * D * Q, D, Q);
+        ly->w1 = f32_matrix(base + off[W1] + l * F * D, F, D);
+        ly->w2 = f32_matrix(base + off[W2] + l * D * F, D, F);
+        ly->w3 = f32_matrix(base + off[W3] + l * F * D, F, D);
+    }
     w->rms_final = base + off[RMS_FINAL];
-    w->wcls = c->shared_classifier ? w->token_embedding : base + off[CLS];
+    w->wcls = c->shared_classifier ? w->token_embedding : f32_matrix(base + off[CLS], V, D);
     return KVE_OK;
 }
+
+/* Version 2 (runq.c): float32 norms, then per tensor its int8 values and
+ * float32 scales, one per group_size values (group_size divides every row,
+ * so a group never straddles two). Every scale must be finite. */
+static kve_status lay_out_v2(lm_model *m, const unsigned char *base, uint64_t payload_bytes)
+{
+    const lm_config *c = &m->config;
+    uint64_t V = (uint64_t)c->vocab_size, D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim;
+    uint64_t L = (uint64_t)c->n_layers, S = (uint64_t)c->head_size, G = (uint64_t)c->group_size;
+    uint64_t Q = (uint64_t)c->n_heads * S, K = (uint64_t)c->n_kv_heads * S;
+    /* The quantized tensors in file order: (rows, cols) and how many. */
+    struct {
+        const char *name;
+        uint64_t rows, cols, n;
+    } t[] = {{"token_embedding", V, D, 1}, {"wq", Q, D, L}, {"wk", K, D, L}, {"wv", K, D, L},
+             {"wo", D, Q, L},  {"w1", F, D, L}, {"w2", D, F, L}, {"w3", F, D, L},
+             {"wcls", V, D, c->shared_classifier ? 0 : 1}};
+    enum { N_Q = sizeof t / sizeof t[0] };
+    uint64_t norms = 0, total = 0, bytes[N_Q];
+    int ok = add_product(&norms, 2 * L + 1, D, 1) && !__builtin_mul_overflow(norms, 4, &total);
+    for (int i = 0; ok && i < N_Q; i++) {
+        uint64_t e = 0; /* values of one tensor; 1 + 4 / G bytes each */
+        ok = add_product(&e, t[i].rows, t[i].cols, 1) && e / G <= UINT64_MAX / 4 &&
+             !__builtin_add_overflow(e, e / G * 4, &bytes[i]);
+        uint64_t all = 0;
+        ok = ok && add_product(&all, bytes[i], t[i].n, 1) &&
+             !__builtin_add_overflow(total, all, &total);
+    }
+    if (!ok)
+        return kve_set_error(KVE_EFORMAT,
+                       "checkpoint header: dim %d, hidden_dim %d, n_layers %d, vocab_size %d "
+                       "describe more weights than 64 bits count",
+                       c->dim, c->hidden_dim, c->n_layers, c->vocab_size);
+    if (total != payload_bytes)
+        return kve_set_error(KVE_EFORMAT,
+                       "checkpoint: the header (dim %d, hidden_dim %d, n_layers %d, n_heads %d, "
+                       "n_kv_heads %d, vocab_size %d, group_size %d, %s classifier) promises "
+                       "%llu bytes of weights, the file holds %llu",
+                       c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
+                       c->group_size, c->shared_classifier ? "shared" : "unshared",
+                       (unsigned long long)total, (unsigned long long)payload_bytes);
+    kve_status st = alloc_layers(m);
+    if (st != KVE_OK)
+        return st;
+    lm_weights *w = &m->weights;
+    const float *nf = (const float *)(const void *)base;
+    for (uint64_t l = 0; l < L; l++) {
+        w->layer[l].rms_att = nf + l * D;
+        w->layer[l].rms_ffn = nf + (L + l) * D;
+    }
+    w->rms_final = nf + 2 * L * D;
+    const unsigned char *p = base + norms * 4;
+    for (int i = 0; i < N_Q; i++) {
+        for (uint64_t l = 0; l < t[i].n; l++, p += bytes[i]) {
+            uint64_t e = t[i].rows * t[i].cols;
+            lm_matrix mx = {.data = p, .scales = p + e, .type = LM_I8G, .rows = t[i].rows,
+                            .cols = t[i].cols, .row_bytes = t[i].cols, .group = G};
+            for (uint64_t g = 0; g < e / G; g++) {
+                float s = lm__i8g_scale(&mx, g * G);
+                if (!(fabsf(s) <= 3.40282347e38f)) {
+                    char name[48];
+                    if (t[i].n > 1)
+                        snprintf(name, sizeof name, "%s of layer %llu", t[i].name,
+                                 (unsigned long long)l);
+                    else
+                        snprintf(name, sizeof name, "%s", t[i].name);
+                    return kve_set_error(KVE_EFORMAT, "checkpoint: %s: scale %llu is %g, not finite",
+                                   name, (unsigned long long)g, (double)s);
+                }
+            }
+            lm_matrix *dst = i == 0 ? &w->token_embedding
+                             : i == N_Q - 1 ? &w->wcls
+                             : i == 1 ? &w->layer[l].wq
+                             : i == 2 ? &w->layer[l].wk
+                             : i == 3 ? &w->layer[l].wv
+                             : i == 4 ? &w->layer[l].wo
+                             : i == 5 ? &w->layer[l].w1
+                             : i == 6 ? &w->layer[l].w2
+                                      : &w->layer[l].w3;
+            *dst = mx;
+        }
+    }
+    if (c->shared_classifier)
+        w->wcls = w->token_embedding;
+    return KVE_OK;
+}
+
+static const unsigned char gguf_magic[4] = {'G', 'G', 'U', 'F'};
 
 /* Parses a whole checkpoint image into m (config and weights). */
 static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
 {
     lm_config *c = &m->config;
     memset(c, 0, sizeof *c);
+    c->norm_eps = 1e-5f;
+    c->rope_theta = 10000.0f;
+    if (size >= 4 && memcmp(data, gguf_magic, 4) == 0) {
+        c->format = LM_FORMAT_GGUF;
+        return lm__gguf_parse(m, data, size);
+    }
     if (size >= 4 && (uint32_t)read_i32(data) == V1_MAGIC) {
-        c->version = 1;
         if (size < 8)
             return kve_set_error(KVE_EFORMAT, "checkpoint: %zu bytes, truncated in the field version",
                            size);
         int32_t version = read_i32(data + 4);
-        if (version != 1)
+        if (version != 1 && version != 2)
             return kve_set_error(KVE_EFORMAT,
-                           "checkpoint: version %d is not supported (only version 1, float32)",
+                           "checkpoint: version %d is not supported (version 1 is float32, 2 "
+                           "int8 groups)",
                            version);
+        c->version = version;
+        c->format = version == 1 ? LM_FORMAT_V1 : LM_FORMAT_V2;
         if (size < 8 + LEGACY_HEADER)
             return kve_set_error(KVE_EFORMAT, "checkpoint: %zu bytes, truncated in the field %s", size,
                            field_name[(size - 8) / 4]);
         if (size < V1_HEADER)
             return kve_set_error(KVE_EFORMAT,
-                           "checkpoint: %zu bytes, truncated in the 256-byte version-1 header",
-                           size);
+                           "checkpoint: %zu bytes, truncated in the 256-byte version-%d header",
+                           size, version);
         kve_status st = parse_params(data + 8, 0, c);
         if (st != KVE_OK)
             return st;
@@ -165,7 +287,16 @@ static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
             return kve_set_error(KVE_EFORMAT,
                            "checkpoint header: shared_classifier flag %u must be 0 or 1", flag);
         c->shared_classifier = (int)flag;
-        return lay_out(m, (const float *)(const void *)(data + V1_HEADER), size - V1_HEADER);
+        if (version == 1)
+            return lay_out(m, (const float *)(const void *)(data + V1_HEADER), size - V1_HEADER);
+        int32_t gs = read_i32(data + 8 + LEGACY_HEADER + 1);
+        if (gs <= 0 || gs > 65536 || c->dim % gs != 0 || c->hidden_dim % gs != 0)
+            return kve_set_error(KVE_EFORMAT,
+                           "checkpoint header: group_size %d must be in [1, 65536] and divide "
+                           "dim %d and hidden_dim %d",
+                           gs, c->dim, c->hidden_dim);
+        c->group_size = gs;
+        return lay_out_v2(m, data + V1_HEADER, size - V1_HEADER);
     }
     if (size < LEGACY_HEADER)
         return kve_set_error(KVE_EFORMAT, "checkpoint: %zu bytes, truncated in the field %s", size,
@@ -173,7 +304,30 @@ static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
     kve_status st = parse_params(data, 1, c);
     if (st != KVE_OK)
         return st;
+    c->format = LM_FORMAT_LEGACY;
     return lay_out(m, (const float *)(const void *)(data + LEGACY_HEADER), size - LEGACY_HEADER);
+}
+
+const char *lm_format_name(lm_format f)
+{
+    switch (f) {
+    case LM_FORMAT_LEGACY: return "llama2.c legacy";
+    case LM_FORMAT_V1: return "llama2.c version 1";
+    case LM_FORMAT_V2: return "llama2.c version 2";
+    case LM_FORMAT_GGUF: return "GGUF";
+    default: return "unknown";
+    }
+}
+
+/* Frees what parse() allocated in m, keeping the mapping. */
+static void release(lm_model *m)
+{
+    lm_free(&m->alloc, m->weights.layer);
+    m->weights.layer = NULL;
+    lm_free(&m->alloc, m->norms);
+    m->norms = NULL;
+    lm__gguf_free(m->gguf);
+    m->gguf = NULL;
 }
 
 kve_status lm_model_from_memory(const void *data, size_t size, const kve_allocator *allocator,
@@ -190,6 +344,7 @@ kve_status lm_model_from_memory(const void *data, size_t size, const kve_allocat
         m->alloc = *allocator;
     kve_status st = parse(m, data, size);
     if (st != KVE_OK) {
+        release(m);
         lm_free(allocator, m);
         return st;
     }
@@ -254,6 +409,7 @@ void lm_model_free(lm_model *m)
 {
     if (!m)
         return;
+    release(m);
     if (m->map)
         munmap(m->map, m->map_size);
     const kve_allocator a = m->alloc;

@@ -80,7 +80,6 @@ kve_status lm_tokenizer_from_memory(const void *data, size_t size, const kve_all
 
     /* First pass: validate every piece and count them and their bytes. */
     size_t n = 0, total = 0;
-    int32_t longest = 0;
     for (size_t off = 4; off < size; n++) {
         if (n >= INT32_MAX)
             return kve_set_error(KVE_EFORMAT, "tokenizer: more than %d pieces", INT32_MAX);
@@ -104,31 +103,15 @@ kve_status lm_tokenizer_from_memory(const void *data, size_t size, const kve_all
             return kve_set_error(KVE_EFORMAT, "tokenizer: piece %zu contains a NUL byte", n);
         off += (size_t)len;
         total += (size_t)len;
-        longest = len > longest ? len : longest;
     }
     if (n == 0)
         return kve_set_error(KVE_EFORMAT, "tokenizer: no pieces after max_token_length");
 
-    const kve_allocator *a = allocator;
-    lm_tokenizer *t = lm_calloc(a, 1, sizeof *t);
-    sort_item *items = lm_malloc(a, n * sizeof *items);
-    if (t) {
-        if (a)
-            t->alloc = *a;
-        t->piece = lm_malloc(a, n * sizeof *t->piece);
-        t->len = lm_malloc(a, n * sizeof *t->len);
-        t->score = lm_malloc(a, n * sizeof *t->score);
-        t->sorted = lm_malloc(a, n * sizeof *t->sorted);
-        t->bytes = lm_malloc(a, total);
-    }
-    if (!t || !items || !t->piece || !t->len || !t->score || !t->sorted || !t->bytes) {
-        lm_tokenizer_free(t);
-        lm_free(a, items);
-        return kve_set_error(KVE_ENOMEM, "tokenizer: out of memory for %zu pieces", n);
-    }
-    t->n_pieces = (int32_t)n;
+    lm_tokenizer *t;
+    kve_status st = lm__tokenizer_alloc(allocator, n, total, &t);
+    if (st != KVE_OK)
+        return st;
     t->max_token_length = max_len;
-    t->longest = longest;
     char *dst = t->bytes;
     size_t off = 4;
     for (size_t i = 0; i < n; i++) {
@@ -139,15 +122,57 @@ kve_status lm_tokenizer_from_memory(const void *data, size_t size, const kve_all
         t->piece[i] = dst;
         dst += t->len[i];
         off += (size_t)t->len[i];
+    }
+    st = lm__tokenizer_finish(t);
+    if (st != KVE_OK) {
+        lm_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return KVE_OK;
+}
+
+kve_status lm__tokenizer_alloc(const kve_allocator *a, size_t n, size_t total, lm_tokenizer **out)
+{
+    lm_tokenizer *t = lm_calloc(a, 1, sizeof *t);
+    if (t) {
+        if (a)
+            t->alloc = *a;
+        t->piece = lm_malloc(a, n * sizeof *t->piece);
+        t->len = lm_malloc(a, n * sizeof *t->len);
+        t->score = lm_malloc(a, n * sizeof *t->score);
+        t->sorted = lm_malloc(a, n * sizeof *t->sorted);
+        t->bytes = lm_malloc(a, total);
+    }
+    if (!t || !t->piece || !t->len || !t->score || !t->sorted || !t->bytes) {
+        lm_tokenizer_free(t);
+        return kve_set_error(KVE_ENOMEM, "tokenizer: out of memory for %zu pieces", n);
+    }
+    t->n_pieces = (int32_t)n;
+    *out = t;
+    return KVE_OK;
+}
+
+kve_status lm__tokenizer_finish(lm_tokenizer *t)
+{
+    size_t n = (size_t)t->n_pieces;
+    sort_item *items = lm_malloc(&t->alloc, n * sizeof *items);
+    if (!items)
+        return kve_set_error(KVE_ENOMEM, "tokenizer: out of memory for %zu pieces", n);
+    t->longest = 0;
+    for (size_t i = 0; i < n; i++) {
         items[i] = (sort_item){t->piece[i], t->len[i], (int32_t)i};
+        t->longest = t->len[i] > t->longest ? t->len[i] : t->longest;
     }
     qsort(items, n, sizeof *items, cmp_items);
     for (size_t i = 0; i < n; i++)
         t->sorted[i] = items[i].id;
-    lm_free(a, items);
-    for (int b = 0; b < 256; b++)
+    lm_free(&t->alloc, items);
+    for (int b = 0; b < 256; b++) {
         t->byte_pieces[b] = (unsigned char)b;
-    *out = t;
+        t->byte_id[b] = 3 + b < t->n_pieces ? 3 + b : -1; /* run.c's byte + 3 */
+    }
+    t->unk = -1;
     return KVE_OK;
 }
 
@@ -304,8 +329,8 @@ static void consider(encoder *e, size_t left)
 static kve_status push_token(encoder *e, int32_t id, unsigned byte)
 {
     if (id < 0) {
-        id = (int32_t)byte + 3;
-        if (id >= e->t->n_pieces)
+        id = e->t->byte_id[byte] >= 0 ? e->t->byte_id[byte] : e->t->unk;
+        if (id < 0)
             return kve_set_error(KVE_EFORMAT,
                            "tokenizer: byte 0x%02X has no piece (byte fallback needs 259 pieces, "
                            "there are %d)",

@@ -1,7 +1,7 @@
 /*
  * lm_fixture.h - tiny llama2.c models and tokenizers made by the tests
- * themselves: random weights from a seed, written in the legacy and the
- * version-1 checkpoint formats, and a small tokenizer.bin.
+ * themselves: random weights from a seed, written in the legacy, version-1
+ * and version-2 checkpoint formats, and a small tokenizer.bin.
  *
  * Nothing here shares code with lm/ (files are read with stdio): the writer
  * follows llama2.c's
@@ -169,6 +169,63 @@ static inline unsigned char *fx_image(const fx_model *m, int version, size_t *si
     }
     if (!m->shared)
         fx_floats(&b, m->cls, V * D);
+    *size = b.n;
+    return b.p;
+}
+
+/* llama2.c's version 2 (export.py's version2_export, runq.c's reader): the
+ * version-1 header with version 2 and int32 group_size after the flag;
+ * float32 norms; then each quantized tensor (the embedding, wq, wk, wv, wo,
+ * w1, w2, w3 of every layer in turn, the classifier when untied) as int8
+ * values then float32 scales, one per `group` values: s = max |w| / 127,
+ * q = round(w / s), ties to even (torch.round). Free with free(). */
+static inline void fx_put_q80(fx_buf *b, const float *w, size_t n, size_t group)
+{
+    unsigned char *q = malloc(n);
+    float *s = malloc(n / group * sizeof *s);
+    for (size_t g = 0; g < n / group; g++) {
+        float wmax = 0;
+        for (size_t j = g * group; j < (g + 1) * group; j++)
+            wmax = fabsf(w[j]) > wmax ? fabsf(w[j]) : wmax;
+        s[g] = wmax / 127.0f;
+        for (size_t j = g * group; j < (g + 1) * group; j++)
+            q[j] = (unsigned char)(int8_t)(s[g] > 0 ? nearbyintf(w[j] / s[g]) : 0);
+    }
+    fx_put(b, q, n);
+    fx_floats(b, s, n / group);
+    free(q);
+    free(s);
+}
+
+static inline unsigned char *fx_image_v2(const fx_model *m, size_t group, size_t *size)
+{
+    fx_buf b = {0};
+    size_t D = (size_t)m->dim, F = (size_t)m->hidden, L = (size_t)m->layers;
+    size_t S = D / (size_t)m->heads, K = (size_t)m->kv_heads * S, V = (size_t)m->vocab;
+    int32_t params[7] = {m->dim, m->hidden, m->layers, m->heads, m->kv_heads, m->vocab, m->seq_len};
+    fx_i32(&b, 0x616b3432);
+    fx_i32(&b, 2);
+    for (int i = 0; i < 7; i++)
+        fx_i32(&b, params[i]);
+    unsigned char flag = (unsigned char)m->shared;
+    fx_put(&b, &flag, 1);
+    fx_i32(&b, (int32_t)group);
+    unsigned char zero[256] = {0};
+    fx_put(&b, zero, 256 - b.n);
+    fx_floats(&b, m->rms_att, L * D);
+    fx_floats(&b, m->rms_ffn, L * D);
+    fx_floats(&b, m->rms_final, D);
+    fx_put_q80(&b, m->emb, V * D, group);
+    const struct {
+        const float *w;
+        size_t n;
+    } t[] = {{m->wq, D * D}, {m->wk, K * D}, {m->wv, K * D}, {m->wo, D * D},
+             {m->w1, F * D}, {m->w2, D * F}, {m->w3, F * D}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        for (size_t l = 0; l < L; l++)
+            fx_put_q80(&b, t[i].w + l * t[i].n, t[i].n, group);
+    if (!m->shared)
+        fx_put_q80(&b, m->cls, V * D, group);
     *size = b.n;
     return b.p;
 }

@@ -101,27 +101,39 @@ static void test_loader_order(void)
             ASSERT_EQ(c->version, version);
             const lm_weights *w = &m->weights;
             size_t KD = (size_t)G_ * (D_ / H_);
-            /* Every tensor, compared whole: a shifted layout differs. */
-            struct {
-                const float *got, *want;
-                size_t n;
-            } t[] = {
-                {w->token_embedding, k.fx.emb, (size_t)V_ * D_},
-                {w->rms_att, k.fx.rms_att, L_ * D_},
-                {w->wq, k.fx.wq, (size_t)L_ * D_ * D_},
-                {w->wk, k.fx.wk, L_ * KD * D_},
-                {w->wv, k.fx.wv, L_ * KD * D_},
-                {w->wo, k.fx.wo, (size_t)L_ * D_ * D_},
-                {w->rms_ffn, k.fx.rms_ffn, L_ * D_},
-                {w->w1, k.fx.w1, (size_t)L_ * F_ * D_},
-                {w->w2, k.fx.w2, (size_t)L_ * D_ * F_},
-                {w->w3, k.fx.w3, (size_t)L_ * F_ * D_},
-                {w->rms_final, k.fx.rms_final, D_},
-                {w->wcls, k.fx.cls, (size_t)V_ * D_},
-            };
-            for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-                ASSERT_TRUE(memcmp(t[i].got, t[i].want, t[i].n * sizeof(float)) == 0);
-            ASSERT_TRUE(!shared || w->wcls == w->token_embedding);
+            /* Every tensor, compared whole, layer by layer: a shifted layout
+             * differs. */
+            ASSERT_TRUE(w->token_embedding.type == LM_F32 && w->token_embedding.rows == V_ &&
+                        w->token_embedding.cols == D_);
+            ASSERT_TRUE(memcmp(w->token_embedding.data, k.fx.emb, sizeof(float) * V_ * D_) == 0);
+            ASSERT_TRUE(memcmp(w->wcls.data, k.fx.cls, sizeof(float) * V_ * D_) == 0);
+            ASSERT_TRUE(memcmp(w->rms_final, k.fx.rms_final, sizeof(float) * D_) == 0);
+            for (size_t l = 0; l < L_; l++) {
+                const lm_layer *ly = &w->layer[l];
+                struct {
+                    const lm_matrix *got;
+                    const float *want;
+                    size_t rows, cols;
+                } t[] = {
+                    {&ly->wq, k.fx.wq + l * D_ * D_, D_, D_},
+                    {&ly->wk, k.fx.wk + l * KD * D_, KD, D_},
+                    {&ly->wv, k.fx.wv + l * KD * D_, KD, D_},
+                    {&ly->wo, k.fx.wo + l * D_ * D_, D_, D_},
+                    {&ly->w1, k.fx.w1 + l * F_ * D_, F_, D_},
+                    {&ly->w2, k.fx.w2 + l * D_ * F_, D_, F_},
+                    {&ly->w3, k.fx.w3 + l * F_ * D_, F_, D_},
+                };
+                for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+                    ASSERT_TRUE(t[i].got->type == LM_F32 && t[i].got->rows == t[i].rows &&
+                                t[i].got->cols == t[i].cols);
+                    ASSERT_TRUE(memcmp(t[i].got->data, t[i].want,
+                                       t[i].rows * t[i].cols * sizeof(float)) == 0);
+                }
+                ASSERT_TRUE(memcmp(ly->rms_att, k.fx.rms_att + l * D_, sizeof(float) * D_) == 0);
+                ASSERT_TRUE(memcmp(ly->rms_ffn, k.fx.rms_ffn + l * D_, sizeof(float) * D_) == 0);
+            }
+            ASSERT_TRUE(!shared || w->wcls.data == w->token_embedding.data);
+            ASSERT_EQ((int)c->format, version);
             tiny_close(&k);
         }
     }
@@ -207,8 +219,10 @@ static void test_header_fields(void)
             img[36] = 0; /* untied: the classifier is missing */
             ASSERT_REFUSED(img, n, "promises");
             img[36] = 1;
-            set_i32(img + 4, 2);
-            ASSERT_REFUSED(img, n, "version 2 is not supported");
+            set_i32(img + 4, 3);
+            ASSERT_REFUSED(img, n, "version 3 is not supported");
+            set_i32(img + 4, 2); /* read as version 2: no group size after the flag */
+            ASSERT_REFUSED(img, n, "group_size 0 must be in [1, 65536]");
             set_i32(img + 4, 0);
             ASSERT_REFUSED(img, n, "version 0");
             set_i32(img + 4, 1);
@@ -282,8 +296,9 @@ static void test_open_errors(void)
     ASSERT_TRUE(fx_write_model(&fx, 1, path_of("v1.bin")) == 0);
     ASSERT_OK(lm_model_open(path_of("v1.bin"), NULL, &m));
     ASSERT_TRUE(m->map != NULL);
-    ASSERT_TRUE(memcmp(m->weights.wcls, fx.cls, sizeof(float) * V_ * D_) == 0);
-    ASSERT_TRUE(memcmp(m->weights.w3, fx.w3, sizeof(float) * L_ * F_ * D_) == 0);
+    ASSERT_TRUE(memcmp(m->weights.wcls.data, fx.cls, sizeof(float) * V_ * D_) == 0);
+    ASSERT_TRUE(memcmp(m->weights.layer[L_ - 1].w3.data, fx.w3 + (L_ - 1) * F_ * D_,
+                       sizeof(float) * F_ * D_) == 0);
     lm_model_free(m);
     remove(path_of("v1.bin"));
     remove(path_of("empty.bin"));

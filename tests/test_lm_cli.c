@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-static char kvevict[512], outcheck[512];
+static char kvevict[512], outcheck[512], convert[512];
 static char *out_text, *err_text;
 static size_t out_len;
 
@@ -1095,11 +1095,103 @@ static void test_generate(void)
     free(first);
 }
 
+/* ---- GGUF and llama2.c version 2 through the command line ---- */
+
+/* The stdout of `kvevict ARGS`, or NULL when it fails (free()). */
+static char *output_of(const char *args)
+{
+    if (run(args) != 0) {
+        fprintf(stderr, "kvevict %s failed: %s\n", args, err_text ? err_text : "");
+        return NULL;
+    }
+    char *copy = malloc(out_len + 1);
+    memcpy(copy, out_text, out_len);
+    copy[out_len] = '\0';
+    return copy;
+}
+
+/* kvevict-convert ARGS; its exit status. */
+static int run_convert(const char *args)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>%s", convert, args, path_of("convert.err"));
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+static void test_gguf(void)
+{
+    char args[4096], g[400], gq[400], gn[400], v2[400];
+    snprintf(g, sizeof g, "%s", path_of("model.gguf"));
+    snprintf(gq, sizeof gq, "%s", path_of("model-q8.gguf"));
+    snprintf(gn, sizeof gn, "%s", path_of("novocab.gguf"));
+    snprintf(v2, sizeof v2, "%s", path_of("model-v2.bin"));
+    snprintf(args, sizeof args, "--model %s --tokenizer %s --to gguf -o %s", model0, tokpath, g);
+    ASSERT_EQ(run_convert(args), 0);
+    snprintf(args, sizeof args, "--model %s --tokenizer %s --to gguf --type q8_0 -o %s", model0,
+             tokpath, gq);
+    ASSERT_EQ(run_convert(args), 0);
+    snprintf(args, sizeof args, "--model %s --to gguf --type f16 -o %s", model0, gn);
+    ASSERT_EQ(run_convert(args), 0);
+    snprintf(args, sizeof args, "--model %s --to llama2c-v2 -o %s", model0, v2);
+    ASSERT_EQ(run_convert(args), 0);
+    /* A float32 GGUF with its vocabulary in the metadata: the legacy file's
+     * output, without --tokenizer. */
+    struct {
+        const char *cmd;
+    } same[] = {{"lm logits --prompt 'the cafe abc' --model %s%s"},
+                {"lm eval --json --policy h2o:recent_window=1 --budget 8 --text %s --model %s%s"},
+                {"generate --prompt 'the cab' --steps 9 --model %s%s"}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        char a1[4096], a2[4096], tail[600];
+        snprintf(tail, sizeof tail, " --tokenizer %s", tokpath);
+        if (i == 1) {
+            snprintf(a1, sizeof a1, same[i].cmd, textpath, model0, tail);
+            snprintf(a2, sizeof a2, same[i].cmd, textpath, g, "");
+        } else {
+            snprintf(a1, sizeof a1, same[i].cmd, model0, tail);
+            snprintf(a2, sizeof a2, same[i].cmd, g, "");
+        }
+        char *o1 = output_of(a1), *o2 = output_of(a2);
+        ASSERT_TRUE(o1 && o2 && strcmp(o1, o2) == 0);
+        free(o1), free(o2);
+    }
+    /* The same bits on 1 and 2 threads; Q8_0 and version 2 run. */
+    for (int f = 0; f < 2; f++) {
+        char a1[4096], a2[4096];
+        const char *tok = f ? " --tokenizer " : "", *tp = f ? tokpath : "";
+        snprintf(a1, sizeof a1, "lm eval --json --text %s --model %s%s%s --threads 1", textpath,
+                 f ? v2 : gq, tok, tp);
+        snprintf(a2, sizeof a2, "lm eval --json --text %s --model %s%s%s --threads 2", textpath,
+                 f ? v2 : gq, tok, tp);
+        char *o1 = output_of(a1), *o2 = output_of(a2);
+        ASSERT_TRUE(o1 && o2 && strcmp(o1, o2) == 0);
+        ASSERT_TRUE(o1 && strstr(o1, "\"bits_per_byte\": ") != NULL);
+        free(o1), free(o2);
+    }
+    /* Without a vocabulary: text is refused naming the key, token ids work. */
+    snprintf(args, sizeof args, "lm logits --model %s --prompt abc", gn);
+    ASSERT_FAILS(args, 1, "lm logits", "no tokenizer.ggml.model");
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1,5,9", gn);
+    ASSERT_RUNS(args);
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1 --threads 0", g);
+    ASSERT_FAILS(args, 2, "lm logits", "--threads");
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --threads 9999", g, textpath);
+    ASSERT_FAILS(args, 2, "lm eval", "--threads");
+    ASSERT_RUNS("lm --help");
+    ASSERT_CONTAINS(out_text, "GGUF");
+    ASSERT_RUNS("lm logits --help");
+    ASSERT_CONTAINS(out_text, "version 2 int8");
+    ASSERT_CONTAINS(out_text, "--threads N");
+    remove(g), remove(gq), remove(gn), remove(v2), remove(path_of("convert.err"));
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
     const char *bin = getenv("KVE_BINARY_DIR");
     snprintf(kvevict, sizeof kvevict, "%s/kvevict", bin ? bin : ".");
+    snprintf(convert, sizeof convert, "%s/kvevict-convert", bin ? bin : ".");
     if (access(kvevict, X_OK) != 0) {
         fprintf(stderr, "test_lm_cli: %s not found (set KVE_BINARY_DIR)\n", kvevict);
         return 1;
@@ -1126,6 +1218,7 @@ int main(int argc, char **argv)
     RUN(test_stream);
     RUN(test_lm_trace);
     RUN(test_generate);
+    RUN(test_gguf);
     lm_model_free(lib_model);
     lm_model_free(lib_model1);
     lm_tokenizer_free(lib_tok);

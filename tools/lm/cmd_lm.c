@@ -17,8 +17,11 @@
 static const char lm_usage[] =
     "usage: kvevict lm COMMAND [OPTIONS]\n"
     "\n"
-    "A llama2.c model decoded with a KV cache that kvevict's policies manage, one\n"
-    "policy per (layer, KV head) (docs/decoder.md).\n"
+    "A llama2.c or GGUF model decoded with a KV cache that kvevict's policies\n"
+    "manage, one policy per (layer, KV head) (docs/decoder.md). Checkpoints:\n"
+    "llama2.c legacy, version 1 (float32) and version 2 (int8), and GGUF\n"
+    "(architecture llama; F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K), told from the\n"
+    "file; a GGUF carries its tokenizer.\n"
     "\n"
     "Commands:\n"
     "  logits   the logits at every position of a token sequence (JSON Lines)\n"

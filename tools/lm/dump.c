@@ -30,6 +30,8 @@ static const char dump_usage[] =
     "          and computes the attention rows (the KV-head group mean) on demand.\n"
     "          O(T S) bytes instead of O(T^2): long traces stay small\n"
     "  --loop  repeat the text's tokens after BOS as often as --steps needs\n"
+    "  --threads N  matrix products on N threads (default: the cores; the same\n"
+    "          bits for every N)\n"
     "  --quiet no progress line on stderr (drawn on a terminal after 2 s)\n"
     "          (positions past the model's context are decoded all the same)\n"
     "\n"
@@ -41,7 +43,8 @@ static const opt_def dump_own[] = {{"model", 0, OPT_VALUE},
                                    {"tokenizer", 0, OPT_VALUE},
                                    {"query-heads", 0, 0},
                                    {"qk", 0, 0},
-                                   {"loop", 0, 0}};
+                                   {"loop", 0, 0},
+                                   {"threads", 0, OPT_VALUE}};
 static const cli_spec dump_spec = LM_SPEC(dump_usage, SO_OUTPUT | SO_QUIET, dump_own, FMT_TEXT);
 
 typedef struct dump_ctx {
@@ -113,6 +116,7 @@ static void dump_attention(void *user, int32_t layer, int32_t pos, const float *
 static int dump_run(dump_ctx *d, const lm_model *m, const int32_t *toks, size_t T, lm_options o)
 {
     o.user = d;
+    o.threads = lm_ctx.threads;
     lm_state *s = NULL;
     kve_status st = lm_state_new(m, &o, &s);
     if (st != KVE_OK)
@@ -190,6 +194,7 @@ int lm_dump(int argc, char **argv)
     int loop = cli_own(&a, &dump_spec, "loop")->count > 0;
     if (qk && cli_own(&a, &dump_spec, "query-heads")->count)
         die_usage("--qk writes every query head already; --query-heads does not apply");
+    parse_threads(&a, &dump_spec);
     load_model(model);
     load_tokenizer(own(&a, &dump_spec, "tokenizer"), model);
     load_text(text);

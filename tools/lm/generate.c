@@ -33,11 +33,13 @@ static const char logits_usage[] =
     "with each logit a float32 printed with the digits that read back to the same\n"
     "float (%.9g).\n"
     "\n"
-    "  --model CKPT     a llama2.c checkpoint (legacy or version 1, float32)\n"
+    "  --model CKPT     a checkpoint, its format told from the file: llama2.c\n"
+    "                   (legacy, version 1 float32, version 2 int8) or GGUF (llama:\n"
+    "                   F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)\n"
     "  --tokens LIST    token ids, decoded as given (no BOS is added)\n"
     "  --prompt TEXT    instead of --tokens: BOS, then TEXT encoded with the tokenizer\n"
-    "  --tokenizer TOK  tokenizer.bin (default: tokenizer.bin beside CKPT); only\n"
-    "                   read with --prompt\n"
+    "  --tokenizer TOK  tokenizer.bin (default: a GGUF's own vocabulary, else\n"
+    "                   tokenizer.bin beside CKPT); only read with --prompt\n"
     "  --policy SPEC    the policy of every (layer, KV head), e.g. window:budget=64;\n"
     "                   default: none, every key kept (--policy full is identical)\n"
     "  --budget B       evict to B positions (default: the spec's budget), or P% of\n"
@@ -45,13 +47,16 @@ static const char logits_usage[] =
     "  --positions P    original (keys rotated at their position, the default) or\n"
     "                   cache (keys rotated at their index in the cache)\n"
     "  --seed N         seed of the policies' random numbers (default 0)\n"
+    "  --threads N      matrix products on N threads (default: the cores available;\n"
+    "                   the same bits for every N)\n"
     "  -o, --output F   write to F instead of standard output\n";
 
 static const opt_def logits_own[] = {{"model", 0, OPT_VALUE},
                                      {"tokens", 0, OPT_VALUE},
                                      {"prompt", 0, OPT_VALUE},
                                      {"tokenizer", 0, OPT_VALUE},
-                                     {"positions", 0, OPT_VALUE}};
+                                     {"positions", 0, OPT_VALUE},
+                                     {"threads", 0, OPT_VALUE}};
 static const cli_spec logits_spec =
     LM_SPEC(logits_usage, SO_POLICY | SO_BUDGET | SO_SEED | SO_OUTPUT, logits_own, FMT_JSON);
 
@@ -74,6 +79,7 @@ int lm_logits(int argc, char **argv)
     if (!tokens == !prompt)
         die_usage("give exactly one of --tokens and --prompt");
     lm_positions positions = opt_positions(own(&a, sp, "positions"));
+    parse_threads(&a, sp);
     if (a.n_budgets && !a.policy)
         die_usage("--budget needs --policy");
     if (a.policy)
@@ -143,7 +149,8 @@ static const char generate_usage[] =
 
 static const opt_def generate_own[] = {{"model", 0, OPT_VALUE},     {"prompt", 0, OPT_VALUE},
                                        {"steps", 0, OPT_VALUE},     {"tokenizer", 0, OPT_VALUE},
-                                       {"positions", 0, OPT_VALUE}, {"temperature", 0, OPT_VALUE}};
+                                       {"positions", 0, OPT_VALUE}, {"temperature", 0, OPT_VALUE},
+                                       {"threads", 0, OPT_VALUE}};
 static const cli_spec generate_spec =
     LM_SPEC(generate_usage, SO_POLICY | SO_BUDGET | SO_SEED, generate_own, FMT_TEXT);
 
@@ -192,6 +199,7 @@ int cmd_generate(int argc, char **argv)
     const char *st_s = own(&a, sp, "steps");
     size_t steps = st_s ? (size_t)parse_u64("--steps", st_s, 0, INT32_MAX / 2) : 256;
     lm_positions positions = opt_positions(own(&a, sp, "positions"));
+    parse_threads(&a, sp);
     uint64_t seed = a.seed;
     size_t budget = a.budget;
     const char *spec = a.policy;

@@ -28,6 +28,7 @@ typedef struct lm_loaded {
     size_t n_ids;
     budget_args budgets; /* --share-heads, --schedule, ... (budgets.c) */
     double *layer_weights; /* (L) --schedule attention: measured on --calibration */
+    size_t threads;        /* --threads: the decoder's matrix threads */
 } lm_loaded;
 extern lm_loaded lm_ctx;
 
@@ -63,14 +64,22 @@ static inline lm_positions opt_positions(const char *s)
     die_usage("--positions: '%s' is neither 'original' nor 'cache'", s);
 }
 
+/* --threads N (default: the cores available) into lm_ctx.threads. */
+static inline void parse_threads(const cli_args *a, const cli_spec *spec)
+{
+    const char *v = own(a, spec, "threads");
+    lm_ctx.threads = v ? (size_t)parse_u64("--threads", v, 1, LM_MAX_THREADS) : lm_cores();
+}
+
 static inline const char *positions_name(lm_positions p)
 {
     return p == LM_POS_CACHE ? "cache" : "original";
 }
 
 void load_model(const char *path);
-/* The tokenizer at `path`, else tokenizer.bin in the checkpoint's directory;
- * its pieces must be the model's vocabulary. Messages begin with `what`. */
+/* The tokenizer at `path`, else a GGUF's own vocabulary, else tokenizer.bin
+ * in the checkpoint's directory; its pieces must be the model's vocabulary.
+ * Messages begin with `what`. */
 lm_tokenizer *open_tokenizer(const char *path, const char *model_path, const lm_model *m,
                              const char *what);
 void load_tokenizer(const char *path, const char *model_path);
@@ -106,7 +115,7 @@ void resolve_budget(cli_args *a);
 #define MEASURE_OPTS                                                                               \
     {"model", 0, OPT_VALUE}, {"text", 0, OPT_VALUE}, {"tokenizer", 0, OPT_VALUE},                  \
         {"policy", 0, OPT_VALUE | OPT_REPEAT}, {"budget", 0, OPT_VALUE | OPT_REPEAT},              \
-        {"positions", 0, OPT_VALUE}, BUDGET_OPTS
+        {"positions", 0, OPT_VALUE}, {"threads", 0, OPT_VALUE}, BUDGET_OPTS
 
 typedef struct measure_args {
     cli_args a;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * measure.c - what the decoder's commands share (lm_cli.h): loading the
- * checkpoint, the tokenizer (--tokenizer, else tokenizer.bin beside the
- * checkpoint) and the text, budgets as counts or percentages of the
+ * checkpoint, the tokenizer (--tokenizer, else a GGUF's own, else
+ * tokenizer.bin beside the checkpoint) and the text, budgets as counts or percentages of the
  * context, the decoders (one kvevict policy per (layer, KV head)), the
  * options and the (policy, budget) jobs of the measuring commands (eval,
  * passkey, repeat, stream, prefill), and the pass-key prompts.
@@ -40,6 +40,12 @@ lm_tokenizer *open_tokenizer(const char *path, const char *model_path, const lm_
                              const char *what)
 {
     char buf[4096];
+    if (!path && m->config.format == LM_FORMAT_GGUF) { /* the GGUF's own vocabulary */
+        lm_tokenizer *t = NULL;
+        if (lm_tokenizer_from_model(m, NULL, &t) != KVE_OK)
+            die_input("%s not given, and %s: %s", what, model_path, kve_last_error());
+        return t;
+    }
     if (!path) {
         const char *slash = strrchr(model_path, '/');
         int dirlen = slash ? (int)(slash - model_path) : 1;
@@ -131,7 +137,7 @@ lm_state *new_state(const char *spec, size_t budget, lm_positions pos, uint64_t 
                     .schedule = lm_ctx.budgets.schedule, .beta = lm_ctx.budgets.beta,
                     .layer_weights = lm_ctx.layer_weights,
                     .share_heads = lm_ctx.budgets.share_heads,
-                    .min_share = lm_ctx.budgets.min_share};
+                    .min_share = lm_ctx.budgets.min_share, .threads = lm_ctx.threads};
     lm_state *s = NULL;
     kve_status st = lm_state_new(lm_ctx.model, &o, &s);
     if (st != KVE_OK)
@@ -188,6 +194,7 @@ void measure_parse(measure_args *m, const cli_spec *spec, int argc, char **argv)
     if (m->n_budgets && !m->n_specs)
         die_usage("--budget needs --policy");
     m->positions = opt_positions(own(&m->a, spec, "positions"));
+    parse_threads(&m->a, spec);
     budget_args_parse(&lm_ctx.budgets, &m->a, spec);
 }
 

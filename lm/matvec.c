@@ -1,0 +1,711 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * matvec.c - matrix-vector products over weights in their stored type: a
+ * plain reference per type, and the same arithmetic vectorised for AVX2 and
+ * AVX-512, chosen once at run time.
+ *
+ * Invariants. The reference is the definition (lm.h says it in words): a
+ * float product dequantizes the row exactly as quant.c does and sums
+ * w[e] * x[e] into lane e mod 8 in element order, the last n mod 8 products
+ * into a tail, then ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)) +
+ * tail; an integer product sums q_w * q_x exactly per group and per lane
+ * (j mod 32) / 4, then adds (float)sum * (d_w * d_x) to the lane in group
+ * order. A vector kernel performs the same IEEE operations on the same
+ * operands in the same order, one lane per lane: 8 float lanes in a 256-bit
+ * register, multiplies and adds as separate instructions (no fused
+ * multiply-add: lm/ is built with -ffp-contract=off and the intrinsics say
+ * mul and add), conversions that are exact (int8/int32 to float, float16 and
+ * bfloat16 to float32). So its results are the reference's bits, for any
+ * row and any instruction set (tests/test_lm_matvec.c). Kernels take four
+ * rows at a time (their lanes interleaved to hide the adds' latency; the
+ * last rows of a range repeat a row whose result is dropped): a row's value
+ * does not depend on its neighbours, hence not on how rows are split over
+ * threads. The AVX-512 kernels are the AVX2 bodies compiled for AVX-512
+ * (EVEX encoding, 32 registers): the lane order is fixed at 8.
+ *
+ * Shapes: W (rows, cols) row-major, row r at data + r * row_bytes; x
+ * (cols); out (r1 - r0).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "lm.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define LM_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#define LM_AVX2 __attribute__((target("avx2,f16c")))
+#define LM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+#define LM_INLINE_AVX2 static inline __attribute__((always_inline, target("avx2,f16c")))
+#else
+#define LM_X86 0
+#endif
+
+/* ---- the instruction set ---- */
+
+static atomic_int active = -1;
+
+#if LM_X86
+/* F16C (cpuid leaf 1, ECX bit 29): not every compiler's
+ * __builtin_cpu_supports knows its name. */
+static int has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
+int lm_isa_supported(lm_isa isa)
+{
+    switch (isa) {
+    case LM_ISA_SCALAR: return 1;
+#if LM_X86
+    case LM_ISA_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && has_f16c();
+    case LM_ISA_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx2") && has_f16c();
+#endif
+    default: return 0;
+    }
+}
+
+static lm_isa detect(void)
+{
+    if (lm_isa_supported(LM_ISA_AVX512))
+        return LM_ISA_AVX512;
+    if (lm_isa_supported(LM_ISA_AVX2))
+        return LM_ISA_AVX2;
+    return LM_ISA_SCALAR;
+}
+
+lm_isa lm_isa_active(void)
+{
+    int v = atomic_load_explicit(&active, memory_order_relaxed);
+    if (v < 0) { /* racing first calls detect and store the same value */
+        v = (int)detect();
+        atomic_store_explicit(&active, v, memory_order_relaxed);
+    }
+    return (lm_isa)v;
+}
+
+int lm_isa_force(lm_isa isa)
+{
+    if (isa == LM_ISA_COUNT) {
+        atomic_store_explicit(&active, (int)detect(), memory_order_relaxed);
+        return 1;
+    }
+    if (!lm_isa_supported(isa))
+        return 0;
+    atomic_store_explicit(&active, (int)isa, memory_order_relaxed);
+    return 1;
+}
+
+const char *lm_isa_name(lm_isa isa)
+{
+    static const char *const names[LM_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+    return (unsigned)isa < LM_ISA_COUNT ? names[isa] : "unknown";
+}
+
+/* ---- the quantized input ---- */
+
+void lm_quantize_q8(const float *x, size_t n, size_t group, int8_t *q, float *d)
+{
+    for (size_t g = 0; g < n / group; g++) {
+        const float *v = x + g * group;
+        int8_t *o = q + g * group;
+        float amax = 0;
+        int bad = 0;
+        for (size_t j = 0; j < group; j++) {
+            float a = fabsf(v[j]);
+            if (!(a <= 3.40282347e38f))
+                bad = 1;
+            else if (a > amax)
+                amax = a;
+        }
+        float dd = bad ? NAN : amax / 127.0f;
+        d[g] = dd;
+        for (size_t j = 0; j < group; j++) {
+            long r = bad || dd == 0.0f ? 0 : lrintf(v[j] / dd);
+            o[j] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r); /* a subnormal d rounds */
+        }
+    }
+}
+
+size_t lm_matrix_q8_group(const lm_matrix *w)
+{
+    return w->type == LM_Q8_0 ? 32 : w->type == LM_I8G ? w->group : 0;
+}
+
+/* ---- the references ---- */
+
+static float combine(const float a[8], float tail)
+{
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
+}
+
+static float ref_dot_float(const lm_matrix *w, size_t r, const float *x)
+{
+    float acc[8] = {0}, tail = 0.0f, buf[256];
+    size_t n = w->cols, bs = lm_dtype_block(w->type);
+    size_t chunk = bs > 1 ? bs : 256; /* a multiple of 8 */
+    for (size_t s = 0; s < n; s += chunk) {
+        size_t c = n - s < chunk ? n - s : chunk, i = 0;
+        const float *v = buf;
+        if (w->type == LM_F32)
+            v = (const float *)(const void *)((const unsigned char *)w->data + r * w->row_bytes) +
+                s;
+        else
+            lm__dequant_span(w, r, s, c, buf);
+        for (; i + 8 <= c; i += 8)
+            for (size_t k = 0; k < 8; k++)
+                acc[k] += v[i + k] * x[s + i + k];
+        for (; i < c; i++) /* only in the last chunk: the n mod 8 last products */
+            tail += v[i] * x[s + i];
+    }
+    return combine(acc, tail);
+}
+
+static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
+{
+    const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+    size_t n = w->cols, G = xq->group;
+    float acc[8] = {0};
+    for (size_t g = 0; g < n / G; g++) {
+        int32_t s[8] = {0};
+        float wd;
+        if (w->type == LM_Q8_0) {
+            const unsigned char *b = row + 34 * g;
+            wd = lm_f16_to_f32(lm__u16(b));
+            for (size_t j = 0; j < 32; j++)
+                s[j / 4] += (int32_t)(int8_t)b[2 + j] * (int32_t)xq->q[32 * g + j];
+        } else {
+            wd = lm__i8g_scale(w, r * w->cols + g * G);
+            for (size_t j = g * G; j < (g + 1) * G; j++)
+                s[(j % 32) / 4] += (int32_t)(int8_t)row[j] * (int32_t)xq->q[j];
+        }
+        float scale = wd * xq->d[g];
+        for (int k = 0; k < 8; k++)
+            acc[k] += (float)s[k] * scale;
+    }
+    return combine(acc, 0.0f);
+}
+
+void lm_matvec_ref(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
+                   size_t r1)
+{
+    int q8 = lm_matrix_q8_group(w) > 0;
+    for (size_t r = r0; r < r1; r++)
+        out[r - r0] = q8 ? ref_dot_q8(w, r, xq) : ref_dot_float(w, r, x);
+}
+
+/* ---- the vector kernels: four rows ri[0..3] of w each ---- */
+
+typedef void (*kern4_fn)(const lm_matrix *w, const size_t ri[8], const float *x, const lm_q8 *xq,
+                         float out[8]);
+
+#if LM_X86
+
+/* float16 bits to float32 (exact, as lm_f16_to_f32), in one instruction. */
+LM_INLINE_AVX2 float half(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+#define F16(p) lm__u16(p)
+
+LM_INLINE_AVX2 float finish8(__m256 acc, float tail)
+{
+    float a[8];
+    _mm256_storeu_ps(a, acc);
+    return combine(a, tail);
+}
+
+/* acc += w * x */
+LM_INLINE_AVX2 __m256 madd8(__m256 acc, __m256 w, __m256 x)
+{
+    return _mm256_add_ps(acc, _mm256_mul_ps(w, x));
+}
+
+LM_INLINE_AVX2 __m256i bytes8(const unsigned char *p) /* 8 bytes zero-extended to int32 */
+{
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+}
+
+/* Eight exact int32 sums of 4 products of int8 each: lane k = sum over j in
+ * [4k, 4k + 4) of w[j] * x[j] (|w| as unsigned bytes, its sign moved to x,
+ * so -128 works; no pair sum reaches the int16 limit). */
+LM_INLINE_AVX2 __m256i dot_i8(__m256i w, __m256i x)
+{
+    __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+#define ROWS4(w, ri, k) ((const unsigned char *)(w)->data + (ri)[k] * (w)->row_bytes)
+
+/* A kernel's start: the nr rows' bytes, and their sums at zero. */
+LM_INLINE_AVX2 void rows_begin(const lm_matrix *w, const size_t ri[8], int nr,
+                               const unsigned char *p[8], __m256 acc[8])
+{
+    for (int k = 0; k < nr; k++) {
+        p[k] = ROWS4(w, ri, k);
+        acc[k] = _mm256_setzero_ps();
+    }
+}
+
+/* A kernel's end when no tail is left: each row's lanes combined. */
+LM_INLINE_AVX2 void rows_end(int nr, const __m256 acc[8], float out[8])
+{
+    for (int k = 0; k < nr; k++)
+        out[k] = finish8(acc[k], 0.0f);
+}
+
+LM_INLINE_AVX2 void k_f32(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                          const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    const float *p[8];
+    __m256 acc[8];
+    for (int k = 0; k < nr; k++) {
+        p[k] = (const float *)(const void *)ROWS4(w, ri, k);
+        acc[k] = _mm256_setzero_ps();
+    }
+    size_t n = w->cols, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+        for (int k = 0; k < nr; k++)
+            acc[k] = madd8(acc[k], _mm256_loadu_ps(p[k] + i), xv);
+    }
+    for (int k = 0; k < nr; k++) {
+        float t = 0.0f;
+        for (size_t e = i; e < n; e++)
+            t += p[k][e] * x[e];
+        out[k] = finish8(acc[k], t);
+    }
+}
+
+LM_INLINE_AVX2 __m256 load_f16(const unsigned char *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+LM_INLINE_AVX2 __m256 load_bf16(const unsigned char *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+/* F16 and BF16: two bytes an element, widened on the fly. */
+LM_INLINE_AVX2 void k_half(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           float out[8], int bf16)
+{
+    const unsigned char *p[8];
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
+    size_t n = w->cols, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+        for (int k = 0; k < nr; k++)
+            acc[k] = madd8(acc[k], bf16 ? load_bf16(p[k] + 2 * i) : load_f16(p[k] + 2 * i), xv);
+    }
+    for (int k = 0; k < nr; k++) {
+        float t = 0.0f;
+        for (size_t e = i; e < n; e++) {
+            uint16_t h = lm__u16(p[k] + 2 * e);
+            t += (bf16 ? lm_bf16_to_f32(h) : _cvtsh_ss(h)) * x[e];
+        }
+        out[k] = finish8(acc[k], t);
+    }
+}
+
+LM_INLINE_AVX2 void k_f16(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                          const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    k_half(nr, w, ri, x, out, 0);
+}
+
+LM_INLINE_AVX2 void k_bf16(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    k_half(nr, w, ri, x, out, 1);
+}
+
+/* Q4_0: per block of 32, elements 0..15 the low nibbles of its 16 bytes,
+ * 16..31 the high ones; (nibble - 8) * d. */
+LM_INLINE_AVX2 void k_q4_0(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    const unsigned char *p[8];
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
+    const __m256i m4 = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
+    for (size_t b = 0; b < w->cols / 32; b++) {
+        const float *xb = x + 32 * b;
+        __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+        __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+        for (int k = 0; k < nr; k++) {
+            const unsigned char *blk = p[k] + 18 * b;
+            __m256 d = _mm256_set1_ps(half(F16(blk)));
+            __m256i lo = bytes8(blk + 2), hi = bytes8(blk + 10);
+            __m256 w0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(lo, m4), eight));
+            __m256 w1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(hi, m4), eight));
+            __m256 w2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(lo, 4), eight));
+            __m256 w3 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(hi, 4), eight));
+            acc[k] = madd8(acc[k], _mm256_mul_ps(w0, d), x0);
+            acc[k] = madd8(acc[k], _mm256_mul_ps(w1, d), x1);
+            acc[k] = madd8(acc[k], _mm256_mul_ps(w2, d), x2);
+            acc[k] = madd8(acc[k], _mm256_mul_ps(w3, d), x3);
+        }
+    }
+    rows_end(nr, acc, out);
+}
+
+/* A Q4_K block's eight steps d * sc_j (d1) and offsets dmin * m_j (m1),
+ * the 6-bit fields unpacked four at a time (the packing of lm__scale_min_k4:
+ * bytes 0..3 sc 0..3 and the top bits of sc 4..7, bytes 4..7 m 0..3 and the
+ * top bits of m 4..7, bytes 8..11 the low nibbles of sc and m 4..7). Each
+ * lane is one float multiply of the same operands as the reference's. */
+LM_INLINE_AVX2 void q4_k_scales(const unsigned char *blk, float d1[8], float m1[8])
+{
+    uint32_t u0, u1, u2;
+    memcpy(&u0, blk + 4, 4);
+    memcpy(&u1, blk + 8, 4);
+    memcpy(&u2, blk + 12, 4);
+    const uint32_t s_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t s_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+    __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)s_hi, (int)s_lo)));
+    __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo)));
+    _mm256_storeu_ps(d1, _mm256_mul_ps(_mm256_set1_ps(half(F16(blk))), sc));
+    _mm256_storeu_ps(m1, _mm256_mul_ps(_mm256_set1_ps(half(F16(blk + 2))), m));
+}
+
+/* Q4_K: per block of 256, four pairs of sub-blocks of 32: the low nibbles of
+ * 32 bytes, then their high nibbles; (d * sc) * q - dmin * m. */
+LM_INLINE_AVX2 void k_q4_k(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    const unsigned char *p[8];
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
+    const __m256i m4 = _mm256_set1_epi32(0xF);
+    for (size_t b = 0; b < w->cols / 256; b++) {
+        float dk[8][8], mk[8][8];
+        for (int k = 0; k < nr; k++)
+            q4_k_scales(p[k] + 144 * b, dk[k], mk[k]);
+        const float *xb = x + 256 * b;
+        for (size_t j = 0; j < 8; j++) { /* sub-block j: pair j / 2, low nibbles when even */
+            for (size_t c = 0; c < 4; c++) {
+                __m256 xv = _mm256_loadu_ps(xb + 32 * j + 8 * c);
+                for (int k = 0; k < nr; k++) {
+                    __m256i raw = bytes8(p[k] + 144 * b + 16 + 32 * (j / 2) + 8 * c);
+                    __m256i q = j % 2 ? _mm256_srli_epi32(raw, 4) : _mm256_and_si256(raw, m4);
+                    __m256 wv = _mm256_sub_ps(
+                        _mm256_mul_ps(_mm256_broadcast_ss(&dk[k][j]), _mm256_cvtepi32_ps(q)),
+                        _mm256_broadcast_ss(&mk[k][j]));
+                    acc[k] = madd8(acc[k], wv, xv);
+                }
+            }
+        }
+    }
+    rows_end(nr, acc, out);
+}
+
+/* The same with AVX-512's permute: per sub-block the 16 values a nibble can
+ * stand for, fl(d1 * q - m1) for q = 0..15, are computed once (the
+ * reference's operations, lane q of a 16-lane register) and each element's
+ * weight is looked up by its nibble (the permute reads the index's low four
+ * bits, so the low nibble needs no mask); 16 products at a time, then added
+ * to the 8 lanes in element order (the low half, then the high half). */
+#define LM_INLINE_AVX512                                                                          \
+    static inline __attribute__((always_inline,                                                   \
+                                 target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+LM_INLINE_AVX512 void k_q4_k_lut(const int nr, const lm_matrix *w, const size_t ri[8],
+                                 const float *x, const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    const unsigned char *p[8];
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (size_t b = 0; b < w->cols / 256; b++) {
+        float dk[8][8], mk[8][8];
+        for (int k = 0; k < nr; k++)
+            q4_k_scales(p[k] + 144 * b, dk[k], mk[k]);
+        const float *xb = x + 256 * b;
+        for (size_t j = 0; j < 8; j++) {
+            __m512 t[8];
+            for (int k = 0; k < nr; k++)
+                t[k] = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dk[k][j]), iota),
+                                     _mm512_set1_ps(mk[k][j]));
+            for (size_t h = 0; h < 2; h++) { /* 16 elements: 32 j + 16 h + [0, 16) */
+                __m512 xv = _mm512_loadu_ps(xb + 32 * j + 16 * h);
+                for (int k = 0; k < nr; k++) {
+                    const unsigned char *qs = p[k] + 144 * b + 16 + 32 * (j / 2) + 16 * h;
+                    __m512i q =
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)qs));
+                    if (j % 2)
+                        q = _mm512_srli_epi32(q, 4);
+                    /* 16 products, added to the 8 lanes in element order */
+                    __m512 prod = _mm512_mul_ps(_mm512_permutexvar_ps(q, t[k]), xv);
+                    acc[k] = _mm256_add_ps(acc[k], _mm512_castps512_ps256(prod));
+                    acc[k] = _mm256_add_ps(acc[k], _mm512_extractf32x8_ps(prod, 1));
+                }
+            }
+        }
+    }
+    rows_end(nr, acc, out);
+}
+
+/* Q4_0 with the same lookup: (q - 8) * d for q = 0..15, once a block. */
+LM_INLINE_AVX512 void k_q4_0_lut(const int nr, const lm_matrix *w, const size_t ri[8],
+                                 const float *x, const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    const unsigned char *p[8];
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
+    const __m256 lo8 = _mm256_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1);
+    const __m256 hi8 = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    for (size_t b = 0; b < w->cols / 32; b++) {
+        const float *xb = x + 32 * b;
+        __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+        __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+        for (int k = 0; k < nr; k++) {
+            const unsigned char *blk = p[k] + 18 * b;
+            __m256 d = _mm256_set1_ps(half(F16(blk)));
+            __m256 tlo = _mm256_mul_ps(lo8, d), thi = _mm256_mul_ps(hi8, d);
+            __m256i lo = bytes8(blk + 2), hi = bytes8(blk + 10);
+            acc[k] = madd8(acc[k], _mm256_permutex2var_ps(tlo, lo, thi), x0);
+            acc[k] = madd8(acc[k], _mm256_permutex2var_ps(tlo, hi, thi), x1);
+            acc[k] = madd8(acc[k], _mm256_permutex2var_ps(tlo, _mm256_srli_epi32(lo, 4), thi), x2);
+            acc[k] = madd8(acc[k], _mm256_permutex2var_ps(tlo, _mm256_srli_epi32(hi, 4), thi), x3);
+        }
+    }
+    rows_end(nr, acc, out);
+}
+
+/* Q6_K: per block of 256, two halves of 128 in four runs of 32: the low
+ * nibbles of ql[0..32) and ql[32..64), then their high nibbles, each with
+ * two bits of qh[0..32); (d * sc) * (q - 32), a scale per 16. */
+LM_INLINE_AVX2 void k_q6_k(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    const unsigned char *p[8];
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
+    const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3);
+    const __m256i k32 = _mm256_set1_epi32(32);
+    for (size_t b = 0; b < w->cols / 256; b++) {
+        float dk[8];
+        for (int k = 0; k < nr; k++)
+            dk[k] = half(F16(p[k] + 210 * b + 208));
+        for (size_t h = 0; h < 2; h++) {
+            for (size_t run = 0; run < 4; run++) { /* elements 128h + 32 run + [0, 32) */
+                const float *xr = x + 256 * b + 128 * h + 32 * run;
+                for (size_t c = 0; c < 4; c++) {
+                    __m256 xv = _mm256_loadu_ps(xr + 8 * c);
+                    for (int k = 0; k < nr; k++) {
+                        const unsigned char *blk = p[k] + 210 * b;
+                        const unsigned char *ql = blk + 64 * h + 32 * (run % 2) + 8 * c;
+                        const unsigned char *qh = blk + 128 + 32 * h + 8 * c;
+                        const int8_t sc = (int8_t)blk[192 + 8 * h + 2 * run + c / 2];
+                        __m256i lo = bytes8(ql);
+                        lo = run < 2 ? _mm256_and_si256(lo, m4) : _mm256_srli_epi32(lo, 4);
+                        __m256i hi =
+                            _mm256_and_si256(_mm256_srli_epi32(bytes8(qh), (int)(2 * run)), m2);
+                        __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
+                                                     k32);
+                        __m256 ds = _mm256_set1_ps(dk[k] * (float)sc);
+                        acc[k] = madd8(acc[k], _mm256_mul_ps(ds, _mm256_cvtepi32_ps(q)), xv);
+                    }
+                }
+            }
+        }
+    }
+    rows_end(nr, acc, out);
+}
+
+/* Q8_0 against the input quantized in groups of 32. */
+LM_INLINE_AVX2 void k_q8_0(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                           const lm_q8 *xq, float out[8])
+{
+    (void)x;
+    const unsigned char *p[8];
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
+    for (size_t b = 0; b < w->cols / 32; b++) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq->q + 32 * b));
+        const float xd = xq->d[b];
+        for (int k = 0; k < nr; k++) {
+            const unsigned char *blk = p[k] + 34 * b;
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
+            const float scale = half(F16(blk)) * xd;
+            __m256 s = _mm256_cvtepi32_ps(dot_i8(wv, xv));
+            acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+        }
+    }
+    rows_end(nr, acc, out);
+}
+
+/* LM_I8G with a group size that is a multiple of 32. */
+LM_INLINE_AVX2 void k_i8g(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                          const lm_q8 *xq, float out[8])
+{
+    (void)x;
+    const unsigned char *p[8];
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
+    size_t G = w->group;
+    for (size_t g = 0; g < w->cols / G; g++) {
+        __m256i s[8];
+        for (int k = 0; k < 8; k++)
+            s[k] = _mm256_setzero_si256();
+        for (size_t c = 0; c < G; c += 32) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq->q + g * G + c));
+            for (int k = 0; k < nr; k++) {
+                __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(p[k] + g * G + c));
+                s[k] = _mm256_add_epi32(s[k], dot_i8(wv, xv));
+            }
+        }
+        const float xd = xq->d[g];
+        for (int k = 0; k < nr; k++) {
+            const float scale = lm__i8g_scale(w, ri[k] * w->cols + g * G) * xd;
+            acc[k] = _mm256_add_ps(acc[k],
+                                   _mm256_mul_ps(_mm256_cvtepi32_ps(s[k]), _mm256_set1_ps(scale)));
+        }
+    }
+    rows_end(nr, acc, out);
+}
+
+/* The kernels of one instruction set, from the bodies above, on NR rows at
+ * a time (4 for AVX2's 16 registers, 8 for AVX-512's 32: enough
+ * independent sums to hide the adds' latency). */
+#define LM_KERNEL(NAME, BODY, SUFFIX, TARGET, NR)                                                 \
+    TARGET __attribute__((unused)) static void NAME##_##SUFFIX(                                   \
+        const lm_matrix *w, const size_t ri[8], const float *x, const lm_q8 *xq, float out[8])    \
+    {                                                                                             \
+        BODY(NR, w, ri, x, xq, out);                                                              \
+    }
+#define LM_KERNELS(SUFFIX, TARGET, NR)                                                            \
+    LM_KERNEL(f32, k_f32, SUFFIX, TARGET, NR)                                                     \
+    LM_KERNEL(f16, k_f16, SUFFIX, TARGET, NR)                                                     \
+    LM_KERNEL(bf16, k_bf16, SUFFIX, TARGET, NR)                                                   \
+    LM_KERNEL(q4_0, k_q4_0, SUFFIX, TARGET, NR)                                                   \
+    LM_KERNEL(q4_k, k_q4_k, SUFFIX, TARGET, NR)                                                   \
+    LM_KERNEL(q6_k, k_q6_k, SUFFIX, TARGET, NR)                                                   \
+    LM_KERNEL(q8_0, k_q8_0, SUFFIX, TARGET, NR)                                                   \
+    LM_KERNEL(i8g, k_i8g, SUFFIX, TARGET, NR)
+
+LM_KERNELS(avx2, LM_AVX2, 4)
+LM_KERNELS(avx512, LM_AVX512, 8)
+LM_KERNEL(q4_k_lut, k_q4_k_lut, avx512, LM_AVX512, 8)
+LM_KERNEL(q4_0_lut, k_q4_0_lut, avx512, LM_AVX512, 8)
+
+#define LM_TABLE(SUFFIX)                                                                          \
+    {f32_##SUFFIX, f16_##SUFFIX, bf16_##SUFFIX, q4_0_##SUFFIX, q4_k_##SUFFIX, q6_k_##SUFFIX,      \
+     q8_0_##SUFFIX, i8g_##SUFFIX}
+
+enum { N_KINDS = 8 };
+/* AVX-512: the AVX2 bodies, but the 4-bit types' lookup kernels */
+static const kern4_fn kernels[LM_ISA_COUNT][N_KINDS] = {
+    {NULL},
+    LM_TABLE(avx2),
+    {f32_avx512, f16_avx512, bf16_avx512, q4_0_lut_avx512, q4_k_lut_avx512, q6_k_avx512,
+     q8_0_avx512, i8g_avx512}};
+static const size_t kernel_rows[LM_ISA_COUNT] = {1, 4, 8};
+
+#else
+enum { N_KINDS = 8 };
+static const kern4_fn kernels[LM_ISA_COUNT][N_KINDS] = {{NULL}};
+static const size_t kernel_rows[LM_ISA_COUNT] = {1, 1, 1};
+#endif
+
+/* The kernel table's column of a type; -1: only the reference. */
+static int kind(const lm_matrix *w)
+{
+    switch (w->type) {
+    case LM_F32: return 0;
+    case LM_F16: return 1;
+    case LM_BF16: return 2;
+    case LM_Q4_0: return 3;
+    case LM_Q4_K: return 4;
+    case LM_Q6_K: return 5;
+    case LM_Q8_0: return 6;
+    case LM_I8G: return w->group % 32 == 0 ? 7 : -1;
+    default: return -1;
+    }
+}
+
+void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
+                    size_t r1, lm_isa isa)
+{
+    if (isa == LM_ISA_COUNT)
+        isa = lm_isa_active();
+    int kd = kind(w);
+    kern4_fn f = kd >= 0 && (unsigned)isa < LM_ISA_COUNT ? kernels[isa][kd] : NULL;
+    if (!f) {
+        lm_matvec_ref(w, x, xq, out, r0, r1);
+        return;
+    }
+    const size_t nr = kernel_rows[isa];
+    for (size_t r = r0; r < r1; r += nr) {
+        size_t ri[8];
+        float o[8];
+        for (size_t k = 0; k < nr; k++) /* past the range: the last row again, dropped */
+            ri[k] = r + k < r1 ? r + k : r1 - 1;
+        f(w, ri, x, xq, o);
+        for (size_t k = 0; k < nr && r + k < r1; k++)
+            out[r - r0 + k] = o[k];
+    }
+}
+
+/* ---- products split over threads ---- */
+
+typedef struct mv_job {
+    const lm_product *p;
+    size_t n, rows;
+    const float *x;
+    const lm_q8 *xq;
+    lm_isa isa;
+} mv_job;
+
+/* Part `part` of `parts`: rows [part * R / parts, (part + 1) * R / parts) of
+ * the R rows of the products one after another. */
+static void mv_part(void *arg, size_t part, size_t parts)
+{
+    const mv_job *j = arg;
+    size_t lo = part * j->rows / parts, hi = (part + 1) * j->rows / parts, base = 0;
+    for (size_t k = 0; k < j->n; k++) {
+        size_t rows = j->p[k].w->rows, a = lo > base ? lo : base;
+        size_t b = hi < base + rows ? hi : base + rows;
+        if (a < b)
+            lm_matvec_rows(j->p[k].w, j->x, j->xq, j->p[k].out + (a - base), a - base, b - base,
+                           j->isa);
+        base += rows;
+    }
+}
+
+void lm_matvec(lm_pool *pool, const lm_product *p, size_t n, const float *x, const lm_q8 *xq)
+{
+    mv_job j = {p, n, 0, x, xq, lm_isa_active()};
+    uint64_t weights = 0;
+    for (size_t k = 0; k < n; k++) {
+        j.rows += p[k].w->rows;
+        weights += (uint64_t)p[k].w->rows * p[k].w->cols;
+    }
+    if (!pool || weights < (1u << 20))
+        mv_part(&j, 0, 1);
+    else
+        lm_pool_run(pool, mv_part, &j);
+}

@@ -1,0 +1,99 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test_gguf_kjv.sh KVEVICT CONVERT SOURCE_DIR [--write] - the committed model
+# in GGUF and llama2.c's other formats, end to end:
+#  - models/kjv.gguf is what the converter writes from models/kjv.bin and
+#    models/tokenizer.bin now (byte for byte);
+#  - every `kvevict lm` command and `kvevict generate` run on it without
+#    --tokenizer (its vocabulary is in the metadata);
+#  - the full-cache bits per byte of the first 12 held-out lines in every
+#    format and type equal docs/data/gguf/check.jsonl (written by
+#    scripts/gguf-kjv.sh with --write; the decoder gives the same bits on
+#    every x86-64 machine and instruction set), the GGUF F32 file's equal to
+#    the legacy file's, and Q8_0's within 0.005 bits per byte of the legacy
+#    file's (a tolerance fixed before measuring: a tenth of a percent of
+#    the 1.4 bits a byte, where 8-bit weights and inputs shift llama.cpp's
+#    perplexities by about that).
+# Skipped (77) without models/.
+set -u
+K=${1:?usage: test_gguf_kjv.sh KVEVICT CONVERT SOURCE_DIR [--write]}
+C=${2:?usage}
+SRC=${3:?usage}
+WRITE=${4:-}
+case $K in /*) ;; *) K=$(pwd)/$K ;; esac
+case $C in /*) ;; *) C=$(pwd)/$C ;; esac
+cd "$SRC" || exit 1
+if [ ! -f models/kjv.bin ] || [ ! -f models/kjv.gguf ]; then
+    echo "test_gguf_kjv: no models/kjv.bin or models/kjv.gguf here: skipped"
+    exit 77
+fi
+W=$(mktemp -d "${TMPDIR:-/tmp}/kve-gguf-kjv.XXXXXX") || exit 1
+trap 'rm -rf "$W"' EXIT
+fail=0
+M=models/kjv.gguf
+H=models/heldout.txt
+"$C" --model models/kjv.bin --tokenizer models/tokenizer.bin --to gguf --type f16 \
+    --name "kvevict KJV 0.93M" -o "$W/kjv.gguf" || exit 1
+if ! cmp -s "$W/kjv.gguf" "$M"; then
+    echo "FAIL: models/kjv.gguf is not what the converter writes now (scripts/gguf-kjv.sh)" >&2
+    fail=1
+fi
+# every command, no --tokenizer
+head -n 12 "$H" >"$W/text.txt"
+for args in "lm logits --prompt 'In the beginning'" \
+    "lm eval --text $W/text.txt --policy h2o --budget 64" \
+    "lm passkey --text $H --trials 1 --distances 64 --policy window --budget 64" \
+    "lm repeat --text $H --trials 1 --distances 64" \
+    "lm stream --text $W/text.txt --tokens 300 --bin 100 --policy streaming --budget 64" \
+    "lm dump --text $W/text.txt --steps 16 -o $W/attn.npy" \
+    "lm prefill --text $H --policy h2o --budget 64 --windows 1 --trials 1 --distances 100 --methods h2o" \
+    "generate --prompt 'And God said' --steps 8 --policy window --budget 32"; do
+    if ! eval "\"$K\" $args --model $M" >"$W/out" 2>"$W/err"; then
+        echo "FAIL: kvevict $args --model $M: $(cat "$W/err")" >&2
+        fail=1
+    fi
+done
+# bits per byte of every format and type on the subset
+: >"$W/check.jsonl"
+bpb() { # NAME FILE [ARGS]: NAME and the full cache's bits per byte
+    name=$1 f=$2
+    shift 2
+    v=$("$K" lm eval --model "$f" --text "$W/text.txt" --json "$@" | head -n 1 |
+        sed 's/.*"bits_per_byte": \([^,]*\),.*/\1/')
+    echo "{\"file\": \"$name\", \"bits_per_byte\": $v}" >>"$W/check.jsonl"
+    echo "$v"
+}
+legacy=$(bpb kjv.bin models/kjv.bin --tokenizer models/tokenizer.bin)
+"$C" --model models/kjv.bin --to llama2c-v1 -o "$W/v1.bin" &&
+    "$C" --model models/kjv.bin --to llama2c-v2 -o "$W/v2.bin" || exit 1
+v1=$(bpb kjv-v1.bin "$W/v1.bin" --tokenizer models/tokenizer.bin)
+bpb kjv-v2.bin "$W/v2.bin" --tokenizer models/tokenizer.bin >/dev/null
+for t in f32 f16 bf16 q8_0 q4_0; do
+    "$C" --model models/kjv.bin --tokenizer models/tokenizer.bin --to gguf --type $t \
+        -o "$W/$t.gguf" 2>/dev/null || exit 1
+    eval "b_$t=\$(bpb kjv-$t.gguf \"\$W/$t.gguf\")"
+done
+bpb kjv.gguf "$M" >/dev/null
+if [ "$WRITE" = --write ]; then
+    cp "$W/check.jsonl" docs/data/gguf/check.jsonl || exit 1
+    echo "test_gguf_kjv: wrote docs/data/gguf/check.jsonl"
+    exit $fail
+fi
+if ! cmp -s "$W/check.jsonl" docs/data/gguf/check.jsonl; then
+    echo "FAIL: bits per byte no longer reproduce docs/data/gguf/check.jsonl:" >&2
+    diff docs/data/gguf/check.jsonl "$W/check.jsonl" | head -8 >&2
+    fail=1
+fi
+# shellcheck disable=SC2154
+if [ "$b_f32" != "$legacy" ] || [ "$v1" != "$legacy" ]; then
+    echo "FAIL: GGUF F32 ($b_f32) and version 1 ($v1) differ from the legacy file ($legacy)" >&2
+    fail=1
+fi
+# shellcheck disable=SC2154
+if ! awk -v a="$b_q8_0" -v b="$legacy" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }'; then
+    echo "FAIL: Q8_0's $b_q8_0 bits per byte is not within 0.005 of the legacy file's $legacy" >&2
+    fail=1
+fi
+[ $fail = 0 ] && echo "test_gguf_kjv: kjv.gguf reproduces; every command runs on it; legacy" \
+    "$legacy, Q8_0 $b_q8_0 bits per byte (12 lines)"
+exit $fail

@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_lm_matvec.c - the decoder's weight types and matrix-vector products
+ * (lm/quant.c, lm/matvec.c, lm/pool.c).
+ *
+ * - Dequantization of every type equals, bit for bit, the values numpy
+ *   computes from ggml's published definitions (tests/fixtures/quant/,
+ *   written by its make.py, independently of lm/).
+ * - Every vector kernel on every instruction set this machine has equals
+ *   the plain reference bit for bit, on random matrices of every type
+ *   (rows that are not a multiple of 4, row ranges that start anywhere,
+ *   columns with a tail of fewer than 8).
+ * - The float references are the float32 product (lm_matmul) over the
+ *   dequantized weights, bit for bit; the integer ones (Q8_0, version-2
+ *   groups) stay within the bound that quantizing the input allows:
+ *   |sum w x - result| <= sum over groups of d_x / 2 * sum |w| plus float
+ *   rounding (2^-20 of sum |w x|), and the quantizer is held to its
+ *   definition (round to nearest, |x - q d| <= d / 2, zeros, NaN).
+ * - Products split over pools of 1 to 4 threads give the same bits.
+ * Random data from the seed printed (replay with the seed as argument).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "check.h"
+#include "lm.h"
+#include "lm_check.h"
+#include "lm_fixture.h"
+
+#include <math.h>
+
+static uint64_t rng_state;
+
+static uint32_t rnd(void)
+{
+    return (uint32_t)(fx_next(&rng_state) >> 32);
+}
+
+/* A random finite float16 scale of magnitude about 2^-9 .. 2^-1. */
+static uint16_t rnd_f16_scale(void)
+{
+    uint16_t e = (uint16_t)(6 + rnd() % 8), m = (uint16_t)(rnd() & 0x3ff);
+    return (uint16_t)((rnd() & 0x8000u) | (uint16_t)(e << 10) | m);
+}
+
+static void put16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+/* A random matrix of `type` (rows, cols): its bytes in *data (free()), and
+ * for LM_I8G its scales. */
+static lm_matrix random_matrix(lm_dtype type, size_t rows, size_t cols, size_t group,
+                               unsigned char **data, unsigned char **scales)
+{
+    size_t bs = lm_dtype_block(type), bb = lm_dtype_block_bytes(type);
+    size_t row_bytes = cols / bs * bb, n = rows * row_bytes;
+    unsigned char *p = malloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)rnd();
+    *scales = NULL;
+    for (size_t b = 0; b < n / bb; b++) {
+        unsigned char *blk = p + b * bb;
+        switch (type) {
+        case LM_F32: {
+            float f = fx_uniform(&rng_state, 1.0);
+            memcpy(blk, &f, 4);
+            break;
+        }
+        case LM_F16:
+            put16(blk, (uint16_t)(rnd_f16_scale() + 0x2000u)); /* about 2^-1 .. 2^7 */
+            break;
+        case LM_BF16: {
+            float f = fx_uniform(&rng_state, 2.0);
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            put16(blk, (uint16_t)(u >> 16));
+            break;
+        }
+        case LM_Q8_0:
+        case LM_Q4_0:
+        case LM_Q4_K: put16(blk, rnd_f16_scale()); break;
+        case LM_Q6_K: put16(blk + 208, rnd_f16_scale()); break;
+        default: break;
+        }
+        if (type == LM_Q4_K)
+            put16(blk + 2, rnd_f16_scale());
+    }
+    if (type == LM_I8G) {
+        size_t ns = rows * cols / group;
+        *scales = malloc(4 * ns + 1); /* one byte on: scales at any alignment */
+        for (size_t i = 0; i < ns; i++) {
+            float s = (float)(rnd() % 1000 + 1) * 1e-4f;
+            memcpy(*scales + 1 + 4 * i, &s, 4);
+        }
+    }
+    *data = p;
+    return (lm_matrix){.data = p, .scales = *scales ? *scales + 1 : NULL, .type = type,
+                       .rows = rows, .cols = cols, .row_bytes = row_bytes, .group = group};
+}
+
+static float *random_x(size_t n)
+{
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = fx_uniform(&rng_state, 2.0);
+    return x;
+}
+
+static int same_bits(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+/* ---- dequantization against numpy ---- */
+
+static void test_dequant_vectors(void)
+{
+    const char *src = getenv("KVE_SOURCE_DIR");
+    char path[600];
+    snprintf(path, sizeof path, "%s/tests/fixtures/quant/vectors.bin", src ? src : ".");
+    size_t len;
+    char *data = fx_slurp(path, &len);
+    if (!data) {
+        CHECK_FAIL_AT("cannot read %s (KVE_SOURCE_DIR=%s)", path, src ? src : "(unset)");
+        return;
+    }
+    const unsigned char *p = (const unsigned char *)data;
+    uint32_t count;
+    memcpy(&count, p, 4);
+    size_t off = 4, seen[31] = {0};
+    for (uint32_t r = 0; r < count; r++) {
+        uint32_t head[3];
+        memcpy(head, p + off, sizeof head);
+        off += sizeof head;
+        lm_dtype type = (lm_dtype)head[0];
+        size_t n = head[1], nbytes = head[2], bs = lm_dtype_block(type);
+        ASSERT_TRUE(bs > 0 && n % bs == 0 && nbytes == n / bs * lm_dtype_block_bytes(type));
+        ASSERT_TRUE(off + nbytes + 4 * n <= len);
+        /* one row of n values */
+        lm_matrix w = {.data = p + off, .type = type, .rows = 1, .cols = n, .row_bytes = nbytes};
+        float *got = malloc(n * sizeof *got), *want = malloc(n * sizeof *want);
+        memcpy(want, p + off + nbytes, 4 * n);
+        lm_matrix_row(&w, 0, got);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += memcmp(&got[i], &want[i], 4) != 0;
+        if (bad)
+            CHECK_FAIL_AT("%s: %zu of %zu values differ from numpy's", lm_dtype_name(type), bad, n);
+        seen[type <= 30 ? type : 0]++;
+        free(got);
+        free(want);
+        off += nbytes + 4 * n;
+    }
+    ASSERT_TRUE(off == len);
+    lm_dtype all[] = {LM_F32, LM_F16, LM_BF16, LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ASSERT_TRUE(seen[all[i]] == 1);
+    free(data);
+}
+
+static void test_f16_bf16(void)
+{
+    /* Every float16 pattern: exact (compared through double), NaN kept NaN. */
+    for (uint32_t h = 0; h < 65536; h++) {
+        int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+        float f = lm_f16_to_f32((uint16_t)h);
+        if (e == 31) {
+            ASSERT_TRUE(m ? isnan(f) : isinf(f) && (f < 0) == sign);
+            continue;
+        }
+        double want = (e ? ldexp(1024 + m, e - 25) : ldexp(m, -24)) * (sign ? -1 : 1);
+        if ((double)f != want || (signbit(f) != 0) != (sign != 0))
+            CHECK_FAIL_AT("f16 0x%04x -> %.9g, want %.9g", h, (double)f, want);
+    }
+    float one = lm_bf16_to_f32(0x3f80), minus_two = lm_bf16_to_f32(0xc000);
+    ASSERT_TRUE(one == 1.0f && minus_two == -2.0f);
+    ASSERT_STR_EQ(lm_dtype_name(LM_Q4_K), "Q4_K");
+    ASSERT_STR_EQ(lm_dtype_name(13), "Q5_K");
+    ASSERT_STR_EQ(lm_dtype_name(999), "unknown");
+    ASSERT_TRUE(lm_dtype_block(LM_Q6_K) == 256 && lm_dtype_block_bytes(LM_Q6_K) == 210);
+    ASSERT_TRUE(lm_dtype_block((lm_dtype)13) == 0);
+}
+
+/* ---- the quantized input ---- */
+
+static void test_quantize(void)
+{
+    enum { N = 96 };
+    float x[N];
+    int8_t q[N];
+    float d[3];
+    for (int i = 0; i < N; i++)
+        x[i] = fx_uniform(&rng_state, 3.0);
+    for (int i = 32; i < 64; i++)
+        x[i] = 0.0f;
+    x[70] = NAN;
+    lm_quantize_q8(x, N, 32, q, d);
+    float amax = 0;
+    for (int i = 0; i < 32; i++)
+        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    ASSERT_TRUE(d[0] == amax / 127.0f);
+    for (int i = 0; i < 32; i++) {
+        ASSERT_TRUE(q[i] == (int8_t)lrintf(x[i] / d[0]));
+        ASSERT_TRUE(fabsf(x[i] - (float)q[i] * d[0]) <= 0.5f * d[0] * (1 + 1e-6f));
+        if (fabsf(x[i]) == amax)
+            ASSERT_TRUE(q[i] == 127 || q[i] == -127);
+    }
+    ASSERT_TRUE(d[1] == 0.0f);
+    for (int i = 32; i < 64; i++)
+        ASSERT_TRUE(q[i] == 0);
+    ASSERT_TRUE(isnan(d[2]));
+    for (int i = 64; i < 96; i++)
+        ASSERT_TRUE(q[i] == 0);
+    /* Ties go to the even integer (the vector conversion's rounding). */
+    float t[4] = {127.0f, 0.5f, 1.5f, -2.5f};
+    int8_t tq[4];
+    float td;
+    lm_quantize_q8(t, 4, 4, tq, &td);
+    ASSERT_TRUE(td == 1.0f && tq[0] == 127 && tq[1] == 0 && tq[2] == 2 && tq[3] == -2);
+}
+
+/* ---- kernels against the reference ---- */
+
+typedef struct shape {
+    lm_dtype type;
+    size_t rows, cols, group;
+} shape;
+
+static const shape shapes[] = {
+    {LM_F32, 1, 1, 0},     {LM_F32, 5, 7, 0},       {LM_F32, 9, 37, 0},
+    {LM_F32, 13, 264, 0},  {LM_F16, 3, 13, 0},      {LM_F16, 6, 300, 0},
+    {LM_BF16, 7, 45, 0},   {LM_BF16, 4, 256, 0},    {LM_Q8_0, 1, 32, 0},
+    {LM_Q8_0, 11, 160, 0}, {LM_Q4_0, 2, 32, 0},     {LM_Q4_0, 9, 224, 0},
+    {LM_Q4_K, 1, 256, 0},  {LM_Q4_K, 7, 768, 0},    {LM_Q6_K, 1, 256, 0},
+    {LM_Q6_K, 6, 512, 0},  {LM_I8G, 5, 64, 32},     {LM_I8G, 9, 192, 64},
+    {LM_I8G, 3, 48, 16},   {LM_I8G, 4, 12, 4},
+};
+
+/* Sum of |w| over group g of row r, and of |w x| over the row (double). */
+static void row_norms(const float *w, const float *x, size_t cols, size_t group, double *gsum,
+                      double *wx)
+{
+    *wx = 0;
+    for (size_t g = 0; g < cols / group; g++) {
+        gsum[g] = 0;
+        for (size_t j = g * group; j < (g + 1) * group; j++) {
+            gsum[g] += fabs((double)w[j]);
+            *wx += fabs((double)w[j] * x[j]);
+        }
+    }
+}
+
+static void test_kernels(void)
+{
+    int isas = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape *sh = &shapes[si];
+        unsigned char *data, *scales;
+        lm_matrix w = random_matrix(sh->type, sh->rows, sh->cols, sh->group, &data, &scales);
+        float *x = random_x(sh->cols);
+        size_t group = lm_matrix_q8_group(&w);
+        int8_t *xq = malloc(sh->cols);
+        float *xd = malloc((sh->cols / (group ? group : 1) + 1) * sizeof *xd);
+        lm_q8 q8 = {xq, xd, group};
+        if (group)
+            lm_quantize_q8(x, sh->cols, group, xq, xd);
+        float *ref = malloc(sh->rows * sizeof *ref), *got = malloc(sh->rows * sizeof *got);
+        lm_matvec_ref(&w, x, &q8, ref, 0, sh->rows);
+        /* The reference is the float32 product over the dequantized weights
+         * (float types), or within the quantization bound (integer ones). */
+        float *deq = malloc(sh->rows * sh->cols * sizeof *deq), *f32 = malloc(sh->rows * 4);
+        for (size_t r = 0; r < sh->rows; r++)
+            lm_matrix_row(&w, r, deq + r * sh->cols);
+        lm_matmul(f32, x, deq, sh->cols, sh->rows);
+        if (!group) {
+            if (!same_bits(ref, f32, sh->rows))
+                CHECK_FAIL_AT("%s %zux%zu: the reference is not lm_matmul over the dequantized "
+                              "weights", lm_dtype_name(sh->type), sh->rows, sh->cols);
+        } else {
+            double *gsum = malloc(sh->cols / group * sizeof *gsum);
+            for (size_t r = 0; r < sh->rows; r++) {
+                const float *wr = deq + r * sh->cols;
+                double exact = 0, wx, bound = 0;
+                for (size_t j = 0; j < sh->cols; j++)
+                    exact += (double)wr[j] * x[j];
+                row_norms(wr, x, sh->cols, group, gsum, &wx);
+                for (size_t g = 0; g < sh->cols / group; g++)
+                    bound += 0.5 * xd[g] * gsum[g] * (1 + 1e-6);
+                bound += wx * 0x1p-20;
+                if (!(fabs(ref[r] - exact) <= bound))
+                    CHECK_FAIL_AT("%s row %zu: %.9g against %.9g, beyond the bound %.3g",
+                                  lm_dtype_name(sh->type), r, (double)ref[r], exact, bound);
+            }
+            free(gsum);
+        }
+        /* Every instruction set, every start of a range. */
+        for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+            if (!lm_isa_supported((lm_isa)isa))
+                continue;
+            isas |= 1 << isa;
+            for (size_t r0 = 0; r0 < sh->rows; r0 += (sh->rows > 4 ? 3 : 1)) {
+                memset(got, 0xff, sh->rows * sizeof *got);
+                lm_matvec_rows(&w, x, &q8, got, r0, sh->rows, (lm_isa)isa);
+                if (!same_bits(got, ref + r0, sh->rows - r0))
+                    CHECK_FAIL_AT("%s %zux%zu, rows %zu..: %s differs from the reference",
+                                  lm_dtype_name(sh->type), sh->rows, sh->cols, r0,
+                                  lm_isa_name((lm_isa)isa));
+            }
+        }
+        free(data), free(scales), free(x), free(xq), free(xd), free(ref), free(got);
+        free(deq), free(f32);
+    }
+    printf("  instruction sets checked:");
+    for (int isa = 0; isa < LM_ISA_COUNT; isa++)
+        if (isas & (1 << isa))
+            printf(" %s", lm_isa_name((lm_isa)isa));
+    printf(" (active: %s)\n", lm_isa_name(lm_isa_active()));
+    ASSERT_TRUE(isas & 1);
+}
+
+/* The active instruction set can be forced and restored. */
+static void test_isa_force(void)
+{
+    lm_isa was = lm_isa_active();
+    ASSERT_TRUE(lm_isa_force(LM_ISA_SCALAR));
+    ASSERT_EQ((int)lm_isa_active(), (int)LM_ISA_SCALAR);
+    ASSERT_TRUE(lm_isa_force(LM_ISA_COUNT));
+    ASSERT_EQ((int)lm_isa_active(), (int)was);
+    ASSERT_STR_EQ(lm_isa_name(LM_ISA_AVX2), "avx2");
+    ASSERT_STR_EQ(lm_isa_name((lm_isa)7), "unknown");
+}
+
+/* ---- threads ---- */
+
+static void test_threads(void)
+{
+    /* Three products of one input, 2^20 weights and more in all, so the
+     * pool is used; mixed types; a part may span two matrices. */
+    unsigned char *d[3], *s[3];
+    lm_matrix w[3] = {random_matrix(LM_F16, 1031, 512, 0, &d[0], &s[0]),
+                      random_matrix(LM_Q4_K, 517, 512, 0, &d[1], &s[1]),
+                      random_matrix(LM_Q8_0, 263, 512, 0, &d[2], &s[2])};
+    float *x = random_x(512);
+    int8_t xq[512];
+    float xd[16];
+    lm_quantize_q8(x, 512, 32, xq, xd);
+    lm_q8 q8 = {xq, xd, 32};
+    float *want[3], *got[3];
+    for (int k = 0; k < 3; k++) {
+        want[k] = malloc(w[k].rows * sizeof(float));
+        got[k] = malloc(w[k].rows * sizeof(float));
+        lm_matvec_ref(&w[k], x, &q8, want[k], 0, w[k].rows);
+    }
+    for (size_t threads = 1; threads <= 4; threads++) {
+        lm_pool *pool = NULL;
+        ASSERT_OK(lm_pool_new(threads, NULL, &pool));
+        for (int rep = 0; rep < 3; rep++) {
+            lm_product p[3] = {{&w[0], got[0]}, {&w[1], got[1]}, {&w[2], got[2]}};
+            for (int k = 0; k < 3; k++)
+                memset(got[k], 0xff, w[k].rows * sizeof(float));
+            lm_matvec(pool, p, 3, x, &q8);
+            for (int k = 0; k < 3; k++)
+                if (!same_bits(got[k], want[k], w[k].rows))
+                    CHECK_FAIL_AT("%zu threads: product %d differs", threads, k);
+        }
+        lm_pool_free(pool);
+    }
+    lm_pool *pool = (lm_pool *)&rng_state;
+    ASSERT_STATUS(lm_pool_new(0, NULL, &pool), KVE_EINVAL);
+    ASSERT_STATUS(lm_pool_new(LM_MAX_THREADS + 1, NULL, &pool), KVE_EINVAL);
+    ASSERT_TRUE(pool == (lm_pool *)&rng_state);
+    ASSERT_TRUE(lm_cores() >= 1);
+    lm_pool_free(NULL);
+    for (int k = 0; k < 3; k++)
+        free(d[k]), free(s[k]), free(want[k]), free(got[k]);
+    free(x);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK_INIT(argc, argv);
+    rng_state = check_seed;
+    RUN(test_dequant_vectors);
+    RUN(test_f16_bf16);
+    RUN(test_quantize);
+    RUN(test_kernels);
+    RUN(test_isa_force);
+    RUN(test_threads);
+    return CHECK_DONE();
+}

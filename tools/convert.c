@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * convert.c - kvevict-convert: writes a llama model as GGUF (every type the
+ * decoder reads) or as a llama2.c export (legacy, version 1, version 2),
+ * from any checkpoint the decoder reads or from random weights.
+ *
+ *   kvevict-convert (--model CKPT | --random SHAPE) [--tokenizer TOK]
+ *                   --to gguf|llama2c|llama2c-v1|llama2c-v2 [--type T]
+ *                   [--embedding-type T] [--norm-type T] [--group N] -o OUT
+ *
+ * Invariants: the input is read with lm/ (float32 values of every tensor,
+ * dequantized when the input is quantized); the output is written by
+ * gguf_write.c, whose encoders are independent of lm/. Random weights are
+ * a function of (seed, tensor, layer) only: splitmix64, uniform, scaled as
+ * tests/lm_fixture.h scales them, so activations stay of order 1. The
+ * output goes to a temporary name renamed into place on success.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "gguf_write.h"
+#include "lm.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: kvevict-convert (--model CKPT | --random SHAPE) [--tokenizer TOK]\n"
+    "                       --to FORMAT [--type T] [--embedding-type T] [--norm-type T]\n"
+    "                       [--group N] [--name NAME] -o OUT\n"
+    "\n"
+    "Writes a llama model as GGUF (version 3) or as a llama2.c export.\n"
+    "\n"
+    "  --model CKPT        any checkpoint the decoder reads (llama2.c legacy,\n"
+    "                      version 1 or 2, GGUF); quantized values are dequantized\n"
+    "  --random SHAPE      random weights instead: dim=D,hidden=F,layers=L,heads=H,\n"
+    "                      kv_heads=G,vocab=V,seq_len=T[,seed=S][,tied=0|1]\n"
+    "  --tokenizer TOK     a tokenizer.bin for the GGUF's metadata (default: the\n"
+    "                      input GGUF's own vocabulary; none for a llama2.c input)\n"
+    "  --to FORMAT         gguf, llama2c (legacy), llama2c-v1, llama2c-v2\n"
+    "  --type T            GGUF: the matrices' type: f32 (default), f16, bf16, q8_0,\n"
+    "                      q4_0, q4_k, q6_k. A tensor whose rows are not whole blocks\n"
+    "                      of its type falls back, as llama.cpp's do: q4_k to q4_0,\n"
+    "                      q6_k to q8_0 (blocks of 32), then f16; the tool says so\n"
+    "  --embedding-type T  GGUF: the embedding's and classifier's type (default: --type,\n"
+    "                      with the same fallback)\n"
+    "  --norm-type T       GGUF: the norms' type: f32 (default), f16, bf16\n"
+    "  --group N           llama2c-v2: values per int8 scale (default 64, halved until\n"
+    "                      it divides dim and hidden, as llama2.c's export.py does)\n"
+    "  --name NAME         GGUF: general.name\n"
+    "  -o OUT              the output file\n";
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kvevict-convert: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(2);
+}
+
+static const struct {
+    const char *name;
+    uint32_t type;
+} types[] = {{"f32", GW_F32},   {"f16", GW_F16},   {"bf16", GW_BF16}, {"q8_0", GW_Q8_0},
+             {"q4_0", GW_Q4_0}, {"q4_k", GW_Q4_K}, {"q6_k", GW_Q6_K}};
+
+static uint32_t type_of(const char *opt, const char *s)
+{
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(s, types[i].name) == 0)
+            return types[i].type;
+    die("%s: '%s' is not f32, f16, bf16, q8_0, q4_0, q4_k or q6_k", opt, s);
+}
+
+/* ---- sources ---- */
+
+typedef struct random_src {
+    uint64_t seed;
+    const gw_spec *spec;
+} random_src;
+
+static uint64_t mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15u;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+static int random_tensor(void *user, gw_kind kind, int layer, float *out)
+{
+    const random_src *r = user;
+    size_t rows, cols;
+    gw_shape(r->spec, kind, &rows, &cols);
+    double center = kind == GW_RMS_ATT || kind == GW_RMS_FFN || kind == GW_RMS_FINAL ? 1.0 : 0.0;
+    double a = kind == GW_EMB || kind == GW_CLS ? 1.0
+               : center > 0                     ? 0.2
+               : kind == GW_WQ || kind == GW_WK ? 1.5 / sqrt((double)cols)
+                                                : 1.0 / sqrt((double)cols);
+    uint64_t s = mix(r->seed ^ mix((uint64_t)kind << 32 | (uint32_t)layer));
+    for (size_t i = 0; i < rows * cols; i++) {
+        s = mix(s);
+        out[i] = (float)(center + ((double)(s >> 11) * 0x1.0p-53 * 2.0 - 1.0) * a);
+    }
+    return 0;
+}
+
+static int model_tensor(void *user, gw_kind kind, int layer, float *out)
+{
+    const lm_model *m = user;
+    const lm_weights *w = &m->weights;
+    const lm_layer *ly = &w->layer[layer];
+    size_t D = (size_t)m->config.dim;
+    const float *norm = kind == GW_RMS_ATT ? ly->rms_att
+                        : kind == GW_RMS_FFN ? ly->rms_ffn
+                        : kind == GW_RMS_FINAL ? w->rms_final
+                                                : NULL;
+    if (norm) {
+        memcpy(out, norm, D * sizeof *out);
+        return 0;
+    }
+    const lm_matrix *mx = kind == GW_EMB ? &w->token_embedding
+                          : kind == GW_CLS ? &w->wcls
+                          : kind == GW_WQ ? &ly->wq
+                          : kind == GW_WK ? &ly->wk
+                          : kind == GW_WV ? &ly->wv
+                          : kind == GW_WO ? &ly->wo
+                          : kind == GW_W1 ? &ly->w1
+                          : kind == GW_W2 ? &ly->w2
+                                          : &ly->w3;
+    for (size_t r = 0; r < mx->rows; r++)
+        lm_matrix_row(mx, r, out + r * mx->cols);
+    return 0;
+}
+
+/* dim=...,hidden=... into s (and seed, tied). */
+static void parse_shape(const char *arg, gw_spec *s, uint64_t *seed)
+{
+    char *copy = strdup(arg), *save = NULL;
+    int have = 0;
+    s->shared = 1;
+    for (char *it = strtok_r(copy, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(it, '=');
+        if (!eq)
+            die("--random: '%s' is not key=value", it);
+        *eq = '\0';
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(eq + 1, &end, 10);
+        if (*end || errno || eq[1] == '\0' || (strcmp(it, "seed") != 0 && v > INT32_MAX))
+            die("--random: %s=%s is not a number", it, eq + 1);
+        int32_t *slot = strcmp(it, "dim") == 0        ? &s->dim
+                        : strcmp(it, "hidden") == 0   ? &s->hidden
+                        : strcmp(it, "layers") == 0   ? &s->layers
+                        : strcmp(it, "heads") == 0    ? &s->heads
+                        : strcmp(it, "kv_heads") == 0 ? &s->kv_heads
+                        : strcmp(it, "vocab") == 0    ? &s->vocab
+                        : strcmp(it, "seq_len") == 0  ? &s->seq_len
+                                                      : NULL;
+        if (slot) {
+            *slot = (int32_t)v;
+            have++;
+        } else if (strcmp(it, "seed") == 0) {
+            *seed = v;
+        } else if (strcmp(it, "tied") == 0) {
+            s->shared = v != 0;
+        } else {
+            die("--random: unknown key '%s'", it);
+        }
+    }
+    free(copy);
+    if (have != 7)
+        die("--random: give dim, hidden, layers, heads, kv_heads, vocab and seq_len");
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL, *random = NULL, *tok = NULL, *to = NULL, *out = NULL, *name = NULL;
+    const char *type_s = "f32", *emb_s = NULL, *norm_s = "f32", *group_s = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char **slot = strcmp(argv[i], "--model") == 0            ? &model
+                            : strcmp(argv[i], "--random") == 0         ? &random
+                            : strcmp(argv[i], "--tokenizer") == 0      ? &tok
+                            : strcmp(argv[i], "--to") == 0             ? &to
+                            : strcmp(argv[i], "--type") == 0           ? &type_s
+                            : strcmp(argv[i], "--embedding-type") == 0 ? &emb_s
+                            : strcmp(argv[i], "--norm-type") == 0      ? &norm_s
+                            : strcmp(argv[i], "--group") == 0          ? &group_s
+                            : strcmp(argv[i], "--name") == 0           ? &name
+                            : strcmp(argv[i], "-o") == 0               ? &out
+                                                                       : NULL;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (!slot)
+            die("unknown option '%s' (see --help)", argv[i]);
+        if (i + 1 >= argc)
+            die("%s needs a value", argv[i]);
+        *slot = argv[++i];
+    }
+    if (!model == !random)
+        die("give exactly one of --model and --random (see --help)");
+    if (!to || !out)
+        die("--to and -o are required (see --help)");
+    int version = strcmp(to, "gguf") == 0         ? -1
+                  : strcmp(to, "llama2c") == 0    ? 0
+                  : strcmp(to, "llama2c-v1") == 0 ? 1
+                  : strcmp(to, "llama2c-v2") == 0 ? 2
+                                                  : -2;
+    if (version == -2)
+        die("--to: '%s' is not gguf, llama2c, llama2c-v1 or llama2c-v2", to);
+    gw_spec s = {0};
+    s.type = type_of("--type", type_s);
+    s.emb_type = emb_s ? type_of("--embedding-type", emb_s) : s.type;
+    s.norm_type = type_of("--norm-type", norm_s);
+    if (s.norm_type != GW_F32 && s.norm_type != GW_F16 && s.norm_type != GW_BF16)
+        die("--norm-type: norms are f32, f16 or bf16");
+    s.name = name;
+    s.norm_eps = 1e-5f;
+    s.rope_theta = 10000.0f;
+    lm_model *m = NULL;
+    uint64_t seed = 1;
+    if (model) {
+        if (lm_model_open(model, NULL, &m) != KVE_OK)
+            die("--model %s: %s", model, kve_last_error());
+        const lm_config *c = &m->config;
+        s.dim = c->dim, s.hidden = c->hidden_dim, s.layers = c->n_layers, s.heads = c->n_heads;
+        s.kv_heads = c->n_kv_heads, s.vocab = c->vocab_size, s.seq_len = c->seq_len;
+        s.shared = c->shared_classifier;
+        s.norm_eps = c->norm_eps;
+        s.rope_theta = c->rope_theta;
+    } else {
+        parse_shape(random, &s, &seed);
+    }
+    lm_tokenizer *t = NULL;
+    if (tok && lm_tokenizer_open(tok, NULL, &t) != KVE_OK)
+        die("--tokenizer %s: %s", tok, kve_last_error());
+    if (!tok && m && m->config.format == LM_FORMAT_GGUF && lm_tokenizer_from_model(m, NULL, &t) != KVE_OK)
+        fprintf(stderr, "kvevict-convert: no vocabulary written: %s\n", kve_last_error());
+    if (t && t->n_pieces != s.vocab)
+        die("--tokenizer: %d pieces, the model's vocabulary is %d", t->n_pieces, s.vocab);
+    gw_vocab vocab = {0};
+    if (t)
+        vocab = (gw_vocab){t->n_pieces, (const char *const *)t->piece, t->len, t->score};
+    s.vocab_data = t && version < 0 ? &vocab : NULL;
+    s.fallback = 1;
+    int group = 0;
+    if (version == 2) {
+        group = group_s ? atoi(group_s) : 64;
+        if (!group_s)
+            while (group > 1 && (s.dim % group || s.hidden % group))
+                group /= 2;
+        if (group <= 0 || s.dim % group || s.hidden % group)
+            die("--group %s must divide dim %d and hidden %d", group_s ? group_s : "64", s.dim,
+                s.hidden);
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        die("cannot create %s: %s", tmp, strerror(errno));
+    random_src rs = {seed, &s};
+    gw_source src = m ? model_tensor : random_tensor;
+    void *user = m ? (void *)m : (void *)&rs;
+    char err[256] = "";
+    int rc = version < 0 ? gw_write_gguf(f, &s, src, user, err, sizeof err)
+                         : gw_write_llama2c(f, &s, version, group, src, user, err, sizeof err);
+    if (fclose(f) != 0 && rc == 0)
+        rc = -1, snprintf(err, sizeof err, "%s", strerror(errno));
+    if (rc == 0 && s.fell_back)
+        fprintf(stderr, "kvevict-convert: %zu tensors have rows that are not whole blocks of their "
+                "type: written in the nearest type that fits (as llama.cpp falls back)\n",
+                s.fell_back);
+    if (rc != 0 || rename(tmp, out) != 0) {
+        remove(tmp);
+        fprintf(stderr, "kvevict-convert: cannot write %s: %s\n", out,
+                err[0] ? err : strerror(errno));
+        return 1;
+    }
+    lm_tokenizer_free(t);
+    lm_model_free(m);
+    return 0;
+}
