@@ -43,16 +43,6 @@ enum { MAXH = 4, MAXD = 7, CALLS = 48 };
 
 #define CHECK(c) FUZZ_CHECK("fuzz_state", c)
 
-typedef struct reader {
-    const uint8_t *d;
-    size_t n, i;
-} reader;
-
-static uint8_t take(reader *r)
-{
-    return r->i < r->n ? r->d[r->i++] : 0;
-}
-
 static bool trace_on;
 
 /* ---- the loaded object and its models ---- */
@@ -191,7 +181,7 @@ static void call(world *w, uint8_t op)
 }
 
 /* A loaded object: its image is the input, and it continues as its models. */
-static void hold(kve_policy *p, kve_bank *b, const uint8_t *img, size_t n, reader *in)
+static void hold(kve_policy *p, kve_bank *b, const uint8_t *img, size_t n, fuzz_reader *in)
 {
     world w = {0};
     w.p = p;
@@ -221,7 +211,7 @@ static void hold(kve_policy *p, kve_bank *b, const uint8_t *img, size_t n, reade
     }
     kve_rng_seed(&w.g, (uint64_t)n * 2654435761u);
     for (int k = 0; k < CALLS; k++) {
-        uint8_t op = take(in);
+        uint8_t op = fuzz_take(in);
         if (w.pos < 0 || w.pos > INT32_MAX - 2 * CALLS)
             op = op % 6 < 3 ? 3 : op; /* near the largest position: no steps */
         call(&w, op);
@@ -231,7 +221,7 @@ static void hold(kve_policy *p, kve_bank *b, const uint8_t *img, size_t n, reade
 }
 
 /* Both loaders on one image. */
-static void load(const uint8_t *img, size_t n, reader *in)
+static void load(const uint8_t *img, size_t n, fuzz_reader *in)
 {
     int sentinel;
     kve_policy *p = (kve_policy *)&sentinel;
@@ -273,14 +263,14 @@ static void set_key(char *spec, const char *key, const char *value)
 
 /* The image of an object built and driven from the recipe; NULL when the
  * recipe names none. */
-static uint8_t *made(reader *in, size_t *n)
+static uint8_t *made(fuzz_reader *in, size_t *n)
 {
-    const char *name = kve_policy_type_name(take(in) % kve_policy_type_count());
-    size_t budget = 1 + take(in) % 40;
-    uint8_t param = take(in), history = take(in), block = take(in), kind = take(in);
-    size_t dim = 1 + take(in) % MAXD;
-    uint64_t seed = take(in);
-    size_t steps = take(in);
+    const char *name = kve_policy_type_name(fuzz_take(in) % kve_policy_type_count());
+    size_t budget = 1 + fuzz_take(in) % 40;
+    uint8_t param = fuzz_take(in), history = fuzz_take(in), block = fuzz_take(in), kind = fuzz_take(in);
+    size_t dim = 1 + fuzz_take(in) % MAXD;
+    uint64_t seed = fuzz_take(in);
+    size_t steps = fuzz_take(in);
     char spec[KVE_SPEC_MAX], value[32];
     snprintf(spec, sizeof spec, "%s", name);
     set_key(spec, "recent_window", "0");
@@ -376,9 +366,9 @@ static uint64_t special(uint8_t v, int width)
     return v < 128 ? f[v % (sizeof f / sizeof f[0])] : v - 128u;
 }
 
-static void edit(uint8_t **img, size_t *n, reader *in)
+static void edit(uint8_t **img, size_t *n, fuzz_reader *in)
 {
-    uint8_t op = take(in), lo = take(in), hi = take(in), v = take(in);
+    uint8_t op = fuzz_take(in), lo = fuzz_take(in), hi = fuzz_take(in), v = fuzz_take(in);
     size_t at = *n ? ((size_t)hi << 8 | lo) % *n : 0;
     switch (op % 6) {
     case 0: if (*n) (*img)[at] = v; break;
@@ -410,9 +400,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size == 0)
         return 0;
     uint8_t mode = data[0];
-    reader in = {data + 1, size - 1, 0};
+    fuzz_reader in = {data + 1, size - 1, 0};
     if (mode % 4 == 0) {
-        reader none = {NULL, 0, 0};
+        fuzz_reader none = {NULL, 0, 0};
         load(data + 1, size - 1, &none);
         return 0;
     }

@@ -564,9 +564,10 @@ KVE_API kve_status kve_policy_copy(kve_policy *dst, const kve_policy *src);
  * every position still kept, so a rewind to p, kve_policy_remove(p, p,
  * KVE_POS_END, NULL), can step p again. What the removed positions' queries
  * added to the others' scores stays (see "Lifecycle"), and so does the
- * count of informative steps. Pages: a page that holds kept positions past
- * the largest kept is incomplete again until a step reaches its end; a page
- * the range cut keeps its other positions and is evicted whole with them.
+ * count of informative steps. Pages: the page of the largest kept position
+ * is incomplete again (until a step reaches its end) if its last position is
+ * past it; a page the range cut keeps its other positions, and is evicted
+ * whole with them.
  * streaming: its sinks are the first `sinks` kept positions, so removing a
  * sink makes the next kept position, or the next one stepped, a sink.
  * Refuses (KVE_EINVAL, nothing changed): NULL p; p0 >= p1 (the message

@@ -346,7 +346,7 @@ static kve_status read_header(const uint8_t *in, size_t size, uint32_t want, hea
         return bad("key_dim 0, but %s reads keys", c->type->name);
     static const char *const col_names[N_STORED] = {"pos", "score", "extra0", "extra1"};
     for (int k = 1; k < N_STORED; k++) {
-        uint32_t e = (uint32_t)get_le(in + 56 + 4 * (k - 1), 4);
+        uint32_t e = (uint32_t)get_le(in + 56 + 4 * (size_t)(k - 1), 4);
         if (e != c->elem[stored[k]])
             return bad("column %s holds %lu bytes a slot, but %s's holds %zu", col_names[k],
                        (unsigned long)e, c->spec, c->elem[stored[k]]);
@@ -410,7 +410,7 @@ static kve_status read_head(kve_bank *b, size_t head, const uint8_t *in)
     h->seed = get_le(in + 24, 8);
     uint64_t any = 0;
     for (int k = 0; k < 4; k++)
-        any |= h->rng.s[k] = get_le(in + 32 + 8 * k, 8);
+        any |= h->rng.s[k] = get_le(in + 32 + 8 * (size_t)k, 8);
     if (flags > 1)
         return bad_head(b, head, "flags %#lx: only bit 0 (a position was admitted) is defined",
                         (unsigned long)flags);
@@ -559,6 +559,7 @@ kve_status kve_policy_load(const void *buf, size_t size, const kve_allocator *al
                            kve_policy **out)
 {
     header hd;
+    memset(&hd, 0, sizeof hd);
     kve_status st = load(buf, size, KIND_POLICY, out, &hd);
     return st == KVE_OK ? build(buf, &hd, allocator, out, NULL) : st;
 }
@@ -567,6 +568,7 @@ kve_status kve_bank_load(const void *buf, size_t size, const kve_allocator *allo
                          kve_bank **out)
 {
     header hd;
+    memset(&hd, 0, sizeof hd);
     kve_status st = load(buf, size, KIND_BANK, out, &hd);
     return st == KVE_OK ? build(buf, &hd, allocator, NULL, out) : st;
 }

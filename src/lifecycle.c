@@ -65,46 +65,43 @@ static void copy_head(const kve_config *c, kve_head *d, const kve_head *s)
     d->picked = 0;
 }
 
+/* Frees every spare block reserve() made (a head's is of src's head's
+ * slots, a group's of spare_cap) and returns st. */
+static kve_status drop_spares(kve_bank *dst, const kve_bank *src, kve_status st)
+{
+    const kve_config *c = &dst->cfg;
+    for (size_t gi = 0; dst->share && gi < dst->n_heads / dst->share; gi++) {
+        kve_group *g = &dst->groups[gi];
+        kve__dealloc(&dst->alloc, g->spare, g->spare ? kve__block_bytes(c, g->spare_cap) : 0);
+        g->spare = NULL;
+    }
+    for (size_t h = 0; h < dst->n_heads; h++) {
+        kve_head *d = &dst->heads[h];
+        kve__dealloc(&dst->alloc, d->spare,
+                     d->spare ? kve__block_bytes(c, src->heads[h].cap) : 0);
+        d->spare = NULL;
+    }
+    return st;
+}
+
 /* The blocks dst needs to take src's state: for each group of dst with
  * fewer slots than src's (a block of src's group's slots), or each head
  * with fewer slots than src's head has positions (a block of src's head's
  * slots), into its spare; all or nothing. */
 static kve_status reserve(kve_bank *dst, const kve_bank *src)
 {
-    const kve_config *c = &dst->cfg;
     size_t n_groups = dst->share ? dst->n_heads / dst->share : 0;
-    for (size_t gi = 0; gi < n_groups; gi++) {
+    kve_status st = KVE_OK;
+    for (size_t gi = 0; st == KVE_OK && gi < n_groups; gi++) {
         kve_group *g = &dst->groups[gi];
-        if (g->cap >= src->groups[gi].cap)
-            continue;
-        kve_status st = kve__block_alloc(dst, src->groups[gi].cap, &g->spare);
-        if (st != KVE_OK) {
-            for (size_t k = 0; k < gi; k++) {
-                kve_group *f = &dst->groups[k];
-                if (f->spare)
-                    kve__dealloc(&dst->alloc, f->spare, kve__block_bytes(c, f->spare_cap));
-                f->spare = NULL;
-            }
-            return st;
-        }
         g->spare_cap = src->groups[gi].cap;
+        if (g->cap < g->spare_cap)
+            st = kve__block_alloc(dst, g->spare_cap, &g->spare);
     }
-    for (size_t h = 0; !n_groups && h < dst->n_heads; h++) {
-        kve_head *d = &dst->heads[h];
-        if (d->cap >= src->heads[h].size)
-            continue;
-        kve_status st = kve__block_alloc(dst, src->heads[h].cap, &d->spare);
-        if (st != KVE_OK) {
-            for (size_t k = 0; k < h; k++) {
-                kve_head *f = &dst->heads[k];
-                if (f->spare)
-                    kve__dealloc(&dst->alloc, f->spare, kve__block_bytes(c, src->heads[k].cap));
-                f->spare = NULL;
-            }
-            return st;
-        }
-    }
-    return KVE_OK;
+    for (size_t h = 0; st == KVE_OK && !n_groups && h < dst->n_heads; h++)
+        if (dst->heads[h].cap < src->heads[h].size)
+            st = kve__block_alloc(dst, src->heads[h].cap, &dst->heads[h].spare);
+    return st == KVE_OK ? st : drop_spares(dst, src, st);
 }
 
 kve_status kve__bank_copy_state(kve_bank *dst, const kve_bank *src)

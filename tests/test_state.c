@@ -70,31 +70,30 @@ static size_t counts[FLEET][MAXH];
 
 /* ---- images ---- */
 
-/* b's image, malloc'ed; its size in *n. */
-static uint8_t *bank_image(const kve_bank *b, size_t *n)
+/* The image of policy p or (p NULL) bank b, malloc'ed; its size in *n. */
+static uint8_t *image_of(const kve_policy *p, const kve_bank *b, size_t *n)
 {
-    if (kve_bank_save(b, NULL, 0, n) != KVE_OK)
+    if ((p ? kve_policy_save(p, NULL, 0, n) : kve_bank_save(b, NULL, 0, n)) != KVE_OK)
         return NULL;
     uint8_t *img = malloc(*n);
     size_t got = 0;
-    if (img && (kve_bank_save(b, img, *n, &got) != KVE_OK || got != *n)) {
+    if (img && ((p ? kve_policy_save(p, img, *n, &got) : kve_bank_save(b, img, *n, &got)) !=
+                    KVE_OK ||
+                got != *n)) {
         free(img);
         return NULL;
     }
     return img;
 }
 
+static uint8_t *bank_image(const kve_bank *b, size_t *n)
+{
+    return image_of(NULL, b, n);
+}
+
 static uint8_t *policy_image(const kve_policy *p, size_t *n)
 {
-    if (kve_policy_save(p, NULL, 0, n) != KVE_OK)
-        return NULL;
-    uint8_t *img = malloc(*n);
-    size_t got = 0;
-    if (img && (kve_policy_save(p, img, *n, &got) != KVE_OK || got != *n)) {
-        free(img);
-        return NULL;
-    }
-    return img;
+    return image_of(p, NULL, n);
 }
 
 /* Whether a and b have the same image. */

@@ -93,7 +93,10 @@ static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_
                      sum[i], (unsigned long)k);
             return false;
         }
-        if (memcmp(&want, &score[i], sizeof want) != 0) {
+        uint64_t want_bits, bits; /* bit for bit: -0.0 is not the rule's 0 */
+        memcpy(&want_bits, &want, sizeof want);
+        memcpy(&bits, &score[i], sizeof bits);
+        if (want_bits != bits) {
             snprintf(msg, cap, "score[%zu] = %.17g is not sum / steps = %.17g", i, score[i],
                      want);
             return false;
