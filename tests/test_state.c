@@ -527,6 +527,87 @@ static void test_remove_reference(void)
         remove_case(page_specs[i], 0, check_seed + 500 + i);
 }
 
+/* A shared bank against the reference's shared eviction, through removals
+ * and rewinds: the groups stay consistent (the same victims, sizes and
+ * state as the reference's heads) and forks taken on the way agree. */
+static void test_shared_remove_reference(void)
+{
+    for (size_t si = 0; si < N_OF(shared_specs); si++) {
+        const char *spec = shared_specs[si];
+        size_t dim = strncmp(spec, "k", 1) == 0 ? 3 : 0;
+        enum { HS = 4, G = 2 };
+        fleet f;
+        ASSERT_TRUE(fleet_init(&f, spec, HS, dim, G, check_seed + 700 + si));
+        kve_rng rr;
+        kve_rng_seed(&rr, check_seed + 700 + si);
+        ref_policy *r[HS];
+        for (size_t h = 0; h < HS; h++)
+            ASSERT_TRUE((r[h] = ref_new_keys(kve_bank_spec(f.b[0]), &rr, dim)) != NULL);
+        int32_t rv[HS * MAXN];
+        size_t rc[HS];
+        int failed = 0;
+        for (int s = 0; s < 400 && !failed; s++) {
+            uint64_t kind = kve_rng_below(&f.g, 10);
+            size_t ld = widest(f.b[0]) + 1;
+            if (kind < 5) {
+                for (size_t h = 0; h < HS; h++)
+                    for (size_t i = 0; i < ld; i++)
+                        rows[h * ld + i] = random_weight(&f.g, f.pool, r[h]->n ? r[h]->n : 1);
+                for (size_t j = 0; j < HS * dim; j++)
+                    keys[j] = (float)kve_rng_uniform(&f.g) - 0.5f;
+                failed = kve_bank_step_range(f.b[0], 0, HS, f.pos, rows, ld, 1, KVE_REDUCE_MEAN,
+                                             dim ? keys : NULL, dim) != KVE_OK;
+                for (size_t h = 0; h < HS && !failed; h++)
+                    failed = ref_step_keys(r[h], f.pos, rows + h * ld, r[h]->n,
+                                           dim ? keys + h * dim : NULL) != 0;
+                f.pos++;
+            } else if (kind < 8) {
+                size_t budget = G * f.budget;
+                failed = kve_bank_evict_shared(f.b[0], 0, HS, budget, victims[0], ld,
+                                               counts[0]) != KVE_OK;
+                for (size_t g = 0; g < HS / G && !failed; g++)
+                    failed = ref_evict_shared(r + g * G, G, budget, kve_bank_min_share(f.b[0]),
+                                              rv + g * G * ld, ld, rc + g * G) != 0;
+                for (size_t h = 0; h < HS && !failed; h++)
+                    failed = counts[0][h] != rc[h] ||
+                             memcmp(victims[0] + h * ld, rv + h * ld,
+                                    rc[h] * sizeof(int32_t)) != 0;
+            } else {
+                int32_t p0 = kind == 8 ? (int32_t)kve_rng_below(&f.g, (uint64_t)f.pos + 1) : 0;
+                int32_t p1 = kind == 8 ? p0 + 1 + (int32_t)kve_rng_below(&f.g, 8) : KVE_POS_END;
+                if (kind == 9) /* a rewind */
+                    p0 = f.pos = f.pos > 3 ? f.pos - 3 : 0;
+                failed = kve_bank_remove(f.b[0], p0, p1) != KVE_OK;
+                for (size_t h = 0; h < HS; h++)
+                    (void)ref_remove(r[h], p0, p1);
+            }
+            size_t n = 0;
+            uint8_t *img = failed ? NULL : bank_image(f.b[0], &n);
+            img_hdr hd;
+            for (size_t h = 0; img && h < HS && !failed; h++) {
+                ref_policy *back = img_header(img, n, &hd) == 0 ? img_ref(img, &hd, h) : NULL;
+                failed = !back || ref_same(back, r[h]) != 0;
+                ref_free(back);
+            }
+            free(img);
+            if (failed)
+                fprintf(stderr, "%s: call %d (kind %d) differs from the reference\n", spec, s,
+                        (int)kind);
+            if (!failed && s % 50 == 49) { /* a fork in the middle: continue with it */
+                kve_bank *c = kve_rng_below(&f.g, 2) ? reload(f.b[0], NULL) : NULL;
+                if (!c)
+                    failed = kve_bank_clone(f.b[0], &c) != KVE_OK;
+                kve_bank_free(f.b[0]);
+                f.b[0] = c;
+            }
+        }
+        for (size_t h = 0; h < HS; h++)
+            ref_free(r[h]);
+        fleet_free(&f);
+        ASSERT_TRUE(!failed);
+    }
+}
+
 /* The promises of kve_policy_remove, one by one. */
 static void test_remove_contract(void)
 {
@@ -1317,6 +1398,7 @@ int main(int argc, char **argv)
     RUN(test_forks_shared);
     RUN(test_isa_paths);
     RUN(test_remove_reference);
+    RUN(test_shared_remove_reference);
     RUN(test_reset_replays);
     RUN(test_image_sizes);
     return CHECK_DONE();
