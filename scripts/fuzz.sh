@@ -17,7 +17,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-targets=${*:-fuzz_spec fuzz_api fuzz_npy fuzz_qk fuzz_memory fuzz_checkpoint fuzz_gguf fuzz_tokenizer fuzz_jsonl}
+# Every target in fuzz/ (fuzz/fuzz_NAME.c), in name order.
+targets=${*:-$(cd fuzz && for f in fuzz_*.c; do printf '%s ' "${f%.c}"; done)}
 build=${KVE_FUZZ_BUILD:-build-fuzz}
 seed=${FUZZ_SEED:-$(date +%s)}
 
