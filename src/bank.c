@@ -5,8 +5,9 @@
  *
  * Every entry point validates everything it is given, for every head of its
  * range, before it changes anything: positions, buffer sizes, every weight of
- * every row, then the allocations a growth needs (made for every head first,
- * committed only once all succeeded). So a refused call leaves every head
+ * every row (but in a bank or policy built unchecked, which trusts the
+ * weights: kvevict.h, "Unchecked steps"), then the allocations a growth needs
+ * (made for every head first, committed only once all succeeded). So a refused call leaves every head
  * exactly as it was, and a head's state is only ever touched by calls whose
  * range contains it: disjoint ranges may run in different threads.
  *
@@ -309,7 +310,7 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
                 return kve__head_fail(b, KVE_EINVAL, first + j,
                                  "ld %zu is smaller than the %zu kept positions", ld, n);
         }
-        for (size_t j = 0; j < count; j++) {
+        for (size_t j = 0; j < count && !c->unchecked; j++) {
             kve_rows in = {attn + j * group * ld, ld, group, reduce};
             size_t q, i;
             if (kve__rows_invalid(&in, b->heads[first + j].size, &q, &i))
@@ -407,7 +408,8 @@ typedef struct bank_alloc {
 
 kve_bank_options kve_bank_default_options(void)
 {
-    kve_bank_options o = {.allocator = NULL, .key_dim = 0, .share = 0, .min_share = 0.2};
+    kve_bank_options o = {
+        .allocator = NULL, .key_dim = 0, .share = 0, .min_share = 0.2, .unchecked = 0};
     return o;
 }
 
@@ -437,6 +439,7 @@ kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
     kve_bank_options o = options ? *options : kve_bank_default_options();
     kve_policy_options po = kve_policy_default_options();
     po.key_dim = o.key_dim;
+    po.unchecked = o.unchecked;
     const kve_allocator alloc = kve__allocator(o.allocator);
     kve_config c;
     kve_status st = kve__config_new(spec, rng, &po, out, &c);

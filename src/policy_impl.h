@@ -76,10 +76,12 @@ typedef struct kve_config kve_config;
 typedef struct kve_head kve_head;
 
 /* The fused observe pass of a scored policy (observe.inc): updates every slot
- * of h from `in` (validated: finite, >= 0), closes h's pending gap, and
- * returns the lowest index of the lowest new score among [0, limit)
- * (limit <= size), KVE_NONE when limit is 0. One entry per instruction set;
- * every entry gives bit-identical results. */
+ * of h from `in` (validated: finite, >= 0, unless the config is unchecked),
+ * closes h's pending gap, and returns the lowest index of the lowest new
+ * score among [0, limit) (limit <= size), KVE_NONE when limit is 0 and an
+ * index below limit otherwise, whatever the weights were (kve__amin_index).
+ * One entry per instruction set; every entry gives bit-identical results on
+ * valid weights. */
 typedef size_t (*kve_observe_fn)(const kve_config *c, kve_head *h, const kve_rows *in,
                                  size_t limit);
 
@@ -96,6 +98,7 @@ struct kve_config {
     kve_params params;
     char spec[KVE_SPEC_MAX]; /* canonical spec */
     size_t key_dim;          /* d: floats of every key a step carries; 0 = none */
+    bool unchecked;          /* steps skip the validation of attention weights */
     size_t elem[KVE_NCOLS];  /* bytes per slot of each column; 0 = not stored */
     size_t slot_bytes;       /* sum of elem[] */
     size_t aux_bytes;        /* per-head scratch of the policy; 0 = none */

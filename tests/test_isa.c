@@ -7,7 +7,9 @@
  * private hook kve__isa_force, and the same workloads run on each: banks of
  * every policy at small budgets (vector tails) and large ones (whole blocks
  * of four vectors), grouped steps with every reduction, NULL rows, ties,
- * steps without evicts, evictions below the budget. After every step the
+ * steps without evicts, evictions below the budget, each bank built checked
+ * and unchecked (kve_bank_options.unchecked: valid weights must give the
+ * same bits whether validated or not). After every step the
  * victims, counts, kept sets and the bits of every score are hashed; the hash
  * sequence of each path must equal the scalar path's, and the first step
  * that differs is reported. Then the pieces on their own: the validation and
@@ -65,8 +67,9 @@ static uint64_t hash_bank(const kve_bank *b, uint64_t h)
 }
 
 /* Runs the workload of `spec` with keys of `dim` floats (0: none) on the
- * current path; hashes[s] after step s. */
-static int run(const char *spec, size_t dim, uint64_t seed, uint64_t *hashes)
+ * current path, in a bank built checked or unchecked; hashes[s] after step
+ * s. */
+static int run(const char *spec, size_t dim, int unchecked, uint64_t seed, uint64_t *hashes)
 {
     kve_rng rb, g;
     kve_rng_seed(&rb, seed);
@@ -74,6 +77,7 @@ static int run(const char *spec, size_t dim, uint64_t seed, uint64_t *hashes)
     kve_bank *b = NULL;
     kve_bank_options o = kve_bank_default_options();
     o.key_dim = dim;
+    o.unchecked = unchecked;
     if (dim > MAXD || kve_bank_new_ex(spec, H, &rb, &o, &b) != KVE_OK)
         return 0;
     size_t budget = b->cfg.params.budget;
@@ -144,31 +148,38 @@ static void test_every_path_equals_scalar(void)
     size_t n_small = sizeof workload_specs / sizeof workload_specs[0];
     size_t n_large = sizeof large / sizeof large[0];
     int paths = 0;
+    /* Every path, checked and unchecked (which skips the validation of the
+     * weights, all valid here), against the scalar checked path. */
     for (int isa = KVE_ISA_SCALAR + 1; isa < KVE_ISA_COUNT; isa++) {
-        if (!kve__isa_supported((kve_isa)isa)) {
+        paths += kve__isa_supported((kve_isa)isa);
+        if (!kve__isa_supported((kve_isa)isa))
             printf("  (%s: not supported by this CPU, skipped)\n", isa_names[isa]);
-            continue;
-        }
-        paths++;
-        for (size_t i = 0; i < n_small + n_large; i++) {
-            const char *spec = i < n_small ? workload_specs[i] : large[i - n_small];
-            size_t dim = i < n_small ? workload_key_dim(spec, i) : large_dim[i - n_small];
-            uint64_t seed = check_seed + i;
-            ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
-            ASSERT_TRUE(run(spec, dim, seed, want));
-            ASSERT_TRUE(kve__isa_force((kve_isa)isa));
+    }
+    for (size_t i = 0; i < n_small + n_large; i++) {
+        const char *spec = i < n_small ? workload_specs[i] : large[i - n_small];
+        size_t dim = i < n_small ? workload_key_dim(spec, i) : large_dim[i - n_small];
+        uint64_t seed = check_seed + i;
+        ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
+        ASSERT_TRUE(run(spec, dim, 0, seed, want));
+        for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
+            if (!kve__isa_force((kve_isa)isa))
+                continue;
             ASSERT_STR_EQ(kve_isa_name(), isa_names[isa]);
-            ASSERT_TRUE(run(spec, dim, seed, got));
-            for (int s = 0; s < STEPS; s++)
-                if (got[s] != want[s]) {
-                    kve__isa_force(KVE_ISA_COUNT);
-                    CHECK_FAIL_AT("%s: %s differs from scalar first at step %d (seed %" PRIu64 ")",
-                                  spec, isa_names[isa], s, seed);
-                }
+            for (int unchecked = isa == KVE_ISA_SCALAR; unchecked < 2; unchecked++) {
+                ASSERT_TRUE(run(spec, dim, unchecked, seed, got));
+                for (int s = 0; s < STEPS; s++)
+                    if (got[s] != want[s]) {
+                        kve__isa_force(KVE_ISA_COUNT);
+                        CHECK_FAIL_AT("%s: %s%s differs from scalar first at step %d (seed %" PRIu64
+                                      ")", spec, isa_names[isa], unchecked ? " unchecked" : "", s,
+                                      seed);
+                    }
+            }
         }
     }
     ASSERT_TRUE(kve__isa_force(KVE_ISA_COUNT));
-    printf("  %d vector path(s) compared; detected: %s\n", paths, kve_isa_name());
+    printf("  %d vector path(s) compared, each checked and unchecked; detected: %s\n", paths,
+           kve_isa_name());
 }
 
 /* Validation and the plain argmin on every path: bad weights at every
