@@ -406,7 +406,10 @@ KVE_API void kve_policy_free(kve_policy *p);
  *       closes the hole the last evict left in the per-slot state and finds
  *       the next victim (vectorised for the machine: kve_isa_name); O(1) for
  *       the others (plus the validation pass when attn is not NULL: window,
- *       streaming, full and random should be stepped with NULL).
+ *       streaming, full and random should be stepped with NULL). A NULL
+ *       step of a scored policy is one pass over the scores when the last
+ *       evict left a hole to close (it finds the next victim on the way),
+ *       else O(1).
  *       kve_policy_step(p, pos, attn, n) is
  *       kve_policy_step_keys(p, pos, attn, n, NULL). */
 KVE_API kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n);
@@ -448,8 +451,9 @@ KVE_API kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float 
  *       refusal. Never allocates.
  * Cost: scored policies, one victim (the steady state): the step found it,
  *       so evict is one memmove of the positions after it (the other columns
- *       are closed up by the next step's pass); after a NULL step, one argmin
- *       scan more. Several victims: one scan of the unprotected kept set per
+ *       are closed up by the next step's pass); after a NULL step that had
+ *       no hole to close (a prompt stepped through without evicting), one
+ *       argmin scan more. Several victims: one scan of the unprotected kept set per
  *       victim (repeated argmin, never a sort) and one compaction.
  *       window/streaming are O(victims + sinks) amortised; random is O(kept)
  *       per victim. */

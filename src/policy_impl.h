@@ -306,13 +306,19 @@ kve_status kve__bank_evict_shared(kve_bank *b, size_t first, size_t count, size_
                                   int32_t *victims, size_t ld_victims, size_t *counts);
 
 /* The checked halves of a step and an evict on heads [first, first + count),
- * shared by the bank and policy APIs once their own arguments are checked. */
+ * once the bank API has checked its own arguments; and the same for the one
+ * head of a policy (b = &p->bank; the message names the capacity "cap"),
+ * the same code compiled for one head: the policy API's whole step is
+ * kve__policy_step. */
 kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
                           const float *attn, size_t ld, size_t group, kve_reduce reduce,
                           const float *keys, size_t ld_keys);
 kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budget,
-                           int32_t *victims, size_t ld_victims, size_t *counts,
-                           const char *ld_name);
+                           int32_t *victims, size_t ld_victims, size_t *counts);
+kve_status kve__policy_step(kve_bank *b, int32_t pos, const float *attn, size_t n,
+                            const float *key);
+kve_status kve__policy_evict(kve_bank *b, size_t budget, int32_t *victims, size_t cap,
+                             size_t *n_victims);
 
 /* Pages (pages.c). The smallest budget an eviction in whole pages can always
  * reach: no more than that many kept positions can be unevictable (kvevict.h,
