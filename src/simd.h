@@ -29,6 +29,7 @@
 #include "kernels.h"
 
 #include <float.h>
+#include <string.h>
 
 #define KV_CAT_(a, b) a##b
 #define KV_CAT(a, b) KV_CAT_(a, b)

@@ -248,6 +248,15 @@ static void test_row_kernels(void)
                 ASSERT_EQ(kve__shift_argmin(score, n - 1, hole, lim), low);
                 ASSERT_TRUE(memcmp(score, closed, (n - 1) * sizeof *score) == 0);
             }
+            /* No score below +inf (only an unchecked step's garbage can do
+             * that): slot 0, never KVE_NONE, unless there is no candidate. */
+            for (size_t i = 0; i < n; i++)
+                score[i] = i % 3 ? (double)NAN : (double)INFINITY;
+            ASSERT_EQ(kve__shift_argmin(score, n, n, n), n ? 0 : KVE_NONE);
+            if (n >= 2) {
+                score[n - 1] = -INFINITY;
+                ASSERT_EQ(kve__shift_argmin(score, n, n, n), n - 1);
+            }
         }
     }
     kve__isa_force(KVE_ISA_COUNT);

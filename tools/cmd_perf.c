@@ -8,27 +8,44 @@
  * reads attention must do per step. It is compiled for every instruction set
  * the machine has (x86-64 baseline, AVX2, AVX-512) and the fastest is the
  * floor, so a ratio is never flattered by a slow floor; the baseline x86-64
- * floor is reported beside it.
+ * floor is reported beside it. The floor is one call per step, timed in
+ * batches of calls, as a policy's step is. Beside it (impl "floor") the same
+ * pass inlined into the loop over steps (no call), and the call timed one at
+ * a time with a clock read around each (the monotonic clock, and the thread
+ * CPU-time clock): what a call and a clock add at small sizes.
+ *
+ * Placements. Attention rows come from a pool of precomputed random rows,
+ * read in turn, the same pool for the floor and the policies of one size, so
+ * neither is timed drawing random numbers:
+ *   pool  up to POOL_ROWS rows, at most 64 MiB: the rows come from L2 at
+ *         small budgets and from L3 or memory at large ones;
+ *   hot   HOT_ROWS rows: an engine's freshly computed attention, which sits
+ *         in L1 or L2 as long as it fits there.
+ * Each row records its placement (pool_rows) and is divided by the floor
+ * measured in the same placement.
  *
  * Rows, each the best of `reps` timings of about `target` seconds of the
  * measuring thread's CPU time (so time the scheduler gives other processes
- * on a shared machine does not count; wall time for the two-thread banks):
+ * on a shared machine does not count; wall time for the two-thread banks),
+ * each with the 1-minute load average read just before it:
  *   - every policy but full (which never evicts, so has no steady state) at
  *     every budget, in the steady state: step with an attention row (or
  *     NULL), then evict to the budget (one victim a step); the policies that
  *     read keys are stepped with NULL attention and a key of PERF_KEY_DIM
- *     floats (mode "keys"), keydiff up to KEYDIFF_MAX_BUDGET;
+ *     floats (mode "keys"), keydiff up to KEYDIFF_MAX_BUDGET. The policies
+ *     that read attention are also built unchecked (unchecked = 1:
+ *     kve_policy_options.unchecked) and measured in both placements, the
+ *     others in the pool placement;
  *   - a naive h2o at every budget: the same arithmetic as separate passes
  *     (add, then argmin, then compaction), and with the victim chosen by
  *     sorting the unprotected slots (what a first implementation does);
+ *   - the floor's own rows (impl "floor"), in both placements;
  *   - the bank sweep: banks of h2o of several sizes (heads x budget), driven
- *     by 1 and 2 threads on disjoint head ranges, against the floor of their
- *     size (heads x budget slots in one pass).
- * Attention rows come from a pool of precomputed random rows (up to 64 rows,
- * at most 64 MiB), the same pool the floor reads, so neither is timed drawing
- * random numbers and both read attention from the same level of the memory
- * hierarchy. Policies are filled to the budget with NULL steps (O(1) each),
- * then run in the steady state; the calibration run is their warm-up.
+ *     by 1 thread (checked and unchecked, both placements) and by 2 threads
+ *     on disjoint head ranges (checked, pool placement), against the floor
+ *     of their size (heads x budget slots in one pass).
+ * Policies are filled to the budget with NULL steps (O(1) each), then run in
+ * the steady state; the calibration run is their warm-up.
  *
  * Timings depend on the machine and its load: they are never asserted and
  * never drift-checked. --docs FILE rewrites the block between the lines
@@ -50,12 +67,19 @@ static const size_t default_budgets[] = {256, 1024, 4096, 16384, 65536, 262144};
 static const size_t quick_budgets[] = {256, 4096};
 static const size_t bank_heads[] = {8, 64, 256}; /* 256 = 32 layers x 8 KV heads */
 static const size_t bank_budgets[] = {256, 1024, 4096};
-enum { N_BANK_HEADS = 3, N_BANK_BUDGETS = 3, POOL_ROWS = 64, NAIVE_RECENT = 32 };
+enum { N_BANK_HEADS = 3, N_BANK_BUDGETS = 3, NAIVE_RECENT = 32 };
+enum { POOL_ROWS = 64, HOT_ROWS = 8 }; /* the rows of the two placements */
 enum { PERF_KEY_DIM = 128 }; /* a common head size; keys come from the attention pool */
 /* keydiff re-scores every kept key at every step, O(kept * d), so filling it
  * to budget B costs O(B^2 d): it is timed at budgets up to this one. */
 enum { KEYDIFF_MAX_BUDGET = 16384 };
+/* Calls of the floor timed one by one, at most (a CPU-time clock read is a
+ * system call: hundreds of ns). */
+enum { EACH_MAX_STEPS = 20000 };
 #define POOL_BYTES ((size_t)64 << 20)
+
+typedef enum { PLACE_POOL, PLACE_HOT, N_PLACES } place;
+static const char *const place_names[N_PLACES] = {"pool", "hot"};
 
 /* Seconds of `clock`: the calling thread's CPU time for single-threaded
  * work (time the scheduler gives other processes on a shared machine does
@@ -67,9 +91,26 @@ static double now_s(clockid_t clock)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double load1(void)
+{
+    double load = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1)
+            load = NAN;
+        fclose(f);
+    }
+    return load;
+}
+
 /* ---- the floor, once per instruction set ---- */
 
+/* One pass, and the same pass over `steps` rows of a pool inlined into the
+ * loop (rows of `width` floats, n_rows of them, read from *row on in turn;
+ * *row is left at the next). */
 typedef void (*floor_fn)(double *acc, const float *attn, size_t n);
+typedef void (*floor_loop_fn)(double *acc, const float *rows, size_t width, size_t n_rows,
+                              size_t *row, size_t n, size_t steps);
 
 static inline __attribute__((always_inline)) void floor_pass(double *restrict acc,
                                                             const float *restrict attn, size_t n)
@@ -78,27 +119,39 @@ static inline __attribute__((always_inline)) void floor_pass(double *restrict ac
         acc[i] += (double)attn[i];
 }
 
-static void floor_base(double *acc, const float *attn, size_t n)
+static inline __attribute__((always_inline)) void floor_loop(double *restrict acc,
+                                                            const float *restrict rows,
+                                                            size_t width, size_t n_rows,
+                                                            size_t *row, size_t n, size_t steps)
 {
-    floor_pass(acc, attn, n);
+    size_t r = *row;
+    for (size_t s = 0; s < steps; s++) {
+        floor_pass(acc, rows + r * width, n);
+        r = r + 1 == n_rows ? 0 : r + 1;
+    }
+    *row = r;
 }
 
+#define FLOOR_FNS(suffix, attr)                                                             \
+    attr static void floor_##suffix(double *acc, const float *attn, size_t n)              \
+    {                                                                                       \
+        floor_pass(acc, attn, n);                                                           \
+    }                                                                                       \
+    attr static void floor_loop_##suffix(double *acc, const float *rows, size_t width,     \
+                                         size_t n_rows, size_t *row, size_t n, size_t steps) \
+    {                                                                                       \
+        floor_loop(acc, rows, width, n_rows, row, n, steps);                                \
+    }
+
+FLOOR_FNS(base, )
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define PERF_X86 1
-__attribute__((target("avx2"))) static void floor_avx2(double *acc, const float *attn, size_t n)
-{
-    floor_pass(acc, attn, n);
-}
-
+FLOOR_FNS(avx2, __attribute__((target("avx2"))))
 #if defined(__clang__)
-__attribute__((target("avx512f,avx512vl")))
+FLOOR_FNS(avx512, __attribute__((target("avx512f,avx512vl"))))
 #else
-__attribute__((target("avx512f,avx512vl,prefer-vector-width=512")))
+FLOOR_FNS(avx512, __attribute__((target("avx512f,avx512vl,prefer-vector-width=512"))))
 #endif
-static void floor_avx512(double *acc, const float *attn, size_t n)
-{
-    floor_pass(acc, attn, n);
-}
 #else
 #define PERF_X86 0
 #endif
@@ -106,6 +159,7 @@ static void floor_avx512(double *acc, const float *attn, size_t n)
 typedef struct floor_isa {
     const char *name;
     floor_fn fn;
+    floor_loop_fn loop;
     int available;
 } floor_isa;
 
@@ -115,11 +169,12 @@ static size_t n_floors;
 static void floors_init(void)
 {
     n_floors = 0;
-    floors[n_floors++] = (floor_isa){"x86-64", floor_base, 1};
+    floors[n_floors++] = (floor_isa){"x86-64", floor_base, floor_loop_base, 1};
 #if PERF_X86
     __builtin_cpu_init();
-    floors[n_floors++] = (floor_isa){"avx2", floor_avx2, __builtin_cpu_supports("avx2") != 0};
-    floors[n_floors++] = (floor_isa){"avx512", floor_avx512,
+    floors[n_floors++] = (floor_isa){"avx2", floor_avx2, floor_loop_avx2,
+                                     __builtin_cpu_supports("avx2") != 0};
+    floors[n_floors++] = (floor_isa){"avx512", floor_avx512, floor_loop_avx512,
                                      __builtin_cpu_supports("avx512f") &&
                                          __builtin_cpu_supports("avx512vl")};
 #endif
@@ -127,17 +182,18 @@ static void floors_init(void)
 
 /* ---- attention pools ---- */
 
-/* n_rows rows of `width` weights in [0, 2 / width), row r at w + r*width. */
+/* n_rows rows of `width` weights in [0, 2 / width), row r at w + r*width:
+ * at most max_rows rows and POOL_BYTES bytes, at least 2 rows. */
 typedef struct pool {
     float *w;
     size_t width, n_rows;
 } pool;
 
-static void pool_init(pool *p, size_t width, uint64_t seed)
+static void pool_init(pool *p, size_t width, size_t max_rows, uint64_t seed)
 {
     p->width = width;
     p->n_rows = POOL_BYTES / (width * sizeof(float));
-    p->n_rows = p->n_rows > POOL_ROWS ? POOL_ROWS : p->n_rows < 2 ? 2 : p->n_rows;
+    p->n_rows = p->n_rows > max_rows ? max_rows : p->n_rows < 2 ? 2 : p->n_rows;
     p->w = xmalloc(p->n_rows * width * sizeof(float));
     kve_rng g;
     kve_rng_seed(&g, seed);
@@ -145,24 +201,20 @@ static void pool_init(pool *p, size_t width, uint64_t seed)
         p->w[i] = (float)(kve_rng_uniform(&g) * 2.0 / (double)width);
 }
 
-static const float *pool_row(const pool *p, int32_t pos)
-{
-    return p->w + ((size_t)pos % p->n_rows) * p->width;
-}
-
 /* ---- workloads ---- */
 
-typedef enum { W_FLOOR, W_POLICY, W_NAIVE, W_BANK } wkind;
+typedef enum { W_FLOOR, W_FLOOR_LOOP, W_POLICY, W_NAIVE, W_BANK } wkind;
 
 typedef struct work {
     wkind kind;
     const pool *pool;
+    size_t row;    /* the next pool row */
     size_t budget;
     int attn;      /* step with rows (1) or NULL (0) */
     int keys;      /* step with a key of PERF_KEY_DIM floats (the pool row's first) */
     int32_t pos;   /* next position */
-    /* W_FLOOR */
-    floor_fn floor;
+    /* W_FLOOR, W_FLOOR_LOOP */
+    const floor_isa *floor;
     double *acc;
     size_t width;
     /* W_POLICY */
@@ -178,6 +230,14 @@ typedef struct work {
     size_t heads, threads;
 } work;
 
+/* The next row of the pool, in turn (no division: a counter that wraps). */
+static const float *next_row(work *w)
+{
+    const float *r = w->pool->w + w->row * w->pool->width;
+    w->row = w->row + 1 == w->pool->n_rows ? 0 : w->row + 1;
+    return r;
+}
+
 static void checked(kve_status st, const char *what)
 {
     if (st != KVE_OK)
@@ -188,9 +248,10 @@ static void run_policy(work *w, size_t steps)
 {
     int32_t victims[4];
     for (size_t s = 0; s < steps; s++, w->pos++) {
-        const float *a = w->attn ? pool_row(w->pool, w->pos) : NULL;
-        const float *k = w->keys ? pool_row(w->pool, w->pos + 1) : NULL;
-        checked(kve_policy_step_keys(w->p, w->pos, a, kve_policy_size(w->p), k), "step");
+        const float *row = next_row(w);
+        checked(kve_policy_step_keys(w->p, w->pos, w->attn ? row : NULL, kve_policy_size(w->p),
+                                     w->keys ? row : NULL),
+                "step");
         checked(kve_policy_evict(w->p, w->budget, victims, 4, NULL), "evict");
     }
 }
@@ -208,7 +269,7 @@ static int by_score_then_position(const void *x, const void *y)
 static void run_naive(work *w, size_t steps)
 {
     for (size_t s = 0; s < steps; s++, w->pos++) {
-        const float *a = pool_row(w->pool, w->pos);
+        const float *a = next_row(w);
         for (size_t i = 0; i < w->n; i++) /* pass 1: add */
             w->nscore[i] += (double)a[i];
         w->npos[w->n] = w->pos;
@@ -234,10 +295,11 @@ static void run_naive(work *w, size_t steps)
     }
 }
 
-/* One thread's share of a bank step: heads [first, first + count). */
+/* One thread's share of a bank step: heads [first, first + count), pool rows
+ * from `row` on in turn (the same row for every thread at a token). */
 typedef struct share {
     work *w;
-    size_t first, count, steps;
+    size_t first, count, steps, row;
     int32_t pos;
     pthread_barrier_t *done;
 } share;
@@ -250,7 +312,8 @@ static void *run_share(void *arg)
     int32_t *victims = xmalloc(2 * s->count * sizeof *victims);
     for (size_t k = 0; k < s->steps; k++) {
         int32_t pos = s->pos + (int32_t)k;
-        const float *rows = pool_row(w->pool, pos) + s->first * ld;
+        const float *rows = w->pool->w + ((s->row + k) % w->pool->n_rows) * w->pool->width +
+                            s->first * ld;
         checked(kve_bank_step_range(w->b, s->first, s->count, pos, rows, ld, 1, KVE_REDUCE_MEAN,
                                     NULL, 0),
                 "bank step");
@@ -266,15 +329,15 @@ static void *run_share(void *arg)
 static void run_bank(work *w, size_t steps)
 {
     if (w->threads == 1) {
-        share s = {w, 0, w->heads, steps, w->pos, NULL};
+        share s = {w, 0, w->heads, steps, w->row, w->pos, NULL};
         run_share(&s);
     } else {
         pthread_barrier_t done;
         if (pthread_barrier_init(&done, NULL, 2) != 0)
             die_input("cannot create a barrier");
         size_t half = w->heads / 2;
-        share s[2] = {{w, 0, half, steps, w->pos, &done},
-                      {w, half, w->heads - half, steps, w->pos, &done}};
+        share s[2] = {{w, 0, half, steps, w->row, w->pos, &done},
+                      {w, half, w->heads - half, steps, w->row, w->pos, &done}};
         pthread_t th;
         if (pthread_create(&th, NULL, run_share, &s[1]) != 0)
             die_input("cannot start a thread");
@@ -283,14 +346,19 @@ static void run_bank(work *w, size_t steps)
         pthread_barrier_destroy(&done);
     }
     w->pos += (int32_t)steps;
+    w->row = (w->row + steps) % w->pool->n_rows;
 }
 
 static void run(work *w, size_t steps)
 {
     switch (w->kind) {
     case W_FLOOR:
-        for (size_t s = 0; s < steps; s++, w->pos++)
-            w->floor(w->acc, pool_row(w->pool, w->pos), w->width);
+        for (size_t s = 0; s < steps; s++)
+            w->floor->fn(w->acc, next_row(w), w->width);
+        break;
+    case W_FLOOR_LOOP:
+        w->floor->loop(w->acc, w->pool->w, w->pool->width, w->pool->n_rows, &w->row, w->width,
+                       steps);
         break;
     case W_POLICY: run_policy(w, steps); break;
     case W_NAIVE: run_naive(w, steps); break;
@@ -333,15 +401,37 @@ static double measure(work *w, const timing_opts *o, size_t *steps_out)
     return best * 1e9;
 }
 
+/* ns per call of w's floor when `steps` calls are each timed on their own
+ * with `clock` and the durations summed, as a benchmark that reads a clock
+ * around every call reports it: the best of o->reps such sums. */
+static double measure_each(work *w, const timing_opts *o, size_t steps, clockid_t clock)
+{
+    double best = INFINITY;
+    for (size_t r = 0; r < o->reps; r++) {
+        double sum = 0.0;
+        for (size_t s = 0; s < steps; s++) {
+            const float *row = next_row(w);
+            double t0 = now_s(clock);
+            w->floor->fn(w->acc, row, w->width);
+            sum += now_s(clock) - t0;
+        }
+        double d = sum / (double)steps;
+        best = d < best ? d : best;
+    }
+    return best * 1e9;
+}
+
 /* ---- rows ---- */
 
 typedef struct row {
-    const char *impl; /* "kvevict", "naive-passes", "naive-sort" */
+    const char *impl; /* "kvevict", "naive-passes", "naive-sort", "floor" */
     char name[32];
     char spec[KVE_SPEC_MAX];
-    size_t budget, heads, threads, steps, state_bytes;
+    size_t budget, heads, threads, steps, state_bytes, pool_rows;
     const char *attn; /* "rows", "null" or "keys" (NULL attention and a key) */
-    double ns, floor_ns, floor_base_ns;
+    int unchecked;    /* built with kve_*_options.unchecked = 1 */
+    place where;
+    double ns, floor_ns, floor_base_ns, load1;
     const char *floor_isa;
 } row;
 
@@ -350,7 +440,7 @@ typedef struct rows {
     size_t n, cap;
 } rows;
 
-static row *add_row(rows *rs)
+static row *add_row(rows *rs, const pool *p, place where)
 {
     if (rs->n == rs->cap)
         rs->r = xrealloc(rs->r, (rs->cap = rs->cap ? 2 * rs->cap : 64) * sizeof *rs->r);
@@ -359,32 +449,37 @@ static row *add_row(rows *rs)
     r->impl = "kvevict";
     r->heads = r->threads = 1;
     r->attn = "rows";
+    r->where = where;
+    r->pool_rows = p->n_rows;
+    r->load1 = load1();
     return r;
 }
 
 /* The floor of `slots` slots, from rows of `p` (width >= slots): the
- * fastest instruction set and the baseline. */
+ * fastest instruction set (the one called `best`) and the baseline. */
 typedef struct floor_cost {
     double ns, base_ns;
-    const char *isa;
+    const floor_isa *best;
+    size_t steps; /* timed per run, by the fastest */
 } floor_cost;
 
 static floor_cost measure_floor(const pool *p, size_t slots, const timing_opts *o)
 {
-    floor_cost f = {INFINITY, INFINITY, "x86-64"};
+    floor_cost f = {INFINITY, INFINITY, &floors[0], 1};
     work w = {.kind = W_FLOOR, .pool = p, .width = slots};
     w.acc = xcalloc(slots, sizeof *w.acc);
     for (size_t i = 0; i < n_floors; i++) {
         if (!floors[i].available)
             continue;
         size_t steps;
-        w.floor = floors[i].fn;
+        w.floor = &floors[i];
         double ns = measure(&w, o, &steps);
         if (i == 0)
             f.base_ns = ns;
         if (ns < f.ns) {
             f.ns = ns;
-            f.isa = floors[i].name;
+            f.best = &floors[i];
+            f.steps = steps;
         }
     }
     free(w.acc);
@@ -395,7 +490,40 @@ static void set_floor(row *r, const floor_cost *f)
 {
     r->floor_ns = f->ns;
     r->floor_base_ns = f->base_ns;
-    r->floor_isa = f->isa;
+    r->floor_isa = f->best->name;
+}
+
+/* The floor's own rows for `slots` slots of pool p: the floor itself
+ * ("called"), the pass inlined into the loop over steps, and each call
+ * timed on its own with two clocks; all with the fastest instruction set. */
+static void floor_rows(rows *rs, const pool *p, place where, size_t budget, size_t heads,
+                       size_t slots, const floor_cost *f, const timing_opts *o)
+{
+    static const char *const names[] = {"called", "inline", "timed-each-monotonic",
+                                        "timed-each-cputime"};
+    work w = {.kind = W_FLOOR_LOOP, .pool = p, .width = slots, .floor = f->best};
+    w.acc = xcalloc(slots, sizeof *w.acc);
+    size_t each = f->steps < EACH_MAX_STEPS ? f->steps : EACH_MAX_STEPS;
+    for (size_t k = 0; k < 4; k++) {
+        row *r = add_row(rs, p, where);
+        r->impl = "floor";
+        snprintf(r->name, sizeof r->name, "%s", names[k]);
+        snprintf(r->spec, sizeof r->spec, "%s", names[k]);
+        r->budget = budget;
+        r->heads = heads;
+        r->state_bytes = heads * (budget + 1) * (sizeof(double) + sizeof(float));
+        set_floor(r, f);
+        if (k == 0) {
+            r->ns = f->ns;
+            r->steps = f->steps;
+        } else if (k == 1) {
+            r->ns = measure(&w, o, &r->steps);
+        } else {
+            r->ns = measure_each(&w, o, each, k == 2 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID);
+            r->steps = each;
+        }
+    }
+    free(w.acc);
 }
 
 static void spec_of(char *out, const char *name, size_t budget)
@@ -405,51 +533,47 @@ static void spec_of(char *out, const char *name, size_t budget)
     free(s);
 }
 
-static void measure_policies(rows *rs, size_t budget, const timing_opts *o, int quiet)
+/* One row of policy type t at `budget`: stepped with attention rows (attn),
+ * NULL, or NULL and keys; built checked or unchecked. */
+static void policy_row(rows *rs, const pool *p, place where, size_t t, size_t budget, int attn,
+                       int unchecked, const floor_cost *f, const timing_opts *o)
 {
-    pool p;
-    pool_init(&p, budget + 1, budget);
-    floor_cost f = measure_floor(&p, budget, o);
+    const char *name = kve_policy_type_name(t);
+    const int keys = (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
+    row *r = add_row(rs, p, where);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    spec_of(r->spec, name, budget);
+    r->budget = budget;
+    r->attn = keys ? "keys" : attn ? "rows" : "null";
+    r->unchecked = unchecked;
     kve_rng rng;
-    for (size_t t = 0; t < kve_policy_type_count(); t++) {
-        const char *name = kve_policy_type_name(t);
-        if (strcmp(name, "full") == 0)
-            continue;
-        const int keys = (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
-        if (strcmp(name, "keydiff") == 0 && budget > KEYDIFF_MAX_BUDGET)
-            continue;
-        for (int attn = 1; attn >= 0; attn--) {
-            if (keys && attn)
-                continue; /* one mode: NULL attention and a key */
-            row *r = add_row(rs);
-            snprintf(r->name, sizeof r->name, "%s", name);
-            spec_of(r->spec, name, budget);
-            r->budget = budget;
-            r->attn = keys ? "keys" : attn ? "rows" : "null";
-            kve_rng_seed(&rng, 1);
-            work w = {.kind = W_POLICY, .pool = &p, .budget = budget, .attn = attn, .keys = keys};
-            kve_policy_options po = kve_policy_default_options();
-            po.key_dim = keys ? PERF_KEY_DIM : 0;
-            if (keys && p.width < PERF_KEY_DIM)
-                die_usage("budget %zu: the policies that read keys are timed at budgets of at "
-                          "least %d", budget, PERF_KEY_DIM);
-            checked(kve_policy_new_ex(r->spec, &rng, &po, &w.p), r->spec);
-            for (; (size_t)w.pos < budget; w.pos++) /* fill: a NULL step, or one key's work */
-                checked(kve_policy_step_keys(w.p, w.pos, NULL, 0,
-                                             keys ? pool_row(&p, w.pos) : NULL), "fill");
-            r->ns = measure(&w, o, &r->steps);
-            r->state_bytes = kve_policy_state_bytes(w.p);
-            set_floor(r, &f);
-            kve_policy_free(w.p);
-        }
-    }
+    kve_rng_seed(&rng, 1);
+    work w = {.kind = W_POLICY, .pool = p, .budget = budget, .attn = attn, .keys = keys};
+    kve_policy_options po = kve_policy_default_options();
+    po.key_dim = keys ? PERF_KEY_DIM : 0;
+    po.unchecked = unchecked;
+    if (keys && p->width < PERF_KEY_DIM)
+        die_usage("budget %zu: the policies that read keys are timed at budgets of at least %d",
+                  budget, PERF_KEY_DIM);
+    checked(kve_policy_new_ex(r->spec, &rng, &po, &w.p), r->spec);
+    for (; (size_t)w.pos < budget; w.pos++) /* fill: a NULL step, or one key's work */
+        checked(kve_policy_step_keys(w.p, w.pos, NULL, 0, keys ? next_row(&w) : NULL), "fill");
+    r->ns = measure(&w, o, &r->steps);
+    r->state_bytes = kve_policy_state_bytes(w.p);
+    set_floor(r, f);
+    kve_policy_free(w.p);
+}
+
+static void naive_rows(rows *rs, const pool *p, size_t budget, const floor_cost *f,
+                       const timing_opts *o)
+{
     for (int sort = 0; sort < 2; sort++) {
-        row *r = add_row(rs);
+        row *r = add_row(rs, p, PLACE_POOL);
         r->impl = sort ? "naive-sort" : "naive-passes";
         snprintf(r->name, sizeof r->name, "h2o");
         spec_of(r->spec, "h2o", budget);
         r->budget = budget;
-        work w = {.kind = W_NAIVE, .pool = &p, .budget = budget, .sort = sort};
+        work w = {.kind = W_NAIVE, .pool = p, .budget = budget, .sort = sort};
         w.npos = xmalloc((budget + 1) * sizeof *w.npos);
         w.nscore = xmalloc((budget + 1) * sizeof *w.nscore);
         w.idx = xmalloc((budget + 1) * sizeof *w.idx);
@@ -459,12 +583,41 @@ static void measure_policies(rows *rs, size_t budget, const timing_opts *o, int 
         }
         r->ns = measure(&w, o, &r->steps);
         r->state_bytes = (budget + 1) * (sizeof *w.npos + sizeof *w.nscore);
-        set_floor(r, &f);
+        set_floor(r, f);
         free(w.npos);
         free(w.nscore);
         free(w.idx);
     }
-    free(p.w);
+}
+
+static void measure_policies(rows *rs, size_t budget, const timing_opts *o, int quiet)
+{
+    for (int where = PLACE_POOL; where < N_PLACES; where++) {
+        pool p;
+        pool_init(&p, budget + 1, where == PLACE_HOT ? HOT_ROWS : POOL_ROWS, budget);
+        floor_cost f = measure_floor(&p, budget, o);
+        floor_rows(rs, &p, (place)where, budget, 1, budget, &f, o);
+        for (size_t t = 0; t < kve_policy_type_count(); t++) {
+            const char *name = kve_policy_type_name(t);
+            const kve_reads reads = kve_policy_type_reads(t);
+            if (strcmp(name, "full") == 0 ||
+                (strcmp(name, "keydiff") == 0 && budget > KEYDIFF_MAX_BUDGET))
+                continue;
+            for (int attn = 1; attn >= 0; attn--) {
+                if ((reads & KVE_READS_KEYS) && attn)
+                    continue; /* one mode: NULL attention and a key */
+                /* The hot placement: the policies that read the rows. */
+                if (where == PLACE_HOT && !(attn && (reads & KVE_READS_ATTN)))
+                    continue;
+                for (int unchecked = 0; unchecked < 2; unchecked++)
+                    if (!unchecked || (attn && (reads & KVE_READS_ATTN)))
+                        policy_row(rs, &p, (place)where, t, budget, attn, unchecked, &f, o);
+            }
+        }
+        if (where == PLACE_POOL)
+            naive_rows(rs, &p, budget, &f, o);
+        free(p.w);
+    }
     if (!quiet && isatty(STDERR_FILENO))
         fprintf(stderr, "\rkvevict perf: budget %zu done   ", budget);
 }
@@ -473,30 +626,39 @@ static void measure_banks(rows *rs, const size_t *heads, size_t n_heads, const s
                           size_t n_budgets, const timing_opts *o)
 {
     for (size_t bi = 0; bi < n_budgets; bi++)
-        for (size_t hi = 0; hi < n_heads; hi++) {
-            size_t budget = budgets[bi], h = heads[hi];
-            pool p;
-            pool_init(&p, h * (budget + 1), budget * 7 + h);
-            floor_cost f = measure_floor(&p, h * budget, o);
-            for (size_t threads = 1; threads <= 2; threads++) {
-                row *r = add_row(rs);
-                snprintf(r->name, sizeof r->name, "h2o");
-                spec_of(r->spec, "h2o", budget);
-                r->budget = budget;
-                r->heads = h;
-                r->threads = threads;
-                work w = {.kind = W_BANK, .pool = &p, .budget = budget, .heads = h,
-                          .threads = threads};
-                checked(kve_bank_new(r->spec, h, NULL, &w.b), r->spec);
-                for (; (size_t)w.pos < budget; w.pos++)
-                    checked(kve_bank_step(w.b, w.pos, NULL, 0), "fill");
-                r->ns = measure(&w, o, &r->steps);
-                r->state_bytes = kve_bank_state_bytes(w.b);
-                set_floor(r, &f);
-                kve_bank_free(w.b);
+        for (size_t hi = 0; hi < n_heads; hi++)
+            for (int where = PLACE_POOL; where < N_PLACES; where++) {
+                size_t budget = budgets[bi], h = heads[hi];
+                pool p;
+                pool_init(&p, h * (budget + 1), where == PLACE_HOT ? HOT_ROWS : POOL_ROWS,
+                          budget * 7 + h);
+                floor_cost f = measure_floor(&p, h * budget, o);
+                for (size_t k = 0; k < 3; k++) {
+                    size_t threads = k == 2 ? 2 : 1;
+                    int unchecked = k == 1;
+                    if (threads == 2 && where != PLACE_POOL)
+                        continue;
+                    row *r = add_row(rs, &p, (place)where);
+                    snprintf(r->name, sizeof r->name, "h2o");
+                    spec_of(r->spec, "h2o", budget);
+                    r->budget = budget;
+                    r->heads = h;
+                    r->threads = threads;
+                    r->unchecked = unchecked;
+                    work w = {.kind = W_BANK, .pool = &p, .budget = budget, .heads = h,
+                              .threads = threads};
+                    kve_bank_options bo = kve_bank_default_options();
+                    bo.unchecked = unchecked;
+                    checked(kve_bank_new_ex(r->spec, h, NULL, &bo, &w.b), r->spec);
+                    for (; (size_t)w.pos < budget; w.pos++)
+                        checked(kve_bank_step(w.b, w.pos, NULL, 0), "fill");
+                    r->ns = measure(&w, o, &r->steps);
+                    r->state_bytes = kve_bank_state_bytes(w.b);
+                    set_floor(r, &f);
+                    kve_bank_free(w.b);
+                }
+                free(p.w);
             }
-            free(p.w);
-        }
 }
 
 /* ---- output ---- */
@@ -516,6 +678,8 @@ static void print_rows(FILE *f, const rows *rs, tfmt fmt)
         {"heads", KEY_HEADS, COL_ALL},
         {"threads", KEY_THREADS, COL_ALL},
         {"attn", "attn", COL_ALL | COL_LEFT},
+        {"unchecked", "unchecked", COL_ALL},
+        {"pool rows", "pool_rows", COL_ALL},
         {"ns/step", KEY_NS, COL_ALL},
         {"ns/slot", "ns_per_slot", COL_ALL},
         {"floor ns", KEY_FLOOR_NS, COL_ALL},
@@ -526,6 +690,7 @@ static void print_rows(FILE *f, const rows *rs, tfmt fmt)
         {"state bytes", KEY_STATE, COL_CSV | COL_JSON},
         {"isa", "isa", COL_CSV | COL_JSON},
         {"timed steps", "timed_steps", COL_CSV | COL_JSON},
+        {"load", "load_average", COL_ALL},
     };
     table t;
     table_init(&t, cols, sizeof cols / sizeof cols[0]);
@@ -538,6 +703,8 @@ static void print_rows(FILE *f, const rows *rs, tfmt fmt)
         table_uint(&t, r->heads);
         table_uint(&t, r->threads);
         table_str(&t, r->attn);
+        table_uint(&t, (uint64_t)r->unchecked);
+        table_uint(&t, r->pool_rows);
         table_real(&t, r->ns, "%.1f");
         table_real(&t, r->ns / slots_of(r), "%.4f");
         table_real(&t, r->floor_ns, "%.1f");
@@ -549,6 +716,7 @@ static void print_rows(FILE *f, const rows *rs, tfmt fmt)
         table_uint(&t, r->state_bytes);
         table_str(&t, kve_isa_name());
         table_uint(&t, r->steps);
+        table_real(&t, r->load1, "%.2f");
     }
     table_print(&t, f, fmt);
     table_free(&t);
@@ -564,21 +732,52 @@ static const char *size_label(size_t b, char buf[24])
     return buf;
 }
 
-static const row *find(const rows *rs, const char *impl, const char *name, const char *attn,
-                       size_t budget, size_t heads, size_t threads)
+/* What a lookup asks for: a row's identity. */
+typedef struct key {
+    const char *impl, *name, *attn;
+    int unchecked;
+    place where;
+    size_t heads, threads;
+} key;
+
+static const row *find(const rows *rs, key k, size_t budget)
 {
     for (size_t i = 0; i < rs->n; i++) {
         const row *r = &rs->r[i];
-        if (strcmp(r->impl, impl) == 0 && strcmp(r->name, name) == 0 &&
-            strcmp(r->attn, attn) == 0 && r->budget == budget && r->heads == heads &&
-            r->threads == threads)
+        if (strcmp(r->impl, k.impl) == 0 && strcmp(r->name, k.name) == 0 &&
+            strcmp(r->attn, k.attn) == 0 && r->unchecked == k.unchecked && r->where == k.where &&
+            r->budget == budget && r->heads == k.heads && r->threads == k.threads)
             return r;
     }
     return NULL;
 }
 
+/* A policy's row: one head, one thread. */
+static key pkey(const char *name, const char *attn, int unchecked, place where)
+{
+    key k = {"kvevict", name, attn, unchecked, where, 1, 1};
+    return k;
+}
+
+static key floor_key(const char *variant, place where)
+{
+    key k = {"floor", variant, "rows", 0, where, 1, 1};
+    return k;
+}
+
+/* The range of the load averages of the rows, for the conditions line. */
+static void load_range(const rows *rs, double *lo, double *hi)
+{
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    for (size_t i = 0; i < rs->n; i++) {
+        *lo = rs->r[i].load1 < *lo ? rs->r[i].load1 : *lo;
+        *hi = rs->r[i].load1 > *hi ? rs->r[i].load1 : *hi;
+    }
+}
+
 /* What the run ran on, in one line. */
-static void conditions(FILE *f, const timing_opts *o, const double load[3])
+static void conditions(FILE *f, const rows *rs, const timing_opts *o, const double load[3])
 {
     char cpu[128] = "an unknown CPU", line[256];
     FILE *c = fopen("/proc/cpuinfo", "r");
@@ -597,9 +796,13 @@ static void conditions(FILE *f, const timing_opts *o, const double load[3])
     struct tm tm;
     if (gmtime_r(&t, &tm))
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+    double lo, hi;
+    load_range(rs, &lo, &hi);
     fprintf(f, "Measured %s on %s (%ld CPUs online), load average %.2f %.2f %.2f "
-               "before the run; kernels: %s; floors: ",
-            when, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2], kve_isa_name());
+               "before the run, %.2f to %.2f (1 minute) over its measurements; kernels: %s; "
+               "floors: ",
+            when, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2], lo, hi,
+            kve_isa_name());
     for (size_t i = 0, k = 0; i < n_floors; i++)
         if (floors[i].available)
             fprintf(f, "%s%s", k++ ? ", " : "", floors[i].name);
@@ -622,16 +825,16 @@ static void load_average(double load[3])
     }
 }
 
-/* One row of the targets table: `name`'s worst ratio over `budgets` (attn
- * `attn`), where, the budgets at which it is within `limit`, the verdict. */
-static void target_row(FILE *f, const rows *rs, const char *target, const char *name,
-                       const char *attn, const size_t *budgets, size_t n_budgets, double limit)
+/* One row of the targets table: the worst ratio of the rows `k` over
+ * `budgets`, the budgets at which it is within `limit`, the verdict. */
+static void target_row(FILE *f, const rows *rs, const char *target, key k,
+                       const size_t *budgets, size_t n_budgets, double limit)
 {
     char b[24], met[160] = "";
     double worst = 0.0;
     const row *at = NULL;
     for (size_t i = 0; i < n_budgets; i++) {
-        const row *r = find(rs, "kvevict", name, attn, budgets[i], 1, 1);
+        const row *r = find(rs, k, budgets[i]);
         if (!r)
             continue;
         double ratio = r->ns / r->floor_ns;
@@ -647,136 +850,222 @@ static void target_row(FILE *f, const rows *rs, const char *target, const char *
     }
     if (!at)
         return;
-    fprintf(f, "| %s | %s | %.2f at %s | %s | ", target, name, worst, size_label(at->budget, b),
-            met[0] ? met : "none");
+    fprintf(f, "| %s | %s | %s | %.2f at %s | %s | ", target, k.name, place_names[k.where],
+            worst, size_label(at->budget, b), met[0] ? met : "none");
     if (worst <= limit)
         fprintf(f, "met |\n");
     else
         fprintf(f, "missed by %.0f%% |\n", (worst / limit - 1.0) * 100.0);
 }
 
+/* " 123.4 (1.23) |", or " |" when there is no such row. */
+static void ratio_cell(FILE *f, const row *r)
+{
+    if (r)
+        fprintf(f, " %.1f (%.2f) |", r->ns, r->ns / r->floor_ns);
+    else
+        fprintf(f, " |");
+}
+
+static void header(FILE *f, const char *lead, const size_t *budgets, size_t n_budgets)
+{
+    char b[24];
+    fprintf(f, "%s", lead);
+    for (size_t i = 0; i < n_budgets; i++)
+        fprintf(f, " %s |", size_label(budgets[i], b));
+    fprintf(f, "\n|");
+    for (const char *c = lead + 1; *c; c++)
+        if (*c == '|')
+            fprintf(f, "---|");
+    for (size_t i = 0; i < n_budgets; i++)
+        fprintf(f, "---:|");
+    fputc('\n', f);
+}
+
+static const char *const tight[] = {"h2o", "tova", "h2o_decay"};
+
 static void print_docs(FILE *f, const rows *rs, const size_t *budgets, size_t n_budgets,
                        const timing_opts *o, const double load[3])
 {
     char b[24];
     fputc('\n', f);
-    conditions(f, o, load);
+    conditions(f, rs, o, load);
+
+    /* Every policy, pool placement. */
     fprintf(f, "\n#### Every policy: ns per step (ratio to the floor)\n\n"
-               "Steady state: step (with an attention row, or NULL), then evict one. "
-               "Bytes per slot: the state the policy holds (`kve_policy_state_bytes` / "
-               "(budget + 1)).\n\n| policy | attn | bytes/slot |");
-    for (size_t i = 0; i < n_budgets; i++)
-        fprintf(f, " %s |", size_label(budgets[i], b));
-    fprintf(f, "\n|---|---|---:|");
-    for (size_t i = 0; i < n_budgets; i++)
-        fprintf(f, "---:|");
-    fputc('\n', f);
-    fprintf(f, "| floor (fastest instruction set) | rows | 12 |");
+               "Steady state: step (with an attention row, or NULL), then evict one; rows from "
+               "the pool placement (up to %d rows). unchecked: built with unchecked = 1 (no "
+               "validation of the weights). Bytes per slot: the state the policy holds "
+               "(`kve_policy_state_bytes` / (budget + 1)).\n\n",
+            POOL_ROWS);
+    header(f, "| policy | attn | unchecked | bytes/slot |", budgets, n_budgets);
+    fprintf(f, "| floor (fastest instruction set) | rows | | 12 |");
     for (size_t i = 0; i < n_budgets; i++) {
-        const row *r = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
+        const row *r = find(rs, floor_key("called", PLACE_POOL), budgets[i]);
         fprintf(f, " %.1f %s |", r ? r->floor_ns : NAN, r ? r->floor_isa : "");
     }
-    fprintf(f, "\n| floor (x86-64) | rows | 12 |");
+    fprintf(f, "\n| floor (x86-64) | rows | | 12 |");
     for (size_t i = 0; i < n_budgets; i++) {
-        const row *r = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
+        const row *r = find(rs, floor_key("called", PLACE_POOL), budgets[i]);
         fprintf(f, " %.1f |", r ? r->floor_base_ns : NAN);
     }
     fputc('\n', f);
     static const char *const impls[] = {"kvevict", "naive-passes", "naive-sort"};
     for (size_t k = 0; k < 3; k++)
         for (size_t t = 0; t < kve_policy_type_count(); t++)
-            for (int attn = 2; attn >= 0; attn--) {
-                const char *name = kve_policy_type_name(t);
-                const char *mode = attn == 2 ? "keys" : attn ? "rows" : "null";
-                const row *r0 = find(rs, impls[k], name, mode, budgets[0], 1, 1);
-                if (!r0)
-                    continue;
-                fprintf(f, "| %s%s%s | %s | %.4g |", k ? "naive " : "", name,
-                        k == 1 ? ", separate passes" : k == 2 ? ", sort-based" : "", mode,
-                        (double)r0->state_bytes / (double)(r0->budget + 1));
-                for (size_t i = 0; i < n_budgets; i++) {
-                    const row *r = find(rs, impls[k], name, mode, budgets[i], 1, 1);
-                    if (r)
-                        fprintf(f, " %.1f (%.2f) |", r->ns, r->ns / r->floor_ns);
-                    else
-                        fprintf(f, " |");
+            for (int mode = 2; mode >= 0; mode--)
+                for (int unchecked = 0; unchecked < 2; unchecked++) {
+                    const char *name = kve_policy_type_name(t);
+                    const char *attn = mode == 2 ? "keys" : mode ? "rows" : "null";
+                    key q = {impls[k], name, attn, unchecked, PLACE_POOL, 1, 1};
+                    const row *r0 = find(rs, q, budgets[0]);
+                    if (!r0)
+                        continue;
+                    fprintf(f, "| %s%s%s | %s | %s | %.4g |", k ? "naive " : "", name,
+                            k == 1 ? ", separate passes" : k == 2 ? ", sort-based" : "", attn,
+                            unchecked ? "yes" : "no",
+                            (double)r0->state_bytes / (double)(r0->budget + 1));
+                    for (size_t i = 0; i < n_budgets; i++)
+                        ratio_cell(f, find(rs, q, budgets[i]));
+                    fputc('\n', f);
                 }
+
+    /* The floor itself, in both placements. */
+    fprintf(f, "\n#### The floor, checked: what a call and a clock cost, in both placements\n\n"
+               "ns per pass. called: the floor (one call of the pass a step, timed in batches "
+               "of calls, as every policy row is); inline: the same pass inlined into the loop "
+               "over steps; timed each call: every call timed on its own with a clock read "
+               "before and after it (the monotonic clock, and the thread's CPU-time clock, a "
+               "system call), the durations summed. pool: rows from a pool of up to %d; hot: "
+               "from a pool of %d.\n\n",
+            POOL_ROWS, HOT_ROWS);
+    header(f, "| floor | placement | rows |", budgets, n_budgets);
+    static const char *const variants[] = {"called", "inline", "timed-each-monotonic",
+                                           "timed-each-cputime"};
+    static const char *const variant_text[] = {"called (the floor)", "inline",
+                                               "timed each call, monotonic clock",
+                                               "timed each call, CPU-time clock"};
+    for (int where = PLACE_HOT; where >= PLACE_POOL; where--)
+        for (size_t v = 0; v < 4; v++) {
+            const row *r0 = find(rs, floor_key(variants[v], (place)where), budgets[0]);
+            if (!r0)
+                continue;
+            fprintf(f, "| %s | %s | %s |", variant_text[v], place_names[where],
+                    where == PLACE_HOT ? "8" : "up to 64");
+            for (size_t i = 0; i < n_budgets; i++) {
+                const row *r = find(rs, floor_key(variants[v], (place)where), budgets[i]);
+                if (r)
+                    fprintf(f, " %.1f |", r->ns);
+                else
+                    fprintf(f, " |");
+            }
+            fputc('\n', f);
+        }
+
+    /* The attention readers in both placements. */
+    fprintf(f, "\n#### The policies that read attention, checked and unchecked, in both "
+               "placements\n\nns per step (ratio to the floor of the same placement).\n\n");
+    header(f, "| policy | placement | unchecked |", budgets, n_budgets);
+    for (size_t t = 0; t < kve_policy_type_count(); t++)
+        for (int where = PLACE_HOT; where >= PLACE_POOL; where--)
+            for (int unchecked = 0; unchecked < 2; unchecked++) {
+                key q = pkey(kve_policy_type_name(t), "rows", unchecked, (place)where);
+                if (!(kve_policy_type_reads(t) & KVE_READS_ATTN) || !find(rs, q, budgets[0]))
+                    continue;
+                fprintf(f, "| %s | %s | %s |", q.name, place_names[where],
+                        unchecked ? "yes" : "no");
+                for (size_t i = 0; i < n_budgets; i++)
+                    ratio_cell(f, find(rs, q, budgets[i]));
                 fputc('\n', f);
             }
 
     fprintf(f, "\n#### Where h2o's step goes\n\n"
-               "Read off the rows above: the fixed cost of a step and an evict is what "
-               "window costs with NULL attention; the validation pass (every weight checked "
-               "before any score changes) is what window adds with attention rows; the rest "
-               "of h2o's time is its one pass over the scores and the evict.\n\n"
-               "| budget | floor | fixed (window, NULL) | validation (window: rows - NULL) | "
-               "h2o | h2o - fixed - validation | that / floor |\n"
+               "Read off the rows above, hot placement: the fixed cost of a step and an evict "
+               "is what window costs with NULL attention; the validation pass is what h2o "
+               "checked costs more than h2o unchecked; the rest of h2o's unchecked time is its "
+               "one pass over the scores and the evict.\n\n"
+               "| budget | floor (hot) | fixed (window, NULL) | validation (checked - "
+               "unchecked) | h2o unchecked | unchecked - fixed | that / floor |\n"
                "|---|---:|---:|---:|---:|---:|---:|\n");
     for (size_t i = 0; i < n_budgets; i++) {
-        const row *h = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
-        const row *wr = find(rs, "kvevict", "window", "rows", budgets[i], 1, 1);
-        const row *wn = find(rs, "kvevict", "window", "null", budgets[i], 1, 1);
-        if (!h || !wr || !wn)
+        const row *hc = find(rs, pkey("h2o", "rows", 0, PLACE_HOT), budgets[i]);
+        const row *hu = find(rs, pkey("h2o", "rows", 1, PLACE_HOT), budgets[i]);
+        const row *wn = find(rs, pkey("window", "null", 0, PLACE_POOL), budgets[i]);
+        if (!hc || !hu || !wn)
             continue;
-        double pass = h->ns - wr->ns;
-        fprintf(f, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", size_label(budgets[i], b),
-                h->floor_ns, wn->ns, wr->ns - wn->ns, h->ns, pass, pass / h->floor_ns);
+        double pass = hu->ns - wn->ns;
+        fprintf(f, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f |\n",
+                size_label(budgets[i], b), hu->floor_ns, wn->ns, hc->ns - hu->ns, hu->ns, pass,
+                pass / hu->floor_ns);
     }
 
-    fprintf(f, "\n#### Targets\n\n| target | policy | worst ratio | met at | verdict |\n"
-               "|---|---|---:|---|---|\n");
-    static const char *const tight[] = {"h2o", "tova", "h2o_decay"};
+    fprintf(f, "\n#### Targets\n\n| target | policy | placement | worst ratio | met at | "
+               "verdict |\n|---|---|---|---:|---|---|\n");
+    for (int where = PLACE_HOT; where >= PLACE_POOL; where--) {
+        for (size_t k = 0; k < 3; k++)
+            target_row(f, rs, "within 1.2x of the floor, unchecked",
+                       pkey(tight[k], "rows", 1, (place)where), budgets, n_budgets, 1.2);
+        for (size_t k = 0; k < 3; k++)
+            target_row(f, rs, "within 1.6x of the floor, checked",
+                       pkey(tight[k], "rows", 0, (place)where), budgets, n_budgets, 1.6);
+    }
     static const char *const loose[] = {"scissorhands", "h2o_mean"};
-    for (size_t k = 0; k < 3; k++)
-        target_row(f, rs, "within 1.3x of the floor, with rows", tight[k], "rows", budgets,
-                   n_budgets, 1.3);
     for (size_t k = 0; k < 2; k++)
-        target_row(f, rs, "within 2x of the floor, with rows", loose[k], "rows", budgets,
-                   n_budgets, 2.0);
+        target_row(f, rs, "within 2x of the floor, checked", pkey(loose[k], "rows", 0, PLACE_POOL),
+                   budgets, n_budgets, 2.0);
     static const char *const flat[] = {"window", "streaming"};
     for (size_t k = 0; k < 2; k++) {
         double lo = INFINITY, hi = 0.0;
         for (size_t i = 0; i < n_budgets; i++) {
-            const row *r = find(rs, "kvevict", flat[k], "null", budgets[i], 1, 1);
+            const row *r = find(rs, pkey(flat[k], "null", 0, PLACE_POOL), budgets[i]);
             if (r) {
                 lo = r->ns < lo ? r->ns : lo;
                 hi = r->ns > hi ? r->ns : hi;
             }
         }
-        fprintf(f, "| flat with NULL: max / min ns per step <= 1.5 | %s | %.2f | | %s |\n",
+        fprintf(f, "| flat with NULL: max / min ns per step <= 1.5 | %s | pool | %.2f | | %s |\n",
                 flat[k], hi / lo, hi / lo <= 1.5 ? "met" : "missed");
     }
-    const row *big = find(rs, "kvevict", "h2o", "rows", 4096, 256, 1);
-    if (big) {
-        double ratio = big->ns / big->floor_ns;
-        fprintf(f, "| bank of 32 x 8 heads x 4Ki within 1.3x of its floor, 1 thread | h2o | %.2f "
-                   "| | ", ratio);
-        if (ratio <= 1.3)
-            fprintf(f, "met |\n");
-        else
-            fprintf(f, "missed by %.0f%% |\n", (ratio / 1.3 - 1.0) * 100.0);
-    }
+    for (int where = PLACE_HOT; where >= PLACE_POOL; where--)
+        for (int unchecked = 1; unchecked >= 0; unchecked--) {
+            key q = {"kvevict", "h2o", "rows", unchecked, (place)where, 256, 1};
+            const row *big = find(rs, q, 4096);
+            if (!big)
+                continue;
+            double ratio = big->ns / big->floor_ns, limit = unchecked ? 1.2 : 1.3;
+            fprintf(f, "| bank of 32 x 8 heads x 4Ki within %.1fx of its floor, 1 thread, %s | "
+                       "h2o | %s | %.2f | | ",
+                    limit, unchecked ? "unchecked" : "checked", place_names[where], ratio);
+            if (ratio <= limit)
+                fprintf(f, "met |\n");
+            else
+                fprintf(f, "missed by %.0f%% |\n", (ratio / limit - 1.0) * 100.0);
+        }
 
     fprintf(f, "\n#### Banks of h2o: one thread, and two on the two halves of the heads\n\n"
-               "| heads x budget | slots | floor ns | 1 thread ns (ratio) | "
-               "2 threads ns (ratio) |\n|---|---:|---:|---:|---:|\n");
+               "ns per step (ratio to the floor of the same size and placement); two threads: "
+               "checked, pool placement.\n\n"
+               "| heads x budget | slots | placement | floor ns | 1 thread, checked | "
+               "1 thread, unchecked | 2 threads, checked |\n|---|---:|---|---:|---:|---:|---:|\n");
     for (size_t i = 0; i < rs->n; i++) {
         const row *r = &rs->r[i];
-        if (r->heads == 1 || r->threads != 1)
+        if (r->heads == 1 || r->threads != 1 || r->unchecked)
             continue;
-        const row *two = find(rs, "kvevict", "h2o", "rows", r->budget, r->heads, 2);
-        fprintf(f, "| %zu x %s | %.0f | %.0f | %.0f (%.2f) |", r->heads,
-                size_label(r->budget, b), slots_of(r), r->floor_ns, r->ns, r->ns / r->floor_ns);
-        if (two)
-            fprintf(f, " %.0f (%.2f) |\n", two->ns, two->ns / two->floor_ns);
-        else
-            fprintf(f, " |\n");
+        key u = {"kvevict", "h2o", "rows", 1, r->where, r->heads, 1};
+        key two = {"kvevict", "h2o", "rows", 0, r->where, r->heads, 2};
+        fprintf(f, "| %zu x %s | %.0f | %s | %.0f |", r->heads, size_label(r->budget, b),
+                slots_of(r), place_names[r->where], r->floor_ns);
+        ratio_cell(f, r);
+        ratio_cell(f, find(rs, u, r->budget));
+        ratio_cell(f, find(rs, two, r->budget));
+        fputc('\n', f);
     }
     fputc('\n', f);
 }
 
-/* ns per step against budget, log-log: every policy (with attention rows),
- * window with NULL, the floors and the naive h2o. */
+/* ns per step against budget, log-log: every policy (with attention rows,
+ * pool placement), h2o unchecked in both placements, window with NULL, the
+ * floors and the naive h2o. */
 static void plot(const char *dir, const rows *rs, const size_t *budgets, size_t n_budgets)
 {
     if (strchr(dir, '\'') || strchr(dir, '\n'))
@@ -794,26 +1083,35 @@ static void plot(const char *dir, const rows *rs, const size_t *budgets, size_t 
             dir, kve_isa_name());
     fprintf(g, "$d << EOD\n");
     for (size_t i = 0; i < n_budgets; i++) {
-        const row *h = find(rs, "kvevict", "h2o", "rows", budgets[i], 1, 1);
-        fprintf(g, "%zu %.6g %.6g", budgets[i], h ? h->floor_ns : NAN, h ? h->floor_base_ns : NAN);
+        const row *fp = find(rs, floor_key("called", PLACE_POOL), budgets[i]);
+        const row *fh = find(rs, floor_key("called", PLACE_HOT), budgets[i]);
+        fprintf(g, "%zu %.6g %.6g %.6g", budgets[i], fp ? fp->ns : NAN, fp ? fp->floor_base_ns : NAN,
+                fh ? fh->ns : NAN);
         for (size_t t = 0; t < kve_policy_type_count(); t++) {
             const char *mode = kve_policy_type_reads(t) & KVE_READS_KEYS ? "keys" : "rows";
-            const row *r = find(rs, "kvevict", kve_policy_type_name(t), mode, budgets[i], 1, 1);
+            const row *r = find(rs, pkey(kve_policy_type_name(t), mode, 0, PLACE_POOL), budgets[i]);
             if (strcmp(kve_policy_type_name(t), "full") != 0)
                 fprintf(g, " %.6g", r ? r->ns : NAN);
         }
-        const row *wn = find(rs, "kvevict", "window", "null", budgets[i], 1, 1);
-        const row *np = find(rs, "naive-passes", "h2o", "rows", budgets[i], 1, 1);
-        const row *ns = find(rs, "naive-sort", "h2o", "rows", budgets[i], 1, 1);
-        fprintf(g, " %.6g %.6g %.6g\n", wn ? wn->ns : NAN, np ? np->ns : NAN, ns ? ns->ns : NAN);
+        const row *up = find(rs, pkey("h2o", "rows", 1, PLACE_POOL), budgets[i]);
+        const row *uh = find(rs, pkey("h2o", "rows", 1, PLACE_HOT), budgets[i]);
+        const row *wn = find(rs, pkey("window", "null", 0, PLACE_POOL), budgets[i]);
+        key kp = {"naive-passes", "h2o", "rows", 0, PLACE_POOL, 1, 1};
+        key ks = {"naive-sort", "h2o", "rows", 0, PLACE_POOL, 1, 1};
+        const row *np = find(rs, kp, budgets[i]), *ns = find(rs, ks, budgets[i]);
+        fprintf(g, " %.6g %.6g %.6g %.6g %.6g\n", up ? up->ns : NAN, uh ? uh->ns : NAN,
+                wn ? wn->ns : NAN, np ? np->ns : NAN, ns ? ns->ns : NAN);
     }
     fprintf(g, "EOD\nplot $d using 1:2 with linespoints lw 3 lc rgb 'black' title 'floor', "
-               "$d using 1:3 with linespoints dt 2 lc rgb 'black' title 'floor, x86-64'");
-    int c = 4;
+               "$d using 1:3 with linespoints dt 2 lc rgb 'black' title 'floor, x86-64', "
+               "$d using 1:4 with linespoints lw 2 dt 3 lc rgb 'black' title 'floor, hot rows'");
+    int c = 5;
     for (size_t t = 0; t < kve_policy_type_count(); t++)
         if (strcmp(kve_policy_type_name(t), "full") != 0)
             fprintf(g, ", $d using 1:%d with linespoints title '%s'", c++,
                     kve_policy_type_name(t));
+    fprintf(g, ", $d using 1:%d with linespoints lw 2 title 'h2o, unchecked'", c++);
+    fprintf(g, ", $d using 1:%d with linespoints lw 2 dt 3 title 'h2o, unchecked, hot rows'", c++);
     fprintf(g, ", $d using 1:%d with linespoints dt 3 title 'window, NULL'", c++);
     fprintf(g, ", $d using 1:%d with linespoints dt 4 title 'naive h2o, passes'", c++);
     fprintf(g, ", $d using 1:%d with linespoints dt 5 title 'naive h2o, sort'\n", c);
@@ -832,9 +1130,14 @@ static const char perf_usage[] =
     "memory floor measured in the same run: one pass reading B float32 weights and\n"
     "adding them into B float64 scores, compiled for every instruction set the\n"
     "machine has (the fastest is the floor; the baseline x86-64 one is shown too).\n"
+    "The policies that read attention are timed checked and unchecked (built with\n"
+    "unchecked = 1: no validation of the weights), with attention rows from a pool\n"
+    "of up to 64 rows and from a hot pool of 8, each against the floor of its own\n"
+    "pool; the floor itself also inlined and timed call by call (impl floor).\n"
     "Also a naive h2o (separate passes; sort-based selection) and banks of h2o of\n"
     "8, 64 and 256 heads at 256, 1Ki and 4Ki driven by 1 and 2 threads. One row per\n"
-    "measurement: ns/step, ns per kept slot, the floor, the ratio, bytes per slot.\n"
+    "measurement: ns/step, ns per kept slot, the floor, the ratio, bytes per slot,\n"
+    "the load average when it was taken.\n"
     "Timings depend on the machine and its load; they are never asserted.\n"
     "\n"
     "  --budget B1,...    budgets of the policy rows (default above)\n"
@@ -843,10 +1146,11 @@ static const char perf_usage[] =
     "  --ms MS            milliseconds per run (default 5)\n"
     "  --format F         text (default), md, csv or json; --csv, --json, --md\n"
     "  --json             JSON Lines, one object per row: impl, policy (the spec),\n"
-    "                     budget, heads, threads, attn (rows or null), ns_per_step,\n"
-    "                     ns_per_slot, floor_ns_per_step, floor_isa,\n"
-    "                     floor_base_ns_per_step, ratio_to_floor, bytes_per_slot,\n"
-    "                     state_bytes, isa (the library's kernels), timed_steps\n"
+    "                     budget, heads, threads, attn (rows, null or keys),\n"
+    "                     unchecked (0 or 1), pool_rows, ns_per_step, ns_per_slot,\n"
+    "                     floor_ns_per_step, floor_isa, floor_base_ns_per_step,\n"
+    "                     ratio_to_floor, bytes_per_slot, state_bytes, isa (the\n"
+    "                     library's kernels), timed_steps, load_average\n"
     "  -o, --output FILE  write there instead of standard output (- for it)\n"
     "  --docs FILE        also rewrite the block between <!-- perf:begin --> and\n"
     "                     <!-- perf:end --> of FILE (conditions, tables, targets)\n"
