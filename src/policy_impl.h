@@ -345,6 +345,12 @@ size_t kve__evict_pages(const kve_config *c, kve_head *h, size_t n_evict, int32_
 size_t kve__sliding_evict_pages(const kve_config *c, kve_head *h, size_t n_evict,
                                 int32_t *victims);
 void kve__close_gap(const kve_config *c, kve_head *h);
+/* Moves h's hole in the lazy columns up to the next multiple of w (slots
+ * [gap, that) are closed on the way, fewer than w of them per column), or
+ * closes it when that multiple is size or beyond; returns where the hole is
+ * now, size when there is none. The vector observe pass starts with it, so
+ * that both of its runs are whole vectors. */
+size_t kve__align_gap(const kve_config *c, kve_head *h, size_t w);
 /* Closes h's hole in every lazy column and returns the lowest index of the
  * lowest score among [0, limit) (limit <= size): one pass over the scores
  * (a NULL step's, or an evict's without a cached victim). */

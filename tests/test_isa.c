@@ -301,6 +301,16 @@ static void store_kv1(float *p, kv1_f v)
     *p = v;
 }
 
+/* firstm(k) for every k <= W, as 1.0 (lane set) or 0.0: out[k * W + l]. */
+#define FIRSTM_RESULTS(P)                                                                      \
+    for (size_t k = 0; k <= (size_t)P##_W; k++)                                                \
+        P##_st(out + k * (size_t)P##_W, P##_sel(P##_firstm(k), P##_set(1.0), P##_set(0.0)));
+
+static void firstm_kv1(double *out)
+{
+    FIRSTM_RESULTS(kv1)
+}
+
 static void lanes_kv1(double *out_d, uint64_t *out_u, float *out_f, bool *any)
 {
     LANE_RESULTS(kv1)
@@ -326,7 +336,40 @@ KVE_TARGET_AVX512 static void lanes_kv8(double *out_d, uint64_t *out_u, float *o
 {
     LANE_RESULTS(kv8)
 }
+
+KVE_TARGET_AVX2 static void firstm_kv4(double *out)
+{
+    FIRSTM_RESULTS(kv4)
+}
+
+KVE_TARGET_AVX512 static void firstm_kv8(double *out)
+{
+    FIRSTM_RESULTS(kv8)
+}
 #endif
+
+/* The lane mask of the first k lanes, on every path. */
+static void test_firstm(void)
+{
+    double out[9 * 8];
+    for (int isa = 0; isa < KVE_ISA_COUNT; isa++) {
+        if (!kve__isa_supported((kve_isa)isa))
+            continue;
+        size_t w = isa == KVE_ISA_SCALAR ? 1 : isa == KVE_ISA_AVX2 ? 4 : 8;
+        if (isa == KVE_ISA_SCALAR)
+            firstm_kv1(out);
+#if KVE_X86
+        else if (isa == KVE_ISA_AVX2)
+            firstm_kv4(out);
+        else
+            firstm_kv8(out);
+#endif
+        for (size_t k = 0; k <= w; k++)
+            for (size_t l = 0; l < w; l++)
+                if (out[k * w + l] != (l < k ? 1.0 : 0.0))
+                    CHECK_FAIL_AT("%s: firstm(%zu) lane %zu", isa_names[isa], k, l);
+    }
+}
 
 static void test_vocabulary_matches_one_lane(void)
 {
@@ -401,6 +444,7 @@ int main(int argc, char **argv)
     CHECK_INIT(argc, argv);
     RUN(test_force_hook);
     RUN(test_vocabulary_matches_one_lane);
+    RUN(test_firstm);
     RUN(test_row_kernels);
     RUN(test_every_path_equals_scalar);
     return CHECK_DONE();

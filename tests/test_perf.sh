@@ -60,8 +60,8 @@ for p in $keyed; do
 done
 for p in $attending; do
     for pool in 8 64; do
-        n=$(grep "\"policy\": \"$p:budget=256[,\"]" "$D/p.jsonl" | grep '"attn": "rows"' |
-            grep '"unchecked": 1' | grep -c "\"pool_rows\": $pool,")
+        n=$(grep "\"policy\": \"$p:budget=256[,\"]" "$D/p.jsonl" | grep '"heads": 1,' |
+            grep '"attn": "rows"' | grep '"unchecked": 1' | grep -c "\"pool_rows\": $pool,")
         [ "$n" -eq 1 ] || fail "perf --json: $n unchecked rows for $p at 256 from $pool rows"
     done
 done

@@ -76,6 +76,8 @@ enum { KEYDIFF_MAX_BUDGET = 16384 };
 /* Calls of the floor timed one by one, at most (a CPU-time clock read is a
  * system call: hundreds of ns). */
 enum { EACH_MAX_STEPS = 20000 };
+/* Steps over which the positions an evict moves are counted (untimed). */
+enum { MOVED_STEPS = 256 };
 #define POOL_BYTES ((size_t)64 << 20)
 
 typedef enum { PLACE_POOL, PLACE_HOT, N_PLACES } place;
@@ -432,6 +434,7 @@ typedef struct row {
     int unchecked;    /* built with kve_*_options.unchecked = 1 */
     place where;
     double ns, floor_ns, floor_base_ns, load1;
+    double moved; /* positions an evict moved, mean over MOVED_STEPS; NaN if not measured */
     const char *floor_isa;
 } row;
 
@@ -452,6 +455,7 @@ static row *add_row(rows *rs, const pool *p, place where)
     r->where = where;
     r->pool_rows = p->n_rows;
     r->load1 = load1();
+    r->moved = NAN;
     return r;
 }
 
@@ -526,6 +530,38 @@ static void floor_rows(rows *rs, const pool *p, place where, size_t budget, size
     free(w.acc);
 }
 
+/* The positions a one-victim evict moves to close its hole (those after the
+ * victim, a memmove), mean over `steps` more steps of w (not timed): the
+ * victim's index is where it would sit among the positions kept after it. */
+static double moved_per_evict(work *w, size_t steps)
+{
+    int32_t victims[4];
+    double moved = 0.0;
+    size_t evicts = 0;
+    for (size_t s = 0; s < steps; s++, w->pos++) {
+        const float *a = next_row(w);
+        checked(kve_policy_step_keys(w->p, w->pos, w->attn ? a : NULL, kve_policy_size(w->p),
+                                     w->keys ? a : NULL),
+                "step");
+        size_t nv = 0;
+        checked(kve_policy_evict(w->p, w->budget, victims, 4, &nv), "evict");
+        if (nv != 1)
+            continue;
+        const int32_t *pos = kve_policy_positions(w->p);
+        size_t lo = 0, hi = kve_policy_size(w->p);
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (pos[mid] < victims[0])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        moved += (double)(kve_policy_size(w->p) - lo);
+        evicts++;
+    }
+    return evicts ? moved / (double)evicts : NAN;
+}
+
 static void spec_of(char *out, const char *name, size_t budget)
 {
     char *s = canon_spec("policy", name, budget);
@@ -560,6 +596,8 @@ static void policy_row(rows *rs, const pool *p, place where, size_t t, size_t bu
         checked(kve_policy_step_keys(w.p, w.pos, NULL, 0, keys ? next_row(&w) : NULL), "fill");
     r->ns = measure(&w, o, &r->steps);
     r->state_bytes = kve_policy_state_bytes(w.p);
+    if (kve_policy_type_reads(t) != KVE_READS_NOTHING) /* the scored ones: a memmove */
+        r->moved = moved_per_evict(&w, MOVED_STEPS);
     set_floor(r, f);
     kve_policy_free(w.p);
 }
@@ -691,6 +729,7 @@ static void print_rows(FILE *f, const rows *rs, tfmt fmt)
         {"isa", "isa", COL_CSV | COL_JSON},
         {"timed steps", "timed_steps", COL_CSV | COL_JSON},
         {"load", "load_average", COL_ALL},
+        {"moved/evict", "moved_per_evict", COL_ALL},
     };
     table t;
     table_init(&t, cols, sizeof cols / sizeof cols[0]);
@@ -717,6 +756,7 @@ static void print_rows(FILE *f, const rows *rs, tfmt fmt)
         table_str(&t, kve_isa_name());
         table_uint(&t, r->steps);
         table_real(&t, r->load1, "%.2f");
+        table_real(&t, r->moved, "%.1f");
     }
     table_print(&t, f, fmt);
     table_free(&t);
@@ -999,6 +1039,25 @@ static void print_docs(FILE *f, const rows *rs, const size_t *budgets, size_t n_
                 pass / hu->floor_ns);
     }
 
+    fprintf(f, "\n#### What an evict moves\n\n"
+               "The kept positions stay one ascending array (`kve_policy_positions`), so an "
+               "evict closes its victim's hole in them at once: a memmove of the positions after "
+               "the victim. Mean positions moved per evict over %d more steps (not timed), "
+               "unchecked, hot placement, and that as a fraction of the budget.\n\n",
+            MOVED_STEPS);
+    header(f, "| policy |", budgets, n_budgets);
+    for (size_t k = 0; k < 3; k++) {
+        fprintf(f, "| %s |", tight[k]);
+        for (size_t i = 0; i < n_budgets; i++) {
+            const row *r = find(rs, pkey(tight[k], "rows", 1, PLACE_HOT), budgets[i]);
+            if (r && isfinite(r->moved))
+                fprintf(f, " %.0f (%.2f) |", r->moved, r->moved / (double)budgets[i]);
+            else
+                fprintf(f, " |");
+        }
+        fputc('\n', f);
+    }
+
     fprintf(f, "\n#### Targets\n\n| target | policy | placement | worst ratio | met at | "
                "verdict |\n|---|---|---|---:|---|---|\n");
     for (int where = PLACE_HOT; where >= PLACE_POOL; where--) {
@@ -1150,7 +1209,9 @@ static const char perf_usage[] =
     "                     unchecked (0 or 1), pool_rows, ns_per_step, ns_per_slot,\n"
     "                     floor_ns_per_step, floor_isa, floor_base_ns_per_step,\n"
     "                     ratio_to_floor, bytes_per_slot, state_bytes, isa (the\n"
-    "                     library's kernels), timed_steps, load_average\n"
+    "                     library's kernels), timed_steps, load_average (1 minute,\n"
+    "                     before the row), moved_per_evict (positions an evict\n"
+    "                     moved, mean; null for the policies without a score)\n"
     "  -o, --output FILE  write there instead of standard output (- for it)\n"
     "  --docs FILE        also rewrite the block between <!-- perf:begin --> and\n"
     "                     <!-- perf:end --> of FILE (conditions, tables, targets)\n"
