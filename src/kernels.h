@@ -23,6 +23,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,8 +31,16 @@
 
 typedef enum kve_isa { KVE_ISA_SCALAR, KVE_ISA_AVX2, KVE_ISA_AVX512, KVE_ISA_COUNT } kve_isa;
 
-/* The instruction set in use: detected at the first call, then fixed. */
-kve_isa kve__isa(void);
+/* The instruction set in use: detected at the first call, then fixed.
+ * Inline: one relaxed load of isa.c's kve__isa_active on every step, the
+ * detection (kve__isa_detect) only while it is still -1. */
+extern atomic_int kve__isa_active;
+kve_isa kve__isa_detect(void);
+static inline kve_isa kve__isa(void)
+{
+    int v = atomic_load_explicit(&kve__isa_active, memory_order_relaxed);
+    return v >= 0 ? (kve_isa)v : kve__isa_detect();
+}
 
 /* Whether this CPU (and build) can run `isa`. */
 bool kve__isa_supported(kve_isa isa);

@@ -59,7 +59,9 @@ kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float *attn, s
 
 kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n)
 {
-    return kve_policy_step_keys(p, pos, attn, n, NULL);
+    if (!p)
+        return kve__fail(KVE_EINVAL, "policy is NULL");
+    return kve__policy_step(&p->bank, pos, attn, n, NULL);
 }
 
 kve_status kve_policy_evict(kve_policy *p, size_t budget, int32_t *victims, size_t cap,
