@@ -17,7 +17,7 @@ trap 'rm -rf "$D"' EXIT INT TERM
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
-# --quick: budgets 256 and 4096; per budget and placement the floor's four
+# --quick: budgets 256 and 4096; per budget and placement the floor's five
 # rows; in the pool placement every policy but full with rows and NULL (those
 # that read keys: once, with keys), the ones that read attention also
 # unchecked, two naive rows; in the hot placement the ones that read
@@ -32,7 +32,7 @@ n_pol=$(printf '%s\n' "$policies" | wc -l)
 n_key=$(printf '%s\n' "$keyed" | grep -c .)
 n_att=$(printf '%s\n' "$attending" | grep -c .)
 [ "$n_key" -eq 2 ] || fail "policies --csv: $n_key policies read keys, want 2"
-per_budget=$((4 + 2 * n_pol + n_key + n_att + 2 + 4 + 2 * n_att))
+per_budget=$((5 + 2 * n_pol + n_key + n_att + 2 + 5 + 2 * n_att))
 want=$((2 * per_budget + 5))
 
 "$K" perf --quick --json >"$D/p.jsonl" 2>"$D/err" || fail "perf --quick --json: $(cat "$D/err")"
@@ -65,7 +65,7 @@ for p in $attending; do
         [ "$n" -eq 1 ] || fail "perf --json: $n unchecked rows for $p at 256 from $pool rows"
     done
 done
-for v in called inline timed-each-monotonic timed-each-cputime; do
+for v in called inline timed-each-monotonic timed-each-cputime with-min; do
     [ "$(grep '"impl": "floor"' "$D/p.jsonl" | grep -c "\"policy\": \"$v\"")" -eq 4 ] ||
         fail "perf --json: the floor's $v rows"
 done

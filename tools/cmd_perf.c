@@ -134,6 +134,29 @@ static inline __attribute__((always_inline)) void floor_loop(double *restrict ac
     *row = r;
 }
 
+/* The pass that also keeps the lowest new score: one minimum per vector, the
+ * least an argmin needs (a tree over four vectors, then the running one), so
+ * that the cost of tracking a minimum at the floor's speed is measured too.
+ * Written with the vector intrinsics (the
+ * compiler does not vectorise a minimum of doubles without -ffast-math);
+ * the baseline is the plain loop. */
+static inline __attribute__((always_inline)) double floor_min_tail(double *restrict acc,
+                                                                  const float *restrict attn,
+                                                                  size_t i, size_t n, double low)
+{
+    for (; i < n; i++) {
+        double s = acc[i] + (double)attn[i];
+        acc[i] = s;
+        low = s < low ? s : low;
+    }
+    return low;
+}
+
+static double floor_min_base(double *acc, const float *attn, size_t n)
+{
+    return floor_min_tail(acc, attn, 0, n, INFINITY);
+}
+
 #define FLOOR_FNS(suffix, attr)                                                             \
     attr static void floor_##suffix(double *acc, const float *attn, size_t n)              \
     {                                                                                       \
@@ -154,14 +177,55 @@ FLOOR_FNS(avx512, __attribute__((target("avx512f,avx512vl"))))
 #else
 FLOOR_FNS(avx512, __attribute__((target("avx512f,avx512vl,prefer-vector-width=512"))))
 #endif
+#include <immintrin.h>
+
+__attribute__((target("avx2"))) static double floor_min_avx2(double *acc, const float *attn,
+                                                             size_t n)
+{
+    __m256d m = _mm256_set1_pd(INFINITY), s[4];
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (size_t k = 0; k < 4; k++) {
+            s[k] = _mm256_add_pd(_mm256_loadu_pd(acc + i + 4 * k),
+                                 _mm256_cvtps_pd(_mm_loadu_ps(attn + i + 4 * k)));
+            _mm256_storeu_pd(acc + i + 4 * k, s[k]);
+        }
+        m = _mm256_min_pd(_mm256_min_pd(_mm256_min_pd(s[0], s[1]), _mm256_min_pd(s[2], s[3])), m);
+    }
+    double lanes[4], low = INFINITY;
+    _mm256_storeu_pd(lanes, m);
+    for (size_t j = 0; j < 4; j++)
+        low = lanes[j] < low ? lanes[j] : low;
+    return floor_min_tail(acc, attn, i, n, low);
+}
+
+__attribute__((target("avx512f,avx512vl"))) static double floor_min_avx512(double *acc,
+                                                                          const float *attn,
+                                                                          size_t n)
+{
+    __m512d m = _mm512_set1_pd(INFINITY), s[4];
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        for (size_t k = 0; k < 4; k++) {
+            s[k] = _mm512_add_pd(_mm512_loadu_pd(acc + i + 8 * k),
+                                 _mm512_cvtps_pd(_mm256_loadu_ps(attn + i + 8 * k)));
+            _mm512_storeu_pd(acc + i + 8 * k, s[k]);
+        }
+        m = _mm512_min_pd(_mm512_min_pd(_mm512_min_pd(s[0], s[1]), _mm512_min_pd(s[2], s[3])), m);
+    }
+    return floor_min_tail(acc, attn, i, n, _mm512_reduce_min_pd(m));
+}
 #else
 #define PERF_X86 0
 #endif
+
+typedef double (*floor_min_fn)(double *acc, const float *attn, size_t n);
 
 typedef struct floor_isa {
     const char *name;
     floor_fn fn;
     floor_loop_fn loop;
+    floor_min_fn min;
     int available;
 } floor_isa;
 
@@ -171,12 +235,12 @@ static size_t n_floors;
 static void floors_init(void)
 {
     n_floors = 0;
-    floors[n_floors++] = (floor_isa){"x86-64", floor_base, floor_loop_base, 1};
+    floors[n_floors++] = (floor_isa){"x86-64", floor_base, floor_loop_base, floor_min_base, 1};
 #if PERF_X86
     __builtin_cpu_init();
-    floors[n_floors++] = (floor_isa){"avx2", floor_avx2, floor_loop_avx2,
+    floors[n_floors++] = (floor_isa){"avx2", floor_avx2, floor_loop_avx2, floor_min_avx2,
                                      __builtin_cpu_supports("avx2") != 0};
-    floors[n_floors++] = (floor_isa){"avx512", floor_avx512, floor_loop_avx512,
+    floors[n_floors++] = (floor_isa){"avx512", floor_avx512, floor_loop_avx512, floor_min_avx512,
                                      __builtin_cpu_supports("avx512f") &&
                                          __builtin_cpu_supports("avx512vl")};
 #endif
@@ -205,7 +269,7 @@ static void pool_init(pool *p, size_t width, size_t max_rows, uint64_t seed)
 
 /* ---- workloads ---- */
 
-typedef enum { W_FLOOR, W_FLOOR_LOOP, W_POLICY, W_NAIVE, W_BANK } wkind;
+typedef enum { W_FLOOR, W_FLOOR_LOOP, W_FLOOR_MIN, W_POLICY, W_NAIVE, W_BANK } wkind;
 
 typedef struct work {
     wkind kind;
@@ -219,6 +283,7 @@ typedef struct work {
     const floor_isa *floor;
     double *acc;
     size_t width;
+    double sink; /* W_FLOOR_MIN: the minima, summed, so that they are computed */
     /* W_POLICY */
     kve_policy *p;
     /* W_NAIVE: h2o's arithmetic, kept in plain arrays */
@@ -357,6 +422,10 @@ static void run(work *w, size_t steps)
     case W_FLOOR:
         for (size_t s = 0; s < steps; s++)
             w->floor->fn(w->acc, next_row(w), w->width);
+        break;
+    case W_FLOOR_MIN:
+        for (size_t s = 0; s < steps; s++)
+            w->sink += w->floor->min(w->acc, next_row(w), w->width);
         break;
     case W_FLOOR_LOOP:
         w->floor->loop(w->acc, w->pool->w, w->pool->width, w->pool->n_rows, &w->row, w->width,
@@ -498,17 +567,18 @@ static void set_floor(row *r, const floor_cost *f)
 }
 
 /* The floor's own rows for `slots` slots of pool p: the floor itself
- * ("called"), the pass inlined into the loop over steps, and each call
- * timed on its own with two clocks; all with the fastest instruction set. */
+ * ("called"), the pass inlined into the loop over steps, each call timed on
+ * its own with two clocks, and the pass that also tracks the lowest score
+ * ("with-min"); all with the fastest instruction set. */
 static void floor_rows(rows *rs, const pool *p, place where, size_t budget, size_t heads,
                        size_t slots, const floor_cost *f, const timing_opts *o)
 {
     static const char *const names[] = {"called", "inline", "timed-each-monotonic",
-                                        "timed-each-cputime"};
+                                        "timed-each-cputime", "with-min"};
     work w = {.kind = W_FLOOR_LOOP, .pool = p, .width = slots, .floor = f->best};
     w.acc = xcalloc(slots, sizeof *w.acc);
     size_t each = f->steps < EACH_MAX_STEPS ? f->steps : EACH_MAX_STEPS;
-    for (size_t k = 0; k < 4; k++) {
+    for (size_t k = 0; k < 5; k++) {
         row *r = add_row(rs, p, where);
         r->impl = "floor";
         snprintf(r->name, sizeof r->name, "%s", names[k]);
@@ -520,7 +590,8 @@ static void floor_rows(rows *rs, const pool *p, place where, size_t budget, size
         if (k == 0) {
             r->ns = f->ns;
             r->steps = f->steps;
-        } else if (k == 1) {
+        } else if (k == 1 || k == 4) {
+            w.kind = k == 1 ? W_FLOOR_LOOP : W_FLOOR_MIN;
             r->ns = measure(&w, o, &r->steps);
         } else {
             r->ns = measure_each(&w, o, each, k == 2 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID);
@@ -976,17 +1047,19 @@ static void print_docs(FILE *f, const rows *rs, const size_t *budgets, size_t n_
                "of calls, as every policy row is); inline: the same pass inlined into the loop "
                "over steps; timed each call: every call timed on its own with a clock read "
                "before and after it (the monotonic clock, and the thread's CPU-time clock, a "
-               "system call), the durations summed. pool: rows from a pool of up to %d; hot: "
-               "from a pool of %d.\n\n",
+               "system call), the durations summed; with a minimum: the pass that also keeps "
+               "the lowest new score (one minimum a vector, the least an argmin needs). pool: "
+               "rows from a pool of up to %d; hot: from a pool of %d.\n\n",
             POOL_ROWS, HOT_ROWS);
     header(f, "| floor | placement | rows |", budgets, n_budgets);
     static const char *const variants[] = {"called", "inline", "timed-each-monotonic",
-                                           "timed-each-cputime"};
+                                           "timed-each-cputime", "with-min"};
     static const char *const variant_text[] = {"called (the floor)", "inline",
                                                "timed each call, monotonic clock",
-                                               "timed each call, CPU-time clock"};
+                                               "timed each call, CPU-time clock",
+                                               "called, with a minimum"};
     for (int where = PLACE_HOT; where >= PLACE_POOL; where--)
-        for (size_t v = 0; v < 4; v++) {
+        for (size_t v = 0; v < 5; v++) {
             const row *r0 = find(rs, floor_key(variants[v], (place)where), budgets[0]);
             if (!r0)
                 continue;
