@@ -179,42 +179,29 @@ FLOOR_FNS(avx512, __attribute__((target("avx512f,avx512vl,prefer-vector-width=51
 #endif
 #include <immintrin.h>
 
-__attribute__((target("avx2"))) static double floor_min_avx2(double *acc, const float *attn,
-                                                             size_t n)
-{
-    __m256d m = _mm256_set1_pd(INFINITY), s[4];
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        for (size_t k = 0; k < 4; k++) {
-            s[k] = _mm256_add_pd(_mm256_loadu_pd(acc + i + 4 * k),
-                                 _mm256_cvtps_pd(_mm_loadu_ps(attn + i + 4 * k)));
-            _mm256_storeu_pd(acc + i + 4 * k, s[k]);
-        }
-        m = _mm256_min_pd(_mm256_min_pd(_mm256_min_pd(s[0], s[1]), _mm256_min_pd(s[2], s[3])), m);
+/* floor_min_SUFFIX for vectors V of W doubles, intrinsics prefixed D (and F
+ * for the float half). */
+#define FLOOR_MIN(suffix, attr, V, W, D, F)                                                 \
+    attr static double floor_min_##suffix(double *acc, const float *attn, size_t n)        \
+    {                                                                                       \
+        V m = D##_set1_pd(INFINITY), s[4];                                                  \
+        size_t i = 0;                                                                       \
+        for (; i + 4 * (W) <= n; i += 4 * (W)) {                                            \
+            for (size_t k = 0; k < 4; k++) {                                                \
+                s[k] = D##_add_pd(D##_loadu_pd(acc + i + (W) * k),                          \
+                                  D##_cvtps_pd(F##_loadu_ps(attn + i + (W) * k)));          \
+                D##_storeu_pd(acc + i + (W) * k, s[k]);                                     \
+            }                                                                               \
+            m = D##_min_pd(D##_min_pd(D##_min_pd(s[0], s[1]), D##_min_pd(s[2], s[3])), m);  \
+        }                                                                                   \
+        double lanes[W], low = INFINITY;                                                    \
+        D##_storeu_pd(lanes, m);                                                            \
+        for (size_t j = 0; j < (W); j++)                                                    \
+            low = lanes[j] < low ? lanes[j] : low;                                          \
+        return floor_min_tail(acc, attn, i, n, low);                                        \
     }
-    double lanes[4], low = INFINITY;
-    _mm256_storeu_pd(lanes, m);
-    for (size_t j = 0; j < 4; j++)
-        low = lanes[j] < low ? lanes[j] : low;
-    return floor_min_tail(acc, attn, i, n, low);
-}
-
-__attribute__((target("avx512f,avx512vl"))) static double floor_min_avx512(double *acc,
-                                                                          const float *attn,
-                                                                          size_t n)
-{
-    __m512d m = _mm512_set1_pd(INFINITY), s[4];
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        for (size_t k = 0; k < 4; k++) {
-            s[k] = _mm512_add_pd(_mm512_loadu_pd(acc + i + 8 * k),
-                                 _mm512_cvtps_pd(_mm256_loadu_ps(attn + i + 8 * k)));
-            _mm512_storeu_pd(acc + i + 8 * k, s[k]);
-        }
-        m = _mm512_min_pd(_mm512_min_pd(_mm512_min_pd(s[0], s[1]), _mm512_min_pd(s[2], s[3])), m);
-    }
-    return floor_min_tail(acc, attn, i, n, _mm512_reduce_min_pd(m));
-}
+FLOOR_MIN(avx2, __attribute__((target("avx2"))), __m256d, 4, _mm256, _mm)
+FLOOR_MIN(avx512, __attribute__((target("avx512f,avx512vl"))), __m512d, 8, _mm512, _mm256)
 #else
 #define PERF_X86 0
 #endif
@@ -978,6 +965,14 @@ static void ratio_cell(FILE *f, const row *r)
         fprintf(f, " |");
 }
 
+/* The cells of rows q at every budget, then the line's end. */
+static void ratio_cells(FILE *f, const rows *rs, key q, const size_t *budgets, size_t n_budgets)
+{
+    for (size_t i = 0; i < n_budgets; i++)
+        ratio_cell(f, find(rs, q, budgets[i]));
+    fputc('\n', f);
+}
+
 static void header(FILE *f, const char *lead, const size_t *budgets, size_t n_budgets)
 {
     char b[24];
@@ -1036,9 +1031,7 @@ static void print_docs(FILE *f, const rows *rs, const size_t *budgets, size_t n_
                             k == 1 ? ", separate passes" : k == 2 ? ", sort-based" : "", attn,
                             unchecked ? "yes" : "no",
                             (double)r0->state_bytes / (double)(r0->budget + 1));
-                    for (size_t i = 0; i < n_budgets; i++)
-                        ratio_cell(f, find(rs, q, budgets[i]));
-                    fputc('\n', f);
+                    ratio_cells(f, rs, q, budgets, n_budgets);
                 }
 
     /* The floor itself, in both placements. */
@@ -1087,9 +1080,7 @@ static void print_docs(FILE *f, const rows *rs, const size_t *budgets, size_t n_
                     continue;
                 fprintf(f, "| %s | %s | %s |", q.name, place_names[where],
                         unchecked ? "yes" : "no");
-                for (size_t i = 0; i < n_budgets; i++)
-                    ratio_cell(f, find(rs, q, budgets[i]));
-                fputc('\n', f);
+                ratio_cells(f, rs, q, budgets, n_budgets);
             }
 
     fprintf(f, "\n#### Where h2o's step goes\n\n"
