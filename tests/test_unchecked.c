@@ -7,8 +7,8 @@
  * bits checked or unchecked: tests/test_isa.c runs every workload both ways
  * on every instruction set, and tests/test_refusals.c every other refusal.
  *
- * Broken promises: every policy, on every instruction set, in banks with and
- * without shared budgets, is fed rows mixing valid weights with NaN (both
+ * Broken promises: every policy, on every instruction set, alone and in
+ * banks with and without shared budgets, is fed rows mixing valid weights with NaN (both
  * signs), infinities, negative weights, the largest floats (whose sum over a
  * group overflows) and whole rows of NaN or +inf (no score below +inf: the
  * argmin's fallback), through grouped steps with every reduction, NULL
@@ -325,6 +325,54 @@ static void garbage(const char *spec, size_t dim, size_t share, uint64_t seed)
     kve_bank_free(b);
 }
 
+/* The same garbage through a policy: one head, stepped with
+ * kve_policy_step_keys and evicted with kve_policy_evict (the step compiled
+ * for one head, not the bank's loop). */
+static void garbage_policy(const char *spec, size_t dim, uint64_t seed)
+{
+    const int failures = check_failures;
+    kve_rng rp, g;
+    kve_rng_seed(&rp, seed);
+    kve_rng_seed(&g, seed ^ 0x9011c7);
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = dim;
+    o.unchecked = 1;
+    kve_policy *p = NULL;
+    if (kve_policy_new_ex(spec, &rp, &o, &p) != KVE_OK)
+        CHECK_FAIL_AT("%s (policy): %s", spec, kve_last_error());
+    const kve_bank *b = &p->bank;
+    const size_t budget = kve_policy_budget(p);
+    kve_status st = KVE_OK;
+    for (int s = 0; s < STEPS && st == KVE_OK && check_failures == failures; s++) {
+        size_t n = kve_policy_size(p);
+        if (n + 2 >= MAXN)
+            break;
+        garbage_rows(&g, 1, n);
+        for (size_t j = 0; j < dim; j++)
+            keys[j] = (float)(kve_rng_uniform(&g) * 2.0 - 1.0);
+        const float *attn = kve_rng_below(&g, 8) ? rows : NULL;
+        st = kve_policy_step_keys(p, s, attn, n, dim ? keys : NULL);
+        if (st != KVE_OK)
+            break;
+        check_heads(b, spec, s);
+        if (check_failures != failures || kve_rng_below(&g, 10) == 0)
+            continue; /* no evict: the next step has more to read */
+        size_t count = 0;
+        snapshot(b);
+        st = kve_policy_evict(p, budget, victims, MAXN, &count);
+        if (st != KVE_OK)
+            break;
+        check_victims(b, &count, MAXN, spec, s);
+        if (check_failures == failures)
+            check_heads(b, spec, s);
+    }
+    if (st != KVE_OK)
+        fprintf(stderr, "%s (policy): %s\n", spec, kve_last_error());
+    kve_policy_free(p);
+    if (st != KVE_OK)
+        CHECK_FAIL_AT("%s (policy): a call refused: %s", spec, kve_status_name(st));
+}
+
 static void test_broken_promises(void)
 {
     static const char *const large[] = {
@@ -349,6 +397,7 @@ static void test_broken_promises(void)
             if (i < n_small && strncmp(spec, "keydiff", 7) == 0 && dim == 0)
                 dim = 1;
             garbage(spec, dim, 0, check_seed + i);
+            garbage_policy(spec, dim, check_seed + 2000 + i);
             kve_bank *probe = NULL;
             kve_bank_options o = kve_bank_default_options();
             o.key_dim = dim;
