@@ -327,15 +327,54 @@ typedef struct kve_policy_options {
     const kve_allocator *allocator; /* NULL (the default): the C library's */
     size_t key_dim; /* d: the floats of every key a step carries, 0 .. KVE_MAX_KEY_DIM;
                        0 (the default): steps carry no keys */
+    int unchecked;  /* 0 (the default): every step validates every attention weight
+                       before any score changes; 1: the caller promises finite weights
+                       >= 0 and steps skip that pass (see "Unchecked steps" below) */
 } kve_policy_options;
 
-/* The defaults: the C library's allocator, key_dim 0. */
+/* The defaults: the C library's allocator, key_dim 0, checked (unchecked 0).
+ *
+ * Unchecked steps. A checked step (the default) reads every attention weight
+ * twice: once to validate it (finite, >= 0; for KVE_REDUCE_SUM, a reduced
+ * weight that fits float32), before any score changes, so that a refused
+ * step changes nothing; then once to update the scores. An engine whose
+ * attention is a softmax it computed itself can promise valid weights and
+ * build its policies (or banks: kve_bank_options.unchecked) with
+ * unchecked = 1, and every step then skips the validation pass: one pass
+ * over the attention instead of two.
+ *   Skipped: the weight checks above, and nothing else.
+ *   Still checked, with the same refusals and messages: NULL objects; pos
+ *     (negative, not increasing); n == size (a policy) and ld >= every
+ *     head's size (a bank); rows or keys that overflow the address space;
+ *     group, reduce and the head range; a key missing, unexpected, with
+ *     ld_keys < key_dim, or with a NaN or infinite entry (a key is O(d) to
+ *     check); growth that cannot allocate. Evictions check as always, and
+ *     kve_bank_prefill still validates its rows.
+ *   Valid weights: the results are bit-identical to the checked step's
+ *     (the same victims, kept sets and score bits, on every instruction
+ *     set).
+ *   Invalid weights (the promise broken): the step succeeds and the scores
+ *     of the heads that read them become unspecified (a NaN or an infinity
+ *     spreads into h2o's sum and h2o_decay's decayed sum, and stays there
+ *     while the position is kept; tova's score is the weight itself), so the
+ *     victims chosen from them are unspecified too, and may differ between
+ *     instruction sets. What stays defined: every call keeps the object's
+ *     invariants, so each victim is a kept position outside the recent
+ *     window, counts and sizes stay within 0 .. size, kept positions stay
+ *     ascending, nothing is read or written outside the caller's buffers
+ *     and the object's own storage, and nothing is undefined behaviour
+ *     (tests/test_unchecked.c runs NaN, infinite and negative weights under
+ *     AddressSanitizer and UndefinedBehaviorSanitizer). Other heads and
+ *     other objects are unaffected.
+ * Policies that read no attention (full, window, streaming, random) and
+ * those that read keys (knorm, keydiff) only validate the attention they
+ * are given; unchecked, they skip even that. */
 KVE_API kve_policy_options kve_policy_default_options(void);
 
 /* kve_policy_new with options (NULL: the defaults).
  * Refuses as kve_policy_new, plus (KVE_EINVAL): key_dim above
  * KVE_MAX_KEY_DIM; a policy that reads keys with key_dim 0 (the message
- * says so: it could never be stepped). A policy that does not read keys
+ * says so: it could never be stepped); unchecked other than 0 or 1. A policy that does not read keys
  * accepts any key_dim and then validates and ignores the keys it is given.
  * Allocates as kve_policy_new, through options->allocator; a policy whose
  * per-slot state depends on d (keydiff) sizes its slots from it. */
@@ -359,17 +398,22 @@ KVE_API void kve_policy_free(kve_policy *p);
  * pos:  must be >= 0 and greater than every position seen before.
  * Refuses (KVE_EINVAL, nothing changed): NULL p; pos negative or not
  *       increasing; n != size; a NaN, infinite or negative weight (the
- *       message names its index and value); a policy that reads keys (step
+ *       message names its index and value; not checked by a policy built
+ *       unchecked: see "Unchecked steps"); a policy that reads keys (step
  *       it with kve_policy_step_keys).
  * Memory: no allocation while size <= budget before the call (the
  *       step-then-evict loop). Stepping several times without evicting grows
  *       the storage geometrically; KVE_ENOMEM if that fails.
  * Cost: the policies that read attention make a read-only validation pass
- *       over attn, then one pass over the kept set that updates every score,
+ *       over attn (none when unchecked), then one pass over the kept set
+ *       that updates every score,
  *       closes the hole the last evict left in the per-slot state and finds
  *       the next victim (vectorised for the machine: kve_isa_name); O(1) for
  *       the others (plus the validation pass when attn is not NULL: window,
- *       streaming, full and random should be stepped with NULL).
+ *       streaming, full and random should be stepped with NULL). A NULL
+ *       step of a scored policy is one pass over the scores when the last
+ *       evict left a hole to close (it finds the next victim on the way),
+ *       else O(1).
  *       kve_policy_step(p, pos, attn, n) is
  *       kve_policy_step_keys(p, pos, attn, n, NULL). */
 KVE_API kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n);
@@ -411,8 +455,9 @@ KVE_API kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float 
  *       refusal. Never allocates.
  * Cost: scored policies, one victim (the steady state): the step found it,
  *       so evict is one memmove of the positions after it (the other columns
- *       are closed up by the next step's pass); after a NULL step, one argmin
- *       scan more. Several victims: one scan of the unprotected kept set per
+ *       are closed up by the next step's pass); after a NULL step that had
+ *       no hole to close (a prompt stepped through without evicting), one
+ *       argmin scan more. Several victims: one scan of the unprotected kept set per
  *       victim (repeated argmin, never a sort) and one compaction.
  *       window/streaming are O(victims + sinks) amortised; random is O(kept)
  *       per victim. */
@@ -749,17 +794,20 @@ typedef struct kve_bank_options {
                          default): no groups, every head has its own budget */
     double min_share; /* the floor of a shared eviction, as a fraction of an even
                          share, in [0, 1] (default 0.2; see "Shared budgets") */
+    int unchecked;    /* 0 (the default) or 1, as kve_policy_options.unchecked: 1 skips
+                         the validation of every head's attention weights (see
+                         "Unchecked steps" in "Policies") */
 } kve_bank_options;
 
 /* The defaults: the C library's allocator, key_dim 0, share 0 (no shared
- * budget), min_share 0.2. */
+ * budget), min_share 0.2, checked (unchecked 0). */
 KVE_API kve_bank_options kve_bank_default_options(void);
 
 /* kve_bank_new with options; options may be NULL (the defaults). Argument
  * order as kve_policy_new_ex.
  * Refuses (KVE_EINVAL) what kve_bank_new refuses, plus: what
  *      kve_policy_new_ex refuses of key_dim (above KVE_MAX_KEY_DIM, or 0 for
- *      a policy that reads keys); min_share outside [0, 1] (or NaN); share
+ *      a policy that reads keys) and of unchecked (not 0 or 1); min_share outside [0, 1] (or NaN); share
  *      that does not divide n_heads; share > 0 with a policy that has no
  *      score (full, window, streaming, random) or with block > 1.
  *      KVE_ENOMEM. On failure *out and rng are untouched.
@@ -820,11 +868,13 @@ KVE_API size_t kve_bank_share(const kve_bank *b);
  * pos:  >= 0 and greater than every head's last position.
  * Refuses (KVE_EINVAL, no head changed): NULL b; a bad pos (the message names
  *       the first head it fails for); ld smaller than some head's size; a NaN,
- *       infinite or negative weight (the message names head and index); a
- *       policy that reads keys (step it with kve_bank_step_range).
+ *       infinite or negative weight (the message names head and index; not
+ *       checked by a bank built unchecked); a policy that reads keys (step
+ *       it with kve_bank_step_range).
  *       KVE_ENOMEM when a head must grow and cannot (no head changed).
  * Memory: no allocation while every head's size <= budget before the call.
- * Cost: one read-only validation pass over every row, then one pass over
+ * Cost: one read-only validation pass over every row (none when
+ *       unchecked), then one pass over
  *       every head's scores that adds the weights, closes the hole the last
  *       evict left and finds the next victim (the scored policies; O(1) a
  *       head for the others), vectorised for the machine (kve_isa_name).

@@ -5,8 +5,9 @@
  *
  * Every entry point validates everything it is given, for every head of its
  * range, before it changes anything: positions, buffer sizes, every weight of
- * every row, then the allocations a growth needs (made for every head first,
- * committed only once all succeeded). So a refused call leaves every head
+ * every row (but in a bank or policy built unchecked, which trusts the
+ * weights: kvevict.h, "Unchecked steps"), then the allocations a growth needs
+ * (made for every head first, committed only once all succeeded). So a refused call leaves every head
  * exactly as it was, and a head's state is only ever touched by calls whose
  * range contains it: disjoint ranges may run in different threads.
  *
@@ -231,18 +232,24 @@ KVE_COLD static kve_status bad_weight(const kve_bank *b, size_t head, size_t row
 
 /* ---- step ---- */
 
-static void head_step(const kve_config *c, kve_head *h, int32_t pos, const kve_rows *in,
-                      const float *key, kve_isa isa)
+KVE_ALWAYS_INLINE void head_step(const kve_config *c, kve_head *h, int32_t pos,
+                                 const kve_rows *in, const float *key, kve_isa isa)
 {
     if (h->offset && h->offset + h->size >= h->cap)
         kve__sliding_rewind(h);
     size_t n = h->size;
     if (in)
         h->observed++;
-    if (c->observe) {
+    if (c->observe && !in && h->gap == KVE_NONE) {
+        /* A NULL step (no information: scores unchanged) with no hole to
+         * close: O(1), the evict that follows finds the victim (a prompt
+         * stepped through with NULL costs O(1) a token). */
+        h->best = KVE_NONE;
+        ((double *)h->col[KVE_COL_SCORE])[n] = 0.0;
+    } else if (c->observe) {
         /* One pass over the scores finds the victim of the coming evict and
          * closes the hole the last one left: the rule's observe pass, or for
-         * a NULL step (no information: scores unchanged) a plain scan. */
+         * a NULL step a plain scan. */
         double *score = h->col[KVE_COL_SCORE];
         size_t rw = c->params.recent_window;
         size_t limit = n + 1 > rw ? n + 1 - rw : 0; /* unprotected slots after admission */
@@ -276,8 +283,8 @@ KVE_COLD static kve_status bad_key(const kve_bank *b, size_t head, const float *
 
 /* The keys' checks: present when the policy reads them, allowed only with a
  * key dimension, rows far enough apart, every entry finite. */
-static kve_status check_keys(const kve_bank *b, size_t first, size_t count, const float *keys,
-                             size_t ld_keys)
+KVE_ALWAYS_INLINE kve_status check_keys(const kve_bank *b, size_t first, size_t count,
+                                        const float *keys, size_t ld_keys)
 {
     const kve_config *c = &b->cfg;
     if (!keys) {
@@ -301,9 +308,15 @@ static kve_status check_keys(const kve_bank *b, size_t first, size_t count, cons
     return KVE_OK;
 }
 
-kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
-                          const float *attn, size_t ld, size_t group, kve_reduce reduce,
-                          const float *keys, size_t ld_keys)
+/* The step of heads [first, first + count) of b (policy: b is a policy's,
+ * count 1, group 1, no shared budget). Written once, inlined twice: into
+ * kve__bank_step, any range of a bank, and into kve__policy_step, where the
+ * constants let the compiler drop the loops over heads and the tests that
+ * cannot hold for a policy. */
+KVE_ALWAYS_INLINE kve_status step_heads(kve_bank *b, size_t first, size_t count, int32_t pos,
+                                        const float *attn, size_t ld, size_t group,
+                                        kve_reduce reduce, const float *keys, size_t ld_keys,
+                                        const bool policy)
 {
     const kve_config *c = &b->cfg;
     if (pos < 0)
@@ -318,14 +331,14 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
     if (attn) {
         for (size_t j = 0; j < count; j++) {
             size_t n = b->heads[first + j].size;
-            if (b->is_policy && ld != n)
+            if (policy && ld != n)
                 return kve__head_fail(b, KVE_EINVAL, 0, "n is %zu but the policy keeps %zu positions",
                                  ld, n);
             if (ld < n)
                 return kve__head_fail(b, KVE_EINVAL, first + j,
                                  "ld %zu is smaller than the %zu kept positions", ld, n);
         }
-        for (size_t j = 0; j < count; j++) {
+        for (size_t j = 0; j < count && !c->unchecked; j++) {
             kve_rows in = {attn + j * group * ld, ld, group, reduce};
             size_t q, i;
             if (kve__rows_invalid(&in, b->heads[first + j].size, &q, &i))
@@ -335,13 +348,14 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
     kve_status kst = check_keys(b, first, count, keys, ld_keys);
     if (kst != KVE_OK)
         return kst;
-    if (b->share) {
+    const bool share = !policy && b->share;
+    if (share) {
         kve_status st = kve__groups_prepare(b, first / b->share, count / b->share);
         if (st != KVE_OK)
             return st;
         kve__groups_commit(b, first / b->share, count / b->share);
     }
-    for (size_t j = 0; j < count && !b->share; j++) {
+    for (size_t j = 0; j < count && !share; j++) {
         const kve_head *h = &b->heads[first + j];
         if (h->offset == 0 && h->size >= h->cap) {
             kve_status st = alloc_growth(b, first + j);
@@ -368,11 +382,26 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
     return KVE_OK;
 }
 
+kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
+                          const float *attn, size_t ld, size_t group, kve_reduce reduce,
+                          const float *keys, size_t ld_keys)
+{
+    return step_heads(b, first, count, pos, attn, ld, group, reduce, keys, ld_keys, false);
+}
+
+kve_status kve__policy_step(kve_bank *b, int32_t pos, const float *attn, size_t n,
+                            const float *key)
+{
+    return step_heads(b, 0, 1, pos, attn, n, 1, KVE_REDUCE_MEAN, key, b->cfg.key_dim, true);
+}
+
 /* ---- evict ---- */
 
-kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budget,
-                           int32_t *victims, size_t ld_victims, size_t *counts,
-                           const char *ld_name)
+/* The evict of heads [first, first + count) to `budget`; inlined twice, as
+ * step_heads. */
+KVE_ALWAYS_INLINE kve_status evict_heads(kve_bank *b, size_t first, size_t count, size_t budget,
+                                         int32_t *victims, size_t ld_victims, size_t *counts,
+                                         const char *ld_name)
 {
     const kve_config *c = &b->cfg;
     const char *name = c->type->name;
@@ -384,9 +413,11 @@ kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budge
     if (c->params.sinks && budget <= c->params.sinks)
         return kve__fail(KVE_EINVAL, "%s: budget %zu must be greater than sinks %zu", name, budget,
                          c->params.sinks);
-    kve_status st = kve__check_pages(c, budget);
-    if (st != KVE_OK)
-        return st;
+    if (c->params.block > 1) {
+        kve_status st = kve__check_pages(c, budget);
+        if (st != KVE_OK)
+            return st;
+    }
     if (!victims && ld_victims)
         return kve__fail(KVE_EINVAL, "%s: victims is NULL but %s is %zu", name, ld_name,
                          ld_victims);
@@ -414,6 +445,18 @@ kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budge
     return KVE_OK;
 }
 
+kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budget,
+                           int32_t *victims, size_t ld_victims, size_t *counts)
+{
+    return evict_heads(b, first, count, budget, victims, ld_victims, counts, "ld_victims");
+}
+
+kve_status kve__policy_evict(kve_bank *b, size_t budget, int32_t *victims, size_t cap,
+                             size_t *n_victims)
+{
+    return evict_heads(b, 0, 1, budget, victims, cap, n_victims, "cap");
+}
+
 /* ---- the bank API ---- */
 
 typedef struct bank_alloc {
@@ -423,7 +466,8 @@ typedef struct bank_alloc {
 
 kve_bank_options kve_bank_default_options(void)
 {
-    kve_bank_options o = {.allocator = NULL, .key_dim = 0, .share = 0, .min_share = 0.2};
+    kve_bank_options o = {
+        .allocator = NULL, .key_dim = 0, .share = 0, .min_share = 0.2, .unchecked = 0};
     return o;
 }
 
@@ -455,6 +499,7 @@ kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
     kve_bank_options o = options ? *options : kve_bank_default_options();
     kve_policy_options po = kve_policy_default_options();
     po.key_dim = o.key_dim;
+    po.unchecked = o.unchecked;
     const kve_allocator alloc = kve__allocator(o.allocator);
     kve_config c;
     kve_status st = kve__config_new(spec, rng, &po, out, &c);
@@ -600,7 +645,7 @@ kve_status kve_bank_evict_range(kve_bank *b, size_t first, size_t count, size_t 
     kve_status st = check_range(b, first, count);
     if (st != KVE_OK)
         return st;
-    return kve__bank_evict(b, first, count, budget, victims, ld_victims, counts, "ld_victims");
+    return kve__bank_evict(b, first, count, budget, victims, ld_victims, counts);
 }
 
 kve_status kve_bank_evict(kve_bank *b, size_t budget, int32_t *victims, size_t ld_victims,

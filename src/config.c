@@ -110,9 +110,12 @@ kve_status kve__config_new(const char *spec, const kve_rng *rng,
     if (o.key_dim > KVE_MAX_KEY_DIM)
         return kve__fail(KVE_EINVAL, "key_dim %zu is above the largest, %d", o.key_dim,
                          KVE_MAX_KEY_DIM);
+    if (o.unchecked != 0 && o.unchecked != 1)
+        return kve__fail(KVE_EINVAL, "unchecked %d is neither 0 nor 1", o.unchecked);
     kve_status st = kve__config_parse(spec, NULL, NULL, o.key_dim, c);
     if (st != KVE_OK)
         return st;
+    c->unchecked = o.unchecked == 1;
     if ((c->type->flags & KVE_TYPE_NEEDS_RNG) && !rng)
         return kve__fail(KVE_EINVAL, "%s: needs an Rng, but rng is NULL", c->type->name);
     if ((c->type->flags & KVE_TYPE_READS_KEYS) && o.key_dim == 0)
@@ -125,7 +128,7 @@ kve_status kve__config_new(const char *spec, const kve_rng *rng,
 
 kve_policy_options kve_policy_default_options(void)
 {
-    kve_policy_options o = {.allocator = NULL, .key_dim = 0};
+    kve_policy_options o = {.allocator = NULL, .key_dim = 0, .unchecked = 0};
     return o;
 }
 

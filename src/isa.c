@@ -2,11 +2,12 @@
 /*
  * isa.c - choosing the instruction set of the kernels, once.
  *
- * Invariant: `active` holds -1 until the first call to kve__isa, then the
- * index of a supported kve_isa forever (unless a test forces another). It is
- * an atomic int read with relaxed ordering: threads racing through the first
- * call each detect the same answer and store the same value, so no lock is
- * needed and ThreadSanitizer sees no race.
+ * Invariant: kve__isa_active holds -1 until the first call to kve__isa (an
+ * inline function of kernels.h that reads it), then the index of a
+ * supported kve_isa forever (unless a test forces another). It is an atomic
+ * int read with relaxed ordering: threads racing through the first call each
+ * detect the same answer and store the same value, so no lock is needed and
+ * ThreadSanitizer sees no race.
  * Detection reads cpuid through __builtin_cpu_supports, which also checks
  * that the operating system saves the vector registers (xgetbv). Under
  * valgrind, which emulates no AVX-512, the same code picks AVX2.
@@ -15,7 +16,7 @@
 
 #include <stdatomic.h>
 
-static atomic_int active = -1;
+atomic_int kve__isa_active = -1;
 
 bool kve__isa_supported(kve_isa isa)
 {
@@ -43,25 +44,22 @@ static kve_isa detect(void)
     return KVE_ISA_SCALAR;
 }
 
-kve_isa kve__isa(void)
+kve_isa kve__isa_detect(void)
 {
-    int v = atomic_load_explicit(&active, memory_order_relaxed);
-    if (v < 0) {
-        v = (int)detect();
-        atomic_store_explicit(&active, v, memory_order_relaxed);
-    }
+    int v = (int)detect();
+    atomic_store_explicit(&kve__isa_active, v, memory_order_relaxed);
     return (kve_isa)v;
 }
 
 bool kve__isa_force(kve_isa isa)
 {
     if (isa == KVE_ISA_COUNT) {
-        atomic_store_explicit(&active, (int)detect(), memory_order_relaxed);
+        atomic_store_explicit(&kve__isa_active, (int)detect(), memory_order_relaxed);
         return true;
     }
     if (!kve__isa_supported(isa))
         return false;
-    atomic_store_explicit(&active, (int)isa, memory_order_relaxed);
+    atomic_store_explicit(&kve__isa_active, (int)isa, memory_order_relaxed);
     return true;
 }
 

@@ -9,8 +9,8 @@
  * one does (simd.h); validation only reads, and once a pass has said that a
  * row holds a bad weight, the scalar loop finds the first one, so the message
  * is the same on every path.
- * Cost: validation reads group * n weights once (plus one reduction pass for
- * reduce = sum); the argmin reads the n scores once and writes those past
+ * Cost: validation reads group * n weights once (twice for a row holding a
+ * -0.0 or a bad weight; plus one reduction pass for reduce = sum); the argmin reads the n scores once and writes those past
  * the hole.
  */
 #include "simd.h"
@@ -40,8 +40,36 @@ KVE_ALWAYS_INLINE bool row_bad(const float *a, size_t n)
     return smax > 0x7f7fffff || umax > 0x80000000u;
 }
 
-KVE_PER_ISA(row_bad, bool, (const float *a, size_t n), row_bad(a, n), row_bad(a, n),
-            row_bad(a, n))
+/* The screen every row passes first, at one maximum per vector where
+ * row_bad needs two: every valid weight but -0.0 has bits <= 0x7f7fffff, so a
+ * row whose largest bits are no larger is valid. A row that fails the screen
+ * (a bad weight, or a valid -0.0) takes row_bad. SCREEN_LANES partial
+ * maxima, so that the vectorised loop carries several independent ones. */
+enum { SCREEN_LANES = 64 };
+
+KVE_ALWAYS_INLINE bool row_suspect(const float *a, size_t n)
+{
+    uint32_t part[SCREEN_LANES] = {0};
+    size_t i = 0;
+    for (; i + SCREEN_LANES <= n; i += SCREEN_LANES)
+        for (size_t j = 0; j < SCREEN_LANES; j++) {
+            uint32_t u;
+            memcpy(&u, &a[i + j], sizeof u);
+            part[j] = u > part[j] ? u : part[j];
+        }
+    uint32_t umax = 0;
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &a[i], sizeof u);
+        umax = u > umax ? u : umax;
+    }
+    for (size_t j = 0; j < SCREEN_LANES; j++)
+        umax = part[j] > umax ? part[j] : umax;
+    return umax > 0x7f7fffffu;
+}
+
+KVE_PER_ISA(row_bad, bool, (const float *a, size_t n), row_suspect(a, n) && row_bad(a, n),
+            row_suspect(a, n) && row_bad(a, n), row_suspect(a, n) && row_bad(a, n))
 KVE_PER_ISA(sum_overflow, size_t, (const kve_rows *in, size_t n), kv1_sum_overflow(in, n),
             kv4_sum_overflow(in, n), kv8_sum_overflow(in, n))
 

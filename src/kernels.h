@@ -23,6 +23,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,8 +31,16 @@
 
 typedef enum kve_isa { KVE_ISA_SCALAR, KVE_ISA_AVX2, KVE_ISA_AVX512, KVE_ISA_COUNT } kve_isa;
 
-/* The instruction set in use: detected at the first call, then fixed. */
-kve_isa kve__isa(void);
+/* The instruction set in use: detected at the first call, then fixed.
+ * Inline: one relaxed load of isa.c's kve__isa_active on every step, the
+ * detection (kve__isa_detect) only while it is still -1. */
+extern atomic_int kve__isa_active;
+kve_isa kve__isa_detect(void);
+static inline kve_isa kve__isa(void)
+{
+    int v = atomic_load_explicit(&kve__isa_active, memory_order_relaxed);
+    return v >= 0 ? (kve_isa)v : kve__isa_detect();
+}
 
 /* Whether this CPU (and build) can run `isa`. */
 bool kve__isa_supported(kve_isa isa);
@@ -119,6 +128,17 @@ KVE_ALWAYS_INLINE void kve__amin_merge(kve_amin *m, double s, size_t i)
     }
 }
 
+/* The answer of an argmin over `limit` candidates: m's index, KVE_NONE only
+ * when limit is 0. Scores are finite after every checked step, so some
+ * candidate is below the initial +inf; an unchecked step fed NaN or
+ * infinite weights (kvevict.h, "Unchecked steps") can leave only NaN and
+ * +inf, which never compare below it: the victim is then slot 0, so that it
+ * stays a candidate and every later index stays in range. */
+KVE_ALWAYS_INLINE size_t kve__amin_index(const kve_amin *m, size_t limit)
+{
+    return m->i == KVE_NONE && limit ? 0 : m->i;
+}
+
 /* ---- whole-row kernels (kernels.c), dispatched on kve__isa() ---- */
 
 /* Whether some input weight of `in` over slots [0, n) is NaN, infinite or
@@ -130,7 +150,8 @@ bool kve__rows_invalid(const kve_rows *in, size_t n, size_t *q, size_t *i);
 /* The lowest index of the lowest of the first `limit` scores of a column of
  * n scores with a hole at `gap` (gap >= n: none), which it closes on the way
  * (slot i is read from i + (i >= gap); slots [gap, n) move one left).
- * KVE_NONE for limit 0. limit <= n. */
+ * KVE_NONE for limit 0; always below limit otherwise (kve__amin_index).
+ * limit <= n. */
 size_t kve__shift_argmin(double *score, size_t n, size_t gap, size_t limit);
 
 /* ---- keys (kernels.c), dispatched on kve__isa() ---- */

@@ -60,13 +60,14 @@ kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float *attn, s
 {
     if (!p)
         return kve__fail(KVE_EINVAL, "policy is NULL");
-    return kve__bank_step(&p->bank, 0, 1, pos, attn, n, 1, KVE_REDUCE_MEAN, key,
-                          p->bank.cfg.key_dim);
+    return kve__policy_step(&p->bank, pos, attn, n, key);
 }
 
 kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n)
 {
-    return kve_policy_step_keys(p, pos, attn, n, NULL);
+    if (!p)
+        return kve__fail(KVE_EINVAL, "policy is NULL");
+    return kve__policy_step(&p->bank, pos, attn, n, NULL);
 }
 
 kve_status kve_policy_evict(kve_policy *p, size_t budget, int32_t *victims, size_t cap,
@@ -74,7 +75,7 @@ kve_status kve_policy_evict(kve_policy *p, size_t budget, int32_t *victims, size
 {
     if (!p)
         return kve__fail(KVE_EINVAL, "policy is NULL");
-    return kve__bank_evict(&p->bank, 0, 1, budget, victims, cap, n_victims, "cap");
+    return kve__policy_evict(&p->bank, budget, victims, cap, n_victims);
 }
 
 size_t kve_policy_size(const kve_policy *p)

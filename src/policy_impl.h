@@ -76,10 +76,12 @@ typedef struct kve_config kve_config;
 typedef struct kve_head kve_head;
 
 /* The fused observe pass of a scored policy (observe.inc): updates every slot
- * of h from `in` (validated: finite, >= 0), closes h's pending gap, and
- * returns the lowest index of the lowest new score among [0, limit)
- * (limit <= size), KVE_NONE when limit is 0. One entry per instruction set;
- * every entry gives bit-identical results. */
+ * of h from `in` (validated: finite, >= 0, unless the config is unchecked),
+ * closes h's pending gap, and returns the lowest index of the lowest new
+ * score among [0, limit) (limit <= size), KVE_NONE when limit is 0 and an
+ * index below limit otherwise, whatever the weights were (kve__amin_index).
+ * One entry per instruction set; every entry gives bit-identical results on
+ * valid weights. */
 typedef size_t (*kve_observe_fn)(const kve_config *c, kve_head *h, const kve_rows *in,
                                  size_t limit);
 
@@ -96,6 +98,7 @@ struct kve_config {
     kve_params params;
     char spec[KVE_SPEC_MAX]; /* canonical spec */
     size_t key_dim;          /* d: floats of every key a step carries; 0 = none */
+    bool unchecked;          /* steps skip the validation of attention weights */
     size_t elem[KVE_NCOLS];  /* bytes per slot of each column; 0 = not stored */
     size_t unit[KVE_NCOLS];  /* bytes of one scalar of each column (1, 2, 4 or 8; a slot
                                 holds elem / unit of them): how an image writes it */
@@ -361,13 +364,19 @@ kve_status kve__bank_evict_shared(kve_bank *b, size_t first, size_t count, size_
                                   int32_t *victims, size_t ld_victims, size_t *counts);
 
 /* The checked halves of a step and an evict on heads [first, first + count),
- * shared by the bank and policy APIs once their own arguments are checked. */
+ * once the bank API has checked its own arguments; and the same for the one
+ * head of a policy (b = &p->bank; the message names the capacity "cap"),
+ * the same code compiled for one head: the policy API's whole step is
+ * kve__policy_step. */
 kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
                           const float *attn, size_t ld, size_t group, kve_reduce reduce,
                           const float *keys, size_t ld_keys);
 kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budget,
-                           int32_t *victims, size_t ld_victims, size_t *counts,
-                           const char *ld_name);
+                           int32_t *victims, size_t ld_victims, size_t *counts);
+kve_status kve__policy_step(kve_bank *b, int32_t pos, const float *attn, size_t n,
+                            const float *key);
+kve_status kve__policy_evict(kve_bank *b, size_t budget, int32_t *victims, size_t cap,
+                             size_t *n_victims);
 
 /* Pages (pages.c). The smallest budget an eviction in whole pages can always
  * reach: no more than that many kept positions can be unevictable (kvevict.h,
@@ -394,6 +403,12 @@ size_t kve__evict_pages(const kve_config *c, kve_head *h, size_t n_evict, int32_
 size_t kve__sliding_evict_pages(const kve_config *c, kve_head *h, size_t n_evict,
                                 int32_t *victims);
 void kve__close_gap(const kve_config *c, kve_head *h);
+/* Moves h's hole in the lazy columns up to the next multiple of w (slots
+ * [gap, that) are closed on the way, fewer than w of them per column), or
+ * closes it when that multiple is size or beyond; returns where the hole is
+ * now, size when there is none. The vector observe pass starts with it, so
+ * that both of its runs are whole vectors. */
+size_t kve__align_gap(const kve_config *c, kve_head *h, size_t w);
 /* Closes h's hole in every lazy column and returns the lowest index of the
  * lowest score among [0, limit) (limit <= size): one pass over the scores
  * (a NULL step's, or an evict's without a cached victim). */

@@ -49,6 +49,27 @@ void kve__close_gap(const kve_config *c, kve_head *h)
     h->gap = KVE_NONE;
 }
 
+size_t kve__align_gap(const kve_config *c, kve_head *h, size_t w)
+{
+    size_t g = h->gap, n = h->size;
+    if (g == KVE_NONE)
+        return n;
+    size_t to = (g + w - 1) / w * w;
+    if (to >= n) {
+        kve__close_gap(c, h);
+        return n;
+    }
+    for (size_t k = 0; k < sizeof lazy_cols / sizeof lazy_cols[0]; k++) {
+        size_t e = c->elem[lazy_cols[k]];
+        if (e) {
+            char *base = h->col[lazy_cols[k]];
+            memmove(base + g * e, base + (g + 1) * e, (to - g) * e);
+        }
+    }
+    h->gap = to;
+    return to;
+}
+
 size_t kve__scored_scan(const kve_config *c, kve_head *h, size_t limit)
 {
     size_t n = h->size, g = h->gap < n ? h->gap : n;

@@ -22,6 +22,7 @@
  *   subh (uint32, modulo 2^32)       andu oru shlu (uint64)
  *   gtf (a > b, floats)  lt (a < b, doubles)  testu ((a & b) != 0): masks
  *   sel selu (m ? a : b)              any (some lane of a mask is set)
+ *   firstm (k: the mask of lanes 0 .. k-1, k <= W)
  */
 #ifndef KVE_SIMD_H
 #define KVE_SIMD_H
@@ -29,6 +30,7 @@
 #include "kernels.h"
 
 #include <float.h>
+#include <string.h>
 
 #define KV_CAT_(a, b) a##b
 #define KV_CAT(a, b) KV_CAT_(a, b)
@@ -70,6 +72,7 @@
 #define kv_sel KV_FN(sel)
 #define kv_selu KV_FN(selu)
 #define kv_any KV_FN(any)
+#define kv_firstm KV_FN(firstm)
 
 /* The types of vocabulary P, W lanes wide: doubles, floats, a mask, uint64s
  * and uint32s. */
@@ -116,6 +119,7 @@ kv1_inline kv1_m kv1_testu(kv1_u a, kv1_u b) { return (a & b) != 0; }
 kv1_inline kv1_d kv1_sel(kv1_m m, kv1_d a, kv1_d b) { return m ? a : b; }
 kv1_inline kv1_u kv1_selu(kv1_m m, kv1_u a, kv1_u b) { return m ? a : b; }
 kv1_inline bool kv1_any(kv1_m m) { return m; }
+kv1_inline kv1_m kv1_firstm(size_t k) { return k > 0; }
 
 #if KVE_X86
 
@@ -179,6 +183,11 @@ kv4_inline kv4_u kv4_selu(kv4_m m, kv4_u a, kv4_u b)
     return _mm256_castpd_si256(_mm256_blendv_pd(_mm256_castsi256_pd(b), _mm256_castsi256_pd(a), m));
 }
 kv4_inline bool kv4_any(kv4_m m) { return _mm256_movemask_pd(m) != 0; }
+kv4_inline kv4_m kv4_firstm(size_t k)
+{
+    return _mm256_cmp_pd(_mm256_setr_pd(0.0, 1.0, 2.0, 3.0), _mm256_set1_pd((double)k),
+                         _CMP_LT_OQ);
+}
 
 /* ---- kv8: AVX-512 (F, VL, DQ, BW). Masks are __mmask8. ---- */
 
@@ -201,6 +210,7 @@ kv8_inline kv8_m kv8_testu(kv8_u a, kv8_u b) { return _mm512_test_epi64_mask(a, 
 kv8_inline kv8_d kv8_sel(kv8_m m, kv8_d a, kv8_d b) { return _mm512_mask_blend_pd(m, b, a); }
 kv8_inline kv8_u kv8_selu(kv8_m m, kv8_u a, kv8_u b) { return _mm512_mask_blend_epi64(m, b, a); }
 kv8_inline bool kv8_any(kv8_m m) { return m != 0; }
+kv8_inline kv8_m kv8_firstm(size_t k) { return (__mmask8)((1u << k) - 1u); }
 
 #endif /* KVE_X86 */
 

@@ -287,8 +287,10 @@ static int cmd_layout(void)
     FIELD(kve_bank_options, key_dim);
     FIELD(kve_bank_options, share);
     FIELD(kve_bank_options, min_share);
+    FIELD(kve_bank_options, unchecked);
     FIELD(kve_policy_options, allocator);
     FIELD(kve_policy_options, key_dim);
+    FIELD(kve_policy_options, unchecked);
     FIELD(kve_trace_options, allocator);
     FIELD(kve_trace_options, flags);
     FIELD(kve_trace_options, progress);

@@ -7,7 +7,11 @@
  * private hook kve__isa_force, and the same workloads run on each: banks of
  * every policy at small budgets (vector tails) and large ones (whole blocks
  * of four vectors), grouped steps with every reduction, NULL rows, ties,
- * steps without evicts, evictions below the budget. After every step the
+ * steps without evicts, evictions below the budget, each bank built checked
+ * and unchecked (kve_bank_options.unchecked: valid weights must give the
+ * same bits whether validated or not); then each spec as a policy (one head,
+ * kve_policy_step_keys, its own compiled step), unchecked on every path
+ * against the scalar checked one. After every step the
  * victims, counts, kept sets and the bits of every score are hashed; the hash
  * sequence of each path must equal the scalar path's, and the first step
  * that differs is reported. Then the pieces on their own: the validation and
@@ -65,17 +69,34 @@ static uint64_t hash_bank(const kve_bank *b, uint64_t h)
 }
 
 /* Runs the workload of `spec` with keys of `dim` floats (0: none) on the
- * current path; hashes[s] after step s. */
-static int run(const char *spec, size_t dim, uint64_t seed, uint64_t *hashes)
+ * current path, in a bank of H heads or (as_policy) in a policy, one head
+ * stepped through kve_policy_step_keys (group 1) and kve_policy_evict, built
+ * checked or unchecked; hashes[s] after step s. */
+static int run(const char *spec, size_t dim, int unchecked, int as_policy, uint64_t seed,
+               uint64_t *hashes)
 {
     kve_rng rb, g;
     kve_rng_seed(&rb, seed);
     kve_rng_seed(&g, seed ^ 0xabcdef);
     kve_bank *b = NULL;
-    kve_bank_options o = kve_bank_default_options();
-    o.key_dim = dim;
-    if (dim > MAXD || kve_bank_new_ex(spec, H, &rb, &o, &b) != KVE_OK)
+    kve_policy *p = NULL;
+    if (dim > MAXD)
         return 0;
+    if (as_policy) {
+        kve_policy_options o = kve_policy_default_options();
+        o.key_dim = dim;
+        o.unchecked = unchecked;
+        if (kve_policy_new_ex(spec, &rb, &o, &p) != KVE_OK)
+            return 0;
+        b = &p->bank;
+    } else {
+        kve_bank_options o = kve_bank_default_options();
+        o.key_dim = dim;
+        o.unchecked = unchecked;
+        if (kve_bank_new_ex(spec, H, &rb, &o, &b) != KVE_OK)
+            return 0;
+    }
+    const size_t heads = b->n_heads;
     size_t budget = b->cfg.params.budget;
     size_t lo = (b->cfg.params.recent_window > b->cfg.params.sinks ? b->cfg.params.recent_window
                                                                     : b->cfg.params.sinks) + 1;
@@ -89,18 +110,19 @@ static int run(const char *spec, size_t dim, uint64_t seed, uint64_t *hashes)
                 key_pool[j] = (float)(kve_rng_uniform(&g) * 2.0 - 1.0);
         }
         size_t n = 0;
-        for (size_t k = 0; k < H; k++)
-            n = kve_bank_size(b, k) > n ? kve_bank_size(b, k) : n;
-        size_t group = 1 + (size_t)kve_rng_below(&g, MAXG);
+        for (size_t k = 0; k < heads; k++)
+            n = b->heads[k].size > n ? b->heads[k].size : n;
+        size_t group = p ? 1 : 1 + (size_t)kve_rng_below(&g, MAXG);
         kve_reduce reduce = (kve_reduce)kve_rng_below(&g, 3);
-        for (size_t r = 0; r < H * group; r++)
+        for (size_t r = 0; r < heads * group; r++)
             for (size_t i = 0; i < n; i++)
                 rows[r * n + i] = random_weight(&g, pool, n);
         const float *attn = kve_rng_below(&g, 10) ? rows : NULL;
-        for (size_t k = 0; k < H; k++)
+        for (size_t k = 0; k < heads; k++)
             random_key(&g, key_pool, dim, keys + k * MAXD);
-        if (kve_bank_step_range(b, 0, H, s, attn, n, group, reduce, dim ? keys : NULL, MAXD) !=
-            KVE_OK)
+        if ((p ? kve_policy_step_keys(p, s, attn, n, dim ? keys : NULL)
+               : kve_bank_step_range(b, 0, H, s, attn, n, group, reduce, dim ? keys : NULL,
+                                     MAXD)) != KVE_OK)
             break;
         h = hash_bank(b, h);
         if (n + 1 < MAXN && kve_rng_below(&g, 12) == 0)
@@ -110,9 +132,10 @@ static int run(const char *spec, size_t dim, uint64_t seed, uint64_t *hashes)
             if (kve_rng_below(&g, 20) == 0 && budget > lo)
                 to = lo + (size_t)kve_rng_below(&g, budget - lo);
             size_t counts[H];
-            if (kve_bank_evict(b, to, victims, MAXN, counts) != KVE_OK)
+            if ((p ? kve_policy_evict(p, to, victims, MAXN, counts)
+                   : kve_bank_evict(b, to, victims, MAXN, counts)) != KVE_OK)
                 break;
-            for (size_t k = 0; k < H; k++) {
+            for (size_t k = 0; k < heads; k++) {
                 h = mix(h, counts[k]);
                 for (size_t i = 0; i < counts[k]; i++)
                     h = mix(h, (uint64_t)victims[k * MAXN + i]);
@@ -121,7 +144,10 @@ static int run(const char *spec, size_t dim, uint64_t seed, uint64_t *hashes)
         }
         hashes[s] = h;
     }
-    kve_bank_free(b);
+    if (p)
+        kve_policy_free(p);
+    else
+        kve_bank_free(b);
     return 1;
 }
 
@@ -144,31 +170,43 @@ static void test_every_path_equals_scalar(void)
     size_t n_small = sizeof workload_specs / sizeof workload_specs[0];
     size_t n_large = sizeof large / sizeof large[0];
     int paths = 0;
+    /* Every path, checked and unchecked (which skips the validation of the
+     * weights, all valid here), against the scalar checked path. */
     for (int isa = KVE_ISA_SCALAR + 1; isa < KVE_ISA_COUNT; isa++) {
-        if (!kve__isa_supported((kve_isa)isa)) {
+        paths += kve__isa_supported((kve_isa)isa);
+        if (!kve__isa_supported((kve_isa)isa))
             printf("  (%s: not supported by this CPU, skipped)\n", isa_names[isa]);
-            continue;
-        }
-        paths++;
-        for (size_t i = 0; i < n_small + n_large; i++) {
-            const char *spec = i < n_small ? workload_specs[i] : large[i - n_small];
-            size_t dim = i < n_small ? workload_key_dim(spec, i) : large_dim[i - n_small];
-            uint64_t seed = check_seed + i;
-            ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
-            ASSERT_TRUE(run(spec, dim, seed, want));
-            ASSERT_TRUE(kve__isa_force((kve_isa)isa));
+    }
+    for (size_t i = 0; i < 2 * (n_small + n_large); i++) {
+        const int as_policy = i >= n_small + n_large; /* then each spec as a policy */
+        const size_t j = i % (n_small + n_large);
+        const char *spec = j < n_small ? workload_specs[j] : large[j - n_small];
+        size_t dim = j < n_small ? workload_key_dim(spec, j) : large_dim[j - n_small];
+        uint64_t seed = check_seed + j;
+        ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
+        ASSERT_TRUE(run(spec, dim, 0, as_policy, seed, want));
+        for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
+            if (!kve__isa_force((kve_isa)isa))
+                continue;
             ASSERT_STR_EQ(kve_isa_name(), isa_names[isa]);
-            ASSERT_TRUE(run(spec, dim, seed, got));
-            for (int s = 0; s < STEPS; s++)
-                if (got[s] != want[s]) {
-                    kve__isa_force(KVE_ISA_COUNT);
-                    CHECK_FAIL_AT("%s: %s differs from scalar first at step %d (seed %" PRIu64 ")",
-                                  spec, isa_names[isa], s, seed);
-                }
+            /* A policy's checked step is the bank's code (above): only its
+             * unchecked step is run on every path. */
+            for (int unchecked = isa == KVE_ISA_SCALAR || as_policy; unchecked < 2; unchecked++) {
+                ASSERT_TRUE(run(spec, dim, unchecked, as_policy, seed, got));
+                for (int s = 0; s < STEPS; s++)
+                    if (got[s] != want[s]) {
+                        kve__isa_force(KVE_ISA_COUNT);
+                        CHECK_FAIL_AT("%s (%s): %s%s differs from scalar first at step %d (seed %"
+                                      PRIu64 ")", spec, as_policy ? "policy" : "bank",
+                                      isa_names[isa], unchecked ? " unchecked" : "", s, seed);
+                    }
+            }
         }
     }
     ASSERT_TRUE(kve__isa_force(KVE_ISA_COUNT));
-    printf("  %d vector path(s) compared; detected: %s\n", paths, kve_isa_name());
+    printf("  %d vector path(s) compared, banks checked and unchecked, policies unchecked; "
+           "detected: %s\n", paths,
+           kve_isa_name());
 }
 
 /* Validation and the plain argmin on every path: bad weights at every
@@ -237,6 +275,15 @@ static void test_row_kernels(void)
                 ASSERT_EQ(kve__shift_argmin(score, n - 1, hole, lim), low);
                 ASSERT_TRUE(memcmp(score, closed, (n - 1) * sizeof *score) == 0);
             }
+            /* No score below +inf (only an unchecked step's garbage can do
+             * that): slot 0, never KVE_NONE, unless there is no candidate. */
+            for (size_t i = 0; i < n; i++)
+                score[i] = i % 3 ? (double)NAN : (double)INFINITY;
+            ASSERT_EQ(kve__shift_argmin(score, n, n, n), n ? 0 : KVE_NONE);
+            if (n >= 2) {
+                score[n - 1] = -INFINITY;
+                ASSERT_EQ(kve__shift_argmin(score, n, n, n), n - 1);
+            }
         }
     }
     kve__isa_force(KVE_ISA_COUNT);
@@ -281,6 +328,16 @@ static void store_kv1(float *p, kv1_f v)
     *p = v;
 }
 
+/* firstm(k) for every k <= W, as 1.0 (lane set) or 0.0: out[k * W + l]. */
+#define FIRSTM_RESULTS(P)                                                                      \
+    for (size_t k = 0; k <= (size_t)P##_W; k++)                                                \
+        P##_st(out + k * (size_t)P##_W, P##_sel(P##_firstm(k), P##_set(1.0), P##_set(0.0)));
+
+static void firstm_kv1(double *out)
+{
+    FIRSTM_RESULTS(kv1)
+}
+
 static void lanes_kv1(double *out_d, uint64_t *out_u, float *out_f, bool *any)
 {
     LANE_RESULTS(kv1)
@@ -306,7 +363,40 @@ KVE_TARGET_AVX512 static void lanes_kv8(double *out_d, uint64_t *out_u, float *o
 {
     LANE_RESULTS(kv8)
 }
+
+KVE_TARGET_AVX2 static void firstm_kv4(double *out)
+{
+    FIRSTM_RESULTS(kv4)
+}
+
+KVE_TARGET_AVX512 static void firstm_kv8(double *out)
+{
+    FIRSTM_RESULTS(kv8)
+}
 #endif
+
+/* The lane mask of the first k lanes, on every path. */
+static void test_firstm(void)
+{
+    double out[9 * 8];
+    for (int isa = 0; isa < KVE_ISA_COUNT; isa++) {
+        if (!kve__isa_supported((kve_isa)isa))
+            continue;
+        size_t w = isa == KVE_ISA_SCALAR ? 1 : isa == KVE_ISA_AVX2 ? 4 : 8;
+        if (isa == KVE_ISA_SCALAR)
+            firstm_kv1(out);
+#if KVE_X86
+        else if (isa == KVE_ISA_AVX2)
+            firstm_kv4(out);
+        else
+            firstm_kv8(out);
+#endif
+        for (size_t k = 0; k <= w; k++)
+            for (size_t l = 0; l < w; l++)
+                if (out[k * w + l] != (l < k ? 1.0 : 0.0))
+                    CHECK_FAIL_AT("%s: firstm(%zu) lane %zu", isa_names[isa], k, l);
+    }
+}
 
 static void test_vocabulary_matches_one_lane(void)
 {
@@ -381,6 +471,7 @@ int main(int argc, char **argv)
     CHECK_INIT(argc, argv);
     RUN(test_force_hook);
     RUN(test_vocabulary_matches_one_lane);
+    RUN(test_firstm);
     RUN(test_row_kernels);
     RUN(test_every_path_equals_scalar);
     return CHECK_DONE();

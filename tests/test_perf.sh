@@ -17,24 +17,33 @@ trap 'rm -rf "$D"' EXIT INT TERM
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
-# --quick: budgets 256 and 4096, every policy but full with rows and NULL
-# (those that read keys: once, with keys), two naive rows per budget, a bank
-# of 8 heads at 256 with 1 and 2 threads.
+# --quick: budgets 256 and 4096; per budget and placement the floor's five
+# rows; in the pool placement every policy but full with rows and NULL (those
+# that read keys: once, with keys), the ones that read attention also
+# unchecked, two naive rows; in the hot placement the ones that read
+# attention, checked and unchecked; a bank of 8 heads at 256: in the pool
+# placement 1 thread checked and unchecked and 2 threads, in the hot one 1
+# thread checked and unchecked.
 "$K" policies | tail -n +2 | awk '{ print $1 "," $3 }' >"$D/pols" # name,reads
 policies=$(grep -v ',keys$' "$D/pols" | cut -d, -f1 | grep -vx full)
 keyed=$(grep ',keys$' "$D/pols" | cut -d, -f1)
+attending=$(grep ',attention$' "$D/pols" | cut -d, -f1)
 n_pol=$(printf '%s\n' "$policies" | wc -l)
 n_key=$(printf '%s\n' "$keyed" | grep -c .)
+n_att=$(printf '%s\n' "$attending" | grep -c .)
 [ "$n_key" -eq 2 ] || fail "policies --csv: $n_key policies read keys, want 2"
-want=$((2 * (2 * n_pol + n_key + 2) + 2))
+per_budget=$((5 + 2 * n_pol + n_key + n_att + 2 + 5 + 2 * n_att))
+want=$((2 * per_budget + 5))
 
 "$K" perf --quick --json >"$D/p.jsonl" 2>"$D/err" || fail "perf --quick --json: $(cat "$D/err")"
 "$J" jsonl --count "$want" --key impl:string --key policy:string --key budget:integer \
-    --key heads:integer --key threads:integer --key attn:string --key ns_per_step:number \
+    --key heads:integer --key threads:integer --key attn:string --key unchecked:integer \
+    --key pool_rows:integer --key ns_per_step:number \
     --key ns_per_slot:number --key floor_ns_per_step:number --key floor_isa:string \
     --key floor_base_ns_per_step:number --key ratio_to_floor:number \
     --key bytes_per_slot:number --key state_bytes:integer --key isa:string \
-    --key timed_steps:integer --no-key steps "$D/p.jsonl" || fail "perf --json rows"
+    --key timed_steps:integer --key load_average:number --no-key steps "$D/p.jsonl" ||
+    fail "perf --json rows"
 for p in $policies; do
     for attn in rows null; do
         for b in 256 4096; do
@@ -49,14 +58,25 @@ for p in $keyed; do
             fail "perf --json has no row for $p at $b with keys"
     done
 done
+for p in $attending; do
+    for pool in 8 64; do
+        n=$(grep "\"policy\": \"$p:budget=256[,\"]" "$D/p.jsonl" | grep '"heads": 1,' |
+            grep '"attn": "rows"' | grep '"unchecked": 1' | grep -c "\"pool_rows\": $pool,")
+        [ "$n" -eq 1 ] || fail "perf --json: $n unchecked rows for $p at 256 from $pool rows"
+    done
+done
+for v in called inline timed-each-monotonic timed-each-cputime with-min; do
+    [ "$(grep '"impl": "floor"' "$D/p.jsonl" | grep -c "\"policy\": \"$v\"")" -eq 4 ] ||
+        fail "perf --json: the floor's $v rows"
+done
 for impl in naive-passes naive-sort; do
     [ "$(grep -c "\"impl\": \"$impl\"" "$D/p.jsonl")" -eq 2 ] || fail "perf --json: $impl rows"
 done
 grep '"heads": 8' "$D/p.jsonl" | grep -q '"threads": 2' || fail "perf --json: no bank row on 2 threads"
 
 "$K" perf --quick --budget 300 --csv -o "$D/p.csv" 2>"$D/err" || fail "perf --csv -o: $(cat "$D/err")"
-"$J" csv --count $((2 * n_pol + n_key + 2 + 2)) --key budget:integer --key ratio_to_floor:number \
-    "$D/p.csv" || fail "perf --csv"
+"$J" csv --count $((per_budget + 5)) --key budget:integer --key ratio_to_floor:number \
+    --key unchecked:integer "$D/p.csv" || fail "perf --csv"
 "$K" perf --quick --budget 300 >"$D/p.txt" 2>"$D/err" || fail "perf text: $(cat "$D/err")"
 grep -q "^impl .*ns/step .*ratio" "$D/p.txt" || fail "perf text has no header"
 
@@ -92,7 +112,16 @@ done
 for p in $keyed; do
     printf '%s\n' "$block" | grep -q "^| $p | keys |" || fail "$P: no row for $p"
 done
-for what in '^Measured ' '^| floor (fastest' '^| floor (x86-64)' '^#### Targets' '^#### Banks' '256 x 4Ki'; do
+for p in $attending; do
+    printf '%s\n' "$block" | grep -q "^| $p | rows | yes |" || fail "$P: no unchecked row for $p"
+    for place in hot pool; do
+        printf '%s\n' "$block" | grep -q "^| $p | $place | yes |" ||
+            fail "$P: no unchecked row for $p in the $place placement"
+    done
+done
+for what in '^Measured ' '^| floor (fastest' '^| floor (x86-64)' '^#### Targets' '^#### Banks' '256 x 4Ki' \
+    '^| inline | hot |' '^| called (the floor) | pool |' 'within 1.2x of the floor, unchecked' \
+    'within 1.6x of the floor, checked'; do
     printf '%s\n' "$block" | grep -q "$what" || fail "$P: the block lacks '$what'"
 done
 [ -s "$SRC/docs/img/perf_vs_budget.png" ] || fail "docs/img/perf_vs_budget.png is missing"

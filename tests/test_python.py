@@ -192,6 +192,10 @@ class Module(unittest.TestCase):
         self.assertEqual(ev.score_after, _lib.KVE_EVAL_AFTER_BUDGET)
         self.assertEqual((ev.share, ev.min_share), (0, c["default.eval_min_share"]))
         self.assertEqual(_lib.lib.kve_policy_default_options().key_dim, 0)
+        self.assertEqual(_lib.lib.kve_policy_default_options().unchecked, 0)
+        self.assertEqual(bank.unchecked, 0)
+        for fn in (kvevict.Policy.__init__, kvevict.Bank.__init__):
+            self.assertIs(inspect.signature(fn).parameters["unchecked"].default, False)
         tr = _lib.lib.kve_trace_default_options()
         self.assertEqual((tr.allocator, tr.flags, tr.progress, tr.user), (None, 0, None, None))
         for fn in (kvevict.Bank.__init__, kvevict.evaluate):
@@ -435,6 +439,36 @@ class PolicyTests(unittest.TestCase):
         for spec in (4, "h2o\0x", "nope", "h2o:budget=0"):
             with self.assertRaises(kvevict.InvalidArgumentError):
                 kvevict.Policy(spec)
+
+    def test_unchecked(self):
+        """unchecked=True skips the weights' validation only: the same victims
+        on valid weights, a NaN accepted, every other refusal kept."""
+        spec = "h2o:budget=6,recent_window=2"
+        rng = kvevict.Rng(5)
+        with kvevict.Policy(spec) as a, kvevict.Policy(spec, unchecked=True) as b, \
+                kvevict.Bank(spec, 2, unchecked=True) as bank:
+            for pos in range(40):
+                row = np.array([rng.uniform() for _ in range(a.size)], np.float32)
+                a.step(pos, row if a.size else None)
+                b.step(pos, row if b.size else None)
+                self.assertEqual(a.evict(6).tolist(), b.evict(6).tolist())
+            bad = np.full(b.size, np.nan, np.float32)
+            with self.assertRaises(kvevict.InvalidArgumentError):
+                a.step(40, bad)
+            b.step(40, bad)  # garbage in, garbage scores: still a kept victim out
+            self.assertEqual(len(b.evict(6)), 1)
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                b.step(40, np.zeros(b.size, np.float32))
+            self.assertIn("not greater", e.exception.message)
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                b.step(41, np.zeros(b.size + 1, np.float32))
+            self.assertIn(f"want {b.size}", e.exception.message)
+            bank.step(0, None)
+            bank.step(1, np.full((2, 1), np.inf, np.float32))
+        for bad in (1, "yes", None):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                kvevict.Policy(spec, unchecked=bad)
+            self.assertIn("unchecked", e.exception.message)
 
 
 class BankTests(unittest.TestCase):

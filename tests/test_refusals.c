@@ -12,7 +12,9 @@
  * that moved a score, a mark, a generator or a counter shows up there.
  * Every twin is built with keys of KD floats and every step carries one, so
  * the policies that read keys go through the same cases (and the others
- * validate and ignore theirs).
+ * validate and ignore theirs). The step refusals run again on twins built
+ * unchecked, which skip the weights' validation and must refuse everything
+ * else alike.
  */
 #include "check.h"
 #include "test_allocator.h"
@@ -104,7 +106,9 @@ static int advance(twins *t, int grow)
     return same(t, "an evict");
 }
 
-static int twins_new(twins *t, const char *spec, uint64_t seed)
+/* Twins built unchecked (kvevict.h, "Unchecked steps") skip the validation
+ * of weights and nothing else: every other refusal must be the same. */
+static int twins_new_ex(twins *t, const char *spec, uint64_t seed, int unchecked)
 {
     kve_rng a, b;
     kve_rng_seed(&a, seed);
@@ -115,6 +119,7 @@ static int twins_new(twins *t, const char *spec, uint64_t seed)
     talloc_init(&t->ta);
     kve_policy_options o = kve_policy_default_options();
     o.key_dim = KD;
+    o.unchecked = unchecked;
     if (kve_policy_new_ex(spec, &b, &o, &t->q) != KVE_OK)
         return 0;
     o.allocator = &t->ta.a;
@@ -127,6 +132,11 @@ static int twins_new(twins *t, const char *spec, uint64_t seed)
         if (!advance(t, 0))
             return 0;
     return 1;
+}
+
+static int twins_new(twins *t, const char *spec, uint64_t seed)
+{
+    return twins_new_ex(t, spec, seed, 0);
 }
 
 static void twins_free(twins *t)
@@ -154,10 +164,10 @@ static void twins_free(twins *t)
         CHECK_UNCHANGED(t, what);                                             \
     } while (0)
 
-static void step_refusals(const char *spec, uint64_t seed)
+static void step_refusals(const char *spec, uint64_t seed, int unchecked)
 {
     twins t;
-    ASSERT_TRUE(twins_new(&t, spec, seed));
+    ASSERT_TRUE(twins_new_ex(&t, spec, seed, unchecked));
     kve_policy *p = t.p;
     size_t n = kve_policy_size(p);
     ASSERT_TRUE(n > 0);
@@ -188,7 +198,7 @@ static void step_refusals(const char *spec, uint64_t seed)
         const char *word;
     } weights[] = {{NAN, "NaN"}, {INFINITY, "infinite"}, {-INFINITY, "infinite"},
                    {-0.5f, "negative"}, {-1e-30f, "negative"}};
-    for (size_t w = 0; w < sizeof weights / sizeof weights[0]; w++) {
+    for (size_t w = 0; w < sizeof weights / sizeof weights[0] && !unchecked; w++) {
         n = kve_policy_size(p);
         size_t at = (w * 7 + 3) % n; /* various indices, the last included */
         if (w == 0)
@@ -341,8 +351,9 @@ static void growth_failure(const char *spec, uint64_t seed)
 
 static void test_step_refusals(void)
 {
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
-        step_refusals(specs[i], check_seed + i);
+    for (int unchecked = 0; unchecked < 2; unchecked++)
+        for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+            step_refusals(specs[i], check_seed + i, unchecked);
 }
 
 static void test_evict_refusals(void)

@@ -8,27 +8,44 @@
  * reads attention must do per step. It is compiled for every instruction set
  * the machine has (x86-64 baseline, AVX2, AVX-512) and the fastest is the
  * floor, so a ratio is never flattered by a slow floor; the baseline x86-64
- * floor is reported beside it.
+ * floor is reported beside it. The floor is one call per step, timed in
+ * batches of calls, as a policy's step is. Beside it (impl "floor") the same
+ * pass inlined into the loop over steps (no call), and the call timed one at
+ * a time with a clock read around each (the monotonic clock, and the thread
+ * CPU-time clock): what a call and a clock add at small sizes.
+ *
+ * Placements. Attention rows come from a pool of precomputed random rows,
+ * read in turn, the same pool for the floor and the policies of one size, so
+ * neither is timed drawing random numbers:
+ *   pool  up to POOL_ROWS rows, at most 64 MiB: the rows come from L2 at
+ *         small budgets and from L3 or memory at large ones;
+ *   hot   HOT_ROWS rows: an engine's freshly computed attention, which sits
+ *         in L1 or L2 as long as it fits there.
+ * Each row records its placement (pool_rows) and is divided by the floor
+ * measured in the same placement.
  *
  * Rows, each the best of `reps` timings of about `target` seconds of the
  * measuring thread's CPU time (so time the scheduler gives other processes
- * on a shared machine does not count; wall time for the two-thread banks):
+ * on a shared machine does not count; wall time for the two-thread banks),
+ * each with the 1-minute load average read just before it:
  *   - every policy but full (which never evicts, so has no steady state) at
  *     every budget, in the steady state: step with an attention row (or
  *     NULL), then evict to the budget (one victim a step); the policies that
  *     read keys are stepped with NULL attention and a key of PERF_KEY_DIM
- *     floats (mode "keys"), keydiff up to KEYDIFF_MAX_BUDGET;
+ *     floats (mode "keys"), keydiff up to KEYDIFF_MAX_BUDGET. The policies
+ *     that read attention are also built unchecked (unchecked = 1:
+ *     kve_policy_options.unchecked) and measured in both placements, the
+ *     others in the pool placement;
  *   - a naive h2o at every budget: the same arithmetic as separate passes
  *     (add, then argmin, then compaction), and with the victim chosen by
  *     sorting the unprotected slots (what a first implementation does);
+ *   - the floor's own rows (impl "floor"), in both placements;
  *   - the bank sweep: banks of h2o of several sizes (heads x budget), driven
- *     by 1 and 2 threads on disjoint head ranges, against the floor of their
- *     size (heads x budget slots in one pass).
- * Attention rows come from a pool of precomputed random rows (up to 64 rows,
- * at most 64 MiB), the same pool the floor reads, so neither is timed drawing
- * random numbers and both read attention from the same level of the memory
- * hierarchy. Policies are filled to the budget with NULL steps (O(1) each),
- * then run in the steady state; the calibration run is their warm-up.
+ *     by 1 thread (checked and unchecked, both placements) and by 2 threads
+ *     on disjoint head ranges (checked, pool placement), against the floor
+ *     of their size (heads x budget slots in one pass).
+ * Policies are filled to the budget with NULL steps (O(1) each), then run in
+ * the steady state; the calibration run is their warm-up.
  *
  * Timings depend on the machine and its load: they are never asserted and
  * never drift-checked. --docs FILE rewrites the block between the lines
@@ -53,11 +70,14 @@ static const size_t default_budgets[] = {256, 1024, 4096, 16384, 65536, 262144};
 static const size_t quick_budgets[] = {256, 4096};
 static const size_t bank_heads[] = {8, 64, 256}; /* 256 = 32 layers x 8 KV heads */
 static const size_t bank_budgets[] = {256, 1024, 4096};
-enum { N_BANK_HEADS = 3, N_BANK_BUDGETS = 3, POOL_ROWS = 64, NAIVE_RECENT = 32 };
+enum { N_BANK_HEADS = 3, N_BANK_BUDGETS = 3, NAIVE_RECENT = 32 };
 enum { PERF_KEY_DIM = 128 }; /* a common head size; keys come from the attention pool */
 /* keydiff re-scores every kept key at every step, O(kept * d), so filling it
  * to budget B costs O(B^2 d): it is timed at budgets up to this one. */
 enum { KEYDIFF_MAX_BUDGET = 16384 };
+/* Calls of the floor timed one by one, at most (a CPU-time clock read is a
+ * system call: hundreds of ns). */
+enum { EACH_MAX_STEPS = 20000 };
 #define POOL_BYTES ((size_t)64 << 20)
 
 /* Seconds of `clock`: the calling thread's CPU time for single-threaded
@@ -70,9 +90,26 @@ static double now_s(clockid_t clock)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double load1(void)
+{
+    double load = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1)
+            load = NAN;
+        fclose(f);
+    }
+    return load;
+}
+
 /* ---- the floor, once per instruction set ---- */
 
+/* One pass, and the same pass over `steps` rows of a pool inlined into the
+ * loop (rows of `width` floats, n_rows of them, read from *next on in turn;
+ * *next is left at the next). */
 typedef void (*floor_fn)(double *acc, const float *attn, size_t n);
+typedef void (*floor_loop_fn)(double *acc, const float *rows, size_t width, size_t n_rows,
+                              size_t *next, size_t n, size_t steps);
 
 static inline __attribute__((always_inline)) void floor_pass(double *restrict acc,
                                                             const float *restrict attn, size_t n)
@@ -81,34 +118,98 @@ static inline __attribute__((always_inline)) void floor_pass(double *restrict ac
         acc[i] += (double)attn[i];
 }
 
-static void floor_base(double *acc, const float *attn, size_t n)
+static inline __attribute__((always_inline)) void floor_loop(double *restrict acc,
+                                                            const float *restrict rows,
+                                                            size_t width, size_t n_rows,
+                                                            size_t *next, size_t n, size_t steps)
 {
-    floor_pass(acc, attn, n);
+    size_t r = *next;
+    for (size_t s = 0; s < steps; s++) {
+        floor_pass(acc, rows + r * width, n);
+        r = r + 1 == n_rows ? 0 : r + 1;
+    }
+    *next = r;
 }
 
+/* The pass that also keeps the lowest new score: one minimum per vector, the
+ * least an argmin needs (a tree over four vectors, then the running one), so
+ * that the cost of tracking a minimum at the floor's speed is measured too.
+ * Written with the vector intrinsics (the
+ * compiler does not vectorise a minimum of doubles without -ffast-math);
+ * the baseline is the plain loop. */
+static inline __attribute__((always_inline)) double floor_min_tail(double *restrict acc,
+                                                                  const float *restrict attn,
+                                                                  size_t i, size_t n, double low)
+{
+    for (; i < n; i++) {
+        double s = acc[i] + (double)attn[i];
+        acc[i] = s;
+        low = s < low ? s : low;
+    }
+    return low;
+}
+
+static double floor_min_base(double *acc, const float *attn, size_t n)
+{
+    return floor_min_tail(acc, attn, 0, n, INFINITY);
+}
+
+#define FLOOR_FNS(suffix, attr)                                                             \
+    attr static void floor_##suffix(double *acc, const float *attn, size_t n)              \
+    {                                                                                       \
+        floor_pass(acc, attn, n);                                                           \
+    }                                                                                       \
+    attr static void floor_loop_##suffix(double *acc, const float *rows, size_t width,     \
+                                         size_t n_rows, size_t *next, size_t n, size_t steps) \
+    {                                                                                       \
+        floor_loop(acc, rows, width, n_rows, next, n, steps);                               \
+    }
+
+FLOOR_FNS(base, )
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define PERF_X86 1
-__attribute__((target("avx2"))) static void floor_avx2(double *acc, const float *attn, size_t n)
-{
-    floor_pass(acc, attn, n);
-}
-
+FLOOR_FNS(avx2, __attribute__((target("avx2"))))
 #if defined(__clang__)
-__attribute__((target("avx512f,avx512vl")))
+FLOOR_FNS(avx512, __attribute__((target("avx512f,avx512vl"))))
 #else
-__attribute__((target("avx512f,avx512vl,prefer-vector-width=512")))
+FLOOR_FNS(avx512, __attribute__((target("avx512f,avx512vl,prefer-vector-width=512"))))
 #endif
-static void floor_avx512(double *acc, const float *attn, size_t n)
-{
-    floor_pass(acc, attn, n);
-}
+#include <immintrin.h>
+
+/* floor_min_SUFFIX for vectors V of W doubles, intrinsics prefixed D (and F
+ * for the float half). */
+#define FLOOR_MIN(suffix, attr, V, W, D, F)                                                 \
+    attr static double floor_min_##suffix(double *acc, const float *attn, size_t n)        \
+    {                                                                                       \
+        V m = D##_set1_pd(INFINITY), s[4];                                                  \
+        size_t i = 0;                                                                       \
+        for (; i + 4 * (W) <= n; i += 4 * (W)) {                                            \
+            for (size_t k = 0; k < 4; k++) {                                                \
+                s[k] = D##_add_pd(D##_loadu_pd(acc + i + (W) * k),                          \
+                                  D##_cvtps_pd(F##_loadu_ps(attn + i + (W) * k)));          \
+                D##_storeu_pd(acc + i + (W) * k, s[k]);                                     \
+            }                                                                               \
+            m = D##_min_pd(D##_min_pd(D##_min_pd(s[0], s[1]), D##_min_pd(s[2], s[3])), m);  \
+        }                                                                                   \
+        double lanes[W], low = INFINITY;                                                    \
+        D##_storeu_pd(lanes, m);                                                            \
+        for (size_t j = 0; j < (W); j++)                                                    \
+            low = lanes[j] < low ? lanes[j] : low;                                          \
+        return floor_min_tail(acc, attn, i, n, low);                                        \
+    }
+FLOOR_MIN(avx2, __attribute__((target("avx2"))), __m256d, 4, _mm256, _mm)
+FLOOR_MIN(avx512, __attribute__((target("avx512f,avx512vl"))), __m512d, 8, _mm512, _mm256)
 #else
 #define PERF_X86 0
 #endif
 
+typedef double (*floor_min_fn)(double *acc, const float *attn, size_t n);
+
 typedef struct floor_isa {
     const char *name;
     floor_fn fn;
+    floor_loop_fn loop;
+    floor_min_fn min;
     int available;
 } floor_isa;
 
@@ -126,11 +227,12 @@ void perf_print_floors(FILE *f)
 static void floors_init(void)
 {
     n_floors = 0;
-    floors[n_floors++] = (floor_isa){"x86-64", floor_base, 1};
+    floors[n_floors++] = (floor_isa){"x86-64", floor_base, floor_loop_base, floor_min_base, 1};
 #if PERF_X86
     __builtin_cpu_init();
-    floors[n_floors++] = (floor_isa){"avx2", floor_avx2, __builtin_cpu_supports("avx2") != 0};
-    floors[n_floors++] = (floor_isa){"avx512", floor_avx512,
+    floors[n_floors++] = (floor_isa){"avx2", floor_avx2, floor_loop_avx2, floor_min_avx2,
+                                     __builtin_cpu_supports("avx2") != 0};
+    floors[n_floors++] = (floor_isa){"avx512", floor_avx512, floor_loop_avx512, floor_min_avx512,
                                      __builtin_cpu_supports("avx512f") &&
                                          __builtin_cpu_supports("avx512vl")};
 #endif
@@ -138,17 +240,18 @@ static void floors_init(void)
 
 /* ---- attention pools ---- */
 
-/* n_rows rows of `width` weights in [0, 2 / width), row r at w + r*width. */
+/* n_rows rows of `width` weights in [0, 2 / width), row r at w + r*width:
+ * at most max_rows rows and POOL_BYTES bytes, at least 2 rows. */
 typedef struct pool {
     float *w;
     size_t width, n_rows;
 } pool;
 
-static void pool_init(pool *p, size_t width, uint64_t seed)
+static void pool_init(pool *p, size_t width, size_t max_rows, uint64_t seed)
 {
     p->width = width;
     p->n_rows = POOL_BYTES / (width * sizeof(float));
-    p->n_rows = p->n_rows > POOL_ROWS ? POOL_ROWS : p->n_rows < 2 ? 2 : p->n_rows;
+    p->n_rows = p->n_rows > max_rows ? max_rows : p->n_rows < 2 ? 2 : p->n_rows;
     p->w = xmalloc(p->n_rows * width * sizeof(float));
     kve_rng g;
     kve_rng_seed(&g, seed);
@@ -156,26 +259,23 @@ static void pool_init(pool *p, size_t width, uint64_t seed)
         p->w[i] = (float)(kve_rng_uniform(&g) * 2.0 / (double)width);
 }
 
-static const float *pool_row(const pool *p, int32_t pos)
-{
-    return p->w + ((size_t)pos % p->n_rows) * p->width;
-}
-
 /* ---- workloads ---- */
 
-typedef enum { W_FLOOR, W_POLICY, W_NAIVE, W_BANK } wkind;
+typedef enum { W_FLOOR, W_FLOOR_LOOP, W_FLOOR_MIN, W_POLICY, W_NAIVE, W_BANK } wkind;
 
 typedef struct work {
     wkind kind;
     const pool *pool;
+    size_t row;    /* the next pool row */
     size_t budget;
     int attn;      /* step with rows (1) or NULL (0) */
     int keys;      /* step with a key of PERF_KEY_DIM floats (the pool row's first) */
     int32_t pos;   /* next position */
-    /* W_FLOOR */
-    floor_fn floor;
+    /* W_FLOOR, W_FLOOR_LOOP */
+    const floor_isa *floor;
     double *acc;
     size_t width;
+    double sink; /* W_FLOOR_MIN: the minima, summed, so that they are computed */
     /* W_POLICY */
     kve_policy *p;
     /* W_NAIVE: h2o's arithmetic, kept in plain arrays */
@@ -189,6 +289,14 @@ typedef struct work {
     size_t heads, threads;
 } work;
 
+/* The next row of the pool, in turn (no division: a counter that wraps). */
+static const float *next_row(work *w)
+{
+    const float *r = w->pool->w + w->row * w->pool->width;
+    w->row = w->row + 1 == w->pool->n_rows ? 0 : w->row + 1;
+    return r;
+}
+
 static void checked(kve_status st, const char *what)
 {
     if (st != KVE_OK)
@@ -199,9 +307,10 @@ static void run_policy(work *w, size_t steps)
 {
     int32_t victims[4];
     for (size_t s = 0; s < steps; s++, w->pos++) {
-        const float *a = w->attn ? pool_row(w->pool, w->pos) : NULL;
-        const float *k = w->keys ? pool_row(w->pool, w->pos + 1) : NULL;
-        checked(kve_policy_step_keys(w->p, w->pos, a, kve_policy_size(w->p), k), "step");
+        const float *a = next_row(w);
+        checked(kve_policy_step_keys(w->p, w->pos, w->attn ? a : NULL, kve_policy_size(w->p),
+                                     w->keys ? a : NULL),
+                "step");
         checked(kve_policy_evict(w->p, w->budget, victims, 4, NULL), "evict");
     }
 }
@@ -219,7 +328,7 @@ static int by_score_then_position(const void *x, const void *y)
 static void run_naive(work *w, size_t steps)
 {
     for (size_t s = 0; s < steps; s++, w->pos++) {
-        const float *a = pool_row(w->pool, w->pos);
+        const float *a = next_row(w);
         for (size_t i = 0; i < w->n; i++) /* pass 1: add */
             w->nscore[i] += (double)a[i];
         w->npos[w->n] = w->pos;
@@ -245,10 +354,11 @@ static void run_naive(work *w, size_t steps)
     }
 }
 
-/* One thread's share of a bank step: heads [first, first + count). */
+/* One thread's share of a bank step: heads [first, first + count), pool rows
+ * from `row` on in turn (the same row for every thread at a token). */
 typedef struct share {
     work *w;
-    size_t first, count, steps;
+    size_t first, count, steps, row;
     int32_t pos;
     pthread_barrier_t *done;
 } share;
@@ -261,7 +371,8 @@ static void *run_share(void *arg)
     int32_t *victims = xmalloc(2 * s->count * sizeof *victims);
     for (size_t k = 0; k < s->steps; k++) {
         int32_t pos = s->pos + (int32_t)k;
-        const float *rows = pool_row(w->pool, pos) + s->first * ld;
+        const float *rows = w->pool->w + ((s->row + k) % w->pool->n_rows) * w->pool->width +
+                            s->first * ld;
         checked(kve_bank_step_range(w->b, s->first, s->count, pos, rows, ld, 1, KVE_REDUCE_MEAN,
                                     NULL, 0),
                 "bank step");
@@ -277,15 +388,15 @@ static void *run_share(void *arg)
 static void run_bank(work *w, size_t steps)
 {
     if (w->threads == 1) {
-        share s = {w, 0, w->heads, steps, w->pos, NULL};
+        share s = {w, 0, w->heads, steps, w->row, w->pos, NULL};
         run_share(&s);
     } else {
         pthread_barrier_t done;
         if (pthread_barrier_init(&done, NULL, 2) != 0)
             die_input("cannot create a barrier");
         size_t half = w->heads / 2;
-        share s[2] = {{w, 0, half, steps, w->pos, &done},
-                      {w, half, w->heads - half, steps, w->pos, &done}};
+        share s[2] = {{w, 0, half, steps, w->row, w->pos, &done},
+                      {w, half, w->heads - half, steps, w->row, w->pos, &done}};
         pthread_t th;
         if (pthread_create(&th, NULL, run_share, &s[1]) != 0)
             die_input("cannot start a thread");
@@ -294,14 +405,23 @@ static void run_bank(work *w, size_t steps)
         pthread_barrier_destroy(&done);
     }
     w->pos += (int32_t)steps;
+    w->row = (w->row + steps) % w->pool->n_rows;
 }
 
 static void run(work *w, size_t steps)
 {
     switch (w->kind) {
     case W_FLOOR:
-        for (size_t s = 0; s < steps; s++, w->pos++)
-            w->floor(w->acc, pool_row(w->pool, w->pos), w->width);
+        for (size_t s = 0; s < steps; s++)
+            w->floor->fn(w->acc, next_row(w), w->width);
+        break;
+    case W_FLOOR_MIN:
+        for (size_t s = 0; s < steps; s++)
+            w->sink += w->floor->min(w->acc, next_row(w), w->width);
+        break;
+    case W_FLOOR_LOOP:
+        w->floor->loop(w->acc, w->pool->w, w->pool->width, w->pool->n_rows, &w->row, w->width,
+                       steps);
         break;
     case W_POLICY: run_policy(w, steps); break;
     case W_NAIVE: run_naive(w, steps); break;
@@ -339,9 +459,29 @@ static double measure(work *w, const timing_opts *o, size_t *steps_out)
     return best * 1e9;
 }
 
+/* ns per call of w's floor when `steps` calls are each timed on their own
+ * with `clock` and the durations summed, as a benchmark that reads a clock
+ * around every call reports it: the best of o->reps such sums. */
+static double measure_each(work *w, const timing_opts *o, size_t steps, clockid_t clock)
+{
+    double best = INFINITY;
+    for (size_t r = 0; r < o->reps; r++) {
+        double sum = 0.0;
+        for (size_t s = 0; s < steps; s++) {
+            const float *a = next_row(w);
+            double t0 = now_s(clock);
+            w->floor->fn(w->acc, a, w->width);
+            sum += now_s(clock) - t0;
+        }
+        double d = sum / (double)steps;
+        best = d < best ? d : best;
+    }
+    return best * 1e9;
+}
+
 /* ---- rows ---- */
 
-static row *add_row(perf_rows *rs)
+static row *add_row(perf_rows *rs, const pool *p, place where)
 {
     if (rs->n == rs->cap)
         rs->r = xrealloc(rs->r, (rs->cap = rs->cap ? 2 * rs->cap : 64) * sizeof *rs->r);
@@ -350,32 +490,38 @@ static row *add_row(perf_rows *rs)
     r->impl = "kvevict";
     r->heads = r->threads = 1;
     r->attn = "rows";
+    r->where = where;
+    r->pool_rows = p->n_rows;
+    r->load1 = load1();
+    r->moved = NAN;
     return r;
 }
 
 /* The floor of `slots` slots, from rows of `p` (width >= slots): the
- * fastest instruction set and the baseline. */
+ * fastest instruction set (the one called `best`) and the baseline. */
 typedef struct floor_cost {
     double ns, base_ns;
-    const char *isa;
+    const floor_isa *best;
+    size_t steps; /* timed per run, by the fastest */
 } floor_cost;
 
 static floor_cost measure_floor(const pool *p, size_t slots, const timing_opts *o)
 {
-    floor_cost f = {INFINITY, INFINITY, "x86-64"};
+    floor_cost f = {INFINITY, INFINITY, &floors[0], 1};
     work w = {.kind = W_FLOOR, .pool = p, .width = slots};
     w.acc = xcalloc(slots, sizeof *w.acc);
     for (size_t i = 0; i < n_floors; i++) {
         if (!floors[i].available)
             continue;
         size_t steps;
-        w.floor = floors[i].fn;
+        w.floor = &floors[i];
         double ns = measure(&w, o, &steps);
         if (i == 0)
             f.base_ns = ns;
         if (ns < f.ns) {
             f.ns = ns;
-            f.isa = floors[i].name;
+            f.best = &floors[i];
+            f.steps = steps;
         }
     }
     free(w.acc);
@@ -386,7 +532,74 @@ static void set_floor(row *r, const floor_cost *f)
 {
     r->floor_ns = f->ns;
     r->floor_base_ns = f->base_ns;
-    r->floor_isa = f->isa;
+    r->floor_isa = f->best->name;
+}
+
+/* The floor's own rows for `slots` slots of pool p: the floor itself
+ * ("called"), the pass inlined into the loop over steps, each call timed on
+ * its own with two clocks, and the pass that also tracks the lowest score
+ * ("with-min"); all with the fastest instruction set. */
+static void floor_rows(perf_rows *rs, const pool *p, place where, size_t budget, size_t heads,
+                       size_t slots, const floor_cost *f, const timing_opts *o)
+{
+    static const char *const names[] = {"called", "inline", "timed-each-monotonic",
+                                        "timed-each-cputime", "with-min"};
+    work w = {.kind = W_FLOOR_LOOP, .pool = p, .width = slots, .floor = f->best};
+    w.acc = xcalloc(slots, sizeof *w.acc);
+    size_t each = f->steps < EACH_MAX_STEPS ? f->steps : EACH_MAX_STEPS;
+    for (size_t k = 0; k < 5; k++) {
+        row *r = add_row(rs, p, where);
+        r->impl = "floor";
+        snprintf(r->name, sizeof r->name, "%s", names[k]);
+        snprintf(r->spec, sizeof r->spec, "%s", names[k]);
+        r->budget = budget;
+        r->heads = heads;
+        r->state_bytes = heads * (budget + 1) * (sizeof(double) + sizeof(float));
+        set_floor(r, f);
+        if (k == 0) {
+            r->ns = f->ns;
+            r->steps = f->steps;
+        } else if (k == 1 || k == 4) {
+            w.kind = k == 1 ? W_FLOOR_LOOP : W_FLOOR_MIN;
+            r->ns = measure(&w, o, &r->steps);
+        } else {
+            r->ns = measure_each(&w, o, each, k == 2 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID);
+            r->steps = each;
+        }
+    }
+    free(w.acc);
+}
+
+/* The positions a one-victim evict moves to close its hole (those after the
+ * victim, a memmove), mean over `steps` more steps of w (not timed): the
+ * victim's index is where it would sit among the positions kept after it. */
+static double moved_per_evict(work *w, size_t steps)
+{
+    int32_t victims[4];
+    double moved = 0.0;
+    size_t evicts = 0;
+    for (size_t s = 0; s < steps; s++, w->pos++) {
+        const float *a = next_row(w);
+        checked(kve_policy_step_keys(w->p, w->pos, w->attn ? a : NULL, kve_policy_size(w->p),
+                                     w->keys ? a : NULL),
+                "step");
+        size_t nv = 0;
+        checked(kve_policy_evict(w->p, w->budget, victims, 4, &nv), "evict");
+        if (nv != 1)
+            continue;
+        const int32_t *pos = kve_policy_positions(w->p);
+        size_t lo = 0, hi = kve_policy_size(w->p);
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (pos[mid] < victims[0])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        moved += (double)(kve_policy_size(w->p) - lo);
+        evicts++;
+    }
+    return evicts ? moved / (double)evicts : NAN;
 }
 
 static void spec_of(char *out, const char *name, size_t budget)
@@ -396,51 +609,49 @@ static void spec_of(char *out, const char *name, size_t budget)
     free(s);
 }
 
-static void measure_policies(perf_rows *rs, size_t budget, const timing_opts *o, int quiet)
+/* One row of policy type t at `budget`: stepped with attention rows (attn),
+ * NULL, or NULL and keys; built checked or unchecked. */
+static void policy_row(perf_rows *rs, const pool *p, place where, size_t t, size_t budget,
+                       int attn, int unchecked, const floor_cost *f, const timing_opts *o)
 {
-    pool p;
-    pool_init(&p, budget + 1, budget);
-    floor_cost f = measure_floor(&p, budget, o);
+    const char *name = kve_policy_type_name(t);
+    const int keys = (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
+    row *r = add_row(rs, p, where);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    spec_of(r->spec, name, budget);
+    r->budget = budget;
+    r->attn = keys ? "keys" : attn ? "rows" : "null";
+    r->unchecked = unchecked;
     kve_rng rng;
-    for (size_t t = 0; t < kve_policy_type_count(); t++) {
-        const char *name = kve_policy_type_name(t);
-        if (strcmp(name, "full") == 0)
-            continue;
-        const int keys = (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
-        if (strcmp(name, "keydiff") == 0 && budget > KEYDIFF_MAX_BUDGET)
-            continue;
-        for (int attn = 1; attn >= 0; attn--) {
-            if (keys && attn)
-                continue; /* one mode: NULL attention and a key */
-            row *r = add_row(rs);
-            snprintf(r->name, sizeof r->name, "%s", name);
-            spec_of(r->spec, name, budget);
-            r->budget = budget;
-            r->attn = keys ? "keys" : attn ? "rows" : "null";
-            kve_rng_seed(&rng, 1);
-            work w = {.kind = W_POLICY, .pool = &p, .budget = budget, .attn = attn, .keys = keys};
-            kve_policy_options po = kve_policy_default_options();
-            po.key_dim = keys ? PERF_KEY_DIM : 0;
-            if (keys && p.width < PERF_KEY_DIM)
-                die_usage("budget %zu: the policies that read keys are timed at budgets of at "
-                          "least %d", budget, PERF_KEY_DIM);
-            checked(kve_policy_new_ex(r->spec, &rng, &po, &w.p), r->spec);
-            for (; (size_t)w.pos < budget; w.pos++) /* fill: a NULL step, or one key's work */
-                checked(kve_policy_step_keys(w.p, w.pos, NULL, 0,
-                                             keys ? pool_row(&p, w.pos) : NULL), "fill");
-            r->ns = measure(&w, o, &r->steps);
-            r->state_bytes = kve_policy_state_bytes(w.p);
-            set_floor(r, &f);
-            kve_policy_free(w.p);
-        }
-    }
+    kve_rng_seed(&rng, 1);
+    work w = {.kind = W_POLICY, .pool = p, .budget = budget, .attn = attn, .keys = keys};
+    kve_policy_options po = kve_policy_default_options();
+    po.key_dim = keys ? PERF_KEY_DIM : 0;
+    po.unchecked = unchecked;
+    if (keys && p->width < PERF_KEY_DIM)
+        die_usage("budget %zu: the policies that read keys are timed at budgets of at least %d",
+                  budget, PERF_KEY_DIM);
+    checked(kve_policy_new_ex(r->spec, &rng, &po, &w.p), r->spec);
+    for (; (size_t)w.pos < budget; w.pos++) /* fill: a NULL step, or one key's work */
+        checked(kve_policy_step_keys(w.p, w.pos, NULL, 0, keys ? next_row(&w) : NULL), "fill");
+    r->ns = measure(&w, o, &r->steps);
+    r->state_bytes = kve_policy_state_bytes(w.p);
+    if (kve_policy_type_reads(t) != KVE_READS_NOTHING) /* the scored ones: a memmove */
+        r->moved = moved_per_evict(&w, MOVED_STEPS);
+    set_floor(r, f);
+    kve_policy_free(w.p);
+}
+
+static void naive_rows(perf_rows *rs, const pool *p, size_t budget, const floor_cost *f,
+                       const timing_opts *o)
+{
     for (int sort = 0; sort < 2; sort++) {
-        row *r = add_row(rs);
+        row *r = add_row(rs, p, PLACE_POOL);
         r->impl = sort ? "naive-sort" : "naive-passes";
         snprintf(r->name, sizeof r->name, "h2o");
         spec_of(r->spec, "h2o", budget);
         r->budget = budget;
-        work w = {.kind = W_NAIVE, .pool = &p, .budget = budget, .sort = sort};
+        work w = {.kind = W_NAIVE, .pool = p, .budget = budget, .sort = sort};
         w.npos = xmalloc((budget + 1) * sizeof *w.npos);
         w.nscore = xmalloc((budget + 1) * sizeof *w.nscore);
         w.idx = xmalloc((budget + 1) * sizeof *w.idx);
@@ -450,12 +661,41 @@ static void measure_policies(perf_rows *rs, size_t budget, const timing_opts *o,
         }
         r->ns = measure(&w, o, &r->steps);
         r->state_bytes = (budget + 1) * (sizeof *w.npos + sizeof *w.nscore);
-        set_floor(r, &f);
+        set_floor(r, f);
         free(w.npos);
         free(w.nscore);
         free(w.idx);
     }
-    free(p.w);
+}
+
+static void measure_policies(perf_rows *rs, size_t budget, const timing_opts *o, int quiet)
+{
+    for (int where = PLACE_POOL; where < N_PLACES; where++) {
+        pool p;
+        pool_init(&p, budget + 1, where == PLACE_HOT ? HOT_ROWS : POOL_ROWS, budget);
+        floor_cost f = measure_floor(&p, budget, o);
+        floor_rows(rs, &p, (place)where, budget, 1, budget, &f, o);
+        for (size_t t = 0; t < kve_policy_type_count(); t++) {
+            const char *name = kve_policy_type_name(t);
+            const kve_reads reads = kve_policy_type_reads(t);
+            if (strcmp(name, "full") == 0 ||
+                (strcmp(name, "keydiff") == 0 && budget > KEYDIFF_MAX_BUDGET))
+                continue;
+            for (int attn = 1; attn >= 0; attn--) {
+                if ((reads & KVE_READS_KEYS) && attn)
+                    continue; /* one mode: NULL attention and a key */
+                /* The hot placement: the policies that read the rows. */
+                if (where == PLACE_HOT && !(attn && (reads & KVE_READS_ATTN)))
+                    continue;
+                for (int unchecked = 0; unchecked < 2; unchecked++)
+                    if (!unchecked || (attn && (reads & KVE_READS_ATTN)))
+                        policy_row(rs, &p, (place)where, t, budget, attn, unchecked, &f, o);
+            }
+        }
+        if (where == PLACE_POOL)
+            naive_rows(rs, &p, budget, &f, o);
+        free(p.w);
+    }
     if (!quiet && !cli_quiet && isatty(STDERR_FILENO))
         fprintf(stderr, "\rkvevict perf: budget %zu done   ", budget);
 }
@@ -464,30 +704,39 @@ static void measure_banks(perf_rows *rs, const size_t *heads, size_t n_heads, co
                           size_t n_budgets, const timing_opts *o)
 {
     for (size_t bi = 0; bi < n_budgets; bi++)
-        for (size_t hi = 0; hi < n_heads; hi++) {
-            size_t budget = budgets[bi], h = heads[hi];
-            pool p;
-            pool_init(&p, h * (budget + 1), budget * 7 + h);
-            floor_cost f = measure_floor(&p, h * budget, o);
-            for (size_t threads = 1; threads <= 2; threads++) {
-                row *r = add_row(rs);
-                snprintf(r->name, sizeof r->name, "h2o");
-                spec_of(r->spec, "h2o", budget);
-                r->budget = budget;
-                r->heads = h;
-                r->threads = threads;
-                work w = {.kind = W_BANK, .pool = &p, .budget = budget, .heads = h,
-                          .threads = threads};
-                checked(kve_bank_new(r->spec, h, NULL, &w.b), r->spec);
-                for (; (size_t)w.pos < budget; w.pos++)
-                    checked(kve_bank_step(w.b, w.pos, NULL, 0), "fill");
-                r->ns = measure(&w, o, &r->steps);
-                r->state_bytes = kve_bank_state_bytes(w.b);
-                set_floor(r, &f);
-                kve_bank_free(w.b);
+        for (size_t hi = 0; hi < n_heads; hi++)
+            for (int where = PLACE_POOL; where < N_PLACES; where++) {
+                size_t budget = budgets[bi], h = heads[hi];
+                pool p;
+                pool_init(&p, h * (budget + 1), where == PLACE_HOT ? HOT_ROWS : POOL_ROWS,
+                          budget * 7 + h);
+                floor_cost f = measure_floor(&p, h * budget, o);
+                for (size_t k = 0; k < 3; k++) {
+                    size_t threads = k == 2 ? 2 : 1;
+                    int unchecked = k == 1;
+                    if (threads == 2 && where != PLACE_POOL)
+                        continue;
+                    row *r = add_row(rs, &p, (place)where);
+                    snprintf(r->name, sizeof r->name, "h2o");
+                    spec_of(r->spec, "h2o", budget);
+                    r->budget = budget;
+                    r->heads = h;
+                    r->threads = threads;
+                    r->unchecked = unchecked;
+                    work w = {.kind = W_BANK, .pool = &p, .budget = budget, .heads = h,
+                              .threads = threads};
+                    kve_bank_options bo = kve_bank_default_options();
+                    bo.unchecked = unchecked;
+                    checked(kve_bank_new_ex(r->spec, h, NULL, &bo, &w.b), r->spec);
+                    for (; (size_t)w.pos < budget; w.pos++)
+                        checked(kve_bank_step(w.b, w.pos, NULL, 0), "fill");
+                    r->ns = measure(&w, o, &r->steps);
+                    r->state_bytes = kve_bank_state_bytes(w.b);
+                    set_floor(r, &f);
+                    kve_bank_free(w.b);
+                }
+                free(p.w);
             }
-            free(p.w);
-        }
 }
 
 /* ---- output ---- */
@@ -502,6 +751,8 @@ static void print_rows(FILE *f, const perf_rows *rs, tfmt fmt)
         {"heads", KEY_HEADS, COL_ALL},
         {"threads", KEY_THREADS, COL_ALL},
         {"attn", "attn", COL_ALL | COL_LEFT},
+        {"unchecked", "unchecked", COL_ALL},
+        {"pool rows", "pool_rows", COL_ALL},
         {"ns/step", KEY_NS, COL_ALL},
         {"ns/slot", "ns_per_slot", COL_ALL},
         {"floor ns", KEY_FLOOR_NS, COL_ALL},
@@ -512,6 +763,8 @@ static void print_rows(FILE *f, const perf_rows *rs, tfmt fmt)
         {"state bytes", KEY_STATE, COL_CSV | COL_JSON},
         {"isa", "isa", COL_CSV | COL_JSON},
         {"timed steps", "timed_steps", COL_CSV | COL_JSON},
+        {"load", "load_average", COL_ALL},
+        {"moved/evict", "moved_per_evict", COL_ALL},
     };
     table t;
     table_init(&t, cols, sizeof cols / sizeof cols[0]);
@@ -524,6 +777,8 @@ static void print_rows(FILE *f, const perf_rows *rs, tfmt fmt)
         table_uint(&t, r->heads);
         table_uint(&t, r->threads);
         table_str(&t, r->attn);
+        table_uint(&t, (uint64_t)r->unchecked);
+        table_uint(&t, r->pool_rows);
         table_real(&t, r->ns, "%.1f");
         table_real(&t, r->ns / slots_of(r), "%.4f");
         table_real(&t, r->floor_ns, "%.1f");
@@ -535,6 +790,8 @@ static void print_rows(FILE *f, const perf_rows *rs, tfmt fmt)
         table_uint(&t, r->state_bytes);
         table_str(&t, kve_isa_name());
         table_uint(&t, r->steps);
+        table_real(&t, r->load1, "%.2f");
+        table_real(&t, r->moved, "%.1f");
     }
     table_print(&t, f, fmt);
     table_free(&t);
@@ -551,6 +808,7 @@ static void load_average(double load[3])
     }
 }
 
+
 static const char perf_usage[] =
     "usage: kvevict perf [--budget B1,B2,...] [--quick] [--reps N] [--ms MS]\n"
     "                    [--format text|md|csv|json | --json | --csv | --md] [-o FILE]\n"
@@ -561,9 +819,14 @@ static const char perf_usage[] =
     "memory floor measured in the same run: one pass reading B float32 weights and\n"
     "adding them into B float64 scores, compiled for every instruction set the\n"
     "machine has (the fastest is the floor; the baseline x86-64 one is shown too).\n"
+    "The policies that read attention are timed checked and unchecked (built with\n"
+    "unchecked = 1: no validation of the weights), with attention rows from a pool\n"
+    "of up to 64 rows and from a hot pool of 8, each against the floor of its own\n"
+    "pool; the floor itself also inlined and timed call by call (impl floor).\n"
     "Also a naive h2o (separate passes; sort-based selection) and banks of h2o of\n"
     "8, 64 and 256 heads at 256, 1Ki and 4Ki driven by 1 and 2 threads. One row per\n"
-    "measurement: ns/step, ns per kept slot, the floor, the ratio, bytes per slot.\n"
+    "measurement: ns/step, ns per kept slot, the floor, the ratio, bytes per slot,\n"
+    "the load average when it was taken.\n"
     "Timings depend on the machine and its load; they are never asserted.\n"
     "\n"
     "  --budget B1,...    budgets of the policy rows (default above; counts, not\n"
@@ -573,10 +836,13 @@ static const char perf_usage[] =
     "  --ms MS            milliseconds per run (default 5)\n"
     "  --format F         text (default), md, csv or json; --csv, --json, --md\n"
     "  --json             JSON Lines, one object per row: impl, policy (the spec),\n"
-    "                     budget, heads, threads, attn (rows or null), ns_per_step,\n"
-    "                     ns_per_slot, floor_ns_per_step, floor_isa,\n"
-    "                     floor_base_ns_per_step, ratio_to_floor, bytes_per_slot,\n"
-    "                     state_bytes, isa (the library's kernels), timed_steps\n"
+    "                     budget, heads, threads, attn (rows, null or keys),\n"
+    "                     unchecked (0 or 1), pool_rows, ns_per_step, ns_per_slot,\n"
+    "                     floor_ns_per_step, floor_isa, floor_base_ns_per_step,\n"
+    "                     ratio_to_floor, bytes_per_slot, state_bytes, isa (the\n"
+    "                     library's kernels), timed_steps, load_average (1 minute,\n"
+    "                     before the row), moved_per_evict (positions an evict\n"
+    "                     moved, mean; null for the policies without a score)\n"
     "  -o, --output FILE  write there instead of standard output (- for it)\n"
     "  --docs FILE        also rewrite the block between <!-- perf:begin --> and\n"
     "                     <!-- perf:end --> of FILE (conditions, tables, targets)\n"

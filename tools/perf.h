@@ -15,14 +15,26 @@ typedef struct timing_opts {
     double target; /* seconds per timed run */
 } timing_opts;
 
-/* One measurement: a policy (or the naive h2o, or a bank) at one size. */
+/* The rows of the two placements of the attention rows: a pool of up to
+ * POOL_ROWS rows (at most 64 MiB), and a hot pool of HOT_ROWS. */
+enum { POOL_ROWS = 64, HOT_ROWS = 8 };
+/* Steps over which the positions an evict moves are counted (untimed). */
+enum { MOVED_STEPS = 256 };
+
+typedef enum { PLACE_POOL, PLACE_HOT, N_PLACES } place;
+
+/* One measurement: a policy (or the naive h2o, or a bank, or one of the
+ * floor's own variants) at one size, in one placement. */
 typedef struct row {
-    const char *impl; /* "kvevict", "naive-passes", "naive-sort" */
+    const char *impl; /* "kvevict", "naive-passes", "naive-sort", "floor" */
     char name[32];
     char spec[KVE_SPEC_MAX];
-    size_t budget, heads, threads, steps, state_bytes;
+    size_t budget, heads, threads, steps, state_bytes, pool_rows;
     const char *attn; /* "rows", "null" or "keys" (NULL attention and a key) */
-    double ns, floor_ns, floor_base_ns;
+    int unchecked;    /* built with kve_*_options.unchecked = 1 */
+    place where;
+    double ns, floor_ns, floor_base_ns, load1;
+    double moved; /* positions an evict moved, mean over MOVED_STEPS; NaN if not measured */
     const char *floor_isa;
 } row;
 

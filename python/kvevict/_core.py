@@ -152,11 +152,19 @@ class Rng:
         return tuple(self._state.s)
 
 
-def bank_options(key_dim=0, share=0, min_share=0.2):
+def as_unchecked(unchecked):
+    """The options' unchecked field from a bool."""
+    if not isinstance(unchecked, bool):
+        refuse(f"unchecked: True or False is required, got {type(unchecked).__name__}")
+    return int(unchecked)
+
+
+def bank_options(key_dim=0, share=0, min_share=0.2, unchecked=False):
     """kve_bank_options from keyword values (the library validates them)."""
     options = lib.kve_bank_default_options()
     options.key_dim = as_size("key_dim", key_dim)
     options.share = as_size("share", share)
+    options.unchecked = as_unchecked(unchecked)
     try:
         options.min_share = float(min_share)
     except (TypeError, ValueError):
@@ -286,20 +294,24 @@ class _Handle:
 class Policy(_Handle):
     """One attention head's kept set and eviction decisions (kve_policy).
 
-    Policy(spec, rng=None, key_dim=0): spec "name[:key=value,...]", e.g.
-    "h2o:budget=256,recent_window=64". rng: None, an int seed or an Rng;
-    the `random` policy requires one, the others ignore it. key_dim: d, the
-    floats of the key every step carries (kve_policy_options.key_dim); the
-    policies that read keys (knorm, keydiff: reads == "keys") require it.
+    Policy(spec, rng=None, key_dim=0, unchecked=False): spec
+    "name[:key=value,...]", e.g. "h2o:budget=256,recent_window=64". rng:
+    None, an int seed or an Rng; the `random` policy requires one, the others
+    ignore it. key_dim: d, the floats of the key every step carries
+    (kve_policy_options.key_dim); the policies that read keys (knorm,
+    keydiff: reads == "keys") require it. unchecked: True promises finite
+    weights >= 0 and skips their validation at every step (the header's
+    "Unchecked steps": garbage scores, never a crash, if the promise breaks).
     """
 
     _free = lib.kve_policy_free
     _kind = "policy"
 
-    def __init__(self, spec, rng=None, key_dim=0):
+    def __init__(self, spec, rng=None, key_dim=0, unchecked=False):
         super().__init__()
         options = lib.kve_policy_default_options()
         options.key_dim = as_size("key_dim", key_dim)
+        options.unchecked = as_unchecked(unchecked)
         h = ctypes.c_void_p()
         check(lib.kve_policy_new_ex(as_spec(spec), rng_arg(rng), options, h))
         self._h = h.value
@@ -372,8 +384,9 @@ class Bank(_Handle):
     behaves as the h-th of n_heads policies built one after another from the
     same generator.
 
-    Bank(spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2), rng
-    and key_dim as for Policy (kve_bank_options.key_dim). share: heads per
+    Bank(spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2,
+    unchecked=False), rng, key_dim and unchecked as for Policy
+    (kve_bank_options.key_dim, .unchecked). share: heads per
     shared-budget group (Ada-KV), dividing n_heads; 0, the default, gives
     every head its own budget. min_share: the floor of a shared eviction, a
     fraction of an even share in [0, 1]. Only the scored policies without
@@ -383,9 +396,10 @@ class Bank(_Handle):
     _free = lib.kve_bank_free
     _kind = "bank"
 
-    def __init__(self, spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2):
+    def __init__(self, spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2,
+                 unchecked=False):
         super().__init__()
-        options = bank_options(key_dim, share, min_share)
+        options = bank_options(key_dim, share, min_share, unchecked)
         h = ctypes.c_void_p()
         check(lib.kve_bank_new_ex(as_spec(spec), as_size("n_heads", n_heads), rng_arg(rng),
                                   options, h))

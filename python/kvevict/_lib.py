@@ -85,13 +85,13 @@ class EvalResult(ctypes.Structure):
 
 class PolicyOptions(ctypes.Structure):
     """kve_policy_options (the binding leaves the allocator NULL: the C library's)."""
-    _fields_ = [("allocator", c_ptr), ("key_dim", c_size_t)]
+    _fields_ = [("allocator", c_ptr), ("key_dim", c_size_t), ("unchecked", ctypes.c_int)]
 
 
 class BankOptions(ctypes.Structure):
     """kve_bank_options."""
     _fields_ = [("allocator", c_ptr), ("key_dim", c_size_t), ("share", c_size_t),
-                ("min_share", ctypes.c_double)]
+                ("min_share", ctypes.c_double), ("unchecked", ctypes.c_int)]
 
 
 class TraceOptions(ctypes.Structure):
