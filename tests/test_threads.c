@@ -17,6 +17,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
+#include "facts.h"
 #include "test_allocator.h"
 #include "internal.h"
 #include "kvevict_eval.h"
@@ -54,23 +55,21 @@ static uint64_t run_policy(size_t type, outcome *o)
     kve_rng_seed(&stream, 7 * type + 1);
     kve_policy *p = NULL;
     kve_policy_options po = kve_policy_default_options();
-    po.key_dim = 8; /* the key-reading policies step with keys */
+    facts_policy(&po); /* the policies that read keys, queries or values step with them */
     if (kve_policy_new_ex(spec, &rng, &po, &p) != KVE_OK) {
         o->failures++;
         return 0;
     }
     uint64_t h = 0xcbf29ce484222325u;
-    float attn[STEPS], key[8];
+    float attn[STEPS];
     int32_t victims[BUDGET + 1];
     for (int32_t pos = 0; pos < STEPS; pos++) {
         size_t n = kve_policy_size(p);
         for (size_t i = 0; i < n; i++)
             attn[i] = (float)kve_rng_uniform(&stream);
         const float *a = kve_rng_below(&stream, 10) == 0 ? NULL : attn;
-        for (size_t j = 0; j < 8; j++)
-            key[j] = (float)kve_rng_uniform(&stream) - 0.5f;
         size_t nv = 0;
-        if (kve_policy_step_keys(p, pos, a, n, key) != KVE_OK ||
+        if (facts_step(p, pos, a, n, &stream) != KVE_OK ||
             kve_policy_evict(p, BUDGET, victims, BUDGET + 1, &nv) != KVE_OK) {
             o->failures++;
             break;

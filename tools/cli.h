@@ -167,6 +167,11 @@ void free_list(char **items, size_t n);
  * given), in a fresh string; a usage error naming `what` if refused. */
 char *canon_spec(const char *what, const char *spec, size_t budget);
 
+/* What a policy reads (kve_reads) as `policies` prints it: "nothing",
+ * "attention", "keys", or the '+'-joined list when it reads several
+ * ("keys+queries+values"). A static string. */
+const char *reads_label(unsigned reads);
+
 /* ---- output files, signals, progress (output.c) ------------------------ */
 
 /* Installs the SIGINT/SIGTERM/SIGHUP handler that removes the files being
