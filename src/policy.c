@@ -22,11 +22,14 @@ kve_status kve_policy_new_ex(const char *spec, kve_rng *rng, const kve_policy_op
         return st;
     const kve_allocator alloc = kve__allocator(options ? options->allocator : NULL);
     kve_policy *p = kve__alloc(&alloc, sizeof *p);
-    if (!p)
+    if (!p) {
+        kve__type_release(c.type);
         return kve__fail(KVE_ENOMEM, "%s: out of memory for the handle", c.type->name);
+    }
     st = kve__bank_init(&p->bank, &c, &alloc, 1, &p->head, NULL, NULL, rng);
     if (st != KVE_OK) {
         kve__dealloc(&alloc, p, sizeof *p);
+        kve__type_release(c.type);
         return st;
     }
     p->bank.is_policy = true;
@@ -61,6 +64,17 @@ kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float *attn, s
 kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t n)
 {
     return kve_policy_step_keys(p, pos, attn, n, NULL);
+}
+
+kve_status kve_policy_step_data(kve_policy *p, int32_t pos, const kve_step_data *data)
+{
+    if (!p)
+        return kve__fail(KVE_EINVAL, "policy is NULL");
+    const kve_step_data d = data ? *data : kve_step_default_data();
+    if (d.group != 1)
+        return kve__fail(KVE_EINVAL, "%s: group is %zu, but a policy reads one row (a bank "
+                         "reduces groups)", p->bank.cfg.type->name, d.group);
+    return kve__bank_step_data(&p->bank, 0, 1, pos, &d);
 }
 
 kve_status kve_policy_evict(kve_policy *p, size_t budget, int32_t *victims, size_t cap,

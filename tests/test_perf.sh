@@ -18,15 +18,23 @@ fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 # --quick: budgets 256 and 4096, every policy but full with rows and NULL
-# (those that read keys: once, with keys), two naive rows per budget, a bank
-# of 8 heads at 256 with 1 and 2 threads.
+# (those that read keys: once, with keys; expected_attention, which reads
+# queries and values too: with --quick only with interval=64, at budgets up
+# to 1024), h2o:vnorm=1 and the two
+# score rules (impl "rule"), expected_attention:interval=64 up to 1024, two
+# naive rows per budget, a bank of 8 heads at 256 with 1 and 2 threads.
 "$K" policies | tail -n +2 | awk '{ print $1 "," $3 }' >"$D/pols" # name,reads
-policies=$(grep -v ',keys$' "$D/pols" | cut -d, -f1 | grep -vx full)
+policies=$(grep -E ',(attention|nothing)$' "$D/pols" | cut -d, -f1 | grep -vx full)
 keyed=$(grep ',keys$' "$D/pols" | cut -d, -f1)
+queried=$(grep ',keys+queries' "$D/pols" | cut -d, -f1)
 n_pol=$(printf '%s\n' "$policies" | wc -l)
 n_key=$(printf '%s\n' "$keyed" | grep -c .)
-[ "$n_key" -eq 2 ] || fail "policies --csv: $n_key policies read keys, want 2"
-want=$((2 * (2 * n_pol + n_key + 2) + 2))
+n_q=$(printf '%s\n' "$queried" | grep -c .)
+[ "$n_key" -eq 2 ] || fail "policies --csv: $n_key policies read keys alone, want 2"
+[ "$n_q" -eq 1 ] || fail "policies --csv: $n_q policies read queries, want 1"
+[ "$((n_pol + n_key + n_q + 1))" -eq "$(wc -l <"$D/pols")" ] || fail "policies: a reads label unaccounted for"
+per=$((2 * n_pol + n_key + 3 + 2)) # rows of every budget
+want=$((per + 1 + per + 2))
 
 "$K" perf --quick --json >"$D/p.jsonl" 2>"$D/err" || fail "perf --quick --json: $(cat "$D/err")"
 "$J" jsonl --count "$want" --key impl:string --key policy:string --key budget:integer \
@@ -49,13 +57,25 @@ for p in $keyed; do
             fail "perf --json has no row for $p at $b with keys"
     done
 done
+for p in $queried; do
+    grep "\"policy\": \"$p:budget=256,.*interval=64," "$D/p.jsonl" | grep -q '"attn": "keys"' ||
+        fail "perf --json has no row for $p:interval=64 at 256"
+done
+for p in rule_h2o rule_vh2o; do
+    for b in 256 4096; do
+        grep "\"policy\": \"$p:budget=$b[,\"]" "$D/p.jsonl" | grep -q '"impl": "rule"' ||
+            fail "perf --json has no score rule row for $p at $b"
+    done
+done
+grep '"policy": "h2o:budget=4096,recent_window=32,vnorm=1"' "$D/p.jsonl" | grep -q '"attn": "rows"' ||
+    fail "perf --json has no row for h2o:vnorm=1 at 4096"
 for impl in naive-passes naive-sort; do
     [ "$(grep -c "\"impl\": \"$impl\"" "$D/p.jsonl")" -eq 2 ] || fail "perf --json: $impl rows"
 done
 grep '"heads": 8' "$D/p.jsonl" | grep -q '"threads": 2' || fail "perf --json: no bank row on 2 threads"
 
 "$K" perf --quick --budget 300 --csv -o "$D/p.csv" 2>"$D/err" || fail "perf --csv -o: $(cat "$D/err")"
-"$J" csv --count $((2 * n_pol + n_key + 2 + 2)) --key budget:integer --key ratio_to_floor:number \
+"$J" csv --count $((per + 1 + 2)) --key budget:integer --key ratio_to_floor:number \
     "$D/p.csv" || fail "perf --csv"
 "$K" perf --quick --budget 300 >"$D/p.txt" 2>"$D/err" || fail "perf text: $(cat "$D/err")"
 grep -q "^impl .*ns/step .*ratio" "$D/p.txt" || fail "perf text has no header"

@@ -58,9 +58,13 @@ from kvevict import _core  # noqa: E402
 
 CANON = "canonical:steps=700,seed=5"
 ALL_SPECS = [p["name"] for p in kvevict.policies()]
-# what runs on a trace without keys: every policy but those reading keys
-ATTN_SPECS = [p["name"] for p in kvevict.policies() if p["reads"] != "keys"]
+# what runs on a trace without keys: every policy that reads attention or nothing
+ATTN_SPECS = [p["name"] for p in kvevict.policies() if p["reads"] in ("attention", "nothing")]
 KEY_SPECS = [p["name"] for p in kvevict.policies() if p["reads"] == "keys"]
+# expected_attention: queries and values too, which no trace gives the harness yet
+DATA_SPECS = [p["name"] for p in kvevict.policies() if "queries" in p["reads"]]
+# what runs on a q/K trace: all the others
+QK_SPECS = [name for name in ALL_SPECS if name not in DATA_SPECS]
 METRICS = ("retained_mass", "top32_recall", "min_retained_mass")
 
 
@@ -163,7 +167,9 @@ class Module(unittest.TestCase):
                           ("kve_eval_options", _lib.EvalOptions),
                           ("kve_bank_options", _lib.BankOptions),
                           ("kve_policy_options", _lib.PolicyOptions),
-                          ("kve_trace_options", _lib.TraceOptions)):
+                          ("kve_trace_options", _lib.TraceOptions), ("kve_rope", _lib.Rope),
+                          ("kve_step_data", _lib.StepData), ("kve_score_step", _lib.ScoreStep),
+                          ("kve_score_rule", _lib.ScoreRule)):
             self.assertEqual(ctypes.sizeof(cls), c[name], name)
             for field, *_ in cls._fields_:
                 self.assertEqual(getattr(cls, field).offset, c[f"{name}.{field}"],
@@ -177,6 +183,12 @@ class Module(unittest.TestCase):
         self.assertEqual(_lib.KVE_READS_ATTN, c["KVE_READS_ATTN"])
         self.assertEqual(_lib.KVE_READS_KEYS, c["KVE_READS_KEYS"])
         self.assertEqual(_lib.KVE_MAX_KEY_DIM, c["KVE_MAX_KEY_DIM"])
+        self.assertEqual(_lib.KVE_READS_QUERIES, c["KVE_READS_QUERIES"])
+        self.assertEqual(_lib.KVE_READS_VALUES, c["KVE_READS_VALUES"])
+        self.assertEqual(_lib.ROPE_PAIRS["half"], c["KVE_ROPE_HALF"])
+        self.assertEqual(_lib.KVE_STEP_RESCORE, c["KVE_STEP_RESCORE"])
+        self.assertEqual(_lib.KVE_MAX_QUERY_GROUP, c["KVE_MAX_QUERY_GROUP"])
+        self.assertEqual(_lib.KVE_MAX_RULE_STATE, c["KVE_MAX_RULE_STATE"])
         # the defaults come back through the mirrors, and the binding's
         # keyword defaults are the library's
         import inspect
@@ -200,9 +212,11 @@ class Module(unittest.TestCase):
         cli = [json.loads(line) for line in run(KVEVICT, "policies", "--json").splitlines()]
         self.assertEqual(kvevict.policies(), cli)
         self.assertIn("h2o", ALL_SPECS)
-        self.assertEqual({p["reads"] for p in cli}, {"nothing", "attention", "keys"})
+        self.assertEqual({p["reads"] for p in cli},
+                         {"nothing", "attention", "keys", "keys+queries+values"})
         self.assertIn("knorm", KEY_SPECS)
-        self.assertEqual(len(ATTN_SPECS) + len(KEY_SPECS), len(ALL_SPECS))
+        self.assertEqual(DATA_SPECS, ["expected_attention"])
+        self.assertEqual(len(ATTN_SPECS) + len(KEY_SPECS) + len(DATA_SPECS), len(ALL_SPECS))
 
     def test_min_budget(self):
         self.assertEqual(kvevict.min_budget("h2o"), 33)
@@ -313,7 +327,7 @@ class PolicyTests(unittest.TestCase):
             rows = [tr.row(t, head) for t in range(tr.steps)]
             keys = [tr.key(t, head) for t in range(tr.steps)]
             d = tr.key_dim
-        for name in ALL_SPECS:
+        for name in QK_SPECS:
             spec = kvevict.spec_with(name, "budget", budget)
             out = run(KVEVICT, "replay", "--trace", QkFile.src, "--head", head, "--policy",
                       spec, "--seed", 4, "--json")
@@ -834,7 +848,7 @@ class Evaluate(unittest.TestCase):
         with kvevict.Trace.open(QkFile.src) as tr:
             self.assertEqual((tr.heads, tr.steps, tr.key_dim), (2, QkFile.STEPS, QkFile.D))
             for head in (0, 1):
-                py = self.three_way(tr, QkFile.src, head, 5, 16, self.jobs((40, 100), ALL_SPECS))
+                py = self.three_way(tr, QkFile.src, head, 5, 16, self.jobs((40, 100), QK_SPECS))
                 self.assertTrue(all(r["scored_steps"] > 0 for r in py))
 
     def test_key_policy_needs_keys(self):

@@ -15,9 +15,12 @@ typedef struct timing_opts {
     double target; /* seconds per timed run */
 } timing_opts;
 
+enum { PERF_KEY_DIM = 128 }; /* a common head size; keys come from the attention pool */
+enum { PERF_GROUP = 4 };     /* query heads a KV head (Llama 3 8B: 32 / 8) */
+
 /* One measurement: a policy (or the naive h2o, or a bank) at one size. */
 typedef struct row {
-    const char *impl; /* "kvevict", "naive-passes", "naive-sort" */
+    const char *impl; /* "kvevict", "rule", "naive-passes", "naive-sort" */
     char name[32];
     char spec[KVE_SPEC_MAX];
     size_t budget, heads, threads, steps, state_bytes;

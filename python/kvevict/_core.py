@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Status checks, argument and array validation, the generator, policies,
-banks and attention rows.
+banks, score rules and attention rows.
 
 Every array is validated here before the library sees it: a numpy ndarray,
 dtype exactly float32 (native byte order; no silent conversion, which would
@@ -16,8 +16,9 @@ import operator
 import numpy as np
 
 from . import _errors
-from ._lib import (KVE_READS_ATTN, KVE_READS_KEYS, KVE_SPEC_MAX, REDUCE, RngState, c_size_t,
-                   lib)
+from ._lib import (KVE_MAX_RULE_STATE, KVE_READS_ATTN, KVE_READS_KEYS, KVE_READS_QUERIES,
+                   KVE_READS_VALUES, KVE_ROPE_UNSET, KVE_SPEC_MAX, KVE_STEP_RESCORE, REDUCE,
+                   ROPE_PAIRS, SCORE_FN, RngState, ScoreStep, c_size_t, lib)
 
 SIZE_MAX = 2 ** (8 * ctypes.sizeof(c_size_t)) - 1
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
@@ -103,10 +104,64 @@ def key_arg(name, keys, key_dim, lead):
 
 
 def reads_name(bits):
-    """kve_policy_reads as the command line's `policies` prints it."""
-    if bits & KVE_READS_KEYS:
-        return "keys"
-    return "attention" if bits & KVE_READS_ATTN else "nothing"
+    """kve_policy_reads as the command line's `policies` prints it: "nothing",
+    "attention", "keys", or the '+'-joined list ("keys+queries+values")."""
+    names = [n for bit, n in ((KVE_READS_ATTN, "attention"), (KVE_READS_KEYS, "keys"),
+                              (KVE_READS_QUERIES, "queries"), (KVE_READS_VALUES, "values"))
+             if bits & bit]
+    return "+".join(names) if names else "nothing"
+
+
+def rope_arg(rope):
+    """kve_rope from None (unset) or a dict: rotary_dim (required), base
+    (default 10000), pairs ("adjacent", the default, or "half")."""
+    r = lib.kve_policy_default_options().rope
+    if rope is None:
+        return r
+    if not isinstance(rope, dict):
+        refuse(f"rope: a dict (rotary_dim, base, pairs) is required, got {type(rope).__name__}")
+    unknown = set(rope) - {"rotary_dim", "base", "pairs"}
+    if unknown:
+        refuse(f"rope: unknown key {sorted(unknown)[0]!r} (rotary_dim, base, pairs)")
+    if "rotary_dim" not in rope:
+        refuse("rope: rotary_dim is required (0 for a model without rotary embedding)")
+    r.rotary_dim = as_size("rope rotary_dim", rope["rotary_dim"], 0, KVE_ROPE_UNSET - 1)
+    try:
+        r.base = float(rope.get("base", 10000.0))
+    except (TypeError, ValueError):
+        refuse(f"rope base: a real number is required, got {type(rope['base']).__name__}")
+    pairs = rope.get("pairs", "adjacent")
+    if pairs not in ROPE_PAIRS:
+        refuse(f"rope pairs: {pairs!r}, want one of {', '.join(ROPE_PAIRS)}")
+    r.pairs = ROPE_PAIRS[pairs]
+    return r
+
+
+def set_facts(options, key_dim, value_dim, query_group, rope):
+    """The model facts of kve_policy_options / kve_bank_options."""
+    options.key_dim = as_size("key_dim", key_dim)
+    options.value_dim = as_size("value_dim", value_dim)
+    options.query_group = as_size("query_group", query_group)
+    options.rope = rope_arg(rope)
+
+
+class _StepArrays:
+    """Builds a kve_step_data from checked arrays, keeping them alive."""
+
+    def __init__(self):
+        self.data = lib.kve_step_default_data()
+
+    def attn(self, a, ld, group, reduce):
+        self.a = a
+        self.data.attn = None if a is None else a.ctypes.data
+        self.data.ld = ld
+        self.data.group = group
+        self.data.reduce = reduce
+
+    def vectors(self, field, arr, ld):
+        setattr(self, "_" + field, arr)
+        setattr(self.data, field, None if arr is None else arr.ctypes.data)
+        setattr(self.data, "ld_" + field, ld if arr is not None else 0)
 
 
 def _copy_int32(ptr, n):
@@ -152,10 +207,10 @@ class Rng:
         return tuple(self._state.s)
 
 
-def bank_options(key_dim=0, share=0, min_share=0.2):
+def bank_options(key_dim=0, share=0, min_share=0.2, value_dim=0, query_group=1, rope=None):
     """kve_bank_options from keyword values (the library validates them)."""
     options = lib.kve_bank_default_options()
-    options.key_dim = as_size("key_dim", key_dim)
+    set_facts(options, key_dim, value_dim, query_group, rope)
     options.share = as_size("share", share)
     try:
         options.min_share = float(min_share)
@@ -207,43 +262,64 @@ class _Handle:
 class Policy(_Handle):
     """One attention head's kept set and eviction decisions (kve_policy).
 
-    Policy(spec, rng=None, key_dim=0): spec "name[:key=value,...]", e.g.
-    "h2o:budget=256,recent_window=64". rng: None, an int seed or an Rng;
-    the `random` policy requires one, the others ignore it. key_dim: d, the
-    floats of the key every step carries (kve_policy_options.key_dim); the
-    policies that read keys (knorm, keydiff: reads == "keys") require it.
+    Policy(spec, rng=None, key_dim=0, value_dim=0, query_group=1, rope=None):
+    spec "name[:key=value,...]", e.g. "h2o:budget=256,recent_window=64".
+    rng: None, an int seed or an Rng; the `random` policy requires one, the
+    others ignore it. The model facts (kve_policy_options): key_dim, d, the
+    floats of the key every step carries (the policies that read keys,
+    knorm, keydiff and expected_attention, require it); value_dim, the
+    floats of a value (a policy with vnorm=1 requires it); query_group, the
+    query heads whose queries a step carries (key_dim floats each); rope,
+    the rotary embedding of queries and keys, a dict of rotary_dim (0 for
+    none), base (default 10000) and pairs ("adjacent" or "half"), which
+    expected_attention requires.
     """
 
     _free = lib.kve_policy_free
     _kind = "policy"
 
-    def __init__(self, spec, rng=None, key_dim=0):
+    def __init__(self, spec, rng=None, key_dim=0, value_dim=0, query_group=1, rope=None):
         super().__init__()
         options = lib.kve_policy_default_options()
-        options.key_dim = as_size("key_dim", key_dim)
+        set_facts(options, key_dim, value_dim, query_group, rope)
         h = ctypes.c_void_p()
         check(lib.kve_policy_new_ex(as_spec(spec), rng_arg(rng), options, h))
         self._h = h.value
+        self._value_dim = options.value_dim
+        self._query_group = options.query_group
 
-    def step(self, pos, attn=None, key=None):
+    def step(self, pos, attn=None, key=None, *, query=None, value=None, rescore=False):
         """The query at `pos` paid `attn` (float32, one weight per kept
         position in kept order, len == size) to the kept positions; then
         `pos` is admitted. attn=None: no information this step. key: the
         key of `pos`, float32 of key_dim floats (None: no key); a policy
-        that reads keys requires it and needs no attn."""
+        that reads keys requires it and needs no attn. query: the queries at
+        `pos` after the rotary embedding, float32 (query_group, key_dim)
+        (or (key_dim,) with query_group 1); value: the value of `pos`,
+        float32 (value_dim,); rescore: rescore now (KVE_STEP_RESCORE)."""
         h = self._handle()
         pos = as_pos(pos)
-        k = key_arg("key", key, lib.kve_policy_key_dim(h), ())
-        kptr = None if k is None else k.ctypes.data
+        d = lib.kve_policy_key_dim(h)
+        k = key_arg("key", key, d, ())
+        if query is not None and self._query_group == 1 and getattr(query, "ndim", 0) == 1:
+            query = query.reshape(1, -1)
+        q = key_arg("query", query, d, (self._query_group,))
+        v = key_arg("value", value, self._value_dim, ())
+        s = _StepArrays()
         if attn is None:
-            check(lib.kve_policy_step_keys(h, pos, None, 0, kptr))
-            return
-        a = f32_array("attn", attn, (1,))
-        n = lib.kve_policy_size(h)
-        if a.shape[0] != n:
-            refuse(f"attn: length {a.shape[0]}, want {n} (the policy's size: one weight per "
-                   f"kept position)")
-        check(lib.kve_policy_step_keys(h, pos, a.ctypes.data, n, kptr))
+            s.attn(None, 0, 1, 0)
+        else:
+            a = f32_array("attn", attn, (1,))
+            n = lib.kve_policy_size(h)
+            if a.shape[0] != n:
+                refuse(f"attn: length {a.shape[0]}, want {n} (the policy's size: one weight per "
+                       f"kept position)")
+            s.attn(a, n, 1, 0)
+        s.vectors("keys", k, d)
+        s.vectors("queries", q, d)
+        s.vectors("values", v, self._value_dim)
+        s.data.flags = KVE_STEP_RESCORE if rescore else 0
+        check(lib.kve_policy_step_data(h, pos, s.data))
 
     def evict(self, budget):
         """Evicts down to `budget`; returns the victims, ascending, as int32."""
@@ -261,9 +337,19 @@ class Policy(_Handle):
     spec = getter(lib.kve_policy_spec, "The canonical spec, every parameter spelled out.", _text)
     name = getter(lib.kve_policy_name, "The policy's name.", _text)
     budget = getter(lib.kve_policy_budget, "The spec's budget parameter.")
-    reads = getter(lib.kve_policy_reads, 'What a step reads: "attention", "keys" or "nothing".',
-                   reads_name)
+    reads = getter(lib.kve_policy_reads, 'What a step reads: "attention", "keys", "nothing" or '
+                   'a "+"-joined list ("keys+queries+values").', reads_name)
     key_dim = getter(lib.kve_policy_key_dim, "d, the floats of a step's key (0: no keys).")
+
+    @property
+    def value_dim(self):
+        """The floats of a step's value (0: no values)."""
+        return self._value_dim
+
+    @property
+    def query_group(self):
+        """The queries a step carries (query heads of the KV head)."""
+        return self._query_group
 
     @property
     def positions(self):
@@ -282,26 +368,30 @@ class Bank(_Handle):
     behaves as the h-th of n_heads policies built one after another from the
     same generator.
 
-    Bank(spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2), rng
-    and key_dim as for Policy (kve_bank_options.key_dim). share: heads per
-    shared-budget group (Ada-KV), dividing n_heads; 0, the default, gives
-    every head its own budget. min_share: the floor of a shared eviction, a
-    fraction of an even share in [0, 1]. Only the scored policies without
-    pages can share.
+    Bank(spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2,
+    value_dim=0, query_group=1, rope=None), rng and the model facts (key_dim,
+    value_dim, query_group, rope) as for Policy (kve_bank_options). share:
+    heads per shared-budget group (Ada-KV), dividing n_heads; 0, the
+    default, gives every head its own budget. min_share: the floor of a
+    shared eviction, a fraction of an even share in [0, 1]. Only the scored
+    policies without pages can share.
     """
 
     _free = lib.kve_bank_free
     _kind = "bank"
 
-    def __init__(self, spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2):
+    def __init__(self, spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2, value_dim=0,
+                 query_group=1, rope=None):
         super().__init__()
-        options = bank_options(key_dim, share, min_share)
+        options = bank_options(key_dim, share, min_share, value_dim, query_group, rope)
         h = ctypes.c_void_p()
         check(lib.kve_bank_new_ex(as_spec(spec), as_size("n_heads", n_heads), rng_arg(rng),
                                   options, h))
         self._h = h.value
         self._heads = lib.kve_bank_heads(self._h)
         self._min_share = options.min_share
+        self._value_dim = options.value_dim
+        self._query_group = options.query_group
 
     def _range(self, first, count):
         first = as_size("first", first, 0, self._heads)
@@ -312,7 +402,7 @@ class Bank(_Handle):
         return first, count
 
     def step(self, pos, attn=None, keys=None, *, group=None, reduce="mean", first=0,
-             count=None):
+             count=None, queries=None, values=None, rescore=False):
         """One decode step for heads [first, first + count) (default: all).
 
         attn: float32 of shape (count * group, n) or (count, group, n), n at
@@ -324,6 +414,10 @@ class Bank(_Handle):
         keys: float32 (count, key_dim), row j the key of `pos` in KV head
         first + j (a bank built with key_dim); None: no keys. The policies
         that read keys require them and need no attn.
+        queries: float32 (count, query_group, key_dim), the queries at `pos`
+        after the rotary embedding; values: float32 (count, value_dim), the
+        values of `pos`; rescore: rescore now (KVE_STEP_RESCORE). With any
+        of the three the step is kve_bank_step_data.
         """
         h = self._handle()
         pos = as_pos(pos)
@@ -331,7 +425,11 @@ class Bank(_Handle):
         if reduce not in REDUCE:
             refuse(f"reduce: {reduce!r}, want one of {', '.join(REDUCE)}")
         mode = REDUCE[reduce]
-        k = key_arg("keys", keys, lib.kve_bank_key_dim(h), (count,))
+        d = lib.kve_bank_key_dim(h)
+        k = key_arg("keys", keys, d, (count,))
+        if queries is not None or values is not None or rescore:
+            return self._step_data(pos, attn, k, queries, values, rescore, group, mode, first,
+                                   count)
         kptr, kld = (None, 0) if k is None else (k.ctypes.data, k.shape[1])
         whole = first == 0 and count == self._heads and k is None
         if attn is None:
@@ -358,6 +456,41 @@ class Bank(_Handle):
         else:
             check(lib.kve_bank_step_range(h, first, count, pos, a.ctypes.data, ld, group, mode,
                                           kptr, kld))
+
+    def _attn_rows(self, attn, group, count, first):
+        """attn checked and flattened to (count * group, ld); (array, group)."""
+        h = self._handle()
+        a = f32_array("attn", attn, (2, 3))
+        if a.ndim == 3:
+            if group is not None and as_size("group", group) != a.shape[1]:
+                refuse(f"group: {group}, but attn's shape {a.shape} has groups of {a.shape[1]}")
+            group = a.shape[1]
+            a = a.reshape(a.shape[0] * a.shape[1], a.shape[2])
+        group = 1 if group is None else as_size("group", group, 1)
+        rows, ld = a.shape
+        if rows != count * group:
+            refuse(f"attn: {rows} rows, want {count * group} ({count} heads x group {group})")
+        widest = max((lib.kve_bank_size(h, first + j) for j in range(count)), default=0)
+        if ld < widest:
+            refuse(f"attn: rows of {ld} weights, but a head keeps {widest} positions")
+        return a, group
+
+    def _step_data(self, pos, attn, k, queries, values, rescore, group, mode, first, count):
+        h = self._handle()
+        d = lib.kve_bank_key_dim(h)
+        q = key_arg("queries", queries, d, (count, self._query_group))
+        v = key_arg("values", values, self._value_dim, (count,))
+        s = _StepArrays()
+        if attn is None:
+            s.attn(None, 0, 1 if group is None else as_size("group", group, 1), mode)
+        else:
+            a, group = self._attn_rows(attn, group, count, first)
+            s.attn(a, a.shape[1], group, mode)
+        s.vectors("keys", k, d)
+        s.vectors("queries", q, d)
+        s.vectors("values", v, self._value_dim)
+        s.data.flags = KVE_STEP_RESCORE if rescore else 0
+        check(lib.kve_bank_step_data(h, first, count, pos, s.data))
 
     def _victims(self, first, count, most):
         """(victims, counts, victims pointer): victims int32 (count, k) of -1,
@@ -430,9 +563,19 @@ class Bank(_Handle):
     spec = getter(lib.kve_bank_spec, "The canonical spec every head shares.", _text)
     budget = getter(lib.kve_bank_budget, "The spec's budget parameter.")
     share = getter(lib.kve_bank_share, "Heads per shared-budget group (0: no sharing).")
-    reads = getter(lib.kve_bank_reads, 'What a step reads: "attention", "keys" or "nothing".',
-                   reads_name)
+    reads = getter(lib.kve_bank_reads, 'What a step reads: "attention", "keys", "nothing" or a '
+                   '"+"-joined list ("keys+queries+values").', reads_name)
     key_dim = getter(lib.kve_bank_key_dim, "d, the floats of a head's key (0: no keys).")
+
+    @property
+    def value_dim(self):
+        """The floats of a head's value (0: no values)."""
+        return self._value_dim
+
+    @property
+    def query_group(self):
+        """The queries a step carries per KV head."""
+        return self._query_group
 
     @property
     def min_share(self):
@@ -508,3 +651,86 @@ def policies():
                     "reads": reads_name(lib.kve_policy_type_reads(i)),
                     "summary": _text(lib.kve_policy_type_summary(i))})
     return out
+
+
+# ---- score rules (kvevict.h, "Score rules") ----
+
+_rules = {}  # name -> (the C callback, fn): alive while registered, so C never calls freed code
+
+
+def _view(ptr, n, ctype, dtype):
+    """n values of ctype at the library's pointer, as a numpy array (no copy)."""
+    if n == 0 or not ptr:
+        return np.zeros(0, dtype=dtype)
+    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctype)), shape=(n,))
+
+
+def _trampoline(name, fn, values):
+    """The kve_score_fn that calls fn(scores, attn, state, vnorm) with views of
+    the step's arrays; an exception becomes a refusal with its message."""
+
+    def call(user, step):
+        del user
+        s = step.contents
+        n, k = s.n, s.n_state
+        try:
+            scores = _view(s.score, n, ctypes.c_double, np.float64)
+            scores.flags.writeable = False
+            attn = _view(s.attn, n, ctypes.c_float, np.float32)
+            attn.flags.writeable = False
+            state = _view(s.new_state, n * k, ctypes.c_double, np.float64).reshape(n, k)
+            vnorm = None
+            if values:
+                vnorm = _view(s.vnorm, n, ctypes.c_double, np.float64)
+                vnorm.flags.writeable = False
+            out = np.asarray(fn(scores, attn, state, vnorm), dtype=np.float64)
+            if out.shape != (n,):
+                raise ValueError(f"returned an array of shape {out.shape}, want ({n},)")
+            _view(s.new_score, n, ctypes.c_double, np.float64)[:] = out
+            return 0
+        except BaseException as e:  # noqa: BLE001 (nothing may unwind into C)
+            message = f"{type(e).__name__}: {e}".encode("utf-8", "replace")[:240]
+            code = _errors.InvalidArgumentError.code
+            lib.kve_set_error(code, b"%s", message)
+            return code
+
+    return SCORE_FN(call)
+
+
+def register_rule(name, fn, *, state=0, recent_window=32, summary=None, values=False):
+    """Registers fn as the score rule `name` (kve_score_rule_register): from
+    now on a spec "name[:budget=...,recent_window=...,block=...,vnorm=1]"
+    builds a scored policy whose scores fn computes, in a Policy or a Bank.
+
+    At every step with attention, for each head: fn(scores, attn, state,
+    vnorm) with scores (float64, n: the rule's scores after its previous
+    step, read-only), attn (float32, n: this step's weights over the kept
+    positions, a group's rows reduced), state (float64 (n, state): the
+    per-slot state, to be updated in place) and vnorm (float64, n: the
+    norms of the kept positions' values, with values=True; else None);
+    it returns the n new scores (finite). A newcomer starts with score 0
+    and zero state. An exception refuses the step with its message (an
+    InvalidArgumentError), every head unchanged. The arrays are valid during
+    the call only. fn is called from the thread that steps (with the GIL).
+    """
+    if not callable(fn):
+        refuse(f"register_rule: fn is not callable ({type(fn).__name__})")
+    rule = lib.kve_score_rule_default()
+    key = as_spec(name, "name")
+    text = None if summary is None else as_spec(summary, "summary")
+    rule.name = key
+    rule.summary = text
+    rule.state = as_size("state", state, 0, KVE_MAX_RULE_STATE)
+    rule.recent_window = as_size("recent_window", recent_window)
+    rule.values = 1 if values else 0
+    callback = _trampoline(name, fn, bool(values))
+    rule.observe = callback
+    check(lib.kve_score_rule_register(rule))
+    _rules[name] = (callback, fn)
+
+
+def unregister_rule(name):
+    """Removes the score rule `name` (kve_score_rule_unregister); refused
+    while a Policy or Bank built from it is open (close them first)."""
+    check(lib.kve_score_rule_unregister(as_spec(name, "name")))
+    _rules.pop(name, None)

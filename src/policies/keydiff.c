@@ -82,8 +82,10 @@ KVE_PER_ISA(pass, int, (const float *u, size_t m, size_t d, double *S, double *s
             (score_pass(u, m, d, S, score), 0), (score_pass(u, m, d, S, score), 0),
             (score_pass(u, m, d, S, score), 0))
 
-static size_t step(const kve_config *c, kve_head *h, const float *key, size_t limit, kve_isa isa)
+static size_t step(const kve_config *c, kve_head *h, const kve_head_in *in, size_t limit,
+                   kve_isa isa)
 {
+    const float *key = in->key;
     kve__close_gap(c, h);
     const size_t n = h->size, d = c->key_dim;
     float *u = h->col[UNIT];
