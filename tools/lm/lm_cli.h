@@ -192,5 +192,6 @@ int lm_passkey(int argc, char **argv);     /* recall.c */
 int lm_repeat(int argc, char **argv);      /* recall.c */
 int lm_dump(int argc, char **argv);        /* dump.c */
 int lm_prefill_cmd(int argc, char **argv); /* prefill.c */
+int lm_duo_calibrate(int argc, char **argv); /* duo.c */
 
 #endif /* KVE_LM_CLI_H */
