@@ -14,6 +14,9 @@
 #              then one fault each: NaN / infinite / beyond-float32 values,
 #              logits beyond float32, a missing or truncated K, trailing
 #              bytes, shapes that disagree, bad dtype or order, huge T
+#   fuzz_heads DuoAttention schedules (lm/heads.c): valid ones, then one fault
+#              each: a head twice or missing, out of range, leading zeros, a
+#              bad role, NaN / huge / hex scores, CRLF, NUL, bad magic or shape
 #   fuzz_memory  in-memory arrays (shape, mode and body bytes; fuzz_memory.c):
 #              distributions, unnormalised and zero rows, NaN / -1 / infinite
 #              weights, raw float bits, the undefined flag
@@ -322,5 +325,30 @@ head -c 37 fuzz_tokenizer/t-small > fuzz_tokenizer/t-truncated
 le32 5 > fuzz_tokenizer/t-no-pieces
 : > fuzz_tokenizer/t-empty
 
+# ---- fuzz_heads ----
+mkdir -p fuzz_heads
+rm -f fuzz_heads/h-*
+H1='kvevict-heads 1\nlayers 2 kv_heads 2\n'
+printf '%b' "# a schedule\n${H1}head 0 0 streaming 0\nhead 0 1 retrieval 1\nhead 1 0 streaming 0.125\n\nhead 1 1 streaming -2e-3" > fuzz_heads/h-valid
+printf '%b' "${H1}head 1 1 retrieval 1\nhead 1 0 retrieval 0.5\nhead 0 1 retrieval 1\nhead 0 0 retrieval 1\n" > fuzz_heads/h-all-retrieval
+printf '%b' "kvevict-heads 1\nlayers 1 kv_heads 1\n\thead\t0 0  streaming 0\n" > fuzz_heads/h-one-tabs
+printf '%b' "${H1}head 0 0 streaming 0\nhead 0 0 streaming 0\nhead 1 0 streaming 0\nhead 1 1 streaming 0\n" > fuzz_heads/h-twice
+printf '%b' "${H1}head 0 0 streaming 0\nhead 0 1 streaming 0\nhead 1 0 streaming 0\n" > fuzz_heads/h-missing
+printf '%b' "${H1}head 0 2 streaming 0\n" > fuzz_heads/h-head-range
+printf '%b' "${H1}head 01 0 streaming 0\n" > fuzz_heads/h-leading-zero
+printf '%b' "${H1}head 0 0 sink 0\n" > fuzz_heads/h-role
+printf '%b' "${H1}head 0 0 streaming nan\n" > fuzz_heads/h-nan
+printf '%b' "${H1}head 0 0 streaming 1e999\n" > fuzz_heads/h-huge
+printf '%b' "${H1}head 0 0 streaming 0x1p3\n" > fuzz_heads/h-hex
+printf '%b' "${H1}head 0 0 streaming 0 extra\n" > fuzz_heads/h-extra
+printf '%b' "kvevict-heads 1\r\nlayers 1 kv_heads 1\r\nhead 0 0 streaming 0\r\n" > fuzz_heads/h-crlf
+printf '%b' "kvevict-heads 2\nlayers 1 kv_heads 1\nhead 0 0 streaming 0\n" > fuzz_heads/h-version
+printf '%b' "kvevict-heads 1\nlayers 0 kv_heads 1\n" > fuzz_heads/h-zero-layers
+printf '%b' "kvevict-heads 1\nlayers 65536 kv_heads 2\n" > fuzz_heads/h-too-many
+printf '%b' "kvevict-heads 1\nlayers 1 kv_heads 1\nhead 0 0 streaming 0\000\n" > fuzz_heads/h-nul
+printf '%b' "kvevict-heads 1\n" > fuzz_heads/h-no-shape
+: > fuzz_heads/h-empty
+
 echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_npy | wc -l) npy," \
-  "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_memory | wc -l) memory, $(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer"
+  "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_memory | wc -l) memory, $(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer," \
+  "$(ls fuzz_heads | wc -l) heads"
