@@ -146,7 +146,7 @@ kve_status lm_heads_parse(const char *text, size_t len, const kve_allocator *all
         long l = 0, g = 0;
         double score = 0;
         char *a = field(&p), *b = field(&p), *role = field(&p), *sc = field(&p);
-        if (strcmp(f, "head") != 0 || !role || field(&p)) {
+        if (strcmp(f, "head") != 0 || !sc || field(&p)) {
             st = kve_set_error(KVE_EFORMAT, "heads: line %zu: expected \"head LAYER KV_HEAD "
                                "retrieval|streaming SCORE\"", line);
         } else if (!index_of(a, h->layers - 1, &l)) {
@@ -160,7 +160,7 @@ kve_status lm_heads_parse(const char *text, size_t len, const kve_allocator *all
                                "streaming", line, role);
         } else if (!real_of(sc, &score)) {
             st = kve_set_error(KVE_EFORMAT, "heads: line %zu: score '%s' is not a finite number",
-                               line, sc ? sc : "");
+                               line, sc);
         } else {
             size_t i = (size_t)l * (size_t)h->kv_heads + (size_t)g;
             if (seen[i]) {
