@@ -22,10 +22,13 @@ kve_status lm_kvzip_default(const lm_tokenizer *t, lm_kvzip *out)
         return kve_set_error(KVE_EINVAL, "kvzip: NULL argument");
     lm_kvzip k;
     memset(&k, 0, sizeof k);
-    k.newline = lm_piece_id(t, "\n", 1);
-    if (k.newline < 0)
-        return kve_set_error(KVE_EFORMAT, "kvzip: the tokenizer has no \"\\n\" piece");
-    kve_status st = lm_encode(t, first, sizeof first - 1, k.first, LM_KVZIP_PROMPT_MAX, &k.n_first);
+    int32_t nl[4];
+    size_t n_nl = 0;
+    kve_status st = lm_encode(t, "\n", 1, nl, 4, &n_nl); /* the dummy prefix, then "\n" */
+    if (st == KVE_OK)
+        k.newline = nl[n_nl - 1];
+    if (st == KVE_OK)
+        st = lm_encode(t, first, sizeof first - 1, k.first, LM_KVZIP_PROMPT_MAX, &k.n_first);
     if (st == KVE_OK)
         st = lm_encode(t, later, sizeof later - 1, k.later, LM_KVZIP_PROMPT_MAX, &k.n_later);
     if (st != KVE_OK)

@@ -352,9 +352,10 @@ typedef struct lm_kvzip {
 } lm_kvzip;
 
 /* The prompts above encoded with `t` (lm_encode, so each begins with the
- * dummy-prefix space), chunk 2048, overlap 8. KVE_EFORMAT when `t` has no
- * "\n" piece, KVE_ERANGE when a prompt needs more than LM_KVZIP_PROMPT_MAX
- * tokens, KVE_ENOMEM. */
+ * dummy-prefix space; newline the token "\n" encodes to after it, a byte
+ * token if `t` has no such piece), chunk 2048, overlap 8. What lm_encode
+ * refuses (KVE_EFORMAT, KVE_ENOMEM), KVE_ERANGE when a prompt needs more
+ * than LM_KVZIP_PROMPT_MAX tokens. */
 kve_status lm_kvzip_default(const lm_tokenizer *t, lm_kvzip *out);
 
 /* KVzip's prefill: decodes the prompt tokens[0 .. n) with every key kept
