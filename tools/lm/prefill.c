@@ -37,7 +37,7 @@ static const char prefill_usage[] =
     "                          [--prompt P] [--windows N]\n"
     "                          [--distances D,...] [--trials N] [--tokenizer TOK]\n"
     "                          [--positions P] [--seed N] [--format F] [-o FILE]\n"
-    "                          [--docs FILE]\n"
+    "                          [--docs FILE [--docs-block NAME]]\n"
     "\n"
     "A long prompt compressed to the budget at prefill, against per-step eviction\n"
     "while the prompt is read: bits per byte of the text that follows a prompt,\n"
@@ -64,6 +64,7 @@ static const char prefill_usage[] =
     "  --trials N      pass-key prompts per distance (default 16)\n"
     "  --docs FILE     also rewrite the block between <!-- lm-prefill:begin -->\n"
     "                  and <!-- lm-prefill:end --> of FILE with the markdown table\n"
+    "  --docs-block N  the block's name instead of lm-prefill\n"
     "  other options as for `kvevict lm eval`.\n"
     "\n"
     "The first row is the full cache. JSON keys: policy, budget, positions,\n"
@@ -75,7 +76,7 @@ static const opt_def prefill_own[] = {
     {"kernel", 0, OPT_VALUE}, {"pool", 0, OPT_VALUE},  {"prompt", 0, OPT_VALUE},
     {"kvzip-chunk", 0, OPT_VALUE},
     {"windows", 0, OPT_VALUE}, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE},
-    {"docs", 0, OPT_VALUE}};
+    {"docs", 0, OPT_VALUE}, {"docs-block", 0, OPT_VALUE}};
 static const cli_spec prefill_spec =
     LM_SPEC(prefill_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, prefill_own, FMT_TEXT);
 
@@ -166,7 +167,9 @@ int lm_prefill_cmd(int argc, char **argv)
     size_t kvzip_chunk = (v = own(&ma.a, sp, "kvzip-chunk"))
                              ? (size_t)parse_u64("--kvzip-chunk", v, 1, KVE_MAX_BUDGET)
                              : 0;
-    const char *docs = own(&ma.a, sp, "docs");
+    const char *docs = own(&ma.a, sp, "docs"), *docs_block = own(&ma.a, sp, "docs-block");
+    if (docs_block && !docs)
+        die_usage("--docs-block needs --docs");
     measure_load(&ma, sp);
     kve_status kst = lm_kvzip_default(lm_ctx.tok, &kvzip);
     if (kst != KVE_OK)
@@ -325,7 +328,7 @@ int lm_prefill_cmd(int argc, char **argv)
         table_print(&t, mem, FMT_MD);
         fputc('\n', mem);
         fclose(mem);
-        rewrite_block(docs, "lm-prefill", block);
+        rewrite_block(docs, docs_block ? docs_block : "lm-prefill", block);
         free(block);
     }
     table_free(&t);
