@@ -56,7 +56,16 @@ for s in full window streaming random h2o scissorhands tova h2o_decay h2o_mean \
     'canonical:heavy_decay=0,epoch=16,heavy=16,steps=300' 'canonical:heavy_decay=0.99' \
     'canonical:epoch=8,heavy=9' 'canonical:version=1,epoch=1,heavy=4,steps=64' \
     'canonical:steps=2000,seed=9,version=1' knorm keydiff 'knorm:budget=9,recent_window=8' \
-    'keydiff:budget=5,recent_window=1' 'keydiff:recent_window=512' 'knorm:history=3'; do
+    'keydiff:budget=5,recent_window=1' 'keydiff:recent_window=512' 'knorm:history=3' \
+    'h2o:vnorm=1' 'h2o:vnorm=0' 'tova:budget=9,vnorm=1,block=2' 'scissorhands:history=3,vnorm=1' \
+    'h2o_mean:vnorm=2' 'knorm:vnorm=1' 'h2o\nvnorm\n1' 'h2o_decay:vnorm=1,decay=0.5' \
+    expected_attention 'expected_attention:budget=64,n_sink=0,interval=8,n_queries=16' \
+    'expected_attention:n_sink=512' 'expected_attention:epsilon=1e-3,vnorm=0,use_covariance=0' \
+    'expected_attention:epsilon=-1' 'expected_attention:epsilon=1e7' 'expected_attention:interval=0' \
+    'expected_attention:n_queries=65537' 'expected_attention:n_future_positions=1048577' \
+    'expected_attention:use_covariance=2' 'expected_attention:budget=16777216,recent_window=16777215' \
+    'expected_attention:block=4,block_mean=1,budget=40' 'expected_attention\ninterval\n512' \
+    'expected_attention:history=3' 'no_such_rule:budget=4'; do
   spec "$s"
 done
 

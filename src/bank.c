@@ -412,9 +412,9 @@ kve_status kve__bank_step_data(kve_bank *b, size_t first, size_t count, int32_t 
     return KVE_OK;
 }
 
-kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
-                          const float *attn, size_t ld, size_t group, kve_reduce reduce,
-                          const float *keys, size_t ld_keys)
+/* The step data of the older step calls: attention and keys only. */
+static kve_step_data attn_keys_data(const float *attn, size_t ld, size_t group,
+                                    kve_reduce reduce, const float *keys, size_t ld_keys)
 {
     kve_step_data d = kve_step_default_data();
     d.attn = attn;
@@ -423,6 +423,14 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
     d.reduce = reduce;
     d.keys = keys;
     d.ld_keys = ld_keys;
+    return d;
+}
+
+kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
+                          const float *attn, size_t ld, size_t group, kve_reduce reduce,
+                          const float *keys, size_t ld_keys)
+{
+    kve_step_data d = attn_keys_data(attn, ld, group, reduce, keys, ld_keys);
     return kve__bank_step_data(b, first, count, pos, &d);
 }
 
@@ -664,13 +672,7 @@ kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t 
                                const float *attn, size_t ld, size_t group, kve_reduce reduce,
                                const float *keys, size_t ld_keys)
 {
-    kve_step_data d = kve_step_default_data();
-    d.attn = attn;
-    d.ld = ld;
-    d.group = group;
-    d.reduce = reduce;
-    d.keys = keys;
-    d.ld_keys = ld_keys;
+    kve_step_data d = attn_keys_data(attn, ld, group, reduce, keys, ld_keys);
     return kve_bank_step_data(b, first, count, pos, &d);
 }
 

@@ -181,13 +181,14 @@ static void test_every_path_equals_scalar(void)
         "knorm:budget=300,recent_window=5", "keydiff:budget=260,recent_window=3",
         "keydiff:budget=70,recent_window=0",
         /* vnorm=1 on every rule, expected_attention, and a score rule */
-        "h2o:budget=300,recent_window=7,vnorm=1", "tova:budget=129,recent_window=0,vnorm=1",
-        "h2o_decay:budget=257,recent_window=5,decay=0.97,vnorm=1",
-        "h2o_mean:budget=200,recent_window=3,vnorm=1",
-        "scissorhands:budget=250,recent_window=9,history=64,vnorm=1",
-        "scissorhands:budget=130,recent_window=1,vnorm=1",
-        "expected_attention:budget=90", "expected_attention:budget=40,recent_window=3,n_sink=2,"
-        "interval=7,use_covariance=0,n_queries=30,epsilon=0.5",
+        "h2o:budget=101,recent_window=7,vnorm=1", "tova:budget=67,recent_window=0,vnorm=1",
+        "h2o_decay:budget=93,recent_window=5,decay=0.97,vnorm=1",
+        "h2o_mean:budget=71,recent_window=3,vnorm=1",
+        "scissorhands:budget=97,recent_window=9,history=64,vnorm=1",
+        "scissorhands:budget=66,recent_window=1,vnorm=1",
+        "expected_attention:budget=90,interval=3,n_queries=24",
+        "expected_attention:budget=40,recent_window=3,n_sink=2,interval=7,use_covariance=0,"
+        "n_queries=30,epsilon=0.5",
         "isa_rule:budget=150,recent_window=4", "isa_rule:budget=70,recent_window=0,vnorm=1",
     };
     static const size_t large_dim[] = {0,  0,  0,  0,  0, 0, 0, 0, 0, 128, 64, 77,

@@ -438,19 +438,8 @@ class Bank(_Handle):
             else:
                 check(lib.kve_bank_step_range(h, first, count, pos, None, 0, 1, mode, kptr, kld))
             return
-        a = f32_array("attn", attn, (2, 3))
-        if a.ndim == 3:
-            if group is not None and as_size("group", group) != a.shape[1]:
-                refuse(f"group: {group}, but attn's shape {a.shape} has groups of {a.shape[1]}")
-            group = a.shape[1]
-            a = a.reshape(a.shape[0] * a.shape[1], a.shape[2])
-        group = 1 if group is None else as_size("group", group, 1)
-        rows, ld = a.shape
-        if rows != count * group:
-            refuse(f"attn: {rows} rows, want {count * group} ({count} heads x group {group})")
-        widest = max((lib.kve_bank_size(h, first + j) for j in range(count)), default=0)
-        if ld < widest:
-            refuse(f"attn: rows of {ld} weights, but a head keeps {widest} positions")
+        a, group = self._attn_rows(attn, group, count, first)
+        ld = a.shape[1]
         if whole and group == 1:
             check(lib.kve_bank_step(h, pos, a.ctypes.data, ld))
         else:

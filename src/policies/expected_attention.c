@@ -391,8 +391,9 @@ static void rescore(const kve_config *c, kve_head *h, const ea_parts *p, size_t 
         p->zmax[g] = zmax;
         p->zsum[g] = zsum;
     }
-    for (size_t i = S; i < N; i++)
-        score[i] = value_aware(c, score[i] / (double)G, i + 1 == N ? vn_new : norm[i]);
+    for (size_t i = S; i < N; i++) /* norm is NULL without vnorm: read only with it */
+        score[i] = value_aware(c, score[i] / (double)G,
+                               i + 1 == N || !norm ? vn_new : norm[i]);
     for (size_t i = 0; i < S; i++)
         score[i] = SINK_SCORE;
     if (S == N)
