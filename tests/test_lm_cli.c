@@ -1088,6 +1088,21 @@ static void test_generate(void)
     want[wl] = '\0';
     lm_state_free(s);
     ASSERT_STR_EQ(out_text, want);
+    /* Read at prefill, the prompt that fits the budget is kept whole under
+     * every method: the same text. */
+    static const char *const pf[] = {"kvzip", "snapkv", "h2o", "policy"};
+    for (size_t k = 0; k < 4; k++) {
+        snprintf(args, sizeof args,
+                 "generate --model %s --prompt 'the cab' --steps 12 --policy "
+                 "h2o:recent_window=2 --budget 64 --prefill %s", model0, pf[k]);
+        ASSERT_RUNS(args);
+        ASSERT_STR_EQ(out_text, want);
+    }
+    snprintf(args, sizeof args, "generate --model %s --prompt x --prefill zip --policy h2o",
+             model0);
+    ASSERT_FAILS(args, 2, "generate", "--prefill: 'zip' is not h2o, snapkv, kvzip or policy");
+    snprintf(args, sizeof args, "generate --model %s --prompt x --prefill kvzip", model0);
+    ASSERT_FAILS(args, 2, "generate", "--prefill needs --policy");
     /* Sampling repeats itself for a seed, under a bounded cache. */
     snprintf(args, sizeof args,
              "generate --model %s --prompt the --steps 40 --temperature 1.5 --seed 7 "
