@@ -1479,7 +1479,25 @@ static void test_kvzip(void)
     ASSERT_OK(lm_prefill_kvzip(s, toks, KN, &kz, NULL));
     lm_state_free(s);
     lm_state_free(f);
-    /* The default prompts: kvpress's texts in the fixture tokenizer. */
+    /* The default prompts: kvpress's texts in the fixture tokenizer, each
+     * as lm_encode gives it; "\n" by its byte token when no piece has it. */
+    lm_tokenizer *tok = fixture_tokenizer();
+    ASSERT_TRUE(tok != NULL);
+    lm_kvzip d;
+    ASSERT_OK(lm_kvzip_default(tok, &d));
+    ASSERT_EQ(d.chunk, 2048);
+    ASSERT_EQ(d.overlap, 8);
+    int32_t want[LM_KVZIP_PROMPT_MAX];
+    size_t nw;
+    static const char first[] = "\n\nRepeat the previous context exactly.\n";
+    ASSERT_OK(lm_encode(tok, first, sizeof first - 1, want, LM_KVZIP_PROMPT_MAX, &nw));
+    ASSERT_EQ(d.n_first, nw);
+    ASSERT_TRUE(memcmp(d.first, want, nw * sizeof *want) == 0);
+    ASSERT_EQ(d.newline, d.first[d.n_first - 1]); /* the first prompt ends in "\n" */
+    ASSERT_TRUE(d.n_later > d.n_first);
+    ASSERT_STATUS(lm_kvzip_default(NULL, &d), KVE_EINVAL);
+    ASSERT_STATUS(lm_kvzip_default(tok, NULL), KVE_EINVAL);
+    lm_tokenizer_free(tok);
     tiny_close(&k);
 }
 
