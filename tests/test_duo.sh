@@ -10,7 +10,8 @@
 #  - its schedule, through --heads, keeps the pass key where a uniform
 #    streaming budget at the same memory loses it (budget 102, distance 400:
 #    the retrieval head's budget is the whole context);
-#  - a malformed schedule is refused, exit 1, naming the line.
+#  - a malformed schedule is refused, exit 1, naming the line; usage errors
+#    exit 2 before anything is decoded.
 # About 5,000 decoded positions. Skipped (77) in a tree without models/.
 set -u
 K=${1:?usage: test_duo.sh PATH/TO/kvevict SOURCE_DIR}
@@ -51,5 +52,16 @@ printf 'kvevict-heads 1\nlayers 4 kv_heads 2\nhead 0 0 sink 0\n' >"$W/bad.txt"
 rc=$?
 [ $rc = 1 ] || no "a malformed schedule: exit $rc, want 1"
 grep -q "line 3: role 'sink'" "$W/err" || no "a malformed schedule: $(cat "$W/err")"
+# usage errors, before any decoding
+"$K" lm duo-calibrate --model "$M" --text "$T" --out "$W/x" --retrieval 1 --threshold 0.5 \
+    >"$W/out" 2>"$W/err"
+[ $? = 2 ] && grep -q -- "--retrieval and --threshold are two rules" "$W/err" ||
+    no "--retrieval with --threshold: $(cat "$W/err")"
+"$K" lm duo-calibrate --model "$M" --text "$T" --out "$W/x" --window 512 >"$W/out" 2>"$W/err"
+[ $? = 2 ] && grep -q -- "--window 512: the context is 512 positions" "$W/err" ||
+    no "--window 512: $(cat "$W/err")"
+"$K" lm eval --model "$M" --text "$T" --streaming-budget 8 >"$W/out" 2>"$W/err"
+[ $? = 2 ] && grep -q -- "--streaming-budget needs --heads" "$W/err" ||
+    no "--streaming-budget alone: $(cat "$W/err")"
 [ $fail = 0 ] && echo "test_duo: ok"
 exit $fail
