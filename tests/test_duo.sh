@@ -42,6 +42,11 @@ got=$(grep '^head ' "$W/heads.txt" | awk '$4 == "retrieval" { print $2 "," $3 }'
 [ "$got" = "0,1 " ] || no "retrieval heads '$got', want '0,1 ' (layer 0, KV head 1)"
 [ "$(grep -c '^head .* streaming ' "$W/heads.txt")" = 7 ] || no "not 7 streaming heads"
 [ "$(wc -l <"$W/cal.jsonl")" = 9 ] || no "calibration rows: $(wc -l <"$W/cal.jsonl"), want 9"
+# --retrieval K: the K best by score, ties to the larger loss (prompts of 64)
+"$K" lm duo-calibrate --model "$M" --text "$T" --out "$W/two.txt" --retrieval 2 --context 64 \
+    --distances 40 --trials 1 --windows 1 >"$W/out" 2>"$W/err" || no "--retrieval 2: $(cat "$W/err")"
+got=$(awk '$1 == "head" && $4 == "retrieval" { print $2 "," $3 }' "$W/two.txt" | tr '\n' ' ')
+[ "$got" = "0,1 3,0 " ] || no "--retrieval 2: retrieval heads '$got', want '0,1 3,0 '"
 
 "$K" lm passkey --model "$M" --text "$T" --policy streaming --budget 102 --trials 1 \
     --distances 400 --json >"$W/uniform.jsonl" 2>"$W/err" || no "passkey: $(cat "$W/err")"
