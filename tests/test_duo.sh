@@ -5,7 +5,7 @@
 #  - `kvevict lm duo-calibrate`, not told which heads retrieve, must call
 #    layer 0's KV head 1 (query heads 2 and 3, which models/README.md names
 #    as the pass key's readers) the one retrieval head, every other head a
-#    streaming one (a cheap calibration: prompts of 128 tokens, 2 per
+#    streaming one (a cheap calibration: prompts of 128 tokens, 1 per
 #    distance, no loss windows);
 #  - its schedule, through --heads, keeps the pass key where a uniform
 #    streaming budget at the same memory loses it (budget 102, distance 400:
@@ -36,7 +36,7 @@ no() { echo "test_duo: $*"; fail=1; }
 
 if [ "$QUICK" != quick ]; then
 "$K" lm duo-calibrate --model "$M" --text "$T" --out "$W/heads.txt" --context 128 \
-    --distances 100 --trials 2 --windows 0 --json >"$W/cal.jsonl" 2>"$W/err" ||
+    --distances 100 --trials 1 --windows 0 --json >"$W/cal.jsonl" 2>"$W/err" ||
     no "duo-calibrate failed: $(cat "$W/err")"
 got=$(grep '^head ' "$W/heads.txt" | awk '$4 == "retrieval" { print $2 "," $3 }' | tr '\n' ' ')
 [ "$got" = "0,1 " ] || no "retrieval heads '$got', want '0,1 ' (layer 0, KV head 1)"
