@@ -1479,6 +1479,22 @@ static void test_kvzip(void)
     ASSERT_OK(lm_prefill_kvzip(s, toks, KN, &kz, NULL));
     lm_state_free(s);
     lm_state_free(f);
+    /* Out of memory for the scores: nothing changed, and then it works. */
+    talloc ta;
+    talloc_init(&ta);
+    opt.allocator = &ta.a;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    for (size_t j = 0; j < 2; j++) { /* the saved logits, then the scores */
+        talloc_fail_after(&ta, j);
+        kve_status st = lm_prefill_kvzip(s, toks, KN, &kz, NULL);
+        talloc_fail_after(&ta, SIZE_MAX);
+        ASSERT_STATUS(st, KVE_ENOMEM);
+        ASSERT_EQ(s->pos, 0);
+    }
+    ASSERT_OK(lm_prefill_kvzip(s, toks, KN, &kz, NULL));
+    ASSERT_EQ(s->pos, KN);
+    lm_state_free(s);
+    talloc_check_empty(&ta);
     /* The default prompts: kvpress's texts in the fixture tokenizer, each
      * as lm_encode gives it; "\n" by its byte token when no piece has it. */
     lm_tokenizer *tok = fixture_tokenizer();
