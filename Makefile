@@ -25,7 +25,7 @@ TEST_DEPS_STAMP = build/.test-deps-ok
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench bench-weights gguf-docs perf-docs prefill-docs qk-scaling-docs budgets-docs real-model test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
+.PHONY: all deps run bench bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
 
 all: build/kvevict
 
@@ -83,6 +83,23 @@ PREFILL_POLICIES = h2o,tova,streaming,window,knorm,knorm:recent_window=32,keydif
 prefill-docs: build/kvevict
 	./build/kvevict lm prefill --model models/kjv.bin --text models/heldout.txt \
 	  --policy $(PREFILL_POLICIES) --budget 64,128 --docs docs/prefill.md -o build/prefill.txt
+
+# Issue 20's decoder methods on the committed model (about twenty minutes on
+# two cores; deterministic, too slow for the drift test): KVzip's block of
+# docs/prefill.md, then DuoAttention's calibration (docs/data/duo-heads.txt)
+# and its two blocks of docs/duo.md, uniform budgets and the schedule at the
+# same memory. The JSON Lines beside them are the same rows.
+DUO_RUN = ./build/kvevict lm prefill --model models/kjv.bin --text models/heldout.txt \
+  --budget 256,102,51 --windows 4 --trials 4 --distances 128,256,384,503 --quiet
+duo-docs: build/kvevict
+	$(DUO_RUN) --policy h2o --methods step,snapkv,kvzip --docs docs/prefill.md \
+	  --docs-block lm-prefill-kvzip --json -o docs/data/prefill-kvzip.jsonl
+	./build/kvevict lm duo-calibrate --model models/kjv.bin --text models/heldout.txt \
+	  --out docs/data/duo-heads.txt --quiet -o docs/data/duo-calibrate.txt
+	$(DUO_RUN) --policy streaming,h2o --methods step --docs docs/duo.md \
+	  --docs-block lm-prefill-uniform --json -o docs/data/duo-uniform.jsonl
+	$(DUO_RUN) --policy streaming --methods step --heads docs/data/duo-heads.txt \
+	  --docs docs/duo.md --docs-block lm-prefill-duo --json -o docs/data/duo.jsonl
 
 # The scaling section of docs/trace.md: the committed model's q/K trace at
 # 16Ki positions, its size against the dense file, the time to evaluate it.

@@ -5,10 +5,11 @@
  *
  * Input: up to three lines, "spec\nkey\nvalue" (key and value optional; a
  * NUL byte ends the input). Checked properties:
- *   - kve_spec_with(spec) and kve_policy_new_ex(spec, key_dim 3) agree on
- *     accepting it, and refuse only with KVE_EINVAL, a non-empty one-line
- *     message, and *out untouched; kve_policy_new (no key dimension) accepts
- *     it too, unless the policy reads keys;
+ *   - kve_spec_with(spec) and kve_policy_new_ex(spec, with every model fact:
+ *     keys of 4 floats, values of 3, 2 query heads, a rotary embedding)
+ *     agree on accepting it, and refuse only with KVE_EINVAL, a non-empty
+ *     one-line message, and *out untouched; kve_policy_new (no facts)
+ *     accepts it too, unless the policy reads keys, queries or values;
  *   - an accepted spec has a canonical form that is a fixed point
  *     (canonical(canonical(s)) == canonical(s)), is what kve_policy_spec
  *     reports, and builds a policy with the same spec;
@@ -58,6 +59,17 @@ static size_t canonical_budget(const char *canon)
     return (size_t)strtoull(b + 7, NULL, 10);
 }
 
+/* Options with every model fact a policy may need. */
+static kve_policy_options facts(void)
+{
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = 4;
+    o.value_dim = 3;
+    o.query_group = 2;
+    o.rope.rotary_dim = 4;
+    return o;
+}
+
 static void fuzz_policy(const char *spec, const char *key, const char *value)
 {
     char canon[SPEC_CAP], again[SPEC_CAP];
@@ -67,8 +79,7 @@ static void fuzz_policy(const char *spec, const char *key, const char *value)
         kve_rng rng;
         kve_rng_seed(&rng, 1);
         kve_policy *p = (kve_policy *)&rng;
-        kve_policy_options o = kve_policy_default_options();
-        o.key_dim = 3;
+        kve_policy_options o = facts();
         check_refusal(kve_policy_new_ex(spec, &rng, &o, &p));
         CHECK(p == (kve_policy *)&rng);
     } else {
@@ -83,14 +94,13 @@ static void fuzz_policy(const char *spec, const char *key, const char *value)
             kve_rng rng;
             kve_rng_seed(&rng, 7);
             kve_policy *p = NULL, *q = NULL;
-            kve_policy_options o = kve_policy_default_options();
-            o.key_dim = 3;
+            kve_policy_options o = facts();
             CHECK(kve_policy_new_ex(spec, &rng, &o, &p) == KVE_OK);
             CHECK(strcmp(kve_policy_spec(p), canon) == 0);
             CHECK(kve_policy_size(p) == 0);
             st = kve_policy_new(canon, &rng, &q);
-            if (kve_policy_reads(p) & KVE_READS_KEYS) {
-                check_refusal(st); /* no key dimension */
+            if (kve_policy_reads(p) & (KVE_READS_KEYS | KVE_READS_QUERIES | KVE_READS_VALUES)) {
+                check_refusal(st); /* no facts */
                 st = kve_policy_new_ex(canon, &rng, &o, &q);
             }
             CHECK(st == KVE_OK);

@@ -17,6 +17,9 @@
 #              then one fault each: NaN / infinite / beyond-float32 values,
 #              logits beyond float32, a missing or truncated K, trailing
 #              bytes, shapes that disagree, bad dtype or order, huge T
+#   fuzz_heads DuoAttention schedules (lm/heads.c): valid ones, then one fault
+#              each: a head twice or missing, out of range, leading zeros, a
+#              bad role, NaN / huge / hex scores, CRLF, NUL, bad magic or shape
 #   fuzz_memory  in-memory arrays (shape, mode and body bytes; fuzz_memory.c):
 #              distributions, unnormalised and zero rows, NaN / -1 / infinite
 #              weights, raw float bits, the undefined flag
@@ -60,7 +63,16 @@ for s in full window streaming random h2o scissorhands tova h2o_decay h2o_mean \
     'canonical:heavy_decay=0,epoch=16,heavy=16,steps=300' 'canonical:heavy_decay=0.99' \
     'canonical:epoch=8,heavy=9' 'canonical:version=1,epoch=1,heavy=4,steps=64' \
     'canonical:steps=2000,seed=9,version=1' knorm keydiff 'knorm:budget=9,recent_window=8' \
-    'keydiff:budget=5,recent_window=1' 'keydiff:recent_window=512' 'knorm:history=3'; do
+    'keydiff:budget=5,recent_window=1' 'keydiff:recent_window=512' 'knorm:history=3' \
+    'h2o:vnorm=1' 'h2o:vnorm=0' 'tova:budget=9,vnorm=1,block=2' 'scissorhands:history=3,vnorm=1' \
+    'h2o_mean:vnorm=2' 'knorm:vnorm=1' 'h2o\nvnorm\n1' 'h2o_decay:vnorm=1,decay=0.5' \
+    expected_attention 'expected_attention:budget=64,n_sink=0,interval=8,n_queries=16' \
+    'expected_attention:n_sink=512' 'expected_attention:epsilon=1e-3,vnorm=0,use_covariance=0' \
+    'expected_attention:epsilon=-1' 'expected_attention:epsilon=1e7' 'expected_attention:interval=0' \
+    'expected_attention:n_queries=65537' 'expected_attention:n_future_positions=1048577' \
+    'expected_attention:use_covariance=2' 'expected_attention:budget=16777216,recent_window=16777215' \
+    'expected_attention:block=4,block_mean=1,budget=40' 'expected_attention\ninterval\n512' \
+    'expected_attention:history=3' 'no_such_rule:budget=4'; do
   spec "$s"
 done
 
@@ -392,6 +404,30 @@ printf 'GGUF' > fuzz_gguf/g-magic-only
 cp fuzz_checkpoint/c-v2-tied fuzz_checkpoint/c-v2-bad-group
 le32 3 | dd of=fuzz_checkpoint/c-v2-bad-group bs=1 seek=37 conv=notrunc 2>/dev/null
 
+# ---- fuzz_heads ----
+mkdir -p fuzz_heads
+rm -f fuzz_heads/h-*
+H1='kvevict-heads 1\nlayers 2 kv_heads 2\n'
+printf '%b' "# a schedule\n${H1}head 0 0 streaming 0\nhead 0 1 retrieval 1\nhead 1 0 streaming 0.125\n\nhead 1 1 streaming -2e-3" > fuzz_heads/h-valid
+printf '%b' "${H1}head 1 1 retrieval 1\nhead 1 0 retrieval 0.5\nhead 0 1 retrieval 1\nhead 0 0 retrieval 1\n" > fuzz_heads/h-all-retrieval
+printf '%b' "kvevict-heads 1\nlayers 1 kv_heads 1\n\thead\t0 0  streaming 0\n" > fuzz_heads/h-one-tabs
+printf '%b' "${H1}head 0 0 streaming 0\nhead 0 0 streaming 0\nhead 1 0 streaming 0\nhead 1 1 streaming 0\n" > fuzz_heads/h-twice
+printf '%b' "${H1}head 0 0 streaming 0\nhead 0 1 streaming 0\nhead 1 0 streaming 0\n" > fuzz_heads/h-missing
+printf '%b' "${H1}head 0 2 streaming 0\n" > fuzz_heads/h-head-range
+printf '%b' "${H1}head 01 0 streaming 0\n" > fuzz_heads/h-leading-zero
+printf '%b' "${H1}head 0 0 sink 0\n" > fuzz_heads/h-role
+printf '%b' "${H1}head 0 0 streaming nan\n" > fuzz_heads/h-nan
+printf '%b' "${H1}head 0 0 streaming 1e999\n" > fuzz_heads/h-huge
+printf '%b' "${H1}head 0 0 streaming 0x1p3\n" > fuzz_heads/h-hex
+printf '%b' "${H1}head 0 0 streaming 0 extra\n" > fuzz_heads/h-extra
+printf '%b' "kvevict-heads 1\r\nlayers 1 kv_heads 1\r\nhead 0 0 streaming 0\r\n" > fuzz_heads/h-crlf
+printf '%b' "kvevict-heads 2\nlayers 1 kv_heads 1\nhead 0 0 streaming 0\n" > fuzz_heads/h-version
+printf '%b' "kvevict-heads 1\nlayers 0 kv_heads 1\n" > fuzz_heads/h-zero-layers
+printf '%b' "kvevict-heads 1\nlayers 65536 kv_heads 2\n" > fuzz_heads/h-too-many
+printf '%b' "kvevict-heads 1\nlayers 1 kv_heads 1\nhead 0 0 streaming 0\000\n" > fuzz_heads/h-nul
+printf '%b' "kvevict-heads 1\n" > fuzz_heads/h-no-shape
+: > fuzz_heads/h-empty
+
 echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_state | wc -l) state, $(ls fuzz_npy | wc -l) npy," \
   "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_memory | wc -l) memory, $(ls fuzz_checkpoint | wc -l) checkpoint," \
-  "$(ls fuzz_tokenizer | wc -l) tokenizer, $(ls fuzz_gguf | wc -l) gguf"
+  "$(ls fuzz_tokenizer | wc -l) tokenizer, $(ls fuzz_gguf | wc -l) gguf, $(ls fuzz_heads | wc -l) heads"

@@ -18,8 +18,9 @@
  *                        limits, stability
  *   2. The allocator     where every byte the library owns comes from
  *   3. Random numbers    the one transparent struct
- *   4. Policies          one head: new, options, step, keys, evict,
- *                        accessors, the type registry, specs; its
+ *   4. Policies          one head: new, options, step, keys, queries and
+ *                        values, evict, accessors, the type registry,
+ *                        specs, score rules of the application's own; its
  *                        lifecycle: clone, copy, remove, reset, save, load
  *   5. Banks             every head of an engine behind one handle:
  *                        construction, options, every step and evict form,
@@ -74,8 +75,9 @@ extern "C" {
  *
  * Threads. The library starts no threads. Distinct objects may be used from
  * distinct threads at once without locking; the library has no global mutable
- * state except the per-thread error message (and the instruction set of its
- * kernels, chosen once from the CPU). One object must not be used from two
+ * state except the per-thread error message, the instruction set of its
+ * kernels (chosen once from the CPU) and the registry of score rules (which
+ * has its own lock: see "Score rules"). One object must not be used from two
  * threads at the same time, with one exception: disjoint head ranges of one
  * bank (see "Banks").
  *
@@ -119,12 +121,19 @@ KVE_API unsigned kve_version_number(void);
 #define KVE_MAX_BUDGET 16777216
 /* Bytes that hold any canonical policy spec, its NUL included: a buffer for
  * kve_spec_with that always fits (and the size of kve_eval_result.spec). */
-#define KVE_SPEC_MAX 160
-/* The largest key dimension a policy accepts (2^16 floats). */
+#define KVE_SPEC_MAX 256
+/* The largest key dimension a policy accepts (2^16 floats); also the
+ * largest value dimension. */
 #define KVE_MAX_KEY_DIM 65536
 /* As p1 of kve_policy_remove and kve_bank_remove: through the last
  * position, INT32_MAX (the largest a step accepts) included. */
 #define KVE_POS_END INT32_MAX
+/* The most query heads per KV head whose queries a step may carry. */
+#define KVE_MAX_QUERY_GROUP 4096
+/* The most score rules registered at once, and the doubles of per-slot
+ * state one may keep (see "Score rules"). */
+#define KVE_MAX_SCORE_RULES 16
+#define KVE_MAX_RULE_STATE 16
 
 /* [stable] */
 typedef enum kve_status {
@@ -254,11 +263,16 @@ KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
  *   h2o_mean       cumulative attention divided by steps observed
  *   knorm          the keys of smallest L2 norm (reads keys, not attention)
  *   keydiff        the keys least similar to the mean kept key (reads keys)
+ *   expected_attention  the attention expected from the statistics of the
+ *                  recent queries (reads queries, keys and values)
+ * and the score rules an application registers (see "Score rules").
  *
  * What a policy reads. Every policy declares what it reads at a step
  * (kve_policy_reads, kve_policy_type_reads): the attention weights over its
  * kept set (the h2o family), the key vector of the position it admits
- * (knorm, keydiff), or nothing (full, window, streaming, random). An engine
+ * (knorm, keydiff), the queries and the value of that position
+ * (expected_attention; the value also for any scored policy with vnorm=1),
+ * or nothing (full, window, streaming, random). An engine
  * whose attention kernel never writes weights can run a key-reading policy
  * with no extra pass over the cache: it hands the policy the key it has just
  * computed, once per (KV head, position):
@@ -299,6 +313,61 @@ KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
  *            kve_policy_state_bytes, a count of per-slot state, leaves out).
  * Both protect the newest recent_window positions and send ties to the lower
  * position, as every scored policy does.
+ *
+ * Queries and values. A step may also carry, per KV head, the queries of
+ * its query heads at `pos` and the value of `pos` (kve_step_data, stepped
+ * with kve_policy_step_data or kve_bank_step_data). Like the key dimension,
+ * their shapes are facts of the model given at construction
+ * (kve_policy_options): query_group, the query heads per KV head (a query
+ * has key_dim floats), and value_dim, the floats of a value. Queries are,
+ * like keys, the vectors the attention compares: after the rotary embedding
+ * at `pos` (what an engine feeds its attention kernel). A policy that models
+ * queries before the rotation (expected_attention) undoes it itself, from
+ * the rotary embedding described by options.rope (kve_rope): rotary_dim,
+ * base and the pairing of dimensions.
+ *
+ * Value-aware scores (vnorm). The attention a position receives matters to
+ * the output in proportion to the size of what it contributes (CriticalKV,
+ * Feng et al. 2025; VATP, Guo et al. 2024): every scored policy that reads
+ * attention (h2o, scissorhands, tova, h2o_decay, h2o_mean, and every
+ * registered score rule) takes the spec key
+ *   vnorm          (default 0, 0 or 1)  1: the score is the rule's score
+ *                  times ||v||, the norm of the position's value
+ * with ||v|| = the square root of the sum of squares in double in 8 partial
+ * sums (as knorm's ||k||) of whatever value_dim floats the engine hands for
+ * the position: its value, or CriticalKV's W_o v (the value projected by
+ * the head's slice of the output projection) where the engine has it. It is
+ * computed once, when the position is admitted, and kept in a column (8
+ * bytes a slot); the rule's own score is kept beside it (8 bytes more) and
+ * multiplied by it in the step's pass, one multiply a slot: exactly,
+ * score = rule_score * ||v||, one rounding, for every rule. So h2o:vnorm=1
+ * is 29 bytes a slot and reads attention and values (every step must carry
+ * the new value). vnorm=0 is the policy without it, exactly, and its
+ * canonical spec omits the key. expected_attention has its own vnorm
+ * (default 1, kvpress's use_vnorm).
+ *
+ * expected_attention (Devoto, Jeblick, Jegou 2025; kvpress's
+ * ExpectedAttentionPress, and its DecodingPress for rescoring while
+ * decoding). Future queries are modelled as Gaussian. Per query head g of
+ * the KV head, over the queries of the newest n_queries steps (not counting
+ * the head's first n_sink steps, the sinks' own), un-rotated to before the
+ * rotary embedding: mean mu_g and covariance Sigma_g (divided by the count).
+ * The rotation is averaged over the next n_future_positions positions
+ * pos + 1 .. pos + F: R = mean of R(p), applied as mu' = R mu, Sigma' = R
+ * Sigma R^T. A kept key k (post-RoPE) then has the expected softmax
+ * numerator's log z_g(k) = mu'.k / sqrt(d) + k^T Sigma' k / (2 d)
+ * (use_covariance=0 drops the second term); score = the mean over g of the
+ * softmax of z_g over the kept keys that are not sinks, with vnorm=1 times
+ * (score + epsilon) ||v||. The first n_sink kept slots are sinks, scored
+ * above every other (kvpress keeps them). Every kept key is rescored every
+ * `interval` steps (and at a step flagged KVE_STEP_RESCORE); in between a
+ * newcomer is scored against the statistics and the softmax of the last
+ * rescoring. Cost: a rescoring O(n_queries G d^2 + kept G d^2) (covariance;
+ * O(kept G d) without), so per step O((n_queries + kept) G d^2 / interval)
+ * amortised plus O(G d^2) for the newcomer. Memory: 21 + 4 d bytes a slot
+ * (the key is kept for the rescoring), 29 + 4 d with vnorm, plus a head's
+ * query buffer of n_queries G d floats and its statistics (G (d^2 + d)
+ * doubles). docs/policies/expected_attention.md defines every operation.
  * ====================================================================== */
 
 typedef struct kve_policy kve_policy; /* opaque */
@@ -321,18 +390,52 @@ typedef struct kve_policy kve_policy; /* opaque */
  * *out is untouched on failure. */
 KVE_API kve_status kve_policy_new(const char *spec, kve_rng *rng, kve_policy **out);
 
+/* How the model's rotary embedding (RoPE) pairs the dimensions of a query
+ * or key: pair j of the rotary_dim rotated ones is (2j, 2j + 1) or
+ * (j, j + rotary_dim / 2). */
+typedef enum kve_rope_pairs {
+    KVE_ROPE_ADJACENT = 0, /* (2j, 2j+1): llama2.c, GPT-J, llama.cpp's LLaMA rope */
+    KVE_ROPE_HALF = 1      /* (j, j+r/2): Hugging Face's rotate_half, GPT-NeoX, kvpress */
+} kve_rope_pairs;
+
+/* rotary_dim until an engine says otherwise: a policy that needs the
+ * rotary embedding (expected_attention) refuses it. */
+#define KVE_ROPE_UNSET SIZE_MAX
+
+/* The model's rotary embedding: pair j (j < rotary_dim / 2) of a vector at
+ * position p is turned by the angle p * base^(-2j / rotary_dim), as
+ * (x, y) -> (x cos - y sin, x sin + y cos); the dimensions from rotary_dim
+ * on are not rotated. */
+typedef struct kve_rope {
+    size_t rotary_dim;    /* r: even, <= key_dim; 0: no rotary embedding;
+                             default KVE_ROPE_UNSET */
+    double base;          /* the base of the frequencies, > 0 and finite
+                             (default 10000: LLaMA's theta) */
+    kve_rope_pairs pairs; /* default KVE_ROPE_ADJACENT */
+} kve_rope;
+
 /* What kve_policy_new_ex builds besides the spec (kve_bank_options carries
- * the same fields for a bank). */
+ * the same fields for a bank). Every field but the allocator is a fact of
+ * the model, not of the policy (see "Queries and values"). */
 typedef struct kve_policy_options {
     const kve_allocator *allocator; /* NULL (the default): the C library's */
     size_t key_dim; /* d: the floats of every key a step carries, 0 .. KVE_MAX_KEY_DIM;
                        0 (the default): steps carry no keys */
-    int unchecked;  /* 0 (the default): every step validates every attention weight
-                       before any score changes; 1: the caller promises finite weights
-                       >= 0 and steps skip that pass (see "Unchecked steps" below) */
+    size_t value_dim;   /* the floats of every value a step carries, 0 .. KVE_MAX_KEY_DIM;
+                           0 (the default): steps carry no values */
+    size_t query_group; /* G: the query heads of the KV head, whose queries (key_dim
+                           floats each) a step carries, 1 .. KVE_MAX_QUERY_GROUP
+                           (default 1) */
+    kve_rope rope;      /* the rotary embedding of the queries and keys (default
+                           rotary_dim KVE_ROPE_UNSET, base 10000, adjacent pairs) */
+    int unchecked;      /* 0 (the default): every step validates every attention weight
+                           before any score changes; 1: the caller promises finite weights
+                           >= 0 and steps skip that pass (see "Unchecked steps" below) */
 } kve_policy_options;
 
-/* The defaults: the C library's allocator, key_dim 0, checked (unchecked 0).
+/* The defaults: the C library's allocator, key_dim 0, value_dim 0,
+ * query_group 1, rope unset (base 10000, adjacent pairs), checked
+ * (unchecked 0).
  *
  * Unchecked steps. A checked step (the default) reads every attention weight
  * twice: once to validate it (finite, >= 0; for KVE_REDUCE_SUM, a reduced
@@ -372,12 +475,19 @@ typedef struct kve_policy_options {
 KVE_API kve_policy_options kve_policy_default_options(void);
 
 /* kve_policy_new with options (NULL: the defaults).
- * Refuses as kve_policy_new, plus (KVE_EINVAL): key_dim above
- * KVE_MAX_KEY_DIM; a policy that reads keys with key_dim 0 (the message
- * says so: it could never be stepped); unchecked other than 0 or 1. A policy that does not read keys
- * accepts any key_dim and then validates and ignores the keys it is given.
+ * Refuses as kve_policy_new, plus (KVE_EINVAL): key_dim or value_dim above
+ * KVE_MAX_KEY_DIM; query_group 0 or above KVE_MAX_QUERY_GROUP; a rope
+ * whose rotary_dim is odd or above key_dim (unless KVE_ROPE_UNSET), or
+ * whose base is not finite and > 0, or pairs outside kve_rope_pairs; a
+ * policy that reads keys with key_dim 0, one that reads values (vnorm=1,
+ * expected_attention by default) with value_dim 0, expected_attention with
+ * rope.rotary_dim KVE_ROPE_UNSET (the messages say so: it could never be
+ * stepped, or would be stepped wrong). A policy that does not read keys,
+ * queries or values accepts any of these dimensions and then validates and
+ * ignores what it is given. Unchecked other than 0 or 1 is refused too.
  * Allocates as kve_policy_new, through options->allocator; a policy whose
- * per-slot state depends on d (keydiff) sizes its slots from it. */
+ * per-slot state depends on d (keydiff, expected_attention) sizes its slots
+ * from it, and expected_attention a head's query buffer from query_group. */
 KVE_API kve_status kve_policy_new_ex(const char *spec, kve_rng *rng,
                                      const kve_policy_options *options, kve_policy **out);
 
@@ -437,6 +547,71 @@ KVE_API kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn
 KVE_API kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float *attn, size_t n,
                                         const float *key);
 
+/* How a grouped step reduces the query rows of one KV head (see
+ * "Grouped-query attention" under "Banks"). */
+typedef enum kve_reduce {
+    KVE_REDUCE_MEAN = 0, /* mean in double, rounded once (the default) */
+    KVE_REDUCE_SUM,      /* sum in double, rounded once */
+    KVE_REDUCE_MAX       /* largest weight */
+} kve_reduce;
+
+/* Flags of a step (kve_step_data.flags). */
+enum {
+    KVE_STEP_RESCORE = 1u /* a policy that rescores every `interval` steps
+                             (expected_attention) rescores at this step too:
+                             e.g. at the last prompt position, before the one
+                             eviction of a prefill */
+};
+
+/* Everything one step may hand a policy or a range of a bank's heads,
+ * described in one place. Start from kve_step_default_data() (nothing:
+ * every pointer NULL, group 1, KVE_REDUCE_MEAN, no flags) and set what the
+ * policy reads (kve_policy_reads). For head j of the step's range (j = 0
+ * for a policy):
+ *   attn     query row g < group at attn + (j*group + g)*ld, the weights
+ *            over the head's kept positions in kept order, reduced over the
+ *            group as `reduce` says (see "Grouped-query attention"); NULL:
+ *            no information. For a policy ld must equal its size (group 1).
+ *   keys     the key of pos at keys + j*ld_keys, key_dim floats.
+ *   queries  query head g < query_group (of construction) at queries +
+ *            (j*query_group + g)*ld_queries, key_dim floats each: the
+ *            queries at pos, after the rotary embedding.
+ *   values   the value of pos at values + j*ld_values, value_dim floats.
+ * Every array is read during the call only; each NULL array's stride is
+ * ignored. */
+typedef struct kve_step_data {
+    const float *attn;    /* (count*group, ld) or NULL */
+    size_t ld;            /* row stride of attn, >= every head's size */
+    size_t group;         /* query rows of attn per head, >= 1 */
+    kve_reduce reduce;    /* their reduction */
+    const float *keys;    /* (count, ld_keys) or NULL */
+    size_t ld_keys;       /* >= key_dim */
+    const float *queries; /* (count*query_group, ld_queries) or NULL */
+    size_t ld_queries;    /* >= key_dim */
+    const float *values;  /* (count, ld_values) or NULL */
+    size_t ld_values;     /* >= value_dim */
+    unsigned flags;       /* KVE_STEP_* */
+} kve_step_data;
+
+/* Nothing: every array NULL with stride 0, group 1, KVE_REDUCE_MEAN, flags
+ * 0 (a step with no information, for a policy that reads nothing). */
+KVE_API kve_step_data kve_step_default_data(void);
+
+/* The general step of a policy: as kve_policy_step_keys, with everything
+ * `data` describes (NULL: the defaults). kve_policy_step_keys(p, pos, attn,
+ * n, key) is this call with attn, ld = n and keys = key.
+ * Refuses (KVE_EINVAL, nothing changed), besides kve_policy_step_keys's
+ *      refusals: NULL data fields the policy reads ("expected_attention: the
+ *      policy reads queries, but the step carries none"); queries given to a
+ *      policy built with key_dim 0, values with value_dim 0; a stride below
+ *      its dimension; a NaN or infinite query or value entry (the message
+ *      names query head and index); a group other than 1; flags outside
+ *      KVE_STEP_*; a score rule's own failure (its status and message).
+ * Cost: as the policy's page says (expected_attention: see above); a
+ *      validation pass over each array given. No allocation while size <=
+ *      budget before the call. */
+KVE_API kve_status kve_policy_step_data(kve_policy *p, int32_t pos, const kve_step_data *data);
+
 /* [stable] Evicts down to `budget` positions.
  *
  * When size > budget, removes size - budget positions chosen by the policy,
@@ -492,18 +667,22 @@ KVE_API size_t kve_policy_budget(const kve_policy *p);
 typedef enum kve_reads {
     KVE_READS_NOTHING = 0, /* full, window, streaming, random */
     KVE_READS_ATTN = 1,    /* the attention weights over the kept set */
-    KVE_READS_KEYS = 2     /* the key vector of each admitted position */
+    KVE_READS_KEYS = 2,    /* the key vector of each admitted position */
+    KVE_READS_QUERIES = 4, /* the queries at each admitted position */
+    KVE_READS_VALUES = 8   /* the value vector of each admitted position */
 } kve_reads;
 
-/* What `p` reads; KVE_READS_NOTHING for NULL. */
+/* What `p` reads (a spec's keys may add to its type's: vnorm=1 reads
+ * values); KVE_READS_NOTHING for NULL. */
 KVE_API kve_reads kve_policy_reads(const kve_policy *p);
 
 /* The key dimension `p` was built with; 0 for NULL or when built without. */
 KVE_API size_t kve_policy_key_dim(const kve_policy *p);
 
-/* The registered policies, in a fixed order: kve_policy_type_name(i) for
- * i < kve_policy_type_count(), a one-line summary of each and what it reads.
- * NULL (KVE_READS_NOTHING) past the end. O(1). */
+/* The built-in policies, in a fixed order: kve_policy_type_name(i) for
+ * i < kve_policy_type_count(), a one-line summary of each and what it reads
+ * at its defaults. NULL (KVE_READS_NOTHING) past the end. Score rules
+ * registered at run time are not listed here (see "Score rules"). O(1). */
 KVE_API size_t kve_policy_type_count(void);
 KVE_API const char *kve_policy_type_name(size_t i);
 KVE_API const char *kve_policy_type_summary(size_t i);
@@ -667,6 +846,105 @@ KVE_API kve_status kve_policy_save(const kve_policy *p, void *buf, size_t cap, s
  * Thread-safe (reads buf only). O(size) (keydiff: O(kept * key_dim)). */
 KVE_API kve_status kve_policy_load(const void *buf, size_t size, const kve_allocator *allocator,
                                    kve_policy **out);
+/* ----------------------------------------------------------------------
+ * Score rules: a scored policy of the application's own
+ *
+ * A score rule is the one part of a scored policy that differs between
+ * h2o, tova and their family: how each kept position's score changes at a
+ * step that carries attention. Registered under a name, it is a policy like
+ * the built-in ones, usable in every spec ("my_rule:budget=256,vnorm=1"),
+ * in a policy or a bank, and it inherits everything the scored mechanism
+ * gives them: the recent window, ties to the lower position, the one-victim
+ * fast path, pages (block, block_mean), shared budgets, prefill
+ * compression, vnorm. Its spec keys are budget, recent_window (default: the
+ * rule's), block, block_mean and vnorm.
+ *
+ * At every step of a head with attention, before the newcomer is admitted,
+ * the library calls observe(user, &s) with the head's kept set: s.attn its
+ * weights this step (a group's rows already reduced), s.score and s.state
+ * the rule's scores and per-slot state after its previous step, s.vnorm the
+ * value norms (with rule.values). observe writes every slot's new score to
+ * s.new_score (finite) and its new state to s.new_state (which holds the
+ * old on entry). A step without attention does not call it: scores and
+ * state stay. A newcomer starts with score 0 and state 0 and is protected
+ * by the recent window (or, without one, competes with score 0). With
+ * vnorm=1 the rule's scores are kept apart and the policy evicts by
+ * score * ||v||, as for the built-in rules (s.score is the rule's own).
+ * If observe returns a status other than KVE_OK (with kve_set_error for
+ * its message), or writes a score that is not finite, the step is refused
+ * with that status (KVE_EINVAL for the score, naming the rule and the slot)
+ * and every head of the call is left as it was: the library gives the rule
+ * buffers of its own and commits them only when every head's rule
+ * succeeded. Cost against a built-in rule's fused pass: the reduction of
+ * the rows into one, a copy of the scores and state into and out of the
+ * rule's buffers, its call and the argmin pass (docs/policies/score_rules.md
+ * measures it). Memory: 25 + 16 * state bytes a slot (the position, the
+ * score, the eviction mark, the reduced row, the state and the rule's
+ * buffers), 16 more with vnorm.
+ *
+ * Threads and lifetime. The registry is the one table the library shares
+ * between threads: kve_score_rule_register and _unregister may be called
+ * from any thread at any time, serialised with each other and with every
+ * call that parses a spec by a lock (a spin on an atomic flag, held for a
+ * lookup of at most KVE_MAX_SCORE_RULES names). Every object built from a
+ * rule holds it (as does a spec call while it runs): unregister refuses
+ * (KVE_EINVAL, "rule \"x\" is held by 2 objects") until they are freed, so
+ * a rule can never be pulled from under an object. The rule's observe and
+ * user must stay valid until its unregister succeeds; observe is called by
+ * whatever thread steps a head built from it, possibly by several threads
+ * at once (distinct objects, disjoint ranges of a bank): it must be safe
+ * for that.
+ * ---------------------------------------------------------------------- */
+
+/* One step of a score rule for one head: what observe reads and writes. */
+typedef struct kve_score_step {
+    size_t n;              /* kept positions before the newcomer: every array has n rows */
+    const int32_t *pos;    /* (n) the kept positions, ascending */
+    const float *attn;     /* (n) this step's weights over them (the group reduced) */
+    const double *score;   /* (n) the rule's scores after its previous step */
+    const double *state;   /* (n, n_state) the rule's state, slot i at state + i*n_state */
+    size_t n_state;        /* doubles of state a slot (the rule's `state`) */
+    const double *vnorm;   /* (n) ||v|| of each kept position; NULL unless rule.values */
+    uint64_t step;         /* the head's steps with attention, this one included */
+    double *new_score;     /* (n) out: every slot's new score, finite */
+    double *new_state;     /* (n, n_state) out: the new state; holds `state` on entry */
+} kve_score_step;
+
+/* The score update; returns KVE_OK, or a status (and kve_set_error's
+ * message) that refuses the step. */
+typedef kve_status (*kve_score_fn)(void *user, const kve_score_step *step);
+
+/* A rule to register. */
+typedef struct kve_score_rule {
+    const char *name;     /* the policy's name in specs: 1 .. 31 characters of [a-z0-9_],
+                             neither a built-in policy's nor a registered rule's */
+    const char *summary;  /* one line, copied (up to 127 bytes); NULL: "" */
+    kve_score_fn observe; /* the update, not NULL */
+    void *user;           /* passed to observe */
+    size_t state;         /* doubles of per-slot state, 0 .. KVE_MAX_RULE_STATE (default 0) */
+    size_t recent_window; /* the default of the spec key recent_window (default 32) */
+    int values;           /* 1: observe reads s.vnorm, and objects need a value_dim
+                             (default 0) */
+} kve_score_rule;
+
+/* The defaults: no name, no observe, no state, recent_window 32, values 0. */
+KVE_API kve_score_rule kve_score_rule_default(void);
+
+/* Registers `rule` (copied, its name and summary included) under
+ * rule->name; from now on specs of that name build it.
+ * Refuses (KVE_EINVAL, nothing registered): NULL rule or observe; a name
+ * that is empty, too long, of other characters, a built-in policy's or
+ * registered already; state above KVE_MAX_RULE_STATE; values other than 0
+ * and 1; recent_window at or above KVE_MAX_BUDGET. KVE_ENOMEM when
+ * KVE_MAX_SCORE_RULES are registered. Never allocates. Thread-safe (see
+ * above). O(KVE_MAX_SCORE_RULES). */
+KVE_API kve_status kve_score_rule_register(const kve_score_rule *rule);
+
+/* Removes the rule registered as `name`. Refuses (KVE_EINVAL, nothing
+ * changed): NULL name, a name not registered (a built-in policy's
+ * included), and a rule some object (or a spec call in progress) still
+ * holds: the message says how many. Thread-safe. O(KVE_MAX_SCORE_RULES). */
+KVE_API kve_status kve_score_rule_unregister(const char *name);
 
 /* ======================================================================
  * 5. Banks: one policy for every head of an engine
@@ -761,12 +1039,8 @@ KVE_API kve_status kve_policy_load(const void *buf, size_t size, const kve_alloc
 
 typedef struct kve_bank kve_bank; /* opaque: n_heads instances of one policy spec */
 
-/* How a grouped step reduces the query rows of one KV head (see above). */
-typedef enum kve_reduce {
-    KVE_REDUCE_MEAN = 0, /* mean in double, rounded once (the default) */
-    KVE_REDUCE_SUM,      /* sum in double, rounded once */
-    KVE_REDUCE_MAX       /* largest weight */
-} kve_reduce;
+/* kve_reduce, how a grouped step reduces the query rows of one KV head, is
+ * defined with kve_step_data (section 4). */
 
 /* [stable] Builds a bank of n_heads instances of `spec` and stores it in
  * *out; as kve_bank_new_ex(spec, n_heads, rng, NULL, out).
@@ -794,20 +1068,25 @@ typedef struct kve_bank_options {
                          default): no groups, every head has its own budget */
     double min_share; /* the floor of a shared eviction, as a fraction of an even
                          share, in [0, 1] (default 0.2; see "Shared budgets") */
-    int unchecked;    /* 0 (the default) or 1, as kve_policy_options.unchecked: 1 skips
-                         the validation of every head's attention weights (see
-                         "Unchecked steps" in "Policies") */
+    size_t value_dim;   /* as kve_policy_options.value_dim (default 0) */
+    size_t query_group; /* as kve_policy_options.query_group (default 1) */
+    kve_rope rope;      /* as kve_policy_options.rope (default unset) */
+    int unchecked;      /* 0 (the default) or 1, as kve_policy_options.unchecked: 1 skips
+                           the validation of every head's attention weights (see
+                           "Unchecked steps" in "Policies") */
 } kve_bank_options;
 
 /* The defaults: the C library's allocator, key_dim 0, share 0 (no shared
- * budget), min_share 0.2, checked (unchecked 0). */
+ * budget), min_share 0.2, value_dim 0, query_group 1, rope unset, checked
+ * (unchecked 0). */
 KVE_API kve_bank_options kve_bank_default_options(void);
 
 /* kve_bank_new with options; options may be NULL (the defaults). Argument
  * order as kve_policy_new_ex.
  * Refuses (KVE_EINVAL) what kve_bank_new refuses, plus: what
- *      kve_policy_new_ex refuses of key_dim (above KVE_MAX_KEY_DIM, or 0 for
- *      a policy that reads keys) and of unchecked (not 0 or 1); min_share outside [0, 1] (or NaN); share
+ *      kve_policy_new_ex refuses of key_dim, value_dim, query_group, rope
+ *      (above KVE_MAX_KEY_DIM, or 0 for a policy that reads keys, ...) and
+ *      unchecked (not 0 or 1); min_share outside [0, 1] (or NaN); share
  *      that does not divide n_heads; share > 0 with a policy that has no
  *      score (full, window, streaming, random) or with block > 1.
  *      KVE_ENOMEM. On failure *out and rng are untouched.
@@ -909,6 +1188,21 @@ KVE_API kve_status kve_bank_step(kve_bank *b, int32_t pos, const float *attn, si
 KVE_API kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t pos,
                                        const float *attn, size_t ld, size_t group,
                                        kve_reduce reduce, const float *keys, size_t ld_keys);
+
+/* The general step of heads [first, first + count): everything `data`
+ * describes (kve_step_data; NULL: the defaults), so the queries and values
+ * too. kve_bank_step_range(b, first, count, pos, attn, ld, group, reduce,
+ * keys, ld_keys) is this call with those fields set and the others at
+ * their defaults.
+ * Refuses as kve_bank_step_range and kve_policy_step_data (the message
+ * names the head), every array of every head validated before any head
+ * changes, plus the overflow of a stride times count. A score rule that
+ * fails leaves every head's kept set and scores as they were (a head that
+ * had to grow keeps its larger storage).
+ * Threads and cost: as kve_bank_step_range; per head as the policy's page
+ * says. */
+KVE_API kve_status kve_bank_step_data(kve_bank *b, size_t first, size_t count, int32_t pos,
+                                      const kve_step_data *data);
 
 /* [stable] Evicts every head to `budget`, as kve_policy_evict does each:
  * head h's victims, ascending, at victims + h*ld_victims, their count in
@@ -1131,18 +1425,41 @@ KVE_API kve_status kve_layer_budgets(size_t total, size_t n_layers,
  *                       the budget - w of highest pooled score. An engine
  *                       needs only those w rows (w * n weights), so it works
  *                       with attention kernels that compute no other rows.
+ *   KVE_PREFILL_KVZIP   KVzip (Kim et al. 2025): after the prompt, the model
+ *                       is run over a reconstruction prompt ("Repeat the
+ *                       previous context exactly.") and the prompt again,
+ *                       teacher-forced; position i scores the largest weight
+ *                       it receives from any of those reconstruction queries
+ *                       in any query head of its KV head's group. The rows
+ *                       are the engine's: r = options.queries rows a query
+ *                       head, each over every prompt key 0 .. n-1 (entries a
+ *                       query does not see, outside its chunk, are 0), the
+ *                       group reduced (KVE_REDUCE_MAX is KVzip's max over
+ *                       query heads), then the maximum over the rows. The
+ *                       first options.sinks positions are kept (kvpress's
+ *                       n_sink), and of the others the budget - sinks of
+ *                       highest score. An engine that keeps a running max
+ *                       over its reconstruction queries passes r = 1: the
+ *                       call reads r * n weights a query head.
+ *                       docs/policies/kvzip.md says how the rows are made
+ *                       (a softmax over the sinks, the chunk and the
+ *                       reconstruction tokens; chunks of 2048 positions).
  *
  * Ties go to the lower position. Grouped-query attention: the rows of a KV
  * head's `group` query heads are reduced to one as the bank's grouped step
- * does (kve_reduce), then summed in double in row order. A prompt that fits
- * (n <= budget) keeps everything. After kve_bank_prefill the heads hold the
- * kept positions as if admitted, and the policies whose score is attention
- * received (h2o, h2o_decay, tova) start from the column sum of the rows
- * given: for h2o, the attention each kept position accumulated over the
- * prompt (its own query's weight included); tova replaces it at the next
- * step. scissorhands and h2o_mean start as admitted (no votes, no sum). The
- * next step is at position n or later. Parameters and defaults, with their
- * sources: docs/prefill.md.
+ * does (kve_reduce), then summed in double in row order (KVzip: their
+ * maximum). A prompt that fits (n <= budget) keeps everything. After
+ * kve_bank_prefill the heads hold the kept positions as if admitted, and
+ * the policies whose score is attention received (h2o, h2o_decay, tova)
+ * start from the column sum of the rows given (H2O, SnapKV): for h2o, the
+ * attention each kept position accumulated over the prompt (its own query's
+ * weight included); tova replaces it at the next step. scissorhands,
+ * h2o_mean, score rules, and every policy after KVzip (whose rows are not
+ * attention the sequence paid) start as admitted (no votes, no sum, score
+ * 0). A policy with vnorm=1 needs the prompt's values (options.values),
+ * whose norms it keeps and scales its scores by. The next step is at
+ * position n or later. Parameters and defaults, with their sources:
+ * docs/prefill.md and docs/policies/kvzip.md.
  *
  *     kve_prefill_options o = kve_prefill_default_options();
  *     o.method = KVE_PREFILL_SNAPKV;
@@ -1157,8 +1474,9 @@ KVE_API kve_status kve_layer_budgets(size_t total, size_t n_layers,
  * ====================================================================== */
 
 typedef enum kve_prefill_method {
-    KVE_PREFILL_H2O = 0,   /* column sums of every prompt row */
-    KVE_PREFILL_SNAPKV = 1 /* the last `window` rows, pooled */
+    KVE_PREFILL_H2O = 0,    /* column sums of every prompt row */
+    KVE_PREFILL_SNAPKV = 1, /* the last `window` rows, pooled */
+    KVE_PREFILL_KVZIP = 2   /* the reconstruction pass's rows, their maximum */
 } kve_prefill_method;
 
 typedef enum kve_pool {
@@ -1175,28 +1493,40 @@ typedef struct kve_prefill_options {
     const kve_allocator *allocator; /* the call's scratch; NULL (the default): the
                                        bank's (kve_bank_prefill) or the C
                                        library's (kve_prefill_scores) */
+    size_t queries;                 /* KVzip: r, the rows a query head, >= 1 (default 1) */
+    size_t sinks;                   /* KVzip: the first positions kept (default 4) */
+    const float *values;            /* the prompt's values, for a policy with vnorm=1:
+                                       head first + j's value of position i at
+                                       values + (j*n + i)*ld_values, value_dim
+                                       floats; read during the call (default NULL) */
+    size_t ld_values;               /* >= value_dim (default 0) */
 } kve_prefill_options;
 
 /* The defaults: H2O, window 32, kernel 5, KVE_POOL_MAX (the H2O method uses
- * none of the three), no allocator of the call's own. */
+ * none of the three), no allocator of the call's own, queries 1, sinks 4,
+ * no values. */
 KVE_API kve_prefill_options kve_prefill_default_options(void);
 
 /* The number of rows r the method of `options` (NULL: the defaults) reads
- * of an n-token prompt: n for H2O, min(window, n) for SnapKV. Row k of a
- * query head is the attention of query n - r + k. O(1). */
+ * of an n-token prompt: n for H2O, min(window, n) for SnapKV (row k of a
+ * query head is the attention of query n - r + k), options->queries for
+ * KVzip (row k is reconstruction query k's weights over all n keys).
+ * O(1). */
 KVE_API size_t kve_prefill_rows(size_t n, const kve_prefill_options *options);
 
 /* The scores of one KV head's prompt: scores[i] for i < n, the value the
  * method ranks position i by (H2O: the column sum; SnapKV: the pooled column
- * sum before the window, the plain column sum inside it).
+ * sum before the window, the plain column sum inside it; KVzip: the largest
+ * reduced weight of any row).
  * rows: for query head g < group and row k < r = kve_prefill_rows(n,
  *      options), the weights of query t = n - r + k over keys 0 .. t at
- *      rows + (g*r + k)*ld (entries past t are not read); ld >= n.
+ *      rows + (g*r + k)*ld (entries past t are not read; KVzip: row k holds
+ *      weights over every key 0 .. n-1, all read); ld >= n.
  * options: NULL for the defaults.
  * scores: n doubles.
  * Refuses (KVE_EINVAL): NULL scores or rows; n 0 or above 2^31; ld < n;
  *      group 0; a reduce outside kve_reduce; an unknown method; window 0, or
- *      a kernel that is 0 or even (SnapKV); a NaN, infinite or negative
+ *      a kernel that is 0 or even (SnapKV); queries 0 (KVzip); a NaN, infinite or negative
  *      weight (the message names query head, query position and key) or
  *      (KVE_REDUCE_SUM) a reduced weight beyond float32. scores is untouched
  *      on refusal; KVE_ENOMEM if its scratch (n doubles, through
@@ -1216,8 +1546,10 @@ KVE_API kve_status kve_prefill_scores(size_t n, const float *rows, size_t ld, si
  *      names the head), plus NULL b, a range past the bank; a head that
  *      holds positions; a policy that is not scored (full, window,
  *      streaming, random: evict them instead) or that reads keys; budget 0,
- *      above the bank's budget, not above recent_window (H2O) or not above
- *      window (SnapKV). count 0 checks every argument but the rows (which
+ *      above the bank's budget, not above recent_window (H2O), window
+ *      (SnapKV) or sinks (KVzip); a policy with vnorm=1 without values, with
+ *      ld_values below its value_dim, or with a NaN or infinite value entry.
+ *      count 0 checks every argument but the rows (which
  *      may then be NULL) and changes nothing: a way to validate before
  *      computing the rows. KVE_ENOMEM if its scratch (2 n doubles, n bytes
  *      and budget heap entries, through options->allocator or else the

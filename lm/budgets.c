@@ -34,6 +34,36 @@ enum { FIRST_ROWS = 64 };
 
 /* ---- layer budgets ---- */
 
+/* Per-head budgets (lm_options.head_budgets): copied, each checked against
+ * the spec's floor and the library's limit; each layer's budget becomes its
+ * largest head's (it sizes the bank's slots and the caches). */
+static kve_status head_budgets_init(lm_state *s, size_t floor)
+{
+    const size_t *hb = s->opt.head_budgets;
+    s->opt.head_budgets = NULL; /* read here only */
+    if (!hb)
+        return KVE_OK;
+    size_t L = (size_t)s->model->config.n_layers, G = (size_t)s->model->config.n_kv_heads;
+    if (s->opt.share_heads || s->opt.schedule != KVE_SCHEDULE_UNIFORM)
+        return kve_set_error(KVE_EINVAL, "budgets: per-head budgets take neither shared heads "
+                                         "nor a layer schedule");
+    for (size_t i = 0; i < L * G; i++)
+        if (hb[i] < floor || hb[i] > KVE_MAX_BUDGET)
+            return kve_set_error(KVE_EINVAL, "budgets: head %zu (layer %zu, KV head %zu): budget "
+                                 "%zu is outside [%zu, %d]", i, i / G, i % G, hb[i], floor,
+                                 KVE_MAX_BUDGET);
+    if (!(s->head_budget = lm_malloc(&s->alloc, L * G * sizeof *s->head_budget)))
+        return kve_set_error(KVE_ENOMEM, "decoder: out of memory for the head budgets");
+    memcpy(s->head_budget, hb, L * G * sizeof *hb);
+    for (size_t l = 0; l < L; l++) {
+        s->layer_budget[l] = 0;
+        for (size_t g = 0; g < G; g++)
+            if (hb[l * G + g] > s->layer_budget[l])
+                s->layer_budget[l] = hb[l * G + g];
+    }
+    return KVE_OK;
+}
+
 kve_status lm__budgets_init(lm_state *s)
 {
     size_t L = (size_t)s->model->config.n_layers;
@@ -66,7 +96,7 @@ kve_status lm__budgets_init(lm_state *s)
         return kve_set_error(st, "%s", kve_last_error());
     if (s->opt.share_heads && !(s->arena = lm_calloc(&s->alloc, L, sizeof *s->arena)))
         return kve_set_error(KVE_ENOMEM, "decoder: out of memory for the layer arenas");
-    return KVE_OK;
+    return head_budgets_init(s, sch.floor);
 }
 
 kve_status lm__bank_spec(const lm_state *s, char *out, size_t cap)

@@ -156,6 +156,7 @@ void lm_state_free(lm_state *s)
     lm__arena_free(s);
     lm_pool_free(s->pool);
     lm_free(&s->alloc, s->layer_budget);
+    lm_free(&s->alloc, s->head_budget);
     kve_bank_free(s->bank);
     lm_free(&s->alloc, s->spec);
     free_buffers(s);
@@ -206,7 +207,7 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
                                       opt->budget ? num : NULL, spec, sizeof spec);
         if (st != KVE_OK)
             return kve_set_error(st, "policy: %s", kve_last_error());
-    } else if (opt->budget) {
+    } else if (opt->budget || opt->head_budgets) {
         return kve_set_error(KVE_EINVAL, "decoder: a budget needs a policy");
     }
     if (opt->threads > LM_MAX_THREADS)
@@ -321,7 +322,8 @@ static kve_status reserve(lm_state *s)
             if (st != KVE_OK)
                 return st;
         } else if (k->n + 1 > k->cap) {
-            size_t cap = k->cap ? 2 * k->cap : FIRST_CAP, b = s->bank ? s->layer_budget[i / G] : 0;
+            size_t cap = k->cap ? 2 * k->cap : FIRST_CAP,
+                   b = !s->bank ? 0 : s->head_budget ? s->head_budget[i] : s->layer_budget[i / G];
             if (s->bank && k->n + 1 <= b + 1 && cap > b + 1)
                 cap = b + 1; /* a policy that evicts never holds more */
             if (!grow(&s->alloc, &k->key, cap, S * sizeof(float)) ||
@@ -370,6 +372,29 @@ static kve_status keep_only(lm_cache *k, const int32_t *kept, size_t m, size_t S
     return KVE_OK;
 }
 
+/* KVzip: query head h of layer l, at reconstruction key index n (its own),
+ * with att its softmax over the cache (keys 0 .. n, the prompt's positions
+ * at their own index). The scoring softmax is over the sinks [0, s0), the
+ * chunk [a, b) and the reconstruction keys [pf_n, n]: the same weights
+ * divided by their sum over that set (exp(l_i) / sum over the set of
+ * exp(l_j)). The running maximum on the chunk's keys goes to pf_rows. */
+static void kvzip_score(lm_state *s, size_t l, size_t h, const float *att, size_t n)
+{
+    size_t a = s->kz_start, b = s->kz_end, s0 = s->kz_sinks < a ? s->kz_sinks : a;
+    double sum = 0.0;
+    for (size_t i = 0; i < s0; i++)
+        sum += att[i];
+    for (size_t i = a; i < b; i++)
+        sum += att[i];
+    for (size_t i = s->pf_n; i <= n; i++)
+        sum += att[i];
+    float *best = s->pf_rows + (l * (size_t)s->model->config.n_heads + h) * s->pf_n;
+    for (size_t i = a; i < b; i++) {
+        float w = (float)(att[i] / sum);
+        best[i] = w > best[i] ? w : best[i];
+    }
+}
+
 /* Attention of layer l for every KV head g: new key and value appended,
  * then the softmax rows of the group's query heads in s->att and their
  * weighted values in s->xb. Afterwards s->q holds the rotated queries and
@@ -407,6 +432,8 @@ static void attend(lm_state *s, size_t l)
             for (size_t i = 0; i <= n; i++)
                 att[i] = dot(q, keys + i * S, S) / scale;
             softmax(att, n + 1);
+            if (s->kz_active)
+                kvzip_score(s, l, h, att, n);
             memset(out, 0, S * sizeof(float));
             for (size_t i = 0; i <= n; i++) {
                 const float *v = k->value + i * S;
@@ -432,7 +459,11 @@ static kve_status manage(lm_state *s, size_t l, int evict)
     if (st == KVE_OK && !evict)
         return KVE_OK;
     size_t b = s->layer_budget[l];
-    if (st == KVE_OK)
+    if (st == KVE_OK && s->head_budget) /* each head to its own budget */
+        for (size_t g = 0; st == KVE_OK && g < G; g++)
+            st = kve_bank_evict_range(s->bank, l * G + g, 1, s->head_budget[l * G + g],
+                                      s->victims + g * s->ld, s->ld, s->counts + g);
+    else if (st == KVE_OK)
         st = s->opt.share_heads ? kve_bank_evict_shared(s->bank, l * G, G, G * b, s->victims,
                                                         s->ld, s->counts)
                                 : kve_bank_evict_range(s->bank, l * G, G, b, s->victims, s->ld,
@@ -459,10 +490,18 @@ static void record_rows(lm_state *s, size_t l)
                (t + 1) * sizeof(float));
 }
 
-kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
-                      const kve_prefill_options *options)
+/* The budget head i (layer-major) is cut to. */
+static size_t budget_of_head(const lm_state *s, size_t i)
 {
-    const kve_prefill_options *params = options;
+    return s->head_budget ? s->head_budget[i] : s->layer_budget[i / (size_t)s->model->config.n_kv_heads];
+}
+
+/* What every prefill checks before it decodes anything: the state, the
+ * tokens, and kve_bank_prefill's view of params at every head's budget
+ * (params NULL: the policy's own scores, nothing to check). */
+static kve_status prefill_check(lm_state *s, const int32_t *tokens, size_t n,
+                                const kve_prefill_options *params, kve_reduce reduce)
+{
     if (!s || !tokens || n == 0)
         return kve_set_error(KVE_EINVAL, "prefill: %s", !s ? "NULL state" : !tokens ? "NULL tokens"
                                                                             : "no tokens");
@@ -476,34 +515,51 @@ kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             return kve_set_error(KVE_EINVAL, "prefill: token %zu = %d is outside the vocabulary "
                            "[0, %d)", i, tokens[i], c->vocab_size);
-    size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads;
-    size_t S = (size_t)c->head_size, R = H / G;
-    size_t r = params ? kve_prefill_rows(n, params) : 0;
-    for (size_t l = 0; params && l < L; l++) /* every layer's budget, checked first */
-        if (kve_bank_prefill(s->bank, 0, 0, n, s->layer_budget[l], NULL, n, R, KVE_REDUCE_MEAN,
+    size_t G = (size_t)c->n_kv_heads, R = (size_t)(c->n_heads / c->n_kv_heads);
+    for (size_t i = 0; params && i < (size_t)c->n_layers * G; i++)
+        if (kve_bank_prefill(s->bank, 0, 0, n, budget_of_head(s, i), NULL, n, R, reduce,
                              params) != KVE_OK)
-            return kve_set_error(KVE_EINVAL, "prefill: layer %zu: %s", l, kve_last_error());
-    if (params && (r > SIZE_MAX / n / sizeof(float) / (L * H) ||
-                   !grow(&s->alloc, &s->pf_rows, L * H * r * n, sizeof(float))))
-        return kve_set_error(KVE_ENOMEM, "prefill: out of memory for %zu rows of %zu weights",
-                       L * H * r, n);
+            return kve_set_error(KVE_EINVAL, "prefill: layer %zu: %s", i / G, kve_last_error());
+    return KVE_OK;
+}
+
+/* Decodes tokens[0 .. n) with every key kept, the policies not stepped
+ * (method 1: rows recorded, 2: KVzip, nothing recorded) or stepped without
+ * evicting (method 0). */
+static kve_status prefill_read(lm_state *s, const int32_t *tokens, size_t n, int method, size_t r)
+{
     s->prefilling = 1;
-    s->pf_method = params != NULL;
+    s->pf_method = method;
     s->pf_n = n;
     s->pf_r = r;
     kve_status st = KVE_OK;
     for (size_t i = 0; i < n && st == KVE_OK; i++)
         st = lm_forward(s, tokens[i]);
     s->prefilling = 0;
-    if (st != KVE_OK)
-        return st;
+    return st;
+}
+
+/* Cuts every head to its budget: kve_bank_prefill over pf_rows (r rows a
+ * query head; params NULL: one eviction by the policy's own scores), then
+ * the caches to the kept positions. A failure leaves the state broken. */
+static kve_status prefill_compress(lm_state *s, size_t n, size_t r,
+                                   const kve_prefill_options *params, kve_reduce reduce)
+{
+    const lm_config *c = &s->model->config;
+    size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads;
+    size_t S = (size_t)c->head_size, R = H / G;
+    kve_status st = KVE_OK;
     for (size_t l = 0; l < L && st == KVE_OK; l++) {
-        if (params) {
-            st = kve_bank_prefill(s->bank, l * G, G, n, s->layer_budget[l],
-                                  s->pf_rows + l * H * r * n, n, R, KVE_REDUCE_MEAN, params);
-        } else {
-            st = kve_bank_evict_range(s->bank, l * G, G, s->layer_budget[l], s->victims, s->ld,
-                                      s->counts);
+        /* the layer in one call, or (per-head budgets) head by head */
+        size_t step = s->head_budget ? 1 : G;
+        for (size_t g = 0; g < G && st == KVE_OK; g += step) {
+            size_t b = budget_of_head(s, l * G + g);
+            if (params)
+                st = kve_bank_prefill(s->bank, l * G + g, step, n, b,
+                                      s->pf_rows + (l * H + g * R) * r * n, n, R, reduce, params);
+            else
+                st = kve_bank_evict_range(s->bank, l * G + g, step, b, s->victims + g * s->ld,
+                                          s->ld, s->counts + g);
         }
         if (st != KVE_OK)
             st = kve_set_error(st, "prefill: layer %zu: %s", l, kve_last_error());
@@ -514,6 +570,117 @@ kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
     if (st != KVE_OK)
         s->broken = 1;
     return st;
+}
+
+kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
+                      const kve_prefill_options *options)
+{
+    const kve_prefill_options *params = options;
+    if (params && params->method == KVE_PREFILL_KVZIP)
+        return kve_set_error(KVE_EINVAL, "prefill: kvzip needs its reconstruction prompt: "
+                                         "lm_prefill_kvzip");
+    kve_status st = prefill_check(s, tokens, n, params, KVE_REDUCE_MEAN);
+    if (st != KVE_OK)
+        return st;
+    const lm_config *c = &s->model->config;
+    size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads;
+    size_t r = params ? kve_prefill_rows(n, params) : 0;
+    if (params && (r > SIZE_MAX / n / sizeof(float) / (L * H) ||
+                   !grow(&s->alloc, &s->pf_rows, L * H * r * n, sizeof(float))))
+        return kve_set_error(KVE_ENOMEM, "prefill: out of memory for %zu rows of %zu weights",
+                       L * H * r, n);
+    if ((st = prefill_read(s, tokens, n, params != NULL, r)) != KVE_OK)
+        return st;
+    return prefill_compress(s, n, r, params, KVE_REDUCE_MEAN);
+}
+
+/* Drops every key at index pf_n and beyond (the reconstruction's) and puts
+ * the position back at pf_n. */
+static void kvzip_drop(lm_state *s)
+{
+    const lm_config *c = &s->model->config;
+    for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_kv_heads; i++)
+        if (s->cache[i].n > s->pf_n)
+            s->cache[i].n = s->pf_n;
+    s->pos = (int32_t)s->pf_n;
+}
+
+kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const lm_kvzip *kz,
+                            const kve_prefill_options *options)
+{
+    kve_prefill_options p = options ? *options : kve_prefill_default_options();
+    if (!options)
+        p.method = KVE_PREFILL_KVZIP;
+    if (p.method != KVE_PREFILL_KVZIP)
+        return kve_set_error(KVE_EINVAL, "prefill: lm_prefill_kvzip takes method kvzip, not %d",
+                             (int)p.method);
+    p.queries = 1; /* the running maximum over the reconstruction's queries */
+    if (!kz)
+        return kve_set_error(KVE_EINVAL, "prefill: kvzip: NULL prompts");
+    if (kz->chunk == 0 || kz->overlap > kz->chunk || kz->overlap > LM_KVZIP_PROMPT_MAX ||
+        kz->n_first > LM_KVZIP_PROMPT_MAX || kz->n_later > LM_KVZIP_PROMPT_MAX)
+        return kve_set_error(KVE_EINVAL, "prefill: kvzip: chunk %zu, overlap %zu or a prompt of "
+                             "%zu or %zu tokens out of range (chunk >= 1, overlap <= chunk, "
+                             "each at most %d)", kz->chunk, kz->overlap, kz->n_first, kz->n_later,
+                             LM_KVZIP_PROMPT_MAX);
+    kve_status st = prefill_check(s, tokens, n, &p, KVE_REDUCE_MAX);
+    if (st != KVE_OK)
+        return st;
+    const lm_config *c = &s->model->config;
+    const int32_t V = c->vocab_size;
+    for (size_t i = 0; i < kz->n_first + kz->n_later + 1; i++) {
+        int32_t t = i < kz->n_first ? kz->first[i]
+                    : i < kz->n_first + kz->n_later ? kz->later[i - kz->n_first]
+                                                    : kz->newline;
+        if (t < 0 || t >= V)
+            return kve_set_error(KVE_EINVAL, "prefill: kvzip: prompt token %d is outside the "
+                                 "vocabulary [0, %d)", t, V);
+    }
+    size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads;
+    float *logits = lm_malloc(&s->alloc, (size_t)V * sizeof *logits);
+    if (!logits || n > SIZE_MAX / sizeof(float) / (L * H) ||
+        !grow(&s->alloc, &s->pf_rows, L * H * n, sizeof(float))) {
+        lm_free(&s->alloc, logits);
+        return kve_set_error(KVE_ENOMEM, "prefill: kvzip: out of memory for %zu scores", L * H * n);
+    }
+    memset(s->pf_rows, 0, L * H * n * sizeof(float));
+    if ((st = prefill_read(s, tokens, n, 2, 0)) != KVE_OK) {
+        lm_free(&s->alloc, logits);
+        return st;
+    }
+    memcpy(logits, s->logits, (size_t)V * sizeof *logits);
+    /* The reconstruction, chunk by chunk; the prefix (BOS) is not repeated. */
+    size_t first = tokens[0] == LM_BOS ? 1 : 0;
+    s->prefilling = 1;
+    s->kz_sinks = p.sinks;
+    for (size_t a = first; a < n && st == KVE_OK; a += kz->chunk) {
+        size_t b = n - a > kz->chunk ? a + kz->chunk : n;
+        s->kz_start = a;
+        s->kz_end = b;
+        s->kz_active = 1;
+        if (a == first) {
+            for (size_t i = 0; i < kz->n_first && st == KVE_OK; i++)
+                st = lm_forward(s, kz->first[i]);
+        } else {
+            size_t q = a - kz->overlap; /* the previous chunk's last tokens */
+            for (size_t i = 0; i < kz->n_later && st == KVE_OK; i++)
+                st = lm_forward(s, kz->later[i]);
+            for (size_t i = q; i < a && st == KVE_OK; i++)
+                st = lm_forward(s, tokens[i]);
+            if (st == KVE_OK)
+                st = lm_forward(s, kz->newline);
+        }
+        for (size_t i = a; i < b && st == KVE_OK; i++)
+            st = lm_forward(s, tokens[i]);
+        s->kz_active = 0;
+        kvzip_drop(s);
+    }
+    s->prefilling = 0;
+    memcpy(s->logits, logits, (size_t)V * sizeof *logits);
+    lm_free(&s->alloc, logits);
+    if (st != KVE_OK)
+        return st; /* lm_forward left the state broken */
+    return prefill_compress(s, n, 1, &p, KVE_REDUCE_MAX);
 }
 
 /* out_k = w_k . x for the n products of one input, x quantized first when a
@@ -571,7 +738,7 @@ kve_status lm_forward(lm_state *s, int32_t token)
             s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
         if (s->opt.on_qk)
             s->opt.on_qk(s->opt.user, (int32_t)l, s->pos, s->q, s->k);
-        if (s->prefilling && s->pf_method)
+        if (s->prefilling && s->pf_method == 1)
             record_rows(s, l);
         if (s->bank && !(s->prefilling && s->pf_method)) {
             struct timespec t0 = {0}, t1 = {0};

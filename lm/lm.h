@@ -368,6 +368,12 @@ typedef struct lm_options {
                                     threads (the caller and threads - 1 workers);
                                     0 or 1: the caller alone. Results are the same
                                     bits for every count. */
+    const size_t *head_budgets;  /* (L*G) each (layer, KV head)'s own budget,
+                                    layer-major (a DuoAttention schedule, lm_heads_budgets);
+                                    read by lm_state_new only; NULL: the layer
+                                    budgets. Not with share_heads or a non-uniform
+                                    schedule; each at least the spec's smallest
+                                    budget (kve_spec_min_budget) */
 } lm_options;
 
 typedef struct lm_cache { /* one (layer, KV head) */
@@ -398,7 +404,9 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     size_t budget;        /* the mean per-head budget: the spec's (or opt.budget) */
     size_t *layer_budget; /* (L) per-head budget of each layer, adding up to L * budget:
                              its heads evict to it, or (share_heads) together to G
-                             times it; NULL without a policy */
+                             times it; with head_budget, the largest of the layer's;
+                             NULL without a policy */
+    size_t *head_budget;  /* (L*G) with opt.head_budgets: what each head evicts to */
     lm_arena *arena;      /* (L) with share_heads: every layer's cache storage */
     lm_cache *cache;      /* (L, G) */
     int32_t pos;          /* the position of the next token */
@@ -429,7 +437,11 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     int pf_method;     /* 1: kve_bank_prefill reads pf_rows; 0: step, evict once */
     size_t pf_n;       /* n, the prompt's tokens */
     size_t pf_r;       /* rows recorded per query head: queries n-r .. n-1 */
-    float *pf_rows;    /* (L, H, r, n) the recorded rows over keys 0 .. t */
+    float *pf_rows;    /* (L, H, r, n) the recorded rows over keys 0 .. t; KVzip:
+                          (L, H, 1, n) the running maximum of the scoring weights */
+    /* KVzip's reconstruction pass (lm_prefill_kvzip), while it runs */
+    int kz_active;     /* 1: attend() scores the prompt's chunk [kz_start, kz_end) */
+    size_t kz_start, kz_end, kz_sinks;
     /* matrix-vector products */
     struct lm_pool *pool; /* opt.threads > 1: the workers; else NULL */
     int8_t *xq;           /* (max(D, F, H*S)) the input quantized for Q8_0 and
@@ -482,6 +494,100 @@ kve_status lm_forward(lm_state *s, int32_t token);
  * lm_forward's. Memory: the caches grow to n keys during the prompt. */
 kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
                       const kve_prefill_options *options);
+
+/* KVzip (Kim et al. 2025, arXiv 2505.23416; kvpress's KVzipPress): the
+ * reconstruction prompts and chunking of lm_prefill_kvzip. */
+enum { LM_KVZIP_PROMPT_MAX = 128 };
+typedef struct lm_kvzip {
+    int32_t first[LM_KVZIP_PROMPT_MAX]; /* before the first chunk's repeat: "\n\nRepeat the
+                                           previous context exactly." then "\n" */
+    size_t n_first;
+    int32_t later[LM_KVZIP_PROMPT_MAX]; /* before a later chunk's: "\n\nRepeat the part of
+                                           the previous context exactly, starting with" */
+    size_t n_later;
+    int32_t newline; /* after `later` and the previous chunk's last `overlap` tokens */
+    size_t chunk;    /* prompt positions a chunk (default 2048, kvpress's chunk_size) */
+    size_t overlap;  /* the previous chunk's tokens quoted (default 8, prev_postfix_size) */
+} lm_kvzip;
+
+/* The prompts above encoded with `t` (lm_encode, so each begins with the
+ * dummy-prefix space; newline the token "\n" encodes to after it, a byte
+ * token if `t` has no such piece), chunk 2048, overlap 8. What lm_encode
+ * refuses (KVE_EFORMAT, KVE_ENOMEM), KVE_ERANGE when a prompt needs more
+ * than LM_KVZIP_PROMPT_MAX tokens. */
+kve_status lm_kvzip_default(const lm_tokenizer *t, lm_kvzip *out);
+
+/* KVzip's prefill: decodes the prompt tokens[0 .. n) with every key kept
+ * (as lm_prefill), then, chunk by chunk (chunk c the prompt positions
+ * [p + c*chunk, p + (c+1)*chunk) ∩ [p, n), p = 1 when tokens[0] is BOS: the
+ * prefix not repeated, as kvpress leaves a chat template's prefix out; else
+ * 0), decodes the reconstruction sequence teacher-forced at positions n,
+ * n+1, ...: `first` (chunk 0) or `later`, the previous chunk's last
+ * `overlap` tokens and `newline` (later chunks), then the chunk's own
+ * tokens. Each of those queries, in every layer and query head, scores the
+ * chunk's keys by its softmax over the first min(options->sinks, chunk
+ * start) positions, the chunk and the reconstruction keys up to its own
+ * (kvpress's score_kvzip); a position's score is the largest weight any of
+ * them gives it, over the query heads of its KV head's group
+ * (kve_bank_prefill with KVE_PREFILL_KVZIP, r = 1, KVE_REDUCE_MAX). The
+ * reconstruction's keys and values are dropped after each chunk, the caches
+ * cut to each head's budget by that score (the first options->sinks kept),
+ * and position and logits are those after the prompt's last token, as
+ * lm_prefill leaves them: decoding goes on at position n.
+ * options: method KVE_PREFILL_KVZIP (queries is set to 1 here); NULL for
+ *      the defaults with that method.
+ * Refuses (KVE_EINVAL, nothing changed) what lm_prefill refuses, NULL kz, a
+ * chunk of 0, an overlap above the chunk or above LM_KVZIP_PROMPT_MAX, a
+ * prompt token outside the vocabulary, another method. KVE_ENOMEM (nothing
+ * changed) for the L*H*n scores. Cost: about one more prefill (n + the
+ * prompts' tokens more decode steps) plus O(H * (sinks + chunk + m)) a
+ * reconstruction step and layer; memory: the caches grow to n + chunk +
+ * the prompt's tokens during it. */
+kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const lm_kvzip *kz,
+                            const kve_prefill_options *options);
+
+/* ---- retrieval and streaming heads (heads.c) ---------------------------------
+ *
+ * A DuoAttention schedule (Xiao et al. 2024, arXiv 2410.10819): which
+ * (layer, KV head) of a model retrieves (keeps a large budget or the whole
+ * cache) and which streams (sinks and a recent window), as `kvevict lm
+ * duo-calibrate` measures it and writes it. The text format
+ * (docs/duo.md):
+ *   # comments and blank lines anywhere
+ *   kvevict-heads 1
+ *   layers L kv_heads G
+ *   head LAYER KV_HEAD retrieval|streaming SCORE
+ *   ... exactly L*G head lines, each (layer, KV head) once, any order;
+ *   SCORE a finite decimal (what the calibration measured), not read by the
+ *   decoder. Lines end in "\n" (a final one may lack it; "\r\n" is refused).
+ */
+
+enum { LM_HEADS_MAX = 65536 }; /* layers * kv_heads at most */
+
+typedef struct lm_heads {
+    int32_t layers, kv_heads;
+    unsigned char *retrieval; /* (layers * kv_heads) 1 retrieval, 0 streaming */
+    double *score;            /* (layers * kv_heads) */
+    kve_allocator alloc;
+} lm_heads;
+
+/* Parses text[0 .. len) (need not be NUL-terminated). KVE_EFORMAT naming
+ * the line and field for anything else than the format above; KVE_ENOMEM.
+ * *out untouched on failure. Free with lm_heads_free (NULL is fine). */
+kve_status lm_heads_parse(const char *text, size_t len, const kve_allocator *allocator,
+                          lm_heads **out);
+void lm_heads_free(lm_heads *h);
+
+/* The per-head budgets of `h` at the same memory as every head at `budget`
+ * (L*G*budget positions in all): k retrieval heads get
+ * Br = min(context, floor((L*G*budget - (L*G - k) * streaming) / k)) each,
+ * the streaming heads the rest evenly, floor((L*G*budget - k*Br) / (L*G -
+ * k)), at least `streaming` (no retrieval head: all get budget; every one:
+ * all get min(context, budget)). out: L*G budgets, layer-major. Refuses
+ * KVE_EINVAL when h does not match the model's L and G, budget or streaming
+ * is 0, or streaming exceeds budget. */
+kve_status lm_heads_budgets(const lm_heads *h, const lm_config *c, size_t budget,
+                            size_t streaming, size_t context, size_t *out);
 
 /* xout (d) = W (d, n) @ x (n) for float32 W: the plain reference of the
  * float32 products (the order every float product below keeps), each dot

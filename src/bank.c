@@ -129,6 +129,7 @@ void kve__bank_release(kve_bank *b)
                          kve__block_bytes(&b->cfg, b->groups[g].cap));
     free_slabs(b);
     kve__dealloc(&b->alloc, b->aux, b->n_heads * b->cfg.aux_bytes);
+    kve__type_release(b->cfg.type);
 }
 
 void kve__bank_leave_slabs(kve_bank *b, size_t n)
@@ -232,8 +233,8 @@ KVE_COLD static kve_status bad_weight(const kve_bank *b, size_t head, size_t row
 
 /* ---- step ---- */
 
-KVE_ALWAYS_INLINE void head_step(const kve_config *c, kve_head *h, int32_t pos,
-                                 const kve_rows *in, const float *key, kve_isa isa)
+KVE_ALWAYS_INLINE void head_step(const kve_config *c, kve_head *h, const kve_rows *in,
+                                 const kve_head_in *hi, kve_isa isa)
 {
     if (h->offset && h->offset + h->size >= h->cap)
         kve__sliding_rewind(h);
@@ -246,6 +247,8 @@ KVE_ALWAYS_INLINE void head_step(const kve_config *c, kve_head *h, int32_t pos,
          * stepped through with NULL costs O(1) a token). */
         h->best = KVE_NONE;
         ((double *)h->col[KVE_COL_SCORE])[n] = 0.0;
+        if (c->elem[KVE_COL_RAW])
+            ((double *)h->col[KVE_COL_RAW])[n] = 0.0;
     } else if (c->observe) {
         /* One pass over the scores finds the victim of the coming evict and
          * closes the hole the last one left: the rule's observe pass, or for
@@ -261,66 +264,100 @@ KVE_ALWAYS_INLINE void head_step(const kve_config *c, kve_head *h, int32_t pos,
             best = n;
         h->best = best;
         score[n] = 0.0;
+        if (c->elem[KVE_COL_RAW])
+            ((double *)h->col[KVE_COL_RAW])[n] = 0.0;
     } else if (c->type->step_keys) {
         /* The rule scores the newcomer itself (its key), so it competes
          * with its own score; slots [0, limit) after admission. */
         size_t rw = c->params.recent_window;
-        h->best = c->type->step_keys(c, h, key, n + 1 > rw ? n + 1 - rw : 0, isa);
+        h->best = c->type->step_keys(c, h, hi, n + 1 > rw ? n + 1 - rw : 0, isa);
     }
-    ((int32_t *)h->col[KVE_COL_POS])[n] = pos;
+    /* Every pass above closed the gap, so slot n is the newcomer's in every
+     * lazy column. */
+    if (c->elem[KVE_COL_VNORM])
+        ((double *)h->col[KVE_COL_VNORM])[n] = hi->vnorm;
+    ((int32_t *)h->col[KVE_COL_POS])[n] = hi->pos;
     if (c->type->admit)
         c->type->admit(c, h, n);
     h->size = n + 1;
-    h->last_pos = pos;
+    h->last_pos = hi->pos;
     h->any_pos = true;
 }
 
-KVE_COLD static kve_status bad_key(const kve_bank *b, size_t head, const float *key, size_t i)
+KVE_COLD static kve_status bad_vector(const kve_bank *b, size_t head, const char *what,
+                                      size_t row, size_t rows, const float *v, size_t i)
 {
-    return kve__head_fail(b, KVE_EINVAL, head, "key[%zu] = %g is %s", i, (double)key[i],
-                     isnan(key[i]) ? "NaN" : "infinite");
+    char rowbuf[40] = "";
+    if (rows > 1)
+        snprintf(rowbuf, sizeof rowbuf, "query head %zu: ", row);
+    return kve__head_fail(b, KVE_EINVAL, head, "%s%s[%zu] = %g is %s", rowbuf, what, i,
+                          (double)v[i], isnan(v[i]) ? "NaN" : "infinite");
 }
 
-/* The keys' checks: present when the policy reads them, allowed only with a
- * key dimension, rows far enough apart, every entry finite. */
-KVE_ALWAYS_INLINE kve_status check_keys(const kve_bank *b, size_t first, size_t count,
-                                        const float *keys, size_t ld_keys)
+/* One kind of vector a step carries per head (keys, queries, values):
+ * present when the policy reads them, allowed only with a dimension, rows
+ * far enough apart, every entry finite. `rows` vectors a head. */
+static kve_status check_vectors(const kve_bank *b, size_t first, size_t count, const float *v,
+                                size_t ld, size_t dim, size_t rows, kve_reads flag,
+                                const char *what, const char *whats, const char *dim_name)
 {
     const kve_config *c = &b->cfg;
-    if (!keys) {
-        if ((c->type->flags & KVE_TYPE_READS_KEYS) && count)
-            return kve__head_fail(b, KVE_EINVAL, first, "the policy reads keys, but the step carries "
-                             "none");
+    if (!v) {
+        if ((c->reads & flag) && count)
+            return kve__head_fail(b, KVE_EINVAL, first, "the policy reads %s, but the step "
+                                  "carries none", whats);
         return KVE_OK;
     }
-    if (c->key_dim == 0)
-        return kve__head_fail(b, KVE_EINVAL, first, "a key is given, but the policy was built with "
-                         "key_dim 0");
-    if (ld_keys < c->key_dim)
-        return kve__fail(KVE_EINVAL, "%s: ld_keys %zu is smaller than key_dim %zu",
-                         c->type->name, ld_keys, c->key_dim);
+    if (dim == 0)
+        return kve__head_fail(b, KVE_EINVAL, first, "a %s is given, but the policy was built "
+                              "with %s 0", what, dim_name);
+    if (ld < dim)
+        return kve__fail(KVE_EINVAL, "%s: ld_%s %zu is smaller than %s %zu", c->type->name,
+                         whats, ld, dim_name, dim);
+    if (count * rows > 1 && ld > SIZE_MAX / sizeof(float) / rows / count)
+        return kve__fail(KVE_EINVAL, "%s: %zu %s of ld_%s %zu overflow the address space",
+                         c->type->name, count * rows, whats, whats, ld);
+    for (size_t j = 0; j < count; j++)
+        for (size_t g = 0; g < rows; g++) {
+            const float *x = v + (j * rows + g) * ld;
+            size_t i = kve__key_invalid(x, dim);
+            if (i != dim)
+                return bad_vector(b, first + j, what, g, rows, x, i);
+        }
+    return KVE_OK;
+}
+
+/* The checks of a score rule's prepare (and any other hook that can fail)
+ * on every head of the range: see kve_policy_type.prepare. */
+static kve_status prepare_heads(kve_bank *b, size_t first, size_t count, const kve_step_data *d)
+{
+    const kve_config *c = &b->cfg;
     for (size_t j = 0; j < count; j++) {
-        const float *k = keys + j * ld_keys;
-        size_t i = kve__key_invalid(k, c->key_dim);
-        if (i != c->key_dim)
-            return bad_key(b, first + j, k, i);
+        kve_rows in = {d->attn + j * d->group * d->ld, d->ld, d->group, d->reduce};
+        kve_status st = c->type->prepare(c, &b->heads[first + j], &in,
+                                         b->is_policy ? KVE_NONE : first + j);
+        if (st != KVE_OK)
+            return st;
     }
     return KVE_OK;
 }
 
 /* The step of heads [first, first + count) of b (policy: b is a policy's,
  * count 1, group 1, no shared budget). Written once, inlined twice: into
- * kve__bank_step, any range of a bank, and into kve__policy_step, where the
- * constants let the compiler drop the loops over heads and the tests that
- * cannot hold for a policy. */
+ * kve__bank_step_data, any range of a bank (or a policy's step with data),
+ * and into kve__policy_step, where the constants let the compiler drop the
+ * loops over heads and the tests that cannot hold for a policy. */
 KVE_ALWAYS_INLINE kve_status step_heads(kve_bank *b, size_t first, size_t count, int32_t pos,
-                                        const float *attn, size_t ld, size_t group,
-                                        kve_reduce reduce, const float *keys, size_t ld_keys,
-                                        const bool policy)
+                                        const kve_step_data *d, const bool policy)
 {
     const kve_config *c = &b->cfg;
+    const float *attn = d->attn;
+    const size_t ld = d->ld, group = d->group;
     if (pos < 0)
         return kve__head_fail(b, KVE_EINVAL, first, "pos %ld is negative", (long)pos);
+    if (d->flags & ~(unsigned)KVE_STEP_RESCORE)
+        return kve__fail(KVE_EINVAL, "%s: flags %#x has bits outside KVE_STEP_*", c->type->name,
+                         d->flags);
     for (size_t j = 0; j < count; j++) {
         const kve_head *h = &b->heads[first + j];
         if (h->any_pos && pos <= h->last_pos)
@@ -331,7 +368,7 @@ KVE_ALWAYS_INLINE kve_status step_heads(kve_bank *b, size_t first, size_t count,
     if (attn) {
         for (size_t j = 0; j < count; j++) {
             size_t n = b->heads[first + j].size;
-            if (policy && ld != n)
+            if ((policy || b->is_policy) && ld != n)
                 return kve__head_fail(b, KVE_EINVAL, 0, "n is %zu but the policy keeps %zu positions",
                                  ld, n);
             if (ld < n)
@@ -339,13 +376,20 @@ KVE_ALWAYS_INLINE kve_status step_heads(kve_bank *b, size_t first, size_t count,
                                  "ld %zu is smaller than the %zu kept positions", ld, n);
         }
         for (size_t j = 0; j < count && !c->unchecked; j++) {
-            kve_rows in = {attn + j * group * ld, ld, group, reduce};
+            kve_rows in = {attn + j * group * ld, ld, group, d->reduce};
             size_t q, i;
             if (kve__rows_invalid(&in, b->heads[first + j].size, &q, &i))
                 return bad_weight(b, first + j, j * group, group, &in, q, i);
         }
     }
-    kve_status kst = check_keys(b, first, count, keys, ld_keys);
+    kve_status kst = check_vectors(b, first, count, d->keys, d->ld_keys, c->key_dim, 1,
+                                   KVE_READS_KEYS, "key", "keys", "key_dim");
+    if (kst == KVE_OK)
+        kst = check_vectors(b, first, count, d->queries, d->ld_queries, c->key_dim,
+                            c->query_group, KVE_READS_QUERIES, "query", "queries", "key_dim");
+    if (kst == KVE_OK)
+        kst = check_vectors(b, first, count, d->values, d->ld_values, c->value_dim, 1,
+                            KVE_READS_VALUES, "value", "values", "value_dim");
     if (kst != KVE_OK)
         return kst;
     const bool share = !policy && b->share;
@@ -370,29 +414,75 @@ KVE_ALWAYS_INLINE kve_status step_heads(kve_bank *b, size_t first, size_t count,
             }
         }
     }
+    if (c->type->prepare && attn) {
+        /* A rule that can fail runs on every head before any is stepped;
+         * growth is committed first (it changes no kept set). */
+        for (size_t j = 0; j < count; j++)
+            if (b->heads[first + j].spare)
+                commit_growth(b, &b->heads[first + j]);
+        kve_status st = prepare_heads(b, first, count, d);
+        if (st != KVE_OK)
+            return st;
+    }
 
     kve_isa isa = kve__isa();
     for (size_t j = 0; j < count; j++) {
         kve_head *h = &b->heads[first + j];
         if (h->spare)
             commit_growth(b, h);
-        kve_rows in = {attn ? attn + j * group * ld : NULL, ld, group, reduce};
-        head_step(c, h, pos, attn ? &in : NULL, keys ? keys + j * ld_keys : NULL, isa);
+        kve_rows in = {attn ? attn + j * group * ld : NULL, ld, group, d->reduce};
+        kve_head_in hi = {.pos = pos, .flags = d->flags};
+        hi.key = d->keys ? d->keys + j * d->ld_keys : NULL;
+        hi.queries = d->queries ? d->queries + j * c->query_group * d->ld_queries : NULL;
+        hi.ld_queries = d->ld_queries;
+        hi.value = d->values ? d->values + j * d->ld_values : NULL;
+        if (c->elem[KVE_COL_VNORM] && hi.value)
+            hi.vnorm = kve__key_norm(hi.value, c->value_dim);
+        head_step(c, h, attn ? &in : NULL, &hi, isa);
     }
     return KVE_OK;
 }
 
+kve_status kve__bank_step_data(kve_bank *b, size_t first, size_t count, int32_t pos,
+                               const kve_step_data *d)
+{
+    return step_heads(b, first, count, pos, d, false);
+}
+
+/* The step data of the older step calls: attention and keys only. */
+static kve_step_data attn_keys_data(const float *attn, size_t ld, size_t group,
+                                    kve_reduce reduce, const float *keys, size_t ld_keys)
+{
+    kve_step_data d = kve_step_default_data();
+    d.attn = attn;
+    d.ld = ld;
+    d.group = group;
+    d.reduce = reduce;
+    d.keys = keys;
+    d.ld_keys = ld_keys;
+    return d;
+}
 kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
                           const float *attn, size_t ld, size_t group, kve_reduce reduce,
                           const float *keys, size_t ld_keys)
 {
-    return step_heads(b, first, count, pos, attn, ld, group, reduce, keys, ld_keys, false);
+    kve_step_data d = attn_keys_data(attn, ld, group, reduce, keys, ld_keys);
+    return step_heads(b, first, count, pos, &d, false);
 }
 
 kve_status kve__policy_step(kve_bank *b, int32_t pos, const float *attn, size_t n,
                             const float *key)
 {
-    return step_heads(b, 0, 1, pos, attn, n, 1, KVE_REDUCE_MEAN, key, b->cfg.key_dim, true);
+    kve_step_data d = attn_keys_data(attn, n, 1, KVE_REDUCE_MEAN, key, b->cfg.key_dim);
+    return step_heads(b, 0, 1, pos, &d, true);
+}
+
+kve_step_data kve_step_default_data(void)
+{
+    kve_step_data d = {.attn = NULL, .ld = 0, .group = 1, .reduce = KVE_REDUCE_MEAN,
+                       .keys = NULL, .ld_keys = 0, .queries = NULL, .ld_queries = 0,
+                       .values = NULL, .ld_values = 0, .flags = 0};
+    return d;
 }
 
 /* ---- evict ---- */
@@ -466,8 +556,10 @@ typedef struct bank_alloc {
 
 kve_bank_options kve_bank_default_options(void)
 {
-    kve_bank_options o = {
-        .allocator = NULL, .key_dim = 0, .share = 0, .min_share = 0.2, .unchecked = 0};
+    const kve_policy_options p = kve_policy_default_options();
+    kve_bank_options o = {.allocator = NULL, .key_dim = 0, .share = 0, .min_share = 0.2,
+                          .value_dim = 0, .query_group = p.query_group, .rope = p.rope,
+                          .unchecked = 0};
     return o;
 }
 
@@ -493,23 +585,6 @@ kve_status kve__bank_check_options(const kve_config *c, size_t n_heads,
     return KVE_OK;
 }
 
-kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
-                           const kve_bank_options *options, kve_bank **out)
-{
-    kve_bank_options o = options ? *options : kve_bank_default_options();
-    kve_policy_options po = kve_policy_default_options();
-    po.key_dim = o.key_dim;
-    po.unchecked = o.unchecked;
-    const kve_allocator alloc = kve__allocator(o.allocator);
-    kve_config c;
-    kve_status st = kve__config_new(spec, rng, &po, out, &c);
-    if (st != KVE_OK)
-        return st;
-    if ((st = kve__bank_check_options(&c, n_heads, &o)) != KVE_OK)
-        return st;
-    return kve__bank_create(&c, n_heads, rng, &o, &alloc, out);
-}
-
 kve_status kve__bank_create(const kve_config *c, size_t n_heads, kve_rng *rng,
                             const kve_bank_options *o, const kve_allocator *alloc,
                             kve_bank **out)
@@ -520,17 +595,42 @@ kve_status kve__bank_create(const kve_config *c, size_t n_heads, kve_rng *rng,
     const size_t bytes = sizeof(bank_alloc) + n_heads * sizeof(kve_head) +
                          n_groups * sizeof(kve_group);
     bank_alloc *a = kve__alloc(alloc, bytes);
-    if (!a)
+    if (!a) {
+        kve__type_release(c->type);
         return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu heads", c->type->name, n_heads);
+    }
     kve_group *groups = n_groups ? (kve_group *)(void *)(a->heads + n_heads) : NULL;
     kve_status st = kve__bank_init(&a->bank, c, alloc, n_heads, a->heads, o, groups, rng);
     if (st != KVE_OK) {
         kve__dealloc(alloc, a, bytes);
+        kve__type_release(c->type);
         return st;
     }
     a->bank.handle_bytes = bytes;
     *out = &a->bank;
     return KVE_OK;
+}
+
+kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
+                           const kve_bank_options *options, kve_bank **out)
+{
+    kve_bank_options o = options ? *options : kve_bank_default_options();
+    kve_policy_options po = kve_policy_default_options();
+    po.key_dim = o.key_dim;
+    po.value_dim = o.value_dim;
+    po.query_group = o.query_group;
+    po.rope = o.rope;
+    po.unchecked = o.unchecked;
+    const kve_allocator alloc = kve__allocator(o.allocator);
+    kve_config c;
+    kve_status st = kve__config_new(spec, rng, &po, out, &c);
+    if (st != KVE_OK)
+        return st;
+    if ((st = kve__bank_check_options(&c, n_heads, &o)) != KVE_OK) {
+        kve__type_release(c.type);
+        return st;
+    }
+    return kve__bank_create(&c, n_heads, rng, &o, &alloc, out);
 }
 
 kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank **out)
@@ -589,7 +689,7 @@ size_t kve_bank_budget(const kve_bank *b)
 
 kve_reads kve_bank_reads(const kve_bank *b)
 {
-    return b ? kve__type_reads(b->cfg.type) : KVE_READS_NOTHING;
+    return b ? b->cfg.reads : KVE_READS_NOTHING;
 }
 
 size_t kve_bank_key_dim(const kve_bank *b)
@@ -612,25 +712,30 @@ static kve_status check_range(const kve_bank *b, size_t first, size_t count)
     return KVE_OK;
 }
 
-kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t pos,
-                               const float *attn, size_t ld, size_t group, kve_reduce reduce,
-                               const float *keys, size_t ld_keys)
+kve_status kve_bank_step_data(kve_bank *b, size_t first, size_t count, int32_t pos,
+                              const kve_step_data *data)
 {
     kve_status st = check_range(b, first, count);
     if (st != KVE_OK)
         return st;
+    const kve_step_data d = data ? *data : kve_step_default_data();
     const char *name = b->cfg.type->name;
-    if (group == 0)
+    if (d.group == 0)
         return kve__fail(KVE_EINVAL, "%s: group must be at least 1", name);
-    if (reduce != KVE_REDUCE_MEAN && reduce != KVE_REDUCE_SUM && reduce != KVE_REDUCE_MAX)
-        return kve__fail(KVE_EINVAL, "%s: reduce %d is not a kve_reduce", name, (int)reduce);
-    if (attn && ld && count > SIZE_MAX / sizeof(float) / group / ld)
+    if (d.reduce != KVE_REDUCE_MEAN && d.reduce != KVE_REDUCE_SUM && d.reduce != KVE_REDUCE_MAX)
+        return kve__fail(KVE_EINVAL, "%s: reduce %d is not a kve_reduce", name, (int)d.reduce);
+    if (d.attn && d.ld && count > SIZE_MAX / sizeof(float) / d.group / d.ld)
         return kve__fail(KVE_EINVAL, "%s: %zu rows of ld %zu overflow the address space", name,
-                         count * group, ld);
-    if (keys && count > 1 && ld_keys > SIZE_MAX / sizeof(float) / count)
-        return kve__fail(KVE_EINVAL, "%s: %zu keys of ld_keys %zu overflow the address space",
-                         name, count, ld_keys);
-    return kve__bank_step(b, first, count, pos, attn, ld, group, reduce, keys, ld_keys);
+                         count * d.group, d.ld);
+    return kve__bank_step_data(b, first, count, pos, &d);
+}
+
+kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t pos,
+                               const float *attn, size_t ld, size_t group, kve_reduce reduce,
+                               const float *keys, size_t ld_keys)
+{
+    kve_step_data d = attn_keys_data(attn, ld, group, reduce, keys, ld_keys);
+    return kve_bank_step_data(b, first, count, pos, &d);
 }
 
 kve_status kve_bank_step(kve_bank *b, int32_t pos, const float *attn, size_t ld)

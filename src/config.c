@@ -6,10 +6,13 @@
  * Invariant: a kve_config that kve__config_parse returned KVE_OK for has
  * passed every check of its type (ranges, recent_window < budget,
  * sinks < budget, the page reserve of pages.c), so construction and the
- * decode path never re-validate parameters. Parsing never allocates.
+ * decode path never re-validate parameters; it holds its type (a score
+ * rule registered at run time cannot go away under it) until released or
+ * handed to an object. Parsing never allocates.
  */
 #include "policy_impl.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,21 +45,18 @@ static kve_status check_units(kve_config *c)
     return KVE_OK;
 }
 
-kve_status kve__config_parse(const char *spec, const char *key, const char *value,
-                             size_t key_dim, kve_config *c)
+/* The body of kve__config_parse once the type is held. */
+static kve_status parse_held(const kve_policy_type *type, const char *name, const char *rest,
+                             const char *key, const char *value, const kve_policy_options *o,
+                             kve_config *c)
 {
-    char name[KVE_NAME_MAX];
-    const char *rest = NULL;
-    kve_status st = kve__spec_split(spec, name, &rest);
-    if (st != KVE_OK)
-        return st;
-    const kve_policy_type *type = kve__policy_type_find(name);
-    if (!type)
-        return unknown_policy(name);
     memset(c, 0, sizeof *c);
     c->type = type;
-    c->key_dim = key_dim;
-    st = kve__spec_parse(name, rest, type->params, type->n_params, &c->params);
+    c->key_dim = o->key_dim;
+    c->value_dim = o->value_dim;
+    c->query_group = o->query_group;
+    c->rope = o->rope;
+    kve_status st = kve__spec_parse(name, rest, type->params, type->n_params, &c->params);
     if (st != KVE_OK)
         return st;
     if (key) {
@@ -77,7 +77,7 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
     if (type->flags & KVE_TYPE_SCORED) {
         c->elem[KVE_COL_SCORE] = c->unit[KVE_COL_SCORE] = sizeof(double);
         if (!(type->flags & KVE_TYPE_READS_KEYS))
-            c->observe = type->observe;
+            c->lane = type->lane;
     }
     if (type->flags & (KVE_TYPE_SCORED | KVE_TYPE_MARKED))
         c->elem[KVE_COL_MARK] = c->unit[KVE_COL_MARK] = sizeof(uint8_t);
@@ -86,6 +86,18 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
         return st;
     if ((st = check_units(c)) != KVE_OK)
         return st;
+    /* vnorm: the value's norm beside every slot, and (a rule of the fused
+     * pass) the rule's own score beside the product. */
+    if (c->params.vnorm) {
+        c->elem[KVE_COL_VNORM] = c->unit[KVE_COL_VNORM] = sizeof(double);
+        if (c->lane)
+            c->elem[KVE_COL_RAW] = c->unit[KVE_COL_RAW] = sizeof(double);
+    }
+    if (c->lane)
+        c->observe = c->params.vnorm ? c->lane->vn : c->lane->fn;
+    c->reads = kve__type_reads(type) & ~(kve_reads)KVE_READS_VALUES;
+    if (c->elem[KVE_COL_VNORM])
+        c->reads |= KVE_READS_VALUES;
     /* Pages: only the scored policies and the sliding ones take a block. */
     c->evict = type->evict;
     if (c->params.block > 1) {
@@ -96,8 +108,76 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
     for (int k = 0; k < KVE_NCOLS; k++)
         c->slot_bytes += c->elem[k];
     c->cap0 = type->cap_for_budget ? type->cap_for_budget(c->params.budget) : c->params.budget + 1;
-    kve__spec_format(c->spec, sizeof c->spec, type->name, type->params, type->n_params,
-                     &c->params);
+    size_t len = kve__spec_format(c->spec, sizeof c->spec, type->name, type->params,
+                                  type->n_params, &c->params);
+    if (len >= sizeof c->spec) /* never for the built-in tables (tests/test_spec.c) */
+        return kve__fail(KVE_EINVAL, "%s: the canonical spec needs %zu bytes, more than "
+                         "KVE_SPEC_MAX", name, len + 1);
+    return KVE_OK;
+}
+
+kve_status kve__config_parse(const char *spec, const char *key, const char *value,
+                             const kve_policy_options *o, kve_config *c)
+{
+    char name[KVE_NAME_MAX];
+    const char *rest = NULL;
+    kve_status st = kve__spec_split(spec, name, &rest);
+    if (st != KVE_OK)
+        return st;
+    const kve_policy_type *type = kve__policy_type_find(name);
+    if (!type)
+        return unknown_policy(name);
+    const kve_policy_options none = kve_policy_default_options();
+    st = parse_held(type, name, rest, key, value, o ? o : &none, c);
+    if (st != KVE_OK)
+        kve__type_release(type);
+    return st;
+}
+
+/* The model facts of options, on their own. */
+kve_status kve__check_facts(const kve_policy_options *o)
+{
+    if (o->key_dim > KVE_MAX_KEY_DIM)
+        return kve__fail(KVE_EINVAL, "key_dim %zu is above the largest, %d", o->key_dim,
+                         KVE_MAX_KEY_DIM);
+    if (o->value_dim > KVE_MAX_KEY_DIM)
+        return kve__fail(KVE_EINVAL, "value_dim %zu is above the largest, %d", o->value_dim,
+                         KVE_MAX_KEY_DIM);
+    if (o->query_group == 0 || o->query_group > KVE_MAX_QUERY_GROUP)
+        return kve__fail(KVE_EINVAL, "query_group %zu is not in 1 .. %d", o->query_group,
+                         KVE_MAX_QUERY_GROUP);
+    const kve_rope *r = &o->rope;
+    if (r->rotary_dim != KVE_ROPE_UNSET && (r->rotary_dim % 2 || r->rotary_dim > o->key_dim))
+        return kve__fail(KVE_EINVAL, "rope: rotary_dim %zu must be even and at most key_dim %zu",
+                         r->rotary_dim, o->key_dim);
+    if (!(r->base > 0.0 && r->base <= DBL_MAX))
+        return kve__fail(KVE_EINVAL, "rope: base %g must be finite and above 0", r->base);
+    if (r->pairs != KVE_ROPE_ADJACENT && r->pairs != KVE_ROPE_HALF)
+        return kve__fail(KVE_EINVAL, "rope: pairs %d is not a kve_rope_pairs", (int)r->pairs);
+    return KVE_OK;
+}
+
+/* What a parsed config needs of the facts to be stepped at all. */
+kve_status kve__check_needs(const kve_config *c, const kve_rng *rng)
+{
+    const char *name = c->type->name;
+    if ((c->type->flags & KVE_TYPE_NEEDS_RNG) && !rng)
+        return kve__fail(KVE_EINVAL, "%s: needs an Rng, but rng is NULL", name);
+    if ((c->reads & (KVE_READS_KEYS | KVE_READS_QUERIES)) && c->key_dim == 0)
+        return kve__fail(KVE_EINVAL,
+                         "%s: reads keys, so key_dim must be at least 1 (build it with "
+                         "kve_policy_new_ex or kve_bank_new_ex)",
+                         name);
+    if ((c->reads & KVE_READS_VALUES) && c->value_dim == 0)
+        return kve__fail(KVE_EINVAL,
+                         "%s: reads values (vnorm=1), so value_dim must be at least 1 (build it "
+                         "with kve_policy_new_ex or kve_bank_new_ex)",
+                         name);
+    if ((c->reads & KVE_READS_QUERIES) && c->rope.rotary_dim == KVE_ROPE_UNSET)
+        return kve__fail(KVE_EINVAL,
+                         "%s: models queries before the rotary embedding, so the options must "
+                         "say what it is (rope.rotary_dim; 0 for a model without one)",
+                         name);
     return KVE_OK;
 }
 
@@ -107,36 +187,48 @@ kve_status kve__config_new(const char *spec, const kve_rng *rng,
     if (!out)
         return kve__fail(KVE_EINVAL, "out is NULL");
     kve_policy_options o = options ? *options : kve_policy_default_options();
-    if (o.key_dim > KVE_MAX_KEY_DIM)
-        return kve__fail(KVE_EINVAL, "key_dim %zu is above the largest, %d", o.key_dim,
-                         KVE_MAX_KEY_DIM);
     if (o.unchecked != 0 && o.unchecked != 1)
         return kve__fail(KVE_EINVAL, "unchecked %d is neither 0 nor 1", o.unchecked);
-    kve_status st = kve__config_parse(spec, NULL, NULL, o.key_dim, c);
+    kve_status st = kve__check_facts(&o);
     if (st != KVE_OK)
         return st;
+    if ((st = kve__config_parse(spec, NULL, NULL, &o, c)) != KVE_OK)
+        return st;
     c->unchecked = o.unchecked == 1;
-    if ((c->type->flags & KVE_TYPE_NEEDS_RNG) && !rng)
-        return kve__fail(KVE_EINVAL, "%s: needs an Rng, but rng is NULL", c->type->name);
-    if ((c->type->flags & KVE_TYPE_READS_KEYS) && o.key_dim == 0)
-        return kve__fail(KVE_EINVAL,
-                         "%s: reads keys, so key_dim must be at least 1 (build it with "
-                         "kve_policy_new_ex or kve_bank_new_ex)",
-                         c->type->name);
-    return KVE_OK;
+    if ((st = kve__check_needs(c, rng)) != KVE_OK)
+        kve__type_release(c->type);
+    return st;
 }
 
 kve_policy_options kve_policy_default_options(void)
 {
-    kve_policy_options o = {.allocator = NULL, .key_dim = 0, .unchecked = 0};
+    kve_policy_options o = {.allocator = NULL,
+                            .key_dim = 0,
+                            .value_dim = 0,
+                            .query_group = 1,
+                            .rope = {.rotary_dim = KVE_ROPE_UNSET,
+                                     .base = 10000.0,
+                                     .pairs = KVE_ROPE_ADJACENT},
+                            .unchecked = 0};
     return o;
 }
 
 kve_reads kve__type_reads(const kve_policy_type *t)
 {
+    kve_reads r = KVE_READS_NOTHING;
     if (t->flags & KVE_TYPE_READS_KEYS)
-        return KVE_READS_KEYS;
-    return (t->flags & KVE_TYPE_SCORED) ? KVE_READS_ATTN : KVE_READS_NOTHING;
+        r |= KVE_READS_KEYS;
+    else if (t->flags & KVE_TYPE_SCORED)
+        r |= KVE_READS_ATTN;
+    if (t->flags & KVE_TYPE_READS_QUERIES)
+        r |= KVE_READS_QUERIES;
+    /* the value at the type's defaults (expected_attention's vnorm is 1) */
+    for (size_t i = 0; i < t->n_params; i++)
+        if (strcmp(t->params[i].key, "vnorm") == 0 && t->params[i].idefault)
+            r |= KVE_READS_VALUES;
+    if (t->data && kve__rule_reads_values(t))
+        r |= KVE_READS_VALUES;
+    return r;
 }
 
 kve_status kve_spec_with(const char *spec, const char *key, const char *value, char *out,
@@ -145,9 +237,10 @@ kve_status kve_spec_with(const char *spec, const char *key, const char *value, c
     kve_config c;
     if (!out)
         return kve__fail(KVE_EINVAL, "out is NULL");
-    kve_status st = kve__config_parse(spec, key, value, 0, &c);
+    kve_status st = kve__config_parse(spec, key, value, NULL, &c);
     if (st != KVE_OK)
         return st;
+    kve__type_release(c.type);
     size_t len = strlen(c.spec);
     if (len >= cap)
         return kve__fail(KVE_ERANGE, "canonical spec needs %zu bytes, out holds %zu", len + 1, cap);
@@ -161,9 +254,10 @@ kve_status kve_spec_min_budget(const char *spec, size_t *out)
     memset(&c, 0, sizeof c);
     if (!out)
         return kve__fail(KVE_EINVAL, "out is NULL");
-    kve_status st = kve__config_parse(spec, NULL, NULL, 0, &c);
+    kve_status st = kve__config_parse(spec, NULL, NULL, NULL, &c);
     if (st != KVE_OK)
         return st;
+    kve__type_release(c.type);
     /* recent_window < budget, sinks < budget, and the page reserve */
     size_t least = c.params.recent_window + 1;
     least = c.params.sinks + 1 > least ? c.params.sinks + 1 : least;

@@ -5,10 +5,17 @@
  * images") gives the layout byte for byte; in short:
  *
  *   header   magic, version, kind, size, heads, key_dim, share, min_share,
- *            the bytes a slot of each stored column, the canonical spec
+ *            the bytes a slot of the score and the policy's two columns,
+ *            the canonical spec (which names a score rule by its name);
+ *            version 2 only: the methods' block (value_dim, query_group,
+ *            the rope, the bytes a slot of the raw scores and value norms,
+ *            the bytes of a head's policy state)
  *   heads    per head: size, steps observed, last position, flags, the
  *            generator's seed and state, then its columns, each whole:
- *            positions, scores, the policy's two columns, in kept order
+ *            positions, scores, the policy's two columns, the raw scores
+ *            and value norms of vnorm=1, in kept order; then the policy's
+ *            per-head state (expected_attention's counters, statistics and
+ *            query ring: kve_config.aux_state)
  *   checksum FNV-1a (64 bits) of every byte before it
  *
  * Invariants:
@@ -19,8 +26,9 @@
  *    (kve_config.unit). No struct is ever copied into an image.
  *  - An image holds the state normalised: columns dense (the lazy gap
  *    closed), no sliding offset, no cached victim (the next evict finds the
- *    same one by a scan), no marks, no per-head scratch (keydiff's sum is
- *    recomputed by every step), no capacity. So one state has one image:
+ *    same one by a scan), no marks, no scratch columns or per-head scratch
+ *    (keydiff's sum is recomputed by every step, expected_attention's tmp
+ *    by every rescoring), no capacity. So one state has one image:
  *    saving a copy, a clone or a loaded object gives the same bytes.
  *  - Load trusts nothing: it checks the magic, version, kind, size and
  *    checksum, then the header against the spec's own layout, every length
@@ -29,6 +37,13 @@
  *    scores, and the policy's columns through its type's check_state), and
  *    refuses with KVE_EINVAL and a message naming the field; the object it
  *    was building is freed, and *out is untouched.
+ *  - Versions: save writes version 1 (the layout before the methods) for
+ *    an object none of whose facts or state is the methods' (value_dim 0,
+ *    query_group 1, rope unset, no raw or vnorm column, no policy state),
+ *    so such images are unchanged, and version 2 (version 1 plus the
+ *    methods' block after the spec) otherwise; load reads both. A version 2
+ *    image of an object version 1 describes is refused (one state, one
+ *    image).
  *  - Version: VERSION below. A layout or meaning that changes gets a new
  *    version, and load reads each version it documents (converting the
  *    older), refusing the others by number.
@@ -37,16 +52,18 @@
  */
 #include "policy_impl.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 enum {
-    VERSION = 1,     /* of the layout below */
+    VERSION = 2,     /* the newest layout (version 1: without the methods' block) */
     KIND_POLICY = 1, /* kve_policy_save */
     KIND_BANK = 2,   /* kve_bank_save */
     HEADER = 72,     /* bytes before the spec */
+    METHODS = 48,    /* version 2: the methods' block after the spec */
     HEAD = 64,       /* bytes of a head's record before its columns */
     CHECKSUM = 8
 };
@@ -55,9 +72,10 @@ enum {
  * (PNG's device), so a transfer that alters text is caught at once. */
 static const uint8_t magic[8] = {0x89, 'k', 'v', 'e', '\r', '\n', 0x1a, '\n'};
 
-/* The stored columns in image order: pos, score, extra0, extra1 (marks are
- * scratch). */
-static const int stored[] = {KVE_COL_POS, KVE_COL_SCORE, KVE_COL_EXTRA0, KVE_COL_EXTRA1};
+/* The stored columns in image order: pos, score, extra0, extra1, raw,
+ * vnorm (marks and the columns from KVE_COL_SCRATCH on are scratch). */
+static const int stored[] = {KVE_COL_POS,    KVE_COL_SCORE, KVE_COL_EXTRA0,
+                             KVE_COL_EXTRA1, KVE_COL_RAW,   KVE_COL_VNORM};
 enum { N_STORED = sizeof stored / sizeof stored[0] };
 
 static bool bytewise;
@@ -174,11 +192,25 @@ static size_t slot_image_bytes(const kve_config *c)
     return n;
 }
 
+/* Image bytes of a head's policy state (kve_config.aux_state). */
+static size_t aux_image_bytes(const kve_config *c)
+{
+    return c->aux_state[0].bytes + c->aux_state[1].bytes;
+}
+
+/* Whether c needs version 2's block: a fact or a state of the methods. */
+static bool has_methods(const kve_config *c)
+{
+    return c->value_dim || c->query_group != 1 || c->rope.rotary_dim != KVE_ROPE_UNSET ||
+           c->elem[KVE_COL_RAW] || c->elem[KVE_COL_VNORM] || aux_image_bytes(c);
+}
+
 static size_t image_bytes(const kve_bank *b)
 {
     size_t n = HEADER + strlen(b->cfg.spec) + CHECKSUM, slot = slot_image_bytes(&b->cfg);
+    n += has_methods(&b->cfg) ? METHODS : 0;
     for (size_t h = 0; h < b->n_heads; h++)
-        n += HEAD + b->heads[h].size * slot;
+        n += HEAD + b->heads[h].size * slot + aux_image_bytes(&b->cfg);
     return n;
 }
 
@@ -205,6 +237,10 @@ static uint8_t *put_head(const kve_config *c, const kve_head *h, uint8_t *p)
             p = put_scalars(p, from + (g + 1) * e, (n - g) * e, u);
         }
     }
+    for (int k = 0; k < 2; k++)
+        if (c->aux_state[k].bytes)
+            p = put_scalars(p, (const char *)h->aux + c->aux_state[k].offset,
+                            c->aux_state[k].bytes, c->aux_state[k].unit);
     return p;
 }
 
@@ -225,7 +261,8 @@ static kve_status save(const kve_bank *b, uint32_t kind, void *buf, size_t cap, 
     }
     uint8_t *p = buf;
     memcpy(p, magic, sizeof magic);
-    p = put_u32(p + 8, VERSION);
+    const bool v2 = has_methods(c);
+    p = put_u32(p + 8, v2 ? 2 : 1);
     p = put_u32(p, kind);
     p = put_u64(p, need);
     p = put_u64(p, b->n_heads);
@@ -234,11 +271,22 @@ static kve_status save(const kve_bank *b, uint32_t kind, void *buf, size_t cap, 
     uint64_t bits;
     memcpy(&bits, &b->min_share, sizeof bits);
     p = put_u64(p, bits);
-    for (int k = 1; k < N_STORED; k++)
+    for (int k = 1; k < 4; k++) /* score, extra0, extra1 */
         p = put_u32(p, (uint32_t)c->elem[stored[k]]);
     p = put_u32(p, (uint32_t)len);
     memcpy(p, c->spec, len);
     p += len;
+    if (v2) {
+        p = put_u64(p, c->value_dim);
+        p = put_u64(p, c->query_group);
+        p = put_u64(p, c->rope.rotary_dim == KVE_ROPE_UNSET ? UINT64_MAX : c->rope.rotary_dim);
+        memcpy(&bits, &c->rope.base, sizeof bits);
+        p = put_u64(p, bits);
+        p = put_u32(p, (uint32_t)c->rope.pairs);
+        for (int k = 4; k < N_STORED; k++) /* raw, vnorm */
+            p = put_u32(p, (uint32_t)c->elem[stored[k]]);
+        p = put_u32(p, (uint32_t)aux_image_bytes(c));
+    }
     for (size_t h = 0; h < b->n_heads; h++)
         p = put_head(c, &b->heads[h], p);
     put_u64(p, fnv1a(buf, need - CHECKSUM));
@@ -298,6 +346,61 @@ typedef struct header {
     size_t body; /* offset of the first head's record */
 } header;
 
+/* A spec that does not parse: when it names no built-in policy and no
+ * registered score rule, the refusal says the rule must be registered
+ * first (an image names a score rule by its name only). */
+static kve_status unknown_rule(const char *spec, kve_status st)
+{
+    char name[KVE_NAME_MAX];
+    size_t n = strcspn(spec, ":");
+    const kve_policy_type *t = NULL;
+    if (n < sizeof name) {
+        memcpy(name, spec, n);
+        name[n] = '\0';
+        if (!kve__builtin_type(name) && (t = kve__rule_find(name)) == NULL) {
+            char msg[224];
+            snprintf(msg, sizeof msg, "%s", kve_last_error());
+            return kve__fail(st, "image: spec: %s; an image names a score rule: register it "
+                             "(kve_score_rule_register) before loading", msg);
+        }
+        if (t)
+            kve__rule_release(t);
+    }
+    return kve__fail(st, "image: spec: %s", kve_last_error());
+}
+
+/* The header's checks against the parsed spec: canonical, the facts it
+ * needs, the columns and the policy state it lays out. */
+static kve_status check_parsed(const uint8_t *in, const uint8_t *ext, const char *spec,
+                               uint32_t aux, const kve_config *c)
+{
+    if (strcmp(c->spec, spec) != 0)
+        return bad("spec \"%s\" is not canonical (\"%s\")", spec, c->spec);
+    kve_rng any;
+    kve_rng_seed(&any, 0);
+    kve_status st = kve__check_needs(c, &any);
+    if (st != KVE_OK)
+        return kve__fail(st, "image: %s", kve_last_error());
+    static const char *const col_names[N_STORED] = {"pos",    "score", "extra0",
+                                                    "extra1", "raw",   "vnorm"};
+    for (int k = 1; k < N_STORED; k++) { /* raw and vnorm: 0 in version 1 */
+        uint32_t e = k < 4 ? (uint32_t)get_le(in + 56 + 4 * (size_t)(k - 1), 4)
+                     : ext ? (uint32_t)get_le(ext + 36 + 4 * (size_t)(k - 4), 4)
+                           : 0;
+        if (e != c->elem[stored[k]])
+            return bad("column %s holds %lu bytes a slot, but %s's holds %zu", col_names[k],
+                       (unsigned long)e, c->spec, c->elem[stored[k]]);
+    }
+    if (!ext && has_methods(c)) /* what only version 2 can hold */
+        return bad("version 1, but %s with these options needs version 2", c->spec);
+    if (ext && !has_methods(c))
+        return bad("version 2, but %s with these options is an image of version 1", c->spec);
+    if (aux != aux_image_bytes(c))
+        return bad("a head's policy state is %lu bytes, but %s's is %zu", (unsigned long)aux,
+                   c->spec, aux_image_bytes(c));
+    return KVE_OK;
+}
+
 static kve_status read_header(const uint8_t *in, size_t size, uint32_t want, header *hd)
 {
     static const char *const kinds[] = {"", "a policy", "a bank"};
@@ -307,8 +410,8 @@ static kve_status read_header(const uint8_t *in, size_t size, uint32_t want, hea
     if (memcmp(in, magic, sizeof magic) != 0)
         return bad("not a kvevict state image (magic: its first 8 bytes differ)");
     uint32_t version = (uint32_t)get_le(in + 8, 4);
-    if (version != VERSION)
-        return bad("version %lu, but this library (kvevict %s) reads version %d",
+    if (version != 1 && version != 2)
+        return bad("version %lu, but this library (kvevict %s) reads versions 1 to %d",
                    (unsigned long)version, kve_version(), VERSION);
     uint32_t kind = (uint32_t)get_le(in + 12, 4);
     if (kind != KIND_POLICY && kind != KIND_BANK)
@@ -326,55 +429,87 @@ static kve_status read_header(const uint8_t *in, size_t size, uint32_t want, hea
     uint64_t n_heads = get_le(in + 24, 8), key_dim = get_le(in + 32, 8);
     uint64_t share = get_le(in + 40, 8), bits = get_le(in + 48, 8);
     uint32_t len = (uint32_t)get_le(in + 68, 4);
+    const size_t ext_bytes = version == 2 ? METHODS : 0;
     if (len == 0 || len >= KVE_SPEC_MAX || len > size - HEADER - CHECKSUM)
         return bad("spec length %lu is outside 1 .. %d", (unsigned long)len, KVE_SPEC_MAX - 1);
+    if (ext_bytes > size - HEADER - CHECKSUM - len)
+        return bad("version 2, but the %d bytes of its methods' block are cut off", METHODS);
+    const uint8_t *ext = ext_bytes ? in + HEADER + len : NULL;
+    uint64_t value_dim = ext ? get_le(ext, 8) : 0, query_group = ext ? get_le(ext + 8, 8) : 1;
+    uint64_t rotary = ext ? get_le(ext + 16, 8) : UINT64_MAX;
+    uint64_t base_bits = ext ? get_le(ext + 24, 8) : 0x40c3880000000000u; /* 10000.0 */
+    uint32_t pairs = ext ? (uint32_t)get_le(ext + 32, 4) : (uint32_t)KVE_ROPE_ADJACENT;
+    uint32_t aux = ext ? (uint32_t)get_le(ext + 44, 4) : 0;
     char spec[KVE_SPEC_MAX];
     memcpy(spec, in + HEADER, len);
     spec[len] = '\0';
     if (strlen(spec) != len)
         return bad("the spec holds a NUL byte");
-    if (key_dim > KVE_MAX_KEY_DIM)
-        return bad("key_dim %llu is above the largest, %d", (unsigned long long)key_dim,
-                   KVE_MAX_KEY_DIM);
-    kve_config *c = &hd->cfg;
-    kve_status st = kve__config_parse(spec, NULL, NULL, (size_t)key_dim, c);
+    if (key_dim > KVE_MAX_KEY_DIM || value_dim > KVE_MAX_KEY_DIM)
+        return bad("%s %llu is above the largest, %d", key_dim > KVE_MAX_KEY_DIM ? "key_dim" :
+                   "value_dim", (unsigned long long)(key_dim > KVE_MAX_KEY_DIM ? key_dim :
+                   value_dim), KVE_MAX_KEY_DIM);
+    if (query_group == 0 || query_group > KVE_MAX_QUERY_GROUP)
+        return bad("query_group %llu is outside 1 .. %d", (unsigned long long)query_group,
+                   KVE_MAX_QUERY_GROUP);
+    if (rotary != UINT64_MAX && rotary > KVE_MAX_KEY_DIM)
+        return bad("rope.rotary_dim %llu is above key_dim", (unsigned long long)rotary);
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = (size_t)key_dim;
+    o.value_dim = (size_t)value_dim;
+    o.query_group = (size_t)query_group;
+    o.rope.rotary_dim = rotary == UINT64_MAX ? KVE_ROPE_UNSET : (size_t)rotary;
+    memcpy(&o.rope.base, &base_bits, sizeof base_bits);
+    o.rope.pairs = pairs == KVE_ROPE_ADJACENT ? KVE_ROPE_ADJACENT : KVE_ROPE_HALF;
+    if (pairs != KVE_ROPE_ADJACENT && pairs != KVE_ROPE_HALF)
+        return bad("rope.pairs %lu is not a kve_rope_pairs", (unsigned long)pairs);
+    kve_status st = kve__check_facts(&o);
     if (st != KVE_OK)
-        return kve__fail(st, "image: spec: %s", kve_last_error());
-    if (strcmp(c->spec, spec) != 0)
-        return bad("spec \"%s\" is not canonical (\"%s\")", spec, c->spec);
-    if ((c->type->flags & KVE_TYPE_READS_KEYS) && key_dim == 0)
-        return bad("key_dim 0, but %s reads keys", c->type->name);
-    static const char *const col_names[N_STORED] = {"pos", "score", "extra0", "extra1"};
-    for (int k = 1; k < N_STORED; k++) {
-        uint32_t e = (uint32_t)get_le(in + 56 + 4 * (size_t)(k - 1), 4);
-        if (e != c->elem[stored[k]])
-            return bad("column %s holds %lu bytes a slot, but %s's holds %zu", col_names[k],
-                       (unsigned long)e, c->spec, c->elem[stored[k]]);
-    }
-    hd->body = HEADER + len;
+        return kve__fail(st, "image: %s", kve_last_error());
+    kve_config *c = &hd->cfg;
+    if ((st = kve__config_parse(spec, NULL, NULL, &o, c)) != KVE_OK)
+        return unknown_rule(spec, st);
+    /* From here c holds its type (a registered rule: a hold), released on
+     * every refusal. */
+    if ((st = check_parsed(in, ext, spec, aux, c)) != KVE_OK)
+        goto refuse;
+    hd->body = HEADER + len + ext_bytes;
     if (kind == KIND_POLICY && (n_heads != 1 || share != 0 || bits != 0)) {
         double m;
         memcpy(&m, &bits, sizeof m);
-        return bad("a policy's image has 1 head, share 0 and min_share 0, not %llu, %llu and %g",
-                   (unsigned long long)n_heads, (unsigned long long)share, m);
+        st = bad("a policy's image has 1 head, share 0 and min_share 0, not %llu, %llu and %g",
+                 (unsigned long long)n_heads, (unsigned long long)share, m);
+        goto refuse;
     }
-    if (n_heads > (size - CHECKSUM - hd->body) / HEAD)
-        return bad("%llu heads need more than the %zu bytes after the header",
-                   (unsigned long long)n_heads, size - CHECKSUM - hd->body);
+    if (n_heads > (size - CHECKSUM - hd->body) / HEAD) {
+        st = bad("%llu heads need more than the %zu bytes after the header",
+                 (unsigned long long)n_heads, size - CHECKSUM - hd->body);
+        goto refuse;
+    }
     hd->kind = kind;
     hd->n_heads = (size_t)n_heads;
     hd->opt = kve_bank_default_options();
-    hd->opt.key_dim = (size_t)key_dim;
+    hd->opt.key_dim = o.key_dim;
+    hd->opt.value_dim = o.value_dim;
+    hd->opt.query_group = o.query_group;
+    hd->opt.rope = o.rope;
     hd->opt.share = (size_t)share;
     memcpy(&hd->opt.min_share, &bits, sizeof bits);
     if (kind == KIND_BANK) {
-        if (share > n_heads && n_heads) /* so that it is exact as a size_t */
-            return bad("share %llu does not divide n_heads %zu", (unsigned long long)share,
-                       hd->n_heads);
-        if ((st = kve__bank_check_options(c, hd->n_heads, &hd->opt)) != KVE_OK)
-            return kve__fail(st, "image: %s", kve_last_error());
+        if (share > n_heads && n_heads) { /* so that it is exact as a size_t */
+            st = bad("share %llu does not divide n_heads %zu", (unsigned long long)share,
+                     hd->n_heads);
+            goto refuse;
+        }
+        if ((st = kve__bank_check_options(c, hd->n_heads, &hd->opt)) != KVE_OK) {
+            st = kve__fail(st, "image: %s", kve_last_error());
+            goto refuse;
+        }
     }
     return KVE_OK;
+refuse:
+    kve__type_release(c->type);
+    return st;
 }
 
 /* Every head's record fits, and together they end where the checksum
@@ -382,15 +517,16 @@ static kve_status read_header(const uint8_t *in, size_t size, uint32_t want, hea
 static kve_status check_lengths(const uint8_t *in, size_t size, const header *hd)
 {
     const size_t slot = slot_image_bytes(&hd->cfg), end = size - CHECKSUM;
+    const size_t rec = HEAD + aux_image_bytes(&hd->cfg); /* a head's record but its slots */
     size_t off = hd->body;
     for (size_t h = 0; h < hd->n_heads; h++) {
-        if (end - off < HEAD)
+        if (end - off < rec)
             return bad("head %zu: its record is cut off (%zu bytes left)", h, end - off);
         uint64_t n = get_le(in + off, 8);
-        if (n > (end - off - HEAD) / slot)
+        if (n > (end - off - rec) / slot)
             return bad("head %zu: %llu positions need more than the %zu bytes left", h,
-                       (unsigned long long)n, end - off - HEAD);
-        off += HEAD + (size_t)n * slot;
+                       (unsigned long long)n, end - off - rec);
+        off += rec + (size_t)n * slot;
     }
     if (off != end)
         return bad("%zu bytes after the last head, before the checksum", end - off);
@@ -430,6 +566,10 @@ static kve_status read_head(kve_bank *b, size_t head, const uint8_t *in)
         if (c->elem[col])
             in = get_scalars(h->col[col], in, n * c->elem[col], c->unit[col]);
     }
+    for (int k = 0; k < 2; k++)
+        if (c->aux_state[k].bytes)
+            in = get_scalars((char *)h->aux + c->aux_state[k].offset, in, c->aux_state[k].bytes,
+                             c->aux_state[k].unit);
     h->size = n;
     h->last_pos = last;
     h->any_pos = flags & 1;
@@ -444,6 +584,13 @@ static kve_status read_head(kve_bank *b, size_t head, const uint8_t *in)
     if (n && pos[n - 1] > last)
         return bad_head(b, head, "pos[%zu] = %ld is past last_pos %ld", n - 1, (long)pos[n - 1],
                         (long)last);
+    const double *raw = h->col[KVE_COL_RAW], *vnorm = h->col[KVE_COL_VNORM];
+    for (size_t i = 0; c->elem[KVE_COL_VNORM] && i < n; i++)
+        if (!(vnorm[i] >= 0.0 && vnorm[i] <= DBL_MAX))
+            return bad_head(b, head, "vnorm[%zu] = %g is not a value's norm", i, vnorm[i]);
+    for (size_t i = 0; c->elem[KVE_COL_RAW] && i < n; i++)
+        if (!isfinite(raw[i]))
+            return bad_head(b, head, "raw[%zu] is %s", i, isnan(raw[i]) ? "NaN" : "infinite");
     const double *score = h->col[KVE_COL_SCORE];
     for (size_t i = 0; score && i < n; i++) {
         if (!isfinite(score[i]))
@@ -453,7 +600,10 @@ static kve_status read_head(kve_bank *b, size_t head, const uint8_t *in)
                             score[i]);
     }
     char msg[160];
-    if (c->type->check_state && !c->type->check_state(c, h, msg, sizeof msg))
+    kve_head rule_view = *h; /* vnorm=1: the rule's own scores are the raw column */
+    if (c->elem[KVE_COL_RAW])
+        rule_view.col[KVE_COL_SCORE] = rule_view.col[KVE_COL_RAW];
+    if (c->type->check_state && !c->type->check_state(c, &rule_view, msg, sizeof msg))
         return bad_head(b, head, "%s", msg);
     return KVE_OK;
 }
@@ -472,14 +622,14 @@ static size_t grown(size_t cap, size_t n)
  * then each head, checked; *at moves past them. */
 static kve_status read_heads(kve_bank *b, size_t first, size_t count, const uint8_t **at)
 {
-    const size_t slot = slot_image_bytes(&b->cfg);
+    const size_t slot = slot_image_bytes(&b->cfg), aux = aux_image_bytes(&b->cfg);
     const uint8_t *p = *at;
     size_t need = 0;
     for (size_t j = 0; j < count; j++) { /* the sizes first: the layout reads them */
         size_t n = (size_t)get_le(p, 8);
         b->heads[first + j].size = n;
         need += n + 1;
-        p += HEAD + n * slot;
+        p += HEAD + n * slot + aux;
     }
     kve_status st;
     void *block;
@@ -505,7 +655,7 @@ static kve_status read_heads(kve_bank *b, size_t first, size_t count, const uint
         size_t n = (size_t)get_le(p, 8);
         if ((st = read_head(b, first + j, p)) != KVE_OK)
             return st;
-        p += HEAD + n * slot;
+        p += HEAD + n * slot + aux;
     }
     *at = p;
     return KVE_OK;
@@ -552,7 +702,9 @@ static kve_status load(const void *buf, size_t size, uint32_t kind, const void *
     if (!buf)
         return kve__fail(KVE_EINVAL, "buf is NULL");
     kve_status st = read_header(buf, size, kind, hd);
-    return st == KVE_OK ? check_lengths(buf, size, hd) : st;
+    if (st == KVE_OK && (st = check_lengths(buf, size, hd)) != KVE_OK)
+        kve__type_release(hd->cfg.type); /* read_header's hold; build takes it over */
+    return st;
 }
 
 kve_status kve_policy_load(const void *buf, size_t size, const kve_allocator *allocator,

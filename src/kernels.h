@@ -101,6 +101,12 @@ typedef struct kve_rows {
     kve_reduce reduce;
 } kve_rows;
 
+/* The columns a vnorm pass writes besides the rule's own (observe.inc). */
+typedef struct kve_vn_ctx {
+    double *score; /* the score column: raw * vnorm */
+    double *vn;    /* the value norms */
+} kve_vn_ctx;
+
 /* ---- argmin, ties to the lower index ---- */
 
 typedef struct kve_amin {

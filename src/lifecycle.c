@@ -5,10 +5,13 @@
  * Saving and loading are image.c's.
  *
  * A head's state is what its rule reads: the kept positions, the columns in
- * kept order (read through the lazy gap of policy_impl.h), the step
- * counter, the private generator and its seed, the last position, and the
- * victim cached by a step (set only while the gap is closed, so it indexes
- * the dense columns). Where a head's slots are (the slabs, a private block,
+ * kept order (read through the lazy gap of policy_impl.h; the scratch
+ * columns, KVE_COL_SCRATCH and after, are never read across calls and are
+ * not state), the step counter, the private generator and its seed, the
+ * last position, the victim cached by a step (set only while the gap is
+ * closed, so it indexes the dense columns), and the policy's per-head aux
+ * (plain bytes: expected_attention's counters, statistics and query ring;
+ * keydiff's sum, which every step recomputes, goes along at no harm). Where a head's slots are (the slabs, a private block,
  * its part of a group, the sliding offset) and how many it has is storage:
  * any layout that holds the state gives the same victims and scores.
  *
@@ -41,13 +44,13 @@ static void copy_head(const kve_config *c, kve_head *d, const kve_head *s)
         d->offset = 0;
     }
     const size_t n = s->size, g = s->gap < n ? s->gap : n;
-    for (int k = 0; k < KVE_NCOLS; k++) {
+    for (int k = 0; k < KVE_COL_SCRATCH; k++) {
         size_t e = c->elem[k];
         if (!e || k == KVE_COL_MARK)
             continue;
         char *to = d->col[k];
         const char *from = s->col[k];
-        if (k == KVE_COL_POS || g == n) {
+        if (!KVE_COL_LAZY(k) || g == n) {
             memcpy(to, from, n * e);
         } else { /* a lazy column: slot i is at i + (i >= gap) */
             memcpy(to, from, g * e);
@@ -63,6 +66,8 @@ static void copy_head(const kve_config *c, kve_head *d, const kve_head *s)
     d->last_pos = s->last_pos;
     d->any_pos = s->any_pos;
     d->picked = 0;
+    if (c->aux_bytes)
+        memcpy(d->aux, s->aux, c->aux_bytes);
 }
 
 /* Frees every spare block reserve() made (a head's is of src's head's
@@ -141,9 +146,23 @@ static kve_status check_same(const kve_bank *dst, const kve_bank *src)
     if (strcmp(dst->cfg.spec, src->cfg.spec) != 0)
         return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's spec is \"%s\", src's \"%s\"", name,
                          dst->cfg.spec, src->cfg.spec);
-    if (dst->cfg.key_dim != src->cfg.key_dim)
+    const kve_config *a = &dst->cfg, *b = &src->cfg;
+    if (a->key_dim != b->key_dim)
         return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's key_dim is %zu, src's %zu", name,
-                         dst->cfg.key_dim, src->cfg.key_dim);
+                         a->key_dim, b->key_dim);
+    if (a->value_dim != b->value_dim)
+        return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's value_dim is %zu, src's %zu", name,
+                         a->value_dim, b->value_dim);
+    if (a->query_group != b->query_group)
+        return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's query_group is %zu, src's %zu",
+                         name, a->query_group, b->query_group);
+    if (a->rope.rotary_dim != b->rope.rotary_dim || a->rope.pairs != b->rope.pairs ||
+        memcmp(&a->rope.base, &b->rope.base, sizeof a->rope.base) != 0)
+        return kve__fail(KVE_EINVAL,
+                         "%s: cannot copy: dst's rope (rotary_dim %zu, base %g, pairs %d) is not "
+                         "src's (rotary_dim %zu, base %g, pairs %d)",
+                         name, a->rope.rotary_dim, a->rope.base, (int)a->rope.pairs,
+                         b->rope.rotary_dim, b->rope.base, (int)b->rope.pairs);
     if (dst->n_heads != src->n_heads)
         return kve__fail(KVE_EINVAL, "%s: cannot copy: dst has %zu heads, src %zu", name,
                          dst->n_heads, src->n_heads);
@@ -181,6 +200,7 @@ kve_status kve_bank_clone(const kve_bank *b, kve_bank **out)
     kve_rng unused; /* the generators are src's, copied below */
     kve_rng_seed(&unused, 0);
     kve_bank *c = NULL;
+    kve__type_hold(b->cfg.type); /* the clone's own; create releases it on failure */
     kve_status st = kve__bank_create(&b->cfg, b->n_heads, &unused, &o, &b->alloc, &c);
     if (st == KVE_OK && (st = kve__bank_copy_state(c, b)) != KVE_OK)
         kve_bank_free(c);
@@ -196,6 +216,7 @@ kve_status kve_policy_clone(const kve_policy *p, kve_policy **out)
     kve_rng unused;
     kve_rng_seed(&unused, 0);
     kve_policy *c = NULL;
+    kve__type_hold(p->bank.cfg.type);
     kve_status st = kve__policy_create(&p->bank.cfg, &unused, &p->bank.alloc, &c);
     if (st == KVE_OK && (st = kve__bank_copy_state(&c->bank, &p->bank)) != KVE_OK)
         kve_policy_free(c);
@@ -229,7 +250,7 @@ static size_t head_remove(const kve_config *c, kve_head *h, int32_t p0, int32_t 
     size_t i0 = lower_bound(pos, n, p0), i1 = p1 == KVE_POS_END ? n : lower_bound(pos, n, p1);
     if (i1 > i0) {
         kve__close_gap(c, h);
-        for (int k = 0; k < KVE_NCOLS; k++) {
+        for (int k = 0; k < KVE_COL_SCRATCH; k++) {
             size_t e = c->elem[k];
             if (e && k != KVE_COL_MARK) {
                 char *base = h->col[k];
@@ -295,6 +316,8 @@ static void head_reset(const kve_config *c, kve_head *h)
     h->picked = 0;
     if (c->type->flags & KVE_TYPE_NEEDS_RNG)
         kve_rng_seed(&h->rng, h->seed);
+    if (c->aux_bytes) /* as constructed: zero */
+        memset(h->aux, 0, c->aux_bytes);
 }
 
 void kve_bank_reset(kve_bank *b)

@@ -28,11 +28,14 @@ kve_status kve__policy_create(const kve_config *c, kve_rng *rng, const kve_alloc
                               kve_policy **out)
 {
     kve_policy *p = kve__alloc(alloc, sizeof *p);
-    if (!p)
+    if (!p) {
+        kve__type_release(c->type);
         return kve__fail(KVE_ENOMEM, "%s: out of memory for the handle", c->type->name);
+    }
     kve_status st = kve__bank_init(&p->bank, c, alloc, 1, &p->head, NULL, NULL, rng);
     if (st != KVE_OK) {
         kve__dealloc(alloc, p, sizeof *p);
+        kve__type_release(c->type);
         return st;
     }
     p->bank.is_policy = true;
@@ -68,6 +71,17 @@ kve_status kve_policy_step(kve_policy *p, int32_t pos, const float *attn, size_t
     if (!p)
         return kve__fail(KVE_EINVAL, "policy is NULL");
     return kve__policy_step(&p->bank, pos, attn, n, NULL);
+}
+
+kve_status kve_policy_step_data(kve_policy *p, int32_t pos, const kve_step_data *data)
+{
+    if (!p)
+        return kve__fail(KVE_EINVAL, "policy is NULL");
+    const kve_step_data d = data ? *data : kve_step_default_data();
+    if (d.group != 1)
+        return kve__fail(KVE_EINVAL, "%s: group is %zu, but a policy reads one row (a bank "
+                         "reduces groups)", p->bank.cfg.type->name, d.group);
+    return kve__bank_step_data(&p->bank, 0, 1, pos, &d);
 }
 
 kve_status kve_policy_evict(kve_policy *p, size_t budget, int32_t *victims, size_t cap,

@@ -25,15 +25,25 @@
  *   pos     int32_t   kept positions, ascending
  *   score   double    eviction key of the scored family (lowest goes first)
  *   mark    uint8_t   eviction scratch: 1 = chosen as a victim
- *   extra0  extra1    policy-owned (sums, births, vote histories, unit keys)
+ *   extra0  extra1    policy-owned (sums, births, vote histories, unit keys,
+ *                     a score rule's state)
+ *   raw     double    vnorm=1: the rule's own score (score = raw * vnorm)
+ *   vnorm   double    ||v|| of the position's value (vnorm=1, score rules
+ *                     that read it)
+ *   scratch           per-step scratch of a policy (expected_attention's
+ *                     logits, a score rule's output buffers): never read
+ *                     across calls, so never closed up
+ *   row     float     a score rule's reduced attention row (scratch too)
  * Columns a policy does not use have elem 0 and cost nothing. A policy may
- * also own aux_bytes of scratch per head (keydiff's sum of unit keys), one
- * slab for every head, allocated with the bank and never moved.
+ * also own aux_bytes of scratch per head (keydiff's sum of unit keys,
+ * expected_attention's query buffer and statistics), one slab for every
+ * head, allocated with the bank and never moved; it holds plain bytes (no
+ * pointers), so it can be copied as it is.
  *
  * Lazy compaction. Removing a single victim at index g closes the hole in
  * pos at once (positions stay a plain array for kve_*_positions) but leaves
- * it open in the lazy columns (score, extra0, extra1): they then hold n + 1
- * entries, entry g stale, and gap = g. The next observe pass reads slot i
+ * it open in the lazy columns (score, extra0, extra1, raw, vnorm): they then
+ * hold n + 1 entries, entry g stale, and gap = g. The next observe pass reads slot i
  * from i + (i >= g) and writes it to i, so the hole closes inside the pass
  * that updates the scores anyway; anything else that reads the lazy columns
  * first closes it with kve__close_gap.
@@ -67,9 +77,30 @@ typedef struct kve_params {
     double decay;         /* h2o_decay: forgetting factor per observed step */
     size_t block;         /* pages of `block` aligned positions, evicted whole (1: none) */
     size_t block_mean;    /* 1: a page scores the mean of its slots, 0: their sum */
+    size_t vnorm;         /* 1: score * ||v|| (the scored policies, kvevict.h) */
+    /* expected_attention (policies/expected_attention.c) */
+    size_t n_future;      /* n_future_positions: the rotation averaged over them */
+    size_t covariance;    /* use_covariance */
+    double epsilon;       /* added to the score before the value norm */
+    size_t interval;      /* steps between rescorings */
+    size_t n_queries;     /* queries of the statistics (the newest steps) */
 } kve_params;
 
-enum { KVE_COL_POS, KVE_COL_SCORE, KVE_COL_MARK, KVE_COL_EXTRA0, KVE_COL_EXTRA1, KVE_NCOLS };
+enum {
+    KVE_COL_POS,
+    KVE_COL_SCORE,
+    KVE_COL_MARK,
+    KVE_COL_EXTRA0,
+    KVE_COL_EXTRA1,
+    KVE_COL_RAW,
+    KVE_COL_VNORM,
+    KVE_COL_SCRATCH,
+    KVE_COL_ROW,
+    KVE_NCOLS
+};
+
+/* Whether column k is lazy: closed up at the next pass (see the top). */
+#define KVE_COL_LAZY(k) ((k) != KVE_COL_POS && (k) != KVE_COL_MARK && (k) < KVE_COL_SCRATCH)
 
 typedef struct kve_policy_type kve_policy_type;
 typedef struct kve_config kve_config;
@@ -85,11 +116,34 @@ typedef struct kve_head kve_head;
 typedef size_t (*kve_observe_fn)(const kve_config *c, kve_head *h, const kve_rows *in,
                                  size_t limit);
 
+/* A score rule's passes: the plain one and the one of vnorm=1 (which keeps
+ * the rule's score in the raw column and stores raw * vnorm as the score). */
+typedef struct kve_lane {
+    kve_observe_fn fn[KVE_ISA_COUNT];
+    kve_observe_fn vn[KVE_ISA_COUNT];
+} kve_lane;
+
 #if KVE_X86
 #define KVE_OBSERVE_TABLE(P) {P##_observe_kv1, P##_observe_kv4, P##_observe_kv8}
+#define KVE_OBSERVE_VN_TABLE(P) {P##_observe_vn_kv1, P##_observe_vn_kv4, P##_observe_vn_kv8}
 #else
 #define KVE_OBSERVE_TABLE(P) {P##_observe_kv1, P##_observe_kv1, P##_observe_kv1}
+#define KVE_OBSERVE_VN_TABLE(P) {P##_observe_vn_kv1, P##_observe_vn_kv1, P##_observe_vn_kv1}
 #endif
+/* The kve_lane of the rule observe.inc built with prefix P. */
+#define KVE_LANE(P) {KVE_OBSERVE_TABLE(P), KVE_OBSERVE_VN_TABLE(P)}
+
+/* What a step hands one head besides attention (bank.c, from kve_step_data):
+ * each pointer validated (finite) or NULL. */
+typedef struct kve_head_in {
+    int32_t pos;           /* the position being admitted */
+    const float *key;      /* (key_dim) or NULL */
+    const float *queries;  /* (query_group, ld_queries) or NULL */
+    size_t ld_queries;
+    const float *value;    /* (value_dim) or NULL */
+    double vnorm;          /* ||value|| when the policy keeps a vnorm column, else 0 */
+    unsigned flags;        /* KVE_STEP_* */
+} kve_head_in;
 
 /* Everything parsed from the spec, and the construction options; shared by
  * every head of a bank. */
@@ -99,13 +153,24 @@ struct kve_config {
     char spec[KVE_SPEC_MAX]; /* canonical spec */
     size_t key_dim;          /* d: floats of every key a step carries; 0 = none */
     bool unchecked;          /* steps skip the validation of attention weights */
+    size_t value_dim;        /* floats of every value a step carries; 0 = none */
+    size_t query_group;      /* G: queries a step carries per KV head (>= 1) */
+    kve_rope rope;           /* the model's rotary embedding (kvevict.h) */
+    kve_reads reads;         /* what a step must carry (the type's and the spec's) */
     size_t elem[KVE_NCOLS];  /* bytes per slot of each column; 0 = not stored */
     size_t unit[KVE_NCOLS];  /* bytes of one scalar of each column (1, 2, 4 or 8; a slot
                                 holds elem / unit of them): how an image writes it */
     size_t slot_bytes;       /* sum of elem[] */
     size_t aux_bytes;        /* per-head scratch of the policy; 0 = none */
+    struct {                 /* the parts of aux that are state (an image writes them, in
+                                order): `bytes` bytes at `offset`, scalars of `unit` bytes
+                                (1, 2, 4 or 8); bytes 0 = none (keydiff's sum is not) */
+        size_t offset, bytes, unit;
+    } aux_state[2];
     size_t cap0;             /* S0: slots per head at construction */
-    const kve_observe_fn *observe; /* (KVE_ISA_COUNT) the attention rule; NULL if it reads none */
+    const kve_lane *lane;    /* the attention rule's passes (the type's, or init's
+                                choice); NULL if it reads no attention */
+    const kve_observe_fn *observe; /* (KVE_ISA_COUNT) lane->fn or, vnorm=1, lane->vn */
     /* The eviction: the type's, or the page eviction when block > 1 (which
      * removes at least n_evict positions, in whole pages, and returns how
      * many); NULL: the marked path (select, then compaction). */
@@ -173,7 +238,9 @@ enum {
     KVE_TYPE_NEEDS_RNG = 4u,    /* refuses a NULL rng */
     KVE_TYPE_NEVER_EVICTS = 8u, /* evict always reports 0 victims */
     KVE_TYPE_READS_KEYS = 16u,  /* scored from keys (step_keys), not attention */
-    KVE_TYPE_ATTN_SCORE = 32u   /* the score is attention received: prefill seeds it */
+    KVE_TYPE_ATTN_SCORE = 32u,  /* the score is attention received: prefill seeds it */
+    KVE_TYPE_READS_QUERIES = 64u, /* step_keys reads the queries too */
+    KVE_TYPE_VNORM = 128u       /* takes the spec key vnorm (reads values when it is 1) */
 };
 
 /* KVE_READS_* of a type (kvevict.h). */
@@ -191,19 +258,35 @@ struct kve_policy_type {
      * budget). */
     kve_status (*init)(kve_config *c);
 
-    /* Score update of the scored family, per instruction set (the config's
-     * default; init may choose another rule). Empty for the policies that do
-     * not read attention. */
-    kve_observe_fn observe[KVE_ISA_COUNT];
+    /* Score update of the scored family, per instruction set, plain and
+     * with vnorm (the config's default; init may choose another rule). NULL
+     * for the policies that do not read attention. */
+    const kve_lane *lane;
 
     /* The step of a policy that reads keys (KVE_TYPE_READS_KEYS), called
-     * before position n = h->size is admitted, with its key (key_dim floats,
-     * validated: finite): closes h's gap, writes slot n's score and policy
-     * columns, updates the other scores as the rule says, and returns the
-     * lowest index of the lowest score among [0, limit), limit <= n + 1 (the
-     * newcomer is slot n), KVE_NONE when limit is 0. */
-    size_t (*step_keys)(const kve_config *c, kve_head *h, const float *key, size_t limit,
+     * before position n = h->size is admitted, with its key (in->key,
+     * key_dim floats, validated: finite) and what else the step carries
+     * (queries and the value's norm, validated when the policy reads them):
+     * closes h's gap, writes slot n's score and policy columns, updates the
+     * other scores as the rule says, and returns the lowest index of the
+     * lowest score among [0, limit), limit <= n + 1 (the newcomer is slot n),
+     * KVE_NONE when limit is 0. The bank stores slot n's vnorm column
+     * afterwards. */
+    size_t (*step_keys)(const kve_config *c, kve_head *h, const kve_head_in *in, size_t limit,
                         kve_isa isa);
+
+    /* For a rule whose update can fail (a score rule): called for every head
+     * of a step's range with attention, after validation and growth and
+     * before any head is stepped; computes the head's new scores into its
+     * scratch columns, which observe then commits. On a status other than
+     * KVE_OK the step is refused (the message set, naming `head` unless it
+     * is KVE_NONE: a policy), every head unchanged. NULL: the rule cannot
+     * fail. */
+    kve_status (*prepare)(const kve_config *c, kve_head *h, const kve_rows *in, size_t head);
+
+    /* The registry's data of a type registered at run time (a score rule);
+     * NULL for the built-in types. */
+    const void *data;
 
     /* Initial per-slot state of the position just stored at index i (pos,
      * score = 0 and mark = 0 are already set). NULL: nothing more. */
@@ -255,9 +338,9 @@ KVE_ALWAYS_INLINE void kve__score_prep(kve_score_ctx *x, const kve_config *c, kv
 
 /* Param defs shared by the policy tables, so keys, ranges and docs are
  * spelled once. Every table starts with KVE_DEF_BUDGET (KVE_MAX_BUDGET is
- * public, in kvevict.h); the scored tables end with KVE_DEF_PAGES, window and
- * streaming with KVE_DEF_BLOCK. Both keys are spelled in a canonical spec
- * only when set (KVE_PARAM_OMIT_DEFAULT). */
+ * public, in kvevict.h); the scored tables end with KVE_DEF_PAGES and
+ * KVE_DEF_VNORM, window and streaming with KVE_DEF_BLOCK. These keys are
+ * spelled in a canonical spec only when set (KVE_PARAM_OMIT_DEFAULT). */
 #define KVE_DEF_SIZE(key_, def_, lo_, hi_, field_, doc_) \
     {.key = (key_), .kind = KVE_PARAM_SIZE, .idefault = (def_), .imin = (lo_), .imax = (hi_), \
      .offset = offsetof(kve_params, field_), .doc = (doc_)}
@@ -275,19 +358,46 @@ KVE_ALWAYS_INLINE void kve__score_prep(kve_score_ctx *x, const kve_config *c, kv
     {.key = "block_mean", .kind = KVE_PARAM_SIZE, .idefault = 0, .imin = 0, .imax = 1, \
      .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, block_mean), \
      .doc = "1: a page scores the mean of its positions' scores, 0: their sum"}
+#define KVE_DEF_VNORM \
+    {.key = "vnorm", .kind = KVE_PARAM_SIZE, .idefault = 0, .imin = 0, .imax = 1, \
+     .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, vnorm), \
+     .doc = "1: the score times the norm of the position's value"}
 
-/* The registry (registry.c). */
+/* The registry (registry.c): the built-in types, then the score rules
+ * registered at run time (rules.c). kve__policy_type_find returns the type
+ * of `name` holding it: a registered rule cannot be unregistered until
+ * kve__type_release; NULL (no hold) for an unknown name. Holds of a built-in
+ * type cost nothing. */
 const kve_policy_type *kve__policy_type_find(const char *name);
+void kve__type_release(const kve_policy_type *t);
+/* Another hold of t (a config copied into a new object). */
+void kve__type_hold(const kve_policy_type *t);
+/* The built-in type of `name` (no hold needed), or NULL. */
+const kve_policy_type *kve__builtin_type(const char *name);
+/* rules.c: the registered type of `name` with a hold, NULL if none; the
+ * release of such a hold, another one; whether the rule reads ||v||. */
+const kve_policy_type *kve__rule_find(const char *name);
+void kve__rule_release(const kve_policy_type *t);
+void kve__rule_hold(const kve_policy_type *t);
+bool kve__rule_reads_values(const kve_policy_type *t);
 
 /* Configuration (config.c): parses `spec` (with `key` set to `value` when key
- * is not NULL) into *c for keys of key_dim floats, runs the type's checks and
- * sets the column layout. */
+ * is not NULL) into *c for the model facts of `o` (NULL: the defaults, no
+ * keys), runs the type's checks and sets the column layout. On success c
+ * holds its type (kve__type_release(c->type) when c is dropped without an
+ * object taking it over); on failure it holds nothing. */
 kve_status kve__config_parse(const char *spec, const char *key, const char *value,
-                             size_t key_dim, kve_config *c);
+                             const kve_policy_options *o, kve_config *c);
 /* What every constructor checks first: `out` (the caller's out argument) is
  * not NULL, the options are valid (NULL: the defaults), the spec parses, a
- * policy that draws has a generator and one that reads keys has a key
- * dimension. */
+ * policy that draws has a generator and one that reads keys, queries or
+ * values has their dimensions. On success c holds its type (the object
+ * built from it releases it when freed). */
+/* Its two halves, for image.c: the options' model facts (value_dim,
+ * query_group, rope; key_dim is the caller's), and what a parsed config
+ * needs of them and of rng to be stepped at all. */
+kve_status kve__check_facts(const kve_policy_options *o);
+kve_status kve__check_needs(const kve_config *c, const kve_rng *rng);
 kve_status kve__config_new(const char *spec, const kve_rng *rng,
                            const kve_policy_options *options, const void *out, kve_config *c);
 
@@ -295,7 +405,10 @@ kve_status kve__config_new(const char *spec, const kve_rng *rng,
  * heads from a parsed config and options that passed kve__bank_check_options
  * (share, min_share), through alloc (a resolved copy, kve__allocator); it is
  * kve_bank_new_ex past its checks, and kve__policy_create (policy.c) is
- * kve_policy_new_ex's. On failure *out and rng are untouched. */
+ * kve_policy_new_ex's. Both take over the caller's hold of c->type
+ * (kve__config_parse's, or kve__type_hold's): the object owns it on
+ * success, and it is released on failure. On failure *out and rng are
+ * untouched. */
 kve_status kve__bank_check_options(const kve_config *c, size_t n_heads,
                                    const kve_bank_options *o);
 kve_status kve__bank_create(const kve_config *c, size_t n_heads, kve_rng *rng,
@@ -366,8 +479,12 @@ kve_status kve__bank_evict_shared(kve_bank *b, size_t first, size_t count, size_
 /* The checked halves of a step and an evict on heads [first, first + count),
  * once the bank API has checked its own arguments; and the same for the one
  * head of a policy (b = &p->bank; the message names the capacity "cap"),
- * the same code compiled for one head: the policy API's whole step is
- * kve__policy_step. */
+ * the same code compiled for one head: the policy API's plain step is
+ * kve__policy_step. kve__bank_step_data is the step with queries, values
+ * and flags (kve_bank_step_data, kve_policy_step_data); kve__bank_step the
+ * one of kve_bank_step_range, without them. */
+kve_status kve__bank_step_data(kve_bank *b, size_t first, size_t count, int32_t pos,
+                               const kve_step_data *d);
 kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
                           const float *attn, size_t ld, size_t group, kve_reduce reduce,
                           const float *keys, size_t ld_keys);

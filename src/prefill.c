@@ -1,24 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * prefill.c - compressing a prompt to the budget before decoding
- * (kvevict.h, "Prefill compression"): H2O's prompt scores and SnapKV.
+ * (kvevict.h, "Prefill compression"): H2O's prompt scores, SnapKV and
+ * KVzip.
  *
  * Legend: n prompt positions (0 .. n-1), r rows read (n for H2O, min(w, n)
- * for SnapKV), R = group query heads a KV head, w the observation window,
- * k the pooling kernel (odd), B the budget.
+ * for SnapKV, options.queries for KVzip), R = group query heads a KV head,
+ * w the observation window, k the pooling kernel (odd), B the budget, s
+ * KVzip's sinks.
  *   rows   (R, r, ld)  query head g's row j: the weights of query
- *                      t = n - r + j over keys 0 .. t (past t never read)
+ *                      t = n - r + j over keys 0 .. t (past t never read);
+ *                      KVzip: reconstruction query j's over keys 0 .. n-1
  *   col    (n)         col[i] = sum over rows j, in row order, of the row's
  *                      weight on i reduced over the group (kve_rows: the
- *                      bank's reduction, float32), in double
- *   score  (n)         what ranks i: H2O col[i]; SnapKV, before the window
- *                      (i < n - w), the pooling of col over [i - k/2, i + k/2]
- *                      clipped to [0, n - w) (max, or the sum divided by k);
- *                      inside the window col[i]
+ *                      bank's reduction, float32), in double; KVzip: the
+ *                      largest of those reduced weights (exact)
+ *   score  (n)         what ranks i: H2O and KVzip col[i]; SnapKV, before
+ *                      the window (i < n - w), the pooling of col over
+ *                      [i - k/2, i + k/2] clipped to [0, n - w) (max, or the
+ *                      sum divided by k); inside the window col[i]
  * Selection: when n > B, the `protect` newest positions (H2O: the policy's
- * recent_window; SnapKV: the window) are kept, and of the others the B -
- * protect of highest score, ties to the lower position (kve__top_k, the
- * harness's own top-k selection).
+ * recent_window; SnapKV: the window) or, KVzip, the first min(s, n) are
+ * kept, and of the others the B - protect of highest score, ties to the
+ * lower position (kve__top_k, the harness's own top-k selection).
  *
  * Invariants: every argument, every weight that is read and every head is
  * checked before any head changes; a head is written only when the whole
@@ -37,7 +41,8 @@
 kve_prefill_options kve_prefill_default_options(void)
 {
     kve_prefill_options o = {.method = KVE_PREFILL_H2O, .window = 32, .kernel = 5,
-                             .pool = KVE_POOL_MAX, .allocator = NULL};
+                             .pool = KVE_POOL_MAX, .allocator = NULL, .queries = 1, .sinks = 4,
+                             .values = NULL, .ld_values = 0};
     return o;
 }
 
@@ -45,16 +50,27 @@ size_t kve_prefill_rows(size_t n, const kve_prefill_options *options)
 {
     if (options && options->method == KVE_PREFILL_SNAPKV)
         return options->window < n ? options->window : n;
+    if (options && options->method == KVE_PREFILL_KVZIP)
+        return options->queries;
     return n;
+}
+
+/* The last key row j of r reads. */
+static size_t last_key(const kve_prefill_options *p, size_t n, size_t r, size_t j)
+{
+    return p->method == KVE_PREFILL_KVZIP ? n - 1 : n - r + j;
 }
 
 /* The checks every entry point shares. */
 static kve_status check_params(const kve_prefill_options *p, size_t n, size_t ld, size_t group,
                                kve_reduce reduce)
 {
-    if (p->method != KVE_PREFILL_H2O && p->method != KVE_PREFILL_SNAPKV)
+    if (p->method != KVE_PREFILL_H2O && p->method != KVE_PREFILL_SNAPKV &&
+        p->method != KVE_PREFILL_KVZIP)
         return kve__fail(KVE_EINVAL, "prefill: method %d is not a kve_prefill_method",
                          (int)p->method);
+    if (p->method == KVE_PREFILL_KVZIP && p->queries == 0)
+        return kve__fail(KVE_EINVAL, "prefill: kvzip: queries must be at least 1");
     if (p->method == KVE_PREFILL_SNAPKV) {
         if (p->window == 0)
             return kve__fail(KVE_EINVAL, "prefill: snapkv: window must be at least 1");
@@ -81,11 +97,11 @@ static kve_status check_params(const kve_prefill_options *p, size_t n, size_t ld
 
 /* Validates the weights one KV head's rows hold over [0, t] (and, with
  * reduce = sum, their reduced sums); `label` names the head in messages. */
-static kve_status check_rows(const float *rows, size_t n, size_t r, size_t ld, size_t group,
-                             kve_reduce reduce, const char *label)
+static kve_status check_rows(const kve_prefill_options *p, const float *rows, size_t n, size_t r,
+                             size_t ld, size_t group, kve_reduce reduce, const char *label)
 {
     for (size_t j = 0; j < r; j++) {
-        size_t t = n - r + j;
+        size_t t = last_key(p, n, r, j);
         for (size_t g = 0; g < group; g++) {
             kve_rows in = {rows + (g * r + j) * ld, ld, 1, reduce};
             size_t q, i;
@@ -134,6 +150,16 @@ static void head_scores(const kve_prefill_options *p, size_t n, const float *row
     const size_t r = kve_prefill_rows(n, p);
     for (size_t i = 0; i < n; i++)
         col[i] = 0.0;
+    if (p->method == KVE_PREFILL_KVZIP) {
+        /* the largest weight of any row; weights are >= 0, so 0 is its floor */
+        for (size_t j = 0; j < r; j++)
+            for (size_t i = 0; i < n; i++) {
+                double a = (double)reduced(rows, r, ld, group, reduce, j, i);
+                col[i] = a > col[i] ? a : col[i];
+            }
+        memcpy(score, col, n * sizeof *score);
+        return;
+    }
     for (size_t j = 0; j < r; j++) {
         size_t t = n - r + j;
         for (size_t i = 0; i <= t; i++)
@@ -165,7 +191,7 @@ kve_status kve_prefill_scores(size_t n, const float *rows, size_t ld, size_t gro
         return st;
     if (!rows || !scores)
         return kve__fail(KVE_EINVAL, "prefill: %s is NULL", !rows ? "rows" : "scores");
-    if ((st = check_rows(rows, n, kve_prefill_rows(n, &o), ld, group, reduce, "")) != KVE_OK)
+    if ((st = check_rows(&o, rows, n, kve_prefill_rows(n, &o), ld, group, reduce, "")) != KVE_OK)
         return st;
     const kve_allocator alloc = kve__allocator(o.allocator);
     double *col = kve__alloc(&alloc, n * sizeof *col);
@@ -173,6 +199,36 @@ kve_status kve_prefill_scores(size_t n, const float *rows, size_t ld, size_t gro
         return kve__fail(KVE_ENOMEM, "prefill: out of memory for %zu column sums", n);
     head_scores(&o, n, rows, ld, group, reduce, col, scores);
     kve__dealloc(&alloc, col, n * sizeof *col);
+    return KVE_OK;
+}
+
+/* The prompt's values for a policy with a vnorm column: present, far enough
+ * apart, finite. */
+static kve_status check_values(const kve_bank *b, size_t first, size_t count, size_t n,
+                               const kve_prefill_options *p)
+{
+    const kve_config *c = &b->cfg;
+    const char *name = c->type->name;
+    if (!count)
+        return KVE_OK;
+    if (!p->values)
+        return kve__fail(KVE_EINVAL, "%s: prefill: the policy reads values (vnorm), but "
+                         "options.values is NULL", name);
+    if (p->ld_values < c->value_dim)
+        return kve__fail(KVE_EINVAL, "%s: prefill: ld_values %zu is smaller than value_dim %zu",
+                         name, p->ld_values, c->value_dim);
+    if (p->ld_values > SIZE_MAX / sizeof(float) / n / count)
+        return kve__fail(KVE_EINVAL, "%s: prefill: %zu values of ld_values %zu overflow the "
+                         "address space", name, count * n, p->ld_values);
+    for (size_t j = 0; j < count; j++)
+        for (size_t i = 0; i < n; i++) {
+            const float *v = p->values + (j * n + i) * p->ld_values;
+            size_t k = kve__key_invalid(v, c->value_dim);
+            if (k != c->value_dim)
+                return kve__fail(KVE_EINVAL, "%s: prefill: head %zu: the value of position %zu: "
+                                 "value[%zu] = %g is %s", name, first + j, i, k, (double)v[k],
+                                 isnan(v[k]) ? "NaN" : "infinite");
+        }
     return KVE_OK;
 }
 
@@ -190,19 +246,31 @@ static void select_top(const double *score, size_t m, size_t want, kve__top_entr
 
 /* Installs the kept positions in an empty head: pos, the policy's own
  * admission of each slot, and the score: the column sum for a policy whose
- * score is attention received (h2o, h2o_decay, tova), else 0, as admitted
- * (scissorhands counts votes, h2o_mean derives it from its own columns). */
+ * score is attention received (h2o, h2o_decay, tova) after H2O or SnapKV,
+ * else 0, as admitted (scissorhands counts votes, h2o_mean derives it from
+ * its own columns, KVzip's rows are no attention the sequence paid). With a
+ * vnorm column, the norms of the kept positions' values (values: n of them,
+ * ld apart) and score = raw * vnorm. */
 static void install(const kve_config *c, kve_head *h, const unsigned char *keep, size_t n,
-                    const double *col)
+                    const double *col, kve_prefill_method method, const float *values,
+                    size_t ld_values)
 {
     int32_t *pos = h->col[KVE_COL_POS];
     double *score = h->col[KVE_COL_SCORE];
+    double *raw = h->col[KVE_COL_RAW], *norm = h->col[KVE_COL_VNORM];
+    const bool seeded = (c->type->flags & KVE_TYPE_ATTN_SCORE) && method != KVE_PREFILL_KVZIP;
     size_t w = 0;
     for (size_t i = 0; i < n; i++) {
         if (!keep[i])
             continue;
         pos[w] = (int32_t)i;
-        score[w] = c->type->flags & KVE_TYPE_ATTN_SCORE ? col[i] : 0.0;
+        score[w] = seeded ? col[i] : 0.0;
+        if (norm)
+            norm[w] = kve__key_norm(values + i * ld_values, c->value_dim);
+        if (raw) {
+            raw[w] = score[w];
+            score[w] = raw[w] * norm[w];
+        }
         if (c->type->admit)
             c->type->admit(c, h, w);
         w++;
@@ -239,16 +307,23 @@ kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count, size_t n, s
                              : "evict this one instead");
     const size_t rw = c->params.recent_window;
     const size_t r = kve_prefill_rows(n, params);
-    const size_t protect = params->method == KVE_PREFILL_SNAPKV ? params->window : rw;
+    const kve_prefill_method method = params->method;
+    const size_t protect = method == KVE_PREFILL_SNAPKV ? params->window
+                           : method == KVE_PREFILL_KVZIP ? params->sinks
+                                                         : rw;
     if (budget == 0 || budget > c->params.budget)
         return kve__fail(KVE_EINVAL, "%s: prefill budget %zu is not in 1 .. %zu (the bank's "
                          "budget)", name, budget, c->params.budget);
     if (protect && budget <= protect)
         return kve__fail(KVE_EINVAL, "%s: prefill budget %zu must be greater than %s %zu", name,
-                         budget, params->method == KVE_PREFILL_SNAPKV ? "window" : "recent_window",
+                         budget, method == KVE_PREFILL_SNAPKV  ? "window"
+                                 : method == KVE_PREFILL_KVZIP ? "sinks"
+                                                               : "recent_window",
                          protect);
     if (count && !rows)
         return kve__fail(KVE_EINVAL, "%s: prefill: rows is NULL", name);
+    if (c->elem[KVE_COL_VNORM] && (st = check_values(b, first, count, n, params)) != KVE_OK)
+        return st;
     for (size_t j = 0; j < count; j++) {
         const kve_head *h = &b->heads[first + j];
         if (h->size || h->any_pos)
@@ -259,7 +334,7 @@ kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count, size_t n, s
     for (size_t j = 0; j < count; j++) {
         char label[32];
         snprintf(label, sizeof label, "head %zu: ", first + j);
-        st = check_rows(rows + j * group * r * ld, n, r, ld, group, reduce, label);
+        st = check_rows(params, rows + j * group * r * ld, n, r, ld, group, reduce, label);
         if (st != KVE_OK)
             return st;
     }
@@ -280,12 +355,18 @@ kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count, size_t n, s
         head_scores(params, n, rows + j * group * r * ld, ld, group, reduce, col, score);
         if (n <= budget) {
             memset(keep, 1, n);
+        } else if (method == KVE_PREFILL_KVZIP) { /* the first `protect` (< budget < n) */
+            memset(keep, 1, protect);
+            memset(keep + protect, 0, n - protect);
+            select_top(score + protect, n - protect, want, heap, keep + protect);
         } else {
             memset(keep, 0, n);
             memset(keep + (n - protect), 1, protect);
             select_top(score, n - protect, want, heap, keep);
         }
-        install(c, h, keep, n, col);
+        install(c, h, keep, n, col, method,
+                params->values ? params->values + j * n * params->ld_values : NULL,
+                params->ld_values);
     }
     kve__dealloc(&alloc, scratch, bytes);
     return KVE_OK;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * registry.c - the fixed, ordered list of policies: policies/list.h, one
- * line a policy, expanded into the table below (its order is the order of
- * every table the tools print).
+ * registry.c - the fixed, ordered list of built-in policies: policies/list.h,
+ * one line a policy, expanded into the table below (its order is the order
+ * of every table the tools print); then, for a name not among them, the
+ * score rules registered at run time (rules.c). A type found is held until
+ * released: a no-op for a built-in one, a count for a registered rule.
  */
 #include "policy_impl.h"
 
@@ -16,12 +18,30 @@ static const kve_policy_type *const types[] = {
 
 enum { N_TYPES = sizeof types / sizeof types[0] };
 
-const kve_policy_type *kve__policy_type_find(const char *name)
+const kve_policy_type *kve__builtin_type(const char *name)
 {
     for (size_t i = 0; i < N_TYPES; i++)
         if (strcmp(types[i]->name, name) == 0)
             return types[i];
     return NULL;
+}
+
+const kve_policy_type *kve__policy_type_find(const char *name)
+{
+    const kve_policy_type *t = kve__builtin_type(name);
+    return t ? t : kve__rule_find(name);
+}
+
+void kve__type_release(const kve_policy_type *t)
+{
+    if (t && t->data)
+        kve__rule_release(t);
+}
+
+void kve__type_hold(const kve_policy_type *t)
+{
+    if (t && t->data)
+        kve__rule_hold(t);
 }
 
 size_t kve_policy_type_count(void)

@@ -24,8 +24,6 @@
 
 #include <string.h>
 
-static const int lazy_cols[] = {KVE_COL_SCORE, KVE_COL_EXTRA0, KVE_COL_EXTRA1};
-
 kve_status kve__check_recent_window(kve_config *c)
 {
     if (c->params.recent_window >= c->params.budget)
@@ -39,10 +37,10 @@ void kve__close_gap(const kve_config *c, kve_head *h)
     size_t g = h->gap;
     if (g == KVE_NONE)
         return;
-    for (size_t k = 0; k < sizeof lazy_cols / sizeof lazy_cols[0]; k++) {
-        size_t e = c->elem[lazy_cols[k]];
-        if (e) {
-            char *base = h->col[lazy_cols[k]];
+    for (int k = 0; k < KVE_NCOLS; k++) {
+        size_t e = c->elem[k];
+        if (e && KVE_COL_LAZY(k)) {
+            char *base = h->col[k];
             memmove(base + g * e, base + (g + 1) * e, (h->size - g) * e);
         }
     }
@@ -59,10 +57,10 @@ size_t kve__align_gap(const kve_config *c, kve_head *h, size_t w)
         kve__close_gap(c, h);
         return n;
     }
-    for (size_t k = 0; k < sizeof lazy_cols / sizeof lazy_cols[0]; k++) {
-        size_t e = c->elem[lazy_cols[k]];
-        if (e) {
-            char *base = h->col[lazy_cols[k]];
+    for (int k = 0; k < KVE_NCOLS; k++) {
+        size_t e = c->elem[k];
+        if (e && KVE_COL_LAZY(k)) {
+            char *base = h->col[k];
             memmove(base + g * e, base + (g + 1) * e, (to - g) * e);
         }
     }
@@ -73,9 +71,9 @@ size_t kve__align_gap(const kve_config *c, kve_head *h, size_t w)
 size_t kve__scored_scan(const kve_config *c, kve_head *h, size_t limit)
 {
     size_t n = h->size, g = h->gap < n ? h->gap : n;
-    for (int k = KVE_COL_EXTRA0; k <= KVE_COL_EXTRA1 && g < n; k++) {
+    for (int k = 0; k < KVE_NCOLS && g < n; k++) {
         size_t e = c->elem[k];
-        if (e) {
+        if (e && KVE_COL_LAZY(k) && k != KVE_COL_SCORE) {
             char *base = h->col[k];
             memmove(base + g * e, base + (g + 1) * e, (n - g) * e);
         }

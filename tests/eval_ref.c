@@ -257,10 +257,12 @@ static int cmd_layout(void)
 {
     printf("{\"kve_rng\": %zu, \"kve_eval_job\": %zu, \"kve_eval_result\": %zu, "
            "\"kve_eval_options\": %zu, \"kve_bank_options\": %zu, \"kve_policy_options\": %zu, "
-           "\"kve_trace_options\": %zu, \"kve_allocator\": %zu",
+           "\"kve_trace_options\": %zu, \"kve_allocator\": %zu, \"kve_rope\": %zu, "
+           "\"kve_step_data\": %zu, \"kve_score_step\": %zu, \"kve_score_rule\": %zu",
            sizeof(kve_rng), sizeof(kve_eval_job), sizeof(kve_eval_result),
            sizeof(kve_eval_options), sizeof(kve_bank_options), sizeof(kve_policy_options),
-           sizeof(kve_trace_options), sizeof(kve_allocator));
+           sizeof(kve_trace_options), sizeof(kve_allocator), sizeof(kve_rope),
+           sizeof(kve_step_data), sizeof(kve_score_step), sizeof(kve_score_rule));
     FIELD(kve_eval_job, spec);
     FIELD(kve_eval_job, budget);
     FIELD(kve_eval_result, spec);
@@ -287,10 +289,47 @@ static int cmd_layout(void)
     FIELD(kve_bank_options, key_dim);
     FIELD(kve_bank_options, share);
     FIELD(kve_bank_options, min_share);
+    FIELD(kve_bank_options, value_dim);
+    FIELD(kve_bank_options, query_group);
+    FIELD(kve_bank_options, rope);
     FIELD(kve_bank_options, unchecked);
     FIELD(kve_policy_options, allocator);
     FIELD(kve_policy_options, key_dim);
+    FIELD(kve_policy_options, value_dim);
+    FIELD(kve_policy_options, query_group);
+    FIELD(kve_policy_options, rope);
     FIELD(kve_policy_options, unchecked);
+    FIELD(kve_rope, rotary_dim);
+    FIELD(kve_rope, base);
+    FIELD(kve_rope, pairs);
+    FIELD(kve_step_data, attn);
+    FIELD(kve_step_data, ld);
+    FIELD(kve_step_data, group);
+    FIELD(kve_step_data, reduce);
+    FIELD(kve_step_data, keys);
+    FIELD(kve_step_data, ld_keys);
+    FIELD(kve_step_data, queries);
+    FIELD(kve_step_data, ld_queries);
+    FIELD(kve_step_data, values);
+    FIELD(kve_step_data, ld_values);
+    FIELD(kve_step_data, flags);
+    FIELD(kve_score_step, n);
+    FIELD(kve_score_step, pos);
+    FIELD(kve_score_step, attn);
+    FIELD(kve_score_step, score);
+    FIELD(kve_score_step, state);
+    FIELD(kve_score_step, n_state);
+    FIELD(kve_score_step, vnorm);
+    FIELD(kve_score_step, step);
+    FIELD(kve_score_step, new_score);
+    FIELD(kve_score_step, new_state);
+    FIELD(kve_score_rule, name);
+    FIELD(kve_score_rule, summary);
+    FIELD(kve_score_rule, observe);
+    FIELD(kve_score_rule, user);
+    FIELD(kve_score_rule, state);
+    FIELD(kve_score_rule, recent_window);
+    FIELD(kve_score_rule, values);
     FIELD(kve_trace_options, allocator);
     FIELD(kve_trace_options, flags);
     FIELD(kve_trace_options, progress);
@@ -302,6 +341,10 @@ static int cmd_layout(void)
            bo.min_share, eo.min_share, eo.score_after, eo.topk);
     printf(", \"KVE_READS_ATTN\": %u, \"KVE_READS_KEYS\": %u, \"KVE_MAX_KEY_DIM\": %d",
            (unsigned)KVE_READS_ATTN, (unsigned)KVE_READS_KEYS, KVE_MAX_KEY_DIM);
+    printf(", \"KVE_READS_QUERIES\": %u, \"KVE_READS_VALUES\": %u, \"KVE_ROPE_HALF\": %d, "
+           "\"KVE_STEP_RESCORE\": %u, \"KVE_MAX_QUERY_GROUP\": %d, \"KVE_MAX_RULE_STATE\": %d",
+           (unsigned)KVE_READS_QUERIES, (unsigned)KVE_READS_VALUES, (int)KVE_ROPE_HALF,
+           (unsigned)KVE_STEP_RESCORE, KVE_MAX_QUERY_GROUP, KVE_MAX_RULE_STATE);
     printf(", \"KVE_SPEC_MAX\": %d, \"KVE_MAX_BUDGET\": %d, \"KVE_TRACE_NORMALIZE\": %u, "
            "\"KVE_REDUCE_SUM\": %d, \"KVE_REDUCE_MAX\": %d, \"KVE_ECANCELED\": %d, "
            "\"version\": \"%s\"}\n",

@@ -30,6 +30,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
+#include "facts.h"
 #include "test_allocator.h"
 #include "tmpdir.h"
 #include "kvevict_eval.h"
@@ -142,10 +143,10 @@ static void walk_new(size_t heads, size_t share)
             kve_bank *no_bank = (kve_bank *)&before, *b = no_bank;
             kve_policy_options o = kve_policy_default_options();
             o.allocator = &ta.a;
-            o.key_dim = 4; /* keydiff's unit keys and per-head scratch */
+            facts_policy(&o); /* keydiff's unit keys, expected_attention's buffers */
             kve_bank_options bo = kve_bank_default_options();
             bo.allocator = &ta.a;
-            bo.key_dim = o.key_dim;
+            facts_bank(&bo);
             bo.share = share;
             talloc_fail_after(&ta, k);
             kve_status st;
@@ -202,19 +203,19 @@ static void test_default_allocator(void)
     kve_bank_free(b);
 }
 
-/* Steps p once at `pos` with uniform attention over its kept set (and a
- * key of its key_dim floats, at most 8, when it has one). */
+/* Steps p once at `pos` with uniform attention over its kept set and the
+ * vectors of facts.h, drawn from a generator seeded by pos. */
 static kve_status step_uniform(kve_policy *p, int32_t pos)
 {
-    float attn[256], key[8];
+    float attn[256];
     size_t n = kve_policy_size(p);
-    if (n > 256 || kve_policy_key_dim(p) > 8)
+    if (n > 256)
         return KVE_EINVAL;
     for (size_t i = 0; i < n; i++)
         attn[i] = (float)(i % 7 + 1) / 16.0f;
-    for (size_t j = 0; j < 8; j++)
-        key[j] = (float)(((size_t)pos * 3 + j) % 5) - 2.0f;
-    return kve_policy_step_keys(p, pos, attn, n, kve_policy_key_dim(p) ? key : NULL);
+    kve_rng g;
+    kve_rng_seed(&g, (uint64_t)pos);
+    return facts_step(p, pos, attn, n, &g);
 }
 
 /* step_uniform on a policy of a test allocator, watched. */
@@ -237,7 +238,7 @@ static void test_growth_and_no_alloc_promises(void)
         ta_init(&ta);
         kve_policy *a = NULL, *b = NULL;
         kve_policy_options o = kve_policy_default_options();
-        o.key_dim = 4;
+        facts_policy(&o);
         ASSERT_OK(kve_policy_new_ex(spec, &rb, &o, &b));
         o.allocator = &ta.a;
         ASSERT_OK(kve_policy_new_ex(spec, &ra, &o, &a));

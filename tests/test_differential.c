@@ -158,6 +158,10 @@ static void test_default_specs_match_reference(void)
 {
     for (size_t t = 0; t < kve_policy_type_count(); t++) {
         int before = check_failures;
+        /* expected_attention has no model in reference.h: it is held to its
+         * numpy reference by test_methods.c */
+        if (kve_policy_type_reads(t) & KVE_READS_QUERIES)
+            continue;
         size_t dim = kve_policy_type_reads(t) & KVE_READS_KEYS ? 24 : 0;
         run_spec(kve_policy_type_name(t), dim, check_seed * 31 + t, 800);
         if (check_failures != before)

@@ -33,8 +33,11 @@ static const char *const isa_names[KVE_ISA_COUNT] = {"scalar", "avx2", "avx512"}
 
 enum { MAXD = 128 };
 
+enum { QG = 2, VD = 5 }; /* queries a KV head and value floats, for the policies that read them */
+
 static float rows[H * MAXG * MAXN];
 static float keys[H * MAXD], key_pool[4 * MAXD];
+static float queries[H * QG * MAXD], values[H * VD];
 static int32_t victims[H * MAXN];
 
 static uint64_t mix(uint64_t h, uint64_t v)
@@ -43,7 +46,8 @@ static uint64_t mix(uint64_t h, uint64_t v)
     return h * 0x100000001b3u;
 }
 
-/* Kept positions and every column the rule wrote, read through the lazy gap. */
+/* Kept positions and every column the rule wrote, read through the lazy gap
+ * (not the scratch columns, whose slots a step may leave unwritten). */
 static uint64_t hash_bank(const kve_bank *b, uint64_t h)
 {
     for (size_t k = 0; k < b->n_heads; k++) {
@@ -54,7 +58,7 @@ static uint64_t hash_bank(const kve_bank *b, uint64_t h)
             h = mix(h, (uint64_t)((const int32_t *)hd->col[KVE_COL_POS])[i]);
             for (int c = KVE_COL_SCORE; c < KVE_NCOLS; c++) {
                 size_t e = b->cfg.elem[c];
-                if (!e || c == KVE_COL_MARK)
+                if (!e || c == KVE_COL_MARK || !KVE_COL_LAZY(c))
                     continue;
                 const char *at = (const char *)hd->col[c] + src * e;
                 for (size_t o = 0; o < e; o += 8) { /* a unit key is 4 d bytes */
@@ -82,21 +86,29 @@ static int run(const char *spec, size_t dim, int unchecked, int as_policy, uint6
     kve_policy *p = NULL;
     if (dim > MAXD)
         return 0;
+    kve_policy_options po = kve_policy_default_options();
+    po.key_dim = dim;
+    po.value_dim = VD; /* vnorm=1 and expected_attention read values */
+    po.query_group = QG;
+    po.rope.rotary_dim = dim - dim % 2;
+    po.rope.pairs = dim % 4 ? KVE_ROPE_ADJACENT : KVE_ROPE_HALF;
+    po.unchecked = unchecked;
     if (as_policy) {
-        kve_policy_options o = kve_policy_default_options();
-        o.key_dim = dim;
-        o.unchecked = unchecked;
-        if (kve_policy_new_ex(spec, &rb, &o, &p) != KVE_OK)
+        if (kve_policy_new_ex(spec, &rb, &po, &p) != KVE_OK)
             return 0;
         b = &p->bank;
     } else {
         kve_bank_options o = kve_bank_default_options();
         o.key_dim = dim;
+        o.value_dim = po.value_dim;
+        o.query_group = po.query_group;
+        o.rope = po.rope;
         o.unchecked = unchecked;
         if (kve_bank_new_ex(spec, H, &rb, &o, &b) != KVE_OK)
             return 0;
     }
     const size_t heads = b->n_heads;
+    const kve_reads reads = kve_bank_reads(b);
     size_t budget = b->cfg.params.budget;
     size_t lo = (b->cfg.params.recent_window > b->cfg.params.sinks ? b->cfg.params.recent_window
                                                                     : b->cfg.params.sinks) + 1;
@@ -120,9 +132,32 @@ static int run(const char *spec, size_t dim, int unchecked, int as_policy, uint6
         const float *attn = kve_rng_below(&g, 10) ? rows : NULL;
         for (size_t k = 0; k < heads; k++)
             random_key(&g, key_pool, dim, keys + k * MAXD);
-        if ((p ? kve_policy_step_keys(p, s, attn, n, dim ? keys : NULL)
-               : kve_bank_step_range(b, 0, H, s, attn, n, group, reduce, dim ? keys : NULL,
-                                     MAXD)) != KVE_OK)
+        kve_step_data d = kve_step_default_data();
+        d.attn = attn;
+        d.ld = n;
+        d.group = group;
+        d.reduce = reduce;
+        d.keys = dim ? keys : NULL;
+        d.ld_keys = MAXD;
+        if (reads & KVE_READS_QUERIES) { /* queries near the pool's keys, now and then one */
+            for (size_t k = 0; k < H * QG; k++)
+                random_key(&g, key_pool, dim, queries + k * MAXD);
+            d.queries = queries;
+            d.ld_queries = MAXD;
+            d.flags = kve_rng_below(&g, 30) == 0 ? KVE_STEP_RESCORE : 0;
+        }
+        if (reads & KVE_READS_VALUES) {
+            for (size_t k = 0; k < H * VD; k++) /* zeros and ties among the norms */
+                values[k] = kve_rng_below(&g, 8) ? (float)kve_rng_below(&g, 5) - 2.0f : 0.0f;
+            d.values = values;
+            d.ld_values = VD;
+        }
+        kve_status st;
+        if (p && !(reads & (KVE_READS_QUERIES | KVE_READS_VALUES))) /* the policy's own step */
+            st = kve_policy_step_keys(p, s, attn, n, dim ? keys : NULL);
+        else
+            st = p ? kve_policy_step_data(p, s, &d) : kve_bank_step_data(b, 0, H, s, &d);
+        if (st != KVE_OK)
             break;
         h = hash_bank(b, h);
         if (n + 1 < MAXN && kve_rng_below(&g, 12) == 0)
@@ -153,6 +188,21 @@ static int run(const char *spec, size_t dim, int unchecked, int as_policy, uint6
 
 static uint64_t want[STEPS], got[STEPS];
 
+/* A score rule with state (a decayed sum and a count) that reads the value
+ * norms: whatever a rule computes, the scored mechanism around it must give
+ * the same bits on every path. */
+static kve_status isa_rule(void *user, const kve_score_step *s)
+{
+    (void)user;
+    for (size_t i = 0; i < s->n; i++) {
+        double *st = s->new_state + i * 2;
+        st[0] = 0.75 * st[0] + (double)s->attn[i];
+        st[1] += 1.0;
+        s->new_score[i] = st[0] / st[1] + s->vnorm[i] * 1e-3;
+    }
+    return KVE_OK;
+}
+
 static void test_every_path_equals_scalar(void)
 {
     static const char *const large[] = {
@@ -163,13 +213,30 @@ static void test_every_path_equals_scalar(void)
         "streaming:budget=77,sinks=3",
         "knorm:budget=300,recent_window=5", "keydiff:budget=260,recent_window=3",
         "keydiff:budget=70,recent_window=0",
+        /* vnorm=1 on every rule, expected_attention, and a score rule */
+        "h2o:budget=101,recent_window=7,vnorm=1", "tova:budget=67,recent_window=0,vnorm=1",
+        "h2o_decay:budget=93,recent_window=5,decay=0.97,vnorm=1",
+        "h2o_mean:budget=71,recent_window=3,vnorm=1",
+        "scissorhands:budget=97,recent_window=9,history=64,vnorm=1",
+        "scissorhands:budget=66,recent_window=1,vnorm=1",
+        "expected_attention:budget=90,interval=3,n_queries=24",
+        "expected_attention:budget=40,recent_window=3,n_sink=2,interval=7,use_covariance=0,"
+        "n_queries=30,epsilon=0.5",
+        "isa_rule:budget=150,recent_window=4", "isa_rule:budget=70,recent_window=0,vnorm=1",
     };
-    static const size_t large_dim[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 64, 77};
+    static const size_t large_dim[] = {0,  0,  0,  0,  0, 0, 0, 0, 0, 128, 64, 77,
+                                       0,  0,  0,  0,  0, 0, 16, 13, 0, 0};
     _Static_assert(sizeof large_dim / sizeof large_dim[0] == sizeof large / sizeof large[0],
                    "one key dimension per large spec");
     size_t n_small = sizeof workload_specs / sizeof workload_specs[0];
     size_t n_large = sizeof large / sizeof large[0];
     int paths = 0;
+    kve_score_rule rule = kve_score_rule_default();
+    rule.name = "isa_rule";
+    rule.observe = isa_rule;
+    rule.state = 2;
+    rule.values = 1;
+    ASSERT_OK(kve_score_rule_register(&rule));
     /* Every path, checked and unchecked (which skips the validation of the
      * weights, all valid here), against the scalar checked path. */
     for (int isa = KVE_ISA_SCALAR + 1; isa < KVE_ISA_COUNT; isa++) {
@@ -204,6 +271,7 @@ static void test_every_path_equals_scalar(void)
         }
     }
     ASSERT_TRUE(kve__isa_force(KVE_ISA_COUNT));
+    ASSERT_OK(kve_score_rule_unregister("isa_rule"));
     printf("  %d vector path(s) compared, banks checked and unchecked, policies unchecked; "
            "detected: %s\n", paths,
            kve_isa_name());

@@ -1332,6 +1332,302 @@ static void test_alloc_failures(void)
     fx_model_free(&fx);
 }
 
+/* ---- KVzip's reconstruction prefill, DuoAttention's per-head budgets ---- */
+
+/* The rotated queries and keys a full-cache decoder computes (on_qk), by
+ * layer and position, for the test's own recomputation of KVzip's scores. */
+enum { KZ_MAX = 64 };
+static float kz_q[L_][KZ_MAX][D_], kz_k[L_][KZ_MAX][G_ * (D_ / H_)];
+
+static void record_qk(void *user, int32_t layer, int32_t pos, const float *q, const float *k)
+{
+    (void)user;
+    memcpy(kz_q[layer][pos], q, sizeof kz_q[0][0]);
+    memcpy(kz_k[layer][pos], k, sizeof kz_k[0][0]);
+}
+
+/* KVzip recomputed by brute force: for each chunk a fresh full-cache decoder
+ * reads the prompt and that chunk's reconstruction sequence; every
+ * reconstruction query's softmax over the sinks, the chunk and the
+ * reconstruction keys up to its own (in double, from the decoder's rotated
+ * q and k), its largest weight on each chunk position over the group's
+ * query heads; then the first `sinks` kept and the best budget - sinks by
+ * that score (ties to the lower position). */
+static void kvzip_expected(const lm_model *m, const int32_t *toks, size_t n, const lm_kvzip *kz,
+                           size_t sinks, size_t budget, int32_t kept[L_ * G_][KZ_MAX])
+{
+    enum { S = D_ / H_, R = H_ / G_ };
+    static double score[L_][G_][KZ_MAX];
+    memset(score, 0, sizeof score);
+    lm_options o = {.on_qk = record_qk};
+    lm_state *f = NULL;
+    ASSERT_OK(lm_state_new(m, &o, &f));
+    size_t first = toks[0] == LM_BOS;
+    for (size_t a = first; a < n; a += kz->chunk) {
+        size_t b = a + kz->chunk < n ? a + kz->chunk : n, len = 0;
+        int32_t seq[KZ_MAX];
+        if (a == first) {
+            for (size_t i = 0; i < kz->n_first; i++)
+                seq[len++] = kz->first[i];
+        } else {
+            for (size_t i = 0; i < kz->n_later; i++)
+                seq[len++] = kz->later[i];
+            for (size_t i = a - kz->overlap; i < a; i++)
+                seq[len++] = toks[i];
+            seq[len++] = kz->newline;
+        }
+        for (size_t i = a; i < b; i++)
+            seq[len++] = toks[i];
+        ASSERT_TRUE(n + len <= KZ_MAX);
+        ASSERT_OK(lm_state_reset(f));
+        for (size_t i = 0; i < n; i++)
+            ASSERT_OK(lm_forward(f, toks[i]));
+        for (size_t j = 0; j < len; j++)
+            ASSERT_OK(lm_forward(f, seq[j]));
+        size_t s0 = sinks < a ? sinks : a;
+        for (size_t l = 0; l < L_; l++)
+            for (size_t h = 0; h < H_; h++)
+                for (size_t t = n; t < n + len; t++) {
+                    size_t g = h / R;
+                    double lg[KZ_MAX], mx = -INFINITY, sum = 0;
+                    int in[KZ_MAX] = {0};
+                    for (size_t i = 0; i <= t; i++) {
+                        in[i] = i < s0 || (i >= a && i < b) || i >= n;
+                        if (!in[i])
+                            continue;
+                        double d = 0;
+                        for (size_t e = 0; e < S; e++)
+                            d += (double)kz_q[l][t][h * S + e] * (double)kz_k[l][i][g * S + e];
+                        lg[i] = d / sqrt((double)S);
+                        mx = lg[i] > mx ? lg[i] : mx;
+                    }
+                    for (size_t i = 0; i <= t; i++)
+                        if (in[i])
+                            sum += exp(lg[i] - mx);
+                    for (size_t i = a; i < b; i++) {
+                        double w = exp(lg[i] - mx) / sum;
+                        score[l][g][i] = w > score[l][g][i] ? w : score[l][g][i];
+                    }
+                }
+    }
+    lm_state_free(f);
+    for (size_t l = 0; l < L_; l++)
+        for (size_t g = 0; g < G_; g++) {
+            unsigned char take[KZ_MAX] = {0};
+            for (size_t i = 0; i < sinks && i < n; i++)
+                take[i] = 1;
+            for (size_t k = sinks; k < budget && k < n; k++) {
+                size_t best = n;
+                for (size_t i = 0; i < n; i++)
+                    if (!take[i] && (best == n || score[l][g][i] > score[l][g][best]))
+                        best = i;
+                take[best] = 1;
+            }
+            size_t w = 0;
+            for (size_t i = 0; i < n; i++)
+                if (take[i])
+                    kept[l * G_ + g][w++] = (int32_t)i;
+        }
+}
+
+static void test_kvzip(void)
+{
+    tiny k;
+    lm_model *m = tiny_open(&k, 0, 0, check_seed + 40);
+    ASSERT_TRUE(m != NULL);
+    enum { KN = 20, BUDGET = 9 };
+    int32_t toks[KN + 6];
+    toks[0] = LM_BOS;
+    for (size_t i = 1; i < KN + 6; i++)
+        toks[i] = token_at(i * 5 + 2);
+    lm_kvzip kz = {.first = {5, 6, 7}, .n_first = 3, .later = {8, 9}, .n_later = 2,
+                   .newline = 10, .chunk = 7, .overlap = 3};
+    /* Full cache: the logits after the prompt. */
+    lm_state *f = NULL;
+    ASSERT_OK(lm_state_new(m, NULL, &f));
+    for (size_t i = 0; i < KN; i++)
+        ASSERT_OK(lm_forward(f, toks[i]));
+    for (int chunked = 0; chunked < 2; chunked++) {
+        kz.chunk = chunked ? 7 : 2048; /* three chunks ([1,8), [8,15), [15,20)), or one */
+        static int32_t want[L_ * G_][KZ_MAX];
+        kvzip_expected(m, toks, KN, &kz, 4, BUDGET, want);
+        lm_options opt = {.policy = "h2o:budget=9,recent_window=2"};
+        lm_state *s = NULL;
+        ASSERT_OK(lm_state_new(m, &opt, &s));
+        ASSERT_OK(lm_prefill_kvzip(s, toks, KN, &kz, NULL));
+        ASSERT_EQ(s->pos, KN);
+        ASSERT_TRUE(memcmp(s->logits, f->logits, sizeof(float) * V_) == 0);
+        for (size_t h = 0; h < L_ * G_; h++) { /* the reconstruction's keys are gone */
+            ASSERT_EQ(s->cache[h].n, BUDGET);
+            ASSERT_TRUE(memcmp(s->cache[h].pos, want[h], BUDGET * sizeof(int32_t)) == 0);
+            ASSERT_TRUE(memcmp(kve_bank_positions(s->bank, h), want[h],
+                               BUDGET * sizeof(int32_t)) == 0);
+        }
+        for (size_t i = KN; i < KN + 6; i++) { /* decoding goes on, evicting per step */
+            ASSERT_OK(lm_forward(s, toks[i]));
+            for (size_t h = 0; h < L_ * G_; h++)
+                ASSERT_EQ(s->cache[h].n, BUDGET);
+        }
+        lm_state_free(s);
+    }
+    /* Refusals change nothing. */
+    lm_options opt = {.policy = "h2o:budget=9,recent_window=2"};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    kve_prefill_options p = prefill_method(KVE_PREFILL_KVZIP);
+    ASSERT_STATUS(lm_prefill(s, toks, KN, &p), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "lm_prefill_kvzip");
+    ASSERT_STATUS(lm_prefill_kvzip(s, toks, KN, NULL, NULL), KVE_EINVAL);
+    p.method = KVE_PREFILL_SNAPKV;
+    ASSERT_STATUS(lm_prefill_kvzip(s, toks, KN, &kz, &p), KVE_EINVAL);
+    kz.chunk = 0;
+    ASSERT_STATUS(lm_prefill_kvzip(s, toks, KN, &kz, NULL), KVE_EINVAL);
+    kz.chunk = 7;
+    kz.newline = V_;
+    ASSERT_STATUS(lm_prefill_kvzip(s, toks, KN, &kz, NULL), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "prompt token 40");
+    kz.newline = 10;
+    p.method = KVE_PREFILL_KVZIP;
+    p.sinks = 9; /* not below the budget */
+    ASSERT_STATUS(lm_prefill_kvzip(s, toks, KN, &kz, &p), KVE_EINVAL);
+    ASSERT_EQ(s->pos, 0);
+    ASSERT_OK(lm_prefill_kvzip(s, toks, KN, &kz, NULL));
+    lm_state_free(s);
+    lm_state_free(f);
+    /* Out of memory for the scores: nothing changed, and then it works. */
+    talloc ta;
+    talloc_init(&ta);
+    opt.allocator = &ta.a;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    for (size_t j = 0; j < 2; j++) { /* the saved logits, then the scores */
+        talloc_fail_after(&ta, j);
+        kve_status st = lm_prefill_kvzip(s, toks, KN, &kz, NULL);
+        talloc_fail_after(&ta, SIZE_MAX);
+        ASSERT_STATUS(st, KVE_ENOMEM);
+        ASSERT_EQ(s->pos, 0);
+    }
+    ASSERT_OK(lm_prefill_kvzip(s, toks, KN, &kz, NULL));
+    ASSERT_EQ(s->pos, KN);
+    lm_state_free(s);
+    talloc_check_empty(&ta);
+    /* The default prompts: kvpress's texts in the fixture tokenizer, each
+     * as lm_encode gives it; "\n" by its byte token when no piece has it. */
+    lm_tokenizer *tok = fixture_tokenizer();
+    ASSERT_TRUE(tok != NULL);
+    lm_kvzip d;
+    ASSERT_OK(lm_kvzip_default(tok, &d));
+    ASSERT_EQ(d.chunk, 2048);
+    ASSERT_EQ(d.overlap, 8);
+    int32_t want[LM_KVZIP_PROMPT_MAX];
+    size_t nw;
+    static const char first[] = "\n\nRepeat the previous context exactly.\n";
+    ASSERT_OK(lm_encode(tok, first, sizeof first - 1, want, LM_KVZIP_PROMPT_MAX, &nw));
+    ASSERT_EQ(d.n_first, nw);
+    ASSERT_TRUE(memcmp(d.first, want, nw * sizeof *want) == 0);
+    ASSERT_EQ(d.newline, d.first[d.n_first - 1]); /* the first prompt ends in "\n" */
+    ASSERT_TRUE(d.n_later > d.n_first);
+    ASSERT_STATUS(lm_kvzip_default(NULL, &d), KVE_EINVAL);
+    ASSERT_STATUS(lm_kvzip_default(tok, NULL), KVE_EINVAL);
+    lm_tokenizer_free(tok);
+    tiny_close(&k);
+}
+
+static void test_head_budgets(void)
+{
+    static const char good[] = "# c\nkvevict-heads 1\nlayers 2 kv_heads 2\n\n"
+                               "head 1 1 streaming -0.5\nhead 0 1 retrieval 1\n"
+                               "head 0 0 streaming 0\nhead 1 0 streaming 2.5e-1";
+    lm_heads *h = NULL;
+    ASSERT_OK(lm_heads_parse(good, sizeof good - 1, NULL, &h));
+    ASSERT_EQ(h->layers, 2);
+    ASSERT_EQ(h->kv_heads, 2);
+    static const unsigned char roles[] = {0, 1, 0, 0};
+    static const double scores[] = {0, 1, 0.25, -0.5};
+    for (size_t i = 0; i < 4; i++) {
+        ASSERT_EQ(h->retrieval[i], roles[i]);
+        ASSERT_TRUE(h->score[i] == scores[i]);
+    }
+    static const struct {
+        const char *text, *error;
+    } bad[] = {
+        {"", "no \"kvevict-heads 1\" line"},
+        {"kvevict-heads 2\n", "line 1: expected \"kvevict-heads 1\""},
+        {"kvevict-heads 1\nlayers 0 kv_heads 2\n", "line 2: expected \"layers L kv_heads G\""},
+        {"kvevict-heads 1\nlayers 1 kv_heads 2\nhead 0 0 streaming 0\n",
+         "layer 0 KV head 1 is not given (1 of 2 heads)"},
+        {"kvevict-heads 1\nlayers 1 kv_heads 1\nhead 0 0 streaming 0\nhead 0 0 retrieval 1\n",
+         "line 4: layer 0 KV head 0 given twice"},
+        {"kvevict-heads 1\nlayers 1 kv_heads 1\nhead 1 0 streaming 0\n", "line 3: layer '1'"},
+        {"kvevict-heads 1\nlayers 1 kv_heads 1\nhead 0 00 streaming 0\n", "KV head '00'"},
+        {"kvevict-heads 1\nlayers 1 kv_heads 1\nhead 0 0 sink 0\n", "role 'sink'"},
+        {"kvevict-heads 1\nlayers 1 kv_heads 1\nhead 0 0 streaming inf\n", "score 'inf'"},
+        {"kvevict-heads 1\nlayers 1 kv_heads 1\nhead 0 0 streaming\n", "expected \"head LAYER"},
+        {"kvevict-heads 1\r\n", "carriage return"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        lm_heads *g = (lm_heads *)&g;
+        ASSERT_STATUS(lm_heads_parse(bad[i].text, strlen(bad[i].text), NULL, &g), KVE_EFORMAT);
+        ASSERT_CONTAINS(kve_last_error(), bad[i].error);
+        ASSERT_TRUE(g == (lm_heads *)&g);
+    }
+    /* Budgets at the memory of a uniform budget: the committed model's shape
+     * (4 layers of 2 KV heads, context 512) with one retrieval head. */
+    static const char one[] = "kvevict-heads 1\nlayers 4 kv_heads 2\nhead 0 0 streaming 0\n"
+                              "head 0 1 retrieval 1\nhead 1 0 streaming 0\nhead 1 1 streaming 0\n"
+                              "head 2 0 streaming 0\nhead 2 1 streaming 0\nhead 3 0 streaming 0\n"
+                              "head 3 1 streaming 0\n";
+    lm_heads *d = NULL;
+    ASSERT_OK(lm_heads_parse(one, sizeof one - 1, NULL, &d));
+    lm_config c = {.n_layers = 4, .n_kv_heads = 2};
+    size_t out[8];
+    static const size_t cases[][3] = {{256, 512, 219}, {102, 512, 43}, {51, 296, 16}};
+    for (size_t i = 0; i < 3; i++) {
+        ASSERT_OK(lm_heads_budgets(d, &c, cases[i][0], 16, 512, out));
+        for (size_t j = 0; j < 8; j++)
+            ASSERT_EQ(out[j], j == 1 ? cases[i][1] : cases[i][2]);
+    }
+    ASSERT_STATUS(lm_heads_budgets(d, &c, 8, 16, 512, out), KVE_EINVAL);
+    c.n_layers = 2;
+    ASSERT_STATUS(lm_heads_budgets(d, &c, 64, 16, 512, out), KVE_EINVAL);
+    lm_heads_free(d);
+    lm_heads_free(NULL);
+
+    /* The decoder with per-head budgets: each streaming head keeps its sinks
+     * and the newest budget - sinks positions of its own budget. */
+    tiny k;
+    lm_model *m = tiny_open(&k, 0, 0, check_seed + 41);
+    ASSERT_TRUE(m != NULL);
+    c = m->config;
+    ASSERT_OK(lm_heads_budgets(h, &c, 5, 3, 30, out)); /* 4 heads, retrieval (0, 1) */
+    ASSERT_EQ(out[1], 11);
+    ASSERT_EQ(out[0], 3);
+    lm_options opt = {.policy = "streaming:budget=5,sinks=2", .head_budgets = out};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    for (size_t t = 0; t < 16; t++) {
+        ASSERT_OK(lm_forward(s, token_at(t)));
+        for (size_t i = 0; i < L_ * G_; i++) {
+            size_t n = t + 1 < out[i] ? t + 1 : out[i];
+            ASSERT_EQ(s->cache[i].n, n);
+            for (size_t j = 0; j < n; j++) /* sinks 0, 1, then the newest */
+                ASSERT_EQ(s->cache[i].pos[j], j < 2 || n < out[i] ? (int32_t)j
+                                                                   : (int32_t)(t + 1 - n + j));
+        }
+    }
+    lm_state_free(s);
+    size_t low[4] = {5, 5, 2, 5}; /* below streaming's smallest budget (sinks + 1) */
+    opt.head_budgets = low;
+    ASSERT_STATUS(lm_state_new(m, &opt, &s), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "head 2 (layer 1, KV head 0): budget 2");
+    opt.head_budgets = out;
+    opt.share_heads = 1;
+    ASSERT_STATUS(lm_state_new(m, &opt, &s), KVE_EINVAL);
+    lm_options none = {.head_budgets = out};
+    ASSERT_STATUS(lm_state_new(m, &none, &s), KVE_EINVAL);
+    lm_heads_free(h);
+    tiny_close(&k);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -1347,6 +1643,8 @@ int main(int argc, char **argv)
     RUN(test_h2o_against_reference);
     RUN(test_key_policies_against_reference);
     RUN(test_prefill);
+    RUN(test_kvzip);
+    RUN(test_head_budgets);
     RUN(test_budgets_against_reference);
     RUN(test_layer_spread);
     RUN(test_reset_and_seeds);

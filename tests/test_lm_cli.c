@@ -678,11 +678,12 @@ static void test_prefill_cmd(void)
     size_t d = b + q + 7;
     snprintf(args, sizeof args,
              "lm prefill --model %s --text %s --policy h2o:budget=24,recent_window=2 --budget 24 "
-             "--methods step,h2o,snapkv,policy --window 6 --kernel 3 --pool avg --prompt %d "
+             "--methods step,h2o,snapkv,kvzip,policy --window 6 --kernel 3 --pool avg --prompt %d "
+             "--kvzip-chunk 40 "
              "--windows 2 --trials 3 --distances %zu --json",
              model0, textpath, P, d);
     ASSERT_RUNS(args);
-    ASSERT_TRUE(outcheck_ok("jsonl", "--count 5 --key policy:string --key 'budget:integer|null' "
+    ASSERT_TRUE(outcheck_ok("jsonl", "--count 6 --key policy:string --key 'budget:integer|null' "
                                      "--key positions:string --key prefill:string "
                                      "--key windows:integer --key tokens:integer "
                                      "--key bytes:number --key bits_per_byte:number "
@@ -694,15 +695,18 @@ static void test_prefill_cmd(void)
     pp.window = 6;
     pp.kernel = 3;
     pp.pool = KVE_POOL_AVG;
-    const char *methods[5] = {"-", "step", "h2o", "snapkv", "policy"};
+    const char *methods[6] = {"-", "step", "h2o", "snapkv", "kvzip", "policy"};
+    lm_kvzip kz;
+    ASSERT_OK(lm_kvzip_default(lib_tok, &kz));
+    kz.chunk = 40; /* two chunks of the 60-position prompt (BOS not repeated) */
     const char *line = out_text;
     int32_t w[L];
-    for (int r = 0; r < 5; r++) {
+    for (int r = 0; r < 6; r++) {
         lm_options opt = {.policy = r ? "h2o:budget=24,recent_window=2" : NULL};
         lm_state *s = NULL;
         ASSERT_OK(lm_state_new(lib_model, &opt, &s));
         kve_prefill_options p = pp;
-        p.method = r == 2 ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
+        p.method = r == 2 ? KVE_PREFILL_H2O : r == 4 ? KVE_PREFILL_KVZIP : KVE_PREFILL_SNAPKV;
         /* bits per byte over the tokens after the prompt's first step */
         double nats = 0, bytes = 0;
         for (size_t wi = 0; wi < 2; wi++) {
@@ -711,7 +715,8 @@ static void test_prefill_cmd(void)
             ASSERT_OK(lm_state_reset(s));
             size_t i = 0;
             if (r >= 2) {
-                ASSERT_OK(lm_prefill(s, w, P, r == 4 ? NULL : &p));
+                ASSERT_OK(r == 4 ? lm_prefill_kvzip(s, w, P, &kz, &p)
+                                 : lm_prefill(s, w, P, r == 5 ? NULL : &p));
                 i = P;
             }
             for (; i + 1 < L; i++) {
@@ -732,7 +737,8 @@ static void test_prefill_cmd(void)
             ASSERT_OK(lm_state_reset(s));
             size_t i = 0;
             if (r >= 2) {
-                ASSERT_OK(lm_prefill(s, w, L - 1, r == 4 ? NULL : &p));
+                ASSERT_OK(r == 4 ? lm_prefill_kvzip(s, w, L - 1, &kz, &p)
+                                 : lm_prefill(s, w, L - 1, r == 5 ? NULL : &p));
                 i = L - 1;
             }
             for (; i < L; i++)
@@ -1082,6 +1088,21 @@ static void test_generate(void)
     want[wl] = '\0';
     lm_state_free(s);
     ASSERT_STR_EQ(out_text, want);
+    /* Read at prefill, the prompt that fits the budget is kept whole under
+     * every method: the same text. */
+    static const char *const pf[] = {"kvzip", "snapkv", "h2o", "policy"};
+    for (size_t k = 0; k < 4; k++) {
+        snprintf(args, sizeof args,
+                 "generate --model %s --prompt 'the cab' --steps 12 --policy "
+                 "h2o:recent_window=2 --budget 64 --prefill %s", model0, pf[k]);
+        ASSERT_RUNS(args);
+        ASSERT_STR_EQ(out_text, want);
+    }
+    snprintf(args, sizeof args, "generate --model %s --prompt x --prefill zip --policy h2o",
+             model0);
+    ASSERT_FAILS(args, 2, "generate", "--prefill: 'zip' is not h2o, snapkv, kvzip or policy");
+    snprintf(args, sizeof args, "generate --model %s --prompt x --prefill kvzip", model0);
+    ASSERT_FAILS(args, 2, "generate", "--prefill needs --policy");
     /* Sampling repeats itself for a seed, under a bounded cache. */
     snprintf(args, sizeof args,
              "generate --model %s --prompt the --steps 40 --temperature 1.5 --seed 7 "

@@ -5,6 +5,7 @@
  * state-bytes figure of every policy as its file comment states it.
  */
 #include "check.h"
+#include "facts.h"
 #include "test_allocator.h"
 #include "internal.h"
 #include "kvevict.h"
@@ -14,17 +15,14 @@ enum { MAXN = 4096 };
 static float row[MAXN];
 static int32_t victims[MAXN], victims2[MAXN];
 
-/* Steps with a random row (or NULL one time in five) at `pos`. */
+/* Steps with a random row (or NULL one time in five) at `pos`, and every
+ * vector a policy may read (facts.h). */
 static kve_status step_random(kve_policy *p, int32_t pos, kve_rng *g)
 {
     size_t n = kve_policy_size(p);
     for (size_t i = 0; i < n; i++)
         row[i] = (float)kve_rng_uniform(g);
-    float key[64]; /* for the policies built with keys */
-    for (size_t j = 0; j < kve_policy_key_dim(p) && j < 64; j++)
-        key[j] = (float)kve_rng_uniform(g) - 0.5f;
-    return kve_policy_step_keys(p, pos, kve_rng_below(g, 5) ? row : NULL, n,
-                                kve_policy_key_dim(p) ? key : NULL);
+    return facts_step(p, pos, kve_rng_below(g, 5) ? row : NULL, n, g);
 }
 
 /* Streaming keeps the first `sinks` positions ever admitted and the newest
@@ -332,9 +330,18 @@ static void test_state_bytes(void)
         /* keys of 64 floats: a scalar a slot for knorm, the unit key too for
          * keydiff (13 + 4 * 64 = 269 bytes a slot) */
         {"knorm", 6669},      {"keydiff", 513 * 269},
+        /* vnorm: the rule's score and the value's norm beside it (29 bytes a
+         * slot); expected_attention: the key and a logit (21 + 4 * 64), and
+         * the norm (its vnorm is 1) */
+        {"h2o:vnorm=1", 513 * 29}, {"tova:vnorm=1", 513 * 29}, {"h2o_mean:vnorm=1", 513 * 41},
+        {"expected_attention", 513 * 285}, {"expected_attention:vnorm=0", 513 * 277},
     };
     kve_policy_options o = kve_policy_default_options();
     o.key_dim = 64;
+    o.value_dim = 4;
+    o.query_group = 2;
+    o.rope = facts_rope();
+    o.rope.rotary_dim = 64;
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
         kve_policy *p = NULL;
         ASSERT_OK(kve_policy_new_ex(defaults[i].spec, &g, &o, &p));
@@ -365,7 +372,7 @@ static void test_steady_state_never_allocates(void)
         talloc_init(&ta);
         kve_policy_options o = kve_policy_default_options();
         o.allocator = &ta.a;
-        o.key_dim = 24;
+        facts_policy(&o);
         ASSERT_OK(kve_policy_new_ex(spec, &g, &o, &p));
         talloc_fail_after(&ta, 0);
         int ok = 1;

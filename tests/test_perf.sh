@@ -19,21 +19,30 @@ fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 # --quick: budgets 256 and 4096; per budget and placement the floor's five
 # rows; in the pool placement every policy but full with rows and NULL (those
-# that read keys: once, with keys), the ones that read attention also
-# unchecked, two naive rows; in the hot placement the ones that read
-# attention, checked and unchecked; a bank of 8 heads at 256: in the pool
-# placement 1 thread checked and unchecked and 2 threads, in the hot one 1
-# thread checked and unchecked.
+# that read keys: once, with keys; expected_attention, which reads queries
+# and values too: with --quick only with interval=64, at budgets up to 1024),
+# the ones that read attention also unchecked, h2o:vnorm=1 and the two score
+# rules (impl "rule"), two naive rows; in the hot placement the ones that
+# read attention, checked and unchecked; a bank of 8 heads at 256: in the
+# pool placement 1 thread checked and unchecked and 2 threads, in the hot one
+# 1 thread checked and unchecked.
 "$K" policies | tail -n +2 | awk '{ print $1 "," $3 }' >"$D/pols" # name,reads
-policies=$(grep -v ',keys$' "$D/pols" | cut -d, -f1 | grep -vx full)
+policies=$(grep -E ',(attention|nothing)$' "$D/pols" | cut -d, -f1 | grep -vx full)
 keyed=$(grep ',keys$' "$D/pols" | cut -d, -f1)
 attending=$(grep ',attention$' "$D/pols" | cut -d, -f1)
+queried=$(grep ',keys+queries' "$D/pols" | cut -d, -f1)
 n_pol=$(printf '%s\n' "$policies" | wc -l)
 n_key=$(printf '%s\n' "$keyed" | grep -c .)
 n_att=$(printf '%s\n' "$attending" | grep -c .)
-[ "$n_key" -eq 2 ] || fail "policies --csv: $n_key policies read keys, want 2"
-per_budget=$((5 + 2 * n_pol + n_key + n_att + 2 + 5 + 2 * n_att))
-want=$((2 * per_budget + 5))
+n_q=$(printf '%s\n' "$queried" | grep -c .)
+[ "$n_key" -eq 2 ] || fail "policies --csv: $n_key policies read keys alone, want 2"
+[ "$n_q" -eq 1 ] || fail "policies --csv: $n_q policies read queries, want 1"
+[ "$((n_pol + n_key + n_q + 1))" -eq "$(wc -l <"$D/pols")" ] || fail "policies: a reads label unaccounted for"
+# per budget: pool (floor, policies, unchecked, h2o:vnorm=1 and the two
+# rules, naive) and hot (floor, checked and unchecked); at 256 (<= 1024) the
+# row of expected_attention:interval=64 too
+per_budget=$((5 + 2 * n_pol + n_key + n_att + 3 + 2 + 5 + 2 * n_att))
+want=$((2 * per_budget + 1 + 5))
 
 "$K" perf --quick --json >"$D/p.jsonl" 2>"$D/err" || fail "perf --quick --json: $(cat "$D/err")"
 "$J" jsonl --count "$want" --key impl:string --key policy:string --key budget:integer \
@@ -69,13 +78,25 @@ for v in called inline timed-each-monotonic timed-each-cputime with-min; do
     [ "$(grep '"impl": "floor"' "$D/p.jsonl" | grep -c "\"policy\": \"$v\"")" -eq 4 ] ||
         fail "perf --json: the floor's $v rows"
 done
+for p in $queried; do
+    grep "\"policy\": \"$p:budget=256,.*interval=64," "$D/p.jsonl" | grep -q '"attn": "keys"' ||
+        fail "perf --json has no row for $p:interval=64 at 256"
+done
+for p in rule_h2o rule_vh2o; do
+    for b in 256 4096; do
+        grep "\"policy\": \"$p:budget=$b[,\"]" "$D/p.jsonl" | grep -q '"impl": "rule"' ||
+            fail "perf --json has no score rule row for $p at $b"
+    done
+done
+grep '"policy": "h2o:budget=4096,recent_window=32,vnorm=1"' "$D/p.jsonl" | grep -q '"attn": "rows"' ||
+    fail "perf --json has no row for h2o:vnorm=1 at 4096"
 for impl in naive-passes naive-sort; do
     [ "$(grep -c "\"impl\": \"$impl\"" "$D/p.jsonl")" -eq 2 ] || fail "perf --json: $impl rows"
 done
 grep '"heads": 8' "$D/p.jsonl" | grep -q '"threads": 2' || fail "perf --json: no bank row on 2 threads"
 
 "$K" perf --quick --budget 300 --csv -o "$D/p.csv" 2>"$D/err" || fail "perf --csv -o: $(cat "$D/err")"
-"$J" csv --count $((per_budget + 5)) --key budget:integer --key ratio_to_floor:number \
+"$J" csv --count $((per_budget + 1 + 5)) --key budget:integer --key ratio_to_floor:number \
     --key unchecked:integer "$D/p.csv" || fail "perf --csv"
 "$K" perf --quick --budget 300 >"$D/p.txt" 2>"$D/err" || fail "perf text: $(cat "$D/err")"
 grep -q "^impl .*ns/step .*ratio" "$D/p.txt" || fail "perf text has no header"

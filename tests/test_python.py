@@ -20,6 +20,12 @@ with the reason printed when numpy cannot be imported. Covered:
     with the object unchanged;
   - the GIL released during a library call (a call that blocks inside the
     library until another Python thread acts);
+  - score rules written in numpy (register_rule): h2o and value-aware h2o
+    against the built-in h2o and h2o:vnorm=1 in a Policy and a grouped Bank,
+    victim for victim; an exception, a wrong shape or a NaN refuses the step
+    and changes nothing; the registry's refusals and holds;
+  - queries, values and the rescore flag of Policy.step: expected_attention
+    against the numpy reference of tests/methods_ref.py;
   - the policies that read keys and shared budgets: keys validated and
     refused, the library's refusals of key dimensions, shared groups and
     their evictions, each with the object unchanged;
@@ -62,9 +68,13 @@ from kvevict import _core  # noqa: E402
 
 CANON = "canonical:steps=700,seed=5"
 ALL_SPECS = [p["name"] for p in kvevict.policies()]
-# what runs on a trace without keys: every policy but those reading keys
-ATTN_SPECS = [p["name"] for p in kvevict.policies() if p["reads"] != "keys"]
+# what runs on a trace without keys: every policy that reads attention or nothing
+ATTN_SPECS = [p["name"] for p in kvevict.policies() if p["reads"] in ("attention", "nothing")]
 KEY_SPECS = [p["name"] for p in kvevict.policies() if p["reads"] == "keys"]
+# expected_attention: queries and values too, which no trace gives the harness yet
+DATA_SPECS = [p["name"] for p in kvevict.policies() if "queries" in p["reads"]]
+# what runs on a q/K trace: all the others
+QK_SPECS = [name for name in ALL_SPECS if name not in DATA_SPECS]
 METRICS = ("retained_mass", "top32_recall", "min_retained_mass")
 
 
@@ -167,7 +177,9 @@ class Module(unittest.TestCase):
                           ("kve_eval_options", _lib.EvalOptions),
                           ("kve_bank_options", _lib.BankOptions),
                           ("kve_policy_options", _lib.PolicyOptions),
-                          ("kve_trace_options", _lib.TraceOptions)):
+                          ("kve_trace_options", _lib.TraceOptions), ("kve_rope", _lib.Rope),
+                          ("kve_step_data", _lib.StepData), ("kve_score_step", _lib.ScoreStep),
+                          ("kve_score_rule", _lib.ScoreRule)):
             self.assertEqual(ctypes.sizeof(cls), c[name], name)
             for field, *_ in cls._fields_:
                 self.assertEqual(getattr(cls, field).offset, c[f"{name}.{field}"],
@@ -181,6 +193,12 @@ class Module(unittest.TestCase):
         self.assertEqual(_lib.KVE_READS_ATTN, c["KVE_READS_ATTN"])
         self.assertEqual(_lib.KVE_READS_KEYS, c["KVE_READS_KEYS"])
         self.assertEqual(_lib.KVE_MAX_KEY_DIM, c["KVE_MAX_KEY_DIM"])
+        self.assertEqual(_lib.KVE_READS_QUERIES, c["KVE_READS_QUERIES"])
+        self.assertEqual(_lib.KVE_READS_VALUES, c["KVE_READS_VALUES"])
+        self.assertEqual(_lib.ROPE_PAIRS["half"], c["KVE_ROPE_HALF"])
+        self.assertEqual(_lib.KVE_STEP_RESCORE, c["KVE_STEP_RESCORE"])
+        self.assertEqual(_lib.KVE_MAX_QUERY_GROUP, c["KVE_MAX_QUERY_GROUP"])
+        self.assertEqual(_lib.KVE_MAX_RULE_STATE, c["KVE_MAX_RULE_STATE"])
         # the defaults come back through the mirrors, and the binding's
         # keyword defaults are the library's
         import inspect
@@ -208,9 +226,11 @@ class Module(unittest.TestCase):
         cli = [json.loads(line) for line in run(KVEVICT, "policies", "--json").splitlines()]
         self.assertEqual(kvevict.policies(), cli)
         self.assertIn("h2o", ALL_SPECS)
-        self.assertEqual({p["reads"] for p in cli}, {"nothing", "attention", "keys"})
+        self.assertEqual({p["reads"] for p in cli},
+                         {"nothing", "attention", "keys", "keys+queries+values"})
         self.assertIn("knorm", KEY_SPECS)
-        self.assertEqual(len(ATTN_SPECS) + len(KEY_SPECS), len(ALL_SPECS))
+        self.assertEqual(DATA_SPECS, ["expected_attention"])
+        self.assertEqual(len(ATTN_SPECS) + len(KEY_SPECS) + len(DATA_SPECS), len(ALL_SPECS))
 
     def test_min_budget(self):
         self.assertEqual(kvevict.min_budget("h2o"), 33)
@@ -321,7 +341,7 @@ class PolicyTests(unittest.TestCase):
             rows = [tr.row(t, head) for t in range(tr.steps)]
             keys = [tr.key(t, head) for t in range(tr.steps)]
             d = tr.key_dim
-        for name in ALL_SPECS:
+        for name in QK_SPECS:
             spec = kvevict.spec_with(name, "budget", budget)
             out = run(KVEVICT, "replay", "--trace", QkFile.src, "--head", head, "--policy",
                       spec, "--seed", 4, "--json")
@@ -1043,7 +1063,7 @@ class Evaluate(unittest.TestCase):
         with kvevict.Trace.open(QkFile.src) as tr:
             self.assertEqual((tr.heads, tr.steps, tr.key_dim), (2, QkFile.STEPS, QkFile.D))
             for head in (0, 1):
-                py = self.three_way(tr, QkFile.src, head, 5, 16, self.jobs((40, 100), ALL_SPECS))
+                py = self.three_way(tr, QkFile.src, head, 5, 16, self.jobs((40, 100), QK_SPECS))
                 self.assertTrue(all(r["scored_steps"] > 0 for r in py))
 
     def test_key_policy_needs_keys(self):
@@ -1299,6 +1319,148 @@ class Leaks(unittest.TestCase):
         self.assertEqual(sys.getrefcount(a), base)
         self.assertLess(grown, 8 << 20, f"resident memory grew by {grown} bytes")
 
+
+
+# ---- score rules written in numpy, and the step's queries and values ----
+
+def numpy_h2o(scores, attn, state, vnorm):
+    """h2o as a user writes it: the state is the attention received so far."""
+    del scores, vnorm
+    state[:, 0] += attn
+    return state[:, 0]
+
+
+def numpy_vh2o(scores, attn, state, vnorm):
+    """Value-aware h2o (CriticalKV, VATP): the same sum, times ||v||."""
+    del scores
+    state[:, 0] += attn
+    return state[:, 0] * vnorm
+
+
+class ScoreRuleTests(unittest.TestCase):
+    """register_rule: a numpy rule gives what the built-in lane gives, victim
+    for victim and position for position, in a Policy and a grouped Bank; an
+    exception refuses the step and changes nothing; the registry's holds."""
+
+    def setUp(self):
+        kvevict.register_rule("py_h2o", numpy_h2o, state=1, summary="h2o in numpy")
+        kvevict.register_rule("py_vh2o", numpy_vh2o, state=1, values=True)
+
+    def tearDown(self):
+        gc.collect()
+        for name in ("py_h2o", "py_vh2o"):
+            kvevict.unregister_rule(name)
+
+    def twin_run(self, mine, builtin, steps=80, budget=12, value_dim=0):
+        rng = np.random.default_rng(31)
+        a = kvevict.Policy(mine, value_dim=value_dim)
+        b = kvevict.Policy(builtin, value_dim=value_dim)
+        for pos in range(steps):
+            attn = None if pos % 9 == 4 else rng.random(a.size).astype(np.float32)
+            value = rng.uniform(-1, 1, value_dim).astype(np.float32) if value_dim else None
+            a.step(pos, attn, value=value)
+            b.step(pos, attn, value=value)
+            self.assertEqual(a.evict(budget).tolist(), b.evict(budget).tolist(), f"at {pos}")
+            self.assertEqual(a.positions.tolist(), b.positions.tolist())
+        a.close()
+        b.close()
+
+    def test_rule_is_the_builtin(self):
+        self.twin_run("py_h2o:budget=12,recent_window=3", "h2o:budget=12,recent_window=3")
+        self.twin_run("py_h2o:budget=12,recent_window=0", "h2o:budget=12,recent_window=0")
+        self.twin_run("py_vh2o:budget=12,recent_window=2", "h2o:budget=12,recent_window=2,vnorm=1",
+                      value_dim=4)
+        self.twin_run("py_h2o:budget=12,recent_window=2,vnorm=1",
+                      "h2o:budget=12,recent_window=2,vnorm=1", value_dim=3)
+
+    def test_bank_with_groups(self):
+        rng = np.random.default_rng(5)
+        heads, group, budget = 3, 2, 10
+        a = kvevict.Bank("py_h2o:budget=10,recent_window=2", heads)
+        b = kvevict.Bank("h2o:budget=10,recent_window=2", heads)
+        for pos in range(50):
+            attn = rng.random((heads, group, budget + 1)).astype(np.float32)
+            a.step(pos, attn, reduce="mean")
+            b.step(pos, attn, reduce="mean")
+            va, ca = a.evict(budget)
+            vb, cb = b.evict(budget)
+            self.assertEqual(va.tolist(), vb.tolist(), f"at {pos}")
+            self.assertEqual(ca.tolist(), cb.tolist())
+        a.close()
+        b.close()
+
+    def test_exception_refuses_and_changes_nothing(self):
+        def fails(scores, attn, state, vnorm):
+            raise RuntimeError("my rule is unhappy")
+
+        def wrong_shape(scores, attn, state, vnorm):
+            return np.zeros(len(attn) + 1)
+
+        def not_finite(scores, attn, state, vnorm):
+            return np.full(len(attn), np.nan)
+
+        for name, fn, words in (("py_fails", fails, "my rule is unhappy"),
+                                ("py_shape", wrong_shape, "shape"),
+                                ("py_nan", not_finite, "not finite")):
+            kvevict.register_rule(name, fn)
+            p = kvevict.Policy(f"{name}:budget=8,recent_window=1")
+            p.step(0, None)
+            p.step(1, None)  # no attention: the rule is not called
+            before = p.positions.tolist()
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                p.step(2, np.ones(2, dtype=np.float32))
+            self.assertIn(words, e.exception.message)
+            self.assertEqual(p.positions.tolist(), before)
+            p.close()
+            kvevict.unregister_rule(name)
+
+    def test_registry(self):
+        p = kvevict.Policy("py_h2o:budget=8,recent_window=1")
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            kvevict.unregister_rule("py_h2o")
+        self.assertIn("held by 1 object", e.exception.message)
+        p.close()
+        for name in ("h2o", "py_h2o", "Bad-Name", ""):
+            with self.assertRaises(kvevict.InvalidArgumentError):
+                kvevict.register_rule(name, numpy_h2o)
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.register_rule("py_x", 3)
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.unregister_rule("py_never")
+        with self.assertRaises(kvevict.InvalidArgumentError):
+            kvevict.Policy("py_vh2o:budget=8,recent_window=1")  # values=True needs a value_dim
+
+
+class StepDataTests(unittest.TestCase):
+    """Policy.step's queries, values and rescore flag against the numpy
+    reference of tests/methods_ref.py (expected_attention), victim for
+    victim and position for position."""
+
+    def test_expected_attention_matches_reference(self):
+        sys.path.insert(0, str(SOURCE / "tests"))
+        import methods_ref  # noqa: E402  (the reference, numpy only)
+        d, V, G, r, budget = 8, 5, 2, 8, 10
+        spec = ("expected_attention:budget=10,n_sink=2,interval=3,n_queries=9,"
+                "n_future_positions=6,epsilon=0.01")
+        ref = methods_ref.ExpectedAttention(budget, 0, d, G, r, 10000.0, "half", 6, 2, 1, 1,
+                                            0.01, 3, 9)
+        p = kvevict.Policy(spec, key_dim=d, value_dim=V, query_group=G,
+                           rope={"rotary_dim": r, "base": 10000.0, "pairs": "half"})
+        rng = np.random.default_rng(11)
+        drift = rng.uniform(-1, 1, d)
+        for t in range(40):
+            key = rng.uniform(-1, 1, d).astype(np.float32)
+            q = (rng.uniform(-1, 1, (G, d)) * 0.5 + drift).astype(np.float32)
+            value = rng.uniform(-1, 1, V).astype(np.float32)
+            rescore = t % 7 == 6
+            p.step(t, key=key, query=q, value=value, rescore=rescore)
+            ref.step(t, key, q, value, 1 if rescore else 0)
+            self.assertEqual(p.evict(budget).tolist(), ref.evict(budget), f"at {t}")
+            self.assertEqual(p.positions.tolist(), list(ref.pos))
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            p.step(40, key=key, value=value)
+        self.assertIn("queries", e.exception.message)
+        p.close()
 
 if __name__ == "__main__":
     result = unittest.main(verbosity=2, exit=False).result

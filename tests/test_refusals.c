@@ -17,6 +17,7 @@
  * else alike.
  */
 #include "check.h"
+#include "facts.h"
 #include "test_allocator.h"
 #include "internal.h"
 #include "kvevict.h"
@@ -447,7 +448,7 @@ static void test_construction_refusals(void)
      * *out untouched, the generator not advanced, nothing leaked (ASan). */
     for (size_t t = 0; t < kve_policy_type_count(); t++) {
         const char *name = kve_policy_type_name(t);
-        o.key_dim = 7;
+        facts_policy(&o);
         o.allocator = &ta.a;
         for (size_t k = 0;; k++) {
             kve_policy *p = (kve_policy *)&g;

@@ -6,6 +6,7 @@
  * allocating, so out-of-range budgets are probed through it.
  */
 #include "check.h"
+#include "facts.h"
 #include "kvevict.h"
 
 static const struct {
@@ -23,6 +24,10 @@ static const struct {
     {"h2o_mean", "h2o_mean:budget=512,recent_window=32", KVE_READS_ATTN},
     {"knorm", "knorm:budget=512,recent_window=0", KVE_READS_KEYS},
     {"keydiff", "keydiff:budget=512,recent_window=0", KVE_READS_KEYS},
+    {"expected_attention",
+     "expected_attention:budget=512,recent_window=0,n_future_positions=512,n_sink=4,"
+     "use_covariance=1,vnorm=1,epsilon=0,interval=1,n_queries=256",
+     KVE_READS_KEYS | KVE_READS_QUERIES | KVE_READS_VALUES},
 };
 enum { N_POLICIES = sizeof defaults / sizeof defaults[0] };
 
@@ -36,6 +41,7 @@ static void test_registry(void)
         ASSERT_EQ(kve_policy_type_reads(i), defaults[i].reads);
     }
     ASSERT_EQ(kve_policy_type_reads(N_POLICIES), 0);
+    ASSERT_EQ(KVE_READS_QUERIES | KVE_READS_VALUES, 12);
     ASSERT_TRUE(kve_policy_type_name(N_POLICIES) == NULL);
     ASSERT_TRUE(kve_policy_type_summary(N_POLICIES) == NULL);
     ASSERT_TRUE(kve_policy_type_name(SIZE_MAX) == NULL);
@@ -46,7 +52,7 @@ static void test_defaults_and_round_trip(void)
     kve_rng g;
     kve_rng_seed(&g, 1);
     kve_policy_options o = kve_policy_default_options();
-    o.key_dim = 16; /* the key-reading policies need one; the others ignore it */
+    facts_policy(&o); /* the policies that read keys, queries or values need them */
     for (size_t i = 0; i < N_POLICIES; i++) {
         kve_policy *p = NULL, *q = NULL;
         ASSERT_OK(kve_policy_new_ex(defaults[i].name, &g, &o, &p));
@@ -62,6 +68,39 @@ static void test_defaults_and_round_trip(void)
         char out[160];
         ASSERT_OK(kve_spec_with(defaults[i].name, NULL, NULL, out, sizeof out));
         ASSERT_STR_EQ(out, defaults[i].canonical);
+    }
+}
+
+/* KVE_SPEC_MAX holds the longest canonical spec of every policy: every key
+ * at its widest value (the largest integer, a real of 17 digits and the
+ * smallest exponent its range allows). */
+static void test_longest_specs_fit(void)
+{
+    for (size_t t = 0; t < kve_policy_type_count(); t++) {
+        char spec[1024];
+        const char *name = kve_policy_type_name(t);
+        snprintf(spec, sizeof spec, "%s", name);
+        static const char *const widest[][2] = {
+            {"budget", "16777216"},     {"recent_window", "16777215"}, {"sinks", "16777215"},
+            {"n_sink", "16777215"},     {"history", "64"},             {"block", "16777216"},
+            {"block_mean", "1"},        {"vnorm", "1"},
+            {"decay", "0.12345678901234567"},
+            {"epsilon", "0.0012345678901234567"},
+            {"n_future_positions", "1048576"}, {"use_covariance", "1"},
+            {"interval", "16777216"},   {"n_queries", "65536"},
+        };
+        for (size_t k = 0; k < sizeof widest / sizeof widest[0]; k++) {
+            char out[1024];
+            if (kve_spec_with(spec, widest[k][0], widest[k][1], out, sizeof out) == KVE_OK)
+                snprintf(spec, sizeof spec, "%s", out);
+        }
+        char fits[KVE_SPEC_MAX];
+        /* the widths alone may break a cross-key check (recent_window <
+         * budget holds; pages need none): canonicalise what parsed */
+        if (kve_spec_with(spec, NULL, NULL, fits, sizeof fits) != KVE_OK)
+            CHECK_FAIL_AT("%s: its widest spec (%zu bytes) does not fit KVE_SPEC_MAX: %s", name,
+                          strlen(spec) + 1, kve_last_error());
+        ASSERT_TRUE(strlen(spec) > strlen(name));
     }
 }
 
@@ -272,6 +311,7 @@ int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
     RUN(test_registry);
+    RUN(test_longest_specs_fit);
     RUN(test_defaults_and_round_trip);
     RUN(test_canonical_forms);
     RUN(test_real_round_trip);

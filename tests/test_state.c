@@ -68,6 +68,12 @@ static const char *const shared_specs[] = {
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 static float rows[2 * MAXH * MAXN], keys[MAXH * (MAXD + 2)];
+/* The model facts of the methods' cases (test_methods_state): values of
+ * g_vdim floats and g_qg queries a KV head (of the key's dimension) with a
+ * rotary embedding of g_rot dimensions; 0: none. new_bank builds with them,
+ * and every step then carries them (kve_bank_step_data). */
+static size_t g_vdim, g_qg;
+static float queries[MAXH * 3 * (MAXD + 2)], values[MAXH * (MAXD + 2)];
 static int32_t victims[FLEET][MAXH * MAXN];
 static size_t counts[FLEET][MAXH];
 
@@ -144,10 +150,41 @@ static kve_bank *new_bank(const char *spec, size_t heads, size_t dim, size_t sha
     o.key_dim = dim;
     o.share = share;
     o.allocator = alloc;
+    o.value_dim = g_vdim;
+    if (g_qg) {
+        o.query_group = g_qg;
+        o.rope.rotary_dim = dim - dim % 2;
+        o.rope.pairs = dim % 4 ? KVE_ROPE_ADJACENT : KVE_ROPE_HALF;
+    }
     kve_bank *b = NULL;
     if (kve_bank_new_ex(spec, heads, &r, &o, &b) != KVE_OK)
         fprintf(stderr, "%s: %s\n", spec, kve_last_error());
     return b;
+}
+
+/* A step of heads [0, heads) at pos with rows (NULL: none), keys of ldk
+ * floats a head (dim 0: none), and with the methods' facts their queries,
+ * values (of g the workload) and now and then KVE_STEP_RESCORE. */
+static kve_status step_with(kve_bank *b, size_t heads, int32_t pos, const float *attn, size_t ld,
+                            size_t group, kve_reduce reduce, size_t dim, size_t ldk, kve_rng *g)
+{
+    kve_step_data d = kve_step_default_data();
+    d.attn = attn;
+    d.ld = ld;
+    d.group = group;
+    d.reduce = reduce;
+    d.keys = dim ? keys : NULL;
+    d.ld_keys = ldk;
+    if (g_qg) {
+        d.queries = queries;
+        d.ld_queries = ldk;
+        d.flags = g && kve_rng_below(g, 25) == 0 ? KVE_STEP_RESCORE : 0;
+    }
+    if (g_vdim) {
+        d.values = values;
+        d.ld_values = g_vdim;
+    }
+    return kve_bank_step_data(b, 0, heads, pos, &d);
 }
 
 /* The smallest budget an evict of spec accepts. */
@@ -248,11 +285,18 @@ static int fleet_op(fleet *f, int steady)
         size_t ldk = f->dim + (size_t)kve_rng_below(g, 2);
         for (size_t h = 0; h < f->heads; h++)
             random_key(g, f->key_pool, f->dim, keys + h * ldk);
+        for (size_t q = 0; q < f->heads * g_qg; q++) /* queries near the keys */
+            random_key(g, f->key_pool, f->dim, queries + q * ldk);
+        for (size_t i = 0; i < f->heads * g_vdim; i++) /* norms with zeros and ties */
+            values[i] = kve_rng_below(g, 6) ? (float)kve_rng_below(g, 5) - 2.0f : 0.0f;
         f->pos += kve_rng_below(g, 10) == 0 ? 2 : 1;
-        for (size_t k = 0; k < f->n; k++)
-            st[k] = kve_bank_step_range(f->b[k], 0, f->heads, f->pos - 1,
-                                        with_attn ? rows : NULL, ldr, f->group, reduce,
-                                        f->dim ? keys : NULL, ldk);
+        uint64_t flags = g_qg ? kve_rng_below(g, 1u << 30) : 0; /* the same for all */
+        for (size_t k = 0; k < f->n; k++) {
+            kve_rng same;
+            kve_rng_seed(&same, flags);
+            st[k] = step_with(f->b[k], f->heads, f->pos - 1, with_attn ? rows : NULL, ldr,
+                              f->group, reduce, f->dim, ldk, &same);
+        }
         if (!fleet_agree(f, st, 0, "step"))
             return 0;
         if (!steady)
@@ -337,8 +381,7 @@ static void forks_case_ex(const char *spec, size_t heads, size_t dim, size_t sha
     /* another state first: grown past its slots, so the copy replaces
      * storage as well as contents */
     for (int32_t p = 0; p < (int32_t)(2 * f.budget + 3); p++)
-        ASSERT_OK(kve_bank_step_range(f.b[2], 0, heads, p, NULL, 0, 1, KVE_REDUCE_MEAN,
-                                      dim ? keys : NULL, dim));
+        ASSERT_OK(step_with(f.b[2], heads, p, NULL, 0, 1, KVE_REDUCE_MEAN, dim, dim, NULL));
     ASSERT_OK(kve_bank_copy(f.b[2], f.b[0]));
     f.b[3] = reload(f.b[0], NULL);
     ASSERT_TRUE(f.b[3] != NULL);
@@ -778,8 +821,7 @@ static void reset_case(const char *spec, size_t dim, size_t heads, size_t share,
     for (int s = 0; s < 150; s++)
         ASSERT_TRUE(fleet_op(&f, 0));
     for (int32_t p = f.pos; p < f.pos + (int32_t)(3 * f.budget); p++) /* growth */
-        ASSERT_OK(kve_bank_step_range(f.b[0], 0, heads, p, NULL, 0, 1, KVE_REDUCE_MEAN,
-                                      dim ? keys : NULL, dim));
+        ASSERT_OK(step_with(f.b[0], heads, p, NULL, 0, 1, KVE_REDUCE_MEAN, dim, dim, NULL));
     talloc_fail_after(&ta, 0);
     kve_bank_reset(f.b[0]);
     f.b[1] = new_bank(spec, heads, dim, share, seed, NULL);
@@ -1331,7 +1373,7 @@ static void test_image_refusals(void)
     const uint64_t nan_bits = 0x7ff8000000000000u, neg_one = 0xbff0000000000000u;
     const edit edits[] = {
         {0, 1, 0x88, 1, "magic"},
-        {8, 4, 2, 1, "version 2"},
+        {8, 4, 3, 1, "version 3"},
         {8, 4, 0, 1, "version 0"},
         {12, 4, 2, 1, "kve_bank_load"},
         {12, 4, 7, 1, "kind 7"},
@@ -1584,6 +1626,104 @@ static void test_image_sizes(void)
     lm_free(NULL, doc);
 }
 
+/* ---- the methods' state (issue 20 x issue 18) ---- */
+
+/* A score rule with two doubles of state a slot that reads the value
+ * norms: a decayed sum and a count, whatever order of calls. */
+static kve_status state_rule(void *user, const kve_score_step *s)
+{
+    (void)user;
+    for (size_t i = 0; i < s->n; i++) {
+        double *st = s->new_state + i * 2;
+        st[0] = 0.5 * st[0] + (double)s->attn[i];
+        st[1] += 1.0;
+        s->new_score[i] = st[0] / st[1] * (1.0 + s->vnorm[i]);
+    }
+    return KVE_OK;
+}
+
+/* Forks, rewinds, resets and images of the state the methods added: the
+ * value norms (and raw scores) of vnorm=1, expected_attention's keys,
+ * counters, statistics and query ring (every step, and every few steps),
+ * a registered score rule's per-slot state. Each spec as a bank of 3 heads
+ * and a shared bank; its image names the rule, and loads only while a rule
+ * of that name and layout is registered. */
+static void test_methods_state(void)
+{
+    kve_score_rule rule = kve_score_rule_default();
+    rule.name = "state_rule";
+    rule.observe = state_rule;
+    rule.state = 2;
+    rule.values = 1;
+    rule.recent_window = 2;
+    ASSERT_OK(kve_score_rule_register(&rule));
+    static const char *const specs[] = {
+        "h2o:budget=12,recent_window=2,vnorm=1",
+        "tova:budget=9,recent_window=0,vnorm=1",
+        "scissorhands:budget=14,recent_window=1,history=6,vnorm=1",
+        "h2o_mean:budget=10,recent_window=1,vnorm=1",
+        "h2o:budget=16,recent_window=2,block=4,vnorm=1",
+        "expected_attention:budget=12,n_sink=2,n_queries=7",
+        "expected_attention:budget=10,recent_window=2,n_sink=1,interval=5,n_queries=9,"
+        "use_covariance=0,epsilon=0.25",
+        "expected_attention:budget=9,n_sink=0,interval=3,n_queries=40,vnorm=0",
+        "state_rule:budget=11",
+        "state_rule:budget=8,recent_window=0,vnorm=1",
+    };
+    for (size_t i = 0; i < N_OF(specs); i++) {
+        const int ea = strncmp(specs[i], "expected", 8) == 0;
+        const size_t dim = ea ? 4 + i % 3 : 0;
+        g_vdim = 3;
+        g_qg = ea ? 1 + i % 3 : 0;
+        forks_case(specs[i], 3, dim, 0, check_seed + 900 + i);
+        if (!ea && !strstr(specs[i], "block")) /* a shared budget compares scores */
+            forks_case(specs[i], 6, dim, 3, check_seed + 920 + i);
+        reset_case(specs[i], dim, 2, 0, check_seed + 940 + i);
+        /* the image and the options: a bank of other facts cannot take the state */
+        fleet f;
+        ASSERT_TRUE(fleet_init(&f, specs[i], 2, dim, 0, check_seed + 960 + i));
+        for (int s = 0; s < 40; s++)
+            ASSERT_TRUE(fleet_op(&f, 0));
+        g_vdim = 4;
+        f.b[1] = new_bank(specs[i], 2, dim, 0, 1, NULL);
+        ASSERT_TRUE(f.b[1] != NULL);
+        ASSERT_STATUS(kve_bank_copy(f.b[1], f.b[0]), KVE_EINVAL);
+        ASSERT_TRUE(strstr(kve_last_error(), "value_dim is 4, src's 3") != NULL);
+        f.n = 2;
+        fleet_free(&f);
+    }
+    /* an image that names a rule: refused, naming it, while none is
+     * registered; loaded again once it is */
+    g_vdim = 3;
+    g_qg = 0;
+    kve_bank *b = new_bank("state_rule:budget=11", 2, 0, 0, 5, NULL);
+    ASSERT_TRUE(b != NULL);
+    size_t n = 0;
+    uint8_t *img = bank_image(b, &n);
+    ASSERT_TRUE(img != NULL);
+    ASSERT_STATUS(kve_score_rule_unregister("state_rule"), KVE_EINVAL); /* b holds it */
+    kve_bank_free(b);
+    ASSERT_OK(kve_score_rule_unregister("state_rule"));
+    kve_bank *c = NULL;
+    ASSERT_STATUS(kve_bank_load(img, n, NULL, &c), KVE_EINVAL);
+    ASSERT_TRUE(c == NULL);
+    ASSERT_TRUE(strstr(kve_last_error(), "unknown policy \"state_rule\"") != NULL);
+    ASSERT_TRUE(strstr(kve_last_error(), "kve_score_rule_register") != NULL);
+    rule.state = 1; /* another layout under the name: refused by its column */
+    ASSERT_OK(kve_score_rule_register(&rule));
+    ASSERT_STATUS(kve_bank_load(img, n, NULL, &c), KVE_EINVAL);
+    ASSERT_TRUE(strstr(kve_last_error(), "column extra0 holds 16 bytes") != NULL);
+    ASSERT_OK(kve_score_rule_unregister("state_rule"));
+    rule.state = 2;
+    ASSERT_OK(kve_score_rule_register(&rule));
+    ASSERT_OK(kve_bank_load(img, n, NULL, &c));
+    ASSERT_STATUS(kve_score_rule_unregister("state_rule"), KVE_EINVAL); /* the loaded one */
+    kve_bank_free(c);
+    ASSERT_OK(kve_score_rule_unregister("state_rule"));
+    free(img);
+    g_vdim = g_qg = 0;
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -1602,5 +1742,6 @@ int main(int argc, char **argv)
     RUN(test_shared_remove_reference);
     RUN(test_reset_replays);
     RUN(test_image_sizes);
+    RUN(test_methods_state);
     return CHECK_DONE();
 }

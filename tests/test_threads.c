@@ -12,11 +12,16 @@
  * the thread's own while the others allocate through theirs. The results
  * must equal the single-threaded ones bit for bit, each thread must still
  * read its own error message after the others failed, and one thread's
- * failing allocator must not make another's allocations fail. Built
- * under ThreadSanitizer by `make test-tsan`, which also sees any data race.
+ * failing allocator must not make another's allocations fail. Then the
+ * registry of score rules, the library's one shared table: threads that
+ * register and unregister rules of their own while others build, step and
+ * free objects of a rule they share, parse its specs and try to unregister
+ * it. Built under ThreadSanitizer by `make test-tsan`, which also sees any
+ * data race.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
+#include "facts.h"
 #include "test_allocator.h"
 #include "internal.h"
 #include "kvevict_eval.h"
@@ -54,23 +59,21 @@ static uint64_t run_policy(size_t type, outcome *o)
     kve_rng_seed(&stream, 7 * type + 1);
     kve_policy *p = NULL;
     kve_policy_options po = kve_policy_default_options();
-    po.key_dim = 8; /* the key-reading policies step with keys */
+    facts_policy(&po); /* the policies that read keys, queries or values step with them */
     if (kve_policy_new_ex(spec, &rng, &po, &p) != KVE_OK) {
         o->failures++;
         return 0;
     }
     uint64_t h = 0xcbf29ce484222325u;
-    float attn[STEPS], key[8];
+    float attn[STEPS];
     int32_t victims[BUDGET + 1];
     for (int32_t pos = 0; pos < STEPS; pos++) {
         size_t n = kve_policy_size(p);
         for (size_t i = 0; i < n; i++)
             attn[i] = (float)kve_rng_uniform(&stream);
         const float *a = kve_rng_below(&stream, 10) == 0 ? NULL : attn;
-        for (size_t j = 0; j < 8; j++)
-            key[j] = (float)kve_rng_uniform(&stream) - 0.5f;
         size_t nv = 0;
-        if (kve_policy_step_keys(p, pos, a, n, key) != KVE_OK ||
+        if (facts_step(p, pos, a, n, &stream) != KVE_OK ||
             kve_policy_evict(p, BUDGET, victims, BUDGET + 1, &nv) != KVE_OK) {
             o->failures++;
             break;
@@ -210,10 +213,106 @@ static void test_handover(void)
     kve_policy_free(p);
 }
 
+/* ---- the registry of score rules ---- */
+
+static kve_status shared_rule(void *user, const kve_score_step *s)
+{
+    (void)user; /* read-only: safe from any thread */
+    for (size_t i = 0; i < s->n; i++)
+        s->new_score[i] = s->score[i] + (double)s->attn[i];
+    return KVE_OK;
+}
+
+typedef struct rule_job {
+    size_t id;
+    pthread_barrier_t *start;
+    int failures;
+    uint64_t hash;
+} rule_job;
+
+/* Registers, uses and unregisters rules of its own, and uses "shared_r"
+ * (built, stepped, its spec parsed) which it must never be able to pull. */
+static void *rule_main(void *arg)
+{
+    rule_job *j = arg;
+    pthread_barrier_wait(j->start);
+    char name[32], spec[64];
+    snprintf(name, sizeof name, "own_%zu", j->id);
+    kve_score_rule r = kve_score_rule_default();
+    r.observe = shared_rule;
+    r.recent_window = 2;
+    uint64_t h = 0xcbf29ce484222325u;
+    float attn[STEPS];
+    int32_t victims[4];
+    for (int round = 0; round < 40; round++) {
+        r.name = name;
+        if (kve_score_rule_register(&r) != KVE_OK)
+            j->failures++;
+        kve_policy *own = NULL, *sh = NULL;
+        snprintf(spec, sizeof spec, "%s:budget=8", name);
+        if (kve_policy_new(spec, NULL, &own) != KVE_OK ||
+            kve_policy_new("shared_r:budget=8", NULL, &sh) != KVE_OK)
+            j->failures++;
+        char out[KVE_SPEC_MAX];
+        if (kve_spec_with("shared_r", "vnorm", "1", out, sizeof out) != KVE_OK)
+            j->failures++;
+        for (int32_t pos = 0; pos < 30 && own && sh; pos++) {
+            size_t n = kve_policy_size(sh);
+            for (size_t i = 0; i < n; i++)
+                attn[i] = (float)((i * 7 + (size_t)pos) % 5) / 4.0f;
+            size_t nv = 0;
+            if (kve_policy_step(own, pos, attn, n) != KVE_OK ||
+                kve_policy_step(sh, pos, attn, n) != KVE_OK ||
+                kve_policy_evict(own, 8, victims, 4, NULL) != KVE_OK ||
+                kve_policy_evict(sh, 8, victims, 4, &nv) != KVE_OK)
+                j->failures++;
+            for (size_t i = 0; i < nv; i++)
+                h = fnv(h, victims[i]);
+        }
+        /* held by this thread's object (at least): refused */
+        if (kve_score_rule_unregister("shared_r") != KVE_EINVAL)
+            j->failures++;
+        if (kve_score_rule_unregister(name) != KVE_EINVAL) /* held by own */
+            j->failures++;
+        kve_policy_free(own);
+        kve_policy_free(sh);
+        if (kve_score_rule_unregister(name) != KVE_OK)
+            j->failures++;
+    }
+    j->hash = h;
+    return NULL;
+}
+
+static void test_rule_registry_threads(void)
+{
+    kve_score_rule r = kve_score_rule_default();
+    r.name = "shared_r";
+    r.observe = shared_rule;
+    r.recent_window = 2;
+    ASSERT_OK(kve_score_rule_register(&r));
+    pthread_barrier_t start;
+    ASSERT_EQ(pthread_barrier_init(&start, NULL, THREADS), 0);
+    rule_job jobs[THREADS];
+    pthread_t th[THREADS];
+    for (size_t i = 0; i < THREADS; i++) {
+        jobs[i] = (rule_job){i, &start, 0, 0};
+        ASSERT_EQ(pthread_create(&th[i], NULL, rule_main, &jobs[i]), 0);
+    }
+    for (size_t i = 0; i < THREADS; i++)
+        ASSERT_EQ(pthread_join(th[i], NULL), 0);
+    pthread_barrier_destroy(&start);
+    for (size_t i = 0; i < THREADS; i++) {
+        ASSERT_EQ(jobs[i].failures, 0);
+        ASSERT_U64_EQ(jobs[i].hash, jobs[0].hash); /* the same steps, the same victims */
+    }
+    ASSERT_OK(kve_score_rule_unregister("shared_r")); /* every hold is gone */
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
     RUN(test_threads_match_single_threaded);
     RUN(test_handover);
+    RUN(test_rule_registry_threads);
     return CHECK_DONE();
 }

@@ -10,8 +10,10 @@
  * replays every step and evict, and compares the final kept set. Every
  * registered policy that can run the file must have at least one `expect`
  * line in it (the policies that read keys run the files that give keys:
- * a `dim` line and a key at every step), and each `separates A B` line must
- * name two expectations that differ.
+ * a `dim` line and a key at every step; those that read queries and values,
+ * the files with a `queries` line, whose steps give a query and a value of
+ * dim floats too), and each `separates A B` line must name two
+ * expectations that differ.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -36,6 +38,7 @@ typedef struct vop {
     int32_t wpos[MAX_W];
     float w[MAX_W];
     float key[MAX_DIM]; /* step: the key of pos, when the vector has a dim */
+    float query[MAX_DIM], value[MAX_DIM]; /* step: with `queries` */
     size_t budget;   /* evict: 0 = each policy's own */
 } vop;
 
@@ -50,6 +53,7 @@ typedef struct vector {
     const char *file;
     uint64_t seed;
     size_t dim; /* floats of a key; 0: the steps carry none */
+    int queries; /* the steps carry a query and a value of dim floats too */
     size_t n_ops, n_expect, n_sep;
     vop ops[MAX_OPS];
     vexpect expect[MAX_EXPECT];
@@ -133,7 +137,7 @@ static int parse_vector(vector *v, const char *file, char *text)
         char *hash = strchr(s, '#');
         if (hash)
             *hash = '\0';
-        char *tok[MAX_W + 4];
+        char *tok[MAX_W + 6];
         size_t nt = 0;
         for (char *t = strtok(s, " \t\r"); t; t = strtok(NULL, " \t\r")) {
             if (nt == MAX_W + 4)
@@ -147,6 +151,10 @@ static int parse_vector(vector *v, const char *file, char *text)
             if (nt != 2 || !parse_int(tok[1], 0, INT64_MAX, &x))
                 VFAIL(v, line, "seed takes one non-negative integer");
             v->seed = (uint64_t)x;
+        } else if (!strcmp(tok[0], "queries")) {
+            if (nt != 1 || v->queries || v->n_ops)
+                VFAIL(v, line, "queries takes nothing and comes once, before the first step");
+            v->queries = 1;
         } else if (!strcmp(tok[0], "dim")) {
             if (nt != 2 || !parse_int(tok[1], 1, MAX_DIM, &x))
                 VFAIL(v, line, "dim takes one integer in 1..%d", MAX_DIM);
@@ -164,25 +172,42 @@ static int parse_vector(vector *v, const char *file, char *text)
                       (long)last);
             op->line = line;
             op->pos = (int32_t)x;
-            if (nt > 2 && !strncmp(tok[nt - 1], "key=", 4)) {
+            int have = 0; /* bits: key, query, value */
+            while (nt > 2) {
+                static const char *const names[3] = {"key", "query", "value"};
+                float *dst[3] = {op->key, op->query, op->value};
+                int f = !strncmp(tok[nt - 1], "key=", 4)     ? 0
+                        : !strncmp(tok[nt - 1], "query=", 6) ? 1
+                        : !strncmp(tok[nt - 1], "value=", 6) ? 2
+                                                             : -1;
+                if (f < 0)
+                    break;
                 if (!v->dim)
-                    VFAIL(v, line, "a key without a dim line");
-                char *at = tok[nt - 1] + 4;
+                    VFAIL(v, line, "a %s without a dim line", names[f]);
+                if (f && !v->queries)
+                    VFAIL(v, line, "a %s without a queries line", names[f]);
+                if (have & (1 << f))
+                    VFAIL(v, line, "%s= is given twice", names[f]);
+                have |= 1 << f;
+                char *at = strchr(tok[nt - 1], '=') + 1;
                 for (size_t j = 0; j < v->dim; j++) {
                     char *end = NULL;
                     errno = 0;
                     double k = strtod(at, &end);
                     if (end == at || errno || !(k - k == 0.0) || fabs(k) > 3.4e38 ||
                         (*end != ',' && *end != '\0') || (*end == ',') != (j + 1 < v->dim))
-                        VFAIL(v, line, "key needs %zu finite decimals separated by commas",
-                              v->dim);
-                    op->key[j] = (float)k;
+                        VFAIL(v, line, "%s needs %zu finite decimals separated by commas",
+                              names[f], v->dim);
+                    dst[f][j] = (float)k;
                     at = end + 1;
                 }
                 nt--;
-            } else if (v->dim) {
-                VFAIL(v, line, "step %lld has no key=... (the vector has dim %zu)", x, v->dim);
             }
+            if (v->dim && !(have & 1))
+                VFAIL(v, line, "step %lld has no key=... (the vector has dim %zu)", x, v->dim);
+            if (v->queries && have != 7)
+                VFAIL(v, line, "step %lld needs key=, query= and value= (the vector has a "
+                      "queries line)", x);
             if (nt == 3 && !strcmp(tok[2], "null")) {
                 op->null = 1;
             } else {
@@ -266,11 +291,17 @@ static int parse_vector(vector *v, const char *file, char *text)
         VFAIL(v, line, "a vector starts with a step");
     if (v->n_expect == 0)
         VFAIL(v, line, "no expect lines");
+    if (v->queries && !v->dim)
+        VFAIL(v, line, "a queries line needs a dim line");
     /* Every registered policy runs every vector it can: those that read keys
-     * the vectors with keys. */
+     * the vectors with keys, those that read queries or values the vectors
+     * with both. */
     for (size_t t = 0; t < kve_policy_type_count(); t++) {
         const char *name = kve_policy_type_name(t);
-        if ((kve_policy_type_reads(t) & KVE_READS_KEYS) && !v->dim)
+        const unsigned reads = kve_policy_type_reads(t);
+        if ((reads & KVE_READS_KEYS) && !v->dim)
+            continue;
+        if ((reads & (KVE_READS_QUERIES | KVE_READS_VALUES)) && !v->queries)
             continue;
         size_t len = strlen(name), i = 0;
         while (i < v->n_expect && !(strncmp(v->expect[i].spec, name, len) == 0 &&
@@ -318,6 +349,10 @@ static int run_expect(const vector *v, const vexpect *e, int32_t *got, size_t *n
     kve_policy *p = NULL;
     kve_policy_options o = kve_policy_default_options();
     o.key_dim = v->dim;
+    if (v->queries) { /* one query head, no rotary embedding, values of dim floats */
+        o.value_dim = v->dim;
+        o.rope.rotary_dim = 0;
+    }
     if (kve_policy_new_ex(e->spec, &rng, &o, &p) != KVE_OK)
         VFAIL(v, e->line, "bad spec %s: %s", e->spec, kve_last_error());
     for (size_t i = 0; i < v->n_ops; i++) {
@@ -341,8 +376,18 @@ static int run_expect(const vector *v, const vexpect *e, int32_t *got, size_t *n
                     if (op->wpos[j] == kept[k])
                         row[k] = op->w[j];
             }
-            st = kve_policy_step_keys(p, op->pos, op->null ? NULL : row, n,
-                                      v->dim ? op->key : NULL);
+            kve_step_data d = kve_step_default_data();
+            d.attn = op->null ? NULL : row;
+            d.ld = n;
+            d.keys = v->dim ? op->key : NULL;
+            d.ld_keys = v->dim;
+            if (v->queries) {
+                d.queries = op->query;
+                d.ld_queries = v->dim;
+                d.values = op->value;
+                d.ld_values = v->dim;
+            }
+            st = kve_policy_step_data(p, op->pos, &d);
         }
         if (st != KVE_OK) {
             kve_policy_free(p);
@@ -411,7 +456,7 @@ static void test_vector_files(void)
     }
     closedir(d);
     qsort(names, n, sizeof *names, cmp_names);
-    size_t expectations = 0, keyed = 0;
+    size_t expectations = 0, keyed = 0, queried = 0;
     int failed = 0;
     for (size_t i = 0; i < n; i++) {
         char path[1400];
@@ -427,9 +472,10 @@ static void test_vector_files(void)
             failed = 1;
         } else {
             printf("     %s: %zu expectations hold%s\n", names[i], vec.n_expect,
-                   vec.dim ? " (with keys)" : "");
+                   vec.queries ? " (with keys, queries and values)" : vec.dim ? " (with keys)" : "");
             expectations += vec.n_expect;
             keyed += vec.dim != 0;
+            queried += vec.queries != 0;
         }
         free(text);
     }
@@ -437,12 +483,17 @@ static void test_vector_files(void)
         free(names[i]);
     ASSERT_TRUE(!failed);
     ASSERT_TRUE(n >= 7);
-    ASSERT_TRUE(keyed >= 2);
-    size_t key_types = 0;
-    for (size_t t = 0; t < kve_policy_type_count(); t++)
-        key_types += (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
-    ASSERT_TRUE(key_types == 2);
-    ASSERT_TRUE(expectations >= n * kve_policy_type_count() - (n - keyed) * key_types);
+    ASSERT_TRUE(keyed >= 3);
+    ASSERT_TRUE(queried >= 1);
+    size_t key_types = 0, query_types = 0;
+    for (size_t t = 0; t < kve_policy_type_count(); t++) {
+        unsigned reads = kve_policy_type_reads(t);
+        query_types += (reads & KVE_READS_QUERIES) != 0;
+        key_types += (reads & KVE_READS_KEYS) && !(reads & KVE_READS_QUERIES);
+    }
+    ASSERT_TRUE(key_types == 2 && query_types == 1);
+    ASSERT_TRUE(expectations >= n * kve_policy_type_count() - (n - keyed) * key_types -
+                                    (n - queried) * query_types);
 }
 
 /* Malformed vectors are refused with the right line and a reason. */
@@ -483,6 +534,11 @@ static void test_malformed_vectors(void)
         {"step 0 null\nexpect full: 0\n", 2, "no expect line for policy window"},
         {"step 0 null\nexpect full: 0\nseparates full:budget=1\n", 3, "two specs"},
         {"dim 0\n", 1, "dim takes"},
+        {"dim 1\nqueries\nstep 0 null key=1\n", 3, "needs key=, query= and value="},
+        {"dim 1\nstep 0 null key=1 query=1\n", 2, "without a queries line"},
+        {"dim 1\nqueries\nqueries\n", 3, "comes once"},
+        {"dim 1\nqueries\nstep 0 null key=1 query=1 value=1 value=2\n", 3, "given twice"},
+        {"queries\nstep 0 null key=1 query=1 value=1\n", 2, "without a dim"},
         {"dim 17\n", 1, "dim takes"},
         {"dim 2\ndim 2\n", 2, "once"},
         {"step 0 null\ndim 2\n", 2, "before the first step"},

@@ -164,6 +164,16 @@ char *canon_spec(const char *what, const char *spec, size_t budget)
     return xstrdup(buf);
 }
 
+const char *reads_label(unsigned reads)
+{
+    static const char *const labels[16] = {
+        "nothing", "attention", "keys", "attention+keys", "queries", "attention+queries",
+        "keys+queries", "attention+keys+queries", "values", "attention+values", "keys+values",
+        "attention+keys+values", "queries+values", "attention+queries+values",
+        "keys+queries+values", "attention+keys+queries+values"};
+    return labels[reads & 15u];
+}
+
 /* ---- options ---- */
 
 /* The shared options as the parser sees them; SO_FORMAT is five words. */

@@ -209,6 +209,11 @@ void free_list(char **items, size_t n);
  * given), in a fresh string; a usage error naming `what` if refused. */
 char *canon_spec(const char *what, const char *spec, size_t budget);
 
+/* What a policy reads (kve_reads) as `policies` prints it: "nothing",
+ * "attention", "keys", or the '+'-joined list when it reads several
+ * ("keys+queries+values"). A static string. */
+const char *reads_label(unsigned reads);
+
 /* ---- output files, progress (output.c) ------------------------------- */
 
 /* The stream for results: standard output for NULL or "-", else a fresh

@@ -35,7 +35,15 @@
  *     floats (mode "keys"), keydiff up to KEYDIFF_MAX_BUDGET. The policies
  *     that read attention are also built unchecked (unchecked = 1:
  *     kve_policy_options.unchecked) and measured in both placements, the
- *     others in the pool placement;
+ *     others in the pool placement; expected_attention (pool placement)
+ *     also with PERF_GROUP queries and a value, up to EA_MAX_BUDGET (its
+ *     default rescoring every step; not with --quick), and the same with
+ *     interval=64 up to EA_INTERVAL_MAX_BUDGET;
+ *   - the score rules of an application's own against the built-in lanes
+ *     (impl "rule", pool placement): h2o written as a registered rule
+ *     (rule_h2o) against h2o, and value-aware h2o (rule_vh2o) against
+ *     h2o:vnorm=1, which is timed too, every step carrying a value of
+ *     PERF_KEY_DIM floats (the row's first);
  *   - a naive h2o at every budget: the same arithmetic as separate passes
  *     (add, then argmin, then compaction), and with the victim chosen by
  *     sorting the unprotected slots (what a first implementation does);
@@ -71,13 +79,15 @@ static const size_t quick_budgets[] = {256, 4096};
 static const size_t bank_heads[] = {8, 64, 256}; /* 256 = 32 layers x 8 KV heads */
 static const size_t bank_budgets[] = {256, 1024, 4096};
 enum { N_BANK_HEADS = 3, N_BANK_BUDGETS = 3, NAIVE_RECENT = 32 };
-enum { PERF_KEY_DIM = 128 }; /* a common head size; keys come from the attention pool */
 /* keydiff re-scores every kept key at every step, O(kept * d), so filling it
  * to budget B costs O(B^2 d): it is timed at budgets up to this one. */
 enum { KEYDIFF_MAX_BUDGET = 16384 };
 /* Calls of the floor timed one by one, at most (a CPU-time clock read is a
  * system call: hundreds of ns). */
 enum { EACH_MAX_STEPS = 20000 };
+/* expected_attention rescores every kept key at every step by default,
+ * O(kept G d^2): timed up to this budget; with interval=64 up to the next. */
+enum { EA_MAX_BUDGET = 256, EA_INTERVAL_MAX_BUDGET = 1024 };
 #define POOL_BYTES ((size_t)64 << 20)
 
 /* Seconds of `clock`: the calling thread's CPU time for single-threaded
@@ -270,6 +280,8 @@ typedef struct work {
     size_t budget;
     int attn;      /* step with rows (1) or NULL (0) */
     int keys;      /* step with a key of PERF_KEY_DIM floats (the pool row's first) */
+    int values;    /* ... and a value of PERF_KEY_DIM floats (the next row's) */
+    const float *queries; /* ... and PERF_GROUP queries from these QUERY_SETS sets */
     int32_t pos;   /* next position */
     /* W_FLOOR, W_FLOOR_LOOP */
     const floor_isa *floor;
@@ -303,14 +315,41 @@ static void checked(kve_status st, const char *what)
         die_status(st, what);
 }
 
+enum { QUERY_SETS = 16 };
+
+/* One step of w's policy at w->pos with what w says it reads, from the
+ * next pool row (attention, key and value alike); fill: without attention,
+ * and a row taken only when the step carries a vector. */
+static void step_policy(work *w, int fill)
+{
+    const int vectors = w->keys || w->values || w->queries;
+    const float *a = !fill || vectors ? next_row(w) : NULL;
+    const float *attn = !fill && w->attn ? a : NULL;
+    if (!w->values && !w->queries) { /* the plain step of the policy API */
+        checked(kve_policy_step_keys(w->p, w->pos, attn, attn ? kve_policy_size(w->p) : 0,
+                                     w->keys ? a : NULL),
+                fill ? "fill" : "step");
+        return;
+    }
+    kve_step_data d = kve_step_default_data();
+    d.attn = attn;
+    d.ld = attn ? kve_policy_size(w->p) : 0;
+    d.keys = w->keys ? a : NULL;
+    d.ld_keys = PERF_KEY_DIM;
+    d.values = w->values ? a : NULL;
+    d.ld_values = PERF_KEY_DIM;
+    d.queries = w->queries ? w->queries + (size_t)(w->pos % QUERY_SETS) * PERF_GROUP *
+                                              PERF_KEY_DIM
+                           : NULL;
+    d.ld_queries = PERF_KEY_DIM;
+    checked(kve_policy_step_data(w->p, w->pos, &d), fill ? "fill" : "step");
+}
+
 static void run_policy(work *w, size_t steps)
 {
     int32_t victims[4];
     for (size_t s = 0; s < steps; s++, w->pos++) {
-        const float *a = next_row(w);
-        checked(kve_policy_step_keys(w->p, w->pos, w->attn ? a : NULL, kve_policy_size(w->p),
-                                     w->keys ? a : NULL),
-                "step");
+        step_policy(w, 0);
         checked(kve_policy_evict(w->p, w->budget, victims, 4, NULL), "evict");
     }
 }
@@ -579,10 +618,7 @@ static double moved_per_evict(work *w, size_t steps)
     double moved = 0.0;
     size_t evicts = 0;
     for (size_t s = 0; s < steps; s++, w->pos++) {
-        const float *a = next_row(w);
-        checked(kve_policy_step_keys(w->p, w->pos, w->attn ? a : NULL, kve_policy_size(w->p),
-                                     w->keys ? a : NULL),
-                "step");
+        step_policy(w, 0);
         size_t nv = 0;
         checked(kve_policy_evict(w->p, w->budget, victims, 4, &nv), "evict");
         if (nv != 1)
@@ -609,37 +645,125 @@ static void spec_of(char *out, const char *name, size_t budget)
     free(s);
 }
 
-/* One row of policy type t at `budget`: stepped with attention rows (attn),
- * NULL, or NULL and keys; built checked or unchecked. */
-static void policy_row(perf_rows *rs, const pool *p, place where, size_t t, size_t budget,
-                       int attn, int unchecked, const floor_cost *f, const timing_opts *o)
+/* The queries expected_attention is stepped with: QUERY_SETS sets of
+ * PERF_GROUP queries of PERF_KEY_DIM floats, uniform in [-1, 1). */
+static float *query_sets(void)
 {
-    const char *name = kve_policy_type_name(t);
-    const int keys = (kve_policy_type_reads(t) & KVE_READS_KEYS) != 0;
+    float *q = xmalloc((size_t)QUERY_SETS * PERF_GROUP * PERF_KEY_DIM * sizeof *q);
+    kve_rng g;
+    kve_rng_seed(&g, 7);
+    for (size_t i = 0; i < (size_t)QUERY_SETS * PERF_GROUP * PERF_KEY_DIM; i++)
+        q[i] = (float)(kve_rng_uniform(&g) * 2.0 - 1.0);
+    return q;
+}
+
+/* How a row steps its policy. */
+typedef struct step_mode {
+    const char *name; /* "rows", "null", "keys" */
+    int attn, keys, values, queries;
+} step_mode;
+
+/* One policy row: `spec` at `budget` (named `name` in the tables), in
+ * placement `where`, built checked or unchecked, filled to the budget with
+ * steps without attention, then timed in the steady state as `m` says. */
+static void time_policy(perf_rows *rs, const pool *p, place where, const char *impl,
+                        const char *name, const char *spec, size_t budget, const step_mode *m,
+                        int unchecked, const float *queries, const floor_cost *f,
+                        const timing_opts *o)
+{
     row *r = add_row(rs, p, where);
+    r->impl = impl;
     snprintf(r->name, sizeof r->name, "%s", name);
-    spec_of(r->spec, name, budget);
+    spec_of(r->spec, spec, budget);
     r->budget = budget;
-    r->attn = keys ? "keys" : attn ? "rows" : "null";
+    r->attn = m->name;
     r->unchecked = unchecked;
+    if ((m->keys || m->values) && p->width < PERF_KEY_DIM)
+        die_usage("budget %zu: the policies that read keys or values are timed at budgets of "
+                  "at least %d", budget, PERF_KEY_DIM);
     kve_rng rng;
     kve_rng_seed(&rng, 1);
-    work w = {.kind = W_POLICY, .pool = p, .budget = budget, .attn = attn, .keys = keys};
+    work w = {.kind = W_POLICY, .pool = p, .budget = budget, .attn = m->attn, .keys = m->keys,
+              .values = m->values, .queries = m->queries ? queries : NULL};
     kve_policy_options po = kve_policy_default_options();
-    po.key_dim = keys ? PERF_KEY_DIM : 0;
+    po.key_dim = m->keys ? PERF_KEY_DIM : 0;
+    po.value_dim = m->values ? PERF_KEY_DIM : 0;
+    po.query_group = m->queries ? PERF_GROUP : 1;
     po.unchecked = unchecked;
-    if (keys && p->width < PERF_KEY_DIM)
-        die_usage("budget %zu: the policies that read keys are timed at budgets of at least %d",
-                  budget, PERF_KEY_DIM);
+    if (m->queries) {
+        po.rope.rotary_dim = PERF_KEY_DIM;
+        po.rope.pairs = KVE_ROPE_HALF;
+    }
     checked(kve_policy_new_ex(r->spec, &rng, &po, &w.p), r->spec);
-    for (; (size_t)w.pos < budget; w.pos++) /* fill: a NULL step, or one key's work */
-        checked(kve_policy_step_keys(w.p, w.pos, NULL, 0, keys ? next_row(&w) : NULL), "fill");
+    for (; (size_t)w.pos < budget; w.pos++) /* fill: a NULL step, or one vector's work */
+        step_policy(&w, 1);
     r->ns = measure(&w, o, &r->steps);
     r->state_bytes = kve_policy_state_bytes(w.p);
-    if (kve_policy_type_reads(t) != KVE_READS_NOTHING) /* the scored ones: a memmove */
+    if (kve_policy_reads(w.p) != KVE_READS_NOTHING) /* the scored ones: a memmove */
         r->moved = moved_per_evict(&w, MOVED_STEPS);
     set_floor(r, f);
     kve_policy_free(w.p);
+}
+
+/* One row of policy type t at `budget`: stepped with attention rows (attn),
+ * NULL, or NULL and keys (and, for expected_attention, queries and a
+ * value); built checked or unchecked. */
+static void policy_row(perf_rows *rs, const pool *p, place where, size_t t, size_t budget,
+                       int attn, int unchecked, const float *queries, const floor_cost *f,
+                       const timing_opts *o)
+{
+    const char *name = kve_policy_type_name(t);
+    const kve_reads reads = kve_policy_type_reads(t);
+    const int keys = (reads & KVE_READS_KEYS) != 0;
+    step_mode m = {keys ? "keys" : attn ? "rows" : "null", attn, keys,
+                   (reads & KVE_READS_VALUES) != 0, (reads & KVE_READS_QUERIES) != 0};
+    time_policy(rs, p, where, "kvevict", name, name, budget, &m, unchecked, queries, f, o);
+}
+
+/* ---- score rules as an application writes them (kvevict.h, "Score rules") ---- */
+
+/* h2o: the state is the sum of the attention a position received. */
+static kve_status rule_h2o(void *user, const kve_score_step *s)
+{
+    (void)user;
+    for (size_t i = 0; i < s->n; i++) {
+        s->new_state[i] = s->state[i] + (double)s->attn[i];
+        s->new_score[i] = s->new_state[i];
+    }
+    return KVE_OK;
+}
+
+/* value-aware h2o (CriticalKV's score times ||v||): the same sum, scored
+ * times the value's norm. */
+static kve_status rule_vh2o(void *user, const kve_score_step *s)
+{
+    (void)user;
+    for (size_t i = 0; i < s->n; i++) {
+        s->new_state[i] = s->state[i] + (double)s->attn[i];
+        s->new_score[i] = s->new_state[i] * s->vnorm[i];
+    }
+    return KVE_OK;
+}
+
+static void register_rules(int on)
+{
+    kve_score_rule r = kve_score_rule_default();
+    r.state = 1;
+    r.name = "rule_h2o";
+    r.summary = "h2o as a score rule";
+    r.observe = rule_h2o;
+    if (on)
+        checked(kve_score_rule_register(&r), "rule_h2o");
+    else
+        (void)kve_score_rule_unregister(r.name);
+    r.name = "rule_vh2o";
+    r.summary = "value-aware h2o as a score rule";
+    r.observe = rule_vh2o;
+    r.values = 1;
+    if (on)
+        checked(kve_score_rule_register(&r), "rule_vh2o");
+    else
+        (void)kve_score_rule_unregister(r.name);
 }
 
 static void naive_rows(perf_rows *rs, const pool *p, size_t budget, const floor_cost *f,
@@ -670,6 +794,7 @@ static void naive_rows(perf_rows *rs, const pool *p, size_t budget, const floor_
 
 static void measure_policies(perf_rows *rs, size_t budget, const timing_opts *o, int quiet)
 {
+    float *queries = query_sets();
     for (int where = PLACE_POOL; where < N_PLACES; where++) {
         pool p;
         pool_init(&p, budget + 1, where == PLACE_HOT ? HOT_ROWS : POOL_ROWS, budget);
@@ -681,6 +806,9 @@ static void measure_policies(perf_rows *rs, size_t budget, const timing_opts *o,
             if (strcmp(name, "full") == 0 ||
                 (strcmp(name, "keydiff") == 0 && budget > KEYDIFF_MAX_BUDGET))
                 continue;
+            if ((reads & KVE_READS_QUERIES) &&
+                (budget > EA_MAX_BUDGET || quiet || where != PLACE_POOL))
+                continue; /* --quick: only its interval=64 row (below), which fills faster */
             for (int attn = 1; attn >= 0; attn--) {
                 if ((reads & KVE_READS_KEYS) && attn)
                     continue; /* one mode: NULL attention and a key */
@@ -689,13 +817,29 @@ static void measure_policies(perf_rows *rs, size_t budget, const timing_opts *o,
                     continue;
                 for (int unchecked = 0; unchecked < 2; unchecked++)
                     if (!unchecked || (attn && (reads & KVE_READS_ATTN)))
-                        policy_row(rs, &p, (place)where, t, budget, attn, unchecked, &f, o);
+                        policy_row(rs, &p, (place)where, t, budget, attn, unchecked, queries,
+                                   &f, o);
             }
         }
-        if (where == PLACE_POOL)
+        if (where == PLACE_POOL) {
+            /* the methods' variants and the score rules against the built-in lanes */
+            static const step_mode rows_values = {"rows", 1, 0, 1, 0};
+            static const step_mode rows_only = {"rows", 1, 0, 0, 0};
+            static const step_mode ea = {"keys", 0, 1, 1, 1};
+            time_policy(rs, &p, PLACE_POOL, "kvevict", "h2o:vnorm=1", "h2o:vnorm=1", budget,
+                        &rows_values, 0, queries, &f, o);
+            time_policy(rs, &p, PLACE_POOL, "rule", "rule_h2o", "rule_h2o", budget, &rows_only, 0,
+                        queries, &f, o);
+            time_policy(rs, &p, PLACE_POOL, "rule", "rule_vh2o", "rule_vh2o", budget,
+                        &rows_values, 0, queries, &f, o);
+            if (budget <= EA_INTERVAL_MAX_BUDGET)
+                time_policy(rs, &p, PLACE_POOL, "kvevict", "expected_attention:interval=64",
+                            "expected_attention:interval=64", budget, &ea, 0, queries, &f, o);
             naive_rows(rs, &p, budget, &f, o);
+        }
         free(p.w);
     }
+    free(queries);
     if (!quiet && !cli_quiet && isatty(STDERR_FILENO))
         fprintf(stderr, "\rkvevict perf: budget %zu done   ", budget);
 }
@@ -891,8 +1035,10 @@ int perf_main(int argc, char **argv, const perf_renderers *render)
     load_average(load);
 
     perf_rows rs = {0};
+    register_rules(1);
     for (size_t i = 0; i < n_budgets; i++)
         measure_policies(&rs, budgets[i], &o, quick);
+    register_rules(0);
     static const size_t one_budget[] = {256};
     measure_banks(&rs, bank_heads, quick ? 1 : N_BANK_HEADS,
                   quick ? one_budget : bank_budgets, quick ? 1 : N_BANK_BUDGETS, &o);

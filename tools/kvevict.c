@@ -92,8 +92,7 @@ int cmd_policies(int argc, char **argv)
         unsigned reads = kve_policy_type_reads(i);
         table_str(&t, kve_policy_type_name(i));
         table_str(&t, spec);
-        table_str(&t, reads & KVE_READS_KEYS ? "keys" : reads & KVE_READS_ATTN ? "attention"
-                                                                               : "nothing");
+        table_str(&t, reads_label(reads));
         table_str(&t, kve_policy_type_summary(i));
         free(spec);
     }

@@ -20,13 +20,15 @@ typedef struct timing_opts {
 enum { POOL_ROWS = 64, HOT_ROWS = 8 };
 /* Steps over which the positions an evict moves are counted (untimed). */
 enum { MOVED_STEPS = 256 };
+enum { PERF_KEY_DIM = 128 }; /* a common head size; keys come from the attention pool */
+enum { PERF_GROUP = 4 };     /* query heads a KV head (Llama 3 8B: 32 / 8) */
 
 typedef enum { PLACE_POOL, PLACE_HOT, N_PLACES } place;
 
-/* One measurement: a policy (or the naive h2o, or a bank, or one of the
- * floor's own variants) at one size, in one placement. */
+/* One measurement: a policy (or the naive h2o, or a bank, or a score rule,
+ * or one of the floor's own variants) at one size, in one placement. */
 typedef struct row {
-    const char *impl; /* "kvevict", "naive-passes", "naive-sort", "floor" */
+    const char *impl; /* "kvevict", "rule", "naive-passes", "naive-sort", "floor" */
     char name[32];
     char spec[KVE_SPEC_MAX];
     size_t budget, heads, threads, steps, state_bytes, pool_rows;

@@ -27,8 +27,8 @@ pkg-config or ldconfig (see kvevict._lib). docs/python.md is the guide.
 from ._errors import (CanceledError, FormatError, InvalidArgumentError, KvevictError,
                       KvevictIOError, OutOfMemoryError, RangeError)
 from ._lib import path as library_path
-from ._core import (Bank, Policy, Rng, attn_row, isa, min_budget, policies, spec_with,
-                    version, version_number)
+from ._core import (Bank, Policy, Rng, attn_row, isa, min_budget, policies, register_rule,
+                    spec_with, unregister_rule, version, version_number)
 from ._trace import PER_HEAD_KEYS, RESULT_DTYPE, Trace, evaluate
 
 __version__ = "0.1.0"
@@ -37,5 +37,5 @@ __all__ = [
     "Bank", "CanceledError", "FormatError", "InvalidArgumentError", "KvevictError",
     "KvevictIOError", "OutOfMemoryError", "PER_HEAD_KEYS", "Policy", "RESULT_DTYPE", "RangeError",
     "Rng", "Trace", "attn_row", "evaluate", "isa", "library_path", "min_budget", "policies",
-    "spec_with", "version", "version_number",
+    "register_rule", "spec_with", "unregister_rule", "version", "version_number",
 ]

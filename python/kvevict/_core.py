@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Status checks, argument and array validation, the generator, policies,
-banks and attention rows.
+banks, score rules and attention rows.
 
 Every array is validated here before the library sees it: a numpy ndarray,
 dtype exactly float32 (native byte order; no silent conversion, which would
@@ -16,7 +16,9 @@ import operator
 import numpy as np
 
 from . import _errors
-from ._lib import (KVE_POS_END, KVE_READS_ATTN, KVE_READS_KEYS, KVE_SPEC_MAX, REDUCE, RngState,
+from ._lib import (KVE_MAX_RULE_STATE, KVE_POS_END, KVE_READS_ATTN, KVE_READS_KEYS,
+                   KVE_READS_QUERIES, KVE_READS_VALUES, KVE_ROPE_UNSET, KVE_SPEC_MAX,
+                   KVE_STEP_RESCORE, REDUCE, ROPE_PAIRS, SCORE_FN, RngState, ScoreStep,
                    c_size_t, lib)
 
 SIZE_MAX = 2 ** (8 * ctypes.sizeof(c_size_t)) - 1
@@ -103,10 +105,64 @@ def key_arg(name, keys, key_dim, lead):
 
 
 def reads_name(bits):
-    """kve_policy_reads as the command line's `policies` prints it."""
-    if bits & KVE_READS_KEYS:
-        return "keys"
-    return "attention" if bits & KVE_READS_ATTN else "nothing"
+    """kve_policy_reads as the command line's `policies` prints it: "nothing",
+    "attention", "keys", or the '+'-joined list ("keys+queries+values")."""
+    names = [n for bit, n in ((KVE_READS_ATTN, "attention"), (KVE_READS_KEYS, "keys"),
+                              (KVE_READS_QUERIES, "queries"), (KVE_READS_VALUES, "values"))
+             if bits & bit]
+    return "+".join(names) if names else "nothing"
+
+
+def rope_arg(rope):
+    """kve_rope from None (unset) or a dict: rotary_dim (required), base
+    (default 10000), pairs ("adjacent", the default, or "half")."""
+    r = lib.kve_policy_default_options().rope
+    if rope is None:
+        return r
+    if not isinstance(rope, dict):
+        refuse(f"rope: a dict (rotary_dim, base, pairs) is required, got {type(rope).__name__}")
+    unknown = set(rope) - {"rotary_dim", "base", "pairs"}
+    if unknown:
+        refuse(f"rope: unknown key {sorted(unknown)[0]!r} (rotary_dim, base, pairs)")
+    if "rotary_dim" not in rope:
+        refuse("rope: rotary_dim is required (0 for a model without rotary embedding)")
+    r.rotary_dim = as_size("rope rotary_dim", rope["rotary_dim"], 0, KVE_ROPE_UNSET - 1)
+    try:
+        r.base = float(rope.get("base", 10000.0))
+    except (TypeError, ValueError):
+        refuse(f"rope base: a real number is required, got {type(rope['base']).__name__}")
+    pairs = rope.get("pairs", "adjacent")
+    if pairs not in ROPE_PAIRS:
+        refuse(f"rope pairs: {pairs!r}, want one of {', '.join(ROPE_PAIRS)}")
+    r.pairs = ROPE_PAIRS[pairs]
+    return r
+
+
+def set_facts(options, key_dim, value_dim, query_group, rope):
+    """The model facts of kve_policy_options / kve_bank_options."""
+    options.key_dim = as_size("key_dim", key_dim)
+    options.value_dim = as_size("value_dim", value_dim)
+    options.query_group = as_size("query_group", query_group)
+    options.rope = rope_arg(rope)
+
+
+class _StepArrays:
+    """Builds a kve_step_data from checked arrays, keeping them alive."""
+
+    def __init__(self):
+        self.data = lib.kve_step_default_data()
+
+    def attn(self, a, ld, group, reduce):
+        self.a = a
+        self.data.attn = None if a is None else a.ctypes.data
+        self.data.ld = ld
+        self.data.group = group
+        self.data.reduce = reduce
+
+    def vectors(self, field, arr, ld):
+        setattr(self, "_" + field, arr)
+        setattr(self.data, field, None if arr is None else arr.ctypes.data)
+        setattr(self.data, "ld_" + field, ld if arr is not None else 0)
 
 
 def _copy_int32(ptr, n):
@@ -159,10 +215,11 @@ def as_unchecked(unchecked):
     return int(unchecked)
 
 
-def bank_options(key_dim=0, share=0, min_share=0.2, unchecked=False):
+def bank_options(key_dim=0, share=0, min_share=0.2, value_dim=0, query_group=1, rope=None,
+                 unchecked=False):
     """kve_bank_options from keyword values (the library validates them)."""
     options = lib.kve_bank_default_options()
-    options.key_dim = as_size("key_dim", key_dim)
+    set_facts(options, key_dim, value_dim, query_group, rope)
     options.share = as_size("share", share)
     options.unchecked = as_unchecked(unchecked)
     try:
@@ -191,6 +248,15 @@ def image_arg(data):
     return None
 
 
+def image_facts(b):
+    """(value_dim, query_group) of an image load accepted: version 2's
+    methods' block after the spec (docs/api.md, "State images"), else 0, 1."""
+    if int.from_bytes(b[8:12], "little") != 2:
+        return 0, 1
+    ext = 72 + int.from_bytes(b[68:72], "little")
+    return int.from_bytes(b[ext:ext + 8], "little"), int.from_bytes(b[ext + 8:ext + 16], "little")
+
+
 def range_args(p0, p1):
     """(p0, p1) of a remove as int32: p1 None is the end (KVE_POS_END)."""
     return as_pos(p0), KVE_POS_END if p1 is None else as_pos(p1)
@@ -211,11 +277,15 @@ class _Handle:
         self._h = None
 
     @classmethod
-    def _adopt(cls, handle):
-        """An object over a handle the library made (clone, load)."""
+    def _adopt(cls, handle, value_dim, query_group):
+        """An object over a handle the library made (clone, load), with the
+        model facts the library has no accessor for (value_dim,
+        query_group: the source's, or the image's)."""
         self = cls.__new__(cls)
         _Handle.__init__(self)
         self._h = handle
+        self._value_dim = value_dim
+        self._query_group = query_group
         self._adopted()
         return self
 
@@ -231,7 +301,7 @@ class _Handle:
         victims and scores."""
         h = ctypes.c_void_p()
         check(self._fn("clone")(self._handle(), h))
-        return type(self)._adopt(h.value)
+        return type(self)._adopt(h.value, self._value_dim, self._query_group)
 
     def copy_from(self, other):
         """Takes other's exact state (kve_*_copy). other must have the same
@@ -264,7 +334,7 @@ class _Handle:
         b = image_arg(data)
         h = ctypes.c_void_p()
         check(getattr(lib, f"kve_{cls._kind}_load")(b, len(b), None, h))
-        return cls._adopt(h.value)
+        return cls._adopt(h.value, *image_facts(b))
 
     def __reduce__(self):
         return (_load, (type(self), self.save()))
@@ -294,47 +364,69 @@ class _Handle:
 class Policy(_Handle):
     """One attention head's kept set and eviction decisions (kve_policy).
 
-    Policy(spec, rng=None, key_dim=0, unchecked=False): spec
-    "name[:key=value,...]", e.g. "h2o:budget=256,recent_window=64". rng:
-    None, an int seed or an Rng; the `random` policy requires one, the others
-    ignore it. key_dim: d, the floats of the key every step carries
-    (kve_policy_options.key_dim); the policies that read keys (knorm,
-    keydiff: reads == "keys") require it. unchecked: True promises finite
-    weights >= 0 and skips their validation at every step (the header's
-    "Unchecked steps": garbage scores, never a crash, if the promise breaks).
+    Policy(spec, rng=None, key_dim=0, value_dim=0, query_group=1, rope=None,
+    unchecked=False): spec "name[:key=value,...]", e.g.
+    "h2o:budget=256,recent_window=64". rng: None, an int seed or an Rng; the
+    `random` policy requires one, the others ignore it. The model facts
+    (kve_policy_options): key_dim, d, the floats of the key every step
+    carries (the policies that read keys, knorm, keydiff and
+    expected_attention, require it); value_dim, the floats of a value (a
+    policy with vnorm=1 requires it); query_group, the query heads whose
+    queries a step carries (key_dim floats each); rope, the rotary embedding
+    of queries and keys, a dict of rotary_dim (0 for none), base (default
+    10000) and pairs ("adjacent" or "half"), which expected_attention
+    requires. unchecked: True promises finite weights >= 0 and skips their
+    validation at every step (the header's "Unchecked steps": garbage
+    scores, never a crash, if the promise breaks).
     """
 
     _free = lib.kve_policy_free
     _kind = "policy"
 
-    def __init__(self, spec, rng=None, key_dim=0, unchecked=False):
+    def __init__(self, spec, rng=None, key_dim=0, value_dim=0, query_group=1, rope=None,
+                 unchecked=False):
         super().__init__()
         options = lib.kve_policy_default_options()
-        options.key_dim = as_size("key_dim", key_dim)
+        set_facts(options, key_dim, value_dim, query_group, rope)
         options.unchecked = as_unchecked(unchecked)
         h = ctypes.c_void_p()
         check(lib.kve_policy_new_ex(as_spec(spec), rng_arg(rng), options, h))
         self._h = h.value
+        self._value_dim = options.value_dim
+        self._query_group = options.query_group
 
-    def step(self, pos, attn=None, key=None):
+    def step(self, pos, attn=None, key=None, *, query=None, value=None, rescore=False):
         """The query at `pos` paid `attn` (float32, one weight per kept
         position in kept order, len == size) to the kept positions; then
         `pos` is admitted. attn=None: no information this step. key: the
         key of `pos`, float32 of key_dim floats (None: no key); a policy
-        that reads keys requires it and needs no attn."""
+        that reads keys requires it and needs no attn. query: the queries at
+        `pos` after the rotary embedding, float32 (query_group, key_dim)
+        (or (key_dim,) with query_group 1); value: the value of `pos`,
+        float32 (value_dim,); rescore: rescore now (KVE_STEP_RESCORE)."""
         h = self._handle()
         pos = as_pos(pos)
-        k = key_arg("key", key, lib.kve_policy_key_dim(h), ())
-        kptr = None if k is None else k.ctypes.data
+        d = lib.kve_policy_key_dim(h)
+        k = key_arg("key", key, d, ())
+        if query is not None and self._query_group == 1 and getattr(query, "ndim", 0) == 1:
+            query = query.reshape(1, -1)
+        q = key_arg("query", query, d, (self._query_group,))
+        v = key_arg("value", value, self._value_dim, ())
+        s = _StepArrays()
         if attn is None:
-            check(lib.kve_policy_step_keys(h, pos, None, 0, kptr))
-            return
-        a = f32_array("attn", attn, (1,))
-        n = lib.kve_policy_size(h)
-        if a.shape[0] != n:
-            refuse(f"attn: length {a.shape[0]}, want {n} (the policy's size: one weight per "
-                   f"kept position)")
-        check(lib.kve_policy_step_keys(h, pos, a.ctypes.data, n, kptr))
+            s.attn(None, 0, 1, 0)
+        else:
+            a = f32_array("attn", attn, (1,))
+            n = lib.kve_policy_size(h)
+            if a.shape[0] != n:
+                refuse(f"attn: length {a.shape[0]}, want {n} (the policy's size: one weight per "
+                       f"kept position)")
+            s.attn(a, n, 1, 0)
+        s.vectors("keys", k, d)
+        s.vectors("queries", q, d)
+        s.vectors("values", v, self._value_dim)
+        s.data.flags = KVE_STEP_RESCORE if rescore else 0
+        check(lib.kve_policy_step_data(h, pos, s.data))
 
     def remove(self, p0, p1=None):
         """Removes every kept position in [p0, p1) (p1 None: through the
@@ -363,9 +455,19 @@ class Policy(_Handle):
     spec = getter(lib.kve_policy_spec, "The canonical spec, every parameter spelled out.", _text)
     name = getter(lib.kve_policy_name, "The policy's name.", _text)
     budget = getter(lib.kve_policy_budget, "The spec's budget parameter.")
-    reads = getter(lib.kve_policy_reads, 'What a step reads: "attention", "keys" or "nothing".',
-                   reads_name)
+    reads = getter(lib.kve_policy_reads, 'What a step reads: "attention", "keys", "nothing" or '
+                   'a "+"-joined list ("keys+queries+values").', reads_name)
     key_dim = getter(lib.kve_policy_key_dim, "d, the floats of a step's key (0: no keys).")
+
+    @property
+    def value_dim(self):
+        """The floats of a step's value (0: no values)."""
+        return self._value_dim
+
+    @property
+    def query_group(self):
+        """The queries a step carries (query heads of the KV head)."""
+        return self._query_group
 
     @property
     def positions(self):
@@ -385,25 +487,27 @@ class Bank(_Handle):
     same generator.
 
     Bank(spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2,
-    unchecked=False), rng, key_dim and unchecked as for Policy
-    (kve_bank_options.key_dim, .unchecked). share: heads per
-    shared-budget group (Ada-KV), dividing n_heads; 0, the default, gives
-    every head its own budget. min_share: the floor of a shared eviction, a
-    fraction of an even share in [0, 1]. Only the scored policies without
-    pages can share.
+    value_dim=0, query_group=1, rope=None, unchecked=False), rng, the model
+    facts (key_dim, value_dim, query_group, rope) and unchecked as for Policy
+    (kve_bank_options). share: heads per shared-budget group (Ada-KV),
+    dividing n_heads; 0, the default, gives every head its own budget.
+    min_share: the floor of a shared eviction, a fraction of an even share
+    in [0, 1]. Only the scored policies without pages can share.
     """
 
     _free = lib.kve_bank_free
     _kind = "bank"
 
-    def __init__(self, spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2,
-                 unchecked=False):
+    def __init__(self, spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2, value_dim=0,
+                 query_group=1, rope=None, unchecked=False):
         super().__init__()
-        options = bank_options(key_dim, share, min_share, unchecked)
+        options = bank_options(key_dim, share, min_share, value_dim, query_group, rope, unchecked)
         h = ctypes.c_void_p()
         check(lib.kve_bank_new_ex(as_spec(spec), as_size("n_heads", n_heads), rng_arg(rng),
                                   options, h))
         self._h = h.value
+        self._value_dim = options.value_dim
+        self._query_group = options.query_group
         self._adopted()
 
     def _adopted(self):
@@ -424,7 +528,7 @@ class Bank(_Handle):
         return first, count
 
     def step(self, pos, attn=None, keys=None, *, group=None, reduce="mean", first=0,
-             count=None):
+             count=None, queries=None, values=None, rescore=False):
         """One decode step for heads [first, first + count) (default: all).
 
         attn: float32 of shape (count * group, n) or (count, group, n), n at
@@ -436,6 +540,10 @@ class Bank(_Handle):
         keys: float32 (count, key_dim), row j the key of `pos` in KV head
         first + j (a bank built with key_dim); None: no keys. The policies
         that read keys require them and need no attn.
+        queries: float32 (count, query_group, key_dim), the queries at `pos`
+        after the rotary embedding; values: float32 (count, value_dim), the
+        values of `pos`; rescore: rescore now (KVE_STEP_RESCORE). With any
+        of the three the step is kve_bank_step_data.
         """
         h = self._handle()
         pos = as_pos(pos)
@@ -443,7 +551,11 @@ class Bank(_Handle):
         if reduce not in REDUCE:
             refuse(f"reduce: {reduce!r}, want one of {', '.join(REDUCE)}")
         mode = REDUCE[reduce]
-        k = key_arg("keys", keys, lib.kve_bank_key_dim(h), (count,))
+        d = lib.kve_bank_key_dim(h)
+        k = key_arg("keys", keys, d, (count,))
+        if queries is not None or values is not None or rescore:
+            return self._step_data(pos, attn, k, queries, values, rescore, group, mode, first,
+                                   count)
         kptr, kld = (None, 0) if k is None else (k.ctypes.data, k.shape[1])
         whole = first == 0 and count == self._heads and k is None
         if attn is None:
@@ -452,6 +564,17 @@ class Bank(_Handle):
             else:
                 check(lib.kve_bank_step_range(h, first, count, pos, None, 0, 1, mode, kptr, kld))
             return
+        a, group = self._attn_rows(attn, group, count, first)
+        ld = a.shape[1]
+        if whole and group == 1:
+            check(lib.kve_bank_step(h, pos, a.ctypes.data, ld))
+        else:
+            check(lib.kve_bank_step_range(h, first, count, pos, a.ctypes.data, ld, group, mode,
+                                          kptr, kld))
+
+    def _attn_rows(self, attn, group, count, first):
+        """attn checked and flattened to (count * group, ld); (array, group)."""
+        h = self._handle()
         a = f32_array("attn", attn, (2, 3))
         if a.ndim == 3:
             if group is not None and as_size("group", group) != a.shape[1]:
@@ -465,11 +588,24 @@ class Bank(_Handle):
         widest = max((lib.kve_bank_size(h, first + j) for j in range(count)), default=0)
         if ld < widest:
             refuse(f"attn: rows of {ld} weights, but a head keeps {widest} positions")
-        if whole and group == 1:
-            check(lib.kve_bank_step(h, pos, a.ctypes.data, ld))
+        return a, group
+
+    def _step_data(self, pos, attn, k, queries, values, rescore, group, mode, first, count):
+        h = self._handle()
+        d = lib.kve_bank_key_dim(h)
+        q = key_arg("queries", queries, d, (count, self._query_group))
+        v = key_arg("values", values, self._value_dim, (count,))
+        s = _StepArrays()
+        if attn is None:
+            s.attn(None, 0, 1 if group is None else as_size("group", group, 1), mode)
         else:
-            check(lib.kve_bank_step_range(h, first, count, pos, a.ctypes.data, ld, group, mode,
-                                          kptr, kld))
+            a, group = self._attn_rows(attn, group, count, first)
+            s.attn(a, a.shape[1], group, mode)
+        s.vectors("keys", k, d)
+        s.vectors("queries", q, d)
+        s.vectors("values", v, self._value_dim)
+        s.data.flags = KVE_STEP_RESCORE if rescore else 0
+        check(lib.kve_bank_step_data(h, first, count, pos, s.data))
 
     def _victims(self, first, count, most):
         """(victims, counts, victims pointer): victims int32 (count, k) of -1,
@@ -546,12 +682,22 @@ class Bank(_Handle):
     spec = getter(lib.kve_bank_spec, "The canonical spec every head shares.", _text)
     budget = getter(lib.kve_bank_budget, "The spec's budget parameter.")
     share = getter(lib.kve_bank_share, "Heads per shared-budget group (0: no sharing).")
-    reads = getter(lib.kve_bank_reads, 'What a step reads: "attention", "keys" or "nothing".',
-                   reads_name)
+    reads = getter(lib.kve_bank_reads, 'What a step reads: "attention", "keys", "nothing" or a '
+                   '"+"-joined list ("keys+queries+values").', reads_name)
     key_dim = getter(lib.kve_bank_key_dim, "d, the floats of a head's key (0: no keys).")
 
     min_share = getter(lib.kve_bank_min_share,
                        "The floor of a shared eviction, a fraction of an even share.")
+
+    @property
+    def value_dim(self):
+        """The floats of a head's value (0: no values)."""
+        return self._value_dim
+
+    @property
+    def query_group(self):
+        """The queries a step carries per KV head."""
+        return self._query_group
 
     def __repr__(self):
         if self._h is None:
@@ -627,3 +773,86 @@ def policies():
                     "reads": reads_name(lib.kve_policy_type_reads(i)),
                     "summary": _text(lib.kve_policy_type_summary(i))})
     return out
+
+
+# ---- score rules (kvevict.h, "Score rules") ----
+
+_rules = {}  # name -> (the C callback, fn): alive while registered, so C never calls freed code
+
+
+def _view(ptr, n, ctype, dtype):
+    """n values of ctype at the library's pointer, as a numpy array (no copy)."""
+    if n == 0 or not ptr:
+        return np.zeros(0, dtype=dtype)
+    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctype)), shape=(n,))
+
+
+def _trampoline(name, fn, values):
+    """The kve_score_fn that calls fn(scores, attn, state, vnorm) with views of
+    the step's arrays; an exception becomes a refusal with its message."""
+
+    def call(user, step):
+        del user
+        s = step.contents
+        n, k = s.n, s.n_state
+        try:
+            scores = _view(s.score, n, ctypes.c_double, np.float64)
+            scores.flags.writeable = False
+            attn = _view(s.attn, n, ctypes.c_float, np.float32)
+            attn.flags.writeable = False
+            state = _view(s.new_state, n * k, ctypes.c_double, np.float64).reshape(n, k)
+            vnorm = None
+            if values:
+                vnorm = _view(s.vnorm, n, ctypes.c_double, np.float64)
+                vnorm.flags.writeable = False
+            out = np.asarray(fn(scores, attn, state, vnorm), dtype=np.float64)
+            if out.shape != (n,):
+                raise ValueError(f"returned an array of shape {out.shape}, want ({n},)")
+            _view(s.new_score, n, ctypes.c_double, np.float64)[:] = out
+            return 0
+        except BaseException as e:  # noqa: BLE001 (nothing may unwind into C)
+            message = f"{type(e).__name__}: {e}".encode("utf-8", "replace")[:240]
+            code = _errors.InvalidArgumentError.code
+            lib.kve_set_error(code, b"%s", message)
+            return code
+
+    return SCORE_FN(call)
+
+
+def register_rule(name, fn, *, state=0, recent_window=32, summary=None, values=False):
+    """Registers fn as the score rule `name` (kve_score_rule_register): from
+    now on a spec "name[:budget=...,recent_window=...,block=...,vnorm=1]"
+    builds a scored policy whose scores fn computes, in a Policy or a Bank.
+
+    At every step with attention, for each head: fn(scores, attn, state,
+    vnorm) with scores (float64, n: the rule's scores after its previous
+    step, read-only), attn (float32, n: this step's weights over the kept
+    positions, a group's rows reduced), state (float64 (n, state): the
+    per-slot state, to be updated in place) and vnorm (float64, n: the
+    norms of the kept positions' values, with values=True; else None);
+    it returns the n new scores (finite). A newcomer starts with score 0
+    and zero state. An exception refuses the step with its message (an
+    InvalidArgumentError), every head unchanged. The arrays are valid during
+    the call only. fn is called from the thread that steps (with the GIL).
+    """
+    if not callable(fn):
+        refuse(f"register_rule: fn is not callable ({type(fn).__name__})")
+    rule = lib.kve_score_rule_default()
+    key = as_spec(name, "name")
+    text = None if summary is None else as_spec(summary, "summary")
+    rule.name = key
+    rule.summary = text
+    rule.state = as_size("state", state, 0, KVE_MAX_RULE_STATE)
+    rule.recent_window = as_size("recent_window", recent_window)
+    rule.values = 1 if values else 0
+    callback = _trampoline(name, fn, bool(values))
+    rule.observe = callback
+    check(lib.kve_score_rule_register(rule))
+    _rules[name] = (callback, fn)
+
+
+def unregister_rule(name):
+    """Removes the score rule `name` (kve_score_rule_unregister); refused
+    while a Policy or Bank built from it is open (close them first)."""
+    check(lib.kve_score_rule_unregister(as_spec(name, "name")))
+    _rules.pop(name, None)

@@ -45,14 +45,20 @@ c_status = ctypes.c_int  # kve_status, an enum
 c_ptr = ctypes.c_void_p  # opaque handles and array data
 c_str = ctypes.c_char_p
 
-KVE_SPEC_MAX = 160  # the size of kve_eval_result.spec (kvevict.h)
+KVE_SPEC_MAX = 256  # the size of kve_eval_result.spec (kvevict.h)
 KVE_MAX_BUDGET = 16777216
 KVE_TRACE_NONE, KVE_TRACE_NORMALIZE = 0, 1  # kve_trace_flags
 KVE_EVAL_AFTER_BUDGET = ctypes.c_size_t(-1).value  # kve_eval_options.score_after: SIZE_MAX
 KVE_MAX_KEY_DIM = 65536
 KVE_POS_END = 2 ** 31 - 1  # as p1 of a remove: through the end (kvevict.h)
 KVE_READS_ATTN, KVE_READS_KEYS = 1, 2  # kve_policy_reads bits
+KVE_READS_QUERIES, KVE_READS_VALUES = 4, 8
 REDUCE = {"mean": 0, "sum": 1, "max": 2}  # kve_reduce
+ROPE_PAIRS = {"adjacent": 0, "half": 1}  # kve_rope_pairs
+KVE_ROPE_UNSET = ctypes.c_size_t(-1).value
+KVE_STEP_RESCORE = 1
+KVE_MAX_QUERY_GROUP = 4096
+KVE_MAX_RULE_STATE = 16
 
 
 class RngState(ctypes.Structure):
@@ -83,15 +89,46 @@ class EvalResult(ctypes.Structure):
     ]
 
 
+class Rope(ctypes.Structure):
+    """kve_rope: the model's rotary embedding."""
+    _fields_ = [("rotary_dim", c_size_t), ("base", ctypes.c_double), ("pairs", ctypes.c_int)]
+
+
 class PolicyOptions(ctypes.Structure):
     """kve_policy_options (the binding leaves the allocator NULL: the C library's)."""
-    _fields_ = [("allocator", c_ptr), ("key_dim", c_size_t), ("unchecked", ctypes.c_int)]
+    _fields_ = [("allocator", c_ptr), ("key_dim", c_size_t), ("value_dim", c_size_t),
+                ("query_group", c_size_t), ("rope", Rope), ("unchecked", ctypes.c_int)]
 
 
 class BankOptions(ctypes.Structure):
     """kve_bank_options."""
     _fields_ = [("allocator", c_ptr), ("key_dim", c_size_t), ("share", c_size_t),
-                ("min_share", ctypes.c_double), ("unchecked", ctypes.c_int)]
+                ("min_share", ctypes.c_double), ("value_dim", c_size_t),
+                ("query_group", c_size_t), ("rope", Rope), ("unchecked", ctypes.c_int)]
+
+
+class StepData(ctypes.Structure):
+    """kve_step_data."""
+    _fields_ = [("attn", c_ptr), ("ld", c_size_t), ("group", c_size_t), ("reduce", ctypes.c_int),
+                ("keys", c_ptr), ("ld_keys", c_size_t), ("queries", c_ptr),
+                ("ld_queries", c_size_t), ("values", c_ptr), ("ld_values", c_size_t),
+                ("flags", ctypes.c_uint)]
+
+
+class ScoreStep(ctypes.Structure):
+    """kve_score_step: one step of a score rule for one head."""
+    _fields_ = [("n", c_size_t), ("pos", c_ptr), ("attn", c_ptr), ("score", c_ptr),
+                ("state", c_ptr), ("n_state", c_size_t), ("vnorm", c_ptr), ("step", c_uint64),
+                ("new_score", c_ptr), ("new_state", c_ptr)]
+
+
+SCORE_FN = ctypes.CFUNCTYPE(c_status, c_ptr, ctypes.POINTER(ScoreStep))  # kve_score_fn
+
+
+class ScoreRule(ctypes.Structure):
+    """kve_score_rule."""
+    _fields_ = [("name", c_str), ("summary", c_str), ("observe", SCORE_FN), ("user", c_ptr),
+                ("state", c_size_t), ("recent_window", c_size_t), ("values", ctypes.c_int)]
 
 
 class TraceOptions(ctypes.Structure):
@@ -135,6 +172,13 @@ _FUNCTIONS = (
     ("kve_policy_default_options", PolicyOptions, ()),
     ("kve_policy_new_ex", c_status, (c_str, P(RngState), P(PolicyOptions), P(c_ptr))),
     ("kve_policy_step_keys", c_status, (c_ptr, c_int32, c_ptr, c_size_t, c_ptr)),
+    ("kve_step_default_data", StepData, ()),
+    ("kve_policy_step_data", c_status, (c_ptr, c_int32, P(StepData))),
+    ("kve_bank_step_data", c_status, (c_ptr, c_size_t, c_size_t, c_int32, P(StepData))),
+    ("kve_score_rule_default", ScoreRule, ()),
+    ("kve_score_rule_register", c_status, (P(ScoreRule),)),
+    ("kve_score_rule_unregister", c_status, (c_str,)),
+    ("kve_set_error", c_status, (c_status, c_str, c_str)),
     ("kve_policy_reads", ctypes.c_uint, (c_ptr,)),
     ("kve_policy_key_dim", c_size_t, (c_ptr,)),
     ("kve_policy_type_reads", ctypes.c_uint, (c_size_t,)),

@@ -14,6 +14,7 @@ static const kve_param_def params[] = {
     KVE_DEF_BUDGET,
     KVE_DEF_RECENT_WINDOW(32),
     KVE_DEF_PAGES,
+    KVE_DEF_VNORM,
 };
 
 /* The rule, per slot: score = score + a. */
@@ -29,13 +30,15 @@ typedef kve_score_ctx h2o_ctx;
     }
 #include "../observe.inc"
 
+static const kve_lane h2o_lane = KVE_LANE(h2o);
+
 const kve_policy_type kve__h2o_type = {
     .name = "h2o",
     .summary = "heavy hitters: cumulative attention plus a recent window",
     .params = params,
     .n_params = sizeof params / sizeof params[0],
-    .flags = KVE_TYPE_SCORED | KVE_TYPE_ATTN_SCORE,
-    .observe = KVE_OBSERVE_TABLE(h2o),
+    .flags = KVE_TYPE_SCORED | KVE_TYPE_ATTN_SCORE | KVE_TYPE_VNORM,
+    .lane = &h2o_lane,
     .select = kve__select_argmin,
     .evict = kve__evict_scored,
 };

@@ -19,6 +19,7 @@ static const kve_param_def params[] = {
      .flags = KVE_PARAM_MIN_OPEN, .offset = offsetof(kve_params, decay),
      .doc = "forgetting factor per informative step, in (0, 1]"},
     KVE_DEF_PAGES,
+    KVE_DEF_VNORM,
 };
 
 /* The rule, per slot: score = decay * score + a. */
@@ -42,13 +43,15 @@ KVE_ALWAYS_INLINE void decay_prep(decay_ctx *x, const kve_config *c, kve_head *h
     }
 #include "../observe.inc"
 
+static const kve_lane decay_lane = KVE_LANE(decay);
+
 const kve_policy_type kve__h2o_decay_type = {
     .name = "h2o_decay",
     .summary = "cumulative attention that forgets: decay * score + attn (A2SF)",
     .params = params,
     .n_params = sizeof params / sizeof params[0],
-    .flags = KVE_TYPE_SCORED | KVE_TYPE_ATTN_SCORE,
-    .observe = KVE_OBSERVE_TABLE(decay),
+    .flags = KVE_TYPE_SCORED | KVE_TYPE_ATTN_SCORE | KVE_TYPE_VNORM,
+    .lane = &decay_lane,
     .select = kve__select_argmin,
     .evict = kve__evict_scored,
 };

@@ -25,6 +25,7 @@ static const kve_param_def params[] = {
     KVE_DEF_BUDGET,
     KVE_DEF_RECENT_WINDOW(32),
     KVE_DEF_PAGES,
+    KVE_DEF_VNORM,
 };
 
 static kve_status init(kve_config *c)
@@ -63,6 +64,8 @@ KVE_ALWAYS_INLINE void mean_prep(mean_ctx *x, const kve_config *c, kve_head *h)
         return s;                                                                           \
     }
 #include "../observe.inc"
+
+static const kve_lane mean_lane = KVE_LANE(mean);
 
 static void admit(const kve_config *c, kve_head *h, size_t i)
 {
@@ -110,9 +113,9 @@ const kve_policy_type kve__h2o_mean_type = {
     .summary = "cumulative attention divided by steps observed (NORM_SUM)",
     .params = params,
     .n_params = sizeof params / sizeof params[0],
-    .flags = KVE_TYPE_SCORED,
+    .flags = KVE_TYPE_SCORED | KVE_TYPE_VNORM,
     .init = init,
-    .observe = KVE_OBSERVE_TABLE(mean),
+    .lane = &mean_lane,
     .admit = admit,
     .select = kve__select_argmin,
     .evict = kve__evict_scored,

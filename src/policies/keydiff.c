@@ -106,8 +106,10 @@ static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_
     return true;
 }
 
-static size_t step(const kve_config *c, kve_head *h, const float *key, size_t limit, kve_isa isa)
+static size_t step(const kve_config *c, kve_head *h, const kve_head_in *in, size_t limit,
+                   kve_isa isa)
 {
+    const float *key = in->key;
     kve__close_gap(c, h);
     const size_t n = h->size, d = c->key_dim;
     float *u = h->col[UNIT];

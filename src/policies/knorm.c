@@ -39,13 +39,14 @@ static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_
     return true;
 }
 
-static size_t step(const kve_config *c, kve_head *h, const float *key, size_t limit, kve_isa isa)
+static size_t step(const kve_config *c, kve_head *h, const kve_head_in *in, size_t limit,
+                   kve_isa isa)
 {
     (void)isa; /* the norm kernel dispatches itself */
     size_t n = h->size;
     size_t best = kve__scored_scan(c, h, limit < n ? limit : n);
     double *score = h->col[KVE_COL_SCORE];
-    double s = -kve__key_norm(key, c->key_dim);
+    double s = -kve__key_norm(in->key, c->key_dim);
     score[n] = s;
     /* The newcomer is the highest index: it wins only on a strictly lower
      * score. */

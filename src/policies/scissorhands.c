@@ -29,6 +29,7 @@ static const kve_param_def params[] = {
     KVE_DEF_SIZE("history", 0, 0, MAX_HISTORY, history,
                  "informative steps whose votes count (0 = the whole lifetime)"),
     KVE_DEF_PAGES,
+    KVE_DEF_VNORM,
 };
 
 /* Both rules: the fair share of this step, and (windowed) the vote register's
@@ -71,6 +72,8 @@ typedef votes_ctx lifetime_ctx;
     }
 #include "../observe.inc"
 
+static const kve_lane lifetime_lane = KVE_LANE(lifetime);
+
 /* ---- windowed: votes = (votes << 1 | vote) & mask; score += vote - leaving ---- */
 
 typedef votes_ctx windowed_ctx;
@@ -91,13 +94,13 @@ typedef votes_ctx windowed_ctx;
     }
 #include "../observe.inc"
 
-static const kve_observe_fn windowed_rule[KVE_ISA_COUNT] = KVE_OBSERVE_TABLE(windowed);
+static const kve_lane windowed_lane = KVE_LANE(windowed);
 
 static kve_status init(kve_config *c)
 {
     if (c->params.history) {
         kve__column(c, VOTES, 1, sizeof(uint64_t));
-        c->observe = windowed_rule;
+        c->lane = &windowed_lane;
     }
     return kve__check_recent_window(c);
 }
@@ -147,9 +150,9 @@ const kve_policy_type kve__scissorhands_type = {
     .summary = "count of steps a position beat its fair share 1/n",
     .params = params,
     .n_params = sizeof params / sizeof params[0],
-    .flags = KVE_TYPE_SCORED,
+    .flags = KVE_TYPE_SCORED | KVE_TYPE_VNORM,
     .init = init,
-    .observe = KVE_OBSERVE_TABLE(lifetime),
+    .lane = &lifetime_lane,
     .admit = admit,
     .select = kve__select_argmin,
     .evict = kve__evict_scored,

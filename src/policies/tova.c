@@ -14,6 +14,7 @@ static const kve_param_def params[] = {
     KVE_DEF_BUDGET,
     KVE_DEF_RECENT_WINDOW(1),
     KVE_DEF_PAGES,
+    KVE_DEF_VNORM,
 };
 
 /* The rule, per slot: score = a. The slot's old score is not read, so the
@@ -41,13 +42,15 @@ typedef kve_score_ctx tova_ctx;
     }
 #include "../observe.inc"
 
+static const kve_lane tova_lane = KVE_LANE(tova);
+
 const kve_policy_type kve__tova_type = {
     .name = "tova",
     .summary = "the current step's attention only",
     .params = params,
     .n_params = sizeof params / sizeof params[0],
-    .flags = KVE_TYPE_SCORED | KVE_TYPE_ATTN_SCORE,
-    .observe = KVE_OBSERVE_TABLE(tova),
+    .flags = KVE_TYPE_SCORED | KVE_TYPE_ATTN_SCORE | KVE_TYPE_VNORM,
+    .lane = &tova_lane,
     .select = kve__select_argmin,
     .evict = kve__evict_scored,
 };

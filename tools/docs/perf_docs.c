@@ -4,8 +4,9 @@
  * from one `kvevict perf` run (make perf-docs): the conditions of the run,
  * every policy's ns per step and ratio to the floor (checked and unchecked),
  * the floor's own variants, the attention readers in both placements (pool
- * and hot), where h2o's step goes, what an evict moves, the targets met or
- * missed, the banks; and perf_vs_budget.png (gnuplot).
+ * and hot), the value norms, score rules and expected attention against
+ * their counterparts, where h2o's step goes, what an evict moves, the
+ * targets met or missed, the banks; and perf_vs_budget.png (gnuplot).
  * Timings depend on the machine: this text is committed with the
  * conditions it states, never drift-checked.
  */
@@ -271,6 +272,42 @@ static void print_docs(FILE *f, const perf_rows *rs, const size_t *budgets, size
                         unchecked ? "yes" : "no");
                 ratio_cells(f, rs, q, budgets, n_budgets);
             }
+
+    fprintf(f, "\n#### Value norms, score rules and expected attention\n\n"
+               "Each row against its built-in counterpart in the same run: `h2o:vnorm=1` "
+               "against `h2o` (every step also carries a value of %d floats, whose norm is "
+               "taken), `h2o` written as a registered score rule (`rule_h2o`) against the "
+               "built-in lane, value-aware h2o as a rule (`rule_vh2o`) against "
+               "`h2o:vnorm=1`, and `expected_attention` (%d query heads of %d floats a KV "
+               "head) rescoring every step and every 64 steps against `h2o`. Checked, pool "
+               "placement; ns per step (ratio to the counterpart).\n\n| method | counterpart |",
+            PERF_KEY_DIM, PERF_GROUP, PERF_KEY_DIM);
+    for (size_t i = 0; i < n_budgets; i++)
+        fprintf(f, " %s |", size_label(budgets[i], b));
+    fprintf(f, "\n|---|---|");
+    for (size_t i = 0; i < n_budgets; i++)
+        fprintf(f, "---:|");
+    fputc('\n', f);
+    static const char *const methods[][4] = {
+        {"kvevict", "h2o:vnorm=1", "rows", "h2o"},
+        {"rule", "rule_h2o", "rows", "h2o"},
+        {"rule", "rule_vh2o", "rows", "h2o:vnorm=1"},
+        {"kvevict", "expected_attention", "keys", "h2o"},
+        {"kvevict", "expected_attention:interval=64", "keys", "h2o"},
+    };
+    for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
+        fprintf(f, "| `%s` | `%s` |", methods[k][1], methods[k][3]);
+        for (size_t i = 0; i < n_budgets; i++) { /* checked, pool placement */
+            key mk = {methods[k][0], methods[k][1], methods[k][2], 0, PLACE_POOL, 1, 1};
+            const row *r = find(rs, mk, budgets[i]);
+            const row *c = find(rs, pkey(methods[k][3], "rows", 0, PLACE_POOL), budgets[i]);
+            if (r && c)
+                fprintf(f, " %.0f (%.2f) |", r->ns, r->ns / c->ns);
+            else
+                fprintf(f, " |");
+        }
+        fputc('\n', f);
+    }
 
     fprintf(f, "\n#### Where h2o's step goes\n\n"
                "Read off the rows above, hot placement: the fixed cost of a step and an evict "

@@ -31,6 +31,7 @@ static const char lm_usage[] =
     "  stream   loss against position over one long decode with a bounded cache\n"
     "  dump     the model's attention as an [L,H,T,T] .npy trace (or a q/K trace)\n"
     "  prefill  a long prompt compressed at prefill against per-step eviction\n"
+    "  duo-calibrate  DuoAttention's retrieval and streaming heads, as a schedule\n"
     "\n"
     "Run `kvevict lm COMMAND --help` for its options. See also `kvevict generate`.\n";
 
@@ -45,7 +46,8 @@ int cmd_lm(int argc, char **argv)
                 {"repeat", lm_repeat},
                 {"stream", lm_stream},
                 {"dump", lm_dump},
-                {"prefill", lm_prefill_cmd}};
+                {"prefill", lm_prefill_cmd},
+                {"duo-calibrate", lm_duo_calibrate}};
     if (argc < 1)
         die_usage("missing command (see kvevict lm --help)");
     if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0) {

@@ -134,7 +134,8 @@ int lm_logits(int argc, char **argv)
 static const char generate_usage[] =
     "usage: kvevict generate --model CKPT [--prompt TEXT] [--steps N] [--tokenizer TOK]\n"
     "                        [--policy SPEC] [--budget B] [--positions original|cache]\n"
-    "                        [--temperature T] [--seed N]\n"
+    "                        [--temperature T] [--seed N] [--prefill METHOD]\n"
+    "                        [--heads FILE [--streaming-budget N]]\n"
     "\n"
     "Streams text from the model with a bounded cache: BOS, the prompt, then N\n"
     "generated tokens (default 256; generation stops early at BOS). Greedy\n"
@@ -145,12 +146,21 @@ static const char generate_usage[] =
     "\n"
     "  --policy SPEC   the policy of every (layer, KV head) (default: none, the\n"
     "                  cache grows without bound)\n"
+    "  --prefill M     read BOS and the prompt with every key kept, then cut the\n"
+    "                  cache to the budget at once (docs/prefill.md): h2o, snapkv,\n"
+    "                  kvzip (KVzip's reconstruction) or policy (the policy's own\n"
+    "                  scores); default: per-step eviction from the first token\n"
+    "  --heads FILE    a DuoAttention schedule: the budget spent on retrieval and\n"
+    "                  streaming heads as docs/duo.md says\n"
+    "  --streaming-budget N  with --heads: the least a streaming head keeps (16)\n"
     "  other options as for `kvevict lm logits`.\n";
 
 static const opt_def generate_own[] = {{"model", 0, OPT_VALUE},     {"prompt", 0, OPT_VALUE},
                                        {"steps", 0, OPT_VALUE},     {"tokenizer", 0, OPT_VALUE},
                                        {"positions", 0, OPT_VALUE}, {"temperature", 0, OPT_VALUE},
-                                       {"threads", 0, OPT_VALUE}};
+                                       {"threads", 0, OPT_VALUE},
+                                       {"prefill", 0, OPT_VALUE},   {"heads", 0, OPT_VALUE},
+                                       {"streaming-budget", 0, OPT_VALUE}};
 static const cli_spec generate_spec =
     LM_SPEC(generate_usage, SO_POLICY | SO_BUDGET | SO_SEED, generate_own, FMT_TEXT);
 
@@ -216,22 +226,70 @@ int cmd_generate(int argc, char **argv)
         if (*end || errno || !(temp >= 0) || temp > 1e6 || ts[0] == '-')
             die_usage("--temperature: '%s' is not a number in [0, 1e6]", ts);
     }
+    static const char *const pf_names[] = {"h2o", "snapkv", "kvzip", "policy"};
+    const char *pf = own(&a, sp, "prefill"), *heads = own(&a, sp, "heads");
+    int pf_k = -1;
+    for (int k = 0; pf && k < 4; k++)
+        pf_k = strcmp(pf, pf_names[k]) == 0 ? k : pf_k;
+    if (pf && pf_k < 0)
+        die_usage("--prefill: '%s' is not h2o, snapkv, kvzip or policy", pf);
+    if ((pf || heads) && !spec)
+        die_usage("--%s needs --policy", pf ? "prefill" : "heads");
+    const char *sb = own(&a, sp, "streaming-budget");
+    if (sb && !heads)
+        die_usage("--streaming-budget needs --heads");
+    lm_ctx.streaming_budget = sb ? (size_t)parse_u64("--streaming-budget", sb, 1, KVE_MAX_BUDGET)
+                                 : 16;
     load_model(model);
     resolve_budget(&a);
     budget = a.budget;
     load_tokenizer(own(&a, sp, "tokenizer"), model);
+    if (heads)
+        lm_ctx.heads = load_heads(heads, "--heads");
     size_t n_prompt;
     int32_t *ids = encode(prompt, strlen(prompt), &n_prompt);
     lm_state *s = new_state(spec, budget, positions, seed);
     kve_rng rng;
     kve_rng_seed(&rng, seed);
     int32_t V = lm_ctx.model->config.vocab_size, token = LM_BOS;
-    size_t made = 0;
+    size_t made = 0, i = 0;
     double start = now_s();
-    for (size_t i = 0; made < steps || i < n_prompt; i++) {
-        kve_status st = lm_forward(s, token);
-        if (st != KVE_OK)
-            die_lm(st, "decode");
+    if (pf) { /* BOS and the prompt read at once, then cut; generation goes on */
+        int32_t *all = xmalloc((n_prompt + 1) * sizeof *all);
+        all[0] = LM_BOS;
+        memcpy(all + 1, ids, n_prompt * sizeof *ids);
+        kve_prefill_options p = kve_prefill_default_options();
+        p.method = pf_k == 1 ? KVE_PREFILL_SNAPKV : pf_k == 2 ? KVE_PREFILL_KVZIP : KVE_PREFILL_H2O;
+        kve_status st;
+        if (pf_k == 2) {
+            lm_kvzip kz;
+            st = lm_kvzip_default(lm_ctx.tok, &kz);
+            if (st == KVE_OK)
+                st = lm_prefill_kvzip(s, all, n_prompt + 1, &kz, &p);
+        } else {
+            st = lm_prefill(s, all, n_prompt + 1, pf_k == 3 ? NULL : &p);
+        }
+        free(all);
+        if (st != KVE_OK) {
+            free(ids);
+            die_lm(st, "--prefill");
+        }
+        for (; i < n_prompt; i++) { /* the prompt's text, as the loop below writes it */
+            size_t len;
+            const char *piece = lm_decode(lm_ctx.tok, token, ids[i], &len);
+            put_piece(piece, len);
+            token = ids[i];
+        }
+        fflush(stdout);
+    }
+    for (; made < steps || i < n_prompt; i++) {
+        if (pf && i == n_prompt && made == 0) {
+            /* the logits after the prompt are the prefill's */
+        } else {
+            kve_status st = lm_forward(s, token);
+            if (st != KVE_OK)
+                die_lm(st, "decode");
+        }
         int32_t next = i < n_prompt ? ids[i] : sample(s->logits, V, temp, &rng);
         if (i >= n_prompt)
             made++;

@@ -29,6 +29,8 @@ typedef struct lm_loaded {
     budget_args budgets; /* --share-heads, --schedule, ... (budgets.c) */
     double *layer_weights; /* (L) --schedule attention: measured on --calibration */
     size_t threads;        /* --threads: the decoder's matrix threads */
+    lm_heads *heads;        /* --heads FILE: a DuoAttention schedule; NULL: none */
+    size_t streaming_budget; /* --streaming-budget (16) */
 } lm_loaded;
 extern lm_loaded lm_ctx;
 
@@ -115,7 +117,16 @@ void resolve_budget(cli_args *a);
 #define MEASURE_OPTS                                                                               \
     {"model", 0, OPT_VALUE}, {"text", 0, OPT_VALUE}, {"tokenizer", 0, OPT_VALUE},                  \
         {"policy", 0, OPT_VALUE | OPT_REPEAT}, {"budget", 0, OPT_VALUE | OPT_REPEAT},              \
-        {"positions", 0, OPT_VALUE}, {"threads", 0, OPT_VALUE}, BUDGET_OPTS
+        {"positions", 0, OPT_VALUE}, {"threads", 0, OPT_VALUE}, {"heads", 0, OPT_VALUE}, \
+        {"streaming-budget", 0, OPT_VALUE}, BUDGET_OPTS
+
+/* The usage lines of --heads and --streaming-budget (docs/duo.md). */
+#define HEADS_USAGE                                                                                \
+    "  --heads FILE        a DuoAttention schedule (kvevict lm duo-calibrate): its\n"            \
+    "                      retrieval heads get the full cache or the largest budget\n"          \
+    "                      the memory of every head at --budget allows, the\n"                  \
+    "                      streaming heads the rest (docs/duo.md)\n"                            \
+    "  --streaming-budget N  with --heads: the least a streaming head keeps (16)\n"
 
 typedef struct measure_args {
     cli_args a;
@@ -125,12 +136,14 @@ typedef struct measure_args {
     lm_positions positions;
     size_t span; /* positions the longest decode attends at most; 0: the context */
     const char *span_name; /* what decodes them ("the stream"); NULL: a window */
+    const char *heads;     /* --heads FILE */
 } measure_args;
 
 /* Parses the options and loads model, tokenizer and text. Every argument is
  * checked before a file is read. */
 void measure_parse(measure_args *m, const cli_spec *spec, int argc, char **argv);
-/* Loads model, tokenizer, text and (--schedule attention) the calibration. */
+/* Loads model, tokenizer, text, (--schedule attention) the calibration and
+ * (--heads) the schedule, checked against the model. */
 void measure_load(const measure_args *m, const cli_spec *spec);
 void measure_free(measure_args *m);
 
@@ -148,6 +161,9 @@ void jobs_free(job *jobs, size_t n);
  * (null for the full cache), positions; then, with budgets options, the
  * schedule, the sharing and the layer budgets. */
 void job_cells(table *t, const job *jb, lm_positions positions);
+/* Reads and parses a schedule file (lm_heads_parse) and checks it against
+ * the loaded model; errors exit naming `what`. */
+lm_heads *load_heads(const char *path, const char *what);
 /* The columns of job_cells, then `rest`; returns the count. */
 size_t job_cols(col *cols, const col *rest, size_t n_rest);
 
@@ -185,5 +201,6 @@ int lm_passkey(int argc, char **argv);     /* recall.c */
 int lm_repeat(int argc, char **argv);      /* recall.c */
 int lm_dump(int argc, char **argv);        /* dump.c */
 int lm_prefill_cmd(int argc, char **argv); /* prefill.c */
+int lm_duo_calibrate(int argc, char **argv); /* duo.c */
 
 #endif /* KVE_LM_CLI_H */

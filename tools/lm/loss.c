@@ -49,6 +49,9 @@ static const char eval_usage[] =
     BUDGET_USAGE
     "                      (SRC: a text, its first seq_len - 1 tokens after BOS)\n"
     "\n"
+    "Retrieval and streaming heads (docs/duo.md; rows add head_budgets):\n"
+    HEADS_USAGE
+    "\n"
     "The first row is the full cache (policy full, budget null in JSON). JSON keys:\n"
     "policy, budget, positions, windows, tokens, bytes, bits_per_byte,\n"
     "bits_per_byte_se, bits_per_token, full_bits_per_byte, delta_bits_per_byte,\n"

@@ -142,7 +142,46 @@ lm_state *new_state(const char *spec, size_t budget, lm_positions pos, uint64_t 
     kve_status st = lm_state_new(lm_ctx.model, &o, &s);
     if (st != KVE_OK)
         die_lm(st, "--policy");
+    if (spec && lm_ctx.heads) { /* the same mean budget, spent as the schedule says */
+        const lm_config *c = &lm_ctx.model->config;
+        size_t *hb = xmalloc((size_t)c->n_layers * (size_t)c->n_kv_heads * sizeof *hb);
+        st = lm_heads_budgets(lm_ctx.heads, c, s->budget, lm_ctx.streaming_budget,
+                              (size_t)c->seq_len, hb);
+        lm_state_free(s);
+        s = NULL;
+        if (st != KVE_OK) {
+            free(hb);
+            die_lm(st, "--heads");
+        }
+        o.head_budgets = hb;
+        st = lm_state_new(lm_ctx.model, &o, &s);
+        free(hb);
+        if (st != KVE_OK)
+            die_lm(st, "--heads");
+    }
     return s;
+}
+
+lm_heads *load_heads(const char *path, const char *what)
+{
+    char *text = NULL;
+    size_t len = 0;
+    kve_status st = lm_read_file(NULL, path, &text, &len);
+    if (st != KVE_OK)
+        die_input("%s: %s", what, kve_last_error());
+    lm_heads *h = NULL;
+    st = lm_heads_parse(text, len, NULL, &h);
+    lm_free(NULL, text);
+    if (st != KVE_OK)
+        die_input("%s %s: %s", what, path, kve_last_error());
+    const lm_config *c = &lm_ctx.model->config;
+    if (h->layers != c->n_layers || h->kv_heads != c->n_kv_heads) {
+        int32_t L = h->layers, G = h->kv_heads;
+        lm_heads_free(h);
+        die_input("%s %s: %d layers of %d KV heads, the model has %d of %d", what, path, L, G,
+                  c->n_layers, c->n_kv_heads);
+    }
+    return h;
 }
 
 void check_budget(const char *spec, size_t budget, const char *text)
@@ -196,6 +235,13 @@ void measure_parse(measure_args *m, const cli_spec *spec, int argc, char **argv)
     m->positions = opt_positions(own(&m->a, spec, "positions"));
     parse_threads(&m->a, spec);
     budget_args_parse(&lm_ctx.budgets, &m->a, spec);
+    m->heads = own(&m->a, spec, "heads");
+    const char *v = own(&m->a, spec, "streaming-budget");
+    lm_ctx.streaming_budget = v ? (size_t)parse_u64("--streaming-budget", v, 1, KVE_MAX_BUDGET) : 16;
+    if (v && !m->heads)
+        die_usage("--streaming-budget needs --heads");
+    if (m->heads && (lm_ctx.budgets.share_heads || lm_ctx.budgets.schedule != KVE_SCHEDULE_UNIFORM))
+        die_usage("--heads takes neither --share-heads nor a --schedule other than uniform");
 }
 
 /* --schedule attention: each layer's spread beyond the calibration window,
@@ -227,6 +273,8 @@ void measure_load(const measure_args *m, const cli_spec *spec)
     encode_text(m->text);
     if (lm_ctx.budgets.calibration)
         load_calibration(lm_ctx.budgets.calibration);
+    if (m->heads)
+        lm_ctx.heads = load_heads(m->heads, "--heads");
 }
 
 void measure_free(measure_args *m)
@@ -290,6 +338,16 @@ void job_cells(table *t, const job *jb, lm_positions positions)
     table_str(t, positions_name(positions));
     budget_cells(t, &lm_ctx.budgets, jb->spec ? jb->s->layer_budget : NULL,
                  (size_t)lm_ctx.model->config.n_layers);
+    if (lm_ctx.heads) { /* the budget of every (layer, KV head), layer-major */
+        char list[1024] = "";
+        const lm_config *c = &lm_ctx.model->config;
+        for (size_t i = 0; jb->spec && i < (size_t)c->n_layers * (size_t)c->n_kv_heads; i++) {
+            size_t len = strlen(list);
+            if (len + 24 < sizeof list)
+                snprintf(list + len, sizeof list - len, "%s%zu", i ? "," : "", jb->s->head_budget[i]);
+        }
+        table_str(t, list);
+    }
 }
 
 size_t job_cols(col *cols, const col *rest, size_t n_rest)
@@ -299,6 +357,8 @@ size_t job_cols(col *cols, const col *rest, size_t n_rest)
     cols[n++] = (col){"budget", KEY_BUDGET, COL_ALL};
     cols[n++] = (col){"positions", "positions", COL_CSV | COL_JSON};
     n = budget_cols(cols, n, &lm_ctx.budgets);
+    if (lm_ctx.heads)
+        cols[n++] = (col){"head budgets", "head_budgets", COL_ALL | COL_LEFT};
     memcpy(cols + n, rest, n_rest * sizeof *rest);
     return n + n_rest;
 }

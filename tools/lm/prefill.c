@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * prefill.c - `kvevict lm prefill`: a long prompt compressed to the budget
- * at prefill (kve_bank_prefill, or the policy's own scores once) against
- * per-step eviction while it is read, measured after the compression.
+ * at prefill (kve_bank_prefill, KVzip's reconstruction, or the policy's own
+ * scores once) against per-step eviction while it is read, measured after
+ * the compression.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "lm_cli.h"
@@ -32,10 +33,11 @@
 static const char prefill_usage[] =
     "usage: kvevict lm prefill --model CKPT --text FILE --policy SPEC[,SPEC...]\n"
     "                          [--budget B[,B...]] [--methods LIST] [--window W]\n"
-    "                          [--kernel K] [--pool max|avg] [--prompt P] [--windows N]\n"
+    "                          [--kernel K] [--pool max|avg] [--kvzip-chunk C]\n"
+    "                          [--prompt P] [--windows N]\n"
     "                          [--distances D,...] [--trials N] [--tokenizer TOK]\n"
     "                          [--positions P] [--seed N] [--format F] [-o FILE]\n"
-    "                          [--docs FILE]\n"
+    "                          [--docs FILE [--docs-block NAME]]\n"
     "\n"
     "A long prompt compressed to the budget at prefill, against per-step eviction\n"
     "while the prompt is read: bits per byte of the text that follows a prompt,\n"
@@ -44,14 +46,17 @@ static const char prefill_usage[] =
     "\n"
     "  --methods LIST  of: step (per-step eviction during the prompt), h2o (H2O's\n"
     "                  prompt scores: column sums of the prompt's attention),\n"
-    "                  snapkv (the last W prompt queries, pooled), policy (the\n"
-    "                  policy's own scores once: the prompt stepped without\n"
-    "                  evicting, then one eviction). Default: step,h2o,snapkv for\n"
-    "                  the policies scored from attention, step,policy for those\n"
-    "                  that read keys, step for the others\n"
+    "                  snapkv (the last W prompt queries, pooled), kvzip (KVzip:\n"
+    "                  the largest attention from a teacher-forced reconstruction\n"
+    "                  of the prompt), policy (the policy's own scores once: the\n"
+    "                  prompt stepped without evicting, then one eviction).\n"
+    "                  Default: step,h2o,snapkv,kvzip for the policies scored from\n"
+    "                  attention, step,policy for those that read keys, step for\n"
+    "                  the others\n"
     "  --window W      SnapKV's observation window (default 32)\n"
     "  --kernel K      SnapKV's pooling kernel, odd (default 5)\n"
     "  --pool P        SnapKV's pooling: max (default) or avg\n"
+    "  --kvzip-chunk C KVzip's reconstruction chunk, prompt positions (default 2048)\n"
     "  --prompt P      prompt positions of a bits-per-byte window (default half\n"
     "                  the context)\n"
     "  --windows N     bits-per-byte windows, the text's first N (default 16)\n"
@@ -59,6 +64,7 @@ static const char prefill_usage[] =
     "  --trials N      pass-key prompts per distance (default 16)\n"
     "  --docs FILE     also rewrite the block between <!-- lm-prefill:begin -->\n"
     "                  and <!-- lm-prefill:end --> of FILE with the markdown table\n"
+    "  --docs-block N  the block's name instead of lm-prefill\n"
     "  other options as for `kvevict lm eval`.\n"
     "\n"
     "The first row is the full cache. JSON keys: policy, budget, positions,\n"
@@ -68,13 +74,23 @@ static const char prefill_usage[] =
 static const opt_def prefill_own[] = {
     MEASURE_OPTS,           {"methods", 0, OPT_VALUE}, {"window", 0, OPT_VALUE},
     {"kernel", 0, OPT_VALUE}, {"pool", 0, OPT_VALUE},  {"prompt", 0, OPT_VALUE},
+    {"kvzip-chunk", 0, OPT_VALUE},
     {"windows", 0, OPT_VALUE}, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE},
-    {"docs", 0, OPT_VALUE}};
+    {"docs", 0, OPT_VALUE}, {"docs-block", 0, OPT_VALUE}};
 static const cli_spec prefill_spec =
     LM_SPEC(prefill_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, prefill_own, FMT_TEXT);
 
-enum { PF_STEP, PF_H2O, PF_SNAPKV, PF_POLICY, PF_METHODS };
-static const char *const pf_names[PF_METHODS] = {"step", "h2o", "snapkv", "policy"};
+enum { PF_STEP, PF_H2O, PF_SNAPKV, PF_KVZIP, PF_POLICY, PF_METHODS };
+static const char *const pf_names[PF_METHODS] = {"step", "h2o", "snapkv", "kvzip", "policy"};
+
+/* KVzip's prompts (lm_kvzip_default, --kvzip-chunk). */
+static lm_kvzip kvzip;
+
+/* The library's method of a row's method. */
+static kve_prefill_method method_of(int m)
+{
+    return m == PF_H2O ? KVE_PREFILL_H2O : m == PF_KVZIP ? KVE_PREFILL_KVZIP : KVE_PREFILL_SNAPKV;
+}
 
 /* Decodes tokens[0 .. n) from a fresh cache: the first p as the prompt,
  * compressed by `method`, the rest one step at a time; per_pos[i] (i in
@@ -87,7 +103,8 @@ static int32_t run_with_prompt(lm_state *s, const int32_t *tokens, size_t n, siz
     int32_t V = lm_ctx.model->config.vocab_size;
     size_t i = 0;
     if (st == KVE_OK && method != PF_STEP && s->bank) {
-        st = lm_prefill(s, tokens, p, method == PF_POLICY ? NULL : pp);
+        st = method == PF_KVZIP ? lm_prefill_kvzip(s, tokens, p, &kvzip, pp)
+                                : lm_prefill(s, tokens, p, method == PF_POLICY ? NULL : pp);
         i = p;
     }
     for (; st == KVE_OK && i < n; i++) {
@@ -135,7 +152,7 @@ int lm_prefill_cmd(int argc, char **argv)
                 k++;
             if (k == PF_METHODS) {
                 free_list(items, m);
-                die_usage("--methods: '%s' is not step, h2o, snapkv or policy", v);
+                die_usage("--methods: '%s' is not step, h2o, snapkv, kvzip or policy", v);
             }
             want[k] = 1;
         }
@@ -147,8 +164,20 @@ int lm_prefill_cmd(int argc, char **argv)
     size_t trials = (v = own(&ma.a, sp, "trials")) ? (size_t)parse_u64("--trials", v, 1, 1u << 20)
                                                    : 16;
     const char *prompt_opt = own(&ma.a, sp, "prompt");
-    const char *docs = own(&ma.a, sp, "docs");
+    size_t kvzip_chunk = (v = own(&ma.a, sp, "kvzip-chunk"))
+                             ? (size_t)parse_u64("--kvzip-chunk", v, 1, KVE_MAX_BUDGET)
+                             : 0;
+    const char *docs = own(&ma.a, sp, "docs"), *docs_block = own(&ma.a, sp, "docs-block");
+    if (docs_block && !docs)
+        die_usage("--docs-block needs --docs");
     measure_load(&ma, sp);
+    kve_status kst = lm_kvzip_default(lm_ctx.tok, &kvzip);
+    if (kst != KVE_OK)
+        die_input("--tokenizer: %s", kve_last_error());
+    if (kvzip_chunk) {
+        kvzip.chunk = kvzip_chunk;
+        kvzip.overlap = kvzip.overlap < kvzip_chunk ? kvzip.overlap : kvzip_chunk;
+    }
     const size_t L = (size_t)lm_ctx.model->config.seq_len;
     size_t P = prompt_opt ? (size_t)parse_u64("--prompt", prompt_opt, 1, L > 2 ? L - 2 : 1) : L / 2;
     if (L < 4 || P + 2 > L)
@@ -169,15 +198,16 @@ int lm_prefill_cmd(int argc, char **argv)
         for (int k = 0; k < PF_METHODS; k++) {
             int on = methods_given ? want[k]
                                    : k == PF_STEP || ((reads & KVE_READS_ATTN) &&
-                                                      (k == PF_H2O || k == PF_SNAPKV)) ||
+                                                      (k == PF_H2O || k == PF_SNAPKV || k == PF_KVZIP)) ||
                                          ((reads & KVE_READS_KEYS) && k == PF_POLICY);
             if (!on)
                 continue;
-            if (k == PF_H2O || k == PF_SNAPKV) { /* refused combinations are usage errors */
+            if (k == PF_H2O || k == PF_SNAPKV || k == PF_KVZIP) { /* refused: usage errors */
                 kve_prefill_options q = pp;
-                q.method = k == PF_H2O ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
+                q.method = method_of(k);
                 if (kve_bank_prefill(jobs[j].s->bank, 0, 0, L, jobs[j].budget, NULL, L, 1,
-                                     KVE_REDUCE_MEAN, &q) != KVE_OK)
+                                     k == PF_KVZIP ? KVE_REDUCE_MAX : KVE_REDUCE_MEAN,
+                                     &q) != KVE_OK)
                     die_usage("--methods %s with %s: %s", pf_names[k], jobs[j].spec,
                               kve_last_error());
             }
@@ -218,7 +248,7 @@ int lm_prefill_cmd(int argc, char **argv)
         for (size_t r = 0; r < n_rows; r++) {
             const job *jb = &jobs[rows[r].job];
             kve_prefill_options q = pp;
-            q.method = rows[r].method == PF_H2O ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
+            q.method = method_of(rows[r].method);
             run_with_prompt(jb->s, w, L, P, rows[r].method, &q, loss,
                             jb->spec ? jb->spec : "full cache");
             for (size_t i = P; i + 1 < L; i++)
@@ -233,7 +263,7 @@ int lm_prefill_cmd(int argc, char **argv)
             for (size_t r = 0; r < n_rows; r++) {
                 const job *jb = &jobs[rows[r].job];
                 kve_prefill_options q = pp;
-                q.method = rows[r].method == PF_H2O ? KVE_PREFILL_H2O : KVE_PREFILL_SNAPKV;
+                q.method = method_of(rows[r].method);
                 hits[r] += run_with_prompt(jb->s, w, L, L - 1, rows[r].method, &q, NULL,
                                            jb->spec ? jb->spec : "full cache") == key;
                 progress_update(&pr, ++done);
@@ -281,9 +311,10 @@ int lm_prefill_cmd(int argc, char **argv)
              "%zu windows of %zu positions (the first %zu the prompt; %zu tokens, %.0f bytes "
              "scored after it); pass key at distances %s, %zu prompts each, the last token "
              "decoded after the prompt; positions %s; SnapKV window %zu, kernel %zu, %s "
-             "pooling\n\n",
+             "pooling; KVzip chunks of %zu, %zu sinks\n\n",
              n_windows, L, P, tokens, bytes, dlist, trials, positions_name(ma.positions),
-             pp.window, pp.kernel, pp.pool == KVE_POOL_MAX ? "max" : "average");
+             pp.window, pp.kernel, pp.pool == KVE_POOL_MAX ? "max" : "average", kvzip.chunk,
+             pp.sinks);
     if (ma.a.format == FMT_TEXT)
         fputs(head, out);
     table_print(&t, out, ma.a.format);
@@ -297,7 +328,7 @@ int lm_prefill_cmd(int argc, char **argv)
         table_print(&t, mem, FMT_MD);
         fputc('\n', mem);
         fclose(mem);
-        rewrite_block(docs, "lm-prefill", block);
+        rewrite_block(docs, docs_block ? docs_block : "lm-prefill", block);
         free(block);
     }
     table_free(&t);
