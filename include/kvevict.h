@@ -470,8 +470,13 @@ typedef struct kve_policy_options {
  *     AddressSanitizer and UndefinedBehaviorSanitizer). Other heads and
  *     other objects are unaffected.
  * Policies that read no attention (full, window, streaming, random) and
- * those that read keys (knorm, keydiff) only validate the attention they
- * are given; unchecked, they skip even that. */
+ * those that read keys (knorm, keydiff, expected_attention, which scores
+ * from queries and keys) only validate the attention they are given;
+ * unchecked, they skip even that. Queries, values and keys are checked
+ * either way. vnorm=1 changes nothing here (its value norms come from the
+ * checked values). A score rule's observe receives the weights unchecked
+ * as they are given (their reduction too), and its scores are still
+ * checked: a score that is not finite refuses the step as ever. */
 KVE_API kve_policy_options kve_policy_default_options(void);
 
 /* kve_policy_new with options (NULL: the defaults).
@@ -726,8 +731,12 @@ KVE_API kve_status kve_spec_min_budget(const char *spec, size_t *out);
  * The state of a policy is everything its decisions depend on: the kept
  * positions, their per-slot state (scores, and the policy's own columns:
  * h2o_mean's sums and births, scissorhands' vote registers, keydiff's unit
- * keys), the count of informative steps, the private random stream
- * (random), and the last position admitted. A clone, a copy and a loaded
+ * keys, vnorm=1's value norms and the rule's own scores, a score rule's
+ * state, expected_attention's keys), the policy's per-head state
+ * (expected_attention's step counters, the statistics of its last
+ * rescoring and its ring of recent queries), the count of informative
+ * steps, the private random stream (random), and the last position
+ * admitted. A clone, a copy and a loaded
  * image hold exactly that state, and continue BIT-IDENTICALLY: the same
  * calls give the same victims, the same kept sets and the same score bits
  * as the original would, for every policy (pages, shared budgets and the
@@ -738,7 +747,8 @@ KVE_API kve_status kve_spec_min_budget(const char *spec, size_t *out);
  *
  * Removing positions does not undo what their queries added to the scores
  * of the positions still kept (h2o's sums, scissorhands' votes, tova's last
- * weights, the step count h2o_mean divides by). A rewind that must leave
+ * weights, the step count h2o_mean divides by, expected_attention's
+ * buffered queries and statistics, a score rule's state). A rewind that must leave
  * the policy exactly as it was before some steps is a copy from a
  * checkpoint taken before them: speculative decoding clones (once) or
  * copies the policy before the draft, steps the draft, and on a rejection
@@ -746,7 +756,14 @@ KVE_API kve_status kve_spec_min_budget(const char *spec, size_t *out);
  *
  * Images. kve_policy_save writes a self-contained, versioned image: a
  * header (magic, version, kind, size, options, column sizes, the canonical
- * spec), the head's state, and a checksum (FNV-1a, 64 bits). Every scalar
+ * spec; version 2 adds value_dim, query_group and the rope for an object
+ * that has them or the methods' state), the head's state, and a checksum
+ * (FNV-1a, 64 bits). A score rule is named, not saved: its spec names it,
+ * and kve_policy_load builds from the rule registered under that name then
+ * (refusing, with a message naming the rule and kve_score_rule_register,
+ * while none is, and refusing by the column sizes a rule of another state
+ * or values); that it is the same rule is the application's to keep.
+ * unchecked is not state: a loaded policy is checked. Every scalar
  * is little-endian on every machine; the image holds no pointer, capacity
  * or allocator, so it loads with any allocator, in any process, on a
  * machine of either byte order. docs/api.md ("State images") gives each
@@ -770,8 +787,9 @@ KVE_API kve_status kve_policy_clone(const kve_policy *p, kve_policy **out);
 /* dst takes src's exact state, as kve_policy_clone would give it; dst keeps
  * its own allocator. dst == src does nothing.
  * Refuses (KVE_EINVAL, nothing changed): NULL dst or src; policies whose
- * canonical spec or key_dim differ (kve_policy_spec, kve_policy_key_dim; the
- * message names the difference).
+ * canonical spec, key_dim, value_dim, query_group or rope differ
+ * (kve_policy_spec, kve_policy_key_dim, the options; the message names the
+ * difference). unchecked may differ: it is not state.
  * Memory: no allocation when dst has at least as many slots as src keeps
  * positions: when dst is a clone or an earlier copy of src, or both are
  * stepped then evicted to at most their budget (the checkpoint and restore
@@ -814,9 +832,11 @@ KVE_API void kve_policy_reset(kve_policy *p);
  *     kve_policy_save(p, NULL, 0, &n);  ... n bytes ...
  *     kve_policy_save(p, buf, n, &n);
  * The size is 72 + strlen(kve_policy_spec(p)) + 8 bytes of header and
- * checksum, 64 bytes of the head's record, and per kept position 4 bytes of
- * position, 8 of score (the scored policies) and the policy's columns
- * (h2o_mean 12, scissorhands with a history 8, keydiff 4 * key_dim).
+ * checksum (+ 48 in version 2), 64 bytes of the head's record (+ the
+ * policy's per-head state: expected_attention's, docs/api.md), and per kept
+ * position 4 bytes of position, 8 of score (the scored policies) and the
+ * policy's columns (h2o_mean 12, scissorhands with a history 8, keydiff and
+ * expected_attention 4 * key_dim, a score rule 8 * its state, vnorm=1 16).
  * Refuses: KVE_EINVAL for NULL p or size; KVE_ERANGE when cap is smaller
  * than the image: *size then holds the bytes needed (the one output a
  * refusal writes) and buf is untouched.
