@@ -807,22 +807,41 @@ static void walk_lifecycle(size_t heads, size_t share)
         kve_rng_seed(&rng, 7);
         kve_policy *p = NULL, *dp = NULL;
         kve_bank *b = NULL, *db = NULL;
+        /* the facts of the policies that read queries and values (the
+         * others validate and ignore them): expected_attention's per-head
+         * state goes through clone, load and copy too */
         kve_policy_options o = kve_policy_default_options();
         o.allocator = &ta.a;
         o.key_dim = 4;
+        o.value_dim = 2;
+        o.query_group = 2;
+        o.rope.rotary_dim = 4;
         kve_bank_options bo = kve_bank_default_options();
         bo.allocator = &ta.a;
         bo.key_dim = 4;
         bo.share = share;
+        bo.value_dim = o.value_dim;
+        bo.query_group = o.query_group;
+        bo.rope = o.rope;
         ASSERT_OK(heads ? kve_bank_new_ex(spec, heads, &rng, &bo, &b)
                         : kve_policy_new_ex(spec, &rng, &o, &p));
-        float keys[4 * 4];
+        float keys[4 * 4], queries[4 * 2 * 4], values[4 * 2];
         for (size_t j = 0; j < 16; j++)
             keys[j] = (float)j - 7.5f;
+        for (size_t j = 0; j < 32; j++)
+            queries[j] = (float)(j % 5) - 2.0f;
+        for (size_t j = 0; j < 8; j++)
+            values[j] = (float)j - 3.0f;
+        kve_step_data d = kve_step_default_data();
+        d.keys = keys;
+        d.ld_keys = 4;
+        d.queries = queries;
+        d.ld_queries = 4;
+        d.values = values;
+        d.ld_values = 2;
         for (int32_t t = 0; t < 20; t++) /* past budget + 1 = 7 slots: grown */
-            ASSERT_OK(heads ? kve_bank_step_range(b, 0, heads, t, NULL, 0, 1, KVE_REDUCE_MEAN,
-                                                  keys, 4)
-                            : kve_policy_step_keys(p, t, NULL, 0, keys));
+            ASSERT_OK(heads ? kve_bank_step_data(b, 0, heads, t, &d)
+                            : kve_policy_step_data(p, t, &d));
         size_t n = 0;
         uint8_t *img = image_of(p, b, &n);
         ASSERT_TRUE(img != NULL);

@@ -102,7 +102,7 @@ printf 'before\n<!-- perf:begin -->\n<!-- perf:end -->\nafter\n' >"$D/perf.md"
 "$K" perf --quick --budget 1000,1024 --reps 1 --ms 1 --plot "$D/img" --docs "$D/perf.md" \
     >/dev/null 2>"$D/err"
 check "perf --plot ($(cat "$D/err"))" is_png "$D/img/perf_vs_budget.png"
-check "perf --docs over two budgets: both columns" grep -q '^| policy | attn | bytes/slot | 1000 | 1Ki |$' "$D/perf.md"
+check "perf --docs over two budgets: both columns" grep -q '^| policy | attn | unchecked | bytes/slot | 1000 | 1Ki |$' "$D/perf.md"
 expect_err 1 perf --quick --budget 256 --reps 1 --ms 1 --plot "$D/no/such/dir" -o "$D/rows"
 check "perf --plot to no directory leaves no rows file" [ ! -e "$D/rows" ]
 expect_err 2 perf --quick --budget 256 --reps 1 --ms 1 --plot "$D/it's" -o "$D/rows"
