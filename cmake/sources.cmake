@@ -18,7 +18,7 @@
 
 set(KVE_CORE_SOURCES)
 foreach(f error alloc rng version spec config bank policy scored sliding pages group budgets
-    registry isa kernels attn prefill topk)
+    registry isa kernels attn prefill topk lifecycle image)
   list(APPEND KVE_CORE_SOURCES ${PROJECT_SOURCE_DIR}/src/${f}.c)
 endforeach()
 file(STRINGS ${PROJECT_SOURCE_DIR}/src/policies/list.h kve_policy_lines

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz.h - what the file-reading fuzz targets share: the check that
- * abort()s on a broken promise (so libFuzzer, ASan and UBSan report through
- * one channel) and a private temporary path to write each input to.
+ * fuzz.h - what the fuzz targets share: the check that abort()s on a broken
+ * promise (so libFuzzer, ASan and UBSan report through one channel), a
+ * reader of the input byte by byte, and a private temporary path to write
+ * each input to.
  */
 #ifndef KVE_FUZZ_H
 #define KVE_FUZZ_H
 
 #include "kvevict.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -23,6 +25,17 @@
             abort();                                                                      \
         }                                                                                 \
     } while (0)
+
+/* The input read a byte at a time; 0 past its end. */
+typedef struct fuzz_reader {
+    const uint8_t *d;
+    size_t n, i;
+} fuzz_reader;
+
+static inline uint8_t fuzz_take(fuzz_reader *r)
+{
+    return r->i < r->n ? r->d[r->i++] : 0;
+}
 
 /* $TMPDIR (or /tmp)/kve-fuzz-PID<suffix> into path[0 .. cap). */
 static inline void fuzz_temp_path(char *path, size_t cap, const char *suffix)

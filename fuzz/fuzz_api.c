@@ -29,6 +29,7 @@
  * Any violation abort()s with the op number; KVE_FUZZ_TRACE=1 in the
  * environment prints the decoded program to stderr for replay.
  */
+#include "fuzz.h"
 #include "internal.h"
 #include "reference.h"
 #include "test_allocator.h"
@@ -41,16 +42,6 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-typedef struct reader {
-    const uint8_t *d;
-    size_t n, i;
-} reader;
-
-static uint8_t take(reader *r)
-{
-    return r->i < r->n ? r->d[r->i++] : 0;
-}
 
 static bool trace_on;
 static size_t op_no;
@@ -290,14 +281,14 @@ static void do_evict(world *w, size_t budget, bool null_victims, size_t cap)
     CHECK(same_as_ref(w->a, w->r));
 }
 
-static void fill_attn(world *w, reader *in, size_t n)
+static void fill_attn(world *w, fuzz_reader *in, size_t n)
 {
     reserve(w);
-    uint8_t pattern = take(in);
+    uint8_t pattern = fuzz_take(in);
     for (size_t i = 0; i < n; i++)
         w->attn[i] = weight((uint8_t)(pattern + (i * 37u) % 11u * (pattern & 7u)));
     if (n)
-        w->attn[take(in) % n] = weight(take(in));
+        w->attn[fuzz_take(in) % n] = weight(fuzz_take(in));
 }
 
 /* After a step of A from size n: the next position, saturating at INT32_MAX (a
@@ -308,14 +299,14 @@ static void advance(world *w, size_t n)
         w->next_pos++;
 }
 
-static void run_program(reader *in)
+static void run_program(fuzz_reader *in)
 {
     size_t n_types = kve_policy_type_count();
-    const char *name = kve_policy_type_name(take(in) % n_types);
-    size_t budget = 1 + take(in) % 48;
-    uint8_t param = take(in), history = take(in), decay = take(in);
-    uint64_t seed = take(in);
-    uint8_t fail_at = take(in), block = take(in);
+    const char *name = kve_policy_type_name(fuzz_take(in) % n_types);
+    size_t budget = 1 + fuzz_take(in) % 48;
+    uint8_t param = fuzz_take(in), history = fuzz_take(in), decay = fuzz_take(in);
+    uint64_t seed = fuzz_take(in);
+    uint8_t fail_at = fuzz_take(in), block = fuzz_take(in);
 
     char value[32];
     snprintf(spec, sizeof spec, "%s", name);
@@ -377,7 +368,7 @@ static void run_program(reader *in)
     CHECK(w.budget == budget);
 
     for (op_no = 0; in->i < in->n && op_no < 4096; op_no++) {
-        uint8_t op = take(in);
+        uint8_t op = fuzz_take(in);
         size_t n = kve_policy_size(w.a);
         switch (op % 10) {
         case 0:
@@ -389,7 +380,7 @@ static void run_program(reader *in)
             break;
         case 2: /* no information; n is ignored */
             make_key(&w, op);
-            do_step(&w, w.next_pos, NULL, take(in), true);
+            do_step(&w, w.next_pos, NULL, fuzz_take(in), true);
             advance(&w, n);
             break;
         case 3:
@@ -398,14 +389,14 @@ static void run_program(reader *in)
             break;
         }
         case 5: { /* evict to any budget, any cap, maybe a NULL buffer */
-            uint8_t b = take(in), c = take(in);
+            uint8_t b = fuzz_take(in), c = fuzz_take(in);
             size_t cap = c < 128 ? n + 1 : (size_t)c % (n + 2);
             do_evict(&w, (size_t)b % (w.budget + 3), (c & 3) == 3, cap);
             break;
         }
         case 6: { /* a step that must be refused */
             fill_attn(&w, in, n + 2);
-            uint8_t how = take(in);
+            uint8_t how = fuzz_take(in);
             int32_t last = w.r->last;
             make_key(&w, how);
             switch (how % 9) {
@@ -451,7 +442,7 @@ static void run_program(reader *in)
             break;
         }
         case 7: { /* a gap in positions, sometimes up to the int32 limit */
-            uint8_t g = take(in);
+            uint8_t g = fuzz_take(in);
             if (g == 255)
                 w.next_pos = INT32_MAX - 2 > w.next_pos ? INT32_MAX - 2 : w.next_pos;
             else if (w.next_pos < INT32_MAX - 4096)
@@ -460,7 +451,7 @@ static void run_program(reader *in)
         }
         case 8: { /* a step under a failing allocator: accepted or ENOMEM, never half-done */
             fill_attn(&w, in, n);
-            bool null_attn = take(in) & 1;
+            bool null_attn = fuzz_take(in) & 1;
             make_key(&w, op);
             talloc_fail_after(&ta, 0);
             do_step(&w, w.next_pos, null_attn ? NULL : w.attn, n, false);
@@ -501,7 +492,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         init = 1;
         trace_on = getenv("KVE_FUZZ_TRACE") != NULL;
     }
-    reader in = {data, size, 0};
+    fuzz_reader in = {data, size, 0};
     op_no = 0;
     run_program(&in);
     return 0;

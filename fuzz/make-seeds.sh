@@ -6,6 +6,9 @@
 #   fuzz_spec  one text file per spec ("spec\nkey\nvalue"): valid, canonical
 #              and refused policy and canonical-trace specs
 #   fuzz_api   binary programs for fuzz_api.c, a few per policy type
+#   fuzz_state recipes of state images for fuzz_state.c: every policy type as
+#              a policy, a bank and a shared bank, as made, edited and
+#              resealed, edited and not; raw bytes (the magic, junk)
 #   fuzz_npy   .npy files: valid v1/v2/v3, float32/float64, [T,T], [H,T,T],
 #              [L,H,T,T], then one malformed variant per header field,
 #              truncations, huge and overflowing shapes, wrong dtypes, Fortran
@@ -80,6 +83,34 @@ for type in 0 1 2 3 4 5 6 7 8 9 10; do
     bytes $hdr $ops > "fuzz_api/p-$type-$variant"
   done
 done
+
+# ---- fuzz_state ----
+# Made images (fuzz_state.c): mode, then type, budget, param, history,
+# block, kind, key_dim, seed, steps; then 4 bytes per edit; then the calls.
+# kind 0 a policy, 1 a bank of 1 head, 7 of 4 heads, 15 of 4 heads shared
+# by 2. Mode 1: the image as made (it loads); 21: two edits, resealed; 17:
+# two edits, not resealed (the checksum refuses them).
+rm -f fuzz_state/s-*
+mkdir -p fuzz_state
+for type in 0 1 2 3 4 5 6 7 8 9 10; do
+  for kind in 0 1 7 15; do
+    for mode in 1 21 17; do
+      rnd; seed=$R; rnd; budget=$((R % 24)); rnd; param=$R; rnd; hist=$R; rnd; blk=$R
+      rec="$mode $type $budget $param $hist $blk $kind 3 $seed 90"
+      edits=""
+      [ "$mode" != 1 ] && for _ in 1 2 3 4 5 6 7 8; do rnd; edits+=" $R"; done
+      ops=""
+      for _ in $(seq 1 48); do rnd; ops+=" $R"; done
+      # shellcheck disable=SC2086
+      bytes $rec $edits $ops > "fuzz_state/s-$type-$kind-$mode"
+    done
+  done
+done
+# Raw images: the magic alone, the magic and a header of zeros, junk.
+{ printf '\000'; printf '\211kve\r\n\032\n'; } > fuzz_state/r-magic
+{ printf '\000'; printf '\211kve\r\n\032\n'; head -c 72 /dev/zero; } > fuzz_state/r-zeros
+{ printf '\000'; for _ in $(seq 1 64); do rnd; bytes "$R"; done; } > fuzz_state/r-junk
+printf '\000' > fuzz_state/r-empty
 
 # ---- fuzz_npy ----
 rm -f fuzz_npy/n-*
@@ -322,5 +353,6 @@ head -c 37 fuzz_tokenizer/t-small > fuzz_tokenizer/t-truncated
 le32 5 > fuzz_tokenizer/t-no-pieces
 : > fuzz_tokenizer/t-empty
 
-echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_npy | wc -l) npy," \
+echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_state | wc -l) state," \
+  "$(ls fuzz_npy | wc -l) npy," \
   "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_memory | wc -l) memory, $(ls fuzz_checkpoint | wc -l) checkpoint, $(ls fuzz_tokenizer | wc -l) tokenizer"

@@ -19,10 +19,11 @@
  *   2. The allocator     where every byte the library owns comes from
  *   3. Random numbers    the one transparent struct
  *   4. Policies          one head: new, options, step, keys, evict,
- *                        accessors, the type registry, specs
+ *                        accessors, the type registry, specs; its
+ *                        lifecycle: clone, copy, remove, reset, save, load
  *   5. Banks             every head of an engine behind one handle:
  *                        construction, options, every step and evict form,
- *                        shared budgets
+ *                        shared budgets, the lifecycle of every head
  *   6. Budgets across layers
  *   7. Pages
  *   8. Prefill compression
@@ -121,6 +122,9 @@ KVE_API unsigned kve_version_number(void);
 #define KVE_SPEC_MAX 160
 /* The largest key dimension a policy accepts (2^16 floats). */
 #define KVE_MAX_KEY_DIM 65536
+/* As p1 of kve_policy_remove and kve_bank_remove: through the last
+ * position, INT32_MAX (the largest a step accepts) included. */
+#define KVE_POS_END INT32_MAX
 
 /* [stable] */
 typedef enum kve_status {
@@ -477,6 +481,147 @@ KVE_API kve_status kve_spec_with(const char *spec, const char *key, const char *
  * kve_policy_new refuses. Never allocates. */
 KVE_API kve_status kve_spec_min_budget(const char *spec, size_t *out);
 
+/* ---- Lifecycle: fork, rewind, reuse, persist ----
+ *
+ * An engine does more to a sequence than append to it, and a policy's state
+ * must follow what it does to the sequence's KV cache (docs/api.md, "What an
+ * engine does to a sequence", maps llama.cpp's and vLLM's operations to
+ * these calls):
+ *
+ *   fork     parallel sampling, beam search, a shared prefix copy the cache
+ *            after the prompt, and the policy with it: kve_policy_clone (a
+ *            new policy) or kve_policy_copy (into one already held, without
+ *            allocating).
+ *   rewind   rejected draft tokens, an edited or regenerated last turn, a
+ *            context shift: positions leave the cache by the engine's
+ *            decision, not the policy's: kve_policy_remove.
+ *   reuse    a server's pool of sequence slots: kve_policy_reset.
+ *   persist  session files, preemption to host memory, prefix caches:
+ *            kve_policy_save and kve_policy_load.
+ *
+ * The state of a policy is everything its decisions depend on: the kept
+ * positions, their per-slot state (scores, and the policy's own columns:
+ * h2o_mean's sums and births, scissorhands' vote registers, keydiff's unit
+ * keys), the count of informative steps, the private random stream
+ * (random), and the last position admitted. A clone, a copy and a loaded
+ * image hold exactly that state, and continue BIT-IDENTICALLY: the same
+ * calls give the same victims, the same kept sets and the same score bits
+ * as the original would, for every policy (pages, shared budgets and the
+ * policies that read keys included), whatever instruction set each runs
+ * with (kve_isa_name) and whatever machine wrote the image. Where the
+ * original's slots are and how many it has are not state: they are not
+ * copied or saved, and change nothing.
+ *
+ * Removing positions does not undo what their queries added to the scores
+ * of the positions still kept (h2o's sums, scissorhands' votes, tova's last
+ * weights, the step count h2o_mean divides by). A rewind that must leave
+ * the policy exactly as it was before some steps is a copy from a
+ * checkpoint taken before them: speculative decoding clones (once) or
+ * copies the policy before the draft, steps the draft, and on a rejection
+ * copies the checkpoint back and steps the accepted tokens again.
+ *
+ * Images. kve_policy_save writes a self-contained, versioned image: a
+ * header (magic, version, kind, size, options, column sizes, the canonical
+ * spec), the head's state, and a checksum (FNV-1a, 64 bits). Every scalar
+ * is little-endian on every machine; the image holds no pointer, capacity
+ * or allocator, so it loads with any allocator, in any process, on a
+ * machine of either byte order. docs/api.md ("State images") gives each
+ * field's offset, type and meaning. The version field changes whenever the
+ * layout or the meaning of a field does: a release reads every version it
+ * documents (converting an older one) and refuses any other with a message
+ * naming both.
+ */
+
+/* A new, independent policy in exactly the state of p (kept set, scores,
+ * private random stream, options), stored in *out.
+ * Refuses (KVE_EINVAL): NULL p or out. KVE_ENOMEM. On failure *out is
+ * untouched and p unchanged.
+ * Allocates through p's allocator: what kve_policy_new_ex allocates, plus,
+ * when p holds more than budget + 1 positions, a block of p's slots.
+ * Reads p only (other threads may read it meanwhile, none may step it).
+ * O(kept). */
+KVE_API kve_status kve_policy_clone(const kve_policy *p, kve_policy **out);
+
+/* dst takes src's exact state, as kve_policy_clone would give it; dst keeps
+ * its own allocator. dst == src does nothing.
+ * Refuses (KVE_EINVAL, nothing changed): NULL dst or src; policies whose
+ * canonical spec or key_dim differ (kve_policy_spec, kve_policy_key_dim; the
+ * message names the difference).
+ * Memory: no allocation when dst has at least as many slots as src keeps
+ * positions: when dst is a clone or an earlier copy of src, or both are
+ * stepped then evicted to at most their budget (the checkpoint and restore
+ * of speculative decoding). Otherwise dst grows to src's slots through its
+ * own allocator; KVE_ENOMEM leaves dst unchanged.
+ * Threads: writes dst, reads src. O(kept). */
+KVE_API kve_status kve_policy_copy(kve_policy *dst, const kve_policy *src);
+
+/* Removes every kept position in [p0, p1), its per-slot state with it; the
+ * other positions keep their scores, state and order. p1 = KVE_POS_END
+ * removes through the end (INT32_MAX included); p0 may be negative. Stores
+ * in *n_removed (may be NULL) how many went: 0 when the range held none.
+ * After a remove the last position admitted is the largest one still kept
+ * (none, when nothing is): the next step may use any position greater than
+ * every position still kept, so a rewind to p, kve_policy_remove(p, p,
+ * KVE_POS_END, NULL), can step p again. What the removed positions' queries
+ * added to the others' scores stays (see "Lifecycle"), and so does the
+ * count of informative steps. Pages: the page of the largest kept position
+ * is incomplete again (until a step reaches its end) if its last position is
+ * past it; a page the range cut keeps its other positions, and is evicted
+ * whole with them.
+ * streaming: its sinks are the first `sinks` kept positions, so removing a
+ * sink makes the next kept position, or the next one stepped, a sink.
+ * Refuses (KVE_EINVAL, nothing changed): NULL p; p0 >= p1 (the message
+ * names both).
+ * Never allocates. O(kept): one move of each column. */
+KVE_API kve_status kve_policy_remove(kve_policy *p, int32_t p0, int32_t p1, size_t *n_removed);
+
+/* Back to the state of a new policy of the same spec and options: nothing
+ * kept, nothing stepped, the private random stream at its start (random
+ * chooses the same victims again for the same calls). The storage stays
+ * allocated: a policy that grew keeps its slots. NULL is a no-op.
+ * Never allocates. O(1). */
+KVE_API void kve_policy_reset(kve_policy *p);
+
+/* Writes p's image (see "Lifecycle", and docs/api.md for the layout) to
+ * buf[0 .. *size): the same bytes for the same state on every machine and
+ * instruction set. buf NULL: only stores in *size the bytes the image needs
+ * (cap is then ignored), so a caller does
+ *     kve_policy_save(p, NULL, 0, &n);  ... n bytes ...
+ *     kve_policy_save(p, buf, n, &n);
+ * The size is 72 + strlen(kve_policy_spec(p)) + 8 bytes of header and
+ * checksum, 64 bytes of the head's record, and per kept position 4 bytes of
+ * position, 8 of score (the scored policies) and the policy's columns
+ * (h2o_mean 12, scissorhands with a history 8, keydiff 4 * key_dim).
+ * Refuses: KVE_EINVAL for NULL p or size; KVE_ERANGE when cap is smaller
+ * than the image: *size then holds the bytes needed (the one output a
+ * refusal writes) and buf is untouched.
+ * Reads p only; never allocates. O(size of the image). */
+KVE_API kve_status kve_policy_save(const kve_policy *p, void *buf, size_t cap, size_t *size);
+
+/* A new policy from the image buf[0 .. size), written by kve_policy_save on
+ * this machine or another, stored in *out and allocated through `allocator`
+ * (NULL: the C library's; the struct is copied, as in kve_policy_options).
+ * It continues exactly as the saved policy would.
+ * Every byte is validated before anything is built: magic, version, kind
+ * (a bank's image is refused: kve_bank_load reads it), size (exactly
+ * `size`: no byte short or over), checksum, the spec (known, valid,
+ * canonical; keys for a policy that reads them), the options, every length,
+ * then the head: its flags, its generator (random: not all zero; the others
+ * all zero), its positions (>= 0, strictly ascending, none past the last
+ * position), its scores (finite; attention received >= 0; knorm's <= 0) and
+ * the policy's own columns (h2o_mean: score exactly sum / steps observed;
+ * scissorhands: whole counts of steps, equal to the votes of a history and
+ * none older than it; keydiff: unit keys of norm at most 1). Anything else
+ * is KVE_EINVAL with a message naming the field, e.g. "image: pos[3] = 12
+ * is not greater than pos[2] = 12"; a version this library does not read is
+ * refused naming it. KVE_ENOMEM. On failure *out is untouched and nothing
+ * stays allocated; an image makes load allocate at most the storage of the
+ * positions it holds (no more than about its own size) beyond what
+ * kve_policy_new_ex would.
+ * Thread-safe (reads buf only). O(size) (keydiff: O(kept * key_dim)). */
+KVE_API kve_status kve_policy_load(const void *buf, size_t size, const kve_allocator *allocator,
+                                   kve_policy **out);
+
 /* ======================================================================
  * 5. Banks: one policy for every head of an engine
  *
@@ -753,6 +898,74 @@ KVE_API kve_status kve_bank_evict_range(kve_bank *b, size_t first, size_t count,
  * found by the step), plus one compaction per head that loses several. */
 KVE_API kve_status kve_bank_evict_shared(kve_bank *b, size_t first, size_t count, size_t budget,
                                          int32_t *victims, size_t ld_victims, size_t *counts);
+
+/* The bank's options.min_share, the floor of a shared eviction (0.2 by
+ * default; kept, with no effect, by a bank without a share); 0 for NULL.
+ * O(1). */
+KVE_API double kve_bank_min_share(const kve_bank *b);
+
+/* ---- The lifecycle of a bank ----
+ *
+ * The policy calls of "Lifecycle" (section 4), on every head at once: a
+ * bank's clone, copy and image hold every head's state and the bank's
+ * options (key_dim, share, min_share), and every head continues
+ * bit-identically, shared groups included (their shared evictions choose
+ * the same victims). An engine that forks a sequence forks its bank; one
+ * that saves a session saves the bank's image beside its KV cache. These
+ * calls touch every head: none may overlap another call on the bank (copy
+ * and save only read src / b, which other readers may share).
+ */
+
+/* As kve_policy_clone, for every head: a new bank of the same spec, heads
+ * and options in exactly b's state, through b's allocator.
+ * Refuses (KVE_EINVAL): NULL b or out. KVE_ENOMEM. On failure *out is
+ * untouched. O(kept, every head). */
+KVE_API kve_status kve_bank_clone(const kve_bank *b, kve_bank **out);
+
+/* As kve_policy_copy, for every head: dst takes src's exact state.
+ * Refuses (KVE_EINVAL, nothing changed): NULL dst or src; banks that differ
+ * in canonical spec, key_dim, heads, share or min_share (the message names
+ * which).
+ * Memory: no allocation when every head of dst has at least as many slots
+ * as the same head of src keeps positions, or with shared budgets every
+ * group of dst at least as many slots as src's group: when dst is a clone
+ * or an earlier copy of src, or both are evicted after every step to at
+ * most their budget (each group to at most share * budget). Otherwise the
+ * heads (groups) that are short grow to src's slots, all or nothing:
+ * KVE_ENOMEM leaves dst unchanged. O(kept, every head). */
+KVE_API kve_status kve_bank_copy(kve_bank *dst, const kve_bank *src);
+
+/* As kve_policy_remove, on every head: removes every kept position in
+ * [p0, p1) from each. A shared group stays consistent: each head keeps its
+ * part of the group's storage, and the next shared eviction compares what
+ * the heads still keep.
+ * Refuses (KVE_EINVAL, nothing changed): NULL b; p0 >= p1.
+ * Never allocates. O(kept, every head). */
+KVE_API kve_status kve_bank_remove(kve_bank *b, int32_t p0, int32_t p1);
+
+/* As kve_policy_reset, on every head: each random stream back to its
+ * start, and a shared group's heads back to even parts of its storage,
+ * which keeps its size. NULL is a no-op. Never allocates. O(heads). */
+KVE_API void kve_bank_reset(kve_bank *b);
+
+/* As kve_policy_save: b's image, every head in head order (docs/api.md).
+ * Its size is 72 + strlen(kve_bank_spec(b)) + 8 bytes, and for each head 64
+ * bytes and its kept positions times the bytes of a slot (h2o: 12), e.g.
+ * 10415 bytes for 8 heads of "h2o:budget=102" each at its budget.
+ * Refuses as kve_policy_save (KVE_ERANGE: *size holds the bytes needed).
+ * Reads b only; never allocates. O(size of the image). */
+KVE_API kve_status kve_bank_save(const kve_bank *b, void *buf, size_t cap, size_t *size);
+
+/* As kve_policy_load, for a bank's image (a policy's is refused: kind): a
+ * new bank in *out, through `allocator`. Validates besides: the heads
+ * (>= 1) and options as kve_bank_new_ex does (share dividing the heads, a
+ * policy that scores, min_share in [0, 1]), and every head as
+ * kve_policy_load does one (the message names it: "image: head 5: ...").
+ * KVE_ENOMEM. On failure *out is untouched and nothing stays allocated.
+ * Allocates what kve_bank_new_ex would, plus a block for each head (group)
+ * whose image keeps more positions than its slots. O(size). */
+KVE_API kve_status kve_bank_load(const void *buf, size_t size, const kve_allocator *allocator,
+                                 kve_bank **out);
 
 /* ======================================================================
  * 6. Budgets across layers

@@ -59,13 +59,14 @@ kve_status kve__bank_init(kve_bank *b, const kve_config *c, const kve_allocator 
     b->alloc = *alloc;
     b->n_heads = n_heads;
     b->heads = heads;
+    if (opt)
+        b->min_share = opt->min_share; /* kept without a share too: an option of the bank */
     if (opt && opt->share) {
         /* A shared group's heads drift apart in size: each starts with the
          * slack of the sliding layout, so that a head outgrows its slots
          * only every slack steps (group.c). */
         b->cfg.cap0 = kve__sliding_cap(c->params.budget);
         b->share = opt->share;
-        b->min_share = opt->min_share;
         b->groups = groups;
     }
     const size_t cap = b->cfg.cap0;
@@ -112,7 +113,7 @@ kve_status kve__bank_init(kve_bank *b, const kve_config *c, const kve_allocator 
      * the h-th of n_heads policies built from the same generator would. */
     if (c->type->flags & KVE_TYPE_NEEDS_RNG)
         for (size_t h = 0; h < n_heads; h++)
-            kve_rng_seed(&heads[h].rng, kve_rng_next(rng));
+            kve_rng_seed(&heads[h].rng, heads[h].seed = kve_rng_next(rng));
     return KVE_OK;
 }
 
@@ -135,36 +136,31 @@ void kve__bank_leave_slabs(kve_bank *b, size_t n)
         free_slabs(b); /* the last head has left the slabs */
 }
 
-/* Allocates the block a head needs to double, into h->spare. */
-static kve_status alloc_growth(const kve_bank *b, size_t head)
+kve_status kve__block_alloc(const kve_bank *b, size_t cap, void **out)
 {
     const kve_config *c = &b->cfg;
-    kve_head *h = &b->heads[head];
-    if (h->cap > SIZE_MAX / KVE_BLOCK_ALIGN / 2 ||
-        h->cap * 2 > (SIZE_MAX - (size_t)KVE_NCOLS * KVE_BLOCK_ALIGN) / c->slot_bytes)
-        return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu positions", c->type->name, h->cap * 2);
-    h->spare = kve__alloc(&b->alloc, kve__block_bytes(c, h->cap * 2));
-    if (!h->spare)
-        return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu slots", c->type->name, h->cap * 2);
+    if (cap > SIZE_MAX / KVE_BLOCK_ALIGN ||
+        cap > (SIZE_MAX - (size_t)KVE_NCOLS * KVE_BLOCK_ALIGN) / c->slot_bytes)
+        return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu positions", c->type->name, cap);
+    if (!(*out = kve__alloc(&b->alloc, kve__block_bytes(c, cap))))
+        return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu slots", c->type->name, cap);
     return KVE_OK;
 }
 
-/* Moves a head into its spare block. The head's gap is closed first (it has
- * none when full, but the copy must not depend on that). */
-static void commit_growth(kve_bank *b, kve_head *h)
+void kve__head_adopt(kve_bank *b, kve_head *h, void *block, size_t cap, bool keep)
 {
     const kve_config *c = &b->cfg;
-    size_t cap = h->cap * 2, off[KVE_NCOLS];
+    size_t off[KVE_NCOLS];
     kve__block_layout(c, cap, off);
-    kve__close_gap(c, h);
-    char *block = h->spare;
+    if (keep)
+        kve__close_gap(c, h);
     for (int k = 0; k < KVE_NCOLS; k++) {
         if (!c->elem[k])
             continue;
-        char *dst = block + off[k];
+        char *dst = (char *)block + off[k];
         if (k == KVE_COL_MARK)
             memset(dst, 0, cap * c->elem[k]);
-        else
+        else if (keep)
             memcpy(dst, h->col[k], h->size * c->elem[k]);
         h->col[k] = dst;
     }
@@ -173,9 +169,29 @@ static void commit_growth(kve_bank *b, kve_head *h)
     else
         kve__bank_leave_slabs(b, 1);
     h->block = block;
-    h->spare = NULL;
     h->cap = cap;
     h->offset = 0;
+    if (!keep) {
+        h->size = 0;
+        h->gap = h->best = KVE_NONE;
+    }
+}
+
+/* Allocates the block a head needs to double, into h->spare. */
+static kve_status alloc_growth(const kve_bank *b, size_t head)
+{
+    kve_head *h = &b->heads[head];
+    if (h->cap > SIZE_MAX / 2)
+        return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu positions", b->cfg.type->name, h->cap);
+    return kve__block_alloc(b, h->cap * 2, &h->spare);
+}
+
+/* Moves a head into its spare block. The head's gap is closed first (it has
+ * none when full, but the copy must not depend on that). */
+static void commit_growth(kve_bank *b, kve_head *h)
+{
+    kve__head_adopt(b, h, h->spare, h->cap * 2, true);
+    h->spare = NULL;
 }
 
 /* ---- messages ---- */
@@ -411,10 +427,12 @@ kve_bank_options kve_bank_default_options(void)
     return o;
 }
 
-/* The options' own checks, against the parsed spec. */
-static kve_status check_options(const kve_config *c, size_t n_heads, const kve_bank_options *o)
+kve_status kve__bank_check_options(const kve_config *c, size_t n_heads,
+                                   const kve_bank_options *o)
 {
     const char *name = c->type->name;
+    if (n_heads == 0)
+        return kve__fail(KVE_EINVAL, "%s: n_heads must be at least 1", name);
     if (!(o->min_share >= 0.0 && o->min_share <= 1.0))
         return kve__fail(KVE_EINVAL, "%s: min_share %g is outside [0, 1]", name, o->min_share);
     if (!o->share)
@@ -442,22 +460,27 @@ kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
     kve_status st = kve__config_new(spec, rng, &po, out, &c);
     if (st != KVE_OK)
         return st;
-    if (n_heads == 0)
-        return kve__fail(KVE_EINVAL, "%s: n_heads must be at least 1", c.type->name);
-    if ((st = check_options(&c, n_heads, &o)) != KVE_OK)
+    if ((st = kve__bank_check_options(&c, n_heads, &o)) != KVE_OK)
         return st;
-    size_t n_groups = o.share ? n_heads / o.share : 0;
+    return kve__bank_create(&c, n_heads, rng, &o, &alloc, out);
+}
+
+kve_status kve__bank_create(const kve_config *c, size_t n_heads, kve_rng *rng,
+                            const kve_bank_options *o, const kve_allocator *alloc,
+                            kve_bank **out)
+{
+    size_t n_groups = o->share ? n_heads / o->share : 0;
     if (n_heads > (SIZE_MAX - sizeof(bank_alloc)) / (sizeof(kve_head) + sizeof(kve_group)))
-        return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu heads", c.type->name, n_heads);
+        return kve__fail(KVE_ENOMEM, "%s: cannot hold %zu heads", c->type->name, n_heads);
     const size_t bytes = sizeof(bank_alloc) + n_heads * sizeof(kve_head) +
                          n_groups * sizeof(kve_group);
-    bank_alloc *a = kve__alloc(&alloc, bytes);
+    bank_alloc *a = kve__alloc(alloc, bytes);
     if (!a)
-        return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu heads", c.type->name, n_heads);
+        return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu heads", c->type->name, n_heads);
     kve_group *groups = n_groups ? (kve_group *)(void *)(a->heads + n_heads) : NULL;
-    st = kve__bank_init(&a->bank, &c, &alloc, n_heads, a->heads, &o, groups, rng);
+    kve_status st = kve__bank_init(&a->bank, c, alloc, n_heads, a->heads, o, groups, rng);
     if (st != KVE_OK) {
-        kve__dealloc(&alloc, a, bytes);
+        kve__dealloc(alloc, a, bytes);
         return st;
     }
     a->bank.handle_bytes = bytes;
@@ -598,4 +621,9 @@ kve_status kve_bank_evict_shared(kve_bank *b, size_t first, size_t count, size_t
 size_t kve_bank_share(const kve_bank *b)
 {
     return b ? b->share : 0;
+}
+
+double kve_bank_min_share(const kve_bank *b)
+{
+    return b ? b->min_share : 0.0;
 }

@@ -23,6 +23,25 @@ static kve_status unknown_policy(const char *name)
     return kve__fail(KVE_EINVAL, "unknown policy \"%s\" (known: %s)", name, known);
 }
 
+/* Every policy column is made of scalars an image can write: a column of
+ * 1, 2, 4 or 8 bytes a slot with no unit declared is one scalar; any other
+ * must have been declared with kve__column (a type's mistake, caught by
+ * the first construction of its policy). */
+static kve_status check_units(kve_config *c)
+{
+    for (int k = KVE_COL_EXTRA0; k <= KVE_COL_EXTRA1; k++) {
+        size_t e = c->elem[k], u = c->unit[k];
+        if (e && !u && (e == 1 || e == 2 || e == 4 || e == 8))
+            c->unit[k] = u = e;
+        if (e && !((u == 1 || u == 2 || u == 4 || u == 8) && e % u == 0))
+            return kve__fail(KVE_EINVAL,
+                             "%s: policy column %d of %zu bytes a slot declares no scalar size "
+                             "(kve__column)",
+                             c->type->name, k - KVE_COL_EXTRA0, e);
+    }
+    return KVE_OK;
+}
+
 kve_status kve__config_parse(const char *spec, const char *key, const char *value,
                              size_t key_dim, kve_config *c)
 {
@@ -54,16 +73,18 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
     }
 
     /* The column layout; init may add extra columns or choose another rule. */
-    c->elem[KVE_COL_POS] = sizeof(int32_t);
+    c->elem[KVE_COL_POS] = c->unit[KVE_COL_POS] = sizeof(int32_t);
     if (type->flags & KVE_TYPE_SCORED) {
-        c->elem[KVE_COL_SCORE] = sizeof(double);
+        c->elem[KVE_COL_SCORE] = c->unit[KVE_COL_SCORE] = sizeof(double);
         if (!(type->flags & KVE_TYPE_READS_KEYS))
             c->observe = type->observe;
     }
     if (type->flags & (KVE_TYPE_SCORED | KVE_TYPE_MARKED))
-        c->elem[KVE_COL_MARK] = sizeof(uint8_t);
+        c->elem[KVE_COL_MARK] = c->unit[KVE_COL_MARK] = sizeof(uint8_t);
     st = type->init ? type->init(c) : kve__check_recent_window(c);
     if (st != KVE_OK)
+        return st;
+    if ((st = check_units(c)) != KVE_OK)
         return st;
     /* Pages: only the scored policies and the sliding ones take a block. */
     c->evict = type->evict;

@@ -168,6 +168,59 @@ void kve__groups_commit(kve_bank *b, size_t g0, size_t n)
     }
 }
 
+/* ---- placement without moving (copy, load, reset) ---- */
+
+/* Head j of group gi gets like[j].cap slots, or (like NULL) its size + 1
+ * and its share of the `left` slots over that; the last head also what
+ * remains. */
+static void place(kve_bank *b, size_t gi, const kve_head *like, size_t left)
+{
+    const kve_config *c = &b->cfg;
+    kve_group *g = &b->groups[gi];
+    kve_head *hs = group_heads(b, gi);
+    size_t to = 0;
+    for (size_t j = 0; j < b->share; j++) {
+        for (int k = 0; k < KVE_NCOLS; k++)
+            hs[j].col[k] = c->elem[k] ? (char *)g->base[k] + to * c->elem[k] : NULL;
+        hs[j].cap = j + 1 == b->share ? g->cap - to
+                    : like             ? like[j].cap
+                                       : new_cap(&hs[j], j, b->share, left);
+        to += hs[j].cap;
+    }
+}
+
+void kve__group_place(kve_bank *b, size_t gi, const kve_head *like)
+{
+    place(b, gi, like, 0);
+}
+
+void kve__group_even(kve_bank *b, size_t gi)
+{
+    const kve_head *hs = group_heads(b, gi);
+    size_t need = 0;
+    for (size_t j = 0; j < b->share; j++)
+        need += hs[j].size + 1;
+    place(b, gi, NULL, b->groups[gi].cap - need);
+}
+
+void kve__group_adopt(kve_bank *b, size_t gi, void *block, size_t cap)
+{
+    const kve_config *c = &b->cfg;
+    kve_group *g = &b->groups[gi];
+    size_t off[KVE_NCOLS];
+    kve__block_layout(c, cap, off);
+    for (int k = 0; k < KVE_NCOLS; k++)
+        g->base[k] = c->elem[k] ? (char *)block + off[k] : NULL;
+    if (c->elem[KVE_COL_MARK])
+        memset(g->base[KVE_COL_MARK], 0, cap * c->elem[KVE_COL_MARK]);
+    if (g->block)
+        kve__dealloc(&b->alloc, g->block, kve__block_bytes(c, g->cap));
+    else
+        kve__bank_leave_slabs(b, b->share);
+    g->block = block;
+    g->cap = cap;
+}
+
 /* ---- the shared eviction ---- */
 
 /* The lowest index of the lowest unmarked score among h's first `limit`

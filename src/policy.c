@@ -21,12 +21,18 @@ kve_status kve_policy_new_ex(const char *spec, kve_rng *rng, const kve_policy_op
     if (st != KVE_OK)
         return st;
     const kve_allocator alloc = kve__allocator(options ? options->allocator : NULL);
-    kve_policy *p = kve__alloc(&alloc, sizeof *p);
+    return kve__policy_create(&c, rng, &alloc, out);
+}
+
+kve_status kve__policy_create(const kve_config *c, kve_rng *rng, const kve_allocator *alloc,
+                              kve_policy **out)
+{
+    kve_policy *p = kve__alloc(alloc, sizeof *p);
     if (!p)
-        return kve__fail(KVE_ENOMEM, "%s: out of memory for the handle", c.type->name);
-    st = kve__bank_init(&p->bank, &c, &alloc, 1, &p->head, NULL, NULL, rng);
+        return kve__fail(KVE_ENOMEM, "%s: out of memory for the handle", c->type->name);
+    kve_status st = kve__bank_init(&p->bank, c, alloc, 1, &p->head, NULL, NULL, rng);
     if (st != KVE_OK) {
-        kve__dealloc(&alloc, p, sizeof *p);
+        kve__dealloc(alloc, p, sizeof *p);
         return st;
     }
     p->bank.is_policy = true;

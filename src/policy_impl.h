@@ -97,6 +97,8 @@ struct kve_config {
     char spec[KVE_SPEC_MAX]; /* canonical spec */
     size_t key_dim;          /* d: floats of every key a step carries; 0 = none */
     size_t elem[KVE_NCOLS];  /* bytes per slot of each column; 0 = not stored */
+    size_t unit[KVE_NCOLS];  /* bytes of one scalar of each column (1, 2, 4 or 8; a slot
+                                holds elem / unit of them): how an image writes it */
     size_t slot_bytes;       /* sum of elem[] */
     size_t aux_bytes;        /* per-head scratch of the policy; 0 = none */
     size_t cap0;             /* S0: slots per head at construction */
@@ -107,7 +109,7 @@ struct kve_config {
     size_t (*evict)(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 };
 
-/* The state of one head. A kve_head is about 180 bytes; per-slot state lives
+/* The state of one head. A kve_head is about 190 bytes; per-slot state lives
  * in the columns. */
 struct kve_head {
     void *col[KVE_NCOLS]; /* column c: (cap) slots of elem[c] bytes, kept order */
@@ -120,6 +122,7 @@ struct kve_head {
     void *spare;          /* a block allocated for growth, not yet committed */
     uint64_t observed;    /* number of informative (non-NULL) steps so far */
     kve_rng rng;          /* private generator, policies that draw only */
+    uint64_t seed;        /* ... and the seed it started from (a reset starts it again) */
     void *aux;            /* (aux_bytes) the policy's per-head scratch, or NULL */
     size_t picked;        /* a shared eviction's scratch: victims marked in this head */
     size_t pick_first;    /* ... the lowest marked index */
@@ -214,7 +217,26 @@ struct kve_policy_type {
 
     /* Slots per head for `budget`; NULL: budget + 1. */
     size_t (*cap_for_budget)(size_t budget);
+
+    /* Whether a head read from an image (image.c) holds a state the rule can
+     * be in, beyond the checks every policy gets (positions strictly
+     * ascending, >= 0 and <= last_pos; scores finite, and >= 0 for the
+     * KVE_TYPE_ATTN_SCORE policies): the invariants of the policy's own
+     * columns and of its score (h2o_mean: score = sum / steps). On false,
+     * msg (cap bytes) names the field and slot ("votes[3] ..."). The head's
+     * columns are dense (no gap). NULL: nothing more to check. */
+    bool (*check_state)(const kve_config *c, const kve_head *h, char *msg, size_t cap);
 };
+
+/* Declares policy column k (KVE_COL_EXTRA0/1) from a type's init: `count`
+ * scalars of `unit` bytes a slot (1, 2, 4 or 8), so that an image writes
+ * each scalar in little-endian order. A column whose elem is 1, 2, 4 or 8
+ * bytes and declares no unit is one scalar of that size. */
+static inline void kve__column(kve_config *c, int k, size_t count, size_t unit)
+{
+    c->elem[k] = count * unit;
+    c->unit[k] = unit;
+}
 
 /* The operands of a score rule that reads and writes the score column only
  * (h2o, tova): a policy file names them as its P_ctx and P_prep. */
@@ -266,7 +288,20 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
 kve_status kve__config_new(const char *spec, const kve_rng *rng,
                            const kve_policy_options *options, const void *out, kve_config *c);
 
-/* Banks (bank.c). kve__bank_init builds b (already allocated, with `heads`
+/* Banks (bank.c). kve__bank_create allocates and builds a bank of n_heads
+ * heads from a parsed config and options that passed kve__bank_check_options
+ * (share, min_share), through alloc (a resolved copy, kve__allocator); it is
+ * kve_bank_new_ex past its checks, and kve__policy_create (policy.c) is
+ * kve_policy_new_ex's. On failure *out and rng are untouched. */
+kve_status kve__bank_check_options(const kve_config *c, size_t n_heads,
+                                   const kve_bank_options *o);
+kve_status kve__bank_create(const kve_config *c, size_t n_heads, kve_rng *rng,
+                            const kve_bank_options *o, const kve_allocator *alloc,
+                            kve_bank **out);
+kve_status kve__policy_create(const kve_config *c, kve_rng *rng, const kve_allocator *alloc,
+                              kve_policy **out);
+
+/* kve__bank_init builds b (already allocated, with `heads`
  * storage for n_heads, and `groups` for n_heads / share when opt->share)
  * from a parsed config and checked options (opt may be NULL: no sharing):
  * the allocator (a resolved copy, kve__allocator), slabs, heads, groups,
@@ -287,6 +322,16 @@ size_t kve__block_layout(const kve_config *c, size_t cap, size_t off[KVE_NCOLS])
 /* The size of that block: what it is allocated and freed with. */
 size_t kve__block_bytes(const kve_config *c, size_t cap);
 
+/* A private block of `cap` slots for a head or a group of b (its size is
+ * kve__block_bytes(&b->cfg, cap)); KVE_ENOMEM, naming the slots, when it
+ * cannot be had. */
+kve_status kve__block_alloc(const kve_bank *b, size_t cap, void **out);
+/* Moves head h (not in a shared group) into `block` of `cap` slots, which
+ * it then owns: its old block is freed, or it leaves the slabs. keep: its
+ * contents move with it (its gap closed first); else they are dropped and
+ * the head holds nothing. The marks of the block are zeroed either way. */
+void kve__head_adopt(kve_bank *b, kve_head *h, void *block, size_t cap, bool keep);
+
 /* Fails with "NAME: head H: message" ("NAME: message" for a policy). Out of
  * line and cold, so the checks of the decode path stay small. */
 kve_status kve__head_fail(const kve_bank *b, kve_status st, size_t head, const char *fmt, ...)
@@ -298,6 +343,19 @@ kve_status kve__head_fail(const kve_bank *b, kve_status st, size_t head, const c
  * (allocated now, all or nothing). commit: carries that out; cannot fail. */
 kve_status kve__groups_prepare(kve_bank *b, size_t g0, size_t n);
 void kve__groups_commit(kve_bank *b, size_t g0, size_t n);
+/* For callers that then write every head of group gi (copy, load, reset):
+ * points the heads at consecutive parts of the group's storage without
+ * moving their contents. place: head j gets as many slots as like[j] has,
+ * the last head also what is left (the like[j] add up to at most the
+ * group's slots). even: head j gets
+ * its size + 1 slots and an even share of the rest, as a re-layout gives
+ * (the caller has set every head's size; their sizes + 1 add up to at most
+ * the group's slots).
+ * adopt: the group moves into `block` of `cap` slots (marks zeroed), its old
+ * block freed or the slabs left; its heads must be placed afterwards. */
+void kve__group_place(kve_bank *b, size_t gi, const kve_head *like);
+void kve__group_even(kve_bank *b, size_t gi);
+void kve__group_adopt(kve_bank *b, size_t gi, void *block, size_t cap);
 /* kve_bank_evict_shared past its range check. */
 kve_status kve__bank_evict_shared(kve_bank *b, size_t first, size_t count, size_t budget,
                                   int32_t *victims, size_t ld_victims, size_t *counts);
@@ -347,6 +405,18 @@ void kve__sliding_rewind(kve_head *h);
 size_t kve__sliding_evict(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 /* Removes the n_evict oldest positions after the first `pinned` slots. */
 void kve__sliding_remove(kve_head *h, size_t pinned, size_t n_evict, int32_t *victims);
+
+/* Lifecycle (lifecycle.c): dst takes src's exact state (same config,
+ * heads and sharing, checked by the caller), growing dst's heads or groups
+ * that have fewer slots than src's (all or nothing: KVE_ENOMEM leaves dst as
+ * it was). */
+kve_status kve__bank_copy_state(kve_bank *dst, const kve_bank *src);
+
+/* Images (image.c). Test hook: true makes save and load convert every
+ * scalar byte by byte even on a little-endian machine, where they otherwise
+ * copy columns whole (both give the same bytes; tests compare them). Not
+ * for use while other threads save or load. */
+void kve__image_force_bytewise(bool on);
 
 /* Policy tables, one per file under policies/, declared from the list. */
 #define KVE_POLICY(name) extern const kve_policy_type kve__##name##_type;

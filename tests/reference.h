@@ -35,6 +35,13 @@
  *       their count goes to *n (n may be NULL).
  *   r->n, r->slot[i].pos   the kept positions, ascending (kept order).
  *   double ref_score(const ref_policy *r, size_t i)   eviction key of slot i.
+ *   size_t ref_remove(ref_policy *r, int32_t p0, int32_t p1);
+ *       Removes every kept position p with p0 <= p < p1 (p1 == INT32_MAX,
+ *       KVE_POS_END: every p >= p0); returns how many. The others keep
+ *       everything; the last position becomes the largest kept (-1: none);
+ *       streaming's sinks become the first `sinks` kept slots.
+ *   void ref_reset(ref_policy *r);   back to ref_new's state (random: its seed).
+ *   ref_policy *ref_clone(const ref_policy *r);   a deep copy.
  *
  * Semantics, one line each, as documented in kvevict.h and src/policies/:
  *   full         never evicts.
@@ -111,6 +118,7 @@ typedef struct ref_policy {
     size_t budget, recent_window, sinks, history, block, block_mean;
     double decay;
     uint64_t rng[4];   /* random: private xoshiro256** state */
+    uint64_t seed;     /* random: what rng was seeded from */
     int32_t last;      /* last admitted position, -1 before any */
     uint64_t admitted; /* positions ever admitted */
     size_t dim;        /* floats of a key; 0: steps carry none */
@@ -226,7 +234,8 @@ static inline ref_policy *ref_new_keys(const char *spec, kve_rng *rng, size_t di
             free(r);
             return NULL;
         }
-        ref_seed(r->rng, ref_xoshiro(rng->s));
+        r->seed = ref_xoshiro(rng->s);
+        ref_seed(r->rng, r->seed);
     }
     return r;
 }
@@ -522,6 +531,61 @@ static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size
     if (n_victims)
         *n_victims = nv; /* pages may take more than the need */
     return 0;
+}
+
+/* ---- what an engine does to a sequence ---- */
+
+static inline size_t ref_remove(ref_policy *r, int32_t p0, int32_t p1)
+{
+    size_t w = 0, gone = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        int32_t p = r->slot[i].pos;
+        if (p >= p0 && (p1 == INT32_MAX || p < p1)) {
+            free(r->slot[i].unit);
+            gone++;
+        } else {
+            r->slot[w++] = r->slot[i];
+        }
+    }
+    r->n = w;
+    r->last = w ? r->slot[w - 1].pos : -1;
+    for (size_t i = 0; i < w; i++)
+        r->slot[i].sink = i < r->sinks;
+    r->admitted = w; /* so the next positions are sinks while fewer are kept */
+    return gone;
+}
+
+static inline void ref_reset(ref_policy *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        free(r->slot[i].unit);
+    r->n = 0;
+    r->last = -1;
+    r->admitted = 0;
+    if (r->kind == REF_RANDOM)
+        ref_seed(r->rng, r->seed);
+}
+
+static inline ref_policy *ref_clone(const ref_policy *r)
+{
+    ref_policy *c = malloc(sizeof *c);
+    if (!c)
+        abort();
+    *c = *r;
+    c->cap = r->n ? r->n : 1;
+    c->slot = malloc(c->cap * sizeof *c->slot);
+    if (!c->slot)
+        abort();
+    for (size_t i = 0; i < r->n; i++) {
+        c->slot[i] = r->slot[i];
+        if (r->slot[i].unit) {
+            c->slot[i].unit = malloc(r->dim * sizeof(float));
+            if (!c->slot[i].unit)
+                abort();
+            memcpy(c->slot[i].unit, r->slot[i].unit, r->dim * sizeof(float));
+        }
+    }
+    return c;
 }
 
 /* ---- one budget shared by G heads ---- */

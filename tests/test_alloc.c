@@ -18,7 +18,10 @@
  * whose heads all grow at once (all or nothing); kve_prefill_scores and
  * kve_bank_prefill; kve_trace_open (canonical, .npy, both flags),
  * kve_trace_from_memory and kve_trace_write_npy (no file, no temporary left);
- * kve_eval (buffers and banks).
+ * kve_eval (buffers and banks); the lifecycle: clone (through the
+ * original's allocator) and load (through the one given) of every policy,
+ * as a policy, a bank and a shared bank grown past its slots, a copy into a
+ * bank that must grow (all or nothing), remove and reset (never).
  *
  * No bypass: this executable is linked with --wrap for malloc, calloc,
  * realloc and free (tests/CMakeLists.txt), so every call the library's
@@ -759,6 +762,137 @@ static void test_eval(void)
     kve_trace_free(tr);
 }
 
+/* ---- the lifecycle ---- */
+
+/* An object's image (outside WATCH: the test's own malloc). */
+static uint8_t *image_of(const kve_policy *p, const kve_bank *b, size_t *n)
+{
+    if ((p ? kve_policy_save(p, NULL, 0, n) : kve_bank_save(b, NULL, 0, n)) != KVE_OK)
+        return NULL;
+    uint8_t *img = malloc(*n);
+    if (img && (p ? kve_policy_save(p, img, *n, n) : kve_bank_save(b, img, *n, n)) != KVE_OK) {
+        free(img);
+        return NULL;
+    }
+    return img;
+}
+
+static int image_is(const kve_policy *p, const kve_bank *b, const uint8_t *want, size_t n)
+{
+    size_t got = 0;
+    uint8_t *img = image_of(p, b, &got);
+    int same = img && got == n && memcmp(img, want, n) == 0;
+    free(img);
+    return same;
+}
+
+/* Every type as a policy (heads 0) or a bank (sharing `share` heads a group
+ * for the policies that can), grown past its slots by steps without an
+ * evict: clone and load walked through every allocation, each failing k
+ * ENOMEM with *out untouched, nothing left allocated and the original
+ * unchanged, the success equal to the original; a copy into a new object
+ * (which must grow) all or nothing; remove and reset never allocate. */
+static void walk_lifecycle(size_t heads, size_t share)
+{
+    for (size_t i = 0; i < kve_policy_type_count(); i++) {
+        char spec[KVE_SPEC_MAX];
+        small_spec(i, spec, sizeof spec);
+        if (share && (kve_policy_type_reads(i) != KVE_READS_ATTN || strstr(spec, "random")))
+            continue;
+        talloc ta, tb;
+        ta_init(&ta);
+        ta_init(&tb);
+        kve_rng rng;
+        kve_rng_seed(&rng, 7);
+        kve_policy *p = NULL, *dp = NULL;
+        kve_bank *b = NULL, *db = NULL;
+        kve_policy_options o = kve_policy_default_options();
+        o.allocator = &ta.a;
+        o.key_dim = 4;
+        kve_bank_options bo = kve_bank_default_options();
+        bo.allocator = &ta.a;
+        bo.key_dim = 4;
+        bo.share = share;
+        ASSERT_OK(heads ? kve_bank_new_ex(spec, heads, &rng, &bo, &b)
+                        : kve_policy_new_ex(spec, &rng, &o, &p));
+        float keys[4 * 4];
+        for (size_t j = 0; j < 16; j++)
+            keys[j] = (float)j - 7.5f;
+        for (int32_t t = 0; t < 20; t++) /* past budget + 1 = 7 slots: grown */
+            ASSERT_OK(heads ? kve_bank_step_range(b, 0, heads, t, NULL, 0, 1, KVE_REDUCE_MEAN,
+                                                  keys, 4)
+                            : kve_policy_step_keys(p, t, NULL, 0, keys));
+        size_t n = 0;
+        uint8_t *img = image_of(p, b, &n);
+        ASSERT_TRUE(img != NULL);
+        const size_t blocks = ta.blocks;
+        for (int what = 0; what < 2; what++) { /* clone, then load */
+            talloc *t = what ? &tb : &ta;
+            for (size_t k = 0;; k++) {
+                ASSERT_TRUE(k < WALK_MAX);
+                kve_policy *cp = (kve_policy *)&rng, *no_p = cp;
+                kve_bank *cb = (kve_bank *)&n, *no_b = cb;
+                talloc_fail_after(t, k);
+                kve_status st;
+                if (what)
+                    WATCH(st = heads ? kve_bank_load(img, n, &tb.a, &cb)
+                                     : kve_policy_load(img, n, &tb.a, &cp));
+                else
+                    WATCH(st = heads ? kve_bank_clone(b, &cb) : kve_policy_clone(p, &cp));
+                talloc_fail_after(t, SIZE_MAX);
+                if (st == KVE_OK) {
+                    ASSERT_TRUE(image_is(heads ? NULL : cp, heads ? cb : NULL, img, n));
+                    WATCH(heads ? kve_bank_free(cb) : kve_policy_free(cp));
+                    break;
+                }
+                ASSERT_STATUS(st, KVE_ENOMEM);
+                ASSERT_TRUE(cp == no_p && cb == no_b);
+                ASSERT_EQ(ta.blocks, blocks);
+                ASSERT_EQ(tb.blocks, 0);
+            }
+        }
+        ASSERT_TRUE(image_is(p, b, img, n));
+        /* a copy into a new object of the same spec, which must grow */
+        o.allocator = bo.allocator = &tb.a;
+        kve_rng_seed(&rng, 8);
+        ASSERT_OK(heads ? kve_bank_new_ex(spec, heads, &rng, &bo, &db)
+                        : kve_policy_new_ex(spec, &rng, &o, &dp));
+        size_t dn = 0;
+        uint8_t *dimg = image_of(dp, db, &dn);
+        for (size_t k = 0;; k++) {
+            ASSERT_TRUE(k < WALK_MAX);
+            talloc_fail_after(&tb, k);
+            kve_status st;
+            WATCH(st = heads ? kve_bank_copy(db, b) : kve_policy_copy(dp, p));
+            talloc_fail_after(&tb, SIZE_MAX);
+            if (st == KVE_OK)
+                break;
+            ASSERT_STATUS(st, KVE_ENOMEM);
+            ASSERT_TRUE(image_is(dp, db, dimg, dn)); /* all or nothing */
+        }
+        ASSERT_TRUE(image_is(dp, db, img, n));
+        free(dimg);
+        /* remove and reset never allocate */
+        talloc_fail_after(&ta, 0);
+        size_t gone = 0;
+        WATCH(ASSERT_OK(heads ? kve_bank_remove(b, 3, 9) : kve_policy_remove(p, 3, 9, &gone)));
+        WATCH(heads ? kve_bank_reset(b) : kve_policy_reset(p));
+        ASSERT_EQ(talloc_fail_after(&ta, SIZE_MAX), 0);
+        WATCH(heads ? kve_bank_free(b) : kve_policy_free(p));
+        WATCH(heads ? kve_bank_free(db) : kve_policy_free(dp));
+        free(img);
+        talloc_check_empty(&ta);
+        talloc_check_empty(&tb);
+    }
+}
+
+static void test_lifecycle(void)
+{
+    walk_lifecycle(0, 0);
+    walk_lifecycle(3, 0);
+    walk_lifecycle(4, 2);
+}
+
 /* The --wrap counters saw every call above: none came from the library. */
 static void test_nothing_bypasses(void)
 {
@@ -793,6 +927,7 @@ int main(int argc, char **argv)
     RUN(test_npy_write_and_open);
     RUN(test_trace_from_memory);
     RUN(test_eval);
+    RUN(test_lifecycle);
     RUN(test_nothing_bypasses);
     remove_dir();
     return CHECK_DONE();

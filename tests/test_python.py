@@ -23,6 +23,10 @@ with the reason printed when numpy cannot be imported. Covered:
   - the policies that read keys and shared budgets: keys validated and
     refused, the library's refusals of key dimensions, shared groups and
     their evictions, each with the object unchanged;
+  - the lifecycle: clone(), copy_from(), remove(), reset(), save(),
+    Policy.load() and Bank.load() and pickling through them, forks that
+    continue bit for bit (the same victims and images), refusals that change
+    nothing;
   - reference counting and leaks over 10 000 calls: input arrays' reference
     counts unchanged, Python allocations flat (tracemalloc), the library's
     state flat, and the process's resident memory flat while 10 000
@@ -694,6 +698,176 @@ class SharedBanks(unittest.TestCase):
         with self.assertRaises(kvevict.InvalidArgumentError) as e:
             plain.evict_shared(16)
         self.assertIn("share", e.exception.message)
+
+
+class Lifecycle(unittest.TestCase):
+    """clone(), copy_from(), remove(), reset(), save(), load() and pickling
+    (kvevict.h, "Lifecycle"): forks continue bit for bit (the same victims
+    and the same image after every call), refusals change nothing."""
+
+    CASES = (("h2o:budget=10,recent_window=2", 3, 0, 0),
+             ("scissorhands:budget=9,recent_window=1,history=5", 2, 0, 0),
+             ("h2o_mean:budget=8,recent_window=1,block=2", 2, 0, 0),
+             ("random:budget=7,recent_window=1", 3, 0, 0),
+             ("streaming:budget=9,sinks=2", 2, 0, 0),
+             ("keydiff:budget=8,recent_window=1", 2, 5, 0),
+             ("knorm:budget=9,recent_window=0", 4, 3, 2),
+             ("tova:budget=10", 4, 0, 2))
+
+    @staticmethod
+    def drive(objs, gen, pos, steps, key_dim):
+        """The same random calls on every object of objs (banks); returns the
+        next position and each call's (victims, counts) of the first."""
+        for _ in range(steps):
+            b0 = objs[0]
+            kind = gen.integers(10)
+            if kind < 6:
+                ld = int(b0.sizes.max()) + 1
+                attn = gen.random((b0.heads, ld)).astype(np.float32)
+                keys = (gen.standard_normal((b0.heads, key_dim)).astype(np.float32)
+                        if key_dim else None)
+                for b in objs:
+                    b.step(pos, None if kind == 5 else attn, keys)
+                pos += 1
+            elif kind < 9:
+                budget = b0.budget
+                got = [b.evict_shared(b.share * budget) if b.share and kind == 8
+                       else b.evict(budget) for b in objs]
+                for v, c in got[1:]:
+                    np.testing.assert_array_equal(c, got[0][1])
+                    np.testing.assert_array_equal(v, got[0][0])
+            else:
+                p0 = int(gen.integers(pos + 1))
+                rewind = gen.integers(2) == 0
+                for b in objs:
+                    b.remove(p0) if rewind else b.remove(p0, p0 + 3)
+                if rewind:
+                    pos = p0
+            image = objs[0].save()
+            for b in objs[1:]:
+                if b.save() != image:
+                    raise AssertionError(f"{b0.spec}: the forks' images differ")
+        return pos
+
+    def test_forks_continue(self):
+        import pickle
+        gen = np.random.default_rng(18)
+        for spec, heads, d, share in self.CASES:
+            a = kvevict.Bank(spec, heads, rng=kvevict.Rng(5), key_dim=d, share=share)
+            pos = self.drive([a], gen, 0, 80, d)
+            other = kvevict.Bank(spec, heads, rng=kvevict.Rng(6), key_dim=d, share=share)
+            self.drive([other], gen, 0, 30, d)
+            other.copy_from(a)
+            forks = [a, a.clone(), other, kvevict.Bank.load(a.save()),
+                     pickle.loads(pickle.dumps(a))]
+            for f in forks[1:]:
+                self.assertEqual((f.spec, f.heads, f.key_dim, f.share, f.min_share),
+                                 (a.spec, a.heads, a.key_dim, a.share, a.min_share))
+            self.drive(forks, gen, pos, 120, d)
+            # a policy: the same through the Policy class
+            p = kvevict.Policy(spec, rng=kvevict.Rng(5), key_dim=d)
+            for t in range(30):
+                n = p.size
+                p.step(t, gen.random(n).astype(np.float32) if n else None,
+                       gen.standard_normal(d).astype(np.float32) if d else None)
+                p.evict(p.budget)
+            twins = [p.clone(), kvevict.Policy.load(p.save()), pickle.loads(pickle.dumps(p))]
+            q = kvevict.Policy(spec, rng=kvevict.Rng(9), key_dim=d)
+            q.copy_from(p)
+            twins.append(q)
+            for t in range(30, 70):
+                n = p.size
+                attn = gen.random(n).astype(np.float32) if n else None
+                key = gen.standard_normal(d).astype(np.float32) if d else None
+                want = None
+                for x in [p] + twins:
+                    x.step(t, attn, key)
+                    got = x.evict(p.budget).tolist()
+                    want = got if want is None else want
+                    self.assertEqual(got, want, f"{spec} at {t}")
+                self.assertTrue(all(x.save() == p.save() for x in twins), spec)
+
+    def test_remove_and_rewind(self):
+        p = kvevict.Policy("h2o:budget=8,recent_window=2")
+        for t in range(10):
+            p.step(t, np.full(p.size, 0.5, np.float32) if p.size else None)
+        self.assertEqual(p.remove(2, 4), 2)
+        self.assertEqual(p.remove(20, 30), 0)
+        self.assertEqual(p.remove(7), 3)  # a rewind to 7: 7, 8 and 9 go
+        self.assertEqual(p.positions.tolist(), [0, 1, 4, 5, 6])
+        p.step(7, np.full(p.size, 0.5, np.float32))  # 7 again
+        self.assertEqual(p.remove(-3, 1), 1)
+        for p0, p1 in ((5, 5), (6, 2)):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                p.remove(p0, p1)
+            self.assertIn("p0 must be below p1", e.exception.message)
+        for p0, words in ((2 ** 31, "out of range"), (1.5, "integer")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                p.remove(p0)
+            self.assertIn(words, e.exception.message)
+        b = kvevict.Bank("window:budget=4", 3)
+        for t in range(6):
+            b.step(t)
+        b.remove(3)
+        self.assertEqual(b.sizes.tolist(), [3, 3, 3])
+        b.step(3)
+
+    def test_reset_replays(self):
+        gen = np.random.default_rng(4)
+        for spec, heads, d, share in self.CASES:
+            a = kvevict.Bank(spec, heads, rng=kvevict.Rng(11), key_dim=d, share=share)
+            self.drive([a], gen, 0, 60, d)
+            a.reset()
+            self.assertEqual(a.sizes.tolist(), [0] * heads)
+            fresh = kvevict.Bank(spec, heads, rng=kvevict.Rng(11), key_dim=d, share=share)
+            self.assertEqual(a.save(), fresh.save())
+            self.drive([a, fresh], gen, 0, 60, d)
+
+    def test_refusals_change_nothing(self):
+        p = kvevict.Policy("h2o:budget=8,recent_window=2")
+        for t in range(12):
+            p.step(t, np.full(p.size, 0.25, np.float32) if p.size else None)
+            p.evict(8)
+        image = p.save()
+        for other, words in ((kvevict.Policy("h2o:budget=9,recent_window=2"), "spec"),
+                             (kvevict.Policy("h2o:budget=8,recent_window=2", key_dim=2),
+                              "key_dim")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                p.copy_from(other)
+            self.assertIn(words, e.exception.message)
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            p.copy_from(kvevict.Bank("h2o:budget=8,recent_window=2", 1))
+        self.assertIn("a Policy is required", e.exception.message)
+        self.assertEqual(p.save(), image)
+        bank = kvevict.Bank("h2o:budget=8,recent_window=2", 2)
+        bimage = bank.save()
+        for data, words, cls in (
+                (image[:-1], "size", kvevict.Policy),
+                (image[:40] + bytes([image[40] ^ 1]) + image[41:], "checksum", kvevict.Policy),
+                (b"", "truncated", kvevict.Policy),
+                (bimage, "kve_bank_load", kvevict.Policy),
+                (image, "kve_policy_load", kvevict.Bank),
+                ("text", "bytes are required", kvevict.Policy),
+                (np.zeros(4), "bytes are required", kvevict.Bank)):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                cls.load(data)
+            self.assertIn(words, e.exception.message)
+        self.assertEqual(kvevict.Policy.load(bytearray(image)).save(), image)
+        self.assertEqual(kvevict.Policy.load(memoryview(image)).save(), image)
+        p.close()
+        for call in (p.save, p.clone, p.reset, lambda: p.remove(0)):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                call()
+            self.assertIn("used after close()", e.exception.message)
+
+    def test_image_matches_documented_size(self):
+        """The size docs/api.md gives: 72 + len(spec) + 8, and per head 64
+        and 12 bytes a kept position (h2o)."""
+        b = kvevict.Bank("h2o:budget=6,recent_window=2", 3)
+        for t in range(9):
+            b.step(t)
+            b.evict(6)
+        self.assertEqual(len(b.save()), 72 + len(b.spec) + 8 + 3 * (64 + 6 * 12))
 
 
 class AttnRow(unittest.TestCase):

@@ -16,8 +16,8 @@ import operator
 import numpy as np
 
 from . import _errors
-from ._lib import (KVE_READS_ATTN, KVE_READS_KEYS, KVE_SPEC_MAX, REDUCE, RngState, c_size_t,
-                   lib)
+from ._lib import (KVE_POS_END, KVE_READS_ATTN, KVE_READS_KEYS, KVE_SPEC_MAX, REDUCE, RngState,
+                   c_size_t, lib)
 
 SIZE_MAX = 2 ** (8 * ctypes.sizeof(c_size_t)) - 1
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
@@ -173,14 +173,93 @@ def rng_arg(rng):
     return rng._state
 
 
+def image_arg(data):
+    """bytes of a state image: bytes, bytearray or a contiguous buffer of bytes."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    refuse(f"image: bytes are required, got {type(data).__name__}")
+    return None
+
+
+def range_args(p0, p1):
+    """(p0, p1) of a remove as int32: p1 None is the end (KVE_POS_END)."""
+    return as_pos(p0), KVE_POS_END if p1 is None else as_pos(p1)
+
+
 class _Handle:
-    """An owned library object, released once by close() or on collection."""
+    """An owned library object, released once by close() or on collection.
+
+    The lifecycle of kvevict.h is shared by policies and banks: clone(),
+    copy_from(), remove(), reset(), save() and the class method load(), each
+    the library's kve_<object>_<verb> (subclasses name the object); pickling
+    goes through save() and load()."""
 
     _free = None  # the library's *_free, set by subclasses
     _kind = "object"
 
     def __init__(self):
         self._h = None
+
+    @classmethod
+    def _adopt(cls, handle):
+        """An object over a handle the library made (clone, load)."""
+        self = cls.__new__(cls)
+        _Handle.__init__(self)
+        self._h = handle
+        self._adopted()
+        return self
+
+    def _adopted(self):
+        """What a subclass reads back from a handle it did not construct."""
+
+    def _fn(self, verb):
+        return getattr(lib, f"kve_{self._kind}_{verb}")
+
+    def clone(self):
+        """A new, independent object in exactly this one's state (kept sets,
+        scores, random streams, options): the same calls then give the same
+        victims and scores."""
+        h = ctypes.c_void_p()
+        check(self._fn("clone")(self._handle(), h))
+        return type(self)._adopt(h.value)
+
+    def copy_from(self, other):
+        """Takes other's exact state (kve_*_copy). other must have the same
+        canonical spec and options; nothing is allocated when this object
+        has room for what other keeps (a checkpoint copied back and forth)."""
+        if not isinstance(other, type(self)):
+            refuse(f"copy_from: a {type(self).__name__} is required, got {type(other).__name__}")
+        check(self._fn("copy")(self._handle(), other._handle()))
+
+    def reset(self):
+        """Back to the state of a new object of the same spec and options
+        (random streams at their start); the memory stays allocated."""
+        self._fn("reset")(self._handle())
+
+    def save(self):
+        """The state image (kvevict.h, "Lifecycle"; docs/api.md), as bytes:
+        self-contained, versioned, little-endian, the same on every machine."""
+        h = self._handle()
+        n = c_size_t()
+        check(self._fn("save")(h, None, 0, n))
+        buf = ctypes.create_string_buffer(n.value)
+        check(self._fn("save")(h, buf, n.value, n))
+        return buf.raw[:n.value]
+
+    @classmethod
+    def load(cls, data):
+        """A new object from an image save() made (here or on another
+        machine). Every byte is validated; a refusal raises
+        InvalidArgumentError naming the field."""
+        b = image_arg(data)
+        h = ctypes.c_void_p()
+        check(getattr(lib, f"kve_{cls._kind}_load")(b, len(b), None, h))
+        return cls._adopt(h.value)
+
+    def __reduce__(self):
+        return (_load, (type(self), self.save()))
 
     def _handle(self):
         if self._h is None:
@@ -245,12 +324,23 @@ class Policy(_Handle):
                    f"kept position)")
         check(lib.kve_policy_step_keys(h, pos, a.ctypes.data, n, kptr))
 
+    def remove(self, p0, p1=None):
+        """Removes every kept position in [p0, p1) (p1 None: through the
+        end) and returns how many went (kve_policy_remove). The next step may
+        use any position above those still kept: remove(p) rewinds to p.
+        What the removed positions' queries added to the others' scores
+        stays; an exact rewind is copy_from() a checkpoint (clone())."""
+        p0, p1 = range_args(p0, p1)
+        n = c_size_t()
+        check(lib.kve_policy_remove(self._handle(), p0, p1, n))
+        return n.value
+
     def evict(self, budget):
         """Evicts down to `budget`; returns the victims, ascending, as int32."""
         h = self._handle()
         budget = as_size("budget", budget)
         size = lib.kve_policy_size(h)
-        cap = size - budget if size > budget else 0
+        cap = size if size > budget else 0  # pages may take more than size - budget
         out = np.empty(cap, dtype=np.int32)
         n = c_size_t()
         check(lib.kve_policy_evict(h, budget, out.ctypes.data if cap else None, cap, n))
@@ -300,8 +390,16 @@ class Bank(_Handle):
         check(lib.kve_bank_new_ex(as_spec(spec), as_size("n_heads", n_heads), rng_arg(rng),
                                   options, h))
         self._h = h.value
+        self._adopted()
+
+    def _adopted(self):
         self._heads = lib.kve_bank_heads(self._h)
-        self._min_share = options.min_share
+
+    def remove(self, p0, p1=None):
+        """Removes every kept position in [p0, p1) (p1 None: through the
+        end) from every head (kve_bank_remove); as Policy.remove."""
+        p0, p1 = range_args(p0, p1)
+        check(lib.kve_bank_remove(self._handle(), p0, p1))
 
     def _range(self, first, count):
         first = as_size("first", first, 0, self._heads)
@@ -377,15 +475,19 @@ class Bank(_Handle):
         h = self._handle()
         budget = as_size("budget", budget)
         first, count = self._range(first, count)
+        # a head over the budget loses at most what it holds (pages may take
+        # more than size - budget)
         victims, counts, vptr = self._victims(
-            first, count, lambda head: lib.kve_bank_size(h, head) - budget)
+            first, count,
+            lambda head: lib.kve_bank_size(h, head) if lib.kve_bank_size(h, head) > budget else 0)
         k = victims.shape[1]
         if first == 0 and count == self._heads:
             check(lib.kve_bank_evict(h, budget, vptr, k, counts.ctypes.data))
         else:
             check(lib.kve_bank_evict_range(h, first, count, budget, vptr, k,
                                            counts.ctypes.data if count else None))
-        return victims, counts.astype(np.intp)
+        k = int(counts.max(initial=0))
+        return np.ascontiguousarray(victims[:, :k]), counts.astype(np.intp)
 
     def evict_shared(self, budget, *, first=0, count=None):
         """Evicts each shared group of heads [first, first + count) (default:
@@ -434,16 +536,19 @@ class Bank(_Handle):
                    reads_name)
     key_dim = getter(lib.kve_bank_key_dim, "d, the floats of a head's key (0: no keys).")
 
-    @property
-    def min_share(self):
-        """The floor of a shared eviction, a fraction of an even share."""
-        return self._min_share
+    min_share = getter(lib.kve_bank_min_share,
+                       "The floor of a shared eviction, a fraction of an even share.")
 
     def __repr__(self):
         if self._h is None:
             return "<kvevict.Bank (closed)>"
         extra = f" share={self.share}" if self.share else ""
         return f"<kvevict.Bank {self.spec} heads={self._heads}{extra}>"
+
+
+def _load(cls, data):
+    """Unpickling: cls.load(data)."""
+    return cls.load(data)
 
 
 def attn_row(q, keys, scale):

@@ -50,6 +50,7 @@ KVE_MAX_BUDGET = 16777216
 KVE_TRACE_NONE, KVE_TRACE_NORMALIZE = 0, 1  # kve_trace_flags
 KVE_EVAL_AFTER_BUDGET = ctypes.c_size_t(-1).value  # kve_eval_options.score_after: SIZE_MAX
 KVE_MAX_KEY_DIM = 65536
+KVE_POS_END = 2 ** 31 - 1  # as p1 of a remove: through the end (kvevict.h)
 KVE_READS_ATTN, KVE_READS_KEYS = 1, 2  # kve_policy_reads bits
 REDUCE = {"mean": 0, "sum": 1, "max": 2}  # kve_reduce
 
@@ -169,6 +170,19 @@ _FUNCTIONS = (
     ("kve_bank_evict", c_status, (c_ptr, c_size_t, c_ptr, c_size_t, c_ptr)),
     ("kve_bank_evict_range", c_status,
      (c_ptr, c_size_t, c_size_t, c_size_t, c_ptr, c_size_t, c_ptr)),
+    ("kve_policy_clone", c_status, (c_ptr, P(c_ptr))),
+    ("kve_policy_copy", c_status, (c_ptr, c_ptr)),
+    ("kve_policy_remove", c_status, (c_ptr, c_int32, c_int32, P(c_size_t))),
+    ("kve_policy_reset", None, (c_ptr,)),
+    ("kve_policy_save", c_status, (c_ptr, c_ptr, c_size_t, P(c_size_t))),
+    ("kve_policy_load", c_status, (c_ptr, c_size_t, c_ptr, P(c_ptr))),
+    ("kve_bank_min_share", ctypes.c_double, (c_ptr,)),
+    ("kve_bank_clone", c_status, (c_ptr, P(c_ptr))),
+    ("kve_bank_copy", c_status, (c_ptr, c_ptr)),
+    ("kve_bank_remove", c_status, (c_ptr, c_int32, c_int32)),
+    ("kve_bank_reset", None, (c_ptr,)),
+    ("kve_bank_save", c_status, (c_ptr, c_ptr, c_size_t, P(c_size_t))),
+    ("kve_bank_load", c_status, (c_ptr, c_size_t, c_ptr, P(c_ptr))),
     ("kve_attn_row", c_status,
      (c_ptr, c_size_t, c_ptr, c_size_t, c_size_t, ctypes.c_float, c_ptr)),
     ("kve_trace_default_options", TraceOptions, ()),

@@ -16,6 +16,9 @@
  */
 #include "../policy_impl.h"
 
+#include <stdio.h>
+#include <string.h>
+
 enum { SUM = KVE_COL_EXTRA0, BIRTH = KVE_COL_EXTRA1 };
 
 static const kve_param_def params[] = {
@@ -26,8 +29,8 @@ static const kve_param_def params[] = {
 
 static kve_status init(kve_config *c)
 {
-    c->elem[SUM] = sizeof(double);
-    c->elem[BIRTH] = sizeof(uint32_t);
+    kve__column(c, SUM, 1, sizeof(double));
+    kve__column(c, BIRTH, 1, sizeof(uint32_t));
     return kve__check_recent_window(c);
 }
 
@@ -68,6 +71,40 @@ static void admit(const kve_config *c, kve_head *h, size_t i)
     ((uint32_t *)h->col[BIRTH])[i] = (uint32_t)h->observed;
 }
 
+/* An image's columns agree: a slot observed k = now - birth steps (mod 2^32,
+ * as the rule counts; k <= observed and k < 2^31) has a finite sum >= 0, 0 when k is 0,
+ * and its score is exactly sum / k (0 when k is 0), the rule's last
+ * division. */
+static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_t cap)
+{
+    (void)c;
+    const double *score = h->col[KVE_COL_SCORE], *sum = h->col[SUM];
+    const uint32_t *birth = h->col[BIRTH];
+    for (size_t i = 0; i < h->size; i++) {
+        uint32_t k = (uint32_t)h->observed - birth[i];
+        double want = k ? sum[i] / (double)k : 0.0;
+        if (k > h->observed || k > INT32_MAX) { /* a slot is observed at most 2^31 - 1 times */
+            snprintf(msg, cap, "birth[%zu] = %lu is after the %llu steps observed", i,
+                     (unsigned long)birth[i], (unsigned long long)h->observed);
+            return false;
+        }
+        if (!(isfinite(sum[i]) && sum[i] >= 0.0) || (k == 0 && sum[i] != 0.0)) {
+            snprintf(msg, cap, "sum[%zu] = %g is not attention received in %lu steps", i,
+                     sum[i], (unsigned long)k);
+            return false;
+        }
+        uint64_t want_bits, bits; /* bit for bit: -0.0 is not the rule's 0 */
+        memcpy(&want_bits, &want, sizeof want);
+        memcpy(&bits, &score[i], sizeof bits);
+        if (want_bits != bits) {
+            snprintf(msg, cap, "score[%zu] = %.17g is not sum / steps = %.17g", i, score[i],
+                     want);
+            return false;
+        }
+    }
+    return true;
+}
+
 const kve_policy_type kve__h2o_mean_type = {
     .name = "h2o_mean",
     .summary = "cumulative attention divided by steps observed (NORM_SUM)",
@@ -79,4 +116,5 @@ const kve_policy_type kve__h2o_mean_type = {
     .admit = admit,
     .select = kve__select_argmin,
     .evict = kve__evict_scored,
+    .check_state = check_state,
 };

@@ -27,6 +27,8 @@
  */
 #include "../policy_impl.h"
 
+#include <stdio.h>
+
 enum { UNIT = KVE_COL_EXTRA0 };
 
 static const kve_param_def params[] = {
@@ -36,7 +38,7 @@ static const kve_param_def params[] = {
 
 static kve_status init(kve_config *c)
 {
-    c->elem[UNIT] = c->key_dim * sizeof(float);
+    kve__column(c, UNIT, c->key_dim, sizeof(float));
     c->aux_bytes = c->key_dim * sizeof(double);
     return kve__check_recent_window(c);
 }
@@ -82,6 +84,28 @@ KVE_PER_ISA(pass, int, (const float *u, size_t m, size_t d, double *S, double *s
             (score_pass(u, m, d, S, score), 0), (score_pass(u, m, d, S, score), 0),
             (score_pass(u, m, d, S, score), 0))
 
+/* An image's unit keys are directions: finite, of norm at most 1 (a key's
+ * is 1 within the rounding of its d floats; a key of norm below 1e-12 gives
+ * less, the zero key 0). The scores are those of the last step (positions
+ * removed since then kept theirs): finite is all they must be. */
+static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_t cap)
+{
+    const size_t d = c->key_dim;
+    const float *u = h->col[UNIT];
+    for (size_t i = 0; i < h->size; i++) {
+        double sq = 0.0;
+        for (size_t j = 0; j < d; j++) {
+            double v = (double)u[i * d + j];
+            sq += v * v;
+        }
+        if (!(sq <= 1.0 + 0x1p-20)) { /* NaN and infinite entries fail here too */
+            snprintf(msg, cap, "unit[%zu] has squared norm %g: not a unit key", i, sq);
+            return false;
+        }
+    }
+    return true;
+}
+
 static size_t step(const kve_config *c, kve_head *h, const float *key, size_t limit, kve_isa isa)
 {
     kve__close_gap(c, h);
@@ -103,4 +127,5 @@ const kve_policy_type kve__keydiff_type = {
     .step_keys = step,
     .select = kve__select_argmin,
     .evict = kve__evict_scored,
+    .check_state = check_state,
 };

@@ -18,10 +18,26 @@
  */
 #include "../policy_impl.h"
 
+#include <stdio.h>
+
 static const kve_param_def params[] = {
     KVE_DEF_BUDGET,
     KVE_DEF_RECENT_WINDOW(0),
 };
+
+/* An image's scores are minus norms: never positive. */
+static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_t cap)
+{
+    (void)c;
+    const double *score = h->col[KVE_COL_SCORE];
+    for (size_t i = 0; i < h->size; i++)
+        if (score[i] > 0.0) {
+            snprintf(msg, cap, "score[%zu] = %g is positive: it is minus a key's norm", i,
+                     score[i]);
+            return false;
+        }
+    return true;
+}
 
 static size_t step(const kve_config *c, kve_head *h, const float *key, size_t limit, kve_isa isa)
 {
@@ -47,4 +63,5 @@ const kve_policy_type kve__knorm_type = {
     .step_keys = step,
     .select = kve__select_argmin,
     .evict = kve__evict_scored,
+    .check_state = check_state,
 };

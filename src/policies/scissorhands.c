@@ -18,6 +18,8 @@
  */
 #include "../policy_impl.h"
 
+#include <stdio.h>
+
 enum { VOTES = KVE_COL_EXTRA0 };
 enum { MAX_HISTORY = 64 };
 
@@ -94,7 +96,7 @@ static const kve_observe_fn windowed_rule[KVE_ISA_COUNT] = KVE_OBSERVE_TABLE(win
 static kve_status init(kve_config *c)
 {
     if (c->params.history) {
-        c->elem[VOTES] = sizeof(uint64_t);
+        kve__column(c, VOTES, 1, sizeof(uint64_t));
         c->observe = windowed_rule;
     }
     return kve__check_recent_window(c);
@@ -104,6 +106,40 @@ static void admit(const kve_config *c, kve_head *h, size_t i)
 {
     if (c->params.history)
         ((uint64_t *)h->col[VOTES])[i] = 0;
+}
+
+/* An image's scores are counts of steps (whole, at most the steps observed)
+ * and, with a history, exactly the votes its register holds, none of them
+ * older than the history. */
+static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_t cap)
+{
+    const double *score = h->col[KVE_COL_SCORE];
+    const size_t w = c->params.history;
+    const uint64_t mask = w ? (((uint64_t)1 << (w - 1)) << 1) - 1 : 0;
+    for (size_t i = 0; i < h->size; i++) {
+        double s = score[i];
+        if (!(s >= 0.0 && s <= 0x1p53 && s <= (double)h->observed && s == (double)(uint64_t)s)) {
+            snprintf(msg, cap, "score[%zu] = %g is not a count of the %llu steps observed", i, s,
+                     (unsigned long long)h->observed);
+            return false;
+        }
+        if (!w)
+            continue;
+        uint64_t v = ((const uint64_t *)h->col[VOTES])[i];
+        if (v & ~mask) {
+            snprintf(msg, cap, "votes[%zu] = %#llx has votes older than history %zu", i,
+                     (unsigned long long)v, w);
+            return false;
+        }
+        unsigned n = 0;
+        for (; v; v &= v - 1)
+            n++;
+        if (s != (double)n) {
+            snprintf(msg, cap, "score[%zu] = %g, but votes[%zu] holds %u votes", i, s, i, n);
+            return false;
+        }
+    }
+    return true;
 }
 
 const kve_policy_type kve__scissorhands_type = {
@@ -117,4 +153,5 @@ const kve_policy_type kve__scissorhands_type = {
     .admit = admit,
     .select = kve__select_argmin,
     .evict = kve__evict_scored,
+    .check_state = check_state,
 };
