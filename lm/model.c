@@ -4,13 +4,17 @@
  * Invariants: nothing is read from the file before the header says it is
  * there; every size is computed in 64 bits with overflow checks; a model is
  * only returned when the file is exactly as long as its header promises, so
- * every weight pointer lies inside the mapping. Messages name the field.
+ * every weight pointer lies inside the mapping, and only when every weight
+ * is finite (a NaN or an infinity is refused naming its tensor: it would
+ * otherwise surface as null logits or a policy refusing the attention).
+ * Messages name the field.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "lm.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -78,6 +82,20 @@ static kve_status parse_params(const unsigned char *p, int legacy, lm_config *c)
     return KVE_OK;
 }
 
+/* The index of the first of p[0 .. n) that is NaN or infinite (its
+ * exponent bits all set), n when every value is finite. Reads the bits, so
+ * no floating-point exception or compiler assumption is involved. */
+static uint64_t first_not_finite(const float *p, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, p + i, sizeof u);
+        if ((u & 0x7f800000u) == 0x7f800000u)
+            return i;
+    }
+    return n;
+}
+
 /* Lays the weights out from `base` in the order of the format and checks
  * that they end exactly at the end of the file. */
 static kve_status lay_out(lm_model *m, const float *base, uint64_t payload_bytes)
@@ -119,6 +137,19 @@ static kve_status lay_out(lm_model *m, const float *base, uint64_t payload_bytes
                        c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
                        c->seq_len, c->shared_classifier ? "shared" : "unshared",
                        (unsigned long long)total * 4u, (unsigned long long)payload_bytes);
+    static const char *const tensor_name[N_T] = {
+        "token_embedding", "rms_att", "wq", "wk", "wv", "wo", "rms_ffn",
+        "w1", "w2", "w3", "rms_final", "rope", "wcls"};
+    for (int i = 0; i < N_T; i++) {
+        if (i == ROPE) /* present in legacy files, never read */
+            continue;
+        uint64_t bad = first_not_finite(base + off[i], count[i]);
+        if (bad < count[i])
+            return kve_set_error(KVE_EFORMAT, "checkpoint: tensor %s holds %s at element %llu",
+                                 tensor_name[i], isnan(base[off[i] + bad]) ? "NaN"
+                                                                                 : "an infinity",
+                                 (unsigned long long)bad);
+    }
     lm_weights *w = &m->weights;
     w->token_embedding = base + off[EMB];
     w->rms_att = base + off[RMS_ATT];
@@ -140,6 +171,8 @@ static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
 {
     lm_config *c = &m->config;
     memset(c, 0, sizeof *c);
+    m->image = data;
+    m->image_size = size;
     if (size >= 4 && (uint32_t)read_i32(data) == V1_MAGIC) {
         c->version = 1;
         if (size < 8)
