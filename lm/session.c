@@ -190,7 +190,7 @@ kve_status lm_state_copy(lm_state *dst, const lm_state *src)
 
 enum {
     SESSION_VERSION = 1,
-    HEADER = 112,       /* the fixed part, up to the spec */
+    HEADER = 120,       /* the fixed part, up to the spec */
     FLAG_CACHE_POS = 1, /* positions cache (else original) */
     FLAG_SHARED = 2,    /* each layer's KV heads share its budget */
     FLAG_POLICY = 4,    /* a policy and its bank (else every key kept) */
@@ -328,6 +328,8 @@ kve_status lm_session_save(const lm_state *s, const lm_session *ss, void *buf, s
     for (int i = 0; i < 4; i++)
         put_u64(&w, ss->rng.s[i]);
     put_u64(&w, bank_size);
+    size_t at_size = w.at;
+    put_u64(&w, 0); /* the image's size, written below */
     put_bytes(&w, s->spec, spec_len);
     for (size_t l = 0; s->bank && l < L; l++)
         put_u32(&w, (uint32_t)s->layer_budget[l]);
@@ -355,6 +357,8 @@ kve_status lm_session_save(const lm_state *s, const lm_session *ss, void *buf, s
     if (cap < need)
         return kve_set_error(KVE_ERANGE, "session save: %zu bytes do not hold the image's %zu",
                              cap, need);
+    writer ws = {.p = buf, .at = at_size, .cap = cap};
+    put_u64(&ws, need);
     put_u64(&w, fnv1a(buf, need - 8));
     return KVE_OK;
 }
@@ -432,6 +436,10 @@ kve_status lm_session_load(lm_state *s, const void *buf, size_t size, lm_session
     if (version != SESSION_VERSION)
         return kve_set_error(KVE_EFORMAT, "session: version %u is not supported (this build "
                              "reads version %d)", version, SESSION_VERSION);
+    uint64_t stated = get_u64(p + 112);
+    if (stated != size)
+        return kve_set_error(KVE_EFORMAT, "session: %zu bytes, the header states %llu (%s)", size,
+                             (unsigned long long)stated, size < stated ? "truncated" : "too long");
     uint64_t sum = get_u64(p + size - 8), mine = fnv1a(p, size - 8);
     if (sum != mine)
         return kve_set_error(KVE_EFORMAT, "session: checksum %016llx does not match the "

@@ -280,7 +280,7 @@ static int resume(const char *path, lm_state *s, history *h, kve_rng *rng)
         die_input("--session: %s", kve_last_error());
     lm_session ss;
     st = lm_session_load(s, data, size, &ss);
-    free(data);
+    lm_free(NULL, data);
     if (st != KVE_OK) {
         char what[600];
         snprintf(what, sizeof what, "--session %s", path);
@@ -432,7 +432,7 @@ int cmd_generate(int argc, char **argv)
         }
     fprintf(stderr,
             "kvevict generate: %d positions (%s%zu prompt tokens, %zu generated%s) in %.3f s: "
-            "%.1f decode steps/s; cache: %zu..%zu of %d positions kept per (layer, KV head); "
+            "%.1f tokens/s; cache: %zu..%zu of %d positions kept per (layer, KV head); "
             "policy %s\n",
             w->pos, resumed ? "a resumed session, " : "BOS, ", n_prompt, made,
             samples > 1 ? " by the last sample" : "", secs,
