@@ -17,7 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-targets=${*:-fuzz_spec fuzz_api fuzz_state fuzz_npy fuzz_qk fuzz_memory fuzz_checkpoint fuzz_tokenizer fuzz_jsonl}
+targets=${*:-fuzz_spec fuzz_api fuzz_state fuzz_npy fuzz_qk fuzz_memory fuzz_checkpoint fuzz_tokenizer fuzz_session fuzz_jsonl}
 build=${KVE_FUZZ_BUILD:-build-fuzz}
 seed=${FUZZ_SEED:-$(date +%s)}
 
