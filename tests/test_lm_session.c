@@ -263,6 +263,14 @@ static void test_session_roundtrip(void)
         (void)kve_rng_next(&ss.rng);
         size_t size;
         ASSERT_OK(lm_session_save(a, &ss, NULL, 0, &size));
+        /* The size docs/decoder.md gives: 128 + P + 4L + 4N + 4V + B + the caches. */
+        size_t want = 128 + (a->spec ? strlen(a->spec) + 4 * L_ : 0) + 4 * NA + 4 * V_, bank = 0;
+        if (a->bank)
+            ASSERT_OK(kve_bank_save(a->bank, NULL, 0, &bank));
+        want += bank;
+        for (size_t i = 0; i < (size_t)L_ * G_; i++)
+            want += 4 + a->cache[i].n * (4 + 8 * (size_t)(D_ / H_));
+        ASSERT_EQ(size, want);
         unsigned char *buf = malloc(size);
         ASSERT_STATUS(lm_session_save(a, &ss, buf, size - 1, &size), KVE_ERANGE);
         ASSERT_OK(lm_session_save(a, &ss, buf, size, &size));
