@@ -10,7 +10,8 @@
  *     requires, and every tensor lies inside the input (the header promised
  *     exactly the bytes there are);
  *   - a few decode steps under a window policy, in both position modes, either
- *     succeed with one logit per vocabulary entry or (NaN weights reaching a
+ *     succeed with one logit per vocabulary entry or (weights whose products
+ *     overflow, NaN and infinities being refused at load, reaching a
  *     policy) fail with KVE_EINVAL and a message, never a crash.
  * Models stay small: the input holds all their weights.
  */

@@ -404,8 +404,8 @@ kve_status lm_sampler_check(const lm_sampler_params *p);
  * exactly once when the temperature is positive, never when greedy; so the
  * same inputs and generator state give the same token and state on every
  * machine (ties broken by the lower id). scratch: V candidates. -1 when
- * every token is banned. p must pass lm_sampler_check. O(V log V), no
- * allocation. */
+ * every token is banned. p must pass lm_sampler_check. O(V log K) with
+ * top-k K (O(V log V) without); no allocation. */
 int32_t lm_sample(const lm_sampler_params *p, const float *logits, int32_t vocab,
                   const unsigned char *banned, const int32_t *recent, size_t n_recent,
                   kve_rng *rng, lm_candidate *scratch);

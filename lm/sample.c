@@ -57,6 +57,41 @@ static int by_logit(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* Sifts entry i of the heap h[0 .. n) down; the heap's top is the entry
+ * that by_logit orders last (the least likely kept). */
+static void sift(lm_candidate *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && by_logit(&h[l], &h[m]) > 0)
+            m = l;
+        if (r < n && by_logit(&h[r], &h[m]) > 0)
+            m = r;
+        if (m == i)
+            return;
+        lm_candidate t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+/* Moves the k candidates that by_logit orders first into c[0 .. k), in no
+ * particular order; returns k. A heap of k: O(n log k), so top-k over a
+ * large vocabulary does not sort all of it. The set is defined by the
+ * total order, so it does not depend on the algorithm. */
+static size_t keep_top(lm_candidate *c, size_t n, size_t k)
+{
+    for (size_t i = k / 2; i-- > 0;)
+        sift(c, k, i);
+    for (size_t i = k; i < n; i++)
+        if (by_logit(&c[i], &c[0]) < 0) {
+            c[0] = c[i];
+            sift(c, k, 0);
+        }
+    return k;
+}
+
 int32_t lm_sample(const lm_sampler_params *p, const float *logits, int32_t vocab,
                   const unsigned char *banned, const int32_t *recent, size_t n_recent,
                   kve_rng *rng, lm_candidate *scratch)
@@ -95,9 +130,9 @@ int32_t lm_sample(const lm_sampler_params *p, const float *logits, int32_t vocab
                 best = c;
         return scratch[best].id;
     }
-    qsort(scratch, n, sizeof *scratch, by_logit);
     if (p->top_k > 0 && (size_t)p->top_k < n)
-        n = (size_t)p->top_k;
+        n = keep_top(scratch, n, (size_t)p->top_k);
+    qsort(scratch, n, sizeof *scratch, by_logit);
     if (p->top_p < 1) {
         double sum = 0, cum = 0, max = scratch[0].logit;
         for (size_t c = 0; c < n; c++)
