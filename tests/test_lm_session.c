@@ -426,6 +426,88 @@ static void test_session_refusals(void)
     fx_model_free(&fx3);
 }
 
+/* An allocator that fails from the fail_at-th allocation on (0: never). */
+static size_t fail_at, seen_allocs;
+static void *failing(void *ud, void *p, size_t old, size_t n)
+{
+    (void)ud;
+    (void)old;
+    if (n == 0) {
+        free(p);
+        return NULL;
+    }
+    if (fail_at && ++seen_allocs >= fail_at)
+        return NULL;
+    return realloc(p, n);
+}
+
+/* Out of memory at every allocation of a copy (into a decoder 3 tokens
+ * in) and of a load: KVE_ENOMEM, the destination as it was (it equals a
+ * decoder that decoded what it had), and the call succeeds once memory
+ * suffices. */
+static void test_out_of_memory(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 1, check_seed + 5);
+    unsigned char *img;
+    lm_model *m = load(&fx, &img);
+    ASSERT_TRUE(m != NULL);
+    static const kve_allocator fa = {failing, NULL};
+    for (size_t c = 0; c < N_CONFIGS; c++) {
+        lm_options o = options_of(&configs[c], 2);
+        o.allocator = &fa;
+        fail_at = 0;
+        lm_state *src = NULL;
+        ASSERT_OK(lm_state_new(m, &o, &src));
+        int32_t toks[10];
+        for (size_t t = 0; t < 10; t++)
+            ASSERT_OK(lm_forward(src, toks[t] = tok(t, 9)));
+        lm_session ss = {.tokens = toks, .n_tokens = 10};
+        size_t size;
+        ASSERT_OK(lm_session_save(src, &ss, NULL, 0, &size));
+        unsigned char *buf = malloc(size);
+        ASSERT_OK(lm_session_save(src, &ss, buf, size, &size));
+        for (int what = 0; what < 2; what++) {
+            int done = 0;
+            for (size_t k = 1; k < 64 && !done; k++) {
+                lm_state *dst = NULL, *ref = NULL;
+                fail_at = 0;
+                ASSERT_OK(lm_state_new(m, &o, &dst));
+                ASSERT_OK(lm_state_new(m, &o, &ref));
+                for (size_t t = 0; what == 0 && t < 3; t++) {
+                    ASSERT_OK(lm_forward(dst, toks[t]));
+                    ASSERT_OK(lm_forward(ref, toks[t]));
+                }
+                fail_at = k;
+                seen_allocs = 0;
+                lm_session got = {0};
+                kve_status st = what == 0 ? lm_state_copy(dst, src)
+                                          : lm_session_load(dst, buf, size, &got);
+                fail_at = 0;
+                if (st == KVE_OK) {
+                    done = 1;
+                    ASSERT_TRUE(same_state(dst, src));
+                    if (what == 1)
+                        lm_free(&dst->alloc, got.tokens);
+                } else {
+                    if (st != KVE_ENOMEM)
+                        CHECK_FAIL_AT("config %zu, %s, allocation %zu: status %d (%s)", c,
+                                      what ? "load" : "copy", k, (int)st, kve_last_error());
+                    ASSERT_TRUE(same_state(dst, ref));
+                }
+                lm_state_free(dst);
+                lm_state_free(ref);
+            }
+            ASSERT_TRUE(done);
+        }
+        free(buf);
+        lm_state_free(src);
+    }
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
 /* The sampler: llama.cpp's definitions on small hand-made cases. */
 static void test_sampler(void)
 {
@@ -547,6 +629,7 @@ int main(int argc, char **argv)
     RUN(test_fork_and_refusals);
     RUN(test_session_roundtrip);
     RUN(test_session_refusals);
+    RUN(test_out_of_memory);
     RUN(test_sampler);
     RUN(test_reserved_tokens);
     return CHECK_DONE();
