@@ -1185,16 +1185,15 @@ static void test_generate_samples(void)
     ASSERT_STR_EQ(out_text, texts);
     free(texts);
     /* The sampler's options are checked before anything is read. */
-    snprintf(args, sizeof args, "generate --model %s --top-p 0", model0);
-    ASSERT_FAILS(args, 2, "generate", "--top-p");
-    snprintf(args, sizeof args, "generate --model %s --repeat-penalty 0", model0);
-    ASSERT_FAILS(args, 2, "generate", "--repeat-penalty");
-    snprintf(args, sizeof args, "generate --model %s --top-k -1", model0);
-    ASSERT_FAILS(args, 2, "generate", "--top-k");
-    snprintf(args, sizeof args, "generate --model %s --logits", model0);
-    ASSERT_FAILS(args, 2, "generate", "--logits needs --json");
-    snprintf(args, sizeof args, "generate --model %s --samples 0", model0);
-    ASSERT_FAILS(args, 2, "generate", "--samples");
+    static const char *const bad[][2] = {
+        {"--top-p 0", "--top-p"},          {"--repeat-penalty 0", "--repeat-penalty"},
+        {"--top-k -1", "--top-k"},         {"--logits", "--logits needs --json"},
+        {"--samples 0", "--samples"},      {"--temperature -1", "--temperature"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "generate --model %s %s", model0, bad[i][0]);
+        ASSERT_FAILS(args, 2, "generate", bad[i][1]);
+    }
 }
 
 /* The library's continuation of the decoder s: n tokens drawn as generate

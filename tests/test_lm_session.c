@@ -34,8 +34,9 @@ static int32_t tok(size_t t, uint64_t salt)
     return (int32_t)(3 + fx_next(&s) % (V_ - 3));
 }
 
-/* Allocation counter, for "a restore allocates nothing". */
-static size_t n_allocs;
+/* The tests' allocator: counts allocations (for "a restore allocates
+ * nothing") and, from the fail_at-th on (0: never), fails them. */
+static size_t n_allocs, fail_at;
 static void *counting(void *ud, void *p, size_t old, size_t n)
 {
     (void)ud;
@@ -44,7 +45,9 @@ static void *counting(void *ud, void *p, size_t old, size_t n)
         free(p);
         return NULL;
     }
-    n_allocs++;
+    if (fail_at && ++n_allocs >= fail_at)
+        return NULL;
+    n_allocs += !fail_at;
     return realloc(p, n);
 }
 static const kve_allocator counting_alloc = {counting, NULL};
@@ -426,21 +429,6 @@ static void test_session_refusals(void)
     fx_model_free(&fx3);
 }
 
-/* An allocator that fails from the fail_at-th allocation on (0: never). */
-static size_t fail_at, seen_allocs;
-static void *failing(void *ud, void *p, size_t old, size_t n)
-{
-    (void)ud;
-    (void)old;
-    if (n == 0) {
-        free(p);
-        return NULL;
-    }
-    if (fail_at && ++seen_allocs >= fail_at)
-        return NULL;
-    return realloc(p, n);
-}
-
 /* Out of memory at every allocation of a copy (into a decoder 3 tokens
  * in) and of a load: KVE_ENOMEM, the destination as it was (it equals a
  * decoder that decoded what it had), and the call succeeds once memory
@@ -452,10 +440,8 @@ static void test_out_of_memory(void)
     unsigned char *img;
     lm_model *m = load(&fx, &img);
     ASSERT_TRUE(m != NULL);
-    static const kve_allocator fa = {failing, NULL};
     for (size_t c = 0; c < N_CONFIGS; c++) {
         lm_options o = options_of(&configs[c], 2);
-        o.allocator = &fa;
         fail_at = 0;
         lm_state *src = NULL;
         ASSERT_OK(lm_state_new(m, &o, &src));
@@ -479,7 +465,7 @@ static void test_out_of_memory(void)
                     ASSERT_OK(lm_forward(ref, toks[t]));
                 }
                 fail_at = k;
-                seen_allocs = 0;
+                n_allocs = 0;
                 lm_session got = {0};
                 kve_status st = what == 0 ? lm_state_copy(dst, src)
                                           : lm_session_load(dst, buf, size, &got);
