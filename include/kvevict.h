@@ -537,7 +537,8 @@ KVE_API kve_status kve_spec_min_budget(const char *spec, size_t *out);
  * Refuses (KVE_EINVAL): NULL p or out. KVE_ENOMEM. On failure *out is
  * untouched and p unchanged.
  * Allocates through p's allocator: what kve_policy_new_ex allocates, plus,
- * when p holds more than budget + 1 positions, a block of p's slots.
+ * when p keeps more positions than a new policy has slots (it was stepped
+ * past them without evicting), a block of p's slots.
  * Reads p only (other threads may read it meanwhile, none may step it).
  * O(kept). */
 KVE_API kve_status kve_policy_clone(const kve_policy *p, kve_policy **out);

@@ -750,6 +750,7 @@ class Lifecycle(unittest.TestCase):
         return pos
 
     def test_forks_continue(self):
+        import copy
         import pickle
         gen = np.random.default_rng(18)
         for spec, heads, d, share in self.CASES:
@@ -759,7 +760,7 @@ class Lifecycle(unittest.TestCase):
             self.drive([other], gen, 0, 30, d)
             other.copy_from(a)
             forks = [a, a.clone(), other, kvevict.Bank.load(a.save()),
-                     pickle.loads(pickle.dumps(a))]
+                     pickle.loads(pickle.dumps(a)), copy.deepcopy(a)]
             for f in forks[1:]:
                 self.assertEqual((f.spec, f.heads, f.key_dim, f.share, f.min_share),
                                  (a.spec, a.heads, a.key_dim, a.share, a.min_share))

@@ -9,7 +9,8 @@
  *    and below the budget, shared evictions, removals and rewinds): the same
  *    statuses, victims and counts, and byte-identical images (every score's
  *    bits) after every call; for every policy of the differential
- *    workload, pages, shared groups, and every instruction set (an image
+ *    workload, pages, shared groups, grouped-query banks, banks forked
+ *    right after a prefill, and every instruction set (an image
  *    saved under one path and loaded under another continues as the scalar
  *    path alone does);
  *  - remove against the reference model (tests/reference.h): kept sets,
@@ -17,8 +18,10 @@
  *    are cloned, copied and reloaded along the way; a rewind steps the
  *    position again; removal is not an undo, a copy from a checkpoint is;
  *  - reset: a reset object replays as a new one, allocating nothing;
- *  - memory: copy and remove allocate nothing where the header says so, a
- *    clone allocates through its original's allocator;
+ *  - memory: copy and remove allocate nothing where the header says so
+ *    (every policy, as a policy, a bank and a shared bank, under a counting
+ *    allocator that fails any call), a clone allocates through its
+ *    original's allocator;
  *  - refusals: each leaves every argument as it was (the images of the
  *    objects, byte for byte, and the caller's buffers);
  *  - the image: the documented layout read by an independent reader
@@ -64,7 +67,7 @@ static const char *const shared_specs[] = {
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
-static float rows[MAXH * MAXN], keys[MAXH * (MAXD + 2)];
+static float rows[2 * MAXH * MAXN], keys[MAXH * (MAXD + 2)];
 static int32_t victims[FLEET][MAXH * MAXN];
 static size_t counts[FLEET][MAXH];
 
@@ -125,6 +128,7 @@ typedef struct fleet {
     kve_bank *b[FLEET];
     size_t n;       /* banks in the fleet */
     size_t heads, dim, share, budget, lo; /* lo: the smallest budget evict accepts */
+    size_t group;   /* query heads a KV head (grouped-query attention); 1 */
     int32_t pos;    /* the next position */
     kve_rng g;      /* the workload */
     float pool[4];  /* repeated weights: ties */
@@ -160,6 +164,7 @@ static int fleet_init(fleet *f, const char *spec, size_t heads, size_t dim, size
     f->heads = heads;
     f->dim = dim;
     f->share = share;
+    f->group = 1;
     kve_rng_seed(&f->g, seed * 31 + 7);
     for (int k = 0; k < 4; k++)
         f->pool[k] = (float)(k + 1) / 8.0f;
@@ -234,16 +239,19 @@ static int fleet_op(fleet *f, int steady)
                 f->pool[k] = (float)kve_rng_uniform(g);
         for (size_t h = 0; h < f->heads; h++) {
             size_t n = kve_bank_size(f->b[0], h);
-            for (size_t i = 0; i < ldr; i++)
-                rows[h * ldr + i] = i < n ? random_weight(g, f->pool, n) : 0.0f;
+            for (size_t q = h * f->group; q < (h + 1) * f->group; q++)
+                for (size_t i = 0; i < ldr; i++)
+                    rows[q * ldr + i] = i < n ? random_weight(g, f->pool, n) : 0.0f;
         }
+        /* grouped query heads: their rows reduced by mean or max */
+        kve_reduce reduce = f->group > 1 && kve_rng_below(g, 2) ? KVE_REDUCE_MAX : KVE_REDUCE_MEAN;
         size_t ldk = f->dim + (size_t)kve_rng_below(g, 2);
         for (size_t h = 0; h < f->heads; h++)
             random_key(g, f->key_pool, f->dim, keys + h * ldk);
         f->pos += kve_rng_below(g, 10) == 0 ? 2 : 1;
         for (size_t k = 0; k < f->n; k++)
             st[k] = kve_bank_step_range(f->b[k], 0, f->heads, f->pos - 1,
-                                        with_attn ? rows : NULL, ldr, 1, KVE_REDUCE_MEAN,
+                                        with_attn ? rows : NULL, ldr, f->group, reduce,
                                         f->dim ? keys : NULL, ldk);
         if (!fleet_agree(f, st, 0, "step"))
             return 0;
@@ -283,13 +291,43 @@ static int fleet_op(fleet *f, int steady)
     return fleet_agree(f, st, 0, "remove") && st[0] == KVE_OK;
 }
 
-/* A random state on bank 0, then its clone, a copy into a bank that held
- * another state, and its image loaded back: all four continue in lockstep. */
-static void forks_case(const char *spec, size_t heads, size_t dim, size_t share, uint64_t seed)
+/* Bank 0, a new sequence, compressed to the prefill of an n-token prompt
+ * (method KVE_PREFILL_H2O or KVE_PREFILL_SNAPKV), its grouped query heads'
+ * rows reduced by mean; the next position is n. */
+static void fleet_prefill(fleet *f, size_t n, kve_prefill_method method)
+{
+    kve_prefill_options po = kve_prefill_default_options();
+    po.method = method;
+    po.window = 4;
+    po.kernel = 3;
+    size_t r = kve_prefill_rows(n, &po), nq = f->heads * f->group;
+    float *pr = malloc(nq * r * n * sizeof *pr);
+    ASSERT_TRUE(pr != NULL);
+    for (size_t i = 0; i < nq * r * n; i++) /* ties from the pool, zeros, fresh weights */
+        pr[i] = random_weight(&f->g, f->pool, n);
+    kve_status st = kve_bank_prefill(f->b[0], 0, f->heads, n, f->budget, pr, n, f->group,
+                                     KVE_REDUCE_MEAN, &po);
+    free(pr);
+    if (st != KVE_OK)
+        CHECK_FAIL_AT("%s: prefill: %s", kve_bank_spec(f->b[0]), kve_last_error());
+    f->pos = (int32_t)n;
+}
+
+/* A random state on bank 0 (after a prefill when prefill >= 0, the
+ * kve_prefill_method), then its clone, a copy into a bank that held another
+ * state, and its image loaded back: all four continue in lockstep. Steps
+ * give `group` query rows a KV head. */
+static void forks_case_ex(const char *spec, size_t heads, size_t dim, size_t share, size_t group,
+                          int prefill, size_t after, uint64_t seed)
 {
     fleet f;
     ASSERT_TRUE(fleet_init(&f, spec, heads, dim, share, seed));
+    f.group = group;
     size_t before = 20 + (size_t)kve_rng_below(&f.g, 200);
+    if (prefill >= 0) { /* a prompt, then the fork (parallel sampling) or a few steps first */
+        fleet_prefill(&f, 2 * f.budget + 5, (kve_prefill_method)prefill);
+        before = (size_t)kve_rng_below(&f.g, 2) * (size_t)kve_rng_below(&f.g, 12);
+    }
     for (size_t s = 0; s < before; s++)
         if (!fleet_op(&f, 0))
             break;
@@ -307,12 +345,17 @@ static void forks_case(const char *spec, size_t heads, size_t dim, size_t share,
     f.n = 4;
     kve_status none[FLEET] = {KVE_OK, KVE_OK, KVE_OK, KVE_OK};
     ASSERT_TRUE(fleet_agree(&f, none, 0, "the forks"));
-    for (size_t s = 0; s < 260; s++)
+    for (size_t s = 0; s < after; s++)
         if (!fleet_op(&f, 0)) {
             fleet_free(&f);
             CHECK_FAIL_AT("%s: the forks disagree at call %zu after the fork", spec, s);
         }
     fleet_free(&f);
+}
+
+static void forks_case(const char *spec, size_t heads, size_t dim, size_t share, uint64_t seed)
+{
+    forks_case_ex(spec, heads, dim, share, 1, -1, 160, seed);
 }
 
 static void test_forks_continue(void)
@@ -331,6 +374,35 @@ static void test_forks_shared(void)
         const char *spec = shared_specs[i];
         size_t dim = strncmp(spec, "k", 1) == 0 ? 3 + i : 0;
         forks_case(spec, 6, dim, i % 2 ? 3 : 2, check_seed + 200 + i);
+    }
+}
+
+/* Grouped-query banks (2 and 3 query heads a KV head, reduced by mean or
+ * max), and banks forked right after a prefill (H2O's and SnapKV's, with
+ * and without a shared budget): the parallel sampling of one prompt. */
+static void test_forks_gqa_prefill(void)
+{
+    static const char *const gqa[] = {
+        "h2o:budget=12,recent_window=2", "tova:budget=9,recent_window=1",
+        "scissorhands:budget=12,recent_window=1,history=7", "h2o_mean:budget=8,recent_window=1",
+        "knorm:budget=9,recent_window=2", "keydiff:budget=8,recent_window=1",
+        "random:budget=10,recent_window=3", "h2o:budget=16,recent_window=2,block=4",
+    };
+    for (size_t i = 0; i < N_OF(gqa); i++) {
+        size_t dim = strncmp(gqa[i], "k", 1) == 0 ? 5 : 0;
+        forks_case_ex(gqa[i], 3, dim, 0, 2 + i % 2, -1, 150, check_seed + 400 + i);
+    }
+    static const char *const scored[] = {
+        "h2o:budget=12,recent_window=2",
+        "tova:budget=10,recent_window=1",
+        "h2o_decay:budget=9,recent_window=2,decay=0.5",
+        "h2o_mean:budget=8,recent_window=1",
+        "scissorhands:budget=12,recent_window=1,history=7",
+    };
+    for (size_t i = 0; i < N_OF(scored); i++) { /* each spec by both methods */
+        int m = (int)(i % 2);
+        forks_case_ex(scored[i], 2, 0, 0, 2, m, 150, check_seed + 420 + 2 * i);
+        forks_case_ex(scored[i], 4, 0, 2, 1, !m, 150, check_seed + 421 + 2 * i);
     }
 }
 
@@ -838,6 +910,87 @@ static void test_memory(void)
     talloc_check_empty(&tb);
 }
 
+/* Every policy in the steady state of a decode (a step, an evict to the
+ * budget), as a policy, a bank and a shared bank: a copy into an object of
+ * the same spec that was never grown (it has the slots of a new one) and a
+ * remove of the copy allocate nothing (the counting allocator of dst sees
+ * no call, and would fail one), and the copy is exact. */
+static void copy_case(const char *spec, size_t heads, size_t dim, size_t share, uint64_t seed)
+{
+    talloc ta;
+    talloc_init(&ta);
+    fleet f;
+    ASSERT_TRUE(fleet_init(&f, spec, heads, dim, share, seed));
+    kve_bank *dst = new_bank(spec, heads, dim, share, seed + 1, &ta.a);
+    ASSERT_TRUE(dst != NULL);
+    for (int round = 0; round < 3; round++) {
+        for (int s = 0; s < 40; s++)
+            ASSERT_TRUE(fleet_op(&f, 1));
+        talloc_fail_after(&ta, 0);
+        ASSERT_OK(kve_bank_copy(dst, f.b[0]));
+        ASSERT_OK(kve_bank_remove(dst, f.pos - 3, KVE_POS_END));
+        ASSERT_OK(kve_bank_copy(dst, f.b[0]));
+        ASSERT_EQ(talloc_fail_after(&ta, SIZE_MAX), 0);
+        ASSERT_TRUE(same_image(dst, f.b[0]));
+    }
+    kve_bank_free(dst);
+    fleet_free(&f);
+    talloc_check_empty(&ta);
+    if (heads != 1 || share)
+        return;
+    /* the same through the policy calls */
+    talloc_init(&ta);
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = dim;
+    kve_policy *src = NULL, *d = NULL;
+    kve_rng r;
+    kve_rng_seed(&r, seed);
+    ASSERT_OK(kve_policy_new_ex(spec, &r, &o, &src));
+    o.allocator = &ta.a;
+    ASSERT_OK(kve_policy_new_ex(spec, &r, &o, &d));
+    float w[2 * MAXN / 10], key[MAXD];
+    for (size_t j = 0; j < dim; j++)
+        key[j] = (float)j - 1.5f;
+    for (int32_t t = 0; t < 100; t++) {
+        size_t n = kve_policy_size(src), nv = 0;
+        for (size_t i = 0; i < n; i++)
+            w[i] = (float)((i * 7 + (size_t)t) % 5) / 8.0f;
+        ASSERT_OK(kve_policy_step_keys(src, t, n ? w : NULL, n, dim ? key : NULL));
+        ASSERT_OK(kve_policy_evict(src, kve_policy_budget(src), victims[0], MAXN, &nv));
+        if (t % 10 == 9) {
+            size_t gone = 0, n_src = 0, n_d = 0;
+            talloc_fail_after(&ta, 0);
+            ASSERT_OK(kve_policy_copy(d, src));
+            ASSERT_OK(kve_policy_remove(d, t - 2, KVE_POS_END, &gone));
+            ASSERT_OK(kve_policy_copy(d, src));
+            ASSERT_EQ(talloc_fail_after(&ta, SIZE_MAX), 0);
+            uint8_t *a = policy_image(src, &n_src), *b = policy_image(d, &n_d);
+            ASSERT_TRUE(a && b && n_src == n_d && memcmp(a, b, n_src) == 0);
+            free(a);
+            free(b);
+        }
+    }
+    kve_policy_free(src);
+    kve_policy_free(d);
+    talloc_check_empty(&ta);
+}
+
+static void test_copy_allocates_nothing(void)
+{
+    for (size_t i = 0; i < N_OF(workload_specs); i++) {
+        const char *spec = workload_specs[i];
+        if (strncmp(spec, "full", 4) == 0)
+            continue; /* never evicts: it outgrows a new object's slots */
+        size_t dim = workload_key_dim(spec, i);
+        copy_case(spec, i % 2 ? 1 : 3, dim, 0, check_seed + 800 + i);
+    }
+    for (size_t i = 0; i < N_OF(page_specs); i++)
+        copy_case(page_specs[i], 1 + i % 2, 0, 0, check_seed + 850 + i);
+    for (size_t i = 0; i < N_OF(shared_specs); i++)
+        copy_case(shared_specs[i], 4, strncmp(shared_specs[i], "k", 1) == 0 ? 4 : 0, 2,
+                  check_seed + 870 + i);
+}
+
 /* ---- refusals change nothing ---- */
 
 static void test_refusals_change_nothing(void)
@@ -932,6 +1085,50 @@ static void test_refusals_change_nothing(void)
     ASSERT_STATUS(kve_policy_load(img, n, NULL, &pout), KVE_EINVAL);
     ASSERT_TRUE(pout == (kve_policy *)buf);
     ASSERT_OK(kve_policy_copy(p, p)); /* itself: nothing to do */
+    /* the twin test of a policy: p's image after each refusal is its twin's */
+    for (int32_t t = 0; t < 50; t++) {
+        float w[64];
+        size_t np = kve_policy_size(p);
+        for (size_t i = 0; i < np; i++)
+            w[i] = (float)((i * 5 + (size_t)t) % 7) / 16.0f;
+        ASSERT_OK(kve_policy_step(p, t, np ? w : NULL, np));
+    }
+    kve_policy *ptwin = NULL;
+    ASSERT_OK(kve_policy_clone(p, &ptwin));
+    size_t pn = 0, pn2 = 0;
+    uint8_t *pimg = policy_image(ptwin, &pn);
+    uint8_t *pbuf = pimg ? malloc(pn) : NULL;
+    ASSERT_TRUE(pimg != NULL && pbuf != NULL);
+#define P_UNCHANGED(call, want)                                                                \
+    do {                                                                                       \
+        ASSERT_STATUS(call, want);                                                             \
+        ASSERT_TRUE(kve_last_error()[0] != '\0');                                              \
+        uint8_t *now_ = policy_image(p, &pn2);                                                 \
+        ASSERT_TRUE(now_ && pn2 == pn && memcmp(now_, pimg, pn) == 0);                         \
+        free(now_);                                                                            \
+    } while (0)
+    size_t gone = 77;
+    P_UNCHANGED(kve_policy_copy(p, q), KVE_EINVAL);
+    P_UNCHANGED(kve_policy_copy(q, p), KVE_EINVAL);
+    P_UNCHANGED(kve_policy_remove(p, 9, 9, &gone), KVE_EINVAL);
+    P_UNCHANGED(kve_policy_remove(p, 9, -4, &gone), KVE_EINVAL);
+    ASSERT_EQ(gone, 77);
+    memset(pbuf, 0xab, pn);
+    got = 0;
+    P_UNCHANGED(kve_policy_save(p, pbuf, pn - 1, &got), KVE_ERANGE);
+    ASSERT_EQ(got, pn);
+    for (size_t i = 0; i < pn; i++)
+        if (pbuf[i] != 0xab)
+            CHECK_FAIL_AT("a refused policy save wrote byte %zu", i);
+    P_UNCHANGED(kve_policy_clone(p, NULL), KVE_EINVAL);
+    memcpy(pbuf, pimg, pn);
+    pbuf[pn / 2] ^= 4; /* a corrupt image (the checksum) */
+    P_UNCHANGED(kve_policy_load(pbuf, pn, NULL, &pout), KVE_EINVAL);
+    ASSERT_TRUE(pout == (kve_policy *)buf);
+#undef P_UNCHANGED
+    free(pbuf);
+    free(pimg);
+    kve_policy_free(ptwin);
     kve_policy_free(p);
     kve_policy_free(q);
 #undef UNCHANGED
@@ -1317,7 +1514,7 @@ static void test_image_sizes(void)
     char *text = NULL;
     size_t text_n = 0;
     ASSERT_OK(lm_read_file(NULL, hpath, &text, &text_n));
-    size_t len = text_n < 2000 ? text_n : 2000, nt = 0;
+    size_t len = text_n < 1000 ? text_n : 1000, nt = 0;
     int32_t *tokens = malloc((len + 1) * sizeof *tokens);
     ASSERT_TRUE(tokens != NULL);
     ASSERT_OK(lm_encode(tok, text, len, tokens, len + 1, &nt));
@@ -1326,7 +1523,7 @@ static void test_image_sizes(void)
     o.budget = 102;
     lm_state *s = NULL;
     ASSERT_OK(lm_state_new(m, &o, &s));
-    size_t steps = nt < 300 ? nt : 300;
+    size_t steps = nt < 120 ? nt : 120;
     for (size_t t = 0; t < steps; t++)
         ASSERT_OK(lm_forward(s, tokens[t]));
     ASSERT_TRUE(steps > 102);
@@ -1349,23 +1546,25 @@ static void test_image_sizes(void)
     lm_free(NULL, text);
     free(tokens);
 
-    /* 32 layers x 8 KV heads at 4Ki: the heads filled by a prefill of 4096
-     * positions (a prompt that fits keeps everything), one step more and an
-     * eviction to the budget */
+    /* 32 layers x 8 KV heads at 4Ki, every head at its budget: each head
+     * filled by the prefill of a 4096-token prompt (SnapKV reading one row,
+     * the cheapest: an image's size depends on the kept counts, not on the
+     * scores), then one step and an eviction to the budget */
     kve_bank *big = NULL;
     ASSERT_OK(kve_bank_new("h2o:budget=4096", 256, NULL, &big));
     kve_prefill_options po = kve_prefill_default_options();
     po.method = KVE_PREFILL_SNAPKV;
-    size_t r = kve_prefill_rows(4096, &po);
-    float *pr = malloc(r * 4096 * sizeof *pr);
-    ASSERT_TRUE(pr != NULL);
-    for (size_t i = 0; i < r * 4096; i++)
-        pr[i] = 1.0f / 4096.0f;
+    po.window = 1;
+    po.kernel = 1;
+    static float row[4096];
+    for (size_t i = 0; i < 4096; i++)
+        row[i] = 1.0f / 4096.0f;
     for (size_t hd = 0; hd < 256; hd++)
-        ASSERT_OK(kve_bank_prefill(big, hd, 1, 4096, 4096, pr, 4096, 1, KVE_REDUCE_MEAN, &po));
-    free(pr);
+        ASSERT_OK(kve_bank_prefill(big, hd, 1, 4096, 4096, row, 4096, 1, KVE_REDUCE_MEAN, &po));
     ASSERT_OK(kve_bank_step(big, 4096, NULL, 0));
     ASSERT_OK(kve_bank_evict(big, 4096, victims[0], 1, NULL));
+    for (size_t hd = 0; hd < 256; hd++)
+        ASSERT_EQ(kve_bank_size(big, hd), 4096);
     size_t big_size = 0;
     ASSERT_OK(kve_bank_save(big, NULL, 0, &big_size));
     printf("image of 256 heads of \"%s\", each at its budget: %zu bytes\n", kve_bank_spec(big),
@@ -1394,8 +1593,10 @@ int main(int argc, char **argv)
     RUN(test_image_layout);
     RUN(test_image_refusals);
     RUN(test_memory);
+    RUN(test_copy_allocates_nothing);
     RUN(test_forks_continue);
     RUN(test_forks_shared);
+    RUN(test_forks_gqa_prefill);
     RUN(test_isa_paths);
     RUN(test_remove_reference);
     RUN(test_shared_remove_reference);
