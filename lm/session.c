@@ -130,10 +130,12 @@ static void put_cache(lm_state *dst, size_t i, size_t n, const int32_t *pos, con
 {
     size_t S = (size_t)dst->model->config.head_size;
     lm_cache *k = &dst->cache[i];
+    k->n = n;
+    if (n == 0) /* an empty cache may have no rows at all */
+        return;
     memcpy(k->pos, pos, n * sizeof *pos);
     memcpy(k->key, key, n * S * sizeof *key);
     memcpy(k->value, value, n * S * sizeof *value);
-    k->n = n;
 }
 
 /* Places the caches of each shared layer of dst in its arena: cache g at
@@ -219,7 +221,7 @@ typedef struct writer {
 
 static void put_bytes(writer *w, const void *b, size_t n)
 {
-    if (w->p && w->at <= w->cap && n <= w->cap - w->at)
+    if (n && w->p && w->at <= w->cap && n <= w->cap - w->at)
         memcpy(w->p + w->at, b, n);
     w->at += n;
 }

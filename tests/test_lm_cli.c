@@ -1325,7 +1325,7 @@ static void test_generate_refusals(void)
     ASSERT_RUNS(args);
     ASSERT_CONTAINS(out_text, "<key");
     snprintf(args, sizeof args,
-             "generate --model %s/models/kjv.bin --prompt 'The pass key is #' --steps 40", src);
+             "generate --model %s/models/kjv.bin --prompt 'The pass key is #' --steps 12", src);
     ASSERT_RUNS(args);
     ASSERT_TRUE(strstr(out_text, "<key") == NULL);
 }

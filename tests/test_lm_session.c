@@ -61,9 +61,11 @@ static int same_state(const lm_state *a, const lm_state *b)
     size_t S = (size_t)a->model->config.head_size;
     for (size_t i = 0; i < (size_t)L_ * G_; i++) {
         const lm_cache *x = &a->cache[i], *y = &b->cache[i];
-        if (x->n != y->n || memcmp(x->pos, y->pos, x->n * sizeof(int32_t)) != 0 ||
-            memcmp(x->key, y->key, x->n * S * sizeof(float)) != 0 ||
-            memcmp(x->value, y->value, x->n * S * sizeof(float)) != 0)
+        if (x->n != y->n)
+            return 0;
+        if (x->n && (memcmp(x->pos, y->pos, x->n * sizeof(int32_t)) != 0 ||
+                     memcmp(x->key, y->key, x->n * S * sizeof(float)) != 0 ||
+                     memcmp(x->value, y->value, x->n * S * sizeof(float)) != 0))
             return 0;
     }
     if (!a->bank)
