@@ -381,7 +381,7 @@ int cmd_generate(int argc, char **argv)
     if (resumed && seed_given)
         kve_rng_seed(&rng, a.seed);
     double start = now_s();
-    if (!resumed)
+    if (h.n == 0) /* a new sequence (or a session of no token) starts with BOS */
         decode(s, &h, LM_BOS);
     char *text = NULL; /* the prompt's text as printed */
     size_t text_len = 0;
