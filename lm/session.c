@@ -389,7 +389,7 @@ static kve_status match(const lm_state *s, const unsigned char *h, const char *s
     const lm_config *c = &s->model->config;
     int32_t words[7];
     config_words(c, words);
-    for (int i = 0; i < 7; i++)
+    for (size_t i = 0; i < 7; i++)
         if (get_i32(h + 24 + 4 * i) != words[i])
             return kve_set_error(KVE_EINVAL, "session: from another model: its %s is %d, this "
                                  "model's %d", config_name[i], get_i32(h + 24 + 4 * i), words[i]);
@@ -401,7 +401,7 @@ static kve_status match(const lm_state *s, const unsigned char *h, const char *s
     uint32_t flags = get_u32(h + 12), want = flags_of(s);
     const char *theirs = (flags & FLAG_POLICY) ? "" : "none";
     if ((flags & FLAG_POLICY) != (want & FLAG_POLICY) || (s->spec && (spec_len != strlen(s->spec) ||
-                                                                      memcmp(spec, s->spec, spec_len))))
+                                                                      memcmp(spec, s->spec, spec_len) != 0)))
         return kve_set_error(KVE_EINVAL, "session: policy: the session's is '%.*s%s', this "
                              "decoder's '%s'", (int)spec_len, spec, theirs,
                              s->spec ? s->spec : "none");
@@ -409,11 +409,11 @@ static kve_status match(const lm_state *s, const unsigned char *h, const char *s
         return kve_set_error(KVE_EINVAL, "session: positions: the session's are %s, this "
                              "decoder's %s", flags & FLAG_CACHE_POS ? "cache" : "original",
                              want & FLAG_CACHE_POS ? "cache" : "original");
-    double share;
-    uint64_t bits = get_u64(h + 56);
+    double share, mine_share = s->opt.share_heads ? s->opt.min_share : 0.0;
+    uint64_t bits = get_u64(h + 56), mine_bits;
     memcpy(&share, &bits, 8);
-    double mine_share = s->opt.share_heads ? s->opt.min_share : 0.0;
-    if ((flags & FLAG_SHARED) != (want & FLAG_SHARED) || memcmp(&share, &mine_share, 8) != 0)
+    memcpy(&mine_bits, &mine_share, 8);
+    if ((flags & FLAG_SHARED) != (want & FLAG_SHARED) || bits != mine_bits)
         return kve_set_error(KVE_EINVAL, "session: head sharing: the session's is %s (min share "
                              "%g), this decoder's %s (min share %g)",
                              flags & FLAG_SHARED ? "on" : "off", share,
@@ -596,7 +596,7 @@ kve_status lm_session_load(lm_state *s, const void *buf, size_t size, lm_session
         s->pos = (int32_t)n;
         out->tokens = tokens;
         out->n_tokens = n;
-        for (int i = 0; i < 4; i++)
+        for (size_t i = 0; i < 4; i++)
             out->rng.s[i] = get_u64(p + 72 + 8 * i);
         tokens = NULL;
     }
