@@ -569,8 +569,9 @@ kve_status lm_session_load(lm_state *s, const void *buf, size_t size, lm_session
     /* Everything valid: allocate, then commit. */
     if (st == KVE_OK)
         st = make_room(s, NULL, counts);
-    if (st == KVE_OK && bank)
-        st = kve_bank_copy(s->bank, bank);
+    if (st == KVE_OK && bank && (st = kve_bank_copy(s->bank, bank)) != KVE_OK &&
+        st != KVE_ENOMEM) /* the image's options (key_dim, share) are not the decoder's */
+        st = kve_set_error(KVE_EFORMAT, "session: the bank: %s", kve_last_error());
     if (st == KVE_OK) {
         lay_shared(s, NULL, counts);
         reader cr = {.p = p, .at = cache_at, .size = size - 8};
