@@ -1,8 +1,9 @@
 /*
  * lm.h - a llama2.c decoder whose KV cache kvevict manages.
  *
- * The decoder is a client of the public header only (include/kvevict.h), the
- * way an inference engine would be: one kve_policy per (layer, KV head),
+ * The decoder is a client of the public headers only (include/kvevict.h, and
+ * kvevict_eval.h for its live trace, trace.c), the way an inference engine
+ * would be: one kve_policy per (layer, KV head),
  * stepped with the real attention of the model and obeyed by compacting the
  * cache. It is a small static library (kvevict_lm) used by `kvevict lm ...`,
  * `kvevict generate` and the tests; it is not installed.
@@ -25,6 +26,7 @@
 #define KVE_LM_H
 
 #include "kvevict.h"
+#include "kvevict_eval.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -367,5 +369,34 @@ kve_status lm__budgets_init(lm_state *s);
 kve_status lm__bank_spec(const lm_state *s, char *out, size_t cap);
 kve_status lm__arena_reserve(lm_state *s, size_t l);
 void lm__arena_free(lm_state *s);
+
+/* ---- the attention as a live trace (trace.c) ---------------------------------- */
+
+typedef struct lm_trace_options {
+    const kve_trace_options *trace; /* the trace's options (allocator, flags); NULL: the
+                                       defaults. The decoder allocates from the same
+                                       allocator */
+    size_t group;  /* query heads averaged per row: 1 (every query head, H rows per
+                      layer) or R = H / G (each KV head's group mean, what the policies
+                      receive); 0 (the default): R */
+    int own_model; /* 1: the trace frees the model (lm_model_free) with itself; 0: the
+                      model is borrowed and must outlive the trace */
+} lm_trace_options;
+
+/* The full-cache attention of decoding tokens[0 .. steps) with `m` as a live
+ * trace (kve_trace_from_callback): L * (H / group) heads, layer-major, row t
+ * of head (l, j) the weights query t pays keys 0 .. t in layer l (head j's
+ * group mean): the rows `kvevict lm dump` writes, bit for bit, streamed into
+ * the reader as the decoder computes them. Step t is decoded when it is
+ * first read; a reader that goes back to an earlier step makes the decoder
+ * start over from token 0 (the same bits again), so the fast path reads the
+ * heads of each step before the next step (kve_eval over every head).
+ * Refuses KVE_EINVAL (NULL arguments, steps 0, a token outside the
+ * vocabulary, a group other than 1 or R) and what kve_trace_from_callback
+ * and lm_state_new refuse; nothing is kept on failure (the model stays the
+ * caller's). Memory: the decoder's full cache (O(L * G * steps * S)), the
+ * tokens and one step of every head (the trace's), never T x T. */
+kve_status lm_trace_new(lm_model *m, const int32_t *tokens, size_t steps,
+                        const lm_trace_options *options, kve_trace **out);
 
 #endif /* KVE_LM_H */
