@@ -381,6 +381,9 @@ typedef struct lm_trace_options {
                       receive); 0 (the default): R */
     int own_model; /* 1: the trace frees the model (lm_model_free) with itself; 0: the
                       model is borrowed and must outlive the trace */
+    size_t cache_bytes; /* the rows of the first steps kept as they are decoded, up to
+                           this many bytes (L * (H / group) * s(s+1)/2 floats for s
+                           steps), for readers that go back; 0 (the default): none */
 } lm_trace_options;
 
 /* The full-cache attention of decoding tokens[0 .. steps) with `m` as a live
@@ -388,14 +391,17 @@ typedef struct lm_trace_options {
  * of head (l, j) the weights query t pays keys 0 .. t in layer l (head j's
  * group mean): the rows `kvevict lm dump` writes, bit for bit, streamed into
  * the reader as the decoder computes them. Step t is decoded when it is
- * first read; a reader that goes back to an earlier step makes the decoder
- * start over from token 0 (the same bits again), so the fast path reads the
- * heads of each step before the next step (kve_eval over every head).
+ * first read; a reader that goes back to an earlier step gets it from the
+ * row cache when options->cache_bytes holds it, and otherwise makes the
+ * decoder start over from token 0 (the same bits again), so without a cache
+ * the fast path reads the heads of each step before the next step (kve_eval
+ * over every head).
  * Refuses KVE_EINVAL (NULL arguments, steps 0, a token outside the
  * vocabulary, a group other than 1 or R) and what kve_trace_from_callback
  * and lm_state_new refuse; nothing is kept on failure (the model stays the
  * caller's). Memory: the decoder's full cache (O(L * G * steps * S)), the
- * tokens and one step of every head (the trace's), never T x T. */
+ * tokens, one step of every head (the trace's) and the row cache, allocated
+ * now (KVE_ENOMEM when it cannot be). */
 kve_status lm_trace_new(lm_model *m, const int32_t *tokens, size_t steps,
                         const lm_trace_options *options, kve_trace **out);
 

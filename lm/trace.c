@@ -13,10 +13,17 @@
  * writes (lm_group_mean of each KV head's query heads, or every query head
  * with group 1, over the t + 1 keys of the full cache) and the harness reads
  * them widened to double: the same bits as the dumped .npy file. A decode
- * that fails leaves `done` at 0 after a reset is asked for, so the next
- * request starts over rather than continuing from a broken state. Memory:
- * the decoder's caches (O(L * G * T * S)), the tokens and this handle,
- * through the trace options' allocator; never T x T.
+ * that fails marks the state broken, so the next request starts over
+ * rather than continuing from it.
+ *
+ * The row cache (options cache_bytes, 0: none): the rows of steps
+ * [0, cached) as they were decoded, step s at cache + heads_all * s(s+1)/2,
+ * head h's t + 1 floats at + h * (s + 1), for readers that go back (a
+ * command reads head after head). A step below `cached` is served from it
+ * without decoding; `cached` only grows, in step order, up to cache_steps,
+ * the most steps whose triangle fits in cache_bytes. Memory: the decoder's
+ * caches (O(L * G * T * S)), the tokens, this handle and the row cache,
+ * through the trace options' allocator.
  */
 #include "lm.h"
 
@@ -35,7 +42,17 @@ typedef struct lm_live {
     int broken;          /* a decode failed: reset before the next */
     float *dst;          /* where the hook writes the current step's rows; NULL: nowhere */
     size_t dst_ld;
+    size_t heads_all;    /* L * heads: the rows of a step */
+    float *cache;        /* the rows of steps [0, cached); NULL: no cache */
+    size_t cache_steps;  /* the steps the cache can hold */
+    size_t cached;       /* the steps it holds */
 } lm_live;
+
+/* Where step s starts in the row cache. */
+static float *cache_step(const lm_live *v, size_t s)
+{
+    return v->cache + v->heads_all * (s * (s + 1) / 2);
+}
 
 static void live_attention(void *user, int32_t layer, int32_t pos, const float *att, size_t ld,
                            const size_t *n_keys)
@@ -52,6 +69,12 @@ static void live_attention(void *user, int32_t layer, int32_t pos, const float *
 static kve_status live_rows(void *user, size_t t, float *rows, size_t ld)
 {
     lm_live *v = user;
+    if (t < v->cached) {
+        const float *c = cache_step(v, t);
+        for (size_t h = 0; h < v->heads_all; h++)
+            memcpy(rows + h * ld, c + h * (t + 1), (t + 1) * sizeof *rows);
+        return KVE_OK;
+    }
     if (t < v->done || v->broken) {
         kve_status st = lm_state_reset(v->state);
         if (st != KVE_OK)
@@ -60,16 +83,22 @@ static kve_status live_rows(void *user, size_t t, float *rows, size_t ld)
         v->broken = 0;
     }
     while (v->done <= t) {
-        v->dst = v->done == t ? rows : NULL;
-        v->dst_ld = ld;
-        kve_status st = lm_forward(v->state, v->tokens[v->done]);
+        const size_t s = v->done;
+        const int caching = s == v->cached && s < v->cache_steps;
+        v->dst = caching ? cache_step(v, s) : s == t ? rows : NULL;
+        v->dst_ld = caching ? s + 1 : ld;
+        kve_status st = lm_forward(v->state, v->tokens[s]);
         v->dst = NULL;
         if (st != KVE_OK) {
             v->broken = 1;
-            return kve_set_error(st, "lm: step %zu: %s", v->done, kve_last_error());
+            return kve_set_error(st, "lm: step %zu: %s", s, kve_last_error());
         }
         v->done++;
+        if (caching)
+            v->cached = s + 1;
     }
+    if (t < v->cached)
+        return live_rows(user, t, rows, ld); /* decoded into the cache: copy it out */
     return KVE_OK;
 }
 
@@ -81,6 +110,7 @@ static void live_free(void *user)
     if (v->own_model)
         lm_model_free(v->model);
     lm_free(&alloc, v->tokens);
+    lm_free(&alloc, v->cache);
     lm_free(&alloc, v);
 }
 
@@ -119,7 +149,23 @@ kve_status lm_trace_new(lm_model *m, const int32_t *tokens, size_t steps,
     v->steps = steps;
     v->group = group;
     v->heads = H / group;
+    v->heads_all = (size_t)c->n_layers * v->heads;
     v->model = m;
+    /* the most steps s <= steps whose rows, heads_all * s(s+1)/2 floats, fit */
+    const size_t floats = o->cache_bytes / sizeof(float);
+    size_t fit = 0;
+    while (fit < steps && (fit + 1) * (fit + 2) / 2 <= floats / v->heads_all)
+        fit++;
+    if (fit) {
+        v->cache = lm_malloc(a, v->heads_all * (fit * (fit + 1) / 2) * sizeof(float));
+        if (!v->cache) {
+            lm_free(a, toks);
+            lm_free(a, v);
+            return kve_set_error(KVE_ENOMEM, "lm trace: out of memory for a row cache of %zu "
+                                 "steps", fit);
+        }
+        v->cache_steps = fit;
+    }
     lm_options so = {.allocator = a, .on_attention = live_attention, .user = v};
     kve_status st = lm_state_new(m, &so, &v->state);
     if (st == KVE_OK)
@@ -127,6 +173,7 @@ kve_status lm_trace_new(lm_model *m, const int32_t *tokens, size_t steps,
                                      o->trace, out);
     if (st != KVE_OK) {
         lm_state_free(v->state);
+        lm_free(a, v->cache);
         lm_free(a, toks);
         lm_free(a, v);
         return st;

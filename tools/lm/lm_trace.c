@@ -20,8 +20,14 @@
  * window W of the text (BOS, then the encoded text from token W * (seq_len - 1)
  * on: the windows of `lm eval`), T steps (default: the model's context, at
  * most 8192; given, at most 2^20, as `lm dump --steps`). The trace owns the
- * model; the text and the tokenizer are freed before returning.
+ * model; the text and the tokenizer are freed before returning. The
+ * commands read a trace head after head (eval, trace --stats), so the rows
+ * of the first steps are kept as they are decoded, up to LM_TRACE_CACHE
+ * bytes (every step of 32 heads of 2 Ki, or of 8 heads of 4 Ki): a longer
+ * trace decodes again from its start for each head past the first.
  */
+
+enum { LM_TRACE_CACHE = 512u << 20 };
 
 static const char lm_trace_keys[] = "model, text, tokenizer, steps, window, heads";
 
@@ -87,7 +93,8 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
 
     kve_trace_options o = kve_trace_default_options();
     o.flags = (kve_trace_flags)flags;
-    lm_trace_options lo = {.trace = &o, .group = group, .own_model = 1};
+    lm_trace_options lo = {.trace = &o, .group = group, .own_model = 1,
+                           .cache_bytes = LM_TRACE_CACHE};
     kve_trace *tr = NULL;
     st = lm_trace_new(m, toks, T, &lo, &tr);
     free(ids);
