@@ -144,6 +144,32 @@ def reads_name(bits):
     return "attention" if bits & KVE_READS_ATTN else "nothing"
 
 
+def address(a):
+    """The data address of a C-contiguous ndarray: through the buffer
+    protocol when it is writable (a fraction of the cost of numpy's
+    a.ctypes.data, which the step of a large bank would otherwise pay once
+    per call), else through numpy."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
+def victims_arrays(count, k):
+    """(victims, counts, victims address, counts address) for an eviction:
+    victims int32 (count, k) of -1, counts intp (count,) of 0 (size_t's
+    width, and below 2**63 its bits), over ctypes buffers, whose addresses
+    are cheap to take."""
+    cbuf = (c_size_t * count)()  # zeroed
+    counts = np.frombuffer(cbuf, dtype=np.intp)
+    if not k:
+        return np.empty((count, 0), dtype=np.int32), counts, None, ctypes.addressof(cbuf)
+    vbuf = (ctypes.c_int32 * (count * k))()
+    victims = np.frombuffer(vbuf, dtype=np.int32).reshape(count, k)
+    victims.fill(-1)
+    return victims, counts, ctypes.addressof(vbuf), ctypes.addressof(cbuf)
+
+
 def _copy_int32(ptr, n):
     """n int32 values at the library's pointer, copied into a fresh array."""
     out = np.empty(n, dtype=np.int32)
@@ -395,7 +421,9 @@ class Bank(_Handle):
             if a.shape[0] != self._heads:
                 refuse(f"attn: {a.shape[0]} rows, want {self._heads} ({self._heads} heads x "
                        f"group 1)")
-            check(lib.kve_bank_step(h, pos, a.ctypes.data, a.shape[1]), _BANK_WORDS)
+            st = lib.kve_bank_step(h, pos, address(a), a.shape[1])
+            if st:
+                check(st, _BANK_WORDS)
             return
         first, count = self._range(first, count)
         if reduce not in REDUCE:
@@ -423,7 +451,9 @@ class Bank(_Handle):
     def _largest(self, first, count):
         """The largest kept set of heads [first, first + count), in one call
         (kve_bank_sizes; the library refuses a range past the bank)."""
-        check(lib.kve_bank_sizes(self._h, first, count, None, self._most_ref), _BANK_WORDS)
+        st = lib.kve_bank_sizes(self._h, first, count, None, self._most_ref)
+        if st:
+            check(st, _BANK_WORDS)
         return self._most.value
 
     def evict(self, budget, *, first=0, count=None):
@@ -435,16 +465,21 @@ class Bank(_Handle):
         """
         h = self._handle()
         budget = as_size("budget", budget)
-        first, count = self._range(first, count)
-        k = max(self._largest(first, count) - budget, 0)
-        victims = np.full((count, k), -1, dtype=np.int32)
-        counts = np.zeros(count, dtype=np.intp)  # size_t's width and, below 2**63, bits
-        vptr = victims.ctypes.data if k else None
-        if first == 0 and count == self._heads:
-            check(lib.kve_bank_evict(h, budget, vptr, k, counts.ctypes.data), _BANK_WORDS)
+        if first == 0 and count is None:
+            count = self._heads
+            most = self._largest(0, count)
+            k = most - budget if most > budget else 0
+            victims, counts, vptr, cptr = victims_arrays(count, k)
+            st = lib.kve_bank_evict(h, budget, vptr, k, cptr)
         else:
-            check(lib.kve_bank_evict_range(h, first, count, budget, vptr, k,
-                                           counts.ctypes.data if count else None), _BANK_WORDS)
+            first, count = self._range(first, count)
+            most = self._largest(first, count)
+            k = most - budget if most > budget else 0
+            victims, counts, vptr, cptr = victims_arrays(count, k)
+            st = lib.kve_bank_evict_range(h, first, count, budget, vptr, k,
+                                          cptr if count else None)
+        if st:
+            check(st, _BANK_WORDS)
         return victims, counts
 
     def evict_shared(self, budget, *, first=0, count=None):
@@ -459,10 +494,9 @@ class Bank(_Handle):
         first, count = self._range(first, count)
         budget = as_size("budget", budget)
         k = self._largest(first, count)  # a head can lose at most what it holds
-        victims = np.full((count, k), -1, dtype=np.int32)
-        counts = np.zeros(count, dtype=np.intp)
-        check(lib.kve_bank_evict_shared(h, first, count, budget, victims.ctypes.data if k else None,
-                                        k, counts.ctypes.data if count else None), _BANK_WORDS)
+        victims, counts, vptr, cptr = victims_arrays(count, k)
+        check(lib.kve_bank_evict_shared(h, first, count, budget, vptr, k,
+                                        cptr if count else None), _BANK_WORDS)
         most = int(counts.max(initial=0))
         return np.ascontiguousarray(victims[:, :most]), counts
 
