@@ -17,6 +17,7 @@
 #include "lm.h"
 #include "lm_check.h"
 #include "lm_fixture.h"
+#include "test_allocator.h"
 #include "tmpdir.h"
 
 #include <sys/stat.h>
@@ -1002,6 +1003,35 @@ static void test_lm_trace(void)
         ASSERT_TRUE(memcmp(&a.top32_recall, &b.top32_recall, sizeof(double)) == 0);
         kve_trace_free(mem);
         kve_trace_free(live);
+    }
+    {
+        /* Every byte through the trace options' allocator; each allocation
+         * failing in turn: KVE_ENOMEM, nothing left behind. */
+        talloc ta;
+        talloc_init(&ta);
+        kve_trace_options to = kve_trace_default_options();
+        to.allocator = &ta.a;
+        lm_trace_options lo = {.trace = &to, .group = 1, .cache_bytes = 1u << 16};
+        kve_trace *tr = NULL;
+        ASSERT_OK(lm_trace_new(lib_model1, w1, T, &lo, &tr));
+        double row[T];
+        ASSERT_OK(kve_trace_row(tr, 3, T - 1, row, T));
+        size_t made = talloc_fail_after(&ta, SIZE_MAX);
+        kve_trace_free(tr);
+        talloc_check_empty(&ta);
+        for (size_t k = 0; k < made; k++) {
+            talloc_fail_after(&ta, k);
+            tr = NULL;
+            kve_status st = lm_trace_new(lib_model1, w1, T, &lo, &tr);
+            if (st == KVE_OK) { /* the decoder grows its caches while reading */
+                ASSERT_STATUS(kve_trace_row(tr, 3, T - 1, row, T), KVE_ENOMEM);
+                kve_trace_free(tr);
+            } else {
+                ASSERT_EQ(st, KVE_ENOMEM);
+                ASSERT_TRUE(tr == NULL);
+            }
+            talloc_check_empty(&ta);
+        }
     }
     {
         int32_t bad_tok[2] = {LM_BOS, 1 << 30};
