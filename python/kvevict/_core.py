@@ -243,6 +243,28 @@ def prefill_options(method="h2o", window=32, kernel=5, pool="max"):
     return options
 
 
+def prompt_rows(rows, n, group, r, method, heads):
+    """A prompt's attention rows as the prefill calls read them: `rows`
+    float32 (heads, group, r, ld) (heads None: (group, r, ld)) or its 2-D
+    form (heads * group * r, ld); returns (the 2-D array, group)."""
+    lead = 0 if heads is None else 1
+    a = f32_array("rows", rows, (2, 3 + lead))
+    if a.ndim == 3 + lead:
+        if group is not None and as_size("group", group) != a.shape[lead]:
+            refuse(f"group: {group}, but rows' shape {a.shape} has groups of {a.shape[lead]}")
+        if a.shape[lead + 1] != r:
+            refuse(f"rows: shape {a.shape}: {a.shape[lead + 1]} rows a query head, want {r} "
+                   f"(the rows {method} reads of a {n}-token prompt: prefill_rows)")
+        group = a.shape[lead]
+        a = a.reshape(-1, a.shape[-1])
+    group = 1 if group is None else as_size("group", group, 1)
+    want = (1 if heads is None else heads) * group * r
+    if a.shape[0] != want:
+        refuse(f"rows: {a.shape[0]} rows, want {want} ({1 if heads is None else heads} heads x "
+               f"group {group} x {r} rows a query head)")
+    return a, group
+
+
 def rng_arg(rng):
     """None, an int seed (a fresh generator) or an Rng; the C argument."""
     if rng is None:
@@ -522,20 +544,7 @@ class Bank(_Handle):
         budget = as_size("budget", budget)
         first, count = self._range(first, count)
         options = prefill_options(method, window, kernel, pool)
-        r = lib.kve_prefill_rows(n, options)
-        a = f32_array("rows", rows, (2, 4))
-        if a.ndim == 4:
-            if group is not None and as_size("group", group) != a.shape[1]:
-                refuse(f"group: {group}, but rows' shape {a.shape} has groups of {a.shape[1]}")
-            if a.shape[2] != r:
-                refuse(f"rows: shape {a.shape}: {a.shape[2]} rows a query head, want {r} (the "
-                       f"rows {method} reads of a {n}-token prompt: prefill_rows)")
-            group = a.shape[1]
-            a = a.reshape(a.shape[0] * a.shape[1] * a.shape[2], a.shape[3])
-        group = 1 if group is None else as_size("group", group, 1)
-        if a.shape[0] != count * group * r:
-            refuse(f"rows: {a.shape[0]} rows, want {count * group * r} ({count} heads x group "
-                   f"{group} x {r} rows a query head)")
+        a, group = prompt_rows(rows, n, group, lib.kve_prefill_rows(n, options), method, count)
         if reduce not in REDUCE:
             refuse(f"reduce: {reduce!r}, want one of {', '.join(REDUCE)}")
         check(lib.kve_bank_prefill(h, first, count, n, budget, a.ctypes.data, a.shape[1], group,
@@ -597,18 +606,7 @@ def prefill_scores(rows, n, *, group=None, reduce="mean", method="h2o", window=3
     Bank.prefill reads one head."""
     n = as_size("n", n)
     options = prefill_options(method, window, kernel, pool)
-    r = lib.kve_prefill_rows(n, options)
-    a = f32_array("rows", rows, (2, 3))
-    if a.ndim == 3:
-        if group is not None and as_size("group", group) != a.shape[0]:
-            refuse(f"group: {group}, but rows' shape {a.shape} has groups of {a.shape[0]}")
-        if a.shape[1] != r:
-            refuse(f"rows: shape {a.shape}: {a.shape[1]} rows a query head, want {r}")
-        group = a.shape[0]
-        a = a.reshape(a.shape[0] * a.shape[1], a.shape[2])
-    group = 1 if group is None else as_size("group", group, 1)
-    if a.shape[0] != group * r:
-        refuse(f"rows: {a.shape[0]} rows, want {group * r} (group {group} x {r} rows)")
+    a, group = prompt_rows(rows, n, group, lib.kve_prefill_rows(n, options), method, None)
     out = np.empty(max(n, 1), dtype=np.float64)  # never NULL: n 0 is refused
     check(lib.kve_prefill_scores(n, a.ctypes.data, a.shape[1], group,
                                  _choice("reduce", reduce, REDUCE), options, out.ctypes.data),

@@ -190,7 +190,11 @@ kve_status kve_trace_open(const char *src, const kve_trace_options *options, kve
     if (st != KVE_OK)
         return st;
     const kve_trace_options o = options ? *options : kve_trace_default_options();
-    st = type->open(arg, (unsigned)o.flags, o.progress, o.user, tr);
+    if (!type->open) /* a source made by a constructor, never by text */
+        st = kve__fail(KVE_EINVAL, "%s: %s, not opened by name (a file called %s opens as ./%s)",
+                       type->prefix, type->made_by, type->prefix, type->prefix);
+    else
+        st = type->open(arg, (unsigned)o.flags, o.progress, o.user, tr);
     if (st != KVE_OK) {
         kve__trace_discard(tr);
         return st;

@@ -108,22 +108,9 @@ static void callback_free(void *impl)
         c->cb->free(c->user);
 }
 
-/* Text never opens a live trace: the source text is reserved. */
-static kve_status callback_open(const char *arg, unsigned flags, kve_progress_fn progress,
-                                void *user, kve_trace *tr)
-{
-    (void)arg;
-    (void)flags;
-    (void)progress;
-    (void)user;
-    (void)tr;
-    return kve__fail(KVE_EINVAL, "callback: live traces are made by kve_trace_from_callback, "
-                     "not opened by name (a file called callback opens as ./callback)");
-}
-
 const kve_trace_source_type kve__callback_source = {
     .prefix = CALLBACK_NAME,
-    .open = callback_open,
+    .made_by = "live traces are made by kve_trace_from_callback",
     .row = callback_row,
     .key = callback_key,
     .free = callback_free,

@@ -52,6 +52,10 @@ typedef struct kve_trace_source_type {
      * open; the caller releases the blocks. */
     kve_status (*open)(const char *arg, unsigned flags, kve_progress_fn progress, void *user,
                        kve_trace *tr);
+    /* NULL open: the source is made by a constructor of its own (memory,
+     * callback), and its prefix is reserved: kve_trace_open refuses it,
+     * saying "PREFIX: MADE_BY, not opened by name" with this text. */
+    const char *made_by;
     /* Row t of head `head` into row[0 .. t]. O(t) (a q/K trace: O(t d)). */
     kve_status (*row)(void *impl, size_t head, size_t t, double *row);
     /* The key of position t of head `head` into key[0 .. key_dim); NULL for
