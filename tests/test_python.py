@@ -163,7 +163,10 @@ class Module(unittest.TestCase):
                           ("kve_eval_options", _lib.EvalOptions),
                           ("kve_bank_options", _lib.BankOptions),
                           ("kve_policy_options", _lib.PolicyOptions),
-                          ("kve_trace_options", _lib.TraceOptions)):
+                          ("kve_trace_options", _lib.TraceOptions),
+                          ("kve_trace_callbacks", _lib.TraceCallbacks),
+                          ("kve_schedule_options", _lib.ScheduleOptions),
+                          ("kve_prefill_options", _lib.PrefillOptions)):
             self.assertEqual(ctypes.sizeof(cls), c[name], name)
             for field, *_ in cls._fields_:
                 self.assertEqual(getattr(cls, field).offset, c[f"{name}.{field}"],
