@@ -1018,26 +1018,25 @@ class LiveTraces(unittest.TestCase):
             self.assertTrue(same_results(kvevict.evaluate(live, jobs, heads=6),
                                          kvevict.evaluate(mem, jobs, heads=6)))
 
-    def test_torch_model_live(self):
-        """A PyTorch attention computed one decode step at a time (a KV
-        cache of keys), evaluated live, equals the stacked [H, T, T] array."""
-        try:
-            import torch
-        except ImportError as e:
-            self.skipTest(f"torch is not importable ({e})")
-        torch.manual_seed(0)
+    def test_model_live(self):
+        """An attention computed one decode step at a time from queries and
+        a growing set of keys (as a model with a KV cache does; numpy here,
+        the PyTorch model of tests/test_python_example.py there), evaluated
+        live, equals the stacked [H, T, T] array."""
+        gen = np.random.default_rng(0)
         H, T, d = 4, 48, 16
-        q, k = torch.randn(H, T, d), torch.randn(H, T, d)
+        q, k = gen.standard_normal((H, T, d)), gen.standard_normal((H, T, d))
         calls = []
 
         def step_attention(t):  # what a decoder's step t computes, no more
             calls.append(t)
-            logits = torch.einsum("hd,hkd->hk", q[:, t], k[:, :t + 1]) / d ** 0.5
-            return torch.softmax(logits, dim=-1)
+            logits = np.einsum("hd,hkd->hk", q[:, t], k[:, :t + 1]) / d ** 0.5
+            w = np.exp(logits - logits.max(axis=1, keepdims=True))
+            return w / w.sum(axis=1, keepdims=True)  # float64, [H, t + 1]
 
         full = np.zeros((H, T, T), dtype=np.float32)
         for t in range(T):
-            full[:, t, :t + 1] = step_attention(t).numpy()
+            full[:, t, :t + 1] = step_attention(t)
         calls.clear()
         specs = ["h2o:budget=12,recent_window=4", "tova:budget=12"]
         with kvevict.Trace.from_callback(step_attention, H, T) as live, \
