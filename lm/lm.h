@@ -2,8 +2,9 @@
  * lm.h - a llama2.c-style decoder whose KV cache kvevict manages, for
  * llama2.c checkpoints and GGUF files of the llama architecture.
  *
- * The decoder is a client of the public header only (include/kvevict.h), the
- * way an inference engine would be: one kve_policy per (layer, KV head),
+ * The decoder is a client of the public headers only (include/kvevict.h, and
+ * kvevict_eval.h for its live trace, trace.c), the way an inference engine
+ * would be: one kve_policy per (layer, KV head),
  * stepped with the real attention of the model and obeyed by compacting the
  * cache. It is a small static library (kvevict_lm) used by `kvevict lm ...`,
  * `kvevict generate`, kvevict-convert, the tests and the benchmark; it is
@@ -28,6 +29,7 @@
 #define KVE_LM_H
 
 #include "kvevict.h"
+#include "kvevict_eval.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -706,5 +708,40 @@ kve_status lm_session_save(const lm_state *s, const lm_session *ss, void *buf, s
  * saved caches, bank and logits, and out->tokens comes from s's allocator (free
  * with lm_free(&s->alloc, ...)). KVE_ENOMEM. O(size). */
 kve_status lm_session_load(lm_state *s, const void *buf, size_t size, lm_session *out);
+
+/* ---- the attention as a live trace (trace.c) ---------------------------------- */
+
+typedef struct lm_trace_options {
+    const kve_trace_options *trace; /* the trace's options (allocator, flags); NULL: the
+                                       defaults. The decoder allocates from the same
+                                       allocator */
+    size_t group;  /* query heads averaged per row: 1 (every query head, H rows per
+                      layer) or R = H / G (each KV head's group mean, what the policies
+                      receive); 0 (the default): R */
+    int own_model; /* 1: the trace frees the model (lm_model_free) with itself; 0: the
+                      model is borrowed and must outlive the trace */
+    size_t cache_bytes; /* the rows of the first steps kept as they are decoded, up to
+                           this many bytes (L * (H / group) * s(s+1)/2 floats for s
+                           steps), for readers that go back; 0 (the default): none */
+} lm_trace_options;
+
+/* The full-cache attention of decoding tokens[0 .. steps) with `m` as a live
+ * trace (kve_trace_from_callback): L * (H / group) heads, layer-major, row t
+ * of head (l, j) the weights query t pays keys 0 .. t in layer l (head j's
+ * group mean): the rows `kvevict lm dump` writes, bit for bit, streamed into
+ * the reader as the decoder computes them. Step t is decoded when it is
+ * first read; a reader that goes back to an earlier step gets it from the
+ * row cache when options->cache_bytes holds it, and otherwise makes the
+ * decoder start over from token 0 (the same bits again), so without a cache
+ * the fast path reads the heads of each step before the next step (kve_eval
+ * over every head).
+ * Refuses KVE_EINVAL (NULL arguments, steps 0, a token outside the
+ * vocabulary, a group other than 1 or R) and what kve_trace_from_callback
+ * and lm_state_new refuse; nothing is kept on failure (the model stays the
+ * caller's). Memory: the decoder's full cache (O(L * G * steps * S)), the
+ * tokens, one step of every head (the trace's) and the row cache, allocated
+ * now (KVE_ENOMEM when it cannot be). */
+kve_status lm_trace_new(lm_model *m, const int32_t *tokens, size_t steps,
+                        const lm_trace_options *options, kve_trace **out);
 
 #endif /* KVE_LM_H */

@@ -17,6 +17,7 @@
 #include "lm.h"
 #include "lm_check.h"
 #include "lm_fixture.h"
+#include "test_allocator.h"
 #include "tmpdir.h"
 
 #include <sys/stat.h>
@@ -921,7 +922,7 @@ static void test_lm_trace(void)
     char args[4096], src[1024];
     const char *tmp = getenv("TMPDIR");
     char *saved = tmp ? strdup(tmp) : NULL;
-    setenv("TMPDIR", dir, 1); /* the spooled .npy must not outlive a run */
+    setenv("TMPDIR", dir, 1); /* the trace is live: no file may appear there */
     size_t files = files_in_dir();
     snprintf(src, sizeof src, "lm:model=%s,text=%s,steps=9", model1, textpath);
     snprintf(args, sizeof args, "trace --stats --trace %s --block 4 --json", src);
@@ -976,6 +977,72 @@ static void test_lm_trace(void)
         }
         kve_trace_free(tr);
     }
+    /* lm_trace_new itself, read head after head (as trace --stats does):
+     * without a row cache each head decodes again from step 0, with one
+     * the rows come from it; the same bits either way, and kve_eval over
+     * every head equal to the memory trace of the collected rows. */
+    for (int cached = 0; cached < 2; cached++) {
+        lm_trace_options lo = {.group = 1, .cache_bytes = cached ? 1u << 20 : 0};
+        kve_trace *live = NULL, *mem = NULL;
+        ASSERT_OK(lm_trace_new(lib_model1, w1, T, &lo, &live));
+        ASSERT_EQ(kve_trace_heads(live), (size_t)L_ * H_);
+        ASSERT_EQ(kve_trace_layers(live), (size_t)L_);
+        double row[T];
+        for (size_t h = 0; h < (size_t)L_ * H_; h++)
+            for (size_t t = 0; t < T; t++) {
+                ASSERT_OK(kve_trace_row(live, h, t, row, T));
+                for (size_t i = 0; i <= t; i++)
+                    ASSERT_TRUE(row[i] == (double)q.rows[(h * T + t) * T + i]);
+            }
+        ASSERT_OK(kve_trace_from_memory(q.rows, (size_t)L_, (size_t)H_, T, NULL, &mem));
+        kve_eval_job job = {"window:budget=3", 0};
+        kve_eval_result a, b;
+        ASSERT_OK(kve_eval(live, 0, (size_t)L_ * H_, &job, 1, NULL, &a, NULL));
+        ASSERT_OK(kve_eval(mem, 0, (size_t)L_ * H_, &job, 1, NULL, &b, NULL));
+        ASSERT_TRUE(memcmp(&a.retained_mass, &b.retained_mass, sizeof(double)) == 0);
+        ASSERT_TRUE(memcmp(&a.top32_recall, &b.top32_recall, sizeof(double)) == 0);
+        kve_trace_free(mem);
+        kve_trace_free(live);
+    }
+    {
+        /* Every byte through the trace options' allocator; each allocation
+         * failing in turn: KVE_ENOMEM, nothing left behind. */
+        talloc ta;
+        talloc_init(&ta);
+        kve_trace_options to = kve_trace_default_options();
+        to.allocator = &ta.a;
+        lm_trace_options lo = {.trace = &to, .group = 1, .cache_bytes = 1u << 16};
+        kve_trace *tr = NULL;
+        ASSERT_OK(lm_trace_new(lib_model1, w1, T, &lo, &tr));
+        double row[T];
+        ASSERT_OK(kve_trace_row(tr, 3, T - 1, row, T));
+        size_t made = talloc_fail_after(&ta, SIZE_MAX);
+        kve_trace_free(tr);
+        talloc_check_empty(&ta);
+        for (size_t k = 0; k < made; k++) {
+            talloc_fail_after(&ta, k);
+            tr = NULL;
+            kve_status st = lm_trace_new(lib_model1, w1, T, &lo, &tr);
+            if (st == KVE_OK) { /* the decoder grows its caches while reading */
+                ASSERT_STATUS(kve_trace_row(tr, 3, T - 1, row, T), KVE_ENOMEM);
+                kve_trace_free(tr);
+            } else {
+                ASSERT_EQ(st, KVE_ENOMEM);
+                ASSERT_TRUE(tr == NULL);
+            }
+            talloc_check_empty(&ta);
+        }
+    }
+    {
+        int32_t bad_tok[2] = {LM_BOS, 1 << 30};
+        kve_trace *tr = NULL;
+        ASSERT_STATUS(lm_trace_new(lib_model1, bad_tok, 2, NULL, &tr), KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), "token 1 is 1073741824, outside the vocabulary");
+        lm_trace_options lo = {.group = 3};
+        ASSERT_STATUS(lm_trace_new(lib_model1, w1, T, &lo, &tr), KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), "group 3 is neither 1");
+        ASSERT_TRUE(tr == NULL);
+    }
     free(q.rows);
     free(ids);
     remove(path_of("h.npy"));
@@ -1009,7 +1076,7 @@ static void test_lm_trace(void)
              textpath);
     ASSERT_RUNS(args);
     ASSERT_TRUE(strstr(out_text, "lm:model") == NULL); /* csv and json: the canonical rows */
-    /* Refusals, before or after decoding; no spooled file left behind. */
+    /* Refusals, before or after decoding; no file left behind. */
     static const struct {
         const char *extra; /* after lm:model=MODEL,text=TEXT */
         int code;
@@ -1019,7 +1086,8 @@ static void test_lm_trace(void)
         {",heads=all", 2, "heads=all is neither kv nor query"},
         {",window=99", 2, "window 99 of 128 steps needs"},
         {",steps=x", 2, "steps"},
-        {",steps=8193", 2, "8193 is out of range [1, 8192]"}, /* L*H*T^2 floats spooled */
+        {",steps=8193", 2, "window 0 of 8193 steps needs 8192"}, /* no 8192 cap: the text's */
+        {",steps=1048577", 2, "1048577 is out of range [1, 1048576]"}, /* lm dump's --steps */
         {",heads=kv,heads=query", 2, "heads is given twice"},
         {",text=again", 2, "text is given twice"},
     };
