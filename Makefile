@@ -25,7 +25,7 @@ TEST_DEPS_STAMP = build/.test-deps-ok
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
+.PHONY: all deps run bench bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model python-bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
 
 all: build/kvevict
 
@@ -46,6 +46,12 @@ build/kvevict: $(DEPS_STAMP) FORCE
 
 run: build/kvevict
 	@./build/kvevict bench
+
+# The Python binding's bank step against raw ctypes at 256 heads x 1 Ki
+# (bench/python_bank.py; a ratio against the floor measured in the same run,
+# quoted in docs/python.md; never a test).
+python-bench: build/kvevict
+	@KVEVICT_LIBRARY=$(CURDIR)/build/libkvevict_eval.so /usr/bin/python3 bench/python_bank.py
 
 # Per-step cost of every policy and of banks against the memory floor
 # (kvevict perf: under a minute; timings depend on the machine and its load),

@@ -34,7 +34,7 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/src/policies/list.h)
 
 set(KVE_EVAL_SOURCES)
-foreach(f trace trace_canonical trace_qk trace_memory npy eval)
+foreach(f trace trace_canonical trace_qk trace_memory trace_callback npy eval)
   list(APPEND KVE_EVAL_SOURCES ${PROJECT_SOURCE_DIR}/src/eval/${f}.c)
 endforeach()
 

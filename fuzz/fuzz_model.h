@@ -9,8 +9,10 @@
  *     require, and every matrix (its scales too) and norm lies inside the
  *     input with the shape the config implies;
  *   - a few decode steps under a window policy, in both position modes,
- *     either succeed with one logit per vocabulary entry or (NaN weights
- *     reaching a policy) fail with KVE_EINVAL and a message, never a crash.
+ *     either succeed with one logit per vocabulary entry or (weights whose
+ *     products overflow reaching a policy as NaN attention; NaN and
+ *     infinite weights are refused at load) fail with KVE_EINVAL and a
+ *     message, never a crash.
  * Include after defining FUZZ_TARGET (the target's name, for messages).
  */
 #ifndef KVE_FUZZ_MODEL_H

@@ -20,6 +20,9 @@
 #   fuzz_heads DuoAttention schedules (lm/heads.c): valid ones, then one fault
 #              each: a head twice or missing, out of range, leading zeros, a
 #              bad role, NaN / huge / hex scores, CRLF, NUL, bad magic or shape
+#   fuzz_session recipes of decoder sessions (fuzz_session.c): each option set
+#              at a few lengths, as made, edited and resealed, edited and not;
+#              raw bytes
 #   fuzz_memory  in-memory arrays (shape, mode and body bytes; fuzz_memory.c):
 #              distributions, unnormalised and zero rows, NaN / -1 / infinite
 #              weights, raw float bits, the undefined flag
@@ -428,6 +431,27 @@ printf '%b' "kvevict-heads 1\nlayers 1 kv_heads 1\nhead 0 0 streaming 0\000\n" >
 printf '%b' "kvevict-heads 1\n" > fuzz_heads/h-no-shape
 : > fuzz_heads/h-empty
 
+
+# ---- fuzz_session ----
+# Recipes (fuzz_session.c): mode, options (0..5), tokens, then 3 bytes per
+# edit (offset LE16, xor). Mode 1: a session as made (it loads); 3: edits,
+# resealed (the fields behind the checksum refuse them, or they load); 1 with
+# edits: not resealed (the checksum refuses them). Mode 0: raw bytes.
+mkdir -p fuzz_session
+rm -f fuzz_session/e-*
+oct() { printf '\\%03o' "$@"; }
+for opt in 0 1 2 3 4 5; do
+  for n in 0 1 7 20; do
+    printf '%b' "$(oct 1 "$opt" "$n")" > "fuzz_session/e-made-$opt-$n"
+    printf '%b' "$(oct 3 "$opt" "$n" $((opt * 37 % 256)) 0 255  120 0 1  64 0 3)" \
+      > "fuzz_session/e-sealed-$opt-$n"
+    printf '%b' "$(oct 1 "$opt" "$n" 200 0 16)" > "fuzz_session/e-unsealed-$opt-$n"
+  done
+done
+printf '%b' "$(oct 0 0)kvesess$(oct 0 1 0 0 0)" > fuzz_session/e-raw-magic
+printf '%b' "$(oct 0 5)" > fuzz_session/e-raw-empty
+printf '%b' "$(oct 0 2)not a session at all, just some text" > fuzz_session/e-raw-junk
+
 echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_state | wc -l) state, $(ls fuzz_npy | wc -l) npy," \
   "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_memory | wc -l) memory, $(ls fuzz_checkpoint | wc -l) checkpoint," \
-  "$(ls fuzz_tokenizer | wc -l) tokenizer, $(ls fuzz_gguf | wc -l) gguf, $(ls fuzz_heads | wc -l) heads"
+  "$(ls fuzz_tokenizer | wc -l) tokenizer, $(ls fuzz_gguf | wc -l) gguf, $(ls fuzz_heads | wc -l) heads, $(ls fuzz_session | wc -l) session"

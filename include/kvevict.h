@@ -1128,6 +1128,16 @@ KVE_API size_t kve_bank_heads(const kve_bank *b);
  * out of range. O(1). */
 KVE_API size_t kve_bank_size(const kve_bank *b, size_t head);
 
+/* The sizes of heads [first, first + count) in one call: sizes[j] is
+ * kve_bank_size(b, first + j) (count entries; sizes may be NULL), and
+ * *largest (may be NULL) the largest of them, 0 when count is 0: what a
+ * binding or an engine needs to size a step's rows (ld) or an evict's
+ * victims (largest - budget) without a call per head. Refuses KVE_EINVAL
+ * (nothing written) for NULL b or first + count > kve_bank_heads(b). Reads
+ * only the heads of the range (see "Threads"). Never allocates. O(count). */
+KVE_API kve_status kve_bank_sizes(const kve_bank *b, size_t first, size_t count, size_t *sizes,
+                                  size_t *largest);
+
 /* [stable] Head `head`'s kept positions, kve_bank_size(b, head) of them,
  * ascending. Owned by the bank, valid until the next step, evict or free
  * whose range contains the head. NULL for NULL b or head out of range.

@@ -9,7 +9,8 @@
  * and writer, and kve_eval, which runs policies over a trace and measures
  * what they keep. An engine needs none of it; a researcher comparing
  * policies, the kvevict tool and the Python binding use it. It reads files
- * and clocks, which the core never does.
+ * and clocks, which the core never does. A model evaluated live hands its
+ * attention over step by step through callbacks (kve_trace_from_callback).
  *
  * The conventions of kvevict.h hold here too: kve_status and
  * kve_last_error, nothing changed on failure, options from
@@ -79,6 +80,10 @@ extern "C" {
  *        [L, H, T, T] in C order, validated as a .npy file is. Its source
  *        text is "memory", which kve_trace_open refuses (no text opens one;
  *        a file called memory opens as ./memory).
+ *   a live trace (kve_trace_from_callback, below): rows and keys produced by
+ *        the caller's callbacks a step at a time, as a model computes them,
+ *        validated as they arrive. Its source text is "callback", which
+ *        kve_trace_open refuses likewise.
  * ====================================================================== */
 
 typedef struct kve_trace kve_trace; /* opaque */
@@ -156,6 +161,70 @@ KVE_API kve_status kve_trace_open(const char *src, const kve_trace_options *opti
 KVE_API kve_status kve_trace_from_memory(const float *attn, size_t layers,
                                          size_t heads_per_layer, size_t steps,
                                          const kve_trace_options *options, kve_trace **out);
+
+/* The caller's side of a live trace (kve_trace_from_callback), in the
+ * manner of Redis' dictType: a table of functions, usually static const,
+ * and a user pointer given to each. The trace asks for a whole step at a
+ * time, every head of it, so a model that computes its attention one
+ * decode step after another (a decoder, a PyTorch forward with a KV cache)
+ * hands over each step as it computes it and never holds [L, H, T, T].
+ *
+ * rows (required): writes step t of every head: head h's weights over keys
+ *      [0, t] (query t's attention, its own key included) at
+ *      rows[h * ld + i] for i <= t, ld >= t + 1 (entries past t are
+ *      ignored). Returns KVE_OK, or a status with a message set by
+ *      kve_set_error (the trace's reader gets both; without a message the
+ *      trace writes one naming the step). The trace asks for the steps a
+ *      reader needs: kve_eval and every command ask in ascending order,
+ *      each step once per pass; a reader that goes back (a second pass, a
+ *      kve_trace_row of an earlier step) asks for an earlier t, which the
+ *      callback produces again (a decoder starting over) or refuses.
+ * keys (NULL unless key_dim > 0, required then): writes the key of position
+ *      t of every head, head h's key_dim floats at keys[h * ld], ld >=
+ *      key_dim; asked for when a key-reading policy is stepped at t.
+ * free (may be NULL): called once by kve_trace_free with `user`; not called
+ *      when kve_trace_from_callback fails (the caller still owns user). */
+typedef struct kve_trace_callbacks {
+    kve_status (*rows)(void *user, size_t t, float *rows, size_t ld);
+    kve_status (*keys)(void *user, size_t t, float *keys, size_t ld);
+    void (*free)(void *user);
+} kve_trace_callbacks;
+
+/* Makes a trace whose rows (and keys) the caller's callbacks produce on
+ * demand, as they are read: the attention of a model evaluated live, with
+ * no file and no [L, H, T, T] array.
+ *
+ * cb: the callbacks (borrowed: must outlive the trace); user: passed to
+ *      each. layers * heads_per_layer heads of `steps` rows, numbered
+ *      layer-major as every trace's; key_dim: the floats of a key (0: the
+ *      trace has no keys, and cb->keys must be NULL).
+ * Validation, the same as every source's: each row is checked when the
+ *      callback delivers it, exactly as a .npy file's rows are when opened
+ *      (every weight over [0, t] finite and >= 0, every row t >= 1 summing
+ *      to 1 within 1e-3 unless KVE_TRACE_NORMALIZE, which divides it by its
+ *      sum in double; an all-zero row is still refused): KVE_EFORMAT naming
+ *      "callback", the head (layer and head in the layer), the row and the
+ *      key. Keys are checked finite (KVE_EFORMAT naming head, position and
+ *      index). kve_trace_row gives the floats widened to double (the same
+ *      bits as a memory trace or the .npy file of the same float32 rows).
+ *      A step that fails (callback or validation) is not kept: the next
+ *      read asks for it again.
+ * kve_trace_source is "callback"; progress in options is not used.
+ * Refuses (*out untouched, nothing allocated, no callback called):
+ *      KVE_EINVAL for NULL cb, cb->rows or out, cb->keys NULL with key_dim
+ *      > 0 or set with key_dim 0, key_dim above KVE_MAX_KEY_DIM, a zero
+ *      dimension, steps above INT32_MAX, flags outside kve_trace_flags, a
+ *      step of heads * steps floats whose size does not fit in size_t;
+ *      KVE_ENOMEM.
+ * Memory: one step of every head, heads * steps floats (plus heads *
+ *      key_dim for keys), allocated now through options->allocator; reads
+ *      never allocate. O(heads * t) per step delivered, O(t) per row read.
+ * Threads: the callbacks run on the thread that reads the trace, one at a
+ *      time per trace; a trace is read from one thread at a time. */
+KVE_API kve_status kve_trace_from_callback(const kve_trace_callbacks *cb, void *user,
+                                           size_t layers, size_t heads_per_layer, size_t steps,
+                                           size_t key_dim, const kve_trace_options *options,
+                                           kve_trace **out);
 
 /* Releases `tr`, through its allocator. NULL is a no-op. */
 KVE_API void kve_trace_free(kve_trace *tr);

@@ -2,8 +2,9 @@
  * lm.h - a llama2.c-style decoder whose KV cache kvevict manages, for
  * llama2.c checkpoints and GGUF files of the llama architecture.
  *
- * The decoder is a client of the public header only (include/kvevict.h), the
- * way an inference engine would be: one kve_policy per (layer, KV head),
+ * The decoder is a client of the public headers only (include/kvevict.h, and
+ * kvevict_eval.h for its live trace, trace.c), the way an inference engine
+ * would be: one kve_policy per (layer, KV head),
  * stepped with the real attention of the model and obeyed by compacting the
  * cache. It is a small static library (kvevict_lm) used by `kvevict lm ...`,
  * `kvevict generate`, kvevict-convert, the tests and the benchmark; it is
@@ -28,6 +29,7 @@
 #define KVE_LM_H
 
 #include "kvevict.h"
+#include "kvevict_eval.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -215,6 +217,8 @@ typedef struct lm_model {
     lm_weights weights;
     void *map; /* the mmapped file; NULL for lm_model_from_memory */
     size_t map_size;
+    const unsigned char *image; /* the whole checkpoint as parsed (lm_model_fingerprint) */
+    size_t image_size;
     kve_allocator alloc; /* the handle's, and lm_layer_spread's scratch (a copy) */
     lm_gguf *gguf; /* GGUF: its metadata and tensor infos; else NULL */
     float *norms;  /* GGUF norms stored in 16 bits, widened: (those, D) */
@@ -719,5 +723,131 @@ kve_status lm__budgets_init(lm_state *s);
 kve_status lm__bank_spec(const lm_state *s, char *out, size_t cap);
 kve_status lm__arena_reserve(lm_state *s, size_t l);
 void lm__arena_free(lm_state *s);
+
+/* ---- sampling (sample.c, docs/decoder.md "Sampling") ------------------------
+ *
+ * llama.cpp's sampler chain with its spellings and definitions: banned
+ * tokens removed; the repetition penalty on each distinct token of the last
+ * repeat_last_n (a logit > 0 divided by it, one <= 0 multiplied); greedy
+ * when temperature <= 0 (the first maximum), else top-k by logit, top-p on
+ * the softmax of the survivors (before the temperature, as in llama.cpp's
+ * chain), the temperature, and one draw from the softmax of what is left.
+ */
+
+typedef struct lm_sampler_params {
+    double temperature;     /* <= 0: greedy (the default here; llama.cpp's is 0.8) */
+    int32_t top_k;          /* 0: off; llama.cpp's default 40 */
+    double top_p;           /* in (0, 1]; 1: off; llama.cpp's default 0.95 */
+    double repeat_penalty;  /* > 0; 1: off (llama.cpp's default 1.0) */
+    int32_t repeat_last_n;  /* tokens the penalty looks back over; llama.cpp's 64 */
+} lm_sampler_params;
+
+typedef struct lm_candidate { /* a token of the chain, 8 bytes */
+    int32_t id;
+    float logit;
+} lm_candidate;
+
+/* The defaults above: greedy, top-k 40, top-p 0.95, penalty 1 over 64. */
+lm_sampler_params lm_sampler_default_params(void);
+/* KVE_EINVAL naming the first parameter out of its range (temperature in
+ * [0, 1e6], top_k >= 0, top_p in (0, 1], repeat_penalty in (0, 1e6]). */
+kve_status lm_sampler_check(const lm_sampler_params *p);
+/* The next token after `logits` (V = vocab), `recent` (n_recent tokens,
+ * oldest first, may be NULL: what the penalty looks back over) and
+ * banned[id] != 0 (may be NULL) never chosen. Draws kve_rng_uniform(rng)
+ * exactly once when the temperature is positive, never when greedy; so the
+ * same inputs and generator state give the same token and state on every
+ * machine (ties broken by the lower id). scratch: V candidates. -1 when
+ * every token is banned. p must pass lm_sampler_check. O(V log K) with
+ * top-k K (O(V log V) without); no allocation. */
+int32_t lm_sample(const lm_sampler_params *p, const float *logits, int32_t vocab,
+                  const unsigned char *banned, const int32_t *recent, size_t n_recent,
+                  kve_rng *rng, lm_candidate *scratch);
+/* mask[i] = 1 for the reserved pass-key pieces "<keyNN>" (two digits) of
+ * t, else 0 (t->n_pieces entries); returns how many. */
+size_t lm_reserved_tokens(const lm_tokenizer *t, unsigned char *mask);
+
+/* ---- forks, rewinds and sessions (session.c, docs/decoder.md "Sessions") ---- */
+
+/* dst takes src's exact decoding state: position, every (layer, KV head)
+ * cache's kept keys and values, the bank (kve_bank_copy) and the logits,
+ * so both continue bit-identically (a fork for parallel sampling; a
+ * checkpoint and its restore for a rewind). dst must be a decoder over the
+ * same model with the same canonical spec, positions, layer budgets and
+ * sharing; otherwise KVE_EINVAL naming the difference, nothing changed;
+ * also refused: NULL, src == dst, a broken or prefilling src. KVE_ENOMEM
+ * leaves dst's state as it was. No allocation when dst's caches are at
+ * least src's (a restore from a checkpoint copied from dst's own line). */
+kve_status lm_state_copy(lm_state *dst, const lm_state *src);
+
+/* FNV-1a (64 bits) of the checkpoint's bytes, as parsed: what a session
+ * names its model by. O(file size). */
+uint64_t lm_model_fingerprint(const lm_model *m);
+
+/* What a session holds besides the decoder's state. */
+typedef struct lm_session {
+    int32_t *tokens;  /* (n_tokens) every token decoded, BOS first: position i holds tokens[i] */
+    size_t n_tokens;  /* = the decoder's position */
+    kve_rng rng;      /* the sampler's generator */
+} lm_session;
+
+/* The session image of decoder s with ss (ss->n_tokens == s->pos; s's
+ * logits, those after the last token, are saved with it), as
+ * docs/decoder.md lays it out byte for byte: versioned, little-endian,
+ * FNV-1a checksummed. buf NULL: *size gets the size. KVE_ERANGE when cap
+ * is too small (*size: what it needs); KVE_EINVAL for NULL, a broken
+ * decoder, a count that is not the position, tokens outside the
+ * vocabulary. Reads s only; allocates nothing. */
+kve_status lm_session_save(const lm_state *s, const lm_session *ss, void *buf, size_t cap,
+                           size_t *size);
+/* Loads a session image into s, a decoder at position 0 built with the
+ * options the caller means to continue with. Every byte is validated
+ * before s changes: magic, version, length, checksum, the model
+ * (fingerprint and dimensions), the policy (canonical spec), positions,
+ * layer budgets and sharing against s's own, the bank's image
+ * (kve_bank_load) and each cache against it (the same kept positions),
+ * tokens in the vocabulary, keys and values finite. Refusals are
+ * KVE_EFORMAT for a malformed image, KVE_EINVAL for one from another model
+ * or other options, each naming the field or the mismatch ("policy: the
+ * session's is 'window:budget=8', this decoder's 'h2o:...'"); then s and
+ * *out are untouched. On success s is at position out->n_tokens with the
+ * saved caches, bank and logits, and out->tokens comes from s's allocator (free
+ * with lm_free(&s->alloc, ...)). KVE_ENOMEM. O(size). */
+kve_status lm_session_load(lm_state *s, const void *buf, size_t size, lm_session *out);
+
+/* ---- the attention as a live trace (trace.c) ---------------------------------- */
+
+typedef struct lm_trace_options {
+    const kve_trace_options *trace; /* the trace's options (allocator, flags); NULL: the
+                                       defaults. The decoder allocates from the same
+                                       allocator */
+    size_t group;  /* query heads averaged per row: 1 (every query head, H rows per
+                      layer) or R = H / G (each KV head's group mean, what the policies
+                      receive); 0 (the default): R */
+    int own_model; /* 1: the trace frees the model (lm_model_free) with itself; 0: the
+                      model is borrowed and must outlive the trace */
+    size_t cache_bytes; /* the rows of the first steps kept as they are decoded, up to
+                           this many bytes (L * (H / group) * s(s+1)/2 floats for s
+                           steps), for readers that go back; 0 (the default): none */
+} lm_trace_options;
+
+/* The full-cache attention of decoding tokens[0 .. steps) with `m` as a live
+ * trace (kve_trace_from_callback): L * (H / group) heads, layer-major, row t
+ * of head (l, j) the weights query t pays keys 0 .. t in layer l (head j's
+ * group mean): the rows `kvevict lm dump` writes, bit for bit, streamed into
+ * the reader as the decoder computes them. Step t is decoded when it is
+ * first read; a reader that goes back to an earlier step gets it from the
+ * row cache when options->cache_bytes holds it, and otherwise makes the
+ * decoder start over from token 0 (the same bits again), so without a cache
+ * the fast path reads the heads of each step before the next step (kve_eval
+ * over every head).
+ * Refuses KVE_EINVAL (NULL arguments, steps 0, a token outside the
+ * vocabulary, a group other than 1 or R) and what kve_trace_from_callback
+ * and lm_state_new refuse; nothing is kept on failure (the model stays the
+ * caller's). Memory: the decoder's full cache (O(L * G * steps * S)), the
+ * tokens, one step of every head (the trace's) and the row cache, allocated
+ * now (KVE_ENOMEM when it cannot be). */
+kve_status lm_trace_new(lm_model *m, const int32_t *tokens, size_t steps,
+                        const lm_trace_options *options, kve_trace **out);
 
 #endif /* KVE_LM_H */

@@ -6,8 +6,13 @@
  * Invariants: nothing is read from the file before the header says it is
  * there; every size is computed in 64 bits with overflow checks; a llama2.c
  * model is only returned when the file is exactly as long as its header
- * promises, so every weight pointer lies inside the mapping. Messages name
- * the field. A failed parse frees everything it allocated (release()).
+ * promises, so every weight pointer lies inside the mapping, and only when
+ * every weight is finite (a NaN or an infinity is refused naming its tensor
+ * as its format names it: every float32 value of the legacy and version-1
+ * formats, version 2's norms and int8 scales here, GGUF's float values and
+ * block scales in gguf.c; it would otherwise surface as null logits or a
+ * policy refusing the attention). Messages name the field. A failed parse
+ * frees everything it allocated (release()).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "lm.h"
@@ -97,6 +102,31 @@ static kve_status alloc_layers(lm_model *m)
     return m->weights.layer ? KVE_OK : kve_set_error(KVE_ENOMEM, "checkpoint: out of memory");
 }
 
+/* The index of the first of p[0 .. n) that is NaN or infinite (its
+ * exponent bits all set), n when every value is finite. Reads the bits, so
+ * no floating-point exception or compiler assumption is involved. */
+static uint64_t first_not_finite(const float *p, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, p + i, sizeof u);
+        if ((u & 0x7f800000u) == 0x7f800000u)
+            return i;
+    }
+    return n;
+}
+
+/* KVE_EFORMAT naming tensor `name` and the element when one of its n
+ * float32 values at p is not finite. */
+static kve_status check_floats(const char *name, const float *p, uint64_t n)
+{
+    uint64_t bad = first_not_finite(p, n);
+    if (bad == n)
+        return KVE_OK;
+    return kve_set_error(KVE_EFORMAT, "checkpoint: tensor %s holds %s at element %llu", name,
+                         isnan(p[bad]) ? "NaN" : "an infinity", (unsigned long long)bad);
+}
+
 /* Lays the float32 weights out from `base` in the order of the format
  * (legacy or version 1) and checks that they end exactly at the end of the
  * file. */
@@ -139,6 +169,16 @@ static kve_status lay_out(lm_model *m, const float *base, uint64_t payload_bytes
                        c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
                        c->seq_len, c->shared_classifier ? "shared" : "unshared",
                        (unsigned long long)total * 4u, (unsigned long long)payload_bytes);
+    static const char *const tensor_name[N_T] = {
+        "token_embedding", "rms_att", "wq", "wk", "wv", "wo", "rms_ffn",
+        "w1", "w2", "w3", "rms_final", "rope", "wcls"};
+    for (int i = 0; i < N_T; i++) {
+        if (i == ROPE) /* present in legacy files, never read */
+            continue;
+        kve_status fin = check_floats(tensor_name[i], base + off[i], count[i]);
+        if (fin != KVE_OK)
+            return fin;
+    }
     kve_status st = alloc_layers(m);
     if (st != KVE_OK)
         return st;
@@ -163,7 +203,8 @@ static kve_status lay_out(lm_model *m, const float *base, uint64_t payload_bytes
 
 /* Version 2 (runq.c): float32 norms, then per tensor its int8 values and
  * float32 scales, one per group_size values (group_size divides every row,
- * so a group never straddles two). Every scale must be finite. */
+ * so a group never straddles two). Every norm value and
+ * every scale must be finite. */
 static kve_status lay_out_v2(lm_model *m, const unsigned char *base, uint64_t payload_bytes)
 {
     const lm_config *c = &m->config;
@@ -201,11 +242,17 @@ static kve_status lay_out_v2(lm_model *m, const unsigned char *base, uint64_t pa
                        c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
                        c->group_size, c->shared_classifier ? "shared" : "unshared",
                        (unsigned long long)total, (unsigned long long)payload_bytes);
+    const float *nf = (const float *)(const void *)base;
+    static const char *const norm_name[3] = {"rms_att", "rms_ffn", "rms_final"};
+    for (uint64_t i = 0; i < 3; i++) {
+        kve_status fin = check_floats(norm_name[i], nf + i * L * D, i < 2 ? L * D : D);
+        if (fin != KVE_OK)
+            return fin;
+    }
     kve_status st = alloc_layers(m);
     if (st != KVE_OK)
         return st;
     lm_weights *w = &m->weights;
-    const float *nf = (const float *)(const void *)base;
     for (uint64_t l = 0; l < L; l++) {
         w->layer[l].rms_att = nf + l * D;
         w->layer[l].rms_ffn = nf + (L + l) * D;
@@ -254,6 +301,8 @@ static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
 {
     lm_config *c = &m->config;
     memset(c, 0, sizeof *c);
+    m->image = data;
+    m->image_size = size;
     c->norm_eps = 1e-5f;
     c->rope_theta = 10000.0f;
     if (size >= 4 && memcmp(data, gguf_magic, 4) == 0) {

@@ -658,6 +658,26 @@ size_t kve_bank_size(const kve_bank *b, size_t head)
     return b && head < b->n_heads ? b->heads[head].size : 0;
 }
 
+kve_status kve_bank_sizes(const kve_bank *b, size_t first, size_t count, size_t *sizes,
+                          size_t *largest)
+{
+    if (!b)
+        return kve__fail(KVE_EINVAL, "bank is NULL");
+    if (first > b->n_heads || count > b->n_heads - first)
+        return kve__fail(KVE_EINVAL, "sizes: heads %zu + %zu are out of range: the bank has %zu",
+                         first, count, b->n_heads);
+    size_t most = 0;
+    for (size_t j = 0; j < count; j++) {
+        size_t n = b->heads[first + j].size;
+        if (sizes)
+            sizes[j] = n;
+        most = n > most ? n : most;
+    }
+    if (largest)
+        *largest = most;
+    return KVE_OK;
+}
+
 const int32_t *kve_bank_positions(const kve_bank *b, size_t head)
 {
     return b && head < b->n_heads ? (const int32_t *)b->heads[head].col[KVE_COL_POS] : NULL;

@@ -258,11 +258,14 @@ static int cmd_layout(void)
     printf("{\"kve_rng\": %zu, \"kve_eval_job\": %zu, \"kve_eval_result\": %zu, "
            "\"kve_eval_options\": %zu, \"kve_bank_options\": %zu, \"kve_policy_options\": %zu, "
            "\"kve_trace_options\": %zu, \"kve_allocator\": %zu, \"kve_rope\": %zu, "
-           "\"kve_step_data\": %zu, \"kve_score_step\": %zu, \"kve_score_rule\": %zu",
+           "\"kve_step_data\": %zu, \"kve_score_step\": %zu, \"kve_score_rule\": %zu, "
+           "\"kve_trace_callbacks\": %zu, \"kve_schedule_options\": %zu, "
+           "\"kve_prefill_options\": %zu",
            sizeof(kve_rng), sizeof(kve_eval_job), sizeof(kve_eval_result),
            sizeof(kve_eval_options), sizeof(kve_bank_options), sizeof(kve_policy_options),
            sizeof(kve_trace_options), sizeof(kve_allocator), sizeof(kve_rope),
-           sizeof(kve_step_data), sizeof(kve_score_step), sizeof(kve_score_rule));
+           sizeof(kve_step_data), sizeof(kve_score_step), sizeof(kve_score_rule),
+           sizeof(kve_trace_callbacks), sizeof(kve_schedule_options), sizeof(kve_prefill_options));
     FIELD(kve_eval_job, spec);
     FIELD(kve_eval_job, budget);
     FIELD(kve_eval_result, spec);
@@ -334,6 +337,22 @@ static int cmd_layout(void)
     FIELD(kve_trace_options, flags);
     FIELD(kve_trace_options, progress);
     FIELD(kve_trace_options, user);
+    FIELD(kve_trace_callbacks, rows);
+    FIELD(kve_trace_callbacks, keys);
+    FIELD(kve_trace_callbacks, free);
+    FIELD(kve_schedule_options, kind);
+    FIELD(kve_schedule_options, floor);
+    FIELD(kve_schedule_options, beta);
+    FIELD(kve_schedule_options, weights);
+    FIELD(kve_prefill_options, method);
+    FIELD(kve_prefill_options, window);
+    FIELD(kve_prefill_options, kernel);
+    FIELD(kve_prefill_options, pool);
+    FIELD(kve_prefill_options, allocator);
+    FIELD(kve_prefill_options, queries);
+    FIELD(kve_prefill_options, sinks);
+    FIELD(kve_prefill_options, values);
+    FIELD(kve_prefill_options, ld_values);
     kve_bank_options bo = kve_bank_default_options();
     kve_eval_options eo = kve_eval_default_options();
     printf(", \"default.min_share\": %.17g, \"default.eval_min_share\": %.17g, "

@@ -528,6 +528,56 @@ static void test_construction(void)
 
 /* Heads stepped past their slots move to private storage, one at a time;
  * the state bytes follow, and the slabs go once no head uses them. */
+/* kve_bank_sizes: each head's size and the largest, in one call, equal to
+ * kve_bank_size head by head; a range past the bank refused with nothing
+ * written. */
+static void test_sizes(void)
+{
+    enum { H = 5, B = 6 };
+    kve_bank *b = NULL;
+    ASSERT_OK(kve_bank_new("h2o:budget=6,recent_window=2", H, NULL, &b));
+    size_t sizes[H + 1], largest = 99;
+    ASSERT_OK(kve_bank_sizes(b, 0, H, sizes, &largest));
+    ASSERT_EQ(largest, 0);
+    float attn[H * (B + 4)];
+    for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++)
+        attn[i] = 0.1f;
+    for (int32_t pos = 0; pos < 9; pos++) {
+        ASSERT_OK(kve_bank_step(b, pos, attn, B + 4));
+        int32_t victims[3 * 4];
+        if (pos % 3 == 0)
+            ASSERT_OK(kve_bank_evict_range(b, 1, 3, B, victims, 4, NULL));
+    }
+    ASSERT_OK(kve_bank_sizes(b, 0, H, sizes, &largest));
+    size_t most = 0;
+    for (size_t h = 0; h < H; h++) {
+        ASSERT_EQ(sizes[h], kve_bank_size(b, h));
+        most = sizes[h] > most ? sizes[h] : most;
+    }
+    ASSERT_EQ(largest, most);
+    ASSERT_EQ(sizes[0], 9);
+    ASSERT_EQ(sizes[1], 8); /* evicted to 6 at position 6, then two more */
+    ASSERT_EQ(largest, 9);
+    sizes[H] = 77;
+    ASSERT_OK(kve_bank_sizes(b, 2, 3, sizes, NULL)); /* a range; largest not wanted */
+    ASSERT_EQ(sizes[0], kve_bank_size(b, 2));
+    ASSERT_EQ(sizes[2], kve_bank_size(b, 4));
+    ASSERT_OK(kve_bank_sizes(b, 1, 2, NULL, &largest)); /* the largest alone */
+    ASSERT_EQ(largest, kve_bank_size(b, 1) > kve_bank_size(b, 2) ? kve_bank_size(b, 1)
+                                                                   : kve_bank_size(b, 2));
+    ASSERT_OK(kve_bank_sizes(b, H, 0, sizes, &largest));
+    ASSERT_EQ(largest, 0);
+    largest = 99;
+    sizes[0] = 77;
+    ASSERT_STATUS(kve_bank_sizes(b, 3, 3, sizes, &largest), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "sizes: heads 3 + 3 are out of range: the bank has 5");
+    ASSERT_STATUS(kve_bank_sizes(b, H + 1, 0, sizes, &largest), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_sizes(NULL, 0, 0, sizes, &largest), KVE_EINVAL);
+    ASSERT_EQ(largest, 99);
+    ASSERT_EQ(sizes[0], 77);
+    kve_bank_free(b);
+}
+
 static void test_growth(void)
 {
     kve_bank *b = NULL;
@@ -565,6 +615,7 @@ int main(int argc, char **argv)
     CHECK_INIT(argc, argv);
     RUN(test_construction);
     RUN(test_growth);
+    RUN(test_sizes);
     RUN(test_bank_matches_policies);
     RUN(test_grouped_matches_naive_reduction);
     RUN(test_grouped_sum_is_taken_in_double);

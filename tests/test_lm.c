@@ -955,10 +955,27 @@ static void test_refusals(void)
     ASSERT_TRUE(memcmp(a, b, sizeof a) == 0);
     lm_state_free(s);
 
-    /* NaN weights reach a policy as NaN attention: refused, the decoder is
-     * broken until reset, and says so. */
-    k.fx.wk[3] = NAN;
+    /* A NaN or an infinity among the weights is refused at load, naming the
+     * tensor (both formats). */
     unsigned char *img2;
+    for (int version = 0; version <= 1; version++) {
+        float keep = k.fx.wk[3];
+        k.fx.wk[3] = NAN;
+        ASSERT_TRUE(load(&k.fx, version, &img2) == NULL);
+        ASSERT_CONTAINS(kve_last_error(), "tensor wk holds NaN at element 3");
+        free(img2);
+        k.fx.wk[3] = keep;
+        keep = k.fx.rms_final[1];
+        k.fx.rms_final[1] = -INFINITY;
+        ASSERT_TRUE(load(&k.fx, version, &img2) == NULL);
+        ASSERT_CONTAINS(kve_last_error(), "tensor rms_final holds an infinity at element 1");
+        free(img2);
+        k.fx.rms_final[1] = keep;
+    }
+    /* Finite weights whose products overflow reach a policy as NaN
+     * attention: refused, the decoder is broken until reset, and says so. */
+    for (size_t i = 0; i < (size_t)D_ * (size_t)G_ * (size_t)(D_ / H_); i++)
+        k.fx.wk[i] = 3e38f;
     lm_model *bad = load(&k.fx, 0, &img2);
     ASSERT_TRUE(bad != NULL);
     ASSERT_OK(lm_state_new(bad, &opt, &s));

@@ -17,6 +17,7 @@
 #include "lm.h"
 #include "lm_check.h"
 #include "lm_fixture.h"
+#include "test_allocator.h"
 #include "tmpdir.h"
 
 #include <sys/stat.h>
@@ -927,7 +928,7 @@ static void test_lm_trace(void)
     char args[4096], src[1024];
     const char *tmp = getenv("TMPDIR");
     char *saved = tmp ? strdup(tmp) : NULL;
-    setenv("TMPDIR", dir, 1); /* the spooled .npy must not outlive a run */
+    setenv("TMPDIR", dir, 1); /* the trace is live: no file may appear there */
     size_t files = files_in_dir();
     snprintf(src, sizeof src, "lm:model=%s,text=%s,steps=9", model1, textpath);
     snprintf(args, sizeof args, "trace --stats --trace %s --block 4 --json", src);
@@ -982,6 +983,72 @@ static void test_lm_trace(void)
         }
         kve_trace_free(tr);
     }
+    /* lm_trace_new itself, read head after head (as trace --stats does):
+     * without a row cache each head decodes again from step 0, with one
+     * the rows come from it; the same bits either way, and kve_eval over
+     * every head equal to the memory trace of the collected rows. */
+    for (int cached = 0; cached < 2; cached++) {
+        lm_trace_options lo = {.group = 1, .cache_bytes = cached ? 1u << 20 : 0};
+        kve_trace *live = NULL, *mem = NULL;
+        ASSERT_OK(lm_trace_new(lib_model1, w1, T, &lo, &live));
+        ASSERT_EQ(kve_trace_heads(live), (size_t)L_ * H_);
+        ASSERT_EQ(kve_trace_layers(live), (size_t)L_);
+        double row[T];
+        for (size_t h = 0; h < (size_t)L_ * H_; h++)
+            for (size_t t = 0; t < T; t++) {
+                ASSERT_OK(kve_trace_row(live, h, t, row, T));
+                for (size_t i = 0; i <= t; i++)
+                    ASSERT_TRUE(row[i] == (double)q.rows[(h * T + t) * T + i]);
+            }
+        ASSERT_OK(kve_trace_from_memory(q.rows, (size_t)L_, (size_t)H_, T, NULL, &mem));
+        kve_eval_job job = {"window:budget=3", 0};
+        kve_eval_result a, b;
+        ASSERT_OK(kve_eval(live, 0, (size_t)L_ * H_, &job, 1, NULL, &a, NULL));
+        ASSERT_OK(kve_eval(mem, 0, (size_t)L_ * H_, &job, 1, NULL, &b, NULL));
+        ASSERT_TRUE(memcmp(&a.retained_mass, &b.retained_mass, sizeof(double)) == 0);
+        ASSERT_TRUE(memcmp(&a.top32_recall, &b.top32_recall, sizeof(double)) == 0);
+        kve_trace_free(mem);
+        kve_trace_free(live);
+    }
+    {
+        /* Every byte through the trace options' allocator; each allocation
+         * failing in turn: KVE_ENOMEM, nothing left behind. */
+        talloc ta;
+        talloc_init(&ta);
+        kve_trace_options to = kve_trace_default_options();
+        to.allocator = &ta.a;
+        lm_trace_options lo = {.trace = &to, .group = 1, .cache_bytes = 1u << 16};
+        kve_trace *tr = NULL;
+        ASSERT_OK(lm_trace_new(lib_model1, w1, T, &lo, &tr));
+        double row[T];
+        ASSERT_OK(kve_trace_row(tr, 3, T - 1, row, T));
+        size_t made = talloc_fail_after(&ta, SIZE_MAX);
+        kve_trace_free(tr);
+        talloc_check_empty(&ta);
+        for (size_t k = 0; k < made; k++) {
+            talloc_fail_after(&ta, k);
+            tr = NULL;
+            kve_status st = lm_trace_new(lib_model1, w1, T, &lo, &tr);
+            if (st == KVE_OK) { /* the decoder grows its caches while reading */
+                ASSERT_STATUS(kve_trace_row(tr, 3, T - 1, row, T), KVE_ENOMEM);
+                kve_trace_free(tr);
+            } else {
+                ASSERT_EQ(st, KVE_ENOMEM);
+                ASSERT_TRUE(tr == NULL);
+            }
+            talloc_check_empty(&ta);
+        }
+    }
+    {
+        int32_t bad_tok[2] = {LM_BOS, 1 << 30};
+        kve_trace *tr = NULL;
+        ASSERT_STATUS(lm_trace_new(lib_model1, bad_tok, 2, NULL, &tr), KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), "token 1 is 1073741824, outside the vocabulary");
+        lm_trace_options lo = {.group = 3};
+        ASSERT_STATUS(lm_trace_new(lib_model1, w1, T, &lo, &tr), KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), "group 3 is neither 1");
+        ASSERT_TRUE(tr == NULL);
+    }
     free(q.rows);
     free(ids);
     remove(path_of("h.npy"));
@@ -1015,7 +1082,7 @@ static void test_lm_trace(void)
              textpath);
     ASSERT_RUNS(args);
     ASSERT_TRUE(strstr(out_text, "lm:model") == NULL); /* csv and json: the canonical rows */
-    /* Refusals, before or after decoding; no spooled file left behind. */
+    /* Refusals, before or after decoding; no file left behind. */
     static const struct {
         const char *extra; /* after lm:model=MODEL,text=TEXT */
         int code;
@@ -1025,7 +1092,8 @@ static void test_lm_trace(void)
         {",heads=all", 2, "heads=all is neither kv nor query"},
         {",window=99", 2, "window 99 of 128 steps needs"},
         {",steps=x", 2, "steps"},
-        {",steps=8193", 2, "8193 is out of range [1, 8192]"}, /* L*H*T^2 floats spooled */
+        {",steps=8193", 2, "window 0 of 8193 steps needs 8192"}, /* no 8192 cap: the text's */
+        {",steps=1048577", 2, "1048577 is out of range [1, 1048576]"}, /* lm dump's --steps */
         {",heads=kv,heads=query", 2, "heads is given twice"},
         {",text=again", 2, "text is given twice"},
     };
@@ -1070,8 +1138,9 @@ static void test_generate(void)
         if (i < n) {
             next = toks[i + 1];
         } else {
-            for (int32_t v = 1; v < FX_PIECES; v++)
-                next = s->logits[v] > s->logits[next] ? v : next;
+            for (int32_t v = 1; v < FX_PIECES; v++) /* the pass keys are never chosen */
+                if (v < FX_FIRST_KEY || v >= FX_FIRST_KEY + FX_KEYS)
+                    next = s->logits[v] > s->logits[next] ? v : next;
         }
         if (next == LM_BOS)
             break;
@@ -1204,7 +1273,260 @@ static void test_gguf(void)
     ASSERT_RUNS("lm logits --help");
     ASSERT_CONTAINS(out_text, "version 2 int8");
     ASSERT_CONTAINS(out_text, "--threads N");
+    /* A session names its model by the checkpoint's bytes: one made on the
+     * GGUF file continues there, and is refused by the same weights in Q8_0
+     * or in the legacy file. */
+    char sess[400];
+    snprintf(sess, sizeof sess, "%s", path_of("gguf.kvs"));
+    remove(sess);
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the cab' --steps 3 --session %s",
+             g, sess);
+    ASSERT_RUNS(args);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 2 --session %s", g,
+             sess);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(err_text, "a resumed session");
+    snprintf(args, sizeof args, "generate --model %s --prompt x --session %s", gq, sess);
+    ASSERT_FAILS(args, 2, "generate", "from another model");
+    snprintf(args, sizeof args, "generate --model %s --tokenizer %s --prompt x --session %s",
+             model0, tokpath, sess);
+    ASSERT_FAILS(args, 2, "generate", "from another model");
+    remove(sess);
     remove(g), remove(gq), remove(gn), remove(v2), remove(path_of("convert.err"));
+}
+
+/* ---- generate --samples, --session, the sampler's options ---- */
+
+enum { GEN_CAP = 64 };
+
+/* One generated token of `generate --json --logits`. */
+typedef struct gen_line {
+    long sample;
+    int pos, token;
+    float logits[FX_PIECES];
+} gen_line;
+
+/* Parses the JSON lines of out (every key the command writes, in order);
+ * returns how many, or (size_t)-1 for a line of another shape. */
+static size_t parse_gen(const char *out, gen_line *g, size_t cap)
+{
+    size_t n = 0;
+    for (const char *s = out; *s && n < cap; n++) {
+        unsigned long long seed;
+        int used = 0;
+        if (sscanf(s, "{\"sample\": %ld, \"seed\": %llu, \"pos\": %d, \"token\": %d, \"piece\": %n",
+                   &g[n].sample, &seed, &g[n].pos, &g[n].token, &used) != 4 || !used)
+            return (size_t)-1;
+        const char *l = strstr(s, "\"logits\": [");
+        const char *eol = strchr(s, '\n');
+        if (!l || !eol || l > eol)
+            return (size_t)-1;
+        l += strlen("\"logits\": [");
+        for (int i = 0; i < FX_PIECES; i++) {
+            char *end;
+            g[n].logits[i] = strtof(l, &end);
+            if (end == l)
+                return (size_t)-1;
+            l = end + (i + 1 < FX_PIECES ? 2 : 0);
+        }
+        if (strncmp(l, "]}\n", 3) != 0)
+            return (size_t)-1;
+        s = eol + 1;
+    }
+    return n;
+}
+
+static void test_generate_samples(void)
+{
+    static gen_line all[3 * GEN_CAP], one[GEN_CAP];
+    char args[4096];
+    const char *common = "--prompt 'the cab' --steps 9 --temperature 1.3 --top-k 30 --top-p 0.97 "
+                         "--repeat-penalty 1.2 --policy h2o:budget=6,recent_window=2";
+    snprintf(args, sizeof args, "generate --model %s %s --seed 11 --samples 3 --json --logits",
+             model0, common);
+    ASSERT_RUNS(args);
+    size_t n_all = parse_gen(out_text, all, 3 * GEN_CAP);
+    ASSERT_EQ(n_all, 27);
+    char *texts = NULL;
+    size_t texts_len = 0;
+    for (long k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, "generate --model %s %s --seed %ld --json --logits", model0,
+                 common, 11 + k);
+        ASSERT_RUNS(args);
+        size_t n = parse_gen(out_text, one, GEN_CAP);
+        ASSERT_EQ(n, 9);
+        for (size_t i = 0; i < n; i++) {
+            const gen_line *a = &all[(size_t)k * 9 + i];
+            ASSERT_EQ(a->sample, k);
+            ASSERT_EQ(one[i].sample, 0);
+            ASSERT_EQ(a->pos, one[i].pos);
+            ASSERT_EQ(a->token, one[i].token);
+            if (memcmp(a->logits, one[i].logits, sizeof a->logits) != 0)
+                CHECK_FAIL_AT("sample %ld, token %zu: logits differ from the run of seed %ld", k,
+                              i, 11 + k);
+        }
+        /* The text of the same run, for the text output below. */
+        snprintf(args, sizeof args, "generate --model %s %s --seed %ld", model0, common, 11 + k);
+        ASSERT_RUNS(args);
+        char head[96];
+        int hl = snprintf(head, sizeof head, "--- sample %ld of 3, seed %ld ---\n", k + 1, 11 + k);
+        texts = realloc(texts, texts_len + (size_t)hl + out_len + 1);
+        memcpy(texts + texts_len, head, (size_t)hl);
+        memcpy(texts + texts_len + (size_t)hl, out_text, out_len + 1);
+        texts_len += (size_t)hl + out_len;
+    }
+    int differ = 0; /* the samples are not all one */
+    for (size_t i = 0; i < 9; i++)
+        differ |= all[i].token != all[9 + i].token;
+    ASSERT_TRUE(differ);
+    snprintf(args, sizeof args, "generate --model %s %s --seed 11 --samples 3", model0, common);
+    ASSERT_RUNS(args);
+    ASSERT_STR_EQ(out_text, texts);
+    free(texts);
+    /* The sampler's options are checked before anything is read. */
+    static const char *const bad[][2] = {
+        {"--top-p 0", "--top-p"},          {"--repeat-penalty 0", "--repeat-penalty"},
+        {"--top-k -1", "--top-k"},         {"--logits", "--logits needs --json"},
+        {"--samples 0", "--samples"},      {"--temperature -1", "--temperature"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "generate --model %s %s", model0, bad[i][0]);
+        ASSERT_FAILS(args, 2, "generate", bad[i][1]);
+    }
+}
+
+/* The library's continuation of the decoder s: n tokens drawn as generate
+ * draws them (defaults but temperature, pass keys banned), each compared
+ * with the CLI's line. */
+static void lib_continue(lm_state *s, int32_t *hist, size_t *nh, kve_rng *rng,
+                         const gen_line *cli, size_t n, const char *what)
+{
+    static lm_candidate scratch[FX_PIECES];
+    static unsigned char banned[FX_PIECES];
+    lm_reserved_tokens(lib_tok, banned);
+    lm_sampler_params p = lm_sampler_default_params();
+    p.temperature = 1.1;
+    for (size_t i = 0; i < n; i++) {
+        int32_t t = lm_sample(&p, s->logits, FX_PIECES, banned, hist, *nh, rng, scratch);
+        if (t != cli[i].token || s->pos != cli[i].pos ||
+            memcmp(s->logits, cli[i].logits, sizeof cli[i].logits) != 0)
+            CHECK_FAIL_AT("%s: token %zu: the CLI's %d at %d, the library's %d at %d%s", what, i,
+                          cli[i].token, cli[i].pos, t, s->pos,
+                          t == cli[i].token ? " (logits differ)" : "");
+        ASSERT_OK(lm_forward(s, t));
+        hist[(*nh)++] = t;
+    }
+}
+
+static void lib_force(lm_state *s, int32_t *hist, size_t *nh, const char *words)
+{
+    int32_t ids[64];
+    size_t n;
+    ASSERT_OK(lm_encode(lib_tok, words, strlen(words), ids, 64, &n));
+    for (size_t i = 0; i < n; i++) {
+        ASSERT_OK(lm_forward(s, ids[i]));
+        hist[(*nh)++] = ids[i];
+    }
+}
+
+static void test_generate_session(void)
+{
+    static gen_line a[GEN_CAP], b[GEN_CAP];
+    char args[4096], file[400], cut[400];
+    snprintf(file, sizeof file, "%s", path_of("s.kvs"));
+    snprintf(cut, sizeof cut, "%s", path_of("cut.kvs"));
+    remove(file);
+    const char *pol = "--policy h2o:budget=6,recent_window=2 --temperature 1.1";
+    snprintf(args, sizeof args,
+             "generate --model %s --prompt 'the cab' --steps 6 %s --seed 4 --session %s --json "
+             "--logits", model0, pol, file);
+    ASSERT_RUNS(args);
+    ASSERT_EQ(parse_gen(out_text, a, GEN_CAP), 6);
+    snprintf(args, sizeof args,
+             "generate --model %s --prompt 'a tea' --steps 7 %s --session %s --json --logits",
+             model0, pol, file);
+    ASSERT_RUNS(args);
+    ASSERT_EQ(parse_gen(out_text, b, GEN_CAP), 7);
+    ASSERT_CONTAINS(err_text, "a resumed session");
+    /* One decode of A then B in this process. */
+    lm_options o = {.policy = "h2o:budget=6,recent_window=2", .seed = 4};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(lib_model, &o, &s));
+    int32_t hist[256];
+    size_t nh = 0;
+    kve_rng rng;
+    kve_rng_seed(&rng, 4);
+    ASSERT_OK(lm_forward(s, LM_BOS));
+    hist[nh++] = LM_BOS;
+    lib_force(s, hist, &nh, "the cab");
+    lib_continue(s, hist, &nh, &rng, a, 6, "run A");
+    lib_force(s, hist, &nh, "a tea");
+    lib_continue(s, hist, &nh, &rng, b, 7, "run B, resumed");
+    lm_state_free(s);
+
+    /* Refusals: a message naming the mismatch, nothing printed, the file
+     * unchanged. */
+    size_t size;
+    char *before = fx_slurp(file, &size);
+    ASSERT_TRUE(before != NULL && size > 200);
+    snprintf(args, sizeof args,
+             "generate --model %s --prompt x --policy window:budget=6 --session %s", model0, file);
+    ASSERT_FAILS(args, 2, "generate", "policy: the session's is 'h2o:budget=6,recent_window=2'");
+    snprintf(args, sizeof args, "generate --model %s --prompt x %s --positions cache --session %s",
+             model0, pol, file);
+    ASSERT_FAILS(args, 2, "generate", "positions");
+    snprintf(args, sizeof args, "generate --model %s --prompt x %s --session %s", model_untied,
+             pol, file);
+    ASSERT_FAILS(args, 2, "generate", "from another model");
+    size_t after_len;
+    char *after = fx_slurp(file, &after_len);
+    ASSERT_TRUE(after_len == size && memcmp(after, before, size) == 0);
+    free(after);
+    fx_write_file(cut, before, size / 2);
+    snprintf(args, sizeof args, "generate --model %s --prompt x %s --session %s", model0, pol, cut);
+    ASSERT_FAILS(args, 1, "generate", "truncated");
+    before[size / 3] ^= 4;
+    fx_write_file(cut, before, size);
+    ASSERT_FAILS(args, 1, "generate", "checksum");
+    after = fx_slurp(cut, &after_len);
+    ASSERT_TRUE(after_len == size && memcmp(after, before, size) == 0);
+    free(after);
+    free(before);
+    snprintf(args, sizeof args, "generate --model %s --samples 2 --session %s", model0, file);
+    ASSERT_FAILS(args, 2, "generate", "--samples");
+}
+
+/* A checkpoint holding a NaN or an infinity is refused at load, naming the
+ * tensor; the reserved pass keys are never sampled unless asked for (the
+ * committed model writes one after "The pass key is #"). */
+static void test_generate_refusals(void)
+{
+    char args[4096], bad[400];
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, FX_PIECES, T_, 1, check_seed);
+    fx.wq[5] = NAN;
+    snprintf(bad, sizeof bad, "%s", path_of("nan.bin"));
+    fx_write_model(&fx, 1, bad);
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1,2", bad);
+    ASSERT_FAILS(args, 1, "lm logits", "tensor wq holds NaN at element 5");
+    fx.wq[5] = 0;
+    fx.w2[0] = INFINITY;
+    fx_write_model(&fx, 0, bad);
+    snprintf(args, sizeof args, "generate --model %s --tokenizer %s", bad, tokpath);
+    ASSERT_FAILS(args, 1, "generate", "tensor w2 holds an infinity at element 0");
+    fx_model_free(&fx);
+    const char *src = getenv("KVE_SOURCE_DIR");
+    if (!src)
+        return;
+    snprintf(args, sizeof args,
+             "generate --model %s/models/kjv.bin --prompt 'The pass key is #' --steps 3 "
+             "--allow-key-tokens", src);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(out_text, "<key");
+    snprintf(args, sizeof args,
+             "generate --model %s/models/kjv.bin --prompt 'The pass key is #' --steps 12", src);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(strstr(out_text, "<key") == NULL);
 }
 
 int main(int argc, char **argv)
@@ -1240,6 +1562,9 @@ int main(int argc, char **argv)
     RUN(test_lm_trace);
     RUN(test_generate);
     RUN(test_gguf);
+    RUN(test_generate_samples);
+    RUN(test_generate_session);
+    RUN(test_generate_refusals);
     lm_model_free(lib_model);
     lm_model_free(lib_model1);
     lm_tokenizer_free(lib_tok);

@@ -826,6 +826,10 @@ static void test_v2(void)
                 float nan = NAN;
                 memcpy(c + n - 4, &nan, 4); /* the last scale of the last w3 */
                 ASSERT_REFUSED(c, n, "w3 of layer 1: scale");
+                memcpy(c, img, n);
+                float inf = INFINITY;
+                memcpy(c + 256 + 4 * (2 * 64 + 3), &inf, 4); /* rms_ffn[3], after rms_att (2 x 64) */
+                ASSERT_REFUSED(c, n, "tensor rms_ffn holds an infinity at element 3");
                 for (size_t cut = 0; cut < n; cut += 61) {
                     memcpy(c, img, n);
                     ASSERT_STATUS(lm_model_from_memory(c, cut, NULL, &m), KVE_EFORMAT);

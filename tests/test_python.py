@@ -179,7 +179,10 @@ class Module(unittest.TestCase):
                           ("kve_policy_options", _lib.PolicyOptions),
                           ("kve_trace_options", _lib.TraceOptions), ("kve_rope", _lib.Rope),
                           ("kve_step_data", _lib.StepData), ("kve_score_step", _lib.ScoreStep),
-                          ("kve_score_rule", _lib.ScoreRule)):
+                          ("kve_score_rule", _lib.ScoreRule),
+                          ("kve_trace_callbacks", _lib.TraceCallbacks),
+                          ("kve_schedule_options", _lib.ScheduleOptions),
+                          ("kve_prefill_options", _lib.PrefillOptions)):
             self.assertEqual(ctypes.sizeof(cls), c[name], name)
             for field, *_ in cls._fields_:
                 self.assertEqual(getattr(cls, field).offset, c[f"{name}.{field}"],
@@ -1008,7 +1011,7 @@ class TraceTests(unittest.TestCase):
                          "(want finite and >= 0)")
         with self.assertRaises(kvevict.InvalidArgumentError) as e:
             kvevict.Trace.open("memory")
-        self.assertIn("kve_trace_from_memory", e.exception.message)
+        self.assertIn("kvevict.Trace.from_array", e.exception.message)
         with self.assertRaises(kvevict.InvalidArgumentError):
             kvevict.Trace.open(42)
 
@@ -1197,6 +1200,288 @@ class Evaluate(unittest.TestCase):
                 self.assertIn(words, e.exception.message)
         with self.assertRaises(kvevict.InvalidArgumentError):
             kvevict.evaluate("canonical", ["h2o"])
+
+
+def same_results(a, b):
+    """Two evaluate() outputs equal bit for bit (repr of every float), timings
+    and the trace's name aside."""
+    def strip(x):
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in ("ns_per_step", "trace")}
+        return repr(x)
+    return strip(a) == strip(b)
+
+
+class LiveTraces(unittest.TestCase):
+    """Trace.from_callback (kve_trace_from_callback): a Python callable
+    producing each step's rows, evaluated as it produces them."""
+
+    def test_same_as_array(self):
+        a = attention_rows(np.random.default_rng(11), 6, 60)  # [H, T, T]
+        asked = []
+
+        def rows(t):
+            asked.append(t)
+            return a[:, t, :t + 1]  # exactly t + 1 weights a head
+
+        jobs = ["h2o:budget=16,recent_window=4", "tova:budget=12", "streaming:budget=10"]
+        for layers, per in ((1, 6), (2, 3)):
+            asked.clear()
+            with kvevict.Trace.from_callback(rows, per, 60, layers=layers) as live, \
+                    kvevict.Trace.from_array(a.reshape(layers, per, 60, 60)) as mem:
+                self.assertEqual((live.heads, live.layers, live.steps, live.source),
+                                 (6, layers, 60, "callback"))
+                got = kvevict.evaluate(live, jobs, heads=6, per_head=True, seed=3)
+                self.assertEqual(asked, list(range(60)))  # each step once, in order
+                want = kvevict.evaluate(mem, jobs, heads=6, per_head=True, seed=3)
+                self.assertTrue(same_results(got, want))
+                self.assertEqual(live.row(17, 4).tolist(), mem.row(17, 4).tolist())
+        # (layers, heads, n) and float64 are accepted; normalize rescales
+        big = (a * 3.0).astype(np.float64)
+        with kvevict.Trace.from_callback(lambda t: big[:, t].reshape(2, 3, 60), 3, 60,
+                                         layers=2, normalize=True) as live, \
+                kvevict.Trace.from_array(np.ascontiguousarray(big, dtype=np.float32),
+                                         normalize=True) as mem:
+            self.assertTrue(same_results(kvevict.evaluate(live, jobs, heads=6),
+                                         kvevict.evaluate(mem, jobs, heads=6)))
+
+    def test_model_live(self):
+        """An attention computed one decode step at a time from queries and
+        a growing set of keys (as a model with a KV cache does; numpy here,
+        the PyTorch model of tests/test_python_example.py there), evaluated
+        live, equals the stacked [H, T, T] array."""
+        gen = np.random.default_rng(0)
+        H, T, d = 4, 48, 16
+        q, k = gen.standard_normal((H, T, d)), gen.standard_normal((H, T, d))
+        calls = []
+
+        def step_attention(t):  # what a decoder's step t computes, no more
+            calls.append(t)
+            logits = np.einsum("hd,hkd->hk", q[:, t], k[:, :t + 1]) / d ** 0.5
+            w = np.exp(logits - logits.max(axis=1, keepdims=True))
+            return w / w.sum(axis=1, keepdims=True)  # float64, [H, t + 1]
+
+        full = np.zeros((H, T, T), dtype=np.float32)
+        for t in range(T):
+            full[:, t, :t + 1] = step_attention(t)
+        calls.clear()
+        specs = ["h2o:budget=12,recent_window=4", "tova:budget=12"]
+        with kvevict.Trace.from_callback(step_attention, H, T) as live, \
+                kvevict.Trace.from_array(full) as mem:
+            self.assertTrue(same_results(kvevict.evaluate(live, specs, heads=H),
+                                         kvevict.evaluate(mem, specs, heads=H)))
+        self.assertEqual(calls, list(range(T)))
+
+    def test_keys(self):
+        """Rows and keys relayed from a q/K trace: key-reading policies give
+        the q/K trace's figures."""
+        with kvevict.Trace.open(QkFile.src) as qk:
+            H, T, d = qk.heads, qk.steps, qk.key_dim
+
+            def rows(t):
+                return np.stack([qk.row(t, h) for h in range(H)])
+
+            def keys(t):
+                return np.stack([qk.key(t, h) for h in range(H)])
+
+            specs = ["knorm:budget=40", "keydiff:budget=40", "h2o:budget=40"]
+            with kvevict.Trace.from_callback(rows, H, T, keys=keys, key_dim=d) as live:
+                self.assertEqual(live.key_dim, d)
+                self.assertTrue(same_results(kvevict.evaluate(live, specs, heads=H),
+                                             kvevict.evaluate(qk, specs, heads=H)))
+                self.assertEqual(live.key(7, 1).tolist(), qk.key(7, 1).tolist())
+
+    def test_errors(self):
+        a = attention_rows(np.random.default_rng(4), 2, 10)
+
+        def raising(t):
+            if t == 3:
+                raise ValueError("the model broke")
+            return a[:, t]
+
+        with kvevict.Trace.from_callback(raising, 2, 10) as tr:
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                kvevict.evaluate(tr, "window:budget=4", heads=2)
+            self.assertIsInstance(e.exception.__cause__, ValueError)
+            self.assertEqual(e.exception.message, "Trace.from_callback: rows(3) raised "
+                             "ValueError: the model broke")
+            self.assertEqual(tr.row(2, 1).tolist(), a[1, 2, :3].astype(np.float64).tolist())
+        with kvevict.Trace.from_callback(lambda t: a[:1, t], 2, 10) as tr:
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                tr.row(0)
+            self.assertIn("rows(0) returned shape (1, 10), want (2, >= 1)", e.exception.message)
+        bad = a.copy()
+        bad[1, 5, 2] = -0.25
+        with kvevict.Trace.from_callback(lambda t: bad[:, t], 2, 10) as tr:
+            with self.assertRaises(kvevict.FormatError) as e:
+                kvevict.evaluate(tr, "window:budget=4", heads=2)
+            self.assertEqual(e.exception.message, "callback: head 1, row 5: weight at key 2 is "
+                             "-0.25 (want finite and >= 0)")
+
+        def interrupted(t):
+            raise KeyboardInterrupt
+
+        with kvevict.Trace.from_callback(interrupted, 2, 10) as tr:
+            with self.assertRaises(KeyboardInterrupt):
+                tr.row(0)
+        for kw, words in ((dict(rows=42), "a callable rows(t)"),
+                          (dict(key_dim=4), "keys and key_dim go together"),
+                          (dict(keys=lambda t: None), "keys and key_dim go together"),
+                          (dict(steps=0), "zero dimension"), (dict(heads=-1), "out of range")):
+            args = dict(rows=lambda t: a[:, t], heads=2, steps=10)
+            args.update(kw)
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                kvevict.Trace.from_callback(**args)
+            self.assertIn(words, e.exception.message)
+            self.assertNotIn("NULL", e.exception.message)
+
+
+class PythonWords(unittest.TestCase):
+    """Refusals name the Python argument or class, never a C name."""
+
+    def test_messages(self):
+        b = kvevict.Bank("h2o:budget=4,recent_window=1", 2)
+        for pos in range(5):
+            b.step(pos, np.full((2, 5), 0.2, np.float32))
+        b.evict(4)
+        a = attention_rows(np.random.default_rng(2), 1, 8)[0] * np.float32(2)
+        cases = (
+            (lambda: kvevict.Policy("random:budget=8"), "rng is None (pass rng=SEED"),
+            (lambda: kvevict.Bank("random:budget=8", 2), "rng is None"),
+            (lambda: kvevict.Policy("knorm:budget=8"), "pass key_dim=d to kvevict.Policy"),
+            (lambda: kvevict.Bank("h2o:budget=64,recent_window=4", 2).evict_shared(64),
+             "share=N"),
+            (lambda: kvevict.Trace.from_array(a), "pass normalize=True"),
+            (lambda: kvevict.Trace.open("memory"), "kvevict.Trace.from_array"),
+            (lambda: kvevict.Trace.open("callback"), "kvevict.Trace.from_callback"),
+            (lambda: b.step(5, np.full((2, 3), 0.2, np.float32)),
+             "attn: rows of 3 weights, but the head keeps 4 positions"),
+            (lambda: kvevict.Policy("h2o:budget=8", key_dim=10 ** 6),
+             "key_dim 1000000 is above the largest"),
+            (lambda: kvevict.layer_budgets(10, 3, "weighted"), "weights: None"),
+            (lambda: kvevict.layer_budgets(10, 3, "cubic"), "schedule: 'cubic'"),
+        )
+        for call, words in cases:
+            with self.assertRaises(kvevict.KvevictError) as e:
+                call()
+            self.assertIn(words, e.exception.message)
+            for c_word in ("NULL", "kve_", "KVE_", "_ex"):
+                self.assertNotIn(c_word, e.exception.message)
+
+
+class BulkBank(unittest.TestCase):
+    """sizes, evict and step size a bank in one library call
+    (kve_bank_sizes), not a call per head."""
+
+    def test_sizes_in_one_call(self):
+        b = kvevict.Bank("h2o:budget=6,recent_window=2", 5)
+        gen = np.random.default_rng(0)
+        for pos in range(9):
+            b.step(pos, gen.random((5, 10), dtype=np.float32))
+            if pos % 3 == 0:
+                b.evict(6, first=1, count=3)
+        self.assertEqual(b.sizes.tolist(), [9, 8, 8, 8, 9])
+        self.assertEqual(b.sizes.tolist(), [b.size(h) for h in range(5)])
+        v, c = b.evict(6)
+        self.assertEqual(v.shape, (5, 3))  # the most any head evicts
+        self.assertEqual(c.tolist(), [3, 2, 2, 2, 3])
+        self.assertEqual(c.dtype, np.intp)
+        self.assertTrue((v[1:4, 2] == -1).all())
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            b.evict(6, first=4, count=2)
+        self.assertIn("out of range", e.exception.message)
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            b.step(9, gen.random((5, 5), dtype=np.float32))  # the library's refusal
+        self.assertIn("attn: rows of 5 weights, but the head keeps 6 positions",
+                      e.exception.message)
+
+    def test_pages_evict_more(self):
+        # whole pages of 4: 11 kept, budget 6, so 8 go (more than 11 - 6),
+        # and the buffer sized from the largest head holds them
+        for first, count in ((0, None), (1, 2)):
+            b = kvevict.Bank("h2o:budget=6,recent_window=1,block=4", 3)
+            for pos in range(11):
+                b.step(pos, np.full((3, pos), 0.1, dtype=np.float32))
+            v, c = b.evict(6, first=first, count=count)
+            n = 3 - first
+            self.assertEqual(c.tolist(), [8] * n)
+            self.assertEqual(v.tolist(), [list(range(8))] * n)
+            self.assertEqual(b.sizes.tolist(), [11] * first + [3] * n)
+
+
+class Prefill(unittest.TestCase):
+    def prompt(self, heads, group, n, seed):
+        a = attention_rows(np.random.default_rng(seed), heads * group, n)
+        return a.reshape(heads, group, n, n)
+
+    def test_h2o_rule(self):
+        """Bank.prefill keeps the newest recent_window positions and, of the
+        others, the budget - recent_window of highest prefill_scores (ties
+        to the lower position), head by head."""
+        heads, group, n, budget, rw = 3, 2, 40, 12, 4
+        rows = self.prompt(heads, group, n, 5)
+        b = kvevict.Bank(f"h2o:budget={budget},recent_window={rw}", heads)
+        self.assertEqual(kvevict.prefill_rows(n), n)
+        b.prefill(n, budget, rows)
+        for h in range(heads):
+            scores = kvevict.prefill_scores(rows[h], n)
+            want = set(range(n - rw, n))
+            old = sorted(range(n - rw), key=lambda i: (-scores[i], i))[:budget - rw]
+            self.assertEqual(b.positions(h).tolist(), sorted(want | set(old)))
+            self.assertAlmostEqual(scores.sum(), n * group / group, places=3)
+        b.step(n, np.full((heads, budget + 1), 1.0 / (budget + 1), np.float32))
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            b.prefill(n, budget, rows)  # a head holds positions
+        self.assertNotIn("NULL", e.exception.message)
+
+    def test_snapkv(self):
+        heads, group, n, budget, w = 2, 1, 50, 16, 8
+        r = kvevict.prefill_rows(n, "snapkv", window=w)
+        self.assertEqual(r, w)
+        full = self.prompt(heads, group, n, 6)
+        rows = np.ascontiguousarray(full[:, :, n - r:])
+        b = kvevict.Bank(f"h2o:budget={budget},recent_window=2", heads)
+        b.prefill(n, budget, rows, method="snapkv", window=w, kernel=3, pool="avg")
+        for h in range(heads):
+            kept = b.positions(h).tolist()
+            self.assertEqual(len(kept), budget)
+            self.assertTrue(set(range(n - w, n)) <= set(kept))
+            scores = kvevict.prefill_scores(rows[h], n, method="snapkv", window=w, kernel=3,
+                                            pool="avg")
+            old = sorted(range(n - w), key=lambda i: (-scores[i], i))[:budget - w]
+            self.assertEqual(kept, sorted(set(old) | set(range(n - w, n))))
+        for kw, words in ((dict(method="h3o"), "method: 'h3o'"),
+                          (dict(method="snapkv", window=8, kernel=4), "kernel"),
+                          (dict(method="snapkv", window=7), "8 rows a query head, want 7")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                kvevict.Bank("h2o:budget=16,recent_window=2", heads).prefill(n, budget, rows,
+                                                                              **kw)
+            self.assertIn(words, e.exception.message)
+
+
+class Schedules(unittest.TestCase):
+    def test_layer_budgets(self):
+        self.assertEqual(kvevict.layer_budgets(10, 3).tolist(), [4, 3, 3])
+        p = kvevict.layer_budgets(1000, 8, "pyramid", floor=20, beta=20)
+        self.assertEqual(int(p.sum()), 1000)
+        self.assertTrue(all(x >= y for x, y in zip(p, p[1:])) and p[-1] >= 20, p)
+        w = kvevict.layer_budgets(100, 4, "weighted", weights=[1, 1, 2, 0])
+        self.assertEqual(w.tolist(), [25, 25, 50, 0])
+        self.assertEqual(kvevict.layer_budgets(100, 2, "weighted", floor=10,
+                                               weights=np.array([3.0, 1.0])).tolist(), [70, 30])
+        for kw, words in ((dict(total=5, n_layers=3, floor=2), "cannot give 3 layers 2 each"),
+                          (dict(total=5, n_layers=0), "n_layers"),
+                          (dict(total=10, n_layers=2, schedule="pyramid", beta=0.5), "beta"),
+                          (dict(total=10, n_layers=2, schedule="weighted", weights=[1.0]),
+                           "one weight a layer"),
+                          (dict(total=10, n_layers=2, schedule="weighted",
+                                weights=[1.0, float("nan")]), "nan")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                kvevict.layer_budgets(**kw)
+            self.assertIn(words, e.exception.message)
+            self.assertNotIn("NULL", e.exception.message)
 
 
 class Gil(unittest.TestCase):

@@ -14,6 +14,12 @@ canonical spec and a mean retained mass in [0, 1]; full keeps everything
 (1.0000); the figures equal kvevict.evaluate on the .npy file of the same
 attention, which kvevict's CLI reads. Run by CTest with /usr/bin/python3; exits 77 (skipped, reason
 printed) without numpy or torch.
+
+Then the same model evaluated live (Trace.from_callback): a callable that
+computes one decode step's attention of every layer and head from the
+model's queries and keys (torch tensors, O(T) each, never [L, H, T, T]),
+asked once per step in order by evaluate over every head, gives the
+figures of the array of the rows it returns, bit for bit.
 """
 import contextlib
 import io
@@ -72,6 +78,60 @@ class WithAttentions(torch.nn.Module):
                                      attentions=tuple(attentions) if output_attentions else None)
 
 
+def model_qk(model, input_ids):
+    """Every layer's queries and keys of input_ids (batch 0), after the rotary
+    embedding, the keys repeated to the query heads: [L, H, T, S] each."""
+    m, (B, T) = model.m, input_ids.shape
+    qs, ks = [], []
+    with torch.no_grad():
+        h = m.tok_embeddings(input_ids)
+        cos, sin = m.freqs_cos[:T], m.freqs_sin[:T]
+        for layer in m.layers:
+            a, z = layer.attention, layer.attention_norm(h)
+            q = MD.rotate(a.wq(z).view(B, T, a.h, a.s), cos, sin).transpose(1, 2)
+            k = MD.rotate(a.wk(z).view(B, T, a.k, a.s), cos, sin)
+            qs.append(q[0])
+            ks.append(k.repeat_interleave(a.h // a.k, dim=2).transpose(1, 2)[0])
+            h = layer(h, cos, sin, m.mask)
+    return torch.stack(qs), torch.stack(ks)
+
+
+def live_check(model, input_ids):
+    """The model's attention as a live trace: the figures of the array of
+    the same rows, one call per step, in order."""
+    q, k = model_qk(model, input_ids)
+    L, H, T, S = q.shape
+    asked = []
+
+    def step_attention(t):  # what decode step t computes: [L, H, t + 1]
+        asked.append(t)
+        logits = torch.einsum("lhs,lhks->lhk", q[:, :, t], k[:, :, :t + 1]) / math.sqrt(S)
+        return torch.softmax(logits, dim=-1)
+
+    rows = np.zeros((L, H, T, T), dtype=np.float32)
+    for t in range(T):
+        rows[:, :, t, :t + 1] = step_attention(t).numpy()
+    asked.clear()
+    specs = ["h2o:budget=64", "tova:budget=64", "streaming:budget=64"]
+    with kvevict.Trace.from_callback(step_attention, H, T, layers=L, normalize=True) as live, \
+            kvevict.Trace.from_array(rows, normalize=True) as mem:
+        got = kvevict.evaluate(live, specs, heads=L * H, per_head=True)
+        want = kvevict.evaluate(mem, specs, heads=L * H, per_head=True)
+    drop = ("ns_per_step", "trace")
+    clean = lambda rs: repr([{k: (v if k != "per_head" else [
+        {a: b for a, b in x.items() if a not in drop} for x in v]) for k, v in r.items()
+        if k not in drop} for r in rs])
+    if clean(got) != clean(want):
+        print(f"FAIL: live trace: {got} differs from the array's {want}")
+        return 1
+    if asked != list(range(T)):
+        print(f"FAIL: live trace: the steps asked were {asked[:10]}..., want 0 .. {T - 1} once")
+        return 1
+    print(f"live trace: {L} x {H} heads of {T} steps, {len(specs)} policies, the array's figures, "
+          f"one call per step")
+    return 0
+
+
 def example(path):
     text = path.read_text()
     found = re.search(r"<!-- python-example[^\n]*-->\n```python\n(.*?)\n```", text, re.S)
@@ -127,6 +187,7 @@ def main():
             if not mass or f"{float(mass.group(1)):.4f}" != h2o:
                 print(f"FAIL: {doc.name}: kvevict eval gives {cli.strip()}, the example {h2o}")
                 fails += 1
+    fails += live_check(model, input_ids)
     print(f"test_python_example: {fails} failures")
     return 1 if fails else 0
 

@@ -9,7 +9,11 @@
 # source tree with KVEVICT_LIBRARY unset, must find the installed library
 # through pkg-config (PKG_CONFIG_PATH=PREFIX/lib/pkgconfig), report the
 # CMake version, and evaluate a policy; without that hint, it must fail to
-# import with a message naming what it tried. Exit 77 (skipped, reason
+# import with a message naming what it tried. The copy `cmake --install`
+# puts in PREFIX/share/kvevict/python finds the library by itself, with no
+# environment at all: imported where it is (beside the package), after the
+# prefix is moved (the relative path it recorded), and pip-installed
+# elsewhere (the absolute prefix it recorded at install time). Exit 77 (skipped, reason
 # printed) when PYTHON lacks numpy, pip or setuptools, or pkg-config is
 # missing.
 set -u
@@ -67,6 +71,34 @@ else
     cat "$D/smoke.log" >&2
     fail "the installed package does not work through pkg-config"
 fi
+# The installed copy: no KVEVICT_LIBRARY, no PKG_CONFIG_PATH.
+COPY="$D/prefix/share/kvevict/python"
+[ -f "$COPY/kvevict/_install.py" ] || fail "cmake --install wrote no $COPY/kvevict/_install.py"
+if ! (cd "$D" && "$PY" -m pip install --quiet --no-build-isolation --no-index --no-deps \
+        --disable-pip-version-check --target "$D/site2" "$COPY") >"$D/pip2.log" 2>&1; then
+    cat "$D/pip2.log" >&2
+    fail "pip install of $COPY failed"
+fi
+for where in "$COPY" "$D/site2"; do
+    if (cd "$D" && env -u KVEVICT_LIBRARY -u PKG_CONFIG_PATH PYTHONPATH="$where" \
+            "$PY" smoke.py "$LIBDIR" "$VERSION" "$where") >"$D/self.log" 2>&1; then
+        cat "$D/self.log"
+    else
+        cat "$D/self.log" >&2
+        fail "the package at $where does not find the installed library by itself"
+    fi
+done
+mv "$D/prefix" "$D/moved"
+if (cd "$D" && env -u KVEVICT_LIBRARY -u PKG_CONFIG_PATH \
+        PYTHONPATH="$D/moved/share/kvevict/python" "$PY" smoke.py "$D/moved/${LIBDIR#"$D/prefix/"}" \
+        "$VERSION" "$D/moved/share/kvevict/python") >"$D/moved.log" 2>&1; then
+    cat "$D/moved.log"
+else
+    cat "$D/moved.log" >&2
+    fail "the installed copy does not find the library after the prefix moved"
+fi
+mv "$D/moved" "$D/prefix"
+
 # Without KVEVICT_LIBRARY, pkg-config or ldconfig knowing the prefix: an
 # ImportError that says what was tried (unless the system has a kvevict).
 if ! PKG_CONFIG_PATH= pkg-config --exists kvevict-eval 2>/dev/null && ! ldconfig -p 2>/dev/null | grep -q libkvevict; then

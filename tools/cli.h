@@ -258,13 +258,13 @@ kve_trace *open_trace(const cli_args *a);
 /* The name the user gave the trace: "-" for standard input, the lm: source
  * for a model's attention, else kve_trace_source. */
 const char *trace_name(const kve_trace *tr);
-/* Records that the trace opened from the temporary file `path` is called
- * `name` (for trace_name). */
-void trace_alias(const char *path, const char *name);
+/* Records that the live trace `tr` (source "callback") is called `name`
+ * (for trace_name). */
+void trace_alias(const kve_trace *tr, const char *name);
 /* The source "lm:model=CKPT,text=FILE[,tokenizer=TOK][,steps=T][,window=W]
  * [,heads=kv|query]": the model's full-cache attention over window W of the
- * text as `kvevict lm dump` writes it, decoded now into a temporary .npy file
- * that is removed once open (lm/lm_trace.c). Errors exit. */
+ * text as `kvevict lm dump` writes it, streamed from the decoder as the trace
+ * is read (lm_trace_new; tools/lm/lm_trace.c). Errors exit. */
 kve_trace *lm_trace_open(const char *src, unsigned flags);
 
 /* ---- JSON (output.c) ----------------------------------------------------- */

@@ -8,7 +8,8 @@
  *
  * Invariant: a temporary file a trace was read from is registered with
  * temp_create until the trace is open, then unlinked (the open trace keeps
- * reading it); its path maps back to the name the user gave.
+ * reading it); it and each live lm: trace map back to the name the user
+ * gave.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
@@ -64,18 +65,21 @@ static const char *spool_stdin(void)
     return stdin_source;
 }
 
-/* The names the user gave traces spooled to temporary files (lm_trace_open),
- * by the path they were opened from; the paths never repeat within a run. */
+/* The names the user gave the tool's own live traces (lm_trace_open), by
+ * the trace: only a trace whose source is "callback" is looked up, and a
+ * trace made at the address of a freed one takes its entry over. */
 enum { MAX_ALIASES = 16 };
 static struct {
-    char *path, *name;
+    const kve_trace *tr;
+    char *name;
 } aliases[MAX_ALIASES];
 
-void trace_alias(const char *path, const char *name)
+void trace_alias(const kve_trace *tr, const char *name)
 {
     for (size_t i = 0; i < MAX_ALIASES; i++)
-        if (!aliases[i].path) {
-            aliases[i].path = xstrdup(path);
+        if (!aliases[i].tr || aliases[i].tr == tr) {
+            free(aliases[i].name);
+            aliases[i].tr = tr;
             aliases[i].name = xstrdup(name);
             return;
         }
@@ -121,8 +125,8 @@ kve_trace *open_trace(const cli_args *a)
 const char *trace_name(const kve_trace *tr)
 {
     const char *s = kve_trace_source(tr);
-    for (size_t i = 0; i < MAX_ALIASES && aliases[i].path; i++)
-        if (strcmp(s, aliases[i].path) == 0)
+    for (size_t i = 0; i < MAX_ALIASES && aliases[i].tr && strcmp(s, "callback") == 0; i++)
+        if (aliases[i].tr == tr)
             return aliases[i].name;
     return stdin_source[0] && strcmp(s, stdin_source) == 0 ? "-" : s;
 }

@@ -12,14 +12,15 @@ object is collected.
 """
 import ctypes
 import operator
+import re
 
 import numpy as np
 
 from . import _errors
 from ._lib import (KVE_MAX_RULE_STATE, KVE_POS_END, KVE_READS_ATTN, KVE_READS_KEYS,
                    KVE_READS_QUERIES, KVE_READS_VALUES, KVE_ROPE_UNSET, KVE_SPEC_MAX,
-                   KVE_STEP_RESCORE, REDUCE, ROPE_PAIRS, SCORE_FN, RngState, ScoreStep,
-                   c_size_t, lib)
+                   KVE_STEP_RESCORE, POOL, PREFILL, REDUCE, ROPE_PAIRS, SCHEDULE, SCORE_FN,
+                   RngState, ScoreStep, c_size_t, lib)
 
 SIZE_MAX = 2 ** (8 * ctypes.sizeof(c_size_t)) - 1
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
@@ -29,10 +30,44 @@ def _text(b):
     return b.decode("utf-8", "replace") if b is not None else None
 
 
-def check(status):
-    """Raises the exception of a non-zero kve_status, with the library's message."""
+# The library's words for a C caller, and the binding's for a Python one:
+# what a message says about a C argument, function or flag becomes the
+# Python argument, class or keyword that the caller actually wrote.
+_PYTHON_WORDS = (
+    (re.compile(r"needs an Rng, but rng is NULL"),
+     "needs random numbers, but rng is None (pass rng=SEED or a kvevict.Rng)"),
+    (re.compile(r"\(build it with kve_policy_new_ex or kve_bank_new_ex\)"),
+     "(pass key_dim=d to kvevict.Policy or kvevict.Bank)"),
+    (re.compile(r"\(build it with kve_bank_new_ex and a share\)"),
+     "(build it with kvevict.Bank(spec, n_heads, share=N))"),
+    (re.compile(r"pass KVE_TRACE_NORMALIZE"), "pass normalize=True"),
+    (re.compile(r"made by kve_trace_from_memory"), "made by kvevict.Trace.from_array"),
+    (re.compile(r"made by kve_trace_from_callback"), "made by kvevict.Trace.from_callback"),
+    (re.compile(r"KVE_MAX_KEY_DIM"), "the largest key_dim"),
+    (re.compile(r"KVE_MAX_BUDGET"), "the largest budget"),
+)
+
+# ... and those of a bank's calls: attn's rows, not a C stride.
+_BANK_WORDS = (
+    (re.compile(r"\bld (\d+) is smaller than the (\d+) kept positions"),
+     r"attn: rows of \1 weights, but the head keeps \2 positions"),
+    (re.compile(r"\bld (\d+) is smaller than n (\d+)"),
+     r"rows: rows of \1 weights, fewer than the prompt's n = \2"),
+)
+
+
+def python_words(message, words=()):
+    """`message` with the C names of _PYTHON_WORDS (and `words`) replaced."""
+    for pattern, repl in words + _PYTHON_WORDS:
+        message = pattern.sub(repl, message)
+    return message
+
+
+def check(status, words=()):
+    """Raises the exception of a non-zero kve_status, with the library's
+    message in the binding's words (python_words)."""
     if status != 0:
-        message = _text(lib.kve_last_error())
+        message = python_words(_text(lib.kve_last_error()), words)
         cls = _errors.BY_CODE.get(status)
         if cls is None:
             raise _errors.KvevictError(message, _text(lib.kve_status_name(status)), status)
@@ -165,6 +200,32 @@ class _StepArrays:
         setattr(self.data, "ld_" + field, ld if arr is not None else 0)
 
 
+def address(a):
+    """The data address of a C-contiguous ndarray: through the buffer
+    protocol when it is writable (a fraction of the cost of numpy's
+    a.ctypes.data, which the step of a large bank would otherwise pay once
+    per call), else through numpy."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
+def victims_arrays(count, k):
+    """(victims, counts, victims address, counts address) for an eviction:
+    victims int32 (count, k) of -1, counts intp (count,) of 0 (size_t's
+    width, and below 2**63 its bits), over ctypes buffers, whose addresses
+    are cheap to take."""
+    cbuf = (c_size_t * count)()  # zeroed
+    counts = np.frombuffer(cbuf, dtype=np.intp)
+    if not k:
+        return np.empty((count, 0), dtype=np.int32), counts, None, ctypes.addressof(cbuf)
+    vbuf = (ctypes.c_int32 * (count * k))()
+    victims = np.frombuffer(vbuf, dtype=np.int32).reshape(count, k)
+    victims.fill(-1)
+    return victims, counts, ctypes.addressof(vbuf), ctypes.addressof(cbuf)
+
+
 def _copy_int32(ptr, n):
     """n int32 values at the library's pointer, copied into a fresh array."""
     out = np.empty(n, dtype=np.int32)
@@ -227,6 +288,46 @@ def bank_options(key_dim=0, share=0, min_share=0.2, value_dim=0, query_group=1, 
     except (TypeError, ValueError):
         refuse(f"min_share: a real number is required, got {type(min_share).__name__}")
     return options
+
+
+def _choice(name, value, table):
+    """The C value of the name `value` in `table` (a dict of names)."""
+    if not isinstance(value, str) or value not in table:
+        refuse(f"{name}: {value!r}, want one of {', '.join(table)}")
+    return table[value]
+
+
+def prefill_options(method="h2o", window=32, kernel=5, pool="max"):
+    """kve_prefill_options from keyword values (the library validates the
+    numbers: window >= 1, kernel odd)."""
+    options = lib.kve_prefill_default_options()
+    options.method = _choice("method", method, PREFILL)
+    options.window = as_size("window", window)
+    options.kernel = as_size("kernel", kernel)
+    options.pool = _choice("pool", pool, POOL)
+    return options
+
+
+def prompt_rows(rows, n, group, r, method, heads):
+    """A prompt's attention rows as the prefill calls read them: `rows`
+    float32 (heads, group, r, ld) (heads None: (group, r, ld)) or its 2-D
+    form (heads * group * r, ld); returns (the 2-D array, group)."""
+    lead = 0 if heads is None else 1
+    a = f32_array("rows", rows, (2, 3 + lead))
+    if a.ndim == 3 + lead:
+        if group is not None and as_size("group", group) != a.shape[lead]:
+            refuse(f"group: {group}, but rows' shape {a.shape} has groups of {a.shape[lead]}")
+        if a.shape[lead + 1] != r:
+            refuse(f"rows: shape {a.shape}: {a.shape[lead + 1]} rows a query head, want {r} "
+                   f"(the rows {method} reads of a {n}-token prompt: prefill_rows)")
+        group = a.shape[lead]
+        a = a.reshape(-1, a.shape[-1])
+    group = 1 if group is None else as_size("group", group, 1)
+    want = (1 if heads is None else heads) * group * r
+    if a.shape[0] != want:
+        refuse(f"rows: {a.shape[0]} rows, want {want} ({1 if heads is None else heads} heads x "
+               f"group {group} x {r} rows a query head)")
+    return a, group
 
 
 def rng_arg(rng):
@@ -512,6 +613,8 @@ class Bank(_Handle):
 
     def _adopted(self):
         self._heads = lib.kve_bank_heads(self._h)
+        self._most = c_size_t()
+        self._most_ref = ctypes.byref(self._most)
 
     def remove(self, p0, p1=None):
         """Removes every kept position in [p0, p1) (p1 None: through the
@@ -520,12 +623,14 @@ class Bank(_Handle):
         check(lib.kve_bank_remove(self._handle(), p0, p1))
 
     def _range(self, first, count):
-        first = as_size("first", first, 0, self._heads)
-        count = self._heads - first if count is None else as_size("count", count)
-        if first + count > self._heads:
-            refuse(f"heads [{first}, {first + count}) are out of range (the bank has "
-                   f"{self._heads} heads)")
-        return first, count
+        """first and count as sizes (count None: the heads from first on);
+        the library refuses a range past the bank, in its own words."""
+        first = as_size("first", first)
+        if count is None:
+            if first > self._heads:
+                refuse(f"first: {first} is out of range (the bank has {self._heads} heads)")
+            return first, self._heads - first
+        return first, as_size("count", count)
 
     def step(self, pos, attn=None, keys=None, *, group=None, reduce="mean", first=0,
              count=None, queries=None, values=None, rescore=False):
@@ -544,37 +649,45 @@ class Bank(_Handle):
         after the rotary embedding; values: float32 (count, value_dim), the
         values of `pos`; rescore: rescore now (KVE_STEP_RESCORE). With any
         of the three the step is kve_bank_step_data.
+
+        The binding checks only what the library cannot see (the array's
+        type, layout and number of rows); the library refuses the rest
+        (positions, row widths, weights, ranges) before any head changes.
         """
         h = self._handle()
         pos = as_pos(pos)
+        if (keys is None and group is None and first == 0 and count is None
+                and queries is None and values is None and not rescore
+                and type(attn) is np.ndarray and attn.ndim == 2):
+            # the common step, every head one row: one call, no per-head work
+            a = f32_array("attn", attn, (2,))
+            if a.shape[0] != self._heads:
+                refuse(f"attn: {a.shape[0]} rows, want {self._heads} ({self._heads} heads x "
+                       f"group 1)")
+            st = lib.kve_bank_step(h, pos, address(a), a.shape[1])
+            if st:
+                check(st, _BANK_WORDS)
+            return
         first, count = self._range(first, count)
         if reduce not in REDUCE:
             refuse(f"reduce: {reduce!r}, want one of {', '.join(REDUCE)}")
         mode = REDUCE[reduce]
-        d = lib.kve_bank_key_dim(h)
-        k = key_arg("keys", keys, d, (count,))
+        k = key_arg("keys", keys, lib.kve_bank_key_dim(h), (count,))
         if queries is not None or values is not None or rescore:
             return self._step_data(pos, attn, k, queries, values, rescore, group, mode, first,
                                    count)
         kptr, kld = (None, 0) if k is None else (k.ctypes.data, k.shape[1])
-        whole = first == 0 and count == self._heads and k is None
         if attn is None:
-            if whole:
-                check(lib.kve_bank_step(h, pos, None, 0))
-            else:
-                check(lib.kve_bank_step_range(h, first, count, pos, None, 0, 1, mode, kptr, kld))
+            check(lib.kve_bank_step_range(h, first, count, pos, None, 0, 1, mode, kptr, kld),
+                  _BANK_WORDS)
             return
-        a, group = self._attn_rows(attn, group, count, first)
-        ld = a.shape[1]
-        if whole and group == 1:
-            check(lib.kve_bank_step(h, pos, a.ctypes.data, ld))
-        else:
-            check(lib.kve_bank_step_range(h, first, count, pos, a.ctypes.data, ld, group, mode,
-                                          kptr, kld))
+        a, group = self._attn_rows(attn, group, count)
+        check(lib.kve_bank_step_range(h, first, count, pos, a.ctypes.data, a.shape[1], group,
+                                      mode, kptr, kld), _BANK_WORDS)
 
-    def _attn_rows(self, attn, group, count, first):
-        """attn checked and flattened to (count * group, ld); (array, group)."""
-        h = self._handle()
+    def _attn_rows(self, attn, group, count):
+        """attn checked and flattened to (count * group, ld); (array, group).
+        Row widths and weights are the library's to refuse."""
         a = f32_array("attn", attn, (2, 3))
         if a.ndim == 3:
             if group is not None and as_size("group", group) != a.shape[1]:
@@ -582,12 +695,9 @@ class Bank(_Handle):
             group = a.shape[1]
             a = a.reshape(a.shape[0] * a.shape[1], a.shape[2])
         group = 1 if group is None else as_size("group", group, 1)
-        rows, ld = a.shape
+        rows = a.shape[0]
         if rows != count * group:
             refuse(f"attn: {rows} rows, want {count * group} ({count} heads x group {group})")
-        widest = max((lib.kve_bank_size(h, first + j) for j in range(count)), default=0)
-        if ld < widest:
-            refuse(f"attn: rows of {ld} weights, but a head keeps {widest} positions")
         return a, group
 
     def _step_data(self, pos, attn, k, queries, values, rescore, group, mode, first, count):
@@ -599,21 +709,21 @@ class Bank(_Handle):
         if attn is None:
             s.attn(None, 0, 1 if group is None else as_size("group", group, 1), mode)
         else:
-            a, group = self._attn_rows(attn, group, count, first)
+            a, group = self._attn_rows(attn, group, count)
             s.attn(a, a.shape[1], group, mode)
         s.vectors("keys", k, d)
         s.vectors("queries", q, d)
         s.vectors("values", v, self._value_dim)
         s.data.flags = KVE_STEP_RESCORE if rescore else 0
-        check(lib.kve_bank_step_data(h, first, count, pos, s.data))
+        check(lib.kve_bank_step_data(h, first, count, pos, s.data), _BANK_WORDS)
 
-    def _victims(self, first, count, most):
-        """(victims, counts, victims pointer): victims int32 (count, k) of -1,
-        k the most of `most(j)` over the range."""
-        k = max((max(most(first + j), 0) for j in range(count)), default=0)
-        victims = np.full((count, k), -1, dtype=np.int32)
-        counts = np.zeros(count, dtype=np.uintp)
-        return victims, counts, victims.ctypes.data if k else None
+    def _largest(self, first, count):
+        """The largest kept set of heads [first, first + count), in one call
+        (kve_bank_sizes; the library refuses a range past the bank)."""
+        st = lib.kve_bank_sizes(self._h, first, count, None, self._most_ref)
+        if st:
+            check(st, _BANK_WORDS)
+        return self._most.value
 
     def evict(self, budget, *, first=0, count=None):
         """Evicts heads [first, first + count) (default: all) to `budget`.
@@ -624,20 +734,25 @@ class Bank(_Handle):
         """
         h = self._handle()
         budget = as_size("budget", budget)
-        first, count = self._range(first, count)
         # a head over the budget loses at most what it holds (pages may take
         # more than size - budget)
-        victims, counts, vptr = self._victims(
-            first, count,
-            lambda head: lib.kve_bank_size(h, head) if lib.kve_bank_size(h, head) > budget else 0)
-        k = victims.shape[1]
-        if first == 0 and count == self._heads:
-            check(lib.kve_bank_evict(h, budget, vptr, k, counts.ctypes.data))
+        if first == 0 and count is None:
+            count = self._heads
+            most = self._largest(0, count)
+            k = most if most > budget else 0
+            victims, counts, vptr, cptr = victims_arrays(count, k)
+            st = lib.kve_bank_evict(h, budget, vptr, k, cptr)
         else:
-            check(lib.kve_bank_evict_range(h, first, count, budget, vptr, k,
-                                           counts.ctypes.data if count else None))
-        k = int(counts.max(initial=0))
-        return np.ascontiguousarray(victims[:, :k]), counts.astype(np.intp)
+            first, count = self._range(first, count)
+            most = self._largest(first, count)
+            k = most if most > budget else 0
+            victims, counts, vptr, cptr = victims_arrays(count, k)
+            st = lib.kve_bank_evict_range(h, first, count, budget, vptr, k,
+                                          cptr if count else None)
+        if st:
+            check(st, _BANK_WORDS)
+        most = int(counts.max(initial=0))
+        return (victims if most == k else np.ascontiguousarray(victims[:, :most])), counts
 
     def evict_shared(self, budget, *, first=0, count=None):
         """Evicts each shared group of heads [first, first + count) (default:
@@ -650,13 +765,40 @@ class Bank(_Handle):
         h = self._handle()
         first, count = self._range(first, count)
         budget = as_size("budget", budget)
-        # a head can lose at most what it holds
-        victims, counts, vptr = self._victims(first, count,
-                                              lambda head: lib.kve_bank_size(h, head))
-        check(lib.kve_bank_evict_shared(h, first, count, budget, vptr, victims.shape[1],
-                                        counts.ctypes.data if count else None))
-        k = int(counts.max(initial=0))
-        return np.ascontiguousarray(victims[:, :k]), counts.astype(np.intp)
+        k = self._largest(first, count)  # a head can lose at most what it holds
+        victims, counts, vptr, cptr = victims_arrays(count, k)
+        check(lib.kve_bank_evict_shared(h, first, count, budget, vptr, k,
+                                        cptr if count else None), _BANK_WORDS)
+        most = int(counts.max(initial=0))
+        return np.ascontiguousarray(victims[:, :most]), counts
+
+    def prefill(self, n, budget, rows, *, group=None, reduce="mean", first=0, count=None,
+                method="h2o", window=32, kernel=5, pool="max"):
+        """Compresses heads [first, first + count) (default: all), which hold
+        nothing yet, to the prefill of an n-token prompt (kve_bank_prefill):
+        each head keeps at most `budget` of positions 0 .. n-1, chosen by
+        `method` from the prompt's attention (kvevict.h, "Prefill
+        compression"; docs/prefill.md).
+
+        rows: float32 of shape (count, group, r, ld) or (count * group * r,
+        ld) with r = prefill_rows(n, method, window) and ld >= n: row k of
+        query head g of KV head first + j is the attention of query
+        n - r + k over keys 0 .. n - r + k (entries past it are not read).
+        group defaults to the second dimension of a 4-D array, else 1.
+        method: "h2o" (every prompt row) or "snapkv" (the last `window`
+        rows, pooled over `kernel` positions with `pool`, "max" or "avg").
+        After it, positions(h) is what head h's cache keeps.
+        """
+        h = self._handle()
+        n = as_size("n", n)
+        budget = as_size("budget", budget)
+        first, count = self._range(first, count)
+        options = prefill_options(method, window, kernel, pool)
+        a, group = prompt_rows(rows, n, group, lib.kve_prefill_rows(n, options), method, count)
+        if reduce not in REDUCE:
+            refuse(f"reduce: {reduce!r}, want one of {', '.join(REDUCE)}")
+        check(lib.kve_bank_prefill(h, first, count, n, budget, a.ctypes.data, a.shape[1], group,
+                                   REDUCE[reduce], options), _BANK_WORDS)
 
     @property
     def heads(self):
@@ -664,9 +806,10 @@ class Bank(_Handle):
 
     @property
     def sizes(self):
-        """Each head's number of kept positions (an intp array)."""
-        h = self._handle()
-        return np.array([lib.kve_bank_size(h, j) for j in range(self._heads)], dtype=np.intp)
+        """Each head's number of kept positions (an intp array), in one call."""
+        out = np.empty(self._heads, dtype=np.intp)
+        check(lib.kve_bank_sizes(self._handle(), 0, self._heads, out.ctypes.data, None))
+        return out
 
     def size(self, head):
         """Head `head`'s number of kept positions."""
@@ -704,6 +847,55 @@ class Bank(_Handle):
             return "<kvevict.Bank (closed)>"
         extra = f" share={self.share}" if self.share else ""
         return f"<kvevict.Bank {self.spec} heads={self._heads}{extra}>"
+
+
+def prefill_rows(n, method="h2o", window=32):
+    """The number of rows r the prefill `method` reads of an n-token prompt
+    (kve_prefill_rows): n for "h2o", min(window, n) for "snapkv"; row k of
+    a query head is the attention of query n - r + k."""
+    return lib.kve_prefill_rows(as_size("n", n), prefill_options(method, window))
+
+
+def prefill_scores(rows, n, *, group=None, reduce="mean", method="h2o", window=32, kernel=5,
+                   pool="max"):
+    """One KV head's prompt scores (kve_prefill_scores): float64 (n,), what
+    `method` ranks position i by. rows: float32 (group, r, ld) or
+    (group * r, ld), r = prefill_rows(n, method, window), ld >= n, as
+    Bank.prefill reads one head."""
+    n = as_size("n", n)
+    options = prefill_options(method, window, kernel, pool)
+    a, group = prompt_rows(rows, n, group, lib.kve_prefill_rows(n, options), method, None)
+    out = np.empty(max(n, 1), dtype=np.float64)  # never NULL: n 0 is refused
+    check(lib.kve_prefill_scores(n, a.ctypes.data, a.shape[1], group,
+                                 _choice("reduce", reduce, REDUCE), options, out.ctypes.data),
+          _BANK_WORDS)
+    return out[:n]
+
+
+def layer_budgets(total, n_layers, schedule="uniform", *, floor=0, beta=20.0, weights=None):
+    """Per-layer budgets adding up to `total` (kve_layer_budgets; kvevict.h,
+    "Budgets across layers"): schedule "uniform", "pyramid" (PyramidKV,
+    beta >= 1) or "weighted" (in proportion to `weights`, n_layers floats
+    >= 0), every layer at least `floor`. Returns an intp array (n_layers,)."""
+    options = lib.kve_schedule_default_options()
+    options.kind = _choice("schedule", schedule, SCHEDULE)
+    options.floor = as_size("floor", floor)
+    try:
+        options.beta = float(beta)
+    except (TypeError, ValueError):
+        refuse(f"beta: a real number is required, got {type(beta).__name__}")
+    n_layers = as_size("n_layers", n_layers)
+    w = None
+    if weights is not None:
+        w = np.ascontiguousarray(weights, dtype=np.float64)
+        if w.ndim != 1 or w.shape[0] != n_layers:
+            refuse(f"weights: shape {w.shape}, want ({n_layers},): one weight a layer")
+        options.weights = w.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+    elif options.kind == SCHEDULE["weighted"]:
+        refuse('weights: None, but schedule "weighted" needs one weight a layer')
+    out = np.empty(max(n_layers, 1), dtype=np.intp)  # never NULL: n_layers 0 is refused
+    check(lib.kve_layer_budgets(as_size("total", total), n_layers, options, out.ctypes.data))
+    return out[:n_layers]
 
 
 def _load(cls, data):

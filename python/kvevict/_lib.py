@@ -5,16 +5,26 @@ The binding loads libkvevict_eval, the harness library (kvevict_eval.h),
 which loads the engine core libkvevict (kvevict.h) beside it: every
 function of both is found through the one handle. Where it is looked for,
 in order (the first that loads wins, except that KVEVICT_LIBRARY, when set,
-is the only place tried):
+is the only place tried), so that `import kvevict` finds an installed
+library by itself:
   1. the KVEVICT_LIBRARY environment variable: the path of
      libkvevict_eval.so;
   2. a freshly built source tree: when this package is imported from
      python/ of a kvevict checkout, that checkout's build/ (what `make`
      builds);
-  3. an installed prefix: `pkg-config --variable=libdir kvevict-eval` (set
-     PKG_CONFIG_PATH=PREFIX/lib/pkgconfig for a prefix pkg-config does not
-     search);
-  4. the dynamic linker's cache (ctypes.util.find_library, i.e. ldconfig).
+  3. beside the package: the package's own directory, then lib/ (and
+     lib64/) of each of the four directories above it, which holds the
+     library when the package sits inside the prefix it was installed with
+     (PREFIX/share/kvevict/python/kvevict, where `cmake --install` puts it,
+     or PREFIX/lib/python3.X/site-packages/kvevict);
+  4. the prefix recorded at install time: `cmake --install` writes
+     kvevict/_install.py beside the copy of this package it installs, with
+     the library's directory relative to the package (so a moved prefix
+     still works) and as an absolute path (which a `pip install` of that
+     copy carries wherever it puts the package);
+  5. an installed prefix that pkg-config knows: `pkg-config
+     --variable=libdir kvevict-eval`;
+  6. the dynamic linker's cache (ctypes.util.find_library, i.e. ldconfig).
 
 Every C function the binding calls is declared once, in _FUNCTIONS: name,
 result type, argument types. Binding a function the library gains later is
@@ -137,6 +147,35 @@ class TraceOptions(ctypes.Structure):
                 ("user", c_ptr)]
 
 
+# kve_trace_callbacks: rows(user, t, rows, ld), keys(user, t, keys, ld), free(user)
+TRACE_ROWS_FN = ctypes.CFUNCTYPE(c_status, c_ptr, c_size_t, ctypes.POINTER(ctypes.c_float),
+                                 c_size_t)
+TRACE_FREE_FN = ctypes.CFUNCTYPE(None, c_ptr)
+
+
+class TraceCallbacks(ctypes.Structure):
+    """kve_trace_callbacks."""
+    _fields_ = [("rows", TRACE_ROWS_FN), ("keys", TRACE_ROWS_FN), ("free", TRACE_FREE_FN)]
+
+
+class ScheduleOptions(ctypes.Structure):
+    """kve_schedule_options."""
+    _fields_ = [("kind", ctypes.c_int), ("floor", c_size_t), ("beta", ctypes.c_double),
+                ("weights", ctypes.POINTER(ctypes.c_double))]
+
+
+class PrefillOptions(ctypes.Structure):
+    """kve_prefill_options (the binding leaves the allocator NULL)."""
+    _fields_ = [("method", ctypes.c_int), ("window", c_size_t), ("kernel", c_size_t),
+                ("pool", ctypes.c_int), ("allocator", c_ptr), ("queries", c_size_t),
+                ("sinks", c_size_t), ("values", c_ptr), ("ld_values", c_size_t)]
+
+
+SCHEDULE = {"uniform": 0, "pyramid": 1, "weighted": 2}  # kve_schedule_kind
+PREFILL = {"h2o": 0, "snapkv": 1, "kvzip": 2}  # kve_prefill_method
+POOL = {"max": 0, "avg": 1}  # kve_pool
+
+
 class EvalOptions(ctypes.Structure):
     """kve_eval_options (the callback is never set by the binding)."""
     _fields_ = [
@@ -159,6 +198,9 @@ _FUNCTIONS = (
     ("kve_version_number", ctypes.c_uint, ()),
     ("kve_status_name", c_str, (c_status,)),
     ("kve_last_error", c_str, ()),
+    # variadic in C; the binding passes "%s" and one string, whose call is the
+    # same as a fixed (int, char *, char *) one on the supported ABIs
+    ("kve_set_error", c_status, (c_status, c_str, c_str)),
     ("kve_isa_name", c_str, ()),
     ("kve_rng_seed", None, (P(RngState), c_uint64)),
     ("kve_rng_next", c_uint64, (P(RngState),)),
@@ -206,6 +248,7 @@ _FUNCTIONS = (
     ("kve_bank_free", None, (c_ptr,)),
     ("kve_bank_heads", c_size_t, (c_ptr,)),
     ("kve_bank_size", c_size_t, (c_ptr, c_size_t)),
+    ("kve_bank_sizes", c_status, (c_ptr, c_size_t, c_size_t, c_ptr, P(c_size_t))),
     ("kve_bank_positions", c_ptr, (c_ptr, c_size_t)),
     ("kve_bank_state_bytes", c_size_t, (c_ptr,)),
     ("kve_bank_spec", c_str, (c_ptr,)),
@@ -227,12 +270,24 @@ _FUNCTIONS = (
     ("kve_bank_reset", None, (c_ptr,)),
     ("kve_bank_save", c_status, (c_ptr, c_ptr, c_size_t, P(c_size_t))),
     ("kve_bank_load", c_status, (c_ptr, c_size_t, c_ptr, P(c_ptr))),
+    ("kve_schedule_default_options", ScheduleOptions, ()),
+    ("kve_layer_budgets", c_status, (c_size_t, c_size_t, P(ScheduleOptions), c_ptr)),
+    ("kve_prefill_default_options", PrefillOptions, ()),
+    ("kve_prefill_rows", c_size_t, (c_size_t, P(PrefillOptions))),
+    ("kve_prefill_scores", c_status,
+     (c_size_t, c_ptr, c_size_t, c_size_t, ctypes.c_int, P(PrefillOptions), c_ptr)),
+    ("kve_bank_prefill", c_status,
+     (c_ptr, c_size_t, c_size_t, c_size_t, c_size_t, c_ptr, c_size_t, c_size_t, ctypes.c_int,
+      P(PrefillOptions))),
     ("kve_attn_row", c_status,
      (c_ptr, c_size_t, c_ptr, c_size_t, c_size_t, ctypes.c_float, c_ptr)),
     ("kve_trace_default_options", TraceOptions, ()),
     ("kve_trace_open", c_status, (c_str, P(TraceOptions), P(c_ptr))),
     ("kve_trace_from_memory", c_status,
      (c_ptr, c_size_t, c_size_t, c_size_t, P(TraceOptions), P(c_ptr))),
+    ("kve_trace_from_callback", c_status,
+     (P(TraceCallbacks), c_ptr, c_size_t, c_size_t, c_size_t, c_size_t, P(TraceOptions),
+      P(c_ptr))),
     ("kve_trace_free", None, (c_ptr,)),
     ("kve_trace_steps", c_size_t, (c_ptr,)),
     ("kve_trace_heads", c_size_t, (c_ptr,)),
@@ -268,6 +323,32 @@ def _pkg_config_libdir():
     return pathlib.Path(libdir) / _SONAME if done.returncode == 0 and libdir else None
 
 
+def _beside_package():
+    """The library in the package's directory or a lib/ above it."""
+    here = pathlib.Path(__file__).resolve().parent
+    found = [here / _SONAME]
+    for up in list(here.parents)[:4]:
+        found += [up / "lib" / _SONAME, up / "lib64" / _SONAME]
+    return [p for p in found if p.is_file()]
+
+
+def _recorded():
+    """The library directory `cmake --install` recorded in _install.py."""
+    try:
+        from . import _install
+    except ImportError:
+        return []
+    here = pathlib.Path(__file__).resolve().parent
+    found = []
+    rel = getattr(_install, "LIBDIR_FROM_PACKAGE", None)
+    if rel:
+        found.append(here / rel / _SONAME)
+    absolute = getattr(_install, "LIBDIR", None)
+    if absolute:
+        found.append(pathlib.Path(absolute) / _SONAME)
+    return [p for p in found if p.is_file()]
+
+
 def _candidates():
     """(where, path or name) in the order they are tried."""
     env = os.environ.get("KVEVICT_LIBRARY")
@@ -277,6 +358,9 @@ def _candidates():
     tree = _source_tree_build()
     if tree is not None:
         found.append(("the source tree's build", str(tree)))
+    found += [("beside the package", str(p)) for p in _beside_package()]
+    found += [("the prefix recorded at install (kvevict/_install.py)", str(p))
+              for p in _recorded()]
     libdir = _pkg_config_libdir()
     if libdir is not None:
         found.append(("pkg-config", str(libdir)))
@@ -319,10 +403,11 @@ def load():
     raise ImportError(
         "kvevict: cannot find libkvevict (libkvevict_eval, the harness library, and the "
         "core beside it). Build it (make) or install it "
-        "(cmake --install build --prefix PREFIX), then set KVEVICT_LIBRARY=/path/to/"
+        "(cmake --install build --prefix PREFIX, then pip install "
+        "PREFIX/share/kvevict/python, which records PREFIX), or set KVEVICT_LIBRARY=/path/to/"
         f"{_SONAME}, or PKG_CONFIG_PATH=PREFIX/lib/pkgconfig. Tried: "
-        + ("; ".join(tried) if tried else "KVEVICT_LIBRARY (unset), pkg-config and ldconfig "
-           "(kvevict not found)"))
+        + ("; ".join(tried) if tried else "KVEVICT_LIBRARY (unset), beside the package, the "
+           "prefix recorded at install, pkg-config and ldconfig (kvevict not found)"))
 
 
 lib, path = load()

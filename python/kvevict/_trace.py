@@ -3,20 +3,25 @@
 
 A trace is a canonical synthetic trace, a .npy file, a query/key file
 ("qk:PATH": rows computed from queries and keys, and keys for the policies
-that read them), or a float32 array the caller holds (Trace.from_array,
-over kve_trace_from_memory: no copy, no file). evaluate() runs several policies in lockstep over one pass of a
+that read them), a float32 array the caller holds (Trace.from_array,
+over kve_trace_from_memory: no copy, no file), or a Python callable that
+produces each step's rows as a model computes them (Trace.from_callback,
+over kve_trace_from_callback: a PyTorch model evaluated live, without
+[L, H, T, T] in memory). evaluate() runs several policies in lockstep over one pass of a
 trace head and returns what the harness measured, as dicts (or one numpy
 structured array) with the keys the command line's JSON uses.
 """
 import ctypes
 import os
+import weakref
 
 import numpy as np
 
 from ._core import (_Handle, _text, as_size, as_spec, bank_options, check, f32_array, getter,
                     refuse)
-from ._lib import (KVE_EVAL_AFTER_BUDGET, KVE_TRACE_NONE, KVE_TRACE_NORMALIZE, EvalJob,
-                   EvalResult, lib)
+from ._lib import (KVE_EVAL_AFTER_BUDGET, KVE_TRACE_NONE, KVE_TRACE_NORMALIZE, TRACE_FREE_FN,
+                   TRACE_ROWS_FN, EvalJob, EvalResult, TraceCallbacks, lib)
+from . import _errors
 
 
 def _trace_options(normalize):
@@ -38,11 +43,30 @@ class Trace(_Handle):
         super().__init__()
         self._h = handle
         self._array = array  # the borrowed array of a memory trace, kept alive
+        self._live = None    # a live trace's callbacks (from_callback), kept alive
+        self._raised = None  # the exception a live trace's callable raised, if any
 
     def close(self):
-        """Releases the trace (and its reference to a borrowed array)."""
+        """Releases the trace (and its reference to a borrowed array or a
+        callable)."""
         super().close()
         self._array = None
+        self._live = None
+
+    def _check(self, status):
+        """check(status), raising what a live trace's callable raised (as the
+        cause) when that is why the call failed."""
+        raised, self._raised = self._raised, None
+        if status == 0:
+            return
+        if raised is not None and not isinstance(raised, Exception):
+            raise raised  # KeyboardInterrupt, SystemExit: as they were
+        try:
+            check(status)
+        except _errors.KvevictError as e:
+            if raised is None:
+                raise
+            raise e from raised
 
     @classmethod
     def open(cls, src, normalize=False):
@@ -84,10 +108,89 @@ class Trace(_Handle):
                                         _trace_options(normalize), h))
         return cls(h.value, a)
 
+    @classmethod
+    def from_callback(cls, rows, heads, steps, *, layers=1, keys=None, key_dim=0,
+                      normalize=False):
+        """A live trace (kve_trace_from_callback): `rows(t)` is called when
+        step t is first read and returns every head's attention of query t,
+        an array of shape (layers * heads, n) or (layers, heads, n) with
+        n >= t + 1 (float32 or float64; a numpy array, a CPU torch tensor or
+        anything numpy.asarray takes): head h's weights over keys 0 .. t in
+        its first t + 1 entries. heads: per layer; the trace has layers *
+        heads of `steps` rows, layer-major. evaluate() over every head
+        (heads=trace.heads) asks for each step once, in order, so a model
+        can compute step t's attention when asked (a forward with a KV
+        cache); a reader that goes back asks for an earlier t again.
+        keys(t) (with key_dim d > 0): every head's key of position t, shape
+        (layers * heads, d), for the policies that read keys.
+        The rows are checked as every source's are (finite, >= 0, summing
+        to 1 unless normalize=True, which rescales them): FormatError naming
+        head, row and key. What the callables raise comes out of the call
+        that read the trace (as the cause of a KvevictError naming the
+        step; KeyboardInterrupt as it is)."""
+        if not callable(rows):
+            refuse(f"rows: a callable rows(t) is required, got {type(rows).__name__}")
+        if keys is not None and not callable(keys):
+            refuse(f"keys: a callable keys(t) or None is required, got {type(keys).__name__}")
+        layers = as_size("layers", layers)
+        per_layer = as_size("heads", heads)
+        steps = as_size("steps", steps)
+        key_dim = as_size("key_dim", key_dim)
+        if (keys is None) != (key_dim == 0):
+            refuse("keys and key_dim go together: keys(t) needs key_dim=d > 0, and key_dim "
+                   "needs keys(t)")
+        n_heads = layers * per_layer
+        box = {}  # the Trace, once made: where the callables' exceptions go
+
+        def deliver(what, fn, t, out, ld, width):
+            try:
+                value = fn(t)
+                if hasattr(value, "detach"):  # a torch tensor
+                    value = value.detach().cpu().numpy()
+                a = np.asarray(value, dtype=np.float32)
+                if a.ndim == 3 and a.shape[:2] == (layers, per_layer):
+                    a = a.reshape(n_heads, a.shape[2])
+                if a.ndim != 2 or a.shape[0] != n_heads or a.shape[1] < width:
+                    want = f"({n_heads}, >= {width})" if what == "rows" else \
+                        f"({n_heads}, {width})"
+                    raise _errors.InvalidArgumentError(
+                        f"Trace.from_callback: {what}({t}) returned shape {a.shape}, want "
+                        f"{want}")
+                view = np.ctypeslib.as_array(out, shape=(n_heads, ld))
+                view[:, :width] = a[:, :width]
+                return 0
+            except BaseException as e:  # noqa: B902 - handed to the reader, not lost
+                ref = box.get("trace")
+                tr = ref() if ref is not None else None
+                if tr is not None:
+                    tr._raised = e
+                code = e.code if isinstance(e, _errors.KvevictError) and e.code > 0 else 1
+                text = f"Trace.from_callback: {what}({t}) raised {type(e).__name__}: {e}"
+                lib.kve_set_error(code, b"%s", text.encode("utf-8", "replace"))
+                return code
+
+        def c_rows(user, t, out, ld):
+            return deliver("rows", rows, t, out, ld, t + 1)
+
+        def c_keys(user, t, out, ld):
+            return deliver("keys", keys, t, out, ld, key_dim)
+
+        callbacks = TraceCallbacks(TRACE_ROWS_FN(c_rows),
+                                   TRACE_ROWS_FN(c_keys) if keys is not None else TRACE_ROWS_FN(),
+                                   TRACE_FREE_FN())
+        h = ctypes.c_void_p()
+        check(lib.kve_trace_from_callback(callbacks, None, layers, per_layer, steps, key_dim,
+                                          _trace_options(normalize), h))
+        tr = cls(h.value)
+        tr._live = (callbacks, rows, keys)
+        box["trace"] = weakref.ref(tr)  # no cycle through the callables
+        return tr
+
     steps = getter(lib.kve_trace_steps, "T, the rows of every head.")
     heads = getter(lib.kve_trace_heads, "Heads, layer-major (L*H for [L,H,T,T]).")
     layers = getter(lib.kve_trace_layers, "L, the layers (1 unless [L,H,T,T]).")
-    source = getter(lib.kve_trace_source, 'The canonical spec, the path, or "memory".', _text)
+    source = getter(lib.kve_trace_source,
+                    'The canonical spec, the path, "memory" or "callback".', _text)
     npy_bytes = getter(lib.kve_trace_npy_bytes, "The size of the file write_npy writes.")
     key_dim = getter(lib.kve_trace_key_dim, "d, the floats of a key: a q/K trace's, else 0.")
 
@@ -98,7 +201,7 @@ class Trace(_Handle):
         head = as_size("head", head)
         t = as_size("t", t)
         out = np.empty(max(lib.kve_trace_key_dim(h), 1), dtype=np.float32)
-        check(lib.kve_trace_key(h, head, t, out.ctypes.data, out.shape[0]))
+        self._check(lib.kve_trace_key(h, head, t, out.ctypes.data, out.shape[0]))
         return out
 
     def row(self, t, head=0):
@@ -108,13 +211,13 @@ class Trace(_Handle):
         head = as_size("head", head)
         # a step out of range gets the library's refusal (and no huge buffer)
         out = np.empty(t + 1 if t < lib.kve_trace_steps(h) else 1, dtype=np.float64)
-        check(lib.kve_trace_row(h, head, t, out.ctypes.data, out.shape[0]))
+        self._check(lib.kve_trace_row(h, head, t, out.ctypes.data, out.shape[0]))
         return out
 
     def write_npy(self, path, head=0):
         """Writes head `head` as a [T,T] float32 .npy file (atomically)."""
-        check(lib.kve_trace_write_npy(self._handle(), as_size("head", head),
-                                      os.fsencode(os.fspath(path))))
+        self._check(lib.kve_trace_write_npy(self._handle(), as_size("head", head),
+                                            os.fsencode(os.fspath(path))))
 
     def __repr__(self):
         if self._h is None:
@@ -233,7 +336,8 @@ def evaluate(trace, jobs, head=0, *, seed=0, topk=32, heads=1, share=0, min_shar
     rows = []
     for first in firsts:
         results = (EvalResult * len(pairs))()
-        check(lib.kve_eval(h, first, width, c_jobs, len(pairs), options, results, heads_out))
+        trace._check(lib.kve_eval(h, first, width, c_jobs, len(pairs), options, results,
+                                  heads_out))
         for j, r in enumerate(results):
             row = _row(r, policy=_text(r.spec), trace=source, head=first, heads=width,
                        budget=r.budget, steps=r.steps, seed=seed, topk=r.topk)

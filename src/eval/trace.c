@@ -10,8 +10,9 @@
  * text selects the first source whose prefix it is followed by nothing or
  * ':' ("canonical", "canonical:steps=100"); any other text is a path for
  * the fallback source (a file called "canonical" is opened as
- * "./canonical"; "memory" names the traces kve_trace_from_memory makes,
- * which no text opens). What a row of recorded attention must be, for every
+ * "./canonical"; "memory" and "callback" name the traces
+ * kve_trace_from_memory and kve_trace_from_callback make, which no text
+ * opens). What a row of recorded attention must be, for every
  * source that reads one, is defined once here (kve__trace_check_row).
  */
 #include "trace_impl.h"
@@ -161,6 +162,7 @@ static const kve_trace_source_type *const sources[] = {
     &kve__canonical_source,
     &kve__qk_source,
     &kve__memory_source,
+    &kve__callback_source,
     &kve__npy_source,
 };
 enum { N_SOURCES = sizeof sources / sizeof sources[0] };
@@ -188,7 +190,11 @@ kve_status kve_trace_open(const char *src, const kve_trace_options *options, kve
     if (st != KVE_OK)
         return st;
     const kve_trace_options o = options ? *options : kve_trace_default_options();
-    st = type->open(arg, (unsigned)o.flags, o.progress, o.user, tr);
+    if (!type->open) /* a source made by a constructor, never by text */
+        st = kve__fail(KVE_EINVAL, "%s: %s, not opened by name (a file called %s opens as ./%s)",
+                       type->prefix, type->made_by, type->prefix, type->prefix);
+    else
+        st = type->open(arg, (unsigned)o.flags, o.progress, o.user, tr);
     if (st != KVE_OK) {
         kve__trace_discard(tr);
         return st;

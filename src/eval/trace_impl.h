@@ -3,7 +3,8 @@
  * trace_impl.h - the kve_trace object and the table of trace sources behind
  * it, shared by trace.c (public entry points, dispatch), the sources
  * (trace_canonical.c: the synthetic generator; npy.c: the .npy reader;
- * trace_memory.c: the caller's float32 array), the .npy writer (npy.c) and
+ * trace_memory.c: the caller's float32 array; trace_callback.c: the
+ * caller's callbacks), the .npy writer (npy.c) and
  * the q/K reader (trace_qk.c). Nothing outside those files sees it.
  *
  * A source is one kve_trace_source_type (prefix, open, row, free), in the
@@ -26,9 +27,10 @@
  *    by the trace and released by type->free.
  *  - A row function is called with head < heads and t < steps already
  *    checked; it writes row[0 .. t] and nothing else.
- * Memory: O(steps) per trace (a q/K trace: O(steps * d)), whatever the
- * source: the library never holds a T x T matrix (the memory source reads
- * the caller's, which it borrows).
+ * Memory: O(steps) per trace (a q/K trace: O(steps * d); a live trace one
+ * step of every head, O(heads * steps)), whatever the source: the library
+ * never holds a T x T matrix (the memory source reads the caller's, which
+ * it borrows).
  */
 #ifndef KVE_TRACE_IMPL_H
 #define KVE_TRACE_IMPL_H
@@ -50,6 +52,10 @@ typedef struct kve_trace_source_type {
      * open; the caller releases the blocks. */
     kve_status (*open)(const char *arg, unsigned flags, kve_progress_fn progress, void *user,
                        kve_trace *tr);
+    /* NULL open: the source is made by a constructor of its own (memory,
+     * callback), and its prefix is reserved: kve_trace_open refuses it,
+     * saying "PREFIX: MADE_BY, not opened by name" with this text. */
+    const char *made_by;
     /* Row t of head `head` into row[0 .. t]. O(t) (a q/K trace: O(t d)). */
     kve_status (*row)(void *impl, size_t head, size_t t, double *row);
     /* The key of position t of head `head` into key[0 .. key_dim); NULL for
@@ -94,6 +100,7 @@ void kve__trace_discard(kve_trace *tr);
 extern const kve_trace_source_type kve__canonical_source; /* trace_canonical.c */
 extern const kve_trace_source_type kve__qk_source;        /* trace_qk.c */
 extern const kve_trace_source_type kve__memory_source;    /* trace_memory.c */
+extern const kve_trace_source_type kve__callback_source;  /* trace_callback.c */
 extern const kve_trace_source_type kve__npy_source;       /* npy.c */
 
 /* ---- the .npy reading both file sources share (npy.c) ---- */

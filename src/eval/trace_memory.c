@@ -58,22 +58,9 @@ static kve_status memory_row(void *impl, size_t head, size_t t, double *row)
     return KVE_OK;
 }
 
-/* Text never opens a memory trace: the source text is reserved. */
-static kve_status memory_open(const char *arg, unsigned flags, kve_progress_fn progress,
-                              void *user, kve_trace *tr)
-{
-    (void)arg;
-    (void)flags;
-    (void)progress;
-    (void)user;
-    (void)tr;
-    return kve__fail(KVE_EINVAL, "memory: in-memory traces are made by kve_trace_from_memory, "
-                     "not opened by name (a file called memory opens as ./memory)");
-}
-
 const kve_trace_source_type kve__memory_source = {
     .prefix = MEMORY_NAME,
-    .open = memory_open,
+    .made_by = "in-memory traces are made by kve_trace_from_memory",
     .row = memory_row,
 };
 

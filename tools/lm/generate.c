@@ -134,67 +134,200 @@ int lm_logits(int argc, char **argv)
 static const char generate_usage[] =
     "usage: kvevict generate --model CKPT [--prompt TEXT] [--steps N] [--tokenizer TOK]\n"
     "                        [--policy SPEC] [--budget B] [--positions original|cache]\n"
-    "                        [--temperature T] [--seed N] [--prefill METHOD]\n"
+    "                        [--temperature T] [--top-k K] [--top-p P]\n"
+    "                        [--repeat-penalty R] [--repeat-last-n N] [--seed N]\n"
+    "                        [--allow-key-tokens] [--samples N | --session FILE]\n"
+    "                        [--json [--logits]] [--prefill METHOD]\n"
     "                        [--heads FILE [--streaming-budget N]]\n"
     "\n"
     "Streams text from the model with a bounded cache: BOS, the prompt, then N\n"
     "generated tokens (default 256; generation stops early at BOS). Greedy\n"
-    "(argmax) by default; --temperature T > 0 samples from softmax(logits / T)\n"
-    "with kvevict's generator seeded by --seed, so a seed repeats its text. The\n"
-    "text goes to standard output as it is made; tokens per second and the\n"
-    "cache's occupancy go to standard error at the end.\n"
+    "(argmax) by default; --temperature T > 0 samples with llama.cpp's chain:\n"
+    "repetition penalty, top-k, top-p, temperature, one draw from kvevict's\n"
+    "generator seeded by --seed, so a seed repeats its text. The reserved\n"
+    "pass-key tokens <keyNN> are never chosen without --allow-key-tokens. Tokens\n"
+    "per second and the cache's occupancy go to standard error at the end.\n"
     "\n"
-    "  --policy SPEC   the policy of every (layer, KV head) (default: none, the\n"
-    "                  cache grows without bound)\n"
-    "  --prefill M     read BOS and the prompt with every key kept, then cut the\n"
-    "                  cache to the budget at once (docs/prefill.md): h2o, snapkv,\n"
-    "                  kvzip (KVzip's reconstruction) or policy (the policy's own\n"
-    "                  scores); default: per-step eviction from the first token\n"
-    "  --heads FILE    a DuoAttention schedule: the budget spent on retrieval and\n"
-    "                  streaming heads as docs/duo.md says\n"
+    "  --policy SPEC       the policy of every (layer, KV head) (default: none, the\n"
+    "                      cache grows without bound)\n"
+    "  --top-k K           keep the K most likely tokens (default 40; 0: off)\n"
+    "  --top-p P           then the smallest set of probability >= P (default 0.95;\n"
+    "                      1: off)\n"
+    "  --repeat-penalty R  divide a positive logit (multiply a negative one) of each\n"
+    "                      token among the last --repeat-last-n (default 64) by R\n"
+    "                      (default 1: off)\n"
+    "  --samples N         decode the prompt once, fork the cache and the policies N\n"
+    "                      ways and sample N continuations with seeds --seed,\n"
+    "                      --seed + 1, ...; each printed after a line\n"
+    "                      '--- sample I of N, seed S ---' (text)\n"
+    "  --session FILE      continue the session in FILE if it exists (--prompt is\n"
+    "                      appended to it), then save the whole state to FILE;\n"
+    "                      a session of another model or other options is refused\n"
+    "  --prefill M         read BOS and the prompt with every key kept, then cut the\n"
+    "                      cache to the budget at once (docs/prefill.md): h2o,\n"
+    "                      snapkv, kvzip (KVzip's reconstruction) or policy (the\n"
+    "                      policy's own scores); default: per-step eviction from\n"
+    "                      the first token. A new sequence only (not a resumed\n"
+    "                      --session)\n"
+    "  --heads FILE        a DuoAttention schedule: the budget spent on retrieval\n"
+    "                      and streaming heads as docs/duo.md says (not with\n"
+    "                      --session, which does not record it)\n"
     "  --streaming-budget N  with --heads: the least a streaming head keeps (16)\n"
+    "  --json              one JSON object per generated token instead of text:\n"
+    "                      sample, seed, pos, token, piece (and logits with --logits)\n"
     "  other options as for `kvevict lm logits`.\n";
 
-static const opt_def generate_own[] = {{"model", 0, OPT_VALUE},     {"prompt", 0, OPT_VALUE},
-                                       {"steps", 0, OPT_VALUE},     {"tokenizer", 0, OPT_VALUE},
-                                       {"positions", 0, OPT_VALUE}, {"temperature", 0, OPT_VALUE},
-                                       {"threads", 0, OPT_VALUE},
-                                       {"prefill", 0, OPT_VALUE},   {"heads", 0, OPT_VALUE},
-                                       {"streaming-budget", 0, OPT_VALUE}};
+static const opt_def generate_own[] = {
+    {"model", 0, OPT_VALUE},          {"prompt", 0, OPT_VALUE},
+    {"steps", 0, OPT_VALUE},          {"tokenizer", 0, OPT_VALUE},
+    {"positions", 0, OPT_VALUE},      {"temperature", 0, OPT_VALUE},
+    {"top-k", 0, OPT_VALUE},          {"top-p", 0, OPT_VALUE},
+    {"repeat-penalty", 0, OPT_VALUE}, {"repeat-last-n", 0, OPT_VALUE},
+    {"samples", 0, OPT_VALUE},        {"session", 0, OPT_VALUE},
+    {"allow-key-tokens", 0, 0},       {"logits", 0, 0},
+    {"threads", 0, OPT_VALUE},        {"prefill", 0, OPT_VALUE},
+    {"heads", 0, OPT_VALUE},          {"streaming-budget", 0, OPT_VALUE}};
 static const cli_spec generate_spec =
-    LM_SPEC(generate_usage, SO_POLICY | SO_BUDGET | SO_SEED, generate_own, FMT_TEXT);
-
-/* The next token: the first argmax, or a draw from softmax(logits / temp). */
-static int32_t sample(const float *logits, int32_t V, double temp, kve_rng *rng)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < V; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    if (temp <= 0)
-        return best;
-    double sum = 0;
-    for (int32_t i = 0; i < V; i++)
-        sum += exp(((double)logits[i] - logits[best]) / temp);
-    double r = kve_rng_uniform(rng) * sum, cdf = 0;
-    for (int32_t i = 0; i < V; i++) {
-        cdf += exp(((double)logits[i] - logits[best]) / temp);
-        if (r < cdf)
-            return i;
-    }
-    return best;
-}
+    LM_SPEC(generate_usage, SO_POLICY | SO_BUDGET | SO_SEED | SO_FORMAT, generate_own, FMT_TEXT);
 
 /* Writes a decoded piece; a lone raw byte that is a control character other
  * than white space is skipped, as run.c's safe_printf does. */
-static void put_piece(const char *p, size_t n)
+static void put_piece(FILE *f, const char *p, size_t n)
 {
     if (n == 1) {
         unsigned char b = (unsigned char)p[0];
         if (b < 0x20 && b != '\n' && b != '\t' && b != '\r')
             return;
     }
-    fwrite(p, 1, n, stdout);
+    fwrite(p, 1, n, f);
+}
+
+/* The tokens decoded so far, BOS first (the repetition penalty's window and
+ * a session's record). */
+typedef struct history {
+    int32_t *t;
+    size_t n, cap;
+} history;
+
+static void push(history *h, int32_t t)
+{
+    if (h->n == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 256;
+        h->t = xrealloc(h->t, h->cap * sizeof *h->t);
+    }
+    h->t[h->n++] = t;
+}
+
+/* What one sample's loop needs. */
+typedef struct gen_ctx {
+    lm_sampler_params sp;
+    const unsigned char *banned; /* (V) or NULL */
+    lm_candidate *scratch;       /* (V) */
+    size_t steps;
+    int json, logits;
+    size_t sample;
+} gen_ctx;
+
+static size_t decoded; /* forward steps of this run, for the speed */
+
+static void decode(lm_state *s, history *h, int32_t token)
+{
+    decoded++;
+    kve_status st = lm_forward(s, token);
+    if (st != KVE_OK)
+        die_lm(st, "decode");
+    push(h, token);
+}
+
+/* Samples up to g->steps tokens from s (whose logits follow h's last
+ * token), decoding each, so s ends with the logits after the last; stops
+ * after a BOS. Text or JSON to stdout. Returns how many were made. */
+static size_t sample_loop(const gen_ctx *g, lm_state *s, history *h, kve_rng *rng, uint64_t seed)
+{
+    int32_t V = s->model->config.vocab_size;
+    size_t made = 0;
+    while (made < g->steps) {
+        int32_t next = lm_sample(&g->sp, s->logits, V, g->banned, h->t, h->n, rng, g->scratch);
+        if (next < 0)
+            die_input("every token of the vocabulary is banned");
+        made++;
+        size_t len;
+        const char *p = lm_decode(lm_ctx.tok, h->t[h->n - 1], next, &len);
+        if (g->json) {
+            printf("{\"sample\": %zu, \"seed\": %llu, \"pos\": %d, \"token\": %d, \"piece\": ",
+                   g->sample, (unsigned long long)seed, s->pos, next);
+            char *piece = xstrndup(p, len);
+            json_string(stdout, piece);
+            free(piece);
+            if (g->logits) {
+                fputs(", \"logits\": [", stdout);
+                for (int32_t i = 0; i < V; i++) {
+                    if (i)
+                        fputs(", ", stdout);
+                    json_float(stdout, s->logits[i]);
+                }
+                fputc(']', stdout);
+            }
+            fputs("}\n", stdout);
+        } else if (next != LM_BOS) {
+            put_piece(stdout, p, len);
+            fflush(stdout);
+        }
+        decode(s, h, next);
+        if (next == LM_BOS)
+            break;
+    }
+    return made;
+}
+
+/* Reads and loads the session at `path` into s (at position 0); refusals
+ * exit naming the file, before anything is written. 0 when there is no
+ * such file. */
+static int resume(const char *path, lm_state *s, history *h, kve_rng *rng)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0;
+        die_input("--session %s: %s", path, strerror(errno));
+    }
+    fclose(f);
+    char *data;
+    size_t size;
+    kve_status st = lm_read_file(NULL, path, &data, &size);
+    if (st != KVE_OK)
+        die_input("--session: %s", kve_last_error());
+    lm_session ss;
+    st = lm_session_load(s, data, size, &ss);
+    lm_free(NULL, data);
+    if (st != KVE_OK) {
+        char what[600];
+        snprintf(what, sizeof what, "--session %s", path);
+        die_lm(st, what);
+    }
+    for (size_t i = 0; i < ss.n_tokens; i++)
+        push(h, ss.tokens[i]);
+    lm_free(&s->alloc, ss.tokens);
+    *rng = ss.rng;
+    return 1;
+}
+
+static void save_session(const char *path, const lm_state *s, const history *h,
+                         const kve_rng *rng)
+{
+    lm_session ss = {.tokens = h->t, .n_tokens = h->n, .rng = *rng};
+    size_t size;
+    kve_status st = lm_session_save(s, &ss, NULL, 0, &size);
+    if (st != KVE_OK)
+        die_lm(st, "--session");
+    unsigned char *buf = xmalloc(size);
+    if ((st = lm_session_save(s, &ss, buf, size, &size)) != KVE_OK)
+        die_lm(st, "--session");
+    FILE *f = out_open(path);
+    if (fwrite(buf, 1, size, f) != size)
+        die_input("--session %s: %s", path, strerror(errno));
+    out_close(f);
+    free(buf);
 }
 
 int cmd_generate(int argc, char **argv)
@@ -206,26 +339,43 @@ int cmd_generate(int argc, char **argv)
     const char *prompt = own(&a, sp, "prompt");
     if (!prompt)
         prompt = "";
-    const char *st_s = own(&a, sp, "steps");
-    size_t steps = st_s ? (size_t)parse_u64("--steps", st_s, 0, INT32_MAX / 2) : 256;
+    const char *v = own(&a, sp, "steps");
+    size_t steps = v ? (size_t)parse_u64("--steps", v, 0, INT32_MAX / 2) : 256;
     lm_positions positions = opt_positions(own(&a, sp, "positions"));
     parse_threads(&a, sp);
-    uint64_t seed = a.seed;
-    size_t budget = a.budget;
     const char *spec = a.policy;
     if (a.n_budgets && !spec)
         die_usage("--budget needs --policy");
     if (spec)
-        free(canon_spec("--policy", spec, budget));
-    double temp = 0;
-    const char *ts = own(&a, sp, "temperature");
-    if (ts) {
-        char *end;
-        errno = 0;
-        temp = strtod(ts, &end);
-        if (*end || errno || !(temp >= 0) || temp > 1e6 || ts[0] == '-')
-            die_usage("--temperature: '%s' is not a number in [0, 1e6]", ts);
+        free(canon_spec("--policy", spec, a.budget));
+    gen_ctx g = {.sp = lm_sampler_default_params(), .steps = steps,
+                 .json = a.format == FMT_JSON, .logits = cli_own(&a, sp, "logits")->count > 0};
+    if (a.format != FMT_TEXT && a.format != FMT_JSON)
+        die_usage("--format: generate writes text or json");
+    if (g.logits && !g.json)
+        die_usage("--logits needs --json");
+    if ((v = own(&a, sp, "temperature")))
+        g.sp.temperature = parse_real("--temperature", v, 0, 1e6);
+    if ((v = own(&a, sp, "top-k")))
+        g.sp.top_k = (int32_t)parse_u64("--top-k", v, 0, INT32_MAX);
+    if ((v = own(&a, sp, "top-p"))) {
+        g.sp.top_p = parse_real("--top-p", v, 0, 1);
+        if (g.sp.top_p <= 0)
+            die_usage("--top-p: '%s' is not in (0, 1]", v);
     }
+    if ((v = own(&a, sp, "repeat-penalty"))) {
+        g.sp.repeat_penalty = parse_real("--repeat-penalty", v, 0, 1e6);
+        if (g.sp.repeat_penalty <= 0)
+            die_usage("--repeat-penalty: '%s' is not in (0, 1e6]", v);
+    }
+    if ((v = own(&a, sp, "repeat-last-n")))
+        g.sp.repeat_last_n = (int32_t)parse_u64("--repeat-last-n", v, 0, INT32_MAX);
+    v = own(&a, sp, "samples");
+    size_t samples = v ? (size_t)parse_u64("--samples", v, 1, 1u << 20) : 1;
+    const char *session = own(&a, sp, "session");
+    if (session && samples > 1)
+        die_usage("--session saves one sequence: it cannot be combined with --samples %zu",
+                  samples);
     static const char *const pf_names[] = {"h2o", "snapkv", "kvzip", "policy"};
     const char *pf = own(&a, sp, "prefill"), *heads = own(&a, sp, "heads");
     int pf_k = -1;
@@ -235,26 +385,48 @@ int cmd_generate(int argc, char **argv)
         die_usage("--prefill: '%s' is not h2o, snapkv, kvzip or policy", pf);
     if ((pf || heads) && !spec)
         die_usage("--%s needs --policy", pf ? "prefill" : "heads");
+    if (heads && session)
+        die_usage("--heads: a --session does not record the schedule; use one or the other");
     const char *sb = own(&a, sp, "streaming-budget");
     if (sb && !heads)
         die_usage("--streaming-budget needs --heads");
     lm_ctx.streaming_budget = sb ? (size_t)parse_u64("--streaming-budget", sb, 1, KVE_MAX_BUDGET)
                                  : 16;
+    int seed_given = 0;
+    for (int i = 0; i < argc; i++)
+        seed_given |= strcmp(argv[i], "--seed") == 0 || strncmp(argv[i], "--seed=", 7) == 0;
+
     load_model(model);
     resolve_budget(&a);
-    budget = a.budget;
     load_tokenizer(own(&a, sp, "tokenizer"), model);
     if (heads)
         lm_ctx.heads = load_heads(heads, "--heads");
+    int32_t V = lm_ctx.model->config.vocab_size;
     size_t n_prompt;
     int32_t *ids = encode(prompt, strlen(prompt), &n_prompt);
-    lm_state *s = new_state(spec, budget, positions, seed);
+    unsigned char *banned = xcalloc((size_t)V, 1);
+    if (!cli_own(&a, sp, "allow-key-tokens")->count)
+        lm_reserved_tokens(lm_ctx.tok, banned);
+    g.banned = banned;
+    g.scratch = xmalloc((size_t)V * sizeof *g.scratch);
+
+    /* The shared part: the session (when there is one), then the prompt. */
+    lm_state *s = new_state(spec, a.budget, positions, a.seed);
+    history h = {0};
     kve_rng rng;
-    kve_rng_seed(&rng, seed);
-    int32_t V = lm_ctx.model->config.vocab_size, token = LM_BOS;
-    size_t made = 0, i = 0;
+    kve_rng_seed(&rng, a.seed);
+    int resumed = session && resume(session, s, &h, &rng);
+    if (resumed && seed_given)
+        kve_rng_seed(&rng, a.seed);
+    if (resumed && pf)
+        die_usage("--prefill compresses a new prompt: a resumed --session continues step by step");
     double start = now_s();
-    if (pf) { /* BOS and the prompt read at once, then cut; generation goes on */
+    char *text = NULL; /* the prompt's text as printed */
+    size_t text_len = 0;
+    FILE *mem = open_memstream(&text, &text_len);
+    if (!mem)
+        die_input("out of memory");
+    if (pf) { /* BOS and the prompt read at once, then cut to the budget */
         int32_t *all = xmalloc((n_prompt + 1) * sizeof *all);
         all[0] = LM_BOS;
         memcpy(all + 1, ids, n_prompt * sizeof *ids);
@@ -270,55 +442,77 @@ int cmd_generate(int argc, char **argv)
             st = lm_prefill(s, all, n_prompt + 1, pf_k == 3 ? NULL : &p);
         }
         free(all);
-        if (st != KVE_OK) {
-            free(ids);
+        if (st != KVE_OK)
             die_lm(st, "--prefill");
-        }
-        for (; i < n_prompt; i++) { /* the prompt's text, as the loop below writes it */
+        decoded += n_prompt + 1;
+        push(&h, LM_BOS);
+        for (size_t i = 0; i < n_prompt; i++) {
             size_t len;
-            const char *piece = lm_decode(lm_ctx.tok, token, ids[i], &len);
-            put_piece(piece, len);
-            token = ids[i];
+            const char *piece = lm_decode(lm_ctx.tok, h.t[h.n - 1], ids[i], &len);
+            put_piece(mem, piece, len);
+            push(&h, ids[i]);
         }
-        fflush(stdout);
+    } else {
+        if (h.n == 0) /* a new sequence (or a session of no token) starts with BOS */
+            decode(s, &h, LM_BOS);
+        for (size_t i = 0; i < n_prompt; i++) {
+            size_t len;
+            const char *p = lm_decode(lm_ctx.tok, h.t[h.n - 1], ids[i], &len);
+            put_piece(mem, p, len);
+            decode(s, &h, ids[i]);
+        }
     }
-    for (; made < steps || i < n_prompt; i++) {
-        if (pf && i == n_prompt && made == 0) {
-            /* the logits after the prompt are the prefill's */
-        } else {
-            kve_status st = lm_forward(s, token);
+    fclose(mem);
+
+    /* The samples: each a copy of the shared state (its cache and bank). */
+    size_t prefix = h.n, made = 0;
+    lm_state *w = samples > 1 ? new_state(spec, a.budget, positions, a.seed) : s;
+    for (size_t k = 0; k < samples; k++) {
+        uint64_t seed = a.seed + k;
+        g.sample = k;
+        if (samples > 1) {
+            kve_status st = lm_state_copy(w, s);
             if (st != KVE_OK)
-                die_lm(st, "decode");
+                die_lm(st, "fork");
+            kve_rng_seed(&rng, seed);
+            h.n = prefix;
+            if (!g.json)
+                printf("--- sample %zu of %zu, seed %llu ---\n", k + 1, samples,
+                       (unsigned long long)seed);
         }
-        int32_t next = i < n_prompt ? ids[i] : sample(s->logits, V, temp, &rng);
-        if (i >= n_prompt)
-            made++;
-        if (next == LM_BOS)
-            break;
-        size_t len;
-        const char *p = lm_decode(lm_ctx.tok, token, next, &len);
-        put_piece(p, len);
-        fflush(stdout);
-        token = next;
+        if (!g.json)
+            fwrite(text, 1, text_len, stdout);
+        made = sample_loop(&g, w, &h, &rng, seed);
+        if (!g.json)
+            fputc('\n', stdout);
     }
-    fputc('\n', stdout);
     finish_stdout();
     double secs = now_s() - start;
+    if (session)
+        save_session(session, w, &h, &rng);
     const lm_config *c = &lm_ctx.model->config;
     size_t kept_min = SIZE_MAX, kept_max = 0;
     for (int32_t l = 0; l < c->n_layers; l++)
-        for (int32_t g = 0; g < c->n_kv_heads; g++) {
-            size_t k = lm_state_kept(s, l, g);
-            kept_min = k < kept_min ? k : kept_min;
-            kept_max = k > kept_max ? k : kept_max;
+        for (int32_t gi = 0; gi < c->n_kv_heads; gi++) {
+            size_t kn = lm_state_kept(w, l, gi);
+            kept_min = kn < kept_min ? kn : kept_min;
+            kept_max = kn > kept_max ? kn : kept_max;
         }
     fprintf(stderr,
-            "kvevict generate: %d positions (BOS, %zu prompt tokens, %zu generated) in %.3f s: "
+            "kvevict generate: %d positions (%s%zu prompt tokens, %zu generated%s) in %.3f s: "
             "%.1f tokens/s; cache: %zu..%zu of %d positions kept per (layer, KV head); "
             "policy %s\n",
-            s->pos, n_prompt, made, secs, secs > 0 ? s->pos / secs : 0.0, kept_min, kept_max,
-            s->pos, s->spec ? s->spec : "none (every key kept)");
+            w->pos, resumed ? "a resumed session, " : "BOS, ", n_prompt, made,
+            samples > 1 ? " by the last sample" : "", secs,
+            secs > 0 ? (double)decoded / secs : 0.0,
+            kept_min, kept_max, w->pos, w->spec ? w->spec : "none (every key kept)");
+    if (w != s)
+        lm_state_free(w);
     lm_state_free(s);
     free(ids);
+    free(h.t);
+    free(text);
+    free(banned);
+    free(g.scratch);
     return 0;
 }

@@ -1,28 +1,33 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lm_trace.c - the `lm:` trace source of every command that reads a trace:
- * a llama2.c model's full-cache attention, decoded when the command starts
- * and spooled through a temporary .npy file (below). A source of the tool,
- * not of the library, which knows nothing of lm/; traces.c opens it.
+ * the command line's side (the spec's keys, loading the checkpoint, the
+ * tokenizer and the text, the window) of a llama2.c model's full-cache
+ * attention, which lm_trace_new (lm/trace.c) streams into the harness as the
+ * decoder computes it: no temporary file, no size ceiling beyond memory for
+ * the decoder's cache. traces.c opens it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "lm_cli.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* ---- the model's attention as a trace source -----------------------------------
  *
  * --trace lm:model=CKPT,text=FILE[,tokenizer=TOK][,steps=T][,window=W][,heads=kv|query]
  * in every command that reads a trace: what `lm dump` writes for evaluation
  * window W of the text (BOS, then the encoded text from token W * (seq_len - 1)
- * on: the windows of `lm eval`), T steps (default: the model's context; at
- * most 8192, as L * H * T^2 * 4 bytes go to the temporary file),
- * spooled to a temporary .npy file that is removed as soon as it is open.
- * Everything loaded is freed before returning.
+ * on: the windows of `lm eval`), T steps (default: the model's context, at
+ * most 8192; given, at most 2^20, as `lm dump --steps`). The trace owns the
+ * model; the text and the tokenizer are freed before returning. The
+ * commands read a trace head after head (eval, trace --stats), so the rows
+ * of the first steps are kept as they are decoded, up to LM_TRACE_CACHE
+ * bytes (every step of 32 heads of 2 Ki, or of 8 heads of 4 Ki): a longer
+ * trace decodes again from its start for each head past the first.
  */
+
+enum { LM_TRACE_CACHE = 512u << 20 };
 
 static const char lm_trace_keys[] = "model, text, tokenizer, steps, window, heads";
 
@@ -56,8 +61,7 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
         die_usage("--trace %s: model= and text= are required", src);
     if (heads && strcmp(heads, "query") != 0 && strcmp(heads, "kv") != 0)
         die_usage("--trace %s: heads=%s is neither kv nor query", src, heads);
-    /* L * H * T^2 * 4 bytes go to TMPDIR: 2 GiB for 32 heads at the cap */
-    size_t T = steps ? (size_t)parse_u64("--trace lm: steps", steps, 1, 1u << 13) : 0;
+    size_t T = steps ? (size_t)parse_u64("--trace lm: steps", steps, 1, 1u << 20) : 0;
     size_t w = window ? (size_t)parse_u64("--trace lm: window", window, 0, SIZE_MAX / 2) : 0;
 
     lm_model *m = NULL;
@@ -87,37 +91,20 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
     toks[0] = LM_BOS;
     size_t group = heads && strcmp(heads, "query") == 0 ? 1 : (size_t)(c->n_heads / c->n_kv_heads);
 
-    const char *dir = getenv("TMPDIR");
-    static unsigned serial; /* names never repeat within a run (trace_name's aliases) */
-    char path[4096];
-    snprintf(path, sizeof path, "%s/kvevict-lm-%ld-%u-XXXXXX", dir && *dir ? dir : "/tmp",
-             (long)getpid(), serial++);
-    int fd = temp_create(path);
-    if (fd < 0)
-        die_input("--trace lm: cannot create a temporary file: %s", strerror(errno));
-    FILE *f = fdopen(fd, "wb");
-    if (!f)
-        die_input("--trace lm: %s: %s", path, strerror(errno));
-    if (write_attention(f, m, toks, T, group) != 0 || fclose(f) != 0)
-        die_input("--trace lm: cannot write %s: %s", path, strerror(errno));
+    kve_trace_options o = kve_trace_default_options();
+    o.flags = (kve_trace_flags)flags;
+    lm_trace_options lo = {.trace = &o, .group = group, .own_model = 1,
+                           .cache_bytes = LM_TRACE_CACHE};
+    kve_trace *tr = NULL;
+    st = lm_trace_new(m, toks, T, &lo, &tr);
     free(ids);
     lm_free(NULL, txt);
     lm_tokenizer_free(tok);
-    lm_model_free(m);
     free_list(items, n_items);
-    kve_trace *tr = NULL;
-    progress pr;
-    progress_begin(&pr, "validating row", 0, 0, 1);
-    kve_trace_options o = kve_trace_default_options();
-    o.flags = (kve_trace_flags)flags;
-    o.progress = progress_callback;
-    o.user = &pr;
-    st = kve_trace_open(path, &o, &tr);
-    progress_end(&pr);
-    unlink(path);
-    temp_forget(path);
-    if (st != KVE_OK)
+    if (st != KVE_OK) {
+        lm_model_free(m);
         die_status(st, "--trace");
-    trace_alias(path, src);
+    }
+    trace_alias(tr, src);
     return tr;
 }
