@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # fuzz.sh SECONDS [TARGET...] - builds the libFuzzer targets (clang, ASan +
-# UBSan) in build-fuzz/ and fuzzes each target for SECONDS, one at a time
-# (one process: the machine is shared).
+# UBSan) in build-fuzz/ and fuzzes each target for SECONDS, FUZZ_JOBS at a
+# time (default JOBS or 2, one process per core).
 #
 #   ./scripts/fuzz.sh 60                   every target, 60 s each
 #   ./scripts/fuzz.sh 300 fuzz_npy         one target
@@ -43,30 +43,56 @@ cmake --build "$build" -j "${JOBS:-2}" --target $targets >/dev/null || {
   exit 1
 }
 
-status=0
-for t in $targets; do
-  work="fuzz/corpus-$t"
-  art="$build/findings-$t/"
+# One target: fuzzes it, writes its report to $build/$t.summary and returns
+# non-zero on a finding (kept in the checked-in corpus).
+fuzz_one() {
+  local t=$1
+  local work="fuzz/corpus-$t" art="$build/findings-$t/" log="$build/$t.log"
+  local out="$build/$t.summary"
   mkdir -p "$work" "$art"
-  log="$build/$t.log"
-  echo "fuzz: $t for ${secs}s, -seed=$seed"
+  rm -f "$art"*
   "$build/fuzz/$t" -seed="$seed" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$art" "$work" "fuzz/corpus/$t" >"$log" 2>&1
-  rc=$?
+  local rc=$?
+  local runs
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   if [ "$rc" -eq 0 ]; then
-    echo "fuzz: $t: no finding in ${secs}s (${runs:-?} runs, corpus $(ls "$work" | wc -l) + $(ls "fuzz/corpus/$t" | wc -l) seeds)"
-    continue
+    echo "fuzz: $t: no finding in ${secs}s (${runs:-?} runs, corpus $(ls "$work" | wc -l) + $(ls "fuzz/corpus/$t" | wc -l) seeds)" >"$out"
+    return 0
   fi
-  status=1
-  echo "fuzz: $t: FINDING (exit $rc), log $log:" >&2
-  grep -E "ERROR|CHECK|runtime error|SUMMARY" "$log" | head -5 >&2
-  for f in "$art"*; do
-    [ -f "$f" ] || continue
-    keep="fuzz/corpus/$t/finding-$(basename "$f")"
-    cp "$f" "$keep"
-    echo "fuzz: $t: kept $keep; replay: $build/fuzz/$t $keep" \
-         " (or build-asan/fuzz/${t}_corpus $keep)" >&2
-  done
+  {
+    echo "fuzz: $t: FINDING (exit $rc), log $log:"
+    grep -E "ERROR|CHECK|runtime error|SUMMARY" "$log" | head -5
+    for f in "$art"*; do
+      [ -f "$f" ] || continue
+      local keep="fuzz/corpus/$t/finding-$(basename "$f")"
+      cp "$f" "$keep"
+      echo "fuzz: $t: kept $keep; replay: $build/fuzz/$t $keep" \
+           " (or build-asan/fuzz/${t}_corpus $keep)"
+    done
+  } >"$out"
+  return 1
+}
+
+# FUZZ_JOBS targets at a time (default JOBS, 2: one per core), each for
+# $secs seconds; the reports print in the order of the targets.
+jobs_max=${FUZZ_JOBS:-${JOBS:-2}}
+echo "fuzz: ${secs}s per target, $jobs_max at a time, -seed=$seed"
+status=0
+running=0
+for t in $targets; do
+  if [ "$running" -ge "$jobs_max" ]; then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || status=1
+  running=$((running - 1))
+done
+for t in $targets; do
+  cat "$build/$t.summary" 2>/dev/null || { echo "fuzz: $t: no report"; status=1; }
 done
 exit $status

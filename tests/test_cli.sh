@@ -382,6 +382,12 @@ check "docs blocks carry no timing column" sh -c "! grep -q 'ns/step' '$D/doc.md
 awk -F'|' 'BEGIN{OFS="|"} /^\| +16 \|/{ $4=" 0.0001 " } {print}' "$D/doc.md" >"$D/doc3.md"
 "$K" docs --trace canonical:steps=600 --check "$D/doc3.md" >"$D/out" 2>"$D/err"
 check "docs --check catches a changed mass" [ $? -eq 1 ]
+"$K" docs --trace canonical:steps=600 --check --skip sweep "$D/doc3.md" >"$D/out" 2>"$D/err"
+check "docs --check --skip leaves that block unchecked" [ $? -eq 0 ]
+check "docs --check --skip counts what it left" grep -q "1 block left unchecked" "$D/err"
+"$K" docs --skip sweep "$D/doc3.md" >"$D/out" 2>"$D/err"
+check "docs --skip without --check is refused" [ $? -eq 2 ]
+check "docs --skip's refusal names it" grep -q -- "--skip: only with --check" "$D/err"
 # Blocks that name their trace: version 1 beside the default, seeds, stats.
 cat >"$D/doc4.md" <<'DOC'
 <!-- kvevict:begin sweep h2o:budget=64 recent_window=16 -->
