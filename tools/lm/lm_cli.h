@@ -28,6 +28,7 @@ typedef struct lm_loaded {
     size_t n_ids;
     budget_args budgets; /* --share-heads, --schedule, ... (budgets.c) */
     double *layer_weights; /* (L) --schedule attention: measured on --calibration */
+    int timing; /* 1: new_state's decoders time their policies (lm_options.timing) */
 } lm_loaded;
 extern lm_loaded lm_ctx;
 
@@ -176,5 +177,6 @@ int lm_passkey(int argc, char **argv);     /* recall.c */
 int lm_repeat(int argc, char **argv);      /* recall.c */
 int lm_dump(int argc, char **argv);        /* dump.c */
 int lm_prefill_cmd(int argc, char **argv); /* prefill.c */
+int lm_leaderboard(int argc, char **argv);  /* leaderboard.c */
 
 #endif /* KVE_LM_CLI_H */
