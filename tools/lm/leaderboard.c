@@ -336,18 +336,27 @@ int lm_leaderboard(int argc, char **argv)
         die_usage("--span %zu: the context %zu holds no repeat", span, L);
     size_t rd = rd_opt ? (size_t)parse_u64("--repeat-distance", rd_opt, span, L - 1 - span)
                        : ((L - 1 - span) / 64 ? (L - 1 - span) / 64 * 64 : L - 1 - span);
-    pk_template pk;
-    pk_load(&pk);
-    if (L < 2 + pk.na + pk.nb + pk.nq || lm_ctx.n_ids < L - 1)
-        die_input("--text %s: too short for this model's windows and prompts", text);
-    size_t nd, d_lo = pk.nb + pk.nq, d_hi = L - 2 - pk.na;
-    size_t *dist = distances(own(&a, sp, "distances"), d_lo, d_hi, 0, &nd);
-    if (!own(&a, sp, "distances")) { /* 128, 256, ... and the top */
-        nd = 0;
-        for (size_t x = 128; x <= d_hi; x += 128)
-            if (x >= d_lo && x < d_hi)
-                dist[nd++] = x;
-        dist[nd++] = d_hi;
+    /* The pass key needs the pieces <key00> .. <key63>: without them (a
+     * tokenizer of another model) the rows have no pass-key figures. */
+    pk_template pk = {0};
+    size_t nd = 0, *dist = NULL;
+    if (lm_ctx.n_ids < L - 1)
+        die_input("--text %s: %zu tokens, the windows need %zu", text, lm_ctx.n_ids, L - 1);
+    if (lm_piece_id(lm_ctx.tok, "<key00>", 7) >= 0) {
+        pk_load(&pk);
+        if (L < 2 + pk.na + pk.nb + pk.nq)
+            die_input("--model: seq_len %zu is too short for the pass-key prompts", L);
+        size_t d_lo = pk.nb + pk.nq, d_hi = L - 2 - pk.na;
+        dist = distances(own(&a, sp, "distances"), d_lo, d_hi, 0, &nd);
+        if (!own(&a, sp, "distances")) { /* 128, 256, ... and the top */
+            nd = 0;
+            for (size_t x = 128; x <= d_hi; x += 128)
+                if (x >= d_lo && x < d_hi)
+                    dist[nd++] = x;
+            dist[nd++] = d_hi;
+        }
+    } else {
+        warn("the tokenizer has no piece <key00>: no pass-key figures (null)");
     }
     if (n_windows > lm_ctx.n_ids / (L - 1))
         die_usage("--windows %zu: the text holds %zu whole windows", n_windows,
@@ -446,6 +455,7 @@ int lm_leaderboard(int argc, char **argv)
         rows[0].pk_hits += full_pk[di];
     rows[0].pk_full = rows[0].pk_hits;
     rows[0].pk_n = nd * trials;
+    /* (rows without a prompt have null accuracies: pk_n 0) */
     rows[0].pk_d = nd;
     /* 3. the repeated passage at distance rd: the second copy's tokens 2 ..
      * span, each predicted by a step after the compressed prompt. */
@@ -589,6 +599,7 @@ int lm_leaderboard(int argc, char **argv)
         free(rows[r].bits);
     }
     free(rows), free(kb), free(kp), free(w), free(loss), free(wbytes), free(full_pk), free(dist);
-    pk_free(&pk);
+    if (nd)
+        pk_free(&pk);
     return 0;
 }
