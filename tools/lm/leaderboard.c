@@ -240,19 +240,6 @@ static void rank_rows(lb_row *rows, size_t lo, size_t hi, const double *key, int
     }
 }
 
-/* Standard error of sum(x) / den over windows weighted by b (lm eval's). */
-static double paired_se(const double *x, const double *b, size_t w, double den)
-{
-    if (w < 2)
-        return NAN;
-    double sx = 0, sb = 0, ss = 0;
-    for (size_t i = 0; i < w; i++)
-        sx += x[i], sb += b[i];
-    for (size_t i = 0; i < w; i++)
-        ss += (x[i] - sx / sb * b[i]) * (x[i] - sx / sb * b[i]);
-    return sqrt((double)w / (double)(w - 1) * ss) / den;
-}
-
 static size_t parse_count(cli_args *a, const char *name, size_t dflt, size_t lo, size_t hi)
 {
     const char *v = own(a, &leaderboard_spec, name);
@@ -558,7 +545,7 @@ int lm_leaderboard(int argc, char **argv)
         table_real(&t, bytes, "%.0f");
         table_real(&t, sum / bytes, "%.4f");
         table_real(&t, kb[r] / bytes, "%+.4f");
-        table_real(&t, r ? paired_se(d, wbytes, n_windows, bytes) : NAN, "%.4f");
+        table_real(&t, r ? ratio_se(d, wbytes, n_windows, bytes) : NAN, "%.4f");
         if (r)
             table_uint(&t, (uint64_t)x->bpb_rank);
         else

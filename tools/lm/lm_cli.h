@@ -143,6 +143,12 @@ void job_cells(table *t, const job *jb, lm_positions positions);
 /* The columns of job_cells, then `rest`; returns the count. */
 size_t job_cols(col *cols, const col *rest, size_t n_rest);
 
+/* Standard error of the ratio sum(x) / den over samples x_i weighted by
+ * b_i (delta method): sqrt(W / (W - 1) * sum (x_i - r b_i)^2) / den, with
+ * r = sum(x) / sum(b). NAN with fewer than two samples. (loss.c; windows
+ * are the samples of lm eval and lm leaderboard) */
+double ratio_se(const double *x, const double *b, size_t w, double den);
+
 /* Distances from --distances, or 64-steps within [lo, hi] plus hi (and lo
  * first when `with_lo`); each must lie in [lo, hi]. */
 size_t *distances(const char *list, size_t lo, size_t hi, int with_lo, size_t *n);
