@@ -103,7 +103,7 @@ real-model: build/kvevict
 # ratio; scripts/leaderboard.sh) into docs/data/leaderboard.jsonl, the
 # reproduction subset that tests/test_leaderboard.sh checks, the page's
 # blocks and its figures (installs gnuplot-nox when missing). Deterministic
-# but for the timing column; about 20 minutes on a loaded 2-core machine.
+# but for the timing column; about 8 minutes of CPU (3 processes).
 leaderboard: build/kvevict
 	@./scripts/deps.sh gnuplot-nox:gnuplot
 	./scripts/leaderboard.sh build
