@@ -85,5 +85,21 @@ if [ $rc -ne 2 ] || ! grep -q "whole windows" "$W/err"; then
     echo "FAIL: --windows past the text: exit $rc, $(cat "$W/err")" >&2
     fail=1
 fi
+# More refusals, each a usage error naming its option.
+refuse() { # WHAT ARGS...: exit 2 and a message naming WHAT
+    what=$1
+    shift
+    "$K" lm leaderboard --model "$M" --text "$T" "$@" >/dev/null 2>"$W/err"
+    rc=$?
+    if [ $rc -ne 2 ] || ! grep -q -- "$what" "$W/err"; then
+        echo "FAIL: lm leaderboard $*: exit $rc, $(cat "$W/err")" >&2
+        fail=1
+    fi
+}
+refuse "at most 16 ratios" --ratio 0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1
+refuse "--ratio" --ratio 0
+refuse "--prompt" --methods window --prompt 511
+refuse "--span 300" --methods window --span 300
+refuse "--repeat-distance" --methods window --repeat-distance 500
 [ $fail -eq 0 ] && echo "test_leaderboard: the subset reproduces, every method is measured"
 exit $fail
