@@ -65,27 +65,50 @@ static const lb_method lb_methods[] = {
 };
 enum { LB_METHODS = sizeof lb_methods / sizeof lb_methods[0] };
 
-/* How the prompt is compressed: LB_STEP, every prompt position a decode step
- * that evicts; LB_OWN, the policy's own scores once (lm_prefill without
- * options); else a kve_prefill_method for lm_prefill. */
+/* How the prompt is compressed: one line a way. method: a kve_prefill_method
+ * (its refusals checked before any decoding, kve_bank_prefill), or LB_STEP
+ * (every prompt position a decode step that evicts: no run) or LB_OWN (the
+ * policy's own scores once); run: the decoder's prefill, given the method's
+ * options (kve_prefill_default_options with the method set). */
 enum { LB_STEP = -2, LB_OWN = -1 };
+typedef kve_status (*lb_prefill_fn)(lm_state *s, const int32_t *tokens, size_t n,
+                                    const kve_prefill_options *options);
+
+static kve_status lb_prefill_own(lm_state *s, const int32_t *tokens, size_t n,
+                                 const kve_prefill_options *options)
+{
+    (void)options;
+    return lm_prefill(s, tokens, n, NULL);
+}
+
 static const struct {
     const char *name;
     int method;
+    lb_prefill_fn run;
 } lb_prefills[] = {
-    {"step", LB_STEP},
-    {"policy", LB_OWN},
-    {"h2o", KVE_PREFILL_H2O},
-    {"snapkv", KVE_PREFILL_SNAPKV},
-    /* {"kvzip", KVE_PREFILL_KVZIP}, once lm_prefill runs it (issue 20) */
+    {"step", LB_STEP, NULL},
+    {"policy", LB_OWN, lb_prefill_own},
+    {"h2o", KVE_PREFILL_H2O, lm_prefill},
+    {"snapkv", KVE_PREFILL_SNAPKV, lm_prefill},
+    /* After the decoder's KVzip is merged (issue 20):
+     * {"kvzip", KVE_PREFILL_KVZIP, lb_prefill_kvzip},
+     * with, above this table,
+     *     static lm_kvzip lb_kvzip; (filled by lm_kvzip_default(lm_ctx.tok,
+     *                                &lb_kvzip) once the tokenizer is loaded)
+     *     static kve_status lb_prefill_kvzip(lm_state *s, const int32_t *tokens,
+     *                                        size_t n, const kve_prefill_options *o)
+     *     { return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, o); }
+     */
 };
+enum { LB_PREFILLS = sizeof lb_prefills / sizeof lb_prefills[0] };
 
-static int prefill_of(const char *name)
+/* The index of the prefill `name` in lb_prefills, LB_PREFILLS if none. */
+static size_t prefill_of(const char *name)
 {
-    for (size_t i = 0; i < sizeof lb_prefills / sizeof lb_prefills[0]; i++)
-        if (strcmp(lb_prefills[i].name, name) == 0)
-            return lb_prefills[i].method;
-    return LB_STEP - 1;
+    size_t i = 0;
+    while (i < LB_PREFILLS && strcmp(lb_prefills[i].name, name) != 0)
+        i++;
+    return i;
 }
 
 static const char leaderboard_usage[] =
@@ -158,7 +181,7 @@ typedef struct lb_row {
     double ratio;
     size_t budget;
     lm_state *s;
-    int prefill;
+    size_t pf;        /* its prefill: an index of lb_prefills */
     double *bits;     /* (windows) bits of the scored tokens of each window */
     double pk_hits;   /* pass-key prompts answered, at the distances beyond the budget */
     double pk_full;   /* the full cache's on the same prompts */
@@ -178,7 +201,7 @@ static double thread_cpu(void)
 }
 
 /* Decodes tokens[0 .. n) from a fresh cache: the first p compressed as
- * r->prefill says (LB_STEP: stepped like the rest), the rest one step at a
+ * r->pf says (step: stepped like the rest), the rest one step at a
  * time; per_pos[i] (i in [p, n - 1)) gets the loss of tokens[i + 1]. The
  * decode steps' CPU time and the policy's part go to r. Returns the argmax
  * after the last token. */
@@ -188,10 +211,11 @@ static int32_t lb_run(lb_row *r, const int32_t *tokens, size_t n, size_t p, doub
     kve_status st = lm_state_reset(s);
     int32_t V = lm_ctx.model->config.vocab_size;
     size_t i = 0;
-    if (st == KVE_OK && r->prefill != LB_STEP && s->bank) {
+    if (st == KVE_OK && lb_prefills[r->pf].run && s->bank) {
         kve_prefill_options q = kve_prefill_default_options();
-        q.method = r->prefill >= 0 ? (kve_prefill_method)r->prefill : KVE_PREFILL_H2O;
-        st = lm_prefill(s, tokens, p, r->prefill == LB_OWN ? NULL : &q);
+        if (lb_prefills[r->pf].method >= 0)
+            q.method = (kve_prefill_method)lb_prefills[r->pf].method;
+        st = lb_prefills[r->pf].run(s, tokens, p, &q);
         i = p;
     }
     double book = s->bookkeeping_s, t0 = thread_cpu();
@@ -265,7 +289,7 @@ int lm_leaderboard(int argc, char **argv)
     for (size_t i = 0; i < LB_METHODS; i++) {
         want[i] = !own(&a, sp, "methods");
         free(canon_spec("a leaderboard method", lb_methods[i].spec, 0));
-        if (prefill_of(lb_methods[i].prefill) < LB_STEP)
+        if (prefill_of(lb_methods[i].prefill) == LB_PREFILLS)
             die_usage("leaderboard method %s: no prefill '%s'", lb_methods[i].name,
                       lb_methods[i].prefill);
     }
@@ -353,7 +377,7 @@ int lm_leaderboard(int argc, char **argv)
     size_t n_rows = 1;
     lb_row *rows = xcalloc(1 + n_ratios * LB_METHODS, sizeof *rows);
     rows[0].s = new_state(NULL, 0, LM_POS_ORIGINAL, a.seed);
-    rows[0].prefill = LB_STEP;
+    rows[0].pf = prefill_of("step");
     for (size_t k = 0; k < n_ratios; k++) {
         size_t budget = (size_t)floor((1 - ratios[k]) * (double)L + 1e-9);
         for (size_t i = 0; i < LB_METHODS; i++) {
@@ -367,10 +391,10 @@ int lm_leaderboard(int argc, char **argv)
             check_budget(r->m->spec, budget, what);
             r->s = new_state(r->m->spec, budget, LM_POS_ORIGINAL, a.seed);
             r->budget = r->s->budget;
-            r->prefill = prefill_of(r->m->prefill);
-            if (r->prefill >= 0) { /* refused combinations are usage errors */
+            r->pf = prefill_of(r->m->prefill);
+            if (lb_prefills[r->pf].method >= 0) { /* refused combinations: usage errors */
                 kve_prefill_options q = kve_prefill_default_options();
-                q.method = (kve_prefill_method)r->prefill;
+                q.method = (kve_prefill_method)lb_prefills[r->pf].method;
                 if (kve_bank_prefill(r->s->bank, 0, 0, L, budget, NULL, L, 1, KVE_REDUCE_MEAN,
                                      &q) != KVE_OK)
                     die_usage("leaderboard method %s: %s", r->m->name, kve_last_error());
