@@ -31,7 +31,7 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/kve-leaderboard.XXXXXX") || exit 1
 trap 'rm -rf "$W"' EXIT
 fail=0
 untimed() { sed 's/, "policy_time_share": [^,}]*//' "$1"; }
-"$K" lm leaderboard --model "$M" --text "$T" --methods streaming,snapkv+h2o,own+keydiff \
+"$K" lm leaderboard --model "$M" --text "$T" --methods streaming,snapkv+h2o,own+keydiff,duo+streaming \
     --ratio 0.9 --windows 1 --trials 1 --distances 503 --repeat-trials 1 --json --quiet \
     >"$W/run.jsonl" || { echo "FAIL: the check command failed" >&2; exit 1; }
 untimed "$W/run.jsonl" >"$W/check.jsonl"
@@ -46,7 +46,7 @@ if ! cmp -s "$W/check.jsonl" "$D/leaderboard-check.jsonl"; then
     fail=1
 fi
 # Four rows, the timing a share in [0, 1] (the full cache's 0: no policy).
-[ "$(wc -l <"$W/run.jsonl")" -eq 4 ] || { echo "FAIL: not 4 rows" >&2; fail=1; }
+[ "$(wc -l <"$W/run.jsonl")" -eq 5 ] || { echo "FAIL: not 5 rows" >&2; fail=1; }
 if grep -v '"policy_time_share": \(0\|0\.[0-9]*\|1\)}$' "$W/run.jsonl" >/dev/null; then
     echo "FAIL: a policy_time_share outside [0, 1]" >&2
     fail=1

@@ -28,40 +28,42 @@
  * the prompt; prefill: a name of lb_prefills. kvpress's presses map onto them as:
  * StreamingLLMPress = streaming, TOVAPress = tova, SnapKVPress = snapkv
  * (prefill snapkv), KnormPress = knorm (prefill policy), KeyDiffPress =
- * keydiff (prefill policy). */
+ * keydiff (prefill policy), ExpectedAttentionPress in DecodingPress =
+ * expected_attention, KVzipPress = kvzip; heads: a DuoAttention schedule
+ * (kvevict lm duo-calibrate's file, read from the working directory when the
+ * row is measured) whose retrieval heads get the larger budgets at the same
+ * mean (lm_heads_budgets), NULL for every head at the budget. */
 typedef struct lb_method {
-    const char *name, *spec, *prefill;
+    const char *name, *spec, *prefill, *heads;
 } lb_method;
 
 static const lb_method lb_methods[] = {
-    {"window", "window", "step"},
-    {"streaming", "streaming", "step"},
-    {"random", "random", "step"},
-    {"h2o", "h2o", "step"},
-    {"scissorhands", "scissorhands", "step"},
-    {"tova", "tova", "step"},
-    {"h2o_decay", "h2o_decay", "step"},
-    {"h2o_mean", "h2o_mean", "step"},
-    {"knorm", "knorm", "step"},
-    {"knorm:recent_window=32", "knorm:recent_window=32", "step"},
-    {"keydiff", "keydiff", "step"},
-    {"keydiff:recent_window=32", "keydiff:recent_window=32", "step"},
-    {"h2o+h2o", "h2o", "h2o"},
-    {"snapkv+h2o", "h2o", "snapkv"},
-    {"snapkv+tova", "tova", "snapkv"},
-    {"snapkv+h2o_mean", "h2o_mean", "snapkv"},
-    {"own+knorm", "knorm", "policy"},
-    {"own+knorm:recent_window=32", "knorm:recent_window=32", "policy"},
-    {"own+keydiff", "keydiff", "policy"},
-    {"own+keydiff:recent_window=32", "keydiff:recent_window=32", "policy"},
-    /* After issue 20's methods are merged (docs/leaderboard.md, "Adding a
-     * method"):
-     * {"expected_attention", "expected_attention", "step"},
-     * {"h2o:vnorm=1", "h2o:vnorm=1", "step"},
-     * {"tova:vnorm=1", "tova:vnorm=1", "step"},
-     * {"h2o_mean:vnorm=1", "h2o_mean:vnorm=1", "step"},
-     * {"kvzip+h2o", "h2o", "kvzip"},
-     */
+    {"window", "window", "step", NULL},
+    {"streaming", "streaming", "step", NULL},
+    {"random", "random", "step", NULL},
+    {"h2o", "h2o", "step", NULL},
+    {"scissorhands", "scissorhands", "step", NULL},
+    {"tova", "tova", "step", NULL},
+    {"h2o_decay", "h2o_decay", "step", NULL},
+    {"h2o_mean", "h2o_mean", "step", NULL},
+    {"knorm", "knorm", "step", NULL},
+    {"knorm:recent_window=32", "knorm:recent_window=32", "step", NULL},
+    {"keydiff", "keydiff", "step", NULL},
+    {"keydiff:recent_window=32", "keydiff:recent_window=32", "step", NULL},
+    {"h2o+h2o", "h2o", "h2o", NULL},
+    {"snapkv+h2o", "h2o", "snapkv", NULL},
+    {"snapkv+tova", "tova", "snapkv", NULL},
+    {"snapkv+h2o_mean", "h2o_mean", "snapkv", NULL},
+    {"own+knorm", "knorm", "policy", NULL},
+    {"own+knorm:recent_window=32", "knorm:recent_window=32", "policy", NULL},
+    {"own+keydiff", "keydiff", "policy", NULL},
+    {"own+keydiff:recent_window=32", "keydiff:recent_window=32", "policy", NULL},
+    {"expected_attention", "expected_attention", "step", NULL},
+    {"h2o:vnorm=1", "h2o:vnorm=1", "step", NULL},
+    {"tova:vnorm=1", "tova:vnorm=1", "step", NULL},
+    {"h2o_mean:vnorm=1", "h2o_mean:vnorm=1", "step", NULL},
+    {"kvzip+h2o", "h2o", "kvzip", NULL},
+    {"duo+streaming", "streaming", "step", "docs/data/duo-heads.txt"},
 };
 enum { LB_METHODS = sizeof lb_methods / sizeof lb_methods[0] };
 
@@ -81,6 +83,16 @@ static kve_status lb_prefill_own(lm_state *s, const int32_t *tokens, size_t n,
     return lm_prefill(s, tokens, n, NULL);
 }
 
+/* KVzip's reconstruction prompts, from the tokenizer (lm_kvzip_default) once
+ * it is loaded. */
+static lm_kvzip lb_kvzip;
+
+static kve_status lb_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n,
+                                   const kve_prefill_options *options)
+{
+    return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, options);
+}
+
 static const struct {
     const char *name;
     int method;
@@ -90,15 +102,7 @@ static const struct {
     {"policy", LB_OWN, lb_prefill_own},
     {"h2o", KVE_PREFILL_H2O, lm_prefill},
     {"snapkv", KVE_PREFILL_SNAPKV, lm_prefill},
-    /* After the decoder's KVzip is merged (issue 20):
-     * {"kvzip", KVE_PREFILL_KVZIP, lb_prefill_kvzip},
-     * with, above this table,
-     *     static lm_kvzip lb_kvzip; (filled by lm_kvzip_default(lm_ctx.tok,
-     *                                &lb_kvzip) once the tokenizer is loaded)
-     *     static kve_status lb_prefill_kvzip(lm_state *s, const int32_t *tokens,
-     *                                        size_t n, const kve_prefill_options *o)
-     *     { return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, o); }
-     */
+    {"kvzip", KVE_PREFILL_KVZIP, lb_prefill_kvzip},
 };
 enum { LB_PREFILLS = sizeof lb_prefills / sizeof lb_prefills[0] };
 
@@ -279,7 +283,8 @@ int lm_leaderboard(int argc, char **argv)
     cli_parse(&a, sp, argc, argv);
     if (cli_own(&a, sp, "list")->count) {
         for (size_t i = 0; i < LB_METHODS; i++)
-            printf("%s\t%s\t%s\n", lb_methods[i].name, lb_methods[i].spec, lb_methods[i].prefill);
+            printf("%s\t%s\t%s\n", lb_methods[i].name, lb_methods[i].spec,
+                   lb_methods[i].prefill);
         finish_stdout();
         return 0;
     }
@@ -338,6 +343,9 @@ int lm_leaderboard(int argc, char **argv)
     load_text(text);
     encode_text(text);
     lm_ctx.timing = 1;
+    kve_status kst = lm_kvzip_default(lm_ctx.tok, &lb_kvzip);
+    if (kst != KVE_OK)
+        die_lm(kst, "--tokenizer (KVzip's prompts)");
     const size_t L = (size_t)lm_ctx.model->config.seq_len;
     size_t P = prompt_opt ? (size_t)parse_u64("--prompt", prompt_opt, 1, L > 2 ? L - 2 : 1)
                           : (L > 66 ? L - 64 : L / 2);
@@ -389,7 +397,13 @@ int lm_leaderboard(int argc, char **argv)
             char what[64];
             snprintf(what, sizeof what, "--ratio %g (budget %zu)", ratios[k], budget);
             check_budget(r->m->spec, budget, what);
+            if (r->m->heads) { /* the schedule, for this row's budgets only */
+                lm_ctx.heads = load_heads(r->m->heads, r->m->name);
+                lm_ctx.streaming_budget = 16; /* lm's --streaming-budget default */
+            }
             r->s = new_state(r->m->spec, budget, LM_POS_ORIGINAL, a.seed);
+            lm_heads_free(lm_ctx.heads);
+            lm_ctx.heads = NULL;
             r->budget = r->s->budget;
             r->pf = prefill_of(r->m->prefill);
             if (lb_prefills[r->pf].method >= 0) { /* refused combinations: usage errors */
