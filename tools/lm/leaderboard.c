@@ -59,6 +59,7 @@ static const lb_method lb_methods[] = {
     {"own+keydiff", "keydiff", "policy", NULL},
     {"own+keydiff:recent_window=32", "keydiff:recent_window=32", "policy", NULL},
     {"expected_attention", "expected_attention", "step", NULL},
+    {"expected_attention:recent_window=32", "expected_attention:recent_window=32", "step", NULL},
     {"h2o:vnorm=1", "h2o:vnorm=1", "step", NULL},
     {"tova:vnorm=1", "tova:vnorm=1", "step", NULL},
     {"h2o_mean:vnorm=1", "h2o_mean:vnorm=1", "step", NULL},
