@@ -202,8 +202,13 @@ static int plot_jsonl(const cli_args *a)
     }
     close_checked(f, data);
     f = open_in(tmpdir, "plot.gp", "w", path, sizeof path);
-    fprintf(f, "set terminal pngcairo size 900,540 enhanced font 'Sans,11'\n"
-               "set grid\nset key outside right top noenhanced\nset output ");
+    if (n_series > 16) /* a key too long for the side: below the frame, in columns */
+        fprintf(f, "set terminal pngcairo size 1000,%zu enhanced font 'Sans,11'\n"
+                   "set grid\nset key outside below center horizontal maxcols 3 noenhanced\n"
+                   "set output ", 540 + 20 * ((n_series + 2) / 3));
+    else
+        fprintf(f, "set terminal pngcairo size 900,540 enhanced font 'Sans,11'\n"
+                   "set grid\nset key outside right top noenhanced\nset output ");
     gp_quote(f, png);
     fprintf(f, "\nset title ");
     gp_quote(f, own1(a, "title") ? own1(a, "title") : "");
