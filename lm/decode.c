@@ -488,18 +488,24 @@ static kve_step_data step_data(lm_state *s, size_t l)
     d.ld = s->ld;
     d.group = R;
     d.reduce = KVE_REDUCE_MEAN;
-    if (s->reads & KVE_READS_KEYS)
-        d.keys = s->k, d.ld_keys = S;
-    if (s->reads & KVE_READS_QUERIES)
-        d.queries = s->q, d.ld_queries = S;
+    if (s->reads & KVE_READS_KEYS) {
+        d.keys = s->k;
+        d.ld_keys = S;
+    }
+    if (s->reads & KVE_READS_QUERIES) {
+        d.queries = s->q;
+        d.ld_queries = S;
+    }
     if ((s->reads & KVE_READS_VALUES) && s->wov) {
         const float *wo = s->model->weights.wo + l * D * H * S;
         for (size_t h = 0; h < H; h++)
             for (size_t i = 0; i < D; i++)
                 s->wov[h * D + i] = dot(wo + i * H * S + h * S, s->v + h / R * S, S);
-        d.values = s->wov, d.ld_values = s->value_dim;
+        d.values = s->wov;
+        d.ld_values = s->value_dim;
     } else if (s->reads & KVE_READS_VALUES) {
-        d.values = s->v, d.ld_values = S;
+        d.values = s->v;
+        d.ld_values = S;
     }
     if (s->prefilling && (size_t)s->pos + 1 == s->pf_n)
         d.flags = KVE_STEP_RESCORE;

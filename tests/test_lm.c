@@ -600,8 +600,10 @@ static void policy_seen_data(void *user, int layer, int g, int32_t t, const int3
     kve_step_data d = kve_step_default_data();
     d.attn = w;
     d.ld = n;
-    d.keys = ref_key[h], d.ld_keys = RS_;
-    d.queries = ref_q[h], d.ld_queries = RS_;
+    d.keys = ref_key[h];
+    d.ld_keys = RS_;
+    d.queries = ref_q[h];
+    d.ld_queries = RS_;
     d.values = ref_use_wov ? ref_wov[h] : ref_v[h];
     d.ld_values = ref_use_wov ? RR_ * D_ : RS_;
     int32_t victims[64];
