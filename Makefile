@@ -25,7 +25,7 @@ TEST_DEPS_STAMP = build/.test-deps-ok
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model python-bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
+.PHONY: all deps run bench bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model leaderboard python-bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
 
 all: build/kvevict
 
@@ -139,6 +139,16 @@ budgets-docs: build/kvevict
 # that tests/test_real_model.sh checks.
 real-model: build/kvevict
 	./scripts/real-model.sh build
+
+# docs/leaderboard.md from scratch: `kvevict lm leaderboard` (every method at
+# compression ratios 0.5, 0.8 and 0.9 on the committed model, one process per
+# ratio; scripts/leaderboard.sh) into docs/data/leaderboard.jsonl, the
+# reproduction subset that tests/test_leaderboard.sh checks, the page's
+# blocks and its figures (installs gnuplot-nox when missing). Deterministic
+# but for the timing column; about 8 minutes of CPU (3 processes).
+leaderboard: build/kvevict
+	@./scripts/deps.sh gnuplot-nox:gnuplot
+	./scripts/leaderboard.sh build
 
 # Each suite lists the tests that skipped with their reasons (scripts/ctest.sh);
 # make test ends with the list over the three.

@@ -74,11 +74,19 @@ kve_status lm__budgets_init(lm_state *s)
     kve_policy *p = NULL;
     kve_policy_options o = kve_policy_default_options();
     o.allocator = s->opt.allocator;
-    o.key_dim = (size_t)s->model->config.head_size; /* a policy that reads keys needs it */
+    /* every fact of the model a policy may read (one that reads none ignores
+     * them): keys and queries of head_size floats, the rotary embedding,
+     * values of head_size floats (vnorm=1's R*D differ only in size) */
+    const lm_config *c = &s->model->config;
+    o.key_dim = (size_t)c->head_size;
+    o.value_dim = (size_t)c->head_size;
+    o.query_group = (size_t)(c->n_heads / c->n_kv_heads);
+    o.rope = lm_rope(c);
     kve_status st = kve_policy_new_ex(s->spec, &rng, &o, &p);
     if (st != KVE_OK)
         return kve_set_error(st, "policy: %s", kve_last_error());
     s->budget = kve_policy_budget(p);
+    s->reads = kve_policy_reads(p);
     kve_policy_free(p);
     if (s->budget > KVE_MAX_BUDGET / L)
         return kve_set_error(KVE_EINVAL, "budgets: %zu layers of %zu positions exceed %d", L, s->budget,

@@ -34,6 +34,7 @@
 
 enum { LANES = 8, FIRST_CAP = 64 };
 
+
 /* ---- the neural net blocks ---- */
 
 /* sum of a[i] * b[i] over i < n: LANES partial sums, combined pairwise,
@@ -79,6 +80,13 @@ static void softmax(float *x, size_t size)
     }
     for (size_t i = 0; i < size; i++)
         x[i] /= sum;
+}
+
+kve_rope lm_rope(const lm_config *c)
+{
+    kve_rope r = {.rotary_dim = (size_t)c->head_size, .base = (double)c->rope_theta,
+                  .pairs = KVE_ROPE_ADJACENT};
+    return r;
 }
 
 /* rope (S): cos and sin interleaved for position pos, run.c's frequencies:
@@ -135,7 +143,8 @@ static void free_buffers(lm_state *s)
 {
     void *bufs[] = {s->x,    s->xb,         s->xb2,     s->hb,     s->hb2,     s->q,
                     s->k,    s->v,          s->rope,    s->logits, s->att,     s->krot,
-                    s->rope_table, s->victims, s->counts, s->pf_rows, s->xq, s->xd};
+                    s->rope_table, s->victims, s->counts, s->pf_rows, s->xq, s->xd,
+                    s->wov};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         lm_free(&s->alloc, bufs[i]);
 }
@@ -164,9 +173,37 @@ void lm_state_free(lm_state *s)
     lm_free(&a, s);
 }
 
+/* The model's facts a policy that reads queries or values is built with:
+ * keys and queries of head_size floats, n_heads / n_kv_heads queries a KV
+ * head, the decoder's rotary embedding (lm_rope), values of s->value_dim
+ * floats. */
+static void data_options(const lm_state *s, kve_bank_options *o)
+{
+    const lm_config *c = &s->model->config;
+    o->key_dim = (size_t)c->head_size;
+    o->value_dim = s->value_dim;
+    o->query_group = (size_t)(c->n_heads / c->n_kv_heads);
+    o->rope = lm_rope(c);
+}
+
+/* The floats of a value the policy is handed (s->reads, lm__budgets_init):
+ * none when it reads neither queries nor values; the raw value (S) for one
+ * that reads queries (expected_attention, as kvpress's use_vnorm); R*D, W_o v
+ * over the KV head's query heads (CriticalKV), for vnorm=1 alone. */
+static size_t value_dim_of(const lm_state *s)
+{
+    const lm_config *c = &s->model->config;
+    if (!(s->reads & (KVE_READS_QUERIES | KVE_READS_VALUES)))
+        return 0;
+    if (s->reads & KVE_READS_QUERIES)
+        return (size_t)c->head_size;
+    return (size_t)c->n_heads / (size_t)c->n_kv_heads * (size_t)c->dim;
+}
+
 /* The bank of every (layer, KV head), layer-major, built from one generator
  * seeded by opt.seed (so a run is reproducible from its seed), with keys of
- * head_size floats (the policies that read keys get each new key); NULL
+ * head_size floats (the policies that read keys get each new key) and, for
+ * a policy that reads queries or values, the facts of data_options; NULL
  * without a policy. Its spec's budget is the largest layer budget (it sizes
  * the slots); with share_heads each layer's KV heads are one shared group. */
 static kve_status make_bank(const lm_state *s, kve_bank **out)
@@ -186,6 +223,8 @@ static kve_status make_bank(const lm_state *s, kve_bank **out)
     kve_rng rng;
     kve_rng_seed(&rng, s->opt.seed);
     o.key_dim = (size_t)c->head_size;
+    if (s->value_dim)
+        data_options(s, &o);
     st = kve_bank_new_ex(spec, (size_t)c->n_layers * (size_t)c->n_kv_heads, &rng, &o, out);
     return st == KVE_OK ? st : kve_set_error(st, "policy: %s", kve_last_error());
 }
@@ -256,9 +295,22 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope &&
          s->logits && s->counts && s->cache;
     kve_status st = ok ? lm__budgets_init(s) : KVE_ENOMEM;
-    if (st == KVE_OK && opt->threads > 1)
+    if (st == KVE_OK && ok) {
+        s->value_dim = value_dim_of(s);
+        if ((s->reads & KVE_READS_QUERIES) && opt->positions == LM_POS_CACHE)
+            st = kve_set_error(KVE_EINVAL, "decoder: policy %s reads queries, which it takes "
+                               "rotated at their positions: it needs positions original, not "
+                               "cache", s->spec);
+        if (st == KVE_OK && s->value_dim > (size_t)c->head_size &&
+            !(s->wov = lm_calloc(&s->alloc, G * s->value_dim + (size_t)c->n_heads * c->head_size,
+                                 sizeof(float)))) {
+            ok = 0;
+            st = KVE_ENOMEM;
+        }
+    }
+    if (st == KVE_OK && ok && opt->threads > 1)
         st = lm_pool_new(opt->threads, s->opt.allocator, &s->pool);
-    if (st == KVE_OK)
+    if (st == KVE_OK && ok)
         st = make_bank(s, &s->bank);
     if (!ok)
         kve_set_error(KVE_ENOMEM, "decoder: out of memory for the activations");
@@ -446,16 +498,71 @@ static void attend(lm_state *s, size_t l)
     }
 }
 
+/* Layer l's step data for a policy that reads queries or values (s->reads):
+ * the attention rows and the rotated new keys as kve_bank_step_range gets
+ * them, the rotated queries of each KV head's R query heads (s->q is laid
+ * out so: query head g*R + r), and the values: the raw value (value_dim S)
+ * or, for vnorm=1, CriticalKV's W_o v: for KV head g the R*D floats
+ * W_o[:, h*S .. h*S+S) v over its query heads h = g*R + r, whose norm is
+ * sqrt(sum over h of ||W_o^h v||^2) (one D x S matvec a query head: the
+ * cost of the layer's output projection once more). During a prefill that
+ * steps the prompt (the policy's own scores), its last position carries
+ * KVE_STEP_RESCORE, so a policy that rescores every `interval` steps scores
+ * the whole prompt before the one eviction. */
+static kve_step_data step_data(lm_state *s, size_t l)
+{
+    const lm_config *c = &s->model->config;
+    size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads, D = (size_t)c->dim,
+           H = (size_t)c->n_heads, R = H / G;
+    kve_step_data d = kve_step_default_data();
+    d.attn = s->att;
+    d.ld = s->ld;
+    d.group = R;
+    d.reduce = KVE_REDUCE_MEAN;
+    if (s->reads & KVE_READS_KEYS) {
+        d.keys = s->k;
+        d.ld_keys = S;
+    }
+    if (s->reads & KVE_READS_QUERIES) {
+        d.queries = s->q;
+        d.ld_queries = S;
+    }
+    if ((s->reads & KVE_READS_VALUES) && s->wov) {
+        const lm_matrix *wo = &s->model->weights.layer[l].wo;
+        float *row = s->wov + H * D; /* (H*S) one row of W_o, in float32 */
+        for (size_t i = 0; i < D; i++) {
+            lm_matrix_row(wo, i, row);
+            for (size_t h = 0; h < H; h++)
+                s->wov[h * D + i] = dot(row + h * S, s->v + h / R * S, S);
+        }
+        d.values = s->wov;
+        d.ld_values = s->value_dim;
+    } else if (s->reads & KVE_READS_VALUES) {
+        d.values = s->v;
+        d.ld_values = S;
+    }
+    if (s->prefilling && (size_t)s->pos + 1 == s->pf_n)
+        d.flags = KVE_STEP_RESCORE;
+    return d;
+}
+
 /* Steps layer l's policies (with the new keys, for a policy that reads
- * them) and, unless `evict` is 0, evicts them and compacts their caches. */
+ * them; with step_data, for one that reads queries or values) and, unless
+ * `evict` is 0, evicts them and compacts their caches. */
 static kve_status manage(lm_state *s, size_t l, int evict)
 {
     const lm_config *c = &s->model->config;
     size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads,
            R = (size_t)(c->n_heads / c->n_kv_heads);
-    const float *keys = kve_bank_reads(s->bank) & KVE_READS_KEYS ? s->k : NULL;
-    kve_status st = kve_bank_step_range(s->bank, l * G, G, s->pos, s->att, s->ld, R,
-                                        KVE_REDUCE_MEAN, keys, S);
+    kve_status st;
+    if (s->value_dim) {
+        kve_step_data d = step_data(s, l);
+        st = kve_bank_step_data(s->bank, l * G, G, s->pos, &d);
+    } else {
+        const float *keys = kve_bank_reads(s->bank) & KVE_READS_KEYS ? s->k : NULL;
+        st = kve_bank_step_range(s->bank, l * G, G, s->pos, s->att, s->ld, R, KVE_REDUCE_MEAN,
+                                 keys, S);
+    }
     if (st == KVE_OK && !evict)
         return KVE_OK;
     size_t b = s->layer_budget[l];

@@ -451,7 +451,25 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     int8_t *xq;           /* (max(D, F, H*S)) the input quantized for Q8_0 and
                              version-2 weights; NULL when no matrix needs it */
     float *xd;            /* (max(D, F, H*S) / group) its scales */
+    /* the step data of a policy that reads queries or values (decode.c) */
+    kve_reads reads;   /* what the policy reads (KVE_READS_NOTHING without one) */
+    size_t value_dim;  /* the floats of a value it is handed: S (expected_attention,
+                          the raw value) or R*D (vnorm=1: CriticalKV's W_o v); 0
+                          when it reads neither queries nor values */
+    float *wov;        /* (G, R*D) with value_dim R*D: each KV head's value through
+                          the output projection's slices of its R query heads;
+                          then (H*S) floats: a row of W_o in float32 */
 } lm_state;
+
+/* The base of the rotary embedding's frequencies that llama2.c's run.c
+ * hard-codes, and every llama2.c checkpoint uses (a GGUF file may say
+ * otherwise: lm_config.rope_theta). */
+#define LM_ROPE_BASE 10000.0f
+
+/* The decoder's rotary embedding as kvevict describes one (kve_rope): every
+ * dimension of a head (rotary_dim = head_size), base the model's
+ * rope_theta, adjacent pairs (2j, 2j+1), as run.c rotates them. */
+kve_rope lm_rope(const lm_config *c);
 
 /* A decoder over `m` (which must outlive it). opt may be NULL (no policy,
  * original positions). Refuses KVE_EINVAL for a bad spec or budget (message

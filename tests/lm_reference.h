@@ -12,7 +12,10 @@
  * also receives (`seen`) each KV head's group-mean weights over K, in the
  * order of K, to drive its policies, and (`key_cb`, when set) each KV
  * head's new key as attention turns it (rotated at t under original
- * positions, at its cache index |K| under cache positions), before `seen`.
+ * positions, at its cache index |K| under cache positions), before `seen`,
+ * and (`data_cb`, when set) the group's queries as attention turns them, the
+ * new value, and that value through the output projection's slice of each
+ * query head of the group (CriticalKV's W_o v), before `seen`.
  */
 #ifndef KVE_LM_REFERENCE_H
 #define KVE_LM_REFERENCE_H
@@ -29,9 +32,17 @@ typedef void (*ref_seen_fn)(void *user, int layer, int g, int32_t t, const int32
 /* The new key of (layer, g) at t, rotated as attention turns it (S doubles). */
 typedef void (*ref_key_fn)(void *user, int layer, int g, int32_t t, const double *key);
 
+/* The queries of (layer, g)'s R query heads at t, rotated as attention turns
+ * them (R*S doubles, head g*R + r at r*S), its new value (S doubles) and
+ * wov (R*D doubles): at r*D the output projection's columns of head g*R + r
+ * times the value. */
+typedef void (*ref_data_fn)(void *user, int layer, int g, int32_t t, const double *queries,
+                            const double *value, const double *wov);
+
 typedef struct ref_state {
     const fx_model *m;
-    ref_key_fn key_cb; /* may be NULL; gets the `user` of ref_step */
+    ref_key_fn key_cb;   /* may be NULL; gets the `user` of ref_step */
+    ref_data_fn data_cb; /* may be NULL; gets the `user` of ref_step */
     int cache_positions;
     size_t cap;      /* positions it can hold */
     double *kc, *vc; /* (L, cap, G*S) unrotated keys, values */
@@ -44,6 +55,7 @@ static inline void ref_init(ref_state *r, const fx_model *m, int cache_positions
     size_t KD = (size_t)m->kv_heads * (size_t)(m->dim / m->heads);
     r->m = m;
     r->key_cb = NULL;
+    r->data_cb = NULL;
     r->cache_positions = cache_positions;
     r->cap = cap;
     r->kc = calloc((size_t)m->layers * cap * KD, sizeof(double));
@@ -104,6 +116,7 @@ static inline void ref_step(ref_state *r, int32_t token, int32_t t, ref_keys_fn 
     double *h1 = calloc((size_t)F, sizeof *h1), *h3 = calloc((size_t)F, sizeof *h3);
     double *qr = calloc((size_t)S, sizeof *qr), *kr = calloc((size_t)S, sizeof *kr);
     double *mean = calloc(r->cap + 1, sizeof *mean), *tmp = calloc((size_t)D, sizeof *tmp);
+    double *qg = calloc((size_t)(R * S), sizeof *qg), *wov = calloc((size_t)(R * D), sizeof *wov);
     for (int i = 0; i < D; i++)
         x[i] = m->emb[(size_t)token * (size_t)D + (size_t)i];
     for (int l = 0; l < m->layers; l++) {
@@ -130,6 +143,7 @@ static inline void ref_step(ref_state *r, int32_t token, int32_t t, ref_keys_fn 
                 int h = g * R + rr;
                 double qpos = r->cache_positions ? (double)n : (double)t;
                 ref_rotate(qr, q + h * S, qpos, S);
+                memcpy(qg + rr * S, qr, (size_t)S * sizeof *qr);
                 double *att = r->att + (size_t)h * (r->cap + 1), max = -INFINITY, sum = 0;
                 for (size_t j = 0; j <= n; j++) {
                     const double *key =
@@ -154,6 +168,18 @@ static inline void ref_step(ref_state *r, int32_t token, int32_t t, ref_keys_fn 
                     for (int i = 0; i < S; i++)
                         o[h * S + i] += att[j] * val[i];
                 }
+            }
+            if (r->data_cb) {
+                const float *wo = m->wo + lo * (size_t)D * (size_t)D;
+                for (int rr = 0; rr < R; rr++)
+                    for (int i = 0; i < D; i++) {
+                        double s = 0;
+                        for (int j = 0; j < S; j++)
+                            s += (double)wo[(size_t)i * (size_t)D + (size_t)((g * R + rr) * S + j)] *
+                                 v[g * S + j];
+                        wov[rr * D + i] = s;
+                    }
+                r->data_cb(user, l, g, t, qg, v + g * S, wov);
             }
             if (seen) {
                 for (size_t j = 0; j < n; j++) {
@@ -180,7 +206,7 @@ static inline void ref_step(ref_state *r, int32_t token, int32_t t, ref_keys_fn 
     ref_rmsnorm(xb, x, m->rms_final, D);
     ref_matvec(logits, m->cls, xb, m->vocab, D);
     free(x), free(xb), free(q), free(k), free(v), free(o), free(h1), free(h3);
-    free(qr), free(kr), free(mean), free(tmp);
+    free(qr), free(kr), free(mean), free(tmp), free(qg), free(wov);
 }
 
 #endif /* KVE_LM_REFERENCE_H */

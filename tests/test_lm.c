@@ -580,6 +580,131 @@ static void test_key_policies_against_reference(void)
                               policy_key);
 }
 
+/* ---- policies that read queries and values ---- */
+
+/* The reference's queries (R*S), value and W_o v of (layer, g) at the step,
+ * kept until its `seen` steps the policy with them. */
+enum { RS_ = D_ / H_, RR_ = H_ / G_ };
+static float ref_q[L_ * G_][RR_ * RS_], ref_v[L_ * G_][RS_], ref_wov[L_ * G_][RR_ * D_];
+static int ref_use_wov; /* 1: the policy's values are W_o v (vnorm=1), 0: the value */
+
+static void policy_data(void *user, int layer, int g, int32_t t, const double *queries,
+                        const double *value, const double *wov)
+{
+    (void)user;
+    (void)t;
+    int h = layer * G_ + g;
+    for (int i = 0; i < RR_ * RS_; i++)
+        ref_q[h][i] = (float)queries[i];
+    for (int i = 0; i < RS_; i++)
+        ref_v[h][i] = (float)value[i];
+    for (int i = 0; i < RR_ * D_; i++)
+        ref_wov[h][i] = (float)wov[i];
+}
+
+static void policy_seen_data(void *user, int layer, int g, int32_t t, const int32_t *keys,
+                             const double *mean, size_t n)
+{
+    (void)keys;
+    policy_ref *pr = user;
+    int h = layer * G_ + g;
+    kve_policy *p = pr->p[h];
+    float w[64];
+    for (size_t i = 0; i < n; i++)
+        w[i] = (float)mean[i];
+    kve_step_data d = kve_step_default_data();
+    d.attn = w;
+    d.ld = n;
+    d.keys = ref_key[h];
+    d.ld_keys = RS_;
+    d.queries = ref_q[h];
+    d.ld_queries = RS_;
+    d.values = ref_use_wov ? ref_wov[h] : ref_v[h];
+    d.ld_values = ref_use_wov ? RR_ * D_ : RS_;
+    int32_t victims[64];
+    if (kve_policy_step_data(p, t, &d) != KVE_OK ||
+        kve_policy_evict(p, pr->budget, victims, 64, NULL) != KVE_OK)
+        fprintf(stderr, "policy_seen_data: %s\n", kve_last_error());
+}
+
+/* expected_attention (queries, keys, values) and vnorm=1 (attention times
+ * ||W_o v||) through the decoder keep, at every step, what the same
+ * policies keep when the double-precision reference steps them with its
+ * own rotated queries and keys, values and W_o v (the decoder builds the
+ * bank with the model's facts: key_dim, value_dim, query_group, rope). */
+static void test_data_policies_against_reference(void)
+{
+    static const struct {
+        const char *spec;
+        int wov, modes;
+    } cases[] = {
+        {"expected_attention:budget=6,n_sink=1", 0, 1},
+        {"expected_attention:budget=5,n_sink=0,use_covariance=0,interval=3", 0, 1},
+        {"h2o:budget=6,recent_window=2,vnorm=1", 1, 2},
+        {"tova:budget=5,vnorm=1", 1, 1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ref_use_wov = cases[c].wov;
+        for (int mode = 0; mode < cases[c].modes; mode++) {
+            tiny k;
+            lm_model *m = tiny_open(&k, 1, 0, check_seed + 31 + c);
+            ASSERT_TRUE(m != NULL);
+            policy_ref pr;
+            kve_policy_options o = kve_policy_default_options();
+            o.key_dim = RS_;
+            o.value_dim = cases[c].wov ? RR_ * D_ : RS_;
+            o.query_group = RR_;
+            o.rope.rotary_dim = RS_;
+            o.rope.base = 10000.0;
+            o.rope.pairs = KVE_ROPE_ADJACENT;
+            for (int i = 0; i < L_ * G_; i++)
+                ASSERT_OK(kve_policy_new_ex(cases[c].spec, NULL, &o, &pr.p[i]));
+            pr.budget = kve_policy_budget(pr.p[0]);
+            lm_options opt = {.policy = cases[c].spec, .positions = (lm_positions)mode};
+            lm_state *s = NULL;
+            ASSERT_OK(lm_state_new(m, &opt, &s));
+            ref_state r;
+            enum { STEPS = 30 };
+            ref_init(&r, &k.fx, mode, STEPS);
+            r.key_cb = policy_key;
+            r.data_cb = policy_data;
+            double want[V_];
+            int older = 0, differ = 0;
+            for (size_t t = 0; t < STEPS && !differ; t++) {
+                ASSERT_OK(lm_forward(s, token_at(t)));
+                ref_step(&r, token_at(t), (int32_t)t, policy_keys, policy_seen_data, &pr, want);
+                for (int h = 0; h < L_ * G_; h++) {
+                    const lm_cache *kc = &s->cache[h];
+                    if (kc->n != kve_policy_size(pr.p[h]) ||
+                        memcmp(kc->pos, kve_policy_positions(pr.p[h]),
+                               kc->n * sizeof(int32_t)) != 0) {
+                        CHECK_FAIL_AT("%s, positions %d, step %zu, head %d: kept sets differ",
+                                      cases[c].spec, mode, t, h);
+                        differ = 1;
+                        break;
+                    }
+                    older |= kc->n > 0 && kc->pos[0] < (int32_t)t - (int32_t)kc->n;
+                }
+            }
+            ASSERT_TRUE(older); /* not a window in disguise */
+            ref_free(&r);
+            for (int i = 0; i < L_ * G_; i++)
+                kve_policy_free(pr.p[i]);
+            lm_state_free(s);
+            tiny_close(&k);
+        }
+    }
+    /* a policy that reads queries takes them rotated at their positions */
+    tiny k;
+    lm_model *m = tiny_open(&k, 1, 0, check_seed + 39);
+    ASSERT_TRUE(m != NULL);
+    lm_options opt = {.policy = "expected_attention:budget=6", .positions = LM_POS_CACHE};
+    lm_state *s = NULL;
+    ASSERT_EQ(lm_state_new(m, &opt, &s), KVE_EINVAL);
+    ASSERT_TRUE(s == NULL && strstr(kve_last_error(), "positions original") != NULL);
+    tiny_close(&k);
+}
+
 /* Rows the full-cache decoder computes, recorded for an independent
  * kve_bank_prefill: (L, H, n, n). */
 enum { PN = 20 };
@@ -1659,6 +1784,7 @@ int main(int argc, char **argv)
     RUN(test_window_and_streaming);
     RUN(test_h2o_against_reference);
     RUN(test_key_policies_against_reference);
+    RUN(test_data_policies_against_reference);
     RUN(test_prefill);
     RUN(test_kvzip);
     RUN(test_head_budgets);

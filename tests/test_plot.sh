@@ -61,6 +61,12 @@ check "plot --jsonl, a category x, no series ($(cat "$D/err"))" is_png "$D/img/j
 TMPDIR="$D/tmp" "$K" plot --jsonl "$D/rows.jsonl" --x head --y mass --series policy \
     --where 'budget:8|16' --where 'name!d' --png "$D/img/j3.png" >"$D/out" 2>"$D/err"
 check "plot --jsonl, a few integers on x, named series ($(cat "$D/err"))" is_png "$D/img/j3.png"
+TMPDIR="$D/tmp" "$K" plot --jsonl "$D/rows.jsonl" --x budget --y mass --series name \
+    --yrange -0.5:0.65 --png "$D/img/j5.png" >"$D/out" 2>"$D/err"
+check "plot --jsonl --yrange: lines leave the frame ($(cat "$D/err"))" is_png "$D/img/j5.png"
+expect_says 2 "--yrange: '1' is not LO:HI" plot --jsonl "$D/rows.jsonl" --x budget --y mass --yrange 1 --png "$D/x.png"
+expect_says 2 "--yrange: 2 is not below 1" plot --jsonl "$D/rows.jsonl" --x budget --y mass --yrange 2:1 --png "$D/x.png"
+expect_err 2 plot --jsonl "$D/rows.jsonl" --x budget --y mass --yrange 0:x --png "$D/x.png"
 no_temps "plot --jsonl"
 PATH=/nonexistent "$K" plot --jsonl "$D/rows.jsonl" --x budget --y mass --png "$D/x.png" >"$D/out" 2>"$D/err"
 check "plot --jsonl without gnuplot: bad input, how to install it" [ $? -eq 1 ] && grep -q 'apt-get install gnuplot-nox' "$D/err"

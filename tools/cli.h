@@ -297,7 +297,7 @@ enum {
     COL_LEFT = 8u,  /* left-aligned in text and markdown */
     COL_CODE = 16u  /* `quoted` in markdown (specs) */
 };
-enum { TABLE_MAXCOLS = 24 };
+enum { TABLE_MAXCOLS = 32 };
 
 typedef struct col {
     const char *head; /* human header (text, markdown) */
@@ -328,6 +328,10 @@ void table_uint(table *t, uint64_t v);
 /* A real shown with `shown` (a printf format for one double, e.g. "%.4f"),
  * written in full (%.17g) to CSV and JSON; NaN shows n/a (null in JSON). */
 void table_real(table *t, double x, const char *shown);
+/* As table_real, but CSV and JSON get the shown text too (a value given as
+ * written, e.g. a compression ratio 0.9, not 0.90000000000000002); `shown`
+ * must print a number. */
+void table_real_shown(table *t, double x, const char *shown);
 /* TEXT: aligned columns; MD: a markdown table; CSV: RFC 4180 with the keys
  * as header; JSON: one object per row (JSON Lines). */
 void table_print(const table *t, FILE *f, tfmt fmt);

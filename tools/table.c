@@ -72,6 +72,17 @@ void table_real(table *t, double x, const char *shown)
     add(t, text, machine, 1);
 }
 
+void table_real_shown(table *t, double x, const char *shown)
+{
+    char text[64];
+    if (!isfinite(x)) {
+        add(t, "n/a", "null", 1);
+        return;
+    }
+    snprintf(text, sizeof text, shown, x);
+    add(t, text, text, 1);
+}
+
 /* The columns s takes on a terminal: its UTF-8 characters (every byte but
  * the continuation bytes 10xxxxxx), so a header such as "Δ" pads right. */
 static size_t text_width(const char *s)

@@ -60,7 +60,8 @@ static const char plot_usage[] =
     "               `kvevict trace --calibrate --json` run (docs/trace.md)\n"
     "\n"
     "usage: kvevict plot --jsonl FILE --x KEY --y KEY [--series KEY] [--where F]...\n"
-    "                    [--title T] [--xlabel T] [--ylabel T] [--logx] --png PATH\n"
+    "                    [--title T] [--xlabel T] [--ylabel T] [--logx] [--yrange LO:HI]\n"
+    "                    --png PATH\n"
     "\n"
     "A figure of committed measurements (the JSON Lines of `--json` outputs, as\n"
     "docs/data/ holds): the rows passing every --where F, KEY:V1|V2... (the\n"
@@ -68,14 +69,15 @@ static const char plot_usage[] =
     "reads null, so KEY!null: present), as in the docs' table blocks; one line\n"
     "of y against x per distinct value of --series (in order of first\n"
     "appearance; one line without it). A numeric x is an axis, any other x a list\n"
-    "of categories in order of first appearance.\n";
+    "of categories in order of first appearance. --yrange LO:HI fixes the y axis\n"
+    "(lines beyond it leave the frame).\n";
 
 static const opt_def plot_own[] = {
     {"real-model", 0, OPT_VALUE}, {"calibration", 0, OPT_VALUE},
     {"out", 0, OPT_VALUE},    {"jsonl", 0, OPT_VALUE},   {"x", 0, OPT_VALUE},
     {"y", 0, OPT_VALUE},      {"series", 0, OPT_VALUE},  {"where", 0, OPT_VALUE | OPT_REPEAT},
     {"title", 0, OPT_VALUE},  {"xlabel", 0, OPT_VALUE},  {"ylabel", 0, OPT_VALUE},
-    {"logx", 0, 0},           {"png", 0, OPT_VALUE}};
+    {"logx", 0, 0},           {"png", 0, OPT_VALUE},     {"yrange", 0, OPT_VALUE}};
 static const cli_spec plot_spec = {
     .usage = plot_usage,
     .shared = SO_TRACE | SO_QUIET,
@@ -117,6 +119,19 @@ static int plot_jsonl(const cli_args *a)
     const char *series = own1(a, "series"), *png = own1(a, "png");
     if (!x || !y || !png)
         die_usage("--jsonl needs --x, --y and --png");
+    double y_lo = 0, y_hi = 0;
+    const char *yr = own1(a, "yrange");
+    if (yr) {
+        char lo[64], *colon = strchr(yr, ':');
+        if (!colon || (size_t)(colon - yr) >= sizeof lo)
+            die_usage("--yrange: '%s' is not LO:HI", yr);
+        memcpy(lo, yr, (size_t)(colon - yr));
+        lo[colon - yr] = '\0';
+        y_lo = parse_real("--yrange", lo, -1e300, 1e300);
+        y_hi = parse_real("--yrange", colon + 1, -1e300, 1e300);
+        if (!(y_lo < y_hi))
+            die_usage("--yrange: %s is not below %s", lo, colon + 1);
+    }
     const opt_val *wv = cli_own(a, &plot_spec, "where");
     row_filter *flt = xcalloc((size_t)wv->count + 1, sizeof *flt);
     for (int i = 0; i < wv->count; i++)
@@ -183,8 +198,13 @@ static int plot_jsonl(const cli_args *a)
     }
     gp_close(f, data);
     f = open_in(tmpdir, "plot.gp", "w", path, sizeof path);
-    fprintf(f, "set terminal pngcairo size 900,540 enhanced font 'Sans,11'\n"
-               "set grid\nset key outside right top noenhanced\nset output ");
+    if (n_series > 16) /* a key too long for the side: below the frame, in columns */
+        fprintf(f, "set terminal pngcairo size 1000,%zu enhanced font 'Sans,11'\n"
+                   "set grid\nset key outside below center horizontal maxcols 3 noenhanced\n"
+                   "set output ", 540 + 20 * ((n_series + 2) / 3));
+    else
+        fprintf(f, "set terminal pngcairo size 900,540 enhanced font 'Sans,11'\n"
+                   "set grid\nset key outside right top noenhanced\nset output ");
     gp_quote(f, png);
     fprintf(f, "\nset title ");
     gp_quote(f, own1(a, "title") ? own1(a, "title") : "");
@@ -193,6 +213,8 @@ static int plot_jsonl(const cli_args *a)
     fprintf(f, " noenhanced\nset ylabel ");
     gp_quote(f, own1(a, "ylabel") ? own1(a, "ylabel") : y);
     fprintf(f, " noenhanced\n");
+    if (yr)
+        fprintf(f, "set yrange [%.17g:%.17g]\n", y_lo, y_hi);
     if (cli_own(a, &plot_spec, "logx")->count)
         fprintf(f, "set logscale x 2\n");
     else if (numeric && integers && x_hi - x_lo <= 16) /* a few integers: one tic each */

@@ -4,7 +4,7 @@
  * (lm/lm.h, one kvevict policy per (layer, KV head)), one line per command
  * in the table below; the commands are one file per family in this folder
  * (generate.c: logits; loss.c: eval, stream; recall.c: passkey, repeat;
- * dump.c; prefill.c), on what measure.c shares. `kvevict generate` is
+ * dump.c; prefill.c; leaderboard.c), on what measure.c shares. `kvevict generate` is
  * generate.c's too.
  */
 #include "lm_cli.h"
@@ -32,6 +32,7 @@ static const char lm_usage[] =
     "  dump     the model's attention as an [L,H,T,T] .npy trace (or a q/K trace)\n"
     "  prefill  a long prompt compressed at prefill against per-step eviction\n"
     "  duo-calibrate  DuoAttention's retrieval and streaming heads, as a schedule\n"
+    "  leaderboard    every method against compression ratio on one protocol\n"
     "\n"
     "Run `kvevict lm COMMAND --help` for its options. See also `kvevict generate`.\n";
 
@@ -47,7 +48,8 @@ int cmd_lm(int argc, char **argv)
                 {"stream", lm_stream},
                 {"dump", lm_dump},
                 {"prefill", lm_prefill_cmd},
-                {"duo-calibrate", lm_duo_calibrate}};
+                {"duo-calibrate", lm_duo_calibrate},
+                {"leaderboard", lm_leaderboard}};
     if (argc < 1)
         die_usage("missing command (see kvevict lm --help)");
     if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0) {

@@ -31,6 +31,7 @@ typedef struct lm_loaded {
     size_t threads;        /* --threads: the decoder's matrix threads */
     lm_heads *heads;        /* --heads FILE: a DuoAttention schedule; NULL: none */
     size_t streaming_budget; /* --streaming-budget (16) */
+    int timing; /* 1: new_state's decoders time their policies (lm_options.timing) */
 } lm_loaded;
 extern lm_loaded lm_ctx;
 
@@ -167,6 +168,12 @@ lm_heads *load_heads(const char *path, const char *what);
 /* The columns of job_cells, then `rest`; returns the count. */
 size_t job_cols(col *cols, const col *rest, size_t n_rest);
 
+/* Standard error of the ratio sum(x) / den over samples x_i weighted by
+ * b_i (delta method): sqrt(W / (W - 1) * sum (x_i - r b_i)^2) / den, with
+ * r = sum(x) / sum(b). NAN with fewer than two samples. (loss.c; windows
+ * are the samples of lm eval and lm leaderboard) */
+double ratio_se(const double *x, const double *b, size_t w, double den);
+
 /* Distances from --distances, or 64-steps within [lo, hi] plus hi (and lo
  * first when `with_lo`); each must lie in [lo, hi]. */
 size_t *distances(const char *list, size_t lo, size_t hi, int with_lo, size_t *n);
@@ -202,5 +209,6 @@ int lm_repeat(int argc, char **argv);      /* recall.c */
 int lm_dump(int argc, char **argv);        /* dump.c */
 int lm_prefill_cmd(int argc, char **argv); /* prefill.c */
 int lm_duo_calibrate(int argc, char **argv); /* duo.c */
+int lm_leaderboard(int argc, char **argv);  /* leaderboard.c */
 
 #endif /* KVE_LM_CLI_H */

@@ -61,10 +61,7 @@ static const opt_def eval_own[] = {MEASURE_OPTS};
 static const cli_spec eval_spec =
     LM_SPEC(eval_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, eval_own, FMT_TEXT);
 
-/* Standard error of the ratio sum(x) / den over samples x_i weighted by
- * b_i (delta method): sqrt(W / (W - 1) * sum (x_i - r b_i)^2) / den, with
- * r = sum(x) / sum(b). NAN with fewer than two samples. */
-static double ratio_se(const double *x, const double *b, size_t w, double den)
+double ratio_se(const double *x, const double *b, size_t w, double den)
 {
     if (w < 2)
         return NAN;

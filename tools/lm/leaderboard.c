@@ -1,0 +1,633 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * leaderboard.c - `kvevict lm leaderboard`: every method (a policy, and how
+ * the prompt is compressed: per-step eviction or a prefill method) at every
+ * compression ratio, on one protocol, in one table. A method is one line of
+ * lb_methods below; a prefill method one line of lb_prefills.
+ *
+ * Invariants: every row is measured on the same windows and prompts as the
+ * full cache's (row 0), so each difference is paired; every figure but the
+ * timing column (policy_time_share, last in each row) is deterministic,
+ * bit for bit, for a given checkpoint, text and seed; the full cache is
+ * decoded once and its per-window figures are reused by every row.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "lm_cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- the methods: one line each ------------------------------------------------
+ *
+ * name: the leaderboard's label (the spec for per-step eviction, else
+ * PREFILL+SPEC, `own` for the policy's own scores); spec: the policy (its
+ * budget set at each ratio), which also evicts at every decode step after
+ * the prompt; prefill: a name of lb_prefills. kvpress's presses map onto them as:
+ * StreamingLLMPress = streaming, TOVAPress = tova, SnapKVPress = snapkv
+ * (prefill snapkv), KnormPress = knorm (prefill policy), KeyDiffPress =
+ * keydiff (prefill policy), ExpectedAttentionPress in DecodingPress =
+ * expected_attention, KVzipPress = kvzip; heads: a DuoAttention schedule
+ * (kvevict lm duo-calibrate's file, read from the working directory when the
+ * row is measured) whose retrieval heads get the larger budgets at the same
+ * mean (lm_heads_budgets), NULL for every head at the budget. */
+typedef struct lb_method {
+    const char *name, *spec, *prefill, *heads;
+} lb_method;
+
+static const lb_method lb_methods[] = {
+    {"window", "window", "step", NULL},
+    {"streaming", "streaming", "step", NULL},
+    {"random", "random", "step", NULL},
+    {"h2o", "h2o", "step", NULL},
+    {"scissorhands", "scissorhands", "step", NULL},
+    {"tova", "tova", "step", NULL},
+    {"h2o_decay", "h2o_decay", "step", NULL},
+    {"h2o_mean", "h2o_mean", "step", NULL},
+    {"knorm", "knorm", "step", NULL},
+    {"knorm:recent_window=32", "knorm:recent_window=32", "step", NULL},
+    {"keydiff", "keydiff", "step", NULL},
+    {"keydiff:recent_window=32", "keydiff:recent_window=32", "step", NULL},
+    {"h2o+h2o", "h2o", "h2o", NULL},
+    {"snapkv+h2o", "h2o", "snapkv", NULL},
+    {"snapkv+tova", "tova", "snapkv", NULL},
+    {"snapkv+h2o_mean", "h2o_mean", "snapkv", NULL},
+    {"own+knorm", "knorm", "policy", NULL},
+    {"own+knorm:recent_window=32", "knorm:recent_window=32", "policy", NULL},
+    {"own+keydiff", "keydiff", "policy", NULL},
+    {"own+keydiff:recent_window=32", "keydiff:recent_window=32", "policy", NULL},
+    {"expected_attention", "expected_attention", "step", NULL},
+    {"expected_attention:recent_window=32", "expected_attention:recent_window=32", "step", NULL},
+    {"h2o:vnorm=1", "h2o:vnorm=1", "step", NULL},
+    {"tova:vnorm=1", "tova:vnorm=1", "step", NULL},
+    {"h2o_mean:vnorm=1", "h2o_mean:vnorm=1", "step", NULL},
+    {"kvzip+h2o", "h2o", "kvzip", NULL},
+    {"duo+streaming", "streaming", "step", "docs/data/duo-heads.txt"},
+};
+enum { LB_METHODS = sizeof lb_methods / sizeof lb_methods[0] };
+
+/* How the prompt is compressed: one line a way. method: a kve_prefill_method
+ * (its refusals checked before any decoding, kve_bank_prefill), or LB_STEP
+ * (every prompt position a decode step that evicts: no run) or LB_OWN (the
+ * policy's own scores once); run: the decoder's prefill, given the method's
+ * options (kve_prefill_default_options with the method set). */
+enum { LB_STEP = -2, LB_OWN = -1 };
+typedef kve_status (*lb_prefill_fn)(lm_state *s, const int32_t *tokens, size_t n,
+                                    const kve_prefill_options *options);
+
+static kve_status lb_prefill_own(lm_state *s, const int32_t *tokens, size_t n,
+                                 const kve_prefill_options *options)
+{
+    (void)options;
+    return lm_prefill(s, tokens, n, NULL);
+}
+
+/* KVzip's reconstruction prompts, from the tokenizer (lm_kvzip_default) once
+ * it is loaded. */
+static lm_kvzip lb_kvzip;
+
+static kve_status lb_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n,
+                                   const kve_prefill_options *options)
+{
+    return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, options);
+}
+
+static const struct {
+    const char *name;
+    int method;
+    lb_prefill_fn run;
+} lb_prefills[] = {
+    {"step", LB_STEP, NULL},
+    {"policy", LB_OWN, lb_prefill_own},
+    {"h2o", KVE_PREFILL_H2O, lm_prefill},
+    {"snapkv", KVE_PREFILL_SNAPKV, lm_prefill},
+    {"kvzip", KVE_PREFILL_KVZIP, lb_prefill_kvzip},
+};
+enum { LB_PREFILLS = sizeof lb_prefills / sizeof lb_prefills[0] };
+
+/* The index of the prefill `name` in lb_prefills, LB_PREFILLS if none. */
+static size_t prefill_of(const char *name)
+{
+    size_t i = 0;
+    while (i < LB_PREFILLS && strcmp(lb_prefills[i].name, name) != 0)
+        i++;
+    return i;
+}
+
+static const char leaderboard_usage[] =
+    "usage: kvevict lm leaderboard --model CKPT --text FILE [--tokenizer TOK]\n"
+    "                              [--methods NAME[,NAME...]] [--ratio R[,R...]]\n"
+    "                              [--windows N] [--prompt P] [--distances D,...]\n"
+    "                              [--trials N] [--repeat-distance R] [--repeat-trials N]\n"
+    "                              [--span P] [--list] [--seed N]\n"
+    "                              [--format F | --json | --csv | --md] [-o FILE]\n"
+    "\n"
+    "Every method against compression on one protocol (docs/leaderboard.md). A\n"
+    "method is a policy and how the prompt is compressed: step (per-step\n"
+    "eviction while it is read), h2o or snapkv (kve_bank_prefill's prompt\n"
+    "scores), policy (the policy's own scores, once), kvzip (KVzip's\n"
+    "reconstruction scores, lm_prefill_kvzip); a method may also split the\n"
+    "budget over heads by a DuoAttention schedule (duo+). At compression ratio R\n"
+    "the budget is floor((1 - R) * seq_len) positions per (layer, KV head), on\n"
+    "average; the policy then evicts at every decode step after the prompt.\n"
+    "Measured, each from steps after the compression, on the same windows and\n"
+    "prompts as the full cache (row 0), so every difference is paired:\n"
+    "  bits per byte   the first N windows of `lm eval` ([BOS] + seq_len - 1\n"
+    "                  tokens), the first P positions the prompt, the tokens\n"
+    "                  after it scored; the difference to the full cache with\n"
+    "                  its standard error, paired per window\n"
+    "  pass key        the prompts of `lm passkey` at the distances beyond the\n"
+    "                  budget, all but the last token the prompt\n"
+    "  repeat          the loss on a repeated passage at distance R (`lm\n"
+    "                  repeat`), the text before the second copy the prompt\n"
+    "  kept bytes      keys, values and positions kept after a window, plus\n"
+    "                  the policies' state (kve_bank_state_bytes)\n"
+    "  time share      the policy's share of the CPU time of the decode steps\n"
+    "                  (a timing: machine-dependent, the last key of a row)\n"
+    "\n"
+    "  --methods LIST      names of the leaderboard (--list prints them; default\n"
+    "                      all)\n"
+    "  --ratio LIST        compression ratios in (0, 1) (default 0.5,0.8,0.9)\n"
+    "  --windows N         bits-per-byte windows, the text's first N (default 8)\n"
+    "  --prompt P          prompt positions of a window (default seq_len - 64)\n"
+    "  --distances LIST    pass-key distances (default 128, 256, ... and the top),\n"
+    "                      each row using those beyond its budget\n"
+    "  --trials N          pass-key prompts per distance (default 4)\n"
+    "  --repeat-distance R distance of the repeated passage (default the largest\n"
+    "                      multiple of 64 that fits)\n"
+    "  --repeat-trials N   repeated-passage windows (default 4)\n"
+    "  --span P            repeated tokens (default 32)\n"
+    "  --list              print the methods (name, policy, prefill) and exit\n"
+    "  other options as for `kvevict lm eval`.\n"
+    "\n"
+    "The first row is the full cache (method full, budget null). JSON keys:\n"
+    "method, policy, prefill, compression_ratio, budget, windows, tokens, bytes,\n"
+    "bits_per_byte, delta_bits_per_byte, delta_bits_per_byte_se, bpb_rank,\n"
+    "passkey_distances, passkey_prompts, passkey_accuracy, passkey_accuracy_se,\n"
+    "full_passkey_accuracy, passkey_rank, repeat_distance, repeat_nats,\n"
+    "repeat_nats_se, full_repeat_nats, first_nats, kv_bytes, policy_bytes,\n"
+    "kept_bytes, seed, policy_time_share. Ranks are within a ratio (1 the best;\n"
+    "ties share a rank).\n";
+
+static const opt_def leaderboard_own[] = {
+    {"model", 0, OPT_VALUE},          {"text", 0, OPT_VALUE},
+    {"tokenizer", 0, OPT_VALUE},      {"methods", 0, OPT_VALUE},
+    {"ratio", 0, OPT_VALUE},          {"windows", 0, OPT_VALUE},
+    {"prompt", 0, OPT_VALUE},         {"distances", 0, OPT_VALUE},
+    {"trials", 0, OPT_VALUE},         {"repeat-distance", 0, OPT_VALUE},
+    {"repeat-trials", 0, OPT_VALUE},  {"span", 0, OPT_VALUE},
+    {"list", 0, 0}};
+static const cli_spec leaderboard_spec = LM_SPEC(
+    leaderboard_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, leaderboard_own, FMT_TEXT);
+
+/* One (method, ratio): its figures, summed while measuring. */
+typedef struct lb_row {
+    const lb_method *m; /* NULL: the full cache */
+    double ratio;
+    size_t budget;
+    lm_state *s;
+    size_t pf;        /* its prefill: an index of lb_prefills */
+    double *bits;     /* (windows) bits of the scored tokens of each window */
+    double pk_hits;   /* pass-key prompts answered, at the distances beyond the budget */
+    double pk_full;   /* the full cache's on the same prompts */
+    size_t pk_n;      /* those prompts */
+    size_t pk_d;      /* those distances */
+    double rp_sum, rp_sq; /* repeat: second-copy loss, summed, and its squares */
+    size_t kept;      /* bytes of keys, values and positions after a window, at most */
+    double cpu_s, policy_s; /* decode steps' CPU time, the policy's part */
+    int bpb_rank, pk_rank;
+} lb_row;
+
+static double thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Decodes tokens[0 .. n) from a fresh cache: the first p compressed as
+ * r->pf says (step: stepped like the rest), the rest one step at a
+ * time; per_pos[i] (i in [p, n - 1)) gets the loss of tokens[i + 1]. The
+ * decode steps' CPU time and the policy's part go to r. Returns the argmax
+ * after the last token. */
+static int32_t lb_run(lb_row *r, const int32_t *tokens, size_t n, size_t p, double *per_pos)
+{
+    lm_state *s = r->s;
+    kve_status st = lm_state_reset(s);
+    int32_t V = lm_ctx.model->config.vocab_size;
+    size_t i = 0;
+    if (st == KVE_OK && lb_prefills[r->pf].run && s->bank) {
+        kve_prefill_options q = kve_prefill_default_options();
+        if (lb_prefills[r->pf].method >= 0)
+            q.method = (kve_prefill_method)lb_prefills[r->pf].method;
+        st = lb_prefills[r->pf].run(s, tokens, p, &q);
+        i = p;
+    }
+    double book = s->bookkeeping_s, t0 = thread_cpu();
+    for (; st == KVE_OK && i < n; i++) {
+        st = lm_forward(s, tokens[i]);
+        if (st == KVE_OK && per_pos && i >= p && i + 1 < n)
+            per_pos[i] = lm_token_nats(s->logits, V, tokens[i + 1]);
+    }
+    r->cpu_s += thread_cpu() - t0;
+    r->policy_s += s->bookkeeping_s - book;
+    if (st != KVE_OK)
+        die_lm(st, r->m ? r->m->name : "full cache");
+    int32_t best = 0;
+    for (int32_t v = 1; v < V; v++)
+        if (s->logits[v] > s->logits[best])
+            best = v;
+    return best;
+}
+
+/* Bytes of keys, values and positions the caches hold now, plus the
+ * policies' state. */
+static size_t kept_bytes(const lm_state *s, size_t *policy)
+{
+    const lm_config *c = &lm_ctx.model->config;
+    size_t n = 0;
+    for (int32_t l = 0; l < c->n_layers; l++)
+        for (int32_t g = 0; g < c->n_kv_heads; g++)
+            n += lm_state_kept(s, l, g);
+    *policy = s->bank ? kve_bank_state_bytes(s->bank) : 0;
+    return n * (2 * (size_t)c->head_size * sizeof(float) + sizeof(int32_t));
+}
+
+/* Competition ranks (1 the best; ties share) of rows [lo, hi) by key,
+ * ascending (`desc` 0) or descending. */
+static void rank_rows(lb_row *rows, size_t lo, size_t hi, const double *key, int desc,
+                      int bpb)
+{
+    for (size_t a = lo; a < hi; a++) {
+        int rank = 1;
+        for (size_t b = lo; b < hi; b++)
+            rank += desc ? key[b] > key[a] : key[b] < key[a];
+        if (bpb)
+            rows[a].bpb_rank = rank;
+        else
+            rows[a].pk_rank = rank;
+    }
+}
+
+static size_t parse_count(cli_args *a, const char *name, size_t dflt, size_t lo, size_t hi)
+{
+    const char *v = own(a, &leaderboard_spec, name);
+    char what[40];
+    snprintf(what, sizeof what, "--%s", name);
+    return v ? (size_t)parse_u64(what, v, lo, hi) : dflt;
+}
+
+int lm_leaderboard(int argc, char **argv)
+{
+    const cli_spec *sp = &leaderboard_spec;
+    cli_args a;
+    cli_parse(&a, sp, argc, argv);
+    if (cli_own(&a, sp, "list")->count) {
+        for (size_t i = 0; i < LB_METHODS; i++)
+            printf("%s\t%s\t%s\n", lb_methods[i].name, lb_methods[i].spec,
+                   lb_methods[i].prefill);
+        finish_stdout();
+        return 0;
+    }
+    const char *model = need(&a, sp, "model"), *text = need(&a, sp, "text"), *v;
+    /* The methods asked for, in the table's order. */
+    int want[LB_METHODS];
+    for (size_t i = 0; i < LB_METHODS; i++) {
+        want[i] = !own(&a, sp, "methods");
+        free(canon_spec("a leaderboard method", lb_methods[i].spec, 0));
+        if (prefill_of(lb_methods[i].prefill) == LB_PREFILLS)
+            die_usage("leaderboard method %s: no prefill '%s'", lb_methods[i].name,
+                      lb_methods[i].prefill);
+    }
+    if ((v = own(&a, sp, "methods"))) {
+        size_t n;
+        char **items = split_list("--methods", v, &n);
+        for (size_t k = 0; k < n; k++) {
+            size_t i = 0;
+            while (i < LB_METHODS && strcmp(lb_methods[i].name, items[k]) != 0)
+                i++;
+            if (i == LB_METHODS) {
+                char bad[128];
+                snprintf(bad, sizeof bad, "%s", items[k]);
+                free_list(items, n);
+                die_usage("--methods: no method '%s' (see kvevict lm leaderboard --list)", bad);
+            }
+            want[i] = 1;
+        }
+        free_list(items, n);
+    }
+    double ratios[16] = {0.5, 0.8, 0.9};
+    size_t n_ratios = 3;
+    if ((v = own(&a, sp, "ratio"))) {
+        char **items = split_list("--ratio", v, &n_ratios);
+        if (n_ratios > 16) {
+            free_list(items, n_ratios);
+            die_usage("--ratio: at most 16 ratios");
+        }
+        for (size_t k = 0; k < n_ratios; k++) {
+            ratios[k] = parse_real("--ratio", items[k], 0, 1);
+            if (ratios[k] <= 0 || ratios[k] >= 1) {
+                free_list(items, n_ratios);
+                die_usage("--ratio: %g is not inside (0, 1)", ratios[k]);
+            }
+        }
+        free_list(items, n_ratios);
+    }
+    size_t n_windows = parse_count(&a, "windows", 8, 1, 1u << 20);
+    size_t trials = parse_count(&a, "trials", 4, 1, 1u << 20);
+    size_t rp_trials = parse_count(&a, "repeat-trials", 4, 1, 1u << 20);
+    size_t span = parse_count(&a, "span", 32, 2, 1u << 20);
+    const char *prompt_opt = own(&a, sp, "prompt"), *rd_opt = own(&a, sp, "repeat-distance");
+
+    load_model(model);
+    load_tokenizer(own(&a, sp, "tokenizer"), model);
+    load_text(text);
+    encode_text(text);
+    lm_ctx.timing = 1;
+    kve_status kst = lm_kvzip_default(lm_ctx.tok, &lb_kvzip);
+    if (kst != KVE_OK)
+        die_lm(kst, "--tokenizer (KVzip's prompts)");
+    const size_t L = (size_t)lm_ctx.model->config.seq_len;
+    size_t P = prompt_opt ? (size_t)parse_u64("--prompt", prompt_opt, 1, L > 2 ? L - 2 : 1)
+                          : (L > 66 ? L - 64 : L / 2);
+    if (L < 4 || P + 2 > L)
+        die_usage("--prompt %zu: a window of %zu positions holds no text after it", P, L);
+    if (L < 2 * span + 1)
+        die_usage("--span %zu: the context %zu holds no repeat", span, L);
+    size_t rd = rd_opt ? (size_t)parse_u64("--repeat-distance", rd_opt, span, L - 1 - span)
+                       : ((L - 1 - span) / 64 ? (L - 1 - span) / 64 * 64 : L - 1 - span);
+    /* The pass key needs the pieces <key00> .. <key63>: without them (a
+     * tokenizer of another model) the rows have no pass-key figures. */
+    pk_template pk = {0};
+    size_t nd = 0, *dist = NULL;
+    if (lm_ctx.n_ids < L - 1)
+        die_input("--text %s: %zu tokens, the windows need %zu", text, lm_ctx.n_ids, L - 1);
+    if (lm_piece_id(lm_ctx.tok, "<key00>", 7) >= 0) {
+        pk_load(&pk);
+        if (L < 2 + pk.na + pk.nb + pk.nq)
+            die_input("--model: seq_len %zu is too short for the pass-key prompts", L);
+        size_t d_lo = pk.nb + pk.nq, d_hi = L - 2 - pk.na;
+        dist = distances(own(&a, sp, "distances"), d_lo, d_hi, 0, &nd);
+        if (!own(&a, sp, "distances")) { /* 128, 256, ... and the top */
+            nd = 0;
+            for (size_t x = 128; x <= d_hi; x += 128)
+                if (x >= d_lo && x < d_hi)
+                    dist[nd++] = x;
+            dist[nd++] = d_hi;
+        }
+    } else {
+        warn("the tokenizer has no piece <key00>: no pass-key figures (null)");
+    }
+    if (n_windows > lm_ctx.n_ids / (L - 1))
+        die_usage("--windows %zu: the text holds %zu whole windows", n_windows,
+                  lm_ctx.n_ids / (L - 1));
+
+    /* The rows: the full cache, then every ratio's methods. */
+    size_t n_rows = 1;
+    lb_row *rows = xcalloc(1 + n_ratios * LB_METHODS, sizeof *rows);
+    rows[0].s = new_state(NULL, 0, LM_POS_ORIGINAL, a.seed);
+    rows[0].pf = prefill_of("step");
+    for (size_t k = 0; k < n_ratios; k++) {
+        size_t budget = (size_t)floor((1 - ratios[k]) * (double)L + 1e-9);
+        for (size_t i = 0; i < LB_METHODS; i++) {
+            if (!want[i])
+                continue;
+            lb_row *r = &rows[n_rows++];
+            r->m = &lb_methods[i];
+            r->ratio = ratios[k];
+            char what[64];
+            snprintf(what, sizeof what, "--ratio %g (budget %zu)", ratios[k], budget);
+            check_budget(r->m->spec, budget, what);
+            if (r->m->heads) { /* the schedule, for this row's budgets only */
+                lm_ctx.heads = load_heads(r->m->heads, r->m->name);
+                lm_ctx.streaming_budget = 16; /* lm's --streaming-budget default */
+            }
+            r->s = new_state(r->m->spec, budget, LM_POS_ORIGINAL, a.seed);
+            lm_heads_free(lm_ctx.heads);
+            lm_ctx.heads = NULL;
+            r->budget = r->s->budget;
+            r->pf = prefill_of(r->m->prefill);
+            if (lb_prefills[r->pf].method >= 0) { /* refused combinations: usage errors */
+                kve_prefill_options q = kve_prefill_default_options();
+                q.method = (kve_prefill_method)lb_prefills[r->pf].method;
+                if (kve_bank_prefill(r->s->bank, 0, 0, L, budget, NULL, L, 1, KVE_REDUCE_MEAN,
+                                     &q) != KVE_OK)
+                    die_usage("leaderboard method %s: %s", r->m->name, kve_last_error());
+            }
+        }
+    }
+    for (size_t r = 0; r < n_rows; r++)
+        rows[r].bits = xcalloc(n_windows, sizeof *rows[r].bits);
+
+    FILE *out = out_open(a.output);
+    int32_t *w = xmalloc(L * sizeof *w);
+    double *loss = xmalloc(L * sizeof *loss), *wbytes = xcalloc(n_windows, sizeof *wbytes);
+    double *full_pk = xcalloc(nd, sizeof *full_pk); /* the full cache's hits by distance */
+    double bytes = 0, full_first = 0, full_rp = 0;
+    size_t tokens = 0;
+    uint64_t total = (uint64_t)(n_windows + rp_trials) * n_rows;
+    for (size_t r = 0; r < n_rows; r++)
+        for (size_t di = 0; di < nd; di++)
+            total += (!r || dist[di] > rows[r].budget) ? trials : 0;
+    progress pr;
+    progress_begin(&pr, "prompt", total, 0, 1);
+    uint64_t done = 0;
+    /* 1. bits per byte after a compressed prompt. */
+    for (size_t wi = 0; wi < n_windows; wi++) {
+        w[0] = LM_BOS;
+        memcpy(w + 1, lm_ctx.ids + wi * (L - 1), (L - 1) * sizeof *w);
+        for (size_t i = P + 1; i < L; i++) {
+            size_t len;
+            lm_decode(lm_ctx.tok, w[i - 1], w[i], &len);
+            wbytes[wi] += (double)len;
+            tokens++;
+        }
+        bytes += wbytes[wi];
+        for (size_t r = 0; r < n_rows; r++) {
+            lb_run(&rows[r], w, L, P, loss);
+            for (size_t i = P; i + 1 < L; i++)
+                rows[r].bits[wi] += loss[i] / log(2.0);
+            size_t policy, kv = kept_bytes(rows[r].s, &policy);
+            if (kv + policy > rows[r].kept)
+                rows[r].kept = kv + policy;
+            progress_update(&pr, ++done);
+        }
+    }
+    /* 2. the pass key at the distances beyond each budget. */
+    for (size_t di = 0; di < nd; di++) {
+        for (size_t j = 0; j < trials; j++) {
+            int32_t key = pk_prompt(&pk, L, j, trials, dist[di], w);
+            int full_hit = 0;
+            for (size_t r = 0; r < n_rows; r++) {
+                if (r && dist[di] <= rows[r].budget)
+                    continue;
+                int hit = lb_run(&rows[r], w, L, L - 1, NULL) == key;
+                progress_update(&pr, ++done);
+                if (!r) {
+                    full_hit = hit;
+                    full_pk[di] += hit;
+                    continue;
+                }
+                rows[r].pk_hits += hit;
+                rows[r].pk_full += full_hit;
+                rows[r].pk_n++;
+            }
+        }
+        for (size_t r = 1; r < n_rows; r++)
+            rows[r].pk_d += dist[di] > rows[r].budget;
+    }
+    rows[0].pk_hits = 0;
+    for (size_t di = 0; di < nd; di++)
+        rows[0].pk_hits += full_pk[di];
+    rows[0].pk_full = rows[0].pk_hits;
+    rows[0].pk_n = nd * trials;
+    /* (rows without a prompt have null accuracies: pk_n 0) */
+    rows[0].pk_d = nd;
+    /* 3. the repeated passage at distance rd: the second copy's tokens 2 ..
+     * span, each predicted by a step after the compressed prompt. */
+    size_t p2 = L - span, p1 = p2 - rd;
+    for (size_t j = 0; j < rp_trials; j++) {
+        size_t s = (size_t)((uint64_t)j * (lm_ctx.n_ids - (L - 1)) / rp_trials);
+        w[0] = LM_BOS;
+        memcpy(w + 1, lm_ctx.ids + s, (L - 1) * sizeof *w);
+        for (size_t i = 0; i < span; i++)
+            w[p2 + i] = w[p1 + i];
+        for (size_t r = 0; r < n_rows; r++) {
+            lb_run(&rows[r], w, L, r ? p2 : 0, loss);
+            double x = 0;
+            for (size_t i = 1; i < span; i++)
+                x += loss[p2 + i - 1];
+            if (!r)
+                for (size_t i = 1; i < span; i++)
+                    full_first += loss[p1 + i - 1];
+            rows[r].rp_sum += x;
+            for (size_t i = 1; i < span; i++)
+                rows[r].rp_sq += loss[p2 + i - 1] * loss[p2 + i - 1];
+            progress_update(&pr, ++done);
+        }
+    }
+    full_rp = rows[0].rp_sum;
+    progress_end(&pr);
+
+    /* Ranks within a ratio. */
+    double *kb = xmalloc(n_rows * sizeof *kb), *kp = xmalloc(n_rows * sizeof *kp);
+    for (size_t r = 0; r < n_rows; r++) {
+        double sum = 0;
+        for (size_t wi = 0; wi < n_windows; wi++)
+            sum += rows[r].bits[wi] - rows[0].bits[wi];
+        kb[r] = sum;
+        kp[r] = rows[r].pk_n ? rows[r].pk_hits / (double)rows[r].pk_n : NAN;
+    }
+    for (size_t lo = 1; lo < n_rows;) {
+        size_t hi = lo;
+        while (hi < n_rows && rows[hi].ratio == rows[lo].ratio)
+            hi++;
+        rank_rows(rows, lo, hi, kb, 0, 1);
+        rank_rows(rows, lo, hi, kp, 1, 0);
+        lo = hi;
+    }
+
+    static const col cols[] = {
+        {"method", "method", COL_ALL | COL_LEFT | COL_CODE},
+        {"policy", KEY_POLICY, COL_CSV | COL_JSON},
+        {"prefill", "prefill", COL_ALL},
+        {"ratio", "compression_ratio", COL_ALL},
+        {"budget", KEY_BUDGET, COL_ALL},
+        {"windows", "windows", COL_CSV | COL_JSON},
+        {"tokens", "tokens", COL_CSV | COL_JSON},
+        {"bytes", "bytes", COL_CSV | COL_JSON},
+        {"bits/byte", "bits_per_byte", COL_ALL},
+        {"delta", "delta_bits_per_byte", COL_ALL},
+        {"se", "delta_bits_per_byte_se", COL_ALL},
+        {"rank", "bpb_rank", COL_CSV | COL_JSON},
+        {"distances", "passkey_distances", COL_CSV | COL_JSON},
+        {"prompts", "passkey_prompts", COL_CSV | COL_JSON},
+        {"pass key", "passkey_accuracy", COL_ALL},
+        {"se", "passkey_accuracy_se", COL_ALL},
+        {"full", "full_passkey_accuracy", COL_CSV | COL_JSON},
+        {"rank", "passkey_rank", COL_CSV | COL_JSON},
+        {"repeat r", "repeat_distance", COL_CSV | COL_JSON},
+        {"repeat nats", "repeat_nats", COL_ALL},
+        {"se", "repeat_nats_se", COL_CSV | COL_JSON},
+        {"full repeat", "full_repeat_nats", COL_CSV | COL_JSON},
+        {"first nats", "first_nats", COL_CSV | COL_JSON},
+        {"kv bytes", "kv_bytes", COL_CSV | COL_JSON},
+        {"policy bytes", "policy_bytes", COL_CSV | COL_JSON},
+        {"kept bytes", "kept_bytes", COL_ALL},
+        {"seed", KEY_SEED, COL_CSV | COL_JSON},
+        {"time share", "policy_time_share", COL_ALL},
+    };
+    table t;
+    table_init(&t, cols, sizeof cols / sizeof cols[0]);
+    double rp_count = (double)rp_trials * (double)(span - 1);
+    for (size_t r = 0; r < n_rows; r++) {
+        const lb_row *x = &rows[r];
+        double sum = 0;
+        for (size_t wi = 0; wi < n_windows; wi++)
+            sum += x->bits[wi];
+        double *d = xmalloc(n_windows * sizeof *d);
+        for (size_t wi = 0; wi < n_windows; wi++)
+            d[wi] = x->bits[wi] - rows[0].bits[wi];
+        double acc = x->pk_n ? x->pk_hits / (double)x->pk_n : NAN;
+        double m2 = x->rp_sum / rp_count;
+        size_t policy = x->s->bank ? kve_bank_state_bytes(x->s->bank) : 0;
+        table_str(&t, x->m ? x->m->name : "full");
+        table_str(&t, x->m ? x->s->spec : "full");
+        table_str(&t, x->m ? x->m->prefill : "-");
+        table_real_shown(&t, x->m ? x->ratio : 0.0, "%g");
+        if (x->m)
+            table_uint(&t, x->budget);
+        else
+            table_real(&t, NAN, "%.0f");
+        table_uint(&t, n_windows);
+        table_uint(&t, tokens);
+        table_real(&t, bytes, "%.0f");
+        table_real(&t, sum / bytes, "%.4f");
+        table_real(&t, kb[r] / bytes, "%+.4f");
+        table_real(&t, r ? ratio_se(d, wbytes, n_windows, bytes) : NAN, "%.4f");
+        if (r)
+            table_uint(&t, (uint64_t)x->bpb_rank);
+        else
+            table_real(&t, NAN, "%.0f");
+        table_uint(&t, x->pk_d);
+        table_uint(&t, x->pk_n);
+        table_real(&t, acc, "%.3f");
+        table_real(&t, x->pk_n ? sqrt(acc * (1 - acc) / (double)x->pk_n) : NAN, "%.3f");
+        table_real(&t, x->pk_n ? x->pk_full / (double)x->pk_n : NAN, "%.3f");
+        if (r && x->pk_n)
+            table_uint(&t, (uint64_t)x->pk_rank);
+        else
+            table_real(&t, NAN, "%.0f");
+        table_uint(&t, rd);
+        table_real(&t, m2, "%.4f");
+        table_real(&t, sqrt(fmax(0.0, x->rp_sq / rp_count - m2 * m2) / rp_count), "%.4f");
+        table_real(&t, full_rp / rp_count, "%.4f");
+        table_real(&t, full_first / rp_count, "%.4f");
+        table_uint(&t, x->kept - policy);
+        table_uint(&t, policy);
+        table_uint(&t, x->kept);
+        table_uint(&t, a.seed);
+        table_real(&t, x->cpu_s > 0 ? x->policy_s / x->cpu_s : NAN, "%.3f");
+        free(d);
+    }
+    if (a.format == FMT_TEXT)
+        fprintf(out,
+                "%zu windows of %zu positions (the first %zu the prompt; %zu tokens, %.0f bytes "
+                "scored); pass key: %zu prompts a distance, those beyond the budget; repeated "
+                "passage: %zu tokens at distance %zu, %zu windows; policy seed %llu\n\n",
+                n_windows, L, P, tokens, bytes, trials, span, rd, rp_trials,
+                (unsigned long long)a.seed);
+    table_print(&t, out, a.format);
+    table_free(&t);
+    out_close(out);
+    for (size_t r = 0; r < n_rows; r++) {
+        lm_state_free(rows[r].s);
+        free(rows[r].bits);
+    }
+    free(rows), free(kb), free(kp), free(w), free(loss), free(wbytes), free(full_pk), free(dist);
+    if (nd)
+        pk_free(&pk);
+    return 0;
+}
