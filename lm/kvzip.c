@@ -25,10 +25,12 @@ kve_status lm_kvzip_default(const lm_tokenizer *t, lm_kvzip *out)
     int32_t nl[4];
     size_t n_nl = 0;
     kve_status st = lm_encode(t, "\n", 1, nl, 4, &n_nl); /* the dummy prefix, then "\n" */
-    if (st == KVE_OK)
+    if (st == KVE_OK && n_nl == 0)
+        st = kve_set_error(KVE_EINVAL, "the tokenizer encodes a newline to no token");
+    if (st == KVE_OK) {
         k.newline = nl[n_nl - 1];
-    if (st == KVE_OK)
         st = lm_encode(t, first, sizeof first - 1, k.first, LM_KVZIP_PROMPT_MAX, &k.n_first);
+    }
     if (st == KVE_OK)
         st = lm_encode(t, later, sizeof later - 1, k.later, LM_KVZIP_PROMPT_MAX, &k.n_later);
     if (st != KVE_OK)
