@@ -151,7 +151,7 @@ int lm_duo_calibrate(int argc, char **argv)
     progress_begin(&pr, "configuration", N + 1, 0, 1);
     for (size_t k = 0; k <= N; k++) {
         lm_state *s = st[k];
-        kve_status e = KVE_OK;
+        kve_status e;
         for (size_t di = 0; di < nd; di++)
             for (size_t j = 0; j < trials; j++) {
                 int32_t key = pk_prompt(&pk, C, j, trials, dist[di], w);
