@@ -235,6 +235,7 @@ kve_status kve_spec_with(const char *spec, const char *key, const char *value, c
                          size_t cap)
 {
     kve_config c;
+    memset(&c, 0, sizeof c);
     if (!out)
         return kve__fail(KVE_EINVAL, "out is NULL");
     kve_status st = kve__config_parse(spec, key, value, NULL, &c);

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__GNUC__) || defined(__clang__)
 #define KVE_COLD __attribute__((cold)) /* refusals: kept off the hot paths */
@@ -32,6 +33,17 @@
 #endif
 /* The core's private ABI (see the top of this file). */
 #define KVE_PRIVATE KVE_API
+
+/* Whether two doubles have the same bits (a saved rope base or rotation
+ * against the one a state was built with: 0.0 and -0.0 differ, a NaN equals
+ * itself). */
+static inline bool kve__same_bits(double a, double b)
+{
+    uint64_t x, y;
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    return x == y;
+}
 
 /* ---- errors (error.c) ---- */
 

@@ -157,7 +157,7 @@ static kve_status check_same(const kve_bank *dst, const kve_bank *src)
         return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's query_group is %zu, src's %zu",
                          name, a->query_group, b->query_group);
     if (a->rope.rotary_dim != b->rope.rotary_dim || a->rope.pairs != b->rope.pairs ||
-        memcmp(&a->rope.base, &b->rope.base, sizeof a->rope.base) != 0)
+        !kve__same_bits(a->rope.base, b->rope.base))
         return kve__fail(KVE_EINVAL,
                          "%s: cannot copy: dst's rope (rotary_dim %zu, base %g, pairs %d) is not "
                          "src's (rotary_dim %zu, base %g, pairs %d)",

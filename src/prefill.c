@@ -269,7 +269,7 @@ static void install(const kve_config *c, kve_head *h, const unsigned char *keep,
             norm[w] = kve__key_norm(values + i * ld_values, c->value_dim);
         if (raw) {
             raw[w] = score[w];
-            score[w] = raw[w] * norm[w];
+            score[w] = norm ? raw[w] * norm[w] : raw[w];
         }
         if (c->type->admit)
             c->type->admit(c, h, w);

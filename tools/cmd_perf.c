@@ -164,6 +164,9 @@ static double floor_min_base(double *acc, const float *attn, size_t n)
     return floor_min_tail(acc, attn, 0, n, INFINITY);
 }
 
+/* The floors for each instruction set: `attr` is an attribute (it cannot take
+ * parentheses), and the lane counts are constants. */
+/* NOLINTBEGIN(bugprone-macro-parentheses,bugprone-implicit-widening-of-multiplication-result) */
 #define FLOOR_FNS(suffix, attr)                                                             \
     attr static void floor_##suffix(double *acc, const float *attn, size_t n)              \
     {                                                                                       \
@@ -212,6 +215,7 @@ FLOOR_MIN(avx512, __attribute__((target("avx512f,avx512vl"))), __m512d, 8, _mm51
 #else
 #define PERF_X86 0
 #endif
+/* NOLINTEND(bugprone-macro-parentheses,bugprone-implicit-widening-of-multiplication-result) */
 
 typedef double (*floor_min_fn)(double *acc, const float *attn, size_t n);
 

@@ -109,7 +109,7 @@ static void q4_0_block(const float *x, unsigned char *b)
     const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     put16(b, gw_f32_to_f16(d));
     for (int j = 0; j < 16; j++) {
-        int lo = (int8_t)(x[j] * id + 8.5f), hi = (int8_t)(x[j + 16] * id + 8.5f);
+        int lo = (int)(x[j] * id + 8.5f), hi = (int)(x[j + 16] * id + 8.5f);
         lo = lo > 15 ? 15 : lo;
         hi = hi > 15 ? 15 : hi;
         b[2 + j] = (unsigned char)(lo | hi << 4);
@@ -120,7 +120,7 @@ static void q4_k_block(const float *x, unsigned char *b)
 {
     float step[8], off[8], max_step = 0, max_off = 0;
     for (int j = 0; j < 8; j++) {
-        float mn = 0, mx = x[32 * j];
+        float mn = 0, mx = x[32 * (size_t)j];
         for (int l = 0; l < 32; l++) {
             mn = x[32 * j + l] < mn ? x[32 * j + l] : mn;
             mx = x[32 * j + l] > mx ? x[32 * j + l] : mx;
@@ -184,7 +184,7 @@ static void q6_k_block(const float *x, unsigned char *b)
     unsigned char *ql = b, *qh = b + 128;
     for (int h = 0; h < 2; h++) /* per half of 128: runs of 32 at 0, 32, 64, 96 */
         for (int l = 0; l < 32; l++) {
-            const unsigned char *e = L + 128 * h + l;
+            const unsigned char *e = L + 128 * (size_t)h + (size_t)l;
             ql[64 * h + l] = (unsigned char)((e[0] & 0xF) | (e[64] & 0xF) << 4);
             ql[64 * h + 32 + l] = (unsigned char)((e[32] & 0xF) | (e[96] & 0xF) << 4);
             qh[32 * h + l] = (unsigned char)((e[0] >> 4) | (e[32] >> 4) << 2 | (e[64] >> 4) << 4 |
@@ -511,7 +511,7 @@ int gw_write_gguf(FILE *f, gw_spec *s, gw_source src, void *user, char *err, siz
     static const unsigned char zeros[ALIGN] = {0};
     put(&head, zeros, (ALIGN - head.n % ALIGN) % ALIGN);
     free(kv.p);
-    float *vals = malloc(most * sizeof *vals);
+    float *vals = malloc(most ? most * sizeof *vals : 1);
     unsigned char *row = malloc(most_row);
     int rc = head.oom || kv.oom || !vals || !row ? fail(err, cap, "out of memory") : 0;
     if (rc == 0 && write_all(f, head.p, head.n) != 0)
@@ -561,7 +561,7 @@ static int put_all(FILE *f, const gw_spec *s, gw_kind kind, int per_layer, int g
         unsigned char *q = malloc(n);
         float *sc = malloc(n / (size_t)group * sizeof *sc);
         int rc = q && sc ? 0 : fail(err, cap, "out of memory");
-        for (size_t g = 0; rc == 0 && g < n / (size_t)group; g++) {
+        for (size_t g = 0; rc == 0 && q && sc && g < n / (size_t)group; g++) {
             float wmax = 0;
             for (size_t j = g * group; j < (g + 1) * (size_t)group; j++)
                 wmax = fabsf(vals[j]) > wmax ? fabsf(vals[j]) : wmax;

@@ -499,7 +499,7 @@ static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_
     }
     for (size_t j = 0; j < r / 2; j++) {
         double want = (e->held & 2) ? pow(c->rope.base, -(double)(2 * j) / (double)r) : 0.0;
-        if (memcmp(&p.theta[j], &want, sizeof want) != 0) {
+        if (!kve__same_bits(p.theta[j], want)) {
             snprintf(msg, cap, "theta[%zu] = %.17g is not base^(-2j/r) (or 0 before a step)", j,
                      p.theta[j]);
             return false;

@@ -133,7 +133,7 @@ int lm_duo_calibrate(int argc, char **argv)
     char spec[64];
     snprintf(spec, sizeof spec, "streaming:budget=%zu,sinks=4", C);
     size_t *hb = xmalloc(N * sizeof *hb);
-    lm_state **st = xcalloc(N + 1, sizeof *st);
+    lm_state **st = xcalloc(N + 1, sizeof *st); // NOLINT(bugprone-sizeof-expression)
     for (size_t k = 0; k <= N; k++) {
         for (size_t i = 0; i < N; i++)
             hb[i] = k == i + 1 ? W : C;
