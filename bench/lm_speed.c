@@ -46,6 +46,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "lm.h"
 
+#define BENCH_NAME "kvevict-lm-speed"
+#include "bench.h"
+
 #include "gguf_write.h"
 
 #include <dlfcn.h>
@@ -54,21 +57,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* CPU time of this thread: on a shared machine, time spent waiting for a
- * core is not the decoder's. */
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "kvevict-lm-speed: %s: %s\n", what, kve_last_error());
-    exit(1);
-}
 
 static uint64_t mix(uint64_t *s)
 {

@@ -17,23 +17,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "lm.h"
 
+#define BENCH_NAME "kvevict-prefill-speed"
+#include "bench.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "kvevict-prefill-speed: %s: %s\n", what, kve_last_error());
-    exit(1);
-}
 
 enum { NONE, STEP, H2O, SNAPKV, KVZIP, METHODS };
 static const char *const names[METHODS] = {"none", "step", "h2o", "snapkv", "kvzip"};

@@ -13,7 +13,7 @@
 #  - a malformed schedule is refused, exit 1, naming the line; usage errors
 #    exit 2 before anything is decoded.
 # About 5,000 decoded positions natively (2.5 s of CPU). `quick` (the
-# sanitized and instrumented builds, which decode the model about 15 times
+# sanitized builds, which decode the model about 15 times
 # slower) keeps the refusals alone: the parser, the per-head budgets and
 # their refusals run under the sanitizers in test_lm and fuzz_heads_corpus.
 # Skipped (77) in a tree without models/.

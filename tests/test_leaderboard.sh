@@ -14,7 +14,7 @@
 #    leaderboard --list` at each of its ratios, and no other (a method added
 #    to the table, or removed, fails here until `make leaderboard` is rerun);
 #  - checks the command's refusals (an unknown method, a ratio outside (0, 1)).
-# With `quick` as the third argument (sanitized and instrumented builds, where
+# With `quick` as the third argument (sanitized builds, where
 # the subset takes minutes) it skips the subset and checks the rest.
 # Skipped (77) in a tree without models/.
 set -u

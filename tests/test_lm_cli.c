@@ -1295,6 +1295,113 @@ static void test_gguf(void)
     remove(g), remove(gq), remove(gn), remove(v2), remove(path_of("convert.err"));
 }
 
+/* kvevict-convert's refusals, each exit 2 with one line naming the problem,
+ * and nothing left at -o; random weights in every output format, with the
+ * block fallback said, read back by the decoder. */
+static int convert_says(const char *args, int code, const char *needle)
+{
+    int rc = run_convert(args);
+    char *e = fx_slurp(path_of("convert.err"), NULL);
+    int ok = rc == code && e && strncmp(e, "kvevict-convert: ", 17) == 0 && strstr(e, needle);
+    if (!ok)
+        fprintf(stderr, "kvevict-convert %s: exit %d, want %d with '%s' (stderr: %s)\n", args, rc,
+                code, needle, e ? e : "");
+    free(e);
+    return ok;
+}
+
+static void test_convert(void)
+{
+    char args[4096], o[400], v[400];
+    snprintf(o, sizeof o, "%s", path_of("conv.out"));
+    const char *shape = "dim=64,hidden=96,layers=1,heads=2,kv_heads=1,vocab=40,seq_len=32";
+    struct {
+        const char *args, *needle;
+    } bad[] = {
+        {"", "give exactly one of --model and --random"},
+        {"--model a --random b --to gguf -o X", "give exactly one of --model and --random"},
+        {"--random %s -o X", "--to and -o are required"},
+        {"--random %s --to gguf", "--to and -o are required"},
+        {"--random %s --to onnx -o X", "--to: 'onnx' is not gguf, llama2c"},
+        {"--random %s --to gguf --type q3_k -o X", "--type: 'q3_k' is not f32, f16, bf16"},
+        {"--random %s --to gguf --embedding-type f8 -o X", "--embedding-type: 'f8' is not"},
+        {"--random %s --to gguf --norm-type q8_0 -o X", "--norm-type: norms are f32, f16 or bf16"},
+        {"--random %s --to gguf --bogus 1 -o X", "unknown option '--bogus'"},
+        {"--random %s --to", "--to needs a value"},
+        {"--random dim --to gguf -o X", "--random: 'dim' is not key=value"},
+        {"--random dim=x --to gguf -o X", "--random: dim=x is not a number"},
+        {"--random dim= --to gguf -o X", "--random: dim= is not a number"},
+        {"--random dim=4294967296 --to gguf -o X", "--random: dim=4294967296 is not a number"},
+        {"--random %s,colour=3 --to gguf -o X", "--random: unknown key 'colour'"},
+        {"--random dim=64,hidden=96 --to gguf -o X", "--random: give dim, hidden, layers"},
+        {"--random %s --to llama2c-v2 --group 7 -o X", "--group 7 must divide dim 64 and hidden 96"},
+        {"--random %s --to llama2c-v2 --group 0 -o X", "--group 0 must divide"},
+        {"--model /no/such/model.bin --to gguf -o X", "--model /no/such/model.bin: "},
+        {"--random %s --tokenizer /no/such/tok.bin --to gguf -o X", "--tokenizer /no/such/tok.bin: "},
+        {"--random %s --tokenizer TOK --to gguf -o X", "pieces, the model's vocabulary is 40"},
+        {"--random %s --to gguf -o /no/such/dir/x.gguf", "cannot create /no/such/dir/x.gguf.tmp"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char a[2048], b[2048];
+        snprintf(a, sizeof a, bad[i].args, shape);
+        /* X is the scratch output; TOK the fixture's tokenizer (vocabulary FX_PIECES) */
+        const char *x = strstr(a, " X"), *t = strstr(a, "TOK");
+        if (t) {
+            snprintf(b, sizeof b, "%.*s%s%s", (int)(t - a), a, tokpath, t + 3);
+            snprintf(a, sizeof a, "%s", b);
+            x = strstr(a, " X");
+        }
+        if (x) {
+            snprintf(b, sizeof b, "%.*s %s%s", (int)(x - a), a, o, x + 2);
+            snprintf(a, sizeof a, "%s", b);
+        }
+        remove(o);
+        if (!convert_says(a, 2, bad[i].needle))
+            CHECK_FAIL_AT("kvevict-convert refusal %zu", i);
+        ASSERT_TRUE(access(o, F_OK) != 0);
+    }
+    ASSERT_EQ(run_convert("--help"), 0);
+    /* Random weights: K-quants on rows of 64 fall back to blocks of 32 (said),
+     * every llama2.c version, untied; each is read and decodes. */
+    struct {
+        const char *to;
+        int fallback;
+    } ok[] = {{"gguf --type q4_k --norm-type bf16", 1},
+              {"gguf --type q6_k --embedding-type f16 --norm-type f16 --name tiny", 1},
+              {"gguf --type bf16", 0},
+              {"llama2c", 0},
+              {"llama2c-v1", 0},
+              {"llama2c-v2", 0},
+              {"llama2c-v2 --group 32", 0}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        snprintf(args, sizeof args, "--random %s,seed=%zu,tied=%d --to %s -o %s", shape, i + 1,
+                 (int)(i % 2), ok[i].to, o);
+        ASSERT_EQ(run_convert(args), 0);
+        char *e = fx_slurp(path_of("convert.err"), NULL);
+        ASSERT_TRUE(e && (strstr(e, "not whole blocks of their type") != NULL) == ok[i].fallback);
+        free(e);
+        snprintf(args, sizeof args, "lm logits --model %s --tokens 1,2,3", o);
+        ASSERT_RUNS(args);
+        ASSERT_CONTAINS(out_text, "\"logits\"");
+    }
+    /* The same seed writes the same bytes; a GGUF input without a vocabulary
+     * converts, saying none is written; a GGUF input converts back. */
+    snprintf(v, sizeof v, "%s", path_of("conv2.out"));
+    snprintf(args, sizeof args, "--random %s,seed=9 --to gguf -o %s", shape, o);
+    ASSERT_EQ(run_convert(args), 0);
+    snprintf(args, sizeof args, "--random %s,seed=9 --to gguf -o %s", shape, v);
+    ASSERT_EQ(run_convert(args), 0);
+    size_t n1 = 0, n2 = 0;
+    char *b1 = fx_slurp(o, &n1), *b2 = fx_slurp(v, &n2);
+    ASSERT_TRUE(b1 && b2 && n1 == n2 && memcmp(b1, b2, n1) == 0);
+    free(b1), free(b2);
+    snprintf(args, sizeof args, "--model %s --to gguf --type q8_0 -o %s", o, v);
+    ASSERT_TRUE(convert_says(args, 0, "no vocabulary written"));
+    snprintf(args, sizeof args, "--model %s --to llama2c-v1 -o %s", v, o);
+    ASSERT_EQ(run_convert(args), 0);
+    remove(o), remove(v), remove(path_of("convert.err"));
+}
+
 /* ---- generate --samples, --session, the sampler's options ---- */
 
 enum { GEN_CAP = 64 };
@@ -1562,6 +1669,7 @@ int main(int argc, char **argv)
     RUN(test_lm_trace);
     RUN(test_generate);
     RUN(test_gguf);
+    RUN(test_convert);
     RUN(test_generate_samples);
     RUN(test_generate_session);
     RUN(test_generate_refusals);

@@ -103,6 +103,22 @@ TMPDIR="$D/tmp" "$K" plot --real-model "$D/none" --out "$D/real2" >"$D/out" 2>"$
 check "plot --real-model of no data: every figure skipped ($(cat "$D/err"))" [ "$(grep -c '^skipped ' "$D/out")" -eq 6 ]
 expect_says 2 "quotes" plot --real-model "$D/q'd" --out "$D/real2"
 
+# ---- plot --calibration: the feasibility maps of docs/trace.md --------------------
+for f in calibration-v3 calibration-v3-outside; do
+    TMPDIR="$D/tmp" "$K" plot --calibration "$SRC/docs/data/$f.jsonl" --png "$D/img/$f.png" \
+        >"$D/out" 2>"$D/err"
+    check "plot --calibration $f ($(cat "$D/err"))" is_png "$D/img/$f.png"
+    check "plot --calibration says what it wrote" grep -q "^wrote $D/img/$f.png$" "$D/out"
+done
+no_temps "plot --calibration"
+expect_says 2 "--calibration needs --png PATH" plot --calibration "$SRC/docs/data/calibration-v3.jsonl"
+expect_says 2 "--png: quotes and newlines are not supported" plot --calibration \
+    "$SRC/docs/data/calibration-v3.jsonl" --png "$D/it's.png"
+expect_err 1 plot --calibration "$D/nosuch.jsonl" --png "$D/x.png"
+printf '{"a": 1}\n' >"$D/notcal.jsonl"
+expect_err 1 plot --calibration "$D/notcal.jsonl" --png "$D/x.png"
+check "plot --calibration of bad input writes no figure" [ ! -e "$D/x.png" ]
+
 # ---- perf --plot (and --docs over two budgets) -------------------------------------
 printf 'before\n<!-- perf:begin -->\n<!-- perf:end -->\nafter\n' >"$D/perf.md"
 "$K" perf --quick --budget 1000,1024 --reps 1 --ms 1 --plot "$D/img" --docs "$D/perf.md" \

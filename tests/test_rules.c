@@ -11,33 +11,12 @@
  */
 #include "check.h"
 #include "policy_impl.h"
+#include "rule_examples.h"
 #include "workload.h"
 
 enum { H = 4, G = 3, MAXN = 160, VD = 5 };
 
-/* ---- rules as an application writes them ---- */
-
-/* h2o: the state is the attention received so far. */
-static kve_status rule_h2o(void *user, const kve_score_step *s)
-{
-    (void)user;
-    for (size_t i = 0; i < s->n; i++) {
-        s->new_state[i] = s->state[i] + (double)s->attn[i];
-        s->new_score[i] = s->new_state[i];
-    }
-    return KVE_OK;
-}
-
-/* Value-aware h2o (CriticalKV, VATP): the same sum, times ||v||. */
-static kve_status rule_vh2o(void *user, const kve_score_step *s)
-{
-    (void)user;
-    for (size_t i = 0; i < s->n; i++) {
-        s->new_state[i] = s->state[i] + (double)s->attn[i];
-        s->new_score[i] = s->new_state[i] * s->vnorm[i];
-    }
-    return KVE_OK;
-}
+/* ---- rules as an application writes them (and tools/rule_examples.h) ---- */
 
 /* Fails at the head whose kept set holds the position *user, or writes a
  * NaN there when *user is negative (-p - 1 for position p). */
@@ -182,8 +161,8 @@ static void compare(const char *rule_spec, const char *builtin, size_t share, ui
 
 static void test_rules_equal_builtin_lanes(void)
 {
-    reg("my_h2o", rule_h2o, 1, 0, NULL);
-    reg("my_vh2o", rule_vh2o, 1, 1, NULL);
+    reg("my_h2o", example_rule_h2o, 1, 0, NULL);
+    reg("my_vh2o", example_rule_vh2o, 1, 1, NULL);
     compare("my_h2o:budget=24,recent_window=4", "h2o:budget=24,recent_window=4", 0, check_seed);
     compare("my_h2o:budget=9,recent_window=0", "h2o:budget=9,recent_window=0", 0, check_seed + 1);
     compare("my_vh2o:budget=24,recent_window=4", "h2o:budget=24,recent_window=4,vnorm=1", 0,
@@ -373,7 +352,7 @@ static void test_registry(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         r = kve_score_rule_default();
         r.name = bad[i].name;
-        r.observe = bad[i].null_fn ? NULL : rule_h2o;
+        r.observe = bad[i].null_fn ? NULL : example_rule_h2o;
         r.state = bad[i].state;
         r.recent_window = bad[i].rw;
         r.values = bad[i].values;
@@ -390,7 +369,7 @@ static void test_registry(void)
     /* a rule's spec: its default window, its keys, its name */
     r = kve_score_rule_default();
     r.name = "r0";
-    r.observe = rule_h2o;
+    r.observe = example_rule_h2o;
     r.state = 1;
     r.recent_window = 5;
     r.summary = "the sum, as a rule";

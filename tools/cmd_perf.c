@@ -65,6 +65,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "perf.h"
+#include "rule_examples.h"
 
 #include <errno.h>
 #include <math.h>
@@ -724,30 +725,7 @@ static void policy_row(perf_rows *rs, const pool *p, place where, size_t t, size
     time_policy(rs, p, where, "kvevict", name, name, budget, &m, unchecked, queries, f, o);
 }
 
-/* ---- score rules as an application writes them (kvevict.h, "Score rules") ---- */
-
-/* h2o: the state is the sum of the attention a position received. */
-static kve_status rule_h2o(void *user, const kve_score_step *s)
-{
-    (void)user;
-    for (size_t i = 0; i < s->n; i++) {
-        s->new_state[i] = s->state[i] + (double)s->attn[i];
-        s->new_score[i] = s->new_state[i];
-    }
-    return KVE_OK;
-}
-
-/* value-aware h2o (CriticalKV's score times ||v||): the same sum, scored
- * times the value's norm. */
-static kve_status rule_vh2o(void *user, const kve_score_step *s)
-{
-    (void)user;
-    for (size_t i = 0; i < s->n; i++) {
-        s->new_state[i] = s->state[i] + (double)s->attn[i];
-        s->new_score[i] = s->new_state[i] * s->vnorm[i];
-    }
-    return KVE_OK;
-}
+/* ---- score rules as an application writes them (rule_examples.h) ---- */
 
 static void register_rules(int on)
 {
@@ -755,14 +733,14 @@ static void register_rules(int on)
     r.state = 1;
     r.name = "rule_h2o";
     r.summary = "h2o as a score rule";
-    r.observe = rule_h2o;
+    r.observe = example_rule_h2o;
     if (on)
         checked(kve_score_rule_register(&r), "rule_h2o");
     else
         (void)kve_score_rule_unregister(r.name);
     r.name = "rule_vh2o";
     r.summary = "value-aware h2o as a score rule";
-    r.observe = rule_vh2o;
+    r.observe = example_rule_vh2o;
     r.values = 1;
     if (on)
         checked(kve_score_rule_register(&r), "rule_vh2o");

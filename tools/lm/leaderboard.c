@@ -436,14 +436,8 @@ int lm_leaderboard(int argc, char **argv)
     uint64_t done = 0;
     /* 1. bits per byte after a compressed prompt. */
     for (size_t wi = 0; wi < n_windows; wi++) {
-        w[0] = LM_BOS;
-        memcpy(w + 1, lm_ctx.ids + wi * (L - 1), (L - 1) * sizeof *w);
-        for (size_t i = P + 1; i < L; i++) {
-            size_t len;
-            lm_decode(lm_ctx.tok, w[i - 1], w[i], &len);
-            wbytes[wi] += (double)len;
-            tokens++;
-        }
+        text_window(w, wi * (L - 1), L);
+        wbytes[wi] = window_bytes(w, P + 1, L, &tokens);
         bytes += wbytes[wi];
         for (size_t r = 0; r < n_rows; r++) {
             lb_run(&rows[r], w, L, P, loss);
@@ -490,8 +484,7 @@ int lm_leaderboard(int argc, char **argv)
     size_t p2 = L - span, p1 = p2 - rd;
     for (size_t j = 0; j < rp_trials; j++) {
         size_t s = (size_t)((uint64_t)j * (lm_ctx.n_ids - (L - 1)) / rp_trials);
-        w[0] = LM_BOS;
-        memcpy(w + 1, lm_ctx.ids + s, (L - 1) * sizeof *w);
+        text_window(w, s, L);
         for (size_t i = 0; i < span; i++)
             w[p2 + i] = w[p1 + i];
         for (size_t r = 0; r < n_rows; r++) {

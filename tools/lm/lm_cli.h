@@ -91,6 +91,12 @@ void load_text(const char *path);
 /* s[0 .. len) encoded with lm_ctx.tok, in fresh memory; *n tokens. */
 int32_t *encode(const char *s, size_t len, size_t *n);
 void encode_text(const char *path);
+/* [BOS] and the text's L - 1 tokens from its token `start` into w[0 .. L)
+ * (a window of `lm eval`, or the ground a prompt is built on). */
+void text_window(int32_t *w, size_t start, size_t L);
+/* The bytes the tokens w[from .. L) decode to, each after the one before
+ * it; *tokens counts them. */
+double window_bytes(const int32_t *w, size_t from, size_t L, size_t *tokens);
 /* Splits --policy SPEC[,SPEC...]: an item holding '=' but no ':' is a
  * parameter of the spec before it ("h2o:budget=64,recent_window=8,window"
  * is two specs). Repeated --policy options add to the list. */

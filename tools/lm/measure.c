@@ -100,6 +100,24 @@ void encode_text(const char *path)
         die_input("--text %s: empty", path);
 }
 
+void text_window(int32_t *w, size_t start, size_t L)
+{
+    w[0] = LM_BOS;
+    memcpy(w + 1, lm_ctx.ids + start, (L - 1) * sizeof *w);
+}
+
+double window_bytes(const int32_t *w, size_t from, size_t L, size_t *tokens)
+{
+    double bytes = 0;
+    for (size_t i = from; i < L; i++) {
+        size_t len;
+        lm_decode(lm_ctx.tok, w[i - 1], w[i], &len);
+        bytes += (double)len;
+        ++*tokens;
+    }
+    return bytes;
+}
+
 char **split_specs(const opt_val *v, size_t *n)
 {
     char **out = NULL;

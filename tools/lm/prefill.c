@@ -237,14 +237,8 @@ int lm_prefill_cmd(int argc, char **argv)
     progress_begin(&pr, "window", (uint64_t)(n_windows + nd * trials) * n_rows, 0, 1);
     uint64_t done = 0;
     for (size_t wi = 0; wi < n_windows; wi++) {
-        w[0] = LM_BOS;
-        memcpy(w + 1, lm_ctx.ids + wi * (L - 1), (L - 1) * sizeof *w);
-        for (size_t i = P + 1; i < L; i++) {
-            size_t len;
-            lm_decode(lm_ctx.tok, w[i - 1], w[i], &len);
-            bytes += (double)len;
-            tokens++;
-        }
+        text_window(w, wi * (L - 1), L);
+        bytes += window_bytes(w, P + 1, L, &tokens);
         for (size_t r = 0; r < n_rows; r++) {
             const job *jb = &jobs[rows[r].job];
             kve_prefill_options q = pp;

@@ -135,8 +135,7 @@ static int lm_recall(int argc, char **argv, int repeat)
                 key = pk_prompt(&pk, L, j, trials, d, w);
             } else { /* the repeated passage */
                 size_t s = (size_t)((uint64_t)j * (lm_ctx.n_ids - (L - 1)) / trials);
-                w[0] = LM_BOS;
-                memcpy(w + 1, lm_ctx.ids + s, (L - 1) * sizeof *w);
+                text_window(w, s, L);
                 for (size_t i = 0; i < P; i++)
                     w[L - P + i] = w[L - P - d + i];
             }
