@@ -125,7 +125,7 @@ void lm_group_mean(float *out, const float *rows, size_t ld, size_t group, size_
 /* ---- state ---- */
 
 /* The group size of the quantized input the model's integer products read
- * (Q8_0: 32; version 2: its group size), 0 when none does. */
+ * (Q8_0, Q4_K: 32; version 2: its group size), 0 when none does. */
 static size_t q8_group(const lm_model *m)
 {
     const lm_weights *w = &m->weights;

@@ -624,14 +624,19 @@ void lm_matmul(float *xout, const float *x, const float *w, size_t n, size_t d);
  * per instruction set, chosen once at run time from the CPU (AVX-512 F, BW,
  * VL and DQ, else AVX2 with F16C, else the portable code) and equal to the
  * reference bit for bit (tests/test_lm_matvec.c forces each in turn):
- *   F32, F16, BF16, Q4_0, Q4_K, Q6_K: the row dequantized (exactly as
+ *   F32, F16, BF16, Q4_0, Q6_K: the row dequantized (exactly as
  *       lm_matrix_row does) and dotted with x in lm_matmul's order, so these
  *       give the bits of the float32 product over the dequantized weights;
- *   Q8_0 and LM_I8G (integer products): x quantized as lm_quantize_q8 does
- *       (groups of 32 for Q8_0, of the format's group size for LM_I8G);
- *       per group g the exact integer sums s_k of q_w * q_x over the
- *       elements j with (j mod 32) / 4 = k, k < 8, then lane k += (float)s_k
- *       * (d_w * d_x) in group order, the lanes combined as lm_matmul's.
+ *   Q8_0, Q4_K and LM_I8G (integer products): x quantized as
+ *       lm_quantize_q8 does (groups of 32 for Q8_0 and Q4_K, of the format's
+ *       group size for LM_I8G); per group g the exact integer sums s_k of
+ *       q_w * q_x over the elements j with (j mod 32) / 4 = k, k < 8, then
+ *       lane k += (float)s_k * (d_w * d_x) in group order, the lanes combined
+ *       as lm_matmul's. Q4_K's group is a sub-block j, its weights d * sc_j
+ *       * q - dmin * m_j with q the nibble: lane k += (float)s_k * ((d *
+ *       sc_j) * d_x) - (float)t_k * ((dmin * m_j) * d_x), t_k the sum of q_x
+ *       over the same elements (llama.cpp's Q4_K products also quantize the
+ *       input, in blocks of 256).
  *       Quantizing x costs accuracy, bounded in the tests: per group at most
  *       d_x / 2 an element (docs/decoder.md).
  */

@@ -10,7 +10,9 @@
  * into a tail, then ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)) +
  * tail; an integer product sums q_w * q_x exactly per group and per lane
  * (j mod 32) / 4, then adds (float)sum * (d_w * d_x) to the lane in group
- * order. A vector kernel performs the same IEEE operations on the same
+ * order (Q4_K, whose weights are d_j * q - m_j: (float)sum * (d_j * d_x) -
+ * (float)sum_x * (m_j * d_x), sum_x the input's own sum in the lane). A
+ * vector kernel performs the same IEEE operations on the same
  * operands in the same order, one lane per lane: 8 float lanes in a 256-bit
  * register, multiplies and adds as separate instructions (no fused
  * multiply-add: lm/ is built with -ffp-contract=off and the intrinsics say
@@ -21,7 +23,8 @@
  * last rows of a range repeat a row whose result is dropped): a row's value
  * does not depend on its neighbours, hence not on how rows are split over
  * threads. The AVX-512 kernels are the AVX2 bodies compiled for AVX-512
- * (EVEX encoding, 32 registers): the lane order is fixed at 8.
+ * (EVEX encoding, 32 registers), but the 4-bit types' own: the lane order
+ * is fixed at 8.
  *
  * Shapes: W (rows, cols) row-major, row r at data + r * row_bytes; x
  * (cols); out (r1 - r0).
@@ -140,7 +143,7 @@ void lm_quantize_q8(const float *x, size_t n, size_t group, int8_t *q, float *d)
 
 size_t lm_matrix_q8_group(const lm_matrix *w)
 {
-    return w->type == LM_Q8_0 ? 32 : w->type == LM_I8G ? w->group : 0;
+    return w->type == LM_Q8_0 || w->type == LM_Q4_K ? 32 : w->type == LM_I8G ? w->group : 0;
 }
 
 /* ---- the references ---- */
@@ -180,6 +183,25 @@ static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
     for (size_t g = 0; g < n / G; g++) {
         int32_t s[8] = {0};
         float wd;
+        if (w->type == LM_Q4_K) { /* group g: sub-block g mod 8 of block g / 8 */
+            const unsigned char *b = row + 144 * (g / 8);
+            const int j = (int)(g % 8);
+            const unsigned char *q = b + 16 + 32 * (j / 2);
+            unsigned sc, m;
+            lm__scale_min_k4(j, b + 4, &sc, &m);
+            const float d1 = lm_f16_to_f32(lm__u16(b)) * (float)sc;
+            const float m1 = lm_f16_to_f32(lm__u16(b + 2)) * (float)m;
+            int32_t sx[8] = {0};
+            for (size_t e = 0; e < 32; e++) {
+                const int32_t qx = xq->q[32 * g + e];
+                s[e / 4] += (int32_t)(j % 2 ? q[e] >> 4 : q[e] & 0xF) * qx;
+                sx[e / 4] += qx;
+            }
+            const float s1 = d1 * xq->d[g], s2 = m1 * xq->d[g];
+            for (int k = 0; k < 8; k++)
+                acc[k] += (float)s[k] * s1 - (float)sx[k] * s2;
+            continue;
+        }
         if (w->type == LM_Q8_0) {
             const unsigned char *b = row + 34 * g;
             wd = lm_f16_to_f32(lm__u16(b));
@@ -388,85 +410,125 @@ LM_INLINE_AVX2 void q4_k_scales(const unsigned char *blk, float d1[8], float m1[
     _mm256_storeu_ps(m1, _mm256_mul_ps(_mm256_set1_ps(half(F16(blk + 2))), m));
 }
 
-/* Q4_K: per block of 256, four pairs of sub-blocks of 32: the low nibbles of
- * 32 bytes, then their high nibbles; (d * sc) * q - dmin * m. */
+/* Q4_K against the input quantized in groups of 32, one a sub-block: per
+ * sub-block j the nibbles' byte products with the input's, summed in the
+ * eight lanes of four (exact), and the input's own sums in the same lanes
+ * (shared by the rows); lane += s * (d * sc_j * d_x) - sx * (dmin * m_j *
+ * d_x), the reference's operations. */
+LM_INLINE_AVX2 void q4_k_steps(const unsigned char *blk, const float *xd, float s1[8],
+                               float s2[8])
+{
+    float d1[8], m1[8];
+    q4_k_scales(blk, d1, m1);
+    const __m256 dx = _mm256_loadu_ps(xd);
+    _mm256_storeu_ps(s1, _mm256_mul_ps(_mm256_loadu_ps(d1), dx));
+    _mm256_storeu_ps(s2, _mm256_mul_ps(_mm256_loadu_ps(m1), dx));
+}
+
+/* The lines of the block two ahead of blk, asked for now: with rows read
+ * eight (or four) at a time the hardware's prefetcher alone left the loads
+ * waiting (Q4_K's tokens a second rose by half with it, make bench-weights;
+ * Q8_0's by a sixth with its own below). A hint: no result depends on it. */
+LM_INLINE_AVX2 void q4_k_ahead(const unsigned char *blk)
+{
+    const char *a = (const char *)blk + 2 * 144;
+    _mm_prefetch(a, _MM_HINT_T0);
+    _mm_prefetch(a + 64, _MM_HINT_T0);
+    _mm_prefetch(a + 128, _MM_HINT_T0);
+}
+
 LM_INLINE_AVX2 void k_q4_k(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
                            const lm_q8 *xq, float out[8])
 {
-    (void)xq;
+    (void)x;
     const unsigned char *p[8];
     __m256 acc[8];
     rows_begin(w, ri, nr, p, acc);
-    const __m256i m4 = _mm256_set1_epi32(0xF);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one8 = _mm256_set1_epi8(1);
+    const __m256i one16 = _mm256_set1_epi16(1);
     for (size_t b = 0; b < w->cols / 256; b++) {
-        float dk[8][8], mk[8][8];
-        for (int k = 0; k < nr; k++)
-            q4_k_scales(p[k] + 144 * b, dk[k], mk[k]);
-        const float *xb = x + 256 * b;
+        float s1[8][8], s2[8][8];
+        for (int k = 0; k < nr; k++) {
+            q4_k_ahead(p[k] + 144 * b);
+            q4_k_steps(p[k] + 144 * b, xq->d + 8 * b, s1[k], s2[k]);
+        }
         for (size_t j = 0; j < 8; j++) { /* sub-block j: pair j / 2, low nibbles when even */
-            for (size_t c = 0; c < 4; c++) {
-                __m256 xv = _mm256_loadu_ps(xb + 32 * j + 8 * c);
-                for (int k = 0; k < nr; k++) {
-                    __m256i raw = bytes8(p[k] + 144 * b + 16 + 32 * (j / 2) + 8 * c);
-                    __m256i q = j % 2 ? _mm256_srli_epi32(raw, 4) : _mm256_and_si256(raw, m4);
-                    __m256 wv = _mm256_sub_ps(
-                        _mm256_mul_ps(_mm256_broadcast_ss(&dk[k][j]), _mm256_cvtepi32_ps(q)),
-                        _mm256_broadcast_ss(&mk[k][j]));
-                    acc[k] = madd8(acc[k], wv, xv);
-                }
+            const __m256i xv =
+                _mm256_loadu_si256((const __m256i *)(const void *)(xq->q + 256 * b + 32 * j));
+            const __m256 sx = _mm256_cvtepi32_ps(
+                _mm256_madd_epi16(_mm256_maddubs_epi16(one8, xv), one16));
+            for (int k = 0; k < nr; k++) {
+                __m256i raw = _mm256_loadu_si256(
+                    (const __m256i *)(const void *)(p[k] + 144 * b + 16 + 32 * (j / 2)));
+                __m256i q = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                __m256 sq = _mm256_cvtepi32_ps(
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), one16));
+                acc[k] = _mm256_add_ps(
+                    acc[k], _mm256_sub_ps(_mm256_mul_ps(sq, _mm256_broadcast_ss(&s1[k][j])),
+                                          _mm256_mul_ps(sx, _mm256_broadcast_ss(&s2[k][j]))));
             }
         }
     }
     rows_end(nr, acc, out);
 }
 
-/* The same with AVX-512's permute: per sub-block the 16 values a nibble can
- * stand for, fl(d1 * q - m1) for q = 0..15, are computed once (the
- * reference's operations, lane q of a 16-lane register) and each element's
- * weight is looked up by its nibble (the permute reads the index's low four
- * bits, so the low nibble needs no mask); 16 products at a time, then added
- * to the 8 lanes in element order (the low half, then the high half). */
+/* AVX-512 for the 4-bit types. Q4_K: the same as k_q4_k, two sub-blocks
+ * (a pair's low and high nibbles, 64 consecutive elements) a register: the
+ * lanes 0..7 of the sub-block 2i, 8..15 of 2i + 1, each half added to the
+ * eight lanes in sub-block order. */
 #define LM_INLINE_AVX512                                                                          \
     static inline __attribute__((always_inline,                                                   \
                                  target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
-LM_INLINE_AVX512 void k_q4_k_lut(const int nr, const lm_matrix *w, const size_t ri[8],
+LM_INLINE_AVX512 void k_q4_k_512(const int nr, const lm_matrix *w, const size_t ri[8],
                                  const float *x, const lm_q8 *xq, float out[8])
 {
-    (void)xq;
+    (void)x;
     const unsigned char *p[8];
     __m256 acc[8];
     rows_begin(w, ri, nr, p, acc);
-    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), one8 = _mm512_set1_epi8(1);
+    const __m512i one16 = _mm512_set1_epi16(1);
     for (size_t b = 0; b < w->cols / 256; b++) {
-        float dk[8][8], mk[8][8];
-        for (int k = 0; k < nr; k++)
-            q4_k_scales(p[k] + 144 * b, dk[k], mk[k]);
-        const float *xb = x + 256 * b;
-        for (size_t j = 0; j < 8; j++) {
-            __m512 t[8];
-            for (int k = 0; k < nr; k++)
-                t[k] = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dk[k][j]), iota),
-                                     _mm512_set1_ps(mk[k][j]));
-            for (size_t h = 0; h < 2; h++) { /* 16 elements: 32 j + 16 h + [0, 16) */
-                __m512 xv = _mm512_loadu_ps(xb + 32 * j + 16 * h);
-                for (int k = 0; k < nr; k++) {
-                    const unsigned char *qs = p[k] + 144 * b + 16 + 32 * (j / 2) + 16 * h;
-                    __m512i q =
-                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)qs));
-                    if (j % 2)
-                        q = _mm512_srli_epi32(q, 4);
-                    /* 16 products, added to the 8 lanes in element order */
-                    __m512 prod = _mm512_mul_ps(_mm512_permutexvar_ps(q, t[k]), xv);
-                    acc[k] = _mm256_add_ps(acc[k], _mm512_castps512_ps256(prod));
-                    acc[k] = _mm256_add_ps(acc[k], _mm512_extractf32x8_ps(prod, 1));
-                }
+        __m512 s1[8], s2[8];
+        for (int k = 0; k < nr; k++) {
+            q4_k_ahead(p[k] + 144 * b);
+            float a[8], c[8];
+            q4_k_steps(p[k] + 144 * b, xq->d + 8 * b, a, c);
+            s1[k] = _mm512_castps256_ps512(_mm256_loadu_ps(a));
+            s2[k] = _mm512_castps256_ps512(_mm256_loadu_ps(c));
+        }
+        for (int i = 0; i < 4; i++) { /* sub-blocks 2i and 2i + 1 */
+            const __m512i xv = _mm512_loadu_si512((const void *)(xq->q + 256 * b + 64 * i));
+            const __m512 sx = _mm512_cvtepi32_ps(
+                _mm512_madd_epi16(_mm512_maddubs_epi16(one8, xv), one16));
+            const __m512i idx = _mm512_set_epi32(2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1,
+                                                 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1,
+                                                 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i,
+                                                 2 * i);
+            for (int k = 0; k < nr; k++) {
+                const __m256i raw = _mm256_loadu_si256(
+                    (const __m256i *)(const void *)(p[k] + 144 * b + 16 + 32 * i));
+                const __m512i q = _mm512_and_si512(
+                    _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1),
+                    m4);
+                const __m512 sq = _mm512_cvtepi32_ps(
+                    _mm512_madd_epi16(_mm512_maddubs_epi16(q, xv), one16));
+                const __m512 t =
+                    _mm512_sub_ps(_mm512_mul_ps(sq, _mm512_permutexvar_ps(idx, s1[k])),
+                                  _mm512_mul_ps(sx, _mm512_permutexvar_ps(idx, s2[k])));
+                acc[k] = _mm256_add_ps(acc[k], _mm512_castps512_ps256(t));
+                acc[k] = _mm256_add_ps(acc[k], _mm512_extractf32x8_ps(t, 1));
             }
         }
     }
     rows_end(nr, acc, out);
 }
 
-/* Q4_0 with the same lookup: (q - 8) * d for q = 0..15, once a block. */
+/* Q4_0 with AVX-512's two-register permute: per block the 16 values a
+ * nibble can stand for, (q - 8) * d for q = 0..15 (the reference's
+ * operations), in two registers of 8, each element's weight looked up by
+ * its nibble (the permute reads the index's low four bits, so the low
+ * nibble needs no mask), then multiplied and added in element order. */
 LM_INLINE_AVX512 void k_q4_0_lut(const int nr, const lm_matrix *w, const size_t ri[8],
                                  const float *x, const lm_q8 *xq, float out[8])
 {
@@ -549,6 +611,7 @@ LM_INLINE_AVX2 void k_q8_0(const int nr, const lm_matrix *w, const size_t ri[8],
         const float xd = xq->d[b];
         for (int k = 0; k < nr; k++) {
             const unsigned char *blk = p[k] + 34 * b;
+            _mm_prefetch((const char *)blk + 384, _MM_HINT_T0); /* as q4_k_ahead */
             __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
             const float scale = half(F16(blk)) * xd;
             __m256 s = _mm256_cvtepi32_ps(dot_i8(wv, xv));
@@ -609,7 +672,7 @@ LM_INLINE_AVX2 void k_i8g(const int nr, const lm_matrix *w, const size_t ri[8], 
 
 LM_KERNELS(avx2, LM_AVX2, 4)
 LM_KERNELS(avx512, LM_AVX512, 8)
-LM_KERNEL(q4_k_lut, k_q4_k_lut, avx512, LM_AVX512, 8)
+LM_KERNEL(q4_k_512, k_q4_k_512, avx512, LM_AVX512, 8)
 LM_KERNEL(q4_0_lut, k_q4_0_lut, avx512, LM_AVX512, 8)
 
 #define LM_TABLE(SUFFIX)                                                                          \
@@ -617,11 +680,11 @@ LM_KERNEL(q4_0_lut, k_q4_0_lut, avx512, LM_AVX512, 8)
      q8_0_##SUFFIX, i8g_##SUFFIX}
 
 enum { N_KINDS = 8 };
-/* AVX-512: the AVX2 bodies, but the 4-bit types' lookup kernels */
+/* AVX-512: the AVX2 bodies, but the 4-bit types' own kernels */
 static const kern4_fn kernels[LM_ISA_COUNT][N_KINDS] = {
     {NULL},
     LM_TABLE(avx2),
-    {f32_avx512, f16_avx512, bf16_avx512, q4_0_lut_avx512, q4_k_lut_avx512, q6_k_avx512,
+    {f32_avx512, f16_avx512, bf16_avx512, q4_0_lut_avx512, q4_k_512_avx512, q6_k_avx512,
      q8_0_avx512, i8g_avx512}};
 static const size_t kernel_rows[LM_ISA_COUNT] = {1, 4, 8};
 

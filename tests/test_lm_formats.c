@@ -9,7 +9,7 @@
  * layout). Checked:
  * - every GGUF type: the hyperparameters, every tensor by name, and the
  *   decoder's logits bit for bit equal to the float32 decoder run on the
- *   dequantized weights (a legacy file of them); for Q8_0 and version 2,
+ *   dequantized weights (a legacy file of them); for Q8_0, Q4_K and version 2,
  *   whose products quantize the input, within the bound stated at
  *   Q8_TOL; F32 equal to the legacy file of the same weights; the stored
  *   values near the written ones (each type's rounding);
@@ -38,7 +38,7 @@
  * blocks), hidden 256, vocabulary 300, context 24; 8 steps decoded. */
 enum { D_ = 256, F_ = 256, L_ = 2, H_ = 4, G_ = 2, V_ = 300, T_ = 24, STEPS = 8 };
 
-/* Q8_0 and version 2 quantize each product's input to 8 bits: an element
+/* Q8_0, Q4_K and version 2 quantize each product's input to 8 bits: an element
  * moves by at most half a step, d_x / 2 = max|x| / 254, so a dot product by
  * at most max|x| / 254 * sum |w| (test_lm_matvec holds each product to
  * that). Through two layers and the classifier these add up; the logits
@@ -273,8 +273,9 @@ static void test_types(void)
             snprintf(what, sizeof what, "%s %s", lm_dtype_name(types[k]),
                      shared ? "tied" : "untied");
             double worst = 0;
-            against_twin(m, types[k] == GW_Q8_0, what, &worst);
-            if (types[k] == GW_Q8_0)
+            const int q8 = types[k] == GW_Q8_0 || types[k] == GW_Q4_K; /* integer products */
+            against_twin(m, q8, what, &worst);
+            if (q8)
                 printf("  %-14s worst logit difference %.3g of the largest (bound %.3g)\n", what,
                        worst, Q8_TOL);
             if (types[k] == GW_F32 || types[k] == GW_F16 || types[k] == GW_BF16) {

@@ -11,8 +11,8 @@
  *   (rows that are not a multiple of 4, row ranges that start anywhere,
  *   columns with a tail of fewer than 8).
  * - The float references are the float32 product (lm_matmul) over the
- *   dequantized weights, bit for bit; the integer ones (Q8_0, version-2
- *   groups) stay within the bound that quantizing the input allows:
+ *   dequantized weights, bit for bit; the integer ones (Q8_0, Q4_K,
+ *   version-2 groups) stay within the bound that quantizing the input allows:
  *   |sum w x - result| <= sum over groups of d_x / 2 * sum |w| plus float
  *   rounding (2^-20 of sum |w x|), and the quantizer is held to its
  *   definition (round to nearest, |x - q d| <= d / 2, zeros, NaN).
