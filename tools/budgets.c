@@ -126,15 +126,9 @@ void eval_budgets(FILE *out, const cli_args *a, const budget_args *b, int per_he
                   size_t score_after)
 {
     char *spec = canon_spec("--policy", a->policy, a->budget);
-    kve_trace *tr = open_trace(a);
-    cli_args resolved;
-    if (a->budgets_relative) { /* --budget P%: of the trace's steps */
-        resolved = *a;
-        cli_resolve_budgets(&resolved, kve_trace_steps(tr), "the trace's steps");
-        a = &resolved;
-        free(spec);
-        spec = canon_spec("--policy", a->policy, a->budget);
-    }
+    cli_args resolved = *a;
+    kve_trace *tr = open_trace_resolved(&resolved, &spec);
+    a = &resolved;
     size_t L = kve_trace_layers(tr), heads = kve_trace_heads(tr), H = heads / L;
     kve_rng rng;
     kve_rng_seed(&rng, a->seed);

@@ -255,6 +255,10 @@ int progress_callback(void *user, uint64_t done, uint64_t total);
  * lm_trace_open), with progress while a large file is validated. Errors
  * exit (usage for a bad canonical or lm: spec). */
 kve_trace *open_trace(const cli_args *a);
+/* open_trace, then with --budget P% the budgets resolved against the
+ * trace's steps (in a) and *spec, --policy's canonical spec made before
+ * (canon_spec), re-made at the resolved budget. */
+kve_trace *open_trace_resolved(cli_args *a, char **spec);
 /* The name the user gave the trace: "-" for standard input, the lm: source
  * for a model's attention, else kve_trace_source. */
 const char *trace_name(const kve_trace *tr);

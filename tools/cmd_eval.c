@@ -96,12 +96,7 @@ int cmd_eval(int argc, char **argv)
     }
     char *spec = canon_spec("--policy", a.policy, a.budget);
     FILE *out = out_open(a.output);
-    kve_trace *tr = open_trace(&a);
-    if (a.budgets_relative) { /* --budget P%: of the trace's steps */
-        cli_resolve_budgets(&a, kve_trace_steps(tr), "the trace's steps");
-        free(spec);
-        spec = canon_spec("--policy", a.policy, a.budget);
-    }
+    kve_trace *tr = open_trace_resolved(&a, &spec);
 
     evalset es;
     evalset_init(&es);

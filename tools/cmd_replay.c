@@ -79,12 +79,7 @@ int cmd_replay(int argc, char **argv)
     cli_parse(&a, &replay_spec, argc, argv);
     char *spec = canon_spec("--policy", a.policy, a.budget);
     FILE *out = out_open(a.output);
-    kve_trace *tr = open_trace(&a);
-    if (a.budgets_relative) { /* --budget P%: of the trace's steps */
-        cli_resolve_budgets(&a, kve_trace_steps(tr), "the trace's steps");
-        free(spec);
-        spec = canon_spec("--policy", a.policy, a.budget);
-    }
+    kve_trace *tr = open_trace_resolved(&a, &spec);
     size_t nh = kve_trace_heads(tr);
     if (a.head >= nh) {
         kve_trace_free(tr);

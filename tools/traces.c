@@ -122,6 +122,17 @@ kve_trace *open_trace(const cli_args *a)
     return tr;
 }
 
+kve_trace *open_trace_resolved(cli_args *a, char **spec)
+{
+    kve_trace *tr = open_trace(a);
+    if (a->budgets_relative) { /* --budget P%: of the trace's steps */
+        cli_resolve_budgets(a, kve_trace_steps(tr), "the trace's steps");
+        free(*spec);
+        *spec = canon_spec("--policy", a->policy, a->budget);
+    }
+    return tr;
+}
+
 const char *trace_name(const kve_trace *tr)
 {
     const char *s = kve_trace_source(tr);
