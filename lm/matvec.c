@@ -185,15 +185,15 @@ static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
         float wd;
         if (w->type == LM_Q4_K) { /* group g: sub-block g mod 8 of block g / 8 */
             const unsigned char *b = row + 144 * (g / 8);
-            const int j = (int)(g % 8);
+            const size_t j = g % 8;
             const unsigned char *q = b + 16 + 32 * (j / 2);
             unsigned sc, m;
-            lm__scale_min_k4(j, b + 4, &sc, &m);
+            lm__scale_min_k4((int)j, b + 4, &sc, &m);
             const float d1 = lm_f16_to_f32(lm__u16(b)) * (float)sc;
             const float m1 = lm_f16_to_f32(lm__u16(b + 2)) * (float)m;
             int32_t sx[8] = {0};
             for (size_t e = 0; e < 32; e++) {
-                const int32_t qx = xq->q[32 * g + e];
+                const int32_t qx = (int32_t)xq->q[32 * g + e];
                 s[e / 4] += (int32_t)(j % 2 ? q[e] >> 4 : q[e] & 0xF) * qx;
                 sx[e / 4] += qx;
             }
@@ -431,7 +431,7 @@ LM_INLINE_AVX2 void q4_k_steps(const unsigned char *blk, const float *xd, float 
  * Q8_0's by a sixth with its own below). A hint: no result depends on it. */
 LM_INLINE_AVX2 void q4_k_ahead(const unsigned char *blk)
 {
-    const char *a = (const char *)blk + 2 * 144;
+    const char *a = (const char *)blk + 288; /* two blocks of 144 bytes */
     _mm_prefetch(a, _MM_HINT_T0);
     _mm_prefetch(a + 64, _MM_HINT_T0);
     _mm_prefetch(a + 128, _MM_HINT_T0);
@@ -497,14 +497,13 @@ LM_INLINE_AVX512 void k_q4_k_512(const int nr, const lm_matrix *w, const size_t 
             s1[k] = _mm512_castps256_ps512(_mm256_loadu_ps(a));
             s2[k] = _mm512_castps256_ps512(_mm256_loadu_ps(c));
         }
-        for (int i = 0; i < 4; i++) { /* sub-blocks 2i and 2i + 1 */
+        for (size_t i = 0; i < 4; i++) { /* sub-blocks 2i and 2i + 1 */
             const __m512i xv = _mm512_loadu_si512((const void *)(xq->q + 256 * b + 64 * i));
             const __m512 sx = _mm512_cvtepi32_ps(
                 _mm512_madd_epi16(_mm512_maddubs_epi16(one8, xv), one16));
-            const __m512i idx = _mm512_set_epi32(2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1,
-                                                 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1,
-                                                 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i,
-                                                 2 * i);
+            const int lo = (int)(2 * i), hi = lo + 1;
+            const __m512i idx = _mm512_set_epi32(hi, hi, hi, hi, hi, hi, hi, hi, lo, lo, lo, lo, lo,
+                                                 lo, lo, lo);
             for (int k = 0; k < nr; k++) {
                 const __m256i raw = _mm256_loadu_si256(
                     (const __m256i *)(const void *)(p[k] + 144 * b + 16 + 32 * i));
