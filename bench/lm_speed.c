@@ -164,8 +164,9 @@ static void kernels(const lm_model *m, size_t steps)
         {"w2 (D, F)", &m->weights.layer[0].w2},
         {"classifier (V, D)", &m->weights.wcls},
     };
-    if (m->weights.wcls.type != LM_F32)
-        return; /* the comparison is of float32 kernels */
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        if (shapes[k].m->type != LM_F32)
+            return; /* the comparison is of float32 kernels (no quantized input) */
     void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     sgemv_fn sgemv = NULL;
     void (*set_threads)(int) = NULL;

@@ -448,8 +448,8 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     size_t kz_start, kz_end, kz_sinks;
     /* matrix-vector products */
     struct lm_pool *pool; /* opt.threads > 1: the workers; else NULL */
-    int8_t *xq;           /* (max(D, F, H*S)) the input quantized for Q8_0 and
-                             version-2 weights; NULL when no matrix needs it */
+    int8_t *xq;           /* (max(D, F, H*S)) the input quantized for Q8_0, Q4_K
+                             and version-2 weights; NULL when no matrix needs it */
     float *xd;            /* (max(D, F, H*S) / group) its scales */
     /* the step data of a policy that reads queries or values (decode.c) */
     kve_reads reads;   /* what the policy reads (KVE_READS_NOTHING without one) */
