@@ -17,15 +17,18 @@ BASE_DEPS = cmake:cmake gcc:gcc make:make pkgconf:pkg-config
 # What the tests need beyond the build (else they skip, saying why): gnuplot
 # (test_plot), Debian's numpy, torch, pip and setuptools for /usr/bin/python3
 # (the Python binding's tests), OpenBLAS so that numpy and torch run at speed,
-# clang (test_split_clang compiles the core with it too).
+# clang (test_split_clang compiles the core with it too), npm and git
+# (kvevict-llama's llama.cpp: node-llama-cpp from the npm registry, its source
+# bundle cloned; cmake/llama.cmake).
 TEST_DEPS = gnuplot-nox:gnuplot python3-numpy:py:numpy python3-pip:py:pip \
-  python3-setuptools:py:setuptools python3-torch:py:torch libopenblas0-pthread clang:clang
+  python3-setuptools:py:setuptools python3-torch:py:torch libopenblas0-pthread clang:clang \
+  npm:npm git:git
 DEPS_STAMP = build/.deps-ok
 TEST_DEPS_STAMP = build/.test-deps-ok
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model leaderboard python-bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
+.PHONY: all deps run bench llama-bench llama-docs bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model leaderboard python-bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
 
 all: build/kvevict
 
@@ -59,6 +62,21 @@ python-bench: build/kvevict
 bench: build/kvevict
 	@./build/kvevict perf
 	@./build/kvevict-lm-speed
+
+# kvevict inside llama.cpp at TinyLlama's shape: llama.cpp alone, its floor
+# of a bounded cache and each policy at budget 512, tokens per second on 1
+# and 2 threads (bench/llama_speed.sh; writes 2.7 GB to LLAMA_BENCH_DIR; a
+# timing, quoted in docs/performance.md, never checked).
+LLAMA_BENCH_DIR ?= /tmp/kvevict-llama-bench
+llama-bench: build/kvevict
+	@$(QUIET) build/build.log sh -c '$(CONFIGURE) -S . -B build -DKVEVICT_LLAMA=ON && cmake --build build -j $(JOBS)'
+	./bench/llama_speed.sh build $(LLAMA_BENCH_DIR)
+
+# docs/llama.cpp.md's measured blocks: kvevict-llama against the decoder on
+# the held-out text (scripts/llama-docs.sh; about ten minutes).
+llama-docs: build/kvevict
+	@$(QUIET) build/build.log sh -c '$(CONFIGURE) -S . -B build -DKVEVICT_LLAMA=ON && cmake --build build -j $(JOBS)'
+	./scripts/llama-docs.sh build
 
 # The committed model in every format and weight type, and their bits per
 # byte on the held-out books (docs/data/gguf/, rendered in docs/decoder.md;
@@ -155,11 +173,16 @@ leaderboard: build/kvevict
 test: test-release test-asan test-tsan
 	@./scripts/ctest.sh --summary build build-asan build-tsan
 
+# With npm, the test builds add kvevict-llama (-DKVEVICT_LLAMA=ON: llama.cpp
+# fetched once into build/_llama, which the sanitizer build shares); without
+# it its tests skip, saying why.
+LLAMA_CONFIGURE = if command -v npm >/dev/null 2>&1; then echo -DKVEVICT_LLAMA=ON; fi
 test-release: build/kvevict $(TEST_DEPS_STAMP)
+	@$(QUIET) build/build.log sh -c '$(CONFIGURE) -S . -B build $$($(LLAMA_CONFIGURE)) && cmake --build build -j $(JOBS)'
 	@./scripts/ctest.sh build --output-on-failure -j $(JOBS)
 
 test-asan: $(DEPS_STAMP) $(TEST_DEPS_STAMP)
-	@$(QUIET) build-asan/build.log sh -c '$(CONFIGURE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVE_SANITIZE=ON && cmake --build build-asan -j $(JOBS)'
+	@$(QUIET) build-asan/build.log sh -c '$(CONFIGURE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVE_SANITIZE=ON $$($(LLAMA_CONFIGURE)) $$([ -d build/_llama/node_modules ] && echo -DKVEVICT_LLAMA_DIR=$(CURDIR)/build/_llama) && cmake --build build-asan -j $(JOBS)'
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ./scripts/ctest.sh build-asan --output-on-failure -j $(JOBS)
 

@@ -1055,6 +1055,39 @@ KVE_API kve_status kve_score_rule_unregister(const char *name);
  * hold more moves to a private block of twice the slots (all or nothing).
  * The ranges of every call on a shared bank (step, evict, evict_shared) must
  * be whole groups; threads may run disjoint groups at once.
+ *
+ * Same positions. An engine's cache may hold one entry per position for
+ * every head at once: llama.cpp's cells hold a position's keys and values
+ * for every layer and KV head, vLLM's blocks a position for every head of a
+ * layer. Such a cache can only drop a position from all heads together. A
+ * bank built with options.same_positions = 1 makes that decision: every
+ * head is stepped as it would be otherwise (its own row, its own scores),
+ * and an eviction removes the same victims from every head, so the heads
+ * keep one kept set. Exactly:
+ *   - the scored policies rank slot i by its combined score, the heads'
+ *     scores of slot i added in head order in double (head 0's plus head
+ *     1's plus ...), protecting the newest recent_window slots, ties to
+ *     the lower position; with pages (block > 1) a page's key is the sum of
+ *     its slots' combined scores (block_mean: divided by its slots);
+ *   - window, streaming and full decide from positions alone (each head
+ *     decides what the others do); random draws its victims from head 0's
+ *     generator only;
+ *   - an eviction (kve_bank_evict, or kve_bank_evict_range of every head)
+ *     covers the whole bank, after every head has admitted the same
+ *     positions; kve_bank_evict_range of fewer heads is refused;
+ *   - steps may come range by range (a layer at a time): once some head has
+ *     admitted position p, the others are stepped at p before any head is
+ *     stepped past it (refused, KVE_EINVAL, naming both heads).
+ * Everything else is unchanged: prefill (kve_bank_prefill of the whole
+ * bank: the prompt's scores added over the heads, one kept set installed in
+ * every head), pages, the lifecycle calls, images (version 3: the option
+ * is part of the state), the allocator and unchecked steps. Cost: the
+ * heads' step passes as without the option, plus O(heads) a step call to
+ * check the positions and, in the steady state of one victim, one pass over
+ * the heads' score columns (heads * kept doubles) instead of each head's
+ * cached argmin; several victims, k passes. No allocation beyond a plain
+ * bank's. Calls on a same_positions bank must not overlap (a step range
+ * reads every head's last position).
  * ====================================================================== */
 
 typedef struct kve_bank kve_bank; /* opaque: n_heads instances of one policy spec */
@@ -1094,11 +1127,14 @@ typedef struct kve_bank_options {
     int unchecked;      /* 0 (the default) or 1, as kve_policy_options.unchecked: 1 skips
                            the validation of every head's attention weights (see
                            "Unchecked steps" in "Policies") */
+    int same_positions; /* 0 (the default) or 1: every head keeps the same positions,
+                           one eviction decision for all of them (see "Same
+                           positions"); not with share */
 } kve_bank_options;
 
 /* The defaults: the C library's allocator, key_dim 0, share 0 (no shared
  * budget), min_share 0.2, value_dim 0, query_group 1, rope unset, checked
- * (unchecked 0). */
+ * (unchecked 0), each head its own positions (same_positions 0). */
 KVE_API kve_bank_options kve_bank_default_options(void);
 
 /* kve_bank_new with options; options may be NULL (the defaults). Argument
@@ -1108,7 +1144,8 @@ KVE_API kve_bank_options kve_bank_default_options(void);
  *      (above KVE_MAX_KEY_DIM, or 0 for a policy that reads keys, ...) and
  *      unchecked (not 0 or 1); min_share outside [0, 1] (or NaN); share
  *      that does not divide n_heads; share > 0 with a policy that has no
- *      score (full, window, streaming, random) or with block > 1.
+ *      score (full, window, streaming, random) or with block > 1;
+ *      same_positions not 0 or 1, or 1 with share > 0.
  *      KVE_ENOMEM. On failure *out and rng are untouched.
  * Allocates: as kve_bank_new, through options->allocator; with share > 0 the
  *      handle also holds n_heads / share groups (about 70 bytes each) and
@@ -1167,6 +1204,10 @@ KVE_API size_t kve_bank_key_dim(const kve_bank *b);
  * shared budgets and for NULL. O(1). */
 KVE_API size_t kve_bank_share(const kve_bank *b);
 
+/* 1 for a bank built with options.same_positions = 1, else 0 (NULL: 0).
+ * O(1). */
+KVE_API int kve_bank_same_positions(const kve_bank *b);
+
 /* [stable] One decode step for every head: the query at `pos` paid attention
  * `attn` to each head's kept positions; then `pos` is admitted in every head.
  *
@@ -1211,8 +1252,10 @@ KVE_API kve_status kve_bank_step(kve_bank *b, int32_t pos, const float *attn, si
  *       head), plus: first + count > kve_bank_heads(b); on a shared bank a
  *       range that splits a group; group 0; a reduce outside kve_reduce;
  *       (KVE_REDUCE_SUM) a reduced weight that overflows float32; ld_keys <
- *       key_dim with keys given. Every query row and every key of every head
- *       is validated before any head changes.
+ *       key_dim with keys given; on a same_positions bank, a position past
+ *       one that some heads have admitted and others not (see "Same
+ *       positions"). Every query row and every key of every head is
+ *       validated before any head changes.
  * Cost: kve_bank_step's, reading group rows a head instead of one; per head
  *       as kve_policy_step_keys for the policies that read keys. */
 KVE_API kve_status kve_bank_step_range(kve_bank *b, size_t first, size_t count, int32_t pos,
@@ -1241,19 +1284,24 @@ KVE_API kve_status kve_bank_step_data(kve_bank *b, size_t first, size_t count, i
  * Refuses (nothing changed): KVE_EINVAL for NULL b and for what
  *       kve_policy_evict refuses (budget 0, budget <= recent_window or
  *       sinks, victims NULL with ld_victims > 0); KVE_ERANGE if some head
- *       needs more than ld_victims (the message names the first such head).
- *       Never allocates.
+ *       needs more than ld_victims (the message names the first such head);
+ *       a same_positions bank whose heads have not all admitted the same
+ *       positions (KVE_EINVAL, naming a head of each). Never allocates.
+ * A same_positions bank writes the same victims for every head (see "Same
+ *       positions").
  * Cost: per head as kve_policy_evict; in the steady state (one victim a head)
  *       the victim was found by the step, so evict is one memmove of the
- *       positions after it. */
+ *       positions after it (same_positions: plus one pass over the heads'
+ *       scores). */
 KVE_API kve_status kve_bank_evict(kve_bank *b, size_t budget, int32_t *victims,
                                   size_t ld_victims, size_t *counts);
 
 /* kve_bank_evict on heads [first, first + count) only: head first + j's
  * victims at victims + j*ld_victims, its count in counts[j]. Other heads are
  * untouched (see "Threads"). count 0 does nothing and succeeds. Refuses as
- * kve_bank_evict, plus first + count > kve_bank_heads(b) and, on a bank with
- * shared groups, a range that splits a group. */
+ * kve_bank_evict, plus first + count > kve_bank_heads(b), on a bank with
+ * shared groups a range that splits a group, and on a same_positions bank
+ * any range but every head. */
 KVE_API kve_status kve_bank_evict_range(kve_bank *b, size_t first, size_t count, size_t budget,
                                         int32_t *victims, size_t ld_victims, size_t *counts);
 
@@ -1578,8 +1626,10 @@ KVE_API kve_status kve_prefill_scores(size_t n, const float *rows, size_t ld, si
  *      streaming, random: evict them instead) or that reads keys; budget 0,
  *      above the bank's budget, not above recent_window (H2O), window
  *      (SnapKV) or sinks (KVzip); a policy with vnorm=1 without values, with
- *      ld_values below its value_dim, or with a NaN or infinite value entry.
- *      count 0 checks every argument but the rows (which
+ *      ld_values below its value_dim, or with a NaN or infinite value entry;
+ *      on a same_positions bank, a range but every head (which then keep
+ *      one kept set, chosen by their scores added in head order; scratch 3
+ *      n doubles). count 0 checks every argument but the rows (which
  *      may then be NULL) and changes nothing: a way to validate before
  *      computing the rows. KVE_ENOMEM if its scratch (2 n doubles, n bytes
  *      and budget heap entries, through options->allocator or else the

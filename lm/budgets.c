@@ -91,6 +91,13 @@ kve_status lm__budgets_init(lm_state *s)
     if (s->budget > KVE_MAX_BUDGET / L)
         return kve_set_error(KVE_EINVAL, "budgets: %zu layers of %zu positions exceed %d", L, s->budget,
                        KVE_MAX_BUDGET);
+    if (s->opt.same_positions && (s->opt.share_heads || s->opt.schedule != KVE_SCHEDULE_UNIFORM ||
+                                  s->opt.head_budgets))
+        return kve_set_error(KVE_EINVAL, "decoder: same_positions keeps one set of positions in "
+                             "every layer and KV head, so one budget: not with %s",
+                             s->opt.share_heads    ? "shared heads"
+                             : s->opt.head_budgets ? "per-head budgets"
+                                                   : "a layer schedule");
     kve_schedule_options sch = kve_schedule_default_options();
     sch.kind = s->opt.schedule;
     if ((st = kve_spec_min_budget(s->spec, &sch.floor)) != KVE_OK)

@@ -220,6 +220,7 @@ static kve_status make_bank(const lm_state *s, kve_bank **out)
     o.allocator = s->opt.allocator;
     o.share = s->opt.share_heads ? (size_t)c->n_kv_heads : 0;
     o.min_share = s->opt.min_share;
+    o.same_positions = s->opt.same_positions != 0;
     kve_rng rng;
     kve_rng_seed(&rng, s->opt.seed);
     o.key_dim = (size_t)c->head_size;
@@ -283,7 +284,7 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     s->v = lm_calloc(&s->alloc, G * S, sizeof(float));
     s->rope = lm_calloc(&s->alloc, S, sizeof(float));
     s->logits = lm_calloc(&s->alloc, V, sizeof(float));
-    s->counts = lm_calloc(&s->alloc, G, sizeof(size_t));
+    s->counts = lm_calloc(&s->alloc, opt->same_positions ? LG : G, sizeof(size_t));
     s->cache = lm_calloc(&s->alloc, LG, sizeof *s->cache);
     size_t group = q8_group(m), widest = D > F ? D : F;
     widest = H * S > widest ? H * S : widest;
@@ -388,8 +389,9 @@ static kve_status reserve(lm_state *s)
             need_ld = k->cap;
     }
     if (need_ld > s->ld) {
+        size_t rows = s->opt.same_positions ? LG : G; /* victim rows: one a head evicted at once */
         int ok = grow(&s->alloc, &s->att, H * need_ld, sizeof(float)) &&
-                 grow(&s->alloc, &s->victims, G * need_ld, sizeof(int32_t));
+                 grow(&s->alloc, &s->victims, rows * need_ld, sizeof(int32_t));
         if (ok && s->opt.positions == LM_POS_CACHE)
             ok = grow(&s->alloc, &s->krot, need_ld, S * sizeof(float)) &&
                  grow(&s->alloc, &s->rope_table, need_ld, S * sizeof(float));
@@ -546,6 +548,21 @@ static kve_step_data step_data(lm_state *s, size_t l)
     return d;
 }
 
+/* A same_positions bank: every head to the budget in one eviction (the same
+ * victims everywhere), then every cache to the kept positions. */
+static kve_status evict_all(lm_state *s)
+{
+    const lm_config *c = &s->model->config;
+    size_t LG = (size_t)c->n_layers * (size_t)c->n_kv_heads, S = (size_t)c->head_size;
+    kve_status st = kve_bank_evict(s->bank, s->layer_budget[0], s->victims, s->ld, s->counts);
+    if (st != KVE_OK)
+        return kve_set_error(st, "policies (every layer's heads, same positions) at position "
+                             "%d: %s", s->pos, kve_last_error());
+    for (size_t i = 0; st == KVE_OK && i < LG; i++)
+        st = keep_only(&s->cache[i], kve_bank_positions(s->bank, i), kve_bank_size(s->bank, i), S);
+    return st;
+}
+
 /* Steps layer l's policies (with the new keys, for a policy that reads
  * them; with step_data, for one that reads queries or values) and, unless
  * `evict` is 0, evicts them and compacts their caches. */
@@ -565,6 +582,8 @@ static kve_status manage(lm_state *s, size_t l, int evict)
     }
     if (st == KVE_OK && !evict)
         return KVE_OK;
+    if (st == KVE_OK && s->opt.same_positions) /* once, after the last layer: evict_all */
+        return l + 1 == (size_t)c->n_layers ? evict_all(s) : KVE_OK;
     size_t b = s->layer_budget[l];
     if (st == KVE_OK && s->head_budget) /* each head to its own budget */
         for (size_t g = 0; st == KVE_OK && g < G; g++)
@@ -656,6 +675,19 @@ static kve_status prefill_compress(lm_state *s, size_t n, size_t r,
     size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads;
     size_t S = (size_t)c->head_size, R = H / G;
     kve_status st = KVE_OK;
+    if (s->opt.same_positions) { /* the whole bank at once: one kept set */
+        size_t LG = L * G;
+        st = params ? kve_bank_prefill(s->bank, 0, LG, n, s->layer_budget[0], s->pf_rows, n, R,
+                                       reduce, params)
+                    : kve_bank_evict(s->bank, s->layer_budget[0], s->victims, s->ld, s->counts);
+        if (st != KVE_OK)
+            st = kve_set_error(st, "prefill: every layer (same positions): %s", kve_last_error());
+        for (size_t i = 0; st == KVE_OK && i < LG; i++)
+            st = keep_only(&s->cache[i], kve_bank_positions(s->bank, i),
+                           kve_bank_size(s->bank, i), S);
+        s->broken = st != KVE_OK;
+        return st;
+    }
     for (size_t l = 0; l < L && st == KVE_OK; l++) {
         /* the layer in one call, or (per-head budgets) head by head */
         size_t step = s->head_budget ? 1 : G;

@@ -372,6 +372,14 @@ typedef struct lm_options {
                                     threads (the caller and threads - 1 workers);
                                     0 or 1: the caller alone. Results are the same
                                     bits for every count. */
+    int same_positions;          /* 1: one bank of every layer's KV heads with
+                                    kve_bank_options.same_positions: every (layer, KV
+                                    head) keeps the same positions (an engine whose
+                                    cache drops a position from every head at once,
+                                    as llama.cpp's); each step evicts once, after the
+                                    last layer. Not with share_heads, head_budgets
+                                    or a non-uniform schedule; without a policy
+                                    nothing to decide (every key is kept) */
     const size_t *head_budgets;  /* (L*G) each (layer, KV head)'s own budget,
                                     layer-major (a DuoAttention schedule, lm_heads_budgets);
                                     read by lm_state_new only; NULL: the layer
@@ -434,8 +442,8 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     float *krot;       /* (ld, S) keys rotated at their cache index (cache positions) */
     float *rope_table; /* (ld, S) cos, sin per cache index (cache positions) */
     size_t rope_rows;  /* rows of rope_table filled */
-    int32_t *victims;  /* (G, ld) */
-    size_t *counts;    /* (G) victims, then keys per KV head */
+    int32_t *victims;  /* (G, ld); same_positions: (L*G, ld) */
+    size_t *counts;    /* (G) victims, then keys per KV head; same_positions: (L*G) */
     /* prefill (lm_prefill), between its first and last token */
     int prefilling;    /* 1: record rows, step without evicting (or not at all) */
     int pf_method;     /* 1: kve_bank_prefill reads pf_rows; 0: step, evict once */

@@ -35,6 +35,8 @@ static const char *difference(const lm_state *a, const lm_state *b)
     if (a->opt.share_heads != b->opt.share_heads ||
         (a->opt.share_heads && a->opt.min_share != b->opt.min_share))
         return "head sharing";
+    if (a->spec && !a->opt.same_positions != !b->opt.same_positions)
+        return "same positions";
     size_t L = (size_t)a->model->config.n_layers;
     if (a->layer_budget && memcmp(a->layer_budget, b->layer_budget, L * sizeof(size_t)) != 0)
         return "layer budgets";
@@ -196,7 +198,8 @@ enum {
     FLAG_CACHE_POS = 1, /* positions cache (else original) */
     FLAG_SHARED = 2,    /* each layer's KV heads share its budget */
     FLAG_POLICY = 4,    /* a policy and its bank (else every key kept) */
-    FLAGS_KNOWN = 7
+    FLAG_SAME = 8,      /* every (layer, KV head) keeps the same positions */
+    FLAGS_KNOWN = 15
 };
 static const unsigned char session_magic[8] = {'k', 'v', 'e', 's', 'e', 's', 's', '\0'};
 
@@ -277,7 +280,8 @@ static float get_f32(const unsigned char *p)
 static uint32_t flags_of(const lm_state *s)
 {
     return (s->opt.positions == LM_POS_CACHE ? FLAG_CACHE_POS : 0) |
-           (s->opt.share_heads ? FLAG_SHARED : 0) | (s->bank ? FLAG_POLICY : 0);
+           (s->opt.share_heads ? FLAG_SHARED : 0) | (s->bank ? FLAG_POLICY : 0) |
+           (s->bank && s->opt.same_positions ? FLAG_SAME : 0);
 }
 
 static void config_words(const lm_config *c, int32_t out[7])
@@ -418,6 +422,10 @@ static kve_status match(const lm_state *s, const unsigned char *h, const char *s
                              "%g), this decoder's %s (min share %g)",
                              flags & FLAG_SHARED ? "on" : "off", share,
                              want & FLAG_SHARED ? "on" : "off", mine_share);
+    if ((flags & FLAG_SAME) != (want & FLAG_SAME))
+        return kve_set_error(KVE_EINVAL, "session: same positions: the session's are %s, this "
+                             "decoder's %s", flags & FLAG_SAME ? "on" : "off",
+                             want & FLAG_SAME ? "on" : "off");
     return KVE_OK;
 }
 

@@ -45,16 +45,32 @@ gate_static() {
     -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null || return 1
   cppcheck --std=c11 --enable=warning,style,performance,portability --inline-suppr \
     --error-exitcode=1 --quiet -D__GNUC__ -I include -I "$COV"/include -I lm -I tools \
-    -I tools/lm -I tools/docs tools/ || return 1
+    -I tools/lm -I tools/docs -i tools/llama tools/ || return 1
   local out
   out=$(printf '%s\n' src/*.c src/eval/*.c src/policies/*.c lm/*.c tools/*.c tools/lm/*.c tools/docs/*.c |
     xargs -P "$JOBS" -n 8 clang-tidy -p "$COV" --quiet 2>&1)
   local rc=$?
+  # kvevict-llama (tools/llama/): with llama.cpp's headers, which make test
+  # cloned into build/_llama (-DKVEVICT_LLAMA=ON); the coverage build that
+  # gives the others their compile commands is made without it.
+  local ll=build/_llama/src
+  if [ -f "$ll/include/llama.h" ]; then
+    cppcheck --std=c11 --enable=warning,style,performance,portability --inline-suppr \
+      --error-exitcode=1 --quiet -D__GNUC__ -I include -I "$COV"/include -I lm -I tools \
+      -I tools/lm -I tools/llama tools/llama/ || return 1
+    out="$out
+$(clang-tidy --quiet tools/llama/*.c -- -std=c11 -D_POSIX_C_SOURCE=200809L -I include \
+      -I "$COV"/include -I lm -I tools -I tools/lm -I tools/llama -isystem "$ll/include" \
+      -isystem "$ll/ggml/include" 2>&1)" || rc=1
+  else
+    echo "static: build/_llama has no llama.cpp headers (make test without npm): tools/llama/ unchecked"
+    rc=1
+  fi
   if [ $rc -ne 0 ] || echo "$out" | grep -qE "(warning|error):"; then
     echo "$out" | grep -E "(warning|error):" -A3
     return 1
   fi
-  echo "static: cppcheck and clang-tidy report nothing on src/, lm/ and tools/"
+  echo "static: cppcheck and clang-tidy report nothing on src/, lm/ and tools/ (tools/llama/ too)"
 }
 
 gate_valgrind() {

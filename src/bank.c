@@ -60,8 +60,10 @@ kve_status kve__bank_init(kve_bank *b, const kve_config *c, const kve_allocator 
     b->alloc = *alloc;
     b->n_heads = n_heads;
     b->heads = heads;
-    if (opt)
+    if (opt) {
         b->min_share = opt->min_share; /* kept without a share too: an option of the bank */
+        b->same_positions = opt->same_positions != 0;
+    }
     if (opt && opt->share) {
         /* A shared group's heads drift apart in size: each starts with the
          * slack of the sliding layout, so that a head outgrows its slots
@@ -342,6 +344,125 @@ static kve_status prepare_heads(kve_bank *b, size_t first, size_t count, const k
     return KVE_OK;
 }
 
+/* ---- same positions ----
+ *
+ * A same_positions bank keeps one kept set in every head. Steps append, so
+ * the heads can differ only while a position is being admitted range by
+ * range (a layer at a time): then some heads (the front) have admitted the
+ * bank's newest position F and the others have not, and their kept sets are
+ * otherwise equal. Nothing beyond the heads records that: the front is the
+ * largest last position of any head. */
+
+/* The front: *front the largest last position admitted by any head and
+ * *behind the heads that have not admitted it (0: every head is at the same
+ * position, or none has admitted any). O(heads). */
+static void same_front(const kve_bank *b, int32_t *front, size_t *behind, size_t *first_behind,
+                       size_t *first_front)
+{
+    bool any = false;
+    int32_t f = 0;
+    size_t at = 0, ff = 0;
+    for (size_t h = 0; h < b->n_heads; h++) {
+        const kve_head *hd = &b->heads[h];
+        if (!hd->any_pos)
+            continue;
+        if (!any || hd->last_pos > f) {
+            f = hd->last_pos;
+            any = true;
+            at = 0;
+            ff = h;
+        }
+        at += hd->last_pos == f;
+    }
+    size_t fb = 0;
+    while (any && at < b->n_heads && fb < b->n_heads && b->heads[fb].any_pos &&
+           b->heads[fb].last_pos == f)
+        fb++;
+    *front = f;
+    *behind = any ? b->n_heads - at : 0;
+    *first_behind = fb;
+    *first_front = ff;
+}
+
+/* A step at pos may start a new position only when every head is at the
+ * same one; while some heads have admitted the front and others not, the
+ * others are stepped at the front (the per-head check refuses the heads
+ * that have admitted it). */
+static kve_status check_round(const kve_bank *b, int32_t pos)
+{
+    int32_t front;
+    size_t behind, fb, ff;
+    same_front(b, &front, &behind, &fb, &ff);
+    if (behind && pos != front)
+        return kve__fail(KVE_EINVAL, "%s: same_positions: head %zu has admitted position %ld "
+                         "and head %zu has not: every head is stepped at %ld before any is "
+                         "stepped at %ld", b->cfg.type->name, ff, (long)front, fb,
+                         (long)front, (long)pos);
+    return KVE_OK;
+}
+
+/* An eviction decides for every head at once: the range is the bank, and
+ * every head has admitted the same positions. */
+static kve_status check_evict_same(const kve_bank *b, size_t first, size_t count)
+{
+    if (first != 0 || count != b->n_heads)
+        return kve__fail(KVE_EINVAL, "%s: same_positions: an eviction decides for every head "
+                         "at once: evict heads 0 + %zu, not %zu + %zu", b->cfg.type->name,
+                         b->n_heads, first, count);
+    int32_t front;
+    size_t behind, fb, ff;
+    same_front(b, &front, &behind, &fb, &ff);
+    if (behind)
+        return kve__fail(KVE_EINVAL, "%s: same_positions: head %zu has not admitted position "
+                         "%ld, which head %zu has: step every head before evicting",
+                         b->cfg.type->name, fb, (long)front, ff);
+    return KVE_OK;
+}
+
+/* The eviction of a same_positions bank (checked: every head, the same
+ * kept set, victims room for each): one decision, the same victims in every
+ * head. Scored policies rank slots by the sum of the heads' scores (the
+ * one-victim steady state: one pass over the combined scores, then each
+ * head loses the slot as its own evict would lose it); random draws from
+ * head 0's generator; window, streaming and full decide from positions
+ * alone, so each head's own evict gives the same victims. */
+static void evict_same(kve_bank *b, size_t budget, int32_t *victims, size_t ld_victims,
+                       size_t *counts)
+{
+    const kve_config *c = &b->cfg;
+    const size_t H = b->n_heads;
+    kve_head *h0 = &b->heads[0];
+    const size_t n = h0->size;
+    const bool scored = (c->type->flags & KVE_TYPE_SCORED) != 0;
+    size_t need = !(c->type->flags & KVE_TYPE_NEVER_EVICTS) && n > budget ? n - budget : 0;
+    if (need && scored)
+        for (size_t j = 0; j < H; j++) {
+            kve__close_gap(c, &b->heads[j]);
+            b->heads[j].best = KVE_NONE;
+        }
+    if (!need) {
+        /* nothing to remove */
+    } else if (scored && c->params.block <= 1 && need == 1) {
+        size_t v = kve__combined_argmin(b->heads, H, n - c->params.recent_window, NULL);
+        for (size_t j = 0; j < H; j++)
+            kve__evict_one(&b->heads[j], v, victims + j * ld_victims);
+    } else if (scored || c->type->select) {
+        size_t first = !scored ? c->type->select(c, h0, need)
+                       : c->params.block > 1 ? kve__mark_pages(c, h0, b->heads, H, need)
+                                             : kve__mark_argmin(c, h0, b->heads, H, need);
+        const uint8_t *m0 = h0->col[KVE_COL_MARK];
+        for (size_t j = 1; j < H && first < n; j++)
+            memcpy((uint8_t *)b->heads[j].col[KVE_COL_MARK] + first, m0 + first, n - first);
+        for (size_t j = 0; j < H; j++)
+            need = kve__compact_marked(c, &b->heads[j], first, victims + j * ld_victims);
+    } else {
+        for (size_t j = 0; j < H; j++)
+            need = c->evict(c, &b->heads[j], need, victims + j * ld_victims);
+    }
+    for (size_t j = 0; counts && j < H; j++)
+        counts[j] = need;
+}
+
 /* The step of heads [first, first + count) of b (policy: b is a policy's,
  * count 1, group 1, no shared budget). Written once, inlined twice: into
  * kve__bank_step_data, any range of a bank (or a policy's step with data),
@@ -364,6 +485,11 @@ KVE_ALWAYS_INLINE kve_status step_heads(kve_bank *b, size_t first, size_t count,
             return kve__head_fail(b, KVE_EINVAL, first + j,
                              "pos %ld is not greater than the last position %ld", (long)pos,
                              (long)h->last_pos);
+    }
+    if (!policy && b->same_positions && count) {
+        kve_status st = check_round(b, pos);
+        if (st != KVE_OK)
+            return st;
     }
     if (attn) {
         for (size_t j = 0; j < count; j++) {
@@ -522,6 +648,13 @@ KVE_ALWAYS_INLINE kve_status evict_heads(kve_bank *b, size_t first, size_t count
             return kve__head_fail(b, KVE_ERANGE, first + j, "%s%zu victims to report but %s is %zu",
                                   extra ? "up to " : "", most, ld_name, ld_victims);
     }
+    if (b->same_positions && count) {
+        kve_status st = check_evict_same(b, first, count);
+        if (st != KVE_OK)
+            return st;
+        evict_same(b, budget, victims, ld_victims, counts);
+        return KVE_OK;
+    }
     for (size_t j = 0; j < count; j++) {
         kve_head *h = &b->heads[first + j];
         size_t need = !never && h->size > budget ? h->size - budget : 0;
@@ -559,7 +692,7 @@ kve_bank_options kve_bank_default_options(void)
     const kve_policy_options p = kve_policy_default_options();
     kve_bank_options o = {.allocator = NULL, .key_dim = 0, .share = 0, .min_share = 0.2,
                           .value_dim = 0, .query_group = p.query_group, .rope = p.rope,
-                          .unchecked = 0};
+                          .unchecked = 0, .same_positions = 0};
     return o;
 }
 
@@ -571,6 +704,13 @@ kve_status kve__bank_check_options(const kve_config *c, size_t n_heads,
         return kve__fail(KVE_EINVAL, "%s: n_heads must be at least 1", name);
     if (!(o->min_share >= 0.0 && o->min_share <= 1.0))
         return kve__fail(KVE_EINVAL, "%s: min_share %g is outside [0, 1]", name, o->min_share);
+    if (o->same_positions != 0 && o->same_positions != 1)
+        return kve__fail(KVE_EINVAL, "%s: same_positions %d is neither 0 nor 1", name,
+                         o->same_positions);
+    if (o->same_positions && o->share)
+        return kve__fail(KVE_EINVAL, "%s: same_positions keeps one set of positions for every "
+                         "head, a shared budget (share %zu) lets heads keep different ones: "
+                         "choose one", name, o->share);
     if (!o->share)
         return KVE_OK;
     if (n_heads % o->share)
@@ -791,6 +931,11 @@ kve_status kve_bank_evict_shared(kve_bank *b, size_t first, size_t count, size_t
 size_t kve_bank_share(const kve_bank *b)
 {
     return b ? b->share : 0;
+}
+
+int kve_bank_same_positions(const kve_bank *b)
+{
+    return b && b->same_positions;
 }
 
 double kve_bank_min_share(const kve_bank *b)

@@ -9,7 +9,8 @@
  *            the canonical spec (which names a score rule by its name);
  *            version 2 only: the methods' block (value_dim, query_group,
  *            the rope, the bytes a slot of the raw scores and value norms,
- *            the bytes of a head's policy state)
+ *            the bytes of a head's policy state); version 3 only: that
+ *            block and the bank's flags (bit 0: same_positions)
  *   heads    per head: size, steps observed, last position, flags, the
  *            generator's seed and state, then its columns, each whole:
  *            positions, scores, the policy's two columns, the raw scores
@@ -43,7 +44,10 @@
  *    so such images are unchanged, and version 2 (version 1 plus the
  *    methods' block after the spec) otherwise; load reads both. A version 2
  *    image of an object version 1 describes is refused (one state, one
- *    image).
+ *    image). A same_positions bank writes version 3: version 2's layout,
+ *    its block always present and followed by the bank's flags, since
+ *    the option is state (which victims the heads will take). Its heads
+ *    are checked to keep one kept set.
  *  - Version: VERSION below. A layout or meaning that changes gets a new
  *    version, and load reads each version it documents (converting the
  *    older), refusing the others by number.
@@ -59,11 +63,13 @@
 #include <string.h>
 
 enum {
-    VERSION = 2,     /* the newest layout (version 1: without the methods' block) */
+    VERSION = 3,     /* the newest layout (version 1: without the methods' block; 2:
+                        with it; 3: with it and the bank's flags) */
     KIND_POLICY = 1, /* kve_policy_save */
     KIND_BANK = 2,   /* kve_bank_save */
     HEADER = 72,     /* bytes before the spec */
     METHODS = 48,    /* version 2: the methods' block after the spec */
+    FLAGS = 8,       /* version 3: the bank's flags after that block */
     HEAD = 64,       /* bytes of a head's record before its columns */
     CHECKSUM = 8
 };
@@ -205,10 +211,23 @@ static bool has_methods(const kve_config *c)
            c->elem[KVE_COL_RAW] || c->elem[KVE_COL_VNORM] || aux_image_bytes(c);
 }
 
+/* The version an object's image is written in: 3 for a same_positions
+ * bank, 2 for an object with the methods' facts or state, else 1. */
+static uint32_t image_version(const kve_bank *b)
+{
+    return b->same_positions ? 3 : has_methods(&b->cfg) ? 2 : 1;
+}
+
+/* Bytes between the spec and the first head record in a version's layout. */
+static size_t ext_bytes_of(uint32_t version)
+{
+    return version == 3 ? METHODS + FLAGS : version == 2 ? METHODS : 0;
+}
+
 static size_t image_bytes(const kve_bank *b)
 {
     size_t n = HEADER + strlen(b->cfg.spec) + CHECKSUM, slot = slot_image_bytes(&b->cfg);
-    n += has_methods(&b->cfg) ? METHODS : 0;
+    n += ext_bytes_of(image_version(b));
     for (size_t h = 0; h < b->n_heads; h++)
         n += HEAD + b->heads[h].size * slot + aux_image_bytes(&b->cfg);
     return n;
@@ -261,8 +280,9 @@ static kve_status save(const kve_bank *b, uint32_t kind, void *buf, size_t cap, 
     }
     uint8_t *p = buf;
     memcpy(p, magic, sizeof magic);
-    const bool v2 = has_methods(c);
-    p = put_u32(p + 8, v2 ? 2 : 1);
+    const uint32_t version = image_version(b);
+    const bool v2 = version >= 2;
+    p = put_u32(p + 8, version);
     p = put_u32(p, kind);
     p = put_u64(p, need);
     p = put_u64(p, b->n_heads);
@@ -287,6 +307,8 @@ static kve_status save(const kve_bank *b, uint32_t kind, void *buf, size_t cap, 
             p = put_u32(p, (uint32_t)c->elem[stored[k]]);
         p = put_u32(p, (uint32_t)aux_image_bytes(c));
     }
+    if (version == 3)
+        p = put_u64(p, 1); /* flags: bit 0, same_positions */
     for (size_t h = 0; h < b->n_heads; h++)
         p = put_head(c, &b->heads[h], p);
     put_u64(p, fnv1a(buf, need - CHECKSUM));
@@ -371,8 +393,8 @@ static kve_status unknown_rule(const char *spec, kve_status st)
 
 /* The header's checks against the parsed spec: canonical, the facts it
  * needs, the columns and the policy state it lays out. */
-static kve_status check_parsed(const uint8_t *in, const uint8_t *ext, const char *spec,
-                               uint32_t aux, const kve_config *c)
+static kve_status check_parsed(const uint8_t *in, const uint8_t *ext, uint32_t version,
+                               const char *spec, uint32_t aux, const kve_config *c)
 {
     if (strcmp(c->spec, spec) != 0)
         return bad("spec \"%s\" is not canonical (\"%s\")", spec, c->spec);
@@ -393,7 +415,7 @@ static kve_status check_parsed(const uint8_t *in, const uint8_t *ext, const char
     }
     if (!ext && has_methods(c)) /* what only version 2 can hold */
         return bad("version 1, but %s with these options needs version 2", c->spec);
-    if (ext && !has_methods(c))
+    if (version == 2 && !has_methods(c))
         return bad("version 2, but %s with these options is an image of version 1", c->spec);
     if (aux != aux_image_bytes(c))
         return bad("a head's policy state is %lu bytes, but %s's is %zu", (unsigned long)aux,
@@ -410,7 +432,7 @@ static kve_status read_header(const uint8_t *in, size_t size, uint32_t want, hea
     if (memcmp(in, magic, sizeof magic) != 0)
         return bad("not a kvevict state image (magic: its first 8 bytes differ)");
     uint32_t version = (uint32_t)get_le(in + 8, 4);
-    if (version != 1 && version != 2)
+    if (version < 1 || version > VERSION)
         return bad("version %lu, but this library (kvevict %s) reads versions 1 to %d",
                    (unsigned long)version, kve_version(), VERSION);
     uint32_t kind = (uint32_t)get_le(in + 12, 4);
@@ -429,17 +451,24 @@ static kve_status read_header(const uint8_t *in, size_t size, uint32_t want, hea
     uint64_t n_heads = get_le(in + 24, 8), key_dim = get_le(in + 32, 8);
     uint64_t share = get_le(in + 40, 8), bits = get_le(in + 48, 8);
     uint32_t len = (uint32_t)get_le(in + 68, 4);
-    const size_t ext_bytes = version == 2 ? METHODS : 0;
+    const size_t ext_bytes = ext_bytes_of(version);
     if (len == 0 || len >= KVE_SPEC_MAX || len > size - HEADER - CHECKSUM)
         return bad("spec length %lu is outside 1 .. %d", (unsigned long)len, KVE_SPEC_MAX - 1);
     if (ext_bytes > size - HEADER - CHECKSUM - len)
-        return bad("version 2, but the %d bytes of its methods' block are cut off", METHODS);
+        return bad("version %lu, but the %zu bytes of its block after the spec are cut off",
+                   (unsigned long)version, ext_bytes);
     const uint8_t *ext = ext_bytes ? in + HEADER + len : NULL;
     uint64_t value_dim = ext ? get_le(ext, 8) : 0, query_group = ext ? get_le(ext + 8, 8) : 1;
     uint64_t rotary = ext ? get_le(ext + 16, 8) : UINT64_MAX;
     uint64_t base_bits = ext ? get_le(ext + 24, 8) : 0x40c3880000000000u; /* 10000.0 */
     uint32_t pairs = ext ? (uint32_t)get_le(ext + 32, 4) : (uint32_t)KVE_ROPE_ADJACENT;
     uint32_t aux = ext ? (uint32_t)get_le(ext + 44, 4) : 0;
+    uint64_t bank_flags = version == 3 ? get_le(ext + METHODS, 8) : 0;
+    if (version == 3 && bank_flags != 1)
+        return bad("version 3 flags %#llx: bit 0 (same_positions) must be set, and it is the "
+                   "only one defined", (unsigned long long)bank_flags);
+    if (version == 3 && kind == KIND_POLICY)
+        return bad("version 3 is a same_positions bank's; a policy's image is version 1 or 2");
     char spec[KVE_SPEC_MAX];
     memcpy(spec, in + HEADER, len);
     spec[len] = '\0';
@@ -471,7 +500,7 @@ static kve_status read_header(const uint8_t *in, size_t size, uint32_t want, hea
         return unknown_rule(spec, st);
     /* From here c holds its type (a registered rule: a hold), released on
      * every refusal. */
-    if ((st = check_parsed(in, ext, spec, aux, c)) != KVE_OK)
+    if ((st = check_parsed(in, ext, version, spec, aux, c)) != KVE_OK)
         goto refuse;
     hd->body = HEADER + len + ext_bytes;
     if (kind == KIND_POLICY && (n_heads != 1 || share != 0 || bits != 0)) {
@@ -495,6 +524,7 @@ static kve_status read_header(const uint8_t *in, size_t size, uint32_t want, hea
     hd->opt.rope = o.rope;
     hd->opt.share = (size_t)share;
     memcpy(&hd->opt.min_share, &bits, sizeof bits);
+    hd->opt.same_positions = version == 3;
     if (kind == KIND_BANK) {
         if (share > n_heads && n_heads) { /* so that it is exact as a size_t */
             st = bad("share %llu does not divide n_heads %zu", (unsigned long long)share,
@@ -661,6 +691,42 @@ static kve_status read_heads(kve_bank *b, size_t first, size_t count, const uint
     return KVE_OK;
 }
 
+/* A same_positions bank's heads keep one kept set: a head that has admitted
+ * the newest position F of the bank keeps what every such head keeps, and
+ * a head that has not (a step stopped part-way through the heads) keeps the
+ * same but F, as the steps leave them. */
+static kve_status check_same_positions(const kve_bank *b)
+{
+    size_t ref = b->n_heads; /* the first head at the front */
+    for (size_t h = 0; h < b->n_heads; h++) {
+        const kve_head *hd = &b->heads[h];
+        if (hd->any_pos && (ref == b->n_heads || hd->last_pos > b->heads[ref].last_pos))
+            ref = h;
+    }
+    if (ref == b->n_heads) /* no head has admitted anything: every one is empty */
+        return KVE_OK;
+    const kve_head *r = &b->heads[ref];
+    const int32_t *rp = r->col[KVE_COL_POS], front = r->last_pos;
+    for (size_t h = 0; h < b->n_heads; h++) {
+        const kve_head *hd = &b->heads[h];
+        const int32_t *p = hd->col[KVE_COL_POS];
+        const bool at_front = hd->any_pos && hd->last_pos == front;
+        /* behind: the front's set without F (F kept there, as no evict ran since) */
+        size_t want = at_front ? r->size : r->size && rp[r->size - 1] == front ? r->size - 1 : 0;
+        if (!at_front && !(r->size && rp[r->size - 1] == front))
+            return bad("same_positions: head %zu has not admitted position %ld, which head %zu "
+                       "has but does not keep", h, (long)front, ref);
+        if (hd->size != want)
+            return bad("same_positions: head %zu keeps %zu positions, but head %zu keeps %zu%s",
+                       h, hd->size, ref, r->size, at_front ? "" : " with the newest");
+        for (size_t i = 0; i < want; i++)
+            if (p[i] != rp[i])
+                return bad("same_positions: head %zu's pos[%zu] = %ld, head %zu's %ld", h, i,
+                           (long)p[i], ref, (long)rp[i]);
+    }
+    return KVE_OK;
+}
+
 /* A new policy (policy != NULL) or bank from a checked header, its heads
  * read from the image; on failure nothing is left allocated. */
 static kve_status build(const uint8_t *in, const header *hd, const kve_allocator *allocator,
@@ -681,6 +747,8 @@ static kve_status build(const uint8_t *in, const header *hd, const kve_allocator
     const size_t step = b->share ? b->share : 1;
     for (size_t h = 0; st == KVE_OK && h < b->n_heads; h += step)
         st = read_heads(b, h, step, &at);
+    if (st == KVE_OK && b->same_positions)
+        st = check_same_positions(b);
     if (st != KVE_OK) {
         if (p)
             kve_policy_free(p);

@@ -169,6 +169,9 @@ static kve_status check_same(const kve_bank *dst, const kve_bank *src)
     if (dst->share != src->share)
         return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's share is %zu, src's %zu", name,
                          dst->share, src->share);
+    if (dst->same_positions != src->same_positions)
+        return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's same_positions is %d, src's %d",
+                         name, (int)dst->same_positions, (int)src->same_positions);
     if (dst->min_share != src->min_share)
         return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's min_share is %g, src's %g", name,
                          dst->min_share, src->min_share);
@@ -197,6 +200,7 @@ kve_status kve_bank_clone(const kve_bank *b, kve_bank **out)
     kve_bank_options o = kve_bank_default_options();
     o.share = b->share;
     o.min_share = b->min_share;
+    o.same_positions = b->same_positions;
     kve_rng unused; /* the generators are src's, copied below */
     kve_rng_seed(&unused, 0);
     kve_bank *c = NULL;

@@ -16,7 +16,8 @@
  *  - Scored policies: the page with the lowest score goes first (the sum of
  *    its slots' scores in kept order, in double; with block_mean=1 that sum
  *    divided by the page's slot count), ties to the lower page; window and
- *    streaming: the oldest page first.
+ *    streaming: the oldest page first. A same_positions bank sums its
+ *    heads' scores of each slot first (kve__slot_sum), then the page's.
  *  - Enough evictable pages exist whenever the budget is at least
  *    kve__page_reserve (checked when the spec is parsed and by every evict):
  *    the unevictable slots are the newest max(rw, b - 1) (the recent window
@@ -61,13 +62,11 @@ static bool complete(const kve_head *h, int64_t page, size_t b)
     return (int64_t)h->last_pos >= (page + 1) * (int64_t)b - 1;
 }
 
-size_t kve__evict_pages(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
+size_t kve__mark_pages(const kve_config *c, kve_head *h, const kve_head *heads, size_t nh,
+                       size_t n_evict)
 {
-    kve__close_gap(c, h);
-    h->best = KVE_NONE;
     const size_t b = c->params.block, n = h->size, limit = n - c->params.recent_window;
     const int32_t *pos = h->col[KVE_COL_POS];
-    const double *score = h->col[KVE_COL_SCORE];
     uint8_t *mark = h->col[KVE_COL_MARK];
     size_t removed = 0, first = n;
     while (removed < n_evict) {
@@ -77,7 +76,7 @@ size_t kve__evict_pages(const kve_config *c, kve_head *h, size_t n_evict, int32_
             int64_t page = pos[i] / (int64_t)b;
             double sum = 0.0;
             for (j = i; j < n && pos[j] / (int64_t)b == page; j++)
-                sum += score[j];
+                sum += kve__slot_sum(heads, nh, j);
             if (j > limit || mark[i] || !complete(h, page, b))
                 continue;
             double key = c->params.block_mean ? sum / (double)(j - i) : sum;
@@ -94,7 +93,14 @@ size_t kve__evict_pages(const kve_config *c, kve_head *h, size_t n_evict, int32_
         removed += best_end - best;
         first = best < first ? best : first;
     }
-    return kve__compact_marked(c, h, first, victims);
+    return first;
+}
+
+size_t kve__evict_pages(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
+{
+    kve__close_gap(c, h);
+    h->best = KVE_NONE;
+    return kve__compact_marked(c, h, kve__mark_pages(c, h, h, 1, n_evict), victims);
 }
 
 size_t kve__sliding_evict_pages(const kve_config *c, kve_head *h, size_t n_evict,

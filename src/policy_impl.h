@@ -223,6 +223,7 @@ struct kve_bank {
     kve_head *heads;          /* (H), in the same allocation as the bank */
     size_t share;             /* heads per shared-budget group; 0: none */
     double min_share;         /* the floor of a shared eviction (kvevict.h) */
+    bool same_positions;      /* every head keeps the same positions (kvevict.h) */
     kve_group *groups;        /* (H / share), in the same allocation; NULL if share is 0 */
 };
 
@@ -505,6 +506,24 @@ kve_status kve__check_pages(const kve_config *c, size_t budget);
 /* Shared scored mechanism (scored.c). */
 kve_status kve__check_recent_window(kve_config *c);
 size_t kve__select_argmin(const kve_config *c, kve_head *h, size_t n_evict);
+/* The combined score of slot i of heads[0 .. nh) (dense score columns): the
+ * heads' scores added in head order, in double, from head 0's (nh = 1: the
+ * score itself). The key of a same_positions bank's eviction (kvevict.h). */
+static inline double kve__slot_sum(const kve_head *heads, size_t nh, size_t i)
+{
+    double s = ((const double *)heads[0].col[KVE_COL_SCORE])[i];
+    for (size_t h = 1; h < nh; h++)
+        s += ((const double *)heads[h].col[KVE_COL_SCORE])[i];
+    return s;
+}
+/* The lowest index of the lowest combined score among the slots [0, limit)
+ * of heads[0 .. nh) that `mark` (NULL: none) does not mark; KVE_NONE when
+ * there is none. One pass over the nh score columns. */
+size_t kve__combined_argmin(const kve_head *heads, size_t nh, size_t limit, const uint8_t *mark);
+/* kve__select_argmin by the combined score of heads[0 .. nh), marking h (one
+ * of them, or heads itself with nh = 1); returns the lowest marked index. */
+size_t kve__mark_argmin(const kve_config *c, kve_head *h, const kve_head *heads, size_t nh,
+                        size_t n_evict);
 size_t kve__evict_marked(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 size_t kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 /* Removes the marked slots of h (the first at index `first`), writing their
@@ -517,6 +536,12 @@ void kve__evict_one(kve_head *h, size_t v, int32_t *victims);
  * first, window and streaming the oldest page first, until at least n_evict
  * positions are gone; return how many went (< n_evict + block). */
 size_t kve__evict_pages(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+/* The selection of kve__evict_pages, by the combined scores of heads[0 ..
+ * nh) (a page's key: the sum of its slots' combined scores in kept order),
+ * marking the pages in h (dense, gap closed); returns the lowest marked
+ * index (h->size when none is). */
+size_t kve__mark_pages(const kve_config *c, kve_head *h, const kve_head *heads, size_t nh,
+                       size_t n_evict);
 size_t kve__sliding_evict_pages(const kve_config *c, kve_head *h, size_t n_evict,
                                 int32_t *victims);
 void kve__close_gap(const kve_config *c, kve_head *h);

@@ -24,6 +24,10 @@
  * kept, and of the others the B - protect of highest score, ties to the
  * lower position (kve__top_k, the harness's own top-k selection).
  *
+ * A same_positions bank is prefilled whole: the heads' scores are added in
+ * head order (its combined score) and one selection is installed in every
+ * head (each with its own column sums as its scores).
+ *
  * Invariants: every argument, every weight that is read and every head is
  * checked before any head changes; a head is written only when the whole
  * call has succeeded but for its own installation, which cannot fail. The
@@ -244,6 +248,25 @@ static void select_top(const double *score, size_t m, size_t want, kve__top_entr
         keep[heap[j].pos] = 1;
 }
 
+/* keep[i] = 1 for the positions a head of these scores keeps: all when n <=
+ * budget; else the `protect` newest (KVzip: the first `protect`) and the
+ * `want` of highest score among the others. */
+static void choose(kve_prefill_method method, size_t n, size_t budget, size_t protect,
+                   size_t want, const double *score, kve__top_entry *heap, unsigned char *keep)
+{
+    if (n <= budget) {
+        memset(keep, 1, n);
+    } else if (method == KVE_PREFILL_KVZIP) { /* the first `protect` (< budget < n) */
+        memset(keep, 1, protect);
+        memset(keep + protect, 0, n - protect);
+        select_top(score + protect, n - protect, want, heap, keep + protect);
+    } else {
+        memset(keep, 0, n);
+        memset(keep + (n - protect), 1, protect);
+        select_top(score, n - protect, want, heap, keep);
+    }
+}
+
 /* Installs the kept positions in an empty head: pos, the policy's own
  * admission of each slot, and the score: the column sum for a policy whose
  * score is attention received (h2o, h2o_decay, tova) after H2O or SnapKV,
@@ -324,6 +347,10 @@ kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count, size_t n, s
         return kve__fail(KVE_EINVAL, "%s: prefill: rows is NULL", name);
     if (c->elem[KVE_COL_VNORM] && (st = check_values(b, first, count, n, params)) != KVE_OK)
         return st;
+    if (b->same_positions && count && (first != 0 || count != b->n_heads))
+        return kve__fail(KVE_EINVAL, "%s: same_positions: a prefill chooses one kept set for "
+                         "every head: prefill heads 0 + %zu, not %zu + %zu", name, b->n_heads,
+                         first, count);
     for (size_t j = 0; j < count; j++) {
         const kve_head *h = &b->heads[first + j];
         if (h->size || h->any_pos)
@@ -341,29 +368,30 @@ kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count, size_t n, s
     if (count == 0)
         return KVE_OK;
     const size_t want = n <= budget ? 0 : budget - protect;
-    size_t bytes = 2 * n * sizeof(double) + n + (want + 1) * sizeof(kve__top_entry);
+    /* same_positions: one kept set, chosen by the heads' scores added in head
+     * order (the bank's combined score), installed in every head */
+    const bool same = b->same_positions && n > budget;
+    size_t bytes = (2 + same) * n * sizeof(double) + n + (want + 1) * sizeof(kve__top_entry);
     const kve_allocator alloc = o.allocator ? kve__allocator(o.allocator) : b->alloc;
     char *scratch = kve__alloc(&alloc, bytes);
     if (!scratch)
         return kve__fail(KVE_ENOMEM, "%s: prefill: out of memory for the scores of %zu "
                          "positions", name, n);
-    double *col = (double *)(void *)scratch, *score = col + n;
-    kve__top_entry *heap = (kve__top_entry *)(void *)(score + n);
+    double *col = (double *)(void *)scratch, *score = col + n, *total = score + n;
+    kve__top_entry *heap = (kve__top_entry *)(void *)(score + (1 + same) * n);
     unsigned char *keep = (unsigned char *)(heap + want + 1);
+    for (size_t j = 0; same && j < count; j++) {
+        head_scores(params, n, rows + j * group * r * ld, ld, group, reduce, col, score);
+        for (size_t i = 0; i < n; i++)
+            total[i] = j ? total[i] + score[i] : score[i];
+    }
+    if (same)
+        choose(method, n, budget, protect, want, total, heap, keep);
     for (size_t j = 0; j < count; j++) {
         kve_head *h = &b->heads[first + j];
         head_scores(params, n, rows + j * group * r * ld, ld, group, reduce, col, score);
-        if (n <= budget) {
-            memset(keep, 1, n);
-        } else if (method == KVE_PREFILL_KVZIP) { /* the first `protect` (< budget < n) */
-            memset(keep, 1, protect);
-            memset(keep + protect, 0, n - protect);
-            select_top(score + protect, n - protect, want, heap, keep + protect);
-        } else {
-            memset(keep, 0, n);
-            memset(keep + (n - protect), 1, protect);
-            select_top(score, n - protect, want, heap, keep);
-        }
+        if (!same)
+            choose(method, n, budget, protect, want, score, heap, keep);
         install(c, h, keep, n, col, method,
                 params->values ? params->values + j * n * params->ld_values : NULL,
                 params->ld_values);

@@ -18,7 +18,9 @@
  * columns is closed by the next step's pass for free. Without a cached
  * argmin (a second evict), one scan of the scores that also closes the hole.
  * Several victims: n_evict scans of the unprotected slots and one compaction
- * of every column.
+ * of every column. A same_positions bank (bank.c) ranks slots by their
+ * combined score, the sum over its heads (kve__combined_argmin: one pass
+ * over the heads' score columns), with the same ties and protection.
  */
 #include "policy_impl.h"
 
@@ -82,26 +84,47 @@ size_t kve__scored_scan(const kve_config *c, kve_head *h, size_t limit)
     return kve__shift_argmin(h->col[KVE_COL_SCORE], n, g, limit);
 }
 
-size_t kve__select_argmin(const kve_config *c, kve_head *h, size_t n_evict)
+size_t kve__combined_argmin(const kve_head *heads, size_t nh, size_t limit, const uint8_t *mark)
 {
-    const double *score = h->col[KVE_COL_SCORE];
+    enum { BLOCK = 256 }; /* slots summed at once: each head's column read in runs */
+    double sum[BLOCK];
+    size_t best = KVE_NONE;
+    double best_score = 0.0;
+    for (size_t i0 = 0; i0 < limit; i0 += BLOCK) {
+        const size_t m = limit - i0 < BLOCK ? limit - i0 : BLOCK;
+        memcpy(sum, (const double *)heads[0].col[KVE_COL_SCORE] + i0, m * sizeof *sum);
+        for (size_t h = 1; h < nh; h++) {
+            const double *s = (const double *)heads[h].col[KVE_COL_SCORE] + i0;
+            for (size_t k = 0; k < m; k++)
+                sum[k] += s[k];
+        }
+        for (size_t k = 0; k < m; k++)
+            if ((!mark || !mark[i0 + k]) && (best == KVE_NONE || sum[k] < best_score)) {
+                best = i0 + k;
+                best_score = sum[k];
+            }
+    }
+    return best;
+}
+
+size_t kve__mark_argmin(const kve_config *c, kve_head *h, const kve_head *heads, size_t nh,
+                        size_t n_evict)
+{
     uint8_t *mark = h->col[KVE_COL_MARK];
     size_t limit = h->size - c->params.recent_window;
     size_t first = limit;
     for (size_t k = 0; k < n_evict; k++) {
-        size_t best = KVE_NONE;
-        double best_score = 0.0;
-        for (size_t i = 0; i < limit; i++) {
-            if (!mark[i] && (best == KVE_NONE || score[i] < best_score)) {
-                best = i;
-                best_score = score[i];
-            }
-        }
+        size_t best = kve__combined_argmin(heads, nh, limit, mark);
         mark[best] = 1;
         if (best < first)
             first = best;
     }
     return first;
+}
+
+size_t kve__select_argmin(const kve_config *c, kve_head *h, size_t n_evict)
+{
+    return kve__mark_argmin(c, h, h, 1, n_evict);
 }
 
 /* Moves `count` slots from index `src` to index `dst` (dst < src) in every

@@ -296,6 +296,7 @@ static int cmd_layout(void)
     FIELD(kve_bank_options, query_group);
     FIELD(kve_bank_options, rope);
     FIELD(kve_bank_options, unchecked);
+    FIELD(kve_bank_options, same_positions);
     FIELD(kve_policy_options, allocator);
     FIELD(kve_policy_options, key_dim);
     FIELD(kve_policy_options, value_dim);

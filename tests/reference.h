@@ -78,6 +78,13 @@
  * window and streaming by page; whole pages are taken in that order until at
  * least size - budget positions are chosen.
  *
+ *   int ref_evict_same(ref_policy **heads, size_t H, size_t budget,
+ *                      int32_t *victims, size_t ld, size_t *counts);
+ *       One decision for H heads that keep the same positions
+ *       (same_positions): scored heads' slots SORTED by (the sum of
+ *       ref_score over the heads in head order, pos), pages by the sum of
+ *       those sums; window, streaming as one head; random by head 0's draws;
+ *       the chosen slots leave every head.
  *   int ref_evict_shared(ref_policy **heads, size_t G, size_t budget,
  *                        double min_share, int32_t *victims, size_t ld,
  *                        size_t *counts);
@@ -420,8 +427,10 @@ static inline int ref_cmp_page(const void *a, const void *b)
     return (x->page > y->page) - (x->page < y->page);
 }
 
-/* Chooses whole pages (see the top) until `need` positions are chosen. */
-static inline void ref_choose_pages(const ref_policy *r, size_t need, unsigned char *chosen)
+/* Chooses whole pages (see the top) until `need` positions are chosen;
+ * slot j scores key[j] (NULL: ref_score). */
+static inline void ref_choose_pages(const ref_policy *r, size_t need, const double *key,
+                                    unsigned char *chosen)
 {
     ref_page *pg = malloc(r->n * sizeof *pg);
     if (!pg)
@@ -434,7 +443,7 @@ static inline void ref_choose_pages(const ref_policy *r, size_t need, unsigned c
         double sum = 0;
         int sink = 0;
         while (j < r->n && r->slot[j].pos / (int64_t)b == page) {
-            sum += ref_score(r, j);
+            sum += key ? key[j] : ref_score(r, j);
             sink |= r->slot[j].sink;
             j++;
         }
@@ -476,22 +485,14 @@ static inline size_t ref_remove_chosen(ref_policy *r, const unsigned char *chose
     return nv;
 }
 
-static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size_t *n_victims)
+/* Marks in chosen (r->n, zeroed) the `need` victims of r; slot i scores
+ * key[i] (NULL: ref_score). */
+static inline void ref_choose(ref_policy *r, size_t need, const double *key,
+                              unsigned char *chosen)
 {
-    if (budget == 0 || (r->recent_window && budget <= r->recent_window) ||
-        (r->sinks && budget <= r->sinks))
-        return -1;
-    size_t need = r->kind != REF_FULL && r->n > budget ? r->n - budget : 0;
-    if (n_victims)
-        *n_victims = need;
-    if (!need)
-        return 0;
-    unsigned char *chosen = calloc(r->n, 1);
-    if (!chosen)
-        abort();
     size_t limit = r->n - r->recent_window;
     if (r->block > 1) {
-        ref_choose_pages(r, need, chosen);
+        ref_choose_pages(r, need, key, chosen);
     } else if (r->kind == REF_WINDOW || r->kind == REF_STREAMING) {
         size_t k = 0;
         for (size_t i = 0; k < need; i++) /* oldest non-sinks first */
@@ -512,11 +513,11 @@ static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size
             }
         }
     } else {
-        ref_cand *c = malloc(limit * sizeof *c);
+        ref_cand *c = malloc((limit ? limit : 1) * sizeof *c);
         if (!c)
             abort();
         for (size_t i = 0; i < limit; i++) {
-            c[i].score = ref_score(r, i);
+            c[i].score = key ? key[i] : ref_score(r, i);
             c[i].head = 0;
             c[i].pos = r->slot[i].pos;
             c[i].index = i;
@@ -526,10 +527,71 @@ static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size
             chosen[c[k].index] = 1;
         free(c);
     }
+}
+
+static inline int ref_evict(ref_policy *r, size_t budget, int32_t *victims, size_t *n_victims)
+{
+    if (budget == 0 || (r->recent_window && budget <= r->recent_window) ||
+        (r->sinks && budget <= r->sinks))
+        return -1;
+    size_t need = r->kind != REF_FULL && r->n > budget ? r->n - budget : 0;
+    if (n_victims)
+        *n_victims = need;
+    if (!need)
+        return 0;
+    unsigned char *chosen = calloc(r->n, 1);
+    if (!chosen)
+        abort();
+    ref_choose(r, need, NULL, chosen);
     size_t nv = ref_remove_chosen(r, chosen, victims);
     free(chosen);
     if (n_victims)
         *n_victims = nv; /* pages may take more than the need */
+    return 0;
+}
+
+/* One decision for H heads that keep the same positions (kvevict.h, "Same
+ * positions"): the scored policies rank slot i by the sum over the heads,
+ * in head order, of ref_score (from head 0's, in double), SORTED by (sum,
+ * pos), or pages by the sum of their slots' sums; window and streaming as
+ * each head would; random by head 0's draws. The same slots leave every
+ * head: head h's victims (ascending) at victims + h * ld, their count in
+ * counts[h]. Refuses what ref_evict refuses, and heads that keep different
+ * positions. */
+static inline int ref_evict_same(ref_policy **heads, size_t H, size_t budget, int32_t *victims,
+                                 size_t ld, size_t *counts)
+{
+    ref_policy *r = heads[0];
+    if (budget == 0 || (r->recent_window && budget <= r->recent_window) ||
+        (r->sinks && budget <= r->sinks))
+        return -1;
+    for (size_t h = 1; h < H; h++) {
+        if (heads[h]->n != r->n)
+            return -1;
+        for (size_t i = 0; i < r->n; i++)
+            if (heads[h]->slot[i].pos != r->slot[i].pos)
+                return -1;
+    }
+    size_t need = r->kind != REF_FULL && r->n > budget ? r->n - budget : 0;
+    for (size_t h = 0; h < H; h++)
+        counts[h] = 0;
+    if (!need)
+        return 0;
+    unsigned char *chosen = calloc(r->n, 1);
+    double *key = calloc(r->n, sizeof *key);
+    if (!chosen || !key)
+        abort();
+    int scored = r->kind != REF_WINDOW && r->kind != REF_STREAMING && r->kind != REF_RANDOM;
+    for (size_t i = 0; scored && i < r->n; i++) {
+        key[i] = ref_score(heads[0], i);
+        for (size_t h = 1; h < H; h++)
+            key[i] += ref_score(heads[h], i);
+    }
+    ref_choose(r, need, scored ? key : NULL, chosen);
+    for (size_t h = 0; h < H; h++)
+        counts[h] = ref_remove_chosen(heads[h], chosen, victims + h * ld);
+    free(chosen);
+    free(key);
     return 0;
 }
 

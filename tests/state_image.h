@@ -2,7 +2,8 @@
 /*
  * state_image.h - a second reader of the state images of kve_policy_save
  * and kve_bank_save, written from the table of docs/api.md ("State
- * images"), not from src/image.c: every field at its documented offset, each
+ * images"), not from src/image.c: every field at its documented offset (the
+ * block after the spec of versions 2 and 3 included), each
  * scalar assembled from its bytes, little-endian. For the tests and
  * fuzz_state, which hold the library to the documented format and build the
  * naive reference model (reference.h) of each head of an image the library
@@ -44,6 +45,13 @@ typedef struct img_hdr {
     uint32_t col[3];        /* at 56, 60, 64: bytes a slot of score, extra0, extra1 */
     uint32_t spec_len;      /* at 68 */
     char spec[256];         /* at 72 */
+    size_t ext;             /* bytes after the spec: 0 (version 1), 48 (2: the methods'
+                               block), 56 (3: that block and the bank's flags) */
+    uint32_t raw, vnorm;    /* versions 2 and 3: bytes a slot of the raw scores and
+                               value norms (block + 36, + 40) */
+    uint32_t aux;           /* versions 2 and 3: P, a head's policy state (block + 44) */
+    uint64_t flags;         /* version 3: the bank's flags (block + 48; bit 0
+                               same_positions) */
 } img_hdr;
 
 static inline uint64_t img_le(const uint8_t *p, int w)
@@ -99,19 +107,30 @@ static inline int img_header(const uint8_t *img, size_t n, img_hdr *h)
         len = n - IMG_HEADER;
     memcpy(h->spec, img + IMG_HEADER, len);
     h->spec[len] = '\0';
+    h->ext = h->version == 3 ? 56 : h->version == 2 ? 48 : 0;
+    h->raw = h->vnorm = h->aux = 0;
+    h->flags = 0;
+    const size_t at = IMG_HEADER + h->spec_len;
+    if (h->ext && at + h->ext <= n) {
+        h->raw = (uint32_t)img_le(img + at + 36, 4);
+        h->vnorm = (uint32_t)img_le(img + at + 40, 4);
+        h->aux = (uint32_t)img_le(img + at + 44, 4);
+        if (h->version == 3)
+            h->flags = img_le(img + at + 48, 8);
+    }
     return 0;
 }
 
 static inline size_t img_slot_bytes(const img_hdr *h)
 {
-    return 4 + (size_t)h->col[0] + h->col[1] + h->col[2];
+    return 4 + (size_t)h->col[0] + h->col[1] + h->col[2] + h->raw + h->vnorm;
 }
 
 static inline size_t img_head_at(const uint8_t *img, const img_hdr *h, size_t head)
 {
-    size_t off = IMG_HEADER + h->spec_len;
+    size_t off = IMG_HEADER + h->spec_len + h->ext;
     for (size_t k = 0; k < head; k++)
-        off += IMG_HEAD + (size_t)img_le(img + off, 8) * img_slot_bytes(h);
+        off += IMG_HEAD + (size_t)img_le(img + off, 8) * img_slot_bytes(h) + h->aux;
     return off;
 }
 

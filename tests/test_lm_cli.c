@@ -319,6 +319,61 @@ static void test_eval(void)
     ASSERT_CONTAINS(out_text, "windows of up to 127 tokens");
 }
 
+/* --same-positions: eval's rows are the library's decoder with
+ * lm_options.same_positions (one bank, one eviction a step for every head)
+ * and carry same_positions 1 (null for the full cache); logits equal the
+ * library's; what it cannot go with is refused. */
+static void test_same_positions_cli(void)
+{
+    char args[4096];
+    snprintf(args, sizeof args,
+             "lm eval --model %s --text %s --policy h2o:recent_window=2 --budget 6 --json "
+             "--same-positions",
+             model_untied, textpath);
+    ASSERT_RUNS(args);
+    int32_t *ids = malloc((text_len + 1) * sizeof *ids);
+    size_t n;
+    ASSERT_OK(lm_encode(lib_tok, text, text_len, ids, text_len + 1, &n));
+    lm_model *m = NULL;
+    ASSERT_OK(lm_model_open(model_untied, NULL, &m));
+    lm_options opt = {.policy = "h2o:budget=6,recent_window=2", .same_positions = 1};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    double bits = 0;
+    size_t chunk = T_ - 1;
+    for (size_t w = 0; w * chunk < n; w++) {
+        double nats;
+        size_t len = n - w * chunk < chunk ? n - w * chunk : chunk;
+        ASSERT_OK(lm_window_nats(s, ids + w * chunk, len, &nats, NULL));
+        bits += nats / log(2.0);
+    }
+    lm_state_free(s);
+    const char *row = strchr(out_text, '\n');
+    ASSERT_TRUE(row != NULL);
+    ASSERT_CONTAINS(out_text, "\"same_positions\": null");
+    ASSERT_CONTAINS(row, "\"same_positions\": 1");
+    ASSERT_NEAR(json_num(row + 1, "bits_per_byte"), bits / (double)(text_len + 1), 1e-12);
+    /* the same bank without the option decides differently somewhere */
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy h2o:recent_window=2 "
+             "--budget 6 --json", model_untied, textpath);
+    ASSERT_RUNS(args);
+    const char *plain = strchr(out_text, '\n');
+    ASSERT_TRUE(plain && json_num(plain + 1, "bits_per_byte") != bits / (double)(text_len + 1));
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy h2o:recent_window=2 "
+             "--budget 6 --same-positions --share-heads", model0, textpath);
+    ASSERT_FAILS(args, 2, "lm eval", "--same-positions keeps one set of positions");
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1,5,6 --same-positions", model0);
+    ASSERT_FAILS(args, 2, "lm logits", "--same-positions needs --policy");
+    snprintf(args, sizeof args, "generate --model %s --tokenizer %s --steps 3 --same-positions",
+             model0, tokpath);
+    ASSERT_FAILS(args, 2, "generate", "--same-positions needs --policy");
+    snprintf(args, sizeof args, "generate --model %s --tokenizer %s --steps 20 --policy "
+             "window:budget=4 --same-positions --json", model0, tokpath);
+    ASSERT_RUNS(args);
+    lm_model_free(m);
+    free(ids);
+}
+
 /* A budget is written as in every command (counts, or P% of the context,
  * here T_ = 128); a spec that cannot take it names --budget once; a budget
  * at which nothing is ever evicted before it is attended warns, and its row
@@ -1659,6 +1714,7 @@ int main(int argc, char **argv)
     RUN(test_logits);
     RUN(test_errors);
     RUN(test_eval);
+    RUN(test_same_positions_cli);
     RUN(test_budgets_written);
     RUN(test_recall);
     RUN(test_dump);

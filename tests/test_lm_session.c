@@ -86,22 +86,26 @@ typedef struct config {
     const char *spec;
     lm_positions positions;
     int share;
+    int same; /* lm_options.same_positions */
 } config;
 
 static const config configs[] = {
-    {"h2o:budget=5,recent_window=2", LM_POS_ORIGINAL, 0},
-    {"tova:budget=4", LM_POS_CACHE, 0},
-    {"random:budget=5", LM_POS_ORIGINAL, 0},
-    {"knorm:budget=5", LM_POS_ORIGINAL, 0},
-    {"h2o:budget=4,recent_window=1", LM_POS_ORIGINAL, 1},
-    {NULL, LM_POS_CACHE, 0}, /* every key kept */
+    {"h2o:budget=5,recent_window=2", LM_POS_ORIGINAL, 0, 0},
+    {"tova:budget=4", LM_POS_CACHE, 0, 0},
+    {"random:budget=5", LM_POS_ORIGINAL, 0, 0},
+    {"knorm:budget=5", LM_POS_ORIGINAL, 0, 0},
+    {"h2o:budget=4,recent_window=1", LM_POS_ORIGINAL, 1, 0},
+    {"h2o:budget=5,recent_window=2", LM_POS_ORIGINAL, 0, 1},
+    {"knorm:budget=5", LM_POS_ORIGINAL, 0, 1},
+    {NULL, LM_POS_CACHE, 0, 0}, /* every key kept */
 };
 enum { N_CONFIGS = sizeof configs / sizeof configs[0] };
 
 static lm_options options_of(const config *c, uint64_t seed)
 {
     lm_options o = {.allocator = &counting_alloc, .policy = c->spec, .positions = c->positions,
-                    .seed = seed, .share_heads = c->share, .min_share = 0.25};
+                    .seed = seed, .share_heads = c->share, .min_share = 0.25,
+                    .same_positions = c->same};
     return o;
 }
 
@@ -357,7 +361,7 @@ static void test_session_refusals(void)
         const char *needle;
     } forged[] = {
         {8, 2, "version 2"},
-        {12, 8, "unknown bits"},
+        {12, 16, "unknown bits"},
         {68, 1, "reserved"},
         {64, 100000, "truncated in the tokens"},
     };
@@ -610,6 +614,69 @@ static void test_reserved_tokens(void)
     free(img);
 }
 
+/* --same-positions: every (layer, KV head) cache holds the bank's one kept
+ * set after every step, each head its budget once full; a session of it
+ * loads only into a decoder with the option, and sharing or a schedule is
+ * refused beside it. */
+static void test_same_positions(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 1, check_seed + 9);
+    unsigned char *img;
+    lm_model *m = load(&fx, &img);
+    ASSERT_TRUE(m != NULL);
+    config cf = {"tova:budget=4", LM_POS_ORIGINAL, 0, 1};
+    lm_options o = options_of(&cf, 1);
+    lm_state *a = NULL, *plain = NULL;
+    ASSERT_OK(lm_state_new(m, &o, &a));
+    ASSERT_EQ(kve_bank_same_positions(a->bank), 1);
+    for (size_t t = 0; t < 30; t++) {
+        ASSERT_OK(lm_forward(a, t ? tok(t, 8) : LM_BOS));
+        const lm_cache *c0 = &a->cache[0];
+        ASSERT_EQ(c0->n, t + 1 < 5 ? t + 1 : 4);
+        for (size_t i = 0; i < (size_t)L_ * G_; i++) {
+            const lm_cache *ci = &a->cache[i];
+            ASSERT_EQ(ci->n, c0->n);
+            ASSERT_TRUE(memcmp(ci->pos, c0->pos, c0->n * sizeof(int32_t)) == 0);
+            ASSERT_TRUE(memcmp(ci->pos, kve_bank_positions(a->bank, i), c0->n * sizeof(int32_t)) == 0);
+        }
+    }
+    lm_session ss = {.tokens = NULL, .n_tokens = 30};
+    int32_t toks[30];
+    for (size_t t = 0; t < 30; t++)
+        toks[t] = t ? tok(t, 8) : LM_BOS;
+    ss.tokens = toks;
+    kve_rng_seed(&ss.rng, 3);
+    size_t size;
+    ASSERT_OK(lm_session_save(a, &ss, NULL, 0, &size));
+    unsigned char *buf = malloc(size);
+    ASSERT_OK(lm_session_save(a, &ss, buf, size, &size));
+    cf.same = 0;
+    o = options_of(&cf, 1);
+    ASSERT_OK(lm_state_new(m, &o, &plain));
+    lm_session got;
+    ASSERT_STATUS(lm_session_load(plain, buf, size, &got), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "same positions");
+    ASSERT_EQ(plain->pos, 0);
+    ASSERT_STATUS(lm_state_copy(plain, a), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "same positions");
+    o.same_positions = 1;
+    o.share_heads = 1;
+    lm_state *bad = NULL;
+    ASSERT_STATUS(lm_state_new(m, &o, &bad), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "same_positions");
+    o.share_heads = 0;
+    o.schedule = KVE_SCHEDULE_PYRAMID;
+    ASSERT_STATUS(lm_state_new(m, &o, &bad), KVE_EINVAL);
+    ASSERT_TRUE(bad == NULL);
+    free(buf);
+    lm_state_free(a);
+    lm_state_free(plain);
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -620,5 +687,6 @@ int main(int argc, char **argv)
     RUN(test_out_of_memory);
     RUN(test_sampler);
     RUN(test_reserved_tokens);
+    RUN(test_same_positions);
     return CHECK_DONE();
 }

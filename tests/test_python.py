@@ -757,6 +757,64 @@ class SharedBanks(unittest.TestCase):
         self.assertIn("share", e.exception.message)
 
 
+class SamePositions(unittest.TestCase):
+    def test_one_decision(self):
+        """same_positions=True: heads stepped a range at a time keep one kept
+        set, the victims those of the heads' scores added in head order (the
+        numpy model below); a part of the bank cannot be evicted; forks and
+        images continue alike."""
+        spec, heads, budget, rw = "h2o:budget=12,recent_window=3", 4, 12, 3
+        b = kvevict.Bank(spec, heads, same_positions=True)
+        self.assertTrue(b.same_positions)
+        self.assertFalse(kvevict.Bank(spec, heads).same_positions)
+        gen = np.random.default_rng(5)
+        score = np.zeros((heads, 0))
+        for pos in range(60):
+            n = int(b.sizes[0])
+            attn = gen.random((heads, max(n, 1)), dtype=np.float32)
+            b.step(pos, attn[:2], first=0, count=2)
+            b.step(pos, attn[2:], first=2, count=2)
+            score = np.concatenate([score + attn[:, :n].astype(np.float64),
+                                    np.zeros((heads, 1))], axis=1)
+            kept = b.positions(0)
+            victims, counts = b.evict(budget)
+            if n + 1 > budget:
+                total = score[0].copy()
+                for h in range(1, heads):
+                    total += score[h]
+                v = int(np.argmin(total[:n + 1 - rw]))  # ties: the lower position
+                self.assertEqual(counts.tolist(), [1] * heads)
+                self.assertEqual(victims[:, 0].tolist(), [int(kept[v])] * heads)
+                score = np.delete(score, v, axis=1)
+            for h in range(1, heads):
+                self.assertEqual(b.positions(h).tolist(), b.positions(0).tolist())
+        c = b.clone()
+        img = b.save()
+        loaded = kvevict.Bank.load(img)
+        self.assertTrue(loaded.same_positions)
+        attn = gen.random((heads, budget), dtype=np.float32)
+        for x in (b, c, loaded):
+            x.step(60, attn)
+        taken = [x.evict(budget)[0].tolist() for x in (b, c, loaded)]
+        self.assertEqual(taken[0], taken[1])
+        self.assertEqual(taken[0], taken[2])
+        self.assertEqual(b.save(), loaded.save())
+        b.step(61, None, first=0, count=1)
+        before = b.positions(1).tolist()
+        for call, words in ((lambda: b.evict(budget), "has not admitted"),
+                            (lambda: b.evict(budget, first=0, count=2), "every head"),
+                            (lambda: b.step(62, None, first=1, count=3), "same_positions")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                call()
+            self.assertIn(words, e.exception.message)
+        self.assertEqual(b.positions(1).tolist(), before)
+        for kw, words in (({"same_positions": 1}, "True or False"),
+                          ({"same_positions": True, "share": 2}, "choose one")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                kvevict.Bank(spec, heads, **kw)
+            self.assertIn(words, e.exception.message)
+
+
 class Lifecycle(unittest.TestCase):
     """clone(), copy_from(), remove(), reset(), save(), load() and pickling
     (kvevict.h, "Lifecycle"): forks continue bit for bit (the same victims

@@ -283,7 +283,7 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
         const char *w = argv[i];
         if (only_pos || w[0] != '-' || w[1] == '\0') {
             if (a->n_pos >= spec->max_pos)
-                die_usage("unexpected argument '%s' (see kvevict %s --help)", w, cli_cmd);
+                die_usage("unexpected argument '%s' (see %s %s --help)", w, cli_program, cli_cmd);
             a->pos[a->n_pos++] = w;
             continue;
         }
@@ -300,7 +300,7 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
             d = find_long(&o, name, len, &idx);
             if (!d)
-                die_usage("unknown option '%.*s' (see kvevict %s --help)", (int)(len + 2), w,
+                die_usage("unknown option '%.*s' (see %s %s --help)", (int)(len + 2), w, cli_program,
                           cli_cmd);
             if (eq) {
                 if (!(d->flags & OPT_VALUE))
@@ -310,7 +310,7 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
         } else {
             d = w[2] == '\0' ? find_short(&o, w[1], &idx) : NULL;
             if (!d)
-                die_usage("unknown option '%s' (see kvevict %s --help)", w, cli_cmd);
+                die_usage("unknown option '%s' (see %s %s --help)", w, cli_program, cli_cmd);
         }
         if ((d->flags & OPT_VALUE) && !value) {
             if (i + 1 >= argc)
@@ -416,8 +416,8 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
                     : required[i].so == SO_POLICY ? a->policy != NULL
                                                   : a->output != NULL;
         if (!given)
-            die_usage("missing required option '--%s' (see kvevict %s --help)",
-                      required[i].name, cli_cmd);
+            die_usage("missing required option '--%s' (see %s %s --help)", required[i].name,
+                      cli_program, cli_cmd);
     }
 }
 

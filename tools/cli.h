@@ -47,6 +47,8 @@ enum { EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
 /* The subcommand being run, for messages ("eval"); "" at top level. */
 extern const char *cli_cmd;
+/* The program messages name: "kvevict" (kvevict-llama sets its own). */
+extern const char *cli_program;
 
 #if defined(__GNUC__)
 #define CLI_NORETURN __attribute__((noreturn, format(printf, 1, 2)))

@@ -24,14 +24,15 @@
 /* ---- messages and exits ---- */
 
 const char *cli_cmd = "";
+const char *cli_program = "kvevict";
 
 static void vmsg(const char *kind, const char *fmt, va_list ap)
 {
     fflush(stdout);
     if (cli_cmd[0])
-        fprintf(stderr, "kvevict %s: %s", cli_cmd, kind);
+        fprintf(stderr, "%s %s: %s", cli_program, cli_cmd, kind);
     else
-        fprintf(stderr, "kvevict: %s", kind);
+        fprintf(stderr, "%s: %s", cli_program, kind);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
 }

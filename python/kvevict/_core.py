@@ -277,12 +277,16 @@ def as_unchecked(unchecked):
 
 
 def bank_options(key_dim=0, share=0, min_share=0.2, value_dim=0, query_group=1, rope=None,
-                 unchecked=False):
+                 unchecked=False, same_positions=False):
     """kve_bank_options from keyword values (the library validates them)."""
     options = lib.kve_bank_default_options()
     set_facts(options, key_dim, value_dim, query_group, rope)
     options.share = as_size("share", share)
     options.unchecked = as_unchecked(unchecked)
+    if not isinstance(same_positions, bool):
+        refuse(f"same_positions: True or False is required, got "
+               f"{type(same_positions).__name__}")
+    options.same_positions = int(same_positions)
     try:
         options.min_share = float(min_share)
     except (TypeError, ValueError):
@@ -588,21 +592,26 @@ class Bank(_Handle):
     same generator.
 
     Bank(spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2,
-    value_dim=0, query_group=1, rope=None, unchecked=False), rng, the model
-    facts (key_dim, value_dim, query_group, rope) and unchecked as for Policy
-    (kve_bank_options). share: heads per shared-budget group (Ada-KV),
-    dividing n_heads; 0, the default, gives every head its own budget.
-    min_share: the floor of a shared eviction, a fraction of an even share
-    in [0, 1]. Only the scored policies without pages can share.
+    value_dim=0, query_group=1, rope=None, unchecked=False,
+    same_positions=False), rng, the model facts (key_dim, value_dim,
+    query_group, rope) and unchecked as for Policy (kve_bank_options).
+    share: heads per shared-budget group (Ada-KV), dividing n_heads; 0, the
+    default, gives every head its own budget. min_share: the floor of a
+    shared eviction, a fraction of an even share in [0, 1]. Only the scored
+    policies without pages can share. same_positions=True: every head keeps
+    the same positions, one eviction for all of them by the heads' scores
+    added together (an engine whose cache drops a position from every head
+    at once); evict the whole bank, not with share.
     """
 
     _free = lib.kve_bank_free
     _kind = "bank"
 
     def __init__(self, spec, n_heads, rng=None, key_dim=0, share=0, min_share=0.2, value_dim=0,
-                 query_group=1, rope=None, unchecked=False):
+                 query_group=1, rope=None, unchecked=False, same_positions=False):
         super().__init__()
-        options = bank_options(key_dim, share, min_share, value_dim, query_group, rope, unchecked)
+        options = bank_options(key_dim, share, min_share, value_dim, query_group, rope, unchecked,
+                               same_positions)
         h = ctypes.c_void_p()
         check(lib.kve_bank_new_ex(as_spec(spec), as_size("n_heads", n_heads), rng_arg(rng),
                                   options, h))
@@ -825,6 +834,8 @@ class Bank(_Handle):
     spec = getter(lib.kve_bank_spec, "The canonical spec every head shares.", _text)
     budget = getter(lib.kve_bank_budget, "The spec's budget parameter.")
     share = getter(lib.kve_bank_share, "Heads per shared-budget group (0: no sharing).")
+    same_positions = getter(lib.kve_bank_same_positions,
+                            "Whether every head keeps the same positions.", bool)
     reads = getter(lib.kve_bank_reads, 'What a step reads: "attention", "keys", "nothing" or a '
                    '"+"-joined list ("keys+queries+values").', reads_name)
     key_dim = getter(lib.kve_bank_key_dim, "d, the floats of a head's key (0: no keys).")

@@ -114,7 +114,8 @@ class BankOptions(ctypes.Structure):
     """kve_bank_options."""
     _fields_ = [("allocator", c_ptr), ("key_dim", c_size_t), ("share", c_size_t),
                 ("min_share", ctypes.c_double), ("value_dim", c_size_t),
-                ("query_group", c_size_t), ("rope", Rope), ("unchecked", ctypes.c_int)]
+                ("query_group", c_size_t), ("rope", Rope), ("unchecked", ctypes.c_int),
+                ("same_positions", ctypes.c_int)]
 
 
 class StepData(ctypes.Structure):
@@ -238,6 +239,7 @@ _FUNCTIONS = (
     ("kve_bank_default_options", BankOptions, ()),
     ("kve_bank_new_ex", c_status, (c_str, c_size_t, P(RngState), P(BankOptions), P(c_ptr))),
     ("kve_bank_share", c_size_t, (c_ptr,)),
+    ("kve_bank_same_positions", ctypes.c_int, (c_ptr,)),
     ("kve_bank_reads", ctypes.c_uint, (c_ptr,)),
     ("kve_bank_key_dim", c_size_t, (c_ptr,)),
     ("kve_bank_step_range", c_status,

@@ -49,6 +49,8 @@ static const char logits_usage[] =
     "  --seed N         seed of the policies' random numbers (default 0)\n"
     "  --threads N      matrix products on N threads (default: the cores available;\n"
     "                   the same bits for every N)\n"
+    "  --same-positions every (layer, KV head) keeps the same positions: one eviction\n"
+    "                   a step for all, by their scores added together (docs/decoder.md)\n"
     "  -o, --output F   write to F instead of standard output\n";
 
 static const opt_def logits_own[] = {{"model", 0, OPT_VALUE},
@@ -56,7 +58,8 @@ static const opt_def logits_own[] = {{"model", 0, OPT_VALUE},
                                      {"prompt", 0, OPT_VALUE},
                                      {"tokenizer", 0, OPT_VALUE},
                                      {"positions", 0, OPT_VALUE},
-                                     {"threads", 0, OPT_VALUE}};
+                                     {"threads", 0, OPT_VALUE},
+                                     {"same-positions", 0, 0}};
 static const cli_spec logits_spec =
     LM_SPEC(logits_usage, SO_POLICY | SO_BUDGET | SO_SEED | SO_OUTPUT, logits_own, FMT_JSON);
 
@@ -80,8 +83,11 @@ int lm_logits(int argc, char **argv)
         die_usage("give exactly one of --tokens and --prompt");
     lm_positions positions = opt_positions(own(&a, sp, "positions"));
     parse_threads(&a, sp);
+    parse_same_positions(&a, sp);
     if (a.n_budgets && !a.policy)
         die_usage("--budget needs --policy");
+    if (lm_ctx.same_positions && !a.policy)
+        die_usage("--same-positions needs --policy");
     if (a.policy)
         free(canon_spec("--policy", a.policy, a.budget));
     int32_t *toks = NULL;
@@ -173,6 +179,7 @@ static const char generate_usage[] =
     "                      and streaming heads as docs/duo.md says (not with\n"
     "                      --session, which does not record it)\n"
     "  --streaming-budget N  with --heads: the least a streaming head keeps (16)\n"
+    SAME_POSITIONS_USAGE
     "  --json              one JSON object per generated token instead of text:\n"
     "                      sample, seed, pos, token, piece (and logits with --logits)\n"
     "  other options as for `kvevict lm logits`.\n";
@@ -186,7 +193,8 @@ static const opt_def generate_own[] = {
     {"samples", 0, OPT_VALUE},        {"session", 0, OPT_VALUE},
     {"allow-key-tokens", 0, 0},       {"logits", 0, 0},
     {"threads", 0, OPT_VALUE},        {"prefill", 0, OPT_VALUE},
-    {"heads", 0, OPT_VALUE},          {"streaming-budget", 0, OPT_VALUE}};
+    {"heads", 0, OPT_VALUE},          {"streaming-budget", 0, OPT_VALUE},
+    {"same-positions", 0, 0}};
 static const cli_spec generate_spec =
     LM_SPEC(generate_usage, SO_POLICY | SO_BUDGET | SO_SEED | SO_FORMAT, generate_own, FMT_TEXT);
 
@@ -390,6 +398,10 @@ int cmd_generate(int argc, char **argv)
     const char *sb = own(&a, sp, "streaming-budget");
     if (sb && !heads)
         die_usage("--streaming-budget needs --heads");
+    parse_same_positions(&a, sp);
+    if (lm_ctx.same_positions && (!spec || heads))
+        die_usage("--same-positions %s", heads ? "keeps one set of positions: not with --heads"
+                                               : "needs --policy");
     lm_ctx.streaming_budget = sb ? (size_t)parse_u64("--streaming-budget", sb, 1, KVE_MAX_BUDGET)
                                  : 16;
     int seed_given = 0;

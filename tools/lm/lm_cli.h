@@ -32,6 +32,7 @@ typedef struct lm_loaded {
     lm_heads *heads;        /* --heads FILE: a DuoAttention schedule; NULL: none */
     size_t streaming_budget; /* --streaming-budget (16) */
     int timing; /* 1: new_state's decoders time their policies (lm_options.timing) */
+    int same_positions; /* --same-positions: every (layer, KV head) keeps the same positions */
 } lm_loaded;
 extern lm_loaded lm_ctx;
 
@@ -54,7 +55,8 @@ static inline const char *need(const cli_args *a, const cli_spec *spec, const ch
 {
     const char *v = own(a, spec, name);
     if (!v)
-        die_usage("missing required option '--%s' (see kvevict %s --help)", name, cli_cmd);
+        die_usage("missing required option '--%s' (see %s %s --help)", name, cli_program,
+                  cli_cmd);
     return v;
 }
 
@@ -125,7 +127,22 @@ void resolve_budget(cli_args *a);
     {"model", 0, OPT_VALUE}, {"text", 0, OPT_VALUE}, {"tokenizer", 0, OPT_VALUE},                  \
         {"policy", 0, OPT_VALUE | OPT_REPEAT}, {"budget", 0, OPT_VALUE | OPT_REPEAT},              \
         {"positions", 0, OPT_VALUE}, {"threads", 0, OPT_VALUE}, {"heads", 0, OPT_VALUE}, \
-        {"streaming-budget", 0, OPT_VALUE}, BUDGET_OPTS
+        {"streaming-budget", 0, OPT_VALUE}, {"same-positions", 0, 0}, BUDGET_OPTS
+
+/* The usage lines of --same-positions (lm_options.same_positions). */
+#define SAME_POSITIONS_USAGE                                                                       \
+    "  --same-positions    one decision for every (layer, KV head): they keep the same\n"        \
+    "                      positions, evicted once a step after the last layer by\n"            \
+    "                      their scores added together, as an engine whose cache\n"             \
+    "                      drops a position from every head at once (llama.cpp's;\n"           \
+    "                      kvevict-llama). Not with --share-heads, --schedule or --heads\n"
+
+/* --same-positions into lm_ctx.same_positions; usage errors for what it
+ * cannot go with (the options of a command that takes them). */
+static inline void parse_same_positions(const cli_args *a, const cli_spec *spec)
+{
+    lm_ctx.same_positions = cli_own(a, spec, "same-positions")->count > 0;
+}
 
 /* The usage lines of --heads and --streaming-budget (docs/duo.md). */
 #define HEADS_USAGE                                                                                \

@@ -40,6 +40,7 @@ static const char eval_usage[] =
     "  --positions P       original (default) or cache\n"
     "  --seed N            seed of the policies' random numbers (default 0)\n"
     "  --threads N         matrix products on N threads (default: the cores)\n"
+    SAME_POSITIONS_USAGE
     "  --quiet             no progress line on stderr (drawn on a terminal after 2 s)\n"
     "  --format F          text (default), md, csv or json; --json, --csv, --md\n"
     "  -o, --output F      write to F instead of standard output\n"
@@ -55,7 +56,7 @@ static const char eval_usage[] =
     "The first row is the full cache (policy full, budget null in JSON). JSON keys:\n"
     "policy, budget, positions, windows, tokens, bytes, bits_per_byte,\n"
     "bits_per_byte_se, bits_per_token, full_bits_per_byte, delta_bits_per_byte,\n"
-    "delta_bits_per_byte_se, seed.\n";
+    "delta_bits_per_byte_se, seed (and same_positions, 1, with --same-positions).\n";
 
 static const opt_def eval_own[] = {MEASURE_OPTS};
 static const cli_spec eval_spec =

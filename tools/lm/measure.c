@@ -156,7 +156,7 @@ lm_state *new_state(const char *spec, size_t budget, lm_positions pos, uint64_t 
                     .layer_weights = lm_ctx.layer_weights,
                     .share_heads = lm_ctx.budgets.share_heads,
                     .min_share = lm_ctx.budgets.min_share, .threads = lm_ctx.threads,
-                    .timing = lm_ctx.timing};
+                    .timing = lm_ctx.timing, .same_positions = lm_ctx.same_positions};
     lm_state *s = NULL;
     kve_status st = lm_state_new(lm_ctx.model, &o, &s);
     if (st != KVE_OK)
@@ -261,6 +261,11 @@ void measure_parse(measure_args *m, const cli_spec *spec, int argc, char **argv)
         die_usage("--streaming-budget needs --heads");
     if (m->heads && (lm_ctx.budgets.share_heads || lm_ctx.budgets.schedule != KVE_SCHEDULE_UNIFORM))
         die_usage("--heads takes neither --share-heads nor a --schedule other than uniform");
+    parse_same_positions(&m->a, spec);
+    if (lm_ctx.same_positions && (m->heads || lm_ctx.budgets.share_heads ||
+                                  lm_ctx.budgets.schedule != KVE_SCHEDULE_UNIFORM))
+        die_usage("--same-positions keeps one set of positions, so one budget: it takes neither "
+                  "--heads, --share-heads nor a --schedule other than uniform");
 }
 
 /* --schedule attention: each layer's spread beyond the calibration window,
@@ -357,6 +362,8 @@ void job_cells(table *t, const job *jb, lm_positions positions)
     table_str(t, positions_name(positions));
     budget_cells(t, &lm_ctx.budgets, jb->spec ? jb->s->layer_budget : NULL,
                  (size_t)lm_ctx.model->config.n_layers);
+    if (lm_ctx.same_positions) /* the full cache's row keeps every position anyway */
+        table_real(t, jb->spec ? 1.0 : NAN, "%.0f");
     if (lm_ctx.heads) { /* the budget of every (layer, KV head), layer-major */
         char list[1024] = "";
         const lm_config *c = &lm_ctx.model->config;
@@ -376,6 +383,8 @@ size_t job_cols(col *cols, const col *rest, size_t n_rest)
     cols[n++] = (col){"budget", KEY_BUDGET, COL_ALL};
     cols[n++] = (col){"positions", "positions", COL_CSV | COL_JSON};
     n = budget_cols(cols, n, &lm_ctx.budgets);
+    if (lm_ctx.same_positions)
+        cols[n++] = (col){"same positions", "same_positions", COL_CSV | COL_JSON};
     if (lm_ctx.heads)
         cols[n++] = (col){"head budgets", "head_budgets", COL_ALL | COL_LEFT};
     memcpy(cols + n, rest, n_rest * sizeof *rest);

@@ -1,0 +1,205 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test_llama.sh KVEVICT_LLAMA KVEVICT LLAMA_PLAIN OUTCHECK LIBDIR SOURCE_DIR [quick] -
+# kvevict inside llama.cpp (docs/llama.cpp.md), end to end on the committed
+# model:
+#  - full-cache logits of kvevict-llama equal plain llama.cpp decoding
+#    (tests/llama_plain.c, linked against libllama, no callback) bit for bit,
+#    without a policy and with one whose budget is never reached (the eval
+#    callback and the bank change no bit of llama.cpp's arithmetic); with
+#    eviction, the logits follow the decoder's (`kvevict lm logits
+#    --same-positions`) within 0.05 and keep its argmax at 98% of positions;
+#  - `kvevict-llama eval` and `kvevict lm eval --same-positions` agree within
+#    0.01 bits per byte for h2o, tova, streaming, knorm (run at
+#    recent_window 1 on both sides: llama.cpp cannot drop the newest
+#    position) and expected_attention:recent_window=32 at budgets 51 and 102,
+#    on the first 9000 bytes of the held-out text (6 windows: the whole text
+#    is make llama-docs's), with max_cells at most budget + 1; and the
+#    committed h2o row at 51 of docs/data/llama-eval.jsonl (the whole text)
+#    is re-made within 0.001 (llama.cpp picks its CPU kernels at run time);
+#  - a 10,000-token generation at budget 64 through a context of 256 cells,
+#    at most 65 cells held; --samples K equals K separate runs; a resumed
+#    session equals an uninterrupted run, and corrupted, truncated and
+#    foreign sessions are refused, left as they were;
+#  With QUICK (the sanitizer build's run) the eval comparison takes one
+#  window and h2o and streaming, and the drift and 10,000-token checks are
+#  left to the native run.
+#  - bad input (a truncated GGUF, a file that is no GGUF, a GGUF of an
+#    architecture llama.cpp does not know, a bad spec, a
+#    budget above the context, vnorm=1, a missing llama.cpp) gets one line
+#    on stderr and exit 1.
+set -u
+KL=${1:?usage: test_llama.sh KVEVICT_LLAMA KVEVICT LLAMA_PLAIN OUTCHECK LIBDIR SOURCE_DIR}
+K=${2:?usage}
+PLAIN=${3:?usage}
+J=${4:?usage}
+LIB=${5:?usage}
+SRC=${6:?usage}
+QUICK=${7:-}
+cd "$SRC" || exit 1
+M=models/kjv.gguf
+if [ ! -f "$M" ]; then
+    echo "test_llama: no $M here: skipped"
+    exit 77
+fi
+W=$(mktemp -d "${TMPDIR:-/tmp}/kve-llama.XXXXXX") || exit 1
+trap 'rm -rf "$W"' EXIT
+fail=0
+bad() { echo "FAIL: $*" >&2; fail=1; }
+# One thread each: ggml's threads spin between the graph's pieces, and the
+# tests run two at a time on two cores.
+kl() { "$KL" "$@" --threads 1; }
+
+# ---- logits ----
+toks=$(awk 'BEGIN { s = "1"; for (i = 1; i < 200; i++) s = s "," (3 + (i * 577) % 1000); print s }')
+"$PLAIN" "$LIB" "$M" "$toks" >"$W/plain.jsonl" 2>"$W/err" || bad "llama_plain: $(cat "$W/err")"
+kl logits --model "$M" --tokens "$toks" -o "$W/none.jsonl" || bad "kvevict-llama logits"
+kl logits --model "$M" --tokens "$toks" --policy h2o --budget 512 -o "$W/h2o512.jsonl" ||
+    bad "kvevict-llama logits --policy h2o --budget 512"
+"$J" jsonl --count 200 --key pos:number --key token:number --key logits:array "$W/none.jsonl" ||
+    bad "kvevict-llama logits: not 200 JSON lines of pos, token, logits"
+cmp -s "$W/plain.jsonl" "$W/none.jsonl" || bad "logits without a policy differ from plain llama.cpp's"
+cmp -s "$W/plain.jsonl" "$W/h2o512.jsonl" ||
+    bad "logits with h2o at budget 512 (no eviction) differ from plain llama.cpp's"
+spec=h2o:recent_window=8
+kl logits --model "$M" --tokens "$toks" --policy $spec --budget 32 -o "$W/kl.jsonl" ||
+    bad "kvevict-llama logits --policy $spec --budget 32"
+"$K" lm logits --threads 1 --model "$M" --tokens "$toks" --policy $spec --budget 32 --same-positions \
+    -o "$W/kv.jsonl" || bad "kvevict lm logits --same-positions"
+paste -d '\n' "$W/kl.jsonl" "$W/kv.jsonl" | awk '
+    { gsub(/.*"logits": \[/, ""); gsub(/\]\}/, ""); n = split($0, v, ", ") }
+    NR % 2 == 1 { for (i = 1; i <= n; i++) a[i] = v[i]; next }
+    { ia = 1; ib = 1; for (i = 1; i <= n; i++) { d = a[i] - v[i]; if (d < 0) d = -d
+        if (d > worst) worst = d; if (a[i] > a[ia]) ia = i; if (v[i] > v[ib]) ib = i }
+      same += ia == ib; rows++ }
+    END { printf "logits under eviction: worst difference %.4f, argmax agreement %d of %d\n",
+          worst, same, rows; exit !(rows == 200 && worst <= 0.05 && same >= 0.98 * rows) }' ||
+    bad "kvevict-llama's logits under eviction do not follow the decoder's"
+
+# ---- eval: llama.cpp against the decoder ----
+head -c 9000 models/heldout.txt >"$W/text.txt"
+pol="h2o,tova,streaming,knorm:recent_window=1,expected_attention:recent_window=32"
+rows=11
+if [ -n "$QUICK" ]; then
+    head -c 1500 models/heldout.txt >"$W/text.txt"
+    pol=h2o,streaming
+    rows=5
+fi
+kl eval --model "$M" --text "$W/text.txt" --policy knorm --budget 51 --json -o "$W/raised.jsonl" \
+    2>"$W/err" || bad "kvevict-llama eval knorm"
+grep -q 'recent_window 0 raised to 1' "$W/err" || bad "knorm's recent window 0: no warning"
+grep -q '"policy": "knorm:budget=51,recent_window=1"' "$W/raised.jsonl" ||
+    bad "knorm: the rows do not name the spec that ran"
+kl eval --model "$M" --text "$W/text.txt" --policy "$pol" --budget 51,102 --json --quiet \
+    -o "$W/kl-eval.jsonl" || bad "kvevict-llama eval"
+"$K" lm eval --threads 1 --model "$M" --text "$W/text.txt" --policy "$pol" --budget 51,102 --same-positions \
+    --json --quiet -o "$W/kv-eval.jsonl" || bad "kvevict lm eval --same-positions"
+"$J" jsonl --count $rows --key policy:string --key bits_per_byte:number --key max_cells:number \
+    --key n_ctx:number --key 'same_positions:number|null' "$W/kl-eval.jsonl" ||
+    bad "kvevict-llama eval: not $rows rows with the keys of lm eval and max_cells"
+cat "$W/kl-eval.jsonl" "$W/kv-eval.jsonl" | awk -v rows=$rows '
+    function val(k,  m) { if (match($0, "\"" k "\": [^,}]*")) { m = substr($0, RSTART, RLENGTH)
+        sub(/^"[^"]*": /, "", m); gsub(/"/, "", m); return m } return "" }
+    { key = val("policy") "@" val("budget") }
+    NR <= rows { kl[key] = val("bits_per_byte"); cells[key] = val("max_cells"); b[key] = val("budget")
+               ntok[key] = val("tokens"); next }
+    { if (!(key in kl)) { print "no kvevict-llama row for " key; bad = 1; next }
+      if (ntok[key] != val("tokens")) { print key ": llama.cpp tokenized " ntok[key] " tokens, kvevict " val("tokens"); bad = 1 }
+      d = kl[key] - val("bits_per_byte"); if (d < 0) d = -d
+      printf "%-70s llama.cpp %.4f  kvevict %.4f  |d| %.4f  max_cells %s\n", key, kl[key],
+             val("bits_per_byte"), d, cells[key]
+      if (d > 0.01) bad = 1
+      if (b[key] != "null" && cells[key] + 0 > b[key] + 1) { print key ": max_cells above budget + 1"; bad = 1 }
+      seen++ }
+    END { exit bad || seen != rows }' || bad "eval: kvevict-llama and kvevict lm eval --same-positions disagree"
+# the committed row of the whole text
+if [ -n "$QUICK" ]; then
+    :
+elif [ -f docs/data/llama-eval.jsonl ]; then
+    want=$(grep '"engine": "llama.cpp"' docs/data/llama-eval.jsonl |
+        grep '"policy": "h2o:budget=51,recent_window=32"' | sed 's/.*"bits_per_byte": \([^,]*\),.*/\1/')
+    kl eval --model "$M" --text models/heldout.txt --policy h2o --budget 51 --json --quiet \
+        -o "$W/full.jsonl" || bad "kvevict-llama eval on the held-out text"
+    got=$(grep '"policy": "h2o' "$W/full.jsonl" | sed 's/.*"bits_per_byte": \([^,]*\),.*/\1/')
+    awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d
+        printf "docs/data/llama-eval.jsonl h2o@51: committed %s, now %s\n", a, b
+        exit !(a != "" && b != "" && d <= 0.001) }' || bad "docs/data/llama-eval.jsonl drifted"
+else
+    bad "docs/data/llama-eval.jsonl is missing (make llama-docs)"
+fi
+
+# ---- generate: bounded memory, samples, sessions ----
+# docs/llama.cpp.md's three commands: llama.cpp's quantizer, then the generation
+kl quantize --model "$M" -o "$W/kjv-q8_0.gguf" --type Q8_0 2>"$W/err" || bad "quantize: $(cat "$W/err")"
+long=10000
+[ -n "$QUICK" ] && long=600
+kl generate --model "$W/kjv-q8_0.gguf" --prompt "In the beginning" -n $long --policy h2o --budget 64 --json \
+    >"$W/long.json" 2>"$W/err" || bad "a $long-token generation: $(cat "$W/err")"
+awk -v long=$long '{ p = $0; sub(/.*"positions": /, "", p); sub(/,.*/, "", p)
+       c = $0; sub(/.*"max_cells": /, "", c); sub(/,.*/, "", c)
+       x = $0; sub(/.*"n_ctx": /, "", x); sub(/[,}].*/, "", x)
+       printf "%d tokens at budget 64: %s positions, at most %s cells, a context of %s\n", long, p, c, x
+       exit !(p + 0 > long && c + 0 == 65 && x + 0 == 256) }' "$W/long.json" ||
+    bad "the long generation was not bounded"
+gen="--model $M --prompt And_God_said -n 80 --policy h2o:recent_window=8 --budget 24 --temp 0.9 --json"
+kl generate $gen --samples 3 --seed 5 2>/dev/null | sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//' >"$W/k3" ||
+    bad "--samples 3"
+for s in 5 6 7; do
+    kl generate $gen --seed $s 2>/dev/null
+done | sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//' >"$W/k1"
+[ "$(wc -l <"$W/k3")" -eq 3 ] && cmp -s "$W/k3" "$W/k1" || bad "--samples 3 differ from three separate runs"
+sess="--model $M --policy h2o:recent_window=8 --budget 24 --temp 0.9"
+kl generate $sess --seed 3 --prompt "And God said" -n 50 --session "$W/s.bin" >"$W/a1" 2>/dev/null ||
+    bad "--session (new)"
+cp "$W/s.bin" "$W/s0.bin"
+kl generate $sess -n 50 --session "$W/s.bin" >"$W/a2" 2>/dev/null || bad "--session (resumed)"
+kl generate $sess --seed 3 --prompt "And God said" -n 100 >"$W/b" 2>/dev/null || bad "uninterrupted"
+[ "$(cat "$W/a1" "$W/a2" | tr -d '\n')" = "$(tr -d '\n' <"$W/b")" ] ||
+    bad "a resumed session differs from an uninterrupted run"
+refuse() { # WHAT FILE ARGS...: exit 1, one line, FILE unchanged
+    what=$1 f=$2
+    shift 2
+    cp "$f" "$W/before"
+    kl "$@" >/dev/null 2>"$W/err"
+    rc=$?
+    [ "$rc" -eq 1 ] && [ "$(wc -l <"$W/err")" -eq 1 ] || bad "$what: exit $rc, stderr: $(cat "$W/err")"
+    cmp -s "$f" "$W/before" || bad "$what: the file changed"
+}
+cp "$W/s0.bin" "$W/c.bin"
+printf 'x' | dd of="$W/c.bin" bs=1 seek=700 conv=notrunc 2>/dev/null
+refuse "a corrupted session" "$W/c.bin" generate $sess -n 5 --session "$W/c.bin"
+head -c 3000 "$W/s0.bin" >"$W/t.bin"
+refuse "a truncated session" "$W/t.bin" generate $sess -n 5 --session "$W/t.bin"
+cp "$W/s0.bin" "$W/f.bin"
+refuse "another policy's session" "$W/f.bin" generate --model "$M" --policy tova --budget 24 -n 5 \
+    --session "$W/f.bin"
+refuse "a session without a policy" "$W/f.bin" generate --model "$M" -n 5 --session "$W/f.bin"
+cp "$M" "$W/notsession.bin"
+refuse "a GGUF as a session" "$W/notsession.bin" generate $sess -n 5 --session "$W/notsession.bin"
+
+# ---- bad input: one line, exit 1 ----
+head -c 20000 "$M" >"$W/trunc.gguf"
+printf 'not a model at all\n' >"$W/junk.gguf"
+refuse "a truncated GGUF" "$W/trunc.gguf" logits --model "$W/trunc.gguf" --tokens 1,2
+refuse "a file that is no GGUF" "$W/junk.gguf" logits --model "$W/junk.gguf" --tokens 1,2
+# a GGUF of an architecture llama.cpp does not know: general.architecture's value, patched
+perl -0777 -pe 's/(general\.architecture.{12})llama/$1llamx/s' "$M" >"$W/arch.gguf"
+cmp -s "$M" "$W/arch.gguf" && bad "the architecture patch changed nothing"
+refuse "a GGUF of an unknown architecture" "$W/arch.gguf" logits --model "$W/arch.gguf" --tokens 1,2
+grep -q 'llamx' "$W/err" || bad "an unknown architecture: the line does not name it: $(cat "$W/err")"
+refuse "a bad spec" "$M" logits --model "$M" --tokens 1,2 --policy nope
+refuse "a spec's bad key" "$M" logits --model "$M" --tokens 1,2 --policy h2o:bogus=1
+refuse "a budget above the context" "$M" eval --model "$M" --text "$W/text.txt" --policy h2o --budget 4096
+refuse "vnorm=1 (W_o v)" "$M" logits --model "$M" --tokens 1,2 --policy h2o:vnorm=1
+refuse "a token outside the vocabulary" "$M" logits --model "$M" --tokens 1,99999
+KVEVICT_LLAMA_LIB=$W/nowhere "$KL" logits --model "$M" --tokens 1,2 >/dev/null 2>"$W/err"
+rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l <"$W/err")" -eq 1 ] && grep -q 'libggml-base.so' "$W/err" ||
+    bad "a missing llama.cpp: exit $rc, stderr: $(cat "$W/err")"
+kl logits --model "$M" --tokens 1,2 --llama-lib "$W/nowhere" >/dev/null 2>&1
+[ $? -eq 1 ] || bad "--llama-lib of a folder without llama.cpp: not exit 1"
+kl logits --model "$M" --tokens 1,2 --bogus >/dev/null 2>&1
+[ $? -eq 2 ] || bad "an unknown option: not the usage exit 2"
+
+[ "$fail" -eq 0 ] && echo "test_llama: every check passed"
+exit "$fail"
