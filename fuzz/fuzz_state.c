@@ -9,7 +9,7 @@
  *   otherwise (made): the rest is a recipe: a policy type, budget, a
  *     parameter (recent_window / sinks), a history, a page size, the kind
  *     (a policy, or a bank of 1 to 4 heads, shared in groups of 2 when the
- *     policy can share), a key dimension, a seed and a number of steps. The
+ *     policy can share, or built with same_positions), a key dimension, a seed and a number of steps. The
  *     object is built and driven by a random workload from the seed (steps
  *     with attention and keys, evictions, removals), saved, and then the
  *     image is edited by the remaining bytes, four at a time (op, offset,
@@ -24,7 +24,8 @@
  *     (tests/state_image.h: one model per head) and the loaded object then
  *     take the same 48 calls (steps with attention and keys, evictions to
  *     and below the budget, shared evictions, removals and rewinds) with the
- *     same statuses and victims, and after each call hold the same state:
+ *     same statuses and victims (a same_positions bank's evictions against
+ *     ref_evict_same), and after each call hold the same state:
  *     the object's image read back equals the models', score bits included.
  * Any violation abort()s. KVE_FUZZ_TRACE=1 prints what was built.
  */
@@ -51,6 +52,7 @@ typedef struct world {
     kve_policy *p;          /* a policy's image, or */
     kve_bank *b;            /* a bank's */
     size_t heads, share, dim, budget, lo;
+    bool same;              /* a same_positions bank (a version 3 image) */
     ref_policy *r[MAXH];    /* head h's model */
     kve_rng g;              /* the calls' weights and keys */
     int32_t pos;            /* the next position (int32 arithmetic kept in range) */
@@ -145,7 +147,9 @@ static void call(world *w, uint8_t op)
             kve_status st = w->p ? kve_policy_evict(w->p, budget, vic, ldv, counts)
                                  : kve_bank_evict(w->b, budget, vic, ldv, counts);
             CHECK(st == KVE_OK);
-            for (size_t h = 0; h < w->heads; h++)
+            if (w->same)
+                CHECK(ref_evict_same(w->r, w->heads, budget, rv, ldv, rc) == 0);
+            for (size_t h = 0; !w->same && h < w->heads; h++)
                 CHECK(ref_evict(w->r[h], budget, rv + h * ldv, &rc[h]) == 0);
         }
         for (size_t h = 0; h < w->heads; h++) {
@@ -195,6 +199,8 @@ static void hold(kve_policy *p, kve_bank *b, const uint8_t *img, size_t n, fuzz_
     w.heads = (size_t)h.n_heads;
     w.share = (size_t)h.share;
     w.dim = (size_t)h.key_dim;
+    w.same = h.version == 3;
+    CHECK(!w.same || (b && kve_bank_same_positions(b)));
     CHECK(w.heads >= 1);
     if (w.heads > MAXH || w.dim > MAXD)
         return; /* more than the calls' buffers hold: the bytes were checked */
@@ -295,6 +301,7 @@ static uint8_t *made(fuzz_reader *in, size_t *n)
     kve_rng_seed(&r, seed);
     size_t heads = kind % 2 ? 1 + (size_t)(kind / 2) % MAXH : 0; /* 0: a policy */
     size_t share = heads >= 2 && heads % 2 == 0 && (kind & 8) ? 2 : 0;
+    int same = heads >= 2 && !share && (kind & 16);
     kve_policy *p = NULL;
     kve_bank *b = NULL;
     kve_policy_options po = kve_policy_default_options();
@@ -302,6 +309,7 @@ static uint8_t *made(fuzz_reader *in, size_t *n)
     kve_bank_options bo = kve_bank_default_options();
     bo.key_dim = dim;
     bo.share = share;
+    bo.same_positions = same;
     if (!heads) {
         CHECK(kve_policy_new_ex(spec, &r, &po, &p) == KVE_OK);
     } else if (kve_bank_new_ex(spec, heads, &r, &bo, &b) != KVE_OK) {
@@ -346,8 +354,8 @@ static uint8_t *made(fuzz_reader *in, size_t *n)
         }
     }
     if (trace_on)
-        fprintf(stderr, "made %s of \"%s\", %zu heads, share %zu, key_dim %zu, %zu steps\n",
-                p ? "a policy" : "a bank", spec, H, share, dim, steps);
+        fprintf(stderr, "made %s of \"%s\", %zu heads, share %zu, same %d, key_dim %zu, %zu "
+                "steps\n", p ? "a policy" : "a bank", spec, H, share, same, dim, steps);
     kve_status st = p ? kve_policy_save(p, NULL, 0, n) : kve_bank_save(b, NULL, 0, n);
     CHECK(st == KVE_OK);
     uint8_t *img = malloc(*n + 64);

@@ -7,8 +7,9 @@
 #              and refused policy and canonical-trace specs
 #   fuzz_api   binary programs for fuzz_api.c, a few per policy type
 #   fuzz_state recipes of state images for fuzz_state.c: every policy type as
-#              a policy, a bank and a shared bank, as made, edited and
-#              resealed, edited and not; raw bytes (the magic, junk)
+#              a policy, a bank, a shared bank and a same_positions bank, as
+#              made, edited and resealed, edited and not; raw bytes (the
+#              magic, junk)
 #   fuzz_npy   .npy files: valid v1/v2/v3, float32/float64, [T,T], [H,T,T],
 #              [L,H,T,T], then one malformed variant per header field,
 #              truncations, huge and overflowing shapes, wrong dtypes, Fortran
@@ -26,6 +27,8 @@
 #   fuzz_memory  in-memory arrays (shape, mode and body bytes; fuzz_memory.c):
 #              distributions, unnormalised and zero rows, NaN / -1 / infinite
 #              weights, raw float bits, the undefined flag
+#   fuzz_llama recipes of kvevict-llama's sequence states (fuzz_llama.c):
+#              made with and without a policy, edited; raw bytes
 #   fuzz_gguf  GGUF files from kvevict-convert (needs a build): every type,
 #              tied and untied, with and without a vocabulary, 16-bit norms;
 #              cut, big-endian, version 1 (also llama2.c version-2 seeds for
@@ -123,6 +126,20 @@ for type in 0 1 2 3 4 5 6 7 8 9 10; do
       # shellcheck disable=SC2086
       bytes $rec $edits $ops > "fuzz_state/s-$type-$kind-$mode"
     done
+  done
+done
+# Same-positions banks (kind 23: 4 heads, bit 16 set; version 3 images),
+# every type, as made and with two edits resealed; fixed bytes, so the
+# seeds above keep theirs.
+for type in 0 1 2 3 4 5 6 7 8 9 10; do
+  for mode in 1 21; do
+    rec="$mode $type $((5 + type * 3)) $((type * 7)) $((type * 11)) $type 23 3 $((type * 13 + 1)) 90"
+    edits=""
+    [ "$mode" != 1 ] && edits="0 $((type * 17)) 0 5 4 $((type * 29)) 0 255"
+    ops=""
+    for k in $(seq 1 48); do ops+=" $(( (k * 37 + type * 5) % 256 ))"; done
+    # shellcheck disable=SC2086
+    bytes $rec $edits $ops > "fuzz_state/s-same-$type-$mode"
   done
 done
 # Raw images: the magic alone, the magic and a header of zeros, junk.
@@ -451,6 +468,24 @@ done
 printf '%b' "$(oct 0 0)kvesess$(oct 0 1 0 0 0)" > fuzz_session/e-raw-magic
 printf '%b' "$(oct 0 5)" > fuzz_session/e-raw-empty
 printf '%b' "$(oct 0 2)not a session at all, just some text" > fuzz_session/e-raw-junk
+
+# ---- fuzz_llama ----
+# kvevict-llama's sequence states (fuzz_llama.c): mode, then the tokens
+# decoded; mode 1 with the policy, 3 without; bits 3-5 the edits (4 bytes
+# each); mode 0 raw bytes (16: into the sequence without a policy).
+mkdir -p fuzz_llama
+rm -f fuzz_llama/*
+printf '%b' "$(oct 1 20)" > fuzz_llama/made-policy-20
+printf '%b' "$(oct 3 20)" > fuzz_llama/made-none-20
+printf '%b' "$(oct 1 47)" > fuzz_llama/made-policy-48
+printf '%b' "$(oct 1 0)" > fuzz_llama/made-policy-1
+printf '%b' "$(oct 9 30 0 100 0 7)" > fuzz_llama/edit1-set
+printf '%b' "$(oct 17 30 1 10 0 3 5 200 1 9)" > fuzz_llama/edit2-flip-special
+printf '%b' "$(oct 25 25 2 50 1 0 4 90 0 2)" > fuzz_llama/edit3-truncate
+printf '%b' "$(oct 11 12 4 64 0 5)" > fuzz_llama/none-edit-special
+printf '%b' "$(oct 0)kvlseq$(oct 0 0 1 0 0 0)" > fuzz_llama/raw-magic
+printf '%b' "$(oct 0)not a sequence state" > fuzz_llama/raw-junk
+printf '%b' "$(oct 16)" > fuzz_llama/raw-empty-none
 
 echo "seeds: $(ls fuzz_spec | wc -l) spec, $(ls fuzz_api | wc -l) api, $(ls fuzz_state | wc -l) state, $(ls fuzz_npy | wc -l) npy," \
   "$(ls fuzz_qk | wc -l) qk, $(ls fuzz_memory | wc -l) memory, $(ls fuzz_checkpoint | wc -l) checkpoint," \

@@ -1331,7 +1331,7 @@ KVE_API double kve_bank_min_share(const kve_bank *b);
  *
  * The policy calls of "Lifecycle" (section 4), on every head at once: a
  * bank's clone, copy and image hold every head's state and the bank's
- * options (key_dim, share, min_share), and every head continues
+ * options (key_dim, share, min_share, same_positions), and every head continues
  * bit-identically, shared groups included (their shared evictions choose
  * the same victims). An engine that forks a sequence forks its bank; one
  * that saves a session saves the bank's image beside its KV cache. These
@@ -1347,8 +1347,8 @@ KVE_API kve_status kve_bank_clone(const kve_bank *b, kve_bank **out);
 
 /* As kve_policy_copy, for every head: dst takes src's exact state.
  * Refuses (KVE_EINVAL, nothing changed): NULL dst or src; banks that differ
- * in canonical spec, key_dim, heads, share or min_share (the message names
- * which).
+ * in canonical spec, key_dim, value_dim, query_group, rope, heads, share,
+ * min_share or same_positions (the message names which).
  * Memory: no allocation when every head of dst has at least as many slots
  * as the same head of src keeps positions, or with shared budgets every
  * group of dst at least as many slots as src's group: when dst is a clone
@@ -1372,9 +1372,11 @@ KVE_API kve_status kve_bank_remove(kve_bank *b, int32_t p0, int32_t p1);
 KVE_API void kve_bank_reset(kve_bank *b);
 
 /* As kve_policy_save: b's image, every head in head order (docs/api.md).
- * Its size is 72 + strlen(kve_bank_spec(b)) + 8 bytes, and for each head 64
- * bytes and its kept positions times the bytes of a slot (h2o: 12), e.g.
- * 10415 bytes for 8 heads of "h2o:budget=102" each at its budget.
+ * Its size is 72 + strlen(kve_bank_spec(b)) + 8 bytes (+ 48 for a bank
+ * with the methods' facts or state, + 56 for a same_positions bank:
+ * docs/api.md), and for each head 64 bytes and its kept positions times the
+ * bytes of a slot (h2o: 12), e.g. 10415 bytes for 8 heads of
+ * "h2o:budget=102" each at its budget.
  * Refuses as kve_policy_save (KVE_ERANGE: *size holds the bytes needed).
  * Reads b only; never allocates. O(size of the image). */
 KVE_API kve_status kve_bank_save(const kve_bank *b, void *buf, size_t cap, size_t *size);

@@ -36,8 +36,18 @@ if [ ! -f "$(clang --print-runtime-dir)/libclang_rt.fuzzer-$(uname -m).a" ]; the
   fi
 fi
 
+# fuzz_llama needs llama.cpp (kvevict-llama's): the node-llama-cpp that make
+# test fetched into build/_llama, or $KVEVICT_LLAMA_DIR.
+llama_dir=${KVEVICT_LLAMA_DIR:-$PWD/build/_llama}
+llama=()
+if [ -f "$llama_dir/node_modules/node-llama-cpp/package.json" ]; then
+  llama=(-DKVEVICT_LLAMA=ON "-DKVEVICT_LLAMA_DIR=$llama_dir")
+elif [[ " $targets " == *" fuzz_llama "* ]]; then
+  targets=$(printf '%s\n' $targets | grep -vx fuzz_llama | tr '\n' ' ')
+  echo "fuzz: fuzz_llama left out: no node-llama-cpp in $llama_dir (make test fetches it)" >&2
+fi
 CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DKVE_FUZZ=ON -DKVE_BUILD_TESTS=OFF \
-  >/dev/null || exit 1
+  "${llama[@]}" >/dev/null || exit 1
 # shellcheck disable=SC2086
 cmake --build "$build" -j "${JOBS:-2}" --target $targets >/dev/null || {
   echo "fuzz: build failed (rerun: cmake --build $build --target $targets)" >&2

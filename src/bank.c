@@ -637,6 +637,11 @@ KVE_ALWAYS_INLINE kve_status evict_heads(kve_bank *b, size_t first, size_t count
     if (!victims && ld_victims)
         return kve__fail(KVE_EINVAL, "%s: victims is NULL but %s is %zu", name, ld_name,
                          ld_victims);
+    if (b->same_positions && count) { /* one decision: the whole bank, in step */
+        kve_status st = check_evict_same(b, first, count);
+        if (st != KVE_OK)
+            return st;
+    }
     const bool never = (c->type->flags & KVE_TYPE_NEVER_EVICTS) != 0;
     /* pages: up to block - 1 past the need (policies without the key have block 0) */
     const size_t extra = c->params.block > 1 ? c->params.block - 1 : 0;
@@ -649,9 +654,6 @@ KVE_ALWAYS_INLINE kve_status evict_heads(kve_bank *b, size_t first, size_t count
                                   extra ? "up to " : "", most, ld_name, ld_victims);
     }
     if (b->same_positions && count) {
-        kve_status st = check_evict_same(b, first, count);
-        if (st != KVE_OK)
-            return st;
         evict_same(b, budget, victims, ld_victims, counts);
         return KVE_OK;
     }

@@ -91,7 +91,9 @@ size_t kve__combined_argmin(const kve_head *heads, size_t nh, size_t limit, cons
     size_t best = KVE_NONE;
     double best_score = 0.0;
     for (size_t i0 = 0; i0 < limit; i0 += BLOCK) {
-        const size_t m = limit - i0 < BLOCK ? limit - i0 : BLOCK;
+        size_t m = limit - i0;
+        if (m > BLOCK)
+            m = BLOCK;
         memcpy(sum, (const double *)heads[0].col[KVE_COL_SCORE] + i0, m * sizeof *sum);
         for (size_t h = 1; h < nh; h++) {
             const double *s = (const double *)heads[h].col[KVE_COL_SCORE] + i0;

@@ -171,6 +171,8 @@ struct kvl_engine {
     float *q, *k, *v;   /* (L, B, H, S), (L, B, G, S), (L, B, G, S): v only for values */
     unsigned char *got; /* (L) bit 0: Q, 1: K, 2: V of the layer seen */
     size_t *attended;   /* (B) cells token i attended in layer 0 (llama.cpp's mask) */
+    const struct ggml_tensor **qt;   /* (L) this decode's rotated queries, from the asks */
+    const struct ggml_tensor *mask;  /* this decode's attention mask, from the asks */
     unsigned char *mask_row; /* (n_ctx float32s) one row of that mask */
     size_t mask_cap;    /* its bytes */
     int mask_seen;
@@ -276,8 +278,17 @@ static void count_cells(kvl_engine *e, const struct ggml_tensor *m)
     }
 }
 
-/* llama.cpp's eval callback: asked for every node of the graph (ask), then
- * handed each node it was told yes to, once computed. */
+/* llama.cpp's eval callback: asked about every node of the graph (ask),
+ * then handed each node it was told yes to, once computed; each yes splits
+ * the graph's computation there (a synchronisation of llama.cpp's
+ * threads), so the engine says yes once a layer: to the rotated keys
+ * (Kcur-l, a ROPE). The rotated queries (Qcur-l) come before them in the
+ * graph and live until the layer's attention, so they are read at the
+ * keys' callback through the pointer the ask recorded; the mask, an input
+ * every layer's attention reads, likewise at a later layer's callback (or
+ * at layer 0's attention node when nothing else is asked for). Values
+ * (Vcur-l) come after the keys: a policy that reads them adds their own
+ * split. */
 static bool capture(struct ggml_tensor *t, bool ask, void *user)
 {
     kvl_engine *e = user;
@@ -289,18 +300,27 @@ static bool capture(struct ggml_tensor *t, bool ask, void *user)
     int wq = (e->reads & (KVE_READS_ATTN | KVE_READS_QUERIES)) != 0;
     int qk = wq || (e->reads & KVE_READS_KEYS) != 0;
     int rope = t->op == GGML_OP_ROPE;
-    if (ask)
-        return (wq && rope && lq >= 0) || (qk && rope && lk >= 0) ||
-               ((e->reads & KVE_READS_VALUES) && lv >= 0 && !is_view(t->op)) ||
-               (!e->mask_seen && attention_mask(t) != NULL);
+    if (ask) {
+        if (wq && rope && lq >= 0) {
+            e->qt[lq] = t; /* read with its layer's keys */
+            return false;
+        }
+        if (!e->mask && attention_mask(t)) {
+            e->mask = attention_mask(t);
+            return !qk || L == 1; /* else read at the next layer's keys */
+        }
+        return (qk && rope && lk >= 0) ||
+               ((e->reads & KVE_READS_VALUES) && lv >= 0 && !is_view(t->op));
+    }
     double t0 = now();
     size_t B = e->opt.batch, S = e->m->S, H = e->m->H, G = e->m->G;
-    if (wq && rope && lq >= 0) {
-        take(e, t, H, e->q + (size_t)lq * B * H * S, "rotated queries (Qcur)", lq);
-        e->got[lq] |= 1;
-    } else if (qk && rope && lk >= 0) {
+    if (qk && rope && lk >= 0) {
         take(e, t, G, e->k + (size_t)lk * B * G * S, "rotated keys (Kcur)", lk);
         e->got[lk] |= 2;
+        if (wq && e->qt[lk]) {
+            take(e, e->qt[lk], H, e->q + (size_t)lk * B * H * S, "rotated queries (Qcur)", lk);
+            e->got[lk] |= 1;
+        }
     } else if (lv >= 0 && !is_view(t->op)) {
         struct ggml_tensor v2 = *t; /* (G*S, tokens) or (S, G, tokens): the same floats */
         if (v2.ne[1] == (int64_t)e->n_tokens && v2.ne[2] == 1 && v2.ne[0] == (int64_t)(G * S)) {
@@ -309,8 +329,9 @@ static bool capture(struct ggml_tensor *t, bool ask, void *user)
         }
         take(e, &v2, G, e->v + (size_t)lv * B * G * S, "values (Vcur)", lv);
         e->got[lv] |= 4;
-    } else if (!e->mask_seen && attention_mask(t)) {
-        count_cells(e, attention_mask(t));
+    }
+    if (!e->mask_seen && e->mask) {
+        count_cells(e, e->mask);
         e->mask_seen = 1;
     }
     e->kv_seconds += now() - t0;
@@ -327,6 +348,7 @@ void kvl_engine_free(kvl_engine *e)
         e->api->llama_batch_free(e->batch);
     free(e->seqs);
     free(e->q), free(e->k), free(e->v), free(e->got), free(e->attended), free(e->mask_row);
+    free(e->qt);
     free(e->rows), free(e->tmp), free(e->victims), free(e->counts), free(e->used);
     free(e);
 }
@@ -377,8 +399,9 @@ kve_status kvl_engine_new(kvl_model *m, const kvl_options *o, kvl_engine **out)
         cp.cb_eval = capture;
         cp.cb_eval_user_data = e;
     }
-    int ok = (e->seqs = calloc(o->sequences, sizeof *e->seqs)) != NULL &&
-             (e->got = calloc(L, 1)) != NULL && (e->attended = calloc(B, sizeof(size_t))) != NULL;
+    int ok = (e->seqs = calloc(o->sequences, sizeof(kvl_seq *))) != NULL &&
+             (e->got = calloc(L, 1)) != NULL && (e->attended = calloc(B, sizeof(size_t))) != NULL &&
+             (e->qt = calloc(L, sizeof(const struct ggml_tensor *))) != NULL;
     if (ok && o->spec) {
         ok = (e->q = calloc(L * B * H * S, sizeof(float))) && (e->k = calloc(L * B * G * S, sizeof(float))) &&
              (e->v = calloc(L * B * G * S, sizeof(float))) && (e->rows = calloc(H * e->C, sizeof(float))) &&
@@ -651,6 +674,8 @@ static kve_status decode_batch(kvl_seq *s, const int32_t *tokens, size_t m, floa
     b->n_tokens = (int32_t)m;
     e->n_tokens = m;
     e->mask_seen = 0;
+    e->mask = NULL;
+    memset(e->qt, 0, m_->L * sizeof(const struct ggml_tensor *));
     e->bad[0] = '\0';
     memset(e->got, 0, m_->L);
     kvl_llama_error_clear();
@@ -665,9 +690,13 @@ static kve_status decode_batch(kvl_seq *s, const int32_t *tokens, size_t m, floa
         if (!lg)
             return kve_set_error(KVE_EIO, "llama.cpp gave no logits for token %zu of the batch",
                                  i);
-        if (lg && logits)
+        for (size_t v = 0; v < m_->V; v++)
+            if (!isfinite(lg[v]))
+                return kve_set_error(KVE_EIO, "llama.cpp's logit %zu at position %d is not "
+                                     "finite", v, s->pos + (int32_t)i);
+        if (logits)
             memcpy(logits + i * m_->V, lg, m_->V * sizeof(float));
-        if (lg && i + 1 == m)
+        if (i + 1 == m)
             memcpy(s->logits, lg, m_->V * sizeof(float));
     }
     double t0 = now();
@@ -754,7 +783,7 @@ typedef struct wbuf {
 
 static void put(wbuf *w, const void *src, size_t n)
 {
-    if (w->p && w->at + n <= w->cap)
+    if (n && w->p && w->at + n <= w->cap)
         memcpy(w->p + w->at, src, n);
     w->at += n;
 }
@@ -861,18 +890,62 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* llama.cpp's state of one sequence (this release's layout: its magic, the
- * sequence, one stream, the cells: position, sequences, id) holds exactly
- * the positions want[0 .. n) (ascending), each once. */
-static kve_status check_llama_state(const unsigned char *p, size_t size, const int32_t *want,
-                                    size_t n)
+/* Whether a cache element of ggml type t (F32 0, F16 1, BF16 30) is finite. */
+static int finite_elt(int32_t t, const unsigned char *p)
 {
-    rbuf r = {p, 0, size};
+    if (t == 0) {
+        float x;
+        memcpy(&x, p, 4);
+        return isfinite(x);
+    }
+    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+    return t == 1 ? (h & 0x7C00u) != 0x7C00u : (h & 0x7F80u) != 0x7F80u;
+}
+
+/* Reads one layer's rows of one kind (K or V) of llama.cpp's state: its
+ * type, then (not transposed) the row size and cells rows, or (V
+ * transposed) the element size, the width and width x cells elements;
+ * each checked against the model (G*S wide, a float type) and finite. */
+static kve_status state_rows(rbuf *r, const char *what, size_t l, int transposed, size_t cells,
+                             size_t width)
+{
+    uint32_t t = 0, el = 0, w = 0;
+    uint64_t row = 0;
+    if (!get_u32(r, &t) || (t != 0 && t != 1 && t != 30))
+        return kve_set_error(KVE_EFORMAT, "session: llama.cpp's state: layer %zu's %s are of "
+                             "ggml type %u, not float32, float16 or bfloat16", l, what,
+                             (unsigned)t);
+    size_t esize = t == 0 ? 4 : 2;
+    if (!transposed ? !get_u64(r, &row) || row != esize * width
+                    : !get_u32(r, &el) || el != esize || !get_u32(r, &w) || w != width)
+        return kve_set_error(KVE_EFORMAT, "session: llama.cpp's state: layer %zu's %s are not "
+                             "rows of %zu elements", l, what, width);
+    const unsigned char *p = take_bytes(r, cells * width * esize);
+    if (!p)
+        return kve_set_error(KVE_EFORMAT, "session: llama.cpp's state: layer %zu's %s are cut "
+                             "off", l, what);
+    for (size_t i = 0; i < cells * width; i++)
+        if (!finite_elt((int32_t)t, p + i * esize))
+            return kve_set_error(KVE_EFORMAT, "session: llama.cpp's state: layer %zu's %s hold "
+                                 "a value that is not finite", l, what);
+    return KVE_OK;
+}
+
+/* llama.cpp's state of one sequence, this release's layout read whole (its
+ * magic, the sequence, one stream, the cells: position, sequences, id; the
+ * layout of V, the layers; each layer's keys, then each layer's values)
+ * before llama.cpp reads it: it holds exactly the positions want[0 .. n)
+ * (ascending), each once, rows of the model's width, every value finite,
+ * and nothing after them. */
+static kve_status check_llama_state(const unsigned char *p, size_t size, const int32_t *want,
+                                    size_t n, const kvl_model *m)
+{
+    rbuf r = {p, 0, p ? size : 0};
     uint32_t magic = 0, seq = 0, streams = 0, cells = 0;
-    if (!get_u32(&r, &magic) || magic != LLAMA_IO_MAGIC || !get_u32(&r, &seq) ||
+    if (!p || !get_u32(&r, &magic) || magic != LLAMA_IO_MAGIC || !get_u32(&r, &seq) ||
         !get_u32(&r, &streams) || streams != 1 || !get_u32(&r, &cells))
         return kve_set_error(KVE_EFORMAT, "session: llama.cpp's state: not one stream of this "
-                             "release (magic %#x)", size >= 4 ? (unsigned)p[0] | p[1] << 8 |
+                             "release (magic %#x)", p && size >= 4 ? (unsigned)p[0] | p[1] << 8 |
                              p[2] << 16 | (unsigned)p[3] << 24 : 0u);
     if (cells != n)
         return kve_set_error(KVE_EFORMAT, "session: llama.cpp's state holds %lu cells, kvevict "
@@ -896,6 +969,45 @@ static kve_status check_llama_state(const unsigned char *p, size_t size, const i
                                    "where kvevict keeps %d", pos[i], want[i]);
     }
     free(pos);
+    uint32_t v_trans = 0, layers = 0;
+    if (st == KVE_OK && n && (!get_u32(&r, &v_trans) || v_trans > 1 || !get_u32(&r, &layers) ||
+                              layers != m->L))
+        st = kve_set_error(KVE_EFORMAT, "session: llama.cpp's state: not %zu layers of keys and "
+                           "values", m->L);
+    for (int kind = 0; st == KVE_OK && n && kind < 2; kind++)
+        for (size_t l = 0; st == KVE_OK && l < m->L; l++)
+            st = state_rows(&r, kind ? "values" : "keys", l, kind && v_trans, n, m->G * m->S);
+    if (st == KVE_OK && r.at != size)
+        st = kve_set_error(KVE_EFORMAT, "session: llama.cpp's state: %zu bytes after its "
+                           "values", size - r.at);
+    return st;
+}
+
+/* Whether a loaded bank is one this engine's sequences run: the options of
+ * the bank it builds (kve_bank_copy names what differs: key_dim, value_dim,
+ * query_group, the rope), and a step at the next position accepted by a
+ * copy of it (every head at the same last position, below pos), with NULL
+ * attention and zero keys, queries and values. */
+static kve_status trial(const kvl_engine *e, const kve_bank *bank, int32_t pos)
+{
+    const kvl_model *m = e->m;
+    const size_t LG = m->L * m->G;
+    kve_bank *copy = NULL;
+    float *zero = calloc(LG * (m->R + 2) * m->S, sizeof *zero);
+    kve_status st = zero ? make_bank(e, &copy) : KVE_ENOMEM;
+    if (st == KVE_OK && (st = kve_bank_copy(copy, bank)) == KVE_OK) {
+        kve_step_data d = kve_step_default_data();
+        d.keys = zero, d.ld_keys = m->S;
+        d.queries = zero, d.ld_queries = m->S;
+        d.values = zero, d.ld_values = m->S;
+        st = kve_bank_step_data(copy, 0, LG, pos, &d);
+    }
+    if (!zero)
+        st = kve_set_error(KVE_ENOMEM, "session: out of memory for a trial step");
+    else if (st != KVE_OK)
+        st = kve_set_error(KVE_EFORMAT, "session: the bank: %s", kve_last_error());
+    kve_bank_free(copy);
+    free(zero);
     return st;
 }
 
@@ -934,7 +1046,7 @@ kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size)
                              "'%s'", (int)spec_len, (const char *)spec,
                              e->opt.spec ? e->opt.spec : "none");
     if (pos > (uint64_t)INT32_MAX || n > e->C || (e->opt.spec && n > e->budget) ||
-        (!e->opt.spec && n != 0) || max_cells > pos)
+        (!e->opt.spec && (n != 0 || pos > kvl_engine_n_ctx(e))) || max_cells > pos)
         return kve_set_error(KVE_EFORMAT, "session: position %llu, %llu kept and %llu cells at "
                              "most do not fit this run (budget %zu)", (unsigned long long)pos,
                              (unsigned long long)n, (unsigned long long)max_cells, e->budget);
@@ -942,21 +1054,28 @@ kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size)
     if (!img)
         return kve_set_error(KVE_EFORMAT, "session: the bank's image is cut off");
     kve_bank *bank = NULL;
+    kve_status st = KVE_OK;
     if (e->opt.spec) {
-        kve_status st = kve_bank_load(img, bank_bytes, NULL, &bank);
+        st = kve_bank_load(img, bank_bytes, NULL, &bank);
         if (st != KVE_OK)
             return kve_set_error(KVE_EFORMAT, "session: the bank: %s", kve_last_error());
         const int32_t *bp = kve_bank_positions(bank, 0);
+        /* llama.cpp's cells end at the newest position (the engine never
+         * evicts it), from which the next batch must go on */
         int ok = kve_bank_same_positions(bank) && kve_bank_heads(bank) == L * G &&
                  strcmp(kve_bank_spec(bank), e->opt.spec) == 0 && kve_bank_size(bank, 0) == n &&
-                 (n == 0 || bp[n - 1] < (int32_t)pos);
-        if (ok) /* a bank that can take the next step: every head at the same position */
-            ok = kve_bank_evict(bank, e->budget, NULL, 0, NULL) == KVE_OK;
+                 (n ? bp[n - 1] == (int32_t)pos - 1 : pos == 0);
         if (!ok) {
+            kve_set_error(KVE_EFORMAT, "session: the bank is not one this run could have made: "
+                          "%zu heads (this model: %zu) of '%s', %zu kept, the next position "
+                          "%llu", kve_bank_heads(bank), L * G, kve_bank_spec(bank), (size_t)n,
+                          (unsigned long long)pos);
             kve_bank_free(bank);
-            return kve_set_error(KVE_EFORMAT, "session: the bank is not this run's: %zu heads "
-                                 "of '%s', %zu kept", kve_bank_heads(bank) ? L * G : 0,
-                                 kve_bank_spec(bank), (size_t)n);
+            return KVE_EFORMAT;
+        }
+        if ((st = trial(e, bank, (int32_t)pos)) != KVE_OK) {
+            kve_bank_free(bank);
+            return st;
         }
     } else if (bank_bytes) {
         return kve_set_error(KVE_EFORMAT, "session: a bank without a policy");
@@ -966,10 +1085,11 @@ kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size)
     const unsigned char *ls = keys && get_u64(&r, &llama_bytes) ? take_bytes(&r, llama_bytes)
                                                                  : NULL;
     const unsigned char *lg = ls ? take_bytes(&r, m->V * sizeof(float)) : NULL;
-    kve_status st = KVE_OK;
-    if (!lg || r.at != size)
-        st = kve_set_error(KVE_EFORMAT, "session: %s", !lg ? "the keys, llama.cpp's state or "
-                           "the logits are cut off" : "bytes after the logits");
+    if (!keys || !ls || !lg || r.at != size) {
+        kve_bank_free(bank);
+        return kve_set_error(KVE_EFORMAT, "session: %s", !lg ? "the keys, llama.cpp's state or "
+                             "the logits are cut off" : "bytes after the logits");
+    }
     for (size_t i = 0; st == KVE_OK && i < key_floats + m->V; i++) {
         float x;
         memcpy(&x, i < key_floats ? keys + 4 * i : lg + 4 * (i - key_floats), 4);
@@ -985,7 +1105,8 @@ kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size)
         for (size_t i = 0; want && i < (e->opt.spec ? n : pos); i++)
             want[i] = e->opt.spec ? kve_bank_positions(bank, 0)[i] : (int32_t)i;
         if (want)
-            st = check_llama_state(ls, llama_bytes, want, e->opt.spec ? (size_t)n : (size_t)pos);
+            st = check_llama_state(ls, llama_bytes, want, e->opt.spec ? (size_t)n : (size_t)pos,
+                                   m);
         free(want);
     }
     if (st == KVE_OK && e->api->llama_state_seq_set_data(e->ctx, ls, llama_bytes, s->id) !=

@@ -112,9 +112,10 @@ kve_status kvl_seq_copy(kvl_seq *dst, const kvl_seq *src);
 /* Decodes tokens[0 .. n) at the sequence's next positions, batch by batch,
  * evicting after each. logits: (n, V) every token's logits, or NULL (only
  * the last token's, kvl_seq_logits). KVE_EINVAL for a token outside the
- * vocabulary (nothing decoded); KVE_EIO when llama_decode fails or
- * llama.cpp's attended cells disagree with the kept set; KVE_EINVAL from a
- * policy. After a failure the sequence is broken (reset it). */
+ * vocabulary (nothing decoded); KVE_EIO when llama_decode fails, its
+ * logits are not finite (an activation overflowed) or llama.cpp's attended
+ * cells disagree with the kept set; KVE_EINVAL from a policy. After a
+ * failure the sequence is broken (reset it). */
 kve_status kvl_decode(kvl_seq *s, const int32_t *tokens, size_t n, float *logits);
 
 const float *kvl_seq_logits(const kvl_seq *s); /* (V) after the last token */
@@ -131,8 +132,10 @@ const kve_bank *kvl_seq_bank(const kvl_seq *s); /* NULL without a policy */
 kve_status kvl_seq_save(const kvl_seq *s, void *buf, size_t cap, size_t *size);
 /* Restores a state kvl_seq_save wrote into s, an empty sequence of an
  * engine of the same model and options: every part validated before
- * llama.cpp's is restored (KVE_EFORMAT naming the part); KVE_EINVAL when
- * it is another spec's. */
+ * llama.cpp's is restored, llama.cpp's own bytes included (this release's
+ * layout: its cells the bank's positions, rows of the model's width, every
+ * key and value finite, nothing after them), KVE_EFORMAT naming the part;
+ * KVE_EINVAL when it is another model's or spec's. On failure s is empty. */
 kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size);
 
 #endif /* KVL_ENGINE_H */

@@ -317,6 +317,9 @@ static int llama_eval(int argc, char **argv)
                   model.n_ctx_train);
     const size_t chunk = model.n_ctx_train - 1, W = (n_ids + chunk - 1) / chunk;
     const int32_t bos = api.llama_vocab_bos(model.vocab);
+    if (bos < 0 || (size_t)bos >= model.V)
+        die_input("--model %s: no BOS token, which eval's windows begin with (kvevict lm "
+                  "eval's protocol)", c.model);
     size_t nb = n_budgets ? n_budgets : 1, n_jobs = 1 + n_specs * nb;
     ejob *jobs = xcalloc(n_jobs, sizeof *jobs);
     for (size_t b = 0, j = 1; b < nb; b++)
@@ -469,9 +472,9 @@ static const char generate_usage[] =
     "  --policy SPEC       kvevict's policy (default: none, every cell kept)\n"
     "  --budget B          positions kept (default: the spec's), or P% of the context\n"
     "  --samples K         decode the prompt once, fork it into K sequences of one\n"
-    "                      context (llama_memory_seq_cp and kve_bank_clone) and sample\n"
+    "                      context (llama_memory_seq_cp and kve_bank_copy) and sample\n"
     "                      each with seed --seed + k; each equals a separate run with\n"
-    "                      its seed\n"
+    "                      its seed (random's generator: the prompt's, --seed)\n"
     "  --session FILE      continue the session in FILE if it exists (--prompt is\n"
     "                      appended to it), then save llama.cpp's sequence state, the\n"
     "                      bank's image, the tokens and the sampler in FILE (written to a\n"
@@ -709,9 +712,15 @@ static int llama_generate(int argc, char **argv)
             fclose(probe);
         }
     }
+    int32_t bos = api.llama_vocab_bos(model.vocab);
+    if (add_bos && (bos < 0 || (size_t)bos >= model.V))
+        die_input("--model %s: it asks for a BOS token but names none in its vocabulary",
+                  c.model);
     kvl_engine *e = new_engine(run, &c, K, cells, a.seed);
     kvl_seq *s0 = new_seq(e, 0);
     int resumed = session && resume(session, s0, &h0, &rng);
+    if (!resumed && !add_bos && !n_prompt)
+        die_input("--prompt is empty and %s has no BOS: nothing to continue from", c.model);
     if (resumed && seed_given)
         kve_rng_seed(&rng, a.seed);
     double start = now_s();
@@ -719,15 +728,13 @@ static int llama_generate(int argc, char **argv)
     int32_t *all = xmalloc((n_prompt + 1) * sizeof *all);
     size_t n_all = 0;
     if (!resumed && add_bos)
-        all[n_all++] = api.llama_vocab_bos(model.vocab);
+        all[n_all++] = bos;
     memcpy(all + n_all, ids, n_prompt * sizeof *ids);
     n_all += n_prompt;
     if (n_all)
         decode_or_die(s0, all, n_all, NULL);
     for (size_t i = 0; i < n_all; i++)
         push(&h0, all[i]);
-    if (!resumed && !n_all)
-        die_usage("an empty --prompt and a model without BOS leave nothing to continue from");
     size_t decoded = n_all;
     sample *smp = xcalloc(K, sizeof *smp);
     for (size_t k = 0; k < K; k++) {
@@ -777,8 +784,10 @@ static int llama_generate(int argc, char **argv)
         FILE *mem = open_memstream(&txt, &len);
         if (!mem)
             die_input("out of memory");
-        for (size_t i = 0; i < x->n_made; i++)
-            fwrite(pbuf, 1, piece(x->made[i], pbuf, sizeof pbuf), mem);
+        for (size_t i = 0; i < x->n_made; i++) {
+            size_t np = piece(x->made[i], pbuf, sizeof pbuf);
+            fwrite(pbuf, 1, np, mem);
+        }
         fclose(mem);
         if (a.format == FMT_JSON) {
             printf("{\"sample\": %zu, \"seed\": %llu, \"tokens\": [", k,
@@ -897,7 +906,10 @@ static const char bench_usage[] =
     "checked.\n"
     "\n"
     "  --policy LIST       policies (default: h2o,streaming)\n"
-    "  --budget B          every policy's budget (default 512)\n"
+    "  --budget B|P%       every policy's budget (default 512, or half the context of a\n"
+    "                      model of at most 512 positions)\n"
+    "  --batch N           tokens a llama_decode of the prompt takes (default: P, at\n"
+    "                      most 512)\n"
     COMMON_USAGE;
 
 static const opt_def bench_own[] = {COMMON_OPTS, {"prompt-tokens", 0, OPT_VALUE},
