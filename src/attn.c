@@ -25,6 +25,10 @@
  * plain C below vectorise without changing a bit: the compiler is given one
  * function per instruction set (the same text inlined into three targets)
  * and must not reassociate or fuse (-ffp-contract=off, no -ffast-math).
+ * AVX-512 has its own passes one and two (softmax_row16: sixteen keys' dot
+ * products reduced together, sixteen exponentials at once), the same
+ * operations in the same order; tests/test_attn.c holds every path to the
+ * portable one's bits.
  *
  * Invariants: nothing is allocated; the row is written in three passes over
  * out (logits, exponentials, normalisation); the keys are read once.
@@ -78,27 +82,13 @@ KVE_ALWAYS_INLINE float exp_nonpositive(float x)
     return x < -87.3f ? 0.0f : p * scale;
 }
 
-/* The three passes; returns KVE_NONE, or the first key whose logit is not
- * finite (out then holds unspecified values). */
-KVE_ALWAYS_INLINE size_t softmax_row(const float *q, const float *keys, size_t n, size_t d,
-                                     size_t ld, float scale, float *out)
+/* Passes two and three (exponentials and their sum, normalisation) over
+ * the logits out[0 .. n) whose largest is m; the exponentials of out[0 ..
+ * from) are already in place, their sums in acc (lane j: the indices j mod
+ * SUM_LANES; from is a multiple of SUM_LANES). */
+KVE_ALWAYS_INLINE void softmax_tail(size_t n, float m, float *out, size_t from, double *acc)
 {
-    float m = -FLT_MAX;
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        float l = scale * dot(q, keys + i * ld, d);
-        out[i] = l;
-        bad |= !(l - l == 0.0f); /* NaN or infinite */
-        m = l > m ? l : m;
-    }
-    if (bad) {
-        size_t i = 0;
-        while (out[i] - out[i] == 0.0f)
-            i++;
-        return i;
-    }
-    double acc[SUM_LANES] = {0};
-    size_t i = 0;
+    size_t i = from;
     for (; i + SUM_LANES <= n; i += SUM_LANES)
         for (size_t j = 0; j < SUM_LANES; j++) {
             float e = exp_nonpositive(out[i + j] - m);
@@ -116,14 +106,147 @@ KVE_ALWAYS_INLINE size_t softmax_row(const float *q, const float *keys, size_t n
     const double s = acc[0];
     for (size_t k = 0; k < n; k++)
         out[k] = (float)((double)out[k] / s);
+}
+
+/* The first key from `from` whose logit in out is not finite. */
+static size_t first_bad(const float *out, size_t from)
+{
+    size_t i = from;
+    while (out[i] - out[i] == 0.0f)
+        i++;
+    return i;
+}
+
+/* Pass one for keys from..n: logits into out; the largest of them and of *m
+ * into *m; whether one is not finite. */
+KVE_ALWAYS_INLINE int logits_row(const float *q, const float *keys, size_t from, size_t n,
+                                 size_t d, size_t ld, float scale, float *out, float *m)
+{
+    float mx = *m;
+    int bad = 0;
+    for (size_t i = from; i < n; i++) {
+        float l = scale * dot(q, keys + i * ld, d);
+        out[i] = l;
+        bad |= !(l - l == 0.0f); /* NaN or infinite */
+        mx = l > mx ? l : mx;
+    }
+    *m = mx;
+    return bad;
+}
+
+/* The three passes; returns KVE_NONE, or the first key whose logit is not
+ * finite (out then holds unspecified values). */
+KVE_ALWAYS_INLINE size_t softmax_row(const float *q, const float *keys, size_t n, size_t d,
+                                     size_t ld, float scale, float *out)
+{
+    float m = -FLT_MAX;
+    if (logits_row(q, keys, 0, n, d, ld, scale, out, &m))
+        return first_bad(out, 0);
+    double acc[SUM_LANES] = {0};
+    softmax_tail(n, m, out, 0, acc);
     return KVE_NONE;
 }
+
+#if KVE_X86
+/* AVX-512's pass one, sixteen keys at a time when d is a multiple of 16:
+ * each key's sixteen partial sums in one register, exactly dot()'s (a zero
+ * start, products added chunk by chunk), then the sixteen registers reduced
+ * together, each step dot()'s for every key at once: the upper eight lanes
+ * onto the lower eight (w = 8), then 4, 2 and 1, by shuffles that pair two
+ * keys' halves in one register. Addition commutes bit for bit, so the
+ * result is dot()'s; the largest logit is order-free (a signed zero's sign
+ * cannot reach an exponential: x - 0 and x + 0 differ only at x = 0, where
+ * both give 1). Keys past the last sixteen take logits_row. */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 fold_blocks(__m512 a, __m512 b, int lo, int hi)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, lo), _mm512_shuffle_f32x4(a, b, hi));
+}
+
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 dots16(const float *q, const float *k, size_t d,
+                                                   size_t ld)
+{
+    __m512 a[16];
+    for (int i = 0; i < 16; i++)
+        a[i] = _mm512_setzero_ps();
+    for (size_t c = 0; c < d; c += 16) {
+        const __m512 qc = _mm512_loadu_ps(q + c);
+        for (int i = 0; i < 16; i++)
+            a[i] = _mm512_add_ps(a[i], _mm512_mul_ps(qc, _mm512_loadu_ps(k + (size_t)i * ld + c)));
+    }
+    __m512 b[8], c4[4], e2[2];
+    for (int i = 0; i < 8; i++) /* w = 8: keys 2i, 2i+1 in the halves */
+        b[i] = fold_blocks(a[2 * i], a[2 * i + 1], 0x44, 0xEE);
+    for (int i = 0; i < 4; i++) /* w = 4: keys 4i .. 4i+3 in the 128-bit blocks */
+        c4[i] = fold_blocks(b[2 * i], b[2 * i + 1], 0x88, 0xDD);
+    for (int i = 0; i < 2; i++) /* w = 2: block j has keys 8i+j, 8i+4+j, two lanes each */
+        e2[i] = _mm512_add_ps(_mm512_shuffle_ps(c4[2 * i], c4[2 * i + 1], 0x44),
+                              _mm512_shuffle_ps(c4[2 * i], c4[2 * i + 1], 0xEE));
+    /* w = 1: lane 4j + s holds key 4s + j */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(e2[0], e2[1], 0x88),
+                                   _mm512_shuffle_ps(e2[0], e2[1], 0xDD));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, r);
+}
+
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t softmax_row16(const float *q, const float *keys,
+                                                          size_t n, size_t d, size_t ld,
+                                                          float scale, float *out)
+{
+    if (d % 16 != 0)
+        return softmax_row(q, keys, n, d, ld, scale, out);
+    const __m512 sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
+    __m512 mx = _mm512_set1_ps(-FLT_MAX);
+    __mmask16 finite = 0xFFFF;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 l = _mm512_mul_ps(sc, dots16(q, keys + i * ld, d, ld));
+        _mm512_storeu_ps(out + i, l);
+        finite &= _mm512_cmp_ps_mask(_mm512_sub_ps(l, l), zero, _CMP_EQ_OQ);
+        mx = _mm512_max_ps(mx, l);
+    }
+    float m = _mm512_reduce_max_ps(mx);
+    if (finite != 0xFFFF || logits_row(q, keys, i, n, d, ld, scale, out, &m))
+        return first_bad(out, 0);
+    /* exp_nonpositive, sixteen at a time, operation for operation; the
+     * sums' lanes are SUM_LANES, so the lower eight go in first */
+    const __m512 big = _mm512_set1_ps(0x1.8p23f), lowest = _mm512_set1_ps(-87.3f);
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512d acc = _mm512_setzero_pd();
+    for (i = 0; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_sub_ps(_mm512_loadu_ps(out + i), mv);
+        const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+        const __m512 k = _mm512_sub_ps(_mm512_add_ps(t, big), big);
+        const __m512 r =
+            _mm512_sub_ps(_mm512_sub_ps(x, _mm512_mul_ps(k, _mm512_set1_ps(0.693145751953125f))),
+                          _mm512_mul_ps(k, _mm512_set1_ps(1.428606765330187045e-6f)));
+        __m512 p = _mm512_set1_ps(1.0f / 5040);
+        static const float horner[] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f,
+                                       1.0f};
+        for (size_t c = 0; c < sizeof horner / sizeof horner[0]; c++)
+            p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(horner[c]));
+        const __mmask16 normal = _mm512_cmp_ps_mask(x, lowest, _CMP_NLT_UQ);
+        const __m512i bits = _mm512_slli_epi32(
+            _mm512_add_epi32(_mm512_cvttps_epi32(k), _mm512_set1_epi32(127)), 23);
+        const __m512 e = _mm512_maskz_mul_ps(normal, p, _mm512_castsi512_ps(bits));
+        _mm512_storeu_ps(out + i, e);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    double sums[SUM_LANES];
+    _mm512_storeu_pd(sums, acc);
+    softmax_tail(n, m, out, i, sums);
+    return KVE_NONE;
+}
+#define SOFTMAX_KV8 softmax_row16
+#else
+#define SOFTMAX_KV8 softmax_row
+#endif
 
 KVE_PER_ISA(softmax_in, size_t,
             (const float *q, const float *keys, size_t n, size_t d, size_t ld, float scale,
              float *out),
             softmax_row(q, keys, n, d, ld, scale, out), softmax_row(q, keys, n, d, ld, scale, out),
-            softmax_row(q, keys, n, d, ld, scale, out))
+            SOFTMAX_KV8(q, keys, n, d, ld, scale, out))
 
 static size_t softmax(const float *q, const float *keys, size_t n, size_t d, size_t ld,
                       float scale, float *out)

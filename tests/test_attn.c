@@ -181,26 +181,46 @@ static void test_single_key_is_one(void)
     ASSERT_TRUE(out[0] == 7.0f);
 }
 
-/* Every instruction set writes the same bits. */
+/* Every instruction set writes the same bits, and names the same first
+ * non-finite key: head sizes that are and are not multiples of 16 (AVX-512
+ * takes sixteen keys at a time when d is one), key counts around 16, padded
+ * rows. */
 static void test_every_path_same_bits(void)
 {
+    static const size_t ds[] = {16, 64, 100, 128};
+    static const size_t ns[] = {1, 15, 16, 17, 48, 333};
     kve_rng g;
     kve_rng_seed(&g, check_seed + 2);
-    const size_t d = 100, n = 333;
-    fill(&g, q, d, 3.0f);
-    fill(&g, keys, n * d, 3.0f);
-    ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
-    ASSERT_OK(kve_attn_row(q, d, keys, d, n, 0.1f, again));
-    int paths = 0;
-    for (int isa = KVE_ISA_AVX2; isa < KVE_ISA_COUNT; isa++) {
-        if (!kve__isa_force((kve_isa)isa))
-            continue;
-        ASSERT_OK(kve_attn_row(q, d, keys, d, n, 0.1f, out));
-        ASSERT_TRUE(memcmp(out, again, n * sizeof(float)) == 0);
-        paths++;
-    }
+    int paths = 0, cases = 0;
+    for (size_t a = 0; a < sizeof ds / sizeof ds[0]; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++) {
+            const size_t d = ds[a], n = ns[b], ld = d + (b % 2 ? 0 : 3);
+            fill(&g, q, d, 3.0f);
+            fill(&g, keys, n * ld, 3.0f);
+            ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
+            ASSERT_OK(kve_attn_row(q, d, keys, ld, n, 0.1f, again));
+            for (int isa = KVE_ISA_AVX2; isa < KVE_ISA_COUNT; isa++) {
+                if (!kve__isa_force((kve_isa)isa))
+                    continue;
+                ASSERT_OK(kve_attn_row(q, d, keys, ld, n, 0.1f, out));
+                ASSERT_TRUE(memcmp(out, again, n * sizeof(float)) == 0);
+                paths += a == 0 && b == 0;
+            }
+            /* one key's logit made infinite: every path names it */
+            const size_t bad = (size_t)kve_rng_below(&g, n);
+            keys[bad * ld + (size_t)kve_rng_below(&g, d)] = INFINITY;
+            for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
+                if (!kve__isa_force((kve_isa)isa))
+                    continue;
+                ASSERT_TRUE(kve_attn_row(q, d, keys, ld, n, 0.1f, out) == KVE_EINVAL);
+                char want[64];
+                snprintf(want, sizeof want, "the logit of key %zu is not finite", bad);
+                ASSERT_TRUE(strstr(kve_last_error(), want) != NULL);
+            }
+            cases++;
+        }
     kve__isa_force(KVE_ISA_COUNT);
-    printf("  %d vector path(s) compared\n", paths);
+    printf("  %d vector path(s) compared on %d shapes\n", paths, cases);
 }
 
 /* The bank layout: row j*group + g is the softmax of query j*group + g over
