@@ -1348,7 +1348,8 @@ KVE_API kve_status kve_bank_clone(const kve_bank *b, kve_bank **out);
 /* As kve_policy_copy, for every head: dst takes src's exact state.
  * Refuses (KVE_EINVAL, nothing changed): NULL dst or src; banks that differ
  * in canonical spec, key_dim, value_dim, query_group, rope, heads, share,
- * min_share or same_positions (the message names which).
+ * min_share (only with shared heads: without them it does nothing) or
+ * same_positions (the message names which).
  * Memory: no allocation when every head of dst has at least as many slots
  * as the same head of src keeps positions, or with shared budgets every
  * group of dst at least as many slots as src's group: when dst is a clone

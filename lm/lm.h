@@ -492,8 +492,10 @@ kve_status lm_state_reset(lm_state *s);
 /* One decode step: token at position s->pos, then s->pos++; the logits (V)
  * for the next token are in s->logits. Refuses KVE_EINVAL (nothing changed)
  * for a token outside [0, V) or a position past INT32_MAX; KVE_ENOMEM when a
- * cache cannot grow, KVE_EINVAL when a policy refuses the attention (a NaN
- * from the weights): both leave the state broken until lm_state_reset. */
+ * cache cannot grow, which changes nothing (the same call may be retried,
+ * and the run then goes on bit for bit as one that never failed:
+ * tests/test_lm.c); KVE_EINVAL when a policy refuses the attention (a NaN
+ * from the weights), which leaves the state broken until lm_state_reset. */
 kve_status lm_forward(lm_state *s, int32_t token);
 
 /* Prefill: decodes the prompt tokens[0 .. n) from position 0 of a fresh

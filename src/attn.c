@@ -157,9 +157,18 @@ KVE_ALWAYS_INLINE size_t softmax_row(const float *q, const float *keys, size_t n
  * result is dot()'s; the largest logit is order-free (a signed zero's sign
  * cannot reach an exponential: x - 0 and x + 0 differ only at x = 0, where
  * both give 1). Keys past the last sixteen take logits_row. */
-KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 fold_blocks(__m512 a, __m512 b, int lo, int hi)
+/* The 256-bit halves of a, then b, each the sum of its two halves' lanes
+ * 0..7 and 8..15 (the w = 8 step for the keys of a and b). */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 fold_halves(__m512 a, __m512 b)
 {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, lo), _mm512_shuffle_f32x4(a, b, hi));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+
+/* Blocks 0, 1 of a's halves summed, then b's (the w = 4 step for the four
+ * keys a and b hold). */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 fold_quarters(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
 }
 
 KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 dots16(const float *q, const float *k, size_t d,
@@ -175,9 +184,9 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 dots16(const float *q, const float *k
     }
     __m512 b[8], c4[4], e2[2];
     for (int i = 0; i < 8; i++) /* w = 8: keys 2i, 2i+1 in the halves */
-        b[i] = fold_blocks(a[2 * i], a[2 * i + 1], 0x44, 0xEE);
+        b[i] = fold_halves(a[2 * i], a[2 * i + 1]);
     for (int i = 0; i < 4; i++) /* w = 4: keys 4i .. 4i+3 in the 128-bit blocks */
-        c4[i] = fold_blocks(b[2 * i], b[2 * i + 1], 0x88, 0xDD);
+        c4[i] = fold_quarters(b[2 * i], b[2 * i + 1]);
     for (int i = 0; i < 2; i++) /* w = 2: block j has keys 8i+j, 8i+4+j, two lanes each */
         e2[i] = _mm512_add_ps(_mm512_shuffle_ps(c4[2 * i], c4[2 * i + 1], 0x44),
                               _mm512_shuffle_ps(c4[2 * i], c4[2 * i + 1], 0xEE));

@@ -172,7 +172,7 @@ static kve_status check_same(const kve_bank *dst, const kve_bank *src)
     if (dst->same_positions != src->same_positions)
         return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's same_positions is %d, src's %d",
                          name, (int)dst->same_positions, (int)src->same_positions);
-    if (dst->min_share != src->min_share)
+    if (dst->share && dst->min_share != src->min_share) /* without shared heads it does nothing */
         return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's min_share is %g, src's %g", name,
                          dst->min_share, src->min_share);
     return KVE_OK;

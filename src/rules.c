@@ -155,6 +155,8 @@ static kve_status rule_prepare(const kve_config *c, kve_head *h, const kve_rows 
         row[i] = in->group == 1 ? in->row[i] : kv1_rows(in, i);
     double *out = h->col[KVE_COL_SCRATCH];
     const double *state = ns ? h->col[STATE] : NULL;
+    for (size_t i = 0; i < n; i++) /* a score the rule leaves unwritten is refused below */
+        out[i] = NAN;
     if (ns)
         memcpy(out + h->cap, state, n * ns * sizeof(double));
     kve_score_step s = {
@@ -177,7 +179,8 @@ static kve_status rule_prepare(const kve_config *c, kve_head *h, const kve_rows 
         if (!isfinite(out[i])) {
             char at[32];
             return kve__fail(KVE_EINVAL, "%s: %sthe rule's new score of slot %zu (position %ld) "
-                             "is %g, not finite", c->type->name, head_label(head, at), i,
+                             "is %g, not finite (every new_score must be written)", c->type->name,
+                             head_label(head, at), i,
                              (long)s.pos[i], out[i]);
         }
     return KVE_OK;

@@ -546,6 +546,11 @@ check "eval --per-head --json parses" "$J" json $ROW --key per_head:array --valu
 check "eval --per-head --csv: the whole and each head" "$J" csv --count 3 --key layer:string --key head:string "$D/c"
 "$K" eval --trace "$C" --policy h2o --budget 256 --topk 16 --json >"$D/j"
 check "eval --topk 16: topk_recall and topk beside top32_recall" "$J" json $ROW --key topk_recall:number --value topk=16 --key top32_recall:number --no-key top16_recall "$D/j"
+"$K" eval --trace "$C" --policy h2o --budget 256 --top-k 16 --json >"$D/j2"
+sed 's/"ns_per_step": [^,]*, //' "$D/j" >"$D/j1u"
+sed 's/"ns_per_step": [^,]*, //' "$D/j2" >"$D/j2u"
+check "eval --top-k 16 is --topk 16 (one option, however hyphenated)" cmp -s "$D/j1u" "$D/j2u"
+check "... and the timing was what differed" grep -q '"topk": 16' "$D/j2u"
 "$K" eval --trace "$C" --policy h2o --budget 256 --json >"$D/j32"
 t32=$(sed 's/.*"top32_recall": \([^,]*\),.*/\1/' "$D/j32")
 check "eval --topk 16: top32_recall is still the recall at 32 ($t32)" grep -q "\"top32_recall\": $t32," "$D/j"

@@ -58,6 +58,12 @@ for f in include/kvevict.h include/kvevict_eval.h include/kvevict_version.h \
     [ -f "$P/$f" ] || fail "$f not installed"
 done
 [ -x "$P/bin/kvevict" ] || fail "the kvevict tool not installed in bin/"
+# decoder.md's "Your own model" runs the converter: it is installed too, and
+# runs from the relocated prefix
+[ -x "$P/bin/kvevict-convert" ] || fail "kvevict-convert not installed in bin/"
+"$P/bin/kvevict-convert" --help >"$D/convert-help" 2>&1 ||
+    fail "the installed kvevict-convert --help exits $?"
+grep -q "usage" "$D/convert-help" || fail "the installed kvevict-convert prints no usage"
 PCDIR=$(dirname "$(find "$P" -name kvevict.pc | head -n 1)")
 for pc in kvevict kvevict-eval; do
     [ -f "$PCDIR/$pc.pc" ] || { fail "$pc.pc not installed"; exit 1; }

@@ -51,8 +51,31 @@ if ! cmp -s "$W/check.jsonl" "$D/leaderboard-check.jsonl"; then
 fi
 # Four rows, the timing a share in [0, 1] (the full cache's 0: no policy).
 [ "$(wc -l <"$W/run.jsonl")" -eq 4 ] || { echo "FAIL: not 4 rows" >&2; fail=1; }
-if grep -v '"policy_time_share": \(0\|0\.[0-9]*\|1\)}$' "$W/run.jsonl" >/dev/null; then
+if grep -v '"policy_time_share": \(0\|0\.[0-9]*\|1\), "skipped": null}$' "$W/run.jsonl" >/dev/null; then
     echo "FAIL: a policy_time_share outside [0, 1]" >&2
+    fail=1
+fi
+# A method that cannot run at a ratio is a row saying why; the run goes on
+# (ratio 0.95 of 512 positions: budget 25, below h2o's recent window of 32).
+small="--windows 1 --trials 1 --distances 503 --repeat-trials 1 --json --quiet"
+# shellcheck disable=SC2086
+"$K" lm leaderboard --model "$M" --text "$T" --methods h2o,streaming --ratio 0.95 $small >"$W/skip.jsonl" \
+    2>"$W/err" || { echo "FAIL: a method that does not fit aborted the run: $(cat "$W/err")" >&2; fail=1; }
+grep -q '^{"method": "h2o",.*"bits_per_byte": null,.*"skipped": "budget 25: h2o: recent_window 32 must be smaller than budget 25"}$' \
+    "$W/skip.jsonl" || { echo "FAIL: no skipped h2o row with its reason:" >&2; cat "$W/skip.jsonl" >&2; fail=1; }
+grep -q '^{"method": "streaming",.*"bits_per_byte": [0-9.]*,.*"skipped": null}$' "$W/skip.jsonl" ||
+    { echo "FAIL: streaming not measured beside the skipped h2o" >&2; fail=1; }
+# Methods from the command line: --method PREFILL+SPEC is the table's line
+# of that name, figure for figure.
+# shellcheck disable=SC2086
+"$K" lm leaderboard --model "$M" --text "$T" --methods snapkv+tova --ratio 0.9 $small >"$W/a.jsonl" &&
+    "$K" lm leaderboard --model "$M" --text "$T" --methods none --method snapkv+tova --ratio 0.9 \
+        $small >"$W/b.jsonl" || { echo "FAIL: --method snapkv+tova did not run" >&2; fail=1; }
+untimed "$W/a.jsonl" >"$W/a"
+untimed "$W/b.jsonl" >"$W/b"
+if [ "$(wc -l <"$W/b")" -ne 2 ] || ! cmp -s "$W/a" "$W/b"; then
+    echo "FAIL: --method snapkv+tova differs from the table's snapkv+tova:" >&2
+    diff "$W/a" "$W/b" | head -4 >&2
     fail=1
 fi
 fi # not quick
@@ -106,6 +129,10 @@ refuse "--ratio" --ratio 0
 refuse "--prompt" --methods window --prompt 511
 refuse "--span 300" --methods window --span 300
 refuse "--repeat-distance" --methods window --repeat-distance 500
+refuse "no prefill 'bogus'" --method bogus+h2o
+refuse "--method h2o:bogus=1" --methods none --method h2o:bogus=1
+refuse "has a method of that name" --methods h2o --method h2o
+refuse "nothing to measure" --methods none
 if [ $fail -eq 0 ] && [ "$WRITE" = quick ]; then
     echo "test_leaderboard: quick: every method is measured, the refusals hold (the subset not run)"
 elif [ $fail -eq 0 ]; then

@@ -22,6 +22,7 @@
 
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static char kvevict[512], outcheck[512], convert[512];
 static char *out_text, *err_text;
@@ -1661,6 +1662,90 @@ static void test_generate_session(void)
 /* A checkpoint holding a NaN or an infinity is refused at load, naming the
  * tensor; the reserved pass keys are never sampled unless asked for (the
  * committed model writes one after "The pass key is #"). */
+/* Saving a session keeps what the user set on the file: a new session is
+ * 0600 (it holds the conversation), an existing one keeps its mode; a
+ * symlinked session is written through to its target (the link stays a
+ * link), a hard-linked one in place (both names see the new bytes); other
+ * outputs get the umask's mode. */
+static void test_session_file_modes(void)
+{
+    char args[4096], file[400], link_[400], hard[400], target[400], out[400];
+    snprintf(file, sizeof file, "%s", path_of("mode.kvs"));
+    snprintf(link_, sizeof link_, "%s", path_of("link.kvs"));
+    snprintf(hard, sizeof hard, "%s", path_of("hard.kvs"));
+    snprintf(target, sizeof target, "%s", path_of("target.kvs"));
+    snprintf(out, sizeof out, "%s", path_of("modes.jsonl"));
+    remove(file), remove(link_), remove(hard), remove(target);
+    const char *pol = "--policy h2o:budget=6,recent_window=2";
+    mode_t old_mask = umask(022);
+    struct stat sb;
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the cab' --steps 3 %s --session %s",
+             model0, pol, file);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(stat(file, &sb) == 0 && (sb.st_mode & 07777) == 0600);
+    ASSERT_TRUE(chmod(file, 0640) == 0);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(stat(file, &sb) == 0 && (sb.st_mode & 07777) == 0640);
+    /* a symlink: the target written, the link kept */
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(rename(file, target) == 0);
+    ASSERT_TRUE(symlink("target.kvs", link_) == 0);
+    size_t n0, n1;
+    char *t0 = fx_slurp(target, &n0);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 2 %s --session %s",
+             model0, pol, link_);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(err_text, "a resumed session");
+    ASSERT_TRUE(lstat(link_, &sb) == 0 && S_ISLNK(sb.st_mode));
+    char *t1 = fx_slurp(target, &n1);
+    ASSERT_TRUE(t0 && t1 && (n0 != n1 || memcmp(t0, t1, n0) != 0)); /* the target moved on */
+    ASSERT_TRUE(stat(target, &sb) == 0 && (sb.st_mode & 07777) == 0640);
+    free(t0);
+    free(t1);
+    /* a hard link: both names see the new session */
+    ASSERT_TRUE(link(target, hard) == 0);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' b' --steps 2 %s --session %s",
+             model0, pol, hard);
+    ASSERT_RUNS(args);
+    struct stat sh, st;
+    ASSERT_TRUE(stat(hard, &sh) == 0 && stat(target, &st) == 0);
+    ASSERT_TRUE(sh.st_ino == st.st_ino && sh.st_nlink == 2);
+    t0 = fx_slurp(hard, &n0);
+    t1 = fx_slurp(target, &n1);
+    ASSERT_TRUE(t0 && t1 && n0 == n1 && memcmp(t0, t1, n0) == 0);
+    free(t0);
+    free(t1);
+    /* another output: the umask's 0644 */
+    remove(out);
+    snprintf(args, sizeof args, "lm eval --model %s --text %s --policy window --budget 5 -o %s",
+             model0, textpath, out);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(stat(out, &sb) == 0 && (sb.st_mode & 07777) == 0644);
+    umask(old_mask);
+}
+
+/* One idea, one option however hyphenated: generate's sampling --top-k is
+ * also --topk (the recall option's spelling elsewhere); a name that spells
+ * no option is still refused. */
+static void test_option_spellings(void)
+{
+    char args[4096];
+    const char *common = "--prompt 'the cab' --steps 9 --temperature 1.3 --seed 5 --json";
+    snprintf(args, sizeof args, "generate --model %s %s --top-k 3", model0, common);
+    ASSERT_RUNS(args);
+    char *hyphen = strdup(out_text);
+    ASSERT_TRUE(hyphen != NULL);
+    snprintf(args, sizeof args, "generate --model %s %s --topk 3", model0, common);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(strcmp(hyphen, out_text) == 0);
+    snprintf(args, sizeof args, "generate --model %s %s --top-k 1", model0, common);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(strcmp(hyphen, out_text) != 0); /* the value is read: top-k 1 is greedy */
+    free(hyphen);
+    snprintf(args, sizeof args, "generate --model %s %s --top-kk 3", model0, common);
+    ASSERT_FAILS(args, 2, "generate", "--top-kk");
+}
+
 static void test_generate_refusals(void)
 {
     char args[4096], bad[400];
@@ -1729,6 +1814,8 @@ int main(int argc, char **argv)
     RUN(test_generate_samples);
     RUN(test_generate_session);
     RUN(test_generate_refusals);
+    RUN(test_option_spellings);
+    RUN(test_session_file_modes);
     lm_model_free(lib_model);
     lm_model_free(lib_model1);
     lm_tokenizer_free(lib_tok);

@@ -34,6 +34,10 @@ fi
 . "$(dirname "$0")/check.sh"
 scratch kvevict-pyinstall
 
+# docs/python.md's install line is the one this test runs (less --target):
+# the interpreter Debian's numpy is in, the machine's setuptools
+grep -q '^/usr/bin/python3 -m pip install --no-build-isolation /usr/local/share/kvevict/python$' \
+    "$SRC/docs/python.md" || fail "docs/python.md's pip line is not the offline one this test runs"
 VERSION=$(sed -n 's/^project(kvevict VERSION \([0-9.]*\) .*/\1/p' "$SRC/CMakeLists.txt")
 "$CMAKE" --install "$BUILD" --prefix "$D/prefix" >"$D/install.log" 2>&1 ||
     { cat "$D/install.log" >&2; exit 1; }

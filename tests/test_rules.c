@@ -41,6 +41,16 @@ static kve_status rule_mute(void *user, const kve_score_step *s)
     return KVE_EINVAL;
 }
 
+/* Reports success and writes no score: the library must not read what
+ * its scratch held before (valgrind saw it), but refuse the step. */
+static kve_status rule_lazy(void *user, const kve_score_step *s)
+{
+    (void)user;
+    for (size_t i = 0; i + 1 < s->n; i++) /* every slot but the last */
+        s->new_score[i] = 1.0;
+    return KVE_OK;
+}
+
 /* Records what it is given. */
 typedef struct seen {
     size_t n;
@@ -271,6 +281,25 @@ static void test_failing_rule_changes_nothing(void)
     at = 1000;
     ASSERT_OK(kve_bank_step_range(b, 0, H, 30, rows, MAXN, 1, KVE_REDUCE_MEAN, NULL, 0));
     ASSERT_EQ(kve_bank_size(b, 0), 7);
+    /* a rule that leaves a new score unwritten: refused, naming the slot */
+    reg("lazy", rule_lazy, 0, 0, NULL);
+    kve_bank *lz = NULL;
+    ASSERT_OK(kve_bank_new("lazy:budget=6,recent_window=1", H, NULL, &lz));
+    /* the first steps: one slot, then two (the last left unwritten: refused
+     * from the first step with a kept position) */
+    ASSERT_OK(kve_bank_step_range(lz, 0, H, 0, NULL, 0, 1, KVE_REDUCE_MEAN, NULL, 0));
+    take(lz, &before);
+    for (int k = 0; k < 2; k++) { /* the same refusal every time: nothing left over */
+        ASSERT_STATUS(kve_bank_step_range(lz, 0, H, 1, rows, MAXN, 1, KVE_REDUCE_MEAN, NULL, 0),
+                      KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), "lazy: head 0: the rule's new score of slot");
+        ASSERT_CONTAINS(kve_last_error(), "is nan, not finite");
+        ASSERT_CONTAINS(kve_last_error(), "every new_score must be written");
+    }
+    take(lz, &after);
+    ASSERT_TRUE(same_snap(&before, &after));
+    kve_bank_free(lz);
+    ASSERT_OK(kve_score_rule_unregister("lazy"));
     /* a NULL step never calls the rule */
     at = kve_bank_positions(b, 0)[0];
     ASSERT_OK(kve_bank_step(b, 31, NULL, 0));

@@ -1090,6 +1090,20 @@ static void test_refusals_change_nothing(void)
         free(oimg2);
         kve_bank_free(other);
     }
+    /* Without shared heads min_share does nothing, so it does not stop a
+     * copy (issue 30: a valid copy was refused for it). */
+    {
+        kve_bank *x = NULL, *y = NULL;
+        kve_bank_options ox = kve_bank_default_options(), oy = kve_bank_default_options();
+        ox.min_share = 0.5; /* oy's: the default 0.2 */
+        ASSERT_OK(kve_bank_new_ex("h2o:budget=8,recent_window=1", 4, NULL, &ox, &x));
+        ASSERT_OK(kve_bank_new_ex("h2o:budget=8,recent_window=1", 4, NULL, &oy, &y));
+        ASSERT_OK(kve_bank_step(x, 0, NULL, 0));
+        ASSERT_OK(kve_bank_copy(y, x));
+        ASSERT_TRUE(kve_bank_size(y, 0) == 1 && kve_bank_min_share(y) == 0.2); /* its own */
+        kve_bank_free(x);
+        kve_bank_free(y);
+    }
     UNCHANGED(kve_bank_copy(a, NULL), KVE_EINVAL);
     UNCHANGED(kve_bank_copy(NULL, a), KVE_EINVAL);
     UNCHANGED(kve_bank_remove(a, 7, 7), KVE_EINVAL);

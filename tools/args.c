@@ -206,6 +206,24 @@ typedef struct optset {
     size_t n;
 } optset;
 
+/* Whether name[0 .. len) spells def with its hyphens left out or put in
+ * (--topk and --top-k, --recentwindow ...): one idea, one option, however
+ * it is written. */
+static int loose_same(const char *def, const char *name, size_t len)
+{
+    size_t i = 0;
+    for (;; def++) {
+        while (*def == '-')
+            def++;
+        while (i < len && name[i] == '-')
+            i++;
+        if (!*def || i == len)
+            return !*def && i == len;
+        if (*def != name[i++])
+            return 0;
+    }
+}
+
 static const opt_def *find_long(const optset *o, const char *name, size_t len, size_t *idx)
 {
     for (size_t i = 0; i < o->n; i++)
@@ -213,7 +231,16 @@ static const opt_def *find_long(const optset *o, const char *name, size_t len, s
             *idx = i;
             return o->def[i];
         }
-    return NULL;
+    /* no exact match: the one option spelled so but for hyphens */
+    const opt_def *found = NULL;
+    for (size_t i = 0; i < o->n; i++)
+        if (loose_same(o->def[i]->name, name, len)) {
+            if (found)
+                return NULL; /* two would match: the user must spell it out */
+            found = o->def[i];
+            *idx = i;
+        }
+    return found;
 }
 
 static const opt_def *find_short(const optset *o, char c, size_t *idx)

@@ -223,6 +223,9 @@ const char *reads_label(unsigned reads);
  * before any long work), renamed into place by out_close. Until then it is
  * removed on any failure or signal: no partial file is ever left. */
 FILE *out_open(const char *path);
+/* out_open for a file only its owner should read (a session: the whole
+ * conversation): a new file is 0600; an existing one keeps its mode. */
+FILE *out_open_private(const char *path);
 /* Replaces what lies between the lines "<!-- NAME:begin -->" and
  * "<!-- NAME:end -->" of the file at `path` with `block` (through out_open,
  * so a failure leaves the file whole); dies (input error, the option --docs

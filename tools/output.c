@@ -7,15 +7,19 @@
  * row holds, results.c.
  *
  * Invariant: a file the tool writes exists under its final name only once
- * it is complete (a device or FIFO, which a rename would replace, is
- * written in place). Until then it is a temporary file registered with
+ * it is complete and synced (a device or FIFO, which a rename would
+ * replace, is written in place; so, once complete, is a hard-linked file,
+ * whose other names a rename would cut off). A symlink is followed: its
+ * target is written, the link kept. An existing file keeps its mode, owner
+ * and group; a new one gets 0666 (out_open_private: 0600) less the umask. Until then it is a temporary file registered with
  * temp_create (errors.c), which die_* and the signal handler remove, so an
  * error or an interrupt leaves nothing.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath, fchown */
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -29,13 +33,49 @@
 
 typedef struct out_file {
     FILE *f;
-    char *path; /* final name */
+    char *path; /* final name: a symlink's target */
     char tmp[PATH_MAX];
+    int copy_in; /* a hard-linked file: the finished bytes copied into it, in place */
 } out_file;
 
 static out_file outs[MAX_TEMPS];
 
-FILE *out_open(const char *path)
+/* The permissions a new file gets: `mode` less the umask. */
+static mode_t masked(mode_t mode)
+{
+    mode_t u = umask(0);
+    umask(u);
+    return mode & ~u;
+}
+
+/* The file `path` names once its symlinks are followed (the target is
+ * written, the link kept); `path` itself when it is not a link. */
+static char *final_name(const char *path)
+{
+    struct stat lb;
+    if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (real)
+            return real;
+        /* a dangling link: its target is created */
+        char target[PATH_MAX];
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            if (target[0] == '/')
+                return xstrdup(target);
+            const char *slash = strrchr(path, '/');
+            size_t dir = slash ? (size_t)(slash - path) + 1 : 0;
+            char *full = xmalloc(dir + (size_t)n + 1);
+            memcpy(full, path, dir);
+            memcpy(full + dir, target, (size_t)n + 1);
+            return full;
+        }
+    }
+    return xstrdup(path);
+}
+
+static FILE *open_out(const char *path, mode_t new_mode)
 {
     if (!path || strcmp(path, "-") == 0)
         return stdout;
@@ -45,31 +85,99 @@ FILE *out_open(const char *path)
     if (slot == MAX_TEMPS)
         die_input("%s: too many output files", path);
     out_file *o = &outs[slot];
+    char *name = final_name(path);
     struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    int exists = stat(name, &sb) == 0;
+    if (exists && !S_ISREG(sb.st_mode)) {
         /* A device or FIFO (/dev/null, a named pipe) is written in place:
          * renaming a finished file over it would replace it. */
-        o->f = fopen(path, "wb");
+        o->f = fopen(name, "wb");
         if (!o->f)
             die_input("%s: %s", path, strerror(errno));
         o->tmp[0] = '\0';
-        o->path = xstrdup(path);
+        o->copy_in = 0;
+        o->path = name;
         return o->f;
     }
-    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof o->tmp)
+    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", name) >= (int)sizeof o->tmp) {
+        free(name);
         die_input("%s: path is too long", path);
+    }
     int fd = temp_create(o->tmp);
-    if (fd < 0)
-        die_input("%s: cannot create a file beside it: %s", path, strerror(errno));
-    (void)fchmod(fd, 0644);
-    o->f = fdopen(fd, "wb");
+    if (fd < 0) {
+        int e = errno;
+        free(name);
+        die_input("%s: cannot create a file beside it: %s", path, strerror(e));
+    }
+    /* An existing file keeps its mode, owner and group (a session made
+     * private stays private); a new one gets new_mode less the umask. */
+    if (exists) {
+        (void)fchmod(fd, sb.st_mode & 07777);
+        if (fchown(fd, sb.st_uid, sb.st_gid) != 0) /* not ours to give: the mode still holds */
+            (void)fchmod(fd, sb.st_mode & 0700);
+    } else {
+        (void)fchmod(fd, masked(new_mode));
+    }
+    o->copy_in = exists && sb.st_nlink > 1; /* a rename would cut the other names off */
+    o->f = fdopen(fd, o->copy_in ? "w+b" : "wb");
     if (!o->f) {
         int e = errno;
         close(fd);
+        free(name);
         die_input("%s: %s", path, strerror(e));
     }
-    o->path = xstrdup(path);
+    o->path = name;
     return o->f;
+}
+
+FILE *out_open(const char *path)
+{
+    return open_out(path, 0666);
+}
+
+FILE *out_open_private(const char *path)
+{
+    return open_out(path, 0600);
+}
+
+/* Makes the rename of a finished file durable: its directory synced. */
+static void sync_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+/* A hard-linked file's new bytes, from the finished temporary f, copied
+ * into it in place (every name sees them). 0 on success, else errno. */
+static int copy_into(FILE *f, const char *path)
+{
+    FILE *dst = fopen(path, "r+b");
+    if (!dst)
+        return errno;
+    int e = 0;
+    char buf[65536];
+    size_t n;
+    rewind(f);
+    while (!e && (n = fread(buf, 1, sizeof buf, f)) > 0)
+        if (fwrite(buf, 1, n, dst) != n)
+            e = errno ? errno : EIO;
+    if (!e && (ferror(f) || fflush(dst) != 0 || ftruncate(fileno(dst), ftell(dst)) != 0 ||
+               fsync(fileno(dst)) != 0))
+        e = errno ? errno : EIO;
+    if (fclose(dst) != 0 && !e)
+        e = errno;
+    return e;
 }
 
 void out_close(FILE *f)
@@ -82,8 +190,12 @@ void out_close(FILE *f)
         out_file *o = &outs[i];
         if (o->f != f)
             continue;
-        int bad = fflush(f) != 0 || ferror(f);
+        /* the bytes reach the disk before the name does (a crash leaves the
+         * old file or the new one, never a torn one) */
+        int bad = fflush(f) != 0 || ferror(f) || (o->tmp[0] && fsync(fileno(f)) != 0);
         int e = errno;
+        if (!bad && o->copy_in && (e = copy_into(f, o->path)) != 0)
+            bad = 1;
         if (fclose(f) != 0 && !bad) {
             bad = 1;
             e = errno;
@@ -96,9 +208,14 @@ void out_close(FILE *f)
             o->path = NULL;
             return;
         }
-        if (rename(o->tmp, o->path) != 0)
-            die_input("%s: cannot rename the finished file into place: %s", o->path,
-                      strerror(errno));
+        if (o->copy_in) {
+            (void)remove(o->tmp);
+        } else {
+            if (rename(o->tmp, o->path) != 0)
+                die_input("%s: cannot rename the finished file into place: %s", o->path,
+                          strerror(errno));
+            sync_dir(o->path);
+        }
         temp_forget(o->tmp);
         free(o->path);
         o->path = NULL;

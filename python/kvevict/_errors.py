@@ -20,7 +20,9 @@ class KvevictError(Exception):
             self.code = code
 
     def __str__(self):
-        return f"{self.status}: {self.message}"
+        # the message alone: the class (and .status) already say which
+        # refusal it is, as a Python exception's text does
+        return self.message
 
 
 class InvalidArgumentError(KvevictError, ValueError):

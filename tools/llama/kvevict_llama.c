@@ -567,7 +567,7 @@ static void save_session(const char *path, const kvl_seq *s, const history *h, c
         die_input("--session %s: %s", path, kve_last_error());
     p += state;
     le64(p, fnv1a(buf, total - 8));
-    FILE *f = out_open(path);
+    FILE *f = out_open_private(path) /* the conversation: 0600 when new */;
     if (fwrite(buf, 1, total, f) != total)
         die_input("--session %s: %s", path, strerror(errno));
     out_close(f);

@@ -331,7 +331,7 @@ static void save_session(const char *path, const lm_state *s, const history *h,
     unsigned char *buf = xmalloc(size);
     if ((st = lm_session_save(s, &ss, buf, size, &size)) != KVE_OK)
         die_lm(st, "--session");
-    FILE *f = out_open(path);
+    FILE *f = out_open_private(path) /* the conversation: 0600 when new */;
     if (fwrite(buf, 1, size, f) != size)
         die_input("--session %s: %s", path, strerror(errno));
     out_close(f);

@@ -118,7 +118,8 @@ static size_t prefill_of(const char *name)
 
 static const char leaderboard_usage[] =
     "usage: kvevict lm leaderboard --model CKPT --text FILE [--tokenizer TOK]\n"
-    "                              [--methods NAME[,NAME...]] [--ratio R[,R...]]\n"
+    "                              [--methods NAME[,NAME...]|none] [--method M ...]\n"
+    "                              [--ratio R[,R...]]\n"
     "                              [--windows N] [--prompt P] [--distances D,...]\n"
     "                              [--trials N] [--repeat-distance R] [--repeat-trials N]\n"
     "                              [--span P] [--list] [--seed N]\n"
@@ -148,7 +149,11 @@ static const char leaderboard_usage[] =
     "                  (a timing: machine-dependent, the last key of a row)\n"
     "\n"
     "  --methods LIST      names of the leaderboard (--list prints them; default\n"
-    "                      all)\n"
+    "                      all; none: only --method's)\n"
+    "  --method M          a method of your own, added after those (repeatable, up\n"
+    "                      to 8): SPEC, per-step eviction, or PREFILL+SPEC with\n"
+    "                      PREFILL one of h2o, snapkv, kvzip, own (the policy's\n"
+    "                      own scores); its label is M\n"
     "  --ratio LIST        compression ratios in (0, 1) (default 0.5,0.8,0.9)\n"
     "  --windows N         bits-per-byte windows, the text's first N (default 8)\n"
     "  --prompt P          prompt positions of a window (default seq_len - 64)\n"
@@ -168,8 +173,11 @@ static const char leaderboard_usage[] =
     "passkey_distances, passkey_prompts, passkey_accuracy, passkey_accuracy_se,\n"
     "full_passkey_accuracy, passkey_rank, repeat_distance, repeat_nats,\n"
     "repeat_nats_se, full_repeat_nats, first_nats, kv_bytes, policy_bytes,\n"
-    "kept_bytes, seed, policy_time_share. Ranks are within a ratio (1 the best;\n"
-    "ties share a rank).\n";
+    "kept_bytes, seed, policy_time_share, skipped. Ranks are within a ratio (1\n"
+    "the best; ties share a rank). A method that cannot run at a ratio (a\n"
+    "recent window as large as the budget, a prefill the policy refuses) is a\n"
+    "row with its reason under skipped and null figures; the others are\n"
+    "measured as if it were absent.\n";
 
 static const opt_def leaderboard_own[] = {
     {"model", 0, OPT_VALUE},          {"text", 0, OPT_VALUE},
@@ -178,7 +186,7 @@ static const opt_def leaderboard_own[] = {
     {"prompt", 0, OPT_VALUE},         {"distances", 0, OPT_VALUE},
     {"trials", 0, OPT_VALUE},         {"repeat-distance", 0, OPT_VALUE},
     {"repeat-trials", 0, OPT_VALUE},  {"span", 0, OPT_VALUE},
-    {"list", 0, 0}};
+    {"list", 0, 0},                   {"method", 0, OPT_VALUE | OPT_REPEAT}};
 static const cli_spec leaderboard_spec = LM_SPEC(
     leaderboard_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, leaderboard_own, FMT_TEXT);
 
@@ -198,6 +206,7 @@ typedef struct lb_row {
     size_t kept;      /* bytes of keys, values and positions after a window, at most */
     double cpu_s, policy_s; /* decode steps' CPU time, the policy's part */
     int bpb_rank, pk_rank;
+    char skipped[200]; /* why the method cannot run at this ratio; "" when measured */
 } lb_row;
 
 static double thread_cpu(void)
@@ -262,7 +271,7 @@ static void rank_rows(lb_row *rows, size_t lo, size_t hi, const double *key, int
 {
     for (size_t a = lo; a < hi; a++) {
         int rank = 1;
-        for (size_t b = lo; b < hi; b++)
+        for (size_t b = lo; b < hi; b++) /* NaN (a skipped row) compares false */
             rank += desc ? key[b] > key[a] : key[b] < key[a];
         if (bpb)
             rows[a].bpb_rank = rank;
@@ -292,7 +301,9 @@ int lm_leaderboard(int argc, char **argv)
         return 0;
     }
     const char *model = need(&a, sp, "model"), *text = need(&a, sp, "text"), *v;
-    /* The methods asked for, in the table's order. */
+    /* The methods asked for, in the table's order, then --method's. */
+    lb_method ms[LB_METHODS + OPT_MAXREP];
+    size_t n_ms = 0;
     int want[LB_METHODS];
     for (size_t i = 0; i < LB_METHODS; i++) {
         want[i] = !own(&a, sp, "methods");
@@ -301,7 +312,7 @@ int lm_leaderboard(int argc, char **argv)
             die_usage("leaderboard method %s: no prefill '%s'", lb_methods[i].name,
                       lb_methods[i].prefill);
     }
-    if ((v = own(&a, sp, "methods"))) {
+    if ((v = own(&a, sp, "methods")) && strcmp(v, "none") != 0) {
         size_t n;
         char **items = split_list("--methods", v, &n);
         for (size_t k = 0; k < n; k++) {
@@ -318,6 +329,42 @@ int lm_leaderboard(int argc, char **argv)
         }
         free_list(items, n);
     }
+    for (size_t i = 0; i < LB_METHODS; i++)
+        if (want[i])
+            ms[n_ms++] = lb_methods[i];
+    /* --method PREFILL+SPEC or SPEC: the argument is the label; the strings
+     * stay in argv */
+    char own_spec[OPT_MAXREP][KVE_SPEC_MAX];
+    const opt_val *mv = cli_own(&a, sp, "method");
+    for (int k = 0; k < mv->count; k++) {
+        const char *m = mv->v[k], *plus = strchr(m, '+');
+        lb_method x = {m, m, "step", NULL};
+        if (plus) {
+            size_t len = (size_t)(plus - m);
+            x.prefill = NULL;
+            for (size_t i = 0; i < LB_PREFILLS; i++) {
+                const char *name = strcmp(lb_prefills[i].name, "policy") == 0 ? "own"
+                                                                              : lb_prefills[i].name;
+                if (lb_prefills[i].method != LB_STEP && strlen(name) == len &&
+                    strncmp(name, m, len) == 0)
+                    x.prefill = lb_prefills[i].name;
+            }
+            if (!x.prefill)
+                die_usage("--method %s: no prefill '%.*s' (h2o, snapkv, kvzip, own)", m, (int)len,
+                          m);
+            snprintf(own_spec[k], sizeof own_spec[k], "%s", plus + 1);
+            x.spec = own_spec[k];
+        }
+        char what[KVE_SPEC_MAX + 16];
+        snprintf(what, sizeof what, "--method %s", m);
+        free(canon_spec(what, x.spec, 0));
+        for (size_t i = 0; i < n_ms; i++)
+            if (strcmp(ms[i].name, m) == 0)
+                die_usage("--method %s: the leaderboard has a method of that name", m);
+        ms[n_ms++] = x;
+    }
+    if (!n_ms)
+        die_usage("--methods none and no --method: nothing to measure");
     double ratios[16] = {0.5, 0.8, 0.9};
     size_t n_ratios = 3;
     if ((v = own(&a, sp, "ratio"))) {
@@ -386,20 +433,25 @@ int lm_leaderboard(int argc, char **argv)
 
     /* The rows: the full cache, then every ratio's methods. */
     size_t n_rows = 1;
-    lb_row *rows = xcalloc(1 + n_ratios * LB_METHODS, sizeof *rows);
+    lb_row *rows = xcalloc(1 + n_ratios * n_ms, sizeof *rows);
     rows[0].s = new_state(NULL, 0, LM_POS_ORIGINAL, a.seed);
     rows[0].pf = prefill_of("step");
     for (size_t k = 0; k < n_ratios; k++) {
         size_t budget = (size_t)floor((1 - ratios[k]) * (double)L + 1e-9);
-        for (size_t i = 0; i < LB_METHODS; i++) {
-            if (!want[i])
-                continue;
+        for (size_t i = 0; i < n_ms; i++) {
             lb_row *r = &rows[n_rows++];
-            r->m = &lb_methods[i];
+            r->m = &ms[i];
             r->ratio = ratios[k];
-            char what[64];
-            snprintf(what, sizeof what, "--ratio %g (budget %zu)", ratios[k], budget);
-            check_budget(r->m->spec, budget, what);
+            r->budget = budget;
+            r->pf = prefill_of(r->m->prefill);
+            /* a method that does not fit this ratio is a row saying why */
+            char buf[KVE_SPEC_MAX], num[32];
+            snprintf(num, sizeof num, "%zu", budget);
+            if (kve_spec_with(r->m->spec, "budget", num, buf, sizeof buf) != KVE_OK) {
+                snprintf(r->skipped, sizeof r->skipped, "budget %zu: %s", budget,
+                         kve_last_error());
+                continue;
+            }
             if (r->m->heads) { /* the schedule, for this row's budgets only */
                 lm_ctx.heads = load_heads(r->m->heads, r->m->name);
                 lm_ctx.streaming_budget = 16; /* lm's --streaming-budget default */
@@ -408,13 +460,16 @@ int lm_leaderboard(int argc, char **argv)
             lm_heads_free(lm_ctx.heads);
             lm_ctx.heads = NULL;
             r->budget = r->s->budget;
-            r->pf = prefill_of(r->m->prefill);
-            if (lb_prefills[r->pf].method >= 0) { /* refused combinations: usage errors */
+            if (lb_prefills[r->pf].method >= 0) { /* a refused combination: skipped */
                 kve_prefill_options q = kve_prefill_default_options();
                 q.method = (kve_prefill_method)lb_prefills[r->pf].method;
                 if (kve_bank_prefill(r->s->bank, 0, 0, L, budget, NULL, L, 1, KVE_REDUCE_MEAN,
-                                     &q) != KVE_OK)
-                    die_usage("leaderboard method %s: %s", r->m->name, kve_last_error());
+                                     &q) != KVE_OK) {
+                    snprintf(r->skipped, sizeof r->skipped, "prefill %s: %s", r->m->prefill,
+                             kve_last_error());
+                    lm_state_free(r->s);
+                    r->s = NULL;
+                }
             }
         }
     }
@@ -427,9 +482,12 @@ int lm_leaderboard(int argc, char **argv)
     double *full_pk = xcalloc(nd, sizeof *full_pk); /* the full cache's hits by distance */
     double bytes = 0, full_first = 0, full_rp = 0;
     size_t tokens = 0;
-    uint64_t total = (uint64_t)(n_windows + rp_trials) * n_rows;
+    size_t n_run = 0;
     for (size_t r = 0; r < n_rows; r++)
-        for (size_t di = 0; di < nd; di++)
+        n_run += rows[r].s != NULL;
+    uint64_t total = (uint64_t)(n_windows + rp_trials) * n_run;
+    for (size_t r = 0; r < n_rows; r++)
+        for (size_t di = 0; rows[r].s && di < nd; di++)
             total += (!r || dist[di] > rows[r].budget) ? trials : 0;
     progress pr;
     progress_begin(&pr, "prompt", total, 0, 1);
@@ -440,6 +498,8 @@ int lm_leaderboard(int argc, char **argv)
         wbytes[wi] = window_bytes(w, P + 1, L, &tokens);
         bytes += wbytes[wi];
         for (size_t r = 0; r < n_rows; r++) {
+            if (!rows[r].s)
+                continue;
             lb_run(&rows[r], w, L, P, loss);
             for (size_t i = P; i + 1 < L; i++)
                 rows[r].bits[wi] += loss[i] / log(2.0);
@@ -455,7 +515,7 @@ int lm_leaderboard(int argc, char **argv)
             int32_t key = pk_prompt(&pk, L, j, trials, dist[di], w);
             int full_hit = 0;
             for (size_t r = 0; r < n_rows; r++) {
-                if (r && dist[di] <= rows[r].budget)
+                if (!rows[r].s || (r && dist[di] <= rows[r].budget))
                     continue;
                 int hit = lb_run(&rows[r], w, L, L - 1, NULL) == key;
                 progress_update(&pr, ++done);
@@ -470,7 +530,7 @@ int lm_leaderboard(int argc, char **argv)
             }
         }
         for (size_t r = 1; r < n_rows; r++)
-            rows[r].pk_d += dist[di] > rows[r].budget;
+            rows[r].pk_d += rows[r].s && dist[di] > rows[r].budget;
     }
     rows[0].pk_hits = 0;
     for (size_t di = 0; di < nd; di++)
@@ -488,6 +548,8 @@ int lm_leaderboard(int argc, char **argv)
         for (size_t i = 0; i < span; i++)
             w[p2 + i] = w[p1 + i];
         for (size_t r = 0; r < n_rows; r++) {
+            if (!rows[r].s)
+                continue;
             lb_run(&rows[r], w, L, r ? p2 : 0, loss);
             double x = 0;
             for (size_t i = 1; i < span; i++)
@@ -510,7 +572,7 @@ int lm_leaderboard(int argc, char **argv)
         double sum = 0;
         for (size_t wi = 0; wi < n_windows; wi++)
             sum += rows[r].bits[wi] - rows[0].bits[wi];
-        kb[r] = sum;
+        kb[r] = rows[r].s ? sum : NAN;
         kp[r] = rows[r].pk_n ? rows[r].pk_hits / (double)rows[r].pk_n : NAN;
     }
     for (size_t lo = 1; lo < n_rows;) {
@@ -551,6 +613,7 @@ int lm_leaderboard(int argc, char **argv)
         {"kept bytes", "kept_bytes", COL_ALL},
         {"seed", KEY_SEED, COL_CSV | COL_JSON},
         {"time share", "policy_time_share", COL_ALL},
+        {"skipped", "skipped", COL_ALL | COL_LEFT},
     };
     table t;
     table_init(&t, cols, sizeof cols / sizeof cols[0]);
@@ -564,10 +627,13 @@ int lm_leaderboard(int argc, char **argv)
         for (size_t wi = 0; wi < n_windows; wi++)
             d[wi] = x->bits[wi] - rows[0].bits[wi];
         double acc = x->pk_n ? x->pk_hits / (double)x->pk_n : NAN;
-        double m2 = x->rp_sum / rp_count;
-        size_t policy = x->s->bank ? kve_bank_state_bytes(x->s->bank) : 0;
+        const double none = NAN, run = x->s ? 1.0 : none; /* skipped: every figure null */
+        double m2 = x->rp_sum / rp_count * run;
+        size_t policy = x->s && x->s->bank ? kve_bank_state_bytes(x->s->bank) : 0;
+        /* a skipped row's spec as given: it could not take the budget */
+        const char *spec_shown = x->m ? x->s ? x->s->spec : x->m->spec : "full";
         table_str(&t, x->m ? x->m->name : "full");
-        table_str(&t, x->m ? x->s->spec : "full");
+        table_str(&t, spec_shown);
         table_str(&t, x->m ? x->m->prefill : "-");
         table_real_shown(&t, x->m ? x->ratio : 0.0, "%g");
         if (x->m)
@@ -577,10 +643,10 @@ int lm_leaderboard(int argc, char **argv)
         table_uint(&t, n_windows);
         table_uint(&t, tokens);
         table_real(&t, bytes, "%.0f");
-        table_real(&t, sum / bytes, "%.4f");
+        table_real(&t, sum / bytes * run, "%.4f");
         table_real(&t, kb[r] / bytes, "%+.4f");
-        table_real(&t, r ? ratio_se(d, wbytes, n_windows, bytes) : NAN, "%.4f");
-        if (r)
+        table_real(&t, r ? ratio_se(d, wbytes, n_windows, bytes) * run : NAN, "%.4f");
+        if (r && x->s)
             table_uint(&t, (uint64_t)x->bpb_rank);
         else
             table_real(&t, NAN, "%.0f");
@@ -595,14 +661,23 @@ int lm_leaderboard(int argc, char **argv)
             table_real(&t, NAN, "%.0f");
         table_uint(&t, rd);
         table_real(&t, m2, "%.4f");
-        table_real(&t, sqrt(fmax(0.0, x->rp_sq / rp_count - m2 * m2) / rp_count), "%.4f");
+        table_real(&t, sqrt(fmax(0.0, x->rp_sq / rp_count - m2 * m2) / rp_count) * run, "%.4f");
         table_real(&t, full_rp / rp_count, "%.4f");
         table_real(&t, full_first / rp_count, "%.4f");
-        table_uint(&t, x->kept - policy);
-        table_uint(&t, policy);
-        table_uint(&t, x->kept);
+        if (x->s) {
+            table_uint(&t, x->kept - policy);
+            table_uint(&t, policy);
+            table_uint(&t, x->kept);
+        } else {
+            for (int c = 0; c < 3; c++)
+                table_real(&t, none, "%.0f");
+        }
         table_uint(&t, a.seed);
         table_real(&t, x->cpu_s > 0 ? x->policy_s / x->cpu_s : NAN, "%.3f");
+        if (x->skipped[0])
+            table_str(&t, x->skipped);
+        else
+            table_real(&t, none, "%.0f");
         free(d);
     }
     if (a.format == FMT_TEXT)
@@ -616,7 +691,7 @@ int lm_leaderboard(int argc, char **argv)
     table_free(&t);
     out_close(out);
     for (size_t r = 0; r < n_rows; r++) {
-        lm_state_free(rows[r].s);
+        lm_state_free(rows[r].s); /* NULL for a skipped row */
         free(rows[r].bits);
     }
     free(rows), free(kb), free(kp), free(w), free(loss), free(wbytes), free(full_pk), free(dist);
