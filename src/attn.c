@@ -175,19 +175,19 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 dots16(const float *q, const float *k
                                                    size_t ld)
 {
     __m512 a[16];
-    for (int i = 0; i < 16; i++)
+    for (size_t i = 0; i < 16; i++)
         a[i] = _mm512_setzero_ps();
     for (size_t c = 0; c < d; c += 16) {
         const __m512 qc = _mm512_loadu_ps(q + c);
-        for (int i = 0; i < 16; i++)
-            a[i] = _mm512_add_ps(a[i], _mm512_mul_ps(qc, _mm512_loadu_ps(k + (size_t)i * ld + c)));
+        for (size_t i = 0; i < 16; i++)
+            a[i] = _mm512_add_ps(a[i], _mm512_mul_ps(qc, _mm512_loadu_ps(k + i * ld + c)));
     }
     __m512 b[8], c4[4], e2[2];
-    for (int i = 0; i < 8; i++) /* w = 8: keys 2i, 2i+1 in the halves */
+    for (size_t i = 0; i < 8; i++) /* w = 8: keys 2i, 2i+1 in the halves */
         b[i] = fold_halves(a[2 * i], a[2 * i + 1]);
-    for (int i = 0; i < 4; i++) /* w = 4: keys 4i .. 4i+3 in the 128-bit blocks */
+    for (size_t i = 0; i < 4; i++) /* w = 4: keys 4i .. 4i+3 in the 128-bit blocks */
         c4[i] = fold_quarters(b[2 * i], b[2 * i + 1]);
-    for (int i = 0; i < 2; i++) /* w = 2: block j has keys 8i+j, 8i+4+j, two lanes each */
+    for (size_t i = 0; i < 2; i++) /* w = 2: block j has keys 8i+j, 8i+4+j, two lanes each */
         e2[i] = _mm512_add_ps(_mm512_shuffle_ps(c4[2 * i], c4[2 * i + 1], 0x44),
                               _mm512_shuffle_ps(c4[2 * i], c4[2 * i + 1], 0xEE));
     /* w = 1: lane 4j + s holds key 4s + j */
