@@ -530,19 +530,6 @@ static uint64_t rd64(const unsigned char *p)
     return v;
 }
 
-typedef struct history {
-    int32_t *t;
-    size_t n, cap;
-} history;
-
-static void push(history *h, int32_t t)
-{
-    if (h->n == h->cap) {
-        h->cap = h->cap ? 2 * h->cap : 256;
-        h->t = xrealloc(h->t, h->cap * sizeof *h->t);
-    }
-    h->t[h->n++] = t;
-}
 
 static void save_session(const char *path, const kvl_seq *s, const history *h, const kve_rng *rng)
 {

@@ -210,21 +210,6 @@ static void put_piece(FILE *f, const char *p, size_t n)
     fwrite(p, 1, n, f);
 }
 
-/* The tokens decoded so far, BOS first (the repetition penalty's window and
- * a session's record). */
-typedef struct history {
-    int32_t *t;
-    size_t n, cap;
-} history;
-
-static void push(history *h, int32_t t)
-{
-    if (h->n == h->cap) {
-        h->cap = h->cap ? 2 * h->cap : 256;
-        h->t = xrealloc(h->t, h->cap * sizeof *h->t);
-    }
-    h->t[h->n++] = t;
-}
 
 /* What one sample's loop needs. */
 typedef struct gen_ctx {

@@ -234,4 +234,20 @@ int lm_prefill_cmd(int argc, char **argv); /* prefill.c */
 int lm_duo_calibrate(int argc, char **argv); /* duo.c */
 int lm_leaderboard(int argc, char **argv);  /* leaderboard.c */
 
+/* The tokens decoded so far, BOS first (the repetition penalty's window and
+ * a session's record): generate's, and kvevict-llama generate's. */
+typedef struct history {
+    int32_t *t;
+    size_t n, cap;
+} history;
+
+static inline void push(history *h, int32_t t)
+{
+    if (h->n == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 256;
+        h->t = xrealloc(h->t, h->cap * sizeof *h->t);
+    }
+    h->t[h->n++] = t;
+}
+
 #endif /* KVE_LM_CLI_H */
