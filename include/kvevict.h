@@ -81,6 +81,15 @@ extern "C" {
  * threads at the same time, with one exception: disjoint head ranges of one
  * bank (see "Banks").
  *
+ * Calls from callbacks. While a call into a policy or bank runs the caller's
+ * code (a score rule's observe, the object's allocator), every call into
+ * that same object from the same thread is refused with KVE_EINVAL naming
+ * it: steps, evicts, prefill, remove, copy (into or from it), clone and
+ * save, the outer call going on unharmed. Its free and reset are ignored
+ * there (the object stays as it is; kve_last_error says why), and its
+ * queries (size, positions, spec, sizes, attention rows) see the kept set as
+ * it was before the outer call. Other objects may be used from a callback.
+ *
  * Memory. Constructors allocate, through the allocator of their options (see
  * "The allocator"); nothing on the steady-state decode path does (see
  * kve_policy_step). Every object is released by its *_free function, which
@@ -497,7 +506,8 @@ KVE_API kve_status kve_policy_new_ex(const char *spec, kve_rng *rng,
                                      const kve_policy_options *options, kve_policy **out);
 
 /* [stable] Releases `p` and everything it owns, through its allocator. NULL
- * is a no-op. */
+ * is a no-op; so is a call from inside p's own callbacks ("Calls from
+ * callbacks"). */
 KVE_API void kve_policy_free(kve_policy *p);
 
 /* [stable] Tells the policy that the query at position `pos` paid attention
@@ -821,8 +831,8 @@ KVE_API kve_status kve_policy_remove(kve_policy *p, int32_t p0, int32_t p1, size
 /* Back to the state of a new policy of the same spec and options: nothing
  * kept, nothing stepped, the private random stream at its start (random
  * chooses the same victims again for the same calls). The storage stays
- * allocated: a policy that grew keeps its slots. NULL is a no-op.
- * Never allocates. O(1). */
+ * allocated: a policy that grew keeps its slots. NULL is a no-op, as is a
+ * call from inside p's own callbacks. Never allocates. O(1). */
 KVE_API void kve_policy_reset(kve_policy *p);
 
 /* Writes p's image (see "Lifecycle", and docs/api.md for the layout) to
@@ -1155,7 +1165,8 @@ KVE_API kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rn
                                    const kve_bank_options *options, kve_bank **out);
 
 /* [stable] Releases `b` and everything it owns, through its allocator. NULL
- * is a no-op. */
+ * is a no-op; so is a call from inside b's own callbacks ("Calls from
+ * callbacks"). */
 KVE_API void kve_bank_free(kve_bank *b);
 
 /* [stable] The number of heads; 0 for NULL. O(1). */
@@ -1369,7 +1380,8 @@ KVE_API kve_status kve_bank_remove(kve_bank *b, int32_t p0, int32_t p1);
 
 /* As kve_policy_reset, on every head: each random stream back to its
  * start, and a shared group's heads back to even parts of its storage,
- * which keeps its size. NULL is a no-op. Never allocates. O(heads). */
+ * which keeps its size. NULL is a no-op, as is a call from inside b's own
+ * callbacks. Never allocates. O(heads). */
 KVE_API void kve_bank_reset(kve_bank *b);
 
 /* As kve_policy_save: b's image, every head in head order (docs/api.md).
@@ -1392,6 +1404,21 @@ KVE_API kve_status kve_bank_save(const kve_bank *b, void *buf, size_t cap, size_
  * whose image keeps more positions than its slots. O(size). */
 KVE_API kve_status kve_bank_load(const void *buf, size_t size, const kve_allocator *allocator,
                                  kve_bank **out);
+
+/* The bytes a kve_policy_load or kve_bank_load of the image buf[0 .. size)
+ * would allocate (at its peak, through the allocator, the allocator's own
+ * overhead aside), in *bytes, without allocating: so an untrusted image
+ * can be refused before it is built. A small image can ask for much: its
+ * spec's budget sizes the slots of every head before a position is read
+ * (a 178-byte policy image of "h2o:budget=9000000,recent_window=8" asks
+ * for 117 MB, one of keydiff for budget * key_dim floats more). The image's header and
+ * lengths are checked as load checks them (the same KVE_EINVAL messages;
+ * a rule's image needs the rule registered), its heads' contents are not.
+ * SIZE_MAX when the count overflows. Thread-safe; never allocates. O(heads).
+ *     size_t need;
+ *     if (kve_image_load_bytes(buf, n, &need) != KVE_OK || need > my_limit)
+ *         refuse it; else kve_bank_load(buf, n, NULL, &b); */
+KVE_API kve_status kve_image_load_bytes(const void *buf, size_t size, size_t *bytes);
 
 /* ======================================================================
  * 6. Budgets across layers

@@ -220,7 +220,10 @@ typedef struct kve_trace_callbacks {
  *      key_dim for keys), allocated now through options->allocator; reads
  *      never allocate. O(heads * t) per step delivered, O(t) per row read.
  * Threads: the callbacks run on the thread that reads the trace, one at a
- *      time per trace; a trace is read from one thread at a time. */
+ *      time per trace; a trace is read from one thread at a time. A read
+ *      of the trace from inside its own callbacks (kve_trace_row, kve_eval
+ *      of it, ...) is refused, KVE_EINVAL naming it, the step being
+ *      delivered intact; kve_trace_free must not be called there. */
 KVE_API kve_status kve_trace_from_callback(const kve_trace_callbacks *cb, void *user,
                                            size_t layers, size_t heads_per_layer, size_t steps,
                                            size_t key_dim, const kve_trace_options *options,

@@ -55,6 +55,19 @@ void lm_free(const kve_allocator *a, void *p);
  * from `a` (*data, *size; free with lm_free(a, ...)), NUL-terminated beyond
  * *size. KVE_EIO with strerror, KVE_ENOMEM; *data untouched on failure. */
 kve_status lm_read_file(const kve_allocator *a, const char *path, char **data, size_t *size);
+/* lm_read_file of a file that may hold at most `max` bytes: a larger one is
+ * refused (KVE_EFORMAT naming the path and max) before a byte is read when
+ * it is a regular file, and once max + 1 bytes arrived otherwise (a pipe,
+ * /dev/zero): memory never exceeds max + 2 bytes. */
+kve_status lm_read_file_max(const kve_allocator *a, const char *path, size_t max, char **data,
+                            size_t *size);
+/* The first n bytes of the file at `path` (fewer when it is shorter: *got)
+ * into buf: a header to be checked before the rest is read. KVE_EIO. */
+kve_status lm_read_head(const char *path, void *buf, size_t n, size_t *got);
+
+/* The most bytes a tokenizer file may hold (llama2.c's tokenizer.bin of
+ * 32,000 pieces is 424 KB; one of 256 Ki pieces of 200 bytes, 56 MB). */
+#define LM_MAX_TOKENIZER_BYTES ((size_t)64 << 20)
 
 /* ---- weight types (quant.c) -----------------------------------------------
  *
@@ -847,6 +860,13 @@ kve_status lm_session_save(const lm_state *s, const lm_session *ss, void *buf, s
  * saved caches, bank and logits, and out->tokens comes from s's allocator (free
  * with lm_free(&s->alloc, ...)). KVE_ENOMEM. O(size). */
 kve_status lm_session_load(lm_state *s, const void *buf, size_t size, lm_session *out);
+
+/* The fixed part of a session image: what lm_session_size reads. */
+#define LM_SESSION_HEADER 120
+/* The size a session image states, from its first n bytes (n >=
+ * LM_SESSION_HEADER): magic and version checked (KVE_EFORMAT otherwise), so
+ * that a file is read only up to what it claims (lm_read_file_max). */
+kve_status lm_session_size(const void *head, size_t n, size_t *size);
 
 /* ---- the attention as a live trace (trace.c) ---------------------------------- */
 

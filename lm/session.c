@@ -194,7 +194,7 @@ kve_status lm_state_copy(lm_state *dst, const lm_state *src)
 
 enum {
     SESSION_VERSION = 1,
-    HEADER = 120,       /* the fixed part, up to the spec */
+    HEADER = LM_SESSION_HEADER, /* the fixed part, up to the spec */
     FLAG_CACHE_POS = 1, /* positions cache (else original) */
     FLAG_SHARED = 2,    /* each layer's KV heads share its budget */
     FLAG_POLICY = 4,    /* a policy and its bank (else every key kept) */
@@ -426,6 +426,28 @@ static kve_status match(const lm_state *s, const unsigned char *h, const char *s
         return kve_set_error(KVE_EINVAL, "session: same positions: the session's are %s, this "
                              "decoder's %s", flags & FLAG_SAME ? "on" : "off",
                              want & FLAG_SAME ? "on" : "off");
+    return KVE_OK;
+}
+
+kve_status lm_session_size(const void *head, size_t n, size_t *size)
+{
+    if (!head || !size)
+        return kve_set_error(KVE_EINVAL, "session size: NULL argument");
+    const unsigned char *p = head;
+    if (n < 8 || memcmp(p, session_magic, 8) != 0)
+        return kve_set_error(KVE_EFORMAT, "session: bad magic (not a kvevict session file)");
+    if (n < HEADER)
+        return kve_set_error(KVE_EFORMAT, "session: %zu bytes, truncated in the %d-byte header",
+                             n, HEADER);
+    uint32_t version = get_u32(p + 8);
+    if (version != SESSION_VERSION)
+        return kve_set_error(KVE_EFORMAT, "session: version %u is not supported (this build "
+                             "reads version %d)", version, SESSION_VERSION);
+    uint64_t stated = get_u64(p + 112);
+    if (stated < HEADER + 8 || stated > SIZE_MAX - 2)
+        return kve_set_error(KVE_EFORMAT, "session: the header states %llu bytes, not a "
+                             "session's size", (unsigned long long)stated);
+    *size = (size_t)stated;
     return KVE_OK;
 }
 

@@ -182,7 +182,7 @@ kve_status lm_tokenizer_open(const char *path, const kve_allocator *allocator, l
         return kve_set_error(KVE_EINVAL, "tokenizer: NULL argument");
     char *buf;
     size_t size;
-    kve_status st = lm_read_file(allocator, path, &buf, &size);
+    kve_status st = lm_read_file_max(allocator, path, LM_MAX_TOKENIZER_BYTES, &buf, &size);
     if (st != KVE_OK)
         return st;
     st = lm_tokenizer_from_memory(buf, size, allocator, out);

@@ -24,6 +24,38 @@
 #include <string.h>
 
 
+/* ---- the re-entry guard (policy_impl.h) ---- */
+
+static _Thread_local const kve_frame *running;
+
+kve_status kve__check_idle(const kve_bank *b, const char *call)
+{
+    for (const kve_frame *f = running; f; f = f->up)
+        if (f->bank == b)
+            return kve__fail(KVE_EINVAL,
+                             "%s: %s called from inside one of this %s's own callbacks (its "
+                             "score rule or allocator): an object refuses every call while "
+                             "its callbacks run",
+                             b->cfg.type->name, call, b->is_policy ? "policy" : "bank");
+    return KVE_OK;
+}
+
+kve_status kve__enter(kve_frame *f, const kve_bank *b, const char *call)
+{
+    kve_status st = kve__check_idle(b, call);
+    if (st != KVE_OK)
+        return st;
+    f->bank = b;
+    f->up = running;
+    running = f;
+    return KVE_OK;
+}
+
+void kve__leave(const kve_frame *f)
+{
+    running = f->up;
+}
+
 /* ---- storage ---- */
 
 size_t kve__block_layout(const kve_config *c, size_t cap, size_t off[KVE_NCOLS])
@@ -569,10 +601,23 @@ KVE_ALWAYS_INLINE kve_status step_heads(kve_bank *b, size_t first, size_t count,
     return KVE_OK;
 }
 
+/* step_heads inside a frame of the guard. */
+static kve_status guarded_step(kve_bank *b, size_t first, size_t count, int32_t pos,
+                               const kve_step_data *d, bool policy)
+{
+    kve_frame f;
+    kve_status st = kve__enter(&f, b, "a step");
+    if (st != KVE_OK)
+        return st;
+    st = policy ? step_heads(b, 0, 1, pos, d, true) : step_heads(b, first, count, pos, d, false);
+    kve__leave(&f);
+    return st;
+}
+
 kve_status kve__bank_step_data(kve_bank *b, size_t first, size_t count, int32_t pos,
                                const kve_step_data *d)
 {
-    return step_heads(b, first, count, pos, d, false);
+    return guarded_step(b, first, count, pos, d, false);
 }
 
 /* The step data of the older step calls: attention and keys only. */
@@ -593,14 +638,14 @@ kve_status kve__bank_step(kve_bank *b, size_t first, size_t count, int32_t pos,
                           const float *keys, size_t ld_keys)
 {
     kve_step_data d = attn_keys_data(attn, ld, group, reduce, keys, ld_keys);
-    return step_heads(b, first, count, pos, &d, false);
+    return guarded_step(b, first, count, pos, &d, false);
 }
 
 kve_status kve__policy_step(kve_bank *b, int32_t pos, const float *attn, size_t n,
                             const float *key)
 {
     kve_step_data d = attn_keys_data(attn, n, 1, KVE_REDUCE_MEAN, key, b->cfg.key_dim);
-    return step_heads(b, 0, 1, pos, &d, true);
+    return guarded_step(b, 0, 1, pos, &d, true);
 }
 
 kve_step_data kve_step_default_data(void)
@@ -673,12 +718,18 @@ KVE_ALWAYS_INLINE kve_status evict_heads(kve_bank *b, size_t first, size_t count
 kve_status kve__bank_evict(kve_bank *b, size_t first, size_t count, size_t budget,
                            int32_t *victims, size_t ld_victims, size_t *counts)
 {
+    kve_status st = kve__check_idle(b, "an evict");
+    if (st != KVE_OK)
+        return st;
     return evict_heads(b, first, count, budget, victims, ld_victims, counts, "ld_victims");
 }
 
 kve_status kve__policy_evict(kve_bank *b, size_t budget, int32_t *victims, size_t cap,
                              size_t *n_victims)
 {
+    kve_status st = kve__check_idle(b, "an evict");
+    if (st != KVE_OK)
+        return st;
     return evict_heads(b, 0, 1, budget, victims, cap, n_victims, "cap");
 }
 
@@ -753,6 +804,31 @@ kve_status kve__bank_create(const kve_config *c, size_t n_heads, kve_rng *rng,
     return KVE_OK;
 }
 
+/* a + b and a * b, stuck at SIZE_MAX. */
+static size_t sat_add(size_t a, size_t b)
+{
+    return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+static size_t sat_mul(size_t a, size_t b)
+{
+    return b && a > SIZE_MAX / b ? SIZE_MAX : a * b;
+}
+
+size_t kve__create_bytes(const kve_config *c, size_t n_heads, size_t share, bool policy)
+{
+    size_t total = policy ? sizeof(kve_policy)
+                          : sat_add(sizeof(bank_alloc),
+                                    sat_mul(n_heads, sizeof(kve_head) +
+                                                         (share ? sizeof(kve_group) / share : 0)));
+    if (!policy && share) /* groups: n_heads / share of them, counted exactly */
+        total = sat_add(sat_add(sizeof(bank_alloc), sat_mul(n_heads, sizeof(kve_head))),
+                        sat_mul(n_heads / share, sizeof(kve_group)));
+    const size_t cap = share ? kve__sliding_cap(c->params.budget) : c->cap0;
+    for (int k = 0; k < KVE_NCOLS; k++)
+        total = sat_add(total, sat_mul(sat_mul(n_heads, cap), c->elem[k]));
+    return sat_add(total, sat_mul(n_heads, c->aux_bytes));
+}
+
 kve_status kve_bank_new_ex(const char *spec, size_t n_heads, kve_rng *rng,
                            const kve_bank_options *options, kve_bank **out)
 {
@@ -782,8 +858,8 @@ kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank
 
 void kve_bank_free(kve_bank *b)
 {
-    if (!b)
-        return;
+    if (!b || kve__check_idle(b, "kve_bank_free") != KVE_OK)
+        return; /* from its own callback: not freed (kvevict.h) */
     const kve_allocator alloc = b->alloc;
     const size_t bytes = b->handle_bytes;
     kve__bank_release(b);
@@ -925,6 +1001,8 @@ kve_status kve_bank_evict_shared(kve_bank *b, size_t first, size_t count, size_t
                                  int32_t *victims, size_t ld_victims, size_t *counts)
 {
     kve_status st = check_range(b, first, count);
+    if (st == KVE_OK)
+        st = kve__check_idle(b, "kve_bank_evict_shared");
     if (st != KVE_OK)
         return st;
     return kve__bank_evict_shared(b, first, count, budget, victims, ld_victims, counts);

@@ -320,14 +320,16 @@ kve_status kve_bank_save(const kve_bank *b, void *buf, size_t cap, size_t *size)
 {
     if (!b)
         return kve__fail(KVE_EINVAL, "bank is NULL");
-    return save(b, KIND_BANK, buf, cap, size);
+    kve_status st = kve__check_idle(b, "a save");
+    return st == KVE_OK ? save(b, KIND_BANK, buf, cap, size) : st;
 }
 
 kve_status kve_policy_save(const kve_policy *p, void *buf, size_t cap, size_t *size)
 {
     if (!p)
         return kve__fail(KVE_EINVAL, "policy is NULL");
-    return save(&p->bank, KIND_POLICY, buf, cap, size);
+    kve_status st = kve__check_idle(&p->bank, "a save");
+    return st == KVE_OK ? save(&p->bank, KIND_POLICY, buf, cap, size) : st;
 }
 
 /* ---- load ---- */
@@ -791,4 +793,51 @@ kve_status kve_bank_load(const void *buf, size_t size, const kve_allocator *allo
     memset(&hd, 0, sizeof hd);
     kve_status st = load(buf, size, KIND_BANK, out, &hd);
     return st == KVE_OK ? build(buf, &hd, allocator, NULL, out) : st;
+}
+
+/* The growth blocks a load of the checked image makes (read_heads' own
+ * arithmetic), added to what creation allocates. */
+static size_t load_bytes(const uint8_t *in, const header *hd)
+{
+    const kve_config *c = &hd->cfg;
+    const size_t share = hd->opt.share, step = share ? share : 1;
+    const size_t slot = slot_image_bytes(c), aux = aux_image_bytes(c);
+    const size_t cap0 = share ? kve__sliding_cap(c->params.budget) : c->cap0;
+    size_t total = kve__create_bytes(c, hd->n_heads, share, hd->kind == KIND_POLICY);
+    const uint8_t *p = in + hd->body;
+    for (size_t h = 0; h < hd->n_heads; h += step) {
+        size_t need = 0, first = 0;
+        for (size_t j = 0; j < step; j++) {
+            size_t n = (size_t)get_le(p, 8);
+            if (j == 0)
+                first = n;
+            need += n + 1;
+            p += HEAD + n * slot + aux;
+        }
+        size_t block = 0;
+        if (share && need > share * cap0)
+            block = kve__block_bytes(c, 2 * share * cap0 > need ? 2 * share * cap0 : need);
+        else if (!share && first > cap0)
+            block = kve__block_bytes(c, grown(cap0, first));
+        total = total > SIZE_MAX - block ? SIZE_MAX : total + block;
+    }
+    return total;
+}
+
+kve_status kve_image_load_bytes(const void *buf, size_t size, size_t *bytes)
+{
+    if (!buf || !bytes)
+        return kve__fail(KVE_EINVAL, "%s is NULL", buf ? "bytes" : "buf");
+    const uint8_t *in = buf;
+    uint32_t kind = size >= HEADER ? (uint32_t)get_le(in + 12, 4) : KIND_POLICY;
+    header hd;
+    memset(&hd, 0, sizeof hd);
+    kve_status st = read_header(in, size, kind == KIND_BANK ? KIND_BANK : KIND_POLICY, &hd);
+    if (st != KVE_OK)
+        return st;
+    st = check_lengths(in, size, &hd);
+    if (st == KVE_OK)
+        *bytes = load_bytes(in, &hd);
+    kve__type_release(hd.cfg.type); /* read_header's hold */
+    return st;
 }

@@ -182,8 +182,15 @@ kve_status kve_bank_copy(kve_bank *dst, const kve_bank *src)
 {
     if (!dst || !src)
         return kve__fail(KVE_EINVAL, "%s is NULL", dst ? "src" : "dst");
-    kve_status st = check_same(dst, src);
-    return st == KVE_OK ? kve__bank_copy_state(dst, src) : st;
+    kve_status st = kve__check_idle(src, "a copy from it");
+    kve_frame f;
+    if (st != KVE_OK || (st = kve__enter(&f, dst, "a copy into it")) != KVE_OK)
+        return st;
+    st = check_same(dst, src);
+    if (st == KVE_OK)
+        st = kve__bank_copy_state(dst, src);
+    kve__leave(&f);
+    return st;
 }
 
 kve_status kve_policy_copy(kve_policy *dst, const kve_policy *src)
@@ -204,10 +211,15 @@ kve_status kve_bank_clone(const kve_bank *b, kve_bank **out)
     kve_rng unused; /* the generators are src's, copied below */
     kve_rng_seed(&unused, 0);
     kve_bank *c = NULL;
+    kve_frame f; /* b's allocator runs */
+    kve_status st = kve__enter(&f, b, "a clone");
+    if (st != KVE_OK)
+        return st;
     kve__type_hold(b->cfg.type); /* the clone's own; create releases it on failure */
-    kve_status st = kve__bank_create(&b->cfg, b->n_heads, &unused, &o, &b->alloc, &c);
+    st = kve__bank_create(&b->cfg, b->n_heads, &unused, &o, &b->alloc, &c);
     if (st == KVE_OK && (st = kve__bank_copy_state(c, b)) != KVE_OK)
         kve_bank_free(c);
+    kve__leave(&f);
     if (st == KVE_OK)
         *out = c;
     return st;
@@ -220,10 +232,15 @@ kve_status kve_policy_clone(const kve_policy *p, kve_policy **out)
     kve_rng unused;
     kve_rng_seed(&unused, 0);
     kve_policy *c = NULL;
+    kve_frame f;
+    kve_status st = kve__enter(&f, &p->bank, "a clone");
+    if (st != KVE_OK)
+        return st;
     kve__type_hold(p->bank.cfg.type);
-    kve_status st = kve__policy_create(&p->bank.cfg, &unused, &p->bank.alloc, &c);
+    st = kve__policy_create(&p->bank.cfg, &unused, &p->bank.alloc, &c);
     if (st == KVE_OK && (st = kve__bank_copy_state(&c->bank, &p->bank)) != KVE_OK)
         kve_policy_free(c);
+    kve__leave(&f);
     if (st == KVE_OK)
         *out = c;
     return st;
@@ -271,6 +288,9 @@ static size_t head_remove(const kve_config *c, kve_head *h, int32_t p0, int32_t 
 
 static kve_status check_remove(const kve_bank *b, int32_t p0, int32_t p1)
 {
+    kve_status st = kve__check_idle(b, "a remove");
+    if (st != KVE_OK)
+        return st;
     if (p0 >= p1)
         return kve__fail(KVE_EINVAL,
                          "%s: remove [%ld, %ld): p0 must be below p1 (KVE_POS_END removes to "
@@ -326,8 +346,8 @@ static void head_reset(const kve_config *c, kve_head *h)
 
 void kve_bank_reset(kve_bank *b)
 {
-    if (!b)
-        return;
+    if (!b || kve__check_idle(b, "a reset") != KVE_OK)
+        return; /* from its own callback: left as it is (kvevict.h) */
     for (size_t h = 0; h < b->n_heads; h++)
         head_reset(&b->cfg, &b->heads[h]);
     for (size_t gi = 0; b->share && gi < b->n_heads / b->share; gi++)

@@ -51,8 +51,8 @@ kve_status kve_policy_new(const char *spec, kve_rng *rng, kve_policy **out)
 
 void kve_policy_free(kve_policy *p)
 {
-    if (!p)
-        return;
+    if (!p || kve__check_idle(&p->bank, "kve_policy_free") != KVE_OK)
+        return; /* from its own callback: not freed (kvevict.h) */
     const kve_allocator alloc = p->bank.alloc;
     kve__bank_release(&p->bank);
     kve__dealloc(&alloc, p, sizeof *p);

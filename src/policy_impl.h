@@ -227,6 +227,24 @@ struct kve_bank {
     kve_group *groups;        /* (H / share), in the same allocation; NULL if share is 0 */
 };
 
+/* The re-entry guard (kvevict.h, "Calls from callbacks"): while an
+ * operation of a bank runs code of the caller's (a score rule's observe, its
+ * allocator), every call into that bank from the same thread is refused. The
+ * operations running on a thread are a stack of frames on its callers'
+ * stacks; a frame costs a thread-local read and write. */
+typedef struct kve_frame {
+    const kve_bank *bank;
+    const struct kve_frame *up;
+} kve_frame;
+
+/* Pushes a frame for b, or refuses (KVE_EINVAL naming `call`) when b's
+ * callbacks are running on this thread. */
+kve_status kve__enter(kve_frame *f, const kve_bank *b, const char *call);
+/* Pops the frame kve__enter pushed. */
+void kve__leave(const kve_frame *f);
+/* kve__enter's refusal without the frame: for calls that run no callback. */
+kve_status kve__check_idle(const kve_bank *b, const char *call);
+
 /* A policy is a bank of one head, allocated together. */
 struct kve_policy {
     kve_bank bank;
@@ -555,6 +573,12 @@ size_t kve__align_gap(const kve_config *c, kve_head *h, size_t w);
  * lowest score among [0, limit) (limit <= size): one pass over the scores
  * (a NULL step's, or an evict's without a cached victim). */
 size_t kve__scored_scan(const kve_config *c, kve_head *h, size_t limit);
+
+/* The bytes kve__policy_create (policy) or kve__bank_create of c with
+ * n_heads heads (share: heads per shared group, 0 none) allocates: the
+ * handle, every column's slab and the per-head scratch; SIZE_MAX when that
+ * overflows. What kve_image_load_bytes starts from. */
+size_t kve__create_bytes(const kve_config *c, size_t n_heads, size_t share, bool policy);
 
 /* The sliding layout of window and streaming (sliding.c). */
 size_t kve__sliding_cap(size_t budget);

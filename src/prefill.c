@@ -305,12 +305,29 @@ static void install(const kve_config *c, kve_head *h, const unsigned char *keep,
     h->best = KVE_NONE;
 }
 
+static kve_status prefill(kve_bank *b, size_t first, size_t count, size_t n, size_t budget,
+                          const float *rows, size_t ld, size_t group, kve_reduce reduce,
+                          const kve_prefill_options *options);
+
 kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count, size_t n, size_t budget,
                             const float *rows, size_t ld, size_t group, kve_reduce reduce,
                             const kve_prefill_options *options)
 {
     if (!b)
         return kve__fail(KVE_EINVAL, "bank is NULL");
+    kve_frame f; /* b's allocator runs */
+    kve_status gst = kve__enter(&f, b, "a prefill");
+    if (gst != KVE_OK)
+        return gst;
+    gst = prefill(b, first, count, n, budget, rows, ld, group, reduce, options);
+    kve__leave(&f);
+    return gst;
+}
+
+static kve_status prefill(kve_bank *b, size_t first, size_t count, size_t n, size_t budget,
+                          const float *rows, size_t ld, size_t group, kve_reduce reduce,
+                          const kve_prefill_options *options)
+{
     const kve_prefill_options o = options ? *options : kve_prefill_default_options();
     const kve_prefill_options *params = &o;
     const kve_config *c = &b->cfg;

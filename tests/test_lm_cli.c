@@ -20,6 +20,7 @@
 #include "test_allocator.h"
 #include "tmpdir.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1724,6 +1725,94 @@ static void test_session_file_modes(void)
     umask(old_mask);
 }
 
+/* Session and tokenizer files are read up to what their header states (a
+ * session) or a cap (a tokenizer), never whole before a check: a sparse
+ * 1 GiB file with a valid session header, /dev/zero as a session and as a
+ * tokenizer, each refused with the reason and no more than a few MB of
+ * memory (before: a 1.05 GB peak for the 1 GiB file; /dev/zero grew until
+ * an allocation failed). */
+static void test_bounded_reads(void)
+{
+    char args[4096], file[400], big[400];
+    snprintf(file, sizeof file, "%s", path_of("bounded.kvs"));
+    snprintf(big, sizeof big, "%s", path_of("big.kvs"));
+    remove(file);
+    const char *pol = "--policy h2o:budget=6,recent_window=2";
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the cab' --steps 3 %s --session %s",
+             model0, pol, file);
+    ASSERT_RUNS(args);
+    size_t n = 0;
+    char *img = fx_slurp(file, &n);
+    ASSERT_TRUE(img && n > LM_SESSION_HEADER);
+    FILE *f = fopen(big, "wb");
+    ASSERT_TRUE(f && fwrite(img, 1, n, f) == n && fclose(f) == 0);
+    free(img);
+    ASSERT_TRUE(truncate(big, (off_t)1 << 30) == 0); /* sparse: no disk used */
+    struct rusage ru;
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 1 %s --session %s",
+             model0, pol, big);
+    ASSERT_FAILS(args, 1, "generate", "more than");
+    ASSERT_CONTAINS(err_text, "1073741824 bytes");
+    ASSERT_TRUE(getrusage(RUSAGE_CHILDREN, &ru) == 0);
+    ASSERT_TRUE(ru.ru_maxrss < 200 * 1024); /* KiB: every child so far, this one included */
+    remove(big);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 1 %s --session "
+             "/dev/zero", model0, pol);
+    ASSERT_FAILS(args, 1, "generate", "bad magic");
+    snprintf(args, sizeof args, "lm eval --model %s --tokenizer /dev/zero --text %s", model0,
+             textpath);
+    ASSERT_FAILS(args, 1, "lm eval", "larger than 67108864 bytes");
+    ASSERT_TRUE(getrusage(RUSAGE_CHILDREN, &ru) == 0);
+    ASSERT_TRUE(ru.ru_maxrss < 200 * 1024);
+    remove(file);
+}
+
+/* A model file truncated while generate decodes from its mapping: one line,
+ * exit 1, the session as it was and no temporary left beside it (before:
+ * killed by SIGBUS, exit 135, no message). */
+static void test_model_truncated_while_running(void)
+{
+    char args[4096], copy[400], sess[400], cmd[8192], rcpath[400], o[400], e[400];
+    snprintf(o, sizeof o, "%s", path_of("stdout"));
+    snprintf(e, sizeof e, "%s", path_of("stderr"));
+    snprintf(copy, sizeof copy, "%s", path_of("victim.bin"));
+    snprintf(sess, sizeof sess, "%s", path_of("bus.kvs"));
+    snprintf(rcpath, sizeof rcpath, "%s", path_of("bus.rc"));
+    remove(sess);
+    size_t n = 0;
+    char *img = fx_slurp(model0, &n);
+    FILE *f = fopen(copy, "wb");
+    ASSERT_TRUE(img && f && fwrite(img, 1, n, f) == n && fclose(f) == 0);
+    free(img);
+    const char *pol = "--policy window:budget=8";
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the' --steps 2 %s --session %s",
+             copy, pol, sess);
+    ASSERT_RUNS(args);
+    size_t n0 = 0, n1 = 0;
+    char *s0 = fx_slurp(sess, &n0);
+    /* a run of a million steps (minutes), its model emptied once it runs */
+    snprintf(cmd, sizeof cmd,
+             "%s generate --model %s --prompt ' a' --steps 1000000 %s --session %s >%s 2>%s & "
+             "pid=$!; i=0; while [ ! -s %s ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+             ": >%s; wait $pid; echo $? >%s",
+             kvevict, copy, pol, sess, o, e, o, copy, rcpath);
+    remove(o); /* waited for: the run's first token */
+    ASSERT_TRUE(system(cmd) == 0);
+    char *rc = fx_slurp(rcpath, NULL);
+    char *err = fx_slurp(e, NULL);
+    ASSERT_TRUE(rc && err);
+    ASSERT_STR_EQ(rc, "1\n");
+    static const char said[] = "kvevict generate: the model file was truncated or changed";
+    ASSERT_TRUE(strncmp(err, said, sizeof said - 1) == 0);
+    ASSERT_TRUE(strchr(err, '\n') == strrchr(err, '\n'));
+    char *s1 = fx_slurp(sess, &n1);
+    ASSERT_TRUE(s0 && s1 && n0 == n1 && memcmp(s0, s1, n0) == 0);
+    snprintf(cmd, sizeof cmd, "ls -a %s | grep -c 'bus.kvs.' >/dev/null", path_of(""));
+    ASSERT_TRUE(system(cmd) != 0); /* no temporary beside it */
+    free(rc), free(err), free(s0), free(s1);
+    remove(copy), remove(sess), remove(rcpath);
+}
+
 /* One idea, one option however hyphenated: generate's sampling --top-k is
  * also --topk (the recall option's spelling elsewhere); a name that spells
  * no option is still refused. */
@@ -1816,6 +1905,8 @@ int main(int argc, char **argv)
     RUN(test_generate_refusals);
     RUN(test_option_spellings);
     RUN(test_session_file_modes);
+    RUN(test_bounded_reads);
+    RUN(test_model_truncated_while_running);
     lm_model_free(lib_model);
     lm_model_free(lib_model1);
     lm_tokenizer_free(lib_tok);

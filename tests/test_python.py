@@ -1758,6 +1758,87 @@ class ScoreRuleTests(unittest.TestCase):
             p.close()
             kvevict.unregister_rule(name)
 
+    def test_calls_from_inside_a_rule(self):
+        # before: stepping the policy from inside its own rule wrote past a
+        # buffer (ASan) and the interpreter aborted with free(): invalid pointer
+        seen = {}
+        holder = {}
+
+        def reenters(scores, attn, state, vnorm):
+            p = holder["p"]
+            for what, call in (("step", lambda: p.step(100, np.ones(p.size, np.float32))),
+                               ("evict", lambda: p.evict(1)),
+                               ("save", p.save),
+                               ("close", p.close)):
+                try:
+                    call()
+                    seen[what] = "went through"
+                except kvevict.InvalidArgumentError as e:
+                    seen[what] = e.message
+            return scores + attn
+
+        kvevict.register_rule("py_reenter", reenters)
+        p = kvevict.Policy("py_reenter:budget=4,recent_window=1")
+        ref = kvevict.Policy("h2o:budget=4,recent_window=1")
+        holder["p"] = p
+        rng = np.random.default_rng(3)
+        for pos in range(12):
+            attn = rng.random(p.size).astype(np.float32) if p.size else None
+            p.step(pos, attn)
+            ref.step(pos, attn)
+            self.assertEqual(p.evict(4).tolist(), ref.evict(4).tolist())
+        self.assertEqual(sorted(seen), ["close", "evict", "save", "step"])
+        for what, message in seen.items():
+            self.assertIn("from inside", message, what)
+        self.assertEqual(p.positions.tolist(), ref.positions.tolist())
+        p.close()
+        ref.close()
+        kvevict.unregister_rule("py_reenter")
+
+    def test_kept_arrays_are_the_rules_own(self):
+        # before: the arrays were views of the library's buffers, writable
+        # (state) after the call and after close()
+        kept = []
+
+        def keeps(scores, attn, state, vnorm):
+            kept.append((scores, attn, state))
+            state[:, 0] += attn
+            return scores + attn
+
+        kvevict.register_rule("py_keeps", keeps, state=1)
+        p = kvevict.Policy("py_keeps:budget=6,recent_window=1")
+        ref = kvevict.Policy("h2o:budget=6,recent_window=1")
+        rng = np.random.default_rng(4)
+        for pos in range(10):
+            attn = rng.random(p.size).astype(np.float32) if p.size else None
+            p.step(pos, attn)
+            ref.step(pos, attn)
+            self.assertEqual(p.evict(6).tolist(), ref.evict(6).tolist())
+        p.close()
+        for scores, attn, state in kept:  # no library memory behind them
+            self.assertTrue(scores.flags.owndata and attn.flags.owndata)
+            state[:] = 7.0
+            self.assertFalse(scores.flags.writeable)
+        ref.close()
+        kvevict.unregister_rule("py_keeps")
+
+    def test_interrupt_in_a_rule_propagates(self):
+        # before: KeyboardInterrupt and SystemExit became InvalidArgumentError
+        for exc in (KeyboardInterrupt, SystemExit):
+            def interrupts(scores, attn, state, vnorm, exc=exc):
+                raise exc("stop")
+
+            kvevict.register_rule("py_interrupt", interrupts)
+            p = kvevict.Policy("py_interrupt:budget=4,recent_window=1")
+            p.step(0, None)
+            with self.assertRaises(exc):
+                p.step(1, np.ones(1, np.float32))
+            self.assertEqual(p.positions.tolist(), [0])
+            p.step(1, None)  # usable after
+            self.assertEqual(p.positions.tolist(), [0, 1])
+            p.close()
+            kvevict.unregister_rule("py_interrupt")
+
     def test_registry(self):
         p = kvevict.Policy("py_h2o:budget=8,recent_window=1")
         with self.assertRaises(kvevict.InvalidArgumentError) as e:

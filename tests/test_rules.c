@@ -469,6 +469,123 @@ static void test_registry(void)
                     strcmp(kve_policy_type_name(i), "full") == 0);
 }
 
+/* ---- calls from inside a rule's observe (kvevict.h, "Calls from
+ * callbacks") ---- */
+
+typedef struct reenter {
+    kve_policy *p;     /* the object being stepped (a policy) */
+    kve_bank *b;       /* or a bank */
+    kve_policy *other; /* an object of its own, which stays usable */
+    int calls;         /* observe calls */
+    int refused;       /* calls into p or b refused with KVE_EINVAL, named */
+    int tried;         /* calls into p or b tried */
+    int other_ok;      /* steps of `other` that went through */
+} reenter;
+
+static void expect_refused(reenter *r, kve_status st)
+{
+    r->tried++;
+    if (st == KVE_EINVAL && strstr(kve_last_error(), "called from inside one of this") &&
+        strstr(kve_last_error(), "own callbacks"))
+        r->refused++;
+}
+
+static kve_status rule_reenter(void *user, const kve_score_step *s)
+{
+    reenter *r = user;
+    r->calls++;
+    float w[64] = {0};
+    int32_t victims[64];
+    size_t n = 0;
+    unsigned char img[4096];
+    if (r->p) {
+        expect_refused(r, kve_policy_step(r->p, 1000, w, kve_policy_size(r->p)));
+        expect_refused(r, kve_policy_step(r->p, 1000, NULL, 0));
+        expect_refused(r, kve_policy_evict(r->p, 2, victims, 64, &n));
+        expect_refused(r, kve_policy_remove(r->p, 0, KVE_POS_END, &n));
+        kve_policy *c = NULL;
+        expect_refused(r, kve_policy_clone(r->p, &c));
+        expect_refused(r, kve_policy_copy(r->p, r->other));
+        expect_refused(r, kve_policy_copy(r->other, r->p));
+        expect_refused(r, kve_policy_save(r->p, img, sizeof img, &n));
+        kve_policy_reset(r->p); /* ignored */
+        kve_policy_free(r->p);  /* ignored: the outer step goes on */
+    } else {
+        expect_refused(r, kve_bank_step(r->b, 1000, NULL, 0));
+        expect_refused(r, kve_bank_evict(r->b, 2, victims, 64, NULL));
+        expect_refused(r, kve_bank_remove(r->b, 0, KVE_POS_END));
+        kve_bank *c = NULL;
+        expect_refused(r, kve_bank_clone(r->b, &c));
+        expect_refused(r, kve_bank_save(r->b, img, sizeof img, &n));
+        float prows[64] = {0};
+        expect_refused(r, kve_bank_prefill(r->b, 0, 1, 2, 2, prows, 2, 1, KVE_REDUCE_MEAN, NULL));
+        kve_bank_reset(r->b);
+        kve_bank_free(r->b);
+    }
+    /* another object is another matter */
+    if (kve_policy_step(r->other, (int32_t)(2000 + r->calls), NULL, 0) == KVE_OK)
+        r->other_ok++;
+    for (size_t i = 0; i < s->n; i++)
+        s->new_score[i] = s->score[i] + (double)s->attn[i];
+    return KVE_OK;
+}
+
+/* A rule that steps, evicts, saves, clones, copies, resets or frees its own
+ * object from inside observe is refused each time (before: the outer step
+ * wrote one slot past its buffer, ASan's heap-buffer-overflow in head_step),
+ * and the outer step gives what it gives without them. */
+static void test_calls_from_a_rule(void)
+{
+    reenter r = {0};
+    reg("reenter", rule_reenter, 0, 0, &r);
+    ASSERT_OK(kve_policy_new("h2o:budget=64,recent_window=1", NULL, &r.other));
+    kve_policy *p = NULL, *ref = NULL;
+    ASSERT_OK(kve_policy_new("reenter:budget=4,recent_window=1", NULL, &p));
+    ASSERT_OK(kve_policy_new("h2o:budget=4,recent_window=1", NULL, &ref));
+    r.p = p;
+    float w[8];
+    int32_t v1[8], v2[8];
+    for (int32_t t = 0; t < 12; t++) {
+        size_t n = kve_policy_size(p);
+        for (size_t i = 0; i < n; i++)
+            w[i] = 1.0f / (float)n * (float)(1 + (i * 7 + (size_t)t) % 3) / 2.0f;
+        ASSERT_OK(kve_policy_step(p, t, n ? w : NULL, n));
+        ASSERT_OK(kve_policy_step(ref, t, n ? w : NULL, n));
+        size_t a = 0, b = 0;
+        ASSERT_OK(kve_policy_evict(p, 4, v1, 8, &a));
+        ASSERT_OK(kve_policy_evict(ref, 4, v2, 8, &b));
+        ASSERT_EQ(a, b);
+        for (size_t i = 0; i < a; i++)
+            ASSERT_EQ(v1[i], v2[i]);
+    }
+    ASSERT_TRUE(r.calls > 0);
+    ASSERT_EQ(r.refused, r.tried);
+    ASSERT_EQ(r.other_ok, r.calls);
+    ASSERT_EQ(kve_policy_size(p), kve_policy_size(ref));
+    kve_policy_free(p);
+    kve_policy_free(ref);
+    /* a bank: the same */
+    memset(&r.calls, 0, sizeof r - offsetof(reenter, calls));
+    r.p = NULL;
+    kve_bank *b = NULL;
+    ASSERT_OK(kve_bank_new("reenter:budget=4,recent_window=1", 2, NULL, &b));
+    r.b = b;
+    float brows[2 * 8];
+    for (int32_t t = 0; t < 8; t++) {
+        size_t n = kve_bank_size(b, 0);
+        for (size_t i = 0; i < 2 * 8; i++)
+            brows[i] = n ? 1.0f / (float)n : 0.0f;
+        ASSERT_OK(kve_bank_step(b, t, n ? brows : NULL, 8));
+        ASSERT_OK(kve_bank_evict(b, 4, v1, 4, NULL));
+    }
+    ASSERT_TRUE(r.calls > 0);
+    ASSERT_EQ(r.refused, r.tried);
+    ASSERT_EQ(kve_bank_size(b, 1), 4);
+    kve_bank_free(b);
+    kve_policy_free(r.other);
+    ASSERT_OK(kve_score_rule_unregister("reenter"));
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -476,5 +593,6 @@ int main(int argc, char **argv)
     RUN(test_failing_rule_changes_nothing);
     RUN(test_what_a_rule_sees);
     RUN(test_registry);
+    RUN(test_calls_from_a_rule);
     return CHECK_DONE();
 }

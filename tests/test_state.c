@@ -1738,6 +1738,133 @@ static void test_methods_state(void)
     g_vdim = g_qg = 0;
 }
 
+/* ---- what a load will allocate (kve_image_load_bytes) ---- */
+
+/* Saves, asks, loads through a counting allocator: the answer is the
+ * load's peak to the byte, and the load's own. */
+static void load_bytes_of(const uint8_t *img, size_t n, int bank, size_t *out)
+{
+    size_t need = 0;
+    ASSERT_OK(kve_image_load_bytes(img, n, &need));
+    talloc ta;
+    talloc_init(&ta);
+    if (bank) {
+        kve_bank *b = NULL;
+        ASSERT_OK(kve_bank_load(img, n, &ta.a, &b));
+        kve_bank_free(b);
+    } else {
+        kve_policy *p = NULL;
+        ASSERT_OK(kve_policy_load(img, n, &ta.a, &p));
+        kve_policy_free(p);
+    }
+    ASSERT_EQ(ta.peak, need);
+    talloc_check_empty(&ta);
+    *out = need;
+}
+
+/* An image whose spec is replaced by `spec` (resealed): what a forger does
+ * to a small image. */
+static void with_spec(const uint8_t *img, size_t n, const char *spec, uint8_t *out, size_t cap,
+                      size_t *out_n)
+{
+    img_hdr h;
+    ASSERT_TRUE(img_header(img, n, &h) == 0);
+    const size_t old = (size_t)img_le(img + 68, 4), len = strlen(spec);
+    const size_t m = n - old + len;
+    ASSERT_TRUE(m <= cap);
+    memcpy(out, img, IMG_HEADER);
+    memcpy(out + IMG_HEADER, spec, len);
+    memcpy(out + IMG_HEADER + len, img + IMG_HEADER + old, n - IMG_HEADER - old);
+    img_put(out + 68, len, 4);
+    img_reseal(out, m);
+    *out_n = m;
+}
+
+/* Before: nothing told a caller what an image would make load allocate; a
+ * 179-byte policy image asked for 218 MB, a 64 KB bank image for 67 GB
+ * (refused only by the allocation's failure). Now the answer comes before
+ * the load, exact, for every layout: a policy, a grown policy, a bank, a
+ * shared bank that grew, keydiff's keys and scratch, same positions. */
+static void test_image_load_bytes(void)
+{
+    static uint8_t img[1 << 16], forged[1 << 16];
+    size_t n = 0;
+    float w[512];
+    for (size_t i = 0; i < 512; i++)
+        w[i] = 1.0f / 512.0f;
+    /* a policy: as made, then grown past its slots */
+    kve_policy *p = NULL;
+    ASSERT_OK(kve_policy_new("h2o:budget=64,recent_window=8", NULL, &p));
+    for (int32_t t = 0; t < 10; t++)
+        ASSERT_OK(kve_policy_step(p, t, t ? w : NULL, (size_t)t));
+    ASSERT_OK(kve_policy_save(p, img, sizeof img, &n));
+    size_t small = 0, large = 0;
+    load_bytes_of(img, n, 0, &small);
+    for (int32_t t = 10; t < 300; t++)
+        ASSERT_OK(kve_policy_step(p, t, w, kve_policy_size(p) < 512 ? kve_policy_size(p) : 512));
+    ASSERT_OK(kve_policy_save(p, img, sizeof img, &n));
+    load_bytes_of(img, n, 0, &large);
+    ASSERT_TRUE(large > small);
+    kve_policy_free(p);
+    /* the forger's image: one spec changed, 216 MB asked, nothing allocated to say so */
+    ASSERT_OK(kve_policy_new("h2o:budget=64,recent_window=8", NULL, &p));
+    ASSERT_OK(kve_policy_save(p, img, sizeof img, &n));
+    kve_policy_free(p);
+    size_t m = 0;
+    with_spec(img, n, "h2o:budget=9000000,recent_window=8", forged, sizeof forged, &m);
+    size_t need = 0;
+    ASSERT_OK(kve_image_load_bytes(forged, m, &need));
+    talloc ta; /* what building that policy takes, counted */
+    talloc_init(&ta);
+    kve_policy_options po = kve_policy_default_options();
+    po.allocator = &ta.a;
+    kve_policy *probe = NULL;
+    ASSERT_OK(kve_policy_new_ex("h2o:budget=9000000,recent_window=8", NULL, &po, &probe));
+    ASSERT_EQ(need, ta.peak);
+    kve_policy_free(probe);
+    talloc_check_empty(&ta);
+    /* kvevict.h's example: a 170-odd-byte image, 117 MB */
+    ASSERT_EQ(m, 178);
+    ASSERT_EQ(need / 1000000, 117);
+    /* banks: plain, shared and grown, keydiff, same positions */
+    const char *specs[] = {"h2o:budget=16,recent_window=2", "tova:budget=16",
+                           "keydiff:budget=16", "h2o:budget=16,recent_window=2"};
+    for (int k = 0; k < 4; k++) {
+        kve_bank_options o = kve_bank_default_options();
+        o.share = k == 1 ? 2 : 0;
+        o.key_dim = k == 2 ? 8 : 0;
+        o.same_positions = k == 3;
+        kve_bank *b = NULL;
+        ASSERT_OK(kve_bank_new_ex(specs[k], 4, NULL, &o, &b));
+        float kk[4 * 8];
+        for (int32_t t = 0; t < 60; t++) {
+            for (size_t i = 0; i < 4 * 8; i++)
+                kk[i] = (float)((i * 7 + (size_t)t * 3) % 11) / 11.0f - 0.4f;
+            size_t kept = kve_bank_size(b, 0);
+            static float rr[4 * 64];
+            for (size_t h = 0; h < 4; h++)
+                for (size_t i = 0; i < 64; i++)
+                    rr[h * 64 + i] = kept ? 1.0f / (float)kept : 0.0f;
+            ASSERT_OK(kve_bank_step_range(b, 0, 4, t, kept ? rr : NULL, 64, 1,
+                                          KVE_REDUCE_MEAN, k == 2 ? kk : NULL, 8));
+            if (t % 20 == 19 && k != 1) { /* the shared bank grows: never evicted */
+                int32_t v[4 * 64];
+                ASSERT_OK(kve_bank_evict(b, 16, v, 64, NULL));
+            }
+        }
+        ASSERT_OK(kve_bank_save(b, img, sizeof img, &n));
+        size_t got = 0;
+        load_bytes_of(img, n, 1, &got);
+        kve_bank_free(b);
+    }
+    /* refusals: load's own messages, nothing allocated */
+    ASSERT_STATUS(kve_image_load_bytes(img, n - 1, &need), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "image: size");
+    ASSERT_STATUS(kve_image_load_bytes(img, 10, &need), KVE_EINVAL);
+    ASSERT_STATUS(kve_image_load_bytes(NULL, n, &need), KVE_EINVAL);
+    ASSERT_STATUS(kve_image_load_bytes(img, n, NULL), KVE_EINVAL);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -1757,5 +1884,6 @@ int main(int argc, char **argv)
     RUN(test_reset_replays);
     RUN(test_image_sizes);
     RUN(test_methods_state);
+    RUN(test_image_load_bytes);
     return CHECK_DONE();
 }

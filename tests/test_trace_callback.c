@@ -11,7 +11,8 @@
  * set none, a status outside kve_status refused); every argument refusal
  * with no callback called; the free callback called once; the reserved
  * source text "callback"; allocation through the options' allocator and
- * allocation failure.
+ * allocation failure; a read of the trace from inside its own callback
+ * refused, the row being delivered intact.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
@@ -399,6 +400,53 @@ static void test_allocator(void)
     ASSERT_EQ(s.calls, 2 * T); /* the rows read, then the evaluation from step 0 again */
 }
 
+/* ---- a rows callback that reads its own trace ---- */
+
+typedef struct nosy_src {
+    kve_trace *tr; /* the trace it feeds */
+    size_t tried, refused;
+} nosy_src;
+
+static kve_status nosy_rows(void *user, size_t t, float *rows, size_t ld)
+{
+    nosy_src *s = user;
+    for (size_t h = 0; h < HEADS; h++)
+        memcpy(rows + h * ld, arr + (h * T + t) * T, (t + 1) * sizeof *rows);
+    if (s->tr && t > 0) { /* an earlier step: before, it overwrote the step being delivered */
+        double row[T];
+        s->tried++;
+        if (kve_trace_row(s->tr, 0, t - 1, row, T) == KVE_EINVAL &&
+            strstr(kve_last_error(), "from inside its own rows callback"))
+            s->refused++;
+    }
+    return KVE_OK;
+}
+
+/* Reading a live trace from inside its rows callback is refused, and every
+ * row delivered is the array's (before: the nested read replaced the held
+ * step, and the outer read returned step t - 1's row for step t). */
+static void test_read_from_inside(void)
+{
+    fill_rows(arr, 1.0);
+    static const kve_trace_callbacks nosy_cb = {.rows = nosy_rows};
+    nosy_src s = {0};
+    kve_trace *tr = NULL, *mem = NULL;
+    ASSERT_OK(kve_trace_from_callback(&nosy_cb, &s, L, H, T, 0, NULL, &tr));
+    ASSERT_OK(kve_trace_from_memory(arr, L, H, T, NULL, &mem));
+    s.tr = tr;
+    double a[T], b[T];
+    for (size_t t = 0; t < T; t++)
+        for (size_t h = 0; h < HEADS; h++) {
+            ASSERT_OK(kve_trace_row(tr, h, t, a, T));
+            ASSERT_OK(kve_trace_row(mem, h, t, b, T));
+            ASSERT_TRUE(memcmp(a, b, (t + 1) * sizeof *a) == 0);
+        }
+    ASSERT_EQ(s.tried, T - 1);
+    ASSERT_EQ(s.refused, s.tried);
+    kve_trace_free(tr);
+    kve_trace_free(mem);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -407,5 +455,6 @@ int main(int argc, char **argv)
     RUN(test_keys);
     RUN(test_refusals);
     RUN(test_allocator);
+    RUN(test_read_from_inside);
     return CHECK_DONE();
 }

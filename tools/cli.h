@@ -93,7 +93,9 @@ void temp_forget(const char *path);
 void temp_remove_all(void);
 
 /* Installs the SIGINT/SIGTERM/SIGHUP handler that removes the files being
- * written, then dies of the signal (signals ignored at start stay ignored). */
+ * written, then dies of the signal (signals ignored at start stay ignored),
+ * and the SIGBUS handler: a mapped model cut short under the run removes
+ * them too, says so in one line and exits 1. */
 void cli_signals_install(void);
 /* Set while a progress line is on stderr (output.c), for the handler to erase. */
 extern volatile sig_atomic_t cli_progress_shown;

@@ -225,8 +225,44 @@ static void on_signal(int sig)
     raise(sig);
 }
 
+static void put_err(const char *s)
+{
+    size_t n = 0;
+    while (s[n])
+        n++;
+    ssize_t w = write(STDERR_FILENO, s, n);
+    (void)w;
+}
+
+/* A mapped file (the model's weights) cut short or replaced under the
+ * process: its pages fault with SIGBUS on the next read. The run stops with
+ * one line and exit 1, the temporary files removed (a session being saved
+ * is left as it was: it is renamed into place only once written). */
+static void on_sigbus(int sig)
+{
+    (void)sig;
+    for (size_t i = 0; i < MAX_TEMPS; i++)
+        if (temp_used[i])
+            unlink(temp_path[i]);
+    if (cli_progress_shown)
+        put_err("\r\033[K");
+    put_err(cli_program);
+    if (cli_cmd[0]) {
+        put_err(" ");
+        put_err(cli_cmd);
+    }
+    put_err(": the model file was truncated or changed while it was in use (SIGBUS reading "
+            "its mapped weights); stopped, no file written\n");
+    _exit(EXIT_INPUT);
+}
+
 void cli_signals_install(void)
 {
+    struct sigaction bus;
+    memset(&bus, 0, sizeof bus);
+    bus.sa_handler = on_sigbus;
+    sigemptyset(&bus.sa_mask);
+    sigaction(SIGBUS, &bus, NULL);
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         struct sigaction old, sa;

@@ -13,6 +13,7 @@ object is collected.
 import ctypes
 import operator
 import re
+import threading
 
 import numpy as np
 
@@ -63,10 +64,18 @@ def python_words(message, words=()):
     return message
 
 
+_pending = threading.local()  # .error: a rule's KeyboardInterrupt or SystemExit, to raise
+
+
 def check(status, words=()):
     """Raises the exception of a non-zero kve_status, with the library's
-    message in the binding's words (python_words)."""
+    message in the binding's words (python_words); a KeyboardInterrupt or
+    SystemExit a score rule raised during the call is raised as it was."""
     if status != 0:
+        raised = getattr(_pending, "error", None)
+        if raised is not None:
+            _pending.error = None
+            raise raised
         message = python_words(_text(lib.kve_last_error()), words)
         cls = _errors.BY_CODE.get(status)
         if cls is None:
@@ -450,10 +459,18 @@ class _Handle:
         return self._h
 
     def close(self):
-        """Releases the library object; the Python object is unusable after."""
-        h, self._h = self._h, None
-        if h is not None:
-            type(self)._free(h)
+        """Releases the library object; the Python object is unusable after.
+        Refused (InvalidArgumentError) from inside the object's own score
+        rule, which the library calls while it steps this object."""
+        h = self._h
+        if h is None:
+            return
+        lib.kve_set_error(0, None, None)
+        type(self)._free(h)
+        if "free called from inside" in _text(lib.kve_last_error()):
+            refuse(f"{self._kind}: close() called from inside one of its own score rule's "
+                   "calls: the library is stepping it")
+        self._h = None
 
     def __enter__(self):
         return self
@@ -990,30 +1007,41 @@ def _view(ptr, n, ctype, dtype):
     return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctype)), shape=(n,))
 
 
+def _copy(ptr, n, ctype, dtype, writeable=False):
+    """n values at the library's pointer, copied into an array of the rule's
+    own (which it may keep: nothing of the library's is left in it)."""
+    a = _view(ptr, n, ctype, dtype).copy()
+    a.flags.writeable = writeable
+    return a
+
+
 def _trampoline(name, fn, values):
-    """The kve_score_fn that calls fn(scores, attn, state, vnorm) with views of
-    the step's arrays; an exception becomes a refusal with its message."""
+    """The kve_score_fn that calls fn(scores, attn, state, vnorm) with copies
+    of the step's arrays; an exception becomes a refusal with its message,
+    and KeyboardInterrupt or SystemExit (any exception that is not an
+    Exception) is raised again by the call that stepped (check)."""
 
     def call(user, step):
         del user
         s = step.contents
         n, k = s.n, s.n_state
         try:
-            scores = _view(s.score, n, ctypes.c_double, np.float64)
-            scores.flags.writeable = False
-            attn = _view(s.attn, n, ctypes.c_float, np.float32)
-            attn.flags.writeable = False
-            state = _view(s.new_state, n * k, ctypes.c_double, np.float64).reshape(n, k)
-            vnorm = None
-            if values:
-                vnorm = _view(s.vnorm, n, ctypes.c_double, np.float64)
-                vnorm.flags.writeable = False
+            scores = _copy(s.score, n, ctypes.c_double, np.float64)
+            attn = _copy(s.attn, n, ctypes.c_float, np.float32)
+            state = _copy(s.new_state, n * k, ctypes.c_double, np.float64, True).reshape(n, k)
+            vnorm = _copy(s.vnorm, n, ctypes.c_double, np.float64) if values else None
             out = np.asarray(fn(scores, attn, state, vnorm), dtype=np.float64)
             if out.shape != (n,):
                 raise ValueError(f"returned an array of shape {out.shape}, want ({n},)")
+            if state.shape != (n, k):
+                raise ValueError(f"resized its state to {state.shape}, want ({n}, {k})")
             _view(s.new_score, n, ctypes.c_double, np.float64)[:] = out
+            if n * k:
+                _view(s.new_state, n * k, ctypes.c_double, np.float64)[:] = state.reshape(-1)
             return 0
         except BaseException as e:  # noqa: BLE001 (nothing may unwind into C)
+            if not isinstance(e, Exception):
+                _pending.error = e  # KeyboardInterrupt, SystemExit: check() raises it
             message = f"{type(e).__name__}: {e}".encode("utf-8", "replace")[:240]
             code = _errors.InvalidArgumentError.code
             lib.kve_set_error(code, b"%s", message)
@@ -1035,8 +1063,13 @@ def register_rule(name, fn, *, state=0, recent_window=32, summary=None, values=F
     norms of the kept positions' values, with values=True; else None);
     it returns the n new scores (finite). A newcomer starts with score 0
     and zero state. An exception refuses the step with its message (an
-    InvalidArgumentError), every head unchanged. The arrays are valid during
-    the call only. fn is called from the thread that steps (with the GIL).
+    InvalidArgumentError), every head unchanged; KeyboardInterrupt and
+    SystemExit refuse it too and are raised as they were by the call that
+    stepped. The arrays are fn's own copies (the state is copied back after
+    the call): keeping one writes nothing of the library's. A call into the
+    object being stepped from inside fn (step, evict, save, close, ...) is
+    refused (kvevict.h, "Calls from callbacks"). fn is called from the
+    thread that steps (with the GIL).
     """
     if not callable(fn):
         refuse(f"register_rule: fn is not callable ({type(fn).__name__})")

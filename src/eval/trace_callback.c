@@ -41,7 +41,16 @@ typedef struct kve_callback {
     size_t at;      /* the held step + 1; 0: none */
     float *keys;    /* [H, d]: position keys_at - 1; NULL without keys */
     size_t keys_at; /* the held position + 1; 0: none */
+    bool busy;      /* a callback is running: reads of this trace are refused */
 } kve_callback;
+
+/* A read from inside one of this trace's own callbacks (it would overwrite
+ * the step being delivered): refused. */
+static kve_status reentered(const char *what, size_t t)
+{
+    return kve__fail(KVE_EINVAL, "callback: the trace was read (step %zu) from inside its own %s "
+                     "callback: a live trace refuses reads while its callbacks run", t, what);
+}
 
 /* The callback's status, given a message when it came without one. */
 static kve_status callback_failed(kve_status st, const char *what, size_t t)
@@ -58,10 +67,14 @@ static kve_status callback_failed(kve_status st, const char *what, size_t t)
 static kve_status callback_row(void *impl, size_t head, size_t t, double *row)
 {
     kve_callback *c = impl;
+    if (c->busy)
+        return reentered("rows", t);
     if (c->at != t + 1) {
         c->at = 0;
         kve_set_error(KVE_OK, NULL);
+        c->busy = true;
         kve_status st = c->cb->rows(c->user, t, c->rows, c->steps);
+        c->busy = false;
         if (st != KVE_OK)
             return callback_failed(st, "rows", t);
         c->at = t + 1;
@@ -83,10 +96,14 @@ static kve_status callback_row(void *impl, size_t head, size_t t, double *row)
 static kve_status callback_key(void *impl, size_t head, size_t t, float *key)
 {
     kve_callback *c = impl;
+    if (c->busy)
+        return reentered("keys", t);
     if (c->keys_at != t + 1) {
         c->keys_at = 0;
         kve_set_error(KVE_OK, NULL);
+        c->busy = true;
         kve_status st = c->cb->keys(c->user, t, c->keys, c->key_dim);
+        c->busy = false;
         if (st != KVE_OK)
             return callback_failed(st, "keys", t);
         for (size_t h = 0; h < c->heads; h++)

@@ -572,16 +572,27 @@ static int resume(const char *path, kvl_seq *s, history *h, kve_rng *rng)
         die_input("--session %s: %s", path, strerror(errno));
     }
     fclose(f);
+    /* the header first, then at most the size it states */
+    unsigned char head[SESSION_HEADER];
+    size_t got = 0;
+    if (lm_read_head(path, head, sizeof head, &got) != KVE_OK)
+        die_input("--session: %s", kve_last_error());
+    if (got < SESSION_HEADER || memcmp(head, session_magic, 8) != 0)
+        die_input("--session %s: not a kvevict-llama session", path);
+    if (rd64(head + 8) != SESSION_VERSION)
+        die_input("--session %s: version %u, this kvevict-llama reads %d", path,
+                  (unsigned)(rd64(head + 8) & 0xffffffffu), SESSION_VERSION);
+    const uint64_t stated = rd64(head + 16);
+    if (stated < SESSION_HEADER + 32 + 8 + 8 || stated > SIZE_MAX - 2)
+        die_input("--session %s: its header states %llu bytes, not a session's size", path,
+                  (unsigned long long)stated);
     char *data = NULL;
     size_t size = 0;
-    if (lm_read_file(NULL, path, &data, &size) != KVE_OK)
+    if (lm_read_file_max(NULL, path, (size_t)stated, &data, &size) != KVE_OK)
         die_input("--session: %s", kve_last_error());
     const unsigned char *p = (const unsigned char *)data;
-    if (size < SESSION_HEADER + 32 + 8 + 8 || memcmp(p, session_magic, 8) != 0)
+    if (size < SESSION_HEADER + 32 + 8 + 8)
         die_input("--session %s: not a kvevict-llama session", path);
-    if (rd64(p + 8) != SESSION_VERSION)
-        die_input("--session %s: version %u, this kvevict-llama reads %d", path,
-                  (unsigned)(rd64(p + 8) & 0xffffffffu), SESSION_VERSION);
     if (rd64(p + 16) != size)
         die_input("--session %s: %zu bytes, its header says %llu (truncated?)", path, size,
                   (unsigned long long)rd64(p + 16));

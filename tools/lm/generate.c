@@ -285,9 +285,21 @@ static int resume(const char *path, lm_state *s, history *h, kve_rng *rng)
         die_input("--session %s: %s", path, strerror(errno));
     }
     fclose(f);
+    /* the header first, then at most the size it states: a huge file is
+     * refused before it is read */
+    unsigned char head[LM_SESSION_HEADER];
+    size_t got = 0, stated = 0;
+    kve_status st = lm_read_head(path, head, sizeof head, &got);
+    if (st == KVE_OK)
+        st = lm_session_size(head, got, &stated);
+    if (st != KVE_OK) {
+        char what[600];
+        snprintf(what, sizeof what, "--session %s", path);
+        die_lm(st, what);
+    }
     char *data;
     size_t size;
-    kve_status st = lm_read_file(NULL, path, &data, &size);
+    st = lm_read_file_max(NULL, path, stated, &data, &size);
     if (st != KVE_OK)
         die_input("--session: %s", kve_last_error());
     lm_session ss;
