@@ -834,6 +834,25 @@ static void product(lm_state *s, const lm_product *p, size_t n, const float *x)
     lm_matvec(s->pool, p, n, x, xq.group ? &xq : NULL);
 }
 
+/* The index of the first value of a[0 .. n) that is not finite; n if none. */
+static size_t first_nonfinite(const float *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(a[i]))
+            return i;
+    return n;
+}
+
+/* The refusal of a step whose activations overflowed (finite weights, values
+ * past float's range): KVE_ERANGE, the state broken. */
+static kve_status overflowed(lm_state *s, const char *what, size_t l, size_t i, float v)
+{
+    s->broken = 1;
+    return kve_set_error(KVE_ERANGE, "decoder: position %d: %s %zu of layer %zu is %s: the "
+                         "model's activations overflow float32 (its weights are finite)",
+                         s->pos, what, i, l, isnan(v) ? "NaN" : "infinite");
+}
+
 kve_status lm_forward(lm_state *s, int32_t token)
 {
     if (!s)
@@ -872,6 +891,17 @@ kve_status lm_forward(lm_state *s, int32_t token)
         rmsnorm(s->xb, x, ly->rms_att, D, eps);
         const lm_product qkv[3] = {{&ly->wq, s->q}, {&ly->wk, s->k}, {&ly->wv, s->v}};
         product(s, qkv, 3, s->xb);
+        {
+            const size_t nq = (size_t)c->n_heads * S, nk = G * S;
+            size_t i = first_nonfinite(s->q, nq), j = first_nonfinite(s->k, nk);
+            size_t v = first_nonfinite(s->v, nk);
+            if (i < nq)
+                return overflowed(s, "query element", l, i, s->q[i]);
+            if (j < nk)
+                return overflowed(s, "key element", l, j, s->k[j]);
+            if (v < nk)
+                return overflowed(s, "value element", l, v, s->v[v]);
+        }
         attend(s, l);
         if (s->opt.on_attention)
             s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
@@ -914,6 +944,13 @@ kve_status lm_forward(lm_state *s, int32_t token)
     rmsnorm(x, x, w->rms_final, D, eps);
     const lm_product cls[1] = {{&w->wcls, s->logits}};
     product(s, cls, 1, x);
+    const size_t V = (size_t)c->vocab_size, bad = first_nonfinite(s->logits, V);
+    if (bad < V) {
+        s->broken = 1;
+        return kve_set_error(KVE_ERANGE, "decoder: position %d: logit %zu is %s: the model's "
+                             "activations overflow float32 (its weights are finite)", s->pos,
+                             bad, isnan(s->logits[bad]) ? "NaN" : "infinite");
+    }
     s->pos++;
     return KVE_OK;
 }

@@ -507,8 +507,11 @@ kve_status lm_state_reset(lm_state *s);
  * for a token outside [0, V) or a position past INT32_MAX; KVE_ENOMEM when a
  * cache cannot grow, which changes nothing (the same call may be retried,
  * and the run then goes on bit for bit as one that never failed:
- * tests/test_lm.c); KVE_EINVAL when a policy refuses the attention (a NaN
- * from the weights), which leaves the state broken until lm_state_reset. */
+ * tests/test_lm.c); KVE_ERANGE when the activations overflow float32 (a
+ * query, key or value of some layer, or a logit, that is not finite: finite
+ * weights too large for it), whether or not a policy is set, which leaves
+ * the state broken until lm_state_reset (nothing non-finite is ever kept,
+ * so a session saved before it loads). */
 kve_status lm_forward(lm_state *s, int32_t token);
 
 /* Prefill: decodes the prompt tokens[0 .. n) from position 0 of a fresh

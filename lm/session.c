@@ -18,6 +18,7 @@
  */
 #include "lm.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -310,10 +311,23 @@ kve_status lm_session_save(const lm_state *s, const lm_session *ss, void *buf, s
         if (ss->tokens[i] < 0 || ss->tokens[i] >= c->vocab_size)
             return kve_set_error(KVE_EINVAL, "session save: token %zu = %d is outside the "
                                  "vocabulary [0, %d)", i, ss->tokens[i], c->vocab_size);
+    if (!(ss->rng.s[0] | ss->rng.s[1] | ss->rng.s[2] | ss->rng.s[3]))
+        return kve_set_error(KVE_EINVAL, "session save: the sampler's generator is all zero, a "
+                             "state xoshiro256** never reaches");
     size_t bank_size = 0;
     if (s->bank && kve_bank_save(s->bank, NULL, 0, &bank_size) != KVE_OK)
         return kve_set_error(KVE_EINVAL, "session save: %s", kve_last_error());
     size_t L = (size_t)c->n_layers, G = (size_t)c->n_kv_heads, S = (size_t)c->head_size;
+    /* what a load refuses is never written: the logits, keys and values finite */
+    for (size_t i = 0; i < (size_t)c->vocab_size; i++)
+        if (!isfinite(s->logits[i]))
+            return kve_set_error(KVE_ERANGE, "session save: logit %zu is not finite; not saved", i);
+    for (size_t i = 0; i < L * G; i++)
+        for (size_t j = 0; j < s->cache[i].n * S; j++)
+            if (!isfinite(s->cache[i].key[j]) || !isfinite(s->cache[i].value[j]))
+                return kve_set_error(KVE_ERANGE, "session save: the cache of layer %zu, KV head "
+                                     "%zu: %s element %zu is not finite; not saved", i / G, i % G,
+                                     isfinite(s->cache[i].key[j]) ? "value" : "key", j);
     size_t spec_len = s->spec ? strlen(s->spec) : 0;
     writer w = {.p = buf, .cap = buf ? cap : 0};
     int32_t words[7];
@@ -514,6 +528,9 @@ kve_status lm_session_load(lm_state *s, const void *buf, size_t size, lm_session
         if (get_i32(toks + 4 * i) < 0 || get_i32(toks + 4 * i) >= c->vocab_size)
             return kve_set_error(KVE_EFORMAT, "session: token %zu = %d is outside the vocabulary "
                                  "[0, %d)", i, get_i32(toks + 4 * i), c->vocab_size);
+    if (!(get_u64(p + 72) | get_u64(p + 80) | get_u64(p + 88) | get_u64(p + 96)))
+        return kve_set_error(KVE_EFORMAT, "session: the sampler's generator is all zero, a state "
+                             "xoshiro256** never reaches");
     size_t V = (size_t)c->vocab_size;
     const unsigned char *logits = take(&r, V * 4, "the logits");
     if (!logits)
@@ -586,6 +603,10 @@ kve_status lm_session_load(lm_state *s, const void *buf, size_t size, lm_session
             if (q != want)
                 st = kve_set_error(KVE_EFORMAT, "session: %s: key %zu is position %d, the %s %d",
                                    what, j, q, kept ? "bank keeps" : "full cache holds", want);
+            else if ((size_t)q >= n) /* a decoder at position n has decoded 0 .. n - 1 */
+                st = kve_set_error(KVE_EFORMAT, "session: %s: key %zu is position %d, but the "
+                                   "session holds %zu tokens (positions 0 .. %zu)", what, j, q, n,
+                                   n ? n - 1 : 0);
         }
         for (size_t j = 0; j < m * S * 2 && st == KVE_OK; j++)
             if ((get_u32(kv + 4 * j) & 0x7f800000u) == 0x7f800000u)

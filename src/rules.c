@@ -32,6 +32,7 @@
 #include "policy_impl.h"
 #include "simd.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -261,6 +262,22 @@ static kve_status check_rule(const kve_score_rule *r)
     return KVE_OK;
 }
 
+/* A rule's head from an image: its per-slot state finite, as observe left
+ * it (a step refuses a state it could not have written). */
+static bool rule_check_state(const kve_config *c, const kve_head *h, char *msg, size_t cap)
+{
+    const size_t ns = slot_of(c->type)->rule.state;
+    const double *state = h->col[KVE_COL_EXTRA0];
+    for (size_t i = 0; ns && i < h->size; i++)
+        for (size_t k = 0; k < ns; k++)
+            if (!isfinite(state[i * ns + k])) {
+                snprintf(msg, cap, "state[%zu][%zu] of rule %s is %s", i, k, c->type->name,
+                         isnan(state[i * ns + k]) ? "NaN" : "infinite");
+                return false;
+            }
+    return true;
+}
+
 /* Fills an unused slot from a checked rule; under the lock. */
 static void fill(rule_slot *s, const kve_score_rule *r)
 {
@@ -288,6 +305,7 @@ static void fill(rule_slot *s, const kve_score_rule *r)
     s->type.admit = rule_admit;
     s->type.select = kve__select_argmin;
     s->type.evict = kve__evict_scored;
+    s->type.check_state = rule_check_state;
     s->type.data = s;
     s->used = 1;
 }

@@ -1097,21 +1097,23 @@ static void test_refusals(void)
         free(img2);
         k.fx.rms_final[1] = keep;
     }
-    /* Finite weights whose products overflow reach a policy as NaN
-     * attention: refused, the decoder is broken until reset, and says so. */
+    /* Finite weights whose products overflow: refused at the first key
+     * that is not finite (KVE_ERANGE, before a policy sees NaN attention;
+     * before, position 0 went through and position 1 was a policy's
+     * KVE_EINVAL), the decoder broken until reset, and says so. */
     for (size_t i = 0; i < (size_t)D_ * (size_t)G_ * (size_t)(D_ / H_); i++)
         k.fx.wk[i] = 3e38f;
     lm_model *bad = load(&k.fx, 0, &img2);
     ASSERT_TRUE(bad != NULL);
     ASSERT_OK(lm_state_new(bad, &opt, &s));
-    ASSERT_OK(lm_forward(s, 1)); /* position 0: no kept key to weigh yet */
-    ASSERT_STATUS(lm_forward(s, 2), KVE_EINVAL);
-    ASSERT_CONTAINS(kve_last_error(), "policies of layer 0");
-    ASSERT_CONTAINS(kve_last_error(), "NaN");
+    ASSERT_STATUS(lm_forward(s, 1), KVE_ERANGE);
+    ASSERT_CONTAINS(kve_last_error(), "position 0: key element 0 of layer 0 is NaN");
+    ASSERT_CONTAINS(kve_last_error(), "overflow float32");
     ASSERT_STATUS(lm_forward(s, 2), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "reset");
     ASSERT_OK(lm_state_reset(s));
-    ASSERT_OK(lm_forward(s, 1));
+    ASSERT_EQ(s->pos, 0);
+    ASSERT_STATUS(lm_forward(s, 1), KVE_ERANGE); /* the same model: the same refusal */
     lm_state_free(s);
     lm_model_free(bad);
     free(img2);

@@ -20,6 +20,8 @@
 #include "test_allocator.h"
 #include "tmpdir.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1813,6 +1815,76 @@ static void test_model_truncated_while_running(void)
     remove(copy), remove(sess), remove(rcpath);
 }
 
+/* Two runs on one session lose nothing silently: while a run holds the
+ * session (here this process holds its lock), another is refused at once;
+ * a run whose session was replaced while it decoded (another run saved
+ * first) refuses to save over it, exit 1; a temporary left beside it by a
+ * killed run (nobody holds its lock) is removed by the next save, with a
+ * warning, and a live writer's is left alone. Before: both runs exited 0
+ * and one continuation was lost; temporaries stayed forever. */
+static void test_session_concurrency(void)
+{
+    char args[4096], sess[400], other[400], cmd[8192], rcpath[400], o[400], e[400];
+    char stale[400], live[400];
+    snprintf(sess, sizeof sess, "%s", path_of("shared.kvs"));
+    snprintf(other, sizeof other, "%s", path_of("other.kvs"));
+    snprintf(rcpath, sizeof rcpath, "%s", path_of("shared.rc"));
+    snprintf(o, sizeof o, "%s", path_of("stdout"));
+    snprintf(e, sizeof e, "%s", path_of("stderr"));
+    snprintf(stale, sizeof stale, "%s", path_of("shared.kvs.tmp.AbC123"));
+    snprintf(live, sizeof live, "%s", path_of("shared.kvs.tmp.XyZ789"));
+    remove(sess), remove(other);
+    const char *pol = "--policy window:budget=8";
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the' --steps 2 %s --session %s",
+             model0, pol, sess);
+    ASSERT_RUNS(args);
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the' --steps 3 %s --session %s",
+             model0, pol, other);
+    ASSERT_RUNS(args);
+    /* held by another run */
+    int fd = open(sess, O_RDONLY);
+    ASSERT_TRUE(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+    size_t n0 = 0, n1 = 0;
+    char *s0 = fx_slurp(sess, &n0);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 2 %s --session %s",
+             model0, pol, sess);
+    ASSERT_FAILS(args, 1, "generate", "is in use by another run");
+    close(fd);
+    char *s1 = fx_slurp(sess, &n1);
+    ASSERT_TRUE(s0 && s1 && n0 == n1 && memcmp(s0, s1, n0) == 0);
+    free(s1);
+    /* replaced while this run decodes: not saved over */
+    remove(o);
+    snprintf(cmd, sizeof cmd,
+             "%s generate --model %s --prompt ' a' --steps 300000 %s --session %s >%s 2>%s & "
+             "pid=$!; i=0; while [ ! -s %s ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+             "cp %s %s.new && mv %s.new %s; wait $pid; echo $? >%s",
+             kvevict, model0, pol, sess, o, e, o, other, sess, sess, sess, rcpath);
+    ASSERT_TRUE(system(cmd) == 0);
+    char *rc = fx_slurp(rcpath, NULL), *err = fx_slurp(e, NULL);
+    ASSERT_TRUE(rc && err);
+    ASSERT_STR_EQ(rc, "1\n");
+    ASSERT_CONTAINS(err, "was replaced since this run read it; not saved");
+    char *want = fx_slurp(other, &n0);
+    s1 = fx_slurp(sess, &n1);
+    ASSERT_TRUE(want && s1 && n0 == n1 && memcmp(want, s1, n0) == 0); /* the other run's */
+    free(rc), free(err), free(want), free(s1), free(s0);
+    /* temporaries: a killed run's removed, a live one's kept */
+    FILE *f = fopen(stale, "wb");
+    ASSERT_TRUE(f && fputs("half a session", f) >= 0 && fclose(f) == 0);
+    f = fopen(live, "wb");
+    ASSERT_TRUE(f && fclose(f) == 0);
+    int lfd = open(live, O_RDONLY);
+    ASSERT_TRUE(lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) == 0);
+    ASSERT_RUNS(args);
+    ASSERT_CONTAINS(err_text, "warning: removed");
+    ASSERT_CONTAINS(err_text, "shared.kvs.tmp.AbC123, a temporary file a killed run left");
+    ASSERT_TRUE(access(stale, F_OK) != 0);
+    ASSERT_TRUE(access(live, F_OK) == 0);
+    close(lfd);
+    remove(live), remove(sess), remove(other), remove(rcpath);
+}
+
 /* One idea, one option however hyphenated: generate's sampling --top-k is
  * also --topk (the recall option's spelling elsewhere); a name that spells
  * no option is still refused. */
@@ -1850,6 +1922,33 @@ static void test_generate_refusals(void)
     fx_write_model(&fx, 0, bad);
     snprintf(args, sizeof args, "generate --model %s --tokenizer %s", bad, tokpath);
     ASSERT_FAILS(args, 1, "generate", "tensor w2 holds an infinity at element 0");
+    fx.w2[0] = 0;
+    /* Finite weights whose activations overflow: the logits (an output norm
+     * of 1e38), then the queries (an attention norm of 1e30). Refused while
+     * decoding, exit 1, with a policy or without, and no session written
+     * (before: without a policy it printed <unk> and exited 0, with one it
+     * exited 2; generate --session saved a file the next run refused). */
+    char sess[400];
+    snprintf(sess, sizeof sess, "%s", path_of("overflow.kvs"));
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < D_; i++)
+            if (k == 0)
+                fx.rms_final[i] = 1e38f;
+            else
+                fx.rms_att[i] = 1e30f;
+        fx_write_model(&fx, 0, bad);
+        for (int pol = 0; pol < 2; pol++) {
+            remove(sess);
+            snprintf(args, sizeof args, "generate --model %s --tokenizer %s --prompt 'the' "
+                     "--steps 2 %s --session %s", bad, tokpath,
+                     pol ? "--policy h2o:budget=6,recent_window=2" : "", sess);
+            ASSERT_FAILS(args, 1, "generate", k ? "query element" : "logit");
+            ASSERT_CONTAINS(err_text, "overflow float32 (its weights are finite)");
+            ASSERT_TRUE(access(sess, F_OK) != 0);
+        }
+        snprintf(args, sizeof args, "lm logits --model %s --tokens 1,2", bad);
+        ASSERT_FAILS(args, 1, "lm logits", "overflow float32");
+    }
     fx_model_free(&fx);
     const char *src = getenv("KVE_SOURCE_DIR");
     if (!src)
@@ -1907,6 +2006,7 @@ int main(int argc, char **argv)
     RUN(test_session_file_modes);
     RUN(test_bounded_reads);
     RUN(test_model_truncated_while_running);
+    RUN(test_session_concurrency);
     lm_model_free(lib_model);
     lm_model_free(lib_model1);
     lm_tokenizer_free(lib_tok);

@@ -15,6 +15,8 @@
 #include "lm.h"
 #include "lm_fixture.h"
 
+#include <math.h>
+
 enum { D_ = 16, F_ = 24, L_ = 2, H_ = 4, G_ = 2, V_ = 40, T_ = 12 };
 
 static lm_model *load(const fx_model *fx, unsigned char **img)
@@ -390,6 +392,48 @@ static void test_session_refusals(void)
     ASSERT_STATUS(lm_session_load(fresh, bad, size, &got), KVE_EFORMAT);
     ASSERT_CONTAINS(kve_last_error(), "the cache of layer 0, KV head 0: key 0 is position");
     ASSERT_TRUE(same_state(fresh, twin));
+    /* A loaded decoder is one that could have decoded (before, both
+     * loaded): 5 tokens for a bank and caches at position 8, an all-zero
+     * sampler generator. */
+    {
+        size_t cut = size - 3 * 4;
+        memcpy(bad, buf, toks_at + 5 * 4);
+        memcpy(bad + toks_at + 5 * 4, buf + toks_at + 8 * 4, size - toks_at - 8 * 4);
+        for (int b = 0; b < 4; b++)
+            bad[64 + (size_t)b] = (unsigned char)(5u >> (8 * b));
+        for (int b = 0; b < 8; b++)
+            bad[112 + (size_t)b] = (unsigned char)((uint64_t)cut >> (8 * b));
+        reseal(bad, cut);
+        ASSERT_STATUS(lm_session_load(fresh, bad, cut, &got), KVE_EFORMAT);
+        ASSERT_CONTAINS(kve_last_error(), "but the session holds 5 tokens (positions 0 .. 4)");
+        memcpy(bad, buf, size);
+        memset(bad + 72, 0, 32);
+        reseal(bad, size);
+        ASSERT_STATUS(lm_session_load(fresh, bad, size, &got), KVE_EFORMAT);
+        ASSERT_CONTAINS(kve_last_error(), "generator is all zero");
+        ASSERT_TRUE(same_state(fresh, twin));
+    }
+    /* A save writes nothing a load refuses: a logit or a cached key that is
+     * not finite (before: saved, then refused by the next run), a zero
+     * generator. */
+    {
+        size_t sz = 0;
+        const float keep = a->logits[3];
+        a->logits[3] = INFINITY;
+        ASSERT_STATUS(lm_session_save(a, &ss, NULL, 0, &sz), KVE_ERANGE);
+        ASSERT_CONTAINS(kve_last_error(), "logit 3 is not finite; not saved");
+        a->logits[3] = keep;
+        const float k0 = a->cache[1].key[2];
+        a->cache[1].key[2] = NAN;
+        ASSERT_STATUS(lm_session_save(a, &ss, NULL, 0, &sz), KVE_ERANGE);
+        ASSERT_CONTAINS(kve_last_error(), "KV head 1: key element 2 is not finite");
+        a->cache[1].key[2] = k0;
+        lm_session zero = ss;
+        memset(&zero.rng, 0, sizeof zero.rng);
+        ASSERT_STATUS(lm_session_save(a, &zero, NULL, 0, &sz), KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), "all zero");
+        ASSERT_OK(lm_session_save(a, &ss, NULL, 0, &sz));
+    }
     /* Another model, other options. */
     struct {
         const lm_model *m;
@@ -455,6 +499,7 @@ static void test_out_of_memory(void)
         for (size_t t = 0; t < 10; t++)
             ASSERT_OK(lm_forward(src, toks[t] = tok(t, 9)));
         lm_session ss = {.tokens = toks, .n_tokens = 10};
+        kve_rng_seed(&ss.rng, 5);
         size_t size;
         ASSERT_OK(lm_session_save(src, &ss, NULL, 0, &size));
         unsigned char *buf = malloc(size);
@@ -642,6 +687,7 @@ static void test_same_positions(void)
         }
     }
     lm_session ss = {.tokens = NULL, .n_tokens = 30};
+    kve_rng_seed(&ss.rng, 6);
     int32_t toks[30];
     for (size_t t = 0; t < 30; t++)
         toks[t] = t ? tok(t, 8) : LM_BOS;

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "policy_impl.h"
 #include "rule_examples.h"
+#include "state_image.h"
 #include "workload.h"
 
 enum { H = 4, G = 3, MAXN = 160, VD = 5 };
@@ -586,6 +587,62 @@ static void test_calls_from_a_rule(void)
     ASSERT_OK(kve_score_rule_unregister("reenter"));
 }
 
+/* ---- a rule's state in an image ---- */
+
+static kve_status rule_stateful(void *user, const kve_score_step *s)
+{
+    (void)user;
+    for (size_t i = 0; i < s->n; i++) {
+        s->new_state[i * 2] = s->state[i * 2] + (double)s->attn[i];
+        s->new_state[i * 2 + 1] = (double)s->pos[i];
+        s->new_score[i] = s->new_state[i * 2];
+    }
+    return KVE_OK;
+}
+
+/* An image whose rule state is NaN or infinite is refused at load, naming
+ * the slot (before: it loaded, and every later step was refused). */
+static void test_rule_state_in_images(void)
+{
+    reg("stateful", rule_stateful, 2, 0, NULL);
+    kve_policy *p = NULL;
+    ASSERT_OK(kve_policy_new("stateful:budget=8,recent_window=1", NULL, &p));
+    float w[8];
+    for (int32_t t = 0; t < 6; t++) {
+        size_t n = kve_policy_size(p);
+        for (size_t i = 0; i < n; i++)
+            w[i] = 1.0f / (float)n;
+        ASSERT_OK(kve_policy_step(p, t, n ? w : NULL, n));
+    }
+    static uint8_t img[4096];
+    size_t size = 0;
+    ASSERT_OK(kve_policy_save(p, img, sizeof img, &size));
+    kve_policy *q = NULL;
+    ASSERT_OK(kve_policy_load(img, size, NULL, &q)); /* as saved: loads */
+    kve_policy_free(q);
+    img_hdr h;
+    ASSERT_TRUE(img_header(img, size, &h) == 0);
+    const size_t n = kve_policy_size(p);
+    /* the head's columns: positions (4 bytes a slot), scores (8), state (16) */
+    const size_t state_at = img_head_at(img, &h, 0) + IMG_HEAD + n * 4 + n * 8;
+    const double bad[2] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+        uint8_t copy[4096];
+        memcpy(copy, img, size);
+        uint64_t bits;
+        memcpy(&bits, &bad[k], 8);
+        img_put(copy + state_at + 3 * 16 + 8, bits, 8); /* slot 3, its second double */
+        img_reseal(copy, size);
+        q = NULL;
+        ASSERT_STATUS(kve_policy_load(copy, size, NULL, &q), KVE_EINVAL);
+        ASSERT_TRUE(q == NULL);
+        ASSERT_CONTAINS(kve_last_error(), k ? "state[3][1] of rule stateful is infinite"
+                                            : "state[3][1] of rule stateful is NaN");
+    }
+    kve_policy_free(p);
+    ASSERT_OK(kve_score_rule_unregister("stateful"));
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -594,5 +651,6 @@ int main(int argc, char **argv)
     RUN(test_what_a_rule_sees);
     RUN(test_registry);
     RUN(test_calls_from_a_rule);
+    RUN(test_rule_state_in_images);
     return CHECK_DONE();
 }

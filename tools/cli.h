@@ -228,6 +228,14 @@ FILE *out_open(const char *path);
 /* out_open for a file only its owner should read (a session: the whole
  * conversation): a new file is 0600; an existing one keeps its mode. */
 FILE *out_open_private(const char *path);
+/* A session file held for the run that resumes and saves it: an existing
+ * one is locked (flock, kept until exit; another run holding it is exit 1,
+ * "in use by another run"); returns 1 when it exists, 0 when it does not
+ * yet. session_check, before the save: the name still names the file held
+ * (or still none), else exit 1 naming it (another run saved first: this
+ * run's continuation is not written over it). */
+int session_hold(const char *path);
+void session_check(const char *path);
 /* Replaces what lies between the lines "<!-- NAME:begin -->" and
  * "<!-- NAME:end -->" of the file at `path` with `block` (through out_open,
  * so a failure leaves the file whole); dies (input error, the option --docs

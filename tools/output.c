@@ -25,6 +25,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,6 +77,46 @@ static char *final_name(const char *path)
     return xstrdup(path);
 }
 
+/* Removes the temporaries "NAME.tmp.XXXXXX" beside `name` that no live run
+ * holds: every writer keeps an exclusive flock on its temporary, which the
+ * kernel drops when it dies (even of SIGKILL), so one whose lock can be
+ * taken was left by a killed run. Each removal is reported (a warning). */
+static void sweep_stale(const char *name)
+{
+    const char *slash = strrchr(name, '/');
+    char dir[PATH_MAX];
+    const char *base = slash ? slash + 1 : name;
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == name)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - name), name);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    const size_t blen = strlen(base);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strlen(n) != blen + 11 || strncmp(n, base, blen) != 0 ||
+            strncmp(n + blen, ".tmp.", 5) != 0)
+            continue;
+        char full[PATH_MAX];
+        if (snprintf(full, sizeof full, "%s/%s", dir, n) >= (int)sizeof full)
+            continue;
+        int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0)
+            continue;
+        struct stat sb;
+        if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+            unlink(full) == 0)
+            warn("removed %s, a temporary file a killed run left", full);
+        close(fd);
+    }
+    closedir(d);
+}
+
 static FILE *open_out(const char *path, mode_t new_mode)
 {
     if (!path || strcmp(path, "-") == 0)
@@ -103,12 +145,14 @@ static FILE *open_out(const char *path, mode_t new_mode)
         free(name);
         die_input("%s: path is too long", path);
     }
+    sweep_stale(name);
     int fd = temp_create(o->tmp);
     if (fd < 0) {
         int e = errno;
         free(name);
         die_input("%s: cannot create a file beside it: %s", path, strerror(e));
     }
+    (void)flock(fd, LOCK_EX | LOCK_NB); /* alive: sweep_stale leaves it alone */
     /* An existing file keeps its mode, owner and group (a session made
      * private stays private); a new one gets new_mode less the umask. */
     if (exists) {
@@ -222,6 +266,69 @@ void out_close(FILE *f)
         return;
     }
     die_input("internal error: closing a stream that out_open did not give");
+}
+
+/* ---- sessions held for a run ---- */
+
+static struct {
+    int fd;      /* the session file, flocked; -1: none was there */
+    int held;    /* session_hold ran */
+    dev_t dev;
+    ino_t ino;
+} session = {-1, 0, 0, 0};
+
+int session_hold(const char *path)
+{
+    char *name = final_name(path);
+    for (int tries = 0; tries < 8; tries++) {
+        int fd = open(name, O_RDONLY);
+        if (fd < 0) {
+            if (errno != ENOENT)
+                die_input("--session %s: %s", path, strerror(errno));
+            session.held = 1;
+            free(name);
+            return 0;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            free(name);
+            if (e == EWOULDBLOCK)
+                die_input("--session %s is in use by another run (it holds the file's lock); "
+                          "run one at a time", path);
+            die_input("--session %s: cannot lock it: %s", path, strerror(e));
+        }
+        struct stat a, b;
+        /* locked what the name still names? (a run that saved renamed a new
+         * file into place while we waited: take that one) */
+        if (fstat(fd, &a) == 0 && stat(name, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            session.fd = fd;
+            session.dev = a.st_dev;
+            session.ino = a.st_ino;
+            session.held = 1;
+            free(name);
+            return 1;
+        }
+        close(fd);
+    }
+    free(name);
+    die_input("--session %s keeps being replaced by another run", path);
+}
+
+void session_check(const char *path)
+{
+    if (!session.held)
+        return;
+    char *name = final_name(path);
+    struct stat sb;
+    int there = stat(name, &sb) == 0;
+    free(name);
+    if (session.fd < 0 && there)
+        die_input("--session %s was created by another run since this one started; not saved "
+                  "(this run's continuation is lost, the other's kept)", path);
+    if (session.fd >= 0 && (!there || sb.st_dev != session.dev || sb.st_ino != session.ino))
+        die_input("--session %s was replaced since this run read it; not saved", path);
 }
 
 FILE *null_sink(void)

@@ -554,6 +554,7 @@ static void save_session(const char *path, const kvl_seq *s, const history *h, c
         die_input("--session %s: %s", path, kve_last_error());
     p += state;
     le64(p, fnv1a(buf, total - 8));
+    session_check(path); /* another run saved meanwhile: refused, its file kept */
     FILE *f = out_open_private(path) /* the conversation: 0600 when new */;
     if (fwrite(buf, 1, total, f) != total)
         die_input("--session %s: %s", path, strerror(errno));
@@ -565,13 +566,8 @@ static void save_session(const char *path, const kvl_seq *s, const history *h, c
  * Any refusal exits before anything is written. */
 static int resume(const char *path, kvl_seq *s, history *h, kve_rng *rng)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT)
-            return 0;
-        die_input("--session %s: %s", path, strerror(errno));
-    }
-    fclose(f);
+    if (!session_hold(path)) /* locked for the run; none yet: a new session */
+        return 0;
     /* the header first, then at most the size it states */
     unsigned char head[SESSION_HEADER];
     size_t got = 0;

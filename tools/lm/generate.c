@@ -278,13 +278,8 @@ static size_t sample_loop(const gen_ctx *g, lm_state *s, history *h, kve_rng *rn
  * such file. */
 static int resume(const char *path, lm_state *s, history *h, kve_rng *rng)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT)
-            return 0;
-        die_input("--session %s: %s", path, strerror(errno));
-    }
-    fclose(f);
+    if (!session_hold(path)) /* locked for the run; none yet: a new session */
+        return 0;
     /* the header first, then at most the size it states: a huge file is
      * refused before it is read */
     unsigned char head[LM_SESSION_HEADER];
@@ -328,6 +323,7 @@ static void save_session(const char *path, const lm_state *s, const history *h,
     unsigned char *buf = xmalloc(size);
     if ((st = lm_session_save(s, &ss, buf, size, &size)) != KVE_OK)
         die_lm(st, "--session");
+    session_check(path); /* another run saved meanwhile: refused, its file kept */
     FILE *f = out_open_private(path) /* the conversation: 0600 when new */;
     if (fwrite(buf, 1, size, f) != size)
         die_input("--session %s: %s", path, strerror(errno));
