@@ -32,6 +32,7 @@
 #include "fuzz.h"
 #include "reference.h"
 #include "state_image.h"
+#include "test_allocator.h"
 #include "workload.h"
 
 #include <math.h>
@@ -232,13 +233,38 @@ static void load(const uint8_t *img, size_t n, fuzz_reader *in)
     int sentinel;
     kve_policy *p = (kve_policy *)&sentinel;
     kve_bank *b = (kve_bank *)&sentinel;
-    kve_status sp = kve_policy_load(img, n, NULL, &p);
+    /* what a load would allocate, asked first: the peak of a load that
+     * succeeds, to the byte (a counting allocator), and an answer for every
+     * image some load accepts */
+    size_t need = 0;
+    kve_status sz = kve_image_load_bytes(img, n, &need);
+    CHECK(sz == KVE_OK || sz == KVE_EINVAL);
+    talloc ta;
+    talloc_init(&ta);
+    kve_status sp = kve_policy_load(img, n, &ta.a, &p);
+    if (sp == KVE_OK) {
+        CHECK(sz == KVE_OK && ta.peak == need);
+        kve_policy_free(p);
+        CHECK(ta.blocks == 0 && ta.bytes == 0 && ta.bad == 0);
+        p = (kve_policy *)&sentinel;
+        talloc_init(&ta);
+        sp = kve_policy_load(img, n, NULL, &p);
+        CHECK(sp == KVE_OK);
+    }
     if (sp != KVE_OK) {
         CHECK(sp == KVE_EINVAL || sp == KVE_ENOMEM);
         CHECK(p == (kve_policy *)&sentinel);
         CHECK(kve_last_error()[0] != '\0' && !strchr(kve_last_error(), '\n'));
     }
-    kve_status sb = kve_bank_load(img, n, NULL, &b);
+    kve_status sb = kve_bank_load(img, n, &ta.a, &b);
+    if (sb == KVE_OK) {
+        CHECK(sz == KVE_OK && ta.peak == need);
+        kve_bank_free(b);
+        CHECK(ta.blocks == 0 && ta.bytes == 0 && ta.bad == 0);
+        b = (kve_bank *)&sentinel;
+        sb = kve_bank_load(img, n, NULL, &b);
+        CHECK(sb == KVE_OK);
+    }
     if (sb != KVE_OK) {
         CHECK(sb == KVE_EINVAL || sb == KVE_ENOMEM);
         CHECK(b == (kve_bank *)&sentinel);
