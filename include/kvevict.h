@@ -1593,6 +1593,26 @@ typedef enum kve_pool {
 } kve_pool;
 
 /* How a prompt is compressed. */
+/* KVzip's budgets across heads (kvpress's KVzipPress.layerwise). PER_HEAD:
+ * every head keeps `budget` positions. PER_LAYER (kvpress's layerwise=True):
+ * the heads of each layer keep layer_heads * budget positions together,
+ * those of highest score over all of them (one cut per layer). OVERALL
+ * (kvpress's default, layerwise=False): one threshold over every head of
+ * the call, the P = count * (n - budget) lowest scores' largest; each layer
+ * loses its scores at or below it (ties can take a few more), its lowest,
+ * and keeps the rest. A head then keeps from 0 (sinks aside) to n
+ * positions: with a shared budget over a layer's heads (share =
+ * layer_heads) the decode steps keep each layer's total
+ * (kve_bank_evict_shared); kve_bank_sizes reports what each head kept. */
+typedef enum kve_prefill_budgets {
+    KVE_PREFILL_PER_HEAD = 0,
+    KVE_PREFILL_PER_LAYER = 1,
+    KVE_PREFILL_OVERALL = 2
+} kve_prefill_budgets;
+
+/* kve_prefill_options.prefix: no prefix, kvevict's sinks. */
+#define KVE_PREFILL_NO_PREFIX SIZE_MAX
+
 typedef struct kve_prefill_options {
     kve_prefill_method method;      /* default KVE_PREFILL_H2O */
     size_t window;                  /* SnapKV: w, the observation window (default 32) */
@@ -1608,11 +1628,24 @@ typedef struct kve_prefill_options {
                                        values + (j*n + i)*ld_values, value_dim
                                        floats; read during the call (default NULL) */
     size_t ld_values;               /* >= value_dim (default 0) */
+    kve_prefill_budgets budgets;    /* KVzip: how the heads of the call share the
+                                       budget (default KVE_PREFILL_PER_HEAD) */
+    size_t layer_heads;             /* KVzip, KVE_PREFILL_PER_LAYER: the heads of a
+                                       layer, dividing count (layer l is heads
+                                       first + l*layer_heads ..); 0 (the default):
+                                       count, one layer */
+    size_t prefix;                  /* KVzip: positions before the context (kvpress's
+                                       prefix_length, a chat template's opening):
+                                       the sinks are then kvpress's, the first
+                                       min(sinks, prefix) scored 1; the default
+                                       KVE_PREFILL_NO_PREFIX: the first `sinks`
+                                       always kept (kvpress cuts sinks when the
+                                       prefix is shorter: docs/policies/kvzip.md) */
 } kve_prefill_options;
 
 /* The defaults: H2O, window 32, kernel 5, KVE_POOL_MAX (the H2O method uses
  * none of the three), no allocator of the call's own, queries 1, sinks 4,
- * no values. */
+ * no values, KVE_PREFILL_PER_HEAD, layer_heads 0, KVE_PREFILL_NO_PREFIX. */
 KVE_API kve_prefill_options kve_prefill_default_options(void);
 
 /* The number of rows r the method of `options` (NULL: the defaults) reads

@@ -39,6 +39,8 @@
 #include "policy_impl.h"
 
 #include <float.h>
+#include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,7 +48,8 @@ kve_prefill_options kve_prefill_default_options(void)
 {
     kve_prefill_options o = {.method = KVE_PREFILL_H2O, .window = 32, .kernel = 5,
                              .pool = KVE_POOL_MAX, .allocator = NULL, .queries = 1, .sinks = 4,
-                             .values = NULL, .ld_values = 0};
+                             .values = NULL, .ld_values = 0, .budgets = KVE_PREFILL_PER_HEAD,
+                             .layer_heads = 0, .prefix = KVE_PREFILL_NO_PREFIX};
     return o;
 }
 
@@ -92,6 +95,14 @@ static kve_status check_params(const kve_prefill_options *p, size_t n, size_t ld
         return kve__fail(KVE_EINVAL, "prefill: group must be at least 1");
     if (reduce != KVE_REDUCE_MEAN && reduce != KVE_REDUCE_SUM && reduce != KVE_REDUCE_MAX)
         return kve__fail(KVE_EINVAL, "prefill: reduce %d is not a kve_reduce", (int)reduce);
+    if (p->budgets != KVE_PREFILL_PER_HEAD && p->budgets != KVE_PREFILL_PER_LAYER &&
+        p->budgets != KVE_PREFILL_OVERALL)
+        return kve__fail(KVE_EINVAL, "prefill: budgets %d is not a kve_prefill_budgets",
+                         (int)p->budgets);
+    if (p->method != KVE_PREFILL_KVZIP &&
+        (p->budgets != KVE_PREFILL_PER_HEAD || p->layer_heads || p->prefix != KVE_PREFILL_NO_PREFIX))
+        return kve__fail(KVE_EINVAL, "prefill: budgets, layer_heads and prefix are KVzip's "
+                         "(method KVE_PREFILL_KVZIP); leave them at their defaults");
     size_t r = kve_prefill_rows(n, p);
     if (group > SIZE_MAX / r || ld > SIZE_MAX / sizeof(float) / (group * r))
         return kve__fail(KVE_EINVAL, "prefill: %zu rows of ld %zu overflow the address space",
@@ -309,6 +320,150 @@ static kve_status prefill(kve_bank *b, size_t first, size_t count, size_t n, siz
                           const float *rows, size_t ld, size_t group, kve_reduce reduce,
                           const kve_prefill_options *options);
 
+/* ---- KVzip's budgets across heads (kvpress's compress_post) ----
+ *
+ * Every head's scores, the sinks' raised (kvevict's: +inf, never cut;
+ * kvpress's with a prefix: the first min(sinks, prefix) scored 1, as its
+ * score_val starts), then per layer the kept flags of its heads' scores
+ * flattened (head-major: flat index j*n + i): PER_LAYER keeps the
+ * layer_heads * budget highest, OVERALL all but those at or below the
+ * threshold t = the P-th lowest of every score of the call (P = count * (n -
+ * budget)); ties to the lower flat index (kve__top_k), so among equal
+ * scores the lower head, then the lower position, stays. kvpress breaks
+ * such ties by torch.topk's order, which it does not define; scores of
+ * distinct values give both the same kept sets. Heads that keep more than
+ * their slots get a block (a shared group: one for the group), all
+ * allocated before any head changes. */
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static kve_status adaptive(kve_bank *b, size_t first, size_t count, size_t n, size_t budget,
+                           const float *rows, size_t r, size_t ld, size_t group,
+                           kve_reduce reduce, const kve_prefill_options *p)
+{
+    const kve_config *c = &b->cfg;
+    const char *name = c->type->name;
+    const size_t lh = p->budgets == KVE_PREFILL_PER_HEAD ? 1 : p->layer_heads ? p->layer_heads : count;
+    if (count % lh)
+        return kve__fail(KVE_EINVAL, "%s: prefill: layer_heads %zu does not divide the %zu heads "
+                         "of the call", name, lh, count);
+    if (lh > (size_t)INT32_MAX / n)
+        return kve__fail(KVE_EINVAL, "%s: prefill: %zu heads of %zu positions a layer are too "
+                         "many to rank together", name, lh, n);
+    if (b->same_positions)
+        return kve__fail(KVE_EINVAL, "%s: same_positions: every head keeps one kept set, so "
+                         "budgets across heads (and kvpress's sinks) do not apply", name);
+    if (b->share && (first % b->share || count % b->share))
+        return kve__fail(KVE_EINVAL, "%s: prefill: heads %zu + %zu split a shared group of %zu",
+                         name, first, count, b->share);
+    const size_t groups = b->share ? count / b->share : 0;
+    const size_t total = count * n, flat = lh * n;
+    const bool overall = p->budgets == KVE_PREFILL_OVERALL && n > budget;
+    size_t bytes = total * sizeof(double) * (overall ? 2 : 1) + n * sizeof(double) +
+                   (flat + 1) * sizeof(kve__top_entry) + total + count * sizeof(size_t) +
+                   (count + groups) * sizeof(void *);
+    const kve_allocator alloc = p->allocator ? kve__allocator(p->allocator) : b->alloc;
+    char *scratch = kve__alloc(&alloc, bytes);
+    if (!scratch)
+        return kve__fail(KVE_ENOMEM, "%s: prefill: out of memory for the scores of %zu heads of "
+                         "%zu positions", name, count, n);
+    double *score = (double *)(void *)scratch, *col = score + total;
+    double *sorted = overall ? col + n : NULL;
+    kve__top_entry *heap = (kve__top_entry *)(void *)(col + n + (overall ? total : 0));
+    size_t *kept = (size_t *)(void *)(heap + flat + 1);
+    void **block = (void **)(void *)(kept + count);
+    unsigned char *keep = (unsigned char *)(block + count + groups);
+    const bool kvpress_sinks = p->prefix != KVE_PREFILL_NO_PREFIX;
+    size_t sinks = kvpress_sinks && p->prefix < p->sinks ? p->prefix : p->sinks;
+    if (sinks > n)
+        sinks = n;
+    for (size_t j = 0; j < count; j++) {
+        double *sc = score + j * n;
+        head_scores(p, n, rows + j * group * r * ld, ld, group, reduce, col, sc);
+        for (size_t i = 0; i < sinks; i++)
+            sc[i] = kvpress_sinks ? 1.0 : (double)INFINITY;
+    }
+    double thres = 0;
+    if (overall) {
+        memcpy(sorted, score, total * sizeof *sorted);
+        qsort(sorted, total, sizeof *sorted, cmp_double);
+        thres = sorted[count * (n - budget) - 1];
+    }
+    for (size_t l = 0; l < count / lh; l++) {
+        const double *s = score + l * flat;
+        size_t want = flat;
+        if (n > budget && !overall) {
+            want = lh * budget;
+        } else if (overall) {
+            for (size_t i = 0; i < flat; i++)
+                want -= s[i] <= thres;
+        }
+        unsigned char *k = keep + l * flat;
+        memset(k, 0, flat);
+        size_t got = kve__top_k(s, flat, want, heap);
+        for (size_t e = 0; e < got; e++)
+            k[heap[e].pos] = 1;
+    }
+    for (size_t j = 0; j < count; j++) {
+        kept[j] = 0;
+        for (size_t i = 0; i < n; i++)
+            kept[j] += keep[j * n + i];
+    }
+    /* storage for every head first: nothing changes unless all of it exists */
+    kve_status st = KVE_OK;
+    size_t made = 0;
+    const size_t units = b->share ? groups : count;
+    for (size_t u = 0; u < units; u++) {
+        block[u] = NULL;
+        size_t need = 0, have = 0;
+        if (b->share) {
+            for (size_t j = 0; j < b->share; j++)
+                need += kept[u * b->share + j] + 1;
+            have = b->groups[(first + u * b->share) / b->share].cap;
+        } else {
+            need = kept[u] + 1;
+            have = b->heads[first + u].cap;
+        }
+        if (need > have && (st = kve__block_alloc(b, need, &block[u])) != KVE_OK)
+            break;
+        made = u + 1;
+    }
+    if (st != KVE_OK) {
+        for (size_t u = 0; u < made; u++)
+            if (block[u]) {
+                size_t need = 0;
+                for (size_t j = 0; b->share && j < b->share; j++)
+                    need += kept[u * b->share + j] + 1;
+                kve__dealloc(&b->alloc, block[u], kve__block_bytes(c, b->share ? need : kept[u] + 1));
+            }
+        kve__dealloc(&alloc, scratch, bytes);
+        return st;
+    }
+    for (size_t u = 0; u < units; u++) {
+        if (b->share) {
+            const size_t gi = (first + u * b->share) / b->share;
+            size_t need = 0;
+            for (size_t j = 0; j < b->share; j++) {
+                b->heads[first + u * b->share + j].size = kept[u * b->share + j];
+                need += kept[u * b->share + j] + 1;
+            }
+            if (block[u])
+                kve__group_adopt(b, gi, block[u], need);
+            kve__group_even(b, gi);
+        } else if (block[u]) {
+            kve__head_adopt(b, &b->heads[first + u], block[u], kept[u] + 1, false);
+        }
+    }
+    for (size_t j = 0; j < count; j++)
+        install(c, &b->heads[first + j], keep + j * n, n, col, KVE_PREFILL_KVZIP,
+                p->values ? p->values + j * n * p->ld_values : NULL, p->ld_values);
+    kve__dealloc(&alloc, scratch, bytes);
+    return KVE_OK;
+}
+
 kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count, size_t n, size_t budget,
                             const float *rows, size_t ld, size_t group, kve_reduce reduce,
                             const kve_prefill_options *options)
@@ -348,8 +503,9 @@ static kve_status prefill(kve_bank *b, size_t first, size_t count, size_t n, siz
     const size_t rw = c->params.recent_window;
     const size_t r = kve_prefill_rows(n, params);
     const kve_prefill_method method = params->method;
+    const bool kvpress_sinks = method == KVE_PREFILL_KVZIP && params->prefix != KVE_PREFILL_NO_PREFIX;
     const size_t protect = method == KVE_PREFILL_SNAPKV ? params->window
-                           : method == KVE_PREFILL_KVZIP ? params->sinks
+                           : method == KVE_PREFILL_KVZIP ? (kvpress_sinks ? 0 : params->sinks)
                                                          : rw;
     if (budget == 0 || budget > c->params.budget)
         return kve__fail(KVE_EINVAL, "%s: prefill budget %zu is not in 1 .. %zu (the bank's "
@@ -384,6 +540,8 @@ static kve_status prefill(kve_bank *b, size_t first, size_t count, size_t n, siz
     }
     if (count == 0)
         return KVE_OK;
+    if (method == KVE_PREFILL_KVZIP && (params->budgets != KVE_PREFILL_PER_HEAD || kvpress_sinks))
+        return adaptive(b, first, count, n, budget, rows, r, ld, group, reduce, params);
     const size_t want = n <= budget ? 0 : budget - protect;
     /* same_positions: one kept set, chosen by the heads' scores added in head
      * order (the bank's combined score), installed in every head */

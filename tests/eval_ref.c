@@ -354,6 +354,9 @@ static int cmd_layout(void)
     FIELD(kve_prefill_options, sinks);
     FIELD(kve_prefill_options, values);
     FIELD(kve_prefill_options, ld_values);
+    FIELD(kve_prefill_options, budgets);
+    FIELD(kve_prefill_options, layer_heads);
+    FIELD(kve_prefill_options, prefix);
     kve_bank_options bo = kve_bank_default_options();
     kve_eval_options eo = kve_eval_default_options();
     printf(", \"default.min_share\": %.17g, \"default.eval_min_share\": %.17g, "

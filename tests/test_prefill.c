@@ -333,19 +333,22 @@ static void test_refusals(void)
         kve_reduce reduce;
         const char *needle;
     } bad[] = {
-        {"method", {(kve_prefill_method)9, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0}, 30, 30, 2, KVE_REDUCE_MEAN,
+        {"method", {(kve_prefill_method)9, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, KVE_PREFILL_PER_HEAD, 0, KVE_PREFILL_NO_PREFIX}, 30, 30, 2, KVE_REDUCE_MEAN,
          "method 9"},
-        {"window 0", {KVE_PREFILL_SNAPKV, 0, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0}, 30, 30, 2, KVE_REDUCE_MEAN,
+        {"window 0", {KVE_PREFILL_SNAPKV, 0, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, KVE_PREFILL_PER_HEAD, 0, KVE_PREFILL_NO_PREFIX}, 30, 30, 2, KVE_REDUCE_MEAN,
          "window"},
-        {"kernel even", {KVE_PREFILL_SNAPKV, 4, 4, KVE_POOL_MAX, NULL, 1, 4, NULL, 0}, 30, 30, 2, KVE_REDUCE_MEAN,
+        {"kernel even", {KVE_PREFILL_SNAPKV, 4, 4, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, KVE_PREFILL_PER_HEAD, 0, KVE_PREFILL_NO_PREFIX}, 30, 30, 2, KVE_REDUCE_MEAN,
          "kernel 4"},
-        {"kernel 0", {KVE_PREFILL_SNAPKV, 4, 0, KVE_POOL_MAX, NULL, 1, 4, NULL, 0}, 30, 30, 2, KVE_REDUCE_MEAN,
+        {"kernel 0", {KVE_PREFILL_SNAPKV, 4, 0, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, KVE_PREFILL_PER_HEAD, 0, KVE_PREFILL_NO_PREFIX}, 30, 30, 2, KVE_REDUCE_MEAN,
          "kernel 0"},
-        {"pool", {KVE_PREFILL_SNAPKV, 4, 5, (kve_pool)3, NULL, 1, 4, NULL, 0}, 30, 30, 2, KVE_REDUCE_MEAN, "pool 3"},
-        {"n 0", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0}, 0, 30, 2, KVE_REDUCE_MEAN, "n 0"},
-        {"ld", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0}, 30, 29, 2, KVE_REDUCE_MEAN, "ld 29"},
-        {"group", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0}, 30, 30, 0, KVE_REDUCE_MEAN, "group"},
-        {"reduce", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0}, 30, 30, 2, (kve_reduce)5,
+        {"pool", {KVE_PREFILL_SNAPKV, 4, 5, (kve_pool)3, NULL, 1, 4, NULL, 0, KVE_PREFILL_PER_HEAD, 0, KVE_PREFILL_NO_PREFIX}, 30, 30, 2, KVE_REDUCE_MEAN, "pool 3"},
+        {"n 0", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, KVE_PREFILL_PER_HEAD, 0, KVE_PREFILL_NO_PREFIX}, 0, 30, 2, KVE_REDUCE_MEAN, "n 0"},
+        {"ld", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, KVE_PREFILL_PER_HEAD, 0, KVE_PREFILL_NO_PREFIX}, 30, 29, 2, KVE_REDUCE_MEAN, "ld 29"},
+        {"group", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, KVE_PREFILL_PER_HEAD, 0, KVE_PREFILL_NO_PREFIX}, 30, 30, 0, KVE_REDUCE_MEAN, "group"},
+        {"budgets", {KVE_PREFILL_KVZIP, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, (kve_prefill_budgets)7, 0, KVE_PREFILL_NO_PREFIX}, 30, 30, 2, KVE_REDUCE_MEAN, "budgets 7"},
+        {"budgets not kvzip", {KVE_PREFILL_H2O, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, KVE_PREFILL_OVERALL, 0, KVE_PREFILL_NO_PREFIX}, 30, 30, 2, KVE_REDUCE_MEAN, "are KVzip's"},
+        {"prefix not kvzip", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, KVE_PREFILL_PER_HEAD, 0, 3}, 30, 30, 2, KVE_REDUCE_MEAN, "are KVzip's"},
+        {"reduce", {KVE_PREFILL_SNAPKV, 4, 5, KVE_POOL_MAX, NULL, 1, 4, NULL, 0, KVE_PREFILL_PER_HEAD, 0, KVE_PREFILL_NO_PREFIX}, 30, 30, 2, (kve_reduce)5,
          "reduce 5"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -169,7 +169,8 @@ class PrefillOptions(ctypes.Structure):
     """kve_prefill_options (the binding leaves the allocator NULL)."""
     _fields_ = [("method", ctypes.c_int), ("window", c_size_t), ("kernel", c_size_t),
                 ("pool", ctypes.c_int), ("allocator", c_ptr), ("queries", c_size_t),
-                ("sinks", c_size_t), ("values", c_ptr), ("ld_values", c_size_t)]
+                ("sinks", c_size_t), ("values", c_ptr), ("ld_values", c_size_t),
+                ("budgets", ctypes.c_int), ("layer_heads", c_size_t), ("prefix", c_size_t)]
 
 
 SCHEDULE = {"uniform": 0, "pyramid": 1, "weighted": 2}  # kve_schedule_kind

@@ -25,11 +25,14 @@
  * name: the leaderboard's label (the spec for per-step eviction, else
  * PREFILL+SPEC, `own` for the policy's own scores); spec: the policy (its
  * budget set at each ratio), which also evicts at every decode step after
- * the prompt; prefill: a name of lb_prefills. kvpress's presses map onto them as:
- * StreamingLLMPress = streaming, TOVAPress = tova, SnapKVPress = snapkv
- * (prefill snapkv), KnormPress = knorm (prefill policy), KeyDiffPress =
- * keydiff (prefill policy), ExpectedAttentionPress in DecodingPress =
- * expected_attention, KVzipPress = kvzip; heads: a DuoAttention schedule
+ * the prompt; prefill: a name of lb_prefills. kvpress's presses map onto them as
+ * (docs/leaderboard.md says where a row is not the press exactly):
+ * StreamingLLMPress = streaming, TOVAPress = tova, SnapKVPress ~ snapkv
+ * (prefill snapkv at window 32 and max pooling; kvpress's 64 and mean),
+ * KnormPress = knorm (prefill policy), KeyDiffPress = keydiff (prefill
+ * policy), ExpectedAttentionPress in DecodingPress ~ expected_attention
+ * (future positions from the current one), KVzipPress ~ kvzip (per-head
+ * budgets, kvevict's sinks); heads: a DuoAttention schedule
  * (kvevict lm duo-calibrate's file, read from the working directory when the
  * row is measured) whose retrieval heads get the larger budgets at the same
  * mean (lm_heads_budgets), NULL for every head at the budget. */
