@@ -172,7 +172,10 @@ static void check_tree(const char *line, size_t size, char *err, size_t cap)
         check_node(v, 0, size);
         jv_free(v);
     } else {
+        /* the last " at column ": a message may quote the input (a key) */
         const char *at = strstr(err, " at column ");
+        for (const char *next = at; next; next = strstr(at + 1, " at column "))
+            at = next;
         CHECK(at != NULL && one_line(err));
         CHECK(strtoul(at + 11, NULL, 10) <= size + 1);
     }

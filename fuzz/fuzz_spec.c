@@ -64,7 +64,7 @@ static kve_policy_options facts(void)
 {
     kve_policy_options o = kve_policy_default_options();
     o.key_dim = 4;
-    o.value_dim = 3;
+    o.value_dim = 4; /* a multiple of query_group: vnorm=2 reads W_o v by query head */
     o.query_group = 2;
     o.rope.rotary_dim = 4;
     return o;

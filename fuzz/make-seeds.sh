@@ -406,6 +406,8 @@ conv f16-untied "${small/seed=1/seed=2},tied=0" --type f16 --norm-type f16
 conv bf16 "$small" --type bf16 --norm-type bf16 --tokenizer "$TOK"
 q32=dim=32,hidden=32,layers=1,heads=2,kv_heads=1,vocab=16,seq_len=8,seed=3
 conv q8_0 "$q32" --type q8_0
+conv rope-yarn "$small" --rope-scaling yarn:4,orig=4,attn=1.5
+conv rope-llama3 "${small/seed=1/seed=5}" --rope-scaling llama3:8,orig=16
 conv q4_0-untied "$q32,tied=0" --type q4_0 --embedding-type f16
 k256=dim=256,hidden=256,layers=1,heads=2,kv_heads=1,vocab=4,seq_len=4,seed=4
 conv q4_k "$k256" --type q4_k --embedding-type q8_0

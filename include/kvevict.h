@@ -354,6 +354,19 @@ KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
  * the new value). vnorm=0 is the policy without it, exactly, and its
  * canonical spec omits the key. expected_attention has its own vnorm
  * (default 1, kvpress's use_vnorm).
+ *   vnorm=2        kvpress's CriticalKVPress: ||v|| is the mean over the
+ *                  query_group equal parts of the value (W_o,g v of each
+ *                  query head g, value_dim a multiple of query_group) of
+ *                  their L1 norms, and positions are chosen in two stages:
+ *                  floor(first_stage * B) of a budget B (the protected
+ *                  newest counted in it) by the rule's score, the rest by
+ *                  (score + epsilon) * ||v||, at every eviction and in a
+ *                  prefill (H2O, SnapKV); keys
+ *   epsilon        (default 1e-4, 0 .. 1e6) and
+ *   first_stage    (default 0.5, 0 .. 1), refused without vnorm=2. Not
+ *                  with pages, share, same_positions, kve_bank_evict_shared
+ *                  or a KVzip prefill (refused). Scratch: 16 bytes a slot.
+ *                  docs/policies/vnorm.md.
  *
  * expected_attention (Devoto, Jeblick, Jegou 2025; kvpress's
  * ExpectedAttentionPress, and its DecodingPress for rescoring while
@@ -362,9 +375,11 @@ KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
  * the head's first n_sink steps, the sinks' own), un-rotated to before the
  * rotary embedding: mean mu_g and covariance Sigma_g (divided by the count).
  * The rotation is averaged over the next n_future_positions positions
- * pos + 1 .. pos + F: R = mean of R(p), applied as mu' = R mu, Sigma' = R
- * Sigma R^T. A kept key k (post-RoPE) then has the expected softmax
- * numerator's log z_g(k) = mu'.k / sqrt(d) + k^T Sigma' k / (2 d)
+ * pos + 1 .. pos + F (with future_from_buffer=1, kvpress's DecodingPress
+ * offset: from m + n_sink, m the buffered queries, its press's q_len): R =
+ * mean of R(p), applied as mu' = R mu, Sigma' = R Sigma R^T. A kept key k
+ * (post-RoPE) then has the expected softmax numerator's log
+ * z_g(k) = mu'.k / sqrt(d) + k^T Sigma' k / (2 d)
  * (use_covariance=0 drops the second term); score = the mean over g of the
  * softmax of z_g over the kept keys that are not sinks, with vnorm=1 times
  * (score + epsilon) ||v||. The first n_sink kept slots are sinks, scored
@@ -411,16 +426,63 @@ typedef enum kve_rope_pairs {
  * rotary embedding (expected_attention) refuses it. */
 #define KVE_ROPE_UNSET SIZE_MAX
 
+/* How the model rescales the frequencies of its rotary embedding for a
+ * longer context: Hugging Face's rope_type (transformers'
+ * ROPE_INIT_FUNCTIONS) of the same name. */
+typedef enum kve_rope_scaling {
+    KVE_ROPE_SCALING_NONE = 0, /* "default": theta_j = base^(-2j / r) */
+    KVE_ROPE_SCALING_LINEAR,   /* "linear": theta_j / factor */
+    KVE_ROPE_SCALING_LLAMA3,   /* "llama3": Llama 3.1's smoothing by wavelength */
+    KVE_ROPE_SCALING_YARN      /* "yarn": YaRN's ramp between interpolation and extrapolation */
+} kve_rope_scaling;
+
 /* The model's rotary embedding: pair j (j < rotary_dim / 2) of a vector at
- * position p is turned by the angle p * base^(-2j / rotary_dim), as
- * (x, y) -> (x cos - y sin, x sin + y cos); the dimensions from rotary_dim
- * on are not rotated. */
+ * position p is turned by the angle p * theta_j, as
+ * (x, y) -> a (x cos - y sin, x sin + y cos), and the dimensions from
+ * rotary_dim on are not rotated. Without scaling theta_j = base^(-2j / r)
+ * and a = 1. With scaling theta_j is Hugging Face's inv_freq, w_j = 2 pi /
+ * base^(-2j / r) the unscaled wavelength, L = original_max_position:
+ *   LINEAR  theta_j = base^(-2j / r) / factor;
+ *   LLAMA3  theta_j = base^(-2j / r) where w_j < L / high_freq_factor,
+ *           / factor where w_j > L / low_freq_factor, and in between
+ *           (1 - s) t / factor + s t, t = base^(-2j / r),
+ *           s = (L / w_j - low_freq_factor) / (high_freq_factor - low_freq_factor);
+ *   YARN    theta_j = t_j / factor (1 - e_j) + t_j e_j, e_j = 1 - clamp((j - lo)
+ *           / (hi - lo), 0, 1) (hi - lo: 0.001 where they meet), lo =
+ *           max(floor(c(beta_fast)), 0), hi = min(ceil(c(beta_slow)), r - 1),
+ *           c(b) = r ln(L / (2 pi b)) / (2 ln base) (transformers' truncate=True).
+ * a is attention_factor (HF's attention_scaling, by which it multiplies cos
+ * and sin), derived when 0: 0.1 ln(factor) + 1 for YARN (1 when factor is 1;
+ * a model with mscale and mscale_all_dim passes HF's quotient here), 1
+ * otherwise. Only expected_attention reads the rope (docs/policies/
+ * expected_attention.md); the fields a scaling does not name are ignored by
+ * it but still validated. Dynamic NTK and LongRoPE are not modelled. */
 typedef struct kve_rope {
     size_t rotary_dim;    /* r: even, <= key_dim; 0: no rotary embedding;
                              default KVE_ROPE_UNSET */
     double base;          /* the base of the frequencies, > 0 and finite
-                             (default 10000: LLaMA's theta) */
+                             (default 10000: LLaMA's theta); > 1 with YARN */
     kve_rope_pairs pairs; /* default KVE_ROPE_ADJACENT */
+    /* Fields from here on are zero in an initializer that names only the
+     * three above; zero means the default wherever the default differs. */
+    kve_rope_scaling scaling;    /* default KVE_ROPE_SCALING_NONE (0) */
+    double factor;               /* LINEAR, LLAMA3, YARN: the context's scale, finite
+                                    and >= 1; 0 means 1 (the default) */
+    double low_freq_factor;      /* LLAMA3: finite and > 0, below high_freq_factor
+                                    (checked with LLAMA3); 0 means 1 (the default,
+                                    Llama 3.1's) */
+    double high_freq_factor;     /* LLAMA3: finite and > 0; 0 means 4 (the default,
+                                    Llama 3.1's) */
+    size_t original_max_position; /* LLAMA3, YARN: L, the model's
+                                    original_max_position_embeddings (8192 for Llama
+                                    3.1); 0 (the default): unset, which LLAMA3 and
+                                    YARN refuse; at most 2^31 - 1 */
+    double beta_fast;            /* YARN: finite and > 0; 0 means 32 (the default) */
+    double beta_slow;            /* YARN: finite and > 0, at most beta_fast (checked
+                                    with YARN); 0 means 1 (the default) */
+    double attention_factor;     /* a: finite and >= 0; 0 (the default): derived as
+                                    above; any other value multiplies the rotation
+                                    under every scaling, NONE included */
 } kve_rope;
 
 /* What kve_policy_new_ex builds besides the spec (kve_bank_options carries
@@ -443,7 +505,9 @@ typedef struct kve_policy_options {
 } kve_policy_options;
 
 /* The defaults: the C library's allocator, key_dim 0, value_dim 0,
- * query_group 1, rope unset (base 10000, adjacent pairs), checked
+ * query_group 1, rope unset (base 10000, adjacent pairs, no scaling: factor 1,
+ * low_freq_factor 1, high_freq_factor 4, original_max_position 0, beta_fast
+ * 32, beta_slow 1, attention_factor 0), checked
  * (unchecked 0).
  *
  * Unchecked steps. A checked step (the default) reads every attention weight
@@ -492,7 +556,12 @@ KVE_API kve_policy_options kve_policy_default_options(void);
  * Refuses as kve_policy_new, plus (KVE_EINVAL): key_dim or value_dim above
  * KVE_MAX_KEY_DIM; query_group 0 or above KVE_MAX_QUERY_GROUP; a rope
  * whose rotary_dim is odd or above key_dim (unless KVE_ROPE_UNSET), or
- * whose base is not finite and > 0, or pairs outside kve_rope_pairs; a
+ * whose base is not finite and > 0, or pairs outside kve_rope_pairs, or a
+ * scaling field out of the range kve_rope gives (scaling outside
+ * kve_rope_scaling, factor not 0 or finite >= 1, a field NaN or infinite,
+ * LLAMA3 with low_freq_factor >= high_freq_factor, YARN with beta_slow >
+ * beta_fast or base <= 1, LLAMA3 or YARN with original_max_position 0; the
+ * message names the field and its value); a
  * policy that reads keys with key_dim 0, one that reads values (vnorm=1,
  * expected_attention by default) with value_dim 0, expected_attention with
  * rope.rotary_dim KVE_ROPE_UNSET (the messages say so: it could never be
@@ -780,7 +849,10 @@ KVE_API kve_status kve_spec_min_budget(const char *spec, size_t *out);
  * field's offset, type and meaning. The version field changes whenever the
  * layout or the meaning of a field does: a release reads every version it
  * documents (converting an older one) and refuses any other with a message
- * naming both.
+ * naming both. No version records the rope's scaling: kve_policy_save
+ * and kve_bank_save refuse (KVE_EINVAL, naming the field) an object whose
+ * rope.scaling is not KVE_ROPE_SCALING_NONE or whose rope.attention_factor
+ * is not 0, rather than write an image that would load unscaled.
  */
 
 /* A new, independent policy in exactly the state of p (kept set, scores,
@@ -1564,8 +1636,12 @@ KVE_API kve_status kve_layer_budgets(size_t total, size_t n_layers,
  * weight included); tova replaces it at the next step. scissorhands,
  * h2o_mean, score rules, and every policy after KVzip (whose rows are not
  * attention the sequence paid) start as admitted (no votes, no sum, score
- * 0). A policy with vnorm=1 needs the prompt's values (options.values),
- * whose norms it keeps and scales its scores by. The next step is at
+ * 0), except h2o_mean with diagonal=1 after H2O: position i starts from
+ * its column sum (the group reduced in double) over the n - i queries that
+ * see it, its own included, and is ranked by that mean, kvpress's
+ * ObservedAttentionPress (docs/policies/h2o_mean.md). A policy with
+ * vnorm=1 needs the prompt's values (options.values), whose norms it keeps
+ * and scales its scores by. The next step is at
  * position n or later. Parameters and defaults, with their sources:
  * docs/prefill.md and docs/policies/kvzip.md.
  *
@@ -1641,11 +1717,29 @@ typedef struct kve_prefill_options {
                                        KVE_PREFILL_NO_PREFIX: the first `sinks`
                                        always kept (kvpress cuts sinks when the
                                        prefix is shorter: docs/policies/kvzip.md) */
+    const float *row_scale;         /* KVzip+: r factors, row k's weights times
+                                       row_scale[k] (kvpress's 1 / ||h||, the norm of
+                                       the row's query token's attention input);
+                                       NULL (the default): none */
+    const float *key_scale;         /* KVzip+: query head g's weight on key i times
+                                       key_scale[(j*group + g)*n + i] for head
+                                       first + j (kve_prefill_scores: j = 0;
+                                       kvpress's ||W_o,g v_i||, the norm of key i's
+                                       value through query head g's slice of the
+                                       output projection); NULL (the default): none */
 } kve_prefill_options;
 
 /* The defaults: H2O, window 32, kernel 5, KVE_POOL_MAX (the H2O method uses
  * none of the three), no allocator of the call's own, queries 1, sinks 4,
- * no values, KVE_PREFILL_PER_HEAD, layer_heads 0, KVE_PREFILL_NO_PREFIX. */
+ * no values, KVE_PREFILL_PER_HEAD, layer_heads 0, KVE_PREFILL_NO_PREFIX, no
+ * row_scale or key_scale.
+ *
+ * KVzip+ (kvpress's KVzipPress(kvzip_plus_normalization=True)): with
+ * row_scale and/or key_scale set, each weight is scaled before the group's
+ * reduction and the maximum over rows, in float32 as kvpress's tensors are:
+ * w' = (w * row_scale[k]) * key_scale[g, i], each product rounded to float.
+ * KVzip only; a NaN, infinite or negative factor, or a scaled weight beyond
+ * float32, is refused (the message names it). */
 KVE_API kve_prefill_options kve_prefill_default_options(void);
 
 /* The number of rows r the method of `options` (NULL: the defaults) reads

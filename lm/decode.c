@@ -89,16 +89,55 @@ kve_rope lm_rope(const lm_config *c)
     return r;
 }
 
-/* rope (S): cos and sin interleaved for position pos, run.c's frequencies:
- * pair j turns by pos / theta^(2j / S) (theta 10000 but in GGUF files that
- * say otherwise: llama.rope.freq_base). */
-static void rope_row(float *rope, int64_t pos, size_t S, float theta)
+/* yarn's correction dimension of llama.cpp (ggml_rope_yarn_corr_dim): the
+ * pair index, counted in dimensions, whose wavelength turns n_rot times in
+ * the original context. */
+static float yarn_corr_dim(float S, float orig, float n_rot, float base)
 {
+    return S * logf(orig / (n_rot * 2.0f * 3.14159265358979323846f)) / (2.0f * logf(base));
+}
+
+/* rope (S): cos and sin interleaved for position pos. Pair j (dimensions i
+ * = 2j, 2j + 1) turns by pos * f_j, run.c's f_j = 1 / theta^(2j / S) (theta
+ * 10000 but in GGUF files that say otherwise: llama.rope.freq_base), then
+ * as llama.cpp scales it (ggml's rope_yarn, lm_config's rope fields): f_j
+ * divided by rope_freqs[j]; linear: times 1 / factor; yarn: times
+ * (1 - ramp_j) / factor + ramp_j, ramp_j = 1 - clamp((j - lo) / max(0.001,
+ * hi - lo), 0, 1) between the correction dimensions lo = max(0,
+ * floor(corr(32))) and hi = min(S - 1, ceil(corr(1))), and cos and sin
+ * times rope_mscale. Without scaling the arithmetic is run.c's, unchanged. */
+static void rope_row(float *rope, int64_t pos, size_t S, const lm_model *m)
+{
+    const lm_config *c = &m->config;
+    const float theta = c->rope_theta, fs = 1.0f / c->rope_factor;
+    const float *ff = m->weights.rope_freqs;
+    const int scaled = c->rope_scaling != LM_ROPE_SCALING_NONE || ff;
+    float lo = 0, hi = 0;
+    if (c->rope_scaling == LM_ROPE_SCALING_YARN) {
+        float orig = (float)c->rope_orig_ctx, fS = (float)S;
+        lo = fmaxf(0.0f, floorf(yarn_corr_dim(fS, orig, 32.0f, theta)));
+        hi = fminf(fS - 1.0f, ceilf(yarn_corr_dim(fS, orig, 1.0f, theta)));
+    }
     for (size_t i = 0; i < S; i += 2) {
         float freq = 1.0f / powf(theta, (float)i / (float)S);
+        if (scaled) {
+            if (ff)
+                freq /= ff[i / 2];
+            if (c->rope_scaling == LM_ROPE_SCALING_LINEAR) {
+                freq *= fs;
+            } else if (c->rope_scaling == LM_ROPE_SCALING_YARN) {
+                float y = ((float)(i / 2) - lo) / fmaxf(0.001f, hi - lo);
+                float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+                freq *= fs * (1.0f - ramp) + ramp;
+            }
+        }
         float val = (float)pos * freq;
         rope[i] = cosf(val);
         rope[i + 1] = sinf(val);
+        if (scaled && c->rope_mscale != 1.0f) {
+            rope[i] *= c->rope_mscale;
+            rope[i + 1] *= c->rope_mscale;
+        }
     }
 }
 
@@ -144,7 +183,7 @@ static void free_buffers(lm_state *s)
     void *bufs[] = {s->x,    s->xb,         s->xb2,     s->hb,     s->hb2,     s->q,
                     s->k,    s->v,          s->rope,    s->logits, s->att,     s->krot,
                     s->rope_table, s->victims, s->counts, s->pf_rows, s->xq, s->xd,
-                    s->wov};
+                    s->wov, s->kz_wov, s->layer_keep, s->pf_values};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         lm_free(&s->alloc, bufs[i]);
 }
@@ -339,6 +378,8 @@ kve_status lm_state_reset(lm_state *s)
     s->pos = 0;
     s->broken = 0;
     s->prefilling = 0;
+    if (s->layer_keep)
+        memset(s->layer_keep, 0, (size_t)c->n_layers * sizeof *s->layer_keep);
     return KVE_OK;
 }
 
@@ -442,11 +483,56 @@ static void kvzip_score(lm_state *s, size_t l, size_t h, const float *att, size_
         sum += att[i];
     for (size_t i = s->pf_n; i <= n; i++)
         sum += att[i];
-    float *best = s->pf_rows + (l * (size_t)s->model->config.n_heads + h) * s->pf_n;
+    const size_t at = (l * (size_t)s->model->config.n_heads + h) * s->pf_n;
+    float *best = s->pf_rows + at;
+    const float *wov = s->kz_wov ? s->kz_wov + at : NULL; /* KVzip+ */
     for (size_t i = a; i < b; i++) {
         float w = (float)(att[i] / sum);
+        if (wov) {
+            w = w * s->kz_hinv;
+            w = w * wov[i];
+        }
         best[i] = w > best[i] ? w : best[i];
     }
+}
+
+/* Where KVzip+'s scratch starts in kz_wov: after the norms, 8-byte aligned. */
+static size_t kvzip_scratch_at(size_t norms)
+{
+    return norms + (norms & 1);
+}
+
+/* KVzip+: kz_wov[(l H + h) n + i] = ||W_o[:, h S .. h S + S) v_i|| for every
+ * prompt position i (the caches hold the whole prompt, position i at index
+ * i): one row of W_o at a time, as step_data reads it. Refused (not
+ * finite: NaN or overflow) before anything is cut. */
+static kve_status kvzip_value_norms(lm_state *s, size_t n, float *row)
+{
+    const lm_config *c = &s->model->config;
+    size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads;
+    size_t S = (size_t)c->head_size, D = (size_t)c->dim, R = H / G;
+    double *acc = (double *)(void *)(s->kz_wov + kvzip_scratch_at(L * H * n)); /* (H n) */
+    for (size_t l = 0; l < L; l++) {
+        memset(acc, 0, H * n * sizeof *acc);
+        for (size_t d = 0; d < D; d++) {
+            lm_matrix_row(&s->model->weights.layer[l].wo, d, row);
+            for (size_t h = 0; h < H; h++) {
+                const lm_cache *k = &s->cache[l * G + h / R];
+                for (size_t i = 0; i < n; i++) {
+                    double y = (double)dot(row + h * S, k->value + i * S, S);
+                    acc[h * n + i] += y * y;
+                }
+            }
+        }
+        for (size_t i = 0; i < H * n; i++) {
+            float v = (float)sqrt(acc[i]);
+            if (!isfinite(v))
+                return kve_set_error(KVE_ERANGE, "prefill: kvzip+: layer %zu, query head %zu: "
+                                     "||W_o v|| of position %zu is not finite", l, i / n, i % n);
+            s->kz_wov[(l * H) * n + i] = v;
+        }
+    }
+    return KVE_OK;
 }
 
 /* Attention of layer l for every KV head g: new key and value appended,
@@ -500,6 +586,23 @@ static void attend(lm_state *s, size_t l)
     }
 }
 
+/* CriticalKV's W_o v of layer l's new values into s->wov: for query head h
+ * the D floats W_o[:, h*S .. h*S+S) v of its KV head (KV head g's R*D at
+ * wov + g*R*D). */
+static void wov_of(lm_state *s, size_t l)
+{
+    const lm_config *c = &s->model->config;
+    size_t S = (size_t)c->head_size, D = (size_t)c->dim, H = (size_t)c->n_heads;
+    size_t R = H / (size_t)c->n_kv_heads;
+    const lm_matrix *wo = &s->model->weights.layer[l].wo;
+    float *row = s->wov + H * D; /* (H*S) one row of W_o, in float32 */
+    for (size_t i = 0; i < D; i++) {
+        lm_matrix_row(wo, i, row);
+        for (size_t h = 0; h < H; h++)
+            s->wov[h * D + i] = dot(row + h * S, s->v + h / R * S, S);
+    }
+}
+
 /* Layer l's step data for a policy that reads queries or values (s->reads):
  * the attention rows and the rotated new keys as kve_bank_step_range gets
  * them, the rotated queries of each KV head's R query heads (s->q is laid
@@ -514,8 +617,7 @@ static void attend(lm_state *s, size_t l)
 static kve_step_data step_data(lm_state *s, size_t l)
 {
     const lm_config *c = &s->model->config;
-    size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads, D = (size_t)c->dim,
-           H = (size_t)c->n_heads, R = H / G;
+    size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads, R = (size_t)c->n_heads / G;
     kve_step_data d = kve_step_default_data();
     d.attn = s->att;
     d.ld = s->ld;
@@ -530,13 +632,7 @@ static kve_step_data step_data(lm_state *s, size_t l)
         d.ld_queries = S;
     }
     if ((s->reads & KVE_READS_VALUES) && s->wov) {
-        const lm_matrix *wo = &s->model->weights.layer[l].wo;
-        float *row = s->wov + H * D; /* (H*S) one row of W_o, in float32 */
-        for (size_t i = 0; i < D; i++) {
-            lm_matrix_row(wo, i, row);
-            for (size_t h = 0; h < H; h++)
-                s->wov[h * D + i] = dot(row + h * S, s->v + h / R * S, S);
-        }
+        wov_of(s, l);
         d.values = s->wov;
         d.ld_values = s->value_dim;
     } else if (s->reads & KVE_READS_VALUES) {
@@ -590,8 +686,11 @@ static kve_status manage(lm_state *s, size_t l, int evict)
             st = kve_bank_evict_range(s->bank, l * G + g, 1, s->head_budget[l * G + g],
                                       s->victims + g * s->ld, s->ld, s->counts + g);
     else if (st == KVE_OK)
-        st = s->opt.share_heads ? kve_bank_evict_shared(s->bank, l * G, G, G * b, s->victims,
-                                                        s->ld, s->counts)
+        st = s->opt.share_heads ? kve_bank_evict_shared(s->bank, l * G, G,
+                                                        s->layer_keep && s->layer_keep[l]
+                                                            ? s->layer_keep[l]
+                                                            : G * b,
+                                                        s->victims, s->ld, s->counts)
                                 : kve_bank_evict_range(s->bank, l * G, G, b, s->victims, s->ld,
                                                        s->counts);
     if (st != KVE_OK)
@@ -675,6 +774,16 @@ static kve_status prefill_compress(lm_state *s, size_t n, size_t r,
     size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads;
     size_t S = (size_t)c->head_size, R = H / G;
     kve_status st = KVE_OK;
+    kve_prefill_options pv; /* params with the prompt's values, when recorded */
+    if (params) {
+        pv = *params;
+        if (s->pf_values) {
+            pv.values = s->pf_values;
+            pv.ld_values = s->value_dim;
+        }
+        params = &pv;
+    }
+    const size_t head_values = n * s->value_dim; /* floats of one head's prompt values */
     if (s->opt.same_positions) { /* the whole bank at once: one kept set */
         size_t LG = L * G;
         st = params ? kve_bank_prefill(s->bank, 0, LG, n, s->layer_budget[0], s->pf_rows, n, R,
@@ -688,11 +797,35 @@ static kve_status prefill_compress(lm_state *s, size_t n, size_t r,
         s->broken = st != KVE_OK;
         return st;
     }
+    if (params && params->method == KVE_PREFILL_KVZIP && params->budgets == KVE_PREFILL_OVERALL) {
+        /* one threshold over every layer's heads: one call, then each
+         * layer's kept total is its shared budget while decoding */
+        st = kve_bank_prefill(s->bank, 0, L * G, n, s->layer_budget[0], s->pf_rows, n, R, reduce,
+                              params);
+        if (st != KVE_OK)
+            st = kve_set_error(st, "prefill: every layer (kvzip overall): %s", kve_last_error());
+        size_t floor = 1; /* a shared eviction's least: above G * recent_window */
+        if (st == KVE_OK && kve_spec_min_budget(s->spec, &floor) == KVE_OK)
+            floor = G * (floor - 1) + 1;
+        for (size_t l = 0; st == KVE_OK && l < L; l++) {
+            size_t total = 0;
+            for (size_t g = 0; g < G; g++)
+                total += kve_bank_size(s->bank, l * G + g);
+            s->layer_keep[l] = total > floor ? total : floor;
+        }
+        for (size_t i = 0; st == KVE_OK && i < L * G; i++)
+            st = keep_only(&s->cache[i], kve_bank_positions(s->bank, i),
+                           kve_bank_size(s->bank, i), S);
+        s->broken = st != KVE_OK;
+        return st;
+    }
     for (size_t l = 0; l < L && st == KVE_OK; l++) {
         /* the layer in one call, or (per-head budgets) head by head */
         size_t step = s->head_budget ? 1 : G;
         for (size_t g = 0; g < G && st == KVE_OK; g += step) {
             size_t b = budget_of_head(s, l * G + g);
+            if (params && s->pf_values)
+                pv.values = s->pf_values + (l * G + g) * head_values;
             if (params)
                 st = kve_bank_prefill(s->bank, l * G + g, step, n, b,
                                       s->pf_rows + (l * H + g * R) * r * n, n, R, reduce, params);
@@ -728,9 +861,21 @@ kve_status lm_prefill(lm_state *s, const int32_t *tokens, size_t n,
                    !grow(&s->alloc, &s->pf_rows, L * H * r * n, sizeof(float))))
         return kve_set_error(KVE_ENOMEM, "prefill: out of memory for %zu rows of %zu weights",
                        L * H * r, n);
-    if ((st = prefill_read(s, tokens, n, params != NULL, r)) != KVE_OK)
-        return st;
-    return prefill_compress(s, n, r, params, KVE_REDUCE_MEAN);
+    /* a vnorm policy reads the prompt's values (W_o v, value_dim floats a
+     * position and KV head) */
+    const size_t LG = L * (size_t)c->n_kv_heads, vd = s->value_dim;
+    lm_free(&s->alloc, s->pf_values);
+    s->pf_values = NULL;
+    if (params && s->wov &&
+        (vd > SIZE_MAX / sizeof(float) / n / LG ||
+         !(s->pf_values = lm_malloc(&s->alloc, LG * n * vd * sizeof(float)))))
+        return kve_set_error(KVE_ENOMEM, "prefill: out of memory for the values of %zu "
+                             "positions", n);
+    if ((st = prefill_read(s, tokens, n, params != NULL, r)) == KVE_OK)
+        st = prefill_compress(s, n, r, params, KVE_REDUCE_MEAN);
+    lm_free(&s->alloc, s->pf_values);
+    s->pf_values = NULL;
+    return st;
 }
 
 /* Drops every key at index pf_n and beyond (the reconstruction's) and puts
@@ -767,6 +912,17 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
         return st;
     const lm_config *c = &s->model->config;
     const int32_t V = c->vocab_size;
+    if (p.budgets != KVE_PREFILL_PER_HEAD) {
+        if (!s->opt.share_heads || s->head_budget)
+            return kve_set_error(KVE_EINVAL, "prefill: kvzip: budgets across heads need each "
+                                 "layer's heads to share its budget while decoding (share_heads)"
+                                 "%s", s->head_budget ? ", not per-head budgets" : "");
+        for (size_t l = 1; p.budgets == KVE_PREFILL_OVERALL && l < (size_t)c->n_layers; l++)
+            if (s->layer_budget[l] != s->layer_budget[0])
+                return kve_set_error(KVE_EINVAL, "prefill: kvzip: overall budgets need one "
+                                     "budget for every layer; layer %zu has %zu, layer 0 %zu",
+                                     l, s->layer_budget[l], s->layer_budget[0]);
+    }
     for (size_t i = 0; i < kz->n_first + kz->n_later + 1; i++) {
         int32_t t = i < kz->n_first ? kz->first[i]
                     : i < kz->n_first + kz->n_later ? kz->later[i - kz->n_first]
@@ -775,16 +931,30 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
             return kve_set_error(KVE_EINVAL, "prefill: kvzip: prompt token %d is outside the "
                                  "vocabulary [0, %d)", t, V);
     }
-    size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads;
+    size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads, D = (size_t)c->dim;
     float *logits = lm_malloc(&s->alloc, (size_t)V * sizeof *logits);
-    if (!logits || n > SIZE_MAX / sizeof(float) / (L * H) ||
-        !grow(&s->alloc, &s->pf_rows, L * H * n, sizeof(float))) {
+    /* KVzip+: (L H n) norms, then (H n) doubles and a row of W_o as scratch */
+    const size_t wov_floats = kvzip_scratch_at(L * H * n) + 2 * H * n + D;
+    int ok = logits && n <= SIZE_MAX / sizeof(float) / (L * H + 2 * H + D + 1) &&
+             grow(&s->alloc, &s->pf_rows, L * H * n, sizeof(float));
+    if (ok && kz->plus) {
+        lm_free(&s->alloc, s->kz_wov);
+        ok = (s->kz_wov = lm_malloc(&s->alloc, wov_floats * sizeof(float))) != NULL;
+    }
+    if (ok && p.budgets == KVE_PREFILL_OVERALL && !s->layer_keep)
+        ok = (s->layer_keep = lm_calloc(&s->alloc, L, sizeof *s->layer_keep)) != NULL;
+    if (!ok) {
         lm_free(&s->alloc, logits);
         return kve_set_error(KVE_ENOMEM, "prefill: kvzip: out of memory for %zu scores", L * H * n);
     }
     memset(s->pf_rows, 0, L * H * n * sizeof(float));
-    if ((st = prefill_read(s, tokens, n, 2, 0)) != KVE_OK) {
+    if ((st = prefill_read(s, tokens, n, 2, 0)) == KVE_OK && kz->plus)
+        st = kvzip_value_norms(s, n, s->kz_wov + kvzip_scratch_at(L * H * n) + 2 * H * n);
+    if (st != KVE_OK) {
         lm_free(&s->alloc, logits);
+        lm_free(&s->alloc, s->kz_wov);
+        s->kz_wov = NULL;
+        s->broken = 1;
         return st;
     }
     memcpy(logits, s->logits, (size_t)V * sizeof *logits);
@@ -817,6 +987,8 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
     s->prefilling = 0;
     memcpy(s->logits, logits, (size_t)V * sizeof *logits);
     lm_free(&s->alloc, logits);
+    lm_free(&s->alloc, s->kz_wov);
+    s->kz_wov = NULL;
     if (st != KVE_OK)
         return st; /* lm_forward left the state broken */
     return prefill_compress(s, n, 1, &p, KVE_REDUCE_MAX);
@@ -873,14 +1045,14 @@ kve_status lm_forward(lm_state *s, int32_t token)
     size_t G = (size_t)c->n_kv_heads, L = (size_t)c->n_layers;
 
     if (s->opt.positions == LM_POS_ORIGINAL) {
-        rope_row(s->rope, s->pos, S, c->rope_theta);
+        rope_row(s->rope, s->pos, S, s->model);
     } else {
         size_t rows = 0;
         for (size_t i = 0; i < L * G; i++)
             if (s->cache[i].n + 1 > rows)
                 rows = s->cache[i].n + 1;
         for (; s->rope_rows < rows; s->rope_rows++)
-            rope_row(s->rope_table + s->rope_rows * S, (int64_t)s->rope_rows, S, c->rope_theta);
+            rope_row(s->rope_table + s->rope_rows * S, (int64_t)s->rope_rows, S, s->model);
     }
 
     float *x = s->x;
@@ -889,6 +1061,12 @@ kve_status lm_forward(lm_state *s, int32_t token)
     for (size_t l = 0; l < L; l++) {
         const lm_layer *ly = &w->layer[l];
         rmsnorm(s->xb, x, ly->rms_att, D, eps);
+        if (s->kz_active && s->kz_wov) { /* KVzip+: 1 / ||h|| of the attention input */
+            double ss = 0.0;
+            for (size_t i = 0; i < D; i++)
+                ss += (double)s->xb[i] * (double)s->xb[i];
+            s->kz_hinv = 1.0f / (float)sqrt(ss);
+        }
         const lm_product qkv[3] = {{&ly->wq, s->q}, {&ly->wk, s->k}, {&ly->wv, s->v}};
         product(s, qkv, 3, s->xb);
         {
@@ -903,12 +1081,31 @@ kve_status lm_forward(lm_state *s, int32_t token)
                 return overflowed(s, "value element", l, v, s->v[v]);
         }
         attend(s, l);
+        for (size_t h = 0; h < (size_t)c->n_heads; h++) { /* finite q and k, overflowing q.k */
+            const size_t n = s->counts[h / ((size_t)c->n_heads / G)];
+            size_t i = first_nonfinite(s->att + h * s->ld, n);
+            if (i < n) {
+                s->broken = 1;
+                return kve_set_error(KVE_ERANGE, "decoder: position %d: attention weight %zu of "
+                                     "query head %zu of layer %zu is NaN (q.k overflowed): the "
+                                     "model's activations overflow float32 (its weights are "
+                                     "finite)", s->pos, i, h, l);
+            }
+        }
         if (s->opt.on_attention)
             s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
         if (s->opt.on_qk)
             s->opt.on_qk(s->opt.user, (int32_t)l, s->pos, s->q, s->k);
-        if (s->prefilling && s->pf_method == 1)
+        if (s->prefilling && s->pf_method == 1) {
             record_rows(s, l);
+            if (s->pf_values) { /* a vnorm policy's prompt values, W_o v */
+                const size_t vd = s->value_dim, n = s->pf_n;
+                wov_of(s, l);
+                for (size_t g = 0; g < G; g++)
+                    memcpy(s->pf_values + ((l * G + g) * n + (size_t)s->pos) * vd,
+                           s->wov + g * vd, vd * sizeof(float));
+            }
+        }
         if (s->bank && !(s->prefilling && s->pf_method)) {
             struct timespec t0 = {0}, t1 = {0};
             const int timing = s->opt.timing;

@@ -22,6 +22,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "lm.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -661,6 +662,87 @@ static const float *widen_norm(const lm_gguf *g, const char *name, uint64_t D, f
     return dst;
 }
 
+/* RoPE scaling as llama.cpp (llama_model::load_hparams, llama_context) reads
+ * it for the llama architecture: rope.scaling.type (absent: linear), the
+ * factor from rope.scaling.factor or the older rope.scale_linear (absent: 1;
+ * none ignores it), rope.scaling.attn_factor, and for yarn
+ * original_context_length (absent: the context length), ext_factor 1,
+ * beta_fast 32, beta_slow 1 and the magnitude attn_factor * (1 + 0.1 ln
+ * factor) when factor > 1. What llama.cpp reads but the decoder does not
+ * follow is refused: longrope, yarn_log_multiplier, an ext_factor, betas or
+ * attention factor of yarn's own. */
+static kve_status parse_rope_scaling(const lm_gguf *g, lm_config *c, uint64_t T)
+{
+    const char *sv = "linear";
+    size_t sl = 6;
+    const gg_kv *type = find_kv(g, "llama.rope.scaling.type");
+    if (type && !key_str(g, type, &sv, &sl))
+        return kve_set_error(KVE_EFORMAT, "GGUF: llama.rope.scaling.type is not a string");
+    if (str_is(sv, sl, "none"))
+        c->rope_scaling = LM_ROPE_SCALING_NONE;
+    else if (str_is(sv, sl, "linear"))
+        c->rope_scaling = LM_ROPE_SCALING_LINEAR;
+    else if (str_is(sv, sl, "yarn"))
+        c->rope_scaling = LM_ROPE_SCALING_YARN;
+    else
+        return kve_set_error(KVE_EFORMAT, "GGUF: llama.rope.scaling.type '%.*s' is not supported "
+                             "(none, linear, yarn)", sl > 32 ? 32 : (int)sl, sv);
+    static const char *const unsupported[] = {
+        "llama.rope.scaling.yarn_log_multiplier", "llama.rope.scaling.yarn_ext_factor",
+        "llama.rope.scaling.yarn_attn_factor", "llama.rope.scaling.yarn_beta_fast",
+        "llama.rope.scaling.yarn_beta_slow", "llama.rope.scaling.alpha"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        if (find_kv(g, unsupported[i]))
+            return kve_set_error(KVE_EFORMAT, "GGUF: %s is not supported (the decoder follows "
+                                 "llama.cpp's yarn at its defaults only)", unsupported[i]);
+    float factor = 1.0f, attn = 1.0f;
+    kve_status st = find_kv(g, "llama.rope.scaling.factor")
+                        ? key_float(g, "llama.rope.scaling.factor", 0, &factor)
+                        : key_float(g, "llama.rope.scale_linear", 0, &factor);
+    if (st == KVE_OK)
+        st = key_float(g, "llama.rope.scaling.attn_factor", 0, &attn);
+    uint64_t orig = T;
+    if (st == KVE_OK)
+        st = key_int(g, "llama.rope.scaling.original_context_length", 0, 1, INT32_MAX, &orig);
+    if (st != KVE_OK)
+        return st;
+    if (c->rope_scaling == LM_ROPE_SCALING_NONE)
+        factor = 1.0f; /* llama.cpp: never scaled when the type is none */
+    if (c->rope_scaling == LM_ROPE_SCALING_LINEAR && factor == 1.0f && attn == 1.0f)
+        c->rope_scaling = LM_ROPE_SCALING_NONE; /* the same rotation, exactly */
+    c->rope_factor = factor;
+    c->rope_orig_ctx = (int32_t)orig;
+    c->rope_attn_factor = attn;
+    c->rope_mscale = attn;
+    if (c->rope_scaling == LM_ROPE_SCALING_YARN && factor > 1.0f)
+        c->rope_mscale = attn * (1.0f + 0.1f * logf(factor));
+    return KVE_OK;
+}
+
+/* rope_freqs.weight, when the file has one: (S/2) float32 factors, each
+ * finite and positive, that divide the pairs' frequencies. */
+static kve_status get_rope_freqs(lm_gguf *g, uint64_t S, const float **out)
+{
+    *out = NULL;
+    if (!find_tensor(g, "rope_freqs.weight"))
+        return KVE_OK;
+    gg_tensor *t;
+    kve_status st = get_tensor(g, "rope_freqs.weight", S / 2, 0, "head size / 2", &t);
+    if (st != KVE_OK)
+        return st;
+    if (t->type != LM_F32)
+        return kve_set_error(KVE_EFORMAT, "GGUF: tensor rope_freqs.weight must be F32, not %s",
+                             lm_dtype_name(t->type));
+    const float *f = (const float *)(const void *)(g->base + g->data_start + t->offset);
+    for (uint64_t j = 0; j < S / 2; j++)
+        if (!(f[j] > 0.0f && f[j] <= 3.40282347e38f))
+            return kve_set_error(KVE_EFORMAT, "GGUF: rope_freqs.weight[%llu] is %g: a frequency "
+                                 "factor must be positive and finite", (unsigned long long)j,
+                                 (double)f[j]);
+    *out = f;
+    return KVE_OK;
+}
+
 static kve_status parse_llama(lm_model *m, lm_gguf *g)
 {
     lm_config *c = &m->config;
@@ -726,19 +808,8 @@ static kve_status parse_llama(lm_model *m, lm_gguf *g)
                        "embeddings and other head sizes are not supported)",
                        (unsigned long long)rope, (unsigned long long)kl, (unsigned long long)vl,
                        (unsigned long long)S);
-    const char *sv;
-    size_t sl;
-    const gg_kv *scaling = find_kv(g, "llama.rope.scaling.type");
-    if (scaling && (!key_str(g, scaling, &sv, &sl) || !str_is(sv, sl, "none")))
-        return kve_set_error(KVE_EFORMAT, "GGUF: llama.rope.scaling.type is not 'none': scaled "
-                       "rotary embeddings are not supported");
-    float lin = 1.0f;
-    st = key_float(g, "llama.rope.scale_linear", 0, &lin);
-    if (st != KVE_OK)
+    if ((st = parse_rope_scaling(g, c, T)) != KVE_OK)
         return st;
-    if (lin != 1.0f)
-        return kve_set_error(KVE_EFORMAT, "GGUF: llama.rope.scale_linear %g: scaled rotary "
-                       "embeddings are not supported", (double)lin);
     const gg_tensor *emb = find_tensor(g, "token_embd.weight");
     if (!emb)
         return kve_set_error(KVE_EFORMAT, "GGUF: the tensor token_embd.weight is missing");
@@ -779,6 +850,8 @@ static kve_status parse_llama(lm_model *m, lm_gguf *g)
                     &w->token_embedding);
     if (st == KVE_OK)
         st = get_norm(g, "output_norm.weight", D, &w->rms_final, &n16);
+    if (st == KVE_OK)
+        st = get_rope_freqs(g, S, &w->rope_freqs);
     c->shared_classifier = find_tensor(g, "output.weight") == NULL;
     if (st == KVE_OK && !c->shared_classifier)
         st = get_matrix(g, "output.weight", D, V, "embedding_length, vocabulary", &w->wcls);

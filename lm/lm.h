@@ -189,6 +189,12 @@ typedef enum lm_format {
 /* "llama2.c legacy", "llama2.c version 1", "llama2.c version 2", "GGUF". */
 const char *lm_format_name(lm_format f);
 
+typedef enum lm_rope_scaling {
+    LM_ROPE_SCALING_NONE = 0,
+    LM_ROPE_SCALING_LINEAR = 1,
+    LM_ROPE_SCALING_YARN = 2
+} lm_rope_scaling;
+
 typedef struct lm_config {
     int32_t dim;           /* D */
     int32_t hidden_dim;    /* F */
@@ -204,6 +210,19 @@ typedef struct lm_config {
     float norm_eps;        /* RMSNorm epsilon: 1e-5 (run.c) unless the GGUF says */
     float rope_theta;      /* rotary base: 10000 (run.c) unless the GGUF says */
     int32_t group_size;    /* version 2: values per scale; else 0 */
+    /* RoPE scaling as llama.cpp reads a GGUF's llama.rope.scaling.* (lm_rope,
+     * docs/decoder.md): none (llama2.c files, factor 1), linear (the
+     * positions divided by rope_factor) or yarn (ggml's rope_yarn: the
+     * frequencies blended between interpolated and not by the correction
+     * dimensions of rope_orig_ctx, beta_fast 32 and beta_slow 1, and cos and
+     * sin scaled by rope_mscale); a rope_freqs.weight tensor divides pair
+     * j's frequency by weights.rope_freqs[j] (Llama 3's factors). */
+    lm_rope_scaling rope_scaling;
+    float rope_factor;     /* the context scaling factor, > 0: 1 unless the GGUF says */
+    int32_t rope_orig_ctx; /* yarn: original_context_length (default seq_len) */
+    float rope_attn_factor; /* rope.scaling.attn_factor: 1 unless the GGUF says */
+    float rope_mscale;     /* cos and sin times this: yarn: attn_factor * (1 + 0.1 ln
+                              factor) for factor > 1; linear: attn_factor; none: 1 */
 } lm_config;
 
 typedef struct lm_layer {
@@ -221,6 +240,8 @@ typedef struct lm_weights {  /* pointers into the file, but norms it stores
     lm_layer *layer;           /* (L) */
     const float *rms_final;    /* (D) */
     lm_matrix wcls;            /* (V, D): token_embedding when shared */
+    const float *rope_freqs;   /* (S/2) rope_freqs.weight: pair j's frequency is
+                                  divided by rope_freqs[j]; NULL: none */
 } lm_weights;
 
 typedef struct lm_gguf lm_gguf; /* a parsed GGUF container (gguf.c) */
@@ -462,11 +483,19 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     int pf_method;     /* 1: kve_bank_prefill reads pf_rows; 0: step, evict once */
     size_t pf_n;       /* n, the prompt's tokens */
     size_t pf_r;       /* rows recorded per query head: queries n-r .. n-1 */
+    float *pf_values;  /* (L, G, n, value_dim) a vnorm policy's prompt values (W_o v),
+                          while lm_prefill runs; NULL otherwise */
     float *pf_rows;    /* (L, H, r, n) the recorded rows over keys 0 .. t; KVzip:
                           (L, H, 1, n) the running maximum of the scoring weights */
     /* KVzip's reconstruction pass (lm_prefill_kvzip), while it runs */
     int kz_active;     /* 1: attend() scores the prompt's chunk [kz_start, kz_end) */
     size_t kz_start, kz_end, kz_sinks;
+    float *kz_wov;     /* KVzip+: (L, H, n) ||W_o,h v_i|| of the prompt's values; NULL
+                          for KVzip */
+    float kz_hinv;     /* KVzip+: 1 / ||attention input|| of the current layer's token */
+    size_t *layer_keep; /* (L) after KVzip's overall budgets: each layer's shared total
+                           while decoding (its kept positions); 0 (the default): G times
+                           its layer_budget */
     /* matrix-vector products */
     struct lm_pool *pool; /* opt.threads > 1: the workers; else NULL */
     int8_t *xq;           /* (max(D, F, H*S)) the input quantized for Q8_0, Q4_K
@@ -556,6 +585,10 @@ typedef struct lm_kvzip {
     int32_t newline; /* after `later` and the previous chunk's last `overlap` tokens */
     size_t chunk;    /* prompt positions a chunk (default 2048, kvpress's chunk_size) */
     size_t overlap;  /* the previous chunk's tokens quoted (default 8, prev_postfix_size) */
+    int plus;        /* 1: KVzip+ (kvpress's kvzip_plus_normalization): each scoring
+                        weight divided by the norm of its query token's attention
+                        input and multiplied by ||W_o,h v_i||, the key's value through
+                        the query head's slice of the output projection; default 0 */
 } lm_kvzip;
 
 /* The prompts above encoded with `t` (lm_encode, so each begins with the
@@ -581,13 +614,25 @@ kve_status lm_kvzip_default(const lm_tokenizer *t, lm_kvzip *out);
  * reconstruction's keys and values are dropped after each chunk, the caches
  * cut to each head's budget by that score (the first options->sinks kept),
  * and position and logits are those after the prompt's last token, as
- * lm_prefill leaves them: decoding goes on at position n.
+ * lm_prefill leaves them: decoding goes on at position n. With kz->plus
+ * (KVzip+), each weight is first scaled as kvpress's
+ * kvzip_plus_normalization scales it (lm_kvzip.plus), in float32.
  * options: method KVE_PREFILL_KVZIP (queries is set to 1 here); NULL for
- *      the defaults with that method.
+ *      the defaults with that method. options->budgets across heads
+ *      (kvpress's layerwise=True: KVE_PREFILL_PER_LAYER, each layer's G heads
+ *      keeping G * its budget together; KVE_PREFILL_OVERALL, kvpress's
+ *      default: one threshold over every layer's heads) need opt.share_heads
+ *      (the decode then keeps each layer's total: G times its budget, or
+ *      under OVERALL what the layer kept, layer_keep) and no head_budgets;
+ *      OVERALL also needs every layer at the same budget. options->prefix
+ *      (kvpress's sinks) as kve_prefill_options says; the decoder's own
+ *      prefix is the BOS (prefix 1).
  * Refuses (KVE_EINVAL, nothing changed) what lm_prefill refuses, NULL kz, a
  * chunk of 0, an overlap above the chunk or above LM_KVZIP_PROMPT_MAX, a
- * prompt token outside the vocabulary, another method. KVE_ENOMEM (nothing
- * changed) for the L*H*n scores. Cost: about one more prefill (n + the
+ * prompt token outside the vocabulary, another method, budgets across heads
+ * without share_heads (or with head_budgets, or OVERALL over layers of
+ * different budgets). KVE_ENOMEM (nothing changed) for the L*H*n scores
+ * (KVzip+: twice that). Cost: about one more prefill (n + the
  * prompts' tokens more decode steps) plus O(H * (sinks + chunk + m)) a
  * reconstruction step and layer; memory: the caches grow to n + chunk +
  * the prompt's tokens during it. */

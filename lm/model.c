@@ -305,6 +305,10 @@ static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
     m->image_size = size;
     c->norm_eps = 1e-5f;
     c->rope_theta = 10000.0f;
+    c->rope_scaling = LM_ROPE_SCALING_NONE;
+    c->rope_factor = 1.0f;
+    c->rope_attn_factor = 1.0f;
+    c->rope_mscale = 1.0f;
     if (size >= 4 && memcmp(data, gguf_magic, 4) == 0) {
         c->format = LM_FORMAT_GGUF;
         return lm__gguf_parse(m, data, size);

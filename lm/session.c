@@ -162,6 +162,24 @@ static void lay_shared(lm_state *dst, const lm_state *src, const size_t *counts)
     }
 }
 
+/* What KVzip's overall budgets left (layer_keep) follows a copy: the
+ * destination's own array, made when the source has one. */
+static kve_status copy_layer_keep(lm_state *dst, const lm_state *src)
+{
+    const size_t L = (size_t)src->model->config.n_layers;
+    if (!src->layer_keep) {
+        if (dst->layer_keep)
+            memset(dst->layer_keep, 0, L * sizeof *dst->layer_keep);
+        return KVE_OK;
+    }
+    if (!dst->layer_keep && !(dst->layer_keep = lm_calloc(&dst->alloc, L, sizeof(size_t)))) {
+        dst->broken = 1;
+        return kve_set_error(KVE_ENOMEM, "decoder copy: out of memory for %zu layer totals", L);
+    }
+    memcpy(dst->layer_keep, src->layer_keep, L * sizeof *dst->layer_keep);
+    return KVE_OK;
+}
+
 kve_status lm_state_copy(lm_state *dst, const lm_state *src)
 {
     if (!dst || !src || dst == src)
@@ -187,6 +205,7 @@ kve_status lm_state_copy(lm_state *dst, const lm_state *src)
         memcpy(dst->logits, src->logits, (size_t)c->vocab_size * sizeof(float));
         dst->pos = src->pos;
         dst->broken = 0;
+        st = copy_layer_keep(dst, src);
     }
     return st;
 }
@@ -306,6 +325,11 @@ kve_status lm_session_save(const lm_state *s, const lm_session *ss, void *buf, s
     if (ss->n_tokens != (size_t)s->pos)
         return kve_set_error(KVE_EINVAL, "session save: %zu tokens for a decoder at position %d",
                              ss->n_tokens, s->pos);
+    for (size_t l = 0; s->layer_keep && l < (size_t)s->model->config.n_layers; l++)
+        if (s->layer_keep[l])
+            return kve_set_error(KVE_EINVAL, "session save: the decoder's layers keep the totals "
+                                 "KVzip's overall budgets gave them, which a session does not "
+                                 "hold");
     const lm_config *c = &s->model->config;
     for (size_t i = 0; i < ss->n_tokens; i++)
         if (ss->tokens[i] < 0 || ss->tokens[i] >= c->vocab_size)
@@ -646,6 +670,8 @@ kve_status lm_session_load(lm_state *s, const void *buf, size_t size, lm_session
         for (size_t i = 0; i < V; i++)
             s->logits[i] = get_f32(logits + 4 * i);
         s->pos = (int32_t)n;
+        if (s->layer_keep) /* a session holds no KVzip totals: G times each budget */
+            memset(s->layer_keep, 0, (size_t)c->n_layers * sizeof *s->layer_keep);
         out->tokens = tokens;
         out->n_tokens = n;
         for (size_t i = 0; i < 4; i++)

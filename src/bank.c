@@ -595,7 +595,8 @@ KVE_ALWAYS_INLINE kve_status step_heads(kve_bank *b, size_t first, size_t count,
         hi.ld_queries = d->ld_queries;
         hi.value = d->values ? d->values + j * d->ld_values : NULL;
         if (c->elem[KVE_COL_VNORM] && hi.value)
-            hi.vnorm = kve__key_norm(hi.value, c->value_dim);
+            hi.vnorm = c->params.vnorm == 2 ? kve__value_norm(c, hi.value)
+                                            : kve__key_norm(hi.value, c->value_dim);
         head_step(c, h, attn ? &in : NULL, &hi, isa);
     }
     return KVE_OK;
@@ -764,6 +765,11 @@ kve_status kve__bank_check_options(const kve_config *c, size_t n_heads,
         return kve__fail(KVE_EINVAL, "%s: same_positions keeps one set of positions for every "
                          "head, a shared budget (share %zu) lets heads keep different ones: "
                          "choose one", name, o->share);
+    if ((o->same_positions || o->share) && (c->type->flags & KVE_TYPE_VNORM) &&
+        c->params.vnorm == 2)
+        return kve__fail(KVE_EINVAL, "%s: vnorm=2 (CriticalKV) selects each head's positions in "
+                         "two stages; %s is not supported with it", name,
+                         o->share ? "a shared budget (share)" : "same_positions");
     if (!o->share)
         return KVE_OK;
     if (n_heads % o->share)
@@ -1003,6 +1009,10 @@ kve_status kve_bank_evict_shared(kve_bank *b, size_t first, size_t count, size_t
     kve_status st = check_range(b, first, count);
     if (st == KVE_OK)
         st = kve__check_idle(b, "kve_bank_evict_shared");
+    if (st == KVE_OK && (b->cfg.type->flags & KVE_TYPE_VNORM) && b->cfg.params.vnorm == 2)
+        st = kve__fail(KVE_EINVAL, "%s: vnorm=2 (CriticalKV) selects each head's positions in "
+                       "two stages; a shared eviction is not supported with it",
+                       b->cfg.type->name);
     if (st != KVE_OK)
         return st;
     return kve__bank_evict_shared(b, first, count, budget, victims, ld_victims, counts);

@@ -45,6 +45,32 @@ static kve_status check_units(kve_config *c)
     return KVE_OK;
 }
 
+/* vnorm=2 (CriticalKV): its two keys only with it; no pages (a page is
+ * evicted whole, not by two stages); a value of query_group equal parts. */
+static kve_status check_critical(const kve_config *c)
+{
+    const kve_params *p = &c->params;
+    const char *name = c->type->name;
+    size_t k = 0; /* expected_attention has a vnorm and epsilon of its own */
+    while (k < c->type->n_params && strcmp(c->type->params[k].key, "first_stage") != 0)
+        k++;
+    if (k == c->type->n_params)
+        return KVE_OK;
+    if (p->vnorm != 2 && (p->epsilon != KVE_CRITICAL_EPSILON || p->first_stage != 0.5))
+        return kve__fail(KVE_EINVAL, "%s: epsilon and first_stage are CriticalKV's (vnorm=2); "
+                         "with vnorm=%zu leave them at their defaults", name, p->vnorm);
+    if (p->vnorm != 2)
+        return KVE_OK;
+    if (p->block > 1)
+        return kve__fail(KVE_EINVAL, "%s: vnorm=2 (CriticalKV) selects positions in two stages; "
+                         "pages (block %zu) are not supported with it", name, p->block);
+    if (c->value_dim && c->query_group && c->value_dim % c->query_group)
+        return kve__fail(KVE_EINVAL, "%s: vnorm=2 reads a value of query_group %zu parts (W_o v "
+                         "of each query head), but value_dim %zu is not a multiple of it", name,
+                         c->query_group, c->value_dim);
+    return KVE_OK;
+}
+
 /* The body of kve__config_parse once the type is held. */
 static kve_status parse_held(const kve_policy_type *type, const char *name, const char *rest,
                              const char *key, const char *value, const kve_policy_options *o,
@@ -95,11 +121,17 @@ static kve_status parse_held(const kve_policy_type *type, const char *name, cons
     }
     if (c->lane)
         c->observe = c->params.vnorm ? c->lane->vn : c->lane->fn;
+    if ((type->flags & KVE_TYPE_VNORM) && (st = check_critical(c)) != KVE_OK)
+        return st;
     c->reads = kve__type_reads(type) & ~(kve_reads)KVE_READS_VALUES;
     if (c->elem[KVE_COL_VNORM])
         c->reads |= KVE_READS_VALUES;
     /* Pages: only the scored policies and the sliding ones take a block. */
     c->evict = type->evict;
+    if ((type->flags & KVE_TYPE_VNORM) && c->params.vnorm == 2) {
+        c->evict = kve__evict_critical; /* stage one's heap: budget entries a head */
+        c->aux_bytes = c->params.budget * sizeof(kve__top_entry);
+    }
     if (c->params.block > 1) {
         c->evict = (type->flags & KVE_TYPE_SCORED) ? kve__evict_pages : kve__sliding_evict_pages;
         if ((st = kve__check_pages(c, c->params.budget)) != KVE_OK)
@@ -135,6 +167,52 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
 }
 
 /* The model facts of options, on their own. */
+/* The scaling fields of kve_rope within the header's limits; zeros read
+ * as the defaults. */
+static kve_status check_rope_scaling(const kve_rope *r)
+{
+    if (r->scaling != KVE_ROPE_SCALING_NONE && r->scaling != KVE_ROPE_SCALING_LINEAR &&
+        r->scaling != KVE_ROPE_SCALING_LLAMA3 && r->scaling != KVE_ROPE_SCALING_YARN)
+        return kve__fail(KVE_EINVAL, "rope: scaling %d is not a kve_rope_scaling",
+                         (int)r->scaling);
+    if (r->factor != 0.0 && !(r->factor >= 1.0 && r->factor <= DBL_MAX))
+        return kve__fail(KVE_EINVAL, "rope: factor %g must be finite and at least 1 (0: 1)",
+                         r->factor);
+    const struct {
+        const char *name;
+        double v;
+    } positive[] = {{"low_freq_factor", r->low_freq_factor},
+                    {"high_freq_factor", r->high_freq_factor},
+                    {"beta_fast", r->beta_fast},
+                    {"beta_slow", r->beta_slow}};
+    for (size_t k = 0; k < sizeof positive / sizeof positive[0]; k++)
+        if (!(positive[k].v >= 0.0 && positive[k].v <= DBL_MAX))
+            return kve__fail(KVE_EINVAL, "rope: %s %g must be finite and above 0 (0: the "
+                             "default)", positive[k].name, positive[k].v);
+    if (!(r->attention_factor >= 0.0 && r->attention_factor <= DBL_MAX))
+        return kve__fail(KVE_EINVAL, "rope: attention_factor %g must be finite and at least 0 "
+                         "(0: derived)", r->attention_factor);
+    if (r->original_max_position > (size_t)INT32_MAX)
+        return kve__fail(KVE_EINVAL, "rope: original_max_position %zu is above 2^31 - 1",
+                         r->original_max_position);
+    const kve_rope e = kve__rope_effective(r);
+    const bool needs_l =
+        r->scaling == KVE_ROPE_SCALING_LLAMA3 || r->scaling == KVE_ROPE_SCALING_YARN;
+    if (needs_l && r->original_max_position == 0)
+        return kve__fail(KVE_EINVAL, "rope: original_max_position 0 (unset): scaling %s needs "
+                         "the model's original_max_position_embeddings",
+                         r->scaling == KVE_ROPE_SCALING_YARN ? "yarn" : "llama3");
+    if (r->scaling == KVE_ROPE_SCALING_LLAMA3 && !(e.low_freq_factor < e.high_freq_factor))
+        return kve__fail(KVE_EINVAL, "rope: llama3 low_freq_factor %g must be below "
+                         "high_freq_factor %g", e.low_freq_factor, e.high_freq_factor);
+    if (r->scaling == KVE_ROPE_SCALING_YARN && e.beta_slow > e.beta_fast)
+        return kve__fail(KVE_EINVAL, "rope: yarn beta_slow %g must be at most beta_fast %g",
+                         e.beta_slow, e.beta_fast);
+    if (r->scaling == KVE_ROPE_SCALING_YARN && !(r->base > 1.0))
+        return kve__fail(KVE_EINVAL, "rope: yarn needs base above 1, not %g", r->base);
+    return KVE_OK;
+}
+
 kve_status kve__check_facts(const kve_policy_options *o)
 {
     if (o->key_dim > KVE_MAX_KEY_DIM)
@@ -154,7 +232,18 @@ kve_status kve__check_facts(const kve_policy_options *o)
         return kve__fail(KVE_EINVAL, "rope: base %g must be finite and above 0", r->base);
     if (r->pairs != KVE_ROPE_ADJACENT && r->pairs != KVE_ROPE_HALF)
         return kve__fail(KVE_EINVAL, "rope: pairs %d is not a kve_rope_pairs", (int)r->pairs);
-    return KVE_OK;
+    return check_rope_scaling(r);
+}
+
+kve_rope kve__rope_effective(const kve_rope *r)
+{
+    kve_rope e = *r;
+    e.factor = e.factor == 0.0 ? 1.0 : e.factor;
+    e.low_freq_factor = e.low_freq_factor == 0.0 ? 1.0 : e.low_freq_factor;
+    e.high_freq_factor = e.high_freq_factor == 0.0 ? 4.0 : e.high_freq_factor;
+    e.beta_fast = e.beta_fast == 0.0 ? 32.0 : e.beta_fast;
+    e.beta_slow = e.beta_slow == 0.0 ? 1.0 : e.beta_slow;
+    return e;
 }
 
 /* What a parsed config needs of the facts to be stepped at all. */
@@ -208,7 +297,15 @@ kve_policy_options kve_policy_default_options(void)
                             .query_group = 1,
                             .rope = {.rotary_dim = KVE_ROPE_UNSET,
                                      .base = 10000.0,
-                                     .pairs = KVE_ROPE_ADJACENT},
+                                     .pairs = KVE_ROPE_ADJACENT,
+                                     .scaling = KVE_ROPE_SCALING_NONE,
+                                     .factor = 1.0,
+                                     .low_freq_factor = 1.0,
+                                     .high_freq_factor = 4.0,
+                                     .original_max_position = 0,
+                                     .beta_fast = 32.0,
+                                     .beta_slow = 1.0,
+                                     .attention_factor = 0.0},
                             .unchecked = 0};
     return o;
 }

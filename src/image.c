@@ -268,6 +268,13 @@ static kve_status save(const kve_bank *b, uint32_t kind, void *buf, size_t cap, 
     const kve_config *c = &b->cfg;
     if (!size)
         return kve__fail(KVE_EINVAL, "%s: size is NULL", c->type->name);
+    /* No version records the rope's scaling: refused, not written unscaled. */
+    if (c->rope.scaling != KVE_ROPE_SCALING_NONE)
+        return kve__fail(KVE_EINVAL, "%s: rope.scaling %d: an image does not record the rope's "
+                         "scaling", c->type->name, (int)c->rope.scaling);
+    if (c->rope.attention_factor != 0.0)
+        return kve__fail(KVE_EINVAL, "%s: rope.attention_factor %g: an image does not record the "
+                         "rope's scaling", c->type->name, c->rope.attention_factor);
     const size_t need = image_bytes(b), len = strlen(c->spec);
     if (!buf) {
         *size = need;

@@ -138,6 +138,18 @@ kve_status kve__bank_copy_state(kve_bank *dst, const kve_bank *src)
     return KVE_OK;
 }
 
+/* Whether two ropes scale alike (their zeros read as the defaults). */
+static bool same_rope_scaling(const kve_rope *x, const kve_rope *y)
+{
+    const kve_rope a = kve__rope_effective(x), b = kve__rope_effective(y);
+    return a.scaling == b.scaling && a.original_max_position == b.original_max_position &&
+           kve__same_bits(a.factor, b.factor) &&
+           kve__same_bits(a.low_freq_factor, b.low_freq_factor) &&
+           kve__same_bits(a.high_freq_factor, b.high_freq_factor) &&
+           kve__same_bits(a.beta_fast, b.beta_fast) && kve__same_bits(a.beta_slow, b.beta_slow) &&
+           kve__same_bits(a.attention_factor, b.attention_factor);
+}
+
 /* KVE_OK when dst may take src's state: the same canonical spec, key
  * dimension, heads and sharing. */
 static kve_status check_same(const kve_bank *dst, const kve_bank *src)
@@ -163,6 +175,14 @@ static kve_status check_same(const kve_bank *dst, const kve_bank *src)
                          "src's (rotary_dim %zu, base %g, pairs %d)",
                          name, a->rope.rotary_dim, a->rope.base, (int)a->rope.pairs,
                          b->rope.rotary_dim, b->rope.base, (int)b->rope.pairs);
+    const kve_rope ra = kve__rope_effective(&a->rope), rb = kve__rope_effective(&b->rope);
+    if (!same_rope_scaling(&a->rope, &b->rope))
+        return kve__fail(KVE_EINVAL,
+                         "%s: cannot copy: dst's rope scaling (scaling %d, factor %g, "
+                         "attention_factor %g) is not src's (scaling %d, factor %g, "
+                         "attention_factor %g; or another scaling field differs)",
+                         name, (int)ra.scaling, ra.factor, ra.attention_factor, (int)rb.scaling,
+                         rb.factor, rb.attention_factor);
     if (dst->n_heads != src->n_heads)
         return kve__fail(KVE_EINVAL, "%s: cannot copy: dst has %zu heads, src %zu", name,
                          dst->n_heads, src->n_heads);

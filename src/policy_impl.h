@@ -77,13 +77,18 @@ typedef struct kve_params {
     double decay;         /* h2o_decay: forgetting factor per observed step */
     size_t block;         /* pages of `block` aligned positions, evicted whole (1: none) */
     size_t block_mean;    /* 1: a page scores the mean of its slots, 0: their sum */
-    size_t vnorm;         /* 1: score * ||v|| (the scored policies, kvevict.h) */
+    size_t vnorm;         /* 1: score * ||v|| (the scored policies, kvevict.h);
+                             2: CriticalKV (score + epsilon) * ||v||_1, two stages */
+    double first_stage;   /* vnorm=2: the budget's fraction kept by the score alone */
     /* expected_attention (policies/expected_attention.c) */
     size_t n_future;      /* n_future_positions: the rotation averaged over them */
     size_t covariance;    /* use_covariance */
-    double epsilon;       /* added to the score before the value norm */
+    double epsilon;       /* added to the score before the value norm (also vnorm=2's) */
     size_t interval;      /* steps between rescorings */
     size_t n_queries;     /* queries of the statistics (the newest steps) */
+    size_t future_from_buffer; /* 1: future positions from the buffer's length (kvpress) */
+    /* h2o_mean (policies/h2o_mean.c) */
+    size_t diagonal;      /* 1: a prefill seeds each mean with its own query's weight */
 } kve_params;
 
 enum {
@@ -331,6 +336,21 @@ struct kve_policy_type {
      * msg (cap bytes) names the field and slot ("votes[3] ..."). The head's
      * columns are dense (no gap). NULL: nothing more to check. */
     bool (*check_state)(const kve_config *c, const kve_head *h, char *msg, size_t cap);
+
+    /* A KVE_PREFILL_H2O prefill (every row of an n-token prompt read) of
+     * a policy whose score is the mean weight a position received (h2o_mean
+     * with diagonal=1: kvpress's ObservedAttentionPress). prefill_mean:
+     * whether c's heads are seeded so (NULL: never; the slots then start as
+     * admitted, or from the column sum for KVE_TYPE_ATTN_SCORE). When it is
+     * true the prefill reduces each row's group in double (no float32
+     * rounding), ranks position i of column sum col (queries i .. n-1, i's
+     * own included) by prefill_rank, and, after admit, calls prefill_seed
+     * for the slot that keeps i: it writes the policy's columns (and may
+     * set h->observed) and returns the slot's score before any vnorm. */
+    bool (*prefill_mean)(const kve_config *c);
+    double (*prefill_rank)(const kve_config *c, size_t i, size_t n, double col);
+    double (*prefill_seed)(const kve_config *c, kve_head *h, size_t slot, size_t i, size_t n,
+                           double col);
 };
 
 /* Declares policy column k (KVE_COL_EXTRA0/1) from a type's init: `count`
@@ -378,9 +398,17 @@ KVE_ALWAYS_INLINE void kve__score_prep(kve_score_ctx *x, const kve_config *c, kv
      .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, block_mean), \
      .doc = "1: a page scores the mean of its positions' scores, 0: their sum"}
 #define KVE_DEF_VNORM \
-    {.key = "vnorm", .kind = KVE_PARAM_SIZE, .idefault = 0, .imin = 0, .imax = 1, \
+    {.key = "vnorm", .kind = KVE_PARAM_SIZE, .idefault = 0, .imin = 0, .imax = 2, \
      .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, vnorm), \
-     .doc = "1: the score times the norm of the position's value"}
+     .doc = "1: the score times the norm of the position's value; 2: CriticalKV"}, \
+    {.key = "epsilon", .kind = KVE_PARAM_REAL, .rdefault = KVE_CRITICAL_EPSILON, .rmin = 0.0, \
+     .rmax = 1e6, .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, epsilon), \
+     .doc = "vnorm=2: added to the score before the value norm"}, \
+    {.key = "first_stage", .kind = KVE_PARAM_REAL, .rdefault = 0.5, .rmin = 0.0, .rmax = 1.0, \
+     .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, first_stage), \
+     .doc = "vnorm=2: fraction of the budget chosen by the score alone"}
+/* vnorm=2's epsilon by default (kvpress's CriticalKVPress). */
+#define KVE_CRITICAL_EPSILON 1e-4
 
 /* The registry (registry.c): the built-in types, then the score rules
  * registered at run time (rules.c). kve__policy_type_find returns the type
@@ -417,6 +445,8 @@ kve_status kve__config_parse(const char *spec, const char *key, const char *valu
  * needs of them and of rng to be stepped at all. */
 kve_status kve__check_facts(const kve_policy_options *o);
 kve_status kve__check_needs(const kve_config *c, const kve_rng *rng);
+/* r with its zero scaling fields read as their defaults (kve_rope). */
+kve_rope kve__rope_effective(const kve_rope *r);
 kve_status kve__config_new(const char *spec, const kve_rng *rng,
                            const kve_policy_options *options, const void *out, kve_config *c);
 
@@ -544,6 +574,17 @@ size_t kve__mark_argmin(const kve_config *c, kve_head *h, const kve_head *heads,
                         size_t n_evict);
 size_t kve__evict_marked(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 size_t kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
+/* vnorm=2 (CriticalKV, scored.c): the norm kept for a value of c->value_dim
+ * floats, the mean over the query_group equal parts of their L1 norms (each
+ * summed in double, in order); with vnorm=1, kve__key_norm (L2). */
+double kve__value_norm(const kve_config *c, const float *v);
+/* vnorm=2's eviction (c->evict): of the candidates (all but the newest
+ * recent_window), the max(0, floor(first_stage * B) - recent_window) of
+ * highest raw score (B = size - n_evict; ties: the lower position) are kept
+ * by stage one; the victims are the n_evict others of lowest (raw +
+ * epsilon) * vnorm (ties: the lower position). Scratch: the head's aux, a
+ * heap of budget entries. O(n log B + n_evict n). */
+size_t kve__evict_critical(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims);
 /* Removes the marked slots of h (the first at index `first`), writing their
  * positions ascending to victims and clearing the marks; returns how many. */
 size_t kve__compact_marked(const kve_config *c, kve_head *h, size_t first, int32_t *victims);

@@ -15,7 +15,10 @@
  *                      weight on i reduced over the group (kve_rows: the
  *                      bank's reduction, float32), in double; KVzip: the
  *                      largest of those reduced weights (exact)
- *   score  (n)         what ranks i: H2O and KVzip col[i]; SnapKV, before
+ *                      (h2o_mean with diagonal=1: the group's weights
+ *                      reduced in double, mean_scores)
+ *   score  (n)         what ranks i: H2O and KVzip col[i] (h2o_mean with
+ *                      diagonal=1: col[i] / (n - i)); SnapKV, before
  *                      the window (i < n - w), the pooling of col over
  *                      [i - k/2, i + k/2] clipped to [0, n - w) (max, or the
  *                      sum divided by k); inside the window col[i]
@@ -49,7 +52,8 @@ kve_prefill_options kve_prefill_default_options(void)
     kve_prefill_options o = {.method = KVE_PREFILL_H2O, .window = 32, .kernel = 5,
                              .pool = KVE_POOL_MAX, .allocator = NULL, .queries = 1, .sinks = 4,
                              .values = NULL, .ld_values = 0, .budgets = KVE_PREFILL_PER_HEAD,
-                             .layer_heads = 0, .prefix = KVE_PREFILL_NO_PREFIX};
+                             .layer_heads = 0, .prefix = KVE_PREFILL_NO_PREFIX,
+                             .row_scale = NULL, .key_scale = NULL};
     return o;
 }
 
@@ -100,13 +104,46 @@ static kve_status check_params(const kve_prefill_options *p, size_t n, size_t ld
         return kve__fail(KVE_EINVAL, "prefill: budgets %d is not a kve_prefill_budgets",
                          (int)p->budgets);
     if (p->method != KVE_PREFILL_KVZIP &&
-        (p->budgets != KVE_PREFILL_PER_HEAD || p->layer_heads || p->prefix != KVE_PREFILL_NO_PREFIX))
-        return kve__fail(KVE_EINVAL, "prefill: budgets, layer_heads and prefix are KVzip's "
-                         "(method KVE_PREFILL_KVZIP); leave them at their defaults");
+        (p->budgets != KVE_PREFILL_PER_HEAD || p->layer_heads ||
+         p->prefix != KVE_PREFILL_NO_PREFIX || p->row_scale || p->key_scale))
+        return kve__fail(KVE_EINVAL, "prefill: budgets, layer_heads, prefix, row_scale and "
+                         "key_scale are KVzip's (method KVE_PREFILL_KVZIP); leave them at their "
+                         "defaults");
     size_t r = kve_prefill_rows(n, p);
     if (group > SIZE_MAX / r || ld > SIZE_MAX / sizeof(float) / (group * r))
         return kve__fail(KVE_EINVAL, "prefill: %zu rows of ld %zu overflow the address space",
                          group * r, ld);
+    return KVE_OK;
+}
+
+/* KVzip+'s factors of one KV head (ks: its group * n key factors, or NULL)
+ * and the scaled weights they make: finite factors >= 0, scaled weights
+ * finite. Run after the weights are known to be valid. */
+static kve_status check_scales(const kve_prefill_options *p, const float *rows, size_t n,
+                               size_t r, size_t ld, size_t group, const float *ks,
+                               const char *label)
+{
+    for (size_t k = 0; p->row_scale && k < r; k++)
+        if (!(isfinite(p->row_scale[k]) && p->row_scale[k] >= 0.0f))
+            return kve__fail(KVE_EINVAL, "prefill: row_scale[%zu] = %g is not a finite factor "
+                             ">= 0", k, (double)p->row_scale[k]);
+    for (size_t g = 0; ks && g < group; g++)
+        for (size_t i = 0; i < n; i++)
+            if (!(isfinite(ks[g * n + i]) && ks[g * n + i] >= 0.0f))
+                return kve__fail(KVE_EINVAL, "prefill: %skey_scale of query head %zu on key %zu "
+                                 "= %g is not a finite factor >= 0", label, g, i,
+                                 (double)ks[g * n + i]);
+    for (size_t g = 0; g < group; g++)
+        for (size_t k = 0; k < r; k++) {
+            const float *w = rows + (g * r + k) * ld;
+            const float rs = p->row_scale ? p->row_scale[k] : 1.0f;
+            for (size_t i = 0; i < n; i++) {
+                float v = (w[i] * rs) * (ks ? ks[g * n + i] : 1.0f);
+                if (isinf(v))
+                    return kve__fail(KVE_EINVAL, "prefill: %squery head %zu, row %zu: the "
+                                     "scaled weight on key %zu overflows float32", label, g, k, i);
+            }
+        }
     return KVE_OK;
 }
 
@@ -158,18 +195,46 @@ static float reduced(const float *rows, size_t r, size_t ld, size_t group, kve_r
     return (float)(reduce == KVE_REDUCE_MEAN ? s / (double)group : s);
 }
 
-/* col (n) and score (n) of one KV head's validated rows. */
+/* KVzip+: as reduced(), each query head's weight first scaled by the row's
+ * factor rs and its own key factor (ks: group * n, or NULL), in float. */
+static float reduced_scaled(const float *rows, size_t r, size_t ld, size_t group,
+                            kve_reduce reduce, size_t j, size_t i, float rs, const float *ks,
+                            size_t n)
+{
+    const float *a = rows + j * ld + i;
+    const size_t step = r * ld;
+    float m = 0.0f;
+    double s = 0.0;
+    for (size_t g = 0; g < group; g++) {
+        float w = (a[g * step] * rs) * (ks ? ks[g * n + i] : 1.0f);
+        if (group == 1)
+            return w;
+        m = g == 0 || w > m ? w : m;
+        s += (double)w;
+    }
+    return reduce == KVE_REDUCE_MAX    ? m
+           : reduce == KVE_REDUCE_MEAN ? (float)(s / (double)group)
+                                       : (float)s;
+}
+
+/* col (n) and score (n) of one KV head's validated rows; ks: its KVzip+ key
+ * factors (group * n) or NULL. */
 static void head_scores(const kve_prefill_options *p, size_t n, const float *rows, size_t ld,
-                        size_t group, kve_reduce reduce, double *col, double *score)
+                        size_t group, kve_reduce reduce, const float *ks, double *col,
+                        double *score)
 {
     const size_t r = kve_prefill_rows(n, p);
     for (size_t i = 0; i < n; i++)
         col[i] = 0.0;
     if (p->method == KVE_PREFILL_KVZIP) {
         /* the largest weight of any row; weights are >= 0, so 0 is its floor */
+        const bool plus = p->row_scale || ks;
         for (size_t j = 0; j < r; j++)
             for (size_t i = 0; i < n; i++) {
-                double a = (double)reduced(rows, r, ld, group, reduce, j, i);
+                double a = plus ? (double)reduced_scaled(rows, r, ld, group, reduce, j, i,
+                                                         p->row_scale ? p->row_scale[j] : 1.0f,
+                                                         ks, n)
+                                : (double)reduced(rows, r, ld, group, reduce, j, i);
                 col[i] = a > col[i] ? a : col[i];
             }
         memcpy(score, col, n * sizeof *score);
@@ -196,6 +261,36 @@ static void head_scores(const kve_prefill_options *p, size_t n, const float *row
         score[i] = col[i];
 }
 
+/* col (n) and score (n) of one KV head's validated H2O rows for a policy
+ * seeded with means (prefill_mean: h2o_mean with diagonal=1, kvpress's
+ * ObservedAttentionPress): col[i] = sum over rows t >= i of the group's
+ * weights on i reduced in double (no float32 rounding: kvpress averages
+ * the heads' means), score[i] = the policy's rank of it. */
+static void mean_scores(const kve_config *c, size_t n, const float *rows, size_t ld,
+                        size_t group, kve_reduce reduce, double *col, double *score)
+{
+    for (size_t i = 0; i < n; i++)
+        col[i] = 0.0;
+    for (size_t t = 0; t < n; t++)
+        for (size_t i = 0; i <= t; i++) {
+            const float *a = rows + t * ld + i;
+            double s = (double)a[0];
+            for (size_t g = 1; g < group; g++) {
+                double w = (double)a[g * n * ld];
+                s = reduce == KVE_REDUCE_MAX ? (w > s ? w : s) : s + w;
+            }
+            col[i] += reduce == KVE_REDUCE_MEAN ? s / (double)group : s;
+        }
+    for (size_t i = 0; i < n; i++)
+        score[i] = c->type->prefill_rank ? c->type->prefill_rank(c, i, n, col[i]) : col[i];
+}
+
+/* Whether a prefill of `method` seeds c's heads with means (policy_impl.h). */
+static bool seeds_means(const kve_config *c, kve_prefill_method method)
+{
+    return method == KVE_PREFILL_H2O && c->type->prefill_mean && c->type->prefill_mean(c);
+}
+
 kve_status kve_prefill_scores(size_t n, const float *rows, size_t ld, size_t group,
                               kve_reduce reduce, const kve_prefill_options *options,
                               double *scores)
@@ -208,11 +303,14 @@ kve_status kve_prefill_scores(size_t n, const float *rows, size_t ld, size_t gro
         return kve__fail(KVE_EINVAL, "prefill: %s is NULL", !rows ? "rows" : "scores");
     if ((st = check_rows(&o, rows, n, kve_prefill_rows(n, &o), ld, group, reduce, "")) != KVE_OK)
         return st;
+    if ((o.row_scale || o.key_scale) &&
+        (st = check_scales(&o, rows, n, o.queries, ld, group, o.key_scale, "")) != KVE_OK)
+        return st;
     const kve_allocator alloc = kve__allocator(o.allocator);
     double *col = kve__alloc(&alloc, n * sizeof *col);
     if (!col)
         return kve__fail(KVE_ENOMEM, "prefill: out of memory for %zu column sums", n);
-    head_scores(&o, n, rows, ld, group, reduce, col, scores);
+    head_scores(&o, n, rows, ld, group, reduce, o.key_scale, col, scores);
     kve__dealloc(&alloc, col, n * sizeof *col);
     return KVE_OK;
 }
@@ -278,11 +376,36 @@ static void choose(kve_prefill_method method, size_t n, size_t budget, size_t pr
     }
 }
 
+/* choose() for vnorm=2 (CriticalKV, kvpress's CriticalKVPress over the
+ * method's scores; n > budget, H2O or SnapKV): the `protect` newest, then
+ * stage one's max(0, floor(first_stage * budget) - protect) of highest
+ * score, then of the others the rest of `want` of highest (score +
+ * epsilon) * norm (values: the head's n, ld apart), ties to the lower
+ * position in both stages. crit: n doubles of scratch. */
+static void choose_critical(const kve_config *c, size_t n, size_t budget, size_t protect,
+                            size_t want, const double *score, const float *values, size_t ld,
+                            double *crit, kve__top_entry *heap, unsigned char *keep)
+{
+    const size_t m = n - protect;
+    size_t s1 = (size_t)(c->params.first_stage * (double)budget);
+    s1 = s1 > protect ? s1 - protect : 0;
+    memset(keep, 0, n);
+    memset(keep + m, 1, protect);
+    select_top(score, m, s1, heap, keep);
+    for (size_t i = 0; i < m; i++) /* stage one's picks first, as kvpress's finfo.max */
+        crit[i] = keep[i] ? INFINITY
+                          : (score[i] + c->params.epsilon) * kve__value_norm(c, values + i * ld);
+    memset(keep, 0, m);
+    select_top(crit, m, want, heap, keep);
+}
+
 /* Installs the kept positions in an empty head: pos, the policy's own
  * admission of each slot, and the score: the column sum for a policy whose
  * score is attention received (h2o, h2o_decay, tova) after H2O or SnapKV,
- * else 0, as admitted (scissorhands counts votes, h2o_mean derives it from
- * its own columns, KVzip's rows are no attention the sequence paid). With a
+ * the policy's seed after H2O for one seeded with means (h2o_mean with
+ * diagonal=1: mean_scores), else 0, as admitted (scissorhands counts votes,
+ * h2o_mean derives it from its own columns, KVzip's rows are no attention
+ * the sequence paid). With a
  * vnorm column, the norms of the kept positions' values (values: n of them,
  * ld apart) and score = raw * vnorm. */
 static void install(const kve_config *c, kve_head *h, const unsigned char *keep, size_t n,
@@ -293,19 +416,25 @@ static void install(const kve_config *c, kve_head *h, const unsigned char *keep,
     double *score = h->col[KVE_COL_SCORE];
     double *raw = h->col[KVE_COL_RAW], *norm = h->col[KVE_COL_VNORM];
     const bool seeded = (c->type->flags & KVE_TYPE_ATTN_SCORE) && method != KVE_PREFILL_KVZIP;
+    const bool mean = seeds_means(c, method);
     size_t w = 0;
     for (size_t i = 0; i < n; i++) {
         if (!keep[i])
             continue;
         pos[w] = (int32_t)i;
         score[w] = seeded ? col[i] : 0.0;
+        if (mean) { /* admit first: the seed overwrites what it starts */
+            if (c->type->admit)
+                c->type->admit(c, h, w);
+            score[w] = c->type->prefill_seed ? c->type->prefill_seed(c, h, w, i, n, col[i]) : 0.0;
+        }
         if (norm)
-            norm[w] = kve__key_norm(values + i * ld_values, c->value_dim);
+            norm[w] = kve__value_norm(c, values + i * ld_values);
         if (raw) {
             raw[w] = score[w];
             score[w] = norm ? raw[w] * norm[w] : raw[w];
         }
-        if (c->type->admit)
+        if (c->type->admit && !mean)
             c->type->admit(c, h, w);
         w++;
     }
@@ -382,7 +511,8 @@ static kve_status adaptive(kve_bank *b, size_t first, size_t count, size_t n, si
         sinks = n;
     for (size_t j = 0; j < count; j++) {
         double *sc = score + j * n;
-        head_scores(p, n, rows + j * group * r * ld, ld, group, reduce, col, sc);
+        head_scores(p, n, rows + j * group * r * ld, ld, group, reduce,
+                    p->key_scale ? p->key_scale + j * group * n : NULL, col, sc);
         for (size_t i = 0; i < sinks; i++)
             sc[i] = kvpress_sinks ? 1.0 : (double)INFINITY;
     }
@@ -520,6 +650,11 @@ static kve_status prefill(kve_bank *b, size_t first, size_t count, size_t n, siz
         return kve__fail(KVE_EINVAL, "%s: prefill: rows is NULL", name);
     if (c->elem[KVE_COL_VNORM] && (st = check_values(b, first, count, n, params)) != KVE_OK)
         return st;
+    const bool critical = (c->type->flags & KVE_TYPE_VNORM) && c->params.vnorm == 2;
+    if (critical && method == KVE_PREFILL_KVZIP)
+        return kve__fail(KVE_EINVAL, "%s: vnorm=2 (CriticalKV) rescales a scorer's scores, and "
+                         "KVzip's prefill is not one (kvpress's KVzipPress is no ScorerPress): "
+                         "use KVE_PREFILL_H2O or KVE_PREFILL_SNAPKV", name);
     if (b->same_positions && count && (first != 0 || count != b->n_heads))
         return kve__fail(KVE_EINVAL, "%s: same_positions: a prefill chooses one kept set for "
                          "every head: prefill heads 0 + %zu, not %zu + %zu", name, b->n_heads,
@@ -535,6 +670,10 @@ static kve_status prefill(kve_bank *b, size_t first, size_t count, size_t n, siz
         char label[32];
         snprintf(label, sizeof label, "head %zu: ", first + j);
         st = check_rows(params, rows + j * group * r * ld, n, r, ld, group, reduce, label);
+        if (st == KVE_OK && (params->row_scale || params->key_scale))
+            st = check_scales(params, rows + j * group * r * ld, n, r, ld, group,
+                              params->key_scale ? params->key_scale + j * group * n : NULL,
+                              label);
         if (st != KVE_OK)
             return st;
     }
@@ -546,17 +685,25 @@ static kve_status prefill(kve_bank *b, size_t first, size_t count, size_t n, siz
     /* same_positions: one kept set, chosen by the heads' scores added in head
      * order (the bank's combined score), installed in every head */
     const bool same = b->same_positions && n > budget;
-    size_t bytes = (2 + same) * n * sizeof(double) + n + (want + 1) * sizeof(kve__top_entry);
+    const bool crit = critical && n > budget; /* same_positions is refused with vnorm=2 */
+    size_t bytes = (2 + same + crit) * n * sizeof(double) + n + (want + 1) * sizeof(kve__top_entry);
     const kve_allocator alloc = o.allocator ? kve__allocator(o.allocator) : b->alloc;
     char *scratch = kve__alloc(&alloc, bytes);
     if (!scratch)
         return kve__fail(KVE_ENOMEM, "%s: prefill: out of memory for the scores of %zu "
                          "positions", name, n);
     double *col = (double *)(void *)scratch, *score = col + n, *total = score + n;
-    kve__top_entry *heap = (kve__top_entry *)(void *)(score + (1 + same) * n);
+    double *critical_score = score + (1 + same) * n; /* crit: n doubles */
+    kve__top_entry *heap = (kve__top_entry *)(void *)(critical_score + (crit ? n : 0));
     unsigned char *keep = (unsigned char *)(heap + want + 1);
+    const bool mean = seeds_means(c, method);
     for (size_t j = 0; same && j < count; j++) {
-        head_scores(params, n, rows + j * group * r * ld, ld, group, reduce, col, score);
+        if (mean)
+            mean_scores(c, n, rows + j * group * r * ld, ld, group, reduce, col, score);
+        else
+            head_scores(params, n, rows + j * group * r * ld, ld, group, reduce,
+                        params->key_scale ? params->key_scale + j * group * n : NULL, col,
+                        score);
         for (size_t i = 0; i < n; i++)
             total[i] = j ? total[i] + score[i] : score[i];
     }
@@ -564,8 +711,17 @@ static kve_status prefill(kve_bank *b, size_t first, size_t count, size_t n, siz
         choose(method, n, budget, protect, want, total, heap, keep);
     for (size_t j = 0; j < count; j++) {
         kve_head *h = &b->heads[first + j];
-        head_scores(params, n, rows + j * group * r * ld, ld, group, reduce, col, score);
-        if (!same)
+        if (mean)
+            mean_scores(c, n, rows + j * group * r * ld, ld, group, reduce, col, score);
+        else
+            head_scores(params, n, rows + j * group * r * ld, ld, group, reduce,
+                        params->key_scale ? params->key_scale + j * group * n : NULL, col,
+                        score);
+        if (crit)
+            choose_critical(c, n, budget, protect, want, score,
+                            params->values + j * n * params->ld_values, params->ld_values,
+                            critical_score, heap, keep);
+        else if (!same)
             choose(method, n, budget, protect, want, score, heap, keep);
         install(c, h, keep, n, col, method,
                 params->values ? params->values + j * n * params->ld_values : NULL,

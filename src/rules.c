@@ -37,7 +37,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { SUMMARY_MAX = 128, N_RULE_PARAMS = 5 };
+enum { SUMMARY_MAX = 128, N_RULE_PARAMS = 7 };
 enum { STATE = KVE_COL_EXTRA0 };
 
 typedef struct rule_slot {

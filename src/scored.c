@@ -24,6 +24,7 @@
  */
 #include "policy_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 kve_status kve__check_recent_window(kve_config *c)
@@ -194,4 +195,67 @@ size_t kve__evict_scored(const kve_config *c, kve_head *h, size_t n_evict, int32
         v = kve__scored_scan(c, h, h->size - c->params.recent_window);
     kve__evict_one(h, v, victims);
     return 1;
+}
+
+/* ---- vnorm=2: CriticalKV (kvpress's CriticalKVPress) ----
+ *
+ * The columns are vnorm=1's (raw: the rule's own score; vnorm: the kept
+ * norm; score = raw * vnorm, which pages of no kind and no other path of
+ * this mode read for a decision), with the norm the mean over the query
+ * heads of ||W_o,g v||_1. Only the eviction differs: two stages, below. */
+double kve__value_norm(const kve_config *c, const float *v)
+{
+    if (c->params.vnorm != 2)
+        return kve__key_norm(v, c->value_dim);
+    const size_t G = c->query_group ? c->query_group : 1, part = c->value_dim / G;
+    double mean = 0.0;
+    for (size_t g = 0; g < G; g++) {
+        double l1 = 0.0;
+        for (size_t i = 0; i < part; i++)
+            l1 += fabs((double)v[g * part + i]);
+        mean += l1;
+    }
+    return mean / (double)G;
+}
+
+size_t kve__evict_critical(const kve_config *c, kve_head *h, size_t n_evict, int32_t *victims)
+{
+    kve__close_gap(c, h);
+    h->best = KVE_NONE;
+    const size_t n = h->size, rw = c->params.recent_window, limit = n - rw;
+    const size_t target = n - n_evict;
+    const double *raw = h->col[KVE_COL_RAW], *norm = h->col[KVE_COL_VNORM];
+    uint8_t *mark = h->col[KVE_COL_MARK];
+    const double eps = c->params.epsilon;
+    /* stage one: floor(first_stage * B) of the budget by the rule's score,
+     * the protected newest counted in it (they rank first, as kvpress's
+     * window scored at the maximum) */
+    size_t s1 = (size_t)(c->params.first_stage * (double)target);
+    s1 = s1 > rw ? s1 - rw : 0;
+    if (s1 > c->params.budget)
+        s1 = c->params.budget;
+    kve__top_entry *heap = h->aux;
+    size_t k = kve__top_k(raw, limit, s1, heap);
+    for (size_t j = 0; j < k; j++)
+        mark[heap[j].pos] = 2;
+    /* stage two: the victims, the lowest (raw + epsilon) * vnorm of the rest */
+    size_t first = limit;
+    for (size_t v = 0; v < n_evict; v++) {
+        size_t best = KVE_NONE;
+        double best_score = 0.0;
+        for (size_t i = 0; i < limit; i++) {
+            if (mark[i])
+                continue;
+            double s = (raw[i] + eps) * norm[i];
+            if (best == KVE_NONE || s < best_score) {
+                best = i;
+                best_score = s;
+            }
+        }
+        mark[best] = 1;
+        first = best < first ? best : first;
+    }
+    for (size_t j = 0; j < k; j++)
+        mark[heap[j].pos] = 0;
+    return kve__compact_marked(c, h, first, victims);
 }

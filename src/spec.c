@@ -214,7 +214,7 @@ size_t kve__spec_format(char *out, size_t cap, const char *name, const kve_param
             size_t v;
             memcpy(&v, field, sizeof v);
             if ((defs[i].flags & KVE_PARAM_OMIT_DEFAULT) && v == defs[i].idefault)
-                continue; /* only integer keys are optional so far */
+                continue;
             snprintf(value, sizeof value, "%zu", v);
             break;
         }
@@ -227,6 +227,8 @@ size_t kve__spec_format(char *out, size_t cap, const char *name, const kve_param
         case KVE_PARAM_REAL: {
             double v;
             memcpy(&v, field, sizeof v);
+            if ((defs[i].flags & KVE_PARAM_OMIT_DEFAULT) && v == defs[i].rdefault)
+                continue;
             format_real(value, sizeof value, v);
             break;
         }

@@ -306,6 +306,14 @@ static int cmd_layout(void)
     FIELD(kve_rope, rotary_dim);
     FIELD(kve_rope, base);
     FIELD(kve_rope, pairs);
+    FIELD(kve_rope, scaling);
+    FIELD(kve_rope, factor);
+    FIELD(kve_rope, low_freq_factor);
+    FIELD(kve_rope, high_freq_factor);
+    FIELD(kve_rope, original_max_position);
+    FIELD(kve_rope, beta_fast);
+    FIELD(kve_rope, beta_slow);
+    FIELD(kve_rope, attention_factor);
     FIELD(kve_step_data, attn);
     FIELD(kve_step_data, ld);
     FIELD(kve_step_data, group);
@@ -357,6 +365,8 @@ static int cmd_layout(void)
     FIELD(kve_prefill_options, budgets);
     FIELD(kve_prefill_options, layer_heads);
     FIELD(kve_prefill_options, prefix);
+    FIELD(kve_prefill_options, row_scale);
+    FIELD(kve_prefill_options, key_scale);
     kve_bank_options bo = kve_bank_default_options();
     kve_eval_options eo = kve_eval_default_options();
     printf(", \"default.min_share\": %.17g, \"default.eval_min_share\": %.17g, "

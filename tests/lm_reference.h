@@ -48,6 +48,7 @@ typedef struct ref_state {
     double *kc, *vc; /* (L, cap, G*S) unrotated keys, values */
     int32_t *keys;   /* (cap + 1) */
     double *att;     /* (H, cap + 1) */
+    double *hnorm;   /* (L) the norm of each layer's attention input at the last step */
 } ref_state;
 
 static inline void ref_init(ref_state *r, const fx_model *m, int cache_positions, size_t cap)
@@ -62,6 +63,7 @@ static inline void ref_init(ref_state *r, const fx_model *m, int cache_positions
     r->vc = calloc((size_t)m->layers * cap * KD, sizeof(double));
     r->keys = calloc(cap + 1, sizeof(int32_t));
     r->att = calloc((size_t)m->heads * (cap + 1), sizeof(double));
+    r->hnorm = calloc((size_t)m->layers, sizeof(double));
 }
 
 static inline void ref_free(ref_state *r)
@@ -70,6 +72,7 @@ static inline void ref_free(ref_state *r)
     free(r->vc);
     free(r->keys);
     free(r->att);
+    free(r->hnorm);
 }
 
 static inline void ref_rmsnorm(double *o, const double *x, const float *w, int n)
@@ -122,6 +125,10 @@ static inline void ref_step(ref_state *r, int32_t token, int32_t t, ref_keys_fn 
     for (int l = 0; l < m->layers; l++) {
         size_t lo = (size_t)l;
         ref_rmsnorm(xb, x, m->rms_att + lo * (size_t)D, D);
+        r->hnorm[lo] = 0;
+        for (int i = 0; i < D; i++)
+            r->hnorm[lo] += xb[i] * xb[i];
+        r->hnorm[lo] = sqrt(r->hnorm[lo]);
         ref_matvec(q, m->wq + lo * (size_t)D * (size_t)D, xb, D, D);
         ref_matvec(k, m->wk + lo * (size_t)KD * (size_t)D, xb, KD, D);
         ref_matvec(v, m->wv + lo * (size_t)KD * (size_t)D, xb, KD, D);

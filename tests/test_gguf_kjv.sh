@@ -38,6 +38,31 @@ if ! cmp -s "$W/kjv.gguf" "$M"; then
     echo "FAIL: models/kjv.gguf is not what the converter writes now (scripts/gguf-kjv.sh)" >&2
     fail=1
 fi
+# RoPE scaling (docs/decoder.md): a scaled file converted again without
+# --rope-scaling keeps its scaling byte for byte; a bad spec is refused
+# (exit 2, the problem named, no file written)
+for spec in yarn:4,orig=128 llama3:8,low=1,high=4,orig=64 linear:2,attn=1.25; do
+    "$C" --model "$M" --to gguf --type f16 --rope-scaling "$spec" -o "$W/rs.gguf" &&
+        "$C" --model "$W/rs.gguf" --to gguf --type f16 -o "$W/rs2.gguf" ||
+        { echo "FAIL: kvevict-convert --rope-scaling $spec" >&2; fail=1; continue; }
+    cmp -s "$W/rs.gguf" "$W/rs2.gguf" || {
+        echo "FAIL: --rope-scaling $spec is not carried by a second conversion" >&2; fail=1; }
+    cmp -s "$W/rs.gguf" "$M" && { echo "FAIL: --rope-scaling $spec wrote nothing of it" >&2; fail=1; }
+done
+"$C" --model "$W/rs.gguf" --to llama2c -o "$W/rs.bin" 2>"$W/err"
+[ $? -eq 2 ] && grep -q "rotary embedding is scaled" "$W/err" && [ ! -e "$W/rs.bin" ] || {
+    echo "FAIL: a scaled GGUF exported to llama2.c: $(cat "$W/err")" >&2; fail=1; }
+for bad in "cubic:2|'cubic' is not none, linear, yarn or llama3" "linear|give the factor" \
+    "linear:0|'0' is not a positive number" "yarn:4,orig=1.5|orig is a whole context length" \
+    "linear:2,orig=64|orig is a whole context length" "yarn:2,low=1|unknown key 'low'" \
+    "llama3:8,low=4,high=1|low 4 must be below high 1" "linear:nan|'nan' is not a positive number"; do
+    spec=${bad%%|*} want=${bad#*|}
+    rm -f "$W/bad.gguf"
+    "$C" --model "$M" --to gguf --rope-scaling "$spec" -o "$W/bad.gguf" 2>"$W/err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -qF -- "$want" "$W/err" && [ ! -e "$W/bad.gguf" ] || {
+        echo "FAIL: --rope-scaling $spec: exit $rc, '$(cat "$W/err")', want 2 and '$want'" >&2; fail=1; }
+done
 # every command, no --tokenizer
 head -n 12 "$H" >"$W/text.txt"
 for args in "lm logits --prompt 'In the beginning'" \

@@ -292,11 +292,124 @@ static void test_refusals_and_memory(void)
     talloc_check_empty(&ta);
 }
 
+/* KVzip+ (kvpress's kvzip_plus_normalization), ported from score_kvzip:
+ * attn_weights times 1 / ||h|| by row, then times ||W_o,g v_i|| by column,
+ * each a float32 product, then the maximum over the group and the rows.
+ * Held to the library with row_scale and key_scale: scores bit for bit
+ * (kve_prefill_scores), kept sets through kvpress's cut at 0.5 and 0.8
+ * (kve_bank_prefill, OVERALL, kvpress's sinks); and the factors must move
+ * the cut (else the test could not tell KVzip+ from KVzip). */
+static float hnorm_inv[MAXR];
+static float wov[MAXL * MAXG * MAXR * MAXN];
+
+static void kvzip_plus_port(size_t heads, size_t R, size_t r, size_t n)
+{
+    for (size_t h = 0; h < heads; h++)
+        for (size_t i = 0; i < n; i++) {
+            float best = 0.0f;
+            for (size_t g = 0; g < R; g++)
+                for (size_t t = 0; t < r; t++) {
+                    float a = rows[((h * R + g) * r + t) * n + i];
+                    float w = a * hnorm_inv[t];
+                    w = w * wov[(h * R + g) * n + i];
+                    best = w > best ? w : best;
+                }
+            chunk[h * n + i] = (double)best;
+        }
+}
+
+static void test_kvzip_plus(void)
+{
+    static const struct {
+        size_t L, G, R, n;
+    } shapes[] = {{3, 2, 4, 512}, {2, 4, 2, 777}};
+    static const double ratios[] = {0.5, 0.8};
+    kve_rng g;
+    kve_rng_seed(&g, check_seed + 3);
+    static double lib[MAXN];
+    static unsigned char plain[MAXL * MAXG * MAXN];
+    size_t moved = 0;
+    for (size_t sh = 0; sh < 2; sh++) {
+        const size_t L = shapes[sh].L, G = shapes[sh].G, R = shapes[sh].R, n = shapes[sh].n;
+        const size_t prefix = 1; /* a BOS, as the decoder's prompts begin */
+        make(&g, L, G, R, n, prefix);
+        hnorm_inv[0] = 1.0f / (float)(0.5 + 3.0 * kve_rng_uniform(&g));
+        for (size_t i = 0; i < L * G * R * n; i++)
+            wov[i] = (float)(0.05 + 2.0 * kve_rng_uniform(&g));
+        kvzip_plus_port(L * G, R, 1, n);
+        kve_prefill_options o = kve_prefill_default_options();
+        o.method = KVE_PREFILL_KVZIP;
+        o.row_scale = hnorm_inv;
+        for (size_t h = 0; h < L * G; h++) {
+            o.key_scale = wov + h * R * n;
+            ASSERT_OK(kve_prefill_scores(n, rows + h * R * n, n, R, KVE_REDUCE_MAX, &o, lib));
+            for (size_t i = 0; i < n; i++)
+                if (lib[i] != chunk[h * n + i])
+                    CHECK_FAIL_AT("head %zu key %zu: %.9g, kvpress's KVzip+ %.9g", h, i, lib[i],
+                                  chunk[h * n + i]);
+        }
+        for (size_t ri = 0; ri < 2; ri++) {
+            const size_t budget = n - (size_t)floor((double)n * ratios[ri]);
+            const double ratio = ((double)(n - budget) + 0.25 / (double)(L * G)) / (double)n;
+            kvzip_plus_port(L * G, R, 1, n);
+            kvpress_cut(L, G, n, 4, prefix, ratio, 0, want);
+            kve_bank *b = NULL;
+            char spec[64];
+            snprintf(spec, sizeof spec, "h2o:budget=%zu,recent_window=8", budget);
+            ASSERT_OK(kve_bank_new(spec, L * G, NULL, &b));
+            o.key_scale = wov;
+            o.prefix = prefix;
+            o.budgets = KVE_PREFILL_OVERALL;
+            ASSERT_OK(kve_bank_prefill(b, 0, L * G, n, budget, rows, n, R, KVE_REDUCE_MAX, &o));
+            expect_kept(b, L * G, n, want);
+            kve_bank_free(b);
+            /* the same cut without the factors: KVzip's, which must differ */
+            for (size_t h = 0; h < L * G; h++)
+                for (size_t i = 0; i < n; i++) {
+                    double m = 0;
+                    for (size_t q = 0; q < R; q++)
+                        m = rows[(h * R + q) * n + i] > m ? rows[(h * R + q) * n + i] : m;
+                    chunk[h * n + i] = m;
+                }
+            kvpress_cut(L, G, n, 4, prefix, ratio, 0, plain);
+            for (size_t i = 0; i < L * G * n; i++)
+                moved += plain[i] != want[i];
+            o.key_scale = NULL;
+            o.prefix = KVE_PREFILL_NO_PREFIX;
+            o.budgets = KVE_PREFILL_PER_HEAD;
+        }
+    }
+    printf("  KVzip+ equal to kvpress's at 2 shapes x ratios 0.5, 0.8; %zu slots kept "
+           "otherwise than KVzip's\n", moved);
+    ASSERT_TRUE(moved > 0);
+    /* refusals: named, and only with KVzip */
+    kve_prefill_options o = kve_prefill_default_options();
+    o.method = KVE_PREFILL_KVZIP;
+    float bad[1] = {NAN};
+    o.row_scale = bad;
+    ASSERT_STATUS(kve_prefill_scores(8, rows, 8, 1, KVE_REDUCE_MAX, &o, lib), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "row_scale[0]");
+    o.row_scale = NULL;
+    static float ks[8] = {1, 1, 1, -1, 1, 1, 1, 1};
+    o.key_scale = ks;
+    ASSERT_STATUS(kve_prefill_scores(8, rows, 8, 1, KVE_REDUCE_MAX, &o, lib), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "key_scale of query head 0 on key 3");
+    ks[3] = 3e38f;
+    float big[1] = {1e30f};
+    o.row_scale = big;
+    ASSERT_STATUS(kve_prefill_scores(8, rows, 8, 1, KVE_REDUCE_MAX, &o, lib), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "overflows float32");
+    o.method = KVE_PREFILL_H2O;
+    ASSERT_STATUS(kve_prefill_scores(8, rows, 8, 1, KVE_REDUCE_MAX, &o, lib), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "row_scale and key_scale are KVzip's");
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
     RUN(test_equal_to_kvpress);
     RUN(test_sinks);
     RUN(test_refusals_and_memory);
+    RUN(test_kvzip_plus);
     return CHECK_DONE();
 }

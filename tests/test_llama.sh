@@ -76,6 +76,34 @@ paste -d '\n' "$W/kl.jsonl" "$W/kv.jsonl" | awk '
           worst, same, rows; exit !(rows == 200 && worst <= 0.05 && same >= 0.98 * rows) }' ||
     bad "kvevict-llama's logits under eviction do not follow the decoder's"
 
+# ---- RoPE scaling: the decoder reads a GGUF's as llama.cpp does ----
+# kvevict-convert writes the committed model with each scaling llama.cpp
+# reads (llama.rope.scaling.* and a rope_freqs.weight of Llama 3's factors);
+# the decoder's full-cache logits must follow plain llama.cpp's on the same
+# file (within 0.05, argmax at 98% of positions), and llama.cpp's must move
+# (by more than 1) from the unscaled file's, so that the scaling is in force.
+CONV=$(dirname "$K")/kvevict-convert
+for spec in linear:2 yarn:4,orig=128 llama3:8,orig=64 linear:1.5,attn=1.2; do
+    f="$W/rope-$(echo "$spec" | tr ':,=' '___').gguf"
+    "$CONV" --model "$M" --to gguf --rope-scaling "$spec" -o "$f" 2>"$W/err" ||
+        { bad "kvevict-convert --rope-scaling $spec: $(cat "$W/err")"; continue; }
+    "$PLAIN" "$LIB" "$f" "$toks" >"$W/rs-plain.jsonl" 2>"$W/err" ||
+        { bad "llama_plain on --rope-scaling $spec: $(cat "$W/err")"; continue; }
+    "$K" lm logits --threads 1 --model "$f" --tokens "$toks" -o "$W/rs-kv.jsonl" ||
+        { bad "kvevict lm logits on --rope-scaling $spec"; continue; }
+    paste -d '\n' "$W/rs-plain.jsonl" "$W/rs-kv.jsonl" "$W/plain.jsonl" | awk -v spec="$spec" '
+        { gsub(/.*"logits": \[/, ""); gsub(/\]\}/, ""); n = split($0, v, ", ") }
+        NR % 3 == 1 { for (i = 1; i <= n; i++) a[i] = v[i]; next }
+        NR % 3 == 2 { ia = 1; ib = 1; for (i = 1; i <= n; i++) { d = a[i] - v[i]; if (d < 0) d = -d
+            if (d > worst) worst = d; if (a[i] > a[ia]) ia = i; if (v[i] > v[ib]) ib = i }
+          same += ia == ib; rows++; next }
+        { for (i = 1; i <= n; i++) { d = a[i] - v[i]; if (d < 0) d = -d; if (d > moved) moved = d } }
+        END { printf "rope scaling %s: worst difference to llama.cpp %.4f, argmax agreement %d of %d, llama.cpp moved by %.2f from the unscaled file\n",
+              spec, worst, same, rows, moved
+              exit !(rows == 200 && worst <= 0.05 && same >= 0.98 * rows && moved > 1) }' ||
+        bad "the decoder does not follow llama.cpp on --rope-scaling $spec"
+done
+
 # ---- eval: llama.cpp against the decoder ----
 head -c 9000 models/heldout.txt >"$W/text.txt"
 pol="h2o,tova,streaming,knorm:recent_window=1,expected_attention:recent_window=32"

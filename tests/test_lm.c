@@ -1497,15 +1497,39 @@ static void record_qk(void *user, int32_t layer, int32_t pos, const float *q, co
  * q and k), its largest weight on each chunk position over the group's
  * query heads; then the first `sinks` kept and the best budget - sinks by
  * that score (ties to the lower position). */
-static void kvzip_expected(const lm_model *m, const int32_t *toks, size_t n, const lm_kvzip *kz,
-                           size_t sinks, size_t budget, int32_t kept[L_ * G_][KZ_MAX])
+static double score[L_][G_][KZ_MAX];
+
+/* KVzip+'s factors from the naive reference (lm_reference.h): ||W_o,h v_i||
+ * of every prompt position (its data_cb at step i) and 1 / ||h|| of each
+ * layer's attention input at each reconstruction step. */
+static double kzp_wov[L_][H_][KZ_MAX], kzp_h[L_][KZ_MAX];
+
+static void kzp_data(void *user, int layer, int g, int32_t t, const double *q, const double *v,
+                     const double *wov)
+{
+    (void)user, (void)q, (void)v;
+    for (int r = 0; r < H_ / G_; r++) {
+        double ss = 0;
+        for (int i = 0; i < D_; i++)
+            ss += wov[r * D_ + i] * wov[r * D_ + i];
+        kzp_wov[layer][g * (H_ / G_) + r][t] = sqrt(ss);
+    }
+}
+
+/* score[l][g][i] of KVzip (fx: also KVzip+, scaled as kvzip_plus_normalization). */
+static void kvzip_scores(const lm_model *m, const fx_model *fx, const int32_t *toks, size_t n,
+                         const lm_kvzip *kz, size_t sinks)
 {
     enum { S = D_ / H_, R = H_ / G_ };
-    static double score[L_][G_][KZ_MAX];
     memset(score, 0, sizeof score);
     lm_options o = {.on_qk = record_qk};
     lm_state *f = NULL;
     ASSERT_OK(lm_state_new(m, &o, &f));
+    ref_state rs;
+    if (fx) {
+        ref_init(&rs, fx, 0, KZ_MAX);
+        rs.data_cb = kzp_data;
+    }
     size_t first = toks[0] == LM_BOS;
     for (size_t a = first; a < n; a += kz->chunk) {
         size_t b = a + kz->chunk < n ? a + kz->chunk : n, len = 0;
@@ -1528,6 +1552,12 @@ static void kvzip_expected(const lm_model *m, const int32_t *toks, size_t n, con
             ASSERT_OK(lm_forward(f, toks[i]));
         for (size_t j = 0; j < len; j++)
             ASSERT_OK(lm_forward(f, seq[j]));
+        static double lg_ref[V_];
+        for (size_t t = 0; fx && t < n + len; t++) {
+            ref_step(&rs, t < n ? toks[t] : seq[t - n], (int32_t)t, NULL, NULL, NULL, lg_ref);
+            for (size_t l = 0; l < L_; l++)
+                kzp_h[l][t] = rs.hnorm[l];
+        }
         size_t s0 = sinks < a ? sinks : a;
         for (size_t l = 0; l < L_; l++)
             for (size_t h = 0; h < H_; h++)
@@ -1550,11 +1580,21 @@ static void kvzip_expected(const lm_model *m, const int32_t *toks, size_t n, con
                             sum += exp(lg[i] - mx);
                     for (size_t i = a; i < b; i++) {
                         double w = exp(lg[i] - mx) / sum;
+                        if (fx)
+                            w = w / kzp_h[l][t] * kzp_wov[l][h][i];
                         score[l][g][i] = w > score[l][g][i] ? w : score[l][g][i];
                     }
                 }
     }
     lm_state_free(f);
+    if (fx)
+        ref_free(&rs);
+}
+
+static void kvzip_expected(const lm_model *m, const int32_t *toks, size_t n, const lm_kvzip *kz,
+                           size_t sinks, size_t budget, int32_t kept[L_ * G_][KZ_MAX])
+{
+    kvzip_scores(m, NULL, toks, n, kz, sinks);
     for (size_t l = 0; l < L_; l++)
         for (size_t g = 0; g < G_; g++) {
             unsigned char take[KZ_MAX] = {0};
@@ -1572,6 +1612,225 @@ static void kvzip_expected(const lm_model *m, const int32_t *toks, size_t n, con
                 if (take[i])
                     kept[l * G_ + g][w++] = (int32_t)i;
         }
+}
+
+static int cmp_double_asc(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* kvpress's compress_post over score[][][] (its sinks: the first
+ * min(4, prefix 1) positions scored 1): layerwise, each layer prunes its
+ * G (n - budget) lowest; else every layer prunes its scores at or below
+ * the L G (n - budget)-th lowest. keep[l G + g][i]. */
+static void kvpress_cut_lm(size_t n, size_t budget, int layerwise, unsigned char keep[L_ * G_][KZ_MAX])
+{
+    static double sv[L_ * G_ * KZ_MAX], sorted[L_ * G_ * KZ_MAX];
+    const size_t N = L_ * G_ * n;
+    for (size_t h = 0; h < L_ * G_; h++)
+        for (size_t i = 0; i < n; i++)
+            sv[h * n + i] = i == 0 ? 1.0 : score[h / G_][h % G_][i];
+    memcpy(sorted, sv, N * sizeof *sv);
+    qsort(sorted, N, sizeof *sorted, cmp_double_asc);
+    const double t = sorted[L_ * G_ * (n - budget) - 1];
+    for (size_t l = 0; l < L_; l++) {
+        const double *s = sv + l * G_ * n;
+        size_t prune = 0;
+        for (size_t i = 0; i < G_ * n; i++)
+            prune += layerwise ? 0 : s[i] <= t;
+        if (layerwise)
+            prune = G_ * (n - budget);
+        unsigned char k[G_ * KZ_MAX];
+        memset(k, 1, sizeof k);
+        for (size_t q = 0; q < prune; q++) {
+            size_t at = SIZE_MAX;
+            for (size_t i = 0; i < G_ * n; i++)
+                if (k[i] && (at == SIZE_MAX || s[i] <= s[at]))
+                    at = i;
+            k[at] = 0;
+        }
+        for (size_t i = 0; i < G_ * n; i++)
+            keep[l * G_ + i / n][i % n] = k[i];
+    }
+}
+
+static void test_kvzip_plus_and_budgets(void)
+{
+    tiny k;
+    lm_model *m = tiny_open(&k, 0, 0, check_seed + 41);
+    ASSERT_TRUE(m != NULL);
+    enum { KN = 20, BUDGET = 9 };
+    int32_t toks[KN + 6];
+    toks[0] = LM_BOS;
+    for (size_t i = 1; i < KN + 6; i++)
+        toks[i] = token_at(i * 3 + 1);
+    lm_kvzip kz = {.first = {5, 6, 7}, .n_first = 3, .later = {8, 9}, .n_later = 2,
+                   .newline = 10, .chunk = 7, .overlap = 3};
+    size_t adaptive = 0;
+    for (int plus = 0; plus < 2; plus++)
+        for (int mode = 0; mode < 3; mode++) { /* per head (KVzip+ only), layer, overall */
+            if (!plus && mode == 0)
+                continue; /* test_kvzip's */
+            kz.plus = plus;
+            kvzip_scores(m, plus ? &k.fx : NULL, toks, KN, &kz, 4);
+            static unsigned char keep[L_ * G_][KZ_MAX];
+            kve_prefill_options p = prefill_method(KVE_PREFILL_KVZIP);
+            lm_options opt = {.policy = "h2o:budget=9,recent_window=2", .share_heads = mode > 0};
+            if (mode == 0) {
+                memset(keep, 0, sizeof keep);
+                for (size_t h = 0; h < L_ * G_; h++) { /* the first 4, then the best */
+                    for (size_t i = 0; i < 4; i++)
+                        keep[h][i] = 1;
+                    for (size_t q = 4; q < BUDGET; q++) {
+                        size_t best = KN;
+                        for (size_t i = 0; i < KN; i++)
+                            if (!keep[h][i] && (best == KN || score[h / G_][h % G_][i] >
+                                                                  score[h / G_][h % G_][best]))
+                                best = i;
+                        keep[h][best] = 1;
+                    }
+                }
+            } else {
+                p.budgets = mode == 1 ? KVE_PREFILL_PER_LAYER : KVE_PREFILL_OVERALL;
+                p.prefix = 1; /* the BOS: kvpress's sinks */
+                kvpress_cut_lm(KN, BUDGET, mode == 1, keep);
+            }
+            lm_state *s = NULL;
+            ASSERT_OK(lm_state_new(m, &opt, &s));
+            ASSERT_OK(lm_prefill_kvzip(s, toks, KN, &kz, &p));
+            size_t total[L_] = {0};
+            for (size_t h = 0; h < L_ * G_; h++) {
+                size_t w = 0;
+                for (size_t i = 0; i < KN; i++)
+                    if (keep[h][i]) {
+                        ASSERT_TRUE(w < s->cache[h].n);
+                        ASSERT_EQ(s->cache[h].pos[w], (int32_t)i);
+                        w++;
+                    }
+                ASSERT_EQ(s->cache[h].n, w);
+                adaptive += w != BUDGET;
+                total[h / G_] += w;
+            }
+            for (size_t i = KN; i < KN + 6; i++) { /* each layer keeps its total */
+                ASSERT_OK(lm_forward(s, toks[i]));
+                for (size_t l = 0; mode > 0 && l < L_; l++) {
+                    size_t now = 0;
+                    for (size_t g = 0; g < G_; g++)
+                        now += s->cache[l * G_ + g].n;
+                    ASSERT_EQ(now, total[l] > G_ * 2 + 1 ? total[l] : G_ * 2 + 1);
+                }
+            }
+            if (mode == 2) { /* a session does not hold the layers' totals */
+                static int32_t hist[KN + 6];
+                memcpy(hist, toks, sizeof hist);
+                lm_session ss = {.tokens = hist, .n_tokens = KN + 6, .rng = {{1, 2, 3, 4}}};
+                size_t size = 0;
+                ASSERT_STATUS(lm_session_save(s, &ss, NULL, 0, &size), KVE_EINVAL);
+                ASSERT_CONTAINS(kve_last_error(), "KVzip's overall budgets");
+                ASSERT_OK(lm_state_reset(s));
+                ASSERT_EQ(s->layer_keep[0], 0);
+            }
+            lm_state_free(s);
+        }
+    ASSERT_TRUE(adaptive > 0); /* the cuts across heads are not the per-head budget */
+    /* budgets across heads need share_heads; overall, one budget a layer */
+    lm_options opt = {.policy = "h2o:budget=9,recent_window=2"};
+    lm_state *s = NULL;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    kve_prefill_options p = prefill_method(KVE_PREFILL_KVZIP);
+    p.budgets = KVE_PREFILL_PER_LAYER;
+    ASSERT_STATUS(lm_prefill_kvzip(s, toks, KN, &kz, &p), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "share_heads");
+    ASSERT_EQ(s->pos, 0);
+    lm_state_free(s);
+    tiny_close(&k);
+}
+
+/* A vnorm policy's prefill: lm_prefill records the prompt's W_o v and
+ * hands it to kve_bank_prefill. Held to the library given the naive
+ * reference's rows (the group's mean weights, which KVE_REDUCE_MEAN makes
+ * of the query heads' rows) and W_o v (its data_cb): the same kept sets
+ * for vnorm=1 and for CriticalKV's vnorm=2, under H2O and SnapKV. */
+enum { VP_N = 24 };
+static float vp_rows[L_ * G_][VP_N][VP_N], vp_vals[L_ * G_][VP_N][(H_ / G_) * D_];
+
+static void vp_seen(void *user, int layer, int g, int32_t t, const int32_t *keys,
+                    const double *mean, size_t n)
+{
+    (void)user, (void)keys;
+    for (size_t i = 0; i < n; i++)
+        vp_rows[layer * G_ + g][t][i] = (float)mean[i];
+}
+
+static void vp_data(void *user, int layer, int g, int32_t t, const double *q, const double *v,
+                    const double *wov)
+{
+    (void)user, (void)q, (void)v;
+    for (size_t i = 0; i < (H_ / G_) * D_; i++)
+        vp_vals[layer * G_ + g][t][i] = (float)wov[i];
+}
+
+static void test_prefill_values(void)
+{
+    tiny k;
+    lm_model *m = tiny_open(&k, 0, 0, check_seed + 42);
+    ASSERT_TRUE(m != NULL);
+    int32_t toks[VP_N];
+    for (size_t i = 0; i < VP_N; i++)
+        toks[i] = i ? token_at(i * 7 + 3) : LM_BOS;
+    ref_state rs;
+    ref_init(&rs, &k.fx, 0, VP_N);
+    rs.data_cb = vp_data;
+    memset(vp_rows, 0, sizeof vp_rows);
+    double lg[V_];
+    for (size_t t = 0; t < VP_N; t++) /* the diagonal: the new key's weight, last */
+        ref_step(&rs, toks[t], (int32_t)t, NULL, vp_seen, NULL, lg);
+    ref_free(&rs);
+    /* seen hands the weights on the earlier keys; the own key's is 1 - their sum */
+    for (size_t h = 0; h < L_ * G_; h++)
+        for (size_t t = 0; t < VP_N; t++) {
+            double sum = 0;
+            for (size_t i = 0; i < t; i++)
+                sum += vp_rows[h][t][i];
+            vp_rows[h][t][t] = (float)(1.0 - sum);
+        }
+    static const char *const specs[] = {"h2o:budget=9,recent_window=2,vnorm=1",
+                                        "h2o:budget=9,recent_window=2,vnorm=2"};
+    size_t compared = 0;
+    for (size_t si = 0; si < 2; si++)
+        for (int snap = 0; snap < 2; snap++) {
+            kve_prefill_options p = prefill_method(snap ? KVE_PREFILL_SNAPKV : KVE_PREFILL_H2O);
+            p.window = 4;
+            p.kernel = 3;
+            lm_options opt = {.policy = specs[si]};
+            lm_state *s = NULL;
+            ASSERT_OK(lm_state_new(m, &opt, &s));
+            ASSERT_OK(lm_prefill(s, toks, VP_N, &p));
+            kve_bank_options bo = kve_bank_default_options();
+            bo.value_dim = (H_ / G_) * D_;
+            bo.query_group = H_ / G_;
+            kve_bank *b = NULL;
+            ASSERT_OK(kve_bank_new_ex(specs[si], L_ * G_, NULL, &bo, &b));
+            size_t r = kve_prefill_rows(VP_N, &p);
+            p.values = &vp_vals[0][0][0];
+            p.ld_values = bo.value_dim;
+            static float rows[L_ * G_ * VP_N * VP_N]; /* head h's row k at (h r + k) n */
+            for (size_t h = 0; h < L_ * G_; h++)
+                for (size_t q = 0; q < r; q++)
+                    memcpy(rows + (h * r + q) * VP_N, vp_rows[h][VP_N - r + q], sizeof vp_rows[h][0]);
+            ASSERT_OK(kve_bank_prefill(b, 0, L_ * G_, VP_N, 9, rows, VP_N, 1, KVE_REDUCE_MEAN, &p));
+            for (size_t h = 0; h < L_ * G_; h++) {
+                ASSERT_EQ(s->cache[h].n, kve_bank_size(b, h));
+                ASSERT_TRUE(memcmp(s->cache[h].pos, kve_bank_positions(b, h),
+                                   kve_bank_size(b, h) * sizeof(int32_t)) == 0);
+                compared++;
+            }
+            kve_bank_free(b);
+            lm_state_free(s);
+        }
+    ASSERT_EQ(compared, 4 * L_ * G_);
+    tiny_close(&k);
 }
 
 static void test_kvzip(void)
@@ -1789,6 +2048,8 @@ int main(int argc, char **argv)
     RUN(test_data_policies_against_reference);
     RUN(test_prefill);
     RUN(test_kvzip);
+    RUN(test_prefill_values);
+    RUN(test_kvzip_plus_and_budgets);
     RUN(test_head_budgets);
     RUN(test_budgets_against_reference);
     RUN(test_layer_spread);

@@ -832,6 +832,54 @@ static void test_prefill_cmd(void)
     snprintf(args, sizeof args,
              "lm prefill --model %s --text %s --policy h2o --kernel 4", model0, textpath);
     ASSERT_FAILS(args, 2, "lm prefill", "--kernel 4");
+    /* KVzip as kvpress cuts it (every head and layer, its sinks) with
+     * KVzip+: the command's bits per byte are the library's. */
+    for (int mode = 0; mode < 2; mode++) {
+        snprintf(args, sizeof args,
+                 "lm prefill --model %s --text %s --policy h2o:budget=24,recent_window=2 "
+                 "--budget 24 --methods kvzip --prompt %d --kvzip-chunk 40 --share-heads "
+                 "--kvzip-budgets %s --kvzip-sinks kvpress --kvzip-plus --windows 2 --trials 1 "
+                 "--distances %zu --json",
+                 model0, textpath, P, mode ? "overall" : "layer", d);
+        ASSERT_RUNS(args);
+        const char *row = strchr(out_text, '\n');
+        ASSERT_TRUE(row != NULL);
+        lm_options opt = {.policy = "h2o:budget=24,recent_window=2", .share_heads = 1};
+        lm_state *s = NULL;
+        ASSERT_OK(lm_state_new(lib_model, &opt, &s));
+        kve_prefill_options p = kve_prefill_default_options();
+        p.method = KVE_PREFILL_KVZIP;
+        p.budgets = mode ? KVE_PREFILL_OVERALL : KVE_PREFILL_PER_LAYER;
+        p.prefix = 1;
+        kz.plus = 1;
+        double nats = 0, bytes = 0;
+        for (size_t wi = 0; wi < 2; wi++) {
+            w[0] = LM_BOS;
+            memcpy(w + 1, H + wi * (L - 1), (L - 1) * sizeof *w);
+            ASSERT_OK(lm_state_reset(s));
+            ASSERT_OK(lm_prefill_kvzip(s, w, P, &kz, &p));
+            for (size_t i = P; i + 1 < L; i++) {
+                ASSERT_OK(lm_forward(s, w[i]));
+                nats += lm_token_nats(s->logits, FX_PIECES, w[i + 1]);
+                size_t len;
+                lm_decode(lib_tok, w[i], w[i + 1], &len);
+                bytes += (double)len;
+            }
+        }
+        kz.plus = 0;
+        lm_state_free(s);
+        ASSERT_NEAR(json_num(row + 1, "bits_per_byte"), nats / log(2.0) / bytes, 1e-12);
+    }
+    snprintf(args, sizeof args,
+             "lm prefill --model %s --text %s --policy h2o --kvzip-budgets layer", model0,
+             textpath);
+    ASSERT_FAILS(args, 2, "lm prefill", "--kvzip-budgets layer needs --share-heads");
+    snprintf(args, sizeof args,
+             "lm prefill --model %s --text %s --policy h2o --kvzip-budgets all", model0, textpath);
+    ASSERT_FAILS(args, 2, "lm prefill", "--kvzip-budgets: 'all' is not head, layer or overall");
+    snprintf(args, sizeof args,
+             "lm prefill --model %s --text %s --policy h2o --kvzip-sinks both", model0, textpath);
+    ASSERT_FAILS(args, 2, "lm prefill", "--kvzip-sinks: 'both'");
     free(H);
 }
 
@@ -1924,7 +1972,8 @@ static void test_generate_refusals(void)
     ASSERT_FAILS(args, 1, "generate", "tensor w2 holds an infinity at element 0");
     fx.w2[0] = 0;
     /* Finite weights whose activations overflow: the logits (an output norm
-     * of 1e38), then the queries (an attention norm of 1e30). Refused while
+     * of 1e38), then the attention (an attention norm of 1e30: q.k
+     * overflows). Refused while
      * decoding, exit 1, with a policy or without, and no session written
      * (before: without a policy it printed <unk> and exited 0, with one it
      * exited 2; generate --session saved a file the next run refused). */
@@ -1942,7 +1991,7 @@ static void test_generate_refusals(void)
             snprintf(args, sizeof args, "generate --model %s --tokenizer %s --prompt 'the' "
                      "--steps 2 %s --session %s", bad, tokpath,
                      pol ? "--policy h2o:budget=6,recent_window=2" : "", sess);
-            ASSERT_FAILS(args, 1, "generate", k ? "query element" : "logit");
+            ASSERT_FAILS(args, 1, "generate", k ? "attention weight 0 of query head 0" : "logit");
             ASSERT_CONTAINS(err_text, "overflow float32 (its weights are finite)");
             ASSERT_TRUE(access(sess, F_OK) != 0);
         }

@@ -514,19 +514,28 @@ static void test_metadata(void)
         uint32_t type;
         uint32_t value;
         const char *needle;
+        const char *str; /* type 8 */
     } keys[] = {
-        {"llama.expert_count", 4, 8, "mixtures of experts"},
-        {"llama.rope.scale_linear", 6, 0x40000000u /* 2.0f */, "scale_linear 2"},
-        {"llama.vocab_size", 4, 9, "llama.vocab_size 9"},
-        {"llama.attention.key_length", 4, 2, "key_length 2"},
-        {"llama.rope.scaling.type", 8, 0, "scaling.type"},
-        {"tokenizer.ggml.add_space_prefix", 7, 0, NULL},
+        {"llama.expert_count", 4, 8, "mixtures of experts", NULL},
+        {"llama.rope.scale_linear", 6, 0xc0000000u /* -2.0f */, "scale_linear -2 must be positive",
+         NULL},
+        {"llama.rope.scaling.factor", 6, 0x7fc00000u /* NaN */, "scaling.factor nan must be positive",
+         NULL},
+        {"llama.rope.scaling.original_context_length", 4, 0, "original_context_length 0 is outside",
+         NULL},
+        {"llama.rope.scaling.yarn_log_multiplier", 6, 0x3dcccccdu /* 0.1f */,
+         "yarn_log_multiplier is not supported", NULL},
+        {"llama.vocab_size", 4, 9, "llama.vocab_size 9", NULL},
+        {"llama.attention.key_length", 4, 2, "key_length 2", NULL},
+        {"llama.rope.scaling.type", 8, 0, "scaling.type 'longrope' is not supported", "longrope"},
+        {"llama.rope.scaling.type", 4, 1, "scaling.type is not a string", NULL},
+        {"tokenizer.ggml.add_space_prefix", 7, 0, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         kvb k = {.n = 0};
         kb_key(&k, keys[i].key, keys[i].type);
         if (keys[i].type == 8)
-            kb_str(&k, "linear");
+            kb_str(&k, keys[i].str);
         else if (keys[i].type == 7)
             kb_bytes(&k, "\0", 1);
         else
@@ -536,6 +545,105 @@ static void test_metadata(void)
             ASSERT_REFUSED(img, n, keys[i].needle);
         free(img);
     }
+    /* RoPE scaling read as llama.cpp reads it: the older scale_linear alone
+     * is linear scaling (llama.cpp's default type); type none ignores any
+     * factor; yarn's original context defaults to the context length. */
+    struct {
+        const char *type; /* NULL: no type key */
+        const char *factor_key;
+        lm_rope_scaling want;
+        float factor, mscale;
+        int32_t orig;
+    } scal[] = {
+        {NULL, "llama.rope.scale_linear", LM_ROPE_SCALING_LINEAR, 2.0f, 1.0f, 8},
+        {"linear", "llama.rope.scaling.factor", LM_ROPE_SCALING_LINEAR, 2.0f, 1.0f, 8},
+        {"none", "llama.rope.scaling.factor", LM_ROPE_SCALING_NONE, 1.0f, 1.0f, 8},
+        {"yarn", "llama.rope.scaling.factor", LM_ROPE_SCALING_YARN, 2.0f,
+         1.0f + 0.1f * logf(2.0f), 8},
+    };
+    for (size_t i = 0; i < sizeof scal / sizeof scal[0]; i++) {
+        kvb k = {.n = 0};
+        kb_key(&k, scal[i].factor_key, 6), kb_u32(&k, 0x40000000u /* 2.0f */);
+        if (scal[i].type)
+            kb_key(&k, "llama.rope.scaling.type", 8), kb_str(&k, scal[i].type);
+        img = with_kv(&fx, &k, &n);
+        lm_model *sm = NULL;
+        ASSERT_OK(lm_model_from_memory(img, n, NULL, &sm));
+        const lm_config *c = &sm->config;
+        ASSERT_TRUE(c->rope_scaling == scal[i].want && c->rope_factor == scal[i].factor);
+        ASSERT_TRUE(c->rope_mscale == scal[i].mscale && c->rope_orig_ctx == scal[i].orig);
+        ASSERT_TRUE(sm->weights.rope_freqs == NULL);
+        lm_model_free(sm);
+        free(img);
+    }
+    fx_model_free(&fx);
+}
+
+/* rope_freqs.weight: factors of 1 change no bit of the logits (a division
+ * by 1); factors of 2 give the bits of linear scaling by 2 (a division by 2
+ * and a product with 0.5, both exact); a factor that is not positive and
+ * finite, or the wrong length, is refused naming it. */
+static void test_rope_freqs(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, 32, 48, 2, 2, 1, 40, 16, 1, check_seed + 21);
+    const size_t S = 16, V = 40;
+    float ones[8], twos[8], bad[8];
+    for (size_t j = 0; j < S / 2; j++)
+        ones[j] = 1.0f, twos[j] = 2.0f, bad[j] = 1.5f;
+    lm_options opt = {0};
+    float *want = malloc(STEPS * V * sizeof(float)), *got = malloc(STEPS * V * sizeof(float));
+    struct {
+        const float *freqs;
+        int scaling;
+        const float *twin_freqs; /* the file whose logits must be these bits */
+        int twin_scaling;
+    } cases[] = {{ones, 0, NULL, 0}, {twos, 0, NULL, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lm_model *a = NULL, *b = NULL;
+        gw_spec sa = spec_of(&fx, GW_F32), sb = sa;
+        sa.rope_freqs = cases[i].freqs, sa.rope_scaling = cases[i].scaling;
+        sb.rope_freqs = cases[i].twin_freqs, sb.rope_scaling = cases[i].twin_scaling;
+        sa.rope_factor = sb.rope_factor = 2.0f, sa.rope_attn_factor = sb.rope_attn_factor = 1.0f;
+        size_t na, nb;
+        unsigned char *ia = gguf_image(&fx, &sa, &na), *ib = gguf_image(&fx, &sb, &nb);
+        ASSERT_OK(lm_model_from_memory(ia, na, NULL, &a));
+        ASSERT_OK(lm_model_from_memory(ib, nb, NULL, &b));
+        ASSERT_TRUE(a->weights.rope_freqs != NULL && a->weights.rope_freqs[3] == cases[i].freqs[3]);
+        ASSERT_OK(decode(a, &opt, got));
+        ASSERT_OK(decode(b, &opt, want));
+        ASSERT_TRUE(memcmp(got, want, STEPS * V * sizeof(float)) == 0);
+        lm_model_free(a);
+        lm_model_free(b);
+        free(ia);
+        free(ib);
+    }
+    /* the factors of 2 move the logits (the comparison above is not vacuous) */
+    {
+        lm_model *a = NULL;
+        gw_spec sa = spec_of(&fx, GW_F32);
+        size_t na;
+        unsigned char *ia = gguf_image(&fx, &sa, &na);
+        ASSERT_OK(lm_model_from_memory(ia, na, NULL, &a));
+        ASSERT_OK(decode(a, &opt, got));
+        ASSERT_TRUE(memcmp(got, want, STEPS * V * sizeof(float)) != 0);
+        lm_model_free(a);
+        free(ia);
+    }
+    const float not_ok[] = {0.0f, -1.0f, INFINITY};
+    const char *needles[] = {"rope_freqs.weight[5] is 0", "rope_freqs.weight[5] is -1",
+                             "rope_freqs.weight"};
+    for (size_t i = 0; i < 3; i++) {
+        bad[5] = not_ok[i];
+        gw_spec sa = spec_of(&fx, GW_F32);
+        sa.rope_freqs = bad;
+        size_t na;
+        unsigned char *ia = gguf_image(&fx, &sa, &na);
+        ASSERT_REFUSED(ia, na, needles[i]);
+        free(ia);
+    }
+    free(want);
+    free(got);
     fx_model_free(&fx);
 }
 
@@ -891,6 +999,7 @@ int main(int argc, char **argv)
     RUN(test_types);
     RUN(test_threads);
     RUN(test_metadata);
+    RUN(test_rope_freqs);
     RUN(test_refusals);
     RUN(test_scales);
     RUN(test_vocabulary);

@@ -88,6 +88,7 @@ static void test_longest_specs_fit(void)
             {"epsilon", "0.0012345678901234567"},
             {"n_future_positions", "1048576"}, {"use_covariance", "1"},
             {"interval", "16777216"},   {"n_queries", "65536"},
+            {"future_from_buffer", "1"}, {"diagonal", "1"},
         };
         for (size_t k = 0; k < sizeof widest / sizeof widest[0]; k++) {
             char out[1024];

@@ -29,7 +29,7 @@
 static const char usage[] =
     "usage: kvevict-convert (--model CKPT | --random SHAPE) [--tokenizer TOK]\n"
     "                       --to FORMAT [--type T] [--embedding-type T] [--norm-type T]\n"
-    "                       [--group N] [--name NAME] -o OUT\n"
+    "                       [--group N] [--name NAME] [--rope-scaling SPEC] -o OUT\n"
     "\n"
     "Writes a llama model as GGUF (version 3) or as a llama2.c export.\n"
     "\n"
@@ -50,6 +50,12 @@ static const char usage[] =
     "  --group N           llama2c-v2: values per int8 scale (default 64, halved until\n"
     "                      it divides dim and hidden, as llama2.c's export.py does)\n"
     "  --name NAME         GGUF: general.name\n"
+    "  --rope-scaling SPEC GGUF: the rotary embedding's scaling, as llama.cpp reads it:\n"
+    "                      none, linear:F, yarn:F[,orig=N][,attn=A] (llama.rope.scaling.*;\n"
+    "                      orig the original context, default the model's), or\n"
+    "                      llama3:F[,low=1][,high=4][,orig=8192] (a rope_freqs.weight\n"
+    "                      of Llama 3's factors, as llama.cpp's converter writes it).\n"
+    "                      Default: the input GGUF's own\n"
     "  -o OUT              the output file\n";
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -139,6 +145,75 @@ static int model_tensor(void *user, gw_kind kind, int layer, float *out)
     return 0;
 }
 
+/* --rope-scaling: the metadata of s, and for llama3 the factors (S/2
+ * floats, Llama 3's: conversion/llama.py's formula over the float32
+ * frequencies) into freqs. */
+static void parse_rope_scaling(const char *arg, gw_spec *s, float *freqs)
+{
+    s->rope_scaling = 0, s->rope_factor = 1.0f, s->rope_attn_factor = 1.0f;
+    s->rope_orig_ctx = 0, s->rope_freqs = NULL;
+    if (strcmp(arg, "none") == 0)
+        return;
+    const char *colon = strchr(arg, ':');
+    size_t tl = colon ? (size_t)(colon - arg) : strlen(arg);
+    int llama3 = tl == 6 && memcmp(arg, "llama3", 6) == 0;
+    if (tl == 6 && memcmp(arg, "linear", 6) == 0)
+        s->rope_scaling = 1;
+    else if (tl == 4 && memcmp(arg, "yarn", 4) == 0)
+        s->rope_scaling = 2;
+    else if (!llama3)
+        die("--rope-scaling: '%.*s' is not none, linear, yarn or llama3", (int)tl, arg);
+    if (!colon)
+        die("--rope-scaling %s: give the factor (%.*s:F)", arg, (int)tl, arg);
+    char *copy = strdup(colon + 1), *save = NULL;
+    double factor = 0, low = 1, high = 4, attn = 1, orig = llama3 ? 8192 : 0;
+    int first = 1;
+    for (char *it = strtok_r(copy, ",", &save); it; it = strtok_r(NULL, ",", &save), first = 0) {
+        char *eq = strchr(it, '='), *end;
+        const char *v = first ? it : eq ? eq + 1 : "";
+        if (!first && eq)
+            *eq = '\0';
+        double x = strtod(v, &end);
+        if (!*v || *end || !(x > 0 && x < 1e30))
+            die("--rope-scaling: '%s' is not a positive number", v);
+        double *slot = first                                ? &factor
+                       : strcmp(it, "orig") == 0            ? &orig
+                       : !llama3 && strcmp(it, "attn") == 0 ? &attn
+                       : llama3 && strcmp(it, "low") == 0   ? &low
+                       : llama3 && strcmp(it, "high") == 0  ? &high
+                                                            : NULL;
+        if (!slot)
+            die("--rope-scaling %s: unknown key '%s'", arg, it);
+        *slot = x;
+    }
+    free(copy);
+    if (factor == 0)
+        die("--rope-scaling %s: give the factor", arg);
+    if (orig != (double)(int32_t)orig || (s->rope_scaling == 1 && orig))
+        die("--rope-scaling %s: orig is a whole context length, for yarn and llama3", arg);
+    if (!llama3) {
+        s->rope_factor = (float)factor, s->rope_attn_factor = (float)attn;
+        s->rope_orig_ctx = (int32_t)orig;
+        return;
+    }
+    if (!(low < high))
+        die("--rope-scaling %s: low %g must be below high %g", arg, low, high);
+    const int S = s->dim / s->heads;
+    for (int j = 0; j < S / 2; j++) {
+        double freq = 1.0f / powf(s->rope_theta, (float)(2 * j) / (float)S);
+        double wavelen = 2 * 3.14159265358979323846 / freq;
+        if (wavelen < orig / high) {
+            freqs[j] = 1.0f;
+        } else if (wavelen > orig / low) {
+            freqs[j] = (float)factor;
+        } else {
+            double smooth = (orig / wavelen - low) / (high - low);
+            freqs[j] = (float)(1 / ((1 - smooth) / factor + smooth));
+        }
+    }
+    s->rope_freqs = freqs;
+}
+
 /* dim=...,hidden=... into s (and seed, tied). */
 static void parse_shape(const char *arg, gw_spec *s, uint64_t *seed)
 {
@@ -182,7 +257,7 @@ static void parse_shape(const char *arg, gw_spec *s, uint64_t *seed)
 int main(int argc, char **argv)
 {
     const char *model = NULL, *random = NULL, *tok = NULL, *to = NULL, *out = NULL, *name = NULL;
-    const char *type_s = "f32", *emb_s = NULL, *norm_s = "f32", *group_s = NULL;
+    const char *type_s = "f32", *emb_s = NULL, *norm_s = "f32", *group_s = NULL, *rope_s = NULL;
     for (int i = 1; i < argc; i++) {
         const char **slot = strcmp(argv[i], "--model") == 0            ? &model
                             : strcmp(argv[i], "--random") == 0         ? &random
@@ -193,6 +268,7 @@ int main(int argc, char **argv)
                             : strcmp(argv[i], "--norm-type") == 0      ? &norm_s
                             : strcmp(argv[i], "--group") == 0          ? &group_s
                             : strcmp(argv[i], "--name") == 0           ? &name
+                            : strcmp(argv[i], "--rope-scaling") == 0   ? &rope_s
                             : strcmp(argv[i], "-o") == 0               ? &out
                                                                        : NULL;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -236,8 +312,25 @@ int main(int argc, char **argv)
         s.shared = c->shared_classifier;
         s.norm_eps = c->norm_eps;
         s.rope_theta = c->rope_theta;
+        s.rope_scaling = c->rope_scaling == LM_ROPE_SCALING_LINEAR ? 1
+                         : c->rope_scaling == LM_ROPE_SCALING_YARN ? 2
+                                                                   : 0;
+        s.rope_factor = c->rope_factor, s.rope_attn_factor = c->rope_attn_factor;
+        s.rope_orig_ctx = s.rope_scaling == 2 ? c->rope_orig_ctx : 0;
+        s.rope_freqs = m->weights.rope_freqs;
     } else {
         parse_shape(random, &s, &seed);
+    }
+    float *rope_freqs = NULL;
+    if (rope_s) {
+        if (version >= 0)
+            die("--rope-scaling: a llama2.c export has no RoPE scaling (--to gguf)");
+        rope_freqs = calloc((size_t)(s.dim / s.heads / 2) + 1, sizeof *rope_freqs);
+        if (!rope_freqs)
+            die("out of memory");
+        parse_rope_scaling(rope_s, &s, rope_freqs);
+    } else if (version >= 0 && (s.rope_scaling || s.rope_freqs)) {
+        die("--model %s: its rotary embedding is scaled, which a llama2.c export cannot say", model);
     }
     lm_tokenizer *t = NULL;
     if (tok && lm_tokenizer_open(tok, NULL, &t) != KVE_OK)
@@ -284,6 +377,7 @@ int main(int argc, char **argv)
                 err[0] ? err : strerror(errno));
         return 1;
     }
+    free(rope_freqs);
     lm_tokenizer_free(t);
     lm_model_free(m);
     return 0;

@@ -244,6 +244,10 @@ void gw_shape(const gw_spec *s, gw_kind kind, size_t *rows, size_t *cols)
 {
     size_t D = (size_t)s->dim, F = (size_t)s->hidden, S = D / (size_t)s->heads;
     size_t Q = (size_t)s->heads * S, K = (size_t)s->kv_heads * S, V = (size_t)s->vocab;
+    if (kind == GW_ROPE_FREQS) {
+        *rows = 1, *cols = S / 2;
+        return;
+    }
     /* rows and columns by kind, as letters of the legend above */
     static const char r_of[GW_KINDS + 1] = "V1QKKD1FDF1V", c_of[GW_KINDS + 1] = "DDDDDQDDFDDD";
     char r = r_of[kind], c = c_of[kind];
@@ -365,6 +369,16 @@ static uint64_t metadata(buf *b, const gw_spec *s)
         key(b, ints[i].k, K_U32), put_u32(b, (uint32_t)ints[i].v), n++;
     key(b, "llama.attention.layer_norm_rms_epsilon", K_F32), put_f32(b, s->norm_eps), n++;
     key(b, "llama.rope.freq_base", K_F32), put_f32(b, s->rope_theta), n++;
+    if (s->rope_scaling) {
+        const char *type = s->rope_scaling == 2 ? "yarn" : "linear";
+        key(b, "llama.rope.scaling.type", K_STRING), put_str(b, type, strlen(type)), n++;
+        key(b, "llama.rope.scaling.factor", K_F32), put_f32(b, s->rope_factor), n++;
+        if (s->rope_attn_factor != 1.0f)
+            key(b, "llama.rope.scaling.attn_factor", K_F32), put_f32(b, s->rope_attn_factor), n++;
+        if (s->rope_scaling == 2 && s->rope_orig_ctx > 0)
+            key(b, "llama.rope.scaling.original_context_length", K_U32),
+                put_u32(b, (uint32_t)s->rope_orig_ctx), n++;
+    }
     if (s->extra_kv) {
         put(b, s->extra_kv, s->extra_kv_bytes);
         n += s->extra_kv_count;
@@ -407,11 +421,13 @@ static int write_all(FILE *f, const void *p, size_t n)
 }
 
 /* Asks the source for one tensor and writes it in `type` (rows of cols). */
-static int write_tensor(FILE *f, gw_source src, void *user, gw_kind kind, int layer, size_t rows,
-                        size_t cols, uint32_t type, float *vals, unsigned char *row, char *err,
-                        size_t cap)
+static int write_tensor(FILE *f, gw_source src, void *user, const float *rope_freqs,
+                        gw_kind kind, int layer, size_t rows, size_t cols, uint32_t type,
+                        float *vals, unsigned char *row, char *err, size_t cap)
 {
-    if (src(user, kind, layer, vals) != 0)
+    if (kind == GW_ROPE_FREQS)
+        memcpy(vals, rope_freqs, cols * sizeof *vals);
+    else if (src(user, kind, layer, vals) != 0)
         return fail(err, cap, "the source failed on tensor %d of layer %d", (int)kind, layer);
     size_t rb = gw_row_bytes(type, cols);
     for (size_t r = 0; r < rows; r++) {
@@ -438,7 +454,7 @@ int gw_write_gguf(FILE *f, gw_spec *s, gw_source src, void *user, char *err, siz
     if (check_spec(s, err, cap) != 0)
         return -1;
     s->fell_back = 0;
-    size_t n_t = 2 + (s->shared ? 0 : 1) + 9 * (size_t)s->layers;
+    size_t n_t = 2 + (s->shared ? 0 : 1) + 9 * (size_t)s->layers + (s->rope_freqs ? 1 : 0);
     tinfo *t = calloc(n_t, sizeof *t);
     if (!t)
         return fail(err, cap, "out of memory");
@@ -466,6 +482,10 @@ int gw_write_gguf(FILE *f, gw_spec *s, gw_source src, void *user, char *err, siz
             t[k].kind = per[i].kind;
             t[k++].layer = l;
         }
+    if (s->rope_freqs) {
+        snprintf(t[k].name, sizeof t[k].name, "rope_freqs.weight");
+        t[k++].kind = GW_ROPE_FREQS;
+    }
     uint64_t off = 0;
     size_t most = 0, most_row = 0;
     for (size_t i = 0; i < n_t; i++) {
@@ -473,6 +493,7 @@ int gw_write_gguf(FILE *f, gw_spec *s, gw_source src, void *user, char *err, siz
         gw_kind kd = t[i].kind;
         t[i].type = kd == GW_EMB || kd == GW_CLS ? s->emb_type
                     : kd == GW_RMS_ATT || kd == GW_RMS_FFN || kd == GW_RMS_FINAL ? s->norm_type
+                    : kd == GW_ROPE_FREQS                                        ? GW_F32
                                                                                  : s->type;
         if (s->fallback && fitting(t[i].type, t[i].cols) != t[i].type) {
             t[i].type = fitting(t[i].type, t[i].cols);
@@ -517,8 +538,8 @@ int gw_write_gguf(FILE *f, gw_spec *s, gw_source src, void *user, char *err, siz
     if (rc == 0 && write_all(f, head.p, head.n) != 0)
         rc = fail(err, cap, "write failed");
     for (size_t i = 0; rc == 0 && i < n_t; i++) {
-        rc = write_tensor(f, src, user, t[i].kind, t[i].layer, t[i].rows, t[i].cols, t[i].type,
-                          vals, row, err, cap);
+        rc = write_tensor(f, src, user, s->rope_freqs, t[i].kind, t[i].layer, t[i].rows,
+                          t[i].cols, t[i].type, vals, row, err, cap);
         size_t pad = (size_t)((ALIGN - t[i].bytes % ALIGN) % ALIGN);
         if (rc == 0 && write_all(f, zeros, pad) != 0)
             rc = fail(err, cap, "write failed");

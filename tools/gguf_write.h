@@ -43,7 +43,8 @@ enum { GW_F32 = 0, GW_F16 = 1, GW_Q4_0 = 2, GW_Q8_0 = 8, GW_Q4_K = 12, GW_Q6_K =
  * cls (V, D). */
 typedef enum gw_kind {
     GW_EMB, GW_RMS_ATT, GW_WQ, GW_WK, GW_WV, GW_WO, GW_RMS_FFN, GW_W1, GW_W2, GW_W3,
-    GW_RMS_FINAL, GW_CLS, GW_KINDS
+    GW_RMS_FINAL, GW_CLS, GW_KINDS,
+    GW_ROPE_FREQS /* (1, head size / 2) gw_spec.rope_freqs, never asked of the source */
 } gw_kind;
 
 /* Fills out (rows * cols floats, row-major) with tensor `kind` of layer
@@ -72,6 +73,13 @@ typedef struct gw_spec {
                               F16, Q6_K -> Q8_0 -> F16, Q8_0 and Q4_0 -> F16, as
                               llama.cpp falls back); 0: refused */
     size_t fell_back;      /* out: tensors that fell back */
+    int rope_scaling;      /* GGUF: 0 none (no key written), 1 linear, 2 yarn:
+                              llama.rope.scaling.type, .factor, .attn_factor and
+                              (yarn, when rope_orig_ctx > 0) .original_context_length */
+    float rope_factor, rope_attn_factor;
+    int32_t rope_orig_ctx;
+    const float *rope_freqs; /* GGUF: (head size / 2) float32 rope_freqs.weight (Llama
+                                3's frequency factors); NULL: none */
     const void *extra_kv;  /* GGUF: raw metadata pairs appended as they are (tests) */
     size_t extra_kv_bytes, extra_kv_count;
 } gw_spec;

@@ -65,6 +65,7 @@ KVE_READS_ATTN, KVE_READS_KEYS = 1, 2  # kve_policy_reads bits
 KVE_READS_QUERIES, KVE_READS_VALUES = 4, 8
 REDUCE = {"mean": 0, "sum": 1, "max": 2}  # kve_reduce
 ROPE_PAIRS = {"adjacent": 0, "half": 1}  # kve_rope_pairs
+ROPE_SCALING = {"none": 0, "linear": 1, "llama3": 2, "yarn": 3}  # kve_rope_scaling
 KVE_ROPE_UNSET = ctypes.c_size_t(-1).value
 KVE_STEP_RESCORE = 1
 KVE_MAX_QUERY_GROUP = 4096
@@ -101,7 +102,11 @@ class EvalResult(ctypes.Structure):
 
 class Rope(ctypes.Structure):
     """kve_rope: the model's rotary embedding."""
-    _fields_ = [("rotary_dim", c_size_t), ("base", ctypes.c_double), ("pairs", ctypes.c_int)]
+    _fields_ = [("rotary_dim", c_size_t), ("base", ctypes.c_double), ("pairs", ctypes.c_int),
+                ("scaling", ctypes.c_int), ("factor", ctypes.c_double),
+                ("low_freq_factor", ctypes.c_double), ("high_freq_factor", ctypes.c_double),
+                ("original_max_position", c_size_t), ("beta_fast", ctypes.c_double),
+                ("beta_slow", ctypes.c_double), ("attention_factor", ctypes.c_double)]
 
 
 class PolicyOptions(ctypes.Structure):
@@ -170,7 +175,8 @@ class PrefillOptions(ctypes.Structure):
     _fields_ = [("method", ctypes.c_int), ("window", c_size_t), ("kernel", c_size_t),
                 ("pool", ctypes.c_int), ("allocator", c_ptr), ("queries", c_size_t),
                 ("sinks", c_size_t), ("values", c_ptr), ("ld_values", c_size_t),
-                ("budgets", ctypes.c_int), ("layer_heads", c_size_t), ("prefix", c_size_t)]
+                ("budgets", ctypes.c_int), ("layer_heads", c_size_t), ("prefix", c_size_t),
+                ("row_scale", c_ptr), ("key_scale", c_ptr)]
 
 
 SCHEDULE = {"uniform": 0, "pyramid": 1, "weighted": 2}  # kve_schedule_kind

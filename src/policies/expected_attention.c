@@ -2,8 +2,8 @@
 /*
  * expected_attention.c - the attention expected from the statistics of
  * future queries (Devoto, Jeblick, Jegou 2025; kvpress's
- * ExpectedAttentionPress, rescored while decoding as kvpress's
- * DecodingPress does).
+ * ExpectedAttentionPress, rescored while decoding in the manner of
+ * kvpress's DecodingPress; future_from_buffer=1 takes its offset).
  *
  * Legend: n = kept positions before the step (N = n + 1 after it), d =
  * key_dim, G = query_group, r = rope.rotary_dim (even, <= d), B = n_queries,
@@ -15,7 +15,9 @@
  * bank). Per head (aux, zeroed at construction, plain bytes):
  *   ea_head  the counters: steps, steps since the last rescoring, the query
  *            ring's next slot and fill, whether statistics are held
- *   theta    (r/2) double: base^(-2j / r), filled at the first step
+ *   theta    (r/2) double: the rope's theta_j (base^(-2j / r) unscaled,
+ *            Hugging Face's inv_freq under rope.scaling: kve_rope), filled
+ *            at the first step
  *   mu       (G, d) double: R mu of the last rescoring
  *   sigma    (G, d, d) double: R Sigma R^T of the last rescoring (covariance)
  *   zmax     (G) double and zsum (G) double: the softmax of that rescoring
@@ -25,7 +27,9 @@
  * Per step, before position p = in->pos is admitted into slot n:
  *  1. key[n] = k. The step's queries (post-RoPE, at p) are un-rotated,
  *     pair (a, b) of angle p theta_j: q_a' = q_a cos + q_b sin,
- *     q_b' = q_b cos - q_a sin (double, rounded to float), and pushed into
+ *     q_b' = q_b cos - q_a sin (double, rounded to float; divided by the
+ *     rope's attention factor A before rounding when A != 1, so the ring
+ *     holds the queries before the embedding), and pushed into
  *     the ring, unless the head has taken fewer than n_sink steps (the
  *     sinks' own queries are left out, as kvpress drops the first n_sink
  *     hidden states).
@@ -34,12 +38,15 @@
  *       mu_g = (sum of the m buffered queries of head g, oldest first) / m;
  *       Sigma_g[a][b] = (sum of (q_a - mu_a)(q_b - mu_b)) / m (a <= b in
  *         that order, mirrored), with use_covariance=1;
- *       R = the mean over positions p + 1 .. p + F of the rotation: per pair
+ *       R = the mean over positions s .. s + F - 1 of the rotation, s = p + 1
+ *         (with future_from_buffer=1, s = m + n_sink: kvpress's q_len, the
+ *         hidden states its DecodingPress hands the press): per pair
  *         [[C, -S], [S, C]], C = D cos(phi), S = D sin(phi),
  *         D = sin(F theta / 2) / (F sin(theta / 2)),
- *         phi = (p + 1 + (F - 1) / 2) theta (the closed form of the means of
- *         cos and sin over the F positions); mu <- R mu, Sigma <- R Sigma R^T
- *         (rows, then columns);
+ *         phi = (s + (F - 1) / 2) theta (the closed form of the means of
+ *         cos and sin over the F positions; C and S times A when A != 1,
+ *         as Hugging Face scales cos and sin by its attention_scaling);
+ *         mu <- R mu, Sigma <- R Sigma R^T (rows, then columns);
  *       z_g(i) = (mu_g . k_i) / sqrt(d) + (k_i^T Sigma_g k_i) / (2 d), each
  *         dot product in double in 8 partial sums (KVE_KEY_LANES), the
  *         quadratic form as sum_a k_a (sum_b Sigma[a][b] k_b);
@@ -95,6 +102,10 @@ static const kve_param_def params[] = {
                  "steps between rescorings of every kept key"),
     KVE_DEF_SIZE("n_queries", 256, 1, 65536, n_queries,
                  "queries of the statistics: those of the newest steps"),
+    {.key = "future_from_buffer", .kind = KVE_PARAM_SIZE, .idefault = 0, .imin = 0, .imax = 1,
+     .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, future_from_buffer),
+     .doc = "1: the future positions start at the buffered queries + n_sink (kvpress's "
+            "DecodingPress), 0: after the step's position"},
     KVE_DEF_PAGES,
 };
 
@@ -276,17 +287,72 @@ static void pair(const kve_config *c, size_t j, size_t *a, size_t *b)
     }
 }
 
+/* theta_j of the rope (kve_rope): base^(-2j / r), rescaled as Hugging
+ * Face's inv_freq under rope.scaling. Without scaling the one pow() of
+ * before scaling existed, bit for bit. */
+static double theta_of(const kve_config *c, size_t j)
+{
+    const size_t r = rot(c);
+    const double t = pow(c->rope.base, -(double)(2 * j) / (double)r);
+    if (c->rope.scaling == KVE_ROPE_SCALING_NONE)
+        return t;
+    const kve_rope e = kve__rope_effective(&c->rope);
+    const double L = (double)e.original_max_position, two_pi = 2.0 * acos(-1.0);
+    switch (e.scaling) {
+    case KVE_ROPE_SCALING_LINEAR:
+        return t / e.factor;
+    case KVE_ROPE_SCALING_LLAMA3: {
+        const double w = two_pi / t; /* the wavelength */
+        if (w < L / e.high_freq_factor)
+            return t;
+        if (w > L / e.low_freq_factor)
+            return t / e.factor;
+        const double sm = (L / w - e.low_freq_factor) / (e.high_freq_factor - e.low_freq_factor);
+        return (1.0 - sm) * t / e.factor + sm * t;
+    }
+    case KVE_ROPE_SCALING_YARN: {
+        /* the dimension (of r) at which b rotations fit in L, truncated */
+        const double lnb = 2.0 * log(e.base);
+        double lo = floor((double)r * log(L / (e.beta_fast * two_pi)) / lnb);
+        double hi = ceil((double)r * log(L / (e.beta_slow * two_pi)) / lnb);
+        lo = lo > 0.0 ? lo : 0.0;
+        hi = hi < (double)(r - 1) ? hi : (double)(r - 1);
+        if (lo == hi)
+            hi += 0.001;
+        double ramp = ((double)j - lo) / (hi - lo);
+        ramp = ramp < 0.0 ? 0.0 : ramp > 1.0 ? 1.0 : ramp;
+        const double ex = 1.0 - ramp; /* the extrapolated share */
+        return t / e.factor * (1.0 - ex) + t * ex;
+    }
+    default:
+        return t;
+    }
+}
+
+/* A: the rope's attention factor, by which the model multiplies cos and
+ * sin (kve_rope.attention_factor; derived when 0). */
+static double attention_factor(const kve_config *c)
+{
+    if (c->rope.attention_factor != 0.0)
+        return c->rope.attention_factor;
+    const double f = kve__rope_effective(&c->rope).factor;
+    if (c->rope.scaling == KVE_ROPE_SCALING_YARN && f > 1.0)
+        return 0.1 * log(f) + 1.0;
+    return 1.0;
+}
+
 static void fill_theta(const kve_config *c, double *theta)
 {
     const size_t r = rot(c);
     for (size_t j = 0; j < r / 2; j++)
-        theta[j] = pow(c->rope.base, -(double)(2 * j) / (double)r);
+        theta[j] = theta_of(c, j);
 }
 
 /* The G queries of the step, un-rotated from position pos, into ring slot. */
 static void push_queries(const kve_config *c, const ea_parts *p, const kve_head_in *in)
 {
     const size_t d = c->key_dim, G = c->query_group, r = rot(c), B = c->params.n_queries;
+    const double A = attention_factor(c);
     float *dst = p->ring + (size_t)p->e->next * G * d;
     for (size_t g = 0; g < G; g++)
         memcpy(dst + g * d, in->queries + g * in->ld_queries, d * sizeof(float));
@@ -297,8 +363,13 @@ static void push_queries(const kve_config *c, const ea_parts *p, const kve_head_
         for (size_t g = 0; g < G; g++) {
             float *q = dst + g * d;
             double x = (double)q[a], y = (double)q[b];
-            q[a] = (float)(x * cs + y * sn);
-            q[b] = (float)(y * cs - x * sn);
+            if (A == 1.0) {
+                q[a] = (float)(x * cs + y * sn);
+                q[b] = (float)(y * cs - x * sn);
+            } else {
+                q[a] = (float)((x * cs + y * sn) / A);
+                q[b] = (float)((y * cs - x * sn) / A);
+            }
         }
     }
     p->e->next = (p->e->next + 1) % B;
@@ -306,17 +377,33 @@ static void push_queries(const kve_config *c, const ea_parts *p, const kve_head_
         p->e->fill++;
 }
 
+/* The first future position of a rescoring at pos: pos + 1, or with
+ * future_from_buffer=1 kvpress's q_len, the hidden states its press is
+ * handed: the m buffered queries and the n_sink it drops before the
+ * statistics. */
+static double future_start(const kve_config *c, const ea_parts *p, int32_t pos)
+{
+    if (c->params.future_from_buffer)
+        return (double)p->e->fill + (double)c->params.sinks;
+    return (double)pos + 1.0;
+}
+
 /* mu <- R mu and sigma <- R sigma R^T for the future positions of pos. */
 static void rotate_stats(const kve_config *c, const ea_parts *p, int32_t pos, double *mu,
                          double *sigma)
 {
     const size_t d = c->key_dim, r = rot(c);
-    const double F = (double)c->params.n_future;
+    const double F = (double)c->params.n_future, start = future_start(c, p, pos);
+    const double A = attention_factor(c);
     for (size_t j = 0; j < r / 2; j++) {
         double th = p->theta[j];
         double D = sin(F * th / 2.0) / (F * sin(th / 2.0));
-        double phi = ((double)pos + 1.0 + (F - 1.0) / 2.0) * th;
+        double phi = (start + (F - 1.0) / 2.0) * th;
         double C = D * cos(phi), S = D * sin(phi);
+        if (A != 1.0) {
+            C *= A;
+            S *= A;
+        }
         size_t a, b;
         pair(c, j, &a, &b);
         double x = mu[a], y = mu[b];
@@ -498,10 +585,10 @@ static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_
         return false;
     }
     for (size_t j = 0; j < r / 2; j++) {
-        double want = (e->held & 2) ? pow(c->rope.base, -(double)(2 * j) / (double)r) : 0.0;
+        double want = (e->held & 2) ? theta_of(c, j) : 0.0;
         if (!kve__same_bits(p.theta[j], want)) {
-            snprintf(msg, cap, "theta[%zu] = %.17g is not base^(-2j/r) (or 0 before a step)", j,
-                     p.theta[j]);
+            snprintf(msg, cap, "theta[%zu] = %.17g is not the rope's theta_j (or 0 before a step)",
+                     j, p.theta[j]);
             return false;
         }
     }

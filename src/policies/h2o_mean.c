@@ -12,6 +12,13 @@
  * observed - birth with no per-slot counter to update. Positions are
  * strictly increasing int32, so there are at most 2^31 steps and the count
  * fits a uint32; it is converted to double exactly on every path.
+ * diagonal=1 (kvpress's ObservedAttentionPress): a KVE_PREFILL_H2O prefill
+ * (prefill.c) seeds the kept prompt positions instead of leaving them as
+ * admitted: position i of an n-token prompt gets sum = its column sum (the
+ * weights of queries i .. n-1, its own included), birth = i and observed =
+ * n, so its count is n - i and its score sum / (n - i), the rank the
+ * prefill chose it by. Steps are the default's (a step's row does not carry
+ * the newcomer's weight on itself).
  * Cost: one add and one divide per kept position per step; 25 bytes a slot.
  */
 #include "../policy_impl.h"
@@ -26,6 +33,10 @@ static const kve_param_def params[] = {
     KVE_DEF_RECENT_WINDOW(32),
     KVE_DEF_PAGES,
     KVE_DEF_VNORM,
+    {.key = "diagonal", .kind = KVE_PARAM_SIZE, .idefault = 0, .imin = 0, .imax = 1,
+     .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, diagonal),
+     .doc = "1: a prefill seeds each mean with the prompt's weights, its own query's "
+            "included (kvpress's ObservedAttentionPress)"},
 };
 
 static kve_status init(kve_config *c)
@@ -74,6 +85,28 @@ static void admit(const kve_config *c, kve_head *h, size_t i)
     ((uint32_t *)h->col[BIRTH])[i] = (uint32_t)h->observed;
 }
 
+/* diagonal=1's prefill (policy_impl.h, prefill_mean). */
+static bool prefill_mean(const kve_config *c)
+{
+    return c->params.diagonal != 0;
+}
+
+static double prefill_rank(const kve_config *c, size_t i, size_t n, double col)
+{
+    (void)c;
+    return col / (double)(n - i);
+}
+
+static double prefill_seed(const kve_config *c, kve_head *h, size_t slot, size_t i, size_t n,
+                           double col)
+{
+    (void)c;
+    h->observed = n; /* the prompt's n queries, each an informative step */
+    ((double *)h->col[SUM])[slot] = col;
+    ((uint32_t *)h->col[BIRTH])[slot] = (uint32_t)i;
+    return col / (double)(n - i); /* exactly check_state's sum / (observed - birth) */
+}
+
 /* An image's columns agree: a slot observed k = now - birth steps (mod 2^32,
  * as the rule counts; k <= observed and k < 2^31) has a finite sum >= 0, 0 when k is 0,
  * and its score is exactly sum / k (0 when k is 0), the rule's last
@@ -120,4 +153,7 @@ const kve_policy_type kve__h2o_mean_type = {
     .select = kve__select_argmin,
     .evict = kve__evict_scored,
     .check_state = check_state,
+    .prefill_mean = prefill_mean,
+    .prefill_rank = prefill_rank,
+    .prefill_seed = prefill_seed,
 };

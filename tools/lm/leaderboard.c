@@ -67,6 +67,11 @@ static const lb_method lb_methods[] = {
     {"tova:vnorm=1", "tova:vnorm=1", "step", NULL},
     {"h2o_mean:vnorm=1", "h2o_mean:vnorm=1", "step", NULL},
     {"kvzip+h2o", "h2o", "kvzip", NULL},
+    {"kvzip_press+h2o", "h2o", "kvzip_press", NULL},
+    {"kvzip_plus+h2o", "h2o", "kvzip_plus", NULL},
+    {"snapkv_press+h2o", "h2o", "snapkv_press", NULL},
+    {"snapkv_press+h2o:vnorm=2", "h2o:vnorm=2,epsilon=0.0064", "snapkv_press", NULL},
+    {"h2o+h2o_mean:diagonal=1", "h2o_mean:diagonal=1", "h2o", NULL},
     {"duo+streaming", "streaming", "step", "docs/data/duo-heads.txt"},
 };
 enum { LB_METHODS = sizeof lb_methods / sizeof lb_methods[0] };
@@ -97,18 +102,64 @@ static kve_status lb_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n,
     return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, options);
 }
 
+/* kvpress's KVzipPress (layerwise=False, its sinks: the BOS is the prefix)
+ * and KVzipPress(kvzip_plus_normalization=True): one threshold over every
+ * head and layer; each layer then keeps its total while decoding (share). */
+static kve_status lb_prefill_kvzip_press(lm_state *s, const int32_t *tokens, size_t n,
+                                         const kve_prefill_options *options)
+{
+    kve_prefill_options q = *options;
+    q.budgets = KVE_PREFILL_OVERALL;
+    q.prefix = 1;
+    return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, &q);
+}
+
+static kve_status lb_prefill_kvzip_plus(lm_state *s, const int32_t *tokens, size_t n,
+                                        const kve_prefill_options *options)
+{
+    lm_kvzip plus = lb_kvzip;
+    plus.plus = 1;
+    kve_prefill_options q = *options;
+    q.budgets = KVE_PREFILL_OVERALL;
+    q.prefix = 1;
+    return lm_prefill_kvzip(s, tokens, n, &plus, &q);
+}
+
+/* share: the row's state shares each layer's budget among its KV heads
+ * (lm_options.share_heads), which a cut across heads needs. window, pool:
+ * SnapKV's settings when not the defaults (window 0: 32, max pooling);
+ * snapkv_press is kvpress's SnapKVPress, window 64, kernel 5, average
+ * pooling (where the budget is at most 64 it is skipped: kvpress would keep
+ * a part of its window, tied at the largest score, in no defined order). */
 static const struct {
     const char *name;
     int method;
     lb_prefill_fn run;
+    int share;
+    size_t window;
+    kve_pool pool;
 } lb_prefills[] = {
-    {"step", LB_STEP, NULL},
-    {"policy", LB_OWN, lb_prefill_own},
-    {"h2o", KVE_PREFILL_H2O, lm_prefill},
-    {"snapkv", KVE_PREFILL_SNAPKV, lm_prefill},
-    {"kvzip", KVE_PREFILL_KVZIP, lb_prefill_kvzip},
+    {"step", LB_STEP, NULL, 0, 0, KVE_POOL_MAX},
+    {"policy", LB_OWN, lb_prefill_own, 0, 0, KVE_POOL_MAX},
+    {"h2o", KVE_PREFILL_H2O, lm_prefill, 0, 0, KVE_POOL_MAX},
+    {"snapkv", KVE_PREFILL_SNAPKV, lm_prefill, 0, 0, KVE_POOL_MAX},
+    {"snapkv_press", KVE_PREFILL_SNAPKV, lm_prefill, 0, 64, KVE_POOL_AVG},
+    {"kvzip", KVE_PREFILL_KVZIP, lb_prefill_kvzip, 0, 0, KVE_POOL_MAX},
+    {"kvzip_press", KVE_PREFILL_KVZIP, lb_prefill_kvzip_press, 1, 0, KVE_POOL_MAX},
+    {"kvzip_plus", KVE_PREFILL_KVZIP, lb_prefill_kvzip_plus, 1, 0, KVE_POOL_MAX},
 };
 enum { LB_PREFILLS = sizeof lb_prefills / sizeof lb_prefills[0] };
+
+/* The method and SnapKV settings of lb_prefills[pf] applied to *q. */
+static void prefill_options(size_t pf, kve_prefill_options *q)
+{
+    if (lb_prefills[pf].method >= 0)
+        q->method = (kve_prefill_method)lb_prefills[pf].method;
+    if (lb_prefills[pf].window) {
+        q->window = lb_prefills[pf].window;
+        q->pool = lb_prefills[pf].pool;
+    }
+}
 
 /* The index of the prefill `name` in lb_prefills, LB_PREFILLS if none. */
 static size_t prefill_of(const char *name)
@@ -131,8 +182,9 @@ static const char leaderboard_usage[] =
     "Every method against compression on one protocol (docs/leaderboard.md). A\n"
     "method is a policy and how the prompt is compressed: step (per-step\n"
     "eviction while it is read), h2o or snapkv (kve_bank_prefill's prompt\n"
-    "scores), policy (the policy's own scores, once), kvzip (KVzip's\n"
-    "reconstruction scores, lm_prefill_kvzip); a method may also split the\n"
+    "scores; snapkv_press: kvpress's settings), policy (the policy's own\n"
+    "scores, once), kvzip (KVzip's reconstruction scores; kvzip_press and\n"
+    "kvzip_plus: cut as kvpress's KVzipPress, KVzip+); a method may also split the\n"
     "budget over heads by a DuoAttention schedule (duo+). At compression ratio R\n"
     "the budget is floor((1 - R) * seq_len) positions per (layer, KV head), on\n"
     "average; the policy then evicts at every decode step after the prompt.\n"
@@ -155,8 +207,8 @@ static const char leaderboard_usage[] =
     "                      all; none: only --method's)\n"
     "  --method M          a method of your own, added after those (repeatable, up\n"
     "                      to 8): SPEC, per-step eviction, or PREFILL+SPEC with\n"
-    "                      PREFILL one of h2o, snapkv, kvzip, own (the policy's\n"
-    "                      own scores); its label is M\n"
+    "                      PREFILL a prefill above or own (the policy's own\n"
+    "                      scores); its label is M\n"
     "  --ratio LIST        compression ratios in (0, 1) (default 0.5,0.8,0.9)\n"
     "  --windows N         bits-per-byte windows, the text's first N (default 8)\n"
     "  --prompt P          prompt positions of a window (default seq_len - 64)\n"
@@ -232,8 +284,7 @@ static int32_t lb_run(lb_row *r, const int32_t *tokens, size_t n, size_t p, doub
     size_t i = 0;
     if (st == KVE_OK && lb_prefills[r->pf].run && s->bank) {
         kve_prefill_options q = kve_prefill_default_options();
-        if (lb_prefills[r->pf].method >= 0)
-            q.method = (kve_prefill_method)lb_prefills[r->pf].method;
+        prefill_options(r->pf, &q);
         st = lb_prefills[r->pf].run(s, tokens, p, &q);
         i = p;
     }
@@ -353,8 +404,8 @@ int lm_leaderboard(int argc, char **argv)
                     x.prefill = lb_prefills[i].name;
             }
             if (!x.prefill)
-                die_usage("--method %s: no prefill '%.*s' (h2o, snapkv, kvzip, own)", m, (int)len,
-                          m);
+                die_usage("--method %s: no prefill '%.*s' (h2o, snapkv, snapkv_press, kvzip, "
+                          "kvzip_press, kvzip_plus, own)", m, (int)len, m);
             snprintf(own_spec[k], sizeof own_spec[k], "%s", plus + 1);
             x.spec = own_spec[k];
         }
@@ -459,13 +510,16 @@ int lm_leaderboard(int argc, char **argv)
                 lm_ctx.heads = load_heads(r->m->heads, r->m->name);
                 lm_ctx.streaming_budget = 16; /* lm's --streaming-budget default */
             }
+            const int shared = lm_ctx.budgets.share_heads;
+            lm_ctx.budgets.share_heads = shared || lb_prefills[r->pf].share;
             r->s = new_state(r->m->spec, budget, LM_POS_ORIGINAL, a.seed);
+            lm_ctx.budgets.share_heads = shared;
             lm_heads_free(lm_ctx.heads);
             lm_ctx.heads = NULL;
             r->budget = r->s->budget;
             if (lb_prefills[r->pf].method >= 0) { /* a refused combination: skipped */
                 kve_prefill_options q = kve_prefill_default_options();
-                q.method = (kve_prefill_method)lb_prefills[r->pf].method;
+                prefill_options(r->pf, &q);
                 if (kve_bank_prefill(r->s->bank, 0, 0, L, budget, NULL, L, 1, KVE_REDUCE_MEAN,
                                      &q) != KVE_OK) {
                     snprintf(r->skipped, sizeof r->skipped, "prefill %s: %s", r->m->prefill,

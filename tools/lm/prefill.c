@@ -34,6 +34,8 @@ static const char prefill_usage[] =
     "usage: kvevict lm prefill --model CKPT --text FILE --policy SPEC[,SPEC...]\n"
     "                          [--budget B[,B...]] [--methods LIST] [--window W]\n"
     "                          [--kernel K] [--pool max|avg] [--kvzip-chunk C]\n"
+    "                          [--kvzip-budgets head|layer|overall] [--kvzip-plus]\n"
+    "                          [--kvzip-sinks kvevict|kvpress]\n"
     "                          [--prompt P] [--windows N]\n"
     "                          [--distances D,...] [--trials N] [--tokenizer TOK]\n"
     "                          [--positions P] [--seed N] [--format F] [-o FILE]\n"
@@ -57,6 +59,14 @@ static const char prefill_usage[] =
     "  --kernel K      SnapKV's pooling kernel, odd (default 5)\n"
     "  --pool P        SnapKV's pooling: max (default) or avg\n"
     "  --kvzip-chunk C KVzip's reconstruction chunk, prompt positions (default 2048)\n"
+    "  --kvzip-budgets M  how KVzip cuts across heads: head (each head to the\n"
+    "                  budget, the default), layer (each layer's heads together:\n"
+    "                  kvpress's layerwise=True), overall (one threshold over every\n"
+    "                  head and layer: kvpress's default); layer and overall need\n"
+    "                  --share-heads, so that decoding keeps each layer's total\n"
+    "  --kvzip-plus    KVzip+ scores (kvpress's kvzip_plus_normalization)\n"
+    "  --kvzip-sinks S kvevict (the first 4 always kept, the default) or kvpress\n"
+    "                  (those below the BOS prefix only, as KVzipPress keeps them)\n"
     "  --prompt P      prompt positions of a bits-per-byte window (default half\n"
     "                  the context)\n"
     "  --windows N     bits-per-byte windows, the text's first N (default 16)\n"
@@ -74,7 +84,8 @@ static const char prefill_usage[] =
 static const opt_def prefill_own[] = {
     MEASURE_OPTS,           {"methods", 0, OPT_VALUE}, {"window", 0, OPT_VALUE},
     {"kernel", 0, OPT_VALUE}, {"pool", 0, OPT_VALUE},  {"prompt", 0, OPT_VALUE},
-    {"kvzip-chunk", 0, OPT_VALUE},
+    {"kvzip-chunk", 0, OPT_VALUE}, {"kvzip-budgets", 0, OPT_VALUE}, {"kvzip-plus", 0, 0},
+    {"kvzip-sinks", 0, OPT_VALUE},
     {"windows", 0, OPT_VALUE}, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE},
     {"docs", 0, OPT_VALUE}, {"docs-block", 0, OPT_VALUE}};
 static const cli_spec prefill_spec =
@@ -90,6 +101,19 @@ static lm_kvzip kvzip;
 static kve_prefill_method method_of(int m)
 {
     return m == PF_H2O ? KVE_PREFILL_H2O : m == PF_KVZIP ? KVE_PREFILL_KVZIP : KVE_PREFILL_SNAPKV;
+}
+
+/* A row's prefill options: the command's, with its method, KVzip's fields
+ * (budgets, prefix) only for KVzip. */
+static kve_prefill_options options_of(const kve_prefill_options *pp, int m)
+{
+    kve_prefill_options q = *pp;
+    q.method = method_of(m);
+    if (m != PF_KVZIP) {
+        q.budgets = KVE_PREFILL_PER_HEAD;
+        q.prefix = KVE_PREFILL_NO_PREFIX;
+    }
+    return q;
 }
 
 /* Decodes tokens[0 .. n) from a fresh cache: the first p as the prompt,
@@ -167,6 +191,25 @@ int lm_prefill_cmd(int argc, char **argv)
     size_t kvzip_chunk = (v = own(&ma.a, sp, "kvzip-chunk"))
                              ? (size_t)parse_u64("--kvzip-chunk", v, 1, KVE_MAX_BUDGET)
                              : 0;
+    static const char *const kz_budgets[] = {"head", "layer", "overall"};
+    if ((v = own(&ma.a, sp, "kvzip-budgets"))) {
+        int k = 0;
+        while (k < 3 && strcmp(v, kz_budgets[k]) != 0)
+            k++;
+        if (k == 3)
+            die_usage("--kvzip-budgets: '%s' is not head, layer or overall", v);
+        pp.budgets = k == 0 ? KVE_PREFILL_PER_HEAD : k == 1 ? KVE_PREFILL_PER_LAYER
+                                                            : KVE_PREFILL_OVERALL;
+        if (k && !lm_ctx.budgets.share_heads)
+            die_usage("--kvzip-budgets %s needs --share-heads: the decode after the prefill "
+                      "keeps each layer's total, not each head's", v);
+    }
+    if ((v = own(&ma.a, sp, "kvzip-sinks"))) {
+        if (strcmp(v, "kvevict") != 0 && strcmp(v, "kvpress") != 0)
+            die_usage("--kvzip-sinks: '%s' is neither 'kvevict' nor 'kvpress'", v);
+        pp.prefix = strcmp(v, "kvpress") == 0 ? 1 : KVE_PREFILL_NO_PREFIX; /* the BOS */
+    }
+    const int kvzip_plus = cli_own(&ma.a, sp, "kvzip-plus")->count > 0;
     const char *docs = own(&ma.a, sp, "docs"), *docs_block = own(&ma.a, sp, "docs-block");
     if (docs_block && !docs)
         die_usage("--docs-block needs --docs");
@@ -174,6 +217,7 @@ int lm_prefill_cmd(int argc, char **argv)
     kve_status kst = lm_kvzip_default(lm_ctx.tok, &kvzip);
     if (kst != KVE_OK)
         die_input("--tokenizer: %s", kve_last_error());
+    kvzip.plus = kvzip_plus;
     if (kvzip_chunk) {
         kvzip.chunk = kvzip_chunk;
         kvzip.overlap = kvzip.overlap < kvzip_chunk ? kvzip.overlap : kvzip_chunk;
@@ -203,8 +247,7 @@ int lm_prefill_cmd(int argc, char **argv)
             if (!on)
                 continue;
             if (k == PF_H2O || k == PF_SNAPKV || k == PF_KVZIP) { /* refused: usage errors */
-                kve_prefill_options q = pp;
-                q.method = method_of(k);
+                kve_prefill_options q = options_of(&pp, k);
                 if (kve_bank_prefill(jobs[j].s->bank, 0, 0, L, jobs[j].budget, NULL, L, 1,
                                      k == PF_KVZIP ? KVE_REDUCE_MAX : KVE_REDUCE_MEAN,
                                      &q) != KVE_OK)
@@ -241,8 +284,7 @@ int lm_prefill_cmd(int argc, char **argv)
         bytes += window_bytes(w, P + 1, L, &tokens);
         for (size_t r = 0; r < n_rows; r++) {
             const job *jb = &jobs[rows[r].job];
-            kve_prefill_options q = pp;
-            q.method = method_of(rows[r].method);
+            kve_prefill_options q = options_of(&pp, rows[r].method);
             run_with_prompt(jb->s, w, L, P, rows[r].method, &q, loss,
                             jb->spec ? jb->spec : "full cache");
             for (size_t i = P; i + 1 < L; i++)
@@ -256,8 +298,7 @@ int lm_prefill_cmd(int argc, char **argv)
             int32_t key = pk_prompt(&pk, L, j, trials, d, w);
             for (size_t r = 0; r < n_rows; r++) {
                 const job *jb = &jobs[rows[r].job];
-                kve_prefill_options q = pp;
-                q.method = method_of(rows[r].method);
+                kve_prefill_options q = options_of(&pp, rows[r].method);
                 hits[r] += run_with_prompt(jb->s, w, L, L - 1, rows[r].method, &q, NULL,
                                            jb->spec ? jb->spec : "full cache") == key;
                 progress_update(&pr, ++done);
@@ -305,10 +346,14 @@ int lm_prefill_cmd(int argc, char **argv)
              "%zu windows of %zu positions (the first %zu the prompt; %zu tokens, %.0f bytes "
              "scored after it); pass key at distances %s, %zu prompts each, the last token "
              "decoded after the prompt; positions %s; SnapKV window %zu, kernel %zu, %s "
-             "pooling; KVzip chunks of %zu, %zu sinks\n\n",
+             "pooling; KVzip%s chunks of %zu, %zu sinks%s%s\n\n",
              n_windows, L, P, tokens, bytes, dlist, trials, positions_name(ma.positions),
-             pp.window, pp.kernel, pp.pool == KVE_POOL_MAX ? "max" : "average", kvzip.chunk,
-             pp.sinks);
+             pp.window, pp.kernel, pp.pool == KVE_POOL_MAX ? "max" : "average",
+             kvzip.plus ? "+" : "", kvzip.chunk, pp.sinks,
+             pp.prefix == KVE_PREFILL_NO_PREFIX ? "" : " (kvpress's: below the prefix)",
+             pp.budgets == KVE_PREFILL_PER_HEAD    ? ""
+             : pp.budgets == KVE_PREFILL_PER_LAYER ? ", budgets per layer"
+                                                   : ", one threshold over every head");
     if (ma.a.format == FMT_TEXT)
         fputs(head, out);
     table_print(&t, out, ma.a.format);
