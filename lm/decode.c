@@ -84,8 +84,21 @@ static void softmax(float *x, size_t size)
 
 kve_rope lm_rope(const lm_config *c)
 {
-    kve_rope r = {.rotary_dim = (size_t)c->head_size, .base = (double)c->rope_theta,
-                  .pairs = KVE_ROPE_ADJACENT};
+    kve_rope r = kve_policy_default_options().rope;
+    r.rotary_dim = (size_t)c->head_size, r.base = (double)c->rope_theta;
+    r.pairs = KVE_ROPE_ADJACENT;
+    if (c->rope_freqs || c->rope_factor < 1.0f) { /* what kve_rope cannot carry: */
+        r.rotary_dim = KVE_ROPE_UNSET;              /* a policy that reads it refuses */
+        return r;
+    }
+    if (c->rope_scaling == LM_ROPE_SCALING_LINEAR)
+        r.scaling = KVE_ROPE_SCALING_LINEAR;
+    else if (c->rope_scaling == LM_ROPE_SCALING_YARN)
+        r.scaling = KVE_ROPE_SCALING_YARN, r.original_max_position = (size_t)c->rope_orig_ctx;
+    if (c->rope_scaling != LM_ROPE_SCALING_NONE) {
+        r.factor = (double)c->rope_factor;
+        r.attention_factor = (double)c->rope_mscale; /* llama.cpp's magnitude, as given */
+    }
     return r;
 }
 

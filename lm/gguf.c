@@ -852,6 +852,7 @@ static kve_status parse_llama(lm_model *m, lm_gguf *g)
         st = get_norm(g, "output_norm.weight", D, &w->rms_final, &n16);
     if (st == KVE_OK)
         st = get_rope_freqs(g, S, &w->rope_freqs);
+    c->rope_freqs = w->rope_freqs != NULL;
     c->shared_classifier = find_tensor(g, "output.weight") == NULL;
     if (st == KVE_OK && !c->shared_classifier)
         st = get_matrix(g, "output.weight", D, V, "embedding_length, vocabulary", &w->wcls);

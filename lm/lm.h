@@ -220,6 +220,7 @@ typedef struct lm_config {
     lm_rope_scaling rope_scaling;
     float rope_factor;     /* the context scaling factor, > 0: 1 unless the GGUF says */
     int32_t rope_orig_ctx; /* yarn: original_context_length (default seq_len) */
+    int rope_freqs;        /* 1: the file has rope_freqs.weight (weights.rope_freqs) */
     float rope_attn_factor; /* rope.scaling.attn_factor: 1 unless the GGUF says */
     float rope_mscale;     /* cos and sin times this: yarn: attn_factor * (1 + 0.1 ln
                               factor) for factor > 1; linear: attn_factor; none: 1 */
@@ -516,7 +517,10 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
  * otherwise: lm_config.rope_theta). */
 #define LM_ROPE_BASE 10000.0f
 
-/* The decoder's rotary embedding as kvevict describes one (kve_rope): every
+/* The decoder's rotary embedding as kvevict describes one (kve_rope), its
+ * linear or yarn scaling included (a rope_freqs.weight file's or a factor
+ * below 1 is not: the rope is then unset, and a policy that reads it refuses
+ * it): every
  * dimension of a head (rotary_dim = head_size), base the model's
  * rope_theta, adjacent pairs (2j, 2j+1), as run.c rotates them. */
 kve_rope lm_rope(const lm_config *c);
