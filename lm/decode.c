@@ -139,7 +139,8 @@ static void rope_row(float *rope, int64_t pos, size_t S, const lm_model *m)
             if (c->rope_scaling == LM_ROPE_SCALING_LINEAR) {
                 freq *= fs;
             } else if (c->rope_scaling == LM_ROPE_SCALING_YARN) {
-                float y = ((float)(i / 2) - lo) / fmaxf(0.001f, hi - lo);
+                size_t pair = i / 2; /* ggml's i0 / 2, a whole pair index */
+                float y = ((float)pair - lo) / fmaxf(0.001f, hi - lo);
                 float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
                 freq *= fs * (1.0f - ramp) + ramp;
             }

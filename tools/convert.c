@@ -176,12 +176,13 @@ static void parse_rope_scaling(const char *arg, gw_spec *s, float *freqs)
         double x = strtod(v, &end);
         if (!*v || *end || !(x > 0 && x < 1e30))
             die("--rope-scaling: '%s' is not a positive number", v);
-        double *slot = first                                ? &factor
-                       : strcmp(it, "orig") == 0            ? &orig
-                       : !llama3 && strcmp(it, "attn") == 0 ? &attn
-                       : llama3 && strcmp(it, "low") == 0   ? &low
-                       : llama3 && strcmp(it, "high") == 0  ? &high
-                                                            : NULL;
+        /* yarn and linear take attn; llama3 takes low and high. */
+        const char *k1 = llama3 ? "low" : "attn", *k2 = llama3 ? "high" : "";
+        double *slot = first                   ? &factor
+                       : strcmp(it, "orig") == 0 ? &orig
+                       : strcmp(it, k1) == 0     ? (llama3 ? &low : &attn)
+                       : *k2 && strcmp(it, k2) == 0 ? &high
+                                                    : NULL;
         if (!slot)
             die("--rope-scaling %s: unknown key '%s'", arg, it);
         *slot = x;
