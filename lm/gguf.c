@@ -356,7 +356,8 @@ static kve_status parse_tensor_infos(lm_gguf *g, rd *r)
         size_t bs = lm_dtype_block((lm_dtype)t->type), bb = lm_dtype_block_bytes((lm_dtype)t->type);
         if (t->type == LM_I8G || bs == 0)
             return kve_set_error(KVE_EFORMAT, "GGUF: tensor %.*s: type %u (%s) is not supported (F32, "
-                           "F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are)", nl, t->name.s, t->type,
+                           "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                           "IQ4_NL and IQ4_XS are)", nl, t->name.s, t->type,
                            lm_dtype_name(t->type));
         if (t->ne[0] % bs != 0)
             return kve_set_error(KVE_EFORMAT, "GGUF: tensor %.*s: %llu values a row are not whole %s "
@@ -579,9 +580,18 @@ static kve_status check_finite(const lm_gguf *g, const gg_tensor *t)
     case LM_F32: bad = first_not_finite(p, t->bytes / 4, 0); break;
     case LM_F16: bad = first_not_finite(p, t->bytes / 2, 0x7c00u); break;
     case LM_BF16: bad = first_not_finite(p, t->bytes / 2, 0x7f80u); break;
-    default: { /* a float16 scale at these offsets of each block */
-        size_t bb = lm_dtype_block_bytes((lm_dtype)t->type);
-        size_t o1 = t->type == LM_Q6_K ? 208 : 0, o2 = t->type == LM_Q4_K ? 2 : o1;
+    default: { /* a float16 scale at these offsets of each block (d, and the min's scale) */
+        size_t bb = lm_dtype_block_bytes((lm_dtype)t->type), o1 = 0, o2;
+        switch (t->type) {
+        case LM_Q6_K: o1 = 208; break;
+        case LM_Q2_K: o1 = 80; break;
+        case LM_Q3_K: o1 = 108; break;
+        default: break;
+        }
+        o2 = o1;
+        if (t->type == LM_Q4_1 || t->type == LM_Q5_1 || t->type == LM_Q4_K || t->type == LM_Q5_K ||
+            t->type == LM_Q2_K)
+            o2 = o1 + 2;
         for (uint64_t b = 0; b < t->bytes / bb && bad == UINT64_MAX; b++)
             if ((lm__u16(p + b * bb + o1) & 0x7c00u) == 0x7c00u ||
                 (lm__u16(p + b * bb + o2) & 0x7c00u) == 0x7c00u)

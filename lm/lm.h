@@ -84,7 +84,30 @@ kve_status lm_read_head(const char *path, void *buf, size_t n, size_t *got);
  *         mins, 128 bytes of nibbles; x = (d*sc) * q - (dmin*m) per
  *         sub-block of 32;
  *   Q6_K: blocks of 256: 128 bytes low nibbles, 64 bytes high 2 bits, 16
- *         int8 scales, float16 d; x = d * sc * (q - 32) per 16 elements.
+ *         int8 scales, float16 d; x = d * sc * (q - 32) per 16 elements;
+ *   Q4_1: blocks of 32: float16 d, m, 16 bytes;         x = nibble * d + m,
+ *         the nibbles ordered as Q4_0's;
+ *   Q5_0: blocks of 32: float16 d, 4 bytes qh, 16 bytes; x = (q - 16) * d,
+ *         q = nibble (Q4_0's order) | bit j of qh (little endian) << 4;
+ *   Q5_1: blocks of 32: float16 d, m, 4 bytes qh, 16 bytes; x = q * d + m,
+ *         q as Q5_0's;
+ *   Q2_K: blocks of 256: 16 bytes of 4-bit scale (low) and min (high), 64
+ *         bytes of 2-bit q, float16 d, dmin; x = (d*sc) * q - (dmin*m) per
+ *         16, 128 elements a half: 32 bytes, 2 bits at shift 2s for the
+ *         elements 32s .. 32s + 31 of the half;
+ *   Q3_K: blocks of 256: 32 bytes high bits, 64 bytes of 2-bit q, 12 bytes
+ *         of 6-bit scales, float16 d; x = (d * (sc - 32)) * (q - 4 when
+ *         its high bit is clear) per 16, the 2 bits as Q2_K's, the high bit
+ *         of element e of the block bit e / 32 of byte e mod 32;
+ *   Q5_K: blocks of 256: float16 d, dmin, 12 bytes of scales and mins as
+ *         Q4_K's, 32 bytes high bits, 128 bytes of nibbles; x = (d*sc) *
+ *         (nibble + 16 * bit) - (dmin*m) per 32, the bit of element e bit
+ *         e / 32 of byte e mod 32;
+ *   IQ4_NL: blocks of 32: float16 d, 16 bytes; x = d * kvalues[nibble] (the
+ *         16 int8 values of ggml's kvalues_iq4nl), nibbles as Q4_0's;
+ *   IQ4_XS: blocks of 256: float16 d, uint16 high scale bits, 4 bytes low
+ *         scale nibbles, 128 bytes; x = (d * (ls - 32)) * kvalues[nibble]
+ *         per 32, ls 6 bits, each 32's nibbles as Q4_0's.
  * LM_I8G is llama2.c's version-2 format (runq.c): int8 values with one
  * float32 scale per group of `group` consecutive elements of a row.
  */
@@ -93,9 +116,17 @@ typedef enum lm_dtype {
     LM_F32 = 0,
     LM_F16 = 1,
     LM_Q4_0 = 2,
+    LM_Q4_1 = 3,
+    LM_Q5_0 = 6,
+    LM_Q5_1 = 7,
     LM_Q8_0 = 8,
+    LM_Q2_K = 10,
+    LM_Q3_K = 11,
     LM_Q4_K = 12,
+    LM_Q5_K = 13,
     LM_Q6_K = 14,
+    LM_IQ4_NL = 20,
+    LM_IQ4_XS = 23,
     LM_BF16 = 30,
     LM_I8G = 1000 /* not a ggml id */
 } lm_dtype;
@@ -699,9 +730,10 @@ void lm_matmul(float *xout, const float *x, const float *w, size_t n, size_t d);
  * per instruction set, chosen once at run time from the CPU (AVX-512 F, BW,
  * VL and DQ, else AVX2 with F16C, else the portable code) and equal to the
  * reference bit for bit (tests/test_lm_matvec.c forces each in turn):
- *   F32, F16, BF16, Q4_0, Q6_K: the row dequantized (exactly as
- *       lm_matrix_row does) and dotted with x in lm_matmul's order, so these
- *       give the bits of the float32 product over the dequantized weights;
+ *   F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K,
+ *       IQ4_NL, IQ4_XS: the row dequantized (exactly as lm_matrix_row does)
+ *       and dotted with x in lm_matmul's order, so these give the bits of
+ *       the float32 product over the dequantized weights;
  *   Q8_0, Q4_K and LM_I8G (integer products): x quantized as
  *       lm_quantize_q8 does (groups of 32 for Q8_0 and Q4_K, of the format's
  *       group size for LM_I8G); per group g the exact integer sums s_k of

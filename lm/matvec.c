@@ -24,7 +24,9 @@
  * does not depend on its neighbours, hence not on how rows are split over
  * threads. The AVX-512 kernels are the AVX2 bodies compiled for AVX-512
  * (EVEX encoding, 32 registers), but the 4-bit types' own: the lane order
- * is fixed at 8.
+ * is fixed at 8. Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS
+ * share one kernel (k_deq) that calls quant.c's dequantization itself and
+ * vectorises only the products.
  *
  * Shapes: W (rows, cols) row-major, row r at data + r * row_bytes; x
  * (cols); out (r1 - r0).
@@ -597,6 +599,34 @@ LM_INLINE_AVX2 void k_q6_k(const int nr, const lm_matrix *w, const size_t ri[8],
     rows_end(nr, acc, out);
 }
 
+/* The other block types (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL,
+ * IQ4_XS): each row's next 256 values (whole blocks: 256 is a multiple of
+ * every block) dequantized by quant.c's own code, the reference's, into a
+ * buffer (8 rows of 256 floats, 8 KB of stack), then multiplied and added
+ * eight at a time in element order. The dequantization is scalar: the
+ * product is the reference's arithmetic, not a faster one. */
+LM_INLINE_AVX2 void k_deq(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
+                          const lm_q8 *xq, float out[8])
+{
+    (void)xq;
+    const unsigned char *p[8];
+    __m256 acc[8];
+    rows_begin(w, ri, nr, p, acc);
+    float buf[8][256];
+    const size_t n = w->cols;
+    for (size_t s = 0; s < n; s += 256) {
+        const size_t c = n - s < 256 ? n - s : 256; /* whole blocks, a multiple of 8 */
+        for (int k = 0; k < nr; k++)
+            lm__dequant_span(w, ri[k], s, c, buf[k]);
+        for (size_t i = 0; i < c; i += 8) {
+            __m256 xv = _mm256_loadu_ps(x + s + i);
+            for (int k = 0; k < nr; k++)
+                acc[k] = madd8(acc[k], _mm256_loadu_ps(buf[k] + i), xv);
+        }
+    }
+    rows_end(nr, acc, out);
+}
+
 /* Q8_0 against the input quantized in groups of 32. */
 LM_INLINE_AVX2 void k_q8_0(const int nr, const lm_matrix *w, const size_t ri[8], const float *x,
                            const lm_q8 *xq, float out[8])
@@ -667,7 +697,8 @@ LM_INLINE_AVX2 void k_i8g(const int nr, const lm_matrix *w, const size_t ri[8], 
     LM_KERNEL(q4_k, k_q4_k, SUFFIX, TARGET, NR)                                                   \
     LM_KERNEL(q6_k, k_q6_k, SUFFIX, TARGET, NR)                                                   \
     LM_KERNEL(q8_0, k_q8_0, SUFFIX, TARGET, NR)                                                   \
-    LM_KERNEL(i8g, k_i8g, SUFFIX, TARGET, NR)
+    LM_KERNEL(i8g, k_i8g, SUFFIX, TARGET, NR)                                                     \
+    LM_KERNEL(deq, k_deq, SUFFIX, TARGET, NR)
 
 LM_KERNELS(avx2, LM_AVX2, 4)
 LM_KERNELS(avx512, LM_AVX512, 8)
@@ -676,19 +707,19 @@ LM_KERNEL(q4_0_lut, k_q4_0_lut, avx512, LM_AVX512, 8)
 
 #define LM_TABLE(SUFFIX)                                                                          \
     {f32_##SUFFIX, f16_##SUFFIX, bf16_##SUFFIX, q4_0_##SUFFIX, q4_k_##SUFFIX, q6_k_##SUFFIX,      \
-     q8_0_##SUFFIX, i8g_##SUFFIX}
+     q8_0_##SUFFIX, i8g_##SUFFIX, deq_##SUFFIX}
 
-enum { N_KINDS = 8 };
+enum { N_KINDS = 9 };
 /* AVX-512: the AVX2 bodies, but the 4-bit types' own kernels */
 static const kern4_fn kernels[LM_ISA_COUNT][N_KINDS] = {
     {NULL},
     LM_TABLE(avx2),
     {f32_avx512, f16_avx512, bf16_avx512, q4_0_lut_avx512, q4_k_512_avx512, q6_k_avx512,
-     q8_0_avx512, i8g_avx512}};
+     q8_0_avx512, i8g_avx512, deq_avx512}};
 static const size_t kernel_rows[LM_ISA_COUNT] = {1, 4, 8};
 
 #else
-enum { N_KINDS = 8 };
+enum { N_KINDS = 9 };
 static const kern4_fn kernels[LM_ISA_COUNT][N_KINDS] = {{NULL}};
 static const size_t kernel_rows[LM_ISA_COUNT] = {1, 1, 1};
 #endif
@@ -705,6 +736,14 @@ static int kind(const lm_matrix *w)
     case LM_Q6_K: return 5;
     case LM_Q8_0: return 6;
     case LM_I8G: return w->group % 32 == 0 ? 7 : -1;
+    case LM_Q4_1:
+    case LM_Q5_0:
+    case LM_Q5_1:
+    case LM_Q2_K:
+    case LM_Q3_K:
+    case LM_Q5_K:
+    case LM_IQ4_NL:
+    case LM_IQ4_XS: return 8;
     default: return -1;
     }
 }

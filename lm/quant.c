@@ -41,9 +41,17 @@ size_t lm_dtype_block(lm_dtype type)
     case LM_BF16:
     case LM_I8G: return 1;
     case LM_Q4_0:
-    case LM_Q8_0: return 32;
+    case LM_Q4_1:
+    case LM_Q5_0:
+    case LM_Q5_1:
+    case LM_Q8_0:
+    case LM_IQ4_NL: return 32;
+    case LM_Q2_K:
+    case LM_Q3_K:
     case LM_Q4_K:
-    case LM_Q6_K: return 256;
+    case LM_Q5_K:
+    case LM_Q6_K:
+    case LM_IQ4_XS: return 256;
     default: return 0;
     }
 }
@@ -56,9 +64,17 @@ size_t lm_dtype_block_bytes(lm_dtype type)
     case LM_BF16: return 2;
     case LM_I8G: return 1;
     case LM_Q4_0: return 2 + 16;
+    case LM_Q4_1: return 2 + 2 + 16;
+    case LM_Q5_0: return 2 + 4 + 16;
+    case LM_Q5_1: return 2 + 2 + 4 + 16;
     case LM_Q8_0: return 2 + 32;
+    case LM_IQ4_NL: return 2 + 16;
+    case LM_Q2_K: return 16 + 64 + 2 + 2;
+    case LM_Q3_K: return 32 + 64 + 12 + 2;
     case LM_Q4_K: return 2 + 2 + 12 + 128;
+    case LM_Q5_K: return 2 + 2 + 12 + 32 + 128;
     case LM_Q6_K: return 128 + 64 + 16 + 2;
+    case LM_IQ4_XS: return 2 + 2 + 4 + 128;
     default: return 0;
     }
 }
@@ -86,10 +102,118 @@ float lm_bf16_to_f32(uint16_t h)
     return bits_to_float((uint32_t)h << 16);
 }
 
+/* ggml's kvalues_iq4nl: the 16 values an IQ4_NL or IQ4_XS nibble stands for. */
+static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
+
+/* The 32 5-bit values of a Q5_0 or Q5_1 block: element j < 16 the low
+ * nibble of qs[j], j >= 16 the high nibble of qs[j - 16], and bit j of the
+ * little-endian qh as its fifth bit. */
+static void q5_values(const unsigned char *qh, const unsigned char *qs, int q[32])
+{
+    const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
+                       (uint32_t)qh[3] << 24;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0x0F) | (int)((h >> j) & 1u) << 4;
+        q[j + 16] = (qs[j] >> 4) | (int)((h >> (j + 16)) & 1u) << 4;
+    }
+}
+
 /* One block of a GGUF type at b into y (its 32 or 256 values). */
 static void dequant_block(lm_dtype type, const unsigned char *b, float *y)
 {
     switch (type) {
+    case LM_Q4_1: {
+        const float d = lm_f16_to_f32(lm__u16(b)), m = lm_f16_to_f32(lm__u16(b + 2));
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)(b[4 + j] & 0x0F) * d + m;
+            y[j + 16] = (float)(b[4 + j] >> 4) * d + m;
+        }
+        break;
+    }
+    case LM_Q5_0: {
+        const float d = lm_f16_to_f32(lm__u16(b));
+        int q[32];
+        q5_values(b + 2, b + 6, q);
+        for (int j = 0; j < 32; j++)
+            y[j] = (float)(q[j] - 16) * d;
+        break;
+    }
+    case LM_Q5_1: {
+        const float d = lm_f16_to_f32(lm__u16(b)), m = lm_f16_to_f32(lm__u16(b + 2));
+        int q[32];
+        q5_values(b + 4, b + 8, q);
+        for (int j = 0; j < 32; j++)
+            y[j] = (float)q[j] * d + m;
+        break;
+    }
+    case LM_IQ4_NL: {
+        const float d = lm_f16_to_f32(lm__u16(b));
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)iq4nl_values[b[2 + j] & 0x0F];
+            y[j + 16] = d * (float)iq4nl_values[b[2 + j] >> 4];
+        }
+        break;
+    }
+    case LM_Q2_K: { /* scales 0..15, q 16..79, d 80, dmin 82 */
+        const float d = lm_f16_to_f32(lm__u16(b + 80)), min = lm_f16_to_f32(lm__u16(b + 82));
+        for (int e = 0; e < 256; e += 16) { /* 16 elements a scale */
+            const unsigned sc = b[e / 16];
+            const float dl = d * (float)(sc & 0xF), ml = min * (float)(sc >> 4);
+            const unsigned char *q = b + 16 + 32 * (e / 128) + (e % 32);
+            const int shift = 2 * ((e % 128) / 32);
+            for (int l = 0; l < 16; l++)
+                y[e + l] = dl * (float)((q[l] >> shift) & 3) - ml;
+        }
+        break;
+    }
+    case LM_Q3_K: { /* high bits 0..31, q 32..95, scales 96..107, d 108 */
+        const float d = lm_f16_to_f32(lm__u16(b + 108));
+        const unsigned char *hm = b, *sb = b + 96;
+        for (int e = 0; e < 256; e += 16) {
+            const int i = e / 16; /* the scale: 4 low bits, 2 high bits */
+            const int lo = i < 8 ? sb[i] & 0xF : sb[i - 8] >> 4;
+            const int sc = (lo | ((sb[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32;
+            const float dl = d * (float)sc;
+            const unsigned char *q = b + 32 + 32 * (e / 128) + (e % 32);
+            const int shift = 2 * ((e % 128) / 32), bit = e / 32;
+            for (int l = 0; l < 16; l++) {
+                const int v = ((q[l] >> shift) & 3) - ((hm[e % 32 + l] >> bit) & 1 ? 0 : 4);
+                y[e + l] = dl * (float)v;
+            }
+        }
+        break;
+    }
+    case LM_Q5_K: { /* d 0, dmin 2, scales 4..15, high bits 16..47, nibbles 48..175 */
+        const float d = lm_f16_to_f32(lm__u16(b)), min = lm_f16_to_f32(lm__u16(b + 2));
+        const unsigned char *qh = b + 16;
+        for (int j = 0; j < 8; j++) { /* sub-block j: pair j / 2, low nibbles when even */
+            unsigned sc, m;
+            lm__scale_min_k4(j, b + 4, &sc, &m);
+            const float d1 = d * (float)sc, m1 = min * (float)m;
+            const unsigned char *ql = b + 48 + 32 * (j / 2);
+            for (int l = 0; l < 32; l++) {
+                const int q = (j % 2 ? ql[l] >> 4 : ql[l] & 0xF) + ((qh[l] >> j) & 1 ? 16 : 0);
+                y[32 * j + l] = d1 * (float)q - m1;
+            }
+        }
+        break;
+    }
+    case LM_IQ4_XS: { /* d 0, high scale bits 2, low scale nibbles 4..7, nibbles 8..135 */
+        const float d = lm_f16_to_f32(lm__u16(b));
+        const unsigned sh = lm__u16(b + 2);
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls =
+                ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (int)((sh >> (2 * ib)) & 3) << 4;
+            const float dl = d * (float)(ls - 32);
+            const unsigned char *qs = b + 8 + 16 * ib;
+            for (int j = 0; j < 16; j++) {
+                y[32 * ib + j] = dl * (float)iq4nl_values[qs[j] & 0xF];
+                y[32 * ib + j + 16] = dl * (float)iq4nl_values[qs[j] >> 4];
+            }
+        }
+        break;
+    }
     case LM_Q8_0: {
         const float d = lm_f16_to_f32(lm__u16(b));
         for (int j = 0; j < 32; j++)

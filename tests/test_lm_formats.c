@@ -708,8 +708,8 @@ static void test_refusals(void)
     ASSERT_REFUSED(c, n, "blk.1.ffn_up.weight: 5 dimensions");
     FRESH(), put_u64(c + q + 4, 16), put_u64(c + q + 12, 8); /* the same bytes, transposed */
     ASSERT_REFUSED(c, n, "blk.1.ffn_up.weight: shape [16, 8, 1, 1], want [8, 16]");
-    FRESH(), put_u32(c + q + 4 + 16, 13);
-    ASSERT_REFUSED(c, n, "type 13 (Q5_K) is not supported");
+    FRESH(), put_u32(c + q + 4 + 16, 16);
+    ASSERT_REFUSED(c, n, "type 16 (IQ2_XXS) is not supported");
     FRESH(), put_u32(c + q + 4 + 16, 8); /* Q8_0: 8 values a row are not whole blocks */
     ASSERT_REFUSED(c, n, "not whole Q8_0 blocks of 32");
     uint64_t off;

@@ -5,7 +5,9 @@
  *
  * - Dequantization of every type equals, bit for bit, the values numpy
  *   computes from ggml's published definitions (tests/fixtures/quant/,
- *   written by its make.py, independently of lm/).
+ *   written by its make.py, independently of lm/); the types added later
+ *   (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS) against values
+ *   worked out by hand from ggml's definitions, a block each.
  * - Every vector kernel on every instruction set this machine has equals
  *   the plain reference bit for bit, on random matrices of every type
  *   (rows that are not a multiple of 4, row ranges that start anywhere,
@@ -78,12 +80,23 @@ static lm_matrix random_matrix(lm_dtype type, size_t rows, size_t cols, size_t g
         }
         case LM_Q8_0:
         case LM_Q4_0:
-        case LM_Q4_K: put16(blk, rnd_f16_scale()); break;
+        case LM_Q4_1:
+        case LM_Q5_0:
+        case LM_Q5_1:
+        case LM_Q4_K:
+        case LM_Q5_K:
+        case LM_IQ4_NL:
+        case LM_IQ4_XS: put16(blk, rnd_f16_scale()); break;
         case LM_Q6_K: put16(blk + 208, rnd_f16_scale()); break;
+        case LM_Q2_K: put16(blk + 80, rnd_f16_scale()); break;
+        case LM_Q3_K: put16(blk + 108, rnd_f16_scale()); break;
         default: break;
         }
-        if (type == LM_Q4_K)
+        /* the second scale (of the mins) */
+        if (type == LM_Q4_K || type == LM_Q5_K || type == LM_Q4_1 || type == LM_Q5_1)
             put16(blk + 2, rnd_f16_scale());
+        if (type == LM_Q2_K)
+            put16(blk + 82, rnd_f16_scale());
     }
     if (type == LM_I8G) {
         size_t ns = rows * cols / group;
@@ -175,11 +188,109 @@ static void test_f16_bf16(void)
     float one = lm_bf16_to_f32(0x3f80), minus_two = lm_bf16_to_f32(0xc000);
     ASSERT_TRUE(one == 1.0f && minus_two == -2.0f);
     ASSERT_STR_EQ(lm_dtype_name(LM_Q4_K), "Q4_K");
-    ASSERT_STR_EQ(lm_dtype_name(13), "Q5_K");
+    ASSERT_STR_EQ(lm_dtype_name(LM_Q5_K), "Q5_K");
+    ASSERT_STR_EQ(lm_dtype_name(16), "IQ2_XXS");
     ASSERT_STR_EQ(lm_dtype_name(999), "unknown");
     ASSERT_TRUE(lm_dtype_block(LM_Q6_K) == 256 && lm_dtype_block_bytes(LM_Q6_K) == 210);
-    ASSERT_TRUE(lm_dtype_block((lm_dtype)13) == 0);
+    ASSERT_TRUE(lm_dtype_block((lm_dtype)16) == 0 && lm_dtype_block_bytes((lm_dtype)16) == 0);
+    ASSERT_TRUE(lm_dtype_block((lm_dtype)9) == 0); /* Q8_1: not a weight type */
+    /* ggml's ids, names and sizeof(block_*) (ggml-common.h's static_asserts) */
+    static const struct {
+        lm_dtype type;
+        const char *name;
+        size_t block, bytes;
+    } sizes[] = {{LM_Q4_1, "Q4_1", 32, 20},    {LM_Q5_0, "Q5_0", 32, 22},
+                 {LM_Q5_1, "Q5_1", 32, 24},    {LM_Q2_K, "Q2_K", 256, 84},
+                 {LM_Q3_K, "Q3_K", 256, 110},  {LM_Q5_K, "Q5_K", 256, 176},
+                 {LM_IQ4_NL, "IQ4_NL", 32, 18}, {LM_IQ4_XS, "IQ4_XS", 256, 136}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        ASSERT_STR_EQ(lm_dtype_name(sizes[i].type), sizes[i].name);
+        ASSERT_TRUE(lm_dtype_block(sizes[i].type) == sizes[i].block);
+        ASSERT_TRUE(lm_dtype_block_bytes(sizes[i].type) == sizes[i].bytes);
+    }
 }
+
+/* One hand-built block per type added after the numpy fixtures, and a few
+ * of its values worked out by hand from ggml's dequantize_row_* (the float16
+ * scales powers of two, so every value is exact): a nibble, bit or scale
+ * read from the wrong place fails. */
+typedef struct deq_case {
+    size_t e;   /* element of the block */
+    float want; /* its value */
+} deq_case;
+
+static void check_block(lm_dtype type, const unsigned char *b, const deq_case *c, size_t n)
+{
+    float y[256];
+    lm_matrix w = {.data = b, .type = type, .rows = 1, .cols = lm_dtype_block(type),
+                   .row_bytes = lm_dtype_block_bytes(type)};
+    lm_matrix_row(&w, 0, y);
+    for (size_t i = 0; i < n; i++)
+        if (y[c[i].e] != c[i].want)
+            CHECK_FAIL_AT("%s element %zu: %.9g, want %.9g", lm_dtype_name(type), c[i].e,
+                          (double)y[c[i].e], (double)c[i].want);
+}
+
+#define DEQ(TYPE, ...)                                                                            \
+    do {                                                                                          \
+        static const deq_case cases[] = {__VA_ARGS__};                                            \
+        check_block(TYPE, b, cases, sizeof cases / sizeof cases[0]);                              \
+    } while (0)
+
+static void test_dequant_by_hand(void)
+{
+    unsigned char b[256];
+    /* Q4_1: d 0.5, m -1; byte 3 = 0xA5: element 3 = 5 d + m, 19 = 10 d + m */
+    memset(b, 0, sizeof b);
+    put16(b, 0x3800), put16(b + 2, 0xBC00), b[4 + 3] = 0xA5;
+    DEQ(LM_Q4_1, {3, 1.5f}, {19, 4.0f}, {0, -1.0f});
+    /* Q5_0: d 2; qh bits 3 and 17; qs[1] = 0x7F, qs[3] = 0x21 */
+    memset(b, 0, sizeof b);
+    put16(b, 0x4000), b[2] = 0x08, b[4] = 0x02, b[6 + 1] = 0x7F, b[6 + 3] = 0x21;
+    DEQ(LM_Q5_0, {3, 2.0f}, {19, -28.0f}, {17, 14.0f}, {1, -2.0f}, {0, -32.0f});
+    /* Q5_1: d 1, m 0.5; qh bit 31; qs[15] = 0x3C */
+    memset(b, 0, sizeof b);
+    put16(b, 0x3C00), put16(b + 2, 0x3800), b[4 + 3] = 0x80, b[8 + 15] = 0x3C;
+    DEQ(LM_Q5_1, {15, 12.5f}, {31, 19.5f}, {30, 0.5f});
+    /* IQ4_NL: d 0.5; qs[0] = 0xF0: kvalues[0] = -127, kvalues[15] = 113;
+     * qs[9] = 0x98: kvalues[8] = 1, kvalues[9] = 13 */
+    memset(b, 0, sizeof b);
+    put16(b, 0x3800), b[2] = 0xF0, b[2 + 9] = 0x98;
+    DEQ(LM_IQ4_NL, {0, -63.5f}, {16, 56.5f}, {9, 0.5f}, {25, 6.5f});
+    /* Q2_K: d 1, dmin 0.5 (bytes 80, 82). Element 213: half 1, shift 4,
+     * byte 32 + 21 of qs, scale 13; element 37: half 0, shift 2, qs[5],
+     * scale 2; element 0: qs[0], scale 0. */
+    memset(b, 0, sizeof b);
+    put16(b + 80, 0x3C00), put16(b + 82, 0x3800);
+    b[13] = 0x37, b[16 + 53] = 0x20;   /* sc 7, m 3; q 2: 7 * 2 - 1.5 */
+    b[2] = 0x04, b[16 + 5] = 0x0C;     /* sc 4, m 0; q 3 */
+    b[0] = 0x21, b[16 + 0] = 0x03;     /* sc 1, m 2; q 3: 3 - 1 */
+    DEQ(LM_Q2_K, {213, 12.5f}, {37, 12.0f}, {0, 2.0f}, {16, 0.0f});
+    /* Q3_K: d 0.5 (byte 108). Element 200: scale 12 = the high nibble of
+     * scale byte 4 (5) and bits 6..7 of byte 8 (2): 37 - 32; its high bit
+     * bit 6 of hmask[8] set; qs[40] >> 4 & 3 = 3: 0.5 * 5 * 3. Element 201:
+     * high bit clear, q 1: 2.5 * (1 - 4). Element 0: scale 0 - 32, q 0 - 4. */
+    memset(b, 0, sizeof b);
+    put16(b + 108, 0x3800);
+    b[96 + 4] = 0x50, b[96 + 8] = 0x80, b[8] = 0x40, b[32 + 40] = 0x30, b[32 + 41] = 0x10;
+    DEQ(LM_Q3_K, {200, 7.5f}, {201, -7.5f}, {0, 64.0f});
+    /* Q5_K: d 1, dmin 1. Element 167: sub-block 5 (sc 3 | 1 << 4 = 19 from
+     * scale bytes 9 and 1, m 2), the high nibble of qs[64 + 7] (9), bit 5 of
+     * qh[7]: 19 * 25 - 2. Element 0: sc 2, m 1, nibble 7: 13. */
+    memset(b, 0, sizeof b);
+    put16(b, 0x3C00), put16(b + 2, 0x3C00);
+    b[4 + 9] = 0x23, b[4 + 1] = 0x40, b[48 + 64 + 7] = 0x90, b[16 + 7] = 0x20;
+    b[4 + 0] = 0x02, b[4 + 4] = 0x01, b[48] = 0x07;
+    DEQ(LM_Q5_K, {167, 473.0f}, {0, 13.0f}, {135, 0.0f});
+    /* IQ4_XS: d 0.25. Sub-block 3: ls = the high nibble of scales_l[1] (7) |
+     * bits 6..7 of scales_h (2) << 4 = 39, dl = 1.75; qs[48 + 2] = 0xE0:
+     * element 114 kvalues[14] = 89, element 98 kvalues[0] = -127. Element 0:
+     * ls 0, dl -8, kvalues[0]. */
+    memset(b, 0, sizeof b);
+    put16(b, 0x3400), put16(b + 2, 0x0080), b[4 + 1] = 0x70, b[8 + 48 + 2] = 0xE0;
+    DEQ(LM_IQ4_XS, {114, 155.75f}, {98, -222.25f}, {0, 1016.0f});
+}
+#undef DEQ
 
 /* ---- the quantized input ---- */
 
@@ -233,7 +344,12 @@ static const shape shapes[] = {
     {LM_Q8_0, 11, 160, 0}, {LM_Q4_0, 2, 32, 0},     {LM_Q4_0, 9, 224, 0},
     {LM_Q4_K, 1, 256, 0},  {LM_Q4_K, 7, 768, 0},    {LM_Q6_K, 1, 256, 0},
     {LM_Q6_K, 6, 512, 0},  {LM_I8G, 5, 64, 32},     {LM_I8G, 9, 192, 64},
-    {LM_I8G, 3, 48, 16},   {LM_I8G, 4, 12, 4},
+    {LM_I8G, 3, 48, 16},   {LM_I8G, 4, 12, 4},      {LM_Q4_1, 1, 32, 0},
+    {LM_Q4_1, 9, 288, 0},  {LM_Q5_0, 2, 32, 0},     {LM_Q5_0, 11, 544, 0},
+    {LM_Q5_1, 1, 64, 0},   {LM_Q5_1, 10, 352, 0},   {LM_IQ4_NL, 3, 32, 0},
+    {LM_IQ4_NL, 9, 800, 0}, {LM_Q2_K, 1, 256, 0},   {LM_Q2_K, 9, 768, 0},
+    {LM_Q3_K, 1, 256, 0},  {LM_Q3_K, 7, 512, 0},    {LM_Q5_K, 2, 256, 0},
+    {LM_Q5_K, 10, 768, 0}, {LM_IQ4_XS, 1, 256, 0},  {LM_IQ4_XS, 9, 512, 0},
 };
 
 /* Sum of |w| over group g of row r, and of |w x| over the row (double). */
@@ -382,6 +498,7 @@ int main(int argc, char **argv)
     rng_state = check_seed;
     RUN(test_dequant_vectors);
     RUN(test_f16_bf16);
+    RUN(test_dequant_by_hand);
     RUN(test_quantize);
     RUN(test_kernels);
     RUN(test_isa_force);
