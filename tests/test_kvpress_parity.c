@@ -30,6 +30,7 @@
  */
 #include "check.h"
 #include "policy_impl.h"
+#include "kvpress_port.h"
 
 #include <float.h>
 #include <stdlib.h>
@@ -50,40 +51,6 @@ static double uniform(void) /* xorshift64*, [0, 1) */
     return (double)((rng_state * 2685821657736338717ull) >> 11) * 0x1p-53;
 }
 
-static size_t n_kept_of(size_t n, double cr)
-{
-    return (size_t)((double)n * (1.0 - cr));
-}
-
-/* keep[j*n + i] = 1 for the n_kept highest of score[j*n ..] (ScorerPress's
- * topk; the scores are distinct). */
-static void port_topk(const double *score, size_t n, size_t n_kept, unsigned char *keep)
-{
-    memset(keep, 0, n);
-    for (size_t k = 0; k < n_kept; k++) {
-        size_t best = n;
-        for (size_t i = 0; i < n; i++)
-            if (!keep[i] && (best == n || score[i] > score[best]))
-                best = i;
-        keep[best] = 1;
-    }
-}
-
-/* Positions of head j the bank keeps, against the port's keep: the
- * positions in one set only. */
-static size_t kept_diff(const kve_bank *b, size_t j, const unsigned char *keep, size_t n)
-{
-    unsigned char *mine = calloc(n, 1);
-    const int32_t *pos = kve_bank_positions(b, j);
-    for (size_t k = 0; k < kve_bank_size(b, j); k++)
-        mine[pos[k]] = 1;
-    size_t diff = 0;
-    for (size_t i = 0; i < n; i++)
-        diff += mine[i] != keep[i];
-    free(mine);
-    return diff;
-}
-
 /* ---- the ports ---- */
 
 enum { M_KNORM, M_KEYDIFF, M_STREAMING };
@@ -91,7 +58,7 @@ enum { M_KNORM, M_KEYDIFF, M_STREAMING };
 /* Head j's kvpress score of every position from keys (n, J, d). mutate:
  * knorm the squared norm, keydiff the anchor of raw (not unit) keys,
  * streaming one sink fewer. */
-static void port_scores(int method, const float *keys, shape s, size_t j, size_t n_kept,
+static void port_scores(int method, const float *keys, shape s, size_t j, size_t kept,
                         int mutate, double *score)
 {
     const size_t n = s.n, d = s.d;
@@ -120,7 +87,7 @@ static void port_scores(int method, const float *keys, shape s, size_t j, size_t
             score[i] = -dot / fmax(sqrt(nn) * sqrt(na), 1e-8); /* cosine_similarity */
         } else {
             size_t sinks = mutate ? 3 : 4;
-            score[i] = i < sinks || i >= n - (n_kept - sinks) ? 1.0 : 0.0;
+            score[i] = i < sinks || i >= n - (kept - sinks) ? 1.0 : 0.0;
         }
     }
     free(anchor);
@@ -174,31 +141,32 @@ static void test_key_scored(void)
             double *score = malloc(s.n * sizeof *score);
             unsigned char *keep = malloc(s.n);
             for (size_t r = 0; r < 2; r++) {
-                size_t B = n_kept_of(s.n, ratios[r]);
+                size_t B = n_kept(s.n, ratios[r]);
                 kve_bank *b;
                 ASSERT_OK(run_policy(m, keys, s, B, &b));
                 for (size_t j = 0; j < s.J; j++) {
                     ASSERT_EQ(kve_bank_size(b, j), B);
                     port_scores(m, keys, s, j, B, 0, score);
-                    port_topk(score, s.n, B, keep);
-                    diffs[r] += kept_diff(b, j, keep, s.n);
+                    top(score, s.n, B, keep);
+                    diffs[r] += kept_diff(kve_bank_positions(b, j), kve_bank_size(b, j), keep);
                     if (m == M_KNORM) { /* the stored score is kvpress's, -||k|| */
                         const kve_head *h = &b->heads[j];
                         const int32_t *pos = kve_bank_positions(b, j);
                         for (size_t k = 0; k < h->size; k++) {
-                            double want = score[pos[k]], got = ((const double *)h->col[KVE_COL_SCORE])[k];
+                            double want = score[pos[k]], got = head_score(h, k);
                             worst = fmax(worst, fabs(got - want) / fabs(want));
                         }
                     }
                     port_scores(m, keys, s, j, B, 1, score);
-                    port_topk(score, s.n, B, keep);
-                    caught += kept_diff(b, j, keep, s.n) > 0 || m == M_KNORM;
+                    top(score, s.n, B, keep);
+                    size_t moved = kept_diff(kve_bank_positions(b, j), kve_bank_size(b, j), keep);
+                    caught += moved > 0 || m == M_KNORM;
                 }
                 kve_bank_free(b);
             }
             free(keys), free(score), free(keep);
         }
-        printf("parity %-9s kept-set differences %zu at 0.5, %zu at 0.8; worst score rel %.2g\n",
+        printf("parity %-9s kept outside kvpress's set: %zu at 0.5, %zu at 0.8; worst score rel %.2g\n",
                names[m], diffs[0], diffs[1], worst);
         ASSERT_EQ(diffs[0], 0);
         ASSERT_EQ(diffs[1], 0);
@@ -245,22 +213,22 @@ static void test_adakv(void)
             }
         unsigned char *keep = malloc(s.J * n);
         for (size_t r = 0; r < 2; r++) {
-            const size_t n_kept = n_kept_of(n, ratios[r]);
+            const size_t kept = n_kept(n, ratios[r]);
             for (int mutate = 0; mutate < 2; mutate++) {
                 /* AdaKVPress.compress: n_safe per head, then the layer's lowest
                  * J (n - n_kept) pruned; the mutation safeguards all n_kept,
                  * a cut per head instead of the layer's. */
-                const size_t n_safe = mutate ? n_kept : (size_t)((double)n_kept * 0.2);
+                const size_t n_safe = mutate ? kept : (size_t)((double)kept * 0.2);
                 double *adj = malloc(s.J * n * sizeof *adj);
                 memcpy(adj, score, s.J * n * sizeof *adj);
                 for (size_t j = 0; j < s.J; j++) {
-                    port_topk(score + j * n, n, n_safe, keep + j * n);
+                    top(score + j * n, n, n_safe, keep + j * n);
                     for (size_t i = 0; i < n; i++)
                         if (keep[j * n + i])
                             adj[j * n + i] = DBL_MAX;
                 }
                 memset(keep, 1, s.J * n);
-                for (size_t k = 0; k < s.J * (n - n_kept); k++) {
+                for (size_t k = 0; k < s.J * (n - kept); k++) {
                     size_t low = s.J * n;
                     for (size_t x = 0; x < s.J * n; x++)
                         if (keep[x] && (low == s.J * n || adj[x] < adj[low]))
@@ -278,11 +246,11 @@ static void test_adakv(void)
                 kve_prefill_options p = kve_prefill_default_options();
                 ASSERT_OK(kve_bank_prefill(b, 0, s.J, n, n, attn, n, s.G, KVE_REDUCE_MEAN, &p));
                 int32_t *victims = malloc(s.J * n * sizeof *victims);
-                ASSERT_OK(kve_bank_evict_shared(b, 0, s.J, s.J * n_kept, victims, n, NULL));
+                ASSERT_OK(kve_bank_evict_shared(b, 0, s.J, s.J * kept, victims, n, NULL));
                 free(victims);
                 size_t diff = 0;
                 for (size_t j = 0; j < s.J; j++)
-                    diff += kept_diff(b, j, keep + j * n, n);
+                    diff += kept_diff(kve_bank_positions(b, j), kve_bank_size(b, j), keep + j * n);
                 if (mutate)
                     mutated += diff;
                 else
@@ -292,7 +260,7 @@ static void test_adakv(void)
         }
         free(attn), free(logit), free(score), free(keep);
     }
-    printf("parity ada-kv    kept-set differences %zu at 0.5, %zu at 0.8 (alpha_safeguard 0.2); "
+    printf("parity ada-kv    kept outside kvpress's set: %zu at 0.5, %zu at 0.8 (alpha_safeguard 0.2); "
            "cut per head instead %zu\n",
            diffs[0], diffs[1], mutated);
     ASSERT_EQ(diffs[0], 0);
