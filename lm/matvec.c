@@ -614,8 +614,8 @@ LM_INLINE_AVX2 void k_deq(const int nr, const lm_matrix *w, const size_t ri[8], 
     rows_begin(w, ri, nr, p, acc);
     float buf[8][256];
     const size_t n = w->cols;
-    for (size_t s = 0; s < n; s += 256) {
-        const size_t c = n - s < 256 ? n - s : 256; /* whole blocks, a multiple of 8 */
+    for (size_t s = 0, c; s < n; s += c) {
+        c = n - s > 256 ? 256 : n - s; /* whole blocks, a multiple of 8 */
         for (int k = 0; k < nr; k++)
             lm__dequant_span(w, ri[k], s, c, buf[k]);
         for (size_t i = 0; i < c; i += 8) {

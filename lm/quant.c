@@ -160,7 +160,7 @@ static void dequant_block(lm_dtype type, const unsigned char *b, float *y)
         for (int e = 0; e < 256; e += 16) { /* 16 elements a scale */
             const unsigned sc = b[e / 16];
             const float dl = d * (float)(sc & 0xF), ml = min * (float)(sc >> 4);
-            const unsigned char *q = b + 16 + 32 * (e / 128) + (e % 32);
+            const unsigned char *q = b + 16 + (size_t)(32 * (e / 128) + e % 32);
             const int shift = 2 * ((e % 128) / 32);
             for (int l = 0; l < 16; l++)
                 y[e + l] = dl * (float)((q[l] >> shift) & 3) - ml;
@@ -175,7 +175,7 @@ static void dequant_block(lm_dtype type, const unsigned char *b, float *y)
             const int lo = i < 8 ? sb[i] & 0xF : sb[i - 8] >> 4;
             const int sc = (lo | ((sb[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32;
             const float dl = d * (float)sc;
-            const unsigned char *q = b + 32 + 32 * (e / 128) + (e % 32);
+            const unsigned char *q = b + 32 + (size_t)(32 * (e / 128) + e % 32);
             const int shift = 2 * ((e % 128) / 32), bit = e / 32;
             for (int l = 0; l < 16; l++) {
                 const int v = ((q[l] >> shift) & 3) - ((hm[e % 32 + l] >> bit) & 1 ? 0 : 4);
@@ -191,7 +191,7 @@ static void dequant_block(lm_dtype type, const unsigned char *b, float *y)
             unsigned sc, m;
             lm__scale_min_k4(j, b + 4, &sc, &m);
             const float d1 = d * (float)sc, m1 = min * (float)m;
-            const unsigned char *ql = b + 48 + 32 * (j / 2);
+            const unsigned char *ql = b + 48 + (size_t)(32 * (j / 2));
             for (int l = 0; l < 32; l++) {
                 const int q = (j % 2 ? ql[l] >> 4 : ql[l] & 0xF) + ((qh[l] >> j) & 1 ? 16 : 0);
                 y[32 * j + l] = d1 * (float)q - m1;
@@ -206,7 +206,7 @@ static void dequant_block(lm_dtype type, const unsigned char *b, float *y)
             const int ls =
                 ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (int)((sh >> (2 * ib)) & 3) << 4;
             const float dl = d * (float)(ls - 32);
-            const unsigned char *qs = b + 8 + 16 * ib;
+            const unsigned char *qs = b + 8 + (size_t)(16 * ib);
             for (int j = 0; j < 16; j++) {
                 y[32 * ib + j] = dl * (float)iq4nl_values[qs[j] & 0xF];
                 y[32 * ib + j + 16] = dl * (float)iq4nl_values[qs[j] >> 4];
