@@ -10,6 +10,21 @@
  *   streaming  streaming_llm_press.py  StreamingLLMPress.score: 1 on the
  *                                 first n_sink and the last n_kept - n_sink
  *                                 positions, 0 elsewhere
+ *   keydiff,   block_press.py     BlockPress(KeyDiffPress, block_size 128):
+ *   blocks                       the first n_kept positions kept, then each
+ *                                 block of 128 scored with them (the anchor
+ *                                 over kept and block) and the n_kept best
+ *                                 kept
+ *   SnapKV     snapkv_press.py    SnapKVPress.score (window_size 64,
+ *                                 kernel_size 5): the mean of the last 64
+ *                                 queries' weights on each key before the
+ *                                 window, avg_pool1d over 5 (padding counted
+ *                                 as 0), the group's mean, the window at
+ *                                 the maximum
+ *   PyramidKV  pyramidkv_press.py  PyramidKVPress.get_layer_budget (window
+ *                                 64, beta 20): the layer budgets, against
+ *                                 kve_layer_budgets' pyramid (a comparison
+ *                                 of budgets, not kept sets: see below)
  *   Ada-KV     adakv_press.py     AdaKVPress.compress over H2O's prompt
  *                                 scores (the column sums of the attention,
  *                                 the group's mean): each head's top
@@ -19,8 +34,11 @@
  * and ScorerPress.compress for the single-head ones: n_kept = int(n (1 -
  * cr)), the n_kept highest scores kept (scores.topk). kvevict runs each as
  * the docs say it equals the press: the prompt stepped without evicting,
- * then one eviction to n_kept (the policies); kve_bank_prefill to n, then
- * kve_bank_evict_shared over the layer (Ada-KV).
+ * then one eviction to n_kept (the policies); the same with an eviction to
+ * n_kept after each block (keydiff's blocks); kve_prefill_scores and
+ * kve_bank_prefill with KVE_PREFILL_SNAPKV, window 64, kernel 5 and
+ * KVE_POOL_AVG (SnapKV); kve_bank_prefill to n, then kve_bank_evict_shared
+ * over the layer (Ada-KV).
  *
  * Legend: J KV heads, G query heads a KV head, d the head's dimension, n
  * prompt positions, cr the compression ratio. Two shapes, ratios 0.5 and
@@ -178,6 +196,206 @@ static void test_key_scored(void)
     }
 }
 
+/* ---- keydiff block by block (BlockPress) ---- */
+
+static void test_keydiff_blocks(void)
+{
+    const size_t block = 128; /* BlockPress's default block_size */
+    size_t diffs[2] = {0, 0}, caught = 0;
+    for (size_t si = 0; si < 2; si++) {
+        const shape s = shapes[si];
+        const size_t n = s.n, d = s.d;
+        rng_state = check_seed * 69069u + 3 * si + 5;
+        float *keys = malloc(n * s.J * d * sizeof *keys);
+        for (size_t x = 0; x < n * s.J * d; x++)
+            keys[x] = (float)(2 * uniform() - 1 + (x % d < 4 ? 0.7 : 0.0));
+        size_t *cand = malloc(n * sizeof *cand);
+        double *score = malloc(n * sizeof *score), *anchor = malloc(d * sizeof *anchor);
+        unsigned char *keep = malloc(n), *sel = malloc(n);
+        for (size_t r = 0; r < 2; r++) {
+            const size_t B = n_kept(n, ratios[r]);
+            kve_bank_options o = kve_bank_default_options();
+            o.key_dim = d;
+            char spec[64];
+            snprintf(spec, sizeof spec, "keydiff:budget=%zu,recent_window=0", B);
+            kve_bank *b;
+            ASSERT_OK(kve_bank_new_ex(spec, s.J, NULL, &o, &b));
+            int32_t *victims = malloc(s.J * n * sizeof *victims);
+            for (size_t i = 0; i < n; i++) {
+                kve_step_data dt = {0};
+                dt.keys = keys + i * s.J * d;
+                dt.ld_keys = d;
+                dt.group = 1;
+                ASSERT_OK(kve_bank_step_data(b, 0, s.J, (int32_t)i, &dt));
+                /* a block ends every `block` positions after the first B */
+                if (i + 1 >= B + 1 && ((i + 1 - B) % block == 0 || i + 1 == n))
+                    ASSERT_OK(kve_bank_evict(b, B, victims, n, NULL));
+            }
+            free(victims);
+            for (size_t j = 0; j < s.J; j++) {
+                ASSERT_EQ(kve_bank_size(b, j), B);
+                for (int mutate = 0; mutate < 2; mutate++) {
+                    /* the port: kept = 0 .. B-1; each block scored with the
+                     * kept (the mutation: the anchor of the block alone) */
+                    memset(keep, 0, n);
+                    memset(keep, 1, B);
+                    for (size_t i0 = B; i0 < n; i0 += block) {
+                        const size_t end = i0 + block < n ? i0 + block : n;
+                        size_t m = 0;
+                        for (size_t i = 0; i < end; i++)
+                            if (keep[i] || i >= i0)
+                                cand[m++] = i;
+                        memset(anchor, 0, d * sizeof *anchor);
+                        size_t na = 0;
+                        for (size_t c = 0; c < m; c++) {
+                            if (mutate && cand[c] < i0)
+                                continue;
+                            const float *k = keys + (cand[c] * s.J + j) * d;
+                            double nn = 0;
+                            for (size_t e = 0; e < d; e++)
+                                nn += (double)k[e] * k[e];
+                            const double inv = 1.0 / fmax(sqrt(nn), 1e-12);
+                            for (size_t e = 0; e < d; e++)
+                                anchor[e] += k[e] * inv;
+                            na++;
+                        }
+                        double aa = 0;
+                        for (size_t e = 0; e < d; e++)
+                            aa += (anchor[e] / (double)na) * (anchor[e] / (double)na);
+                        for (size_t c = 0; c < m; c++) {
+                            const float *k = keys + (cand[c] * s.J + j) * d;
+                            double nn = 0, dot = 0;
+                            for (size_t e = 0; e < d; e++) {
+                                nn += (double)k[e] * k[e];
+                                dot += (double)k[e] * anchor[e] / (double)na;
+                            }
+                            score[c] = -dot / fmax(sqrt(nn) * sqrt(aa), 1e-8);
+                        }
+                        top(score, m, B, sel);
+                        memset(keep, 0, n);
+                        for (size_t c = 0; c < m; c++)
+                            keep[cand[c]] = sel[c];
+                    }
+                    size_t diff = kept_diff(kve_bank_positions(b, j), kve_bank_size(b, j), keep);
+                    if (mutate)
+                        caught += diff > 0;
+                    else
+                        diffs[r] += diff;
+                }
+            }
+            kve_bank_free(b);
+        }
+        free(keys), free(cand), free(score), free(anchor), free(keep), free(sel);
+    }
+    printf("parity keydiff blocks of 128 kept outside kvpress's set: %zu at 0.5, %zu at 0.8; "
+           "the anchor of the block alone moves %zu of 12 cuts\n",
+           diffs[0], diffs[1], caught);
+    ASSERT_EQ(diffs[0], 0);
+    ASSERT_EQ(diffs[1], 0);
+    ASSERT_TRUE(caught > 0);
+}
+
+/* (J, G, n, n) causal softmax rows of random logits; KV head j's heat
+ * (how peaked its rows are) heat[j % 2]. */
+static float *causal_rows(shape s, const double heat[2])
+{
+    const size_t n = s.n, H = s.J * s.G;
+    float *attn = malloc(H * n * n * sizeof *attn);
+    double *logit = malloc(n * sizeof *logit);
+    for (size_t q = 0; q < H; q++)
+        for (size_t t = 0; t < n; t++) {
+            float *row = attn + (q * n + t) * n;
+            double z = 0;
+            for (size_t i = 0; i <= t; i++)
+                z += logit[i] = exp(heat[(q / s.G) % 2] * (2 * uniform() - 1));
+            for (size_t i = 0; i < n; i++)
+                row[i] = i <= t ? (float)(logit[i] / z) : 0.0f;
+        }
+    free(logit);
+    return attn;
+}
+
+/* ---- SnapKV at kvpress's settings ---- */
+
+static void test_snapkv(void)
+{
+    const size_t win = 64, kernel = 5; /* SnapKVPress's defaults */
+    size_t diffs[2] = {0, 0}, caught = 0;
+    double worst = 0;
+    for (size_t si = 0; si < 2; si++) {
+        const shape s = shapes[si];
+        const size_t n = s.n, m = n - win;
+        rng_state = check_seed * 1103515245u + si + 11;
+        float *attn = causal_rows(s, (const double[2]){1.0, 4.0});
+        float *rows = malloc(s.J * s.G * win * n * sizeof *rows);
+        for (size_t q = 0; q < s.J * s.G; q++) /* each query head's last win rows */
+            memcpy(rows + q * win * n, attn + (q * n + m) * n, win * n * sizeof *rows);
+        kve_prefill_options p = kve_prefill_default_options();
+        p.method = KVE_PREFILL_SNAPKV;
+        p.window = win;
+        p.kernel = kernel;
+        p.pool = KVE_POOL_AVG;
+        double *col = malloc(n * sizeof *col), *score = malloc(n * sizeof *score);
+        double *got = malloc(n * sizeof *got);
+        unsigned char *keep = malloc(n);
+        for (size_t j = 0; j < s.J; j++) {
+            ASSERT_OK(kve_prefill_scores(n, rows + j * s.G * win * n, n, s.G, KVE_REDUCE_MEAN, &p,
+                                         got));
+            for (int mutate = 0; mutate < 2; mutate++) {
+                /* the port (the mutation: max pooling, SnapKV's other mode) */
+                for (size_t i = 0; i < m; i++) {
+                    double c = 0;
+                    for (size_t g = 0; g < s.G; g++)
+                        for (size_t t = m; t < n; t++)
+                            c += attn[((j * s.G + g) * n + t) * n + i];
+                    col[i] = c / (double)(win * s.G);
+                }
+                double mx = 0;
+                for (size_t i = 0; i < m; i++) {
+                    double acc = 0, big = 0;
+                    for (size_t k = i >= kernel / 2 ? i - kernel / 2 : 0; k <= i + kernel / 2 && k < m;
+                         k++)
+                        acc += col[k], big = fmax(big, col[k]);
+                    score[i] = mutate ? big : acc / (double)kernel;
+                    mx = i == 0 || score[i] > mx ? score[i] : mx;
+                }
+                for (size_t i = m; i < n; i++)
+                    score[i] = mx;
+                if (!mutate) /* kvevict sums the window's rows: w times kvpress's mean */
+                    for (size_t i = 0; i < m; i++)
+                        worst = fmax(worst, fabs(got[i] / (double)win - score[i]) / score[i]);
+                for (size_t r = 0; r < 2; r++) {
+                    const size_t B = n_kept(n, ratios[r]);
+                    top(score, n, B, keep);
+                    char spec[64];
+                    snprintf(spec, sizeof spec, "h2o:budget=%zu,recent_window=0", B);
+                    kve_bank_options o = kve_bank_default_options();
+                    o.query_group = s.G;
+                    kve_bank *b;
+                    ASSERT_OK(kve_bank_new_ex(spec, 1, NULL, &o, &b));
+                    ASSERT_OK(kve_bank_prefill(b, 0, 1, n, B, rows + j * s.G * win * n, n, s.G,
+                                               KVE_REDUCE_MEAN, &p));
+                    ASSERT_EQ(kve_bank_size(b, 0), B);
+                    size_t diff = kept_diff(kve_bank_positions(b, 0), B, keep);
+                    if (mutate)
+                        caught += diff > 0;
+                    else
+                        diffs[r] += diff;
+                    kve_bank_free(b);
+                }
+            }
+        }
+        free(attn), free(rows), free(col), free(score), free(got), free(keep);
+    }
+    printf("parity snapkv    kept outside kvpress's set: %zu at 0.5, %zu at 0.8 (window 64, kernel 5, "
+           "KVE_POOL_AVG); worst score rel %.2g; max pooling instead moves %zu of 12 cuts\n",
+           diffs[0], diffs[1], worst, caught);
+    ASSERT_EQ(diffs[0], 0);
+    ASSERT_EQ(diffs[1], 0);
+    ASSERT_TRUE(worst <= 1e-6);
+    ASSERT_TRUE(caught > 0);
+}
+
 /* ---- Ada-KV over H2O's prompt scores ---- */
 
 static void test_adakv(void)
@@ -185,23 +403,11 @@ static void test_adakv(void)
     size_t diffs[2] = {0, 0}, mutated = 0;
     for (size_t si = 0; si < 2; si++) {
         const shape s = shapes[si];
-        const size_t n = s.n, H = s.J * s.G;
+        const size_t n = s.n;
         rng_state = check_seed * 40503u + si + 7;
-        float *attn = malloc(H * n * n * sizeof *attn); /* (J, G, n, n) causal softmax rows */
-        double *logit = malloc(n * sizeof *logit);
-        for (size_t q = 0; q < H; q++) {
-            /* KV heads differ in how peaked they are: a peaked head's tail is
-             * what the safeguard keeps */
-            double heat = (q / s.G) % 2 ? 12.0 : 0.5;
-            for (size_t t = 0; t < n; t++) {
-                float *row = attn + (q * n + t) * n;
-                double z = 0;
-                for (size_t i = 0; i <= t; i++)
-                    z += logit[i] = exp(heat * (2 * uniform() - 1));
-                for (size_t i = 0; i < n; i++)
-                    row[i] = i <= t ? (float)(logit[i] / z) : 0.0f;
-            }
-        }
+        /* KV heads differ in how peaked they are: a peaked head's tail is
+         * what the safeguard keeps */
+        float *attn = causal_rows(s, (const double[2]){0.5, 12.0});
         double *score = malloc(s.J * n * sizeof *score);
         for (size_t j = 0; j < s.J; j++) /* the group's mean of the column sums */
             for (size_t i = 0; i < n; i++) {
@@ -258,7 +464,7 @@ static void test_adakv(void)
                 kve_bank_free(b);
             }
         }
-        free(attn), free(logit), free(score), free(keep);
+        free(attn), free(score), free(keep);
     }
     printf("parity ada-kv    kept outside kvpress's set: %zu at 0.5, %zu at 0.8 (alpha_safeguard 0.2); "
            "cut per head instead %zu\n",
@@ -268,10 +474,85 @@ static void test_adakv(void)
     ASSERT_TRUE(mutated > 0);
 }
 
+/* ---- PyramidKV's layer budgets ---- */
+
+/* PyramidKVPress.get_layer_budget of layer l of L for a prompt of n at
+ * ratio cr (window w, beta b): Python's round() is half to even, as
+ * nearbyint in the default rounding mode. *fallback: SnapKV's uniform
+ * budget returned. */
+static double port_pyramid(size_t n, size_t L, size_t l, double cr, double w, double b,
+                           int *fallback)
+{
+    const double q = (double)n, cap = w + q * (1 - cr);
+    double lo = (cap - w) / b, hi = (cap - w) * 2 - lo;
+    if (hi >= q - w)
+        hi = q - w, lo = (cap - w) * 2 - hi;
+    *fallback = !(q >= hi && hi >= lo && lo >= w);
+    if (*fallback)
+        return nearbyint(q * (1 - cr));
+    return nearbyint(hi - (double)l * ((hi - lo) / (double)(L - 1)));
+}
+
+/* Not a parity claim: kvevict's pyramid is PyramidKV's line over a total
+ * that the budgets add up to exactly, above a floor; kvpress's has no
+ * floor, caps the bottom layer at n - window, and falls back to a uniform
+ * budget when the top layer would get less than the window. The test
+ * prints how far apart they are and holds kvevict to kvpress's line where
+ * kvpress draws it uncapped: within 1 position (the rounding). */
+static void test_pyramid(void)
+{
+    static const size_t ns[] = {512, 4096, 32768}, Ls[] = {4, 32};
+    size_t cases = 0, fallbacks = 0, capped = 0, worst_free = 0, worst_capped = 0, mutant_caught = 0;
+    for (size_t a = 0; a < 3; a++)
+        for (size_t c = 0; c < 2; c++)
+            for (size_t r = 0; r < 2; r++) {
+                const size_t n = ns[a], L = Ls[c];
+                /* the total of kvpress's line, L n (1 - cr), unrounded there */
+                const size_t total = (size_t)nearbyint((double)(L * n) * (1 - ratios[r]));
+                size_t got[32];
+                kve_schedule_options o = kve_schedule_default_options();
+                o.kind = KVE_SCHEDULE_PYRAMID;
+                ASSERT_OK(kve_layer_budgets(total, L, &o, got));
+                const double q = (double)n, hi = 2 * q * (1 - ratios[r]) * (1 - 0.5 / 20.0);
+                const int cap = hi >= q - 64;
+                size_t worst = 0, worst_mutant = 0;
+                int fb = 0, fb_mutant = 0;
+                for (size_t l = 0; l < L; l++) {
+                    const double want = port_pyramid(n, L, l, ratios[r], 64, 20, &fb);
+                    const double dev = fabs((double)got[l] - want);
+                    worst = dev > (double)worst ? (size_t)dev : worst;
+                    /* the mutation: beta 10, a steeper line */
+                    const double mut = fabs((double)got[l] - port_pyramid(n, L, l, ratios[r], 64,
+                                                                          10, &fb_mutant));
+                    worst_mutant = mut > (double)worst_mutant ? (size_t)mut : worst_mutant;
+                }
+                mutant_caught += !fb && !cap && worst_mutant > 1;
+                cases++;
+                fallbacks += fb;
+                if (fb)
+                    continue;
+                if (cap) {
+                    capped++;
+                    worst_capped = worst > worst_capped ? worst : worst_capped;
+                } else {
+                    worst_free = worst > worst_free ? worst : worst_free;
+                }
+            }
+    printf("parity pyramid   %zu cases (n 512, 4096, 32768; 4 and 32 layers; 0.5, 0.8): kvpress "
+           "uniform in %zu, capped in %zu (worst layer off by %zu), on its line in %zu (worst %zu)\n",
+           cases, fallbacks, capped, worst_capped, cases - fallbacks - capped, worst_free);
+    ASSERT_TRUE(cases - fallbacks - capped > 0);
+    ASSERT_TRUE(worst_free <= 1);
+    ASSERT_EQ(mutant_caught, cases - fallbacks - capped);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
     RUN(test_key_scored);
+    RUN(test_keydiff_blocks);
+    RUN(test_snapkv);
     RUN(test_adakv);
+    RUN(test_pyramid);
     return CHECK_DONE();
 }
