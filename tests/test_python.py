@@ -1887,6 +1887,47 @@ class StepDataTests(unittest.TestCase):
         self.assertIn("queries", e.exception.message)
         p.close()
 
+    def test_rope_scaling_reaches_the_library(self):
+        """rope's scaling keys: "none" is the unscaled rotation bit for bit;
+        linear scaling changes expected attention's victims; the library's
+        own checks of the fields (llama3 without original_max_position, a
+        factor below 1) come back as InvalidArgumentError naming the field;
+        a bad name or type is refused here."""
+        d, V, G, r = 8, 5, 2, 8
+        spec = "expected_attention:budget=10,n_sink=2,interval=3,n_queries=9,n_future_positions=64"
+
+        def run(rope):
+            p = kvevict.Policy(spec, key_dim=d, value_dim=V, query_group=G, rope=rope)
+            rng = np.random.default_rng(5)
+            drift = rng.uniform(-1, 1, d)
+            victims = []
+            for t in range(60):
+                p.step(t, key=rng.uniform(-1, 1, d).astype(np.float32),
+                       query=(rng.uniform(-1, 1, (G, d)) * 0.5 + drift).astype(np.float32),
+                       value=rng.uniform(-1, 1, V).astype(np.float32))
+                victims += p.evict(10).tolist()
+            p.close()
+            return victims
+
+        base = {"rotary_dim": r, "base": 10000.0, "pairs": "half"}
+        plain = run(base)
+        self.assertEqual(run({**base, "scaling": "none"}), plain)
+        self.assertNotEqual(run({**base, "scaling": "linear", "factor": 8.0}), plain)
+        for bad, word in (({**base, "scaling": "llama3", "factor": 8.0}, "original_max_position"),
+                          ({**base, "scaling": "linear", "factor": 0.5}, "factor")):
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                kvevict.Policy(spec, key_dim=d, value_dim=V, query_group=G, rope=bad)
+            self.assertIn(word, e.exception.message)
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            kvevict.Policy(spec, key_dim=d, value_dim=V, query_group=G,
+                           rope={**base, "scaling": "ntk"})
+        self.assertIn("scaling", e.exception.message)
+        with self.assertRaises(kvevict.InvalidArgumentError) as e:
+            kvevict.Policy(spec, key_dim=d, value_dim=V, query_group=G,
+                           rope={**base, "scaling": "yarn", "beta_fast": "fast"})
+        self.assertIn("beta_fast", e.exception.message)
+
+
 if __name__ == "__main__":
     result = unittest.main(verbosity=2, exit=False).result
     print(f"test_python: {result.testsRun} tests, {len(result.failures)} failures, "

@@ -20,8 +20,8 @@ import numpy as np
 from . import _errors
 from ._lib import (KVE_MAX_RULE_STATE, KVE_POS_END, KVE_READS_ATTN, KVE_READS_KEYS,
                    KVE_READS_QUERIES, KVE_READS_VALUES, KVE_ROPE_UNSET, KVE_SPEC_MAX,
-                   KVE_STEP_RESCORE, POOL, PREFILL, REDUCE, ROPE_PAIRS, SCHEDULE, SCORE_FN,
-                   RngState, ScoreStep, c_size_t, lib)
+                   KVE_STEP_RESCORE, POOL, PREFILL, REDUCE, ROPE_PAIRS, ROPE_SCALINGS, SCHEDULE,
+                   SCORE_FN, RngState, ScoreStep, c_size_t, lib)
 
 SIZE_MAX = 2 ** (8 * ctypes.sizeof(c_size_t)) - 1
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
@@ -159,15 +159,21 @@ def reads_name(bits):
 
 def rope_arg(rope):
     """kve_rope from None (unset) or a dict: rotary_dim (required), base
-    (default 10000), pairs ("adjacent", the default, or "half")."""
+    (default 10000), pairs ("adjacent", the default, or "half"), and the
+    scaling: scaling ("none", the default, "linear", "llama3" or "yarn")
+    with factor, low_freq_factor, high_freq_factor, original_max_position,
+    beta_fast, beta_slow and attention_factor (each 0 or absent: the
+    library's default; the library checks their ranges)."""
     r = lib.kve_policy_default_options().rope
     if rope is None:
         return r
     if not isinstance(rope, dict):
         refuse(f"rope: a dict (rotary_dim, base, pairs) is required, got {type(rope).__name__}")
-    unknown = set(rope) - {"rotary_dim", "base", "pairs"}
+    unknown = set(rope) - {"rotary_dim", "base", "pairs", "scaling", "original_max_position",
+                           *ROPE_REALS}
     if unknown:
-        refuse(f"rope: unknown key {sorted(unknown)[0]!r} (rotary_dim, base, pairs)")
+        refuse(f"rope: unknown key {sorted(unknown)[0]!r} (rotary_dim, base, pairs, scaling, "
+               f"original_max_position, {', '.join(ROPE_REALS)})")
     if "rotary_dim" not in rope:
         refuse("rope: rotary_dim is required (0 for a model without rotary embedding)")
     r.rotary_dim = as_size("rope rotary_dim", rope["rotary_dim"], 0, KVE_ROPE_UNSET - 1)
@@ -179,7 +185,25 @@ def rope_arg(rope):
     if pairs not in ROPE_PAIRS:
         refuse(f"rope pairs: {pairs!r}, want one of {', '.join(ROPE_PAIRS)}")
     r.pairs = ROPE_PAIRS[pairs]
+    scaling = rope.get("scaling", "none")
+    if scaling not in ROPE_SCALINGS:
+        refuse(f"rope scaling: {scaling!r}, want one of {', '.join(ROPE_SCALINGS)}")
+    r.scaling = ROPE_SCALINGS[scaling]
+    for key in ROPE_REALS:
+        if key in rope:
+            try:
+                setattr(r, key, float(rope[key]))
+            except (TypeError, ValueError):
+                refuse(f"rope {key}: a real number is required, got {type(rope[key]).__name__}")
+    if "original_max_position" in rope:
+        r.original_max_position = as_size("rope original_max_position",
+                                          rope["original_max_position"], 0, 2**31 - 1)
     return r
+
+
+# kve_rope's real-valued scaling fields (0: the library's default)
+ROPE_REALS = ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow",
+              "attention_factor")
 
 
 def set_facts(options, key_dim, value_dim, query_group, rope):

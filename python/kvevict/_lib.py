@@ -65,6 +65,7 @@ KVE_READS_ATTN, KVE_READS_KEYS = 1, 2  # kve_policy_reads bits
 KVE_READS_QUERIES, KVE_READS_VALUES = 4, 8
 REDUCE = {"mean": 0, "sum": 1, "max": 2}  # kve_reduce
 ROPE_PAIRS = {"adjacent": 0, "half": 1}  # kve_rope_pairs
+ROPE_SCALINGS = {"none": 0, "linear": 1, "llama3": 2, "yarn": 3}  # kve_rope_scaling
 ROPE_SCALING = {"none": 0, "linear": 1, "llama3": 2, "yarn": 3}  # kve_rope_scaling
 KVE_ROPE_UNSET = ctypes.c_size_t(-1).value
 KVE_STEP_RESCORE = 1
