@@ -67,6 +67,19 @@ static void rmsnorm(float *o, const float *x, const float *weight, size_t size, 
         o[j] = weight[j] * (ss * x[j]);
 }
 
+/* rmsnorm as ggml's CPU back end computes it (LM_PRODUCTS_LLAMA): the
+ * squares, each rounded to float, summed in double in order; their mean
+ * rounded to float before eps is added. */
+static void rmsnorm_llama(float *o, const float *x, const float *weight, size_t size, float eps)
+{
+    double sum = 0.0;
+    for (size_t j = 0; j < size; j++)
+        sum += (double)(x[j] * x[j]);
+    const float mean = (float)(sum / (double)size), ss = 1.0f / sqrtf(mean + eps);
+    for (size_t j = 0; j < size; j++)
+        o[j] = weight[j] * (ss * x[j]);
+}
+
 static void softmax(float *x, size_t size)
 {
     float max_val = x[0];
@@ -155,6 +168,43 @@ static void rope_row(float *rope, int64_t pos, size_t S, const lm_model *m)
     }
 }
 
+/* rope_row as ggml's CPU back end computes it (ggml_rope_cache_init and
+ * rope_yarn, LM_PRODUCTS_LLAMA): the angle of pair j is pos * theta_scale^j
+ * by repeated float multiplication, theta_scale = base^(-2 / S), divided
+ * by rope_freqs[j]; scaled by 1 / factor (linear, yarn), yarn's ramp mixing
+ * the scaled angle with the unscaled one and its magnitude factor applied
+ * inside; cos and sin times the attention factor. */
+static void rope_row_llama(float *rope, int64_t pos, size_t S, const lm_model *m)
+{
+    const lm_config *c = &m->config;
+    const float *ff = m->weights.rope_freqs;
+    const float theta_scale = powf(c->rope_theta, -2.0f / (float)S);
+    const float fs = c->rope_scaling == LM_ROPE_SCALING_NONE ? 1.0f : 1.0f / c->rope_factor;
+    const int yarn = c->rope_scaling == LM_ROPE_SCALING_YARN;
+    const float attn = c->rope_scaling == LM_ROPE_SCALING_NONE ? 1.0f : c->rope_attn_factor;
+    float lo = 0, hi = 0;
+    if (yarn) {
+        float orig = (float)c->rope_orig_ctx, fS = (float)S;
+        lo = fmaxf(0.0f, floorf(yarn_corr_dim(fS, orig, 32.0f, c->rope_theta)));
+        hi = fminf(fS - 1.0f, ceilf(yarn_corr_dim(fS, orig, 1.0f, c->rope_theta)));
+    }
+    float theta = (float)pos;
+    for (size_t i = 0; i < S; i += 2) {
+        const float extrap = theta / (ff ? ff[i / 2] : 1.0f);
+        float t = fs * extrap, ms = attn;
+        if (yarn) {
+            const size_t pair = i / 2; /* ggml's i0 / 2 */
+            const float y = ((float)pair - lo) / fmaxf(0.001f, hi - lo);
+            const float mix = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+            t = t * (1 - mix) + extrap * mix;
+            ms *= 1.0f + 0.1f * logf(1.0f / fs);
+        }
+        rope[i] = cosf(t) * ms;
+        rope[i + 1] = sinf(t) * ms;
+        theta *= theta_scale;
+    }
+}
+
 /* Rotates the pairs of vec (S) by rope (S). */
 static void rotate(float *vec, const float *rope, size_t S)
 {
@@ -196,7 +246,7 @@ static void free_buffers(lm_state *s)
 {
     void *bufs[] = {s->x,    s->xb,         s->xb2,     s->hb,     s->hb2,     s->q,
                     s->k,    s->v,          s->rope,    s->logits, s->att,     s->krot,
-                    s->rope_table, s->victims, s->counts, s->pf_rows, s->xq, s->xd,
+                    s->rope_table, s->victims, s->counts, s->pf_rows, s->xq, s->xd, s->xl, s->xs,
                     s->wov, s->kz_wov, s->layer_keep, s->pf_values};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         lm_free(&s->alloc, bufs[i]);
@@ -306,6 +356,9 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     if (opt->threads > LM_MAX_THREADS)
         return kve_set_error(KVE_EINVAL, "decoder: threads %zu is above %d", opt->threads,
                        LM_MAX_THREADS);
+    if (opt->products != LM_PRODUCTS_EXACT && opt->products != LM_PRODUCTS_LLAMA)
+        return kve_set_error(KVE_EINVAL, "decoder: products %d is neither exact (0) nor llama (1)",
+                             (int)opt->products);
     const lm_config *c = &m->config;
     size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
     size_t H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
@@ -341,9 +394,16 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     s->cache = lm_calloc(&s->alloc, LG, sizeof *s->cache);
     size_t group = q8_group(m), widest = D > F ? D : F;
     widest = H * S > widest ? H * S : widest;
+    const int llama = opt->products == LM_PRODUCTS_LLAMA;
+    if (llama) { /* groups of 32 (or the version-2 group, when smaller) */
+        group = group && group < 32 ? group : 32;
+        s->xl = lm_malloc(&s->alloc, widest * sizeof(float));
+        s->xs = lm_malloc(&s->alloc, (widest / 32 + 1) * sizeof(float));
+        ok = ok && s->xl && s->xs;
+    }
     if (group) {
         s->xq = lm_malloc(&s->alloc, widest);
-        s->xd = lm_malloc(&s->alloc, widest / group * sizeof(float));
+        s->xd = lm_malloc(&s->alloc, (widest / group + 1) * sizeof(float));
         ok = ok && s->xq && s->xd;
     }
     ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope &&
@@ -549,6 +609,102 @@ static kve_status kvzip_value_norms(lm_state *s, size_t n, float *row)
     return KVE_OK;
 }
 
+/* exp as ggml's AVX-512 builds compute it (ggml_v_expf), lane by lane with
+ * fused multiply-adds: n = round(x / ln 2), b = x - n ln 2 in two parts, a
+ * polynomial in b, scaled by 2^n; beyond |n| > 192, 0 or infinity. */
+static float expf_ggml(float x)
+{
+    const float r = 0x1.8p23f, z = fmaf(x, 0x1.715476p+0f, r), n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f)
+        return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                              fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n); /* _mm512_scalef_ps */
+}
+
+/* h[i] = silu(h[i]) * g[i] as ggml_vec_swiglu_f32 (AVX-512): silu(x) = x /
+ * (1 + expf_ggml(-x)) in whole groups of 16, the leftover with the C
+ * library's expf (ggml_silu_f32). */
+static void swiglu_llama(float *h, const float *g, size_t n)
+{
+    const size_t whole = n & ~(size_t)15;
+    size_t i = 0;
+    for (; i < whole; i++)
+        h[i] = h[i] / (1.0f + expf_ggml(0.0f - h[i])) * g[i];
+    for (; i < n; i++)
+        h[i] = h[i] / (1.0f + expf(-h[i])) * g[i];
+}
+
+/* x[0 .. n) rounded to float16, as llama.cpp's cache stores keys and values
+ * and its attention converts a query (LM_PRODUCTS_LLAMA). */
+static void round_f16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = lm_f16_to_f32(lm_f32_to_f16(x[i]));
+}
+
+/* ggml_vec_dot_f16 as llama.cpp's AVX-512 builds compute it (GGML_F16_STEP
+ * 64: four accumulators of 16 float lanes over whole steps, reduced as
+ * GGML_F32x16_REDUCE and _mm512_reduce_add_ps do, then the leftover
+ * products added in double), on values already float16: every product is
+ * exact in float32, so a fused multiply-add rounds as a plain one. */
+static float dot_f16(const float *x, const float *y, size_t n)
+{
+    const size_t np = n & ~(size_t)63;
+    float acc[4][16] = {{0}};
+    for (size_t i = 0; i < np; i += 64)
+        for (size_t j = 0; j < 4; j++)
+            for (size_t e = 0; e < 16; e++)
+                acc[j][e] += x[i + 16 * j + e] * y[i + 16 * j + e];
+    float b[8];
+    for (size_t e = 0; e < 16; e++)
+        acc[0][e] += acc[2][e], acc[1][e] += acc[3][e];
+    for (size_t e = 0; e < 16; e++)
+        acc[0][e] += acc[1][e];
+    for (size_t e = 0; e < 8; e++)
+        b[e] = acc[0][e] + acc[0][e + 8];
+    const float c0 = b[0] + b[4], c1 = b[1] + b[5], c2 = b[2] + b[6], c3 = b[3] + b[7];
+    double sum = (double)((c0 + c2) + (c1 + c3));
+    for (size_t i = np; i < n; i++)
+        sum += (double)(x[i] * y[i]);
+    return (float)sum;
+}
+
+/* llama.cpp's CPU flash attention (ggml_compute_forward_flash_attn_ext_f16,
+ * one query, float16 keys and values, cells in position order): scores
+ * s_i = (q16 . k_i) * (1 / sqrt(S)) in s[], then the online softmax with
+ * its value accumulator in float16: on a new maximum M the accumulator is
+ * scaled by exp(M_old - M) and rounded, each value added times exp(s_i -
+ * M) and rounded, and the sum of the weights kept in float; out = the
+ * accumulator times 1 / sum. */
+static void flash_f16(const float *s, size_t n, const float *values, size_t S, float *out)
+{
+    float M = -INFINITY, sum = 0.0f;
+    memset(out, 0, S * sizeof *out);
+    for (size_t i = 0; i < n; i++) {
+        float ms = 1.0f, vs = 1.0f;
+        if (s[i] > M) {
+            const float old = M;
+            M = s[i];
+            ms = expf(old - M);
+            for (size_t j = 0; j < S; j++)
+                out[j] = lm_f16_to_f32(lm_f32_to_f16(out[j] * ms));
+        } else {
+            vs = expf(s[i] - M);
+        }
+        const float *v = values + i * S;
+        for (size_t j = 0; j < S; j++)
+            out[j] = lm_f16_to_f32(lm_f32_to_f16(out[j] + v[j] * vs));
+        sum = sum * ms + vs;
+    }
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    for (size_t j = 0; j < S; j++)
+        out[j] *= inv;
+}
+
 /* Attention of layer l for every KV head g: new key and value appended,
  * then the softmax rows of the group's query heads in s->att and their
  * weighted values in s->xb. Afterwards s->q holds the rotated queries and
@@ -559,21 +715,29 @@ static void attend(lm_state *s, size_t l)
     size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads,
            R = (size_t)(c->n_heads / c->n_kv_heads);
     float scale = sqrtf((float)S); /* run.c divides by sqrt(head_size) */
+    /* llama.cpp's arithmetic: float16 keys and values, its flash attention */
+    const int llama = s->opt.products == LM_PRODUCTS_LLAMA;
     for (size_t g = 0; g < G; g++) {
         lm_cache *k = &s->cache[l * G + g];
         size_t n = k->n; /* kept keys; the new one goes to row n */
         float *krow = k->key + n * S;
         memcpy(krow, s->k + g * S, S * sizeof(float));
         memcpy(k->value + n * S, s->v + g * S, S * sizeof(float));
+        if (llama)
+            round_f16(k->value + n * S, S);
         k->pos[n] = s->pos;
         k->n = n + 1;
         const float *keys = k->key, *qrope = s->rope;
         if (s->opt.positions == LM_POS_ORIGINAL) {
             rotate(krow, s->rope, S);
+            if (llama)
+                round_f16(krow, S);
         } else {
             for (size_t i = 0; i <= n; i++) {
                 memcpy(s->krot + i * S, k->key + i * S, S * sizeof(float));
                 rotate(s->krot + i * S, s->rope_table + i * S, S);
+                if (llama)
+                    round_f16(s->krot + i * S, S);
             }
             keys = s->krot;
             qrope = s->rope_table + n * S;
@@ -583,6 +747,19 @@ static void attend(lm_state *s, size_t l)
             size_t h = g * R + r;
             float *q = s->q + h * S, *att = s->att + h * s->ld, *out = s->xb + h * S;
             rotate(q, qrope, S);
+            if (llama) { /* the scores from the float16 query; the policies get
+                            their softmax in float32, as in the exact products */
+                memcpy(s->xl, q, S * sizeof(float));
+                round_f16(s->xl, S);
+                const float inv = 1.0f / scale;
+                for (size_t i = 0; i <= n; i++)
+                    att[i] = dot_f16(s->xl, keys + i * S, S) * inv;
+                flash_f16(att, n + 1, k->value, S, out);
+                softmax(att, n + 1);
+                if (s->kz_active)
+                    kvzip_score(s, l, h, att, n);
+                continue;
+            }
             for (size_t i = 0; i <= n; i++)
                 att[i] = dot(q, keys + i * S, S) / scale;
             softmax(att, n + 1);
@@ -1012,7 +1189,31 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
  * matrix reads it so; split over the state's threads. */
 static void product(lm_state *s, const lm_product *p, size_t n, const float *x)
 {
-    lm_q8 xq = {s->xq, s->xd, 0};
+    if (s->opt.products == LM_PRODUCTS_LLAMA) { /* by the input each weight type reads */
+        unsigned done = 0;
+        for (size_t k = 0; k < n; k++) {
+            if (done >> k & 1)
+                continue;
+            const lm_llama_in kind = lm_llama_input(p[k].w->type);
+            lm_product sub[8] = {p[k]}; /* the callers' n is at most 3 */
+            size_t m = 1;
+            for (size_t j = k + 1; j < n && m < 8; j++)
+                if (!(done >> j & 1) && lm_llama_input(p[j].w->type) == kind)
+                    sub[m++] = p[j], done |= 1u << j;
+            if (kind == LM_IN_NATIVE) {
+                lm_q8 xq = {s->xq, s->xd, lm_matrix_q8_group(sub[0].w), 0, NULL};
+                if (xq.group)
+                    lm_quantize_q8(x, sub[0].w->cols, xq.group, s->xq, s->xd);
+                lm_matvec(s->pool, sub, m, x, xq.group ? &xq : NULL);
+                continue;
+            }
+            lm_llama_quantize(kind, x, sub[0].w->cols, s->xl, s->xq, s->xd, s->xs);
+            const lm_q8 xq = {s->xq, s->xd, 32, 1, s->xs};
+            lm_matvec(s->pool, sub, m, s->xl, &xq);
+        }
+        return;
+    }
+    lm_q8 xq = {s->xq, s->xd, 0, 0, NULL};
     for (size_t k = 0; k < n && !xq.group; k++)
         xq.group = lm_matrix_q8_group(p[k].w);
     if (xq.group)
@@ -1057,16 +1258,20 @@ kve_status lm_forward(lm_state *s, int32_t token)
         return st;
     size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
     size_t G = (size_t)c->n_kv_heads, L = (size_t)c->n_layers;
+    void (*const norm)(float *, const float *, const float *, size_t, float) =
+        s->opt.products == LM_PRODUCTS_LLAMA ? rmsnorm_llama : rmsnorm;
 
     if (s->opt.positions == LM_POS_ORIGINAL) {
-        rope_row(s->rope, s->pos, S, s->model);
+        (s->opt.products == LM_PRODUCTS_LLAMA ? rope_row_llama : rope_row)(s->rope, s->pos, S,
+                                                                           s->model);
     } else {
         size_t rows = 0;
         for (size_t i = 0; i < L * G; i++)
             if (s->cache[i].n + 1 > rows)
                 rows = s->cache[i].n + 1;
         for (; s->rope_rows < rows; s->rope_rows++)
-            rope_row(s->rope_table + s->rope_rows * S, (int64_t)s->rope_rows, S, s->model);
+            (s->opt.products == LM_PRODUCTS_LLAMA ? rope_row_llama : rope_row)(
+                s->rope_table + s->rope_rows * S, (int64_t)s->rope_rows, S, s->model);
     }
 
     float *x = s->x;
@@ -1074,7 +1279,7 @@ kve_status lm_forward(lm_state *s, int32_t token)
     const float eps = c->norm_eps;
     for (size_t l = 0; l < L; l++) {
         const lm_layer *ly = &w->layer[l];
-        rmsnorm(s->xb, x, ly->rms_att, D, eps);
+        norm(s->xb, x, ly->rms_att, D, eps);
         if (s->kz_active && s->kz_wov) { /* KVzip+: 1 / ||h|| of the attention input */
             double ss = 0.0;
             for (size_t i = 0; i < D; i++)
@@ -1140,19 +1345,23 @@ kve_status lm_forward(lm_state *s, int32_t token)
         for (size_t i = 0; i < D; i++)
             x[i] += s->xb2[i];
 
-        rmsnorm(s->xb, x, ly->rms_ffn, D, eps);
+        norm(s->xb, x, ly->rms_ffn, D, eps);
         const lm_product up[2] = {{&ly->w1, s->hb}, {&ly->w3, s->hb2}};
         product(s, up, 2, s->xb);
-        for (size_t i = 0; i < F; i++) {
-            float h = s->hb[i];
-            s->hb[i] = h * (1.0f / (1.0f + expf(-h))) * s->hb2[i];
+        if (s->opt.products == LM_PRODUCTS_LLAMA) {
+            swiglu_llama(s->hb, s->hb2, F);
+        } else {
+            for (size_t i = 0; i < F; i++) {
+                float h = s->hb[i];
+                s->hb[i] = h * (1.0f / (1.0f + expf(-h))) * s->hb2[i];
+            }
         }
         const lm_product down[1] = {{&ly->w2, s->xb}};
         product(s, down, 1, s->hb);
         for (size_t i = 0; i < D; i++)
             x[i] += s->xb[i];
     }
-    rmsnorm(x, x, w->rms_final, D, eps);
+    norm(x, x, w->rms_final, D, eps);
     const lm_product cls[1] = {{&w->wcls, s->logits}};
     product(s, cls, 1, x);
     const size_t V = (size_t)c->vocab_size, bad = first_nonfinite(s->logits, V);

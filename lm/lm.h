@@ -143,6 +143,11 @@ size_t lm_dtype_block_bytes(lm_dtype type);
  * kept). */
 float lm_f16_to_f32(uint16_t h);
 float lm_bf16_to_f32(uint16_t h);
+/* float32 rounded to float16 and bfloat16 bits, to the nearest (ties to
+ * even) as ggml's conversions (F16C's, ggml_compute_fp32_to_bf16): past
+ * float16's range to infinity, NaN kept quiet with its sign. */
+uint16_t lm_f32_to_f16(float f);
+uint16_t lm_f32_to_bf16(float f);
 
 typedef struct lm_matrix {  /* W (rows, cols), row-major, in its stored type */
     const void *data;       /* rows * row_bytes bytes */
@@ -166,6 +171,9 @@ static inline uint16_t lm__u16(const unsigned char *p)
 {
     return (uint16_t)(p[0] | p[1] << 8);
 }
+/* IQ4_NL's and IQ4_XS's 16 values (ggml's kvalues_iq4nl). */
+extern const int8_t lm__iq4nl_values[16];
+
 static inline void lm__scale_min_k4(int j, const unsigned char *q, unsigned *sc, unsigned *m)
 {
     if (j < 4) {
@@ -411,6 +419,27 @@ typedef void (*lm_attention_fn)(void *user, int32_t layer, int32_t pos, const fl
  * the cache. */
 typedef void (*lm_qk_fn)(void *user, int32_t layer, int32_t pos, const float *q, const float *k);
 
+/* The decoder's arithmetic. EXACT (the default): its own (float32 inputs;
+ * Q8_0, Q4_K and version-2 weights against lm_quantize_q8's input; float32
+ * keys and values), what the exactness tests hold to references. LLAMA:
+ * llama.cpp's CPU back end's, so that a GGUF gives the logits llama.cpp
+ * gives (docs/decoder.md, "llama.cpp's arithmetic"):
+ *   - each product's input converted for its weight type
+ *     (lm_llama_quantize), Q8_0 rows summed as ggml_vec_dot_q8_0_q8_0;
+ *   - keys (after RoPE) and values stored in float16, as its cache; the
+ *     attention its flash attention (a float16 query, scores summed as
+ *     ggml_vec_dot_f16, an online softmax over a float16 accumulator);
+ *   - RoPE's angles by ggml's repeated multiplication, RMS norm's squares
+ *     summed in double, SwiGLU's exp as ggml_v_expf.
+ * Where ggml's code differs by instruction set the decoder follows its
+ * AVX-512 builds (what llama.cpp loads on an AVX-512 machine). The
+ * policies get the same float32 softmax rows as under EXACT, computed from
+ * LLAMA's scores. */
+typedef enum lm_products {
+    LM_PRODUCTS_EXACT = 0,
+    LM_PRODUCTS_LLAMA = 1
+} lm_products;
+
 typedef struct lm_options {
     const kve_allocator *allocator; /* the state's blocks and its bank's (copied); NULL:
                                        the C library's */
@@ -452,6 +481,8 @@ typedef struct lm_options {
                                     budgets. Not with share_heads or a non-uniform
                                     schedule; each at least the spec's smallest
                                     budget (kve_spec_min_budget) */
+    lm_products products;        /* LM_PRODUCTS_EXACT (0, the default) or
+                                    LM_PRODUCTS_LLAMA (lm_llama_quantize) */
 } lm_options;
 
 typedef struct lm_cache { /* one (layer, KV head) */
@@ -532,7 +563,10 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     struct lm_pool *pool; /* opt.threads > 1: the workers; else NULL */
     int8_t *xq;           /* (max(D, F, H*S)) the input quantized for Q8_0, Q4_K
                              and version-2 weights; NULL when no matrix needs it */
-    float *xd;            /* (max(D, F, H*S) / group) its scales */
+    float *xd;            /* (max(D, F, H*S) / group) its scales (LM_PRODUCTS_LLAMA:
+                             group 32 at most) */
+    float *xl;            /* LM_PRODUCTS_LLAMA: (max(D, F, H*S)) the converted input */
+    float *xs;            /* LM_PRODUCTS_LLAMA: (max(D, F, H*S) / 32) its Q8_1 sums */
     /* the step data of a policy that reads queries or values (decode.c) */
     kve_reads reads;   /* what the policy reads (KVE_READS_NOTHING without one) */
     size_t value_dim;  /* the floats of a value it is handed: S (expected_attention,
@@ -772,10 +806,51 @@ typedef struct lm_q8 {
     const int8_t *q;
     const float *d;
     size_t group;
+    int fused; /* 1 (LM_PRODUCTS_LLAMA): Q8_0, Q5_0, Q4_1 and Q5_1 rows accumulate as
+                  ggml's AVX2 vec_dot (ggml_vec_dot_q8_0_q8_0 ...): per block of 32 the
+                  exact sums of 4 products on 8 lanes, acc = fma(d_w d_x, sum, acc), the
+                  lanes added as hsum_float_8, then (Q4_1, Q5_1) plus the sum in order
+                  of m_w * s; 0: the exact products' order */
+    const float *s; /* fused: (cols / 32) Q8_1's float16(d * sum of q) a block, the
+                       unrounded d's (quantize_row_q8_1); NULL when no Q4_1 or Q5_1
+                       row reads it */
 } lm_q8;
 
 /* Whether products with w read a quantized input, and its group size. */
 size_t lm_matrix_q8_group(const lm_matrix *w);
+
+/* llama.cpp's arithmetic (lm_options.products = LM_PRODUCTS_LLAMA): its CPU
+ * back end multiplies a weight type by the input converted to that type's
+ * vec_dot_type, and so does the decoder then:
+ *   LM_IN_F16   F16 weights: x rounded to float16 (lm_f32_to_f16)
+ *   LM_IN_BF16  BF16 weights: x rounded to bfloat16
+ *   LM_IN_Q8_0  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL: blocks of 32 as
+ *               quantize_row_q8_0 (x86): amax = max |x|, d = float16(amax /
+ *               127), q = x * (127 / amax) rounded (ties to even)
+ *               (quantize_row_q8_1, Q4_1's and Q5_1's, the same d and q)
+ *   LM_IN_Q8_K  Q2_K .. Q6_K, IQ4_XS: blocks of 256 as quantize_row_q8_K:
+ *               m = the entry of largest |x| (the first), s = -127 / m, q =
+ *               min(127, s x rounded), d = 1 / s, in float32
+ *   LM_IN_NATIVE F32 (llama.cpp's own input) and I8G (llama2.c's runq.c:
+ *               lm_quantize_q8), as in the exact products.
+ * lm_llama_quantize writes x's conversion: xt (n floats) the converted
+ * values (q * d), and for Q8_0 and Q8_K q (n) and d (n / 32, Q8_K's d
+ * repeated over its 8 groups of 32) for the integer kernels; for Q8_0, when
+ * s is not NULL, s (n / 32) Q8_1's float16(d * sum of q), d unrounded. A block
+ * holding NaN or an infinity gets d = NaN, q = 0 and xt = NaN. The
+ * float kernels' sums of w * xt differ from llama.cpp's integer sums only
+ * in the order of float additions; Q8_0, Q5_0, Q4_1 and Q5_1 rows follow
+ * its order exactly (lm_q8.fused). */
+typedef enum lm_llama_in {
+    LM_IN_NATIVE = 0,
+    LM_IN_F16,
+    LM_IN_BF16,
+    LM_IN_Q8_0,
+    LM_IN_Q8_K
+} lm_llama_in;
+lm_llama_in lm_llama_input(lm_dtype type);
+void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, int8_t *q, float *d,
+                       float *s);
 
 /* out[i] = (row r0 + i of w) . x for r0 <= r0 + i < r1: the reference
  * (plain loops) and the kernel of `isa` (LM_ISA_COUNT: the active one).

@@ -148,6 +148,107 @@ size_t lm_matrix_q8_group(const lm_matrix *w)
     return w->type == LM_Q8_0 || w->type == LM_Q4_K ? 32 : w->type == LM_I8G ? w->group : 0;
 }
 
+/* ---- llama.cpp's input (lm_llama_quantize) ---- */
+
+lm_llama_in lm_llama_input(lm_dtype type)
+{
+    switch (type) {
+    case LM_F16:
+        return LM_IN_F16;
+    case LM_BF16:
+        return LM_IN_BF16;
+    case LM_Q4_0: case LM_Q4_1: case LM_Q5_0: case LM_Q5_1: case LM_Q8_0: case LM_IQ4_NL:
+        return LM_IN_Q8_0;
+    case LM_Q2_K: case LM_Q3_K: case LM_Q4_K: case LM_Q5_K: case LM_Q6_K: case LM_IQ4_XS:
+        return LM_IN_Q8_K;
+    default:
+        return LM_IN_NATIVE;
+    }
+}
+
+/* One block of b values: *amax its largest |x| (NaN when it holds a value
+ * that is not finite), *big the first entry of that magnitude. */
+static float block_max(const float *x, size_t b, float *big)
+{
+    float amax = 0, m = 0;
+    for (size_t j = 0; j < b; j++) {
+        const float a = fabsf(x[j]);
+        if (!(a <= 3.40282347e38f))
+            return *big = NAN;
+        if (a > amax)
+            amax = a, m = x[j];
+    }
+    *big = m;
+    return amax;
+}
+
+static void block_bad(size_t b, float *xt, int8_t *q)
+{
+    for (size_t j = 0; j < b; j++)
+        xt[j] = NAN, q[j] = 0;
+}
+
+void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, int8_t *q, float *d,
+                       float *s)
+{
+    if (kind == LM_IN_F16 || kind == LM_IN_BF16) {
+        for (size_t i = 0; i < n; i++)
+            xt[i] = kind == LM_IN_F16 ? lm_f16_to_f32(lm_f32_to_f16(x[i]))
+                                      : lm_bf16_to_f32(lm_f32_to_bf16(x[i]));
+        return;
+    }
+    if (kind == LM_IN_Q8_0) {
+        for (size_t g = 0; g < n / 32; g++) {
+            const float *v = x + 32 * g;
+            float big;
+            const float amax = block_max(v, 32, &big);
+            if (amax != amax) {
+                d[g] = NAN, block_bad(32, xt + 32 * g, q + 32 * g);
+                if (s)
+                    s[g] = NAN;
+                continue;
+            }
+            const float raw = amax / 127.0f, dd = lm_f16_to_f32(lm_f32_to_f16(raw));
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            d[g] = dd;
+            int32_t sum = 0;
+            for (size_t j = 0; j < 32; j++) {
+                const long r = lrintf(v[j] * id); /* _mm256_round_ps, nearest */
+                const int8_t qq = (int8_t)(r > 127 ? 127 : r < -128 ? -128 : r);
+                q[32 * g + j] = qq, xt[32 * g + j] = (float)qq * dd, sum += qq;
+            }
+            if (s)
+                s[g] = lm_f16_to_f32(lm_f32_to_f16(raw * (float)sum));
+        }
+        return;
+    }
+    if (kind == LM_IN_Q8_K) {
+        for (size_t b = 0; b < n / 256; b++) {
+            const float *v = x + 256 * b;
+            float big;
+            const float amax = block_max(v, 256, &big);
+            float dd = 0, is = 0;
+            if (amax != amax)
+                dd = NAN;
+            else if (amax != 0.0f)
+                is = -127.0f / big, dd = 1.0f / is;
+            for (size_t g = 0; g < 8; g++)
+                d[8 * b + g] = dd;
+            if (dd != dd) {
+                block_bad(256, xt + 256 * b, q + 256 * b);
+                continue;
+            }
+            for (size_t j = 0; j < 256; j++) {
+                const long r = lrintf(is * v[j]); /* nearest_int: ties to even */
+                const int8_t qq = (int8_t)(r > 127 ? 127 : r);
+                q[256 * b + j] = qq, xt[256 * b + j] = (float)qq * dd;
+            }
+        }
+        return;
+    }
+    memcpy(xt, x, n * sizeof *xt); /* LM_IN_NATIVE: the caller's own path */
+}
+
 /* ---- the references ---- */
 
 static float combine(const float a[8], float tail)
@@ -177,8 +278,158 @@ static float ref_dot_float(const lm_matrix *w, size_t r, const float *x)
     return combine(acc, tail);
 }
 
+/* hsum_float_8's order: the halves added lane by lane, then the pairs. */
+static float combine_hsum(const float a[8])
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/* The rows whose llama.cpp order the decoder follows (lm_q8.fused): the
+ * types its x86 CPU back end sums with vec_dot (Q8_0, Q5_0, Q4_1, Q5_1,
+ * Q6_K) and those it repacks for rows in groups of 8 (Q4_0, IQ4_NL, Q4_K:
+ * the CPU_REPACK gemv, each weight row in a lane of its own). */
+static int fused_ok(const lm_matrix *w)
+{
+    switch (w->type) {
+    case LM_Q8_0: case LM_Q5_0: case LM_Q4_1: case LM_Q5_1: case LM_Q6_K:
+        return 1;
+    case LM_Q4_0: case LM_IQ4_NL: case LM_Q4_K:
+        return w->rows % 8 == 0;
+    default:
+        return 0;
+    }
+}
+
+/* Q4_K against Q8_K as ggml_gemv_q4_K_8x8_q8_K (AVX2) sums a row: per block
+ * of 256 the exact sums i = sum_j sc_j sum(q x) and n = sum_j m_j sum(x) over
+ * its 8 sub-blocks, acc = fma(i, d d_x, acc), accm = fma(n, dmin d_x, accm);
+ * the row is acc - accm. */
+static float ref_dot_q4_k_fused(const unsigned char *row, size_t cols, const lm_q8 *xq)
+{
+    float acc = 0.0f, accm = 0.0f;
+    for (size_t b = 0; b < cols / 256; b++) {
+        const unsigned char *blk = row + 144 * b;
+        const int8_t *x = xq->q + 256 * b;
+        int32_t isum = 0, imin = 0;
+        for (int j = 0; j < 8; j++) {
+            unsigned sc, m;
+            lm__scale_min_k4(j, blk + 4, &sc, &m);
+            const unsigned char *q = blk + 16 + (size_t)(32 * (j / 2));
+            int32_t s = 0, sx = 0;
+            for (int l = 0; l < 32; l++) {
+                s += (int32_t)(j % 2 ? q[l] >> 4 : q[l] & 0xF) * x[32 * j + l];
+                sx += x[32 * j + l];
+            }
+            isum += (int32_t)sc * s, imin += (int32_t)m * sx;
+        }
+        const float dx = xq->d[8 * b];
+        acc = fmaf((float)isum, lm_f16_to_f32(lm__u16(blk)) * dx, acc);
+        accm = fmaf((float)imin, lm_f16_to_f32(lm__u16(blk + 2)) * dx, accm);
+    }
+    return acc - accm;
+}
+
+/* Q6_K against Q8_K as ggml_vec_dot_q6_K_q8_K (AVX2): lane k of a block
+ * sums, over its 8 vectors of 32, the products of bytes 4k .. 4k+3 times
+ * their scale, less 32 (bsum_2k sc_2k + bsum_2k+1 sc_2k+1); acc_k =
+ * fma(d_x d, lane, acc_k); the lanes added as hsum_float_8. */
+static float ref_dot_q6_k_fused(const unsigned char *row, size_t cols, const lm_q8 *xq)
+{
+    float acc[8] = {0};
+    for (size_t b = 0; b < cols / 256; b++) {
+        const unsigned char *blk = row + 210 * b, *ql = blk, *qh = blk + 128;
+        const int8_t *sc = (const int8_t *)(const void *)(blk + 192), *x = xq->q + 256 * b;
+        int32_t lane[8] = {0}, bsum[16];
+        for (int g = 0; g < 16; g++) {
+            bsum[g] = 0;
+            for (int l = 0; l < 16; l++)
+                bsum[g] += x[16 * g + l];
+        }
+        for (int e = 0; e < 256; e++) { /* element e: vector e / 32, byte e % 32 */
+            const int j = e / 128, m = (e % 128) / 32, l = e % 32;
+            const unsigned char lo = ql[64 * j + 32 * (m & 1) + l], h = qh[32 * j + l];
+            const int q = ((m < 2 ? lo & 0xF : lo >> 4) | ((h >> (2 * m)) & 3) << 4);
+            lane[l / 4] += q * x[e] * sc[e / 16];
+        }
+        const float d = xq->d[8 * b] * lm_f16_to_f32(lm__u16(blk + 208));
+        for (size_t k = 0; k < 8; k++) {
+            lane[k] -= 32 * (bsum[2 * k] * sc[2 * k] + bsum[2 * k + 1] * sc[2 * k + 1]);
+            acc[k] = fmaf(d, (float)lane[k], acc[k]);
+        }
+    }
+    return combine_hsum(acc);
+}
+
+/* A block of 32 of those types as llama.cpp's vec_dot reads it: the 32
+ * integer weights in element order, *d and *m (0 without a min). */
+static void block32_ints(lm_dtype t, const unsigned char *blk, int32_t w[32], float *d, float *m)
+{
+    *d = lm_f16_to_f32(lm__u16(blk));
+    *m = t == LM_Q4_1 || t == LM_Q5_1 ? lm_f16_to_f32(lm__u16(blk + 2)) : 0.0f;
+    if (t == LM_Q8_0) {
+        for (int j = 0; j < 32; j++)
+            w[j] = blk[2 + j] < 128 ? blk[2 + j] : blk[2 + j] - 256; /* int8 */
+        return;
+    }
+    if (t == LM_Q4_0 || t == LM_IQ4_NL) {
+        for (int j = 0; j < 32; j++) {
+            const int nib = j < 16 ? blk[2 + j] & 0xF : blk[2 + j - 16] >> 4;
+            w[j] = t == LM_Q4_0 ? nib - 8 : lm__iq4nl_values[nib];
+        }
+        return;
+    }
+    const unsigned char *qs = blk + (t == LM_Q4_1 ? 4 : t == LM_Q5_0 ? 6 : 8);
+    const uint32_t qh = t == LM_Q4_1 ? 0
+                                     : (uint32_t)lm__u16(blk + (t == LM_Q5_0 ? 2 : 4)) |
+                                           (uint32_t)lm__u16(blk + (t == LM_Q5_0 ? 4 : 6)) << 16;
+    for (int j = 0; j < 32; j++) {
+        const int nib = j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4, hi = (int)(qh >> j & 1) << 4;
+        w[j] = t == LM_Q5_0 ? nib + hi - 16 : nib + hi; /* Q4_1: qh = 0 */
+    }
+}
+
+/* A row of those types against llama.cpp's input as its AVX2 vec_dot sums
+ * it (lm_q8.fused): lane k of block b holds the exact sum of the products
+ * of elements 4k .. 4k+3, acc_k = fma(d_w * d_x, that sum, acc_k); the
+ * lanes added as hsum_float_8, then the blocks' m_w * s_x in order. */
+static float ref_dot_fused(const lm_matrix *w, size_t r, const lm_q8 *xq)
+{
+    const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+    if (w->type == LM_Q4_K)
+        return ref_dot_q4_k_fused(row, w->cols, xq);
+    if (w->type == LM_Q6_K)
+        return ref_dot_q6_k_fused(row, w->cols, xq);
+    const size_t bb = lm_dtype_block_bytes(w->type);
+    const int repacked = w->type == LM_Q4_0 || w->type == LM_IQ4_NL; /* a lane a row */
+    float acc[8] = {0}, mins = 0.0f, one = 0.0f;
+    for (size_t b = 0; b < w->cols / 32; b++) {
+        int32_t q[32];
+        float d, m;
+        block32_ints(w->type, row + bb * b, q, &d, &m);
+        if (repacked) { /* gemv_q4_b32_8x8_q8_0_lut_avx: the block's whole sum */
+            int32_t s = 0;
+            for (int j = 0; j < 32; j++)
+                s += q[j] * (int32_t)xq->q[32 * b + (size_t)j];
+            one = fmaf((float)s, d * xq->d[b], one);
+            continue;
+        }
+        if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
+            mins += m * xq->s[b];
+        const float dd = d * xq->d[b];
+        for (int k = 0; k < 8; k++) {
+            int32_t s = 0;
+            for (int j = 4 * k; j < 4 * k + 4; j++)
+                s += q[j] * (int32_t)xq->q[32 * b + (size_t)j];
+            acc[k] = fmaf(dd, (float)s, acc[k]);
+        }
+    }
+    return repacked ? one : combine_hsum(acc) + mins;
+}
+
 static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
 {
+    if (xq->fused && fused_ok(w))
+        return ref_dot_fused(w, r, xq);
     const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
     size_t n = w->cols, G = xq->group;
     float acc[8] = {0};
@@ -224,7 +475,7 @@ static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
 void lm_matvec_ref(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
                    size_t r1)
 {
-    int q8 = lm_matrix_q8_group(w) > 0;
+    int q8 = lm_matrix_q8_group(w) > 0 || (xq && xq->fused && fused_ok(w));
     for (size_t r = r0; r < r1; r++)
         out[r - r0] = q8 ? ref_dot_q8(w, r, xq) : ref_dot_float(w, r, x);
 }
@@ -748,11 +999,50 @@ static int kind(const lm_matrix *w)
     }
 }
 
+#if LM_X86
+/* ref_dot_fused of Q8_0 rows with AVX2 and FMA, row by row: the same bits. */
+__attribute__((target("avx2,f16c,fma"))) static void q8_0_fused_rows(const lm_matrix *w,
+                                                                      const lm_q8 *xq, float *out,
+                                                                      size_t r0, size_t r1)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+        __m256 acc = _mm256_setzero_ps();
+        for (size_t b = 0; b < w->cols / 32; b++) {
+            const unsigned char *blk = row + 34 * b;
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq->q + 32 * b));
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
+            const __m256 d = _mm256_set1_ps(half(F16(blk)) * xq->d[b]);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(wv, xv)), acc);
+        }
+        float a[8];
+        _mm256_storeu_ps(a, acc);
+        out[r - r0] = combine_hsum(a);
+    }
+}
+
+static int has_fma(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("fma");
+}
+#endif
+
 void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
                     size_t r1, lm_isa isa)
 {
     if (isa == LM_ISA_COUNT)
         isa = lm_isa_active();
+    if (xq && xq->fused && fused_ok(w)) {
+#if LM_X86
+        if (w->type == LM_Q8_0 && isa != LM_ISA_SCALAR && has_fma()) {
+            q8_0_fused_rows(w, xq, out, r0, r1);
+            return;
+        }
+#endif
+        lm_matvec_ref(w, x, xq, out, r0, r1);
+        return;
+    }
     int kd = kind(w);
     kern4_fn f = kd >= 0 && (unsigned)isa < LM_ISA_COUNT ? kernels[isa][kd] : NULL;
     if (!f) {

@@ -14,6 +14,7 @@
  */
 #include "lm.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Every ggml type id up to 39 by name (ggml.h's enum ggml_type), for
@@ -86,6 +87,37 @@ static float bits_to_float(uint32_t u)
     return f;
 }
 
+uint16_t lm_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* NaN: a quiet one, the sign kept */
+        return sign | 0x7e00;
+    if (ax >= 0x477ff000u) /* 65520 and above round to infinity */
+        return sign | 0x7c00;
+    if (ax < 0x38800000u) { /* below 2^-14: a subnormal half, f * 2^24 rounded */
+        float a;
+        memcpy(&a, &ax, sizeof a);
+        return sign | (uint16_t)lrintf(a * 16777216.0f); /* exact scaling; ties to even */
+    }
+    uint32_t h = ((((ax >> 23) - 127 + 15) << 10) | ((ax & 0x7fffffu) >> 13));
+    const uint32_t rest = ax & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) /* ties to even; a carry */
+        h++;                                             /* moves into the exponent */
+    return sign | (uint16_t)h;
+}
+
+uint16_t lm_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet */
+        return (uint16_t)((x >> 16) | 64);
+    return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1))) >> 16);
+}
+
 float lm_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
@@ -103,7 +135,7 @@ float lm_bf16_to_f32(uint16_t h)
 }
 
 /* ggml's kvalues_iq4nl: the 16 values an IQ4_NL or IQ4_XS nibble stands for. */
-static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+const int8_t lm__iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                         1,    13,   25,  38,  53,  69,  89,  113};
 
 /* The 32 5-bit values of a Q5_0 or Q5_1 block: element j < 16 the low
@@ -150,8 +182,8 @@ static void dequant_block(lm_dtype type, const unsigned char *b, float *y)
     case LM_IQ4_NL: {
         const float d = lm_f16_to_f32(lm__u16(b));
         for (int j = 0; j < 16; j++) {
-            y[j] = d * (float)iq4nl_values[b[2 + j] & 0x0F];
-            y[j + 16] = d * (float)iq4nl_values[b[2 + j] >> 4];
+            y[j] = d * (float)lm__iq4nl_values[b[2 + j] & 0x0F];
+            y[j + 16] = d * (float)lm__iq4nl_values[b[2 + j] >> 4];
         }
         break;
     }
@@ -208,8 +240,8 @@ static void dequant_block(lm_dtype type, const unsigned char *b, float *y)
             const float dl = d * (float)(ls - 32);
             const unsigned char *qs = b + 8 + (size_t)(16 * ib);
             for (int j = 0; j < 16; j++) {
-                y[32 * ib + j] = dl * (float)iq4nl_values[qs[j] & 0xF];
-                y[32 * ib + j + 16] = dl * (float)iq4nl_values[qs[j] >> 4];
+                y[32 * ib + j] = dl * (float)lm__iq4nl_values[qs[j] & 0xF];
+                y[32 * ib + j + 16] = dl * (float)lm__iq4nl_values[qs[j] >> 4];
             }
         }
         break;

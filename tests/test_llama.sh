@@ -21,6 +21,8 @@
 #    at most 65 cells held; --samples K equals K separate runs; a resumed
 #    session equals an uninterrupted run, and corrupted, truncated and
 #    foreign sessions are refused, left as they were;
+#  - `kvevict lm logits --products llama` follows llama.cpp on every type its
+#    quantizer's presets write (the block below says to what);
 #  With QUICK (the sanitizer build's run) the eval comparison takes one
 #  window and h2o and streaming, and the drift and 10,000-token checks are
 #  left to the native run.
@@ -103,6 +105,60 @@ for spec in linear:2 yarn:4,orig=128 llama3:8,orig=64 linear:1.5,attn=1.2; do
               exit !(rows == 200 && worst <= 0.05 && same >= 0.98 * rows && moved > 1) }' ||
         bad "the decoder does not follow llama.cpp on --rope-scaling $spec"
 done
+
+# ---- the decoder's --products llama against llama.cpp, every preset type ----
+# llama.cpp's quantizer writes each type from the committed model (kjv, 128
+# wide) and from a random 256-wide model; plain llama.cpp's logits over the
+# 200 tokens against `kvevict lm logits --products llama` and `exact`. Per
+# type: the worst |difference| over the row's largest |logit|, argmax
+# agreement, rows equal bit for bit. Held to: on the 256-wide model every
+# type within 0.005 of the largest logit with the argmax at 98% of rows
+# (issue 28's target); on kjv, whose 8-bit inputs turn one differing
+# rounding into a different row, llama's argmax at 94% and, where llama.cpp
+# runs its AVX-512 code (the decoder follows that), Q8_0's first 100 rows
+# and Q4_1's first 150 equal bit for bit. Native run only.
+if [ -z "$QUICK" ]; then
+    CONV=$(dirname "$K")/kvevict-convert
+    "$CONV" --random dim=256,hidden=768,layers=4,heads=8,kv_heads=4,vocab=1088,seq_len=512,seed=3 \
+        --tokenizer models/tokenizer.bin --to gguf -o "$W/w256.gguf" 2>"$W/err" ||
+        bad "kvevict-convert --random (256 wide): $(cat "$W/err")"
+    avx512=$(grep -c avx512f /proc/cpuinfo 2>/dev/null || echo 0)
+    for src in kjv w256; do
+        [ $src = kjv ] && from=$M || from="$W/w256.gguf"
+        for T in F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS; do
+            f="$W/$src-$T.gguf"
+            kl quantize --model "$from" -o "$f" --type $T >/dev/null 2>"$W/err" ||
+                { bad "quantize $src to $T: $(cat "$W/err")"; continue; }
+            "$PLAIN" "$LIB" "$f" "$toks" >"$W/tp.jsonl" 2>"$W/err" ||
+                { bad "llama_plain on $src $T: $(cat "$W/err")"; continue; }
+            for mode in llama exact; do
+                "$K" lm logits --threads 1 --products $mode --model "$f" --tokens "$toks" \
+                    -o "$W/tk.jsonl" 2>"$W/err" ||
+                    { bad "kvevict lm logits --products $mode on $src $T: $(cat "$W/err")"; continue; }
+                paste -d '\n' "$W/tp.jsonl" "$W/tk.jsonl" | awk -v T=$T -v src=$src -v mode=$mode \
+                    -v avx512="$avx512" '
+                    { gsub(/.*"logits": \[/, ""); gsub(/\]\}/, ""); n = split($0, v, ", ") }
+                    NR % 2 == 1 { for (i = 1; i <= n; i++) a[i] = v[i]; next }
+                    { ia = 1; ib = 1; w = 0
+                      for (i = 1; i <= n; i++) { d = a[i] - v[i]; if (d < 0) d = -d; if (d > w) w = d
+                          if (a[i] > a[ia]) ia = i; if (v[i] > v[ib]) ib = i }
+                      m = a[ia] < 0 ? -a[ia] : a[ia]; if (w / m > rel) rel = w / m
+                      same += ia == ib; rows++; if (w == 0) { exact++; if (lead == rows - 1) lead++ } }
+                    END { printf "products %-5s %-4s %-6s worst %.4f of the largest, argmax %d/%d, " \
+                              "%d rows equal (the first %d)\n", mode, src, T, rel, same, rows, exact, lead
+                          if (mode != "llama") exit 0
+                          if (rows != 200) exit 1
+                          if (src == "w256") exit !(rel <= 0.005 && same >= 196)
+                          if (same < 188) exit 1
+                          if (avx512 > 0 && T == "Q8_0" && lead < 100) exit 1
+                          if (avx512 > 0 && T == "Q4_1" && lead < 150) exit 1
+                          exit 0 }' || bad "--products llama on $src $T does not follow llama.cpp"
+            done
+        done
+    done
+fi
+"$K" lm logits --model "$M" --tokens 1 --products fast >/dev/null 2>"$W/err"
+[ $? -eq 2 ] && grep -q "neither 'llama' nor 'exact'" "$W/err" || bad "--products fast: not a usage error"
 
 # ---- eval: llama.cpp against the decoder ----
 head -c 9000 models/heldout.txt >"$W/text.txt"

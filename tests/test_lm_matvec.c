@@ -377,7 +377,7 @@ static void test_kernels(void)
         size_t group = lm_matrix_q8_group(&w);
         int8_t *xq = malloc(sh->cols);
         float *xd = malloc((sh->cols / (group ? group : 1) + 1) * sizeof *xd);
-        lm_q8 q8 = {xq, xd, group};
+        lm_q8 q8 = {xq, xd, group, 0, NULL};
         if (group)
             lm_quantize_q8(x, sh->cols, group, xq, xd);
         float *ref = malloc(sh->rows * sizeof *ref), *got = malloc(sh->rows * sizeof *got);
@@ -434,6 +434,209 @@ static void test_kernels(void)
     ASSERT_TRUE(isas & 1);
 }
 
+/* ---- llama.cpp's input (LM_PRODUCTS_LLAMA) ---- */
+
+/* float32 to float16 and bfloat16: hand-worked roundings (ties to even,
+ * the edge of the range, subnormals, NaN), then every finite 16-bit value
+ * back to its own bits. */
+static void test_llama_round(void)
+{
+    static const struct {
+        float f;
+        uint16_t h;
+    } f16[] = {{1.0f, 0x3c00}, {-2.0f, 0xc000}, {65504.0f, 0x7bff}, {65519.0f, 0x7bff},
+               {65520.0f, 0x7c00}, {1.0f + 0x1p-11f, 0x3c00}, {1.0f + 0x3p-11f, 0x3c02},
+               {0x1p-24f, 0x0001}, {0x1p-25f, 0x0000}, {0x3p-25f, 0x0002}, {0x1p-14f, 0x0400},
+               {-0.0f, 0x8000}, {INFINITY, 0x7c00}, {-INFINITY, 0xfc00}};
+    for (size_t i = 0; i < sizeof f16 / sizeof f16[0]; i++)
+        if (lm_f32_to_f16(f16[i].f) != f16[i].h)
+            CHECK_FAIL_AT("f16 of %a: %#06x, want %#06x", (double)f16[i].f,
+                          (unsigned)lm_f32_to_f16(f16[i].f), (unsigned)f16[i].h);
+    ASSERT_EQ(lm_f32_to_f16(NAN) & 0x7e00, 0x7e00); /* a quiet NaN */
+    static const struct {
+        float f;
+        uint16_t h;
+    } bf[] = {{1.0f, 0x3f80}, {1.0f + 0x1p-8f, 0x3f80}, {1.0f + 0x3p-8f, 0x3f82},
+              {-3.0f, 0xc040}, {3.40282347e38f, 0x7f80}, {0x1p-140f, 0x0000}, {0x1p-133f, 0x0001}};
+    for (size_t i = 0; i < sizeof bf / sizeof bf[0]; i++)
+        if (lm_f32_to_bf16(bf[i].f) != bf[i].h)
+            CHECK_FAIL_AT("bf16 of %a: %#06x, want %#06x", (double)bf[i].f,
+                          (unsigned)lm_f32_to_bf16(bf[i].f), (unsigned)bf[i].h);
+    ASSERT_EQ(lm_f32_to_bf16(NAN) & 0x7fc0, 0x7fc0);
+    size_t f16_n = 0, f16_ok = 0, bf_n = 0, bf_ok = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        if (!((h & 0x7c00) == 0x7c00 && (h & 0x3ff))) /* not a float16 NaN */
+            f16_n++, f16_ok += lm_f32_to_f16(lm_f16_to_f32((uint16_t)h)) == h;
+        if (!((h & 0x7f80) == 0x7f80 && (h & 0x7f))) /* not a bfloat16 NaN */
+            bf_n++, bf_ok += lm_f32_to_bf16(lm_bf16_to_f32((uint16_t)h)) == h;
+    }
+    ASSERT_EQ(f16_ok, f16_n);
+    ASSERT_EQ(bf_ok, bf_n);
+    ASSERT_EQ(f16_n, 65536 - 2 * 1023);
+}
+
+/* Q8_0 and Q8_K blocks worked by hand: llama.cpp's scale and signs. */
+static void test_llama_quantize(void)
+{
+    float x[256], xt[256], d[8];
+    int8_t q[256];
+    /* Q8_0, amax 127: d = 1, q = x rounded, ties to even */
+    static const float tie[8] = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 126.5f, -127.0f, 127.0f};
+    static const int8_t tq[8] = {0, 2, 2, 0, -2, 126, -127, 127};
+    for (size_t j = 0; j < 32; j++)
+        x[j] = j < 8 ? tie[j] : 0.0f;
+    /* a second block of amax 1: d = float16(1 / 127) = 0x2008, 0.5 -> 63.5 -> 64 */
+    for (size_t j = 32; j < 64; j++)
+        x[j] = j == 32 ? 1.0f : j == 33 ? 0.5f : j == 34 ? -1.0f : 0.0f;
+    lm_llama_quantize(LM_IN_Q8_0, x, 64, xt, q, d, NULL);
+    ASSERT_TRUE(d[0] == 1.0f);
+    for (size_t j = 0; j < 8; j++)
+        ASSERT_EQ(q[j], tq[j]);
+    ASSERT_TRUE(d[1] == lm_f16_to_f32(0x2008));
+    ASSERT_EQ(q[32], 127);
+    ASSERT_EQ(q[33], 64);
+    ASSERT_EQ(q[34], -127);
+    ASSERT_TRUE(xt[33] == 64.0f * lm_f16_to_f32(0x2008));
+    /* a zero block; a block holding NaN */
+    for (size_t j = 0; j < 64; j++)
+        x[j] = j == 40 ? NAN : 0.0f;
+    lm_llama_quantize(LM_IN_Q8_0, x, 64, xt, q, d, NULL);
+    ASSERT_TRUE(d[0] == 0.0f && q[5] == 0 && xt[5] == 0.0f);
+    ASSERT_TRUE(d[1] != d[1] && xt[33] != xt[33] && q[33] == 0);
+    /* Q8_K: the entry of largest magnitude sets the sign: -2 -> scale 63.5,
+     * d = 1 / 63.5; a positive maximum 4 makes the scale negative and its
+     * own q -127 */
+    for (size_t j = 0; j < 256; j++)
+        x[j] = 0.0f;
+    x[5] = -2.0f, x[6] = 1.0f, x[7] = -1.0f;
+    lm_llama_quantize(LM_IN_Q8_K, x, 256, xt, q, d, NULL);
+    ASSERT_EQ(q[5], -127);
+    ASSERT_EQ(q[6], 64); /* 63.5, to even */
+    ASSERT_EQ(q[7], -64);
+    for (size_t g = 0; g < 8; g++)
+        ASSERT_TRUE(d[g] == 1.0f / 63.5f);
+    x[5] = 0.0f, x[0] = 4.0f;
+    lm_llama_quantize(LM_IN_Q8_K, x, 256, xt, q, d, NULL);
+    ASSERT_EQ(q[0], -127);
+    ASSERT_TRUE(d[0] < 0.0f && fabsf(xt[0] - 4.0f) < 1e-6f);
+    ASSERT_EQ(q[6], -32); /* 1 * -31.75, to -32 */
+    /* F16 and BF16 inputs: each value rounded */
+    x[0] = 1.0f + 0x3p-11f, x[1] = 1.0f + 0x3p-8f;
+    lm_llama_quantize(LM_IN_F16, x, 2, xt, q, d, NULL);
+    ASSERT_TRUE(xt[0] == 1.0f + 0x1p-9f);
+    lm_llama_quantize(LM_IN_BF16, x, 2, xt, q, d, NULL);
+    ASSERT_TRUE(xt[1] == 1.0f + 0x1p-6f);
+    ASSERT_EQ((int)lm_llama_input(LM_Q4_1), (int)LM_IN_Q8_0);
+    ASSERT_EQ((int)lm_llama_input(LM_IQ4_XS), (int)LM_IN_Q8_K);
+    ASSERT_EQ((int)lm_llama_input(LM_F32), (int)LM_IN_NATIVE);
+    ASSERT_EQ((int)lm_llama_input(LM_I8G), (int)LM_IN_NATIVE);
+}
+
+/* Q8_0 rows summed as ggml_vec_dot_q8_0_q8_0: a row worked by hand, then
+ * every instruction set's path equal to the reference, bit for bit. */
+static void test_llama_q8_0(void)
+{
+    unsigned char row[34];
+    put16(row, 0x3c00); /* d = 1, q = 1 */
+    memset(row + 2, 1, 32);
+    int8_t xq[512];
+    float xd[16];
+    for (size_t j = 0; j < 32; j++)
+        xq[j] = (int8_t)(j + 1);
+    xd[0] = 0.5f;
+    lm_matrix w1 = {.data = row, .type = LM_Q8_0, .rows = 1, .cols = 32, .row_bytes = 34};
+    lm_q8 q1 = {xq, xd, 32, 1, NULL};
+    float out = 0;
+    lm_matvec_ref(&w1, NULL, &q1, &out, 0, 1);
+    ASSERT_TRUE(out == 264.0f); /* 0.5 * (1 + ... + 32) */
+    unsigned char *data, *scales;
+    lm_matrix w = random_matrix(LM_Q8_0, 37, 512, 0, &data, &scales);
+    float *x = random_x(512), xt[512], *ref = malloc(37 * sizeof *ref), *got = malloc(37 * 4);
+    lm_llama_quantize(LM_IN_Q8_0, x, 512, xt, xq, xd, NULL);
+    lm_q8 q8 = {xq, xd, 32, 1, NULL}, plain = {xq, xd, 32, 0, NULL};
+    lm_matvec_ref(&w, xt, &q8, ref, 0, 37);
+    lm_matvec_ref(&w, xt, &plain, got, 0, 37);
+    size_t moved = 0; /* the fused order is another arithmetic: some row moves */
+    for (size_t r = 0; r < 37; r++)
+        moved += memcmp(&ref[r], &got[r], sizeof(float)) != 0;
+    printf("  fused Q8_0: %zu of 37 rows differ from the exact order\n", moved);
+    ASSERT_TRUE(moved > 0);
+    for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+        if (!lm_isa_supported((lm_isa)isa))
+            continue;
+        memset(got, 0xff, 37 * sizeof *got);
+        lm_matvec_rows(&w, xt, &q8, got, 0, 37, (lm_isa)isa);
+        if (!same_bits(got, ref, 37))
+            CHECK_FAIL_AT("fused Q8_0: %s differs from the reference", lm_isa_name((lm_isa)isa));
+    }
+    free(data), free(scales), free(x), free(ref), free(got);
+}
+
+/* Every type the decoder sums in llama.cpp's order, on random rows in
+ * groups of 8 (the repacked types' condition): the fused sum within float
+ * rounding of the double product of the dequantized weights with the
+ * converted input (plus, for Q4_1 and Q5_1, the float16 rounding of Q8_1's
+ * d * sum(q): the bound counts it), so every block layout is read right;
+ * a deliberate misreading (the input of the next block) is caught. */
+static void test_llama_fused_types(void)
+{
+    static const lm_dtype types[] = {LM_Q8_0, LM_Q5_0, LM_Q4_1, LM_Q5_1,
+                                     LM_Q4_0, LM_IQ4_NL, LM_Q4_K, LM_Q6_K};
+    const size_t rows = 16, cols = 512;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const lm_llama_in kind = lm_llama_input(types[t]);
+        unsigned char *data, *scales;
+        lm_matrix w = random_matrix(types[t], rows, cols, 0, &data, &scales);
+        float *x = random_x(cols), xt[512], xd[16], xs[16], deq[512];
+        int8_t xq[512];
+        lm_llama_quantize(kind, x, cols, xt, xq, xd, xs);
+        lm_q8 q8 = {xq, xd, 32, 1, xs};
+        float got[16];
+        lm_matvec_ref(&w, xt, &q8, got, 0, rows);
+        size_t bad = 0;
+        for (size_t r = 0; r < rows; r++) {
+            lm_matrix_row(&w, r, deq);
+            double exact = 0, mag = 0, mins = 0;
+            for (size_t j = 0; j < cols; j++)
+                exact += (double)deq[j] * xt[j], mag += fabs((double)deq[j] * xt[j]);
+            if (types[t] == LM_Q4_1 || types[t] == LM_Q5_1) {
+                const size_t bb = lm_dtype_block_bytes(types[t]);
+                for (size_t b = 0; b < cols / 32; b++) {
+                    const unsigned char *blk = data + r * w.row_bytes + bb * b;
+                    double sq = 0;
+                    for (size_t j = 0; j < 32; j++)
+                        sq += xq[32 * b + j];
+                    mins += fabs((double)lm_f16_to_f32(lm__u16(blk + 2))) *
+                            fabs((double)xs[b] - (double)xd[b] * sq);
+                }
+            }
+            const double bound = mag * 1e-6 + mins * 1.000001 + 1e-30;
+            if (!(fabs((double)got[r] - exact) <= bound)) {
+                if (!bad)
+                    CHECK_FAIL_AT("%s row %zu: fused %.9g, dequantized %.9g (bound %.3g)",
+                                  lm_dtype_name(types[t]), r, (double)got[r], exact, bound);
+                bad++;
+            }
+        }
+        /* the mutation: the input shifted by one block of 32 */
+        lm_q8 off = {xq + 32, xd + 1, 32, 1, xs + 1};
+        lm_matrix half = w;
+        half.cols = cols - 256; /* what the shifted input can still cover */
+        float moved[16];
+        lm_matvec_ref(&half, xt, &off, moved, 0, rows);
+        size_t differ = 0;
+        for (size_t r = 0; r < rows; r++) {
+            lm_matrix_row(&half, r, deq);
+            double exact = 0, mag = 0;
+            for (size_t j = 0; j < half.cols; j++)
+                exact += (double)deq[j] * xt[j], mag += fabs((double)deq[j] * xt[j]);
+            differ += fabs((double)moved[r] - exact) > mag * 1e-3;
+        }
+        ASSERT_TRUE(differ > 0);
+        free(data), free(scales), free(x);
+    }
+}
+
 /* The active instruction set can be forced and restored. */
 static void test_isa_force(void)
 {
@@ -460,7 +663,7 @@ static void test_threads(void)
     int8_t xq[512];
     float xd[16];
     lm_quantize_q8(x, 512, 32, xq, xd);
-    lm_q8 q8 = {xq, xd, 32};
+    lm_q8 q8 = {xq, xd, 32, 0, NULL};
     float *want[3], *got[3];
     for (int k = 0; k < 3; k++) {
         want[k] = malloc(w[k].rows * sizeof(float));
@@ -501,6 +704,10 @@ int main(int argc, char **argv)
     RUN(test_dequant_by_hand);
     RUN(test_quantize);
     RUN(test_kernels);
+    RUN(test_llama_round);
+    RUN(test_llama_quantize);
+    RUN(test_llama_q8_0);
+    RUN(test_llama_fused_types);
     RUN(test_isa_force);
     RUN(test_threads);
     return CHECK_DONE();

@@ -1097,6 +1097,9 @@ kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size)
             st = kve_set_error(KVE_EFORMAT, "session: %s %zu is not finite",
                                i < key_floats ? "key value" : "logit",
                                i < key_floats ? i : i - key_floats);
+        else if (i < key_floats && fabsf(x) >= 65520.0f) /* infinite in llama.cpp's float16 */
+            st = kve_set_error(KVE_EFORMAT, "session: key value %zu (%g) is beyond float16's "
+                               "range, where llama.cpp's cache holds the key", i, (double)x);
     }
     if (st == KVE_OK) {
         int32_t *want = malloc((e->opt.spec ? n : pos) * sizeof *want + 1);

@@ -35,7 +35,8 @@ static const char logits_usage[] =
     "\n"
     "  --model CKPT     a checkpoint, its format told from the file: llama2.c\n"
     "                   (legacy, version 1 float32, version 2 int8) or GGUF (llama:\n"
-    "                   F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)\n"
+    "                   F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K,\n"
+    "                   IQ4_NL, IQ4_XS)\n"
     "  --tokens LIST    token ids, decoded as given (no BOS is added)\n"
     "  --prompt TEXT    instead of --tokens: BOS, then TEXT encoded with the tokenizer\n"
     "  --tokenizer TOK  tokenizer.bin (default: a GGUF's own vocabulary, else\n"
@@ -49,6 +50,9 @@ static const char logits_usage[] =
     "  --seed N         seed of the policies' random numbers (default 0)\n"
     "  --threads N      matrix products on N threads (default: the cores available;\n"
     "                   the same bits for every N)\n"
+    "  --products P     exact (the default: the decoder's own arithmetic) or llama\n"
+    "                   (llama.cpp's: inputs converted per weight type, float16 keys\n"
+    "                   and values, its flash attention; docs/decoder.md)\n"
     "  --same-positions every (layer, KV head) keeps the same positions: one eviction\n"
     "                   a step for all, by their scores added together (docs/decoder.md)\n"
     "  -o, --output F   write to F instead of standard output\n";
@@ -58,7 +62,7 @@ static const opt_def logits_own[] = {{"model", 0, OPT_VALUE},
                                      {"prompt", 0, OPT_VALUE},
                                      {"tokenizer", 0, OPT_VALUE},
                                      {"positions", 0, OPT_VALUE},
-                                     {"threads", 0, OPT_VALUE},
+                                     {"threads", 0, OPT_VALUE}, {"products", 0, OPT_VALUE},
                                      {"same-positions", 0, 0}};
 static const cli_spec logits_spec =
     LM_SPEC(logits_usage, SO_POLICY | SO_BUDGET | SO_SEED | SO_OUTPUT, logits_own, FMT_JSON);
@@ -192,7 +196,7 @@ static const opt_def generate_own[] = {
     {"repeat-penalty", 0, OPT_VALUE}, {"repeat-last-n", 0, OPT_VALUE},
     {"samples", 0, OPT_VALUE},        {"session", 0, OPT_VALUE},
     {"allow-key-tokens", 0, 0},       {"logits", 0, 0},
-    {"threads", 0, OPT_VALUE},        {"prefill", 0, OPT_VALUE},
+    {"threads", 0, OPT_VALUE}, {"products", 0, OPT_VALUE},        {"prefill", 0, OPT_VALUE},
     {"heads", 0, OPT_VALUE},          {"streaming-budget", 0, OPT_VALUE},
     {"same-positions", 0, 0}};
 static const cli_spec generate_spec =

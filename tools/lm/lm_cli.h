@@ -33,6 +33,7 @@ typedef struct lm_loaded {
     size_t streaming_budget; /* --streaming-budget (16) */
     int timing; /* 1: new_state's decoders time their policies (lm_options.timing) */
     int same_positions; /* --same-positions: every (layer, KV head) keeps the same positions */
+    lm_products products; /* --products: exact (the default) or llama (lm_options.products) */
 } lm_loaded;
 extern lm_loaded lm_ctx;
 
@@ -69,12 +70,22 @@ static inline lm_positions opt_positions(const char *s)
     die_usage("--positions: '%s' is neither 'original' nor 'cache'", s);
 }
 
-/* --threads N (default: the cores available) into lm_ctx.threads. */
+/* --threads N (default: the cores available) into lm_ctx.threads, and
+ * --products exact|llama (default exact) into lm_ctx.products: the two
+ * options of the decoder's arithmetic, in every table that has one. */
 static inline void parse_threads(const cli_args *a, const cli_spec *spec)
 {
     const char *v = own(a, spec, "threads");
     lm_ctx.threads = v ? (size_t)parse_u64("--threads", v, 1, LM_MAX_THREADS) : lm_cores();
+    v = own(a, spec, "products");
+    if (v && strcmp(v, "llama") != 0 && strcmp(v, "exact") != 0)
+        die_usage("--products: '%s' is neither 'llama' nor 'exact'", v);
+    lm_ctx.products = v && strcmp(v, "llama") == 0 ? LM_PRODUCTS_LLAMA : LM_PRODUCTS_EXACT;
 }
+
+/* The usage lines of --products. */
+#define PRODUCTS_USAGE                                                                             \
+    "  --products P        exact (default) or llama: llama.cpp's arithmetic\n"
 
 static inline const char *positions_name(lm_positions p)
 {
@@ -126,7 +137,8 @@ void resolve_budget(cli_args *a);
 #define MEASURE_OPTS                                                                               \
     {"model", 0, OPT_VALUE}, {"text", 0, OPT_VALUE}, {"tokenizer", 0, OPT_VALUE},                  \
         {"policy", 0, OPT_VALUE | OPT_REPEAT}, {"budget", 0, OPT_VALUE | OPT_REPEAT},              \
-        {"positions", 0, OPT_VALUE}, {"threads", 0, OPT_VALUE}, {"heads", 0, OPT_VALUE}, \
+        {"positions", 0, OPT_VALUE}, {"threads", 0, OPT_VALUE}, {"products", 0, OPT_VALUE},       \
+        {"heads", 0, OPT_VALUE},                                                                   \
         {"streaming-budget", 0, OPT_VALUE}, {"same-positions", 0, 0}, BUDGET_OPTS
 
 /* The usage lines of --same-positions (lm_options.same_positions). */

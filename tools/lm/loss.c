@@ -40,6 +40,7 @@ static const char eval_usage[] =
     "  --positions P       original (default) or cache\n"
     "  --seed N            seed of the policies' random numbers (default 0)\n"
     "  --threads N         matrix products on N threads (default: the cores)\n"
+    PRODUCTS_USAGE
     SAME_POSITIONS_USAGE
     "  --quiet             no progress line on stderr (drawn on a terminal after 2 s)\n"
     "  --format F          text (default), md, csv or json; --json, --csv, --md\n"
