@@ -104,6 +104,36 @@ for spec in linear:2 yarn:4,orig=128 llama3:8,orig=64 linear:1.5,attn=1.2; do
               spec, worst, same, rows, moved
               exit !(rows == 200 && worst <= 0.05 && same >= 0.98 * rows && moved > 1) }' ||
         bad "the decoder does not follow llama.cpp on --rope-scaling $spec"
+    # expected attention reads the rotation: kvevict-llama hands it the same
+    # scaled kve_rope as the decoder (its logits under eviction follow the
+    # decoder's --same-positions), and both refuse Llama 3's rope_freqs,
+    # which kve_rope cannot describe
+    ea="expected_attention:recent_window=8,n_future_positions=64"
+    kl logits --model "$f" --tokens "$toks" --policy "$ea" --budget 32 -o "$W/rs-kl.jsonl" \
+        2>"$W/err-kl"
+    rkl=$?
+    "$K" lm logits --threads 1 --model "$f" --tokens "$toks" --policy "$ea" --budget 32 \
+        --same-positions -o "$W/rs-kd.jsonl" 2>"$W/err-kd"
+    rkd=$?
+    case $spec in
+    llama3*)
+        [ $rkl -ne 0 ] && [ $rkd -ne 0 ] && grep -q -i rot "$W/err-kl" ||
+            bad "expected attention on rope_freqs: kvevict-llama exit $rkl ($(cat "$W/err-kl")), decoder exit $rkd"
+        ;;
+    *)
+        [ $rkl -eq 0 ] && [ $rkd -eq 0 ] || { bad "expected attention on --rope-scaling $spec: exit $rkl, $rkd"; continue; }
+        paste -d '\n' "$W/rs-kl.jsonl" "$W/rs-kd.jsonl" | awk -v spec="$spec" '
+            { gsub(/.*"logits": \[/, ""); gsub(/\]\}/, ""); n = split($0, v, ", ") }
+            NR % 2 == 1 { for (i = 1; i <= n; i++) a[i] = v[i]; next }
+            { ia = 1; ib = 1; for (i = 1; i <= n; i++) { d = a[i] - v[i]; if (d < 0) d = -d
+                if (d > worst) worst = d; if (a[i] > a[ia]) ia = i; if (v[i] > v[ib]) ib = i }
+              same += ia == ib; rows++ }
+            END { printf "rope scaling %s, expected attention at 32: kvevict-llama against the decoder %.4f, argmax %d of %d\n",
+                  spec, worst, same, rows
+                  exit !(rows == 200 && worst <= 0.05 && same >= 0.98 * rows) }' ||
+            bad "kvevict-llama's expected attention on --rope-scaling $spec does not follow the decoder's"
+        ;;
+    esac
 done
 
 # ---- the decoder's --products llama against llama.cpp, every preset type ----

@@ -76,6 +76,58 @@ static double meta_number(const kvl_model *m, const char *suffix, double dflt)
     return end != val ? v : dflt;
 }
 
+/* The model's RoPE scaling into m->rope, read as the decoder reads a GGUF's
+ * (lm_rope, lm/gguf.c): ARCH.rope.scaling.type (absent: linear), the factor
+ * from rope.scaling.factor or rope.scale_linear (absent: 1),
+ * rope.scaling.attn_factor, and for yarn rope.scaling.original_context_length
+ * (absent: the training context) and the magnitude attn (1 + 0.1 ln
+ * factor). What kve_rope cannot describe (a rope_freqs.weight tensor,
+ * Llama 3's, found with ggml's own GGUF reader; a factor below 1; another
+ * type) leaves the rotation unset, so that expected attention, the policy
+ * that reads it, is refused rather than run with a wrong rotation. */
+static void rope_scaling(kvl_model *m, const char *path)
+{
+    char arch[64], type[32] = "linear";
+    if (m->api->llama_model_meta_val_str(m->model, "general.architecture", arch, sizeof arch) >= 0) {
+        char key[160];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+        if (m->api->llama_model_meta_val_str(m->model, key, type, sizeof type) < 0)
+            snprintf(type, sizeof type, "linear");
+    }
+    const double factor = meta_number(m, "rope.scaling.factor",
+                                      meta_number(m, "rope.scale_linear", 1.0));
+    const double attn = meta_number(m, "rope.scaling.attn_factor", 1.0);
+    const double orig = meta_number(m, "rope.scaling.original_context_length",
+                                    (double)m->n_ctx_train);
+    struct gguf_init_params gp = {.no_alloc = true, .ctx = NULL};
+    struct gguf_context *g = m->api->gguf_init_from_file(path, gp);
+    const int freqs = g && m->api->gguf_find_tensor(g, "rope_freqs.weight") >= 0;
+    if (g)
+        m->api->gguf_free(g);
+    static const char *const beyond[] = {"rope.scaling.yarn_log_multiplier",
+                                         "rope.scaling.yarn_ext_factor",
+                                         "rope.scaling.yarn_attn_factor",
+                                         "rope.scaling.yarn_beta_fast",
+                                         "rope.scaling.yarn_beta_slow", "rope.scaling.alpha"};
+    int other = 0; /* yarn's other keys: the decoder follows its defaults only */
+    for (size_t i = 0; i < sizeof beyond / sizeof beyond[0]; i++)
+        other |= !isnan(meta_number(m, beyond[i], NAN));
+    const int none = strcmp(type, "none") == 0, linear = strcmp(type, "linear") == 0,
+              yarn = strcmp(type, "yarn") == 0;
+    if (freqs || other || !(none || linear || yarn) || (!none && !(factor >= 1.0)) || !g) {
+        m->rope.rotary_dim = KVE_ROPE_UNSET;
+        return;
+    }
+    if (none || (linear && factor == 1.0 && attn == 1.0))
+        return;
+    m->rope.scaling = yarn ? KVE_ROPE_SCALING_YARN : KVE_ROPE_SCALING_LINEAR;
+    m->rope.factor = factor;
+    m->rope.attention_factor =
+        yarn && factor > 1.0 ? (double)((float)attn * (1.0f + 0.1f * logf((float)factor))) : attn;
+    if (yarn)
+        m->rope.original_max_position = (size_t)orig;
+}
+
 kve_status kvl_model_open(const kvl_api *api, const char *path, kvl_model *out)
 {
     memset(out, 0, sizeof *out);
@@ -111,6 +163,7 @@ kve_status kvl_model_open(const kvl_api *api, const char *path, kvl_model *out)
     m->rope.pairs = api->llama_model_rope_type(m->model) == LLAMA_ROPE_TYPE_NEOX
                         ? KVE_ROPE_HALF
                         : KVE_ROPE_ADJACENT;
+    rope_scaling(m, path);
     return KVE_OK;
 }
 

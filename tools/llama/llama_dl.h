@@ -16,6 +16,7 @@
 
 #include <ggml-backend.h>
 #include <ggml.h>
+#include <gguf.h>
 #include <llama.h>
 
 /* The libraries, in load order (each later one needs the earlier). */
@@ -37,7 +38,8 @@
     X(llama_get_logits_ith) X(llama_vocab_n_tokens) X(llama_vocab_bos) X(llama_vocab_is_eog)       \
     X(llama_vocab_get_add_bos) X(llama_tokenize) X(llama_token_to_piece)                           \
     X(llama_state_seq_get_size) X(llama_state_seq_get_data) X(llama_state_seq_set_data)        \
-    X(llama_model_quantize_default_params) X(llama_model_quantize) X(llama_model_ftype)
+    X(llama_model_quantize_default_params) X(llama_model_quantize) X(llama_model_ftype)           \
+    X(gguf_init_from_file) X(gguf_find_tensor) X(gguf_free)
 
 #define KVL_SLOT(name) __typeof__(name) *name;
 typedef struct kvl_api {
