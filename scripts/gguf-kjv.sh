@@ -10,8 +10,8 @@
 # then `kvevict lm eval --json`'s row of the full cache, and delta_vs_legacy
 # (its bits per byte less the legacy file's). The model's rows
 # hold 128 or 384 values, not whole blocks of 256: asked for Q4_K and Q6_K,
-# the converter falls back to Q4_0 and Q8_0 (as llama.cpp does), and the
-# rows say so.
+# the converter falls back to Q5_0 and Q8_0 (as llama.cpp's quantizer does),
+# and the rows say so.
 set -eu
 B=${1:?usage: gguf-kjv.sh BUILD}
 cd "$(dirname "$0")/.."
@@ -33,12 +33,12 @@ row() { # FORMAT TYPE FILE [EVAL ARGS...]: one row
 row "llama2.c legacy" F32 models/kjv.bin --tokenizer models/tokenizer.bin
 "$C" --model models/kjv.bin --to llama2c-v2 -o "$W/kjv-v2.bin"
 row "llama2.c version 2" "int8, groups of 64" "$W/kjv-v2.bin" --tokenizer models/tokenizer.bin
-for t in f32 f16 bf16 q8_0 q4_0 q4_k q6_k; do
+for t in f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k; do
     "$C" --model models/kjv.bin --tokenizer models/tokenizer.bin --to gguf --type "$t" \
         -o "$W/kjv-$t.gguf" 2>"$W/kjv-$t.log"
     T=$(echo "$t" | tr a-z A-Z)
     case $t in
-    q4_k) T="Q4_K, as Q4_0" ;;
+    q4_k) T="Q4_K, as Q5_0" ;;
     q6_k) T="Q6_K, as Q8_0" ;;
     esac
     row GGUF "$T" "$W/kjv-$t.gguf"

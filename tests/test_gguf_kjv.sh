@@ -93,12 +93,20 @@ legacy=$(bpb kjv.bin models/kjv.bin --tokenizer models/tokenizer.bin)
     "$C" --model models/kjv.bin --to llama2c-v2 -o "$W/v2.bin" || exit 1
 v1=$(bpb kjv-v1.bin "$W/v1.bin" --tokenizer models/tokenizer.bin)
 bpb kjv-v2.bin "$W/v2.bin" --tokenizer models/tokenizer.bin >/dev/null
-for t in f32 f16 bf16 q8_0 q4_0; do
+for t in f32 f16 bf16 q8_0 q4_0 q5_0; do
     "$C" --model models/kjv.bin --tokenizer models/tokenizer.bin --to gguf --type $t \
         -o "$W/$t.gguf" 2>/dev/null || exit 1
     eval "b_$t=\$(bpb kjv-$t.gguf \"\$W/$t.gguf\")"
 done
 bpb kjv.gguf "$M" >/dev/null
+# asked for Q4_K, rows of 128 and 384 (not whole blocks of 256) fall back to
+# Q5_0 as llama.cpp's quantizer's do: the same file as asking for Q5_0
+"$C" --model models/kjv.bin --tokenizer models/tokenizer.bin --to gguf --type q4_k \
+    -o "$W/q4_k.gguf" 2>"$W/q4_k.log" || exit 1
+if ! cmp -s "$W/q4_k.gguf" "$W/q5_0.gguf" || ! grep -q "nearest type" "$W/q4_k.log"; then
+    echo "FAIL: --type q4_k on kjv's rows is not Q5_0's file, said so (llama.cpp's fallback)" >&2
+    fail=1
+fi
 if [ "$WRITE" = --write ]; then
     cp "$W/check.jsonl" docs/data/gguf/check.jsonl || exit 1
     echo "test_gguf_kjv: wrote docs/data/gguf/check.jsonl"

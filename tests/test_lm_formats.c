@@ -222,6 +222,7 @@ static void check_values(const lm_matrix *w, const float *orig, uint32_t type, c
                    : type == GW_Q8_0 ? 1.0 / 127
                    : type == GW_Q6_K ? 1.0 / 31
                    : type == GW_Q4_0 ? 1.0 / 8
+                   : type == GW_Q5_0 ? 1.0 / 16
                                      : 1.0 / 15;
     if (!(rel <= bound))
         CHECK_FAIL_AT("%s in %s: relative RMS error %.3g beyond %.3g", name, lm_dtype_name(type),
@@ -231,7 +232,7 @@ static void check_values(const lm_matrix *w, const float *orig, uint32_t type, c
 static void test_types(void)
 {
     static const uint32_t types[] = {GW_F32,  GW_F16,  GW_BF16, GW_Q8_0,
-                                     GW_Q4_0, GW_Q4_K, GW_Q6_K};
+                                     GW_Q4_0, GW_Q5_0, GW_Q4_K, GW_Q6_K};
     for (int shared = 0; shared < 2; shared++) {
         fx_model fx;
         fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, shared, check_seed + (uint64_t)shared);

@@ -116,6 +116,31 @@ static void q4_0_block(const float *x, unsigned char *b)
     }
 }
 
+/* ggml's quantize_row_q5_0_ref: d = the entry of largest magnitude / -16,
+ * q = min(31, trunc(x / d + 16.5)), the low nibbles packed as Q4_0's and
+ * the fifth bits in a 32-bit word. */
+static void q5_0_block(const float *x, unsigned char *b)
+{
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    put16(b, gw_f32_to_f16(d));
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        int lo = (int)(x[j] * id + 16.5f), hi = (int)(x[j + 16] * id + 16.5f);
+        lo = lo > 31 ? 31 : lo;
+        hi = hi > 31 ? 31 : hi;
+        b[6 + j] = (unsigned char)((lo & 0xF) | (hi & 0xF) << 4);
+        qh |= (uint32_t)(lo >> 4) << j | (uint32_t)(hi >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++)
+        b[2 + k] = (unsigned char)(qh >> (8 * k));
+}
+
 static void q4_k_block(const float *x, unsigned char *b)
 {
     float step[8], off[8], max_step = 0, max_off = 0;
@@ -201,6 +226,7 @@ static size_t block_of(uint32_t type, size_t *bytes)
     case GW_BF16: *bytes = 2; return 1;
     case GW_Q8_0: *bytes = 34; return 32;
     case GW_Q4_0: *bytes = 18; return 32;
+    case GW_Q5_0: *bytes = 22; return 32;
     case GW_Q4_K: *bytes = 144; return 256;
     case GW_Q6_K: *bytes = 210; return 256;
     default: *bytes = 0; return 0;
@@ -231,6 +257,7 @@ int gw_quantize_row(uint32_t type, const float *x, size_t n, unsigned char *out)
         case GW_BF16: put16(o, f32_to_bf16(*v)); break;
         case GW_Q8_0: q8_0_block(v, o); break;
         case GW_Q4_0: q4_0_block(v, o); break;
+        case GW_Q5_0: q5_0_block(v, o); break;
         case GW_Q4_K: q4_k_block(v, o); break;
         default: q6_k_block(v, o); break;
         }
@@ -445,7 +472,7 @@ static int write_tensor(FILE *f, gw_source src, void *user, const float *rope_fr
 static uint32_t fitting(uint32_t want, size_t cols)
 {
     while (!gw_row_bytes(want, cols) && want != GW_F16)
-        want = want == GW_Q4_K ? GW_Q4_0 : want == GW_Q6_K ? GW_Q8_0 : GW_F16;
+        want = want == GW_Q4_K ? GW_Q5_0 : want == GW_Q6_K ? GW_Q8_0 : GW_F16; /* llama.cpp's */
     return want;
 }
 

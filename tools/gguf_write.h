@@ -13,6 +13,8 @@
  *   Q8_0: d = max|x| / 127, q = round(x / d) (ggml's quantize_row_q8_0_ref);
  *   Q4_0: d = (the x of largest magnitude) / -8, q = min(15, (int)(x/d + 8.5))
  *         (ggml's quantize_row_q4_0_ref);
+ *   Q5_0: d = (the x of largest magnitude) / -16, q = min(31, (int)(x/d + 16.5)),
+ *         the fifth bits in a u32 (quantize_row_q5_0_ref);
  *   Q4_K: per sub-block of 32 an offset m = -min(0, min x) and a step
  *         (max x + m) / 15; steps and offsets as 6-bit multiples of d and
  *         dmin = their largest / 63; q = round((x + m') / step') in 0..15
@@ -34,7 +36,7 @@
 #include <stdio.h>
 
 /* ggml's type ids (as lm.h's lm_dtype) */
-enum { GW_F32 = 0, GW_F16 = 1, GW_Q4_0 = 2, GW_Q8_0 = 8, GW_Q4_K = 12, GW_Q6_K = 14, GW_BF16 = 30 };
+enum { GW_F32 = 0, GW_F16 = 1, GW_Q4_0 = 2, GW_Q5_0 = 6, GW_Q8_0 = 8, GW_Q4_K = 12, GW_Q6_K = 14, GW_BF16 = 30 };
 
 /* The tensors of a llama model, in llama2.c's names and shapes
  * (V vocab, D dim, F hidden, L layers, Q = heads * head size, K = kv heads
@@ -69,8 +71,8 @@ typedef struct gw_spec {
     const gw_vocab *vocab_data; /* GGUF: tokenizer.ggml.* when not NULL */
     const char *name;      /* GGUF: general.name, may be NULL */
     int fallback;          /* GGUF: 1: a tensor whose rows are not whole blocks of its
-                              type gets the nearest one that fits (Q4_K -> Q4_0 ->
-                              F16, Q6_K -> Q8_0 -> F16, Q8_0 and Q4_0 -> F16, as
+                              type gets the nearest one that fits (Q4_K -> Q5_0 ->
+                              F16, Q6_K -> Q8_0 -> F16, Q8_0, Q5_0 and Q4_0 -> F16, as
                               llama.cpp falls back); 0: refused */
     size_t fell_back;      /* out: tensors that fell back */
     int rope_scaling;      /* GGUF: 0 none (no key written), 1 linear, 2 yarn:
