@@ -182,12 +182,6 @@ static float block_max(const float *x, size_t b, float *big)
     return amax;
 }
 
-static void block_bad(size_t b, float *xt, int8_t *q)
-{
-    for (size_t j = 0; j < b; j++)
-        xt[j] = NAN, q[j] = 0;
-}
-
 void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, int8_t *q, float *d,
                        float *s)
 {
@@ -197,52 +191,28 @@ void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, in
                                       : lm_bf16_to_f32(lm_f32_to_bf16(x[i]));
         return;
     }
-    if (kind == LM_IN_Q8_0) {
-        for (size_t g = 0; g < n / 32; g++) {
-            const float *v = x + 32 * g;
-            float big;
-            const float amax = block_max(v, 32, &big);
-            if (amax != amax) {
-                d[g] = NAN, block_bad(32, xt + 32 * g, q + 32 * g);
-                if (s)
-                    s[g] = NAN;
-                continue;
-            }
-            const float raw = amax / 127.0f, dd = lm_f16_to_f32(lm_f32_to_f16(raw));
-            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            d[g] = dd;
+    const size_t b = kind == LM_IN_Q8_0 ? 32 : 256; /* LM_IN_Q8_0, LM_IN_Q8_K */
+    if (kind == LM_IN_Q8_0 || kind == LM_IN_Q8_K) {
+        for (size_t k = 0; k < n / b; k++) {
+            const float *v = x + b * k;
+            float big, dd = 0.0f, id = 0.0f, raw = 0.0f;
+            const float amax = block_max(v, b, &big);
+            if (kind == LM_IN_Q8_0) /* d = float16(amax / 127), q = x * (127 / amax) */
+                raw = amax / 127.0f, dd = lm_f16_to_f32(lm_f32_to_f16(raw)),
+                id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            else if (amax != 0.0f) /* s = -127 / m, d = 1 / s */
+                id = -127.0f / big, dd = 1.0f / id;
             int32_t sum = 0;
-            for (size_t j = 0; j < 32; j++) {
-                const long r = lrintf(v[j] * id); /* _mm256_round_ps, nearest */
+            for (size_t j = 0; j < b; j++) {
+                const long r = amax != amax ? 0 : lrintf(v[j] * id); /* ties to even */
                 const int8_t qq = (int8_t)(r > 127 ? 127 : r < -128 ? -128 : r);
-                q[32 * g + j] = qq, xt[32 * g + j] = (float)qq * dd, sum += qq;
+                q[b * k + j] = qq, sum += qq;
+                xt[b * k + j] = amax != amax ? NAN : (float)qq * dd;
             }
-            if (s)
-                s[g] = lm_f16_to_f32(lm_f32_to_f16(raw * (float)sum));
-        }
-        return;
-    }
-    if (kind == LM_IN_Q8_K) {
-        for (size_t b = 0; b < n / 256; b++) {
-            const float *v = x + 256 * b;
-            float big;
-            const float amax = block_max(v, 256, &big);
-            float dd = 0, is = 0;
-            if (amax != amax)
-                dd = NAN;
-            else if (amax != 0.0f)
-                is = -127.0f / big, dd = 1.0f / is;
-            for (size_t g = 0; g < 8; g++)
-                d[8 * b + g] = dd;
-            if (dd != dd) {
-                block_bad(256, xt + 256 * b, q + 256 * b);
-                continue;
-            }
-            for (size_t j = 0; j < 256; j++) {
-                const long r = lrintf(is * v[j]); /* nearest_int: ties to even */
-                const int8_t qq = (int8_t)(r > 127 ? 127 : r);
-                q[256 * b + j] = qq, xt[256 * b + j] = (float)qq * dd;
-            }
+            for (size_t g = 0; g < b / 32; g++) /* Q8_K's d over its 8 groups of 32 */
+                d[b / 32 * k + g] = amax != amax ? NAN : dd;
+            if (s && kind == LM_IN_Q8_0)
+                s[k] = amax != amax ? NAN : lm_f16_to_f32(lm_f32_to_f16(raw * (float)sum));
         }
         return;
     }
