@@ -28,7 +28,7 @@ TEST_DEPS_STAMP = build/.test-deps-ok
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench llama-bench llama-docs bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model leaderboard python-bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
+.PHONY: all deps run bench llama-bench lm-vs-llama llama-docs bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model leaderboard python-bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
 
 all: build/kvevict
 
@@ -71,6 +71,13 @@ LLAMA_BENCH_DIR ?= /tmp/kvevict-llama-bench
 llama-bench: build/kvevict
 	@$(QUIET) build/build.log sh -c '$(CONFIGURE) -S . -B build -DKVEVICT_LLAMA=ON && cmake --build build -j $(JOBS)'
 	./bench/llama_speed.sh build $(LLAMA_BENCH_DIR)
+
+# The decoder against llama.cpp itself on llama.cpp's own files (F16, Q8_0,
+# Q4_K_M at TinyLlama's shape; docs/performance.md, "The decoder against
+# llama.cpp"). A timing.
+lm-vs-llama: build/kvevict
+	@$(QUIET) build/build.log sh -c '$(CONFIGURE) -S . -B build -DKVEVICT_LLAMA=ON && cmake --build build -j $(JOBS)'
+	./bench/lm_vs_llama.sh build $(LLAMA_BENCH_DIR)
 
 # docs/llama.cpp.md's measured blocks: kvevict-llama against the decoder on
 # the held-out text (scripts/llama-docs.sh; about ten minutes).

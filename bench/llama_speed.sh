@@ -30,6 +30,7 @@ fi
 [ -s "$f16" ] || "$build/kvevict-convert" --tokenizer "$tok" --to gguf --type f16 --name tinyllama-random \
   --random dim=2048,hidden=5632,layers=22,heads=32,kv_heads=4,vocab=32000,seq_len=2048,seed=7 -o "$f16"
 [ -s "$q4" ] || "$build/kvevict-llama" quantize --model "$f16" -o "$q4" --type Q4_K_M
+[ -n "${LLAMA_SPEED_FILES_ONLY:-}" ] && exit 0 # bench/lm_vs_llama.sh: the files alone
 for t in $threads; do
   "$build/kvevict-llama" bench --model "$q4" --policy h2o,streaming,tova,knorm:recent_window=1,keydiff:recent_window=1 \
     --budget 512 --tokens 128 --repeats 5 --threads "$t" "${BENCH_FORMAT:---md}"

@@ -38,6 +38,8 @@ static const char *difference(const lm_state *a, const lm_state *b)
         return "head sharing";
     if (a->spec && !a->opt.same_positions != !b->opt.same_positions)
         return "same positions";
+    if (a->opt.products != b->opt.products)
+        return "products";
     size_t L = (size_t)a->model->config.n_layers;
     if (a->layer_budget && memcmp(a->layer_budget, b->layer_budget, L * sizeof(size_t)) != 0)
         return "layer budgets";
@@ -219,7 +221,8 @@ enum {
     FLAG_SHARED = 2,    /* each layer's KV heads share its budget */
     FLAG_POLICY = 4,    /* a policy and its bank (else every key kept) */
     FLAG_SAME = 8,      /* every (layer, KV head) keeps the same positions */
-    FLAGS_KNOWN = 15
+    FLAG_LLAMA = 16,    /* LM_PRODUCTS_LLAMA: llama.cpp's arithmetic */
+    FLAGS_KNOWN = 31
 };
 static const unsigned char session_magic[8] = {'k', 'v', 'e', 's', 'e', 's', 's', '\0'};
 
@@ -301,7 +304,8 @@ static uint32_t flags_of(const lm_state *s)
 {
     return (s->opt.positions == LM_POS_CACHE ? FLAG_CACHE_POS : 0) |
            (s->opt.share_heads ? FLAG_SHARED : 0) | (s->bank ? FLAG_POLICY : 0) |
-           (s->bank && s->opt.same_positions ? FLAG_SAME : 0);
+           (s->bank && s->opt.same_positions ? FLAG_SAME : 0) |
+           (s->opt.products == LM_PRODUCTS_LLAMA ? FLAG_LLAMA : 0);
 }
 
 static void config_words(const lm_config *c, int32_t out[7])
@@ -464,6 +468,10 @@ static kve_status match(const lm_state *s, const unsigned char *h, const char *s
         return kve_set_error(KVE_EINVAL, "session: same positions: the session's are %s, this "
                              "decoder's %s", flags & FLAG_SAME ? "on" : "off",
                              want & FLAG_SAME ? "on" : "off");
+    if ((flags & FLAG_LLAMA) != (want & FLAG_LLAMA))
+        return kve_set_error(KVE_EINVAL, "session: products: the session's are %s, this "
+                             "decoder's %s", flags & FLAG_LLAMA ? "llama" : "exact",
+                             want & FLAG_LLAMA ? "llama" : "exact");
     return KVE_OK;
 }
 

@@ -6,7 +6,9 @@
  * as `kvevict-llama logits` does. test_llama.sh holds kvevict-llama's
  * full-cache logits to these, bit for bit.
  *
- *   llama_plain LIBDIR MODEL ID,ID,...
+ *   llama_plain LIBDIR MODEL ID,ID,... [THREADS]
+ *
+ * THREADS (default 1): llama.cpp's threads (bench/lm_vs_llama.sh times it).
  */
 #include <ggml-backend.h>
 #include <llama.h>
@@ -25,8 +27,13 @@ static void quiet(enum ggml_log_level level, const char *text, void *user)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,...\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,... [THREADS]\n");
+        return 2;
+    }
+    const int threads = argc == 5 ? atoi(argv[4]) : 1;
+    if (threads < 1 || threads > 256) {
+        fprintf(stderr, "llama_plain: THREADS %s is not 1 .. 256\n", argv[4]);
         return 2;
     }
     llama_log_set(quiet, NULL);
@@ -41,7 +48,7 @@ int main(int argc, char **argv)
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)n;
     cp.n_batch = cp.n_ubatch = 1;
-    cp.n_threads = cp.n_threads_batch = 1;
+    cp.n_threads = cp.n_threads_batch = threads;
     struct llama_context *ctx = llama_init_from_model(m, cp);
     if (!ctx)
         return 1;

@@ -363,7 +363,7 @@ static void test_session_refusals(void)
         const char *needle;
     } forged[] = {
         {8, 2, "version 2"},
-        {12, 16, "unknown bits"},
+        {12, 32, "unknown bits"},
         {68, 1, "reserved"},
         {64, 100000, "truncated in the tokens"},
     };
@@ -659,6 +659,60 @@ static void test_reserved_tokens(void)
     free(img);
 }
 
+/* --products llama: a session of it loads only into a decoder with the same
+ * arithmetic (and copies likewise), and resumes to the uninterrupted run's
+ * bits; an unknown products value is refused at construction. */
+static void test_products(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 1, check_seed + 11);
+    unsigned char *img;
+    lm_model *m = load(&fx, &img);
+    ASSERT_TRUE(m != NULL);
+    config cf = {"h2o:budget=6,recent_window=2", LM_POS_ORIGINAL, 0, 0};
+    lm_options o = options_of(&cf, 1);
+    o.products = LM_PRODUCTS_LLAMA;
+    lm_state *a = NULL, *b = NULL, *whole = NULL, *exact = NULL;
+    ASSERT_OK(lm_state_new(m, &o, &a));
+    ASSERT_OK(lm_state_new(m, &o, &b));
+    ASSERT_OK(lm_state_new(m, &o, &whole));
+    int32_t toks[24];
+    for (size_t t = 0; t < 24; t++)
+        toks[t] = t ? tok(t, 8) : LM_BOS;
+    for (size_t t = 0; t < 24; t++)
+        ASSERT_OK(lm_forward(whole, toks[t]));
+    for (size_t t = 0; t < 12; t++)
+        ASSERT_OK(lm_forward(a, toks[t]));
+    lm_session ss = {.tokens = toks, .n_tokens = 12};
+    kve_rng_seed(&ss.rng, 3);
+    size_t size;
+    ASSERT_OK(lm_session_save(a, &ss, NULL, 0, &size));
+    unsigned char *buf = malloc(size);
+    ASSERT_OK(lm_session_save(a, &ss, buf, size, &size));
+    lm_session got;
+    ASSERT_OK(lm_session_load(b, buf, size, &got));
+    for (size_t t = 12; t < 24; t++)
+        ASSERT_OK(lm_forward(b, toks[t]));
+    ASSERT_TRUE(memcmp(b->logits, whole->logits, (size_t)V_ * sizeof(float)) == 0);
+    o.products = LM_PRODUCTS_EXACT;
+    ASSERT_OK(lm_state_new(m, &o, &exact));
+    ASSERT_STATUS(lm_session_load(exact, buf, size, &got), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "products");
+    ASSERT_EQ(exact->pos, 0);
+    ASSERT_STATUS(lm_state_copy(exact, a), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "products");
+    o.products = (lm_products)2;
+    lm_state *bad = NULL;
+    ASSERT_STATUS(lm_state_new(m, &o, &bad), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "products");
+    ASSERT_TRUE(bad == NULL);
+    free(buf);
+    lm_state_free(a), lm_state_free(b), lm_state_free(whole), lm_state_free(exact);
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
 /* --same-positions: every (layer, KV head) cache holds the bank's one kept
  * set after every step, each head its budget once full; a session of it
  * loads only into a decoder with the option, and sharing or a schedule is
@@ -734,5 +788,6 @@ int main(int argc, char **argv)
     RUN(test_sampler);
     RUN(test_reserved_tokens);
     RUN(test_same_positions);
+    RUN(test_products);
     return CHECK_DONE();
 }

@@ -1,0 +1,59 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# bench/lm_vs_llama.sh BUILD DIR [THREADS...]: the decoder against llama.cpp
+# itself on the same files, at TinyLlama's shape (bench/llama_speed.sh's
+# random model, F16, and llama.cpp's quantizer's Q8_0 and Q4_K_M of it, in
+# DIR, kept for a rerun). Per type and thread count (default 1 and 2),
+# alternating rounds (3) of four runs: plain llama.cpp decoding one token at a
+# time (tests/llama_plain: llama_decode and its logits, printed as JSON)
+# and `kvevict lm logits` with --products exact and llama, full cache, the
+# same JSON, each on 8 and on 40 tokens; a run's decode rate is 32 tokens
+# over the difference of the two times (loading and start-up cancel). The
+# table: medians of tokens per second and of kvevict / llama.cpp in the
+# same round. A timing: quoted in docs/performance.md with the machine's
+# conditions; nothing checks it.
+set -eu
+build=${1:?usage: bench/lm_vs_llama.sh BUILD DIR [THREADS...]}
+dir=${2:?usage: bench/lm_vs_llama.sh BUILD DIR [THREADS...]}
+shift 2
+threads=${*:-1 2}
+rounds=${ROUNDS:-3}
+LLAMA_SPEED_FILES_ONLY=1 sh "$(dirname "$0")/llama_speed.sh" "$build" "$dir" >/dev/null
+lib=${KVEVICT_LLAMA_LIB:-$build/_llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64}
+f16=$dir/tinyllama-f16.gguf
+for t in Q8_0 Q4_K_M; do
+  f=$dir/tinyllama-$(echo $t | tr A-Z a-z).gguf
+  [ -s "$f" ] || "$build/kvevict-llama" quantize --model "$f16" -o "$f" --type $t >/dev/null
+done
+ids() { awk -v n=$1 'BEGIN { s = "1"; for (i = 1; i < n; i++) s = s "," (300 + (i * 577) % 30000); print s }'; }
+short=$(ids 8) long=$(ids 40)
+now() { date +%s.%N; }
+rate() { # COMMAND...: tokens a second over 32 tokens, start-up cancelled
+  a=$(now); "$@" "$short" >/dev/null; b=$(now); "$@" "$long" >/dev/null; c=$(now)
+  awk -v a=$a -v b=$b -v c=$c 'BEGIN { printf "%.4f", 32 / ((c - b) - (b - a)) }'
+}
+plain() { "$build/tests/llama_plain" "$lib" "$1" "$3" "$2"; }
+kv() { "$build/kvevict" lm logits --model "$1" --threads "$2" --products "$3" --tokens "$4" -o /dev/null; }
+echo "| type | threads | llama.cpp tokens/s | exact tokens/s | exact / llama.cpp | llama tokens/s | llama / llama.cpp |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+for t in F16 Q8_0 Q4_K_M; do
+  f=$dir/tinyllama-$(echo $t | tr A-Z a-z).gguf
+  for th in $threads; do
+    : >"$dir/rounds"
+    r=0
+    while [ $r -lt "$rounds" ]; do
+      l=$(rate plain "$f" "$th")
+      e=$(rate kv "$f" "$th" exact)
+      m=$(rate kv "$f" "$th" llama)
+      echo "$l $e $m" >>"$dir/rounds"
+      r=$((r + 1))
+    done
+    sort -n "$dir/rounds" | awk -v t=$t -v th=$th '
+      { l[NR] = $1; e[NR] = $2; m[NR] = $3; re[NR] = $2 / $1; rm[NR] = $3 / $1 }
+      function med(a, n,  i, j, x, s) { for (i = 1; i <= n; i++) s[i] = a[i]
+          for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (s[j] < s[i]) { x = s[i]; s[i] = s[j]; s[j] = x }
+          return n % 2 ? s[(n + 1) / 2] : (s[n / 2] + s[n / 2 + 1]) / 2 }
+      END { printf "| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", t, th, med(l, NR), med(e, NR),
+            med(re, NR), med(m, NR), med(rm, NR) }'
+  done
+done
