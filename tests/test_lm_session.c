@@ -691,6 +691,8 @@ static void test_products(void)
     ASSERT_OK(lm_session_save(a, &ss, buf, size, &size));
     lm_session got;
     ASSERT_OK(lm_session_load(b, buf, size, &got));
+    ASSERT_TRUE(got.n_tokens == 12 && memcmp(got.tokens, toks, 12 * sizeof *toks) == 0);
+    lm_free(&b->alloc, got.tokens);
     for (size_t t = 12; t < 24; t++)
         ASSERT_OK(lm_forward(b, toks[t]));
     ASSERT_TRUE(memcmp(b->logits, whole->logits, (size_t)V_ * sizeof(float)) == 0);
