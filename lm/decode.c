@@ -181,7 +181,7 @@ static void rope_row_llama(float *rope, int64_t pos, size_t S, const lm_model *m
     const float theta_scale = powf(c->rope_theta, -2.0f / (float)S);
     const float fs = c->rope_scaling == LM_ROPE_SCALING_NONE ? 1.0f : 1.0f / c->rope_factor;
     const int yarn = c->rope_scaling == LM_ROPE_SCALING_YARN;
-    const float attn = c->rope_scaling == LM_ROPE_SCALING_NONE ? 1.0f : c->rope_attn_factor;
+    const float attn = c->rope_scaling != LM_ROPE_SCALING_NONE || ff ? c->rope_attn_factor : 1.0f;
     float lo = 0, hi = 0;
     if (yarn) {
         float orig = (float)c->rope_orig_ctx, fS = (float)S;
@@ -616,6 +616,8 @@ static float expf_ggml(float x)
 {
     const float r = 0x1.8p23f, z = fmaf(x, 0x1.715476p+0f, r), n = z - r;
     const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (n != n) /* NaN in, NaN out (before the cast below) */
+        return n;
     if (fabsf(n) > 192.0f)
         return n <= 0.0f ? 0.0f : INFINITY;
     const float u = b * b;
@@ -678,8 +680,10 @@ static float dot_f16(const float *x, const float *y, size_t n)
  * s_i = (q16 . k_i) * (1 / sqrt(S)) in s[], then the online softmax with
  * its value accumulator in float16: on a new maximum M the accumulator is
  * scaled by exp(M_old - M) and rounded, each value added times exp(s_i -
- * M) and rounded, and the sum of the weights kept in float; out = the
- * accumulator times 1 / sum. */
+ * M) and rounded (as ggml_vec_mad_f16 on AVX-512: a fused multiply-add over
+ * whole steps of 64 dimensions, the leftover multiplied and added), and
+ * the sum of the weights kept in float; out = the accumulator times 1 /
+ * sum. */
 static void flash_f16(const float *s, size_t n, const float *values, size_t S, float *out)
 {
     float M = -INFINITY, sum = 0.0f;
@@ -696,8 +700,9 @@ static void flash_f16(const float *s, size_t n, const float *values, size_t S, f
             vs = expf(s[i] - M);
         }
         const float *v = values + i * S;
-        for (size_t j = 0; j < S; j++)
-            out[j] = lm_f16_to_f32(lm_f32_to_f16(out[j] + v[j] * vs));
+        for (size_t j = 0; j < S; j++) /* ggml_vec_mad_f16: whole steps of 64 fused */
+            out[j] = lm_f16_to_f32(lm_f32_to_f16(j < (S & ~(size_t)63) ? fmaf(v[j], vs, out[j])
+                                                                       : out[j] + v[j] * vs));
         sum = sum * ms + vs;
     }
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
@@ -1201,7 +1206,9 @@ static void product(lm_state *s, const lm_product *p, size_t n, const float *x)
                 if (!(done >> j & 1) && lm_llama_input(p[j].w->type) == kind)
                     sub[m++] = p[j], done |= 1u << j;
             if (kind == LM_IN_NATIVE) {
-                lm_q8 xq = {s->xq, s->xd, lm_matrix_q8_group(sub[0].w), 0, NULL};
+                lm_q8 xq = {s->xq, s->xd, 0, 0, NULL};
+                for (size_t j = 0; j < m && !xq.group; j++) /* as the exact products */
+                    xq.group = lm_matrix_q8_group(sub[j].w);
                 if (xq.group)
                     lm_quantize_q8(x, sub[0].w->cols, xq.group, s->xq, s->xd);
                 lm_matvec(s->pool, sub, m, x, xq.group ? &xq : NULL);
