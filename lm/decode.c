@@ -95,6 +95,22 @@ static void softmax(float *x, size_t size)
         x[i] /= sum;
 }
 
+void lm_rope_scaling_set(lm_config *c, lm_rope_scaling type, float factor, float attn,
+                         int32_t orig)
+{
+    if (type == LM_ROPE_SCALING_NONE)
+        factor = 1.0f; /* llama.cpp: never scaled when the type is none */
+    if (type == LM_ROPE_SCALING_LINEAR && factor == 1.0f && attn == 1.0f)
+        type = LM_ROPE_SCALING_NONE; /* the same rotation, exactly */
+    c->rope_scaling = type;
+    c->rope_factor = factor;
+    c->rope_orig_ctx = orig;
+    c->rope_attn_factor = attn;
+    c->rope_mscale = attn;
+    if (type == LM_ROPE_SCALING_YARN && factor > 1.0f)
+        c->rope_mscale = attn * (1.0f + 0.1f * logf(factor));
+}
+
 kve_rope lm_rope(const lm_config *c)
 {
     kve_rope r = kve_policy_default_options().rope;

@@ -716,16 +716,7 @@ static kve_status parse_rope_scaling(const lm_gguf *g, lm_config *c, uint64_t T)
         st = key_int(g, "llama.rope.scaling.original_context_length", 0, 1, INT32_MAX, &orig);
     if (st != KVE_OK)
         return st;
-    if (c->rope_scaling == LM_ROPE_SCALING_NONE)
-        factor = 1.0f; /* llama.cpp: never scaled when the type is none */
-    if (c->rope_scaling == LM_ROPE_SCALING_LINEAR && factor == 1.0f && attn == 1.0f)
-        c->rope_scaling = LM_ROPE_SCALING_NONE; /* the same rotation, exactly */
-    c->rope_factor = factor;
-    c->rope_orig_ctx = (int32_t)orig;
-    c->rope_attn_factor = attn;
-    c->rope_mscale = attn;
-    if (c->rope_scaling == LM_ROPE_SCALING_YARN && factor > 1.0f)
-        c->rope_mscale = attn * (1.0f + 0.1f * logf(factor));
+    lm_rope_scaling_set(c, c->rope_scaling, factor, attn, (int32_t)orig);
     return KVE_OK;
 }
 

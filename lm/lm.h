@@ -589,6 +589,13 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
  * dimension of a head (rotary_dim = head_size), base the model's
  * rope_theta, adjacent pairs (2j, 2j+1), as run.c rotates them. */
 kve_rope lm_rope(const lm_config *c);
+/* c's RoPE scaling from the values a GGUF gives (lm/gguf.c reads them from
+ * llama.rope.scaling.*, kvevict-llama through llama.cpp): the type, the
+ * factor (ignored by none, as llama.cpp ignores it), attn_factor and the
+ * original context; linear at factor 1 and attn_factor 1 becomes none (the
+ * same rotation, exactly); rope_mscale as lm_config says. */
+void lm_rope_scaling_set(lm_config *c, lm_rope_scaling type, float factor, float attn,
+                         int32_t orig);
 
 /* A decoder over `m` (which must outlive it). opt may be NULL (no policy,
  * original positions). Refuses KVE_EINVAL for a bad spec or budget (message

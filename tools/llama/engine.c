@@ -17,6 +17,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "engine.h"
+#include "lm.h"
 
 #include <errno.h>
 #include <math.h>
@@ -80,8 +81,8 @@ static double meta_number(const kvl_model *m, const char *suffix, double dflt)
  * (lm_rope, lm/gguf.c): ARCH.rope.scaling.type (absent: linear), the factor
  * from rope.scaling.factor or rope.scale_linear (absent: 1),
  * rope.scaling.attn_factor, and for yarn rope.scaling.original_context_length
- * (absent: the training context) and the magnitude attn (1 + 0.1 ln
- * factor). What kve_rope cannot describe (a rope_freqs.weight tensor,
+ * (absent: the training context), mapped to kve_rope by the decoder's own
+ * lm_rope_scaling_set and lm_rope. What kve_rope cannot describe (a rope_freqs.weight tensor,
  * Llama 3's, found with ggml's own GGUF reader; a factor below 1; another
  * type) leaves the rotation unset, so that expected attention, the policy
  * that reads it, is refused rather than run with a wrong rotation. */
@@ -114,18 +115,24 @@ static void rope_scaling(kvl_model *m, const char *path)
         other |= !isnan(meta_number(m, beyond[i], NAN));
     const int none = strcmp(type, "none") == 0, linear = strcmp(type, "linear") == 0,
               yarn = strcmp(type, "yarn") == 0;
-    if (freqs || other || !(none || linear || yarn) || (!none && !(factor >= 1.0)) || !g) {
+    if (other || !(none || linear || yarn) || (!none && !(factor >= 1.0)) || !g) {
         m->rope.rotary_dim = KVE_ROPE_UNSET;
         return;
     }
-    if (none || (linear && factor == 1.0 && attn == 1.0))
+    /* the decoder's own mapping (lm_rope_scaling_set, lm_rope) from here */
+    lm_config c = {.head_size = 2, .rope_theta = 10000.0f, .rope_freqs = freqs};
+    lm_rope_scaling_set(&c, yarn ? LM_ROPE_SCALING_YARN : linear ? LM_ROPE_SCALING_LINEAR
+                                                              : LM_ROPE_SCALING_NONE,
+                        (float)factor, (float)attn, (int32_t)orig);
+    const kve_rope r = lm_rope(&c);
+    if (r.rotary_dim == KVE_ROPE_UNSET) {
+        m->rope.rotary_dim = KVE_ROPE_UNSET;
         return;
-    m->rope.scaling = yarn ? KVE_ROPE_SCALING_YARN : KVE_ROPE_SCALING_LINEAR;
-    m->rope.factor = factor;
-    m->rope.attention_factor =
-        yarn && factor > 1.0 ? (double)((float)attn * (1.0f + 0.1f * logf((float)factor))) : attn;
-    if (yarn)
-        m->rope.original_max_position = (size_t)orig;
+    }
+    m->rope.scaling = r.scaling; /* base, pairs and rotary_dim stay the model's */
+    m->rope.factor = r.factor;
+    m->rope.attention_factor = r.attention_factor;
+    m->rope.original_max_position = r.original_max_position;
 }
 
 kve_status kvl_model_open(const kvl_api *api, const char *path, kvl_model *out)
