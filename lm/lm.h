@@ -148,6 +148,11 @@ float lm_bf16_to_f32(uint16_t h);
  * float16's range to infinity, NaN kept quiet with its sign. */
 uint16_t lm_f32_to_f16(float f);
 uint16_t lm_f32_to_bf16(float f);
+/* f rounded to the nearest float16 value, as a float. */
+static inline float lm_f16_round(float f)
+{
+    return lm_f16_to_f32(lm_f32_to_f16(f));
+}
 
 typedef struct lm_matrix {  /* W (rows, cols), row-major, in its stored type */
     const void *data;       /* rows * row_bytes bytes */

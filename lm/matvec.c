@@ -187,7 +187,7 @@ void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, in
 {
     if (kind == LM_IN_F16 || kind == LM_IN_BF16) {
         for (size_t i = 0; i < n; i++)
-            xt[i] = kind == LM_IN_F16 ? lm_f16_to_f32(lm_f32_to_f16(x[i]))
+            xt[i] = kind == LM_IN_F16 ? lm_f16_round(x[i])
                                       : lm_bf16_to_f32(lm_f32_to_bf16(x[i]));
         return;
     }
@@ -198,7 +198,7 @@ void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, in
             float big, dd = 0.0f, id = 0.0f, raw = 0.0f;
             const float amax = block_max(v, b, &big);
             if (kind == LM_IN_Q8_0) /* d = float16(amax / 127), q = x * (127 / amax) */
-                raw = amax / 127.0f, dd = lm_f16_to_f32(lm_f32_to_f16(raw)),
+                raw = amax / 127.0f, dd = lm_f16_round(raw),
                 id = amax != 0.0f ? 127.0f / amax : 0.0f;
             else if (amax != 0.0f) /* s = -127 / m, d = 1 / s */
                 id = -127.0f / big, dd = 1.0f / id;
@@ -212,7 +212,7 @@ void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, in
             for (size_t g = 0; g < b / 32; g++) /* Q8_K's d over its 8 groups of 32 */
                 d[b / 32 * k + g] = amax != amax ? NAN : dd;
             if (s && kind == LM_IN_Q8_0)
-                s[k] = amax != amax ? NAN : lm_f16_to_f32(lm_f32_to_f16(raw * (float)sum));
+                s[k] = amax != amax ? NAN : lm_f16_round(raw * (float)sum);
         }
         return;
     }
