@@ -660,8 +660,7 @@ static void swiglu_llama(float *h, const float *g, size_t n)
  * and its attention converts a query (LM_PRODUCTS_LLAMA). */
 static void round_f16(float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        x[i] = lm_f16_round(x[i]);
+    lm_f16_round_n(x, n);
 }
 
 /* ggml_vec_dot_f16 as llama.cpp's AVX-512 builds compute it (GGML_F16_STEP
@@ -711,14 +710,12 @@ static void flash_f16(const float *s, size_t n, const float *values, size_t S, f
             M = s[i];
             ms = expf(old - M);
             for (size_t j = 0; j < S; j++)
-                out[j] = lm_f16_round(out[j] * ms);
+                out[j] *= ms;
+            lm_f16_round_n(out, S);
         } else {
             vs = expf(s[i] - M);
         }
-        const float *v = values + i * S;
-        for (size_t j = 0; j < S; j++) /* ggml_vec_mad_f16: whole steps of 64 fused */
-            out[j] = lm_f16_round(j < (S & ~(size_t)63) ? fmaf(v[j], vs, out[j])
-                                                       : out[j] + v[j] * vs);
+        lm_f16_mad(out, values + i * S, vs, S); /* ggml_vec_mad_f16 */
         sum = sum * ms + vs;
     }
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;

@@ -153,6 +153,13 @@ static inline float lm_f16_round(float f)
 {
     return lm_f16_to_f32(lm_f32_to_f16(f));
 }
+/* lm_f16_round of x[0 .. n) in place; and out[j] = lm_f16_round(fmaf(v[j],
+ * s, out[j])) for j below the last multiple of 64, lm_f16_round(out[j] +
+ * v[j] * s) after it (ggml_vec_mad_f16 on AVX-512). The active
+ * instruction set's path (matvec.c), bit for bit the scalar one's, NaN
+ * included. */
+void lm_f16_round_n(float *x, size_t n);
+void lm_f16_mad(float *out, const float *v, float s, size_t n);
 
 typedef struct lm_matrix {  /* W (rows, cols), row-major, in its stored type */
     const void *data;       /* rows * row_bytes bytes */

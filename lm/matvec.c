@@ -61,6 +61,12 @@ static int has_f16c(void)
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
+
+static int has_fma(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("fma");
+}
 #endif
 
 int lm_isa_supported(lm_isa isa)
@@ -185,10 +191,15 @@ static float block_max(const float *x, size_t b, float *big)
 void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, int8_t *q, float *d,
                        float *s)
 {
-    if (kind == LM_IN_F16 || kind == LM_IN_BF16) {
+    if (kind == LM_IN_F16) {
+        if (xt != x)
+            memcpy(xt, x, n * sizeof *xt);
+        lm_f16_round_n(xt, n);
+        return;
+    }
+    if (kind == LM_IN_BF16) {
         for (size_t i = 0; i < n; i++)
-            xt[i] = kind == LM_IN_F16 ? lm_f16_round(x[i])
-                                      : lm_bf16_to_f32(lm_f32_to_bf16(x[i]));
+            xt[i] = lm_bf16_to_f32(lm_f32_to_bf16(x[i]));
         return;
     }
     const size_t b = kind == LM_IN_Q8_0 ? 32 : 256; /* LM_IN_Q8_0, LM_IN_Q8_K */
@@ -217,6 +228,76 @@ void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, in
         return;
     }
     memcpy(xt, x, n * sizeof *xt); /* LM_IN_NATIVE: the caller's own path */
+}
+
+/* ---- float16 rounding of vectors (llama.cpp's cache and attention) ---- */
+
+static void f16_round_ref(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = lm_f16_round(x[i]);
+}
+
+static void f16_mad_ref(float *out, const float *v, float s, size_t n)
+{
+    const size_t whole = n & ~(size_t)63;
+    for (size_t j = 0; j < n; j++)
+        out[j] = lm_f16_round(j < whole ? fmaf(v[j], s, out[j]) : out[j] + v[j] * s);
+}
+
+#if LM_X86
+/* Eight lanes rounded to float16 and back by F16C (round to nearest even,
+ * as lm_f32_to_f16), but NaN: F16C keeps the payload, lm_f32_to_f16 makes
+ * every NaN the quiet one with its sign, and so does this. */
+LM_INLINE_AVX2 __m256 f16_round8(__m256 x)
+{
+    const __m256 r = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    const __m256 nan = _mm256_or_ps(_mm256_and_ps(x, _mm256_set1_ps(-0.0f)),
+                                    _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+    return _mm256_blendv_ps(r, nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+LM_AVX2 static void f16_round_avx2(float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, f16_round8(_mm256_loadu_ps(x + i)));
+    f16_round_ref(x + i, n - i);
+}
+
+__attribute__((target("avx2,f16c,fma"))) static void f16_mad_avx2(float *out, const float *v,
+                                                                   float s, size_t n)
+{
+    const size_t whole = n & ~(size_t)63;
+    const __m256 sv = _mm256_set1_ps(s);
+    for (size_t j = 0; j < whole; j += 8)
+        _mm256_storeu_ps(out + j, f16_round8(_mm256_fmadd_ps(_mm256_loadu_ps(v + j), sv,
+                                                             _mm256_loadu_ps(out + j))));
+    for (size_t j = whole; j < n; j++)
+        out[j] = lm_f16_round(out[j] + v[j] * s);
+}
+#endif
+
+void lm_f16_round_n(float *x, size_t n)
+{
+#if LM_X86
+    if (lm_isa_active() != LM_ISA_SCALAR) {
+        f16_round_avx2(x, n);
+        return;
+    }
+#endif
+    f16_round_ref(x, n);
+}
+
+void lm_f16_mad(float *out, const float *v, float s, size_t n)
+{
+#if LM_X86
+    if (lm_isa_active() != LM_ISA_SCALAR && has_fma()) {
+        f16_mad_avx2(out, v, s, n);
+        return;
+    }
+#endif
+    f16_mad_ref(out, v, s, n);
 }
 
 /* ---- the references ---- */
@@ -991,11 +1072,274 @@ __attribute__((target("avx2,f16c,fma"))) static void q8_0_fused_rows(const lm_ma
     }
 }
 
-static int has_fma(void)
+/* A Q4_K block's 6-bit scales and mins, eight bytes each, in sub-block
+ * order (lm__scale_min_k4's fields four at a time, as q4_k_scales). */
+static inline void q4_k_fields(const unsigned char *blk, uint8_t sc[8], uint8_t m[8])
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("fma");
+    uint32_t u0, u1, u2, f[4];
+    memcpy(&u0, blk + 4, 4);
+    memcpy(&u1, blk + 8, 4);
+    memcpy(&u2, blk + 12, 4);
+    f[0] = u0 & 0x3f3f3f3fu, f[2] = u1 & 0x3f3f3f3fu;
+    f[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    f[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+    memcpy(sc, f, 8);
+    memcpy(m, f + 2, 8);
 }
+
+/* The input's sums over runs of `run` (16 or 32) of each block of 256, for
+ * the Q6_K and Q4_K rows below: nb blocks, nb * 256 / run sums. */
+static void q8_k_sums(const int8_t *x, size_t nb, size_t run, int16_t *bs)
+{
+    for (size_t g = 0; g < nb * 256 / run; g++) {
+        int s = 0;
+        for (size_t l = 0; l < run; l++)
+            s += x[run * g + l];
+        bs[g] = (int16_t)s; /* |s| <= 32 * 128 */
+    }
+}
+
+enum { FUSED_BLOCKS = 256 }; /* the sums' buffer: rows of up to 65536 columns */
+
+/* ref_dot_q6_k_fused with AVX2 and FMA, row by row: each lane's exact
+ * integer sum (the bytes' products by maddubs, their scales by madd, in the
+ * lanes of ggml_vec_dot_q6_K_q8_K), then the same fused multiply-adds and
+ * hsum_float_8: the same bits. */
+__attribute__((target("avx2,f16c,fma"))) static void q6_k_fused_rows(const lm_matrix *w,
+                                                                      const lm_q8 *xq, float *out,
+                                                                      size_t r0, size_t r1)
+{
+    const size_t nb = w->cols / 256;
+    int16_t bs[FUSED_BLOCKS * 16];
+    q8_k_sums(xq->q, nb, 16, bs);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+        __m256 acc = _mm256_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const unsigned char *blk = row + 210 * b;
+            const int8_t *sc = (const int8_t *)(const void *)(blk + 192), *x = xq->q + 256 * b;
+            _mm_prefetch((const char *)blk + 420, _MM_HINT_T0); /* two blocks ahead */
+            _mm_prefetch((const char *)blk + 484, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + 548, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + 612, _MM_HINT_T0);
+            const __m256i sc16 =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc));
+            __m256i lane = _mm256_slli_epi32(
+                _mm256_madd_epi16(
+                    _mm256_loadu_si256((const __m256i *)(const void *)(bs + 16 * b)), sc16),
+                5); /* 32 (bsum_2k sc_2k + bsum_2k+1 sc_2k+1), taken off below */
+            lane = _mm256_sub_epi32(_mm256_setzero_si256(), lane);
+            for (int j = 0; j < 2; j++) {
+                const __m256i qa = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 64 * j));
+                const __m256i qb =
+                    _mm256_loadu_si256((const __m256i *)(const void *)(blk + 64 * j + 32));
+                const __m256i qh =
+                    _mm256_loadu_si256((const __m256i *)(const void *)(blk + 128 + 32 * j));
+                for (int m = 0; m < 4; m++) {
+                    const __m256i src = m & 1 ? qb : qa;
+                    const __m256i lo = _mm256_and_si256(m < 2 ? src : _mm256_srli_epi16(src, 4), m4);
+                    const __m256i hi = _mm256_slli_epi16(
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2 * m), m2), 4);
+                    const __m256i xv = _mm256_loadu_si256(
+                        (const __m256i *)(const void *)(x + 128 * j + 32 * m));
+                    const __m256i p16 = _mm256_maddubs_epi16(_mm256_or_si256(lo, hi), xv);
+                    const int s0 = sc[8 * j + 2 * m], s1 = sc[8 * j + 2 * m + 1];
+                    const __m256i s = _mm256_set_m128i(_mm_set1_epi16((short)s1),
+                                                       _mm_set1_epi16((short)s0));
+                    lane = _mm256_add_epi32(lane, _mm256_madd_epi16(p16, s));
+                }
+            }
+            const float d = xq->d[8 * b] * half(F16(blk + 208));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lane), acc);
+        }
+        float a[8];
+        _mm256_storeu_ps(a, acc);
+        out[r - r0] = combine_hsum(a);
+    }
+}
+
+/* ref_dot_q4_k_fused with AVX2 and FMA, row by row: a block's sum of
+ * sc_j sum(q x) exact in eight integer lanes, the mins' sum from the input's
+ * sums of 32, then the reference's two fused multiply-adds: the same bits. */
+__attribute__((target("avx2,f16c,fma"))) static void q4_k_fused_rows(const lm_matrix *w,
+                                                                      const lm_q8 *xq, float *out,
+                                                                      size_t r0, size_t r1)
+{
+    const size_t nb = w->cols / 256;
+    int16_t bs[FUSED_BLOCKS * 8];
+    q8_k_sums(xq->q, nb, 32, bs);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+        __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const unsigned char *blk = row + 144 * b;
+            const int8_t *x = xq->q + 256 * b;
+            q4_k_ahead(blk);
+            uint8_t sc[8], mn[8];
+            q4_k_fields(blk, sc, mn);
+            __m256i lane = _mm256_setzero_si256();
+            for (int i = 0; i < 4; i++) { /* sub-blocks 2i (low nibbles) and 2i + 1 */
+                const __m256i raw =
+                    _mm256_loadu_si256((const __m256i *)(const void *)(blk + 16 + 32 * i));
+                const __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(x + 64 * i));
+                const __m256i x1 =
+                    _mm256_loadu_si256((const __m256i *)(const void *)(x + 64 * i + 32));
+                const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(raw, m4), x0);
+                const __m256i p1 =
+                    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), x1);
+                lane = _mm256_add_epi32(
+                    lane, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * i])));
+                lane = _mm256_add_epi32(
+                    lane, _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc[2 * i + 1])));
+            }
+            const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(lane),
+                                            _mm256_extracti128_si256(lane, 1));
+            const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+            const int32_t isum = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xb1)));
+            int32_t imin = 0;
+            for (int j = 0; j < 8; j++)
+                imin += (int32_t)mn[j] * bs[8 * b + (size_t)j];
+            const float dx = xq->d[8 * b];
+            acc = _mm_fmadd_ss(_mm_set_ss((float)isum), _mm_set_ss(half(F16(blk)) * dx), acc);
+            accm = _mm_fmadd_ss(_mm_set_ss((float)imin), _mm_set_ss(half(F16(blk + 2)) * dx),
+                                accm);
+        }
+        out[r - r0] = _mm_cvtss_f32(acc) - _mm_cvtss_f32(accm);
+    }
+}
+
+#define LM_FUSED_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma")))
+
+/* q6_k_fused_rows with AVX-512: two runs of 32 a register (their scales
+ * spread by one word permute), the 16 lanes folded to the reference's 8 by
+ * adding the halves: exact integers, so the same lanes and the same bits. */
+LM_FUSED_512 static void q6_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq, float *out,
+                                             size_t r0, size_t r1)
+{
+    const size_t nb = w->cols / 256;
+    int16_t bs[FUSED_BLOCKS * 16];
+    q8_k_sums(xq->q, nb, 16, bs);
+    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
+    __m512i idx[4]; /* run pair p of half j: words 8i .. 8i + 7 take scale 8j + 4p + i */
+    for (int k = 0; k < 4; k++) {
+        int16_t t[32];
+        for (int e = 0; e < 32; e++)
+            t[e] = (int16_t)(4 * k + e / 8);
+        idx[k] = _mm512_loadu_si512((const void *)t);
+    }
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+        __m256 acc = _mm256_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const unsigned char *blk = row + 210 * b;
+            const int8_t *x = xq->q + 256 * b;
+            _mm_prefetch((const char *)blk + 420, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + 484, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + 548, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + 612, _MM_HINT_T0);
+            const __m256i sc16 =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
+            const __m512i sc = _mm512_castsi256_si512(sc16);
+            __m512i lane = _mm512_setzero_si512();
+            for (int j = 0; j < 2; j++) {
+                const __m512i ql = _mm512_loadu_si512((const void *)(blk + 64 * j));
+                const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 128 + 32 * j));
+                const __m512i qh = _mm512_inserti64x4(_mm512_castsi256_si512(h),
+                                                      _mm256_srli_epi16(h, 2), 1);
+                for (int p = 0; p < 2; p++) { /* runs 2p and 2p + 1 */
+                    const __m512i lo =
+                        _mm512_and_si512(p ? _mm512_srli_epi16(ql, 4) : ql, m4);
+                    const __m512i hi = _mm512_slli_epi16(
+                        _mm512_and_si512(p ? _mm512_srli_epi16(qh, 4) : qh, m2), 4);
+                    const __m512i xv = _mm512_loadu_si512((const void *)(x + 128 * j + 64 * p));
+                    const __m512i p16 = _mm512_maddubs_epi16(_mm512_or_si512(lo, hi), xv);
+                    const __m512i s = _mm512_permutexvar_epi16(idx[2 * j + p], sc);
+                    lane = _mm512_add_epi32(lane, _mm512_madd_epi16(p16, s));
+                }
+            }
+            __m256i l8 = _mm256_add_epi32(_mm512_castsi512_si256(lane),
+                                          _mm512_extracti64x4_epi64(lane, 1));
+            const __m256i mins = _mm256_madd_epi16(
+                _mm256_loadu_si256((const __m256i *)(const void *)(bs + 16 * b)), sc16);
+            l8 = _mm256_sub_epi32(l8, _mm256_slli_epi32(mins, 5));
+            const float d = xq->d[8 * b] * half(F16(blk + 208));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l8), acc);
+        }
+        float a[8];
+        _mm256_storeu_ps(a, acc);
+        out[r - r0] = combine_hsum(a);
+    }
+}
+
+/* q4_k_fused_rows with AVX-512: 64 bytes of a block's nibbles a register,
+ * their low nibbles sub-blocks 4h and 4h + 2, their high ones 4h + 1 and
+ * 4h + 3, against the input laid out once in that order (xp); each half
+ * scaled by its sub-block's scale; the mins' sum from the input's sums of
+ * 32 in the same reduction: exact integers, then the reference's fused
+ * multiply-adds. */
+LM_FUSED_512 static void q4_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq, float *out,
+                                             size_t r0, size_t r1)
+{
+    const size_t nb = w->cols / 256;
+    int16_t bs[FUSED_BLOCKS * 8];
+    _Alignas(64) int8_t xp[FUSED_BLOCKS * 256];
+    q8_k_sums(xq->q, nb, 32, bs);
+    static const int order[8] = {0, 2, 1, 3, 4, 6, 5, 7}; /* xp's sub-blocks */
+    for (size_t b = 0; b < nb; b++)
+        for (int j = 0; j < 8; j++)
+            memcpy(xp + 256 * b + 32 * j, xq->q + 256 * b + 32 * order[j], 32);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512i idx[4]; /* register k: words 0..15 scale order[2k], 16..31 order[2k + 1] */
+    for (int k = 0; k < 4; k++) {
+        int16_t t[32];
+        for (int e = 0; e < 32; e++)
+            t[e] = (int16_t)order[2 * k + e / 16];
+        idx[k] = _mm512_loadu_si512((const void *)t);
+    }
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+        __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const unsigned char *blk = row + 144 * b;
+            const int8_t *x = xp + 256 * b;
+            q4_k_ahead(blk);
+            uint8_t sc[8], mn[8];
+            q4_k_fields(blk, sc, mn);
+            const __m512i s16 = _mm512_castsi128_si512(
+                _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)sc)));
+            __m512i lane = _mm512_setzero_si512();
+            for (int h = 0; h < 2; h++) {
+                const __m512i raw = _mm512_loadu_si512((const void *)(blk + 16 + 64 * h));
+                const __m512i lo = _mm512_and_si512(raw, m4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                const __m512i p0 =
+                    _mm512_maddubs_epi16(lo, _mm512_load_si512((const void *)(x + 128 * h)));
+                const __m512i p1 =
+                    _mm512_maddubs_epi16(hi, _mm512_load_si512((const void *)(x + 128 * h + 64)));
+                lane = _mm512_add_epi32(
+                    lane, _mm512_madd_epi16(p0, _mm512_permutexvar_epi16(idx[2 * h], s16)));
+                lane = _mm512_add_epi32(
+                    lane, _mm512_madd_epi16(p1, _mm512_permutexvar_epi16(idx[2 * h + 1], s16)));
+            }
+            const __m256i l8 = _mm256_add_epi32(_mm512_castsi512_si256(lane),
+                                                _mm512_extracti64x4_epi64(lane, 1));
+            const __m128i l4 =
+                _mm_add_epi32(_mm256_castsi256_si128(l8), _mm256_extracti128_si256(l8, 1));
+            const __m128i m = _mm_madd_epi16(
+                _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)mn)),
+                _mm_loadu_si128((const __m128i *)(const void *)(bs + 8 * b)));
+            const __m128i h = _mm_hadd_epi32(l4, m); /* i01 i23 m01 m23 */
+            const __m128 both = _mm_cvtepi32_ps(_mm_hadd_epi32(h, h)); /* isum, imin */
+            const float dx = xq->d[8 * b];
+            acc = _mm_fmadd_ss(both, _mm_set_ss(half(F16(blk)) * dx), acc);
+            accm = _mm_fmadd_ss(_mm_movehdup_ps(both), _mm_set_ss(half(F16(blk + 2)) * dx), accm);
+        }
+        out[r - r0] = _mm_cvtss_f32(acc) - _mm_cvtss_f32(accm);
+    }
+}
+
 #endif
 
 void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
@@ -1005,9 +1349,17 @@ void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *
         isa = lm_isa_active();
     if (xq && xq->fused && fused_ok(w)) {
 #if LM_X86
-        if (w->type == LM_Q8_0 && isa != LM_ISA_SCALAR && has_fma()) {
-            q8_0_fused_rows(w, xq, out, r0, r1);
-            return;
+        if (isa != LM_ISA_SCALAR && has_fma()) {
+            if (w->type == LM_Q8_0) {
+                q8_0_fused_rows(w, xq, out, r0, r1);
+                return;
+            }
+            if ((w->type == LM_Q6_K || w->type == LM_Q4_K) && w->cols / 256 <= FUSED_BLOCKS) {
+                const int wide = isa == LM_ISA_AVX512, q6 = w->type == LM_Q6_K;
+                (wide ? q6 ? q6_k_fused_rows_512 : q4_k_fused_rows_512
+                      : q6 ? q6_k_fused_rows : q4_k_fused_rows)(w, xq, out, r0, r1);
+                return;
+            }
         }
 #endif
         lm_matvec_ref(w, x, xq, out, r0, r1);

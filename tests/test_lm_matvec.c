@@ -475,6 +475,51 @@ static void test_llama_round(void)
     ASSERT_EQ(f16_n, 65536 - 2 * 1023);
 }
 
+/* lm_f16_round_n and lm_f16_mad on every instruction set against the
+ * scalar rounding, bit for bit: random bit patterns (every exponent, NaN
+ * payloads, subnormals, overflow), values a hair from a float16 tie, and
+ * lengths that leave a partial vector and a leftover past 64. */
+static void test_llama_round_vectors(void)
+{
+    enum { N = 203 };
+    float x[N], v[N], want[N], got[N];
+    uint64_t st = 0x9e3779b97f4a7c15u;
+    for (int trial = 0; trial < 64; trial++) {
+        for (size_t i = 0; i < N; i++) {
+            st = st * 6364136223846793005u + 1442695040888963407u;
+            uint32_t b = (uint32_t)(st >> 32);
+            if (trial % 2) /* near float16's range: ties and carries */
+                b = (b & 0x8000ffffu) | (uint32_t)(0x33 + (st >> 20) % 16) << 23 | (b & 0x1000u);
+            memcpy(&x[i], &b, 4);
+            v[i] = (float)((double)(int32_t)(st >> 8) * 0x1p-30);
+        }
+        const float s = trial % 3 ? 0.37f : 1e30f;
+        for (size_t n = 0; n <= N; n += trial % 2 ? 67 : 29) {
+            for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+                if (!lm_isa_supported((lm_isa)isa) || !lm_isa_force((lm_isa)isa))
+                    continue;
+                for (size_t i = 0; i < n; i++)
+                    want[i] = lm_f16_round(x[i]);
+                memcpy(got, x, sizeof got);
+                lm_f16_round_n(got, n);
+                const int round_bad = memcmp(got, want, n * sizeof *got) != 0;
+                const size_t whole = n & ~(size_t)63;
+                for (size_t i = 0; i < n; i++) {
+                    const float o = lm_f16_round(v[i] * 0.5f);
+                    want[i] = lm_f16_round(i < whole ? fmaf(x[i], s, o) : o + x[i] * s);
+                    got[i] = o;
+                }
+                lm_f16_mad(got, x, s, n);
+                const int mad_bad = memcmp(got, want, n * sizeof *got) != 0;
+                lm_isa_force(LM_ISA_COUNT); /* restored before a failure returns */
+                if (round_bad || mad_bad)
+                    CHECK_FAIL_AT("f16 %s of %zu: %s differs", round_bad ? "rounding" : "mad", n,
+                                  lm_isa_name((lm_isa)isa));
+            }
+        }
+    }
+}
+
 /* Q8_0 and Q8_K blocks worked by hand: llama.cpp's scale and signs. */
 static void test_llama_quantize(void)
 {
@@ -593,6 +638,17 @@ static void test_llama_fused_types(void)
         lm_q8 q8 = {xq, xd, 32, 1, xs};
         float got[16];
         lm_matvec_ref(&w, xt, &q8, got, 0, rows);
+        for (int isa = 0; isa < LM_ISA_COUNT; isa++) { /* every path the reference's bits */
+            float vec[16];
+            if (!lm_isa_supported((lm_isa)isa))
+                continue;
+            memset(vec, 0xff, sizeof vec);
+            lm_matvec_rows(&w, xt, &q8, vec, 0, rows, (lm_isa)isa);
+            lm_matvec_rows(&w, xt, &q8, vec + 3, 3, 11, (lm_isa)isa); /* a range inside */
+            if (!same_bits(vec, got, rows))
+                CHECK_FAIL_AT("fused %s: %s differs from the reference", lm_dtype_name(types[t]),
+                              lm_isa_name((lm_isa)isa));
+        }
         size_t bad = 0;
         for (size_t r = 0; r < rows; r++) {
             lm_matrix_row(&w, r, deq);
@@ -708,6 +764,7 @@ int main(int argc, char **argv)
     RUN(test_llama_quantize);
     RUN(test_llama_q8_0);
     RUN(test_llama_fused_types);
+    RUN(test_llama_round_vectors);
     RUN(test_isa_force);
     RUN(test_threads);
     return CHECK_DONE();
