@@ -523,12 +523,57 @@ static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
     return combine(acc, 0.0f);
 }
 
+/* _mm512_reduce_add_ps's order (GCC's): the halves added lane by lane
+ * twice, then lanes 0 + 2 and 1 + 3, then those two. */
+static float reduce16(const float a[16])
+{
+    float t[8];
+    for (int e = 0; e < 8; e++)
+        t[e] = a[e + 8] + a[e];
+    const float u0 = t[4] + t[0], u1 = t[5] + t[1], u2 = t[6] + t[2], u3 = t[7] + t[3];
+    return (u0 + u2) + (u1 + u3);
+}
+
+/* F16 against the input rounded to float16 as llama.cpp's CPU back end sums
+ * it (lm_q8.fused): with whole groups of 16 columns and rows in fours, its
+ * llamafile tinyBLAS (AVX-512: lane e mod 16 accumulates, reduced as
+ * _mm512_reduce_add_ps); otherwise ggml_vec_dot_f16 (four accumulators of
+ * 16 over whole steps of 64, GGML_F32x16_REDUCE, the leftover in double).
+ * Every product of two float16 values is exact in float32, so a fused
+ * multiply-add rounds as this multiply and add. */
+static float ref_dot_f16_llama(const lm_matrix *w, size_t r, const float *x)
+{
+    const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+    const size_t n = w->cols;
+    if (n % 16 == 0 && w->rows % 4 == 0) {
+        float acc[16] = {0};
+        for (size_t i = 0; i < n; i++)
+            acc[i % 16] += lm_f16_to_f32(lm__u16(row + 2 * i)) * x[i];
+        return reduce16(acc);
+    }
+    const size_t np = n & ~(size_t)63;
+    float acc[4][16] = {{0}};
+    for (size_t i = 0; i < np; i++)
+        acc[i % 64 / 16][i % 16] += lm_f16_to_f32(lm__u16(row + 2 * i)) * x[i];
+    for (int e = 0; e < 16; e++)
+        acc[0][e] += acc[2][e], acc[1][e] += acc[3][e];
+    for (int e = 0; e < 16; e++)
+        acc[0][e] += acc[1][e];
+    double sum = (double)reduce16(acc[0]);
+    for (size_t i = np; i < n; i++)
+        sum += (double)(lm_f16_to_f32(lm__u16(row + 2 * i)) * x[i]);
+    return (float)sum;
+}
+
 void lm_matvec_ref(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
                    size_t r1)
 {
     int q8 = lm_matrix_q8_group(w) > 0 || (xq && xq->fused && fused_ok(w));
+    const int f16 = xq && xq->fused && w->type == LM_F16;
     for (size_t r = r0; r < r1; r++)
-        out[r - r0] = q8 ? ref_dot_q8(w, r, xq) : ref_dot_float(w, r, x);
+        out[r - r0] = f16  ? ref_dot_f16_llama(w, r, x)
+                      : q8 ? ref_dot_q8(w, r, xq)
+                           : ref_dot_float(w, r, x);
 }
 
 /* ---- the vector kernels: four rows ri[0..3] of w each ---- */
@@ -1342,12 +1387,79 @@ LM_FUSED_512 static void q4_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq
 
 #endif
 
+#if LM_X86
+/* ref_dot_f16_llama's tinyBLAS order with FMA, eight rows at a time: the
+ * 16 lanes of a row in one AVX-512 register (or two of AVX2's, lanes 0..7
+ * and 8..15), reduced in reduce16's order: the same bits. */
+#define LM_F16_LANES(NAME, TARGET, VEC, LOAD_X, LOAD_W, FMA, ZERO)                            \
+    TARGET static void NAME(const lm_matrix *w, const float *x, float *out, size_t r0,         \
+                            size_t r1)                                                         \
+    {                                                                                          \
+        for (size_t r = r0; r < r1; r += 8) {                                                  \
+            const unsigned char *p[8];                                                         \
+            VEC acc[8];                                                                        \
+            for (size_t k = 0; k < 8; k++) {                                                   \
+                p[k] = (const unsigned char *)w->data +                                        \
+                       (r + k < r1 ? r + k : r1 - 1) * w->row_bytes;                           \
+                acc[k] = ZERO;                                                                 \
+            }                                                                                  \
+            for (size_t i = 0; i < w->cols; i += 16) {                                         \
+                const VEC xv = LOAD_X(x + i);                                                  \
+                for (size_t k = 0; k < 8; k++)                                                 \
+                    acc[k] = FMA(LOAD_W(p[k] + 2 * i), xv, acc[k]);                            \
+            }                                                                                  \
+            for (size_t k = 0; k < 8 && r + k < r1; k++) {                                     \
+                float a[16];                                                                   \
+                memcpy(a, &acc[k], sizeof a);                                                  \
+                out[r - r0 + k] = reduce16(a);                                                 \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+typedef struct f16x2 {
+    __m256 lo, hi;
+} f16x2;
+
+__attribute__((target("avx2,f16c,fma"))) static inline f16x2 f16x2_x(const float *x)
+{
+    return (f16x2){_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)};
+}
+
+__attribute__((target("avx2,f16c,fma"))) static inline f16x2 f16x2_w(const unsigned char *p)
+{
+    return (f16x2){load_f16(p), load_f16(p + 16)};
+}
+
+__attribute__((target("avx2,f16c,fma"))) static inline f16x2 f16x2_fma(f16x2 a, f16x2 b,
+                                                                       f16x2 c)
+{
+    return (f16x2){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+
+LM_FUSED_512 static inline __m512 f16_w512(const unsigned char *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+
+LM_F16_LANES(f16_fused_rows, __attribute__((target("avx2,f16c,fma"))), f16x2, f16x2_x, f16x2_w,
+             f16x2_fma, ((f16x2){_mm256_setzero_ps(), _mm256_setzero_ps()}))
+LM_F16_LANES(f16_fused_rows_512, LM_FUSED_512, __m512, _mm512_loadu_ps, f16_w512,
+             _mm512_fmadd_ps, _mm512_setzero_ps())
+#endif
+
 void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
                     size_t r1, lm_isa isa)
 {
     if (isa == LM_ISA_COUNT)
         isa = lm_isa_active();
-    if (xq && xq->fused && fused_ok(w)) {
+#if LM_X86
+    if (xq && xq->fused && w->type == LM_F16 && w->cols % 16 == 0 && w->rows % 4 == 0 &&
+        isa != LM_ISA_SCALAR && has_fma()) {
+        (isa == LM_ISA_AVX512 ? f16_fused_rows_512 : f16_fused_rows)(w, x, out, r0, r1);
+        return;
+    }
+#endif
+    if (xq && xq->fused && (fused_ok(w) || w->type == LM_F16)) {
 #if LM_X86
         if (isa != LM_ISA_SCALAR && has_fma()) {
             if (w->type == LM_Q8_0) {

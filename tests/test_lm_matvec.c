@@ -625,8 +625,8 @@ static void test_llama_q8_0(void)
  * a deliberate misreading (the input of the next block) is caught. */
 static void test_llama_fused_types(void)
 {
-    static const lm_dtype types[] = {LM_Q8_0, LM_Q5_0, LM_Q4_1, LM_Q5_1,
-                                     LM_Q4_0, LM_IQ4_NL, LM_Q4_K, LM_Q6_K};
+    static const lm_dtype types[] = {LM_Q8_0,   LM_Q5_0, LM_Q4_1, LM_Q5_1, LM_Q4_0,
+                                     LM_IQ4_NL, LM_Q4_K, LM_Q6_K, LM_F16};
     const size_t rows = 16, cols = 512;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const lm_llama_in kind = lm_llama_input(types[t]);
@@ -679,7 +679,7 @@ static void test_llama_fused_types(void)
         lm_matrix half = w;
         half.cols = cols - 256; /* what the shifted input can still cover */
         float moved[16];
-        lm_matvec_ref(&half, xt, &off, moved, 0, rows);
+        lm_matvec_ref(&half, types[t] == LM_F16 ? xt + 32 : xt, &off, moved, 0, rows);
         size_t differ = 0;
         for (size_t r = 0; r < rows; r++) {
             lm_matrix_row(&half, r, deq);
@@ -691,6 +691,63 @@ static void test_llama_fused_types(void)
         ASSERT_TRUE(differ > 0);
         free(data), free(scales), free(x);
     }
+}
+
+/* F16 rows in llama.cpp's two orders: tinyBLAS's (16 lanes, columns in
+ * 16s, rows in 4s) and ggml_vec_dot_f16's (otherwise: 4 x 16 lanes over
+ * steps of 64, the leftover in double), each within float rounding of the
+ * double product; a sum whose order shows (1 + 2^-24 leftovers after a
+ * large lane) tells the two apart and every path gives the reference's
+ * bits. */
+static void test_llama_f16_orders(void)
+{
+    const size_t dims[][2] = {{8, 96}, {6, 96}, {8, 200}, {5, 70}};
+    for (size_t t = 0; t < 4; t++) {
+        const size_t rows = dims[t][0], cols = dims[t][1];
+        unsigned char *data, *scales;
+        lm_matrix w = random_matrix(LM_F16, rows, cols, 0, &data, &scales);
+        float *x = random_x(cols), xt[256], got[8], vec[8], deq[256];
+        lm_llama_quantize(LM_IN_F16, x, cols, xt, NULL, NULL, NULL);
+        lm_q8 q8 = {NULL, NULL, 32, 1, NULL};
+        lm_matvec_ref(&w, xt, &q8, got, 0, rows);
+        for (size_t r = 0; r < rows; r++) {
+            lm_matrix_row(&w, r, deq);
+            double exact = 0, mag = 0;
+            for (size_t j = 0; j < cols; j++)
+                exact += (double)deq[j] * xt[j], mag += fabs((double)deq[j] * xt[j]);
+            if (!(fabs((double)got[r] - exact) <= mag * 1e-6))
+                CHECK_FAIL_AT("F16 %zux%zu row %zu: %.9g, want %.9g", rows, cols, r,
+                              (double)got[r], exact);
+        }
+        for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+            if (!lm_isa_supported((lm_isa)isa))
+                continue;
+            memset(vec, 0xff, sizeof vec);
+            lm_matvec_rows(&w, xt, &q8, vec, 0, rows, (lm_isa)isa);
+            if (!same_bits(vec, got, rows))
+                CHECK_FAIL_AT("F16 %zux%zu: %s differs from the reference", rows, cols,
+                              lm_isa_name((lm_isa)isa));
+        }
+        free(data), free(scales), free(x);
+    }
+    /* one row of 64 + 16 weights 1 against x = 2^24, then 79 ones (exact:
+     * 2^24 + 79; a float's step there is 2): tinyBLAS's lane 0 loses its
+     * four ones, the reduction one more (2^24 + 74); vec_dot's lane 0 keeps
+     * two, its reduction sums even, the leftover 16 are exact in double
+     * (2^24 + 78) */
+    unsigned char row[8 * 160];
+    float xs[80];
+    for (size_t j = 0; j < 80; j++)
+        put16(row + 2 * j, 0x3c00), xs[j] = j == 0 ? 16777216.0f : 1.0f;
+    lm_matrix w8 = {.data = row, .type = LM_F16, .rows = 8, .cols = 80, .row_bytes = 160};
+    lm_matrix w5 = w8;
+    w5.rows = 5;
+    lm_q8 q8 = {NULL, NULL, 32, 1, NULL};
+    float a = 0, b = 0;
+    lm_matvec_ref(&w8, xs, &q8, &a, 0, 1);
+    lm_matvec_ref(&w5, xs, &q8, &b, 0, 1);
+    ASSERT_TRUE(a == 16777216.0f + 74.0f);
+    ASSERT_TRUE(b == 16777216.0f + 78.0f);
 }
 
 /* The active instruction set can be forced and restored. */
@@ -765,6 +822,7 @@ int main(int argc, char **argv)
     RUN(test_llama_q8_0);
     RUN(test_llama_fused_types);
     RUN(test_llama_round_vectors);
+    RUN(test_llama_f16_orders);
     RUN(test_isa_force);
     RUN(test_threads);
     return CHECK_DONE();
