@@ -1170,28 +1170,29 @@ __attribute__((target("avx2,f16c,fma"))) static void q6_k_fused_rows(const lm_ma
             _mm_prefetch((const char *)blk + 612, _MM_HINT_T0);
             const __m256i sc16 =
                 _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc));
+            int16_t sw[16]; /* the scales as words */
+            _mm256_storeu_si256((__m256i *)(void *)sw, sc16);
             __m256i lane = _mm256_slli_epi32(
                 _mm256_madd_epi16(
                     _mm256_loadu_si256((const __m256i *)(const void *)(bs + 16 * b)), sc16),
                 5); /* 32 (bsum_2k sc_2k + bsum_2k+1 sc_2k+1), taken off below */
             lane = _mm256_sub_epi32(_mm256_setzero_si256(), lane);
-            for (int j = 0; j < 2; j++) {
+            for (size_t j = 0; j < 2; j++) {
                 const __m256i qa = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 64 * j));
                 const __m256i qb =
                     _mm256_loadu_si256((const __m256i *)(const void *)(blk + 64 * j + 32));
                 const __m256i qh =
                     _mm256_loadu_si256((const __m256i *)(const void *)(blk + 128 + 32 * j));
-                for (int m = 0; m < 4; m++) {
+                for (size_t m = 0; m < 4; m++) {
                     const __m256i src = m & 1 ? qb : qa;
                     const __m256i lo = _mm256_and_si256(m < 2 ? src : _mm256_srli_epi16(src, 4), m4);
                     const __m256i hi = _mm256_slli_epi16(
-                        _mm256_and_si256(_mm256_srli_epi16(qh, 2 * m), m2), 4);
+                        _mm256_and_si256(_mm256_srli_epi16(qh, (int)(2 * m)), m2), 4);
                     const __m256i xv = _mm256_loadu_si256(
                         (const __m256i *)(const void *)(x + 128 * j + 32 * m));
                     const __m256i p16 = _mm256_maddubs_epi16(_mm256_or_si256(lo, hi), xv);
-                    const int s0 = sc[8 * j + 2 * m], s1 = sc[8 * j + 2 * m + 1];
-                    const __m256i s = _mm256_set_m128i(_mm_set1_epi16((short)s1),
-                                                       _mm_set1_epi16((short)s0));
+                    const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sw[8 * j + 2 * m + 1]),
+                                                       _mm_set1_epi16(sw[8 * j + 2 * m]));
                     lane = _mm256_add_epi32(lane, _mm256_madd_epi16(p16, s));
                 }
             }
@@ -1225,7 +1226,7 @@ __attribute__((target("avx2,f16c,fma"))) static void q4_k_fused_rows(const lm_ma
             uint8_t sc[8], mn[8];
             q4_k_fields(blk, sc, mn);
             __m256i lane = _mm256_setzero_si256();
-            for (int i = 0; i < 4; i++) { /* sub-blocks 2i (low nibbles) and 2i + 1 */
+            for (size_t i = 0; i < 4; i++) { /* sub-blocks 2i (low nibbles) and 2i + 1 */
                 const __m256i raw =
                     _mm256_loadu_si256((const __m256i *)(const void *)(blk + 16 + 32 * i));
                 const __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(x + 64 * i));
@@ -1244,7 +1245,7 @@ __attribute__((target("avx2,f16c,fma"))) static void q4_k_fused_rows(const lm_ma
             const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
             const int32_t isum = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xb1)));
             int32_t imin = 0;
-            for (int j = 0; j < 8; j++)
+            for (size_t j = 0; j < 8; j++)
                 imin += (int32_t)mn[j] * bs[8 * b + (size_t)j];
             const float dx = xq->d[8 * b];
             acc = _mm_fmadd_ss(_mm_set_ss((float)isum), _mm_set_ss(half(F16(blk)) * dx), acc);
@@ -1288,12 +1289,12 @@ LM_FUSED_512 static void q6_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq
                 _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
             const __m512i sc = _mm512_castsi256_si512(sc16);
             __m512i lane = _mm512_setzero_si512();
-            for (int j = 0; j < 2; j++) {
+            for (size_t j = 0; j < 2; j++) {
                 const __m512i ql = _mm512_loadu_si512((const void *)(blk + 64 * j));
                 const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 128 + 32 * j));
                 const __m512i qh = _mm512_inserti64x4(_mm512_castsi256_si512(h),
                                                       _mm256_srli_epi16(h, 2), 1);
-                for (int p = 0; p < 2; p++) { /* runs 2p and 2p + 1 */
+                for (size_t p = 0; p < 2; p++) { /* runs 2p and 2p + 1 */
                     const __m512i lo =
                         _mm512_and_si512(p ? _mm512_srli_epi16(ql, 4) : ql, m4);
                     const __m512i hi = _mm512_slli_epi16(
@@ -1331,9 +1332,9 @@ LM_FUSED_512 static void q4_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq
     int16_t bs[FUSED_BLOCKS * 8];
     _Alignas(64) int8_t xp[FUSED_BLOCKS * 256];
     q8_k_sums(xq->q, nb, 32, bs);
-    static const int order[8] = {0, 2, 1, 3, 4, 6, 5, 7}; /* xp's sub-blocks */
+    static const size_t order[8] = {0, 2, 1, 3, 4, 6, 5, 7}; /* xp's sub-blocks */
     for (size_t b = 0; b < nb; b++)
-        for (int j = 0; j < 8; j++)
+        for (size_t j = 0; j < 8; j++)
             memcpy(xp + 256 * b + 32 * j, xq->q + 256 * b + 32 * order[j], 32);
     const __m512i m4 = _mm512_set1_epi8(0xF);
     __m512i idx[4]; /* register k: words 0..15 scale order[2k], 16..31 order[2k + 1] */
@@ -1355,7 +1356,7 @@ LM_FUSED_512 static void q4_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq
             const __m512i s16 = _mm512_castsi128_si512(
                 _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)sc)));
             __m512i lane = _mm512_setzero_si512();
-            for (int h = 0; h < 2; h++) {
+            for (size_t h = 0; h < 2; h++) {
                 const __m512i raw = _mm512_loadu_si512((const void *)(blk + 16 + 64 * h));
                 const __m512i lo = _mm512_and_si512(raw, m4);
                 const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
