@@ -26,7 +26,11 @@
  * (EVEX encoding, 32 registers), but the 4-bit types' own: the lane order
  * is fixed at 8. Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS
  * share one kernel (k_deq) that calls quant.c's dequantization itself and
- * vectorises only the products.
+ * vectorises only the products. llama.cpp's orders (lm_q8.fused) have
+ * references of their own (ref_dot_fused, ref_dot_f16_llama), and row
+ * kernels equal to them for Q8_0, Q4_K, Q6_K and F16, with fused
+ * multiply-adds where the reference has them (fmaf) or where they round as
+ * a multiply and add (products of two float16 values, exact in float32).
  *
  * Shapes: W (rows, cols) row-major, row r at data + r * row_bytes; x
  * (cols); out (r1 - r0).
