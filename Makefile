@@ -5,9 +5,15 @@
 #               the thread test under TSan
 # Build trees live in build/ (Release), build-asan/ and build-tsan/. Builds
 # print nothing unless they fail (scripts/quiet.sh); -Werror is on for every
-# build made here (KVE_WERROR=ON), as in CI. The build makes two programs:
-# build/kvevict (the user's CLI, the one installed) and build/kvevict-docs
-# (the documentation build tool, never installed: docs, plots, perf-docs).
+# build made here (KVE_WERROR=ON), as in CI. The build makes, in build/, the
+# two libraries (libkvevict and libkvevict_eval, static and shared) and
+# these programs: kvevict (the user's CLI) and kvevict-convert (checkpoints
+# to GGUF or llama2.c files), the two that `cmake --install` puts in
+# PREFIX/bin; kvevict-docs (the documentation build tool: docs, plots,
+# perf-docs) and kvevict-lm-speed and kvevict-prefill-speed (the decoder's
+# benchmarks), not installed; kvevict-llama with -DKVEVICT_LLAMA=ON (the
+# llama targets, and test when npm is there), not installed; and the tests
+# and the fuzz corpus runners, in build/tests and build/fuzz.
 # What a build needs is checked (and, as root, installed) once, not on every
 # build: build/.deps-ok stands for "checked", and goes with make clean.
 
@@ -15,14 +21,16 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 BASE_DEPS = cmake:cmake gcc:gcc make:make pkgconf:pkg-config
 # What the tests need beyond the build (else they skip, saying why): gnuplot
-# (test_plot), Debian's numpy, torch, pip and setuptools for /usr/bin/python3
-# (the Python binding's tests), OpenBLAS so that numpy and torch run at speed,
-# clang (test_split_clang compiles the core with it too), npm and git
+# (test_plot), Debian's numpy, torch, pip (with setuptools and wheel) and
+# venv for /usr/bin/python3 (the Python binding's tests; test_python_install
+# runs docs/python.md's install into a virtual environment), OpenBLAS so
+# that numpy and torch run at speed, clang (test_split_clang compiles the
+# core with it too), npm and git
 # (kvevict-llama's llama.cpp: node-llama-cpp from the npm registry, its source
 # bundle cloned; cmake/llama.cmake).
 TEST_DEPS = gnuplot-nox:gnuplot python3-numpy:py:numpy python3-pip:py:pip \
-  python3-setuptools:py:setuptools python3-torch:py:torch libopenblas0-pthread clang:clang \
-  npm:npm git:git
+  python3-setuptools:py:setuptools python3-wheel:py:wheel python3-venv:py:ensurepip \
+  python3-torch:py:torch libopenblas0-pthread clang:clang npm:npm git:git
 DEPS_STAMP = build/.deps-ok
 TEST_DEPS_STAMP = build/.test-deps-ok
 QUIET = ./scripts/quiet.sh

@@ -5,10 +5,11 @@
 # parsed by outcheck, the strict JSON / JSON Lines / CSV checker) and
 # contents, metrics over no scored step (null / n/a, a warning), --topk,
 # -o and "-" (and -o to a FIFO, written in place), determinism, the .npy
-# round trip, replay's line format,
-# sweep's grid size, an interrupted `trace -o` leaving no file, and the exit
-# codes of bad usage (2) and bad input (1), each with exactly one line on
-# stderr and nothing on stdout. POSIX sh; a few seconds natively.
+# round trip, replay's line format, sweep's grid size, a list option
+# repeated (its comma list), an interrupted `trace -o` leaving no file, and
+# the exit codes of bad usage (2) and bad input (1), each with exactly one
+# line on stderr and nothing on stdout, naming the option that was wrong.
+# POSIX sh; a few seconds natively.
 set -u
 K=${1:?usage: test_cli.sh PATH/TO/kvevict PATH/TO/outcheck}
 J=${2:?usage: test_cli.sh PATH/TO/kvevict PATH/TO/outcheck}
@@ -181,6 +182,15 @@ check "sweep --json: one object per point" [ "$(grep -c '^{.*}$' "$D/sw")" -eq 3
 check "sweep --json has params" grep -q '"params": {"recent_window": "64"}' "$D/sw"
 "$K" sweep $S >"$D/sw"
 check "sweep without --param: one row" [ "$(wc -l <"$D/sw")" -eq 2 ]
+# A list option takes a comma list or repeats of itself (as lm eval's
+# --policy): --budget 128 --budget 256 is --budget 128,256 (strip: timings).
+"$K" sweep $S --param recent_window=16,32 --budget 128,256 --json >"$D/sw1"
+"$K" sweep $S --param recent_window=16,32 --budget 128 --budget=256 --json >"$D/sw2" 2>"$D/err"
+check "sweep takes --budget repeated: $(cat "$D/err")" [ $? -eq 0 ]
+strip "$D/sw1" >"$D/sw1u"
+strip "$D/sw2" >"$D/sw2u"
+check "sweep --budget 128 --budget 256 is --budget 128,256" cmp -s "$D/sw1u" "$D/sw2u"
+check "sweep --budget 128,256 over two values: 4 rows" [ "$(wc -l <"$D/sw1")" -eq 4 ]
 
 # ---- usage errors: exit 2, one line ------------------------------------------
 expect_err 2
@@ -210,6 +220,13 @@ expect_err 2 sweep $S --param recent_window=16 --param recent_window=32
 expect_err 2 sweep $S --param budget=128 --budget 256
 expect_err 2 sweep $S --param nokey=1
 expect_err 2 sweep $S --budget 128,abc
+# A bad --policy is named as --policy, whatever --budget says; a budget a
+# point's value does not fit is named as --budget.
+expect_says 2 "kvevict sweep: --policy: spec name" sweep --trace "$C" --budget 64 --policy h2o,streaming
+expect_says 2 "kvevict sweep: --policy: spec name" sweep --trace "$C" --budget 64 \
+    --policy h2o,streaming --param recent_window=8
+expect_says 2 "kvevict sweep: --budget: h2o: recent_window 200" sweep --trace "$C" --budget 64 \
+    --policy h2o --param recent_window=8,200
 expect_err 2 replay --trace "$C" --policy h2o --head 1
 expect_err 2 trace --trace "$C"
 expect_err 2 bench --steps

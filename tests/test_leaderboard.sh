@@ -13,6 +13,8 @@
 #  - requires the committed leaderboard to hold every method of `kvevict lm
 #    leaderboard --list` at each of its ratios, and no other (a method added
 #    to the table, or removed, fails here until `make leaderboard` is rerun);
+#  - checks that --methods, --ratio and --distances repeated are their comma
+#    lists, row for row;
 #  - checks the command's refusals (an unknown method, a ratio outside (0, 1)).
 # With `quick` as the third argument (sanitized builds, where
 # the subset takes minutes) it skips the subset and checks the rest.
@@ -65,6 +67,23 @@ grep -q '^{"method": "h2o",.*"bits_per_byte": null,.*"skipped": "budget 25: h2o:
     "$W/skip.jsonl" || { echo "FAIL: no skipped h2o row with its reason:" >&2; cat "$W/skip.jsonl" >&2; fail=1; }
 grep -q '^{"method": "streaming",.*"bits_per_byte": [0-9.]*,.*"skipped": null}$' "$W/skip.jsonl" ||
     { echo "FAIL: streaming not measured beside the skipped h2o" >&2; fail=1; }
+# A list option takes a comma list or repeats of itself, as --policy does:
+# --methods A --methods B is --methods A,B, row for row (so are --ratio and
+# --distances).
+lists="--windows 1 --trials 1 --repeat-trials 1 --json --quiet"
+# shellcheck disable=SC2086
+"$K" lm leaderboard --model "$M" --text "$T" --methods h2o,streaming --ratio 0.9,0.95 \
+    --distances 448,503 $lists >"$W/comma.jsonl" 2>"$W/err" &&
+    "$K" lm leaderboard --model "$M" --text "$T" --methods h2o --methods streaming --ratio 0.9 \
+        --ratio=0.95 --distances 448 --distances 503 $lists >"$W/repeated.jsonl" 2>>"$W/err" ||
+    { echo "FAIL: repeated --methods, --ratio or --distances refused: $(cat "$W/err")" >&2; fail=1; }
+untimed "$W/comma.jsonl" >"$W/comma"
+untimed "$W/repeated.jsonl" >"$W/repeated"
+if [ "$(wc -l <"$W/comma")" -ne 5 ] || ! cmp -s "$W/comma" "$W/repeated"; then
+    echo "FAIL: repeated list options are not their comma list:" >&2
+    diff "$W/comma" "$W/repeated" | head -4 >&2
+    fail=1
+fi
 # Methods from the command line: --method PREFILL+SPEC is the table's line
 # of that name, figure for figure.
 # shellcheck disable=SC2086
@@ -133,6 +152,9 @@ refuse "no prefill 'bogus'" --method bogus+h2o
 refuse "--method h2o:bogus=1" --methods none --method h2o:bogus=1
 refuse "has a method of that name" --methods h2o --method h2o
 refuse "nothing to measure" --methods none
+refuse "none names no method" --methods none --methods h2o
+refuse "at most 16 ratios" --ratio 0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1 --ratio 0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1
+refuse "--methods: no method 'nosuch'" --methods h2o --methods nosuch
 if [ $fail -eq 0 ] && [ "$WRITE" = quick ]; then
     echo "test_leaderboard: quick: every method is measured, the refusals hold (the subset not run)"
 elif [ $fail -eq 0 ]; then

@@ -1366,6 +1366,104 @@ static void test_tokenizer_malformed(void)
 
 enum { WALK_MAX = 400 };
 
+/* 1 when decoders a and b are in one state: position, logits, every
+ * cache's kept positions, keys and values, and the bank's image. */
+static int same_decoder(const lm_state *a, const lm_state *b)
+{
+    if (a->pos != b->pos || memcmp(a->logits, b->logits, sizeof(float) * V_) != 0)
+        return 0;
+    size_t S = (size_t)a->model->config.head_size;
+    for (size_t i = 0; i < (size_t)L_ * G_; i++) {
+        const lm_cache *x = &a->cache[i], *y = &b->cache[i];
+        if (x->n != y->n || (x->n && (memcmp(x->pos, y->pos, x->n * sizeof(int32_t)) != 0 ||
+                                      memcmp(x->key, y->key, x->n * S * sizeof(float)) != 0 ||
+                                      memcmp(x->value, y->value, x->n * S * sizeof(float)) != 0)))
+            return 0;
+    }
+    if (!a->bank || !b->bank)
+        return !a->bank && !b->bank;
+    size_t na, nb;
+    if (kve_bank_save(a->bank, NULL, 0, &na) != KVE_OK ||
+        kve_bank_save(b->bank, NULL, 0, &nb) != KVE_OK || na != nb)
+        return 0;
+    unsigned char *ia = malloc(na), *ib = malloc(nb);
+    int same = ia && ib && kve_bank_save(a->bank, ia, na, &na) == KVE_OK &&
+               kve_bank_save(b->bank, ib, nb, &nb) == KVE_OK && memcmp(ia, ib, na) == 0;
+    free(ia);
+    free(ib);
+    return same;
+}
+
+/* What lm.h says a KVE_ENOMEM from lm_forward leaves: nothing changed (the
+ * whole state equal to a copy taken before the call), and the decoder goes
+ * on without lm_state_reset, the same token again and then the next ones,
+ * equal at every step, caches and bank included, to a fresh decoder that
+ * never failed. Every allocation of a step is made to fail in turn (the
+ * k-th, k = 0, 1, ...), for the full cache, a policy per head, a policy
+ * that reads keys, and shared heads (arenas laid out again). (robustness.md,
+ * issue 30 item 10: the comment once said the state broke until reset.) */
+static void test_forward_out_of_memory(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, 5);
+    size_t n;
+    unsigned char *img = fx_image(&fx, 0, &n);
+    lm_model *m = NULL;
+    ASSERT_OK(lm_model_from_memory(img, n, NULL, &m));
+    static const lm_options cases[] = {
+        {.policy = "full"},
+        {.policy = "h2o:budget=5,recent_window=1"},
+        {.policy = "knorm:budget=6"},
+        {.policy = "h2o:budget=6,recent_window=1", .share_heads = 1},
+    };
+    enum { STEPS = 72, AFTER = 6 }; /* past FIRST_CAP (64): the full cache grows */
+    talloc ta;
+    talloc_init(&ta);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t failures = 0;
+        for (size_t k = 0; k < 12; k++) {
+            lm_options o = cases[c];
+            lm_state *ref = NULL, *s = NULL, *before = NULL;
+            ASSERT_OK(lm_state_new(m, &o, &ref));
+            ASSERT_OK(lm_state_new(m, &o, &before));
+            o.allocator = &ta.a;
+            ASSERT_OK(lm_state_new(m, &o, &s));
+            for (size_t t = 0; t < STEPS; t++) {
+                ASSERT_OK(lm_state_copy(before, s));
+                talloc_fail_after(&ta, k);
+                kve_status st = lm_forward(s, token_at(t));
+                talloc_fail_after(&ta, SIZE_MAX);
+                if (st != KVE_OK) {
+                    ASSERT_STATUS(st, KVE_ENOMEM);
+                    failures++;
+                    if (!same_decoder(s, before))
+                        CHECK_FAIL_AT("%s: a failed step %zu (allocation %zu) changed the state",
+                                      cases[c].policy, t, k);
+                    ASSERT_OK(lm_forward(s, token_at(t))); /* no reset: the same token again */
+                }
+                ASSERT_OK(lm_forward(ref, token_at(t)));
+                if (!same_decoder(s, ref))
+                    CHECK_FAIL_AT("%s: step %zu (allocation %zu failing) differs from a fresh "
+                                  "decoder's", cases[c].policy, t, k);
+            }
+            for (size_t t = STEPS; t < STEPS + AFTER; t++) {
+                ASSERT_OK(lm_forward(s, token_at(t)));
+                ASSERT_OK(lm_forward(ref, token_at(t)));
+            }
+            ASSERT_TRUE(same_decoder(s, ref));
+            lm_state_free(s);
+            lm_state_free(ref);
+            lm_state_free(before);
+            talloc_check_empty(&ta);
+        }
+        if (failures == 0)
+            CHECK_FAIL_AT("%s: no step's allocation failed: nothing was tested", cases[c].policy);
+    }
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
 static void test_alloc_failures(void)
 {
     fx_model fx;
@@ -2060,6 +2158,7 @@ int main(int argc, char **argv)
     RUN(test_tokenizer_decode);
     RUN(test_tokenizer_malformed);
     RUN(test_alloc_failures);
+    RUN(test_forward_out_of_memory);
     remove_dir();
     return CHECK_DONE();
 }

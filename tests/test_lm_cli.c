@@ -513,10 +513,12 @@ static void test_recall(void)
             line = strchr(line, '\n') + 1;
         }
     }
-    /* Repeated passage: the mean loss over each occurrence, span 4. */
+    /* Repeated passage: the mean loss over each occurrence, span 4 (--distances
+     * repeated: its comma list 4,9, as every list option). */
     snprintf(args, sizeof args,
-             "lm repeat --model %s --text %s --trials %d --span 4 --distances 4,9 --json", model0,
-             textpath, N);
+             "lm repeat --model %s --text %s --trials %d --span 4 --distances 4 --distances 9 "
+             "--json",
+             model0, textpath, N);
     ASSERT_RUNS(args);
     line = out_text;
     for (int di = 0; di < 2; di++) {
@@ -750,6 +752,18 @@ static void test_prefill_cmd(void)
                                      "--key delta_bits_per_byte:number --key prompts:integer "
                                      "--key passkey_accuracy:number "
                                      "--key passkey_accuracy_se:number --key seed:integer"));
+    /* --methods repeated is its comma list, row for row (as lm eval's --policy) */
+    char *comma = malloc(out_len + 1);
+    memcpy(comma, out_text, out_len + 1);
+    snprintf(args, sizeof args,
+             "lm prefill --model %s --text %s --policy h2o:budget=24,recent_window=2 --budget 24 "
+             "--methods step,h2o --methods snapkv --methods=kvzip,policy --window 6 --kernel 3 "
+             "--pool avg --prompt %d --kvzip-chunk 40 --windows 2 --trials 3 --distances %zu "
+             "--json",
+             model0, textpath, P, d);
+    ASSERT_RUNS(args);
+    ASSERT_TRUE(strcmp(out_text, comma) == 0);
+    free(comma); /* out_text, the rows below read, is the same */
     kve_prefill_options pp = kve_prefill_default_options();
     pp.method = KVE_PREFILL_SNAPKV;
     pp.window = 6;
@@ -1737,6 +1751,27 @@ static void test_session_file_modes(void)
     ASSERT_TRUE(chmod(file, 0640) == 0);
     ASSERT_RUNS(args);
     ASSERT_TRUE(stat(file, &sb) == 0 && (sb.st_mode & 07777) == 0640);
+    /* Its owner and group too: handed to nobody:nogroup (65534), a resuming
+     * save keeps them (the temporary renamed over it is fchown'ed to them).
+     * Only root can give a file away, so others skip this part, saying so. */
+    if (geteuid() == 0) {
+        ASSERT_TRUE(chown(file, 65534, 65534) == 0);
+        snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 2 %s --session %s",
+                 model0, pol, file);
+        ASSERT_RUNS(args);
+        ASSERT_CONTAINS(err_text, "a resumed session");
+        ASSERT_TRUE(stat(file, &sb) == 0);
+        ASSERT_EQ(sb.st_uid, 65534);
+        ASSERT_EQ(sb.st_gid, 65534);
+        ASSERT_EQ(sb.st_mode & 07777, 0640);
+        ASSERT_TRUE(chown(file, 0, 0) == 0);
+        snprintf(args, sizeof args,
+                 "generate --model %s --prompt 'the cab' --steps 3 %s --session %s", model0, pol,
+                 file);
+    } else {
+        printf("test_session_file_modes: owner and group kept on save: skipped (not root: "
+               "chown to another user needs root)\n");
+    }
     /* a symlink: the target written, the link kept */
     ASSERT_RUNS(args);
     ASSERT_TRUE(rename(file, target) == 0);

@@ -779,6 +779,83 @@ static void test_same_positions(void)
     fx_model_free(&fx);
 }
 
+/* min_share does nothing without shared heads (issue 30, item 7): decoders
+ * that differ only in it (0.25 against 0, share_heads off) copy into each
+ * other both ways and load each other's sessions, and each then decodes as
+ * a decoder of its own options that decoded the same tokens itself. (Before
+ * the fix, kve_bank_copy refused: "cannot copy: dst's min_share is 0,
+ * src's 0.25".) With shared heads the difference still refuses. */
+static void test_min_share_unshared(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 1, check_seed + 5);
+    unsigned char *img;
+    lm_model *m = load(&fx, &img);
+    ASSERT_TRUE(m != NULL);
+    enum { NA = 9, NB = 7 };
+    lm_options o[2];
+    o[0] = options_of(&configs[0], 3); /* min_share 0.25, no shared heads */
+    o[1] = o[0];
+    o[1].min_share = 0;
+    ASSERT_TRUE(!o[0].share_heads && o[0].min_share == 0.25);
+    int32_t toks[NA];
+    for (size_t t = 0; t < NA; t++)
+        toks[t] = t ? tok(t, 8) : LM_BOS;
+    for (int k = 0; k < 2; k++) { /* src with o[k], dst and ref with o[1 - k] */
+        lm_state *src = NULL, *dst = NULL, *ref = NULL, *loaded = NULL;
+        ASSERT_OK(lm_state_new(m, &o[k], &src));
+        ASSERT_OK(lm_state_new(m, &o[1 - k], &dst));
+        ASSERT_OK(lm_state_new(m, &o[1 - k], &ref));
+        ASSERT_OK(lm_state_new(m, &o[1 - k], &loaded));
+        for (size_t t = 0; t < NA; t++) {
+            ASSERT_OK(lm_forward(src, toks[t]));
+            ASSERT_OK(lm_forward(ref, toks[t]));
+        }
+        ASSERT_OK(lm_state_copy(dst, src));
+        ASSERT_TRUE(same_state(dst, ref));
+        /* the session of src, resumed by a decoder of the other min_share */
+        lm_session ss = {.tokens = toks, .n_tokens = NA};
+        kve_rng_seed(&ss.rng, 9);
+        size_t size;
+        ASSERT_OK(lm_session_save(src, &ss, NULL, 0, &size));
+        unsigned char *buf = malloc(size);
+        ASSERT_OK(lm_session_save(src, &ss, buf, size, &size));
+        lm_session got = {0};
+        ASSERT_OK(lm_session_load(loaded, buf, size, &got));
+        ASSERT_EQ(got.n_tokens, NA);
+        ASSERT_TRUE(same_state(loaded, ref));
+        for (size_t t = 0; t < NB; t++) {
+            ASSERT_OK(lm_forward(dst, tok(t, 9)));
+            ASSERT_OK(lm_forward(loaded, tok(t, 9)));
+            ASSERT_OK(lm_forward(ref, tok(t, 9)));
+            if (!same_state(dst, ref) || !same_state(loaded, ref))
+                CHECK_FAIL_AT("min_share %g into %g: step %zu after the copy differs",
+                              o[k].min_share, o[1 - k].min_share, t);
+        }
+        lm_free(&loaded->alloc, got.tokens);
+        free(buf);
+        lm_state_free(src);
+        lm_state_free(dst);
+        lm_state_free(ref);
+        lm_state_free(loaded);
+    }
+    /* shared heads: min_share selects what is kept, so a difference refuses */
+    lm_options sh[2] = {o[0], o[1]};
+    sh[0].share_heads = sh[1].share_heads = 1;
+    sh[0].policy = sh[1].policy = configs[4].spec;
+    lm_state *a = NULL, *b = NULL;
+    ASSERT_OK(lm_state_new(m, &sh[0], &a));
+    ASSERT_OK(lm_state_new(m, &sh[1], &b));
+    ASSERT_OK(lm_forward(a, LM_BOS));
+    ASSERT_STATUS(lm_state_copy(b, a), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "head sharing");
+    lm_state_free(a);
+    lm_state_free(b);
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -786,6 +863,7 @@ int main(int argc, char **argv)
     RUN(test_fork_and_refusals);
     RUN(test_session_roundtrip);
     RUN(test_session_refusals);
+    RUN(test_min_share_unshared);
     RUN(test_out_of_memory);
     RUN(test_sampler);
     RUN(test_reserved_tokens);

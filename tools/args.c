@@ -75,6 +75,21 @@ char **split_list(const char *what, const char *s, size_t *n)
     return items;
 }
 
+char **split_lists(const char *what, const opt_val *v, size_t *n)
+{
+    char **all = NULL;
+    *n = 0;
+    for (int k = 0; k < v->count; k++) {
+        size_t m;
+        char **items = split_list(what, v->v[k], &m);
+        all = xrealloc(all, (*n + m) * sizeof *all);
+        memcpy(all + *n, items, m * sizeof *items);
+        *n += m;
+        free(items);
+    }
+    return all;
+}
+
 void free_list(char **items, size_t n)
 {
     if (!items)
@@ -184,7 +199,7 @@ static const struct {
     {SO_TRACE, {"trace", 0, OPT_VALUE}},
     {SO_POLICY, {"policy", 0, OPT_VALUE}},
     {SO_BUDGET, {"budget", 0, OPT_VALUE}},
-    {SO_BUDGETS, {"budget", 0, OPT_VALUE}},
+    {SO_BUDGETS, {"budget", 0, OPT_VALUE | OPT_REPEAT}}, /* a list: split_lists */
     {SO_SEED, {"seed", 0, OPT_VALUE}},
     {SO_NORMALIZE, {"normalize", 0, 0}},
     {SO_TOPK, {"topk", 0, OPT_VALUE}},
@@ -377,7 +392,7 @@ void cli_parse(cli_args *a, const cli_spec *spec, int argc, char **argv)
             break;
         case SO_BUDGETS: {
             size_t n;
-            char **items = split_list("--budget", s, &n);
+            char **items = split_lists("--budget", v, &n);
             if (n > CLI_MAX_BUDGETS) {
                 free_list(items, n);
                 die_usage("--budget: %zu budgets; at most %d", n, CLI_MAX_BUDGETS);

@@ -124,7 +124,7 @@ enum {
     SO_TRACE = 1u << 0,     /* --trace SRC ("-": a .npy on standard input) */
     SO_POLICY = 1u << 1,    /* --policy SPEC (checked with kve_spec_with) */
     SO_BUDGET = 1u << 2,    /* --budget B, 1 .. KVE_MAX_BUDGET, or P% (parse_budget) */
-    SO_BUDGETS = 1u << 3,   /* --budget B1,B2,... (each as SO_BUDGET, up to CLI_MAX_BUDGETS) */
+    SO_BUDGETS = 1u << 3,   /* --budget B1,B2,... (repeatable; each as SO_BUDGET) */
     SO_SEED = 1u << 4,      /* --seed N */
     SO_NORMALIZE = 1u << 5, /* --normalize */
     SO_TOPK = 1u << 6,      /* --topk K, 1 .. KVE_MAX_BUDGET */
@@ -207,6 +207,11 @@ double parse_real(const char *what, const char *s, double min, double max);
 /* Splits a comma-separated list into *n fresh strings; empty items are a
  * usage error naming `what`. Free with free_list. */
 char **split_list(const char *what, const char *s, size_t *n);
+/* The items of every value of a list option that may be repeated, in the
+ * order given: `--x A,B --x C` is A, B, C (split_list on each value; NULL
+ * and *n = 0 when the option is absent). Free with free_list. The one
+ * reading of every list option (OPT_REPEAT), so that each takes both forms. */
+char **split_lists(const char *what, const opt_val *v, size_t *n);
 void free_list(char **items, size_t n);
 
 /* The canonical spec of `spec` with its budget set to `budget` (0: as
@@ -222,8 +227,11 @@ const char *reads_label(unsigned reads);
 
 /* The stream for results: standard output for NULL or "-", else a fresh
  * temporary file beside `path` (created now, so an unwritable path fails
- * before any long work), renamed into place by out_close. Until then it is
- * removed on any failure or signal: no partial file is ever left. */
+ * before any long work), synced and renamed into place by out_close. Until
+ * then it is removed on any failure or signal: no partial file is ever left
+ * under `path`, except for the two kinds of file written in place (a device
+ * or FIFO; a hard-linked file, copied into once the temporary is whole:
+ * output.c says what a crash during that copy leaves). */
 FILE *out_open(const char *path);
 /* out_open for a file only its owner should read (a session: the whole
  * conversation): a new file is 0600; an existing one keeps its mode. */
@@ -241,8 +249,10 @@ void session_check(const char *path);
  * so a failure leaves the file whole); dies (input error, the option --docs
  * named) when the file has no such block. */
 void rewrite_block(const char *path, const char *name, const char *block);
-/* Flushes, checks and commits what out_open gave; a write error is bad
- * input (exit 1) with the system's reason. */
+/* Flushes, checks and commits what out_open gave: fsync of the temporary,
+ * its rename, fsync of the directory (a hard-linked file: fsync of the
+ * temporary, its bytes copied in place, fsync of the file); a write error is
+ * bad input (exit 1) with the system's reason. */
 void out_close(FILE *f);
 
 /* A "\r"-updated line on stderr while long work runs, drawn only when
@@ -521,7 +531,9 @@ void grid_init(grid *g, const char *base);
  * when budgets were set, and the other way round. */
 void grid_add_param(grid *g, const char *what, const char *arg);
 void grid_set_budgets(grid *g, const size_t *budgets, size_t n);
-/* Checks the size (at most GRID_MAX_POINTS) and every point's spec. */
+/* Checks the base spec alone (an error no budget mends is a usage error
+ * naming --policy), the size (at most GRID_MAX_POINTS) and every point's
+ * spec (naming --param or --budget). */
 void grid_check(const grid *g);
 size_t grid_points(const grid *g);
 /* The canonical spec of point i (fresh string). */

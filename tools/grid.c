@@ -8,6 +8,7 @@
  */
 #include "cli.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +89,14 @@ char *grid_spec(const grid *g, size_t i)
 
 void grid_check(const grid *g)
 {
+    /* The base spec alone first: what no budget mends (a malformed spec, an
+     * unknown key) is --policy's fault, whatever --budget says; what a
+     * budget or a value causes is named at its point, below. */
+    char buf[KVE_SPEC_MAX], num[32];
+    snprintf(num, sizeof num, "%d", KVE_MAX_BUDGET);
+    if (kve_spec_with(g->base, NULL, NULL, buf, sizeof buf) != KVE_OK &&
+        kve_spec_with(g->base, "budget", num, buf, sizeof buf) != KVE_OK)
+        die_usage("--policy: %s", kve_last_error());
     size_t n = grid_points(g);
     if (n > GRID_MAX_POINTS)
         die_usage("the grid has more than %d points", GRID_MAX_POINTS);

@@ -6,14 +6,23 @@
  * marked block of a file. Where traces come from is traces.c; what a result
  * row holds, results.c.
  *
- * Invariant: a file the tool writes exists under its final name only once
- * it is complete and synced (a device or FIFO, which a rename would
- * replace, is written in place; so, once complete, is a hard-linked file,
- * whose other names a rename would cut off). A symlink is followed: its
- * target is written, the link kept. An existing file keeps its mode, owner
- * and group; a new one gets 0666 (out_open_private: 0600) less the umask. Until then it is a temporary file registered with
- * temp_create (errors.c), which die_* and the signal handler remove, so an
- * error or an interrupt leaves nothing.
+ * Invariant: a file the tool writes is made whole under a temporary name
+ * beside it (NAME.tmp.XXXXXX), synced (fsync), renamed over NAME, and then
+ * NAME's directory is synced: a crash, an error or an interrupt leaves the
+ * old file or the new one, never a mix. Two kinds of file are written in
+ * place instead, without that guarantee: a device or FIFO, which a rename
+ * would replace, written as the output is made; and a hard-linked file,
+ * whose other names a rename would cut off. For the latter the temporary is
+ * still made whole and synced first, then its bytes are copied over the
+ * file's own, the file truncated to them and synced (copy_into): until that
+ * fsync returns, a crash, a failed write (a full disk: exit 1, naming the
+ * file) or a reader can see the file torn, new bytes over part of the old
+ * ones (a torn session is refused when loaded: its size or checksum no
+ * longer agrees). A symlink is followed: its target is written, the link
+ * kept. An existing file keeps its mode, owner and group; a new one gets
+ * 0666 (out_open_private: 0600) less the umask. The temporary is registered
+ * with temp_create (errors.c), which die_* and the signal handler remove,
+ * so an error or an interrupt leaves no temporary behind.
  */
 #define _XOPEN_SOURCE 700 /* realpath, fchown */
 #include "cli.h"
@@ -202,8 +211,11 @@ static void sync_dir(const char *path)
     }
 }
 
-/* A hard-linked file's new bytes, from the finished temporary f, copied
- * into it in place (every name sees them). 0 on success, else errno. */
+/* A hard-linked file's new bytes, from the finished and synced temporary
+ * f, copied into it in place (every name sees them), the file truncated to
+ * them and synced. Not atomic: until the fsync returns the file may hold new
+ * bytes over part of the old ones, and a failure (errno returned) leaves it
+ * so. 0 on success. */
 static int copy_into(FILE *f, const char *path)
 {
     FILE *dst = fopen(path, "r+b");
@@ -235,7 +247,8 @@ void out_close(FILE *f)
         if (o->f != f)
             continue;
         /* the bytes reach the disk before the name does (a crash leaves the
-         * old file or the new one, never a torn one) */
+         * old file or the new one), except for a hard-linked file, copied in
+         * place once they have (a crash during the copy can tear it) */
         int bad = fflush(f) != 0 || ferror(f) || (o->tmp[0] && fsync(fileno(f)) != 0);
         int e = errno;
         if (!bad && o->copy_in && (e = copy_into(f, o->path)) != 0)

@@ -58,7 +58,8 @@ static const char duo_usage[] =
 static const opt_def duo_own[] = {
     {"model", 0, OPT_VALUE},     {"text", 0, OPT_VALUE},      {"tokenizer", 0, OPT_VALUE},
     {"out", 0, OPT_VALUE},       {"window", 0, OPT_VALUE},    {"context", 0, OPT_VALUE},
-    {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE},    {"windows", 0, OPT_VALUE},
+    {"distances", 0, OPT_VALUE | OPT_REPEAT},
+    {"trials", 0, OPT_VALUE},    {"windows", 0, OPT_VALUE},
     {"threshold", 0, OPT_VALUE}, {"retrieval", 0, OPT_VALUE}};
 static const cli_spec duo_spec =
     LM_SPEC(duo_usage, SO_FORMAT | SO_OUTPUT | SO_QUIET, duo_own, FMT_TEXT);
@@ -113,8 +114,8 @@ int lm_duo_calibrate(int argc, char **argv)
         die_usage("--context %zu holds no pass key beyond a window of %zu", C, W);
     size_t lo = W + 1 > nb + nq ? W + 1 : nb + nq, hi = C - 2 - na, nd = 0;
     size_t *dist;
-    if ((v = own(&a, sp, "distances"))) {
-        dist = distances(v, lo, hi, 0, &nd);
+    if (own(&a, sp, "distances")) {
+        dist = distances(cli_own(&a, sp, "distances"), lo, hi, 0, &nd);
     } else {
         dist = xmalloc(4 * sizeof *dist);
         for (size_t d = 128; d < hi && d <= 384; d += 128)

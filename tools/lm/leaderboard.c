@@ -220,7 +220,8 @@ static const char leaderboard_usage[] =
     "  --repeat-trials N   repeated-passage windows (default 4)\n"
     "  --span P            repeated tokens (default 32)\n"
     "  --list              print the methods (name, policy, prefill) and exit\n"
-    "  other options as for `kvevict lm eval`.\n"
+    "  other options as for `kvevict lm eval`. A LIST option may be repeated,\n"
+    "  its items adding up.\n"
     "\n"
     "The first row is the full cache (method full, budget null). JSON keys:\n"
     "method, policy, prefill, compression_ratio, budget, windows, tokens, bytes,\n"
@@ -236,9 +237,9 @@ static const char leaderboard_usage[] =
 
 static const opt_def leaderboard_own[] = {
     {"model", 0, OPT_VALUE},          {"text", 0, OPT_VALUE},
-    {"tokenizer", 0, OPT_VALUE},      {"methods", 0, OPT_VALUE},
-    {"ratio", 0, OPT_VALUE},          {"windows", 0, OPT_VALUE},
-    {"prompt", 0, OPT_VALUE},         {"distances", 0, OPT_VALUE},
+    {"tokenizer", 0, OPT_VALUE},      {"methods", 0, OPT_VALUE | OPT_REPEAT},
+    {"ratio", 0, OPT_VALUE | OPT_REPEAT}, {"windows", 0, OPT_VALUE},
+    {"prompt", 0, OPT_VALUE},         {"distances", 0, OPT_VALUE | OPT_REPEAT},
     {"trials", 0, OPT_VALUE},         {"repeat-distance", 0, OPT_VALUE},
     {"repeat-trials", 0, OPT_VALUE},  {"span", 0, OPT_VALUE},
     {"list", 0, 0},                   {"method", 0, OPT_VALUE | OPT_REPEAT}};
@@ -354,7 +355,7 @@ int lm_leaderboard(int argc, char **argv)
         finish_stdout();
         return 0;
     }
-    const char *model = need(&a, sp, "model"), *text = need(&a, sp, "text"), *v;
+    const char *model = need(&a, sp, "model"), *text = need(&a, sp, "text");
     /* The methods asked for, in the table's order, then --method's. */
     lb_method ms[LB_METHODS + OPT_MAXREP];
     size_t n_ms = 0;
@@ -366,10 +367,17 @@ int lm_leaderboard(int argc, char **argv)
             die_usage("leaderboard method %s: no prefill '%s'", lb_methods[i].name,
                       lb_methods[i].prefill);
     }
-    if ((v = own(&a, sp, "methods")) && strcmp(v, "none") != 0) {
+    if (own(&a, sp, "methods")) { /* A,B or --methods A --methods B; none alone */
         size_t n;
-        char **items = split_list("--methods", v, &n);
+        char **items = split_lists("--methods", cli_own(&a, sp, "methods"), &n);
         for (size_t k = 0; k < n; k++) {
+            if (strcmp(items[k], "none") == 0) {
+                if (n > 1) {
+                    free_list(items, n);
+                    die_usage("--methods: none names no method, and cannot go with others");
+                }
+                continue;
+            }
             size_t i = 0;
             while (i < LB_METHODS && strcmp(lb_methods[i].name, items[k]) != 0)
                 i++;
@@ -421,8 +429,8 @@ int lm_leaderboard(int argc, char **argv)
         die_usage("--methods none and no --method: nothing to measure");
     double ratios[16] = {0.5, 0.8, 0.9};
     size_t n_ratios = 3;
-    if ((v = own(&a, sp, "ratio"))) {
-        char **items = split_list("--ratio", v, &n_ratios);
+    if (own(&a, sp, "ratio")) { /* A,B or --ratio A --ratio B */
+        char **items = split_lists("--ratio", cli_own(&a, sp, "ratio"), &n_ratios);
         if (n_ratios > 16) {
             free_list(items, n_ratios);
             die_usage("--ratio: at most 16 ratios");
@@ -470,7 +478,7 @@ int lm_leaderboard(int argc, char **argv)
         if (L < 2 + pk.na + pk.nb + pk.nq)
             die_input("--model: seq_len %zu is too short for the pass-key prompts", L);
         size_t d_lo = pk.nb + pk.nq, d_hi = L - 2 - pk.na;
-        dist = distances(own(&a, sp, "distances"), d_lo, d_hi, 0, &nd);
+        dist = distances(cli_own(&a, sp, "distances"), d_lo, d_hi, 0, &nd);
         if (!own(&a, sp, "distances")) { /* 128, 256, ... and the top */
             nd = 0;
             for (size_t x = 128; x <= d_hi; x += 128)

@@ -209,9 +209,10 @@ size_t job_cols(col *cols, const col *rest, size_t n_rest);
  * are the samples of lm eval and lm leaderboard) */
 double ratio_se(const double *x, const double *b, size_t w, double den);
 
-/* Distances from --distances, or 64-steps within [lo, hi] plus hi (and lo
- * first when `with_lo`); each must lie in [lo, hi]. */
-size_t *distances(const char *list, size_t lo, size_t hi, int with_lo, size_t *n);
+/* Distances from --distances (a list, repeatable: split_lists), or, when it
+ * is absent, 64-steps within [lo, hi] plus hi (and lo first when
+ * `with_lo`); each must lie in [lo, hi]. */
+size_t *distances(const opt_val *list, size_t lo, size_t hi, int with_lo, size_t *n);
 
 /* The pass-key prompts of models/README.md (measure.c says how they are
  * built), shared by `lm passkey` and `lm prefill`. */

@@ -392,13 +392,13 @@ size_t job_cols(col *cols, const col *rest, size_t n_rest)
     return n + n_rest;
 }
 
-size_t *distances(const char *list, size_t lo, size_t hi, int with_lo, size_t *n)
+size_t *distances(const opt_val *list, size_t lo, size_t hi, int with_lo, size_t *n)
 {
     size_t *d = xmalloc((hi / 64 + 3) * sizeof *d);
     *n = 0;
-    if (list) {
+    if (list->count) {
         size_t m;
-        char **items = split_list("--distances", list, &m);
+        char **items = split_lists("--distances", list, &m);
         d = xrealloc(d, m * sizeof *d);
         for (size_t i = 0; i < m; i++) {
             d[i] = (size_t)parse_u64("--distances", items[i], 0, SIZE_MAX / 2);

@@ -75,18 +75,20 @@ static const char prefill_usage[] =
     "  --docs FILE     also rewrite the block between <!-- lm-prefill:begin -->\n"
     "                  and <!-- lm-prefill:end --> of FILE with the markdown table\n"
     "  --docs-block N  the block's name instead of lm-prefill\n"
-    "  other options as for `kvevict lm eval`.\n"
+    "  other options as for `kvevict lm eval`. A list is comma-separated, and its\n"
+    "  option may be repeated: --methods h2o --methods snapkv is --methods\n"
+    "  h2o,snapkv.\n"
     "\n"
     "The first row is the full cache. JSON keys: policy, budget, positions,\n"
     "prefill, windows, tokens, bytes, bits_per_byte, delta_bits_per_byte,\n"
     "prompts, passkey_accuracy, passkey_accuracy_se, seed.\n";
 
 static const opt_def prefill_own[] = {
-    MEASURE_OPTS,           {"methods", 0, OPT_VALUE}, {"window", 0, OPT_VALUE},
+    MEASURE_OPTS,           {"methods", 0, OPT_VALUE | OPT_REPEAT}, {"window", 0, OPT_VALUE},
     {"kernel", 0, OPT_VALUE}, {"pool", 0, OPT_VALUE},  {"prompt", 0, OPT_VALUE},
     {"kvzip-chunk", 0, OPT_VALUE}, {"kvzip-budgets", 0, OPT_VALUE}, {"kvzip-plus", 0, 0},
     {"kvzip-sinks", 0, OPT_VALUE},
-    {"windows", 0, OPT_VALUE}, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE},
+    {"windows", 0, OPT_VALUE}, {"distances", 0, OPT_VALUE | OPT_REPEAT}, {"trials", 0, OPT_VALUE},
     {"docs", 0, OPT_VALUE}, {"docs-block", 0, OPT_VALUE}};
 static const cli_spec prefill_spec =
     LM_SPEC(prefill_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, prefill_own, FMT_TEXT);
@@ -167,16 +169,18 @@ int lm_prefill_cmd(int argc, char **argv)
         pp.pool = v[0] == 'm' ? KVE_POOL_MAX : KVE_POOL_AVG;
     }
     int want[PF_METHODS] = {0}, methods_given = 0;
-    if ((v = own(&ma.a, sp, "methods"))) {
+    if (own(&ma.a, sp, "methods")) { /* A,B or --methods A --methods B */
         size_t m;
-        char **items = split_list("--methods", v, &m);
+        char **items = split_lists("--methods", cli_own(&ma.a, sp, "methods"), &m);
         for (size_t i = 0; i < m; i++) {
             int k = 0;
             while (k < PF_METHODS && strcmp(items[i], pf_names[k]) != 0)
                 k++;
             if (k == PF_METHODS) {
+                char bad[128];
+                snprintf(bad, sizeof bad, "%s", items[i]);
                 free_list(items, m);
-                die_usage("--methods: '%s' is not step, h2o, snapkv, kvzip or policy", v);
+                die_usage("--methods: '%s' is not step, h2o, snapkv, kvzip or policy", bad);
             }
             want[k] = 1;
         }
@@ -265,7 +269,7 @@ int lm_prefill_cmd(int argc, char **argv)
     if (L < 2 + na + nb + nq || lm_ctx.n_ids < L - 2 - na - nb - nq || lm_ctx.n_ids < L - 1)
         die_input("--text %s: too short for this model's windows and prompts", ma.text);
     size_t nd;
-    size_t *dist = distances(own(&ma.a, sp, "distances"), nb + nq, L - 2 - na, 0, &nd);
+    size_t *dist = distances(cli_own(&ma.a, sp, "distances"), nb + nq, L - 2 - na, 0, &nd);
     size_t W = lm_ctx.n_ids / (L - 1); /* whole windows only */
     if (n_windows > W)
         die_usage("--windows %zu: the text holds %zu whole windows", n_windows, W);

@@ -48,11 +48,13 @@ static const char repeat_usage[] =
     "  distance, trials, span, first_nats, second_nats, second_nats_se, seed.\n";
 
 static const opt_def passkey_own[] = {
-    MEASURE_OPTS, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE}};
+    MEASURE_OPTS, {"distances", 0, OPT_VALUE | OPT_REPEAT}, {"trials", 0, OPT_VALUE}};
 static const cli_spec passkey_spec =
     LM_SPEC(passkey_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, passkey_own, FMT_TEXT);
-static const opt_def repeat_own[] = {
-    MEASURE_OPTS, {"distances", 0, OPT_VALUE}, {"trials", 0, OPT_VALUE}, {"span", 0, OPT_VALUE}};
+static const opt_def repeat_own[] = {MEASURE_OPTS,
+                                     {"distances", 0, OPT_VALUE | OPT_REPEAT},
+                                     {"trials", 0, OPT_VALUE},
+                                     {"span", 0, OPT_VALUE}};
 static const cli_spec repeat_spec =
     LM_SPEC(repeat_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, repeat_own, FMT_TEXT);
 
@@ -112,7 +114,7 @@ static int lm_recall(int argc, char **argv, int repeat)
             die_input("--text %s: %zu tokens, the windows need %zu", ma.text, lm_ctx.n_ids, L - 1);
     }
     size_t nd;
-    size_t *dist = distances(own(&ma.a, sp, "distances"), lo, hi, repeat, &nd);
+    size_t *dist = distances(cli_own(&ma.a, sp, "distances"), lo, hi, repeat, &nd);
     if (repeat)
         ma.span = L - 1; /* a window's last token is only predicted */
     size_t n_jobs;
