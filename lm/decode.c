@@ -656,40 +656,6 @@ static void swiglu_llama(float *h, const float *g, size_t n)
         h[i] = h[i] / (1.0f + expf(-h[i])) * g[i];
 }
 
-/* x[0 .. n) rounded to float16, as llama.cpp's cache stores keys and values
- * and its attention converts a query (LM_PRODUCTS_LLAMA). */
-static void round_f16(float *x, size_t n)
-{
-    lm_f16_round_n(x, n);
-}
-
-/* ggml_vec_dot_f16 as llama.cpp's AVX-512 builds compute it (GGML_F16_STEP
- * 64: four accumulators of 16 float lanes over whole steps, reduced as
- * GGML_F32x16_REDUCE and _mm512_reduce_add_ps do, then the leftover
- * products added in double), on values already float16: every product is
- * exact in float32, so a fused multiply-add rounds as a plain one. */
-static float dot_f16(const float *x, const float *y, size_t n)
-{
-    const size_t np = n & ~(size_t)63;
-    float acc[4][16] = {{0}};
-    for (size_t i = 0; i < np; i += 64)
-        for (size_t j = 0; j < 4; j++)
-            for (size_t e = 0; e < 16; e++)
-                acc[j][e] += x[i + 16 * j + e] * y[i + 16 * j + e];
-    float b[8];
-    for (size_t e = 0; e < 16; e++)
-        acc[0][e] += acc[2][e], acc[1][e] += acc[3][e];
-    for (size_t e = 0; e < 16; e++)
-        acc[0][e] += acc[1][e];
-    for (size_t e = 0; e < 8; e++)
-        b[e] = acc[0][e] + acc[0][e + 8];
-    const float c0 = b[0] + b[4], c1 = b[1] + b[5], c2 = b[2] + b[6], c3 = b[3] + b[7];
-    double sum = (double)((c0 + c2) + (c1 + c3));
-    for (size_t i = np; i < n; i++)
-        sum += (double)(x[i] * y[i]);
-    return (float)sum;
-}
-
 /* llama.cpp's CPU flash attention (ggml_compute_forward_flash_attn_ext_f16,
  * one query, float16 keys and values, cells in position order): scores
  * s_i = (q16 . k_i) * (1 / sqrt(S)) in s[], then the online softmax with
@@ -742,20 +708,20 @@ static void attend(lm_state *s, size_t l)
         memcpy(krow, s->k + g * S, S * sizeof(float));
         memcpy(k->value + n * S, s->v + g * S, S * sizeof(float));
         if (llama)
-            round_f16(k->value + n * S, S);
+            lm_f16_round_n(k->value + n * S, S); /* as llama.cpp's cache */
         k->pos[n] = s->pos;
         k->n = n + 1;
         const float *keys = k->key, *qrope = s->rope;
         if (s->opt.positions == LM_POS_ORIGINAL) {
             rotate(krow, s->rope, S);
             if (llama)
-                round_f16(krow, S);
+                lm_f16_round_n(krow, S);
         } else {
             for (size_t i = 0; i <= n; i++) {
                 memcpy(s->krot + i * S, k->key + i * S, S * sizeof(float));
                 rotate(s->krot + i * S, s->rope_table + i * S, S);
                 if (llama)
-                    round_f16(s->krot + i * S, S);
+                    lm_f16_round_n(s->krot + i * S, S);
             }
             keys = s->krot;
             qrope = s->rope_table + n * S;
@@ -768,10 +734,10 @@ static void attend(lm_state *s, size_t l)
             if (llama) { /* the scores from the float16 query; the policies get
                             their softmax in float32, as in the exact products */
                 memcpy(s->xl, q, S * sizeof(float));
-                round_f16(s->xl, S);
+                lm_f16_round_n(s->xl, S); /* as its attention converts a query */
                 const float inv = 1.0f / scale;
                 for (size_t i = 0; i <= n; i++)
-                    att[i] = dot_f16(s->xl, keys + i * S, S) * inv;
+                    att[i] = lm_dot_f16(s->xl, keys + i * S, NULL, S) * inv;
                 flash_f16(att, n + 1, k->value, S, out);
                 softmax(att, n + 1);
                 if (s->kz_active)

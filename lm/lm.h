@@ -160,6 +160,13 @@ static inline float lm_f16_round(float f)
  * included. */
 void lm_f16_round_n(float *x, size_t n);
 void lm_f16_mad(float *out, const float *v, float s, size_t n);
+/* x . y as ggml_vec_dot_f16 sums it on llama.cpp's AVX-512 builds
+ * (GGML_F16_STEP 64: four accumulators of 16 lanes over whole steps,
+ * reduced as GGML_F32x16_REDUCE and _mm512_reduce_add_ps do, the leftover
+ * products added in double), on values already float16: y as floats, or,
+ * when yh is not NULL, as float16 bits there. Every product is exact in
+ * float32, so a fused multiply-add rounds as the plain one. */
+float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n);
 
 typedef struct lm_matrix {  /* W (rows, cols), row-major, in its stored type */
     const void *data;       /* rows * row_bytes bytes */

@@ -538,35 +538,48 @@ static float reduce16(const float a[16])
     return (u0 + u2) + (u1 + u3);
 }
 
-/* F16 against the input rounded to float16 as llama.cpp's CPU back end sums
- * it (lm_q8.fused): with whole groups of 16 columns and rows in fours, its
- * llamafile tinyBLAS (AVX-512: lane e mod 16 accumulates, reduced as
- * _mm512_reduce_add_ps); otherwise ggml_vec_dot_f16 (four accumulators of
- * 16 over whole steps of 64, GGML_F32x16_REDUCE, the leftover in double).
- * Every product of two float16 values is exact in float32, so a fused
- * multiply-add rounds as this multiply and add. */
-static float ref_dot_f16_llama(const lm_matrix *w, size_t r, const float *x)
+/* Whether llama.cpp sums an F16 matrix with llamafile's tinyBLAS: columns
+ * in 16s, rows in 4s. */
+static int f16_tinyblas(const lm_matrix *w)
 {
-    const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
-    const size_t n = w->cols;
-    if (n % 16 == 0 && w->rows % 4 == 0) {
-        float acc[16] = {0};
-        for (size_t i = 0; i < n; i++)
-            acc[i % 16] += lm_f16_to_f32(lm__u16(row + 2 * i)) * x[i];
-        return reduce16(acc);
-    }
+    return w->cols % 16 == 0 && w->rows % 4 == 0;
+}
+
+float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n)
+{
+#define Y(i) (yh ? lm_f16_to_f32(lm__u16(yh + 2 * (i))) : y[i])
+    if (!yh && !y) /* neither operand: no sum */
+        return NAN;
     const size_t np = n & ~(size_t)63;
     float acc[4][16] = {{0}};
     for (size_t i = 0; i < np; i++)
-        acc[i % 64 / 16][i % 16] += lm_f16_to_f32(lm__u16(row + 2 * i)) * x[i];
+        acc[i % 64 / 16][i % 16] += x[i] * Y(i);
     for (int e = 0; e < 16; e++)
         acc[0][e] += acc[2][e], acc[1][e] += acc[3][e];
     for (int e = 0; e < 16; e++)
         acc[0][e] += acc[1][e];
     double sum = (double)reduce16(acc[0]);
     for (size_t i = np; i < n; i++)
-        sum += (double)(lm_f16_to_f32(lm__u16(row + 2 * i)) * x[i]);
+        sum += (double)(x[i] * Y(i));
     return (float)sum;
+#undef Y
+}
+
+/* F16 against the input rounded to float16 as llama.cpp's CPU back end sums
+ * it (lm_q8.fused): where f16_tinyblas, its llamafile tinyBLAS (AVX-512:
+ * lane e mod 16 accumulates, reduced as _mm512_reduce_add_ps); otherwise
+ * ggml_vec_dot_f16 (lm_dot_f16). Every product of two float16 values is
+ * exact in float32, so a fused multiply-add rounds as this multiply and
+ * add. */
+static float ref_dot_f16_llama(const lm_matrix *w, size_t r, const float *x)
+{
+    const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+    if (!f16_tinyblas(w))
+        return lm_dot_f16(x, NULL, row, w->cols);
+    float acc[16] = {0};
+    for (size_t i = 0; i < w->cols; i++)
+        acc[i % 16] += lm_f16_to_f32(lm__u16(row + 2 * i)) * x[i];
+    return reduce16(acc);
 }
 
 void lm_matvec_ref(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
@@ -1458,8 +1471,8 @@ void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *
     if (isa == LM_ISA_COUNT)
         isa = lm_isa_active();
 #if LM_X86
-    if (xq && xq->fused && w->type == LM_F16 && w->cols % 16 == 0 && w->rows % 4 == 0 &&
-        isa != LM_ISA_SCALAR && has_fma()) {
+    if (xq && xq->fused && w->type == LM_F16 && f16_tinyblas(w) && isa != LM_ISA_SCALAR &&
+        has_fma()) {
         (isa == LM_ISA_AVX512 ? f16_fused_rows_512 : f16_fused_rows)(w, x, out, r0, r1);
         return;
     }
