@@ -5,8 +5,10 @@
 # model:
 #  - full-cache logits of kvevict-llama equal plain llama.cpp decoding
 #    (tests/llama_plain.c, linked against libllama, no callback) bit for bit,
-#    without a policy and with one whose budget is never reached (the eval
-#    callback and the bank change no bit of llama.cpp's arithmetic); with
+#    at batch 1 and at batch 8 (--batch), without a policy and with one whose
+#    budget is never reached (the eval callback and the bank change no bit of
+#    llama.cpp's arithmetic); a prompt in batches of B holds at most budget +
+#    B cells, and reaches it; with
 #    eviction, the logits follow the decoder's (`kvevict lm logits
 #    --same-positions`) within 0.05 and keep its argmax at 98% of positions;
 #  - `kvevict-llama eval` and `kvevict lm eval --same-positions` agree within
@@ -18,9 +20,14 @@
 #    committed h2o row at 51 of docs/data/llama-eval.jsonl (the whole text)
 #    is re-made within 0.001 (llama.cpp picks its CPU kernels at run time);
 #  - a 10,000-token generation at budget 64 through a context of 256 cells,
-#    at most 65 cells held; --samples K equals K separate runs; a resumed
-#    session equals an uninterrupted run, and corrupted, truncated and
-#    foreign sessions are refused, left as they were;
+#    at most 65 cells held; --samples K equals K separate runs (random
+#    included: --policy-seed); --top-k 1 and a tiny --top-p are greedy; the
+#    greedy text equals `kvevict lm generate --same-positions`'s for h2o,
+#    streaming, tova and expected_attention; a resumed session equals an
+#    uninterrupted run (its JSON seed null), and corrupted (a flags field
+#    named), truncated and foreign sessions are refused, left as they were;
+#  - `eval --budget 10%` is --budget 51; `lm passkey --same-positions` rows
+#    carry same_positions and differ from per head; `bench` gives its rows;
 #  - `kvevict lm logits --products llama` follows llama.cpp on every type its
 #    quantizer's presets write (the block below says to what);
 #  With QUICK (the sanitizer build's run) the eval comparison takes one
@@ -54,15 +61,27 @@ kl() { "$KL" "$@" --threads 1; }
 
 # ---- logits ----
 toks=$(awk 'BEGIN { s = "1"; for (i = 1; i < 200; i++) s = s "," (3 + (i * 577) % 1000); print s }')
-"$PLAIN" "$LIB" "$M" "$toks" >"$W/plain.jsonl" 2>"$W/err" || bad "llama_plain: $(cat "$W/err")"
-kl logits --model "$M" --tokens "$toks" -o "$W/none.jsonl" || bad "kvevict-llama logits"
-kl logits --model "$M" --tokens "$toks" --policy h2o --budget 512 -o "$W/h2o512.jsonl" ||
-    bad "kvevict-llama logits --policy h2o --budget 512"
-"$J" jsonl --count 200 --key pos:number --key token:number --key logits:array "$W/none.jsonl" ||
-    bad "kvevict-llama logits: not 200 JSON lines of pos, token, logits"
-cmp -s "$W/plain.jsonl" "$W/none.jsonl" || bad "logits without a policy differ from plain llama.cpp's"
-cmp -s "$W/plain.jsonl" "$W/h2o512.jsonl" ||
-    bad "logits with h2o at budget 512 (no eviction) differ from plain llama.cpp's"
+# plain llama.cpp at batch B (llama_plain's BATCH) against kvevict-llama
+# --batch B, bit for bit: without a policy and with h2o at budget 512 (no
+# eviction: the eval callback and the bank change no bit of llama.cpp's)
+full_cache_equal() { # B: writes $W/plain-B.jsonl
+    "$PLAIN" "$LIB" "$M" "$toks" 1 "$1" >"$W/plain-$1.jsonl" 2>"$W/err" ||
+        bad "llama_plain at batch $1: $(cat "$W/err")"
+    kl logits --model "$M" --tokens "$toks" --batch "$1" -o "$W/none.jsonl" ||
+        bad "kvevict-llama logits --batch $1"
+    kl logits --model "$M" --tokens "$toks" --batch "$1" --policy h2o --budget 512 -o "$W/h2o512.jsonl" ||
+        bad "kvevict-llama logits --batch $1 --policy h2o --budget 512"
+    for f in plain-$1 none; do
+        "$J" jsonl --count 200 --key pos:number --key token:number --key logits:array "$W/$f.jsonl" ||
+            bad "$f at batch $1: not 200 JSON lines of pos, token, logits"
+    done
+    cmp -s "$W/plain-$1.jsonl" "$W/none.jsonl" ||
+        bad "logits at batch $1 without a policy differ from plain llama.cpp's"
+    cmp -s "$W/plain-$1.jsonl" "$W/h2o512.jsonl" ||
+        bad "logits at batch $1 with h2o at budget 512 (no eviction) differ from plain llama.cpp's"
+}
+full_cache_equal 1
+cp "$W/plain-1.jsonl" "$W/plain.jsonl"
 spec=h2o:recent_window=8
 kl logits --model "$M" --tokens "$toks" --policy $spec --budget 32 -o "$W/kl.jsonl" ||
     bad "kvevict-llama logits --policy $spec --budget 32"
@@ -81,22 +100,13 @@ paste -d '\n' "$W/kl.jsonl" "$W/kv.jsonl" | awk '
 # ---- batches: --batch N against plain llama.cpp decoding N tokens a call ----
 # llama.cpp's logits of a batch of several tokens are not its one-token
 # logits bit for bit (other kernels for several rows), so like is compared
-# with like: llama_plain at batch 8 against kvevict-llama --batch 8, bit for
-# bit, without a policy and with one whose budget is never reached; the
-# difference between llama.cpp's batch 8 and batch 1 is printed (and held to
-# the 0.05 of the comparisons above). Under eviction, a batch of B tokens
+# with like: llama_plain at batch 8 against kvevict-llama --batch 8, as at
+# batch 1 above; the difference between llama.cpp's batch 8 and batch 1 is
+# printed (and held to the 0.05 of the comparisons above). Under eviction, a batch of B tokens
 # attends the kept positions and the batch: a prompt of many batches reaches
 # budget + B cells and no more (llama.cpp's mask, max_cells).
-"$PLAIN" "$LIB" "$M" "$toks" 1 8 >"$W/plain8.jsonl" 2>"$W/err" || bad "llama_plain at batch 8: $(cat "$W/err")"
-kl logits --model "$M" --tokens "$toks" --batch 8 -o "$W/none8.jsonl" || bad "kvevict-llama logits --batch 8"
-kl logits --model "$M" --tokens "$toks" --batch 8 --policy h2o --budget 512 -o "$W/h2o512-8.jsonl" ||
-    bad "kvevict-llama logits --batch 8 --policy h2o --budget 512"
-"$J" jsonl --count 200 --key pos:number --key token:number --key logits:array "$W/plain8.jsonl" ||
-    bad "llama_plain at batch 8: not 200 JSON lines"
-cmp -s "$W/plain8.jsonl" "$W/none8.jsonl" || bad "logits at --batch 8 differ from plain llama.cpp's at batch 8"
-cmp -s "$W/plain8.jsonl" "$W/h2o512-8.jsonl" ||
-    bad "logits at --batch 8 with h2o at budget 512 differ from plain llama.cpp's at batch 8"
-paste -d '\n' "$W/plain.jsonl" "$W/plain8.jsonl" | awk '
+full_cache_equal 8
+paste -d '\n' "$W/plain.jsonl" "$W/plain-8.jsonl" | awk '
     { gsub(/.*"logits": \[/, ""); gsub(/\]\}/, ""); n = split($0, v, ", ") }
     NR % 2 == 1 { for (i = 1; i <= n; i++) a[i] = v[i]; next }
     { ia = 1; ib = 1; w = 0; for (i = 1; i <= n; i++) { d = a[i] - v[i]; if (d < 0) d = -d
@@ -327,26 +337,27 @@ awk -v long=$long '{ p = $0; sub(/.*"positions": /, "", p); sub(/,.*/, "", p)
        printf "%d tokens at budget 64: %s positions, at most %s cells, a context of %s\n", long, p, c, x
        exit !(p + 0 > long && c + 0 == 65 && x + 0 == 256) }' "$W/long.json" ||
     bad "the long generation was not bounded"
-gen="--model $M --prompt And_God_said -n 80 --policy h2o:recent_window=8 --budget 24 --temp 0.9 --json"
-kl generate $gen --samples 3 --seed 5 2>/dev/null | sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//' >"$W/k3" ||
-    bad "--samples 3"
-for s in 5 6 7; do
-    kl generate $gen --seed $s 2>/dev/null
-done | sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//' >"$W/k1"
-[ "$(wc -l <"$W/k3")" -eq 3 ] && cmp -s "$W/k3" "$W/k1" || bad "--samples 3 differ from three separate runs"
+# --samples 3 equals three separate runs (seeds 5, 6, 7) of every policy,
 # random too: its victims come from --policy-seed's streams, never from the
-# sampler's --seed, so a fork's bank is a separate run's; and --policy-seed
-# is in force (another one moves the text)
+# sampler's --seed, so a fork's bank is a separate run's
+strip() { sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//'; }
+samples_equal_runs() { # NAME GENERATE-ARGS...
+    name=$1
+    shift
+    kl generate "$@" --samples 3 --seed 5 2>/dev/null | strip >"$W/$name-3" || bad "--samples 3 of $name"
+    for s in 5 6 7; do
+        kl generate "$@" --seed $s 2>/dev/null
+    done | strip >"$W/$name-1"
+    [ "$(wc -l <"$W/$name-3")" -eq 3 ] && cmp -s "$W/$name-3" "$W/$name-1" ||
+        bad "--samples 3 of $name differ from three separate runs"
+}
+gen="--model $M --prompt And_God_said -n 80 --policy h2o:recent_window=8 --budget 24 --temp 0.9 --json"
+samples_equal_runs h2o $gen
 rgen="--model $M --prompt And_God_said -n 60 --policy random:recent_window=4 --budget 24 --temp 0.9 --json"
-kl generate $rgen --samples 3 --seed 5 2>/dev/null | sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//' >"$W/r3" ||
-    bad "--samples 3 of random"
-for s in 5 6 7; do
-    kl generate $rgen --seed $s 2>/dev/null
-done | sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//' >"$W/r1"
-[ "$(wc -l <"$W/r3")" -eq 3 ] && cmp -s "$W/r3" "$W/r1" || bad "--samples 3 of random differ from three separate runs"
-kl generate $rgen --seed 5 --policy-seed 9 2>/dev/null | sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//' \
-    >"$W/r9" || bad "--policy-seed 9"
-[ -s "$W/r9" ] && ! head -1 "$W/r1" | cmp -s - "$W/r9" || bad "--policy-seed 9 changed nothing of random's text"
+samples_equal_runs random $rgen
+# --policy-seed is in force: another one moves random's text
+kl generate $rgen --seed 5 --policy-seed 9 2>/dev/null | strip >"$W/r9" || bad "--policy-seed 9"
+[ -s "$W/r9" ] && ! head -1 "$W/random-1" | cmp -s - "$W/r9" || bad "--policy-seed 9 changed nothing of random's text"
 
 # the sampler's options: --top-k 1 and a tiny --top-p leave one candidate,
 # the greedy choice, whatever the temperature; top-k and top-p at a
