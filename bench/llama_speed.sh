@@ -32,6 +32,6 @@ fi
 [ -s "$q4" ] || "$build/kvevict-llama" quantize --model "$f16" -o "$q4" --type Q4_K_M
 [ -n "${LLAMA_SPEED_FILES_ONLY:-}" ] && exit 0 # bench/lm_vs_llama.sh: the files alone
 for t in $threads; do
-  "$build/kvevict-llama" bench --model "$q4" --policy h2o,streaming,tova,knorm:recent_window=1,keydiff:recent_window=1 \
+  "$build/kvevict-llama" bench --model "$q4" --policy h2o,streaming,tova,knorm:recent_window=1,keydiff:recent_window=1,expected_attention:recent_window=1 \
     --budget 512 --tokens 128 --repeats 5 --threads "$t" "${BENCH_FORMAT:---md}"
 done

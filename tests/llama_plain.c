@@ -2,13 +2,16 @@
 /*
  * llama_plain.c - plain llama.cpp, as any program calls it (linked against
  * the pinned libllama, no eval callback, no kvevict): decodes a token list
- * one token at a time from position 0 and prints every position's logits
- * as `kvevict-llama logits` does. test_llama.sh holds kvevict-llama's
- * full-cache logits to these, bit for bit.
+ * from position 0, BATCH tokens a llama_decode (default 1: one token at a
+ * time), and prints every position's logits as `kvevict-llama logits`
+ * does. test_llama.sh holds kvevict-llama's full-cache logits to these, bit
+ * for bit, at the same batch size (llama.cpp's batched logits are not its
+ * one-token ones bit for bit: its kernels for several rows are others).
  *
- *   llama_plain LIBDIR MODEL ID,ID,... [THREADS]
+ *   llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH]]
  *
  * THREADS (default 1): llama.cpp's threads (bench/lm_vs_llama.sh times it).
+ * BATCH (default 1): n_batch = n_ubatch, the tokens of one llama_decode.
  */
 #include <ggml-backend.h>
 #include <llama.h>
@@ -27,13 +30,14 @@ static void quiet(enum ggml_log_level level, const char *text, void *user)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,... [THREADS]\n");
+    if (argc < 4 || argc > 6) {
+        fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH]]\n");
         return 2;
     }
-    const int threads = argc == 5 ? atoi(argv[4]) : 1;
-    if (threads < 1 || threads > 256) {
-        fprintf(stderr, "llama_plain: THREADS %s is not 1 .. 256\n", argv[4]);
+    const int threads = argc >= 5 ? atoi(argv[4]) : 1, B = argc == 6 ? atoi(argv[5]) : 1;
+    if (threads < 1 || threads > 256 || B < 1 || B > 4096) {
+        fprintf(stderr, "llama_plain: THREADS %s is not 1 .. 256 or BATCH %s not 1 .. 4096\n",
+                argv[4], argc == 6 ? argv[5] : "1");
         return 2;
     }
     llama_log_set(quiet, NULL);
@@ -47,27 +51,37 @@ int main(int argc, char **argv)
         toks[n++] = (int32_t)strtol(p, &p, 10);
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)n;
-    cp.n_batch = cp.n_ubatch = 1;
+    cp.n_batch = cp.n_ubatch = (uint32_t)B;
     cp.n_threads = cp.n_threads_batch = threads;
     struct llama_context *ctx = llama_init_from_model(m, cp);
     if (!ctx)
         return 1;
     const int32_t V = llama_vocab_n_tokens(llama_model_get_vocab(m));
-    for (int32_t t = 0; t < n; t++) {
-        if (llama_decode(ctx, llama_batch_get_one(&toks[t], 1)) != 0)
-            return 1;
-        const float *lg = llama_get_logits_ith(ctx, -1);
-        printf("{\"pos\": %d, \"token\": %d, \"logits\": [", t, toks[t]);
-        for (int32_t v = 0; v < V; v++) {
-            if (v)
-                fputs(", ", stdout);
-            if (isfinite(lg[v]))
-                printf("%.9g", (double)lg[v]);
-            else
-                fputs("null", stdout);
+    struct llama_batch b = llama_batch_init(B, 0, 1);
+    for (int32_t t = 0; t < n; t += B) {
+        const int32_t k = n - t < B ? n - t : B;
+        for (int32_t i = 0; i < k; i++) { /* every token's logits */
+            b.token[i] = toks[t + i], b.pos[i] = t + i, b.n_seq_id[i] = 1;
+            b.seq_id[i][0] = 0, b.logits[i] = 1;
         }
-        fputs("]}\n", stdout);
+        b.n_tokens = k;
+        if (llama_decode(ctx, b) != 0)
+            return 1;
+        for (int32_t i = 0; i < k; i++) {
+            const float *lg = llama_get_logits_ith(ctx, i);
+            printf("{\"pos\": %d, \"token\": %d, \"logits\": [", t + i, toks[t + i]);
+            for (int32_t v = 0; v < V; v++) {
+                if (v)
+                    fputs(", ", stdout);
+                if (isfinite(lg[v]))
+                    printf("%.9g", (double)lg[v]);
+                else
+                    fputs("null", stdout);
+            }
+            fputs("]}\n", stdout);
+        }
     }
+    llama_batch_free(b);
     llama_free(ctx);
     llama_model_free(m);
     llama_backend_free();

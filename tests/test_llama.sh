@@ -5,8 +5,10 @@
 # model:
 #  - full-cache logits of kvevict-llama equal plain llama.cpp decoding
 #    (tests/llama_plain.c, linked against libllama, no callback) bit for bit,
-#    without a policy and with one whose budget is never reached (the eval
-#    callback and the bank change no bit of llama.cpp's arithmetic); with
+#    at batch 1 and at batch 8 (--batch), without a policy and with one whose
+#    budget is never reached (the eval callback and the bank change no bit of
+#    llama.cpp's arithmetic); a prompt in batches of B holds at most budget +
+#    B cells, and reaches it; with
 #    eviction, the logits follow the decoder's (`kvevict lm logits
 #    --same-positions`) within 0.05 and keep its argmax at 98% of positions;
 #  - `kvevict-llama eval` and `kvevict lm eval --same-positions` agree within
@@ -18,9 +20,14 @@
 #    committed h2o row at 51 of docs/data/llama-eval.jsonl (the whole text)
 #    is re-made within 0.001 (llama.cpp picks its CPU kernels at run time);
 #  - a 10,000-token generation at budget 64 through a context of 256 cells,
-#    at most 65 cells held; --samples K equals K separate runs; a resumed
-#    session equals an uninterrupted run, and corrupted, truncated and
-#    foreign sessions are refused, left as they were;
+#    at most 65 cells held; --samples K equals K separate runs (random
+#    included: --policy-seed); --top-k 1 and a tiny --top-p are greedy; the
+#    greedy text equals `kvevict lm generate --same-positions`'s for h2o,
+#    streaming, tova and expected_attention; a resumed session equals an
+#    uninterrupted run (its JSON seed null), and corrupted (a flags field
+#    named), truncated and foreign sessions are refused, left as they were;
+#  - `eval --budget 10%` is --budget 51; `lm passkey --same-positions` rows
+#    carry same_positions and differ from per head; `bench` gives its rows;
 #  - `kvevict lm logits --products llama` follows llama.cpp on every type its
 #    quantizer's presets write (the block below says to what);
 #  With QUICK (the sanitizer build's run) the eval comparison takes one
@@ -54,15 +61,27 @@ kl() { "$KL" "$@" --threads 1; }
 
 # ---- logits ----
 toks=$(awk 'BEGIN { s = "1"; for (i = 1; i < 200; i++) s = s "," (3 + (i * 577) % 1000); print s }')
-"$PLAIN" "$LIB" "$M" "$toks" >"$W/plain.jsonl" 2>"$W/err" || bad "llama_plain: $(cat "$W/err")"
-kl logits --model "$M" --tokens "$toks" -o "$W/none.jsonl" || bad "kvevict-llama logits"
-kl logits --model "$M" --tokens "$toks" --policy h2o --budget 512 -o "$W/h2o512.jsonl" ||
-    bad "kvevict-llama logits --policy h2o --budget 512"
-"$J" jsonl --count 200 --key pos:number --key token:number --key logits:array "$W/none.jsonl" ||
-    bad "kvevict-llama logits: not 200 JSON lines of pos, token, logits"
-cmp -s "$W/plain.jsonl" "$W/none.jsonl" || bad "logits without a policy differ from plain llama.cpp's"
-cmp -s "$W/plain.jsonl" "$W/h2o512.jsonl" ||
-    bad "logits with h2o at budget 512 (no eviction) differ from plain llama.cpp's"
+# plain llama.cpp at batch B (llama_plain's BATCH) against kvevict-llama
+# --batch B, bit for bit: without a policy and with h2o at budget 512 (no
+# eviction: the eval callback and the bank change no bit of llama.cpp's)
+full_cache_equal() { # B: writes $W/plain-B.jsonl
+    "$PLAIN" "$LIB" "$M" "$toks" 1 "$1" >"$W/plain-$1.jsonl" 2>"$W/err" ||
+        bad "llama_plain at batch $1: $(cat "$W/err")"
+    kl logits --model "$M" --tokens "$toks" --batch "$1" -o "$W/none.jsonl" ||
+        bad "kvevict-llama logits --batch $1"
+    kl logits --model "$M" --tokens "$toks" --batch "$1" --policy h2o --budget 512 -o "$W/h2o512.jsonl" ||
+        bad "kvevict-llama logits --batch $1 --policy h2o --budget 512"
+    for f in plain-$1 none; do
+        "$J" jsonl --count 200 --key pos:number --key token:number --key logits:array "$W/$f.jsonl" ||
+            bad "$f at batch $1: not 200 JSON lines of pos, token, logits"
+    done
+    cmp -s "$W/plain-$1.jsonl" "$W/none.jsonl" ||
+        bad "logits at batch $1 without a policy differ from plain llama.cpp's"
+    cmp -s "$W/plain-$1.jsonl" "$W/h2o512.jsonl" ||
+        bad "logits at batch $1 with h2o at budget 512 (no eviction) differ from plain llama.cpp's"
+}
+full_cache_equal 1
+cp "$W/plain-1.jsonl" "$W/plain.jsonl"
 spec=h2o:recent_window=8
 kl logits --model "$M" --tokens "$toks" --policy $spec --budget 32 -o "$W/kl.jsonl" ||
     bad "kvevict-llama logits --policy $spec --budget 32"
@@ -77,6 +96,36 @@ paste -d '\n' "$W/kl.jsonl" "$W/kv.jsonl" | awk '
     END { printf "logits under eviction: worst difference %.4f, argmax agreement %d of %d\n",
           worst, same, rows; exit !(rows == 200 && worst <= 0.05 && same >= 0.98 * rows) }' ||
     bad "kvevict-llama's logits under eviction do not follow the decoder's"
+
+# ---- batches: --batch N against plain llama.cpp decoding N tokens a call ----
+# llama.cpp's logits of a batch of several tokens are not its one-token
+# logits bit for bit (other kernels for several rows), so like is compared
+# with like: llama_plain at batch 8 against kvevict-llama --batch 8, as at
+# batch 1 above; the difference between llama.cpp's batch 8 and batch 1 is
+# printed (and held to the 0.05 of the comparisons above). Under eviction, a batch of B tokens
+# attends the kept positions and the batch: a prompt of many batches reaches
+# budget + B cells and no more (llama.cpp's mask, max_cells).
+full_cache_equal 8
+paste -d '\n' "$W/plain.jsonl" "$W/plain-8.jsonl" | awk '
+    { gsub(/.*"logits": \[/, ""); gsub(/\]\}/, ""); n = split($0, v, ", ") }
+    NR % 2 == 1 { for (i = 1; i <= n; i++) a[i] = v[i]; next }
+    { ia = 1; ib = 1; w = 0; for (i = 1; i <= n; i++) { d = a[i] - v[i]; if (d < 0) d = -d
+        if (d > w) w = d; if (a[i] > a[ia]) ia = i; if (v[i] > v[ib]) ib = i }
+      if (w > worst) worst = w; equal += w == 0; same += ia == ib; rows++ }
+    END { printf "llama.cpp at batch 8 against batch 1: worst difference %.4f, %d of %d rows equal, argmax %d of %d\n",
+          worst, equal, rows, same, rows
+          exit !(rows == 200 && worst <= 0.05 && same >= 0.98 * rows) }' ||
+    bad "llama.cpp's batched logits are not its one-token logits within 0.05"
+head -c 600 models/heldout.txt | tr '\n' ' ' >"$W/prompt600.txt"
+for B in 8 40; do
+    kl generate --model "$M" --prompt "$(cat "$W/prompt600.txt")" -n 5 --policy h2o:recent_window=8 \
+        --budget 24 --batch $B --json >"$W/batch.json" 2>"$W/err" || bad "a prompt in batches of $B: $(cat "$W/err")"
+    awk -v B=$B '{ p = $0; sub(/.*"positions": /, "", p); sub(/,.*/, "", p)
+           c = $0; sub(/.*"max_cells": /, "", c); sub(/,.*/, "", c)
+           printf "a prompt of %d positions in batches of %d at budget 24: at most %s cells\n", p, B, c
+           exit !(p + 0 >= 3 * B && c + 0 == 24 + B) }' "$W/batch.json" ||
+        bad "a prompt in batches of $B: max_cells is not budget + batch"
+done
 
 # ---- RoPE scaling: the decoder reads a GGUF's as llama.cpp does ----
 # kvevict-convert writes the committed model with each scaling llama.cpp
@@ -204,6 +253,21 @@ kl eval --model "$M" --text "$W/text.txt" --policy knorm --budget 51 --json -o "
 grep -q 'recent_window 0 raised to 1' "$W/err" || bad "knorm's recent window 0: no warning"
 grep -q '"policy": "knorm:budget=51,recent_window=1"' "$W/raised.jsonl" ||
     bad "knorm: the rows do not name the spec that ran"
+# a budget written P% is that share of the model's context (512: 10% is 51),
+# as in `kvevict lm eval`: the same rows as the count; in batches of 8,
+# every window reaches budget + 8 cells
+head -c 1500 models/heldout.txt >"$W/short.txt"
+kl eval --model "$M" --text "$W/short.txt" --policy h2o,streaming --budget 10% --json --quiet \
+    -o "$W/pct.jsonl" || bad "kvevict-llama eval --budget 10%"
+kl eval --model "$M" --text "$W/short.txt" --policy h2o,streaming --budget 51 --json --quiet \
+    -o "$W/b51.jsonl" || bad "kvevict-llama eval --budget 51"
+grep -q '"policy": "h2o:budget=51,' "$W/pct.jsonl" && cmp -s "$W/pct.jsonl" "$W/b51.jsonl" ||
+    bad "eval --budget 10% is not --budget 51 on a context of 512"
+kl eval --model "$M" --text "$W/short.txt" --policy h2o,streaming --budget 51 --batch 8 --json --quiet \
+    -o "$W/b51-8.jsonl" || bad "kvevict-llama eval --batch 8"
+awk '/"budget": 51/ { c = $0; sub(/.*"max_cells": /, "", c); sub(/[,}].*/, "", c); n++
+         printf "eval in batches of 8 at budget 51: at most %s cells\n", c; if (c + 0 != 59) bad = 1 }
+     END { exit bad || n != 2 }' "$W/b51-8.jsonl" || bad "eval --batch 8: max_cells is not budget + 8"
 kl eval --model "$M" --text "$W/text.txt" --policy "$pol" --budget 51,102 --json --quiet \
     -o "$W/kl-eval.jsonl" || bad "kvevict-llama eval"
 "$K" lm eval --threads 1 --model "$M" --text "$W/text.txt" --policy "$pol" --budget 51,102 --same-positions \
@@ -226,6 +290,24 @@ cat "$W/kl-eval.jsonl" "$W/kv-eval.jsonl" | awk -v rows=$rows '
       if (b[key] != "null" && cells[key] + 0 > b[key] + 1) { print key ": max_cells above budget + 1"; bad = 1 }
       seen++ }
     END { exit bad || seen != rows }' || bad "eval: kvevict-llama and kvevict lm eval --same-positions disagree"
+# `kvevict lm passkey --same-positions`: the rows say so and the option is in
+# force: tova at budget 128 recalls the key at distance 200 under same
+# positions on every prompt of 16, and per head on few (measured 16 and 1)
+if [ -z "$QUICK" ]; then
+    for sp in --same-positions ""; do
+        "$K" lm passkey --threads 1 --model "$M" --text models/heldout.txt --policy tova --budget 128 \
+            --distances 200 --trials 16 --json --quiet $sp | grep '"policy": "tova' >"$W/pk$sp" ||
+            bad "kvevict lm passkey $sp"
+    done
+    grep -q '"same_positions": 1,' "$W/pk--same-positions" && ! grep -q same_positions "$W/pk" ||
+        bad "lm passkey --same-positions: its row does not carry same_positions 1"
+    awk 'function val(k,  m) { if (match($0, "\"" k "\": [^,}]*")) { m = substr($0, RSTART, RLENGTH)
+             sub(/^"[^"]*": /, "", m); return m } return "" }
+         { a[NR] = val("accuracy") }
+         END { printf "lm passkey, tova at 128, distance 200: accuracy %s with --same-positions, %s per head\n", a[1], a[2]
+               exit !(NR == 2 && a[1] != a[2]) }' "$W/pk--same-positions" "$W/pk" ||
+        bad "lm passkey --same-positions: the same accuracy as per head (is the option ignored?)"
+fi
 # the committed row of the whole text
 if [ -n "$QUICK" ]; then
     :
@@ -255,18 +337,70 @@ awk -v long=$long '{ p = $0; sub(/.*"positions": /, "", p); sub(/,.*/, "", p)
        printf "%d tokens at budget 64: %s positions, at most %s cells, a context of %s\n", long, p, c, x
        exit !(p + 0 > long && c + 0 == 65 && x + 0 == 256) }' "$W/long.json" ||
     bad "the long generation was not bounded"
+# --samples 3 equals three separate runs (seeds 5, 6, 7) of every policy,
+# random too: its victims come from --policy-seed's streams, never from the
+# sampler's --seed, so a fork's bank is a separate run's
+strip() { sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//'; }
+samples_equal_runs() { # NAME GENERATE-ARGS...
+    name=$1
+    shift
+    kl generate "$@" --samples 3 --seed 5 2>/dev/null | strip >"$W/$name-3" || bad "--samples 3 of $name"
+    for s in 5 6 7; do
+        kl generate "$@" --seed $s 2>/dev/null
+    done | strip >"$W/$name-1"
+    [ "$(wc -l <"$W/$name-3")" -eq 3 ] && cmp -s "$W/$name-3" "$W/$name-1" ||
+        bad "--samples 3 of $name differ from three separate runs"
+}
 gen="--model $M --prompt And_God_said -n 80 --policy h2o:recent_window=8 --budget 24 --temp 0.9 --json"
-kl generate $gen --samples 3 --seed 5 2>/dev/null | sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//' >"$W/k3" ||
-    bad "--samples 3"
-for s in 5 6 7; do
-    kl generate $gen --seed $s 2>/dev/null
-done | sed 's/"sample": [0-9]*, //; s/, "n_ctx": [0-9]*//' >"$W/k1"
-[ "$(wc -l <"$W/k3")" -eq 3 ] && cmp -s "$W/k3" "$W/k1" || bad "--samples 3 differ from three separate runs"
+samples_equal_runs h2o $gen
+rgen="--model $M --prompt And_God_said -n 60 --policy random:recent_window=4 --budget 24 --temp 0.9 --json"
+samples_equal_runs random $rgen
+# --policy-seed is in force: another one moves random's text
+kl generate $rgen --seed 5 --policy-seed 9 2>/dev/null | strip >"$W/r9" || bad "--policy-seed 9"
+[ -s "$W/r9" ] && ! head -1 "$W/random-1" | cmp -s - "$W/r9" || bad "--policy-seed 9 changed nothing of random's text"
+
+# the sampler's options: --top-k 1 and a tiny --top-p leave one candidate,
+# the greedy choice, whatever the temperature; top-k and top-p at a
+# temperature repeat with their seed and act (another top-k moves the text)
+toks_of() { sed 's/.*"tokens": \[//; s/\].*//'; }
+sgen="--model $M --prompt And_God_said -n 40 --policy h2o:recent_window=8 --budget 24 --json"
+kl generate $sgen 2>/dev/null | toks_of >"$W/greedy" || bad "greedy"
+kl generate $sgen --temp 0.9 --seed 3 --top-k 1 2>/dev/null | toks_of >"$W/k1tok" || bad "--top-k 1"
+kl generate $sgen --temp 0.9 --seed 3 --top-p 0.000001 2>/dev/null | toks_of >"$W/p0tok" || bad "--top-p 1e-6"
+kl generate $sgen --temp 0.9 --seed 3 2>/dev/null | toks_of >"$W/t09" || bad "--temp 0.9"
+cmp -s "$W/greedy" "$W/k1tok" || bad "--top-k 1 is not greedy"
+cmp -s "$W/greedy" "$W/p0tok" || bad "--top-p 0.000001 is not greedy"
+cmp -s "$W/greedy" "$W/t09" && bad "--temp 0.9 drew the greedy text: the checks above test nothing"
+kl generate $sgen --temp 0.9 --seed 9 --top-k 5 --top-p 0.9 2>/dev/null >"$W/kp1" || bad "--top-k 5 --top-p 0.9"
+kl generate $sgen --temp 0.9 --seed 9 --top-k 5 --top-p 0.9 2>/dev/null >"$W/kp2" || bad "--top-k 5 --top-p 0.9"
+cmp -s "$W/kp1" "$W/kp2" || bad "--top-k 5 --top-p 0.9 --seed 9 twice: not bit-identical"
+kl generate $sgen --temp 0.9 --seed 9 --top-k 0 --top-p 1 2>/dev/null >"$W/kp0" || bad "--top-k 0 --top-p 1"
+cmp -s "$W/kp1" "$W/kp0" && bad "--top-k 5 --top-p 0.9 changed nothing against --top-k 0 --top-p 1"
+
+# the decoder's twin: `kvevict lm generate --same-positions` writes the text
+# kvevict-llama writes, greedy, for policies whose choices the two decoders'
+# last-bit differences do not move (knorm's key norms nearly tie: measured
+# equal for its first 50 tokens, then not; docs/llama.cpp.md)
+for p in h2o:recent_window=8 streaming tova expected_attention:recent_window=8; do
+    kl generate --model "$M" --prompt "And God said" -n 80 --policy $p --budget 24 >"$W/gl" 2>"$W/err" ||
+        bad "kvevict-llama generate --policy $p: $(cat "$W/err")"
+    "$K" lm generate --threads 1 --model "$M" --prompt "And God said" --steps 80 --policy $p --budget 24 \
+        --same-positions >"$W/gd" 2>"$W/err" || bad "kvevict lm generate --same-positions --policy $p: $(cat "$W/err")"
+    [ "$(wc -c <"$W/gl")" -gt 200 ] && cmp -s "$W/gl" "$W/gd" ||
+        bad "greedy text of $p: kvevict-llama and kvevict lm generate --same-positions differ"
+done
 sess="--model $M --policy h2o:recent_window=8 --budget 24 --temp 0.9"
 kl generate $sess --seed 3 --prompt "And God said" -n 50 --session "$W/s.bin" >"$W/a1" 2>/dev/null ||
     bad "--session (new)"
 cp "$W/s.bin" "$W/s0.bin"
 kl generate $sess -n 50 --session "$W/s.bin" >"$W/a2" 2>/dev/null || bad "--session (resumed)"
+# the JSON's seed: the sampler's, null where a resumed run continues the file's generator
+cp "$W/s0.bin" "$W/sj.bin"
+kl generate $sess -n 3 --session "$W/sj.bin" --json 2>/dev/null | grep -q '"seed": null,' ||
+    bad "a resumed session's seed is not null"
+cp "$W/s0.bin" "$W/sj.bin"
+kl generate $sess -n 3 --session "$W/sj.bin" --seed 8 --json 2>/dev/null | grep -q '"seed": 8,' ||
+    bad "a resumed session reseeded by --seed 8 does not say 8"
 kl generate $sess --seed 3 --prompt "And God said" -n 100 >"$W/b" 2>/dev/null || bad "uninterrupted"
 [ "$(cat "$W/a1" "$W/a2" | tr -d '\n')" = "$(tr -d '\n' <"$W/b")" ] ||
     bad "a resumed session differs from an uninterrupted run"
@@ -282,6 +416,24 @@ refuse() { # WHAT FILE ARGS...: exit 1, one line, FILE unchanged
 cp "$W/s0.bin" "$W/c.bin"
 printf 'x' | dd of="$W/c.bin" bs=1 seek=700 conv=notrunc 2>/dev/null
 refuse "a corrupted session" "$W/c.bin" generate $sess -n 5 --session "$W/c.bin"
+# a flags field set (the file's, then the sequence's inside it, the checksum
+# made again so that the flags are what is read): refused, naming the flags
+setflag() { # IN OUT WHICH: WHICH 0 the session's flags, 1 the sequence's
+    perl -e 'use integer; local $/; open(my $f, "<", $ARGV[0]) or die; binmode $f; my $d = <$f>;
+        sub fnv { my $h = -3750763034362895579; $h = ($h ^ $_) * 1099511628211 for unpack("C*", $_[0]); $h }
+        die "the checksum is not FNV-1a 64\n" if fnv(substr($d, 0, -8)) != unpack("q<", substr($d, -8));
+        my $at = $ARGV[2] ? 32 + 4 * unpack("Q<", substr($d, 24, 8)) + 40 + 12 : 12;
+        die "no sequence state at $at\n" if $ARGV[2] && substr($d, $at - 12, 8) ne "kvlseq\0\0";
+        substr($d, $at, 4) = pack("V", 4);
+        substr($d, -8) = pack("q<", fnv(substr($d, 0, -8)));
+        open(my $o, ">", $ARGV[1]) or die; binmode $o; print $o $d' "$@"
+}
+for which in 0 1; do
+    setflag "$W/s0.bin" "$W/fl.bin" $which 2>"$W/err" || bad "setflag: $(cat "$W/err")"
+    refuse "a session's flags field ($which)" "$W/fl.bin" generate $sess -n 5 --session "$W/fl.bin"
+    grep -q 'flags 0x4' "$W/err" && ! grep -q 'version 1, this' "$W/err" ||
+        bad "a flags field: the line does not name the flags: $(cat "$W/err")"
+done
 head -c 3000 "$W/s0.bin" >"$W/t.bin"
 refuse "a truncated session" "$W/t.bin" generate $sess -n 5 --session "$W/t.bin"
 cp "$W/s0.bin" "$W/f.bin"
@@ -290,6 +442,25 @@ refuse "another policy's session" "$W/f.bin" generate --model "$M" --policy tova
 refuse "a session without a policy" "$W/f.bin" generate --model "$M" -n 5 --session "$W/f.bin"
 cp "$M" "$W/notsession.bin"
 refuse "a GGUF as a session" "$W/notsession.bin" generate $sess -n 5 --session "$W/notsession.bin"
+
+# ---- bench: a smoke run (its JSON's shape, never its timings) ----
+kl bench --model "$M" --policy h2o:recent_window=8,expected_attention:recent_window=1 --budget 48 \
+    --tokens 4 --repeats 1 --json >"$W/bench.jsonl" 2>"$W/err" || bad "kvevict-llama bench: $(cat "$W/err")"
+"$J" jsonl --count 4 --key policy:string --key 'budget:number|null' --key tokens_per_s:number \
+    --key tokens_per_s_min:number --key tokens_per_s_max:number --key vs_floor:number \
+    --key 'kvevict_share:number|null' --key threads:number --key prompt_tokens:number \
+    --key tokens:number --key repeats:number "$W/bench.jsonl" ||
+    bad "kvevict-llama bench --json: not 4 rows of its keys"
+awk 'function val(k,  m) { if (match($0, "\"" k "\": (\"[^\"]*\"|[^,}]*)")) { m = substr($0, RSTART, RLENGTH)
+         sub(/^"[^"]*": /, "", m); gsub(/"/, "", m); return m } return "" }
+     { pol[NR] = val("policy"); share[NR] = val("kvevict_share"); b[NR] = val("budget")
+       if (val("prompt_tokens") != 48 || val("tokens") != 4 || val("repeats") != 1 ||
+           !(val("tokens_per_s") > 0)) bad = 1 }
+     END { exit bad || NR != 4 || pol[1] != "llama.cpp alone" || b[1] != "null" || share[1] != "null" ||
+               pol[2] !~ /^floor/ || b[2] != 48 || share[2] != "null" ||
+               pol[3] != "h2o:budget=48,recent_window=8" || pol[4] !~ /^expected_attention:budget=48,recent_window=1,/ ||
+               !(share[3] >= 0 && share[3] < 1 && share[4] >= 0 && share[4] < 1) }' "$W/bench.jsonl" ||
+    bad "kvevict-llama bench --json: rows not llama.cpp alone, the floor, then each policy: $(cat "$W/bench.jsonl")"
 
 # ---- bad input: one line, exit 1 ----
 head -c 20000 "$M" >"$W/trunc.gguf"

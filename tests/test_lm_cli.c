@@ -1530,6 +1530,7 @@ enum { GEN_CAP = 64 };
 /* One generated token of `generate --json --logits`. */
 typedef struct gen_line {
     long sample;
+    long long seed; /* -1: null (a resumed session's generator) */
     int pos, token;
     float logits[FX_PIECES];
 } gen_line;
@@ -1540,10 +1541,19 @@ static size_t parse_gen(const char *out, gen_line *g, size_t cap)
 {
     size_t n = 0;
     for (const char *s = out; *s && n < cap; n++) {
-        unsigned long long seed;
-        int used = 0;
-        if (sscanf(s, "{\"sample\": %ld, \"seed\": %llu, \"pos\": %d, \"token\": %d, \"piece\": %n",
-                   &g[n].sample, &seed, &g[n].pos, &g[n].token, &used) != 4 || !used)
+        int used = 0, at = 0;
+        if (sscanf(s, "{\"sample\": %ld, \"seed\": %n", &g[n].sample, &at) != 1 || !at)
+            return (size_t)-1;
+        g[n].seed = -1;
+        if (strncmp(s + at, "null", 4) == 0)
+            at += 4;
+        else if (sscanf(s + at, "%lld%n", &g[n].seed, &used) == 1 && g[n].seed >= 0)
+            at += used;
+        else
+            return (size_t)-1;
+        used = 0;
+        if (sscanf(s + at, ", \"pos\": %d, \"token\": %d, \"piece\": %n", &g[n].pos,
+                   &g[n].token, &used) != 2 || !used)
             return (size_t)-1;
         const char *l = strstr(s, "\"logits\": [");
         const char *eol = strchr(s, '\n');
@@ -1564,12 +1574,12 @@ static size_t parse_gen(const char *out, gen_line *g, size_t cap)
     return n;
 }
 
-static void test_generate_samples(void)
+/* Sample k of --samples 3 equals a separate run of seed 11 + k, tokens and
+ * logits, and the text output is the three runs' texts. */
+static void samples_equal_runs(const char *common)
 {
     static gen_line all[3 * GEN_CAP], one[GEN_CAP];
     char args[4096];
-    const char *common = "--prompt 'the cab' --steps 9 --temperature 1.3 --top-k 30 --top-p 0.97 "
-                         "--repeat-penalty 1.2 --policy h2o:budget=6,recent_window=2";
     snprintf(args, sizeof args, "generate --model %s %s --seed 11 --samples 3 --json --logits",
              model0, common);
     ASSERT_RUNS(args);
@@ -1611,6 +1621,52 @@ static void test_generate_samples(void)
     ASSERT_RUNS(args);
     ASSERT_STR_EQ(out_text, texts);
     free(texts);
+}
+
+/* `kvevict lm generate` is `kvevict generate`: the same output, the same
+ * refusals, and `lm --help` names it. */
+static void test_lm_generate_alias(void)
+{
+    static gen_line lines[GEN_CAP];
+    char args[4096];
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the cab' --steps 9 --temperature "
+             "1.3 --seed 3 --policy h2o:budget=6,recent_window=2 --same-positions --json --logits",
+             model0);
+    ASSERT_RUNS(args);
+    char *want = strdup(out_text);
+    ASSERT_EQ(parse_gen(want, lines, GEN_CAP), 9);
+    char args2[4200];
+    snprintf(args2, sizeof args2, "lm %s", args);
+    ASSERT_RUNS(args2);
+    ASSERT_STR_EQ(out_text, want);
+    free(want);
+    snprintf(args, sizeof args, "lm generate --model %s --steps 3 --same-positions", model0);
+    ASSERT_FAILS(args, 2, "lm generate", "--same-positions needs --policy");
+    ASSERT_RUNS("lm --help");
+    ASSERT_CONTAINS(out_text, "  generate ");
+}
+
+static void test_generate_samples(void)
+{
+    char args[4096];
+    samples_equal_runs("--prompt 'the cab' --steps 9 --temperature 1.3 --top-k 30 --top-p 0.97 "
+                       "--repeat-penalty 1.2 --policy h2o:budget=6,recent_window=2");
+    /* random draws its victims from --policy-seed's streams, apart from the
+     * sampler's --seed: a fork equals a separate run for it too */
+    const char *rnd = "--prompt 'the cab' --steps 9 --temperature 1.3 --policy "
+                      "random:budget=6,recent_window=1";
+    samples_equal_runs(rnd);
+    static gen_line p[2][GEN_CAP];
+    for (int k = 0; k < 2; k++) { /* the policy's seed is in force, the sampler's unchanged */
+        snprintf(args, sizeof args, "generate --model %s %s --seed 11 --policy-seed %d --json "
+                 "--logits", model0, rnd, 5 + k);
+        ASSERT_RUNS(args);
+        ASSERT_EQ(parse_gen(out_text, p[k], GEN_CAP), 9);
+    }
+    int moved = 0;
+    for (size_t i = 0; i < 9; i++)
+        moved |= memcmp(p[0][i].logits, p[1][i].logits, sizeof p[0][i].logits) != 0;
+    ASSERT_TRUE(moved);
     /* The sampler's options are checked before anything is read. */
     static const char *const bad[][2] = {
         {"--top-p 0", "--top-p"},          {"--repeat-penalty 0", "--repeat-penalty"},
@@ -1676,6 +1732,9 @@ static void test_generate_session(void)
     ASSERT_RUNS(args);
     ASSERT_EQ(parse_gen(out_text, b, GEN_CAP), 7);
     ASSERT_CONTAINS(err_text, "a resumed session");
+    /* the seed the sampler was seeded with; null for the file's generator */
+    ASSERT_EQ(a[0].seed, 4);
+    ASSERT_EQ(b[0].seed, -1);
     /* One decode of A then B in this process. */
     lm_options o = {.policy = "h2o:budget=6,recent_window=2", .seed = 4};
     lm_state *s = NULL;
@@ -2084,6 +2143,7 @@ int main(int argc, char **argv)
     RUN(test_gguf);
     RUN(test_convert);
     RUN(test_generate_samples);
+    RUN(test_lm_generate_alias);
     RUN(test_generate_session);
     RUN(test_generate_refusals);
     RUN(test_option_spellings);

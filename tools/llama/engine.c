@@ -1079,14 +1079,17 @@ kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size)
         return kve_set_error(KVE_EINVAL, "session: sequence %d is not empty", s->id);
     rbuf r = {buf, 0, size};
     const unsigned char *mg = take_bytes(&r, 8);
-    uint32_t version = 0, zero = 0, spec_len = 0;
+    uint32_t version = 0, flags = 0, spec_len = 0;
     uint64_t fp = 0, L = 0, G = 0, S = 0, V = 0, pos = 0, n = 0, max_cells = 0, bank_bytes = 0,
              llama_bytes = 0;
     if (!mg || memcmp(mg, seq_magic, 8) != 0)
         return kve_set_error(KVE_EFORMAT, "session: not a kvevict-llama sequence state");
-    if (!get_u32(&r, &version) || version != SEQ_VERSION || !get_u32(&r, &zero) || zero)
-        return kve_set_error(KVE_EFORMAT, "session: version %u, this kvevict-llama reads %d",
-                             (unsigned)version, SEQ_VERSION);
+    if (!get_u32(&r, &version) || version != SEQ_VERSION)
+        return kve_set_error(KVE_EFORMAT, "session: the sequence's version %u, this "
+                             "kvevict-llama reads %d", (unsigned)version, SEQ_VERSION);
+    if (!get_u32(&r, &flags) || flags)
+        return kve_set_error(KVE_EFORMAT, "session: the sequence's flags %#x, this "
+                             "kvevict-llama knows none (0)", (unsigned)flags);
     if (!get_u64(&r, &fp) || !get_u64(&r, &L) || !get_u64(&r, &G) || !get_u64(&r, &S) ||
         !get_u64(&r, &V) || !get_u64(&r, &pos) || !get_u64(&r, &n) || !get_u64(&r, &max_cells) ||
         !get_u32(&r, &spec_len))

@@ -454,7 +454,8 @@ static int llama_eval(int argc, char **argv)
 
 static const char generate_usage[] =
     "usage: kvevict-llama generate --model GGUF --prompt TEXT -n N [--policy SPEC]\n"
-    "                              [--budget B] [--seed S] [--samples K | --session FILE]\n"
+    "                              [--budget B] [--seed S] [--policy-seed S]\n"
+    "                              [--samples K | --session FILE]\n"
     "                              [--top-k K] [--top-p P] [--temp T] [--repeat-penalty R]\n"
     "                              [--threads N] [--batch N] [--json]\n"
     "\n"
@@ -474,7 +475,7 @@ static const char generate_usage[] =
     "  --samples K         decode the prompt once, fork it into K sequences of one\n"
     "                      context (llama_memory_seq_cp and kve_bank_copy) and sample\n"
     "                      each with seed --seed + k; each equals a separate run with\n"
-    "                      its seed (random's generator: the prompt's, --seed)\n"
+    "                      its seed\n"
     "  --session FILE      continue the session in FILE if it exists (--prompt is\n"
     "                      appended to it), then save llama.cpp's sequence state, the\n"
     "                      bank's image, the tokens and the sampler in FILE (written to a\n"
@@ -486,8 +487,12 @@ static const char generate_usage[] =
     "  --repeat-penalty R  the repetition penalty over the last 64 tokens (default 1)\n"
     "  --batch N           tokens a llama_decode of the prompt takes (default: the\n"
     "                      budget, at most 512; 512 without a policy)\n"
-    "  --seed S            the sampler's and the policies' seed (default 0)\n"
-    "  --json              one JSON object per sample: sample, seed, tokens (the ids\n"
+    "  --seed S            the sampler's seed (default 0); on a resumed --session, the\n"
+    "                      sampler's generator is the file's unless --seed is given\n"
+    "  --policy-seed S     the policies' seed (random's victims; default 0), apart from\n"
+    "                      the sampler's, so that a fork equals a separate run\n"
+    "  --json              one JSON object per sample: sample, seed (the sampler's, null\n"
+    "                      when it continues a session's generator), tokens (the ids\n"
     "                      generated), text, positions, max_cells (the most cells\n"
     "                      llama.cpp held for it at once, read from its mask), n_ctx\n"
     "                      (the cells of llama.cpp's context)\n"
@@ -497,7 +502,7 @@ static const opt_def generate_own[] = {
     COMMON_OPTS,          {"prompt", 0, OPT_VALUE},          {"tokens", 'n', OPT_VALUE},
     {"samples", 0, OPT_VALUE}, {"session", 0, OPT_VALUE},    {"top-k", 0, OPT_VALUE},
     {"top-p", 0, OPT_VALUE},   {"temp", 0, OPT_VALUE},       {"temperature", 0, OPT_VALUE},
-    {"repeat-penalty", 0, OPT_VALUE}};
+    {"repeat-penalty", 0, OPT_VALUE}, {"policy-seed", 0, OPT_VALUE}};
 static const cli_spec generate_spec =
     LM_SPEC(generate_usage, SO_SEED | SO_FORMAT, generate_own, FMT_TEXT);
 
@@ -575,9 +580,13 @@ static int resume(const char *path, kvl_seq *s, history *h, kve_rng *rng)
         die_input("--session: %s", kve_last_error());
     if (got < SESSION_HEADER || memcmp(head, session_magic, 8) != 0)
         die_input("--session %s: not a kvevict-llama session", path);
-    if (rd64(head + 8) != SESSION_VERSION)
+    const uint32_t version = (uint32_t)rd64(head + 8), flags = (uint32_t)(rd64(head + 8) >> 32);
+    if (version != SESSION_VERSION)
         die_input("--session %s: version %u, this kvevict-llama reads %d", path,
-                  (unsigned)(rd64(head + 8) & 0xffffffffu), SESSION_VERSION);
+                  (unsigned)version, SESSION_VERSION);
+    if (flags)
+        die_input("--session %s: flags %#x, this kvevict-llama knows none (0)", path,
+                  (unsigned)flags);
     const uint64_t stated = rd64(head + 16);
     if (stated < SESSION_HEADER + 32 + 8 + 8 || stated > SIZE_MAX - 2)
         die_input("--session %s: its header states %llu bytes, not a session's size", path,
@@ -629,6 +638,7 @@ typedef struct sample {
     history h;
     kve_rng rng;
     uint64_t seed;
+    int seeded;    /* 0: the generator is a resumed session's, not seed's */
     int32_t *made; /* the tokens generated */
     size_t n_made;
     int done;
@@ -671,6 +681,8 @@ static int llama_generate(int argc, char **argv)
     int seed_given = 0;
     for (int i = 0; i < argc; i++)
         seed_given |= strcmp(argv[i], "--seed") == 0 || strncmp(argv[i], "--seed=", 7) == 0;
+    v = own(&a, sp, "policy-seed");
+    const uint64_t policy_seed = v ? parse_u64("--policy-seed", v, 0, UINT64_MAX) : 0;
 
     open_model(&a, sp, &c);
     char *run = spec ? runnable(spec, btext ? budget_value(btext) : 0) : NULL;
@@ -710,7 +722,7 @@ static int llama_generate(int argc, char **argv)
     if (add_bos && (bos < 0 || (size_t)bos >= model.V))
         die_input("--model %s: it asks for a BOS token but names none in its vocabulary",
                   c.model);
-    kvl_engine *e = new_engine(run, &c, K, cells, a.seed);
+    kvl_engine *e = new_engine(run, &c, K, cells, policy_seed);
     kvl_seq *s0 = new_seq(e, 0);
     int resumed = session && resume(session, s0, &h0, &rng);
     if (!resumed && !add_bos && !n_prompt)
@@ -734,6 +746,7 @@ static int llama_generate(int argc, char **argv)
     for (size_t k = 0; k < K; k++) {
         sample *x = &smp[k];
         x->seed = a.seed + k;
+        x->seeded = !resumed || seed_given;
         x->s = k ? new_seq(e, (int32_t)k) : s0;
         if (k && kvl_seq_copy(x->s, s0) != KVE_OK)
             die_input("fork: %s", kve_last_error());
@@ -784,8 +797,11 @@ static int llama_generate(int argc, char **argv)
         }
         fclose(mem);
         if (a.format == FMT_JSON) {
-            printf("{\"sample\": %zu, \"seed\": %llu, \"tokens\": [", k,
-                   (unsigned long long)x->seed);
+            if (x->seeded)
+                printf("{\"sample\": %zu, \"seed\": %llu, \"tokens\": [", k,
+                       (unsigned long long)x->seed);
+            else
+                printf("{\"sample\": %zu, \"seed\": null, \"tokens\": [", k);
             for (size_t i = 0; i < x->n_made; i++)
                 printf("%s%d", i ? ", " : "", x->made[i]);
             printf("], \"text\": ");

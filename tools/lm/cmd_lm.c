@@ -5,7 +5,7 @@
  * in the table below; the commands are one file per family in this folder
  * (generate.c: logits; loss.c: eval, stream; recall.c: passkey, repeat;
  * dump.c; prefill.c; leaderboard.c), on what measure.c shares. `kvevict generate` is
- * generate.c's too.
+ * generate.c's too, and `kvevict lm generate` is the same command.
  */
 #include "lm_cli.h"
 
@@ -34,6 +34,7 @@ static const char lm_usage[] =
     "  prefill  a long prompt compressed at prefill against per-step eviction\n"
     "  duo-calibrate  DuoAttention's retrieval and streaming heads, as a schedule\n"
     "  leaderboard    every method against compression ratio on one protocol\n"
+    "  generate text with a bounded cache: `kvevict generate`, the same command\n"
     "\n"
     "Run `kvevict lm COMMAND --help` for its options. See also `kvevict generate`.\n";
 
@@ -50,7 +51,8 @@ int cmd_lm(int argc, char **argv)
                 {"dump", lm_dump},
                 {"prefill", lm_prefill_cmd},
                 {"duo-calibrate", lm_duo_calibrate},
-                {"leaderboard", lm_leaderboard}};
+                {"leaderboard", lm_leaderboard},
+                {"generate", cmd_generate}};
     if (argc < 1)
         die_usage("missing command (see kvevict lm --help)");
     if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0) {

@@ -146,6 +146,7 @@ static const char generate_usage[] =
     "                        [--policy SPEC] [--budget B] [--positions original|cache]\n"
     "                        [--temperature T] [--top-k K] [--top-p P]\n"
     "                        [--repeat-penalty R] [--repeat-last-n N] [--seed N]\n"
+    "                        [--policy-seed N]\n"
     "                        [--allow-key-tokens] [--samples N | --session FILE]\n"
     "                        [--json [--logits]] [--prefill METHOD]\n"
     "                        [--heads FILE [--streaming-budget N]]\n"
@@ -169,7 +170,12 @@ static const char generate_usage[] =
     "  --samples N         decode the prompt once, fork the cache and the policies N\n"
     "                      ways and sample N continuations with seeds --seed,\n"
     "                      --seed + 1, ...; each printed after a line\n"
-    "                      '--- sample I of N, seed S ---' (text)\n"
+    "                      '--- sample I of N, seed S ---' (text); each equals a\n"
+    "                      separate run with its seed\n"
+    "  --seed N            the sampler's seed (default 0); a resumed --session\n"
+    "                      continues the file's generator unless --seed is given\n"
+    "  --policy-seed N     the policies' seed (random's victims; default 0), apart\n"
+    "                      from the sampler's, so that a fork equals a separate run\n"
     "  --session FILE      continue the session in FILE if it exists (--prompt is\n"
     "                      appended to it), then save the whole state to FILE;\n"
     "                      a session of another model or other options is refused\n"
@@ -185,7 +191,8 @@ static const char generate_usage[] =
     "  --streaming-budget N  with --heads: the least a streaming head keeps (16)\n"
     SAME_POSITIONS_USAGE
     "  --json              one JSON object per generated token instead of text:\n"
-    "                      sample, seed, pos, token, piece (and logits with --logits)\n"
+    "                      sample, seed (null when the sampler continues a session's\n"
+    "                      generator), pos, token, piece (and logits with --logits)\n"
     "  other options as for `kvevict lm logits`.\n";
 
 static const opt_def generate_own[] = {
@@ -198,7 +205,7 @@ static const opt_def generate_own[] = {
     {"allow-key-tokens", 0, 0},       {"logits", 0, 0},
     {"threads", 0, OPT_VALUE}, {"products", 0, OPT_VALUE},        {"prefill", 0, OPT_VALUE},
     {"heads", 0, OPT_VALUE},          {"streaming-budget", 0, OPT_VALUE},
-    {"same-positions", 0, 0}};
+    {"same-positions", 0, 0},         {"policy-seed", 0, OPT_VALUE}};
 static const cli_spec generate_spec =
     LM_SPEC(generate_usage, SO_POLICY | SO_BUDGET | SO_SEED | SO_FORMAT, generate_own, FMT_TEXT);
 
@@ -223,6 +230,7 @@ typedef struct gen_ctx {
     size_t steps;
     int json, logits;
     size_t sample;
+    int seeded; /* 0: the sampler continues a session's generator (JSON seed null) */
 } gen_ctx;
 
 static size_t decoded; /* forward steps of this run, for the speed */
@@ -251,8 +259,11 @@ static size_t sample_loop(const gen_ctx *g, lm_state *s, history *h, kve_rng *rn
         size_t len;
         const char *p = lm_decode(lm_ctx.tok, h->t[h->n - 1], next, &len);
         if (g->json) {
-            printf("{\"sample\": %zu, \"seed\": %llu, \"pos\": %d, \"token\": %d, \"piece\": ",
-                   g->sample, (unsigned long long)seed, s->pos, next);
+            if (g->seeded)
+                printf("{\"sample\": %zu, \"seed\": %llu, ", g->sample, (unsigned long long)seed);
+            else
+                printf("{\"sample\": %zu, \"seed\": null, ", g->sample);
+            printf("\"pos\": %d, \"token\": %d, \"piece\": ", s->pos, next);
             char *piece = xstrndup(p, len);
             json_string(stdout, piece);
             free(piece);
@@ -404,6 +415,8 @@ int cmd_generate(int argc, char **argv)
     int seed_given = 0;
     for (int i = 0; i < argc; i++)
         seed_given |= strcmp(argv[i], "--seed") == 0 || strncmp(argv[i], "--seed=", 7) == 0;
+    v = own(&a, sp, "policy-seed");
+    const uint64_t policy_seed = v ? parse_u64("--policy-seed", v, 0, UINT64_MAX) : 0;
 
     load_model(model);
     resolve_budget(&a);
@@ -420,13 +433,14 @@ int cmd_generate(int argc, char **argv)
     g.scratch = xmalloc((size_t)V * sizeof *g.scratch);
 
     /* The shared part: the session (when there is one), then the prompt. */
-    lm_state *s = new_state(spec, a.budget, positions, a.seed);
+    lm_state *s = new_state(spec, a.budget, positions, policy_seed);
     history h = {0};
     kve_rng rng;
     kve_rng_seed(&rng, a.seed);
     int resumed = session && resume(session, s, &h, &rng);
     if (resumed && seed_given)
         kve_rng_seed(&rng, a.seed);
+    g.seeded = !resumed || seed_given;
     if (resumed && pf)
         die_usage("--prefill compresses a new prompt: a resumed --session continues step by step");
     double start = now_s();
@@ -475,7 +489,7 @@ int cmd_generate(int argc, char **argv)
 
     /* The samples: each a copy of the shared state (its cache and bank). */
     size_t prefix = h.n, made = 0;
-    lm_state *w = samples > 1 ? new_state(spec, a.budget, positions, a.seed) : s;
+    lm_state *w = samples > 1 ? new_state(spec, a.budget, positions, policy_seed) : s;
     for (size_t k = 0; k < samples; k++) {
         uint64_t seed = a.seed + k;
         g.sample = k;
