@@ -42,20 +42,7 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/kve-convert-error.XXXXXX") || exit 1
 trap 'rm -rf "$W"' EXIT
 fail=0
 bad() { echo "FAIL: $*" >&2; fail=1; }
-# general.file_type of a GGUF: the u32 after the key and its type
-file_type() {
-    off=$(grep -obUa 'general\.file_type' "$1" | head -n 1 | cut -d: -f1)
-    [ -n "$off" ] || { echo none; return; }
-    od -An -tu4 -j $((off + 17 + 4)) -N 4 "$1" | tr -d ' '
-}
-# relative RMS difference of two `logits` outputs (JSON Lines of equal shape)
-rel_rms() {
-    paste -d '\n' "$1" "$2" | awk '
-        { gsub(/.*"logits": \[/, ""); gsub(/\]\}/, ""); n = split($0, v, ", ") }
-        NR % 2 == 1 { for (i = 1; i <= n; i++) a[i] = v[i]; next }
-        { for (i = 1; i <= n; i++) { d = a[i] - v[i]; num += d * d; den += v[i] * v[i] } rows++ }
-        END { if (rows != 16 || !(den > 0)) print "nan"; else printf "%.5f\n", sqrt(num / den) }'
-}
+. "$SRC/tests/check.sh"
 "$C" --random dim=256,hidden=768,layers=2,heads=4,kv_heads=2,vocab=289,seq_len=64,seed=7,tied=0 \
     --tokenizer "$SRC/tests/fixtures/lm/tiny-tokenizer.bin" --to gguf -o "$W/src.gguf" ||
     { echo "FAIL: kvevict-convert --random" >&2; exit 1; }
@@ -74,13 +61,13 @@ for pair in f16:F16 bf16:BF16 q8_0:Q8_0 q4_0:Q4_0 q4_1:Q4_1 q5_0:Q5_0 q5_1:Q5_1 
     a=$(echo "$row" | sed 's/.*"a": \([^,]*\),.*/\1/') b=$(echo "$row" | sed 's/.*"b": \([^}]*\)}/\1/')
     awk -v a="$a" -v b="$b" 'BEGIN { exit !(a + 0 <= b + 0) }' ||
         bad "$T: kvevict-convert's weight error $a is above llama.cpp's $b"
-    fk=$(file_type "$W/kv.gguf") fl=$(file_type "$W/ll.gguf")
+    fk=$(gguf_file_type "$W/kv.gguf") fl=$(gguf_file_type "$W/ll.gguf")
     [ "$fk" = "$fl" ] || bad "$T: general.file_type $fk, llama.cpp's $preset file says $fl"
     "$KL" logits --model "$W/kv.gguf" --tokens $toks --llama-lib "$LIB" --threads 1 \
         -o "$W/l.jsonl" 2>"$W/err" || { bad "llama.cpp does not read kvevict-convert's $T: $(cat "$W/err")"; continue; }
     "$K" lm logits --threads 1 --model "$W/kv.gguf" --tokens $toks -o "$W/d.jsonl" 2>"$W/err" ||
         { bad "kvevict lm logits on $T: $(cat "$W/err")"; continue; }
-    r=$(rel_rms "$W/l.jsonl" "$W/d.jsonl")
+    r=$(logits_rel_rms "$W/l.jsonl" "$W/d.jsonl" 16)
     awk -v r="$r" 'BEGIN { exit !(r + 0 <= sqrt(2 * 16) / 255 && r != "nan") }' ||
         bad "$T: llama.cpp's logits on kvevict-convert's file are $r (relative RMS) from the decoder's, beyond $(awk 'BEGIN { printf "%.4f", sqrt(32) / 255 }')"
     n=$(echo "$row" | sed 's/.*"tensors": \([0-9]*\),.*/\1/')

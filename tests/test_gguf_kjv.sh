@@ -99,20 +99,7 @@ legacy=$(bpb kjv.bin models/kjv.bin --tokenizer models/tokenizer.bin)
     "$C" --model models/kjv.bin --to llama2c-v2 -o "$W/v2.bin" || exit 1
 v1=$(bpb kjv-v1.bin "$W/v1.bin" --tokenizer models/tokenizer.bin)
 bpb kjv-v2.bin "$W/v2.bin" --tokenizer models/tokenizer.bin >/dev/null
-# general.file_type of a GGUF: the u32 after the key and its type
-file_type_at() { grep -obUa 'general\.file_type' "$1" | head -n 1 | cut -d: -f1; }
-file_type() {
-    off=$(file_type_at "$1")
-    if [ -n "$off" ]; then od -An -tu4 -j $((off + 21)) -N 4 "$1" | tr -d ' '; else echo none; fi
-}
-# relative RMS difference of two `kvevict lm logits` outputs
-rel_rms() {
-    paste -d '\n' "$1" "$2" | awk '
-        { gsub(/.*"logits": \[/, ""); gsub(/\]\}/, ""); n = split($0, v, ", ") }
-        NR % 2 == 1 { for (i = 1; i <= n; i++) a[i] = v[i]; next }
-        { for (i = 1; i <= n; i++) { d = a[i] - v[i]; num += d * d; den += v[i] * v[i] } rows++ }
-        END { if (rows != 64 || !(den > 0)) print "nan"; else printf "%.5f\n", sqrt(num / den) }'
-}
+. "$SRC/tests/check.sh"
 toks=$(awk 'BEGIN { s = "1"; for (i = 1; i < 64; i++) s = s "," (3 + (i * 577) % 1000); print s }')
 # every type the model's rows take (128 and 384 values: whole blocks of 32),
 # its general.file_type (llama.h's LLAMA_FTYPE_*) and the bits of its levels
@@ -122,8 +109,8 @@ for tb in f32:0:0 f16:1:11 bf16:32:8 q8_0:7:8 q4_0:2:4 q4_1:3:4 q5_0:8:5 q5_1:9:
     "$C" --model models/kjv.bin --tokenizer models/tokenizer.bin --to gguf --type $t \
         -o "$W/$t.gguf" 2>/dev/null || exit 1
     eval "b_$t=\$(bpb kjv-$t.gguf \"\$W/$t.gguf\")"
-    [ "$(file_type "$W/$t.gguf")" = "$ft" ] ||
-        { echo "FAIL: --type $t: general.file_type $(file_type "$W/$t.gguf"), want $ft" >&2; fail=1; }
+    [ "$(gguf_file_type "$W/$t.gguf")" = "$ft" ] ||
+        { echo "FAIL: --type $t: general.file_type $(gguf_file_type "$W/$t.gguf"), want $ft" >&2; fail=1; }
     # logits finite and near the float32 file's: relative RMS within sqrt(M (e_w^2 +
     # e_x^2)), M = 2 + 7 L = 30 quantized matrices (L = 4), e_w the relative error
     # of values uniform over a block, 1 / (2^q - 1) for q-bit levels (F16, BF16:
@@ -132,7 +119,7 @@ for tb in f32:0:0 f16:1:11 bf16:32:8 q8_0:7:8 q4_0:2:4 q4_1:3:4 q5_0:8:5 q5_1:9:
     "$K" lm logits --model "$W/$t.gguf" --tokens "$toks" -o "$W/$t.jsonl" ||
         { echo "FAIL: kvevict lm logits on --type $t" >&2; fail=1; continue; }
     [ $t = f32 ] && continue
-    r=$(rel_rms "$W/$t.jsonl" "$W/f32.jsonl")
+    r=$(logits_rel_rms "$W/$t.jsonl" "$W/f32.jsonl" 64)
     lim=$(awk -v t=$t -v q=$q 'BEGIN { e = t ~ /^(f16|bf16)$/ ? 2 ^ -q : 1 / (2 ^ q - 1)
         x = t == "q8_0" ? 1 / 255 : 0; printf "%.5f", sqrt(30 * (e * e + x * x)) }')
     awk -v r="$r" -v lim="$lim" 'BEGIN { exit !(r != "nan" && r + 0 <= lim + 0) }' ||
@@ -140,7 +127,7 @@ for tb in f32:0:0 f16:1:11 bf16:32:8 q8_0:7:8 q4_0:2:4 q4_1:3:4 q5_0:8:5 q5_1:9:
     echo "test_gguf_kjv: $t logits $r of the float32 file's (relative RMS; bound $lim)"
 done
 bpb kjv.gguf "$M" >/dev/null
-[ "$(file_type "$M")" = 1 ] || { echo "FAIL: models/kjv.gguf: general.file_type is not 1 (F16)" >&2; fail=1; }
+[ "$(gguf_file_type "$M")" = 1 ] || { echo "FAIL: models/kjv.gguf: general.file_type is not 1 (F16)" >&2; fail=1; }
 # asked for a type of 256-value blocks, rows of 128 and 384 fall back as
 # llama.cpp's quantizer's do (tensor_type_fallback): the 32-value type's
 # file but for general.file_type, which says the type asked for (as
@@ -150,11 +137,11 @@ for pair in q2_k:q4_0:10 q3_k:q4_0:12 q4_k:q5_0:15 q5_k:q5_1:17 q6_k:q8_0:18 iq4
     to=${to%%:*}
     "$C" --model models/kjv.bin --tokenizer models/tokenizer.bin --to gguf --type $t \
         -o "$W/$t.gguf" 2>"$W/$t.log" || exit 1
-    off=$(file_type_at "$W/$t.gguf")
+    off=$(gguf_file_type_at "$W/$t.gguf")
     if [ -z "$off" ] || [ "$(wc -c <"$W/$t.gguf")" != "$(wc -c <"$W/$to.gguf")" ] ||
         ! cmp -l "$W/$t.gguf" "$W/$to.gguf" |
         awk -v lo=$((off + 22)) -v hi=$((off + 25)) '$1 < lo || $1 > hi { bad = 1 } END { exit bad }' ||
-        [ "$(file_type "$W/$t.gguf")" != "$ft" ] || ! grep -q "nearest type" "$W/$t.log"; then
+        [ "$(gguf_file_type "$W/$t.gguf")" != "$ft" ] || ! grep -q "nearest type" "$W/$t.log"; then
         echo "FAIL: --type $t on kjv's rows is not $to's file with general.file_type $ft, said" \
             "so (llama.cpp's fallback)" >&2
         fail=1

@@ -413,12 +413,8 @@ static int q8_0_block(const float *x, unsigned char *b)
  * 1, trunc(x / d + nmax + 0.5)). */
 static int q_0_block(const float *x, unsigned char *b, int nmax)
 {
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; j++)
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
+    float max;
+    largest(x, 32, &max);
     const float d = max / -(float)nmax, id = d != 0.0f ? 1.0f / d : 0.0f;
     const float half = (float)nmax + 0.5f;
     float stored = put_scale(b, d);
@@ -542,14 +538,10 @@ static int q2_k_block(const float *x, unsigned char *b)
  * of largest magnitude) / 32, as quantize_row_q3_K_ref. */
 static int q3_k_block(const float *x, unsigned char *b)
 {
-    float sc[16], amax = 0, max_sc = 0;
-    for (int j = 0; j < 16; j++) {
+    float sc[16], max_sc;
+    for (int j = 0; j < 16; j++)
         sc[j] = search_q3(x + 16 * j, 16);
-        if (fabsf(sc[j]) > amax) {
-            amax = fabsf(sc[j]);
-            max_sc = sc[j];
-        }
-    }
+    largest(sc, 16, &max_sc);
     int l[16] = {0};
     float inv = max_sc != 0 ? -32.0f / max_sc : 0.0f;
     float d = put_scale(b + 108, max_sc != 0 ? 1 / inv : 0.0f);
@@ -649,14 +641,10 @@ static int q5_k_block(const float *x, unsigned char *b)
  * largest magnitude) / 128, as quantize_row_q6_K_ref. */
 static int q6_k_block(const float *x, unsigned char *b)
 {
-    float sc[16], amax = 0, max_sc = 0;
-    for (int j = 0; j < 16; j++) {
+    float sc[16], max_sc;
+    for (int j = 0; j < 16; j++)
         sc[j] = search_signed(x + 16 * j, 16, 32);
-        if (fabsf(sc[j]) > amax) {
-            amax = fabsf(sc[j]);
-            max_sc = sc[j];
-        }
-    }
+    const float amax = largest(sc, 16, &max_sc);
     memset(b, 0, 210);
     if (amax < GROUP_EPS)
         return 0; /* zeros: d = 0 */
@@ -690,14 +678,10 @@ static int q6_k_block(const float *x, unsigned char *b)
  * quantize_iq4_xs. */
 static int iq4_xs_block(const float *x, unsigned char *b)
 {
-    float sc[8], amax = 0, max_sc = 0;
-    for (int j = 0; j < 8; j++) {
+    float sc[8], max_sc;
+    for (int j = 0; j < 8; j++)
         sc[j] = search_nl(x + 32 * j, 32);
-        if (fabsf(sc[j]) > amax) {
-            amax = fabsf(sc[j]);
-            max_sc = sc[j];
-        }
-    }
+    largest(sc, 8, &max_sc);
     memset(b, 0, 136);
     const float d0 = -max_sc / 32, id = d0 != 0 ? 1 / d0 : 0.0f;
     float d = put_scale(b, d0);
