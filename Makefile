@@ -95,7 +95,7 @@ llama-docs: build/kvevict
 
 # The committed model in every format and weight type, and their bits per
 # byte on the held-out books (docs/data/gguf/, rendered in docs/decoder.md;
-# about a minute), with models/kjv.gguf. Deterministic: test_gguf_kjv checks
+# about two minutes), with models/kjv.gguf. Deterministic: test_gguf_kjv checks
 # a subset.
 gguf-docs: build/kvevict
 	./scripts/gguf-kjv.sh build

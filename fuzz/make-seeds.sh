@@ -30,9 +30,8 @@
 #   fuzz_llama recipes of kvevict-llama's sequence states (fuzz_llama.c):
 #              made with and without a policy, edited; raw bytes
 #   fuzz_gguf  GGUF files from kvevict-convert (needs a build): every type,
-#              tied and untied, with and without a vocabulary, 16-bit norms;
-#              retyped to the types it does not write (python3), one with an
-#              infinite scale;
+#              tied and untied, with and without a vocabulary, 16-bit norms,
+#              one with an infinite scale;
 #              cut, big-endian, version 1 (also llama2.c version-2 seeds for
 #              fuzz_checkpoint)
 set -euo pipefail
@@ -414,89 +413,20 @@ conv q4_0-untied "$q32,tied=0" --type q4_0 --embedding-type f16
 k256=dim=256,hidden=256,layers=1,heads=2,kv_heads=1,vocab=4,seq_len=4,seed=4
 conv q4_k "$k256" --type q4_k --embedding-type q8_0
 conv q6_k-untied "$k256,tied=0" --type q6_k --embedding-type q4_0 --norm-type f16
-# The types the converter does not write: a seed above retyped, each
-# quantized matrix random blocks of the new type (a fixed seed) with finite
-# float16 scales, the data laid out again; g-q2_k-inf-min has its last
-# block's min scale infinite (refused). Python 3, its standard library only.
-retype() { # SRC DST GGML_ID SEED [bad]
-  python3 - "$@" <<'EOF'
-import random, struct, sys
-src, dst, new, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-bad = len(sys.argv) > 5
-# ggml id: (elements, bytes, offsets of the float16 scales) a block
-blocks = {0: (1, 4, []), 1: (1, 2, []), 30: (1, 2, []), 2: (32, 18, [0]), 8: (32, 34, [0]),
-          12: (256, 144, [0, 2]), 14: (256, 210, [208]), 3: (32, 20, [0, 2]),
-          6: (32, 22, [0]), 7: (32, 24, [0, 2]), 10: (256, 84, [80, 82]),
-          11: (256, 110, [108]), 13: (256, 176, [0, 2]), 20: (32, 18, [0]),
-          23: (256, 136, [0])}
-b = open(src, 'rb').read()
-n_tensors, n_kv = struct.unpack_from('<QQ', b, 8)
-pos, align = 24, 32
-size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-def skip(t):
-    global pos
-    if t == 8:
-        pos += 8 + struct.unpack_from('<Q', b, pos)[0]
-    elif t == 9:
-        et, n = struct.unpack_from('<IQ', b, pos)
-        pos += 12
-        for _ in range(n):
-            skip(et)
-    else:
-        pos += size[t]
-for _ in range(n_kv):
-    kl = struct.unpack_from('<Q', b, pos)[0]
-    key = b[pos + 8:pos + 8 + kl]
-    pos += 8 + kl
-    t = struct.unpack_from('<I', b, pos)[0]
-    pos += 4
-    if key == b'general.alignment':
-        align = struct.unpack_from('<I', b, pos)[0]
-    skip(t)
-head, tensors = b[:pos], []
-for _ in range(n_tensors):
-    nl = struct.unpack_from('<Q', b, pos)[0]
-    name = b[pos:pos + 8 + nl]
-    nd = struct.unpack_from('<I', b, pos + 8 + nl)[0]
-    dims = struct.unpack_from('<%dQ' % nd, b, pos + 12 + nl)
-    pos += 12 + nl + 8 * nd
-    t, off = struct.unpack_from('<IQ', b, pos)
-    pos += 12
-    tensors.append([name, dims, t, off])
-start = -(-pos // align) * align
-rng = random.Random(seed)
-infos, data = b'', b''
-for i, (name, dims, t, off) in enumerate(tensors):
-    n = 1
-    for d in dims:
-        n *= d
-    bs, bb, _ = blocks[t]
-    raw = b[start + off:start + off + n // bs * bb]
-    if blocks[t][0] > 1:  # a quantized matrix: random blocks of the new type
-        t = new
-        bs, bb, scales = blocks[t]
-        blk = bytearray(rng.getrandbits(8) for _ in range(n // bs * bb))
-        for k in range(n // bs):
-            for o in scales:
-                h = rng.getrandbits(1) << 15 | (6 + rng.getrandbits(3)) << 10 | rng.getrandbits(10)
-                struct.pack_into('<H', blk, k * bb + o, h)
-        if bad and i == len(tensors) - 1:
-            struct.pack_into('<H', blk, (n // bs - 1) * bb + scales[-1], 0x7c00)
-        raw = bytes(blk)
-    data += b'\0' * (-len(data) % align)
-    infos += name + struct.pack('<I%dQIQ' % len(dims), len(dims), *dims, t, len(data))
-    data += raw
-out = head + infos
-open(dst, 'wb').write(out + b'\0' * (-len(out) % align) + data)
-EOF
-}
-for t in q4_1:3 q5_0:6 q5_1:7 iq4_nl:20; do
-  retype fuzz_gguf/g-q8_0 "fuzz_gguf/g-${t%:*}" "${t#*:}" "${t#*:}"
-done
-for t in q2_k:10 q3_k:11 q5_k:13 iq4_xs:23; do
-  retype fuzz_gguf/g-q4_k "fuzz_gguf/g-${t%:*}" "${t#*:}" "${t#*:}"
-done
-retype fuzz_gguf/g-q4_k fuzz_gguf/g-q2_k-inf-min 10 99 bad
+# The other types, each as the converter writes it; g-q2_k-inf-min has the
+# last block of its last tensor (blk.0.ffn_up, rows of one block, no
+# padding after) with an infinite min scale (refused).
+conv q4_1 "$q32" --type q4_1
+conv q5_0 "$q32,tied=0" --type q5_0 --embedding-type q5_1
+conv q5_1 "$q32" --type q5_1 --norm-type bf16
+conv iq4_nl "$q32" --type iq4_nl
+conv q2_k "$k256" --type q2_k
+conv q3_k "$k256,tied=0" --type q3_k --embedding-type iq4_nl
+conv q5_k "$k256" --type q5_k --norm-type f16
+conv iq4_xs "$k256,tied=0" --type iq4_xs --embedding-type q4_1
+cp fuzz_gguf/g-q2_k fuzz_gguf/g-q2_k-inf-min
+size=$(wc -c < fuzz_gguf/g-q2_k-inf-min)
+printf '\000\174' | dd of=fuzz_gguf/g-q2_k-inf-min bs=1 seek=$((size - 2)) conv=notrunc 2>/dev/null
 head -c 1000 fuzz_gguf/g-q8_0 > fuzz_gguf/g-truncated
 head -c 23 fuzz_gguf/g-q8_0 > fuzz_gguf/g-header-cut
 cp fuzz_gguf/g-f32-vocab fuzz_gguf/g-big-endian

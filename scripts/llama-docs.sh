@@ -8,6 +8,9 @@
 # 51 and 102, into docs/data/llama-eval.jsonl (each row with its engine),
 # then the page's blocks. Deterministic up to llama.cpp's choice of CPU
 # kernels (test_llama re-makes one row within 0.001); about ten minutes.
+# Also kvevict-convert's weight error against llama.cpp's quantizer, every
+# type (tests/test_convert_error.sh --write: docs/data/gguf/convert-error.jsonl,
+# rendered in docs/decoder.md; exact, test_convert_error checks it).
 set -eu
 B=${1:?usage: scripts/llama-docs.sh BUILD}
 cd "$(dirname "$0")/.."
@@ -23,3 +26,8 @@ trap 'rm -rf "$tmp"' EXIT
   sed 's/^{/{"engine": "kvevict", /' "$tmp/k.jsonl"; } >"$tmp/all.jsonl"
 mv "$tmp/all.jsonl" "$out"
 "$B/kvevict-docs" docs docs/llama.cpp.md
+npm=$(sed -n 's/^KVEVICT_LLAMA_DIR:PATH=//p' "$B/CMakeCache.txt") # as cmake/llama.cmake finds it
+lib=${npm:-$B/_llama}/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+sh tests/test_convert_error.sh "$B/kvevict-convert" "$B/kvevict-llama" "$B/tests/weight_error" \
+  "$B/kvevict" "$lib" "$(pwd)" --write
+"$B/kvevict-docs" docs docs/decoder.md

@@ -9,6 +9,12 @@
 #   expect_err CODE ARGS...         kvevict ARGS exits CODE with exactly one
 #                                   line on stderr and nothing on stdout
 #   expect_says CODE WORDS ARGS...  expect_err, and that line contains WORDS
+#   gguf_file_type_at FILE  the offset of general.file_type's key in a GGUF
+#   gguf_file_type FILE     its value (llama.h's LLAMA_FTYPE_*), or "none"
+#   logits_rel_rms A B ROWS the relative RMS difference of two `logits`
+#                           outputs (JSON Lines, pos, token, logits) of ROWS
+#                           rows each, sqrt(sum (a - b)^2 / sum b^2); "nan"
+#                           when the rows are not ROWS
 fails=0
 checks=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
@@ -37,4 +43,16 @@ expect_says() {
     code=$1; words=$2; shift 2
     error_shape "$code" "$@" || return
     if grep -qF -- "$words" "$D/err"; then ok; else fail "kvevict $*: want '$words' in: $(cat "$D/err")"; fi
+}
+gguf_file_type_at() { grep -obUa 'general\.file_type' "$1" | head -n 1 | cut -d: -f1; }
+gguf_file_type() {
+    at=$(gguf_file_type_at "$1") # the key's 17 bytes, its type (u32), the value (u32)
+    if [ -n "$at" ]; then od -An -tu4 -j $((at + 21)) -N 4 "$1" | tr -d ' '; else echo none; fi
+}
+logits_rel_rms() {
+    paste -d '\n' "$1" "$2" | awk -v want="$3" '
+        { gsub(/.*"logits": \[/, ""); gsub(/\]\}/, ""); n = split($0, v, ", ") }
+        NR % 2 == 1 { for (i = 1; i <= n; i++) a[i] = v[i]; next }
+        { for (i = 1; i <= n; i++) { d = a[i] - v[i]; num += d * d; den += v[i] * v[i] } rows++ }
+        END { if (rows != want || !(den > 0)) print "nan"; else printf "%.5f\n", sqrt(num / den) }'
 }

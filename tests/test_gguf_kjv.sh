@@ -14,6 +14,12 @@
 #    file's (a tolerance fixed before measuring: a tenth of a percent of
 #    the 1.4 bits a byte, where 8-bit weights and inputs shift llama.cpp's
 #    perplexities by about that).
+#  - every type the model's rows take (F32 ... IQ4_NL) written, loaded, its
+#    logits finite and within a bound of the float32 file's derived from
+#    the type's bits (below), general.file_type llama.cpp's for the type;
+#    the types of 256-value blocks falling back as llama.cpp's quantizer
+#    does (Q2_K, Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0,
+#    IQ4_XS to IQ4_NL).
 # Skipped (77) without models/.
 set -u
 K=${1:?usage: test_gguf_kjv.sh KVEVICT CONVERT SOURCE_DIR [--write]}
@@ -93,20 +99,54 @@ legacy=$(bpb kjv.bin models/kjv.bin --tokenizer models/tokenizer.bin)
     "$C" --model models/kjv.bin --to llama2c-v2 -o "$W/v2.bin" || exit 1
 v1=$(bpb kjv-v1.bin "$W/v1.bin" --tokenizer models/tokenizer.bin)
 bpb kjv-v2.bin "$W/v2.bin" --tokenizer models/tokenizer.bin >/dev/null
-for t in f32 f16 bf16 q8_0 q4_0 q5_0; do
+. "$SRC/tests/check.sh"
+toks=$(awk 'BEGIN { s = "1"; for (i = 1; i < 64; i++) s = s "," (3 + (i * 577) % 1000); print s }')
+# every type the model's rows take (128 and 384 values: whole blocks of 32),
+# its general.file_type (llama.h's LLAMA_FTYPE_*) and the bits of its levels
+for tb in f32:0:0 f16:1:11 bf16:32:8 q8_0:7:8 q4_0:2:4 q4_1:3:4 q5_0:8:5 q5_1:9:5 iq4_nl:25:4; do
+    t=${tb%%:*} ft=${tb#*:} q=${tb##*:}
+    ft=${ft%%:*}
     "$C" --model models/kjv.bin --tokenizer models/tokenizer.bin --to gguf --type $t \
         -o "$W/$t.gguf" 2>/dev/null || exit 1
     eval "b_$t=\$(bpb kjv-$t.gguf \"\$W/$t.gguf\")"
+    [ "$(gguf_file_type "$W/$t.gguf")" = "$ft" ] ||
+        { echo "FAIL: --type $t: general.file_type $(gguf_file_type "$W/$t.gguf"), want $ft" >&2; fail=1; }
+    # logits finite and near the float32 file's: relative RMS within sqrt(M (e_w^2 +
+    # e_x^2)), M = 2 + 7 L = 30 quantized matrices (L = 4), e_w the relative error
+    # of values uniform over a block, 1 / (2^q - 1) for q-bit levels (F16, BF16:
+    # 2^-q), e_x = 1 / 255 where the products quantize their input (Q8_0),
+    # independent errors adding in quadrature
+    "$K" lm logits --model "$W/$t.gguf" --tokens "$toks" -o "$W/$t.jsonl" ||
+        { echo "FAIL: kvevict lm logits on --type $t" >&2; fail=1; continue; }
+    [ $t = f32 ] && continue
+    r=$(logits_rel_rms "$W/$t.jsonl" "$W/f32.jsonl" 64)
+    lim=$(awk -v t=$t -v q=$q 'BEGIN { e = t ~ /^(f16|bf16)$/ ? 2 ^ -q : 1 / (2 ^ q - 1)
+        x = t == "q8_0" ? 1 / 255 : 0; printf "%.5f", sqrt(30 * (e * e + x * x)) }')
+    awk -v r="$r" -v lim="$lim" 'BEGIN { exit !(r != "nan" && r + 0 <= lim + 0) }' ||
+        { echo "FAIL: --type $t: logits $r (relative RMS) from the float32 file's, beyond $lim" >&2; fail=1; }
+    echo "test_gguf_kjv: $t logits $r of the float32 file's (relative RMS; bound $lim)"
 done
 bpb kjv.gguf "$M" >/dev/null
-# asked for Q4_K, rows of 128 and 384 (not whole blocks of 256) fall back to
-# Q5_0 as llama.cpp's quantizer's do: the same file as asking for Q5_0
-"$C" --model models/kjv.bin --tokenizer models/tokenizer.bin --to gguf --type q4_k \
-    -o "$W/q4_k.gguf" 2>"$W/q4_k.log" || exit 1
-if ! cmp -s "$W/q4_k.gguf" "$W/q5_0.gguf" || ! grep -q "nearest type" "$W/q4_k.log"; then
-    echo "FAIL: --type q4_k on kjv's rows is not Q5_0's file, said so (llama.cpp's fallback)" >&2
-    fail=1
-fi
+[ "$(gguf_file_type "$M")" = 1 ] || { echo "FAIL: models/kjv.gguf: general.file_type is not 1 (F16)" >&2; fail=1; }
+# asked for a type of 256-value blocks, rows of 128 and 384 fall back as
+# llama.cpp's quantizer's do (tensor_type_fallback): the 32-value type's
+# file but for general.file_type, which says the type asked for (as
+# llama.cpp records the preset asked for), and the tool says so
+for pair in q2_k:q4_0:10 q3_k:q4_0:12 q4_k:q5_0:15 q5_k:q5_1:17 q6_k:q8_0:18 iq4_xs:iq4_nl:30; do
+    t=${pair%%:*} to=${pair#*:} ft=${pair##*:}
+    to=${to%%:*}
+    "$C" --model models/kjv.bin --tokenizer models/tokenizer.bin --to gguf --type $t \
+        -o "$W/$t.gguf" 2>"$W/$t.log" || exit 1
+    off=$(gguf_file_type_at "$W/$t.gguf")
+    if [ -z "$off" ] || [ "$(wc -c <"$W/$t.gguf")" != "$(wc -c <"$W/$to.gguf")" ] ||
+        ! cmp -l "$W/$t.gguf" "$W/$to.gguf" |
+        awk -v lo=$((off + 22)) -v hi=$((off + 25)) '$1 < lo || $1 > hi { bad = 1 } END { exit bad }' ||
+        [ "$(gguf_file_type "$W/$t.gguf")" != "$ft" ] || ! grep -q "nearest type" "$W/$t.log"; then
+        echo "FAIL: --type $t on kjv's rows is not $to's file with general.file_type $ft, said" \
+            "so (llama.cpp's fallback)" >&2
+        fail=1
+    fi
+done
 if [ "$WRITE" = --write ]; then
     cp "$W/check.jsonl" docs/data/gguf/check.jsonl || exit 1
     echo "test_gguf_kjv: wrote docs/data/gguf/check.jsonl"

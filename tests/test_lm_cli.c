@@ -1444,7 +1444,7 @@ static void test_convert(void)
         {"--random %s -o X", "--to and -o are required"},
         {"--random %s --to gguf", "--to and -o are required"},
         {"--random %s --to onnx -o X", "--to: 'onnx' is not gguf, llama2c"},
-        {"--random %s --to gguf --type q3_k -o X", "--type: 'q3_k' is not f32, f16, bf16"},
+        {"--random %s --to gguf --type q7_k -o X", "--type: 'q7_k' is not f32, f16, bf16"},
         {"--random %s --to gguf --embedding-type f8 -o X", "--embedding-type: 'f8' is not"},
         {"--random %s --to gguf --norm-type q8_0 -o X", "--norm-type: norms are f32, f16 or bf16"},
         {"--random %s --to gguf --bogus 1 -o X", "unknown option '--bogus'"},
@@ -1489,6 +1489,7 @@ static void test_convert(void)
         int fallback;
     } ok[] = {{"gguf --type q4_k --norm-type bf16", 1},
               {"gguf --type q6_k --embedding-type f16 --norm-type f16 --name tiny", 1},
+              {"gguf --type iq4_xs --embedding-type q5_1", 1},
               {"gguf --type bf16", 0},
               {"llama2c", 0},
               {"llama2c-v1", 0},

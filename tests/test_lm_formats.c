@@ -199,9 +199,46 @@ static void against_twin(const lm_model *m, int q8, const char *what, double *wo
 
 /* ---- every type ---- */
 
+/* The bits of a type's levels: its values are at most half a step from the
+ * written ones, the step 2 max / (2^q - 1) of its block (q bits; F16 and BF16
+ * a relative step of 2^-10 and 2^-7); 0 for F32. */
+static int level_bits(uint32_t type)
+{
+    switch (type) {
+    case GW_F32: return 0;
+    case GW_F16: return 11;
+    case GW_BF16: return 8;
+    case GW_Q2_K: return 2;
+    case GW_Q3_K: return 3;
+    case GW_Q5_0:
+    case GW_Q5_1:
+    case GW_Q5_K: return 5;
+    case GW_Q6_K: return 6;
+    case GW_Q8_0: return 8;
+    default: return 4; /* Q4_0, Q4_1, Q4_K, IQ4_NL, IQ4_XS */
+    }
+}
+
+/* A type's relative RMS error for values uniform over a block's range
+ * (lm_fixture.h's): errors of at most half a step, uniform too, RMS step /
+ * sqrt 12 = 1 / (2^q - 1) of the values' RMS (max / sqrt 3). F16, BF16: 2^-q
+ * (rounding to nearest); F32: 0. */
+static double uniform_error(uint32_t type)
+{
+    int q = level_bits(type);
+    return type == GW_F32 ? 0 : type == GW_F16 || type == GW_BF16 ? ldexp(1, -q)
+                                                                 : 1.0 / (ldexp(1, q) - 1);
+}
+
+/* The bound on a tensor's stored values: twice uniform_error (blocks whose
+ * values are not uniform). */
+static double type_bound(uint32_t type)
+{
+    return 2 * uniform_error(type);
+}
+
 /* Stored values near the written ones: relative RMS error of the whole
- * tensor within a type's nominal step (F16 2^-11, BF16 2^-8, Q8_0 1/127,
- * Q6_K 1/31, Q4_0 1/8, Q4_K 1/15 of the values' scale). */
+ * tensor within type_bound. */
 static void check_values(const lm_matrix *w, const float *orig, uint32_t type, const char *name)
 {
     double num = 0, den = 0;
@@ -215,24 +252,60 @@ static void check_values(const lm_matrix *w, const float *orig, uint32_t type, c
         }
     }
     free(row);
-    double rel = sqrt(num / den);
-    double bound = type == GW_F32    ? 0
-                   : type == GW_F16  ? 0x1p-11
-                   : type == GW_BF16 ? 0x1p-8
-                   : type == GW_Q8_0 ? 1.0 / 127
-                   : type == GW_Q6_K ? 1.0 / 31
-                   : type == GW_Q4_0 ? 1.0 / 8
-                   : type == GW_Q5_0 ? 1.0 / 16
-                                     : 1.0 / 15;
+    double rel = sqrt(num / den), bound = type_bound(type);
     if (!(rel <= bound))
         CHECK_FAIL_AT("%s in %s: relative RMS error %.3g beyond %.3g", name, lm_dtype_name(type),
                       rel, bound);
 }
 
+/* The logits of a quantized model against the float32 one's (the weights as
+ * written): finite, and a relative RMS difference within sqrt(M (e_w^2 +
+ * e_x^2)): M = 2 + 7 L quantized matrices, each product's relative error
+ * e_w = uniform_error(type), plus e_x = uniform_error(Q8_0) where the
+ * product quantizes its input (lm_matrix_q8_group), independent errors
+ * adding in quadrature along the residual stream. Returns the figure; the
+ * bound into *bound_out. */
+static double check_logits_near(const lm_model *m, const lm_model *f32, uint32_t type,
+                                const char *what, double *bound_out)
+{
+    size_t V = (size_t)m->config.vocab_size;
+    float *a = malloc(STEPS * V * sizeof *a), *b = malloc(STEPS * V * sizeof *b);
+    if (decode(m, NULL, a) != KVE_OK || decode(f32, NULL, b) != KVE_OK) {
+        NOTE_FAIL("%s: decode: %s", what, kve_last_error());
+        free(a), free(b);
+        *bound_out = 0;
+        return 0;
+    }
+    double num = 0, den = 0;
+    int finite = 1;
+    for (size_t i = 0; i < STEPS * V; i++) {
+        finite &= isfinite(a[i]) != 0;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    double rel = sqrt(num / den);
+    double ew = uniform_error(type);
+    double ex = lm_matrix_q8_group(&m->weights.layer[0].wq) ? uniform_error(GW_Q8_0) : 0;
+    double bound = sqrt((2.0 + 7.0 * m->config.n_layers) * (ew * ew + ex * ex));
+    *bound_out = bound;
+    if (!finite || !(rel <= bound))
+        NOTE_FAIL("%s: logits %s, relative RMS %.3g from the float32 model's, bound %.3g", what,
+                  finite ? "finite" : "not finite", rel, bound);
+    free(a), free(b);
+    return rel;
+}
+
+static size_t find(const unsigned char *img, size_t n, const char *s);
+
 static void test_types(void)
 {
-    static const uint32_t types[] = {GW_F32,  GW_F16,  GW_BF16, GW_Q8_0,
-                                     GW_Q4_0, GW_Q5_0, GW_Q4_K, GW_Q6_K};
+    static const uint32_t types[] = {GW_F32,  GW_F16,  GW_BF16,   GW_Q8_0, GW_Q4_0,
+                                     GW_Q4_1, GW_Q5_0, GW_Q5_1,   GW_Q2_K, GW_Q3_K,
+                                     GW_Q4_K, GW_Q5_K, GW_Q6_K,   GW_IQ4_NL, GW_IQ4_XS};
+    /* general.file_type of each, llama.h's LLAMA_FTYPE_*: ALL_F32, MOSTLY_F16,
+     * BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K,
+     * IQ4_NL, IQ4_XS */
+    static const uint32_t ftypes[] = {0, 1, 32, 7, 2, 3, 8, 9, 10, 12, 15, 17, 18, 25, 30};
     for (int shared = 0; shared < 2; shared++) {
         fx_model fx;
         fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, shared, check_seed + (uint64_t)shared);
@@ -274,11 +347,21 @@ static void test_types(void)
             snprintf(what, sizeof what, "%s %s", lm_dtype_name(types[k]),
                      shared ? "tied" : "untied");
             double worst = 0;
-            const int q8 = types[k] == GW_Q8_0 || types[k] == GW_Q4_K; /* integer products */
+            /* integer products (lm.h: Q8_0, Q4_K): the input quantized */
+            const int q8 = lm_matrix_q8_group(&w->layer[1].w2) != 0;
             against_twin(m, q8, what, &worst);
             if (q8)
                 printf("  %-14s worst logit difference %.3g of the largest (bound %.3g)\n", what,
                        worst, Q8_TOL);
+            /* what a file's type says (llama.cpp's LLAMA_FTYPE_*) */
+            uint32_t ft = 0;
+            memcpy(&ft, img + find(img, n, "general.file_type") + 17 + 4, 4);
+            ASSERT_EQ(ft, ftypes[k]);
+            if (types[k] != GW_F32 && types[k] != GW_F16 && types[k] != GW_BF16) {
+                double bound = 0, rel = check_logits_near(m, legacy, types[k], what, &bound);
+                printf("  %-14s logits against the float32 model: relative RMS %.3g (bound "
+                       "%.3g)\n", what, rel, bound);
+            }
             if (types[k] == GW_F32 || types[k] == GW_F16 || types[k] == GW_BF16) {
                 /* Against the legacy file of the written weights: F32 the same bits; F16
                  * and BF16 within their rounding: a weight moves by at most 2^-11 (2^-8)
@@ -334,6 +417,128 @@ static void test_types(void)
         lm_model_free(legacy);
         free(limg);
         fx_model_free(&fx);
+    }
+}
+
+/* The quantized types, for the tests below. */
+static const uint32_t quantized[] = {GW_Q8_0, GW_Q4_0, GW_Q4_1,  GW_Q5_0, GW_Q5_1,
+                                     GW_Q2_K, GW_Q3_K, GW_Q4_K,  GW_Q5_K, GW_Q6_K,
+                                     GW_IQ4_NL, GW_IQ4_XS};
+
+/* Each encoder on edge rows of 256, read back by the decoder: zeros stay
+ * zeros; a constant, a spike among zeros, a ramp and values of mixed
+ * magnitudes come back within half a step of their range (max |x| / (2^q -
+ * 1), IQ4's widest gap: 23 / 254 of max |x|, all within 2 max |x| /
+ * (2^q - 1)); a value whose scale leaves float16's range refuses the row. */
+static void test_encoders(void)
+{
+    enum { N = 256 };
+    float x[N], y[N];
+    unsigned char buf[N * 4];
+    for (size_t k = 0; k < sizeof quantized / sizeof quantized[0]; k++) {
+        const uint32_t t = quantized[k];
+        lm_matrix w = {.data = buf, .type = (lm_dtype)t, .rows = 1, .cols = N,
+                       .row_bytes = gw_row_bytes(t, N)};
+        ASSERT_TRUE(w.row_bytes > 0 && w.row_bytes <= sizeof buf);
+        for (int shape = 0; shape < 5; shape++) {
+            double amax = 0;
+            for (int i = 0; i < N; i++) {
+                x[i] = shape == 0   ? 0.0f
+                       : shape == 1 ? 0.7f
+                       : shape == 2 ? (i == 37 ? -2.5f : 0.0f)
+                       : shape == 3 ? (float)(i - 100) / 64.0f
+                                    : (float)((i * 7919) % 23 - 11) * (i % 3 ? 1e-3f : 1.0f);
+                amax = fabs(x[i]) > amax ? fabs(x[i]) : amax;
+            }
+            ASSERT_EQ(gw_quantize_row(t, x, N, buf), 0);
+            lm_matrix_row(&w, 0, y);
+            double worst = 0;
+            for (int i = 0; i < N; i++)
+                worst = fabs((double)y[i] - x[i]) > worst ? fabs((double)y[i] - x[i]) : worst;
+            double bound = 2 * amax * uniform_error(t);
+            if (!(worst <= bound))
+                CHECK_FAIL_AT("%s, row shape %d: an error of %.3g, beyond %.3g", lm_dtype_name(t),
+                              shape, worst, bound);
+        }
+        x[5] = 1e9f; /* d = 1e9 / 127 or less, beyond 65504 */
+        ASSERT_EQ(gw_quantize_row(t, x, N, buf), -1);
+    }
+}
+
+/* Rows that are not whole blocks of the asked type fall back as llama.cpp's
+ * quantizer does (tensor_type_fallback): the 256-value types to their
+ * 32-value neighbours on rows of 128 and 384, every quantized type to F16 on
+ * rows of 48 and 80; refused without the fallback. */
+static void test_fallback(void)
+{
+    static const uint32_t to32[][2] = {
+        {GW_Q2_K, GW_Q4_0}, {GW_Q3_K, GW_Q4_0}, {GW_Q4_K, GW_Q5_0}, {GW_Q5_K, GW_Q5_1},
+        {GW_Q6_K, GW_Q8_0}, {GW_IQ4_XS, GW_IQ4_NL}, {GW_Q4_1, GW_Q4_1}, {GW_Q8_0, GW_Q8_0}};
+    for (int narrow = 0; narrow < 2; narrow++) {
+        fx_model fx;
+        if (narrow)
+            fx_model_init(&fx, 48, 80, 1, 2, 1, 16, 8, 0, check_seed + 40);
+        else
+            fx_model_init(&fx, 128, 384, 1, 4, 2, 16, 8, 0, check_seed + 41);
+        for (size_t k = 0; k < (narrow ? sizeof quantized / sizeof quantized[0] : 8); k++) {
+            const uint32_t want = narrow ? quantized[k] : to32[k][0];
+            const uint32_t got = narrow ? GW_F16 : to32[k][1];
+            gw_spec s = spec_of(&fx, want);
+            s.fallback = 1;
+            size_t n;
+            unsigned char *img = gguf_image(&fx, &s, &n);
+            lm_model *m = NULL;
+            ASSERT_OK(lm_model_from_memory(img, n, NULL, &m));
+            if (m) {
+                const lm_weights *w = &m->weights;
+                ASSERT_EQ((int)w->layer[0].w2.type, (int)got);
+                ASSERT_EQ((int)w->layer[0].wq.type, (int)got);
+                ASSERT_EQ((int)w->token_embedding.type, (int)got);
+                check_values(&w->layer[0].w2, fx.w2, got, "blk.0.ffn_down");
+            }
+            lm_model_free(m);
+            free(img);
+            /* without the fallback: refused, the tensor and the type named */
+            s.fallback = 0;
+            char *text = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&text, &len);
+            char err[256] = "";
+            int rc = gw_write_gguf(f, &s, fx_source, &fx, err, sizeof err);
+            fclose(f);
+            free(text);
+            if (got != want) {
+                ASSERT_EQ(rc, -1);
+                ASSERT_CONTAINS(err, "are not whole blocks of type");
+            }
+        }
+        fx_model_free(&fx);
+    }
+}
+
+/* The GGUF fuzzer's seeds (fuzz/make-seeds.sh) hold a file the converter
+ * wrote in every type, and each loads with its matrices in that type. */
+static void test_fuzz_seeds(void)
+{
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } seeds[] = {{"f32-vocab", GW_F32}, {"f16-untied", GW_F16}, {"bf16", GW_BF16},
+                 {"q8_0", GW_Q8_0},     {"q4_0-untied", GW_Q4_0}, {"q4_1", GW_Q4_1},
+                 {"q5_0", GW_Q5_0},     {"q5_1", GW_Q5_1},     {"iq4_nl", GW_IQ4_NL},
+                 {"q2_k", GW_Q2_K},     {"q3_k", GW_Q3_K},     {"q4_k", GW_Q4_K},
+                 {"q5_k", GW_Q5_K},     {"q6_k-untied", GW_Q6_K}, {"iq4_xs", GW_IQ4_XS}};
+    const char *src = getenv("KVE_SOURCE_DIR");
+    if (!src)
+        CHECK_FAIL_AT("set KVE_SOURCE_DIR to the source tree (ctest does)");
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/fuzz/corpus/fuzz_gguf/g-%s", src, seeds[i].name);
+        lm_model *m = NULL;
+        ASSERT_OK(lm_model_open(path, NULL, &m));
+        if (m)
+            ASSERT_EQ((int)m->weights.layer[0].w1.type, (int)seeds[i].type);
+        lm_model_free(m);
     }
 }
 
@@ -480,7 +685,6 @@ static void test_metadata(void)
     kb_u32(&b, 4), kb_u64(&b, 2), kb_u32(&b, 1), kb_u32(&b, 2);
     kb_u32(&b, 8), kb_u64(&b, 1), kb_str(&b, "y");
     kb_key(&b, "test.empty", 9), kb_u32(&b, 12), kb_u64(&b, 0);
-    kb_key(&b, "general.file_type", 4), kb_u32(&b, 0);
     size_t n;
     unsigned char *img = with_kv(&fx, &b, &n);
     lm_model *m = NULL;
@@ -998,6 +1202,9 @@ int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
     RUN(test_types);
+    RUN(test_encoders);
+    RUN(test_fallback);
+    RUN(test_fuzz_seeds);
     RUN(test_threads);
     RUN(test_metadata);
     RUN(test_rope_freqs);

@@ -41,10 +41,13 @@ static const char usage[] =
     "                      input GGUF's own vocabulary; none for a llama2.c input)\n"
     "  --to FORMAT         gguf, llama2c (legacy), llama2c-v1, llama2c-v2\n"
     "  --type T            GGUF: the matrices' type: f32 (default), f16, bf16, q8_0,\n"
-    "                      q4_0, q5_0, q4_k, q6_k. A tensor whose rows are not whole\n"
-    "                      blocks of its type falls back, as llama.cpp's quantizer\n"
-    "                      does: q4_k to q5_0, q6_k to q8_0 (blocks of 32), then f16;\n"
-    "                      the tool says so\n"
+    "                      q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k,\n"
+    "                      q6_k, iq4_xs (general.file_type: llama.cpp's for the type,\n"
+    "                      q3_k, q4_k, q5_k as its Q3_K_M, Q4_K_M, Q5_K_M). A tensor\n"
+    "                      whose rows are not whole blocks of its type falls back,\n"
+    "                      as llama.cpp's quantizer does: q2_k and q3_k to q4_0,\n"
+    "                      q4_k to q5_0, q5_k to q5_1, q6_k to q8_0, iq4_xs to\n"
+    "                      iq4_nl (blocks of 32), then f16; the tool says so\n"
     "  --embedding-type T  GGUF: the embedding's and classifier's type (default: --type,\n"
     "                      with the same fallback)\n"
     "  --norm-type T       GGUF: the norms' type: f32 (default), f16, bf16\n"
@@ -74,15 +77,18 @@ static void die(const char *fmt, ...)
 static const struct {
     const char *name;
     uint32_t type;
-} types[] = {{"f32", GW_F32},   {"f16", GW_F16},   {"bf16", GW_BF16}, {"q8_0", GW_Q8_0},
-             {"q4_0", GW_Q4_0}, {"q5_0", GW_Q5_0}, {"q4_k", GW_Q4_K}, {"q6_k", GW_Q6_K}};
+} types[] = {{"f32", GW_F32},       {"f16", GW_F16},   {"bf16", GW_BF16}, {"q8_0", GW_Q8_0},
+             {"q4_0", GW_Q4_0},     {"q4_1", GW_Q4_1}, {"q5_0", GW_Q5_0}, {"q5_1", GW_Q5_1},
+             {"iq4_nl", GW_IQ4_NL}, {"q2_k", GW_Q2_K}, {"q3_k", GW_Q3_K}, {"q4_k", GW_Q4_K},
+             {"q5_k", GW_Q5_K},     {"q6_k", GW_Q6_K}, {"iq4_xs", GW_IQ4_XS}};
 
 static uint32_t type_of(const char *opt, const char *s)
 {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(s, types[i].name) == 0)
             return types[i].type;
-    die("%s: '%s' is not f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k", opt, s);
+    die("%s: '%s' is not f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, "
+        "q4_k, q5_k, q6_k or iq4_xs", opt, s);
 }
 
 /* ---- sources ---- */

@@ -80,142 +80,625 @@ static void put16(unsigned char *p, uint16_t v)
     p[1] = (unsigned char)(v >> 8);
 }
 
-static int clampi(long v, int lo, int hi)
+/* ---- blocks ----
+ *
+ * The shared steps of the encoders. A block's parameters are first chosen
+ * as ggml's quantizer chooses them (the searches below, written in the
+ * manner of ggml-quants.c's make_qkx2_quants, make_qx_quants,
+ * make_q3_quants and quantize_row_iq4_nl_impl); then, under the stored
+ * float16 scales, each sub-block's integer scale (and offset) moves to a
+ * neighbour while that lowers the sub-block's squared error, and every
+ * value takes the nearest level of its final parameters. The first choice
+ * is where the descent starts, so no sub-block ends with more squared error
+ * than that choice gives. */
+
+/* v rounded to the nearest integer (ties to even), kept within [lo, hi]
+ * (NaN: lo); clamped before the conversion, so any float is defined. */
+static int nearest_in(float v, int lo, int hi)
 {
-    return v < lo ? lo : v > hi ? hi : (int)v;
+    if (!(v > (float)lo))
+        return lo;
+    if (v >= (float)hi)
+        return hi;
+    return (int)lrintf(v);
 }
 
-/* ---- blocks ---- */
+/* v as float16 at p; returns the value a reader gets back, NaN when v does
+ * not fit a float16 (the row is refused). */
+static float put_scale(unsigned char *p, float v)
+{
+    uint16_t h = gw_f32_to_f16(v);
+    put16(p, h);
+    return (h & 0x7c00u) == 0x7c00u ? NAN : f16_value(h);
+}
 
-static void q8_0_block(const float *x, unsigned char *b)
+/* v rounded as put_scale stores it (NaN beyond float16's range). */
+static float f16_round(float v)
+{
+    unsigned char tmp[2];
+    return put_scale(tmp, v);
+}
+
+/* Squared error of x (n) against a q - o, each q the nearest level of
+ * 0..nmax (0 where a <= 0); the levels into q when it is not NULL. The
+ * value is computed as the readers do (dequantize_row_q4_K's d1 * q - m1). */
+static double affine_err(const float *x, int n, int nmax, float a, float o, uint8_t *q)
+{
+    double e = 0;
+    for (int i = 0; i < n; i++) {
+        int l = a > 0 ? nearest_in((x[i] + o) / a, 0, nmax) : 0;
+        double d = (double)(a * (float)l - o) - x[i];
+        e += d * d;
+        if (q)
+            q[i] = (uint8_t)l;
+    }
+    return e;
+}
+
+/* IQ4_NL's and IQ4_XS's 16 levels (ggml-common.h's kvalues_iq4nl). */
+static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+
+/* The index of the level nearest v, the upper one on a tie (as ggml's
+ * best_index_int8). */
+static int iq4_index(float v)
+{
+    if (!(v > iq4_levels[0]))
+        return 0;
+    if (v >= iq4_levels[15])
+        return 15;
+    int k = 1;
+    while (v > iq4_levels[k])
+        k++; /* levels[k - 1] < v <= levels[k] */
+    return v - iq4_levels[k - 1] < iq4_levels[k] - v ? k - 1 : k;
+}
+
+/* The levels of a symmetric type: integers lo..hi, or (lo > hi) IQ4's. */
+typedef struct levels {
+    int lo, hi;
+} levels;
+
+static const levels IQ4 = {1, 0};
+
+/* Squared error of x (n) against a q, each q the nearest level (index for
+ * IQ4); the levels into q when it is not NULL. */
+static double scaled_err(levels lv, const float *x, int n, float a, int8_t *q)
+{
+    double e = 0;
+    for (int i = 0; i < n; i++) {
+        float v = a != 0 ? x[i] / a : 0.0f;
+        int l = lv.lo > lv.hi ? iq4_index(v) : nearest_in(v, lv.lo, lv.hi);
+        float y = a * (float)(lv.lo > lv.hi ? iq4_levels[l] : l);
+        double d = (double)y - x[i];
+        e += d * d;
+        if (q)
+            q[i] = (int8_t)l;
+    }
+    return e;
+}
+
+/* The descent: sub-block scale *l in [lo, hi] (the value's step d * l)
+ * moves by one while that lowers the squared error. */
+static void refine_scaled(levels lv, const float *x, int n, float d, int *l, int lo, int hi)
+{
+    double best = scaled_err(lv, x, n, d * (float)*l, NULL);
+    for (int step = 0; step < 64; step++) {
+        int from = *l;
+        for (int c = from - 1; c <= from + 1; c += 2) {
+            if (c < lo || c > hi)
+                continue;
+            double e = scaled_err(lv, x, n, d * (float)c, NULL);
+            if (e < best)
+                best = e, *l = c;
+        }
+        if (*l == from)
+            break;
+    }
+}
+
+/* The same for a scale and an offset, ls and lm in [0, top] (the value
+ * (d ls) q - (dmin lm)), over their eight neighbours. */
+static void refine_affine(const float *x, int n, int nmax, float d, float dmin, int *ls, int *lm,
+                          int top)
+{
+    double best = affine_err(x, n, nmax, d * (float)*ls, dmin * (float)*lm, NULL);
+    for (int step = 0; step < 64; step++) {
+        int s0 = *ls, m0 = *lm;
+        for (int s = s0 - 1; s <= s0 + 1; s++)
+            for (int m = m0 - 1; m <= m0 + 1; m++) {
+                if (s < 0 || s > top || m < 0 || m > top || (s == s0 && m == m0))
+                    continue;
+                double e = affine_err(x, n, nmax, d * (float)s, dmin * (float)m, NULL);
+                if (e < best)
+                    best = e, *ls = s, *lm = m;
+            }
+        if (*ls == s0 && *lm == m0)
+            break;
+    }
+}
+
+/* In the manner of ggml's make_qkx2_quants: a step a and offset o for x
+ * (n <= 32) ~ a q - o, q in 0..nmax, o >= 0 (free_min: of any sign). From
+ * the range [min(x, 0), max x] in nmax steps, then the trials of (nmax +
+ * rmin + rdelta k) steps over the range, k = 0..nstep: each trial's levels
+ * refitted by least squares weighted by w, the fit of least weighted error
+ * (absolute when mad, else squared) kept. Returns a, o in *off. */
+static float search_affine(const float *x, const float *w, int n, int nmax, float rmin,
+                           float rdelta, int nstep, int mad, int free_min, float *off)
+{
+    float lo = x[0], hi = x[0], sw = w[0], sx = w[0] * x[0];
+    for (int i = 1; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+        sw += w[i];
+        sx += w[i] * x[i];
+    }
+    if (lo > 0 && !free_min)
+        lo = 0;
+    if (hi == lo) {
+        *off = -lo;
+        return 0;
+    }
+    float m = lo, inv = (float)nmax / (hi - lo), a = 1 / inv, best = 0;
+    for (int i = 0; i < n; i++) {
+        float diff = a * (float)nearest_in(inv * (x[i] - m), 0, nmax) + m - x[i];
+        best += w[i] * (mad ? fabsf(diff) : diff * diff);
+    }
+    uint8_t L[32];
+    for (int k = 0; k <= nstep; k++) {
+        float t = (rmin + rdelta * (float)k + (float)nmax) / (hi - m);
+        float sl = 0, sl2 = 0, sxl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = nearest_in(t * (x[i] - m), 0, nmax);
+            L[i] = (uint8_t)l;
+            sl += w[i] * (float)l;
+            sl2 += w[i] * (float)l * (float)l;
+            sxl += w[i] * (float)l * x[i];
+        }
+        float D = sw * sl2 - sl * sl;
+        if (!(D > 0))
+            continue;
+        float ta = (sw * sxl - sx * sl) / D, tm = (sl2 * sx - sl * sxl) / D;
+        if (tm > 0 && !free_min) {
+            tm = 0;
+            ta = sxl / sl2;
+        }
+        float e = 0;
+        for (int i = 0; i < n; i++) {
+            float diff = ta * (float)L[i] + tm - x[i];
+            e += w[i] * (mad ? fabsf(diff) : diff * diff);
+        }
+        if (e < best) {
+            best = e;
+            a = ta;
+            m = tm;
+        }
+    }
+    *off = -m;
+    return a;
+}
+
+/* The entry of largest magnitude of x (n) into *max; returns its magnitude. */
+static float largest(const float *x, int n, float *max)
+{
+    float amax = 0;
+    *max = 0;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            *max = x[i];
+        }
+    return amax;
+}
+
+#define GROUP_EPS 1e-15f /* ggml's GROUP_MAX_EPS: a group below it is zeros */
+
+/* In the manner of ggml's make_qx_quants (weights x^2): a step a for x (n)
+ * ~ a q, q in -nmax..nmax-1: the trials (nmax + k / 10) / -max, k = 0, -9
+ * .. 9 (max the entry of largest magnitude), each trial's levels fitted by
+ * weighted least squares, the fit of most weighted correlation kept. */
+static float search_signed(const float *x, int n, int nmax)
+{
+    float max, a = 0, best = 0;
+    if (largest(x, n, &max) < GROUP_EPS)
+        return 0;
+    for (int k = 0; k < 19; k++) {
+        int is = k == 0 ? 0 : k <= 9 ? k - 10 : k - 9;
+        float inv = -((float)nmax + 0.1f * (float)is) / max, slx = 0, sl2 = 0;
+        for (int i = 0; i < n; i++) {
+            float l = (float)nearest_in(inv * x[i], -nmax, nmax - 1), w = x[i] * x[i];
+            slx += w * x[i] * l;
+            sl2 += w * l * l;
+        }
+        if (k == 0) {
+            a = sl2 > 0 ? slx / sl2 : 0.0f;
+            best = a * slx;
+        } else if (sl2 > 0 && slx * slx > best * sl2) {
+            a = slx / sl2;
+            best = a * slx;
+        }
+    }
+    return a;
+}
+
+/* In the manner of ggml's make_q3_quants (weights x^2): a step for x (n <=
+ * 16) ~ a q, q in -4..3, from 4 / -max, then up to five passes that move
+ * single levels while the weighted fit improves. */
+static float search_q3(const float *x, int n)
+{
+    float max;
+    if (largest(x, n, &max) < GROUP_EPS)
+        return 0;
+    float inv = -4.0f / max, slx = 0, sl2 = 0;
+    int L[16];
+    for (int i = 0; i < n; i++) {
+        float w = x[i] * x[i];
+        L[i] = nearest_in(inv * x[i], -4, 3);
+        slx += w * x[i] * (float)L[i];
+        sl2 += w * (float)L[i] * (float)L[i];
+    }
+    for (int pass = 0; pass < 5; pass++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = x[i] * x[i], s1 = slx - w * x[i] * (float)L[i];
+            if (!(s1 > 0))
+                continue;
+            float s2 = sl2 - w * (float)L[i] * (float)L[i];
+            int l = nearest_in(x[i] * s2 / s1, -4, 3);
+            if (l == L[i])
+                continue;
+            s1 += w * x[i] * (float)l;
+            s2 += w * (float)l * (float)l;
+            if (s2 > 0 && s1 * s1 * sl2 > slx * slx * s2) {
+                L[i] = l, slx = s1, sl2 = s2;
+                changed++;
+            }
+        }
+        if (!changed)
+            break;
+    }
+    return sl2 > 0 ? slx / sl2 : 0.0f;
+}
+
+/* In the manner of ggml's quantize_row_iq4_nl_impl (no importance matrix,
+ * weights x^2, 7 trials a side, as llama.cpp's quantizer calls it): the
+ * scale d of x (n <= 32) ~ d levels[q]. */
+static float search_nl(const float *x, int n)
+{
+    float max;
+    if (largest(x, n, &max) < GROUP_EPS)
+        return 0;
+    float d = -max / (float)iq4_levels[0], id = 1 / d, sqx = 0, sq2 = 0;
+    for (int i = 0; i < n; i++) {
+        float q = iq4_levels[iq4_index(id * x[i])], w = x[i] * x[i];
+        sqx += w * q * x[i];
+        sq2 += w * q * q;
+    }
+    d = sq2 > 0 ? sqx / sq2 : 0.0f;
+    float best = d * sqx;
+    for (int t = -7; t <= 7; t++) {
+        id = ((float)t + (float)iq4_levels[0]) / max;
+        sqx = sq2 = 0;
+        for (int i = 0; i < n; i++) {
+            float q = iq4_levels[iq4_index(id * x[i])], w = x[i] * x[i];
+            sqx += w * q * x[i];
+            sq2 += w * q * q;
+        }
+        if (sq2 > 0 && sqx * sqx > best * sq2) {
+            d = sqx / sq2;
+            best = d * sqx;
+        }
+    }
+    return d;
+}
+
+/* The 32-value blocks. Q8_0, Q4_0 and Q5_0 are ggml's references as they
+ * are (quantize_row_q8_0_ref, _q4_0_ref, _q5_0_ref: llama.cpp's quantizer
+ * calls them without an importance matrix), byte for byte. */
+
+static int q8_0_block(const float *x, unsigned char *b)
 {
     float amax = 0;
     for (int j = 0; j < 32; j++)
         amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    put16(b, gw_f32_to_f16(d));
+    float stored = put_scale(b, d);
     for (int j = 0; j < 32; j++)
         b[2 + j] = (unsigned char)(int8_t)roundf(x[j] * id);
+    return isnan(stored) ? -1 : 0;
 }
 
-static void q4_0_block(const float *x, unsigned char *b)
+/* Q4_0 (nmax 8, 4 bits) and Q5_0 (nmax 16, 5 bits, the fifth bits in a
+ * 32-bit word): d = (the x of largest magnitude) / -nmax, q = min(2 nmax -
+ * 1, trunc(x / d + nmax + 0.5)). */
+static int q_0_block(const float *x, unsigned char *b, int nmax)
 {
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; j++)
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    put16(b, gw_f32_to_f16(d));
-    for (int j = 0; j < 16; j++) {
-        int lo = (int)(x[j] * id + 8.5f), hi = (int)(x[j + 16] * id + 8.5f);
-        lo = lo > 15 ? 15 : lo;
-        hi = hi > 15 ? 15 : hi;
-        b[2 + j] = (unsigned char)(lo | hi << 4);
-    }
-}
-
-/* ggml's quantize_row_q5_0_ref: d = the entry of largest magnitude / -16,
- * q = min(31, trunc(x / d + 16.5)), the low nibbles packed as Q4_0's and
- * the fifth bits in a 32-bit word. */
-static void q5_0_block(const float *x, unsigned char *b)
-{
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; j++)
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    put16(b, gw_f32_to_f16(d));
+    float max;
+    largest(x, 32, &max);
+    const float d = max / -(float)nmax, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float half = (float)nmax + 0.5f;
+    float stored = put_scale(b, d);
+    unsigned char *qs = b + (nmax == 16 ? 6 : 2);
     uint32_t qh = 0;
     for (int j = 0; j < 16; j++) {
-        int lo = (int)(x[j] * id + 16.5f), hi = (int)(x[j + 16] * id + 16.5f);
-        lo = lo > 31 ? 31 : lo;
-        hi = hi > 31 ? 31 : hi;
-        b[6 + j] = (unsigned char)((lo & 0xF) | (hi & 0xF) << 4);
+        int lo = (int)(x[j] * id + half), hi = (int)(x[j + 16] * id + half);
+        lo = lo > 2 * nmax - 1 ? 2 * nmax - 1 : lo;
+        hi = hi > 2 * nmax - 1 ? 2 * nmax - 1 : hi;
+        qs[j] = (unsigned char)((lo & 0xF) | (hi & 0xF) << 4);
         qh |= (uint32_t)(lo >> 4) << j | (uint32_t)(hi >> 4) << (j + 16);
     }
-    for (int k = 0; k < 4; k++)
-        b[2 + k] = (unsigned char)(qh >> (8 * k));
+    if (nmax == 16)
+        for (int k = 0; k < 4; k++)
+            b[2 + k] = (unsigned char)(qh >> (8 * k));
+    return isnan(stored) ? -1 : 0;
 }
 
-static void q4_k_block(const float *x, unsigned char *b)
+/* Q4_1 (nmax 15) and Q5_1 (nmax 31): x ~ d q + m. Two candidates: ggml's
+ * reference (d = (max - min) / nmax, m = min) and search_affine's fit
+ * (unweighted, 20 trials, an offset of any sign); the one of less squared
+ * error under its stored float16 d and m is written. */
+static int q_1_block(const float *x, unsigned char *b, int nmax)
 {
-    float step[8], off[8], max_step = 0, max_off = 0;
-    for (int j = 0; j < 8; j++) {
-        float mn = 0, mx = x[32 * (size_t)j];
-        for (int l = 0; l < 32; l++) {
-            mn = x[32 * j + l] < mn ? x[32 * j + l] : mn;
-            mx = x[32 * j + l] > mx ? x[32 * j + l] : mx;
-        }
-        off[j] = -mn;
-        step[j] = (mx - mn) / 15.0f;
-        max_step = step[j] > max_step ? step[j] : max_step;
-        max_off = off[j] > max_off ? off[j] : max_off;
+    float lo = x[0], hi = x[0], w[32], off;
+    for (int j = 0; j < 32; j++) {
+        lo = x[j] < lo ? x[j] : lo;
+        hi = x[j] > hi ? x[j] : hi;
+        w[j] = 1.0f;
     }
-    uint16_t dh = gw_f32_to_f16(max_step / 63.0f), mh = gw_f32_to_f16(max_off / 63.0f);
-    const float d = f16_value(dh), dmin = f16_value(mh);
-    put16(b, dh);
-    put16(b + 2, mh);
-    unsigned char *scales = b + 4, *qs = b + 16;
-    memset(scales, 0, 12);
-    unsigned char q[256];
-    for (int j = 0; j < 8; j++) {
-        int sc = d > 0 ? clampi(lrintf(step[j] / d), 0, 63) : 0;
-        int m = dmin > 0 ? clampi(lrintf(off[j] / dmin), 0, 63) : 0;
-        const float a = d * (float)sc, o = dmin * (float)m;
+    float a = search_affine(x, w, 32, nmax, -1.0f, 0.1f, 20, 0, 1, &off);
+    const float cand[2][2] = {{(hi - lo) / (float)nmax, lo}, {a, -off}};
+    double best = INFINITY;
+    int pick = 0;
+    for (int c = 0; c < 2; c++) {
+        double e = affine_err(x, 32, nmax, f16_round(cand[c][0]), -f16_round(cand[c][1]), NULL);
+        if (e < best)
+            best = e, pick = c;
+    }
+    float d = put_scale(b, cand[pick][0]), m = put_scale(b + 2, cand[pick][1]);
+    uint8_t q[32];
+    affine_err(x, 32, nmax, d, -m, q);
+    unsigned char *qs = b + (nmax == 31 ? 8 : 4);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (unsigned char)((q[j] & 0xF) | (q[j + 16] & 0xF) << 4);
+        qh |= (uint32_t)(q[j] >> 4) << j | (uint32_t)(q[j + 16] >> 4) << (j + 16);
+    }
+    if (nmax == 31)
+        for (int k = 0; k < 4; k++)
+            b[4 + k] = (unsigned char)(qh >> (8 * k));
+    return isnan(d) || isnan(m) ? -1 : 0;
+}
+
+/* IQ4_NL: x ~ d levels[q]. d from search_nl; then, among the float16
+ * values within two steps of it (same sign), the one of least squared error. */
+static int iq4_nl_block(const float *x, unsigned char *b)
+{
+    uint16_t h0 = gw_f32_to_f16(search_nl(x, 32)), h = h0;
+    double best = scaled_err(IQ4, x, 32, f16_value(h0), NULL);
+    for (int k = -2; k <= 2; k++) {
+        uint16_t c = (uint16_t)(h0 + k);
+        if (k == 0 || (c & 0x8000u) != (h0 & 0x8000u) || (c & 0x7c00u) == 0x7c00u)
+            continue;
+        double e = scaled_err(IQ4, x, 32, f16_value(c), NULL);
+        if (e < best)
+            best = e, h = c;
+    }
+    put16(b, h);
+    int8_t q[32];
+    scaled_err(IQ4, x, 32, f16_value(h), q);
+    for (int j = 0; j < 16; j++)
+        b[2 + j] = (unsigned char)(q[j] | q[j + 16] << 4);
+    return (h & 0x7c00u) == 0x7c00u ? -1 : 0;
+}
+
+/* The 256-value super-blocks. */
+
+/* Q2_K, Q3_K's low bits: four runs of 32 per half of 128 in one byte each,
+ * two bits apiece (ggml's packing). */
+static void pack_2bit(const uint8_t *L, unsigned char *qs)
+{
+    for (int h = 0; h < 256; h += 128)
         for (int l = 0; l < 32; l++)
-            q[32 * j + l] = (unsigned char)(a > 0 ? clampi(lrintf((x[32 * j + l] + o) / a), 0, 15)
-                                                  : 0);
-        /* the 6-bit packing: j < 4 in the low bits of bytes j and j + 4; j >= 4
-         * split into the low nibbles of byte j + 4 and the top bits of j - 4, j */
+            qs[h / 4 + l] = (unsigned char)(L[h + l] | L[h + l + 32] << 2 | L[h + l + 64] << 4 |
+                                            L[h + l + 96] << 6);
+}
+
+/* Q2_K: 16 sub-blocks of 16, x ~ (d sc_j) q - (dmin m_j), q in 0..3, sc and
+ * m 4-bit; sub-blocks as make_qkx2_quants(16, 3, weights |x|, -0.5, 0.1,
+ * 15, absolute error), as quantize_row_q2_K_ref. */
+static int q2_k_block(const float *x, unsigned char *b)
+{
+    float sc[16], mn[16], w[16], max_sc = 0, max_mn = 0;
+    for (int j = 0; j < 16; j++) {
+        for (int l = 0; l < 16; l++)
+            w[l] = fabsf(x[16 * j + l]);
+        sc[j] = search_affine(x + 16 * j, w, 16, 3, -0.5f, 0.1f, 15, 1, 0, &mn[j]);
+        max_sc = sc[j] > max_sc ? sc[j] : max_sc;
+        max_mn = mn[j] > max_mn ? mn[j] : max_mn;
+    }
+    int ls[16], lm[16];
+    for (int j = 0; j < 16; j++) {
+        ls[j] = max_sc > 0 ? nearest_in(15.0f / max_sc * sc[j], 0, 15) : 0;
+        lm[j] = max_mn > 0 ? nearest_in(15.0f / max_mn * mn[j], 0, 15) : 0;
+    }
+    float d = put_scale(b + 80, max_sc > 0 ? max_sc / 15.0f : 0.0f);
+    float dmin = put_scale(b + 82, max_mn > 0 ? max_mn / 15.0f : 0.0f);
+    uint8_t L[256];
+    for (int j = 0; j < 16; j++) {
+        refine_affine(x + 16 * j, 16, 3, d, dmin, &ls[j], &lm[j], 15);
+        b[j] = (unsigned char)(ls[j] | lm[j] << 4);
+        affine_err(x + 16 * j, 16, 3, d * (float)ls[j], dmin * (float)lm[j], L + 16 * j);
+    }
+    pack_2bit(L, b + 16);
+    return isnan(d) || isnan(dmin) ? -1 : 0;
+}
+
+/* Q3_K: 16 sub-blocks of 16, x ~ (d sc_j) q, q in -4..3 (the third bit in
+ * hmask), sc 6-bit signed; sub-blocks as make_q3_quants, d = -(the scale
+ * of largest magnitude) / 32, as quantize_row_q3_K_ref. */
+static int q3_k_block(const float *x, unsigned char *b)
+{
+    float sc[16], max_sc;
+    for (int j = 0; j < 16; j++)
+        sc[j] = search_q3(x + 16 * j, 16);
+    largest(sc, 16, &max_sc);
+    int l[16] = {0};
+    float inv = max_sc != 0 ? -32.0f / max_sc : 0.0f;
+    float d = put_scale(b + 108, max_sc != 0 ? 1 / inv : 0.0f);
+    unsigned char *s = b + 96, *hmask = b;
+    memset(b, 0, 108);
+    uint8_t L[256];
+    for (int j = 0; j < 16; j++) {
+        l[j] = nearest_in(inv * sc[j], -32, 31);
+        refine_scaled((levels){-4, 3}, x + 16 * j, 16, d, &l[j], -32, 31);
+        int u = l[j] + 32;
+        s[j < 8 ? j : j - 8] |= (unsigned char)((u & 0xF) << (j < 8 ? 0 : 4));
+        s[8 + j % 4] |= (unsigned char)((u >> 4) << (2 * (j / 4)));
+        int8_t q[16];
+        scaled_err((levels){-4, 3}, x + 16 * j, 16, d * (float)l[j], q);
+        for (int i = 0; i < 16; i++)
+            L[16 * j + i] = (uint8_t)(q[i] + 4);
+    }
+    for (int e = 0; e < 256; e++) /* the high bit of element e: bit e / 32 of byte e % 32 */
+        if (L[e] > 3) {
+            hmask[e % 32] |= (unsigned char)(1u << (e / 32));
+            L[e] -= 4;
+        }
+    pack_2bit(L, b + 32);
+    return isnan(d) ? -1 : 0;
+}
+
+/* Q4_K and Q5_K (nmax 15, 31): 8 sub-blocks of 32, x ~ (d sc_j) q - (dmin
+ * m_j), sc and m 6-bit (packed as get_scale_min_k4 reads them); sub-blocks
+ * as make_qkx2_quants(32, nmax, weights rms + |x|, rmin, 0.1, nstep, squared
+ * error), as quantize_row_q4_K_ref (rmin -1, 20 trials) and
+ * quantize_row_q5_K_ref (-0.5, 15). The levels into q. */
+static int k_affine_block(const float *x, unsigned char *b, int nmax, float rmin, int nstep,
+                          uint8_t *q)
+{
+    float sc[8], mn[8], w[32], max_sc = 0, max_mn = 0;
+    for (int j = 0; j < 8; j++) {
+        const float *v = x + 32 * j;
+        float s2 = 0;
+        for (int l = 0; l < 32; l++)
+            s2 += v[l] * v[l];
+        const float rms = sqrtf(s2 / 32);
+        for (int l = 0; l < 32; l++)
+            w[l] = rms + fabsf(v[l]);
+        sc[j] = search_affine(v, w, 32, nmax, rmin, 0.1f, nstep, 0, 0, &mn[j]);
+        max_sc = sc[j] > max_sc ? sc[j] : max_sc;
+        max_mn = mn[j] > max_mn ? mn[j] : max_mn;
+    }
+    const float is = max_sc > 0 ? 63.0f / max_sc : 0.0f, im = max_mn > 0 ? 63.0f / max_mn : 0.0f;
+    float d = put_scale(b, max_sc / 63.0f), dmin = put_scale(b + 2, max_mn / 63.0f);
+    unsigned char *s = b + 4;
+    memset(s, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        int ls = nearest_in(is * sc[j], 0, 63), lm = nearest_in(im * mn[j], 0, 63);
+        refine_affine(x + 32 * j, 32, nmax, d, dmin, &ls, &lm, 63);
+        affine_err(x + 32 * j, 32, nmax, d * (float)ls, dmin * (float)lm, q + 32 * j);
+        /* j < 4: the low 6 bits of bytes j and j + 4; j >= 4: the nibbles of
+         * byte j + 4 and the top two bits of bytes j - 4 and j */
         if (j < 4) {
-            scales[j] |= (unsigned char)sc;
-            scales[j + 4] |= (unsigned char)m;
+            s[j] |= (unsigned char)ls;
+            s[j + 4] |= (unsigned char)lm;
         } else {
-            scales[j + 4] = (unsigned char)((sc & 0xF) | (m & 0xF) << 4);
-            scales[j - 4] |= (unsigned char)((sc >> 4) << 6);
-            scales[j] |= (unsigned char)((m >> 4) << 6);
+            s[j + 4] = (unsigned char)((ls & 0xF) | (lm & 0xF) << 4);
+            s[j - 4] |= (unsigned char)((ls >> 4) << 6);
+            s[j] |= (unsigned char)((lm >> 4) << 6);
         }
     }
+    return isnan(d) || isnan(dmin) ? -1 : 0;
+}
+
+static int q4_k_block(const float *x, unsigned char *b)
+{
+    uint8_t q[256];
+    int rc = k_affine_block(x, b, 15, -1.0f, 20, q);
     for (int p = 0; p < 4; p++) /* 32 bytes per pair of sub-blocks: 2p low, 2p + 1 high */
         for (int l = 0; l < 32; l++)
-            qs[32 * p + l] = (unsigned char)(q[64 * p + l] | q[64 * p + 32 + l] << 4);
+            b[16 + 32 * p + l] = (unsigned char)(q[64 * p + l] | q[64 * p + 32 + l] << 4);
+    return rc;
 }
 
-static void q6_k_block(const float *x, unsigned char *b)
+static int q5_k_block(const float *x, unsigned char *b)
 {
-    float step[16], max_step = 0;
+    uint8_t q[256];
+    int rc = k_affine_block(x, b, 31, -0.5f, 15, q);
+    unsigned char *qh = b + 16, *qs = b + 48;
+    memset(qh, 0, 32);
+    for (int p = 0; p < 4; p++) /* as Q4_K, the fifth bits: bit 2p (low), 2p + 1 (high) */
+        for (int l = 0; l < 32; l++) {
+            uint8_t lo = q[64 * p + l], hi = q[64 * p + 32 + l];
+            qs[32 * p + l] = (unsigned char)((lo & 0xF) | (hi & 0xF) << 4);
+            qh[l] |= (unsigned char)((lo >> 4) << (2 * p) | (hi >> 4) << (2 * p + 1));
+        }
+    return rc;
+}
+
+/* Q6_K: 16 sub-blocks of 16, x ~ (d sc_j) q, q in -32..31, sc int8;
+ * sub-blocks as make_qx_quants(16, 32, weights x^2), d = -(the scale of
+ * largest magnitude) / 128, as quantize_row_q6_K_ref. */
+static int q6_k_block(const float *x, unsigned char *b)
+{
+    float sc[16], max_sc;
+    for (int j = 0; j < 16; j++)
+        sc[j] = search_signed(x + 16 * j, 16, 32);
+    const float amax = largest(sc, 16, &max_sc);
+    memset(b, 0, 210);
+    if (amax < GROUP_EPS)
+        return 0; /* zeros: d = 0 */
+    const float inv = -128.0f / max_sc;
+    float d = put_scale(b + 208, 1 / inv);
+    int8_t *scales = (int8_t *)(void *)(b + 192);
+    uint8_t L[256];
     for (int j = 0; j < 16; j++) {
-        float amax = 0;
-        for (int l = 0; l < 16; l++)
-            amax = fabsf(x[16 * j + l]) > amax ? fabsf(x[16 * j + l]) : amax;
-        step[j] = amax / 31.0f;
-        max_step = step[j] > max_step ? step[j] : max_step;
-    }
-    uint16_t dh = gw_f32_to_f16(max_step / 127.0f);
-    const float d = f16_value(dh);
-    unsigned char L[256];
-    int8_t *sc = (int8_t *)(void *)(b + 192);
-    for (int j = 0; j < 16; j++) {
-        sc[j] = (int8_t)(d > 0 ? clampi(lrintf(step[j] / d), -128, 127) : 0);
-        const float a = d * (float)sc[j];
-        for (int l = 0; l < 16; l++)
-            L[16 * j + l] =
-                (unsigned char)((a > 0 ? clampi(lrintf(x[16 * j + l] / a), -32, 31) : 0) + 32);
+        int l = nearest_in(inv * sc[j], -128, 127);
+        refine_scaled((levels){-32, 31}, x + 16 * j, 16, d, &l, -128, 127);
+        scales[j] = (int8_t)l;
+        int8_t q[16];
+        scaled_err((levels){-32, 31}, x + 16 * j, 16, d * (float)l, q);
+        for (int i = 0; i < 16; i++)
+            L[16 * j + i] = (uint8_t)(q[i] + 32);
     }
     unsigned char *ql = b, *qh = b + 128;
     for (int h = 0; h < 2; h++) /* per half of 128: runs of 32 at 0, 32, 64, 96 */
         for (int l = 0; l < 32; l++) {
-            const unsigned char *e = L + 128 * (size_t)h + (size_t)l;
+            const uint8_t *e = L + 128 * h + l;
             ql[64 * h + l] = (unsigned char)((e[0] & 0xF) | (e[64] & 0xF) << 4);
             ql[64 * h + 32 + l] = (unsigned char)((e[32] & 0xF) | (e[96] & 0xF) << 4);
             qh[32 * h + l] = (unsigned char)((e[0] >> 4) | (e[32] >> 4) << 2 | (e[64] >> 4) << 4 |
                                              (e[96] >> 4) << 6);
         }
-    put16(b + 208, dh);
+    return isnan(d) ? -1 : 0;
+}
+
+/* IQ4_XS: 8 sub-blocks of 32, x ~ (d sc_j) levels[q], sc 6-bit signed;
+ * sub-blocks as search_nl, d = -(the scale of largest magnitude) / 32, as
+ * quantize_iq4_xs. */
+static int iq4_xs_block(const float *x, unsigned char *b)
+{
+    float sc[8], max_sc;
+    for (int j = 0; j < 8; j++)
+        sc[j] = search_nl(x + 32 * j, 32);
+    largest(sc, 8, &max_sc);
+    memset(b, 0, 136);
+    const float d0 = -max_sc / 32, id = d0 != 0 ? 1 / d0 : 0.0f;
+    float d = put_scale(b, d0);
+    unsigned scales_h = 0;
+    for (int j = 0; j < 8; j++) {
+        int l = nearest_in(id * sc[j], -32, 31);
+        refine_scaled(IQ4, x + 32 * j, 32, d, &l, -32, 31);
+        int u = l + 32;
+        b[4 + j / 2] |= (unsigned char)((u & 0xF) << (4 * (j % 2)));
+        scales_h |= (unsigned)(u >> 4) << (2 * j);
+        int8_t q[32];
+        scaled_err(IQ4, x + 32 * j, 32, d * (float)l, q);
+        for (int i = 0; i < 16; i++)
+            b[8 + 16 * j + i] = (unsigned char)(q[i] | q[i + 16] << 4);
+    }
+    put16(b + 2, (uint16_t)scales_h);
+    return isnan(d) ? -1 : 0;
 }
 
 static size_t block_of(uint32_t type, size_t *bytes)
@@ -226,9 +709,16 @@ static size_t block_of(uint32_t type, size_t *bytes)
     case GW_BF16: *bytes = 2; return 1;
     case GW_Q8_0: *bytes = 34; return 32;
     case GW_Q4_0: *bytes = 18; return 32;
+    case GW_Q4_1: *bytes = 20; return 32;
     case GW_Q5_0: *bytes = 22; return 32;
+    case GW_Q5_1: *bytes = 24; return 32;
+    case GW_IQ4_NL: *bytes = 18; return 32;
+    case GW_Q2_K: *bytes = 84; return 256;
+    case GW_Q3_K: *bytes = 110; return 256;
     case GW_Q4_K: *bytes = 144; return 256;
+    case GW_Q5_K: *bytes = 176; return 256;
     case GW_Q6_K: *bytes = 210; return 256;
+    case GW_IQ4_XS: *bytes = 136; return 256;
     default: *bytes = 0; return 0;
     }
 }
@@ -247,6 +737,7 @@ int gw_quantize_row(uint32_t type, const float *x, size_t n, unsigned char *out)
     for (size_t i = 0; i < n / bs; i++) {
         const float *v = x + i * bs;
         unsigned char *o = out + i * bb;
+        int rc = 0;
         switch (type) {
         case GW_F32: memcpy(o, v, 4); break; /* the machines are little endian */
         case GW_F16:
@@ -255,12 +746,21 @@ int gw_quantize_row(uint32_t type, const float *x, size_t n, unsigned char *out)
             put16(o, gw_f32_to_f16(*v));
             break;
         case GW_BF16: put16(o, f32_to_bf16(*v)); break;
-        case GW_Q8_0: q8_0_block(v, o); break;
-        case GW_Q4_0: q4_0_block(v, o); break;
-        case GW_Q5_0: q5_0_block(v, o); break;
-        case GW_Q4_K: q4_k_block(v, o); break;
-        default: q6_k_block(v, o); break;
+        case GW_Q8_0: rc = q8_0_block(v, o); break;
+        case GW_Q4_0: rc = q_0_block(v, o, 8); break;
+        case GW_Q5_0: rc = q_0_block(v, o, 16); break;
+        case GW_Q4_1: rc = q_1_block(v, o, 15); break;
+        case GW_Q5_1: rc = q_1_block(v, o, 31); break;
+        case GW_IQ4_NL: rc = iq4_nl_block(v, o); break;
+        case GW_Q2_K: rc = q2_k_block(v, o); break;
+        case GW_Q3_K: rc = q3_k_block(v, o); break;
+        case GW_Q4_K: rc = q4_k_block(v, o); break;
+        case GW_Q5_K: rc = q5_k_block(v, o); break;
+        case GW_Q6_K: rc = q6_k_block(v, o); break;
+        default: rc = iq4_xs_block(v, o); break;
         }
+        if (rc != 0)
+            return -1;
     }
     return 0;
 }
@@ -370,6 +870,22 @@ static int is_byte_piece(const char *p, size_t n)
     return n == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && p[5] == '>';
 }
 
+uint32_t gw_file_type(uint32_t type)
+{
+    /* llama.h's LLAMA_FTYPE_*: ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q4_1 3, Q8_0 7,
+     * Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_M 12, Q4_K_M 15, Q5_K_M 17, Q6_K 18,
+     * IQ4_NL 25, IQ4_XS 30, BF16 32 */
+    static const struct {
+        uint32_t type, ftype;
+    } map[] = {{GW_F32, 0},   {GW_F16, 1},   {GW_Q4_0, 2},    {GW_Q4_1, 3},    {GW_Q8_0, 7},
+               {GW_Q5_0, 8},  {GW_Q5_1, 9},  {GW_Q2_K, 10},   {GW_Q3_K, 12},   {GW_Q4_K, 15},
+               {GW_Q5_K, 17}, {GW_Q6_K, 18}, {GW_IQ4_NL, 25}, {GW_IQ4_XS, 30}, {GW_BF16, 32}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (map[i].type == type)
+            return map[i].ftype;
+    return 0;
+}
+
 /* The metadata; returns the number of pairs. */
 static uint64_t metadata(buf *b, const gw_spec *s)
 {
@@ -382,6 +898,7 @@ static uint64_t metadata(buf *b, const gw_spec *s)
     quantized |= s->emb_type != GW_F32 && s->emb_type != GW_F16 && s->emb_type != GW_BF16;
     if (quantized)
         key(b, "general.quantization_version", K_U32), put_u32(b, 2), n++;
+    key(b, "general.file_type", K_U32), put_u32(b, gw_file_type(s->type)), n++;
     const struct {
         const char *k;
         int32_t v;
@@ -468,11 +985,17 @@ static int write_tensor(FILE *f, gw_source src, void *user, const float *rope_fr
 }
 
 /* The type a tensor of `cols` columns gets for `want` (the fallbacks of
- * gw_spec.fallback). */
+ * gw_spec.fallback): llama.cpp's tensor_type_fallback (src/llama-quant.cpp),
+ * a 256-value type to its 32-value neighbour, then F16. */
 static uint32_t fitting(uint32_t want, size_t cols)
 {
     while (!gw_row_bytes(want, cols) && want != GW_F16)
-        want = want == GW_Q4_K ? GW_Q5_0 : want == GW_Q6_K ? GW_Q8_0 : GW_F16; /* llama.cpp's */
+        want = want == GW_Q2_K || want == GW_Q3_K ? GW_Q4_0
+               : want == GW_Q4_K                  ? GW_Q5_0
+               : want == GW_Q5_K                  ? GW_Q5_1
+               : want == GW_Q6_K                  ? GW_Q8_0
+               : want == GW_IQ4_XS                ? GW_IQ4_NL
+                                                  : GW_F16;
     return want;
 }
 
