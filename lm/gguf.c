@@ -997,8 +997,8 @@ static kve_status read_vocab_meta(const lm_gguf *g, uint64_t n, vocab_meta *v)
         v->bos = 11, v->eos = 11, v->unk = -1;
         if (!lm__pre_lookup(pre, plen, &v->pre, &v->add_bos, &v->ignore_merges, &bos_null))
             return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.pre '%.*s' is not supported "
-                           "(the decoder's pre-tokenizers: %s)", plen > 64 ? 64 : (int)plen, pre,
-                           lm__pre_names());
+                           "(the decoder has default, gpt-2, llama-bpe, qwen2, smollm and their "
+                           "aliases: docs/decoder.md)", plen > 64 ? 64 : (int)plen, pre);
     } else {
         return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.model '%.*s' is not supported "
                        "(llama, SentencePiece, and gpt2, byte-level BPE; give token ids instead)",

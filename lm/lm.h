@@ -530,8 +530,6 @@ int lm_token_ends(const lm_tokenizer *t, int32_t token);
  * (bos_null 1). An empty name is DEFAULT (llama.cpp warns). */
 int lm__pre_lookup(const char *name, size_t len, lm_tok_pre *pre, int *add_bos, int *ignore_merges,
                    int *bos_null);
-/* The names lm__pre_lookup knows, for messages: "default, gpt-2, ...". */
-const char *lm__pre_names(void);
 /* Fills t->text, t->user, t->eog (eos, eot, eom: -1 none, and the pieces
  * named as ends of turn) and the byte tables of a GGUF tokenizer whose
  * pieces, attributes and special ids are set (vocab.c). */

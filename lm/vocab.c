@@ -124,31 +124,26 @@ static size_t put_utf8(uint32_t cp, unsigned char *out)
 }
 
 /* GPT-2's bytes_to_unicode: the printable bytes ! .. ~, ¡ .. ¬ and ® .. ÿ
- * stand for themselves, the other 68 for U+0100 onwards in byte order. */
+ * stand for themselves, the other 68 (0x00 .. 0x20, 0x7F .. 0xA0, 0xAD)
+ * for U+0100 onwards in byte order. */
 static uint32_t byte_char(unsigned b)
 {
-    int self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    if (self)
-        return b;
-    unsigned before = 0; /* bytes below b that do not stand for themselves */
-    for (unsigned x = 0; x < b; x++)
-        before += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
-    return 0x100 + before;
+    if (b <= 0x20)
+        return 0x100 + b;
+    if (b >= 0x7F && b <= 0xA0)
+        return 0x100 + 33 + (b - 0x7F);
+    return b == 0xAD ? 0x100 + 67 : b;
 }
 
 /* The byte GPT-2's character cp stands for, -1 if none. */
 static int char_byte(uint32_t cp)
 {
-    static int16_t table[0x144];
-    static int ready; /* a benign race: every thread writes the same values */
-    if (!ready) {
-        for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-            table[i] = -1;
-        for (unsigned b = 0; b < 256; b++)
-            table[byte_char(b)] = (int16_t)b;
-        ready = 1;
-    }
-    return cp < sizeof table / sizeof table[0] ? table[cp] : -1;
+    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
+        return (int)cp;
+    if (cp < 0x100 || cp >= 0x100 + 68)
+        return -1;
+    uint32_t k = cp - 0x100;
+    return k < 33 ? (int)k : k < 67 ? (int)(0x7F + k - 33) : 0xAD;
 }
 
 /* ---- pre-tokenizers ----
@@ -373,18 +368,6 @@ int lm__pre_lookup(const char *name, size_t len, lm_tok_pre *pre, int *add_bos, 
     *ignore_merges = hit->ignore_merges;
     *bos_null = hit->bos_null;
     return 1;
-}
-
-const char *lm__pre_names(void)
-{
-    static char names[1024];
-    if (!names[0]) { /* a benign race: every thread writes the same bytes */
-        size_t o = 0;
-        for (size_t i = 0; i < sizeof pre_names / sizeof pre_names[0]; i++)
-            o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "",
-                                  pre_names[i].name);
-    }
-    return names;
 }
 
 /* ---- merging ---- */

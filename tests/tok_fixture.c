@@ -21,6 +21,7 @@
  * other printable bytes, or one other byte. The same arguments write the
  * same bytes.
  */
+#include "gguf_kv.h"
 #include "gw_fixture.h"
 #include "lm.h"
 
@@ -28,80 +29,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { G_U32 = 4, G_I32 = 5, G_BOOL = 7, G_STRING = 8, G_ARRAY = 9 };
-
 static void fail(const char *what)
 {
     fprintf(stderr, "tok_fixture: %s\n", what);
     exit(1);
 }
 
-/* ---- raw metadata pairs ---- */
-
-typedef struct kv {
-    fx_buf b;
-    size_t count;
-} kv;
-
-static void put_u32(fx_buf *b, uint32_t v)
-{
-    unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-                           (unsigned char)(v >> 24)};
-    fx_put(b, le, 4);
-}
-
-static void put_str(fx_buf *b, const char *s, size_t n)
-{
-    put_u32(b, (uint32_t)n);
-    put_u32(b, 0);
-    fx_put(b, s, n);
-}
-
-static void key(kv *k, const char *name, uint32_t type)
-{
-    put_str(&k->b, name, strlen(name));
-    put_u32(&k->b, type);
-    k->count++;
-}
-
-static void key_str(kv *k, const char *name, const char *v)
-{
-    key(k, name, G_STRING);
-    put_str(&k->b, v, strlen(v));
-}
-
-static void key_u32(kv *k, const char *name, uint32_t v)
-{
-    key(k, name, G_U32);
-    put_u32(&k->b, v);
-}
-
-static void key_bool(kv *k, const char *name, int v)
-{
-    unsigned char c = (unsigned char)(v != 0);
-    key(k, name, G_BOOL);
-    fx_put(&k->b, &c, 1);
-}
-
-static void key_array(kv *k, const char *name, uint32_t et, size_t n)
-{
-    key(k, name, G_ARRAY);
-    put_u32(&k->b, et);
-    put_u32(&k->b, (uint32_t)n);
-    put_u32(&k->b, 0);
-}
-
 /* KEY=VALUE options: which keys they set, and their pairs. */
 static const struct opt {
     const char *name, *key;
     uint32_t type;
-} opts[] = {{"add_bos", "tokenizer.ggml.add_bos_token", G_BOOL},
-            {"add_eos", "tokenizer.ggml.add_eos_token", G_BOOL},
-            {"add_space_prefix", "tokenizer.ggml.add_space_prefix", G_BOOL},
-            {"bos", "tokenizer.ggml.bos_token_id", G_U32},
-            {"eos", "tokenizer.ggml.eos_token_id", G_U32},
-            {"pre", "tokenizer.ggml.pre", G_STRING},
-            {"model", "tokenizer.ggml.model", G_STRING}};
+} opts[] = {{"add_bos", "tokenizer.ggml.add_bos_token", KV_BOOL},
+            {"add_eos", "tokenizer.ggml.add_eos_token", KV_BOOL},
+            {"add_space_prefix", "tokenizer.ggml.add_space_prefix", KV_BOOL},
+            {"bos", "tokenizer.ggml.bos_token_id", KV_U32},
+            {"eos", "tokenizer.ggml.eos_token_id", KV_U32},
+            {"pre", "tokenizer.ggml.pre", KV_STRING},
+            {"model", "tokenizer.ggml.model", KV_STRING}};
 
 static const struct opt *opt_of(const char *arg, const char **value)
 {
@@ -115,22 +59,22 @@ static const struct opt *opt_of(const char *arg, const char **value)
     exit(2);
 }
 
-static void put_opts(kv *k, int argc, char **argv)
+static void put_opts(kv_pairs *k, int argc, char **argv)
 {
     for (int i = 0; i < argc; i++) {
         const char *v;
         const struct opt *o = opt_of(argv[i], &v);
-        if (o->type == G_BOOL)
-            key_bool(k, o->key, atoi(v));
-        else if (o->type == G_U32)
-            key_u32(k, o->key, (uint32_t)strtoul(v, NULL, 10));
+        if (o->type == KV_BOOL)
+            kv_key_bool(k, o->key, atoi(v));
+        else if (o->type == KV_U32)
+            kv_key_u32(k, o->key, (uint32_t)strtoul(v, NULL, 10));
         else
-            key_str(k, o->key, v);
+            kv_key_str(k, o->key, v);
     }
 }
 
 /* Writes a random model of V tokens carrying the pairs k. */
-static void write_model(const char *path, int32_t V, const kv *k)
+static void write_model(const char *path, int32_t V, const kv_pairs *k)
 {
     fx_model fx;
     fx_model_init(&fx, 32, 64, 1, 2, 1, V, 128, 1, 5);
@@ -149,7 +93,7 @@ static void write_model(const char *path, int32_t V, const kv *k)
 /* ---- vocab: another file's vocabulary, some keys changed ---- */
 
 typedef struct filter {
-    kv *k;
+    kv_pairs *k;
     int argc;
     char **argv;
 } filter;
@@ -174,7 +118,7 @@ static int vocab_mode(int argc, char **argv)
     lm_model *m = NULL;
     if (lm_model_open(argv[0], NULL, &m) != KVE_OK)
         fail(kve_last_error());
-    kv k = {{0}, 0};
+    kv_pairs k = {{0}, 0};
     filter f = {&k, argc - 2, argv + 2};
     lm_gguf_pairs(m, "tokenizer.", keep_pair, &f);
     put_opts(&k, argc - 2, argv + 2);
@@ -221,24 +165,6 @@ static int32_t vocab_add(vocab *v, const char *s, size_t len)
     v->s[v->n][len] = '\0';
     v->len[v->n] = len;
     return (int32_t)v->n++;
-}
-
-/* GPT-2's character for byte b, as UTF-8. */
-static size_t byte_utf8(unsigned b, char *out)
-{
-    unsigned cp = b;
-    if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
-        cp = 0x100;
-        for (unsigned x = 0; x < b; x++)
-            cp += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    out[0] = (char)(0xC0 | cp >> 6);
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
 }
 
 static int is_letter(unsigned char c)
@@ -327,7 +253,7 @@ static int bpe_mode(int argc, char **argv)
     vocab v = {0};
     for (unsigned b = 0; b < 256; b++) {
         char u[2];
-        vocab_add(&v, u, byte_utf8(b, u));
+        vocab_add(&v, u, kv_byte_char(b, u));
     }
     fx_buf merge_list = {0}; /* "left right" strings, NUL-separated */
     size_t n_merges = 0, table_n = 1u << 18;
@@ -383,20 +309,20 @@ static int bpe_mode(int argc, char **argv)
     vocab_add(&v, "<|eot_id|>", 10);
     vocab_add(&v, "<|sep|>", 7);
 
-    kv k = {{0}, 0};
-    key_str(&k, "tokenizer.ggml.model", "gpt2");
+    kv_pairs k = {{0}, 0};
+    kv_key_str(&k, "tokenizer.ggml.model", "gpt2");
     if (strcmp(pre, "-") != 0)
-        key_str(&k, "tokenizer.ggml.pre", pre);
-    key_array(&k, "tokenizer.ggml.tokens", G_STRING, v.n);
+        kv_key_str(&k, "tokenizer.ggml.pre", pre);
+    kv_key_array(&k, "tokenizer.ggml.tokens", KV_STRING, v.n);
     for (size_t i = 0; i < v.n; i++)
-        put_str(&k.b, v.s[i], v.len[i]);
-    key_array(&k, "tokenizer.ggml.token_type", G_I32, v.n);
+        kv_str(&k.b, v.s[i], v.len[i]);
+    kv_key_array(&k, "tokenizer.ggml.token_type", KV_I32, v.n);
     for (size_t i = 0; i < v.n; i++)
-        put_u32(&k.b, i + 3 < v.n ? 1 : i + 1 < v.n ? 3 : 4);
-    key_array(&k, "tokenizer.ggml.merges", G_STRING, n_merges);
+        kv_u32(&k.b, i + 3 < v.n ? 1 : i + 1 < v.n ? 3 : 4);
+    kv_key_array(&k, "tokenizer.ggml.merges", KV_STRING, n_merges);
     for (size_t i = 0, o = 0; i < n_merges; i++) {
         size_t len = strlen((const char *)merge_list.p + o);
-        put_str(&k.b, (const char *)merge_list.p + o, len);
+        kv_str(&k.b, (const char *)merge_list.p + o, len);
         o += len + 1;
     }
     int given_bos = 0, given_eos = 0;
@@ -405,9 +331,9 @@ static int bpe_mode(int argc, char **argv)
         given_eos |= strncmp(argv[i], "eos=", 4) == 0;
     }
     if (!given_bos)
-        key_u32(&k, "tokenizer.ggml.bos_token_id", (uint32_t)eot);
+        kv_key_u32(&k, "tokenizer.ggml.bos_token_id", (uint32_t)eot);
     if (!given_eos)
-        key_u32(&k, "tokenizer.ggml.eos_token_id", (uint32_t)eot);
+        kv_key_u32(&k, "tokenizer.ggml.eos_token_id", (uint32_t)eot);
     put_opts(&k, argc - 4, argv + 4);
     write_model(out, (int32_t)v.n, &k);
     fprintf(stderr, "tok_fixture: %zu pieces, %zu merges\n", v.n, n_merges);
