@@ -18,6 +18,7 @@
  * which preserves sequence order through every merge.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "heap.h"
 #include "lm.h"
 
 #include <errno.h>
@@ -48,18 +49,22 @@ typedef struct sort_item {
     int32_t len, id;
 } sort_item;
 
-static int cmp_items(const void *x, const void *y)
+/* By bytes, then by id: ascending (dir 1) or descending (-1). */
+static int cmp_items_dir(const void *x, const void *y, int dir)
 {
     const sort_item *a = x, *b = y;
     int c = cmp_bytes(a->p, (size_t)a->len, b->p, (size_t)b->len);
-    return c != 0 ? c : (a->id > b->id) - (a->id < b->id);
+    return c != 0 ? c : dir * ((a->id > b->id) - (a->id < b->id));
+}
+
+static int cmp_items(const void *x, const void *y)
+{
+    return cmp_items_dir(x, y, 1);
 }
 
 static int cmp_items_last(const void *x, const void *y) /* equal bytes: the highest id first */
 {
-    const sort_item *a = x, *b = y;
-    int c = cmp_bytes(a->p, (size_t)a->len, b->p, (size_t)b->len);
-    return c != 0 ? c : (a->id < b->id) - (a->id > b->id);
+    return cmp_items_dir(x, y, -1);
 }
 
 void lm_tokenizer_free(lm_tokenizer *t)
@@ -319,38 +324,7 @@ static int before(const pair *a, const pair *b) /* a pops before b */
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void heap_push(encoder *e, pair p)
-{
-    size_t i = e->heap_n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!before(&p, &e->heap[up]))
-            break;
-        e->heap[i] = e->heap[up];
-        i = up;
-    }
-    e->heap[i] = p;
-}
-
-static pair heap_pop(encoder *e)
-{
-    pair top = e->heap[0], last = e->heap[--e->heap_n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= e->heap_n)
-            break;
-        if (c + 1 < e->heap_n && before(&e->heap[c + 1], &e->heap[c]))
-            c++;
-        if (!before(&e->heap[c], &last))
-            break;
-        e->heap[i] = e->heap[c];
-        i = c;
-    }
-    if (e->heap_n)
-        e->heap[i] = last;
-    return top;
-}
+LM_HEAP(heap, pair, before)
 
 /* Pushes the pair (left, next[left]) if its concatenation is a piece that
  * run.c would merge: its score beats run.c's starting best of -1e10. */
@@ -369,7 +343,7 @@ static void consider(encoder *e, size_t left)
     int32_t id = lm_piece_id(t, e->buf, la + lb);
     if (id < 0 || !(t->score[id] > -1e10f))
         return;
-    heap_push(e, (pair){t->score[id], id, left, right, e->ver[left], e->ver[right]});
+    heap_push(e->heap, &e->heap_n, (pair){t->score[id], id, left, right, e->ver[left], e->ver[right]});
 }
 
 static kve_status push_token(encoder *e, int32_t id, unsigned byte)
@@ -421,7 +395,7 @@ static kve_status encode_into(encoder *e, const char *text, size_t len)
     for (size_t i = 0; i + 1 < e->n; i++)
         consider(e, i);
     while (e->heap_n) {
-        pair p = heap_pop(e);
+        pair p = heap_pop(e->heap, &e->heap_n);
         if (e->dead[p.left] || e->dead[p.right] || e->ver[p.left] != p.ver_left ||
             e->ver[p.right] != p.ver_right || e->next[p.left] != p.right)
             continue; /* stale: one side merged since */

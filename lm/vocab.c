@@ -30,6 +30,7 @@
  *    the last). An encode allocates O(len) from the tokenizer's allocator
  *    and frees it before returning.
  */
+#include "heap.h"
 #include "lm.h"
 #include "unicode_table.h"
 
@@ -397,35 +398,7 @@ static int cand_before(const cand *a, const cand *b)
     return a->key < b->key || (a->key == b->key && a->left < b->left);
 }
 
-static void cand_push(work *w, cand c)
-{
-    size_t i = w->heap_n++;
-    while (i > 0 && cand_before(&c, &w->heap[(i - 1) / 2])) {
-        w->heap[i] = w->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    w->heap[i] = c;
-}
-
-static cand cand_pop(work *w)
-{
-    cand top = w->heap[0], last = w->heap[--w->heap_n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= w->heap_n)
-            break;
-        if (c + 1 < w->heap_n && cand_before(&w->heap[c + 1], &w->heap[c]))
-            c++;
-        if (!cand_before(&w->heap[c], &last))
-            break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (w->heap_n)
-        w->heap[i] = last;
-    return top;
-}
+LM_HEAP(cand, cand, cand_before)
 
 static int cmp_bytes(const char *a, size_t na, const char *b, size_t nb)
 {
@@ -474,7 +447,7 @@ static void consider(work *w, size_t left)
             return;
         key = r;
     }
-    cand_push(w, (cand){key, left, right, a->n + b->n});
+    cand_push(w->heap, &w->heap_n, (cand){key, left, right, a->n + b->n});
 }
 
 /* Merges the symbols 0 .. n - 1 (linked in order) of w->s to the end. */
@@ -484,7 +457,7 @@ static void merge_all(work *w, size_t n)
     for (size_t i = 0; i + 1 < n; i++)
         consider(w, i);
     while (w->heap_n) {
-        cand c = cand_pop(w);
+        cand c = cand_pop(w->heap, &w->heap_n);
         sym *a = &w->s[c.left], *b = &w->s[c.right];
         if (a->n == 0 || b->n == 0 || a->n + b->n != c.size)
             continue; /* stale */
@@ -516,42 +489,31 @@ static size_t symbols(work *w, size_t len)
     return n;
 }
 
-static kve_status emit_spm(work *w, size_t i)
+/* Symbol i's piece, else its bytes: SPM's "<0xHH>" pieces (else the byte
+ * itself, else UNK), BPE's one-byte pieces (else nothing, as llama.cpp). */
+static kve_status emit(work *w, size_t i)
 {
     const sym *y = &w->s[i];
-    int32_t id = lm_piece_id(w->t, w->buf + y->start, y->n);
+    const lm_tokenizer *t = w->t;
+    int32_t id = lm_piece_id(t, w->buf + y->start, y->n);
     if (id >= 0) {
         w->out[w->n_out++] = id;
         return KVE_OK;
     }
-    for (size_t k = 0; k < y->n; k++) { /* the bytes: "<0xHH>", else the byte itself */
+    for (size_t k = 0; k < y->n; k++) {
         unsigned char b = (unsigned char)w->buf[y->start + k];
-        id = w->t->byte_id[b];
+        id = t->kind == LM_TOK_SPM ? t->byte_id[b] : -1;
         if (id < 0)
-            id = lm_piece_id(w->t, (const char *)&b, 1);
-        if (id < 0)
-            id = w->t->unk;
-        if (id < 0)
+            id = lm_piece_id(t, (const char *)&b, 1);
+        if (id < 0 && t->kind == LM_TOK_SPM)
+            id = t->unk;
+        if (id < 0 && t->kind == LM_TOK_SPM)
             return kve_set_error(KVE_EFORMAT, "tokenizer: byte 0x%02X has no piece and the "
                                  "vocabulary no unknown id", b);
-        w->out[w->n_out++] = id;
-    }
-    return KVE_OK;
-}
-
-static void emit_bpe(work *w, size_t i)
-{
-    const sym *y = &w->s[i];
-    int32_t id = lm_piece_id(w->t, w->buf + y->start, y->n);
-    if (id >= 0) {
-        w->out[w->n_out++] = id;
-        return;
-    }
-    for (size_t k = 0; k < y->n; k++) { /* a byte as a one-byte piece, else nothing */
-        id = lm_piece_id(w->t, w->buf + y->start + k, 1);
         if (id >= 0)
             w->out[w->n_out++] = id;
     }
+    return KVE_OK;
 }
 
 /* ---- encoding ---- */
@@ -581,7 +543,7 @@ static kve_status encode_spm(work *w, scratch *x, const char *text, size_t len, 
     size_t n = symbols(w, o);
     merge_all(w, n);
     for (size_t i = 0; i != SIZE_MAX && n; i = w->s[i].next) {
-        kve_status st = emit_spm(w, i);
+        kve_status st = emit(w, i);
         if (st != KVE_OK)
             return st;
     }
@@ -637,7 +599,7 @@ static void encode_bpe(work *w, scratch *x, const char *text, size_t len)
         size_t ns = symbols(w, b);
         merge_all(w, ns);
         for (size_t j = 0; j != SIZE_MAX && ns; j = w->s[j].next)
-            emit_bpe(w, j);
+            (void)emit(w, j); /* BPE never fails */
     }
 }
 

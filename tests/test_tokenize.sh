@@ -128,6 +128,22 @@ else
     echo "test_tokenize: llama.cpp's side skipped: kvevict-llama is not built (configure with -DKVEVICT_LLAMA=ON)"
 fi
 
+# ---- the figures docs/decoder.md quotes (Tokenizer, "Measured") ----
+count() { "$LT" "$1" "$E/heldout" | sed -n '1s/^ids //p' | tr ',' '\n' | wc -l | tr -d ' '; }
+nspm=$(count "$V/spm.gguf")
+nbpe=$(count "$V/bpe-gpt-2.gguf")
+nstr=$(echo $FILES | wc -w | tr -d ' ')
+nvoc=$(ls "$V"/*.gguf | wc -l | tr -d ' ')
+group() { printf '%s' "$1" | sed -e ':a' -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/' -e 'ta'; }
+doc=$(tr '\n' ' ' <docs/decoder.md)
+for fact in "$(group "$nspm") tokens with BOS on the committed vocabulary" \
+    "$(group "$nbpe") tokens of the held-out text" "on the $nstr strings" "for each of $nvoc vocabularies"; do
+    case $doc in
+    *"$fact"*) ;;
+    *) bad "docs/decoder.md does not say '$fact' (measured now)" ;;
+    esac
+done
+
 # ---- text in, text out ----
 hex() { od -An -tx1 -v "$1" | tr -d ' \n'; }
 for v in bpe-default bpe-llama-bpe bpe-qwen2 bpe-converted; do
