@@ -1178,7 +1178,8 @@ kve_status lm_tokenizer_from_model(const lm_model *m, const kve_allocator *alloc
     st = lm__tokenizer_finish(t);
     t->max_token_length = t->longest;
     t->bos = v.bos, t->eos = v.eos, t->unk = v.unk;
-    t->add_bos = v.add_bos, t->add_eos = v.add_eos, t->add_space_prefix = v.add_space_prefix;
+    t->add_bos = v.add_bos, t->add_eos = v.add_eos;
+    t->add_space_prefix = v.kind == LM_TOK_SPM && v.add_space_prefix; /* BPE never adds one */
     t->ignore_merges = v.ignore_merges;
     if (st == KVE_OK && v.kind == LM_TOK_BPE)
         st = read_merges(g, t);

@@ -425,7 +425,8 @@ typedef struct lm_tokenizer {
     int32_t unk;                    /* a byte without a piece: this id; -1: refused */
     kve_allocator alloc;            /* every block of the tokenizer and of lm_encode (a copy) */
     /* the special tokens (-1: none) and the flags of llama_tokenize with
-     * add_special; RUNC: BOS 1, EOS 2, add_bos 1, add_space_prefix 1 */
+     * add_special; RUNC: BOS 1, EOS 2, add_bos 1, add_space_prefix 1; BPE:
+     * add_space_prefix 0 whatever the file says (llama.cpp adds none) */
     int32_t bos, eos;
     int add_bos, add_eos, add_space_prefix;
     int ignore_merges;              /* BPE: a word that is a piece is not merged (LLAMA3) */
