@@ -78,10 +78,12 @@ int main(int argc, char **argv)
     size_t T = (size_t)m->config.seq_len;
     size_t n = argc > 4 ? (size_t)strtoull(argv[4], NULL, 10) : T - 1;
     size_t budget = argc > 5 ? (size_t)strtoull(argv[5], NULL, 10) : T / 5;
-    int32_t *toks = malloc((len + 2) * sizeof *toks);
-    if (!toks || n < 2 || lm_encode(t, text, len, toks + 1, len + 1, &nt) != KVE_OK || nt + 1 < n)
+    size_t cap = lm_encode_bound(t, len);
+    int32_t *toks = malloc((cap + 1) * sizeof *toks);
+    if (!toks || n < 2 || m->config.bos < 0 || lm_encode(t, text, len, toks + 1, cap, &nt) != KVE_OK ||
+        nt + 1 < n)
         die("the prompt");
-    toks[0] = LM_BOS;
+    toks[0] = m->config.bos;
     lm_kvzip kz;
     if (lm_kvzip_default(t, &kz) != KVE_OK)
         die("kvzip prompts");

@@ -27,6 +27,9 @@
 #   fuzz_memory  in-memory arrays (shape, mode and body bytes; fuzz_memory.c):
 #              distributions, unnormalised and zero rows, NaN / -1 / infinite
 #              weights, raw float bits, the undefined flag
+#   fuzz_vocab byte-level BPE vocabularies (fuzz_vocab.c): a pre-tokenizer of
+#              each family, none, refused names; merges, duplicates, a merge
+#              without a space, specials and flags
 #   fuzz_llama recipes of kvevict-llama's sequence states (fuzz_llama.c):
 #              made with and without a policy, edited; raw bytes
 #   fuzz_gguf  GGUF files from kvevict-convert (needs a build): every type,
@@ -389,6 +392,19 @@ piece() { printf '%b' "$1"; le32 ${#2}; printf '%s' "$2"; }
 head -c 37 fuzz_tokenizer/t-small > fuzz_tokenizer/t-truncated
 le32 5 > fuzz_tokenizer/t-no-pieces
 : > fuzz_tokenizer/t-empty
+
+# ---- fuzz_vocab: byte 0 the pre-tokenizer, byte 1 flags, then pieces and
+# "m LEFT RIGHT" merges a line each, NUL, the text (fuzz_vocab.c) ----
+mkdir -p fuzz_vocab
+rm -f fuzz_vocab/v-*
+printf '\003\001\304\240t\nh\ne\nth\n\304\240th\n\304\240the\nm \304\240 t\nm t h\nm \304\240t h\nm \304\240th e\n\000the then 123 don'"'"'t \xc3\xa9' > fuzz_vocab/v-llama3
+printf '\001\000\304\240t\nth\nm \304\240 t\nm t h\n\000Hello, World! $5 + 1234567 ^~ a|b' > fuzz_vocab/v-default
+printf '\002\034\304\240a\nm \304\240 a\n\000a <|u|> a<|endoftext|>' > fuzz_vocab/v-gpt2-specials
+printf '\004\003ab\nm a b\nm a b\nnoSpace\nm x\n\000ab ab 1 2 3 '"'"'S' > fuzz_vocab/v-qwen2-dups
+printf '\010\000\000tekken' > fuzz_vocab/v-tekken-refused
+printf '\005\000\000digits 1234 and \xd9\xa3\xd9\xa4' > fuzz_vocab/v-smollm
+printf '\012\000\000no pre key \x80\xff' > fuzz_vocab/v-no-pre
+printf '\011\000\000gpt2 is not a pre name' > fuzz_vocab/v-gpt2-refused
 
 # ---- fuzz_gguf, and version-2 seeds of fuzz_checkpoint: written by the
 # converter (KVE_CONVERT, default build/kvevict-convert; make it first) ----

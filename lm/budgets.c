@@ -264,8 +264,9 @@ kve_status lm_layer_spread(const lm_model *m, const int32_t *tokens, size_t n, s
     lm_state *s = NULL;
     kve_status st = x.row && x.sum && x.seen ? lm_state_new(m, &o, &s)
                                              : kve_set_error(KVE_ENOMEM, "layer spread: out of memory");
-    for (size_t i = 0; st == KVE_OK && i <= n; i++)
-        st = lm_forward(s, i ? tokens[i - 1] : LM_BOS);
+    int32_t bos = c->bos; /* BOS first, when the model has one */
+    for (size_t i = bos < 0; st == KVE_OK && i <= n; i++)
+        st = lm_forward(s, i ? tokens[i - 1] : bos);
     if (st == KVE_OK)
         for (size_t l = 0; l < L; l++)
             out[l] = x.sum[l] / (double)x.seen[l];

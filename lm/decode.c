@@ -1134,7 +1134,8 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
     }
     memcpy(logits, s->logits, (size_t)V * sizeof *logits);
     /* The reconstruction, chunk by chunk; the prefix (BOS) is not repeated. */
-    size_t first = tokens[0] == LM_BOS ? 1 : 0;
+    int32_t bos = s->model->config.bos;
+    size_t first = bos >= 0 && tokens[0] == bos ? 1 : 0;
     s->prefilling = 1;
     s->kz_sinks = p.sinks;
     for (size_t a = first; a < n && st == KVE_OK; a += kz->chunk) {

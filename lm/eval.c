@@ -1,8 +1,9 @@
 /*
  * eval.c - the loss of the model on a window of text.
  *
- * A window is BOS followed by its tokens, decoded from a fresh cache; the
- * loss sums -log p(token) over the window's tokens (never over BOS), with
+ * A window is BOS (the model's config.bos) followed by its tokens, decoded
+ * from a fresh cache; the loss sums -log p(token) over the window's tokens
+ * (never over BOS; without BOS the first token is context only), with
  * the log-sum-exp taken in double so that the sum over a whole text does
  * not depend on float rounding of the normaliser.
  */
@@ -36,8 +37,14 @@ kve_status lm_window_nats(lm_state *s, const int32_t *tokens, size_t n, double *
                            tokens[i], i, V);
     kve_status st = lm_state_reset(s);
     double total = 0;
-    int32_t prev = LM_BOS;
-    for (size_t i = 0; st == KVE_OK && i < n; i++) {
+    int32_t prev = s->model->config.bos;
+    size_t first = 0;
+    if (prev < 0 && n > 0) { /* no BOS: tokens[0] is context, never predicted */
+        prev = tokens[0], first = 1;
+        if (per_token)
+            per_token[0] = 0;
+    }
+    for (size_t i = first; st == KVE_OK && i < n; i++) {
         st = lm_forward(s, prev);
         if (st != KVE_OK)
             break;

@@ -52,6 +52,7 @@ typedef struct gg_kv {
     uint32_t arr_type;  /* arrays: element type, count, first element's offset */
     uint64_t arr_n;
     size_t arr_val;
+    size_t end;         /* offset just past the value: the pair is [key - 8, end) */
 } gg_kv;
 
 typedef struct gg_tensor {
@@ -316,6 +317,7 @@ static kve_status parse_kvs(lm_gguf *g, rd *r)
         kve_status st = skip_value(r, k->type, 0, k);
         if (st != KVE_OK)
             return st;
+        k->end = r->off;
     }
     return KVE_OK;
 }
@@ -744,6 +746,8 @@ static kve_status get_rope_freqs(lm_gguf *g, uint64_t S, const float **out)
     return KVE_OK;
 }
 
+static int32_t start_token(const lm_gguf *g, uint64_t n);
+
 static kve_status parse_llama(lm_model *m, lm_gguf *g)
 {
     lm_config *c = &m->config;
@@ -833,6 +837,7 @@ static kve_status parse_llama(lm_model *m, lm_gguf *g)
     c->seq_len = (int32_t)T;
     c->head_size = (int32_t)S;
     c->version = (int)g->version;
+    c->bos = start_token(g, V);
 
     /* Every tensor, by name and shape. The layer table is allocated first
      * (its size bounded by the tensor count the file holds); the 16-bit
@@ -943,39 +948,153 @@ static void str_next(str_iter *it, const char **s, size_t *len)
     it->off += 8 + *len;
 }
 
-/* An array key of n elements of type et, or absent (need 0): its pair. */
-static kve_status tok_array(const lm_gguf *g, const char *key, uint32_t et, uint64_t n, int need,
-                            const gg_kv **out)
+/* What llama.cpp's llama_vocab reads besides the pieces: the kind, the
+ * pre-tokenizer, the special ids (defaults of the kind, out of the
+ * vocabulary: none; then each key inside it) and the flags. */
+typedef struct vocab_meta {
+    lm_tok_kind kind;
+    lm_tok_pre pre;
+    int32_t bos, eos, unk, eot, eom;
+    int add_bos, add_eos, add_space_prefix, ignore_merges;
+} vocab_meta;
+
+/* An optional boolean key into *v (untouched when absent). */
+static kve_status key_bool(const lm_gguf *g, const char *key, int *v)
+{
+    const gg_kv *k = find_kv(g, key);
+    if (!k)
+        return KVE_OK;
+    if (k->type != T_BOOL)
+        return kve_set_error(KVE_EFORMAT, "tokenizer: %s is a %s, not a bool", key,
+                             k->type < N_TYPES ? type_names[k->type] : "?");
+    *v = g->base[k->val] != 0;
+    return KVE_OK;
+}
+
+static kve_status read_vocab_meta(const lm_gguf *g, uint64_t n, vocab_meta *v)
+{
+    const char *model, *pre = "";
+    size_t mlen, plen = 0;
+    const gg_kv *mk = find_kv(g, "tokenizer.ggml.model");
+    if (!mk)
+        return kve_set_error(KVE_EFORMAT, "tokenizer: the GGUF has no tokenizer.ggml.model (give a "
+                       "tokenizer.bin, or token ids)");
+    if (!key_str(g, mk, &model, &mlen))
+        return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.model is not a string");
+    const gg_kv *pk = find_kv(g, "tokenizer.ggml.pre");
+    if (pk && !key_str(g, pk, &pre, &plen))
+        return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.pre is not a string");
+    int bos_null = 0;
+    memset(v, 0, sizeof *v);
+    v->eot = v->eom = -1;
+    if (str_is(model, mlen, "llama")) { /* SentencePiece */
+        v->kind = LM_TOK_SPM;
+        v->pre = LM_PRE_NONE;
+        v->bos = 1, v->eos = 2, v->unk = 0;
+        v->add_bos = 1, v->add_space_prefix = 1;
+    } else if (str_is(model, mlen, "gpt2")) { /* byte-level BPE */
+        v->kind = LM_TOK_BPE;
+        v->bos = 11, v->eos = 11, v->unk = -1;
+        if (!lm__pre_lookup(pre, plen, &v->pre, &v->add_bos, &v->ignore_merges, &bos_null))
+            return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.pre '%.*s' is not supported "
+                           "(the decoder has default, gpt-2, llama-bpe, qwen2, smollm and their "
+                           "aliases: docs/decoder.md)", plen > 64 ? 64 : (int)plen, pre);
+    } else {
+        return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.model '%.*s' is not supported "
+                       "(llama, SentencePiece, and gpt2, byte-level BPE; give token ids instead)",
+                       mlen > 64 ? 64 : (int)mlen, model);
+    }
+    if (bos_null)
+        v->bos = -1;
+    static const char *const keys[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                                       "tokenizer.ggml.unknown_token_id",
+                                       "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"};
+    int32_t *ids[] = {&v->bos, &v->eos, &v->unk, &v->eot, &v->eom};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (*ids[i] >= 0 && (uint64_t)*ids[i] >= n)
+            *ids[i] = -1; /* a default outside the vocabulary: none */
+        uint64_t x = UINT64_MAX;
+        kve_status st = key_int(g, keys[i], 0, 0, UINT64_MAX, &x);
+        if (st != KVE_OK)
+            return st;
+        if (x < n) /* one outside keeps the default, as llama.cpp (which warns) */
+            *ids[i] = (int32_t)x;
+    }
+    kve_status st = key_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix);
+    if (st == KVE_OK)
+        st = key_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos);
+    if (st == KVE_OK)
+        st = key_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos);
+    return st;
+}
+
+/* lm_config.bos: the BOS a GGUF's vocabulary starts a sequence with, -1
+ * when it adds none; run.c's 1 when there is no readable vocabulary. */
+static int32_t start_token(const lm_gguf *g, uint64_t n)
+{
+    vocab_meta v;
+    if (!find_kv(g, "tokenizer.ggml.model") || read_vocab_meta(g, n, &v) != KVE_OK)
+        return LM_BOS;
+    return v.add_bos && v.bos >= 0 ? v.bos : -1;
+}
+
+/* An array of type et with at least n elements (exactly n: exact), or absent
+ * (need 0): its pair. */
+static kve_status tok_array_min(const lm_gguf *g, const char *key, uint32_t et, uint32_t et2,
+                                uint64_t n, int exact, int need, const gg_kv **out)
 {
     const gg_kv *k = find_kv(g, key);
     *out = NULL;
     if (!k)
         return need ? kve_set_error(KVE_EFORMAT, "tokenizer: the GGUF has no %s", key) : KVE_OK;
-    if (k->type != T_ARRAY || k->arr_type != et)
-        return kve_set_error(KVE_EFORMAT, "tokenizer: %s is not an array of %s", key, type_names[et]);
-    if (k->arr_n != n)
+    if (k->type != T_ARRAY || (k->arr_type != et && k->arr_type != et2))
+        return kve_set_error(KVE_EFORMAT, "tokenizer: %s is not an array of %s%s%s", key,
+                             type_names[et], et2 != et ? " or " : "", et2 != et ? type_names[et2] : "");
+    if (exact ? k->arr_n != n : k->arr_n < n)
         return kve_set_error(KVE_EFORMAT, "tokenizer: %s has %llu entries, the model's vocabulary %llu",
                        key, (unsigned long long)k->arr_n, (unsigned long long)n);
     *out = k;
     return KVE_OK;
 }
 
-/* The bytes of piece s with every U+2581 (E2 96 81) made a space; returns
- * the length written to dst (dst NULL: only counted). */
-static size_t spaced(const char *s, size_t len, char *dst)
+static unsigned char attr_of(int32_t type)
 {
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++, o++) {
-        if (i + 2 < len && (unsigned char)s[i] == 0xE2 && (unsigned char)s[i + 1] == 0x96 &&
-            (unsigned char)s[i + 2] == 0x81) {
-            if (dst)
-                dst[o] = ' ';
-            i += 2;
-        } else if (dst) {
-            dst[o] = s[i];
-        }
+    switch (type) {
+    case 1: return LM_ATTR_NORMAL;
+    case 2: return LM_ATTR_UNKNOWN;
+    case 3: return LM_ATTR_CONTROL;
+    case 4: return LM_ATTR_USER;
+    case 5: return LM_ATTR_UNUSED;
+    case 6: return LM_ATTR_BYTE;
+    default: return 0; /* undefined */
     }
-    return o;
+}
+
+/* The merges of tokenizer.ggml.merges into t (a BPE vocabulary needs them). */
+static kve_status read_merges(const lm_gguf *g, lm_tokenizer *t)
+{
+    const gg_kv *k = find_kv(g, "tokenizer.ggml.merges");
+    if (!k)
+        return kve_set_error(KVE_EFORMAT, "tokenizer: a gpt2 vocabulary without tokenizer.ggml.merges");
+    if (k->type != T_ARRAY || k->arr_type != T_STRING)
+        return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.merges is not an array of string");
+    if (k->arr_n > INT32_MAX)
+        return kve_set_error(KVE_EFORMAT, "tokenizer: %llu merges, more than %d",
+                             (unsigned long long)k->arr_n, INT32_MAX);
+    size_t n = (size_t)k->arr_n;
+    const char **s = lm_malloc(&t->alloc, (n ? n : 1) * sizeof *s);
+    size_t *len = lm_malloc(&t->alloc, (n ? n : 1) * sizeof *len);
+    kve_status st = KVE_OK;
+    if (!s || !len)
+        st = kve_set_error(KVE_ENOMEM, "tokenizer: out of memory for %zu merges", n);
+    str_iter it = {g->base, k->arr_val};
+    for (size_t i = 0; st == KVE_OK && i < n; i++)
+        str_next(&it, &s[i], &len[i]);
+    if (st == KVE_OK)
+        st = lm__vocab_merges(t, s, len, n);
+    lm_free(&t->alloc, (void *)s);
+    lm_free(&t->alloc, len);
+    return st;
 }
 
 kve_status lm_tokenizer_from_model(const lm_model *m, const kve_allocator *allocator,
@@ -987,61 +1106,46 @@ kve_status lm_tokenizer_from_model(const lm_model *m, const kve_allocator *alloc
     if (!g)
         return kve_set_error(KVE_EINVAL, "tokenizer: a %s checkpoint has no tokenizer (give "
                        "tokenizer.bin)", lm_format_name(m->config.format));
-    const char *model;
-    size_t mlen;
-    const gg_kv *mk = find_kv(g, "tokenizer.ggml.model");
-    if (!mk)
-        return kve_set_error(KVE_EFORMAT, "tokenizer: the GGUF has no tokenizer.ggml.model (give a "
-                       "tokenizer.bin, or token ids)");
-    if (!key_str(g, mk, &model, &mlen))
-        return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.model is not a string");
-    if (!str_is(model, mlen, "llama"))
-        return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.model '%.*s' is not supported "
-                       "(only llama, SentencePiece; give token ids instead)",
-                       mlen > 64 ? 64 : (int)mlen, model);
     uint64_t n = (uint64_t)m->config.vocab_size;
-    const gg_kv *tokens, *scores, *types;
-    kve_status st = tok_array(g, "tokenizer.ggml.tokens", T_STRING, n, 1, &tokens);
+    vocab_meta v;
+    kve_status st = read_vocab_meta(g, n, &v);
+    const gg_kv *tokens = NULL, *scores = NULL, *types = NULL;
     if (st == KVE_OK)
-        st = tok_array(g, "tokenizer.ggml.scores", T_F32, n, 0, &scores);
+        st = tok_array_min(g, "tokenizer.ggml.tokens", T_STRING, T_STRING, n, 1, 1, &tokens);
     if (st == KVE_OK)
-        st = tok_array(g, "tokenizer.ggml.token_type", T_I32, n, 0, &types);
-    uint64_t bos = LM_BOS, unk = 0, eos = LM_EOS;
+        st = tok_array_min(g, "tokenizer.ggml.scores", T_F32, T_I32, n, 0, 0, &scores);
     if (st == KVE_OK)
-        st = key_int(g, "tokenizer.ggml.bos_token_id", 0, 0, UINT64_MAX, &bos);
-    if (st == KVE_OK)
-        st = key_int(g, "tokenizer.ggml.unknown_token_id", 0, 0, n - 1, &unk);
-    if (st == KVE_OK)
-        st = key_int(g, "tokenizer.ggml.eos_token_id", 0, 0, n - 1, &eos);
+        st = tok_array_min(g, "tokenizer.ggml.token_type", T_I32, T_I32, n, 0, 0, &types);
     if (st != KVE_OK)
         return st;
-    if (bos != LM_BOS)
-        return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.bos_token_id %llu: the decoder's "
-                       "BOS is id %d", (unsigned long long)bos, LM_BOS);
-    const gg_kv *asp = find_kv(g, "tokenizer.ggml.add_space_prefix");
-    if (asp && asp->type == T_BOOL && g->base[asp->val] == 0)
-        return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.add_space_prefix is false; the "
-                       "decoder's encoding (run.c's) always adds the dummy prefix");
-    /* Sizes first, then one allocation of the bytes. */
+    /* Sizes first, then one allocation of the bytes; an empty piece reads
+     * "[EMPTY_<id>]", as llama.cpp's loader makes it. */
     size_t total = 0;
     str_iter it = {g->base, tokens->arr_val};
     for (uint64_t i = 0; i < n; i++) {
         const char *s;
         size_t len;
         str_next(&it, &s, &len);
-        size_t sl = spaced(s, len, NULL);
         if (memchr(s, 0, len))
             return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.tokens[%llu] holds a NUL byte",
                            (unsigned long long)i);
-        if (sl > INT32_MAX)
+        if (len > INT32_MAX)
             return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.tokens[%llu] is too long",
                            (unsigned long long)i);
-        total += sl;
+        total += len ? len : 32;
     }
     lm_tokenizer *t;
     st = lm__tokenizer_alloc(allocator, (size_t)n, total, &t);
     if (st != KVE_OK)
         return st;
+    t->kind = v.kind;
+    t->pre = v.pre;
+    t->attr = lm_malloc(&t->alloc, (size_t)n);
+    if (!t->attr) {
+        lm_tokenizer_free(t);
+        return kve_set_error(KVE_ENOMEM, "tokenizer: out of memory for %llu pieces",
+                             (unsigned long long)n);
+    }
     it.off = tokens->arr_val;
     char *dst = t->bytes;
     for (uint64_t i = 0; i < n; i++) {
@@ -1049,33 +1153,67 @@ kve_status lm_tokenizer_from_model(const lm_model *m, const kve_allocator *alloc
         size_t len;
         str_next(&it, &s, &len);
         t->piece[i] = dst;
-        t->len[i] = (int32_t)spaced(s, len, dst);
-        dst += t->len[i];
+        if (len)
+            memcpy(dst, s, len);
+        else
+            len = (size_t)snprintf(dst, 32, "[EMPTY_%llu]", (unsigned long long)i);
+        t->len[i] = (int32_t)len;
+        dst += len;
         float sc = 0.0f;
-        if (scores) {
+        if (scores && scores->arr_type == T_F32) {
             uint32_t u = (uint32_t)le(g->base + scores->arr_val + 4 * i, 4);
             memcpy(&sc, &u, sizeof sc);
-            if (sc != sc) {
-                lm_tokenizer_free(t);
-                return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.scores[%llu] is NaN",
-                               (unsigned long long)i);
-            }
+        } else if (scores) {
+            sc = (float)(int32_t)(uint32_t)le(g->base + scores->arr_val + 4 * i, 4);
+        }
+        if (sc != sc) {
+            lm_tokenizer_free(t);
+            return kve_set_error(KVE_EFORMAT, "tokenizer: tokenizer.ggml.scores[%llu] is NaN",
+                           (unsigned long long)i);
         }
         t->score[i] = sc;
+        t->attr[i] = types ? attr_of((int32_t)(uint32_t)le(g->base + types->arr_val + 4 * i, 4))
+                           : LM_ATTR_NORMAL;
     }
     st = lm__tokenizer_finish(t);
+    t->max_token_length = t->longest;
+    t->bos = v.bos, t->eos = v.eos, t->unk = v.unk;
+    t->add_bos = v.add_bos, t->add_eos = v.add_eos;
+    t->add_space_prefix = v.kind == LM_TOK_SPM && v.add_space_prefix; /* BPE never adds one */
+    t->ignore_merges = v.ignore_merges;
+    if (st == KVE_OK && v.kind == LM_TOK_BPE)
+        st = read_merges(g, t);
+    if (st == KVE_OK)
+        st = lm__vocab_finish(t, v.eot, v.eom);
     if (st != KVE_OK) {
         lm_tokenizer_free(t);
         return st;
     }
-    t->max_token_length = t->longest;
-    for (int b = 0; b < 256; b++) {
-        char piece[8];
-        snprintf(piece, sizeof piece, "<0x%02X>", b);
-        t->byte_id[b] = lm_piece_id(t, piece, 6);
-    }
-    t->unk = (int32_t)unk;
-    (void)eos;
     *out = t;
     return KVE_OK;
+}
+
+/* ---- metadata as the file has it ---- */
+
+size_t lm_gguf_pairs(const lm_model *m, const char *prefix,
+                     void (*fn)(void *user, const void *pair, size_t bytes), void *user)
+{
+    const lm_gguf *g = m ? m->gguf : NULL;
+    size_t count = 0, np = prefix ? strlen(prefix) : 0;
+    for (size_t i = 0; g && i < g->n_kv; i++) {
+        const gg_kv *k = &g->kv[i];
+        if (k->key.len < np || memcmp(k->key.s, prefix, np) != 0)
+            continue;
+        const unsigned char *start = (const unsigned char *)k->key.s - 8;
+        if (fn)
+            fn(user, start, (size_t)(g->base + k->end - start));
+        count++;
+    }
+    return count;
+}
+
+int lm_gguf_string(const lm_model *m, const char *key, const char **s, size_t *len)
+{
+    const lm_gguf *g = m ? m->gguf : NULL;
+    return g && key_str(g, find_kv(g, key), s, len);
 }

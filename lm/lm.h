@@ -282,6 +282,9 @@ typedef struct lm_config {
     float rope_attn_factor; /* rope.scaling.attn_factor: 1 unless the GGUF says */
     float rope_mscale;     /* cos and sin times this: yarn: attn_factor * (1 + 0.1 ln
                               factor) for factor > 1; linear: attn_factor; none: 1 */
+    int32_t bos;           /* the token every sequence starts with: 1 (run.c) for llama2.c
+                              files; a GGUF's BOS when its vocabulary adds one
+                              (lm_tokenizer's bos and add_bos), else -1: none */
 } lm_config;
 
 typedef struct lm_layer {
@@ -331,35 +334,116 @@ kve_status lm_model_from_memory(const void *data, size_t size, const kve_allocat
                                 lm_model **out);
 void lm_model_free(lm_model *m);
 
+/* A GGUF model's metadata pairs whose keys start with `prefix` (NULL or "":
+ * every pair), in file order, each as the file has it (key, type, value:
+ * bytes ready to write into another GGUF's metadata), handed to fn
+ * (may be NULL); returns how many. 0 for a llama2.c model. */
+size_t lm_gguf_pairs(const lm_model *m, const char *prefix,
+                     void (*fn)(void *user, const void *pair, size_t bytes), void *user);
+/* A GGUF model's string key (not NUL-terminated): 1 and s, len; 0 when
+ * absent, not a string, or the model is not GGUF. */
+int lm_gguf_string(const lm_model *m, const char *key, const char **s, size_t *len);
+
 /* For model.c: parses a GGUF image (gguf.c) into m. */
 kve_status lm__gguf_parse(lm_model *m, const unsigned char *data, size_t size);
 void lm__gguf_free(lm_gguf *g); /* with the allocator it holds */
 
-/* ---- tokenizer (tokenizer.c) ----------------------------------------------
+/* ---- tokenizer (tokenizer.c, vocab.c) --------------------------------------
  *
- * llama2.c's tokenizer.bin: int32 max_token_length, then until the end of
- * the file, per piece: float32 score, int32 length, `length` bytes. Piece 1
- * is BOS, pieces 3 + b are the bytes b ("<0xHH>"). Encoding and decoding are
- * run.c's (see docs/decoder.md). A GGUF's own vocabulary (tokenizer.ggml.*,
- * model "llama") is read into the same structure (lm_tokenizer_from_model).
+ * Three kinds, told by where the vocabulary comes from:
+ *  - LM_TOK_RUNC: llama2.c's tokenizer.bin: int32 max_token_length, then
+ *    until the end of the file, per piece: float32 score, int32 length,
+ *    `length` bytes. Piece 1 is BOS, 2 EOS, pieces 3 + b the bytes b
+ *    ("<0xHH>"). Encoding and decoding are run.c's (docs/decoder.md).
+ *  - LM_TOK_SPM: a GGUF's tokenizer.ggml.model "llama" (SentencePiece),
+ *    encoded as llama.cpp's llama_tokenize does (vocab.c);
+ *  - LM_TOK_BPE: a GGUF's "gpt2" (byte-level BPE: tokenizer.ggml.merges and
+ *    the pre-tokenizer tokenizer.ggml.pre), as llama_tokenize does.
+ * The GGUF kinds read everything llama.cpp's llama_vocab reads for them:
+ * token types, special ids, add_bos_token, add_eos_token, add_space_prefix.
  */
 
+/* llama2.c's BOS and EOS (tokenizer.bin, llama2.c checkpoints); a GGUF says
+ * its own (lm_tokenizer.bos, lm_config.bos). */
 enum { LM_BOS = 1, LM_EOS = 2 };
 
+typedef enum lm_tok_kind { LM_TOK_RUNC = 0, LM_TOK_SPM = 1, LM_TOK_BPE = 2 } lm_tok_kind;
+
+/* The pre-tokenizers of LM_TOK_BPE (llama.cpp's regular expressions, by
+ * tokenizer.ggml.pre; docs/decoder.md lists the names of each):
+ *   DEFAULT  runs of punctuation and $+<=>^~|, then GPT-2's expression,
+ *            runs of numbers, runs of three ASCII digits;
+ *   GPT2     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   LLAMA3   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *             ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *   QWEN2    LLAMA3 with \p{N} for \p{N}{1,3}
+ *   DIGITS   every number alone (\p{N}), then GPT2. */
+typedef enum lm_tok_pre {
+    LM_PRE_NONE = 0, /* the SentencePiece kinds */
+    LM_PRE_DEFAULT,
+    LM_PRE_GPT2,
+    LM_PRE_LLAMA3,
+    LM_PRE_QWEN2,
+    LM_PRE_DIGITS
+} lm_tok_pre;
+
+/* Token attributes (llama.cpp's, from tokenizer.ggml.token_type: 1 normal,
+ * 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte, others
+ * undefined; every token normal without the array). */
+enum {
+    LM_ATTR_NORMAL = 1,
+    LM_ATTR_UNKNOWN = 2,
+    LM_ATTR_CONTROL = 4,
+    LM_ATTR_USER = 8,
+    LM_ATTR_UNUSED = 16,
+    LM_ATTR_BYTE = 32
+};
+
+typedef struct lm_merge { /* a BPE merge: the pair (left, right), its rank */
+    const char *left, *right; /* into lm_tokenizer.merge_bytes, not NUL-terminated */
+    int32_t left_len, right_len;
+    int32_t rank;             /* its index in tokenizer.ggml.merges */
+} lm_merge;
+
 typedef struct lm_tokenizer {
+    lm_tok_kind kind;
+    lm_tok_pre pre;                 /* LM_TOK_BPE: its pre-tokenizer */
     int32_t n_pieces;
     int32_t max_token_length;       /* as the file says: no piece is longer */
     int32_t longest;                /* the longest piece's length: what buffers are sized by */
-    const char **piece;             /* (n_pieces) pointers into `bytes`, not NUL-terminated */
+    const char **piece;             /* (n_pieces) pointers into `bytes`, not NUL-terminated:
+                                       the bytes as the file has them (tokenizer.bin: spaces;
+                                       GGUF: U+2581 for spaces, or GPT-2's byte characters) */
     int32_t *len;                   /* (n_pieces) */
     float *score;                   /* (n_pieces) */
-    int32_t *sorted;                /* (n_pieces) ids by (bytes, id): the lookup table */
+    int32_t *sorted;                /* (n_pieces) ids by (bytes, id) (RUNC) or (bytes, -id)
+                                       (GGUF: llama.cpp's map keeps the last): the lookup */
     char *bytes;                    /* every piece, back to back */
     unsigned char byte_pieces[256]; /* byte b at [b]: what "<0xHH>" decodes to */
     int32_t byte_id[256];           /* byte fallback: the piece of byte b, -1 if none
                                        (tokenizer.bin: 3 + b, as run.c) */
     int32_t unk;                    /* a byte without a piece: this id; -1: refused */
     kve_allocator alloc;            /* every block of the tokenizer and of lm_encode (a copy) */
+    /* the special tokens (-1: none) and the flags of llama_tokenize with
+     * add_special; RUNC: BOS 1, EOS 2, add_bos 1, add_space_prefix 1; BPE:
+     * add_space_prefix 0 whatever the file says (llama.cpp adds none) */
+    int32_t bos, eos;
+    int add_bos, add_eos, add_space_prefix;
+    int ignore_merges;              /* BPE: a word that is a piece is not merged (LLAMA3) */
+    /* GGUF kinds (NULL for RUNC): */
+    unsigned char *attr;            /* (n_pieces) LM_ATTR_* */
+    const char **text;              /* (n_pieces) what a token decodes to (llama.cpp's
+                                       token_to_piece without specials), into text_bytes */
+    int32_t *text_len;              /* (n_pieces) */
+    char *text_bytes;
+    int32_t *user;                  /* (n_user) user-defined ids, longest first: split out of
+                                       the text before encoding, as llama.cpp does */
+    size_t n_user;
+    int32_t *eog;                   /* (n_eog) ids that end a generation, ascending */
+    size_t n_eog;
+    lm_merge *merge;                /* (n_merges) by (left, right, rank): BPE's ranks */
+    size_t n_merges;
+    char *merge_bytes;
 } lm_tokenizer;
 
 /* Reads and validates a tokenizer.bin, allocating from `allocator` (NULL:
@@ -368,47 +452,94 @@ typedef struct lm_tokenizer {
 kve_status lm_tokenizer_open(const char *path, const kve_allocator *allocator, lm_tokenizer **out);
 kve_status lm_tokenizer_from_memory(const void *data, size_t size, const kve_allocator *allocator,
                                     lm_tokenizer **out);
-/* The vocabulary a GGUF model carries in its metadata when
- * tokenizer.ggml.model is "llama" (SentencePiece): the pieces of
- * tokenizer.ggml.tokens with U+2581 read as a space (as llama2.c's
- * tokenizer export writes them), the scores of tokenizer.ggml.scores (0
- * when absent), byte fallback to the pieces "<0xHH>" (any byte without one
- * becomes tokenizer.ggml.unknown_token_id, default 0). One piece per
- * vocabulary entry. tokenizer.ggml.bos_token_id, when present, must be 1
- * (the decoder's BOS). Allocates from `allocator` (NULL: the C library's).
+/* The vocabulary a GGUF model carries in its metadata, as llama.cpp's
+ * llama_vocab reads it: tokenizer.ggml.model "llama" (LM_TOK_SPM) or
+ * "gpt2" (LM_TOK_BPE, with tokenizer.ggml.merges and a pre-tokenizer
+ * tokenizer.ggml.pre this decoder has: lm_tok_pre); the pieces of
+ * tokenizer.ggml.tokens (an empty one read as "[EMPTY_<id>]"), the scores
+ * (float32 or int32; 0 when absent), the token types; the special ids
+ * (bos, eos, unknown, eot, eom, ...: the model's defaults, then each
+ * tokenizer.ggml.*_token_id inside the vocabulary), add_bos_token,
+ * add_eos_token and add_space_prefix (defaults as llama.cpp's: SPM adds BOS
+ * and the prefix space, BPE neither unless its pre-tokenizer does), byte
+ * fallback to the pieces "<0xHH>" (SPM; a byte without one becomes the
+ * unknown id). Allocates from `allocator` (NULL: the C library's).
  * Refuses KVE_EINVAL for a model that is not GGUF or has no tokenizer,
- * KVE_EFORMAT naming the key (another tokenizer model, by name; a count
- * that is not the vocabulary's, a NaN score, a NUL byte in a piece, an id
- * out of range), KVE_ENOMEM. The model may be freed after. */
+ * KVE_EFORMAT naming the key (another tokenizer model or pre-tokenizer, by
+ * name; a count below the vocabulary's, a NaN score, a NUL byte in a piece,
+ * a merge that is not a string), KVE_ENOMEM. The model may be freed after. */
 kve_status lm_tokenizer_from_model(const lm_model *m, const kve_allocator *allocator,
                                    lm_tokenizer **out);
 void lm_tokenizer_free(lm_tokenizer *t);
 
 /* For tokenizer.c and gguf.c: a tokenizer of n pieces whose bytes (total
  * of them), from `a`, the caller fills in t->bytes, t->piece, t->len, t->score; then
- * lm__tokenizer_finish sorts the lookup table and sets the defaults of
- * byte_pieces, byte_id (3 + b) and unk (-1). */
+ * lm__tokenizer_finish sorts the lookup table (by t->kind) and sets the
+ * defaults of byte_pieces, byte_id (3 + b) and unk (-1). */
 kve_status lm__tokenizer_alloc(const kve_allocator *a, size_t n, size_t total, lm_tokenizer **out);
 kve_status lm__tokenizer_finish(lm_tokenizer *t);
 
-/* Encodes text[0 .. len) as run.c does with bos = eos = 0: the dummy prefix
- * " " when len > 0, one token per UTF-8 code point found among the pieces,
- * byte fallback (t->byte_id[byte], else t->unk) otherwise, then repeated
- * merges of the adjacent pair whose concatenation is the highest-scoring
- * piece (the leftmost on ties). At most len + 1 tokens. Writes *n tokens to
- * tokens[0 .. cap). KVE_ERANGE when cap is too small; KVE_EFORMAT when a
- * byte has no piece and there is no unk (a tokenizer.bin of fewer than 259
- * pieces); KVE_ENOMEM. O(len log len). */
+/* The most tokens lm_encode makes of `len` bytes: len + 1 (RUNC), 4 len + 3
+ * (the GGUF kinds: a space may become three byte tokens, an invalid byte
+ * U+FFFD's three, and a stretch after a user-defined piece starts with a
+ * space of its own); SIZE_MAX when that overflows. */
+size_t lm_encode_bound(const lm_tokenizer *t, size_t len);
+
+/* Encodes text[0 .. len) without BOS or EOS:
+ *  - RUNC as run.c does with bos = eos = 0: the dummy prefix " " when len >
+ *    0, one token per UTF-8 code point found among the pieces, byte
+ *    fallback (t->byte_id[byte], else t->unk) otherwise, then repeated
+ *    merges of the adjacent pair whose concatenation is the highest-scoring
+ *    piece (the leftmost on ties);
+ *  - SPM and BPE as llama.cpp's llama_tokenize(add_special = false,
+ *    parse_special = false): user-defined pieces split out first, then
+ *    each stretch of text by SentencePiece's merges (SPM: spaces as U+2581,
+ *    a space first when add_space_prefix, symbols of the length their
+ *    first byte announces) or by the pre-tokenizer and the merges' ranks
+ *    (BPE: invalid UTF-8 read as U+FFFD, bytes as GPT-2's characters).
+ * Writes *n tokens to tokens[0 .. cap); at most lm_encode_bound(t, len).
+ * KVE_ERANGE when cap is too small; KVE_EFORMAT when a byte has no piece
+ * and there is no unk (a tokenizer.bin of fewer than 259 pieces);
+ * KVE_ENOMEM. O(len log len). */
 kve_status lm_encode(const lm_tokenizer *t, const char *text, size_t len, int32_t *tokens,
                      size_t cap, size_t *n);
-/* The bytes `token` stands for after `prev` (run.c's decode): a piece
- * "<0xHH>" is the one byte HH; after BOS a leading space is dropped.
- * Returns a pointer (not NUL-terminated) and its length in *len; NULL for a
- * token out of range. */
+/* llama_tokenize(add_special = true, parse_special = false): BOS when
+ * t->add_bos, lm_encode's tokens, EOS when t->add_eos (a special id of -1
+ * is left out). At most lm_encode_bound(t, len) + 2 tokens. */
+kve_status lm_tokenize(const lm_tokenizer *t, const char *text, size_t len, int32_t *tokens,
+                       size_t cap, size_t *n);
+/* The bytes `token` stands for after `prev`: RUNC as run.c's decode (a
+ * piece "<0xHH>" is the one byte HH); the GGUF kinds as llama.cpp's
+ * token_to_piece without specials (control and unknown tokens are empty,
+ * U+2581 a space, byte tokens their byte, BPE pieces GPT-2's bytes). After
+ * BOS a leading space is dropped when the tokenizer adds the prefix space
+ * (RUNC, and SPM with add_space_prefix). Returns a pointer (not
+ * NUL-terminated) and its length in *len; NULL for a token out of range. */
 const char *lm_decode(const lm_tokenizer *t, int32_t prev, int32_t token, size_t *len);
-/* The id of the piece whose bytes are exactly `piece` (the lowest id if
- * several), -1 if none. */
+/* The id of the piece whose bytes are exactly `piece` (as the file has
+ * them: see piece above), -1 if none; several: the lowest id (RUNC), the
+ * highest (GGUF, as llama.cpp). */
 int32_t lm_piece_id(const lm_tokenizer *t, const char *piece, size_t len);
+/* 1 when `token` ends a generation: the end-of-generation ids of a GGUF
+ * (eos, eot, eom and the pieces llama.cpp takes for ends of turn), or BOS
+ * (run.c stops there: llama2.c's training text separates stories by BOS). */
+int lm_token_ends(const lm_tokenizer *t, int32_t token);
+
+/* For vocab.c and gguf.c (internal): the pre-tokenizer of a
+ * tokenizer.ggml.pre name; 0 when this decoder has none by that name. The
+ * flags it implies in llama.cpp: add_bos (1), ignore_merges (1), no BOS
+ * (bos_null 1). An empty name is DEFAULT (llama.cpp warns). */
+int lm__pre_lookup(const char *name, size_t len, lm_tok_pre *pre, int *add_bos, int *ignore_merges,
+                   int *bos_null);
+/* Fills t->text, t->user, t->eog (eos, eot, eom: -1 none, and the pieces
+ * named as ends of turn) and the byte tables of a GGUF tokenizer whose
+ * pieces, attributes and special ids are set (vocab.c). */
+kve_status lm__vocab_finish(lm_tokenizer *t, int32_t eot, int32_t eom);
+/* The merges of tokenizer.ggml.merges, n strings given by pointer and
+ * length, into t->merge (vocab.c): llama.cpp's reading (the first space
+ * after the first byte separates the pair; a string without one is the
+ * empty pair; the first of equal pairs keeps its rank). */
+kve_status lm__vocab_merges(lm_tokenizer *t, const char *const *s, const size_t *len, size_t n);
 
 /* out[i] = (float)((sum over r < group of rows[r*ld + i], in double, in
  * order of r) / group) for i < n: a group of query-head rows reduced to its
@@ -695,7 +826,7 @@ kve_status lm_kvzip_default(const lm_tokenizer *t, lm_kvzip *out);
 
 /* KVzip's prefill: decodes the prompt tokens[0 .. n) with every key kept
  * (as lm_prefill), then, chunk by chunk (chunk c the prompt positions
- * [p + c*chunk, p + (c+1)*chunk) ∩ [p, n), p = 1 when tokens[0] is BOS: the
+ * [p + c*chunk, p + (c+1)*chunk) ∩ [p, n), p = 1 when tokens[0] is the model's BOS: the
  * prefix not repeated, as kvpress leaves a chat template's prefix out; else
  * 0), decodes the reconstruction sequence teacher-forced at positions n,
  * n+1, ...: `first` (chunk 0) or `later`, the previous chunk's last
@@ -920,10 +1051,12 @@ size_t lm_state_kept(const lm_state *s, int32_t layer, int32_t kv_head);
 
 /* ---- evaluation (eval.c) ---------------------------------------------------- */
 
-/* The loss of a window: a fresh cache (lm_state_reset), BOS, then
- * tokens[0 .. n); returns in *nats the sum over i < n of
+/* The loss of a window: a fresh cache (lm_state_reset), BOS (config.bos),
+ * then tokens[0 .. n); returns in *nats the sum over i < n of
  * -log softmax(logits after BOS + tokens[0 .. i))[tokens[i]], the
- * log-sum-exp in double. per_token (n, may be NULL) gets each term. */
+ * log-sum-exp in double. per_token (n, may be NULL) gets each term. A model
+ * without BOS (config.bos -1) decodes tokens[0] as context: the sum runs
+ * over 1 <= i < n, per_token[0] = 0. */
 kve_status lm_window_nats(lm_state *s, const int32_t *tokens, size_t n, double *nats,
                           double *per_token);
 
@@ -934,8 +1067,8 @@ double lm_token_nats(const float *logits, int32_t vocab, int32_t target);
 /* ---- budgets (budgets.c) ------------------------------------------------------ */
 
 /* The calibration statistic of the weighted layer schedule: for each layer
- * l, out[l] is the mean, over the steps t > window of BOS + tokens[0 .. n)
- * decoded with the full cache and over the layer's KV heads, of the
+ * l, out[l] is the mean, over the steps t > window of BOS (config.bos; none
+ * when -1) + tokens[0 .. n) decoded with the full cache and over the layer's KV heads, of the
  * attention mass (the group mean the policies receive) on keys older than
  * the newest `window` before the query's own: sum over i < t - window of
  * p_t(i). The mass a layer spreads beyond a recent window of that size.

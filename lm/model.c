@@ -309,6 +309,7 @@ static kve_status parse(lm_model *m, const unsigned char *data, size_t size)
     c->rope_factor = 1.0f;
     c->rope_attn_factor = 1.0f;
     c->rope_mscale = 1.0f;
+    c->bos = LM_BOS; /* run.c's; a GGUF's own is read by lm__gguf_parse */
     if (size >= 4 && memcmp(data, gguf_magic, 4) == 0) {
         c->format = LM_FORMAT_GGUF;
         return lm__gguf_parse(m, data, size);

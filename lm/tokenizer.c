@@ -1,11 +1,14 @@
 /*
- * tokenizer.c - llama2.c's tokenizer.bin: reading, encoding, decoding.
+ * tokenizer.c - llama2.c's tokenizer.bin: reading, encoding, decoding; and
+ * what every kind shares (the lookup, lm_decode, lm_tokenize). The GGUF
+ * kinds encode in vocab.c.
  *
  * Invariants: a returned tokenizer has at least one piece, every piece length
  * lies in [0, max_token_length] and no piece holds a NUL byte (run.c handles
  * pieces as C strings; refusing NULs makes every accepted file mean the same
  * here as there). `sorted` orders the ids by (bytes, id), so a lookup finds
- * the lowest id among equal pieces.
+ * the lowest id among equal pieces (a GGUF's: by (bytes, -id), the highest,
+ * as llama.cpp's map keeps the last).
  *
  * Encoding gives run.c's result (greedy merges of the highest-scoring pair,
  * the leftmost on ties) in O(n log n) rather than run.c's O(n^2): the
@@ -15,6 +18,7 @@
  * which preserves sequence order through every merge.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "heap.h"
 #include "lm.h"
 
 #include <errno.h>
@@ -45,11 +49,22 @@ typedef struct sort_item {
     int32_t len, id;
 } sort_item;
 
-static int cmp_items(const void *x, const void *y)
+/* By bytes, then by id: ascending (dir 1) or descending (-1). */
+static int cmp_items_dir(const void *x, const void *y, int dir)
 {
     const sort_item *a = x, *b = y;
     int c = cmp_bytes(a->p, (size_t)a->len, b->p, (size_t)b->len);
-    return c != 0 ? c : (a->id > b->id) - (a->id < b->id);
+    return c != 0 ? c : dir * ((a->id > b->id) - (a->id < b->id));
+}
+
+static int cmp_items(const void *x, const void *y)
+{
+    return cmp_items_dir(x, y, 1);
+}
+
+static int cmp_items_last(const void *x, const void *y) /* equal bytes: the highest id first */
+{
+    return cmp_items_dir(x, y, -1);
 }
 
 void lm_tokenizer_free(lm_tokenizer *t)
@@ -62,6 +77,14 @@ void lm_tokenizer_free(lm_tokenizer *t)
     lm_free(&a, t->score);
     lm_free(&a, t->sorted);
     lm_free(&a, t->bytes);
+    lm_free(&a, t->attr);
+    lm_free(&a, (void *)t->text);
+    lm_free(&a, t->text_len);
+    lm_free(&a, t->text_bytes);
+    lm_free(&a, t->user);
+    lm_free(&a, t->eog);
+    lm_free(&a, t->merge);
+    lm_free(&a, t->merge_bytes);
     lm_free(&a, t);
 }
 
@@ -164,7 +187,7 @@ kve_status lm__tokenizer_finish(lm_tokenizer *t)
         items[i] = (sort_item){t->piece[i], t->len[i], (int32_t)i};
         t->longest = t->len[i] > t->longest ? t->len[i] : t->longest;
     }
-    qsort(items, n, sizeof *items, cmp_items);
+    qsort(items, n, sizeof *items, t->kind == LM_TOK_RUNC ? cmp_items : cmp_items_last);
     for (size_t i = 0; i < n; i++)
         t->sorted[i] = items[i].id;
     lm_free(&t->alloc, items);
@@ -173,6 +196,10 @@ kve_status lm__tokenizer_finish(lm_tokenizer *t)
         t->byte_id[b] = 3 + b < t->n_pieces ? 3 + b : -1; /* run.c's byte + 3 */
     }
     t->unk = -1;
+    if (t->kind == LM_TOK_RUNC) { /* run.c's: BOS 1 first, EOS 2, the dummy prefix */
+        t->bos = LM_BOS, t->eos = LM_EOS;
+        t->add_bos = 1, t->add_space_prefix = 1;
+    }
     return KVE_OK;
 }
 
@@ -232,19 +259,43 @@ const char *lm_decode(const lm_tokenizer *t, int32_t prev, int32_t token, size_t
 {
     if (token < 0 || token >= t->n_pieces)
         return NULL;
-    const char *p = t->piece[token];
-    size_t n = (size_t)t->len[token];
-    if (prev == LM_BOS && n > 0 && p[0] == ' ') {
+    const char *p = t->text ? t->text[token] : t->piece[token];
+    size_t n = (size_t)(t->text ? t->text_len[token] : t->len[token]);
+    if (prev == t->bos && prev >= 0 && t->add_space_prefix && n > 0 && p[0] == ' ') {
         p++;
         n--;
     }
-    int b = raw_byte(p, n);
+    int b = t->kind == LM_TOK_RUNC ? raw_byte(p, n) : -1;
     if (b >= 0) {
         p = (const char *)&t->byte_pieces[b];
         n = 1;
     }
     *len = n;
     return p;
+}
+
+int lm_token_ends(const lm_tokenizer *t, int32_t token)
+{
+    if (token == t->bos && token >= 0)
+        return 1;
+    size_t lo = 0, hi = t->n_eog;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->eog[mid] == token)
+            return 1;
+        if (t->eog[mid] < token)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return 0;
+}
+
+size_t lm_encode_bound(const lm_tokenizer *t, size_t len)
+{
+    if (t->kind == LM_TOK_RUNC)
+        return len < SIZE_MAX ? len + 1 : SIZE_MAX;
+    return len <= (SIZE_MAX - 3) / 4 ? 4 * len + 3 : SIZE_MAX;
 }
 
 /* ---- encoding ---- */
@@ -273,38 +324,7 @@ static int before(const pair *a, const pair *b) /* a pops before b */
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void heap_push(encoder *e, pair p)
-{
-    size_t i = e->heap_n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!before(&p, &e->heap[up]))
-            break;
-        e->heap[i] = e->heap[up];
-        i = up;
-    }
-    e->heap[i] = p;
-}
-
-static pair heap_pop(encoder *e)
-{
-    pair top = e->heap[0], last = e->heap[--e->heap_n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= e->heap_n)
-            break;
-        if (c + 1 < e->heap_n && before(&e->heap[c + 1], &e->heap[c]))
-            c++;
-        if (!before(&e->heap[c], &last))
-            break;
-        e->heap[i] = e->heap[c];
-        i = c;
-    }
-    if (e->heap_n)
-        e->heap[i] = last;
-    return top;
-}
+LM_HEAP(heap, pair, before)
 
 /* Pushes the pair (left, next[left]) if its concatenation is a piece that
  * run.c would merge: its score beats run.c's starting best of -1e10. */
@@ -323,7 +343,7 @@ static void consider(encoder *e, size_t left)
     int32_t id = lm_piece_id(t, e->buf, la + lb);
     if (id < 0 || !(t->score[id] > -1e10f))
         return;
-    heap_push(e, (pair){t->score[id], id, left, right, e->ver[left], e->ver[right]});
+    heap_push(e->heap, &e->heap_n, (pair){t->score[id], id, left, right, e->ver[left], e->ver[right]});
 }
 
 static kve_status push_token(encoder *e, int32_t id, unsigned byte)
@@ -375,7 +395,7 @@ static kve_status encode_into(encoder *e, const char *text, size_t len)
     for (size_t i = 0; i + 1 < e->n; i++)
         consider(e, i);
     while (e->heap_n) {
-        pair p = heap_pop(e);
+        pair p = heap_pop(e->heap, &e->heap_n);
         if (e->dead[p.left] || e->dead[p.right] || e->ver[p.left] != p.ver_left ||
             e->ver[p.right] != p.ver_right || e->next[p.left] != p.right)
             continue; /* stale: one side merged since */
@@ -394,11 +414,61 @@ static kve_status encode_into(encoder *e, const char *text, size_t len)
     return KVE_OK;
 }
 
+kve_status lm__encode_vocab(const lm_tokenizer *t, const char *text, size_t len, int32_t *out,
+                            size_t *n_out);
+
+/* The GGUF kinds (vocab.c) into a block of lm_encode_bound tokens first. */
+static kve_status encode_gguf(const lm_tokenizer *t, const char *text, size_t len, int32_t *tokens,
+                              size_t cap, size_t *n)
+{
+    size_t most = lm_encode_bound(t, len);
+    if (most > SIZE_MAX / 64)
+        return kve_set_error(KVE_ENOMEM, "encode: text of %zu bytes is too long", len);
+    int32_t *out = lm_malloc(&t->alloc, most * sizeof *out);
+    if (!out)
+        return kve_set_error(KVE_ENOMEM, "encode: out of memory for %zu bytes of text", len);
+    size_t count = 0;
+    kve_status st = lm__encode_vocab(t, text, len, out, &count);
+    if (st == KVE_OK && count > cap)
+        st = kve_set_error(KVE_ERANGE, "encode: %zu tokens do not fit in %zu", count, cap);
+    if (st == KVE_OK) {
+        if (count)
+            memcpy(tokens, out, count * sizeof *out);
+        *n = count;
+    }
+    lm_free(&t->alloc, out);
+    return st;
+}
+
+kve_status lm_tokenize(const lm_tokenizer *t, const char *text, size_t len, int32_t *tokens,
+                       size_t cap, size_t *n)
+{
+    if (!t || (!text && len) || (!tokens && cap) || !n)
+        return kve_set_error(KVE_EINVAL, "tokenize: NULL argument");
+    size_t first = t->add_bos && t->bos >= 0, last = t->add_eos && t->eos >= 0, m = 0;
+    if (cap < first)
+        return kve_set_error(KVE_ERANGE, "tokenize: BOS does not fit in %zu", cap);
+    kve_status st = lm_encode(t, text, len, tokens + first, cap - first, &m);
+    if (st != KVE_OK)
+        return st;
+    if (first + m + last > cap)
+        return kve_set_error(KVE_ERANGE, "tokenize: %zu tokens do not fit in %zu", first + m + last,
+                             cap);
+    if (first)
+        tokens[0] = t->bos;
+    if (last)
+        tokens[first + m] = t->eos;
+    *n = first + m + last;
+    return KVE_OK;
+}
+
 kve_status lm_encode(const lm_tokenizer *t, const char *text, size_t len, int32_t *tokens,
                      size_t cap, size_t *n)
 {
     if (!t || (!text && len) || (!tokens && cap) || !n)
         return kve_set_error(KVE_EINVAL, "encode: NULL argument");
+    if (t->kind != LM_TOK_RUNC)
+        return encode_gguf(t, text, len, tokens, cap, n);
     size_t most = len + 1; /* the dummy prefix, then at most one token a byte */
     if (most > SIZE_MAX / 64)
         return kve_set_error(KVE_ENOMEM, "encode: text of %zu bytes is too long", len);

@@ -26,10 +26,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
-#include "gguf_write.h"
+#include "gw_fixture.h"
 #include "lm.h"
 #include "lm_check.h"
-#include "lm_fixture.h"
 #include "test_allocator.h"
 
 #include <math.h>
@@ -58,41 +57,6 @@ enum { D_ = 256, F_ = 256, L_ = 2, H_ = 4, G_ = 2, V_ = 300, T_ = 24, STEPS = 8 
 static int32_t token_at(size_t t, size_t vocab)
 {
     return (int32_t)((t * 7 + 3) % vocab);
-}
-
-static int fx_source(void *user, gw_kind kind, int layer, float *out)
-{
-    const fx_model *m = user;
-    size_t D = (size_t)m->dim, F = (size_t)m->hidden, S = D / (size_t)m->heads;
-    (void)0;
-    size_t K = (size_t)m->kv_heads * S, V = (size_t)m->vocab, l = (size_t)layer;
-    const float *src = NULL;
-    size_t n = 0;
-    switch (kind) {
-    case GW_EMB: src = m->emb, n = V * D; break;
-    case GW_CLS: src = m->cls, n = V * D; break;
-    case GW_RMS_ATT: src = m->rms_att + l * D, n = D; break;
-    case GW_RMS_FFN: src = m->rms_ffn + l * D, n = D; break;
-    case GW_RMS_FINAL: src = m->rms_final, n = D; break;
-    case GW_WQ: src = m->wq + l * D * D, n = D * D; break;
-    case GW_WK: src = m->wk + l * K * D, n = K * D; break;
-    case GW_WV: src = m->wv + l * K * D, n = K * D; break;
-    case GW_WO: src = m->wo + l * D * D, n = D * D; break;
-    case GW_W1: src = m->w1 + l * F * D, n = F * D; break;
-    case GW_W2: src = m->w2 + l * D * F, n = D * F; break;
-    case GW_W3: src = m->w3 + l * F * D, n = F * D; break;
-    default: return -1;
-    }
-    memcpy(out, src, n * sizeof *out);
-    return 0;
-}
-
-static gw_spec spec_of(const fx_model *m, uint32_t type)
-{
-    return (gw_spec){.dim = m->dim, .hidden = m->hidden, .layers = m->layers, .heads = m->heads,
-                     .kv_heads = m->kv_heads, .vocab = m->vocab, .seq_len = m->seq_len,
-                     .shared = m->shared, .norm_eps = 1e-5f, .rope_theta = 10000.0f,
-                     .type = type, .emb_type = type, .norm_type = GW_F32};
 }
 
 /* The GGUF image of m under spec s (malloc'ed). */
@@ -1000,15 +964,34 @@ static void test_vocabulary(void)
     lm_tokenizer *t = NULL;
     ASSERT_OK(lm_tokenizer_from_model(m, NULL, &t));
     ASSERT_EQ(t->n_pieces, bin->n_pieces);
+    ASSERT_TRUE(t->kind == LM_TOK_SPM && bin->kind == LM_TOK_RUNC);
     for (int32_t i = 0; i < t->n_pieces; i++) {
-        ASSERT_TRUE(t->len[i] == bin->len[i] &&
-                    memcmp(t->piece[i], bin->piece[i], (size_t)t->len[i]) == 0);
+        /* the file's pieces: U+2581 for each space; they decode as run.c's */
+        char raw[64];
+        size_t o = 0;
+        for (int32_t k = 0; k < bin->len[i] && o + 3 < sizeof raw; k++)
+            if (bin->piece[i][k] == ' ')
+                memcpy(raw + o, "\xe2\x96\x81", 3), o += 3;
+            else
+                raw[o++] = bin->piece[i][k];
+        ASSERT_TRUE((size_t)t->len[i] == o && memcmp(t->piece[i], raw, o) == 0);
         ASSERT_TRUE(t->score[i] == bin->score[i]);
+        size_t la, lb;
+        const char *da = lm_decode(t, 7, i, &la), *db = lm_decode(bin, 7, i, &lb);
+        if (i >= 3) /* the first three are unknown and control: nothing */
+            ASSERT_TRUE(la == lb && memcmp(da, db, la) == 0);
+        else
+            ASSERT_EQ(la, 0);
     }
     for (int b = 0; b < 256; b++)
         ASSERT_EQ(t->byte_id[b], 3 + b);
+    ASSERT_TRUE(t->bos == 1 && t->eos == 2 && t->add_bos && t->add_space_prefix && !t->add_eos);
+    ASSERT_TRUE(m->config.bos == 1 && lm_token_ends(t, 2) && lm_token_ends(t, 1));
+    /* Valid UTF-8 encodes as run.c does; invalid bytes as llama.cpp reads
+     * them: 0xFF announces four bytes, so the symbol swallows the next
+     * space's U+2581 and falls back to byte pieces. */
     static const char *texts[] = {"the cafe abc", " the the  a", "caf\xc3\xa9 \xe2\x82\xac?", "",
-                                  "T is key.", "\x01\xff zz"};
+                                  "T is key."};
     int32_t a[64], b2[64];
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         size_t na, nb;
@@ -1016,34 +999,79 @@ static void test_vocabulary(void)
         ASSERT_OK(lm_encode(bin, texts[i], strlen(texts[i]), b2, 64, &nb));
         ASSERT_TRUE(na == nb && memcmp(a, b2, na * sizeof *a) == 0);
     }
+    size_t na;
+    ASSERT_OK(lm_encode(t, "\x01\xff zz", 6, a, 64, &na));
+    ASSERT_TRUE(na >= 6 && a[2] == 3 + 0xFF && a[3] == 3 + 0xE2 && a[4] == 3 + 0x96 &&
+                a[5] == 3 + 0x81);
     lm_tokenizer_free(t);
     lm_model_free(m);
     free(img);
 
-    /* Refusals by key; --tokens stay usable (the model loads). */
-    char count_needle[96];
-    snprintf(count_needle, sizeof count_needle,
-             "tokenizer.ggml.tokens has %d entries, the model's vocabulary %d", FX_PIECES,
-             FX_PIECES + 64);
-    const char *const needles[] = {"tokenizer.ggml.model 'gpt2' is not supported",
-                                   "tokenizer.ggml.bos_token_id 5", count_needle,
-                                   "add_space_prefix is false"};
-    for (int i = 0; i < 4; i++) {
+    /* add_space_prefix false, BOS 5, add_bos_token false: honoured. */
+    for (int i = 0; i < 3; i++) {
         fx_model f2;
-        fx_model_init(&f2, 8, 16, 1, 2, 1, i == 2 ? FX_PIECES + 64 : FX_PIECES, 8, 1, 7);
+        fx_model_init(&f2, 8, 16, 1, 2, 1, FX_PIECES, 8, 1, 7);
         gw_spec s2 = spec_of(&f2, GW_F32);
-        s2.vocab_data = i == 0 ? NULL : &v;
         kvb k = {.n = 0};
         if (i == 0)
-            kb_key(&k, "tokenizer.ggml.model", 8), kb_str(&k, "gpt2");
-        if (i == 3)
             kb_key(&k, "tokenizer.ggml.add_space_prefix", 7), kb_bytes(&k, "\0", 1);
+        if (i == 2)
+            kb_key(&k, "tokenizer.ggml.add_bos_token", 7), kb_bytes(&k, "\0", 1);
+        s2.vocab_data = &v;
         s2.extra_kv = k.p;
         s2.extra_kv_bytes = k.n;
         s2.extra_kv_count = k.count;
         unsigned char *im = gguf_image(&f2, &s2, &n);
         if (i == 1) /* the value after the key and its type */
             put_u32(im + find(im, n, "tokenizer.ggml.bos_token_id") + 27 + 4, 5);
+        lm_model *mm = NULL;
+        lm_tokenizer *tt = NULL;
+        ASSERT_OK(lm_model_from_memory(im, n, NULL, &mm));
+        ASSERT_OK(lm_tokenizer_from_model(mm, NULL, &tt));
+        if (tt) {
+            int32_t w[8];
+            size_t nw;
+            ASSERT_OK(lm_tokenize(tt, "a", 1, w, 8, &nw));
+            int32_t a_id = lm_piece_id(tt, "a", 1), sa_id = lm_piece_id(tt, "\xe2\x96\x81" "a", 4);
+            if (i == 0)
+                ASSERT_TRUE(!tt->add_space_prefix && nw == 2 && w[0] == 1 && w[1] == a_id);
+            if (i == 1)
+                ASSERT_TRUE(tt->bos == 5 && mm->config.bos == 5 && nw == 2 && w[0] == 5 &&
+                            (w[1] == sa_id || sa_id < 0));
+            if (i == 2)
+                ASSERT_TRUE(!tt->add_bos && mm->config.bos == -1 && nw >= 1 && w[0] != 1);
+        }
+        lm_tokenizer_free(tt);
+        lm_model_free(mm);
+        free(im);
+        fx_model_free(&f2);
+    }
+
+    /* Refusals by key; --tokens stay usable (the model loads). */
+    char count_needle[96];
+    snprintf(count_needle, sizeof count_needle,
+             "tokenizer.ggml.tokens has %d entries, the model's vocabulary %d", FX_PIECES,
+             FX_PIECES + 64);
+    const char *const needles[] = {"tokenizer.ggml.model 'bert' is not supported",
+                                   "tokenizer.ggml.add_bos_token is a uint32, not a bool",
+                                   count_needle, "tokenizer.ggml.pre 'tekken' is not supported"};
+    for (int i = 0; i < 4; i++) {
+        fx_model f2;
+        fx_model_init(&f2, 8, 16, 1, 2, 1, i == 2 ? FX_PIECES + 64 : FX_PIECES, 8, 1, 7);
+        gw_spec s2 = spec_of(&f2, GW_F32);
+        s2.vocab_data = i == 0 || i == 3 ? NULL : &v;
+        kvb k = {.n = 0};
+        if (i == 0)
+            kb_key(&k, "tokenizer.ggml.model", 8), kb_str(&k, "bert");
+        if (i == 1)
+            kb_key(&k, "tokenizer.ggml.add_bos_token", 4), kb_u32(&k, 1);
+        if (i == 3)
+            kb_key(&k, "tokenizer.ggml.model", 8), kb_str(&k, "gpt2"),
+                kb_key(&k, "tokenizer.ggml.pre", 8), kb_str(&k, "tekken");
+        s2.extra_kv = k.p;
+        s2.extra_kv_bytes = k.n;
+        s2.extra_kv_count = k.count;
+        unsigned char *im = gguf_image(&f2, &s2, &n);
         lm_model *mm = NULL;
         ASSERT_OK(lm_model_from_memory(im, n, NULL, &mm));
         if (mm) {

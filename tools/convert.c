@@ -37,8 +37,12 @@ static const char usage[] =
     "                      version 1 or 2, GGUF); quantized values are dequantized\n"
     "  --random SHAPE      random weights instead: dim=D,hidden=F,layers=L,heads=H,\n"
     "                      kv_heads=G,vocab=V,seq_len=T[,seed=S][,tied=0|1]\n"
-    "  --tokenizer TOK     a tokenizer.bin for the GGUF's metadata (default: the\n"
-    "                      input GGUF's own vocabulary; none for a llama2.c input)\n"
+    "  --tokenizer TOK     the GGUF's vocabulary: a tokenizer.bin, or a GGUF whose\n"
+    "                      tokenizer.* keys are copied as they are (its vocabulary\n"
+    "                      must match). Default: the input GGUF's own (copied), or\n"
+    "                      tokenizer.bin beside a llama2.c input; --random writes a\n"
+    "                      placeholder (<unk>, <s>, </s>, the 256 byte pieces <0xHH>,\n"
+    "                      then t<i>). A vocabulary that cannot be read is refused\n"
     "  --to FORMAT         gguf, llama2c (legacy), llama2c-v1, llama2c-v2\n"
     "  --type T            GGUF: the matrices' type: f32 (default), f16, bf16, q8_0,\n"
     "                      q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k,\n"
@@ -53,7 +57,7 @@ static const char usage[] =
     "  --norm-type T       GGUF: the norms' type: f32 (default), f16, bf16\n"
     "  --group N           llama2c-v2: values per int8 scale (default 64, halved until\n"
     "                      it divides dim and hidden, as llama2.c's export.py does)\n"
-    "  --name NAME         GGUF: general.name\n"
+    "  --name NAME         GGUF: general.name (default: the input GGUF's)\n"
     "  --rope-scaling SPEC GGUF: the rotary embedding's scaling, as llama.cpp reads it:\n"
     "                      none, linear:F, yarn:F[,orig=N][,attn=A] (llama.rope.scaling.*;\n"
     "                      orig the original context, default the model's), or\n"
@@ -150,6 +154,67 @@ static int model_tensor(void *user, gw_kind kind, int layer, float *out)
     for (size_t r = 0; r < mx->rows; r++)
         lm_matrix_row(mx, r, out + r * mx->cols);
     return 0;
+}
+
+/* ---- the vocabulary ---- */
+
+typedef struct kv_buf { /* raw metadata pairs, for gw_spec.extra_kv */
+    unsigned char *p;
+    size_t n, cap, count;
+} kv_buf;
+
+static void kv_add(void *user, const void *pair, size_t bytes)
+{
+    kv_buf *b = user;
+    if (b->n + bytes > b->cap) {
+        b->cap = (b->n + bytes) * 2;
+        b->p = realloc(b->p, b->cap);
+        if (!b->p)
+            die("out of memory");
+    }
+    memcpy(b->p + b->n, pair, bytes);
+    b->n += bytes;
+    b->count++;
+}
+
+/* The tokenizer.* pairs of a GGUF model, checked first: its vocabulary
+ * reads (as the decoder and llama.cpp read it) and has `vocab` pieces. */
+static void carry_vocab(const lm_model *m, const char *what, const char *path, int32_t vocab,
+                        kv_buf *kv)
+{
+    lm_tokenizer *t = NULL;
+    if (lm_tokenizer_from_model(m, NULL, &t) != KVE_OK)
+        die("%s %s: its vocabulary cannot be carried: %s (give --tokenizer)", what, path,
+            kve_last_error());
+    int32_t n = t->n_pieces;
+    lm_tokenizer_free(t);
+    if (n != vocab)
+        die("%s %s: %d pieces, the model's vocabulary is %d", what, path, n, vocab);
+    lm_gguf_pairs(m, "tokenizer.", kv_add, kv);
+}
+
+/* --random's vocabulary: llama2.c's layout with placeholder pieces. */
+static char **placeholder_pieces(int32_t V, int32_t **len, float **score)
+{
+    char **p = calloc((size_t)V, sizeof *p);
+    *len = calloc((size_t)V, sizeof **len);
+    *score = calloc((size_t)V, sizeof **score);
+    if (!p || !*len || !*score)
+        die("out of memory");
+    for (int32_t i = 0; i < V; i++) {
+        char b[24];
+        if (i < 3)
+            snprintf(b, sizeof b, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+        else if (i < 259)
+            snprintf(b, sizeof b, "<0x%02X>", i - 3);
+        else
+            snprintf(b, sizeof b, "t%d", i);
+        p[i] = strdup(b);
+        if (!p[i])
+            die("out of memory");
+        (*len)[i] = (int32_t)strlen(b);
+    }
+    return p;
 }
 
 /* --rope-scaling: the metadata of s, and for llama3 the factors (S/2
@@ -340,17 +405,53 @@ int main(int argc, char **argv)
     } else if (version >= 0 && (s.rope_scaling || s.rope_freqs)) {
         die("--model %s: its rotary embedding is scaled, which a llama2.c export cannot say", model);
     }
+    /* The vocabulary: a tokenizer.bin's pieces, or a GGUF's tokenizer.* pairs
+     * as they are; every GGUF written has one. */
     lm_tokenizer *t = NULL;
-    if (tok && lm_tokenizer_open(tok, NULL, &t) != KVE_OK)
+    lm_model *tok_model = NULL;
+    kv_buf kv = {0};
+    char beside[4200], *name_copy = NULL;
+    unsigned char magic[4] = {0};
+    size_t got = 0;
+    if (tok && lm_read_head(tok, magic, 4, &got) == KVE_OK && got == 4 && memcmp(magic, "GGUF", 4) == 0) {
+        if (lm_model_open(tok, NULL, &tok_model) != KVE_OK)
+            die("--tokenizer %s: %s", tok, kve_last_error());
+        carry_vocab(tok_model, "--tokenizer", tok, s.vocab, &kv);
+    } else if (!tok && version < 0 && m && m->config.format == LM_FORMAT_GGUF) {
+        carry_vocab(m, "--model", model, s.vocab, &kv);
+    } else if (!tok && version < 0 && m) { /* llama2.c: tokenizer.bin beside it, as lm reads it */
+        const char *slash = strrchr(model, '/');
+        snprintf(beside, sizeof beside, "%.*s/tokenizer.bin", slash ? (int)(slash - model) : 1,
+                 slash ? model : ".");
+        if (lm_read_head(beside, magic, 4, &got) != KVE_OK)
+            die("--model %s: a llama2.c checkpoint carries no vocabulary and there is no %s: give "
+                "--tokenizer", model, beside);
+        tok = beside;
+    }
+    if (tok && !tok_model && lm_tokenizer_open(tok, NULL, &t) != KVE_OK)
         die("--tokenizer %s: %s", tok, kve_last_error());
-    if (!tok && m && m->config.format == LM_FORMAT_GGUF && lm_tokenizer_from_model(m, NULL, &t) != KVE_OK)
-        fprintf(stderr, "kvevict-convert: no vocabulary written: %s\n", kve_last_error());
     if (t && t->n_pieces != s.vocab)
         die("--tokenizer: %d pieces, the model's vocabulary is %d", t->n_pieces, s.vocab);
     gw_vocab vocab = {0};
-    if (t)
+    char **fake = NULL;
+    int32_t *fake_len = NULL;
+    float *fake_score = NULL;
+    if (t) {
         vocab = (gw_vocab){t->n_pieces, (const char *const *)t->piece, t->len, t->score};
-    s.vocab_data = t && version < 0 ? &vocab : NULL;
+    } else if (!kv.count && version < 0) { /* --random */
+        fake = placeholder_pieces(s.vocab, &fake_len, &fake_score);
+        vocab = (gw_vocab){s.vocab, (const char *const *)fake, fake_len, fake_score};
+    }
+    s.vocab_data = vocab.n && version < 0 ? &vocab : NULL;
+    s.extra_kv = kv.p, s.extra_kv_bytes = kv.n, s.extra_kv_count = kv.count;
+    const char *in_name;
+    size_t in_len;
+    if (!name && m && lm_gguf_string(m, "general.name", &in_name, &in_len)) {
+        name_copy = strndup(in_name, in_len);
+        if (!name_copy)
+            die("out of memory");
+        s.name = name_copy;
+    }
     s.fallback = 1;
     int group = 0;
     if (version == 2) {
@@ -386,7 +487,12 @@ int main(int argc, char **argv)
         return 1;
     }
     free(rope_freqs);
+    for (int32_t i = 0; fake && i < s.vocab; i++)
+        free(fake[i]);
+    free(fake), free(fake_len), free(fake_score);
+    free(kv.p), free(name_copy);
     lm_tokenizer_free(t);
+    lm_model_free(tok_model);
     lm_model_free(m);
     return 0;
 }

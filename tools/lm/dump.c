@@ -210,7 +210,7 @@ int lm_dump(int argc, char **argv)
         cli_own(&a, &dump_spec, "query-heads")->count ? 1 : (size_t)(c->n_heads / c->n_kv_heads);
     int32_t *toks = xmalloc(T * sizeof *toks);
     for (size_t t = 0; t < T; t++) /* BOS, then the text (looped with --loop) */
-        toks[t] = t ? lm_ctx.ids[(t - 1) % lm_ctx.n_ids] : LM_BOS;
+        toks[t] = t ? lm_ctx.ids[(t - 1) % lm_ctx.n_ids] : first_token(0);
     FILE *f = out_open(a.output);
     int bad = qk ? write_qk(f, lm_ctx.model, toks, T)
                  : write_attention(f, lm_ctx.model, toks, T, group);

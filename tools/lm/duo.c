@@ -165,18 +165,15 @@ int lm_duo_calibrate(int argc, char **argv)
             }
         for (size_t wi = have - n_windows; wi < have; wi++) {
             double nats = 0;
-            e = lm_window_nats(s, lm_ctx.ids + wi * (C - 1), C - 1, &nats, NULL);
+            text_window(w, wi * (C - 1), C); /* no BOS: lm_window_nats reads w[0] as context */
+            e = lm_ctx.model->config.bos < 0 ? lm_window_nats(s, w, C, &nats, NULL)
+                                              : lm_window_nats(s, w + 1, C - 1, &nats, NULL);
             if (e != KVE_OK)
                 die_lm(e, "decode");
             rows[k].nats += nats;
             if (k == 0) {
-                int32_t prev = LM_BOS;
-                for (size_t i = 0; i < C - 1; i++) {
-                    size_t len;
-                    lm_decode(lm_ctx.tok, prev, lm_ctx.ids[wi * (C - 1) + i], &len);
-                    bytes += (double)len;
-                    prev = lm_ctx.ids[wi * (C - 1) + i];
-                }
+                size_t counted = 0;
+                bytes += window_bytes(w, 1, C, &counted);
             }
         }
         progress_update(&pr, k + 1);

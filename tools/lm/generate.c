@@ -110,10 +110,14 @@ int lm_logits(int argc, char **argv)
         load_tokenizer(own(&a, sp, "tokenizer"), model);
         size_t m;
         int32_t *ids = encode(prompt, strlen(prompt), &m);
+        int32_t bos = lm_ctx.model->config.bos;
+        size_t first = bos >= 0;
+        if (m + first == 0)
+            die_usage("--prompt is empty and the model has no BOS: no token to decode");
         toks = xmalloc((m + 1) * sizeof *toks);
-        toks[0] = LM_BOS;
-        memcpy(toks + 1, ids, m * sizeof *ids);
-        n = m + 1;
+        toks[0] = bos;
+        memcpy(toks + first, ids, m * sizeof *ids);
+        n = m + first;
         free(ids);
     }
     for (size_t i = 0; i < n; i++)
@@ -152,7 +156,8 @@ static const char generate_usage[] =
     "                        [--heads FILE [--streaming-budget N]]\n"
     "\n"
     "Streams text from the model with a bounded cache: BOS, the prompt, then N\n"
-    "generated tokens (default 256; generation stops early at BOS). Greedy\n"
+    "generated tokens (default 256; generation stops early at an end-of-generation\n"
+    "token of the vocabulary, a GGUF's EOS or end of turn, or at BOS). Greedy\n"
     "(argmax) by default; --temperature T > 0 samples with llama.cpp's chain:\n"
     "repetition penalty, top-k, top-p, temperature, one draw from kvevict's\n"
     "generator seeded by --seed, so a seed repeats its text. The reserved\n"
@@ -246,7 +251,9 @@ static void decode(lm_state *s, history *h, int32_t token)
 
 /* Samples up to g->steps tokens from s (whose logits follow h's last
  * token), decoding each, so s ends with the logits after the last; stops
- * after a BOS. Text or JSON to stdout. Returns how many were made. */
+ * after a token that ends a generation (lm_token_ends: the file's EOS and
+ * ends of turn, and BOS). Text or JSON to stdout. Returns how many were
+ * made. */
 static size_t sample_loop(const gen_ctx *g, lm_state *s, history *h, kve_rng *rng, uint64_t seed)
 {
     int32_t V = s->model->config.vocab_size;
@@ -277,12 +284,12 @@ static size_t sample_loop(const gen_ctx *g, lm_state *s, history *h, kve_rng *rn
                 fputc(']', stdout);
             }
             fputs("}\n", stdout);
-        } else if (next != LM_BOS) {
+        } else if (!lm_token_ends(lm_ctx.tok, next)) {
             put_piece(stdout, p, len);
             fflush(stdout);
         }
         decode(s, h, next);
-        if (next == LM_BOS)
+        if (lm_token_ends(lm_ctx.tok, next))
             break;
     }
     return made;
@@ -449,10 +456,14 @@ int cmd_generate(int argc, char **argv)
     FILE *mem = open_memstream(&text, &text_len);
     if (!mem)
         die_input("out of memory");
+    const int32_t bos = lm_ctx.model->config.bos;
+    const size_t first = bos >= 0; /* a model without BOS starts with the prompt */
+    if (!resumed && !first && n_prompt == 0)
+        die_usage("--prompt is empty and the model has no BOS: nothing to continue from");
     if (pf) { /* BOS and the prompt read at once, then cut to the budget */
         int32_t *all = xmalloc((n_prompt + 1) * sizeof *all);
-        all[0] = LM_BOS;
-        memcpy(all + 1, ids, n_prompt * sizeof *ids);
+        all[0] = bos;
+        memcpy(all + first, ids, n_prompt * sizeof *ids);
         kve_prefill_options p = kve_prefill_default_options();
         p.method = pf_k == 1 ? KVE_PREFILL_SNAPKV : pf_k == 2 ? KVE_PREFILL_KVZIP : KVE_PREFILL_H2O;
         kve_status st;
@@ -460,27 +471,28 @@ int cmd_generate(int argc, char **argv)
             lm_kvzip kz;
             st = lm_kvzip_default(lm_ctx.tok, &kz);
             if (st == KVE_OK)
-                st = lm_prefill_kvzip(s, all, n_prompt + 1, &kz, &p);
+                st = lm_prefill_kvzip(s, all, n_prompt + first, &kz, &p);
         } else {
-            st = lm_prefill(s, all, n_prompt + 1, pf_k == 3 ? NULL : &p);
+            st = lm_prefill(s, all, n_prompt + first, pf_k == 3 ? NULL : &p);
         }
         free(all);
         if (st != KVE_OK)
             die_lm(st, "--prefill");
-        decoded += n_prompt + 1;
-        push(&h, LM_BOS);
+        decoded += n_prompt + first;
+        if (first)
+            push(&h, bos);
         for (size_t i = 0; i < n_prompt; i++) {
             size_t len;
-            const char *piece = lm_decode(lm_ctx.tok, h.t[h.n - 1], ids[i], &len);
+            const char *piece = lm_decode(lm_ctx.tok, h.n ? h.t[h.n - 1] : -1, ids[i], &len);
             put_piece(mem, piece, len);
             push(&h, ids[i]);
         }
     } else {
-        if (h.n == 0) /* a new sequence (or a session of no token) starts with BOS */
-            decode(s, &h, LM_BOS);
+        if (h.n == 0 && first) /* a new sequence (or a session of no token) starts with BOS */
+            decode(s, &h, bos);
         for (size_t i = 0; i < n_prompt; i++) {
             size_t len;
-            const char *p = lm_decode(lm_ctx.tok, h.t[h.n - 1], ids[i], &len);
+            const char *p = lm_decode(lm_ctx.tok, h.n ? h.t[h.n - 1] : -1, ids[i], &len);
             put_piece(mem, p, len);
             decode(s, &h, ids[i]);
         }
@@ -525,7 +537,7 @@ int cmd_generate(int argc, char **argv)
             "kvevict generate: %d positions (%s%zu prompt tokens, %zu generated%s) in %.3f s: "
             "%.1f tokens/s; cache: %zu..%zu of %d positions kept per (layer, KV head); "
             "policy %s\n",
-            w->pos, resumed ? "a resumed session, " : "BOS, ", n_prompt, made,
+            w->pos, resumed ? "a resumed session, " : first ? "BOS, " : "", n_prompt, made,
             samples > 1 ? " by the last sample" : "", secs,
             secs > 0 ? (double)decoded / secs : 0.0,
             kept_min, kept_max, w->pos, w->spec ? w->spec : "none (every key kept)");

@@ -104,8 +104,13 @@ void load_text(const char *path);
 /* s[0 .. len) encoded with lm_ctx.tok, in fresh memory; *n tokens. */
 int32_t *encode(const char *s, size_t len, size_t *n);
 void encode_text(const char *path);
-/* [BOS] and the text's L - 1 tokens from its token `start` into w[0 .. L)
- * (a window of `lm eval`, or the ground a prompt is built on). */
+/* What position 0 of a window holds before the text's token `start`: the
+ * model's BOS, or for a model without one (config.bos -1) the text token
+ * before `start` (the text's last for start 0): context, never scored. */
+int32_t first_token(size_t start);
+/* first_token(start) and the text's L - 1 tokens from its token `start`
+ * into w[0 .. L) (a window of `lm eval`, or the ground a prompt is built
+ * on). */
 void text_window(int32_t *w, size_t start, size_t L);
 /* The bytes the tokens w[from .. L) decode to, each after the one before
  * it; *tokens counts them. */

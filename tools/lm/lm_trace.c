@@ -74,9 +74,12 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
         die_input("--trace lm: text: %s", kve_last_error());
     if (memchr(txt, 0, txt_len))
         die_input("--trace lm: text %s: holds a NUL byte", text);
-    int32_t *ids = xmalloc((txt_len + 2) * sizeof *ids);
+    size_t cap = lm_encode_bound(tok, txt_len);
+    if (cap > SIZE_MAX / sizeof(int32_t) - 1)
+        die_input("--trace lm: text %s: too long", text);
+    int32_t *ids = xmalloc((cap + 1) * sizeof *ids);
     size_t n_ids;
-    kve_status st = lm_encode(tok, txt, txt_len, ids + 1, txt_len + 1, &n_ids);
+    kve_status st = lm_encode(tok, txt, txt_len, ids + 1, cap, &n_ids);
     if (st != KVE_OK)
         die_lm(st, "--trace lm: text");
     const lm_config *c = &m->config;
@@ -86,9 +89,15 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
     if (start > n_ids || n_ids - start < T - 1)
         die_usage("--trace %s: the text has %zu tokens; window %zu of %zu steps needs %zu", src,
                   n_ids, w, T, start + T - 1);
-    /* BOS just before the window's first token. */
+    /* BOS just before the window's first token (without one, the text token
+     * before it: the text's last for window 0). */
     int32_t *toks = ids + start;
-    toks[0] = LM_BOS;
+    if (m->config.bos >= 0)
+        toks[0] = m->config.bos;
+    else if (n_ids == 0)
+        die_usage("--trace %s: the text is empty and the model has no BOS to start from", src);
+    else if (start == 0)
+        toks[0] = ids[n_ids];
     size_t group = heads && strcmp(heads, "query") == 0 ? 1 : (size_t)(c->n_heads / c->n_kv_heads);
 
     kve_trace_options o = kve_trace_default_options();

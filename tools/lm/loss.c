@@ -22,10 +22,11 @@ static const char eval_usage[] =
     "Bits per byte and per token of the model on a text, with the full cache and\n"
     "with every policy at every budget, paired window by window. The text is\n"
     "encoded once (dummy prefix, no BOS or EOS) and cut into consecutive chunks\n"
-    "of seq_len - 1 tokens (the last shorter); each window is BOS + chunk,\n"
-    "decoded from a fresh cache, its loss summed over the chunk's tokens.\n"
-    "bits/byte = nats / ln 2 / (UTF-8 bytes of the text + 1); bits/token = nats /\n"
-    "ln 2 / tokens. Standard errors treat windows as the samples (docs/decoder.md):\n"
+    "of seq_len - 1 tokens (the last shorter); each window is BOS (or the token\n"
+    "before) + chunk, decoded from a fresh cache, its loss summed over the chunk.\n"
+    "bits/byte = nats / ln 2 / (UTF-8 bytes of the text, + 1 for a dummy prefix);\n"
+    "bits/token = nats / ln 2 / tokens. Standard errors: windows as samples\n"
+    "(docs/decoder.md):\n"
     "se of bits/byte, and of its difference to the full cache, paired per window.\n"
     "\n"
     "  --model CKPT        a llama2.c (legacy, version 1 or 2) or GGUF checkpoint\n"
@@ -97,6 +98,7 @@ int lm_eval(int argc, char **argv)
     progress pr;
     progress_begin(&pr, "token", (uint64_t)lm_ctx.n_ids * n_jobs, 0, 1);
     uint64_t done = 0;
+    int32_t *win = xmalloc((chunk + 1) * sizeof *win); /* no BOS: the token before, the chunk */
     for (size_t w = 0; w < W; w++) {
         const int32_t *toks = lm_ctx.ids + w * chunk;
         size_t n = w + 1 < W ? chunk : lm_ctx.n_ids - w * chunk;
@@ -105,9 +107,15 @@ int lm_eval(int argc, char **argv)
             lm_decode(lm_ctx.tok, 0, toks[i], &len);
             bytes[w] += (double)len;
         }
+        int ctx = lm_ctx.model->config.bos < 0;
+        if (ctx) {
+            win[0] = first_token(w * chunk);
+            memcpy(win + 1, toks, n * sizeof *win);
+        }
         for (size_t j = 0; j < n_jobs; j++) {
             double nats;
-            kve_status st = lm_window_nats(jobs[j].s, toks, n, &nats, NULL);
+            kve_status st = ctx ? lm_window_nats(jobs[j].s, win, n + 1, &nats, NULL)
+                                : lm_window_nats(jobs[j].s, toks, n, &nats, NULL);
             if (st != KVE_OK)
                 die_lm(st, jobs[j].spec ? jobs[j].spec : "full cache");
             bits[j * W + w] = nats / log(2.0);
@@ -115,6 +123,7 @@ int lm_eval(int argc, char **argv)
         }
     }
     progress_end(&pr);
+    free(win);
     if (W < 2)
         warn("one window: no standard errors");
 
@@ -133,7 +142,8 @@ int lm_eval(int argc, char **argv)
     col cols[TABLE_MAXCOLS];
     table t;
     table_init(&t, cols, job_cols(cols, rest, sizeof rest / sizeof rest[0]));
-    double total_bytes = (double)lm_ctx.text_len + 1, full = 0;
+    size_t text_bytes = lm_ctx.text_len + (size_t)lm_ctx.tok->add_space_prefix;
+    double total_bytes = (double)text_bytes, full = 0;
     for (size_t w = 0; w < W; w++)
         full += bits[w];
     double *diff = xmalloc(W * sizeof *diff);
@@ -148,7 +158,7 @@ int lm_eval(int argc, char **argv)
         job_cells(&t, &jobs[j], m.positions);
         table_uint(&t, W);
         table_uint(&t, lm_ctx.n_ids);
-        table_uint(&t, lm_ctx.text_len + 1);
+        table_uint(&t, text_bytes);
         table_real(&t, sum / total_bytes, "%.4f");
         table_real(&t, ratio_se(x, bytes, W, total_bytes), "%.4f");
         table_real(&t, sum / (double)lm_ctx.n_ids, "%.4f");
@@ -159,7 +169,7 @@ int lm_eval(int argc, char **argv)
     }
     if (m.a.format == FMT_TEXT)
         fprintf(out, "%s: %zu tokens, %zu bytes, %zu windows of up to %zu tokens, positions %s\n\n",
-                m.text, lm_ctx.n_ids, lm_ctx.text_len + 1, W, chunk, positions_name(m.positions));
+                m.text, lm_ctx.n_ids, text_bytes, W, chunk, positions_name(m.positions));
     table_print(&t, out, m.a.format);
     table_free(&t);
     out_close(out);
@@ -173,7 +183,8 @@ int lm_eval(int argc, char **argv)
 
 /* ---- lm stream ------------------------------------------------------------------
  *
- * One decode far past the context: position 0 is BOS, position p >= 1 holds
+ * One decode far past the context: position 0 is BOS (first_token(0)
+ * without one), position p >= 1 holds
  * H[(p - 1) mod |H|] (the text encoded once, repeated end to end). Every job
  * decodes positions 0 .. N-2 once, never resetting its cache, and the loss
  * of the token at p (1 <= p < N), predicted from positions 0 .. p-1, goes to
@@ -243,7 +254,7 @@ int lm_stream(int argc, char **argv)
         size_t n = j ? N : M; /* positions this job decodes, the last one only predicted */
         lm_state *s = jobs[j].s;
         for (size_t p = 0; p + 1 < n; p++) {
-            kve_status st = lm_forward(s, p ? lm_ctx.ids[(p - 1) % lm_ctx.n_ids] : LM_BOS);
+            kve_status st = lm_forward(s, p ? lm_ctx.ids[(p - 1) % lm_ctx.n_ids] : first_token(0));
             if (st != KVE_OK)
                 die_lm(st, jobs[j].spec ? jobs[j].spec : "full cache");
             nats[j * n_bins + (p + 1) / W] +=

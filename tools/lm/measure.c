@@ -84,8 +84,11 @@ void load_text(const char *path)
 
 int32_t *encode(const char *s, size_t len, size_t *n)
 {
-    int32_t *ids = xmalloc((len + 1) * sizeof *ids);
-    kve_status st = lm_encode(lm_ctx.tok, s, len, ids, len + 1, n);
+    size_t cap = lm_encode_bound(lm_ctx.tok, len);
+    if (cap > SIZE_MAX / sizeof(int32_t))
+        die_input("encode: %zu bytes of text are too many", len);
+    int32_t *ids = xmalloc(cap * sizeof *ids);
+    kve_status st = lm_encode(lm_ctx.tok, s, len, ids, cap, n);
     if (st != KVE_OK) {
         free(ids);
         die_lm(st, "encode");
@@ -100,9 +103,15 @@ void encode_text(const char *path)
         die_input("--text %s: empty", path);
 }
 
+int32_t first_token(size_t start)
+{
+    int32_t bos = lm_ctx.model->config.bos;
+    return bos >= 0 ? bos : lm_ctx.ids[(start + lm_ctx.n_ids - 1) % lm_ctx.n_ids];
+}
+
 void text_window(int32_t *w, size_t start, size_t L)
 {
-    w[0] = LM_BOS;
+    w[0] = first_token(start);
     memcpy(w + 1, lm_ctx.ids + start, (L - 1) * sizeof *w);
 }
 
@@ -467,7 +476,7 @@ int32_t pk_prompt(const pk_template *p, size_t L, size_t j, size_t N, size_t d, 
     size_t k = L - 1 - d, f1 = k - 1 - na, m = L - 2 - na - nb - nq;
     size_t s = (size_t)((uint64_t)j * (lm_ctx.n_ids - m) / N), o = 0;
     int32_t key = p->keys[j % PK_KEYS];
-    w[o++] = LM_BOS;
+    w[o++] = first_token(s);
     memcpy(w + o, lm_ctx.ids + s, f1 * sizeof *w), o += f1;
     memcpy(w + o, p->intro, na * sizeof *w), o += na;
     w[o++] = key;
