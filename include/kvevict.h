@@ -973,8 +973,11 @@ KVE_API kve_status kve_policy_load(const void *buf, size_t size, const kve_alloc
  * vnorm=1 the rule's scores are kept apart and the policy evicts by
  * score * ||v||, as for the built-in rules (s.score is the rule's own).
  * If observe returns a status other than KVE_OK (with kve_set_error for
- * its message), or writes a score that is not finite, the step is refused
- * with that status (KVE_EINVAL for the score, naming the rule and the slot)
+ * its message), or writes a score or a state that is not finite (or,
+ * under vnorm, a score whose product with the value norm is not: a state
+ * image holds only finite values, so that what is saved always loads), the
+ * step is refused with that status (KVE_EINVAL for the score or state,
+ * naming the rule and the slot)
  * and every head of the call is left as it was: the library gives the rule
  * buffers of its own and commits them only when every head's rule
  * succeeded. Cost against a built-in rule's fused pass: the reduction of
@@ -1009,7 +1012,7 @@ typedef struct kve_score_step {
     const double *vnorm;   /* (n) ||v|| of each kept position; NULL unless rule.values */
     uint64_t step;         /* the head's steps with attention, this one included */
     double *new_score;     /* (n) out: every slot's new score, finite */
-    double *new_state;     /* (n, n_state) out: the new state; holds `state` on entry */
+    double *new_state;     /* (n, n_state) out: the new state, finite; holds `state` on entry */
 } kve_score_step;
 
 /* The score update; returns KVE_OK, or a status (and kve_set_error's

@@ -1795,6 +1795,38 @@ class ScoreRuleTests(unittest.TestCase):
         ref.close()
         kvevict.unregister_rule("py_reenter")
 
+    def test_state_not_finite_refused(self):
+        # before: every step went through, save() too, and load() refused the
+        # image ("state[1][0] of rule py_nanst is NaN"): what is saved must load
+        bad = {"value": None}
+
+        def writes_state(scores, attn, state, vnorm):
+            state[:, 0] += attn
+            if bad["value"] is not None and len(attn) > 1:
+                state[1, 0] = bad["value"]
+            return scores + attn
+
+        kvevict.register_rule("py_nanst", writes_state, state=1)
+        p = kvevict.Policy("py_nanst:budget=8,recent_window=1")
+        for pos in range(4):
+            p.step(pos, np.full(p.size, 0.25, np.float32) if p.size else None)
+        for value, words in ((np.nan, "is nan, not finite"), (np.inf, "is inf, not finite")):
+            image = p.save()
+            bad["value"] = value
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                p.step(4, np.full(p.size, 0.25, np.float32))
+            self.assertIn("py_nanst: the rule's new state[1][0] (slot 1, position 1)",
+                          e.exception.message)
+            self.assertIn(words, e.exception.message)
+            self.assertEqual(p.save(), image)  # unchanged
+            bad["value"] = None
+        p.step(4, np.full(p.size, 0.25, np.float32))
+        q = kvevict.Policy.load(p.save())  # what it saves loads
+        self.assertEqual(q.save(), p.save())
+        q.close()
+        p.close()
+        kvevict.unregister_rule("py_nanst")
+
     def test_kept_arrays_are_the_rules_own(self):
         # before: the arrays were views of the library's buffers, writable
         # (state) after the call and after close()
