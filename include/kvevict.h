@@ -88,7 +88,12 @@ extern "C" {
  * save, the outer call going on unharmed. Its free and reset are ignored
  * there (the object stays as it is; kve_last_error says why), and its
  * queries (size, positions, spec, sizes, attention rows) see the kept set as
- * it was before the outer call. Other objects may be used from a callback.
+ * it was before the outer call. The allocator also runs while the object
+ * is built (by its constructor, a clone or a load, before the handle is
+ * returned: the allocator may know it as the first block it handed out)
+ * and while it is freed: those calls are refused then too, free and reset
+ * ignored, and its queries must not be made. Other objects may be used
+ * from a callback.
  *
  * Memory. Constructors allocate, through the allocator of their options (see
  * "The allocator"); nothing on the steady-state decode path does (see

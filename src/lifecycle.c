@@ -237,8 +237,14 @@ kve_status kve_bank_clone(const kve_bank *b, kve_bank **out)
         return st;
     kve__type_hold(b->cfg.type); /* the clone's own; create releases it on failure */
     st = kve__bank_create(&b->cfg, b->n_heads, &unused, &o, &b->alloc, &c);
-    if (st == KVE_OK && (st = kve__bank_copy_state(c, b)) != KVE_OK)
-        kve_bank_free(c);
+    if (st == KVE_OK) {
+        kve_frame fc; /* and the clone's, half built */
+        kve__enter_new(&fc, c, c->cfg.type->name, false);
+        st = kve__bank_copy_state(c, b);
+        kve__leave(&fc);
+        if (st != KVE_OK)
+            kve_bank_free(c);
+    }
     kve__leave(&f);
     if (st == KVE_OK)
         *out = c;
@@ -258,8 +264,14 @@ kve_status kve_policy_clone(const kve_policy *p, kve_policy **out)
         return st;
     kve__type_hold(p->bank.cfg.type);
     st = kve__policy_create(&p->bank.cfg, &unused, &p->bank.alloc, &c);
-    if (st == KVE_OK && (st = kve__bank_copy_state(&c->bank, &p->bank)) != KVE_OK)
-        kve_policy_free(c);
+    if (st == KVE_OK) {
+        kve_frame fc; /* and the clone's, half built */
+        kve__enter_new(&fc, &c->bank, c->bank.cfg.type->name, true);
+        st = kve__bank_copy_state(&c->bank, &p->bank);
+        kve__leave(&fc);
+        if (st != KVE_OK)
+            kve_policy_free(c);
+    }
     kve__leave(&f);
     if (st == KVE_OK)
         *out = c;

@@ -1793,7 +1793,48 @@ class ScoreRuleTests(unittest.TestCase):
         self.assertEqual(p.positions.tolist(), ref.positions.tolist())
         p.close()
         ref.close()
+        # a Bank: the same, its prefill and clone besides
+        seen.clear()
+        holder.clear()
+
+        def reenters_bank(scores, attn, state, vnorm):
+            b = holder["b"]
+            rows = np.full((2, 2), 0.5, np.float32)
+            for what, call in (("step", lambda: b.step(100, None)),
+                               ("evict", lambda: b.evict(1)),
+                               ("save", b.save),
+                               ("clone", b.clone),
+                               ("prefill", lambda: b.prefill(2, 2, rows, first=0, count=1)),
+                               ("close", b.close)):
+                try:
+                    call()
+                    seen[what] = "went through"
+                except kvevict.InvalidArgumentError as e:
+                    seen[what] = e.message
+            return scores + attn
+
+        kvevict.register_rule("py_reenter_bank", reenters_bank)
+        b = kvevict.Bank("py_reenter_bank:budget=4,recent_window=1", 2)
+        bref = kvevict.Bank("h2o:budget=4,recent_window=1", 2)
+        holder["b"] = b
+        for pos in range(12):
+            n = b.size(0)
+            attn = rng.random((2, n)).astype(np.float32) if n else None
+            b.step(pos, attn)
+            bref.step(pos, attn)
+            va, ca = b.evict(4)
+            vb, cb = bref.evict(4)
+            self.assertEqual(va.tolist(), vb.tolist(), f"at {pos}")
+            self.assertEqual(ca.tolist(), cb.tolist())
+        self.assertEqual(sorted(seen), ["clone", "close", "evict", "prefill", "save", "step"])
+        for what, message in seen.items():
+            self.assertIn("from inside", message, what)
+        for h in range(2):
+            self.assertEqual(b.positions(h).tolist(), bref.positions(h).tolist())
+        b.close()
+        bref.close()
         kvevict.unregister_rule("py_reenter")
+        kvevict.unregister_rule("py_reenter_bank")
 
     def test_state_not_finite_refused(self):
         # before: every step went through, save() too, and load() refused the
