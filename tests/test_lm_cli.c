@@ -1850,11 +1850,56 @@ static void test_bounded_reads(void)
     ASSERT_TRUE(getrusage(RUSAGE_CHILDREN, &ru) == 0);
     ASSERT_TRUE(ru.ru_maxrss < 200 * 1024);
     remove(file);
+    /* The size a header states is bounded by the largest session this
+     * decoder could have written after the header's tokens: a full cache's
+     * session is exactly that large, one byte more is refused. Before: any
+     * size up to SIZE_MAX - 2, so a FIFO with a header stating 2^40 bytes
+     * and endless data behind it grew until allocation failed. */
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the cab' --steps 3 --session %s",
+             model0, file);
+    ASSERT_RUNS(args);
+    img = fx_slurp(file, &n);
+    ASSERT_TRUE(img && n > LM_SESSION_HEADER);
+    unsigned char *h = (unsigned char *)img;
+    const uint64_t tokens = h[64] | (uint64_t)h[65] << 8 | (uint64_t)h[66] << 16 |
+                            (uint64_t)h[67] << 24;
+    char want[200];
+    snprintf(want, sizeof want, "the header states %zu bytes, more than the %zu a session of "
+             "its %llu tokens", n + 1, n, (unsigned long long)tokens);
+    for (int k = 0; k < 8; k++) /* the stated size, one more than it is */
+        h[112 + k] = (unsigned char)((uint64_t)(n + 1) >> (8 * k));
+    f = fopen(big, "wb");
+    ASSERT_TRUE(f && fwrite(img, 1, n, f) == n && fputc(0, f) == 0 && fclose(f) == 0);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 1 --session %s",
+             model0, big);
+    ASSERT_FAILS(args, 1, "generate", want);
+    for (int k = 0; k < 8; k++) /* 2^40 bytes, over a FIFO fed 300 MB */
+        h[112 + k] = (unsigned char)(((uint64_t)1 << 40) >> (8 * k));
+    f = fopen(big, "wb");
+    ASSERT_TRUE(f && fwrite(img, 1, LM_SESSION_HEADER, f) == LM_SESSION_HEADER && fclose(f) == 0);
+    free(img);
+    char fifo[400], cmd[2000];
+    snprintf(fifo, sizeof fifo, "%s", path_of("endless.kvs"));
+    remove(fifo);
+    ASSERT_TRUE(mkfifo(fifo, 0600) == 0);
+    snprintf(cmd, sizeof cmd, "(cat %s; head -c 300000000 /dev/zero) >%s 2>/dev/null &", big,
+             fifo);
+    ASSERT_TRUE(system(cmd) == 0);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 1 --session %s",
+             model0, fifo);
+    ASSERT_FAILS(args, 1, "generate", "the header states 1099511627776 bytes, more than the");
+    ASSERT_TRUE(getrusage(RUSAGE_CHILDREN, &ru) == 0);
+    ASSERT_TRUE(ru.ru_maxrss < 200 * 1024);
+    int unblock = open(fifo, O_RDONLY | O_NONBLOCK); /* a writer still waiting: let it go */
+    if (unblock >= 0)
+        close(unblock);
+    remove(fifo), remove(big), remove(file);
 }
 
-/* A model file truncated while generate decodes from its mapping: one line,
- * exit 1, the session as it was and no temporary left beside it (before:
- * killed by SIGBUS, exit 135, no message). */
+/* A model file truncated while generate decodes from its mapping: one line
+ * naming it, exit 1, the session as it was and no temporary left beside it
+ * (before: killed by SIGBUS, exit 135, no message); any other SIGBUS is a
+ * plain bus error, exit 1. */
 static void test_model_truncated_while_running(void)
 {
     char args[4096], copy[400], sess[400], cmd[8192], rcpath[400], o[400], e[400];
