@@ -25,6 +25,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char kvevict[512], outcheck[512], convert[512];
@@ -1959,8 +1960,8 @@ static void test_session_concurrency(void)
     snprintf(rcpath, sizeof rcpath, "%s", path_of("shared.rc"));
     snprintf(o, sizeof o, "%s", path_of("stdout"));
     snprintf(e, sizeof e, "%s", path_of("stderr"));
-    snprintf(stale, sizeof stale, "%s", path_of("shared.kvs.tmp.AbC123"));
-    snprintf(live, sizeof live, "%s", path_of("shared.kvs.tmp.XyZ789"));
+    snprintf(stale, sizeof stale, "%s", path_of("shared.kvs.tmp.kvevict.AbC123"));
+    snprintf(live, sizeof live, "%s", path_of("shared.kvs.tmp.kvevict.XyZ789"));
     remove(sess), remove(other);
     const char *pol = "--policy window:budget=8";
     snprintf(args, sizeof args, "generate --model %s --prompt 'the' --steps 2 %s --session %s",
@@ -1997,20 +1998,37 @@ static void test_session_concurrency(void)
     s1 = fx_slurp(sess, &n1);
     ASSERT_TRUE(want && s1 && n0 == n1 && memcmp(want, s1, n0) == 0); /* the other run's */
     free(rc), free(err), free(want), free(s1), free(s0);
-    /* temporaries: a killed run's removed, a live one's kept */
-    FILE *f = fopen(stale, "wb");
-    ASSERT_TRUE(f && fputs("half a session", f) >= 0 && fclose(f) == 0);
-    f = fopen(live, "wb");
-    ASSERT_TRUE(f && fclose(f) == 0);
+    /* temporaries: a killed run's (the exact pattern, nobody's lock, an
+     * hour old) removed; a live one's (locked) kept; and kept too, since the
+     * sweep cannot tell them from a live run's or must not touch them: one
+     * younger than a minute whose lock is free (a run between creating and
+     * locking it, where the system has no O_TMPFILE) and a user's own files
+     * (before: removed: "NAME.tmp." and any six characters) */
+    char fresh[400], mine[400], near[400];
+    snprintf(fresh, sizeof fresh, "%s", path_of("shared.kvs.tmp.kvevict.NeW456"));
+    snprintf(mine, sizeof mine, "%s", path_of("shared.kvs.tmp.AbC123"));
+    snprintf(near, sizeof near, "%s", path_of("shared.kvs.tmp.kvevict.AbC-23"));
+    const char *planted[5] = {stale, live, fresh, mine, near};
+    for (int i = 0; i < 5; i++) {
+        FILE *f = fopen(planted[i], "wb");
+        ASSERT_TRUE(f && fputs("half a session", f) >= 0 && fclose(f) == 0);
+        struct timespec old[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+        if (planted[i] != fresh)
+            ASSERT_TRUE(utimensat(AT_FDCWD, planted[i], old, 0) == 0);
+    }
     int lfd = open(live, O_RDONLY);
     ASSERT_TRUE(lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) == 0);
     ASSERT_RUNS(args);
     ASSERT_CONTAINS(err_text, "warning: removed");
-    ASSERT_CONTAINS(err_text, "shared.kvs.tmp.AbC123, a temporary file a killed run left");
+    ASSERT_CONTAINS(err_text, "shared.kvs.tmp.kvevict.AbC123, a temporary file a killed run left");
+    ASSERT_TRUE(strstr(strstr(err_text, "warning: removed") + 1, "warning: removed") == NULL);
     ASSERT_TRUE(access(stale, F_OK) != 0);
-    ASSERT_TRUE(access(live, F_OK) == 0);
+    for (int i = 1; i < 5; i++)
+        ASSERT_TRUE(access(planted[i], F_OK) == 0);
     close(lfd);
-    remove(live), remove(sess), remove(other), remove(rcpath);
+    for (int i = 1; i < 5; i++)
+        remove(planted[i]);
+    remove(sess), remove(other), remove(rcpath);
 }
 
 /* One idea, one option however hyphenated: generate's sampling --top-k is

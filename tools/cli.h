@@ -85,8 +85,13 @@ void finish_stdout(void);
 /* Temporary files registered at once (so, output files open at once). */
 enum { MAX_TEMPS = 4 };
 /* Creates a temporary file from `template` (ending in XXXXXX, rewritten in
- * place; at most PATH_MAX bytes) that is removed on failure or signal until
- * temp_forget; returns its descriptor, or -1 with errno set. */
+ * place with letters and digits; at most PATH_MAX bytes) that is removed on
+ * failure or signal until temp_forget; returns its descriptor (read and
+ * write), or -1 with errno set. The file holds an exclusive flock from
+ * before its name exists where the system allows (Linux: O_TMPFILE, locked,
+ * then linked under the name), else from just after mkstemp made it: so a
+ * sweep of stale temporaries (output.c), which removes only files whose
+ * lock it can take, never removes a live one. */
 int temp_create(char *template);
 void temp_forget(const char *path);
 /* Removes every temporary file still registered (die_* call it). */

@@ -10,15 +10,19 @@
  * successful one that renamed or forgot it first; the signal handler uses
  * only async-signal-safe calls (unlink, write, signal, raise).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_TMPFILE (Linux); POSIX 2008 otherwise */
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- messages and exits ---- */
@@ -168,11 +172,69 @@ static void block_signals(sigset_t *old)
     sigprocmask(SIG_BLOCK, &set, old);
 }
 
+/* Random letters and digits over the last six bytes of `name` (its
+ * XXXXXX), from a generator seeded by the process and the clock. */
+static void fill_suffix(char *name)
+{
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    static uint64_t state;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    state += 0x9e3779b97f4a7c15u ^ ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^
+             ((uint64_t)ts.tv_sec << 20);
+    uint64_t z = state; /* splitmix64's output */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    char *x = name + strlen(name) - 6;
+    for (int i = 0; i < 6; i++, z /= 62)
+        x[i] = digits[z % 62];
+}
+
+/* The file of `name` (ending in XXXXXX, rewritten) created, and locked
+ * before its name exists: an unnamed file in its directory (O_TMPFILE),
+ * locked, then linked under a free name. -1 (errno: why) where the system
+ * or the file system has no such file or cannot link it. */
+static int create_unnamed_first(char *name)
+{
+#if defined(O_TMPFILE) && defined(__linux__)
+    char dir[PATH_MAX];
+    const char *slash = strrchr(name, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == name)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - name), name);
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        for (int tries = 0; tries < 100; tries++) {
+            fill_suffix(name);
+            if (linkat(AT_FDCWD, self, AT_FDCWD, name, AT_SYMLINK_FOLLOW) == 0)
+                return fd;
+            if (errno != EEXIST)
+                break;
+        }
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+#else
+    (void)name;
+    errno = ENOTSUP;
+    return -1;
+#endif
+}
+
 int temp_create(char *template)
 {
     size_t len = strlen(template);
-    if (len >= PATH_MAX) {
-        errno = ENAMETOOLONG;
+    if (len >= PATH_MAX || len < 6 || strcmp(template + len - 6, "XXXXXX") != 0) {
+        errno = len >= PATH_MAX ? ENAMETOOLONG : EINVAL;
         return -1;
     }
     sigset_t old;
@@ -185,7 +247,13 @@ int temp_create(char *template)
         errno = EMFILE;
     } else {
         memcpy(temp_path[slot], template, len + 1);
-        fd = mkstemp(temp_path[slot]);
+        fd = create_unnamed_first(temp_path[slot]);
+        if (fd < 0) { /* mkstemp, then the lock: a sweep leaves a file this young alone */
+            memcpy(temp_path[slot], template, len + 1);
+            fd = mkstemp(temp_path[slot]);
+            if (fd >= 0)
+                (void)flock(fd, LOCK_EX | LOCK_NB);
+        }
         if (fd >= 0) {
             memcpy(template, temp_path[slot], len + 1);
             temp_used[slot] = 1;
