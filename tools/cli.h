@@ -99,9 +99,15 @@ void temp_remove_all(void);
 
 /* Installs the SIGINT/SIGTERM/SIGHUP handler that removes the files being
  * written, then dies of the signal (signals ignored at start stay ignored),
- * and the SIGBUS handler: a mapped model cut short under the run removes
- * them too, says so in one line and exits 1. */
+ * and the SIGBUS handler: it removes them too and exits 1 with one line,
+ * which names the model file when the fault lies in a mapping
+ * cli_watch_mapping registered (the file cut short or replaced under the
+ * run), and is a plain bus error otherwise. */
 void cli_signals_install(void);
+/* Registers [base, base + size), the mapping of the model file `path`
+ * (copied), for the SIGBUS handler; up to 8 (more are not named). A
+ * mapping stays registered until exit. */
+void cli_watch_mapping(const void *base, size_t size, const char *path);
 /* Set while a progress line is on stderr (output.c), for the handler to erase. */
 extern volatile sig_atomic_t cli_progress_shown;
 

@@ -302,13 +302,52 @@ static void put_err(const char *s)
     (void)w;
 }
 
-/* A mapped file (the model's weights) cut short or replaced under the
- * process: its pages fault with SIGBUS on the next read. The run stops with
- * one line and exit 1, the temporary files removed (a session being saved
- * is left as it was: it is renamed into place only once written). */
-static void on_sigbus(int sig)
+/* The model files the run maps (cli_watch_mapping), for the SIGBUS
+ * handler to tell their faults from any other bus error. Written before
+ * the handler can need them, read only by it. */
+enum { MAX_MAPPINGS = 8 };
+static struct {
+    uintptr_t base, size;
+    const char *path;
+} mappings[MAX_MAPPINGS];
+static volatile sig_atomic_t n_mappings;
+
+void cli_watch_mapping(const void *base, size_t size, const char *path)
+{
+    if (!base || !size || n_mappings == MAX_MAPPINGS)
+        return;
+    mappings[n_mappings].base = (uintptr_t)base;
+    mappings[n_mappings].size = size;
+    mappings[n_mappings].path = xstrdup(path);
+    n_mappings++; /* the entry whole before it counts */
+}
+
+/* `v` in hexadecimal ("0x..."), to stderr; async-signal-safe. */
+static void put_hex(uintptr_t v)
+{
+    char buf[2 + 2 * sizeof v + 1];
+    size_t n = sizeof buf - 1;
+    buf[n] = '\0';
+    do {
+        buf[--n] = "0123456789abcdef"[v & 15u];
+        v >>= 4;
+    } while (v && n > 2);
+    buf[--n] = 'x';
+    buf[--n] = '0';
+    put_err(buf + n);
+}
+
+/* A SIGBUS stops the run with one line and exit 1, the temporary files
+ * removed (a session being saved is left as it was: it is renamed into
+ * place only once written). The line says what the handler can know: a
+ * fault at an address inside a model's mapping (si_addr) is that model
+ * file cut short or replaced under the process, its pages faulting on the
+ * next read; any other (another mapping, an alignment or hardware error, a
+ * SIGBUS sent with kill) is a bus error it names by its address or sender. */
+static void on_sigbus(int sig, siginfo_t *info, void *context)
 {
     (void)sig;
+    (void)context;
     for (size_t i = 0; i < MAX_TEMPS; i++)
         if (temp_used[i])
             unlink(temp_path[i]);
@@ -319,8 +358,28 @@ static void on_sigbus(int sig)
         put_err(" ");
         put_err(cli_cmd);
     }
-    put_err(": the model file was truncated or changed while it was in use (SIGBUS reading "
-            "its mapped weights); stopped, no file written\n");
+    const int sent = !info || info->si_code <= 0; /* kill, sigqueue, raise */
+    const uintptr_t at = sent ? 0 : (uintptr_t)info->si_addr;
+    const char *model = NULL;
+    for (sig_atomic_t i = 0; !sent && i < n_mappings; i++)
+        if (at - mappings[i].base < mappings[i].size)
+            model = mappings[i].path;
+    if (model) {
+        put_err(": the model file ");
+        put_err(model);
+        put_err(" was truncated or changed while it was in use (SIGBUS reading its mapped "
+                "weights); stopped, no file written\n");
+    } else {
+        put_err(": bus error (SIGBUS");
+        if (sent) {
+            put_err(" sent by another process");
+        } else {
+            put_err(" at address ");
+            put_hex(at);
+            put_err(", outside the model's mapping");
+        }
+        put_err("); stopped, no file written\n");
+    }
     _exit(EXIT_INPUT);
 }
 
@@ -328,7 +387,8 @@ void cli_signals_install(void)
 {
     struct sigaction bus;
     memset(&bus, 0, sizeof bus);
-    bus.sa_handler = on_sigbus;
+    bus.sa_sigaction = on_sigbus;
+    bus.sa_flags = SA_SIGINFO;
     sigemptyset(&bus.sa_mask);
     sigaction(SIGBUS, &bus, NULL);
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
