@@ -430,6 +430,9 @@ static const unsigned char *take(reader *r, size_t n, const char *what)
 }
 
 /* Refuses what the image says that differs from s (the caller's options). */
+/* The header h's model and options against s's; spec (spec_len bytes)
+ * the session's policy, or NULL when it is not read yet (then only whether
+ * there is one and its length are compared). */
 static kve_status match(const lm_state *s, const unsigned char *h, const char *spec, size_t spec_len)
 {
     const lm_config *c = &s->model->config;
@@ -446,8 +449,16 @@ static kve_status match(const lm_state *s, const unsigned char *h, const char *s
                              (unsigned long long)fp, (unsigned long long)mine);
     uint32_t flags = get_u32(h + 12), want = flags_of(s);
     const char *theirs = (flags & FLAG_POLICY) ? "" : "none";
-    if ((flags & FLAG_POLICY) != (want & FLAG_POLICY) || (s->spec && (spec_len != strlen(s->spec) ||
-                                                                      memcmp(spec, s->spec, spec_len) != 0)))
+    if (!spec && (flags & FLAG_POLICY) != (want & FLAG_POLICY))
+        return kve_set_error(KVE_EINVAL, "session: policy: the session's is %s, this decoder's "
+                             "'%s'", flags & FLAG_POLICY ? "a policy" : "'none'",
+                             s->spec ? s->spec : "none");
+    if (!spec && s->spec && spec_len != strlen(s->spec))
+        return kve_set_error(KVE_EINVAL, "session: policy: the session's spec has %zu bytes, "
+                             "this decoder's '%s' %zu", spec_len, s->spec, strlen(s->spec));
+    if (spec && ((flags & FLAG_POLICY) != (want & FLAG_POLICY) ||
+                 (s->spec && (spec_len != strlen(s->spec) ||
+                              memcmp(spec, s->spec, spec_len) != 0))))
         return kve_set_error(KVE_EINVAL, "session: policy: the session's is '%.*s%s', this "
                              "decoder's '%s'", (int)spec_len, spec, theirs,
                              s->spec ? s->spec : "none");
@@ -547,11 +558,16 @@ kve_status lm_session_size(const lm_state *s, const void *head, size_t n, size_t
     most = sat_add(most, sat_mul(LG, sat_add(4, sat_mul(N, 4 + 8 * S))));
     if (s->bank) {
         uint64_t bank = 0;
-        kve_status st = bank_bound(s, N, &bank);
-        if (st != KVE_OK)
-            return st;
+        kve_status bst = bank_bound(s, N, &bank);
+        if (bst != KVE_OK)
+            return bst;
         most = sat_add(sat_add(most, 4 * L), bank);
     }
+    kve_status st = KVE_OK;
+    const size_t spec_len = get_u32(p + 52); /* the spec, when the n bytes hold it */
+    const char *spec = n - HEADER >= spec_len ? (const char *)p + HEADER : NULL;
+    if (stated > most && (st = match(s, p, spec, spec_len)) != KVE_OK)
+        return st; /* another model or other options: the bound is not theirs */
     if (stated > most)
         return kve_set_error(KVE_EFORMAT, "session: the header states %llu bytes, more than the "
                              "%llu a session of its %llu tokens of this model and options can "

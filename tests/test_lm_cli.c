@@ -1874,6 +1874,17 @@ static void test_bounded_reads(void)
     snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 1 --session %s",
              model0, big);
     ASSERT_FAILS(args, 1, "generate", want);
+    /* a session of other options is not held to this decoder's bound: its
+     * difference is named, exit 2 (a short session with a policy is larger
+     * than the bound of a decoder without one) */
+    remove(file);
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the' --steps 2 %s --session %s",
+             model0, pol, file);
+    ASSERT_RUNS(args);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 1 --session %s",
+             model0, file);
+    ASSERT_FAILS(args, 2, "generate", "policy: the session's is 'h2o:budget=6,recent_window=2', "
+                                      "this decoder's 'none'");
     for (int k = 0; k < 8; k++) /* 2^40 bytes, over a FIFO fed 300 MB */
         h[112 + k] = (unsigned char)(((uint64_t)1 << 40) >> (8 * k));
     f = fopen(big, "wb");
