@@ -1021,14 +1021,55 @@ static void meddler_init(meddler *m, int is_bank)
         (m)->tried = (m)->refused = 0;                                                             \
     } while (0)
 
+/* A clone of p (or b), whose allocator m is, then a load of its image
+ * img[0 .. n) through an allocator of the same kind, then its free: each
+ * with every call into the object (the original, the half-built clone or
+ * load, the one being released) refused, and each result the image. */
+static void clone_load_free(meddler *m, kve_policy *p, kve_bank *b, const uint8_t *img, size_t n)
+{
+    kve_policy *pc = NULL, *pl = NULL;
+    kve_bank *bc = NULL, *bl = NULL;
+    m->target[0] = p ? (void *)p : (void *)b;
+    m->capture = 1;
+    ASSERT_OK(p ? kve_policy_clone(p, &pc) : kve_bank_clone(b, &bc));
+    m->target[0] = m->target[1] = NULL;
+    ASSERT_MEDDLED(m);
+    ASSERT_TRUE(image_is(p, b, img, n));
+    ASSERT_TRUE(image_is(pc, bc, img, n));
+    kve_policy_free(pc);
+    kve_bank_free(bc);
+    /* a load: the object being built (its slabs, then the blocks of grown
+     * heads), known to the allocator as the first block it handed out */
+    meddler ml;
+    meddler_init(&ml, b != NULL);
+    ml.capture = 1;
+    ASSERT_OK(p ? kve_policy_load(img, n, &ml.t.a, &pl) : kve_bank_load(img, n, &ml.t.a, &bl));
+    ASSERT_TRUE(ml.target[1] == (p ? (void *)pl : (void *)bl));
+    ml.target[1] = NULL;
+    ASSERT_MEDDLED(&ml);
+    ASSERT_TRUE(image_is(pl, bl, img, n));
+    kve_policy_free(pl);
+    kve_bank_free(bl);
+    talloc_check_empty(&ml.t);
+    /* a free: its allocator releases the columns first, the handle last */
+    m->target[0] = p ? (void *)p : (void *)b;
+    if (p)
+        kve_policy_free(p);
+    else
+        kve_bank_free(b);
+    ASSERT_TRUE(m->target[0] == NULL);
+    ASSERT_MEDDLED(m);
+    talloc_check_empty(&m->t);
+}
+
 /* An allocator that steps, evicts, clones, saves, copies, resets or frees
  * its own object while the library is inside it: during a step that grows
- * the object, a clone (the original and the half-built clone), a load (the
- * half-built object, known to the allocator as the first block it handed
- * out), a prefill and a free. Every such call is refused (KVE_EINVAL, named;
+ * the object, a prefill, a clone (the original and the half-built clone),
+ * a load (the half-built object, known to the allocator as the first block
+ * it handed out) and a free. Every such call is refused (KVE_EINVAL, named;
  * free and reset ignored), the outer call goes through, and the object is
- * as it would be without them (before: a load's or a free's object took the
- * calls, half built or half released). */
+ * as it would be without them (before: a load's or a free's object took
+ * the calls, half built or half released: SIGSEGV). */
 static void test_allocator_calls_into_its_object(void)
 {
     const char *spec = "h2o:budget=8,recent_window=2";
@@ -1062,43 +1103,15 @@ static void test_allocator_calls_into_its_object(void)
     uint8_t *img = image_of(ref, NULL, &n_img);
     ASSERT_TRUE(img != NULL);
     ASSERT_TRUE(image_is(p, NULL, img, n_img));
-    /* a clone: the original (its allocator runs) and the clone being built */
-    kve_policy *c = NULL;
-    m.target[0] = p;
-    m.capture = 1;
-    ASSERT_OK(kve_policy_clone(p, &c));
-    m.target[0] = m.target[1] = NULL;
-    ASSERT_MEDDLED(&m);
-    ASSERT_TRUE(image_is(p, NULL, img, n_img));
-    ASSERT_TRUE(image_is(c, NULL, img, n_img));
-    kve_policy_free(c);
-    /* a load: the object being built (its slabs, then the block of its
-     * grown head) */
-    meddler ml;
-    meddler_init(&ml, 0);
-    ml.capture = 1;
-    kve_policy *q = NULL;
-    ASSERT_OK(kve_policy_load(img, n_img, &ml.t.a, &q));
-    ASSERT_TRUE(ml.target[1] == q);
-    ml.target[1] = NULL;
-    ASSERT_MEDDLED(&ml);
-    ASSERT_TRUE(image_is(q, NULL, img, n_img));
-    kve_policy_free(q);
-    talloc_check_empty(&ml.t);
-    /* a free: its allocator releases the slabs and the grown block first */
-    m.target[0] = p;
-    kve_policy_free(p);
-    ASSERT_TRUE(m.target[0] == NULL); /* the handle went last */
-    ASSERT_MEDDLED(&m);
-    talloc_check_empty(&m.t);
+    clone_load_free(&m, p, NULL, img, n_img);
     free(img);
     kve_policy_free(ref);
-    /* a bank: its prefill (scratch from its allocator), a clone, a load */
+    /* a bank: its prefill (scratch from its allocator), then the same */
     meddler mb;
     meddler_init(&mb, 1);
     kve_bank_options bo = kve_bank_default_options();
     bo.allocator = &mb.t.a;
-    kve_bank *b = NULL, *bref = NULL, *bc = NULL, *bl = NULL;
+    kve_bank *b = NULL, *bref = NULL;
     ASSERT_OK(kve_bank_new_ex(spec, 2, NULL, &bo, &b));
     ASSERT_OK(kve_bank_new(spec, 2, NULL, &bref));
     enum { N = 16 };
@@ -1119,28 +1132,7 @@ static void test_allocator_calls_into_its_object(void)
     img = image_of(NULL, bref, &n_img);
     ASSERT_TRUE(img != NULL);
     ASSERT_TRUE(image_is(NULL, b, img, n_img));
-    mb.target[0] = b;
-    mb.capture = 1;
-    ASSERT_OK(kve_bank_clone(b, &bc));
-    mb.target[0] = mb.target[1] = NULL;
-    ASSERT_MEDDLED(&mb);
-    ASSERT_TRUE(image_is(NULL, b, img, n_img));
-    ASSERT_TRUE(image_is(NULL, bc, img, n_img));
-    meddler mbl;
-    meddler_init(&mbl, 1);
-    mbl.capture = 1;
-    ASSERT_OK(kve_bank_load(img, n_img, &mbl.t.a, &bl));
-    mbl.target[1] = NULL;
-    ASSERT_MEDDLED(&mbl);
-    ASSERT_TRUE(image_is(NULL, bl, img, n_img));
-    kve_bank_free(bl);
-    talloc_check_empty(&mbl.t);
-    kve_bank_free(bc);
-    mb.target[0] = b;
-    kve_bank_free(b);
-    ASSERT_TRUE(mb.target[0] == NULL);
-    ASSERT_MEDDLED(&mb);
-    talloc_check_empty(&mb.t);
+    clone_load_free(&mb, NULL, b, img, n_img);
     free(img);
     kve_bank_free(bref);
     kve_policy_free(other_policy);

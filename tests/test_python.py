@@ -1764,17 +1764,20 @@ class ScoreRuleTests(unittest.TestCase):
         seen = {}
         holder = {}
 
-        def reenters(scores, attn, state, vnorm):
-            p = holder["p"]
-            for what, call in (("step", lambda: p.step(100, np.ones(p.size, np.float32))),
-                               ("evict", lambda: p.evict(1)),
-                               ("save", p.save),
-                               ("close", p.close)):
+        def tries(calls):  # each call's refusal message, or "went through"
+            for what, call in calls:
                 try:
                     call()
                     seen[what] = "went through"
                 except kvevict.InvalidArgumentError as e:
                     seen[what] = e.message
+
+        def reenters(scores, attn, state, vnorm):
+            p = holder["p"]
+            tries((("step", lambda: p.step(100, np.ones(p.size, np.float32))),
+                   ("evict", lambda: p.evict(1)),
+                   ("save", p.save),
+                   ("close", p.close)))
             return scores + attn
 
         kvevict.register_rule("py_reenter", reenters)
@@ -1800,17 +1803,12 @@ class ScoreRuleTests(unittest.TestCase):
         def reenters_bank(scores, attn, state, vnorm):
             b = holder["b"]
             rows = np.full((2, 2), 0.5, np.float32)
-            for what, call in (("step", lambda: b.step(100, None)),
-                               ("evict", lambda: b.evict(1)),
-                               ("save", b.save),
-                               ("clone", b.clone),
-                               ("prefill", lambda: b.prefill(2, 2, rows, first=0, count=1)),
-                               ("close", b.close)):
-                try:
-                    call()
-                    seen[what] = "went through"
-                except kvevict.InvalidArgumentError as e:
-                    seen[what] = e.message
+            tries((("step", lambda: b.step(100, None)),
+                   ("evict", lambda: b.evict(1)),
+                   ("save", b.save),
+                   ("clone", b.clone),
+                   ("prefill", lambda: b.prefill(2, 2, rows, first=0, count=1)),
+                   ("close", b.close)))
             return scores + attn
 
         kvevict.register_rule("py_reenter_bank", reenters_bank)

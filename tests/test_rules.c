@@ -664,6 +664,23 @@ static kve_status rule_huge(void *user, const kve_score_step *s)
     return KVE_OK;
 }
 
+/* p's (or b's) image loads, and the object loaded saves the same bytes. */
+static void saved_loads(const kve_policy *p, const kve_bank *b)
+{
+    static uint8_t img[8192], again[8192];
+    size_t size = 0, size2 = 0;
+    kve_policy *q = NULL;
+    kve_bank *c = NULL;
+    ASSERT_OK(p ? kve_policy_save(p, img, sizeof img, &size)
+                : kve_bank_save(b, img, sizeof img, &size));
+    ASSERT_OK(p ? kve_policy_load(img, size, NULL, &q) : kve_bank_load(img, size, NULL, &c));
+    ASSERT_OK(p ? kve_policy_save(q, again, sizeof again, &size2)
+                : kve_bank_save(c, again, sizeof again, &size2));
+    ASSERT_TRUE(size2 == size && memcmp(img, again, size) == 0);
+    kve_policy_free(q);
+    kve_bank_free(c);
+}
+
 /* A rule that writes a NaN or infinite state is refused at that step,
  * naming the rule and the slot, and the state stays as it was (before:
  * every step succeeded, the save too, and the load refused the image:
@@ -702,10 +719,7 @@ static void test_rule_state_not_finite(void)
     }
     /* what it saves loads, and the rule goes on */
     ASSERT_OK(kve_policy_step(p, t, w, n));
-    ASSERT_OK(kve_policy_save(p, img, sizeof img, &size));
-    kve_policy *q = NULL;
-    ASSERT_OK(kve_policy_load(img, size, NULL, &q));
-    kve_policy_free(q);
+    saved_loads(p, NULL);
     kve_policy_free(p);
     /* a bank: the head is named, and no head of the call changes */
     kve_bank *b = NULL;
@@ -724,10 +738,7 @@ static void test_rule_state_not_finite(void)
     ASSERT_TRUE(same_snap(&before, &after));
     bad = 0.0;
     ASSERT_OK(kve_bank_step(b, t, rows, MAXN));
-    ASSERT_OK(kve_bank_save(b, img, sizeof img, &size));
-    kve_bank *c = NULL;
-    ASSERT_OK(kve_bank_load(img, size, NULL, &c));
-    kve_bank_free(c);
+    saved_loads(NULL, b);
     kve_bank_free(b);
     ASSERT_OK(kve_score_rule_unregister("nanst"));
     /* under vnorm=1 the policy's score is the rule's times ||v||: a finite

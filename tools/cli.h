@@ -94,6 +94,9 @@ enum { MAX_TEMPS = 4 };
  * lock it can take, never removes a live one. */
 int temp_create(char *template);
 void temp_forget(const char *path);
+/* The directory of `path` ("." for a bare name, "/" for one at the root)
+ * into dir[0 .. cap), truncated to fit. */
+void path_dir(const char *path, char *dir, size_t cap);
 /* Removes every temporary file still registered (die_* call it). */
 void temp_remove_all(void);
 

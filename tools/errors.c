@@ -172,6 +172,17 @@ static void block_signals(sigset_t *old)
     sigprocmask(SIG_BLOCK, &set, old);
 }
 
+void path_dir(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == path)
+        snprintf(dir, cap, "/");
+    else
+        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
 /* Random letters and digits over the last six bytes of `name` (its
  * XXXXXX), from a generator seeded by the process and the clock. */
 static void fill_suffix(char *name)
@@ -199,13 +210,7 @@ static int create_unnamed_first(char *name)
 {
 #if defined(O_TMPFILE) && defined(__linux__)
     char dir[PATH_MAX];
-    const char *slash = strrchr(name, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == name)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - name), name);
+    path_dir(name, dir, sizeof dir);
     int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;

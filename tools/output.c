@@ -120,14 +120,9 @@ static int is_our_temp(const char *n, const char *base)
 static void sweep_stale(const char *name)
 {
     const char *slash = strrchr(name, '/');
-    char dir[PATH_MAX];
     const char *base = slash ? slash + 1 : name;
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == name)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - name), name);
+    char dir[PATH_MAX];
+    path_dir(name, dir, sizeof dir);
     DIR *d = opendir(dir);
     if (!d)
         return;
@@ -223,14 +218,8 @@ FILE *out_open_private(const char *path)
 /* Makes the rename of a finished file durable: its directory synced. */
 static void sync_dir(const char *path)
 {
-    const char *slash = strrchr(path, '/');
     char dir[PATH_MAX];
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    path_dir(path, dir, sizeof dir);
     int fd = open(dir, O_RDONLY);
     if (fd >= 0) {
         (void)fsync(fd);
