@@ -92,8 +92,10 @@ extern "C" {
  * is built (by its constructor, a clone or a load, before the handle is
  * returned: the allocator may know it as the first block it handed out)
  * and while it is freed: those calls are refused then too, free and reset
- * ignored, and its queries must not be made. Other objects may be used
- * from a callback.
+ * ignored, and its queries must not be made. A copy's source is read
+ * while the destination's allocator runs: calls into it are refused then
+ * too ("called from inside a callback of a copy from this policy"). Other
+ * objects may be used from a callback.
  *
  * Memory. Constructors allocate, through the allocator of their options (see
  * "The allocator"); nothing on the steady-state decode path does (see

@@ -31,7 +31,13 @@ static _Thread_local const kve_frame *running;
 kve_status kve__check_idle(const kve_bank *b, const char *call)
 {
     for (const kve_frame *f = running; f; f = f->up)
-        if (f->bank == b)
+        if (f->bank == b && f->source)
+            return kve__fail(KVE_EINVAL,
+                             "%s: %s called from inside a callback of a copy from this %s (the "
+                             "destination's allocator): a copy's source refuses every call "
+                             "while the copy runs",
+                             f->name, call, f->policy ? "policy" : "bank");
+        else if (f->bank == b)
             return kve__fail(KVE_EINVAL,
                              "%s: %s called from inside one of this %s's own callbacks (its "
                              "score rule or allocator): an object refuses every call while "
@@ -45,8 +51,17 @@ void kve__enter_new(kve_frame *f, const kve_bank *b, const char *name, bool poli
     f->bank = b;
     f->name = name;
     f->policy = policy;
+    f->source = false;
     f->up = running;
     running = f;
+}
+
+kve_status kve__enter_source(kve_frame *f, const kve_bank *b, const char *call)
+{
+    kve_status st = kve__enter(f, b, call);
+    if (st == KVE_OK)
+        f->source = true;
+    return st;
 }
 
 kve_status kve__enter(kve_frame *f, const kve_bank *b, const char *call)

@@ -202,14 +202,19 @@ kve_status kve_bank_copy(kve_bank *dst, const kve_bank *src)
 {
     if (!dst || !src)
         return kve__fail(KVE_EINVAL, "%s is NULL", dst ? "src" : "dst");
-    kve_status st = kve__check_idle(src, "a copy from it");
-    kve_frame f;
-    if (st != KVE_OK || (st = kve__enter(&f, dst, "a copy into it")) != KVE_OK)
+    kve_frame fs, f; /* src read while dst's allocator runs: both refuse calls */
+    kve_status st = dst == src ? kve__check_idle(src, "a copy from it")
+                               : kve__enter_source(&fs, src, "a copy from it");
+    if (st != KVE_OK)
         return st;
-    st = check_same(dst, src);
-    if (st == KVE_OK)
-        st = kve__bank_copy_state(dst, src);
-    kve__leave(&f);
+    if ((st = kve__enter(&f, dst, "a copy into it")) == KVE_OK) {
+        st = check_same(dst, src);
+        if (st == KVE_OK)
+            st = kve__bank_copy_state(dst, src);
+        kve__leave(&f);
+    }
+    if (dst != src)
+        kve__leave(&fs);
     return st;
 }
 
