@@ -548,7 +548,10 @@ typedef struct kve_policy_options {
  *     and the object's own storage, and nothing is undefined behaviour
  *     (tests/test_unchecked.c runs NaN, infinite and negative weights under
  *     AddressSanitizer and UndefinedBehaviorSanitizer). Other heads and
- *     other objects are unaffected.
+ *     other objects are unaffected. The save of such an object holds those
+ *     scores, and a load refuses it (a score that is not finite, or
+ *     negative attention received): a checked object's save always loads,
+ *     an unchecked one's only while its promise is kept.
  * Policies that read no attention (full, window, streaming, random) and
  * those that read keys (knorm, keydiff, expected_attention, which scores
  * from queries and keys) only validate the attention they are given;
