@@ -16,7 +16,10 @@
  *     a new decoder does (logits compared bit for bit);
  *   - an accepted image is canonical: the loaded decoder saves back to the
  *     very same bytes, and it decodes on from there as a copy of itself
- *     (lm_state_copy) does, bit for bit (or both refuse the same step).
+ *     (lm_state_copy) does, bit for bit (or both refuse the same step);
+ *   - lm_session_size of the image's first bytes refuses as a load may
+ *     (one line), and takes every image the load accepts, stating its size:
+ *     no session that loads is over the size bound.
  */
 #include "fuzz.h"
 #include "lm.h"
@@ -128,6 +131,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     lm_state *s = NULL;
     CHECK(lm_state_new(model, o, &s) == KVE_OK);
+    size_t stated = 0;
+    kve_status zs = n >= LM_SESSION_HEADER ? lm_session_size(s, img, n, &stated) : KVE_EFORMAT;
+    CHECK(zs == KVE_OK || zs == KVE_EFORMAT || zs == KVE_EINVAL || zs == KVE_ENOMEM);
+    if (zs != KVE_OK && n >= LM_SESSION_HEADER)
+        CHECK(kve_last_error()[0] != '\0' && strchr(kve_last_error(), '\n') == NULL);
     lm_session got = {.tokens = (int32_t *)&got};
     kve_status st = lm_session_load(s, img, n, &got);
     if (st != KVE_OK) {
@@ -142,6 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         lm_state_free(fresh);
     } else {
         size_t n2;
+        CHECK(zs == KVE_OK && stated == n);
         CHECK(got.n_tokens == (size_t)s->pos);
         CHECK(lm_session_save(s, &got, NULL, 0, &n2) == KVE_OK && n2 == n);
         unsigned char *again = malloc(n);

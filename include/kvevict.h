@@ -88,7 +88,14 @@ extern "C" {
  * save, the outer call going on unharmed. Its free and reset are ignored
  * there (the object stays as it is; kve_last_error says why), and its
  * queries (size, positions, spec, sizes, attention rows) see the kept set as
- * it was before the outer call. Other objects may be used from a callback.
+ * it was before the outer call. The allocator also runs while the object
+ * is built (by its constructor, a clone or a load, before the handle is
+ * returned: the allocator may know it as the first block it handed out)
+ * and while it is freed: those calls are refused then too, free and reset
+ * ignored, and its queries must not be made. A copy's source is read
+ * while the destination's allocator runs: calls into it are refused then
+ * too ("called from inside a callback of a copy from this policy"). Other
+ * objects may be used from a callback.
  *
  * Memory. Constructors allocate, through the allocator of their options (see
  * "The allocator"); nothing on the steady-state decode path does (see
@@ -541,7 +548,10 @@ typedef struct kve_policy_options {
  *     and the object's own storage, and nothing is undefined behaviour
  *     (tests/test_unchecked.c runs NaN, infinite and negative weights under
  *     AddressSanitizer and UndefinedBehaviorSanitizer). Other heads and
- *     other objects are unaffected.
+ *     other objects are unaffected. The save of such an object holds those
+ *     scores, and a load refuses it (a score that is not finite, or
+ *     negative attention received): a checked object's save always loads,
+ *     an unchecked one's only while its promise is kept.
  * Policies that read no attention (full, window, streaming, random) and
  * those that read keys (knorm, keydiff, expected_attention, which scores
  * from queries and keys) only validate the attention they are given;
@@ -973,8 +983,11 @@ KVE_API kve_status kve_policy_load(const void *buf, size_t size, const kve_alloc
  * vnorm=1 the rule's scores are kept apart and the policy evicts by
  * score * ||v||, as for the built-in rules (s.score is the rule's own).
  * If observe returns a status other than KVE_OK (with kve_set_error for
- * its message), or writes a score that is not finite, the step is refused
- * with that status (KVE_EINVAL for the score, naming the rule and the slot)
+ * its message), or writes a score or a state that is not finite (or,
+ * under vnorm, a score whose product with the value norm is not: a state
+ * image holds only finite values, so that what is saved always loads), the
+ * step is refused with that status (KVE_EINVAL for the score or state,
+ * naming the rule and the slot)
  * and every head of the call is left as it was: the library gives the rule
  * buffers of its own and commits them only when every head's rule
  * succeeded. Cost against a built-in rule's fused pass: the reduction of
@@ -1009,7 +1022,7 @@ typedef struct kve_score_step {
     const double *vnorm;   /* (n) ||v|| of each kept position; NULL unless rule.values */
     uint64_t step;         /* the head's steps with attention, this one included */
     double *new_score;     /* (n) out: every slot's new score, finite */
-    double *new_state;     /* (n, n_state) out: the new state; holds `state` on entry */
+    double *new_state;     /* (n, n_state) out: the new state, finite; holds `state` on entry */
 } kve_score_step;
 
 /* The score update; returns KVE_OK, or a status (and kve_set_error's

@@ -1182,9 +1182,19 @@ kve_status lm_session_load(lm_state *s, const void *buf, size_t size, lm_session
 /* The fixed part of a session image: what lm_session_size reads. */
 #define LM_SESSION_HEADER 120
 /* The size a session image states, from its first n bytes (n >=
- * LM_SESSION_HEADER): magic and version checked (KVE_EFORMAT otherwise), so
- * that a file is read only up to what it claims (lm_read_file_max). */
-kve_status lm_session_size(const void *head, size_t n, size_t *size);
+ * LM_SESSION_HEADER; with the spec after the header when n holds it, so
+ * that a refusal can name the policy), so that a file is read only up to
+ * what it claims (lm_read_file_max): magic and version checked, the token
+ * count N no more than a decoder reaches (INT32_MAX - 1), and the size no
+ * more than the largest session decoder s could write after N tokens (its
+ * spec and layer budgets, N tokens, the logits, its bank's image with
+ * every head keeping N positions, every cache holding N keys and values),
+ * so that a header stating more (a forged or damaged one, or one over an
+ * endless stream) is refused before anything is read: KVE_EFORMAT, naming
+ * both sizes, or, when the header is of another model or options (whose
+ * bound is not s's), KVE_EINVAL naming the difference as lm_session_load
+ * does. KVE_ENOMEM (the bound reads s's bank image). Reads s only. */
+kve_status lm_session_size(const lm_state *s, const void *head, size_t n, size_t *size);
 
 /* ---- the attention as a live trace (trace.c) ---------------------------------- */
 

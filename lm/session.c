@@ -430,6 +430,9 @@ static const unsigned char *take(reader *r, size_t n, const char *what)
 }
 
 /* Refuses what the image says that differs from s (the caller's options). */
+/* The header h's model and options against s's; spec (spec_len bytes)
+ * the session's policy, or NULL when it is not read yet (then only whether
+ * there is one and its length are compared). */
 static kve_status match(const lm_state *s, const unsigned char *h, const char *spec, size_t spec_len)
 {
     const lm_config *c = &s->model->config;
@@ -446,8 +449,16 @@ static kve_status match(const lm_state *s, const unsigned char *h, const char *s
                              (unsigned long long)fp, (unsigned long long)mine);
     uint32_t flags = get_u32(h + 12), want = flags_of(s);
     const char *theirs = (flags & FLAG_POLICY) ? "" : "none";
-    if ((flags & FLAG_POLICY) != (want & FLAG_POLICY) || (s->spec && (spec_len != strlen(s->spec) ||
-                                                                      memcmp(spec, s->spec, spec_len) != 0)))
+    if (!spec && (flags & FLAG_POLICY) != (want & FLAG_POLICY))
+        return kve_set_error(KVE_EINVAL, "session: policy: the session's is %s, this decoder's "
+                             "'%s'", flags & FLAG_POLICY ? "a policy" : "'none'",
+                             s->spec ? s->spec : "none");
+    if (!spec && s->spec && spec_len != strlen(s->spec))
+        return kve_set_error(KVE_EINVAL, "session: policy: the session's spec has %zu bytes, "
+                             "this decoder's '%s' %zu", spec_len, s->spec, strlen(s->spec));
+    if (spec && ((flags & FLAG_POLICY) != (want & FLAG_POLICY) ||
+                 (s->spec && (spec_len != strlen(s->spec) ||
+                              memcmp(spec, s->spec, spec_len) != 0))))
         return kve_set_error(KVE_EINVAL, "session: policy: the session's is '%.*s%s', this "
                              "decoder's '%s'", (int)spec_len, spec, theirs,
                              s->spec ? s->spec : "none");
@@ -475,9 +486,49 @@ static kve_status match(const lm_state *s, const unsigned char *h, const char *s
     return KVE_OK;
 }
 
-kve_status lm_session_size(const void *head, size_t n, size_t *size)
+/* a + b and a * b, stuck at UINT64_MAX. */
+static uint64_t sat_add(uint64_t a, uint64_t b)
 {
-    if (!head || !size)
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* The most bytes s's bank image holds when each of its heads keeps n
+ * positions: its image now, less the slots it keeps, plus n slots a head.
+ * A slot's bytes come from the image's header (docs/api.md, "State
+ * images": the position, the score and the policy's two columns; version
+ * 2 and 3: the raw scores and value norms). */
+static kve_status bank_bound(const lm_state *s, uint64_t n, uint64_t *out)
+{
+    size_t size = 0, kept = 0;
+    const size_t H = kve_bank_heads(s->bank);
+    if (kve_bank_save(s->bank, NULL, 0, &size) != KVE_OK)
+        return kve_set_error(KVE_EINVAL, "session: the decoder's bank: %s", kve_last_error());
+    unsigned char *img = lm_malloc(&s->alloc, size);
+    if (!img)
+        return kve_set_error(KVE_ENOMEM, "session: out of memory");
+    kve_status st = kve_bank_save(s->bank, img, size, &size);
+    if (st == KVE_OK) {
+        uint64_t slot = 4 + (uint64_t)get_u32(img + 56) + get_u32(img + 60) + get_u32(img + 64);
+        if (get_u32(img + 8) >= 2) /* the methods' block after the spec */
+            slot += (uint64_t)get_u32(img + 72 + get_u32(img + 68) + 36) +
+                    get_u32(img + 72 + get_u32(img + 68) + 40);
+        for (size_t h = 0; h < H; h++)
+            kept += kve_bank_size(s->bank, h);
+        *out = sat_add(size - kept * slot, sat_mul(sat_mul(H, n), slot));
+    } else {
+        st = kve_set_error(st, "session: the decoder's bank: %s", kve_last_error());
+    }
+    lm_free(&s->alloc, img);
+    return st;
+}
+
+kve_status lm_session_size(const lm_state *s, const void *head, size_t n, size_t *size)
+{
+    if (!s || !head || !size)
         return kve_set_error(KVE_EINVAL, "session size: NULL argument");
     const unsigned char *p = head;
     if (n < 8 || memcmp(p, session_magic, 8) != 0)
@@ -493,6 +544,35 @@ kve_status lm_session_size(const void *head, size_t n, size_t *size)
     if (stated < HEADER + 8 || stated > SIZE_MAX - 2)
         return kve_set_error(KVE_EFORMAT, "session: the header states %llu bytes, not a "
                              "session's size", (unsigned long long)stated);
+    const uint64_t N = get_u32(p + 64);
+    if (N > (uint64_t)INT32_MAX - 1)
+        return kve_set_error(KVE_EFORMAT, "session: %llu tokens is past the last position",
+                             (unsigned long long)N);
+    /* the largest session of N tokens s could write (docs/decoder.md's sum,
+     * each cache holding N keys) */
+    const lm_config *c = &s->model->config;
+    const uint64_t L = (uint64_t)c->n_layers, LG = L * (uint64_t)c->n_kv_heads;
+    const uint64_t S = (uint64_t)c->head_size, V = (uint64_t)c->vocab_size;
+    uint64_t most = HEADER + 8 + (s->spec ? strlen(s->spec) : 0) + 4 * V;
+    most = sat_add(most, sat_mul(4, N));
+    most = sat_add(most, sat_mul(LG, sat_add(4, sat_mul(N, 4 + 8 * S))));
+    if (s->bank) {
+        uint64_t bank = 0;
+        kve_status bst = bank_bound(s, N, &bank);
+        if (bst != KVE_OK)
+            return bst;
+        most = sat_add(sat_add(most, 4 * L), bank);
+    }
+    kve_status st = KVE_OK;
+    const size_t spec_len = get_u32(p + 52); /* the spec, when the n bytes hold it */
+    const char *spec = n - HEADER >= spec_len ? (const char *)p + HEADER : NULL;
+    if (stated > most && (st = match(s, p, spec, spec_len)) != KVE_OK)
+        return st; /* another model or other options: the bound is not theirs */
+    if (stated > most)
+        return kve_set_error(KVE_EFORMAT, "session: the header states %llu bytes, more than the "
+                             "%llu a session of its %llu tokens of this model and options can "
+                             "hold", (unsigned long long)stated, (unsigned long long)most,
+                             (unsigned long long)N);
     *size = (size_t)stated;
     return KVE_OK;
 }

@@ -31,24 +31,45 @@ static _Thread_local const kve_frame *running;
 kve_status kve__check_idle(const kve_bank *b, const char *call)
 {
     for (const kve_frame *f = running; f; f = f->up)
-        if (f->bank == b)
+        if (f->bank == b && f->source)
+            return kve__fail(KVE_EINVAL,
+                             "%s: %s called from inside a callback of a copy from this %s (the "
+                             "destination's allocator): a copy's source refuses every call "
+                             "while the copy runs",
+                             f->name, call, f->policy ? "policy" : "bank");
+        else if (f->bank == b)
             return kve__fail(KVE_EINVAL,
                              "%s: %s called from inside one of this %s's own callbacks (its "
                              "score rule or allocator): an object refuses every call while "
                              "its callbacks run",
-                             b->cfg.type->name, call, b->is_policy ? "policy" : "bank");
+                             f->name, call, f->policy ? "policy" : "bank");
     return KVE_OK;
+}
+
+void kve__enter_new(kve_frame *f, const kve_bank *b, const char *name, bool policy)
+{
+    f->bank = b;
+    f->name = name;
+    f->policy = policy;
+    f->source = false;
+    f->up = running;
+    running = f;
+}
+
+kve_status kve__enter_source(kve_frame *f, const kve_bank *b, const char *call)
+{
+    kve_status st = kve__enter(f, b, call);
+    if (st == KVE_OK)
+        f->source = true;
+    return st;
 }
 
 kve_status kve__enter(kve_frame *f, const kve_bank *b, const char *call)
 {
     kve_status st = kve__check_idle(b, call);
-    if (st != KVE_OK)
-        return st;
-    f->bank = b;
-    f->up = running;
-    running = f;
-    return KVE_OK;
+    if (st == KVE_OK)
+        kve__enter_new(f, b, b->cfg.type->name, b->is_policy);
+    return st;
 }
 
 void kve__leave(const kve_frame *f)
@@ -799,9 +820,13 @@ kve_status kve__bank_create(const kve_config *c, size_t n_heads, kve_rng *rng,
         return kve__fail(KVE_ENOMEM, "%s: out of memory for %zu heads", c->type->name, n_heads);
     }
     kve_group *groups = n_groups ? (kve_group *)(void *)(a->heads + n_heads) : NULL;
+    kve_frame f; /* its allocator runs: a call into the half-built bank is refused */
+    kve__enter_new(&f, &a->bank, c->type->name, false);
     kve_status st = kve__bank_init(&a->bank, c, alloc, n_heads, a->heads, o, groups, rng);
-    if (st != KVE_OK) {
+    if (st != KVE_OK)
         kve__dealloc(alloc, a, bytes);
+    kve__leave(&f);
+    if (st != KVE_OK) {
         kve__type_release(c->type);
         return st;
     }
@@ -864,12 +889,14 @@ kve_status kve_bank_new(const char *spec, size_t n_heads, kve_rng *rng, kve_bank
 
 void kve_bank_free(kve_bank *b)
 {
-    if (!b || kve__check_idle(b, "kve_bank_free") != KVE_OK)
+    kve_frame f; /* its allocator runs: a call into it meanwhile is refused */
+    if (!b || kve__enter(&f, b, "kve_bank_free") != KVE_OK)
         return; /* from its own callback: not freed (kvevict.h) */
     const kve_allocator alloc = b->alloc;
     const size_t bytes = b->handle_bytes;
     kve__bank_release(b);
     kve__dealloc(&alloc, b, bytes); /* the bank is the first member of its bank_alloc */
+    kve__leave(&f);
 }
 
 size_t kve_bank_heads(const kve_bank *b)

@@ -752,12 +752,15 @@ static kve_status build(const uint8_t *in, const header *hd, const kve_allocator
         return st;
     if (p)
         b = &p->bank;
+    kve_frame f; /* its allocator runs (a head's growth): a call into it is refused */
+    kve__enter_new(&f, b, b->cfg.type->name, p != NULL);
     const uint8_t *at = in + hd->body;
     const size_t step = b->share ? b->share : 1;
     for (size_t h = 0; st == KVE_OK && h < b->n_heads; h += step)
         st = read_heads(b, h, step, &at);
     if (st == KVE_OK && b->same_positions)
         st = check_same_positions(b);
+    kve__leave(&f);
     if (st != KVE_OK) {
         if (p)
             kve_policy_free(p);

@@ -202,14 +202,19 @@ kve_status kve_bank_copy(kve_bank *dst, const kve_bank *src)
 {
     if (!dst || !src)
         return kve__fail(KVE_EINVAL, "%s is NULL", dst ? "src" : "dst");
-    kve_status st = kve__check_idle(src, "a copy from it");
-    kve_frame f;
-    if (st != KVE_OK || (st = kve__enter(&f, dst, "a copy into it")) != KVE_OK)
+    kve_frame fs, f; /* src read while dst's allocator runs: both refuse calls */
+    kve_status st = dst == src ? kve__check_idle(src, "a copy from it")
+                               : kve__enter_source(&fs, src, "a copy from it");
+    if (st != KVE_OK)
         return st;
-    st = check_same(dst, src);
-    if (st == KVE_OK)
-        st = kve__bank_copy_state(dst, src);
-    kve__leave(&f);
+    if ((st = kve__enter(&f, dst, "a copy into it")) == KVE_OK) {
+        st = check_same(dst, src);
+        if (st == KVE_OK)
+            st = kve__bank_copy_state(dst, src);
+        kve__leave(&f);
+    }
+    if (dst != src)
+        kve__leave(&fs);
     return st;
 }
 
@@ -237,8 +242,14 @@ kve_status kve_bank_clone(const kve_bank *b, kve_bank **out)
         return st;
     kve__type_hold(b->cfg.type); /* the clone's own; create releases it on failure */
     st = kve__bank_create(&b->cfg, b->n_heads, &unused, &o, &b->alloc, &c);
-    if (st == KVE_OK && (st = kve__bank_copy_state(c, b)) != KVE_OK)
-        kve_bank_free(c);
+    if (st == KVE_OK) {
+        kve_frame fc; /* and the clone's, half built */
+        kve__enter_new(&fc, c, c->cfg.type->name, false);
+        st = kve__bank_copy_state(c, b);
+        kve__leave(&fc);
+        if (st != KVE_OK)
+            kve_bank_free(c);
+    }
     kve__leave(&f);
     if (st == KVE_OK)
         *out = c;
@@ -258,8 +269,14 @@ kve_status kve_policy_clone(const kve_policy *p, kve_policy **out)
         return st;
     kve__type_hold(p->bank.cfg.type);
     st = kve__policy_create(&p->bank.cfg, &unused, &p->bank.alloc, &c);
-    if (st == KVE_OK && (st = kve__bank_copy_state(&c->bank, &p->bank)) != KVE_OK)
-        kve_policy_free(c);
+    if (st == KVE_OK) {
+        kve_frame fc; /* and the clone's, half built */
+        kve__enter_new(&fc, &c->bank, c->bank.cfg.type->name, true);
+        st = kve__bank_copy_state(&c->bank, &p->bank);
+        kve__leave(&fc);
+        if (st != KVE_OK)
+            kve_policy_free(c);
+    }
     kve__leave(&f);
     if (st == KVE_OK)
         *out = c;

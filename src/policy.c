@@ -32,9 +32,13 @@ kve_status kve__policy_create(const kve_config *c, kve_rng *rng, const kve_alloc
         kve__type_release(c->type);
         return kve__fail(KVE_ENOMEM, "%s: out of memory for the handle", c->type->name);
     }
+    kve_frame f; /* its allocator runs: a call into the half-built policy is refused */
+    kve__enter_new(&f, &p->bank, c->type->name, true);
     kve_status st = kve__bank_init(&p->bank, c, alloc, 1, &p->head, NULL, NULL, rng);
-    if (st != KVE_OK) {
+    if (st != KVE_OK)
         kve__dealloc(alloc, p, sizeof *p);
+    kve__leave(&f);
+    if (st != KVE_OK) {
         kve__type_release(c->type);
         return st;
     }
@@ -51,11 +55,13 @@ kve_status kve_policy_new(const char *spec, kve_rng *rng, kve_policy **out)
 
 void kve_policy_free(kve_policy *p)
 {
-    if (!p || kve__check_idle(&p->bank, "kve_policy_free") != KVE_OK)
+    kve_frame f; /* its allocator runs: a call into it meanwhile is refused */
+    if (!p || kve__enter(&f, &p->bank, "kve_policy_free") != KVE_OK)
         return; /* from its own callback: not freed (kvevict.h) */
     const kve_allocator alloc = p->bank.alloc;
     kve__bank_release(&p->bank);
     kve__dealloc(&alloc, p, sizeof *p);
+    kve__leave(&f);
 }
 
 kve_status kve_policy_step_keys(kve_policy *p, int32_t pos, const float *attn, size_t n,

@@ -236,15 +236,28 @@ struct kve_bank {
  * operation of a bank runs code of the caller's (a score rule's observe, its
  * allocator), every call into that bank from the same thread is refused. The
  * operations running on a thread are a stack of frames on its callers'
- * stacks; a frame costs a thread-local read and write. */
+ * stacks; a frame costs a thread-local read and write. A frame holds what
+ * the refusal names, so that a refusal never reads the bank: it may be half
+ * built (its allocator runs during its construction, a clone's or a load's)
+ * or half released (during its free). */
 typedef struct kve_frame {
     const kve_bank *bank;
+    const char *name; /* the policy's name */
+    bool policy;      /* the bank is a policy's */
+    bool source;      /* the bank is read by a copy whose destination's allocator runs */
     const struct kve_frame *up;
 } kve_frame;
 
 /* Pushes a frame for b, or refuses (KVE_EINVAL naming `call`) when b's
  * callbacks are running on this thread. */
 kve_status kve__enter(kve_frame *f, const kve_bank *b, const char *call);
+/* Pushes a frame for a bank being built (its handle just allocated, not yet
+ * initialised), whose callbacks cannot be running. */
+void kve__enter_new(kve_frame *f, const kve_bank *b, const char *name, bool policy);
+/* kve__enter for the source of a copy: read while the destination's
+ * allocator runs, so refusing every call too (a step could move what the
+ * copy is sized by). */
+kve_status kve__enter_source(kve_frame *f, const kve_bank *b, const char *call);
 /* Pops the frame kve__enter pushed. */
 void kve__leave(const kve_frame *f);
 /* kve__enter's refusal without the frame: for calls that run no callback. */

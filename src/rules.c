@@ -24,10 +24,11 @@
  *
  * A step with attention runs in two halves: prepare (before any head of the
  * range is stepped: closes the gap, reduces the rows, copies the state into
- * the output buffer, calls the rule, checks its scores) and the commit (the
- * lane's pass: copies the outputs into place, multiplies by the value norms
- * under vnorm, finds the argmin). A failing rule thus leaves every head as
- * it was. Cost per step: O(n (group + 2 + 2 state)) around the rule's own.
+ * the output buffer, calls the rule, checks its scores and state, all
+ * finite, so that a saved image always loads) and the commit (the lane's
+ * pass: copies the outputs into place, multiplies by the value norms under
+ * vnorm, finds the argmin). A failing rule thus leaves every head as it
+ * was. Cost per step: O(n (group + 2 + 2 state)) around the rule's own.
  */
 #include "policy_impl.h"
 #include "simd.h"
@@ -183,6 +184,27 @@ static kve_status rule_prepare(const kve_config *c, kve_head *h, const kve_rows 
                              "is %g, not finite (every new_score must be written)", c->type->name,
                              head_label(head, at), i,
                              (long)s.pos[i], out[i]);
+        }
+    /* under vnorm the policy's score is the rule's times ||v||: finite too
+     * (an image holds both, and a load refuses an infinite one) */
+    const double *norm = c->params.vnorm ? h->col[KVE_COL_VNORM] : NULL;
+    for (size_t i = 0; norm && i < n; i++)
+        if (!isfinite(out[i] * norm[i])) {
+            char at[32];
+            return kve__fail(KVE_EINVAL, "%s: %sthe rule's new score of slot %zu (position %ld), "
+                             "%g, times the value norm %g is not finite", c->type->name,
+                             head_label(head, at), i, (long)s.pos[i], out[i], norm[i]);
+        }
+    /* a state that is not finite would be saved, and refused by the load
+     * (rule_check_state): refused here, so that what is saved loads */
+    const double *nst = out + h->cap;
+    for (size_t j = 0; j < n * ns; j++)
+        if (!isfinite(nst[j])) {
+            char at[32];
+            return kve__fail(KVE_EINVAL, "%s: %sthe rule's new state[%zu][%zu] (slot %zu, "
+                             "position %ld) is %g, not finite", c->type->name,
+                             head_label(head, at), j / ns, j % ns, j / ns,
+                             (long)s.pos[j / ns], nst[j]);
         }
     return KVE_OK;
 }

@@ -21,7 +21,9 @@
  * kve_eval (buffers and banks); the lifecycle: clone (through the
  * original's allocator) and load (through the one given) of every policy,
  * as a policy, a bank and a shared bank grown past its slots, a copy into a
- * bank that must grow (all or nothing), remove and reset (never).
+ * bank that must grow (all or nothing), remove and reset (never); an
+ * allocator that calls into its own object (while it grows, is cloned,
+ * loaded, prefilled or freed) refused each time.
  *
  * No bypass: this executable is linked with --wrap for malloc, calloc,
  * realloc and free (tests/CMakeLists.txt), so every call the library's
@@ -913,6 +915,253 @@ static void test_lifecycle(void)
     walk_lifecycle(4, 2);
 }
 
+/* ---- an allocator that calls into its own object ---- */
+
+/* An allocator (kvevict.h, "Calls from callbacks") that, at every call the
+ * library makes to it, tries every call into the objects it serves: its
+ * targets, set by the test or captured as the first block it hands out
+ * while `capture` is set (the handle of a clone or load being built). Each
+ * must be refused, KVE_EINVAL naming the re-entry, or ignored (free, reset)
+ * with that message. */
+typedef struct meddler {
+    talloc t;              /* first: the blocks (talloc_fn's ud) */
+    void *target[2];       /* policies (is_bank 0) or banks (1) */
+    int is_bank;
+    int capture;           /* 1: the next block handed out becomes target[1] */
+    int inside;            /* a meddle is running */
+    size_t tried, refused; /* calls tried, and refused as they must be */
+} meddler;
+
+static kve_policy *other_policy; /* objects of their own, for copies */
+static kve_bank *other_bank;
+
+static void meddle_check(meddler *m, kve_status st)
+{
+    m->tried++;
+    if (st == KVE_EINVAL && (strstr(kve_last_error(), "called from inside one of this") ||
+                             strstr(kve_last_error(), "called from inside a callback of a copy")))
+        m->refused++;
+}
+
+static void meddle(meddler *m, void *target)
+{
+    float w[64] = {0};
+    int32_t victims[64];
+    size_t n = 0;
+    static unsigned char img[1 << 14];
+    if (!m->is_bank) {
+        kve_policy *p = target, *c = NULL;
+        meddle_check(m, kve_policy_step(p, 1 << 20, NULL, 0));
+        meddle_check(m, kve_policy_step(p, 1 << 20, w, 1));
+        meddle_check(m, kve_policy_evict(p, 3, victims, 64, &n));
+        meddle_check(m, kve_policy_remove(p, 0, KVE_POS_END, &n));
+        meddle_check(m, kve_policy_clone(p, &c));
+        meddle_check(m, kve_policy_save(p, img, sizeof img, &n));
+        meddle_check(m, kve_policy_copy(p, other_policy));
+        meddle_check(m, kve_policy_copy(other_policy, p));
+        kve_set_error(KVE_OK, NULL);
+        kve_policy_reset(p);
+        meddle_check(m, KVE_EINVAL); /* ignored: the message says so */
+        kve_policy_free(p);
+        meddle_check(m, KVE_EINVAL);
+        ASSERT_TRUE(c == NULL);
+    } else {
+        kve_bank *b = target, *c = NULL;
+        meddle_check(m, kve_bank_step(b, 1 << 20, NULL, 0));
+        meddle_check(m, kve_bank_evict(b, 3, victims, 64, NULL));
+        meddle_check(m, kve_bank_remove(b, 0, KVE_POS_END));
+        meddle_check(m, kve_bank_clone(b, &c));
+        meddle_check(m, kve_bank_save(b, img, sizeof img, &n));
+        meddle_check(m, kve_bank_copy(b, other_bank));
+        meddle_check(m, kve_bank_copy(other_bank, b));
+        meddle_check(m, kve_bank_prefill(b, 0, 1, 2, 4, w, 2, 1, KVE_REDUCE_MEAN, NULL));
+        kve_set_error(KVE_OK, NULL);
+        kve_bank_reset(b);
+        meddle_check(m, KVE_EINVAL);
+        kve_bank_free(b);
+        meddle_check(m, KVE_EINVAL);
+        ASSERT_TRUE(c == NULL);
+    }
+}
+
+static void *meddle_fn(void *ud, void *ptr, size_t old_size, size_t new_size)
+{
+    meddler *m = ud;
+    for (int i = 0; i < 2; i++)
+        if (ptr && new_size == 0 && ptr == m->target[i])
+            m->target[i] = NULL; /* the handle goes: the object is no more */
+    void *r = watched_fn(&m->t, ptr, old_size, new_size);
+    if (m->capture && r && !ptr) {
+        m->target[1] = r; /* the handle: a half-built object's */
+        m->capture = 0;
+    } else if (!m->inside) {
+        m->inside = 1;
+        for (int i = 0; i < 2; i++)
+            if (m->target[i])
+                meddle(m, m->target[i]);
+        m->inside = 0;
+    }
+    return r;
+}
+
+static void meddler_init(meddler *m, int is_bank)
+{
+    memset(m, 0, sizeof *m);
+    ta_init(&m->t);
+    m->t.a.fn = meddle_fn;
+    m->t.a.ud = m;
+    m->is_bank = is_bank;
+}
+
+/* Every call into the object was refused, and there were some. */
+#define ASSERT_MEDDLED(m)                                                                          \
+    do {                                                                                           \
+        ASSERT_TRUE((m)->tried > 0);                                                               \
+        ASSERT_EQ((m)->refused, (m)->tried);                                                       \
+        (m)->tried = (m)->refused = 0;                                                             \
+    } while (0)
+
+/* A clone of p (or b), whose allocator m is, then a load of its image
+ * img[0 .. n) through an allocator of the same kind, then its free: each
+ * with every call into the object (the original, the half-built clone or
+ * load, the one being released) refused, and each result the image. */
+static void clone_load_free(meddler *m, kve_policy *p, kve_bank *b, const uint8_t *img, size_t n)
+{
+    kve_policy *pc = NULL, *pl = NULL;
+    kve_bank *bc = NULL, *bl = NULL;
+    m->target[0] = p ? (void *)p : (void *)b;
+    m->capture = 1;
+    ASSERT_OK(p ? kve_policy_clone(p, &pc) : kve_bank_clone(b, &bc));
+    m->target[0] = m->target[1] = NULL;
+    ASSERT_MEDDLED(m);
+    ASSERT_TRUE(image_is(p, b, img, n));
+    ASSERT_TRUE(image_is(pc, bc, img, n));
+    kve_policy_free(pc);
+    kve_bank_free(bc);
+    /* a load: the object being built (its slabs, then the blocks of grown
+     * heads), known to the allocator as the first block it handed out */
+    meddler ml;
+    meddler_init(&ml, b != NULL);
+    ml.capture = 1;
+    ASSERT_OK(p ? kve_policy_load(img, n, &ml.t.a, &pl) : kve_bank_load(img, n, &ml.t.a, &bl));
+    ASSERT_TRUE(ml.target[1] == (p ? (void *)pl : (void *)bl));
+    ml.target[1] = NULL;
+    ASSERT_MEDDLED(&ml);
+    ASSERT_TRUE(image_is(pl, bl, img, n));
+    kve_policy_free(pl);
+    kve_bank_free(bl);
+    talloc_check_empty(&ml.t);
+    /* a free: its allocator releases the columns first, the handle last */
+    m->target[0] = p ? (void *)p : (void *)b;
+    if (p)
+        kve_policy_free(p);
+    else
+        kve_bank_free(b);
+    ASSERT_TRUE(m->target[0] == NULL);
+    ASSERT_MEDDLED(m);
+    talloc_check_empty(&m->t);
+}
+
+/* An allocator that steps, evicts, clones, saves, copies, resets or frees
+ * its own object while the library is inside it: during a step that grows
+ * the object, a prefill, a clone (the original and the half-built clone),
+ * a load (the half-built object, known to the allocator as the first block
+ * it handed out) and a free. Every such call is refused (KVE_EINVAL, named;
+ * free and reset ignored), the outer call goes through, and the object is
+ * as it would be without them (before: a load's or a free's object took
+ * the calls, half built or half released: SIGSEGV). */
+static void test_allocator_calls_into_its_object(void)
+{
+    const char *spec = "h2o:budget=8,recent_window=2";
+    ASSERT_OK(kve_policy_new(spec, NULL, &other_policy));
+    ASSERT_OK(kve_bank_new(spec, 2, NULL, &other_bank));
+    meddler m;
+    meddler_init(&m, 0);
+    kve_policy_options po = kve_policy_default_options();
+    po.allocator = &m.t.a;
+    kve_policy *p = NULL, *ref = NULL;
+    ASSERT_OK(kve_policy_new_ex(spec, NULL, &po, &p));
+    ASSERT_OK(kve_policy_new(spec, NULL, &ref));
+    float w[64];
+    for (int32_t t = 0; t < 24; t++) { /* the last 12 steps without an evict: it grows */
+        size_t n = kve_policy_size(p);
+        for (size_t i = 0; i < n; i++)
+            w[i] = (float)(1 + (i * 5 + (size_t)t) % 7) / (float)(4 * n);
+        m.target[0] = p;
+        ASSERT_OK(kve_policy_step(p, t, n ? w : NULL, n));
+        m.target[0] = NULL;
+        ASSERT_OK(kve_policy_step(ref, t, n ? w : NULL, n));
+        int32_t v[64];
+        size_t nv = 0;
+        if (t < 12) {
+            ASSERT_OK(kve_policy_evict(p, 8, v, 64, &nv));
+            ASSERT_OK(kve_policy_evict(ref, 8, v, 64, &nv));
+        }
+    }
+    ASSERT_MEDDLED(&m); /* the growth */
+    size_t n_img = 0;
+    uint8_t *img = image_of(ref, NULL, &n_img);
+    ASSERT_TRUE(img != NULL);
+    ASSERT_TRUE(image_is(p, NULL, img, n_img));
+    clone_load_free(&m, p, NULL, img, n_img);
+    free(img);
+    /* a copy into a policy that must grow for it: its allocator runs while
+     * the source is read, and a step of the source there (which grows it
+     * past the block being made for it) is refused too (before: the copy
+     * then wrote past that block) */
+    meddler md;
+    meddler_init(&md, 0);
+    po.allocator = &md.t.a;
+    kve_policy *dst = NULL;
+    ASSERT_OK(kve_policy_new_ex(spec, NULL, &po, &dst));
+    kve_policy_reset(ref);
+    for (int32_t t = 0; t < 18; t++) /* 18 kept, 18 slots: its next step grows it */
+        ASSERT_OK(kve_policy_step(ref, t, NULL, 0));
+    img = image_of(ref, NULL, &n_img);
+    ASSERT_TRUE(img != NULL);
+    md.target[0] = ref;
+    ASSERT_OK(kve_policy_copy(dst, ref));
+    md.target[0] = NULL;
+    ASSERT_MEDDLED(&md);
+    ASSERT_TRUE(image_is(ref, NULL, img, n_img));
+    ASSERT_TRUE(image_is(dst, NULL, img, n_img));
+    kve_policy_free(dst);
+    talloc_check_empty(&md.t);
+    free(img);
+    kve_policy_free(ref);
+    /* a bank: its prefill (scratch from its allocator), then the same */
+    meddler mb;
+    meddler_init(&mb, 1);
+    kve_bank_options bo = kve_bank_default_options();
+    bo.allocator = &mb.t.a;
+    kve_bank *b = NULL, *bref = NULL;
+    ASSERT_OK(kve_bank_new_ex(spec, 2, NULL, &bo, &b));
+    ASSERT_OK(kve_bank_new(spec, 2, NULL, &bref));
+    enum { N = 16 };
+    const size_t r = kve_prefill_rows(N, NULL); /* (2, r, N): the last r causal rows */
+    float rows[2 * N * N];
+    for (size_t h = 0; h < 2; h++)
+        for (size_t j = 0; j < r; j++) {
+            size_t t = N - r + j;
+            for (size_t i = 0; i < N; i++)
+                rows[(h * r + j) * N + i] =
+                    i <= t ? (float)(1 + (i * 3 + h) % 5) / (float)(3 * (t + 1)) : 0.0f;
+        }
+    mb.target[0] = b;
+    ASSERT_OK(kve_bank_prefill(b, 0, 2, N, 6, rows, N, 1, KVE_REDUCE_MEAN, NULL));
+    mb.target[0] = NULL;
+    ASSERT_MEDDLED(&mb);
+    ASSERT_OK(kve_bank_prefill(bref, 0, 2, N, 6, rows, N, 1, KVE_REDUCE_MEAN, NULL));
+    img = image_of(NULL, bref, &n_img);
+    ASSERT_TRUE(img != NULL);
+    ASSERT_TRUE(image_is(NULL, b, img, n_img));
+    clone_load_free(&mb, NULL, b, img, n_img);
+    free(img);
+    kve_bank_free(bref);
+    kve_policy_free(other_policy);
+    kve_bank_free(other_bank);
+}
+
 /* The --wrap counters saw every call above: none came from the library. */
 static void test_nothing_bypasses(void)
 {
@@ -948,6 +1197,7 @@ int main(int argc, char **argv)
     RUN(test_trace_from_memory);
     RUN(test_eval);
     RUN(test_lifecycle);
+    RUN(test_allocator_calls_into_its_object);
     RUN(test_nothing_bypasses);
     remove_dir();
     return CHECK_DONE();

@@ -106,6 +106,11 @@ expect_err 2 bench --seeds 2 --budget 256
 expect_err 2 bench --seeds 2 --topk 8
 expect_err 2 bench --seeds 2 --trace canonical:seed=18446744073709551615
 expect_err 2 bench --seeds 2 --trace canonical:steps=zz
+# a budget a policy's defaults do not fit: one line naming --budget, the
+# policy once (before: "kvevict bench: h2o: h2o: recent_window 32 ...")
+expect_says 2 "kvevict bench: --budget 32: h2o: recent_window 32 must be smaller than budget 32" \
+    bench --budget 32
+check "bench --budget 32 names the policy once" [ "$(grep -o 'h2o' "$D/err" | wc -l)" -eq 1 ]
 
 # ---- eval ------------------------------------------------------------------
 C=canonical:steps=700

@@ -25,6 +25,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char kvevict[512], outcheck[512], convert[512];
@@ -1926,11 +1927,67 @@ static void test_bounded_reads(void)
     ASSERT_TRUE(getrusage(RUSAGE_CHILDREN, &ru) == 0);
     ASSERT_TRUE(ru.ru_maxrss < 200 * 1024);
     remove(file);
+    /* The size a header states is bounded by the largest session this
+     * decoder could have written after the header's tokens: a full cache's
+     * session is exactly that large, one byte more is refused. Before: any
+     * size up to SIZE_MAX - 2, so a FIFO with a header stating 2^40 bytes
+     * and endless data behind it grew until allocation failed. */
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the cab' --steps 3 --session %s",
+             model0, file);
+    ASSERT_RUNS(args);
+    img = fx_slurp(file, &n);
+    ASSERT_TRUE(img && n > LM_SESSION_HEADER);
+    unsigned char *h = (unsigned char *)img;
+    const uint64_t tokens = h[64] | (uint64_t)h[65] << 8 | (uint64_t)h[66] << 16 |
+                            (uint64_t)h[67] << 24;
+    char want[200];
+    snprintf(want, sizeof want, "the header states %zu bytes, more than the %zu a session of "
+             "its %llu tokens", n + 1, n, (unsigned long long)tokens);
+    for (int k = 0; k < 8; k++) /* the stated size, one more than it is */
+        h[112 + k] = (unsigned char)((uint64_t)(n + 1) >> (8 * k));
+    f = fopen(big, "wb");
+    ASSERT_TRUE(f && fwrite(img, 1, n, f) == n && fputc(0, f) == 0 && fclose(f) == 0);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 1 --session %s",
+             model0, big);
+    ASSERT_FAILS(args, 1, "generate", want);
+    /* a session of other options is not held to this decoder's bound: its
+     * difference is named, exit 2 (a short session with a policy is larger
+     * than the bound of a decoder without one) */
+    remove(file);
+    snprintf(args, sizeof args, "generate --model %s --prompt 'the' --steps 2 %s --session %s",
+             model0, pol, file);
+    ASSERT_RUNS(args);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 1 --session %s",
+             model0, file);
+    ASSERT_FAILS(args, 2, "generate", "policy: the session's is 'h2o:budget=6,recent_window=2', "
+                                      "this decoder's 'none'");
+    for (int k = 0; k < 8; k++) /* 2^40 bytes, over a FIFO fed 300 MB */
+        h[112 + k] = (unsigned char)(((uint64_t)1 << 40) >> (8 * k));
+    f = fopen(big, "wb");
+    ASSERT_TRUE(f && fwrite(img, 1, LM_SESSION_HEADER, f) == LM_SESSION_HEADER && fclose(f) == 0);
+    free(img);
+    char fifo[400], cmd[2000];
+    snprintf(fifo, sizeof fifo, "%s", path_of("endless.kvs"));
+    remove(fifo);
+    ASSERT_TRUE(mkfifo(fifo, 0600) == 0);
+    snprintf(cmd, sizeof cmd, "(cat %s; head -c 300000000 /dev/zero) >%s 2>/dev/null &", big,
+             fifo);
+    ASSERT_TRUE(system(cmd) == 0);
+    snprintf(args, sizeof args, "generate --model %s --prompt ' a' --steps 1 --session %s",
+             model0, fifo);
+    ASSERT_FAILS(args, 1, "generate", "the header states 1099511627776 bytes, more than the");
+    ASSERT_TRUE(getrusage(RUSAGE_CHILDREN, &ru) == 0);
+    ASSERT_TRUE(ru.ru_maxrss < 200 * 1024);
+    int unblock = open(fifo, O_RDONLY | O_NONBLOCK); /* a writer still waiting: let it go */
+    if (unblock >= 0)
+        close(unblock);
+    remove(fifo), remove(big), remove(file);
 }
 
-/* A model file truncated while generate decodes from its mapping: one line,
- * exit 1, the session as it was and no temporary left beside it (before:
- * killed by SIGBUS, exit 135, no message). */
+/* A model file truncated while generate decodes from its mapping: one line
+ * naming it, exit 1, the session as it was and no temporary left beside it
+ * (before: killed by SIGBUS, exit 135, no message); any other SIGBUS is a
+ * plain bus error, exit 1. */
 static void test_model_truncated_while_running(void)
 {
     char args[4096], copy[400], sess[400], cmd[8192], rcpath[400], o[400], e[400];
@@ -1963,13 +2020,34 @@ static void test_model_truncated_while_running(void)
     char *err = fx_slurp(e, NULL);
     ASSERT_TRUE(rc && err);
     ASSERT_STR_EQ(rc, "1\n");
-    static const char said[] = "kvevict generate: the model file was truncated or changed";
-    ASSERT_TRUE(strncmp(err, said, sizeof said - 1) == 0);
+    char said[600];
+    snprintf(said, sizeof said, "kvevict generate: the model file %s was truncated or changed",
+             copy);
+    ASSERT_TRUE(strncmp(err, said, strlen(said)) == 0);
     ASSERT_TRUE(strchr(err, '\n') == strrchr(err, '\n'));
     char *s1 = fx_slurp(sess, &n1);
     ASSERT_TRUE(s0 && s1 && n0 == n1 && memcmp(s0, s1, n0) == 0);
     snprintf(cmd, sizeof cmd, "ls -a %s | grep -c 'bus.kvs.' >/dev/null", path_of(""));
     ASSERT_TRUE(system(cmd) != 0); /* no temporary beside it */
+    free(rc), free(err), free(s1);
+    /* a SIGBUS that is not the model's (here sent with kill, the model
+     * intact): a plain bus error, exit 1, the session as it was (before:
+     * "the model file was truncated or changed", which was not so) */
+    remove(o);
+    snprintf(cmd, sizeof cmd,
+             "%s generate --model %s --prompt ' a' --steps 1000000 %s --session %s >%s 2>%s & "
+             "pid=$!; i=0; while [ ! -s %s ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+             "kill -BUS $pid; wait $pid; echo $? >%s",
+             kvevict, model0, pol, sess, o, e, o, rcpath);
+    ASSERT_TRUE(system(cmd) == 0);
+    rc = fx_slurp(rcpath, NULL);
+    err = fx_slurp(e, NULL);
+    ASSERT_TRUE(rc && err);
+    ASSERT_STR_EQ(rc, "1\n");
+    ASSERT_STR_EQ(err, "kvevict generate: bus error (SIGBUS sent by another process); stopped, "
+                       "no file written\n");
+    s1 = fx_slurp(sess, &n1);
+    ASSERT_TRUE(s1 && n0 == n1 && memcmp(s0, s1, n0) == 0);
     free(rc), free(err), free(s0), free(s1);
     remove(copy), remove(sess), remove(rcpath);
 }
@@ -1990,8 +2068,8 @@ static void test_session_concurrency(void)
     snprintf(rcpath, sizeof rcpath, "%s", path_of("shared.rc"));
     snprintf(o, sizeof o, "%s", path_of("stdout"));
     snprintf(e, sizeof e, "%s", path_of("stderr"));
-    snprintf(stale, sizeof stale, "%s", path_of("shared.kvs.tmp.AbC123"));
-    snprintf(live, sizeof live, "%s", path_of("shared.kvs.tmp.XyZ789"));
+    snprintf(stale, sizeof stale, "%s", path_of("shared.kvs.tmp.kvevict.AbC123"));
+    snprintf(live, sizeof live, "%s", path_of("shared.kvs.tmp.kvevict.XyZ789"));
     remove(sess), remove(other);
     const char *pol = "--policy window:budget=8";
     snprintf(args, sizeof args, "generate --model %s --prompt 'the' --steps 2 %s --session %s",
@@ -2028,20 +2106,37 @@ static void test_session_concurrency(void)
     s1 = fx_slurp(sess, &n1);
     ASSERT_TRUE(want && s1 && n0 == n1 && memcmp(want, s1, n0) == 0); /* the other run's */
     free(rc), free(err), free(want), free(s1), free(s0);
-    /* temporaries: a killed run's removed, a live one's kept */
-    FILE *f = fopen(stale, "wb");
-    ASSERT_TRUE(f && fputs("half a session", f) >= 0 && fclose(f) == 0);
-    f = fopen(live, "wb");
-    ASSERT_TRUE(f && fclose(f) == 0);
+    /* temporaries: a killed run's (the exact pattern, nobody's lock, an
+     * hour old) removed; a live one's (locked) kept; and kept too, since the
+     * sweep cannot tell them from a live run's or must not touch them: one
+     * younger than a minute whose lock is free (a run between creating and
+     * locking it, where the system has no O_TMPFILE) and a user's own files
+     * (before: removed: "NAME.tmp." and any six characters) */
+    char fresh[400], mine[400], near[400];
+    snprintf(fresh, sizeof fresh, "%s", path_of("shared.kvs.tmp.kvevict.NeW456"));
+    snprintf(mine, sizeof mine, "%s", path_of("shared.kvs.tmp.AbC123"));
+    snprintf(near, sizeof near, "%s", path_of("shared.kvs.tmp.kvevict.AbC-23"));
+    const char *planted[5] = {stale, live, fresh, mine, near};
+    for (int i = 0; i < 5; i++) {
+        FILE *f = fopen(planted[i], "wb");
+        ASSERT_TRUE(f && fputs("half a session", f) >= 0 && fclose(f) == 0);
+        struct timespec old[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+        if (planted[i] != fresh)
+            ASSERT_TRUE(utimensat(AT_FDCWD, planted[i], old, 0) == 0);
+    }
     int lfd = open(live, O_RDONLY);
     ASSERT_TRUE(lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) == 0);
     ASSERT_RUNS(args);
     ASSERT_CONTAINS(err_text, "warning: removed");
-    ASSERT_CONTAINS(err_text, "shared.kvs.tmp.AbC123, a temporary file a killed run left");
+    ASSERT_CONTAINS(err_text, "shared.kvs.tmp.kvevict.AbC123, a temporary file a killed run left");
+    ASSERT_TRUE(strstr(strstr(err_text, "warning: removed") + 1, "warning: removed") == NULL);
     ASSERT_TRUE(access(stale, F_OK) != 0);
-    ASSERT_TRUE(access(live, F_OK) == 0);
+    for (int i = 1; i < 5; i++)
+        ASSERT_TRUE(access(planted[i], F_OK) == 0);
     close(lfd);
-    remove(live), remove(sess), remove(other), remove(rcpath);
+    for (int i = 1; i < 5; i++)
+        remove(planted[i]);
+    remove(sess), remove(other), remove(rcpath);
 }
 
 /* One idea, one option however hyphenated: generate's sampling --top-k is

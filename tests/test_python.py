@@ -1764,17 +1764,20 @@ class ScoreRuleTests(unittest.TestCase):
         seen = {}
         holder = {}
 
-        def reenters(scores, attn, state, vnorm):
-            p = holder["p"]
-            for what, call in (("step", lambda: p.step(100, np.ones(p.size, np.float32))),
-                               ("evict", lambda: p.evict(1)),
-                               ("save", p.save),
-                               ("close", p.close)):
+        def tries(calls):  # each call's refusal message, or "went through"
+            for what, call in calls:
                 try:
                     call()
                     seen[what] = "went through"
                 except kvevict.InvalidArgumentError as e:
                     seen[what] = e.message
+
+        def reenters(scores, attn, state, vnorm):
+            p = holder["p"]
+            tries((("step", lambda: p.step(100, np.ones(p.size, np.float32))),
+                   ("evict", lambda: p.evict(1)),
+                   ("save", p.save),
+                   ("close", p.close)))
             return scores + attn
 
         kvevict.register_rule("py_reenter", reenters)
@@ -1793,7 +1796,75 @@ class ScoreRuleTests(unittest.TestCase):
         self.assertEqual(p.positions.tolist(), ref.positions.tolist())
         p.close()
         ref.close()
+        # a Bank: the same, its prefill and clone besides
+        seen.clear()
+        holder.clear()
+
+        def reenters_bank(scores, attn, state, vnorm):
+            b = holder["b"]
+            rows = np.full((2, 2), 0.5, np.float32)
+            tries((("step", lambda: b.step(100, None)),
+                   ("evict", lambda: b.evict(1)),
+                   ("save", b.save),
+                   ("clone", b.clone),
+                   ("prefill", lambda: b.prefill(2, 2, rows, first=0, count=1)),
+                   ("close", b.close)))
+            return scores + attn
+
+        kvevict.register_rule("py_reenter_bank", reenters_bank)
+        b = kvevict.Bank("py_reenter_bank:budget=4,recent_window=1", 2)
+        bref = kvevict.Bank("h2o:budget=4,recent_window=1", 2)
+        holder["b"] = b
+        for pos in range(12):
+            n = b.size(0)
+            attn = rng.random((2, n)).astype(np.float32) if n else None
+            b.step(pos, attn)
+            bref.step(pos, attn)
+            va, ca = b.evict(4)
+            vb, cb = bref.evict(4)
+            self.assertEqual(va.tolist(), vb.tolist(), f"at {pos}")
+            self.assertEqual(ca.tolist(), cb.tolist())
+        self.assertEqual(sorted(seen), ["clone", "close", "evict", "prefill", "save", "step"])
+        for what, message in seen.items():
+            self.assertIn("from inside", message, what)
+        for h in range(2):
+            self.assertEqual(b.positions(h).tolist(), bref.positions(h).tolist())
+        b.close()
+        bref.close()
         kvevict.unregister_rule("py_reenter")
+        kvevict.unregister_rule("py_reenter_bank")
+
+    def test_state_not_finite_refused(self):
+        # before: every step went through, save() too, and load() refused the
+        # image ("state[1][0] of rule py_nanst is NaN"): what is saved must load
+        bad = {"value": None}
+
+        def writes_state(scores, attn, state, vnorm):
+            state[:, 0] += attn
+            if bad["value"] is not None and len(attn) > 1:
+                state[1, 0] = bad["value"]
+            return scores + attn
+
+        kvevict.register_rule("py_nanst", writes_state, state=1)
+        p = kvevict.Policy("py_nanst:budget=8,recent_window=1")
+        for pos in range(4):
+            p.step(pos, np.full(p.size, 0.25, np.float32) if p.size else None)
+        for value, words in ((np.nan, "is nan, not finite"), (np.inf, "is inf, not finite")):
+            image = p.save()
+            bad["value"] = value
+            with self.assertRaises(kvevict.InvalidArgumentError) as e:
+                p.step(4, np.full(p.size, 0.25, np.float32))
+            self.assertIn("py_nanst: the rule's new state[1][0] (slot 1, position 1)",
+                          e.exception.message)
+            self.assertIn(words, e.exception.message)
+            self.assertEqual(p.save(), image)  # unchanged
+            bad["value"] = None
+        p.step(4, np.full(p.size, 0.25, np.float32))
+        q = kvevict.Policy.load(p.save())  # what it saves loads
+        self.assertEqual(q.save(), p.save())
+        q.close()
+        p.close()
+        kvevict.unregister_rule("py_nanst")
 
     def test_kept_arrays_are_the_rules_own(self):
         # before: the arrays were views of the library's buffers, writable

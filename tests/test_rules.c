@@ -4,8 +4,9 @@
  * rules"): a rule written as an application writes it gives, bit for bit,
  * what the built-in lane gives (h2o and value-aware h2o, through banks of
  * heads with grouped rows, NULL steps, several victims, pages, shared
- * budgets, growth and prefill); a rule that fails or writes a score that is
- * not finite refuses the step and leaves every head of the call as it was;
+ * budgets, growth and prefill); a rule that fails or writes a score or a
+ * state that is not finite refuses the step and leaves every head of the
+ * call as it was;
  * and the registry's contract: names, limits, holds, reuse.
  * Deterministic; the seed is printed (argv[1] replays).
  */
@@ -643,6 +644,129 @@ static void test_rule_state_in_images(void)
     ASSERT_OK(kve_score_rule_unregister("stateful"));
 }
 
+/* Writes what rule_stateful writes, then *user (if not 0) into state[1][1]
+ * at every head whose kept set has a slot 1. */
+static kve_status rule_nanst(void *user, const kve_score_step *s)
+{
+    (void)rule_stateful(NULL, s);
+    const double bad = *(const double *)user;
+    if (bad != 0.0 && s->n > 1)
+        s->new_state[1 * 2 + 1] = bad;
+    return KVE_OK;
+}
+
+/* Scores finite, but too large to be multiplied by a value norm. */
+static kve_status rule_huge(void *user, const kve_score_step *s)
+{
+    (void)user;
+    for (size_t i = 0; i < s->n; i++)
+        s->new_score[i] = 1e300;
+    return KVE_OK;
+}
+
+/* p's (or b's) image loads, and the object loaded saves the same bytes. */
+static void saved_loads(const kve_policy *p, const kve_bank *b)
+{
+    static uint8_t img[8192], again[8192];
+    size_t size = 0, size2 = 0;
+    kve_policy *q = NULL;
+    kve_bank *c = NULL;
+    ASSERT_OK(p ? kve_policy_save(p, img, sizeof img, &size)
+                : kve_bank_save(b, img, sizeof img, &size));
+    ASSERT_OK(p ? kve_policy_load(img, size, NULL, &q) : kve_bank_load(img, size, NULL, &c));
+    ASSERT_OK(p ? kve_policy_save(q, again, sizeof again, &size2)
+                : kve_bank_save(c, again, sizeof again, &size2));
+    ASSERT_TRUE(size2 == size && memcmp(img, again, size) == 0);
+    kve_policy_free(q);
+    kve_bank_free(c);
+}
+
+/* A rule that writes a NaN or infinite state is refused at that step,
+ * naming the rule and the slot, and the state stays as it was (before:
+ * every step succeeded, the save too, and the load refused the image:
+ * "state[1][1] of rule nanst is NaN"). What is saved loads. So is a
+ * score whose product with the value norm (vnorm=1) is not finite. */
+static void test_rule_state_not_finite(void)
+{
+    double bad = 0.0;
+    reg("nanst", rule_nanst, 2, 0, &bad);
+    kve_policy *p = NULL;
+    ASSERT_OK(kve_policy_new("nanst:budget=8,recent_window=1", NULL, &p));
+    float w[8];
+    int32_t t = 0;
+    for (; t < 4; t++) {
+        size_t n = kve_policy_size(p);
+        for (size_t i = 0; i < n; i++)
+            w[i] = 1.0f / (float)n;
+        ASSERT_OK(kve_policy_step(p, t, n ? w : NULL, n));
+    }
+    static uint8_t img[4096], img2[4096];
+    size_t size = 0, size2 = 0;
+    const double bads[2] = {NAN, -INFINITY};
+    const size_t n = kve_policy_size(p);
+    for (size_t i = 0; i < n; i++)
+        w[i] = 1.0f / (float)n;
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(kve_policy_save(p, img, sizeof img, &size));
+        bad = bads[k];
+        ASSERT_STATUS(kve_policy_step(p, t, w, n), KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), "nanst: the rule's new state[1][1] (slot 1, position 1)");
+        ASSERT_CONTAINS(kve_last_error(), k ? "is -inf, not finite" : "is nan, not finite");
+        ASSERT_OK(kve_policy_save(p, img2, sizeof img2, &size2));
+        ASSERT_EQ(size2, size);
+        ASSERT_TRUE(memcmp(img, img2, size) == 0); /* unchanged */
+        bad = 0.0;
+    }
+    /* what it saves loads, and the rule goes on */
+    ASSERT_OK(kve_policy_step(p, t, w, n));
+    saved_loads(p, NULL);
+    kve_policy_free(p);
+    /* a bank: the head is named, and no head of the call changes */
+    kve_bank *b = NULL;
+    ASSERT_OK(kve_bank_new("nanst:budget=6,recent_window=1", H, NULL, &b));
+    for (t = 0; t < 4; t++) {
+        size_t m = kve_bank_size(b, 0);
+        for (size_t i = 0; i < H * MAXN; i++)
+            rows[i] = m ? 1.0f / (float)m : 0.0f;
+        ASSERT_OK(kve_bank_step(b, t, m ? rows : NULL, MAXN));
+    }
+    take(b, &before);
+    bad = NAN;
+    ASSERT_STATUS(kve_bank_step(b, t, rows, MAXN), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "nanst: head 0: the rule's new state[1][1]");
+    take(b, &after);
+    ASSERT_TRUE(same_snap(&before, &after));
+    bad = 0.0;
+    ASSERT_OK(kve_bank_step(b, t, rows, MAXN));
+    saved_loads(NULL, b);
+    kve_bank_free(b);
+    ASSERT_OK(kve_score_rule_unregister("nanst"));
+    /* under vnorm=1 the policy's score is the rule's times ||v||: a finite
+     * score whose product is not was saved as infinite, and refused by the
+     * load ("score[0] is infinite") */
+    reg("huge", rule_huge, 0, 0, NULL);
+    kve_policy_options o = kve_policy_default_options();
+    o.value_dim = 2;
+    ASSERT_OK(kve_policy_new_ex("huge:budget=8,recent_window=1,vnorm=1", NULL, &o, &p));
+    const float v[2] = {1e30f, 1e30f};
+    kve_step_data d = kve_step_default_data();
+    d.values = v;
+    d.ld_values = 2;
+    ASSERT_OK(kve_policy_step_data(p, 0, &d));
+    ASSERT_OK(kve_policy_save(p, img, sizeof img, &size));
+    d.attn = w;
+    d.ld = 1;
+    w[0] = 1.0f;
+    ASSERT_STATUS(kve_policy_step_data(p, 1, &d), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "huge: the rule's new score of slot 0 (position 0), 1e+300, "
+                                      "times the value norm");
+    ASSERT_CONTAINS(kve_last_error(), "is not finite");
+    ASSERT_OK(kve_policy_save(p, img2, sizeof img2, &size2));
+    ASSERT_TRUE(size2 == size && memcmp(img, img2, size) == 0);
+    kve_policy_free(p);
+    ASSERT_OK(kve_score_rule_unregister("huge"));
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -652,5 +776,6 @@ int main(int argc, char **argv)
     RUN(test_registry);
     RUN(test_calls_from_a_rule);
     RUN(test_rule_state_in_images);
+    RUN(test_rule_state_not_finite);
     return CHECK_DONE();
 }

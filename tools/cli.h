@@ -85,18 +85,32 @@ void finish_stdout(void);
 /* Temporary files registered at once (so, output files open at once). */
 enum { MAX_TEMPS = 4 };
 /* Creates a temporary file from `template` (ending in XXXXXX, rewritten in
- * place; at most PATH_MAX bytes) that is removed on failure or signal until
- * temp_forget; returns its descriptor, or -1 with errno set. */
+ * place with letters and digits; at most PATH_MAX bytes) that is removed on
+ * failure or signal until temp_forget; returns its descriptor (read and
+ * write), or -1 with errno set. The file holds an exclusive flock from
+ * before its name exists where the system allows (Linux: O_TMPFILE, locked,
+ * then linked under the name), else from just after mkstemp made it: so a
+ * sweep of stale temporaries (output.c), which removes only files whose
+ * lock it can take, never removes a live one. */
 int temp_create(char *template);
 void temp_forget(const char *path);
+/* The directory of `path` ("." for a bare name, "/" for one at the root)
+ * into dir[0 .. cap), truncated to fit. */
+void path_dir(const char *path, char *dir, size_t cap);
 /* Removes every temporary file still registered (die_* call it). */
 void temp_remove_all(void);
 
 /* Installs the SIGINT/SIGTERM/SIGHUP handler that removes the files being
  * written, then dies of the signal (signals ignored at start stay ignored),
- * and the SIGBUS handler: a mapped model cut short under the run removes
- * them too, says so in one line and exits 1. */
+ * and the SIGBUS handler: it removes them too and exits 1 with one line,
+ * which names the model file when the fault lies in a mapping
+ * cli_watch_mapping registered (the file cut short or replaced under the
+ * run), and is a plain bus error otherwise. */
 void cli_signals_install(void);
+/* Registers [base, base + size), the mapping of the model file `path`
+ * (copied), for the SIGBUS handler; up to 8 (more are not named). A
+ * mapping stays registered until exit. */
+void cli_watch_mapping(const void *base, size_t size, const char *path);
 /* Set while a progress line is on stderr (output.c), for the handler to erase. */
 extern volatile sig_atomic_t cli_progress_shown;
 

@@ -96,18 +96,6 @@ static void human_size(uint64_t bytes, char *buf, size_t cap)
     snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", x, unit[u]);
 }
 
-/* The directory that will hold `path`, for statvfs. */
-static void dir_of(const char *path, char *dir, size_t cap)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, cap, ".");
-    else if (slash == path)
-        snprintf(dir, cap, "/");
-    else
-        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
-}
-
 int cmd_trace(int argc, char **argv)
 {
     if (calibrate_requested(argc, argv)) /* calibrate.c: the canonical trace's calibration */
@@ -138,7 +126,7 @@ int cmd_trace(int argc, char **argv)
     if (bytes >= LARGE_FILE) {
         struct statvfs fs;
         char dir[4096];
-        dir_of(a.output, dir, sizeof dir);
+        path_dir(a.output, dir, sizeof dir);
         if (!to_stdout && statvfs(dir, &fs) == 0) {
             uint64_t room = (uint64_t)fs.f_bavail * fs.f_frsize;
             if (room < bytes) {

@@ -10,15 +10,19 @@
  * successful one that renamed or forgot it first; the signal handler uses
  * only async-signal-safe calls (unlink, write, signal, raise).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_TMPFILE (Linux); POSIX 2008 otherwise */
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- messages and exits ---- */
@@ -168,11 +172,74 @@ static void block_signals(sigset_t *old)
     sigprocmask(SIG_BLOCK, &set, old);
 }
 
+void path_dir(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == path)
+        snprintf(dir, cap, "/");
+    else
+        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+/* Random letters and digits over the last six bytes of `name` (its
+ * XXXXXX), from a generator seeded by the process and the clock. */
+static void fill_suffix(char *name)
+{
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    static uint64_t state;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    state += 0x9e3779b97f4a7c15u ^ ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^
+             ((uint64_t)ts.tv_sec << 20);
+    uint64_t z = state; /* splitmix64's output */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    char *x = name + strlen(name) - 6;
+    for (int i = 0; i < 6; i++, z /= 62)
+        x[i] = digits[z % 62];
+}
+
+/* The file of `name` (ending in XXXXXX, rewritten) created, and locked
+ * before its name exists: an unnamed file in its directory (O_TMPFILE),
+ * locked, then linked under a free name. -1 (errno: why) where the system
+ * or the file system has no such file or cannot link it. */
+static int create_unnamed_first(char *name)
+{
+#if defined(O_TMPFILE) && defined(__linux__)
+    char dir[PATH_MAX];
+    path_dir(name, dir, sizeof dir);
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        for (int tries = 0; tries < 100; tries++) {
+            fill_suffix(name);
+            if (linkat(AT_FDCWD, self, AT_FDCWD, name, AT_SYMLINK_FOLLOW) == 0)
+                return fd;
+            if (errno != EEXIST)
+                break;
+        }
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+#else
+    (void)name;
+    errno = ENOTSUP;
+    return -1;
+#endif
+}
+
 int temp_create(char *template)
 {
     size_t len = strlen(template);
-    if (len >= PATH_MAX) {
-        errno = ENAMETOOLONG;
+    if (len >= PATH_MAX || len < 6 || strcmp(template + len - 6, "XXXXXX") != 0) {
+        errno = len >= PATH_MAX ? ENAMETOOLONG : EINVAL;
         return -1;
     }
     sigset_t old;
@@ -185,7 +252,13 @@ int temp_create(char *template)
         errno = EMFILE;
     } else {
         memcpy(temp_path[slot], template, len + 1);
-        fd = mkstemp(temp_path[slot]);
+        fd = create_unnamed_first(temp_path[slot]);
+        if (fd < 0) { /* mkstemp, then the lock: a sweep leaves a file this young alone */
+            memcpy(temp_path[slot], template, len + 1);
+            fd = mkstemp(temp_path[slot]);
+            if (fd >= 0)
+                (void)flock(fd, LOCK_EX | LOCK_NB);
+        }
         if (fd >= 0) {
             memcpy(template, temp_path[slot], len + 1);
             temp_used[slot] = 1;
@@ -234,13 +307,52 @@ static void put_err(const char *s)
     (void)w;
 }
 
-/* A mapped file (the model's weights) cut short or replaced under the
- * process: its pages fault with SIGBUS on the next read. The run stops with
- * one line and exit 1, the temporary files removed (a session being saved
- * is left as it was: it is renamed into place only once written). */
-static void on_sigbus(int sig)
+/* The model files the run maps (cli_watch_mapping), for the SIGBUS
+ * handler to tell their faults from any other bus error. Written before
+ * the handler can need them, read only by it. */
+enum { MAX_MAPPINGS = 8 };
+static struct {
+    uintptr_t base, size;
+    const char *path;
+} mappings[MAX_MAPPINGS];
+static volatile sig_atomic_t n_mappings;
+
+void cli_watch_mapping(const void *base, size_t size, const char *path)
+{
+    if (!base || !size || n_mappings == MAX_MAPPINGS)
+        return;
+    mappings[n_mappings].base = (uintptr_t)base;
+    mappings[n_mappings].size = size;
+    mappings[n_mappings].path = xstrdup(path);
+    n_mappings++; /* the entry whole before it counts */
+}
+
+/* `v` in hexadecimal ("0x..."), to stderr; async-signal-safe. */
+static void put_hex(uintptr_t v)
+{
+    char buf[2 + 2 * sizeof v + 1];
+    size_t n = sizeof buf - 1;
+    buf[n] = '\0';
+    do {
+        buf[--n] = "0123456789abcdef"[v & 15u];
+        v >>= 4;
+    } while (v && n > 2);
+    buf[--n] = 'x';
+    buf[--n] = '0';
+    put_err(buf + n);
+}
+
+/* A SIGBUS stops the run with one line and exit 1, the temporary files
+ * removed (a session being saved is left as it was: it is renamed into
+ * place only once written). The line says what the handler can know: a
+ * fault at an address inside a model's mapping (si_addr) is that model
+ * file cut short or replaced under the process, its pages faulting on the
+ * next read; any other (another mapping, an alignment or hardware error, a
+ * SIGBUS sent with kill) is a bus error it names by its address or sender. */
+static void on_sigbus(int sig, siginfo_t *info, void *context)
 {
     (void)sig;
+    (void)context;
     for (size_t i = 0; i < MAX_TEMPS; i++)
         if (temp_used[i])
             unlink(temp_path[i]);
@@ -251,8 +363,28 @@ static void on_sigbus(int sig)
         put_err(" ");
         put_err(cli_cmd);
     }
-    put_err(": the model file was truncated or changed while it was in use (SIGBUS reading "
-            "its mapped weights); stopped, no file written\n");
+    const int sent = !info || info->si_code <= 0; /* kill, sigqueue, raise */
+    const uintptr_t at = sent ? 0 : (uintptr_t)info->si_addr;
+    const char *model = NULL;
+    for (sig_atomic_t i = 0; !sent && i < n_mappings; i++)
+        if (at - mappings[i].base < mappings[i].size)
+            model = mappings[i].path;
+    if (model) {
+        put_err(": the model file ");
+        put_err(model);
+        put_err(" was truncated or changed while it was in use (SIGBUS reading its mapped "
+                "weights); stopped, no file written\n");
+    } else {
+        put_err(": bus error (SIGBUS");
+        if (sent) {
+            put_err(" sent by another process");
+        } else {
+            put_err(" at address ");
+            put_hex(at);
+            put_err(", outside the model's mapping");
+        }
+        put_err("); stopped, no file written\n");
+    }
     _exit(EXIT_INPUT);
 }
 
@@ -260,7 +392,8 @@ void cli_signals_install(void)
 {
     struct sigaction bus;
     memset(&bus, 0, sizeof bus);
-    bus.sa_handler = on_sigbus;
+    bus.sa_sigaction = on_sigbus;
+    bus.sa_flags = SA_SIGINFO;
     sigemptyset(&bus.sa_mask);
     sigaction(SIGBUS, &bus, NULL);
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};

@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +38,11 @@ void evalset_free(evalset *es)
 
 size_t evalset_index(evalset *es, const char *spec, size_t budget)
 {
-    char *c = canon_spec(spec, spec, budget);
+    /* a budget the user gave that a policy's defaults do not fit: the
+     * option named, the policy once (by the library's message) */
+    char what[48];
+    snprintf(what, sizeof what, "--budget %zu", budget);
+    char *c = canon_spec(budget ? what : spec, spec, budget);
     for (size_t i = 0; i < es->n; i++) {
         if (strcmp(es->spec[i], c) == 0) {
             free(c);

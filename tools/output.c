@@ -7,9 +7,11 @@
  * row holds, results.c.
  *
  * Invariant: a file the tool writes is made whole under a temporary name
- * beside it (NAME.tmp.XXXXXX), synced (fsync), renamed over NAME, and then
- * NAME's directory is synced: a crash, an error or an interrupt leaves the
- * old file or the new one, never a mix. Two kinds of file are written in
+ * beside it (NAME.tmp.kvevict.XXXXXX, locked by its writer from before the
+ * name exists where the system allows, and removed by a later save only
+ * when its writer is gone: sweep_stale), synced (fsync), renamed over NAME,
+ * and then NAME's directory is synced: a crash, an error or an interrupt
+ * leaves the old file or the new one, never a mix. Two kinds of file are written in
  * place instead, without that guarantee: a device or FIFO, which a rename
  * would replace, written as the output is made; and a hard-linked file,
  * whose other names a rename would cut off. For the latter the temporary is
@@ -86,30 +88,49 @@ static char *final_name(const char *path)
     return xstrdup(path);
 }
 
-/* Removes the temporaries "NAME.tmp.XXXXXX" beside `name` that no live run
- * holds: every writer keeps an exclusive flock on its temporary, which the
+/* The temporaries' names: NAME, this infix, then six letters and digits
+ * (temp_create's XXXXXX). The infix is what tells them from a user's own
+ * "NAME.tmp.something", which the sweep never touches. */
+static const char temp_infix[] = ".tmp.kvevict.";
+enum { TEMP_SUFFIX = 6, STALE_AFTER_S = 60 };
+
+/* `n` is a temporary this program writes beside `base`: base, the infix,
+ * six letters and digits, nothing else. */
+static int is_our_temp(const char *n, const char *base)
+{
+    const size_t blen = strlen(base), ilen = sizeof temp_infix - 1;
+    if (strlen(n) != blen + ilen + TEMP_SUFFIX || strncmp(n, base, blen) != 0 ||
+        strncmp(n + blen, temp_infix, ilen) != 0)
+        return 0;
+    for (const char *x = n + blen + ilen; *x; x++)
+        if (!((*x >= 'a' && *x <= 'z') || (*x >= 'A' && *x <= 'Z') || (*x >= '0' && *x <= '9')))
+            return 0;
+    return 1;
+}
+
+/* Removes the temporaries beside `name` (is_our_temp) that no live run
+ * holds: every writer holds an exclusive flock on its temporary from before
+ * its name exists (temp_create: O_TMPFILE, locked, then linked), which the
  * kernel drops when it dies (even of SIGKILL), so one whose lock can be
- * taken was left by a killed run. Each removal is reported (a warning). */
+ * taken was left by a killed run. Where temp_create has to name the file
+ * before it locks it (mkstemp, without O_TMPFILE), a file younger than
+ * STALE_AFTER_S seconds may be one whose writer has not locked it yet: it
+ * is left alone, as is every file not of the exact pattern (a user's).
+ * Each removal is reported (a warning). */
 static void sweep_stale(const char *name)
 {
     const char *slash = strrchr(name, '/');
-    char dir[PATH_MAX];
     const char *base = slash ? slash + 1 : name;
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == name)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - name), name);
+    char dir[PATH_MAX];
+    path_dir(name, dir, sizeof dir);
     DIR *d = opendir(dir);
     if (!d)
         return;
-    const size_t blen = strlen(base);
+    const time_t now = time(NULL);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         const char *n = e->d_name;
-        if (strlen(n) != blen + 11 || strncmp(n, base, blen) != 0 ||
-            strncmp(n + blen, ".tmp.", 5) != 0)
+        if (!is_our_temp(n, base))
             continue;
         char full[PATH_MAX];
         if (snprintf(full, sizeof full, "%s/%s", dir, n) >= (int)sizeof full)
@@ -118,8 +139,8 @@ static void sweep_stale(const char *name)
         if (fd < 0)
             continue;
         struct stat sb;
-        if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
-            unlink(full) == 0)
+        if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && now - sb.st_mtime >= STALE_AFTER_S &&
+            flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(full) == 0)
             warn("removed %s, a temporary file a killed run left", full);
         close(fd);
     }
@@ -150,7 +171,7 @@ static FILE *open_out(const char *path, mode_t new_mode)
         o->path = name;
         return o->f;
     }
-    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", name) >= (int)sizeof o->tmp) {
+    if (snprintf(o->tmp, sizeof o->tmp, "%s%sXXXXXX", name, temp_infix) >= (int)sizeof o->tmp) {
         free(name);
         die_input("%s: path is too long", path);
     }
@@ -161,7 +182,8 @@ static FILE *open_out(const char *path, mode_t new_mode)
         free(name);
         die_input("%s: cannot create a file beside it: %s", path, strerror(e));
     }
-    (void)flock(fd, LOCK_EX | LOCK_NB); /* alive: sweep_stale leaves it alone */
+    /* locked by temp_create (before its name existed, where it can be):
+     * sweep_stale leaves it alone while this run lives */
     /* An existing file keeps its mode, owner and group (a session made
      * private stays private); a new one gets new_mode less the umask. */
     if (exists) {
@@ -196,14 +218,8 @@ FILE *out_open_private(const char *path)
 /* Makes the rename of a finished file durable: its directory synced. */
 static void sync_dir(const char *path)
 {
-    const char *slash = strrchr(path, '/');
     char dir[PATH_MAX];
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    path_dir(path, dir, sizeof dir);
     int fd = open(dir, O_RDONLY);
     if (fd >= 0) {
         (void)fsync(fd);

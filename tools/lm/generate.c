@@ -302,13 +302,14 @@ static int resume(const char *path, lm_state *s, history *h, kve_rng *rng)
 {
     if (!session_hold(path)) /* locked for the run; none yet: a new session */
         return 0;
-    /* the header first, then at most the size it states: a huge file is
-     * refused before it is read */
-    unsigned char head[LM_SESSION_HEADER];
+    /* the header first, then at most the size it states, itself at most
+     * what this decoder could have saved: a huge file or an endless stream
+     * is refused before it is read */
+    unsigned char head[LM_SESSION_HEADER + KVE_SPEC_MAX]; /* with the spec: a refusal names it */
     size_t got = 0, stated = 0;
     kve_status st = lm_read_head(path, head, sizeof head, &got);
     if (st == KVE_OK)
-        st = lm_session_size(head, got, &stated);
+        st = lm_session_size(s, head, got, &stated);
     if (st != KVE_OK) {
         char what[600];
         snprintf(what, sizeof what, "--session %s", path);

@@ -67,6 +67,7 @@ kve_trace *lm_trace_open(const char *src, unsigned flags)
     lm_model *m = NULL;
     if (lm_model_open(model, NULL, &m) != KVE_OK)
         die_input("--trace lm: model %s: %s", model, kve_last_error());
+    cli_watch_mapping(m->map, m->map_size, model); /* the trace owns it for the command */
     lm_tokenizer *tok = open_tokenizer(tokenizer, model, m, "--trace lm: tokenizer");
     char *txt = NULL;
     size_t txt_len = 0;

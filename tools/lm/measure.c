@@ -34,6 +34,7 @@ void load_model(const char *path)
     kve_status s = lm_model_open(path, NULL, &lm_ctx.model);
     if (s != KVE_OK)
         die_input("--model %s: %s", path, kve_last_error());
+    cli_watch_mapping(lm_ctx.model->map, lm_ctx.model->map_size, path);
 }
 
 lm_tokenizer *open_tokenizer(const char *path, const char *model_path, const lm_model *m,
