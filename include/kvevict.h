@@ -1679,7 +1679,16 @@ typedef enum kve_pool {
  * and keeps the rest. A head then keeps from 0 (sinks aside) to n
  * positions: with a shared budget over a layer's heads (share =
  * layer_heads) the decode steps keep each layer's total
- * (kve_bank_evict_shared); kve_bank_sizes reports what each head kept. */
+ * (kve_bank_evict_shared); kve_bank_sizes reports what each head kept.
+ * Those counts are kvpress's at the ratio that prunes them (a budget is a
+ * whole number of positions a head). kvpress's own ratio cr prunes counts no
+ * budget gives (3 layers of 2 heads of 512 at 0.8: 2457, a budget 2454 or
+ * 2460); options.compression_ratio = cr takes them exactly: PER_LAYER each
+ * layer prunes int(layer_heads * n * cr) (a double product, truncated, as
+ * Python's int()), OVERALL the threshold is the max(int(count * n * cr) -
+ * 1, 0)-th lowest score (from 0), whatever n and the budget (which is then
+ * only checked); kvevict's sinks (prefix KVE_PREFILL_NO_PREFIX) are still
+ * never cut. */
 typedef enum kve_prefill_budgets {
     KVE_PREFILL_PER_HEAD = 0,
     KVE_PREFILL_PER_LAYER = 1,
@@ -1727,12 +1736,16 @@ typedef struct kve_prefill_options {
                                        kvpress's ||W_o,g v_i||, the norm of key i's
                                        value through query head g's slice of the
                                        output projection); NULL (the default): none */
+    double compression_ratio;       /* KVzip, PER_LAYER or OVERALL: kvpress's
+                                       KVzipPress.compression_ratio, in (0, 1): the
+                                       call prunes kvpress's count, not the budget's
+                                       (below); 0 (the default): the budget's */
 } kve_prefill_options;
 
 /* The defaults: H2O, window 32, kernel 5, KVE_POOL_MAX (the H2O method uses
  * none of the three), no allocator of the call's own, queries 1, sinks 4,
  * no values, KVE_PREFILL_PER_HEAD, layer_heads 0, KVE_PREFILL_NO_PREFIX, no
- * row_scale or key_scale.
+ * row_scale or key_scale, compression_ratio 0.
  *
  * KVzip+ (kvpress's KVzipPress(kvzip_plus_normalization=True)): with
  * row_scale and/or key_scale set, each weight is scaled before the group's
@@ -1761,7 +1774,9 @@ KVE_API size_t kve_prefill_rows(size_t n, const kve_prefill_options *options);
  * scores: n doubles.
  * Refuses (KVE_EINVAL): NULL scores or rows; n 0 or above 2^31; ld < n;
  *      group 0; a reduce outside kve_reduce; an unknown method; window 0, or
- *      a kernel that is 0 or even (SnapKV); queries 0 (KVzip); a NaN, infinite or negative
+ *      a kernel that is 0 or even (SnapKV); queries 0 (KVzip); a compression_ratio
+ *      that is not 0 or in (0, 1), or one without KVzip's PER_LAYER or
+ *      OVERALL budgets; a NaN, infinite or negative
  *      weight (the message names query head, query position and key) or
  *      (KVE_REDUCE_SUM) a reduced weight beyond float32. scores is untouched
  *      on refusal; KVE_ENOMEM if its scratch (n doubles, through

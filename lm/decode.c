@@ -1092,6 +1092,10 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
             return kve_set_error(KVE_EINVAL, "prefill: kvzip: budgets across heads need each "
                                  "layer's heads to share its budget while decoding (share_heads)"
                                  "%s", s->head_budget ? ", not per-head budgets" : "");
+        if (p.budgets == KVE_PREFILL_PER_LAYER && p.compression_ratio != 0.0)
+            return kve_set_error(KVE_EINVAL, "prefill: kvzip: compression_ratio with per-layer "
+                                 "budgets: each layer decodes at G times its budget; use "
+                                 "overall budgets, or the budget for the count");
         for (size_t l = 1; p.budgets == KVE_PREFILL_OVERALL && l < (size_t)c->n_layers; l++)
             if (s->layer_budget[l] != s->layer_budget[0])
                 return kve_set_error(KVE_EINVAL, "prefill: kvzip: overall budgets need one "
