@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_kvpress_switches.c - the two kvpress-exact switches of issue 27,
- * each held to a port of the press written here from kvpress's source
+ * test_kvpress_switches.c - the two kvpress-exact switches of issue 27
+ * and expected attention's own setting, each held to a port of the press written here from kvpress's source
  * (NVIDIA/kvpress; plain C in double, dense matrices, none of the
  * library's code):
  *
@@ -9,6 +9,9 @@
  *       DecodingPress: the statistics of the buffered queries past the
  *       buffer's first n_sink, the rotation averaged over positions
  *       q_len .. q_len + F - 1 where q_len is the buffer's length;
+ *   expected_attention on a prompt (the default; kvpress's own setting)
+ *       ExpectedAttentionPress: the statistics of the prompt's queries past
+ *       its first n_sink, the future from q_len = n;
  *   h2o_mean:diagonal=1 through kve_bank_prefill (KVE_PREFILL_H2O)
  *       ObservedAttentionPress: key i's column sum over queries t >= i
  *       (its own included) over n - i, the mean over the KV head's group.
@@ -363,6 +366,63 @@ static void test_future_from_buffer(void)
     ASSERT_TRUE(worst_default_kvpress > 1e-3); /* the port tells the two offsets apart */
 }
 
+/* kvpress's own setting, a prompt: ExpectedAttentionPress.score on the
+ * prompt's n positions, the statistics of its queries past the first
+ * n_sink, the future from q_len = n; kvevict steps the prompt (n_queries =
+ * n - n_sink, one rescoring at the last position) and evicts once to
+ * kvpress's n_kept. Both shapes, every KV head, scores and kept sets at 0.5
+ * and 0.8; the default and future_from_buffer=1 alike (at a prompt's end
+ * both start at n). The port with the future from n - 1 must differ (the
+ * comparison can tell an offset of one position). */
+static void test_prompt(void)
+{
+    static const ea_shape shapes[] = {{2, 4, 64, 512, 512}, {4, 2, 128, 777, 777}};
+    double worst = 0.0, worst_off = INFINITY;
+    size_t diffs[2] = {0, 0}, heads = 0;
+    const kve_rng saved = rng; /* the other tests' draws (and figures) stay as they were */
+    kve_rng_seed(&rng, check_seed + 27);
+    for (size_t k = 0; k < 2; k++) {
+        const ea_shape *s = &shapes[k];
+        char def[128], sw[160];
+        snprintf(def, sizeof def, "expected_attention:budget=%zu,n_queries=%zu,interval=%d",
+                 s->N, s->N - SINKS, KVE_MAX_BUDGET);
+        snprintf(sw, sizeof sw, "%s,future_from_buffer=1", def);
+        double *ref = malloc(s->N * sizeof *ref), *off = malloc(s->N * sizeof *off);
+        for (size_t h = 0; h < s->H; h++, heads++) {
+            ea_data x = ea_make(s);
+            ea_port(s, x.keys, x.values, x.pre, (double)s->N, ref);
+            ea_port(s, x.keys, x.values, x.pre, (double)s->N - 1.0, off);
+            for (int which = 0; which < 2; which++) {
+                kve_policy *p = ea_run(s, &x, which ? sw : def);
+                ASSERT_TRUE(p != NULL);
+                int top_p = 0;
+                double e = ea_worst(p, ref, s->N, &top_p);
+                ASSERT_TRUE(top_p);
+                worst = e > worst ? e : worst;
+                double e_off = ea_worst(p, off, s->N, &top_p);
+                worst_off = e_off < worst_off ? e_off : worst_off;
+                for (size_t c = 0; c < 2; c++) {
+                    size_t d = ea_kept(s, p, ref, c ? 0.8 : 0.5);
+                    ASSERT_TRUE(d != SIZE_MAX);
+                    diffs[c] += d;
+                }
+                kve_policy_free(p);
+            }
+            ea_free(&x);
+        }
+        free(ref), free(off);
+    }
+    rng = saved;
+    printf("expected_attention on a prompt (kvpress's ExpectedAttentionPress) vs kvpress: worst "
+           "relative score %.3g, kept-set differences %zu at 0.5 and %zu at 0.8 (%zu heads, "
+           "default and future_from_buffer=1); the port one position off: at least %.3g\n",
+           worst, diffs[0], diffs[1], heads, worst_off);
+    ASSERT_TRUE(worst <= 1e-9);
+    ASSERT_EQ(diffs[0], 0);
+    ASSERT_EQ(diffs[1], 0);
+    ASSERT_TRUE(worst_off > 1e-6);
+}
+
 /* At a prefill (positions 0 .. n-1, n <= n_queries + n_sink) kvpress's
  * q_len is n, the position after the last: the switch changes no bit. */
 static void test_future_from_buffer_prefill(void)
@@ -629,6 +689,7 @@ int main(int argc, char **argv)
     kve_rng_seed(&rng, check_seed);
     RUN(test_future_from_buffer);
     RUN(test_future_from_buffer_prefill);
+    RUN(test_prompt);
     RUN(test_diagonal);
     RUN(test_diagonal_steps);
     return CHECK_DONE();
