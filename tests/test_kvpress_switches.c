@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_kvpress_switches.c - the two kvpress-exact switches of issue 27
- * and expected attention's own setting, each held to a port of the press written here from kvpress's source
- * (NVIDIA/kvpress; plain C in double, dense matrices, none of the
- * library's code):
+ * and expected attention's own setting, each held to a port of the press
+ * written here from kvpress's source (NVIDIA/kvpress; plain C in double,
+ * dense matrices, none of the library's code):
  *
  *   expected_attention:future_from_buffer=1   ExpectedAttentionPress under
  *       DecodingPress: the statistics of the buffered queries past the
