@@ -454,7 +454,8 @@ typedef enum kve_rope_scaling {
  * a is attention_factor (HF's attention_scaling, by which it multiplies cos
  * and sin), derived when 0: 0.1 ln(factor) + 1 for YARN (1 when factor is 1;
  * a model with mscale and mscale_all_dim passes HF's quotient here), 1
- * otherwise. Only expected_attention reads the rope (docs/policies/
+ * otherwise. With freq_factors, t_j = base^(-2j / r) / freq_factors[j]
+ * everywhere above (w_j = 2 pi / t_j). Only expected_attention reads the rope (docs/policies/
  * expected_attention.md); the fields a scaling does not name are ignored by
  * it but still validated. Dynamic NTK and LongRoPE are not modelled. */
 typedef struct kve_rope {
@@ -483,7 +484,18 @@ typedef struct kve_rope {
     double attention_factor;     /* a: finite and >= 0; 0 (the default): derived as
                                     above; any other value multiplies the rotation
                                     under every scaling, NONE included */
+    const float *freq_factors;   /* r/2 per-pair divisors, each finite and > 0:
+                                    base^(-2j / r) / freq_factors[j] stands for
+                                    base^(-2j / r) before NONE, LINEAR or YARN (not
+                                    LLAMA3: these are its factors already), as
+                                    llama.cpp divides by a GGUF's rope_freqs.weight
+                                    (Llama 3's factors). Read at construction and
+                                    copied (r at most KVE_ROPE_MAX_FACTORS * 2);
+                                    NULL (the default): none */
 } kve_rope;
+
+/* The most per-pair factors a kve_rope carries (rotary_dim 512). */
+#define KVE_ROPE_MAX_FACTORS 256
 
 /* What kve_policy_new_ex builds besides the spec (kve_bank_options carries
  * the same fields for a bank). Every field but the allocator is a fact of
@@ -507,7 +519,7 @@ typedef struct kve_policy_options {
 /* The defaults: the C library's allocator, key_dim 0, value_dim 0,
  * query_group 1, rope unset (base 10000, adjacent pairs, no scaling: factor 1,
  * low_freq_factor 1, high_freq_factor 4, original_max_position 0, beta_fast
- * 32, beta_slow 1, attention_factor 0), checked
+ * 32, beta_slow 1, attention_factor 0, no freq_factors), checked
  * (unchecked 0).
  *
  * Unchecked steps. A checked step (the default) reads every attention weight
@@ -560,7 +572,9 @@ KVE_API kve_policy_options kve_policy_default_options(void);
  * scaling field out of the range kve_rope gives (scaling outside
  * kve_rope_scaling, factor not 0 or finite >= 1, a field NaN or infinite,
  * LLAMA3 with low_freq_factor >= high_freq_factor, YARN with beta_slow >
- * beta_fast or base <= 1, LLAMA3 or YARN with original_max_position 0; the
+ * beta_fast or base <= 1, LLAMA3 or YARN with original_max_position 0;
+ * freq_factors with LLAMA3, with rotary_dim KVE_ROPE_UNSET or above 2 *
+ * KVE_ROPE_MAX_FACTORS, or with a factor that is not finite and > 0; the
  * message names the field and its value); a
  * policy that reads keys with key_dim 0, one that reads values (vnorm=1,
  * expected_attention by default) with value_dim 0, expected_attention with

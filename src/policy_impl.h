@@ -160,7 +160,10 @@ struct kve_config {
     bool unchecked;          /* steps skip the validation of attention weights */
     size_t value_dim;        /* floats of every value a step carries; 0 = none */
     size_t query_group;      /* G: queries a step carries per KV head (>= 1) */
-    kve_rope rope;           /* the model's rotary embedding (kvevict.h) */
+    kve_rope rope;           /* the model's rotary embedding (kvevict.h); its
+                                freq_factors pointer is always NULL here: */
+    size_t rope_nff;         /* 0, or the rope's freq_factors, copied: r/2 of them */
+    float rope_ff[KVE_ROPE_MAX_FACTORS];
     kve_reads reads;         /* what a step must carry (the type's and the spec's) */
     size_t elem[KVE_NCOLS];  /* bytes per slot of each column; 0 = not stored */
     size_t unit[KVE_NCOLS];  /* bytes of one scalar of each column (1, 2, 4 or 8; a slot

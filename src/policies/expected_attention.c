@@ -16,7 +16,8 @@
  *   ea_head  the counters: steps, steps since the last rescoring, the query
  *            ring's next slot and fill, whether statistics are held
  *   theta    (r/2) double: the rope's theta_j (base^(-2j / r) unscaled,
- *            Hugging Face's inv_freq under rope.scaling: kve_rope), filled
+ *            over freq_factors[j] when given, Hugging Face's inv_freq under
+ *            rope.scaling: kve_rope), filled
  *            at the first step
  *   mu       (G, d) double: R mu of the last rescoring
  *   sigma    (G, d, d) double: R Sigma R^T of the last rescoring (covariance)
@@ -287,13 +288,16 @@ static void pair(const kve_config *c, size_t j, size_t *a, size_t *b)
     }
 }
 
-/* theta_j of the rope (kve_rope): base^(-2j / r), rescaled as Hugging
- * Face's inv_freq under rope.scaling. Without scaling the one pow() of
- * before scaling existed, bit for bit. */
+/* theta_j of the rope (kve_rope): base^(-2j / r) (divided by the pair's
+ * freq_factor, as llama.cpp divides by rope_freqs), rescaled as Hugging
+ * Face's inv_freq under rope.scaling. Without scaling or factors the one
+ * pow() of before either existed, bit for bit. */
 static double theta_of(const kve_config *c, size_t j)
 {
     const size_t r = rot(c);
-    const double t = pow(c->rope.base, -(double)(2 * j) / (double)r);
+    double t = pow(c->rope.base, -(double)(2 * j) / (double)r);
+    if (c->rope_nff)
+        t /= (double)c->rope_ff[j];
     if (c->rope.scaling == KVE_ROPE_SCALING_NONE)
         return t;
     const kve_rope e = kve__rope_effective(&c->rope);
