@@ -1826,6 +1826,32 @@ KVE_API kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count, siz
                                     size_t budget, const float *rows, size_t ld, size_t group,
                                     kve_reduce reduce, const kve_prefill_options *options);
 
+/* Precomputed query statistics (kvpress's ExpectedAttentionStatsPress):
+ * expected_attention with the spec key query_stats=1 keeps no buffer of
+ * queries (its steps need none) and scores from the statistics given here,
+ * computed by the caller offline (over a calibration text, the queries
+ * before the rotary embedding): at every rescoring mu_g and Sigma_g are
+ * these, rotated to the future positions as the buffer's would be
+ * (future_from_buffer=1 is refused with query_stats=1). Until they are
+ * given a head scores as with no statistics (0; the sinks on top).
+ * mean: (count, G, d) floats, head first + j's query head g at
+ *      mean + (j*G + g)*d (G = query_group, d = key_dim);
+ * cov: (count, G, d, d) floats at cov + ((j*G + g)*d + a)*d + b, read with
+ *      use_covariance=1 (required then), ignored (may be NULL) with 0.
+ * Both are read during the call and kept as doubles in each head (its aux:
+ * G (d + d^2) doubles in the place of the query buffer); copies, clones
+ * and images carry them, a reset forgets them (as constructed).
+ * Refuses (KVE_EINVAL, nothing changed): NULL b; a bank that is not
+ * expected_attention with query_stats=1; a range past the bank; mean NULL,
+ * or cov NULL with use_covariance=1 (count 0 reads neither); an entry that
+ * is NaN or infinite (the message names head, query head and index); a
+ * call from the bank's own callbacks. Not thread-safe with other calls on
+ * b. O(count G d^2). */
+KVE_API kve_status kve_bank_query_stats(kve_bank *b, size_t first, size_t count,
+                                        const float *mean, const float *cov);
+/* kve_bank_query_stats of a policy's one head (count 1); NULL p refused. */
+KVE_API kve_status kve_policy_query_stats(kve_policy *p, const float *mean, const float *cov);
+
 /* ======================================================================
  * 9. Attention rows for engines that never materialise attention
  *

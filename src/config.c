@@ -132,6 +132,8 @@ static kve_status parse_held(const kve_policy_type *type, const char *name, cons
     c->reads = kve__type_reads(type) & ~(kve_reads)KVE_READS_VALUES;
     if (c->elem[KVE_COL_VNORM])
         c->reads |= KVE_READS_VALUES;
+    if (c->params.query_stats) /* expected_attention: the caller's statistics, no queries */
+        c->reads &= ~(kve_reads)KVE_READS_QUERIES;
     /* Pages: only the scored policies and the sliding ones take a block. */
     c->evict = type->evict;
     if ((type->flags & KVE_TYPE_VNORM) && c->params.vnorm == 2) {

@@ -87,6 +87,7 @@ typedef struct kve_params {
     size_t interval;      /* steps between rescorings */
     size_t n_queries;     /* queries of the statistics (the newest steps) */
     size_t future_from_buffer; /* 1: future positions from the buffer's length (kvpress) */
+    size_t query_stats;   /* 1: the caller's statistics (kve_bank_query_stats), no ring */
     /* h2o_mean (policies/h2o_mean.c) */
     size_t diagonal;      /* 1: a prefill seeds each mean with its own query's weight */
 } kve_params;
