@@ -176,7 +176,7 @@ static void test_equal_to_kvpress(void)
     static const double ratios[] = {0.5, 0.8};
     kve_rng g;
     kve_rng_seed(&g, check_seed);
-    size_t cases = 0, differ = 0, off = 0;
+    size_t cases = 0, differ = 0, off = 0, sink_cut[2] = {0, 0}, sink_slots[2] = {0, 0};
     for (size_t sh = 0; sh < 2; sh++)
         for (size_t ri = 0; ri < 2; ri++)
             for (int layerwise = 0; layerwise < 2; layerwise++)
@@ -195,12 +195,18 @@ static void test_equal_to_kvpress(void)
                         for (int shared = 0; shared < 2; shared++)
                             run_case(L, G, R, n, prefix, budget, exact ? cr : 0.0, layerwise,
                                      shared, want, &pruned[exact]);
-                        /* how far kvpress's own cut is from the uniform one: reported */
+                        /* how far kvpress's own cut is from the uniform one, and
+                         * (prefix 0, no chat template) how many of the first four
+                         * positions' slots it cuts: reported */
                         for (size_t h = 0; exact && h < L * G; h++) {
                             size_t k = 0;
                             for (size_t i = 0; i < n; i++)
                                 k += want[h * n + i];
                             differ += k != budget;
+                            for (size_t i = 0; pi == 0 && i < 4; i++) {
+                                sink_cut[ri] += !want[h * n + i];
+                                sink_slots[ri]++;
+                            }
                         }
                         cases++;
                     }
@@ -213,6 +219,9 @@ static void test_equal_to_kvpress(void)
     printf("  %zu cases equal to kvpress's cut (kvpress's ratios 0.5 and 0.8 and the budget's; "
            "layerwise and not, prefix 0, 2, 7; %zu heads kept other than the uniform budget; "
            "the budget's count off kvpress's in %zu of 24)\n", cases, differ, off);
+    printf("  at prefix 0 kvpress cuts %zu of the first four positions' %zu slots at 0.5 and "
+           "%zu of %zu at 0.8 (kvevict's default sinks keep them all)\n",
+           sink_cut[0], sink_slots[0], sink_cut[1], sink_slots[1]);
     ASSERT_EQ(cases, 48);
     ASSERT_TRUE(differ > 0); /* the cut is head-adaptive: not the per-head budget in disguise */
     ASSERT_TRUE(off > 0);    /* the ratio is needed: the budget cannot give kvpress's count */
