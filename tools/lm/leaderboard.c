@@ -111,38 +111,38 @@ static kve_status lb_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n,
     return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, options);
 }
 
-/* kvpress's KVzipPress (layerwise=False, its sinks: the BOS is the prefix)
- * and KVzipPress(kvzip_plus_normalization=True): one threshold over every
- * head and layer; each layer then keeps its total while decoding (share). */
+/* kvpress's KVzipPress, layerwise=False (OVERALL: one threshold over every
+ * head and layer) or True (PER_LAYER), its sinks (the BOS is the prefix),
+ * with KVzip+ (kvzip_plus_normalization=True) when plus; each layer then
+ * keeps its total while decoding (share). */
+static kve_status kvzip_press(lm_state *s, const int32_t *tokens, size_t n,
+                              const kve_prefill_options *options, kve_prefill_budgets budgets,
+                              int plus)
+{
+    lm_kvzip kz = lb_kvzip;
+    kz.plus = plus;
+    kve_prefill_options q = *options;
+    q.budgets = budgets;
+    q.prefix = 1;
+    return lm_prefill_kvzip(s, tokens, n, &kz, &q);
+}
+
 static kve_status lb_prefill_kvzip_press(lm_state *s, const int32_t *tokens, size_t n,
                                          const kve_prefill_options *options)
 {
-    kve_prefill_options q = *options;
-    q.budgets = KVE_PREFILL_OVERALL;
-    q.prefix = 1;
-    return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, &q);
+    return kvzip_press(s, tokens, n, options, KVE_PREFILL_OVERALL, 0);
 }
 
-/* KVzipPress(layerwise=True): each layer's heads cut together to G times
- * the budget, its sinks; each layer keeps that while decoding (share). */
 static kve_status lb_prefill_kvzip_layerwise(lm_state *s, const int32_t *tokens, size_t n,
                                              const kve_prefill_options *options)
 {
-    kve_prefill_options q = *options;
-    q.budgets = KVE_PREFILL_PER_LAYER;
-    q.prefix = 1;
-    return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, &q);
+    return kvzip_press(s, tokens, n, options, KVE_PREFILL_PER_LAYER, 0);
 }
 
 static kve_status lb_prefill_kvzip_plus(lm_state *s, const int32_t *tokens, size_t n,
                                         const kve_prefill_options *options)
 {
-    lm_kvzip plus = lb_kvzip;
-    plus.plus = 1;
-    kve_prefill_options q = *options;
-    q.budgets = KVE_PREFILL_OVERALL;
-    q.prefix = 1;
-    return lm_prefill_kvzip(s, tokens, n, &plus, &q);
+    return kvzip_press(s, tokens, n, options, KVE_PREFILL_OVERALL, 1);
 }
 
 /* share: the row's state shares each layer's budget among its KV heads
