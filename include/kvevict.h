@@ -373,7 +373,8 @@ KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
  * decoding). Future queries are modelled as Gaussian. Per query head g of
  * the KV head, over the queries of the newest n_queries steps (not counting
  * the head's first n_sink steps, the sinks' own), un-rotated to before the
- * rotary embedding: mean mu_g and covariance Sigma_g (divided by the count).
+ * rotary embedding: mean mu_g and covariance Sigma_g (divided by the count);
+ * with query_stats=1, the caller's instead (kve_bank_query_stats).
  * The rotation is averaged over the next n_future_positions positions
  * pos + 1 .. pos + F (with future_from_buffer=1, kvpress's DecodingPress
  * offset: from m + n_sink, m the buffered queries, its press's q_len): R =

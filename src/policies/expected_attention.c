@@ -23,7 +23,11 @@
  *   sigma    (G, d, d) double: R Sigma R^T of the last rescoring (covariance)
  *   zmax     (G) double and zsum (G) double: the softmax of that rescoring
  *   tmp      (d) double: scratch of a step
- *   ring     (B, G, d) float: the un-rotated queries of the newest steps
+ *   ring     (B, G, d) float: the un-rotated queries of the newest steps;
+ *            with query_stats=1 in its place mu0 (G, d) and sigma0 (G, d, d)
+ *            double (sigma0 with the covariance): the caller's statistics
+ *            (kve_bank_query_stats, held bit 2), no query is buffered and
+ *            step 2 below takes them for the ring's
  *
  * Per step, before position p = in->pos is admitted into slot n:
  *  1. key[n] = k. The step's queries (post-RoPE, at p) are un-rotated,
