@@ -380,7 +380,8 @@ KVE_API uint64_t kve_rng_below(kve_rng *rng, uint64_t bound);
  * decoding). Future queries are modelled as Gaussian. Per query head g of
  * the KV head, over the queries of the newest n_queries steps (not counting
  * the head's first n_sink steps, the sinks' own), un-rotated to before the
- * rotary embedding: mean mu_g and covariance Sigma_g (divided by the count).
+ * rotary embedding: mean mu_g and covariance Sigma_g (divided by the count);
+ * with query_stats=1, the caller's instead (kve_bank_query_stats).
  * The rotation is averaged over the next n_future_positions positions
  * pos + 1 .. pos + F (with future_from_buffer=1, kvpress's DecodingPress
  * offset: from m + n_sink, m the buffered queries, its press's q_len): R =
@@ -461,7 +462,8 @@ typedef enum kve_rope_scaling {
  * a is attention_factor (HF's attention_scaling, by which it multiplies cos
  * and sin), derived when 0: 0.1 ln(factor) + 1 for YARN (1 when factor is 1;
  * a model with mscale and mscale_all_dim passes HF's quotient here), 1
- * otherwise. Only expected_attention reads the rope (docs/policies/
+ * otherwise. With freq_factors, t_j = base^(-2j / r) / freq_factors[j]
+ * everywhere above (w_j = 2 pi / t_j). Only expected_attention reads the rope (docs/policies/
  * expected_attention.md); the fields a scaling does not name are ignored by
  * it but still validated. Dynamic NTK and LongRoPE are not modelled. */
 typedef struct kve_rope {
@@ -490,7 +492,18 @@ typedef struct kve_rope {
     double attention_factor;     /* a: finite and >= 0; 0 (the default): derived as
                                     above; any other value multiplies the rotation
                                     under every scaling, NONE included */
+    const float *freq_factors;   /* r/2 per-pair divisors, each finite and > 0:
+                                    base^(-2j / r) / freq_factors[j] stands for
+                                    base^(-2j / r) before NONE, LINEAR or YARN (not
+                                    LLAMA3: these are its factors already), as
+                                    llama.cpp divides by a GGUF's rope_freqs.weight
+                                    (Llama 3's factors). Read at construction and
+                                    copied (r at most KVE_ROPE_MAX_FACTORS * 2);
+                                    NULL (the default): none */
 } kve_rope;
+
+/* The most per-pair factors a kve_rope carries (rotary_dim 512). */
+#define KVE_ROPE_MAX_FACTORS 256
 
 /* What kve_policy_new_ex builds besides the spec (kve_bank_options carries
  * the same fields for a bank). Every field but the allocator is a fact of
@@ -514,7 +527,7 @@ typedef struct kve_policy_options {
 /* The defaults: the C library's allocator, key_dim 0, value_dim 0,
  * query_group 1, rope unset (base 10000, adjacent pairs, no scaling: factor 1,
  * low_freq_factor 1, high_freq_factor 4, original_max_position 0, beta_fast
- * 32, beta_slow 1, attention_factor 0), checked
+ * 32, beta_slow 1, attention_factor 0, no freq_factors), checked
  * (unchecked 0).
  *
  * Unchecked steps. A checked step (the default) reads every attention weight
@@ -570,7 +583,9 @@ KVE_API kve_policy_options kve_policy_default_options(void);
  * scaling field out of the range kve_rope gives (scaling outside
  * kve_rope_scaling, factor not 0 or finite >= 1, a field NaN or infinite,
  * LLAMA3 with low_freq_factor >= high_freq_factor, YARN with beta_slow >
- * beta_fast or base <= 1, LLAMA3 or YARN with original_max_position 0; the
+ * beta_fast or base <= 1, LLAMA3 or YARN with original_max_position 0;
+ * freq_factors with LLAMA3, with rotary_dim KVE_ROPE_UNSET or above 2 *
+ * KVE_ROPE_MAX_FACTORS, or with a factor that is not finite and > 0; the
  * message names the field and its value); a
  * policy that reads keys with key_dim 0, one that reads values (vnorm=1,
  * expected_attention by default) with value_dim 0, expected_attention with
@@ -1692,7 +1707,16 @@ typedef enum kve_pool {
  * and keeps the rest. A head then keeps from 0 (sinks aside) to n
  * positions: with a shared budget over a layer's heads (share =
  * layer_heads) the decode steps keep each layer's total
- * (kve_bank_evict_shared); kve_bank_sizes reports what each head kept. */
+ * (kve_bank_evict_shared); kve_bank_sizes reports what each head kept.
+ * Those counts are kvpress's at the ratio that prunes them (a budget is a
+ * whole number of positions a head). kvpress's own ratio cr prunes counts no
+ * budget gives (3 layers of 2 heads of 512 at 0.8: 2457, a budget 2454 or
+ * 2460); options.compression_ratio = cr takes them exactly: PER_LAYER each
+ * layer prunes int(layer_heads * n * cr) (a double product, truncated, as
+ * Python's int()), OVERALL the threshold is the max(int(count * n * cr) -
+ * 1, 0)-th lowest score (from 0), whatever n and the budget (which is then
+ * only checked); kvevict's sinks (prefix KVE_PREFILL_NO_PREFIX) are still
+ * never cut. */
 typedef enum kve_prefill_budgets {
     KVE_PREFILL_PER_HEAD = 0,
     KVE_PREFILL_PER_LAYER = 1,
@@ -1740,12 +1764,16 @@ typedef struct kve_prefill_options {
                                        kvpress's ||W_o,g v_i||, the norm of key i's
                                        value through query head g's slice of the
                                        output projection); NULL (the default): none */
+    double compression_ratio;       /* KVzip, PER_LAYER or OVERALL: kvpress's
+                                       KVzipPress.compression_ratio, in (0, 1): the
+                                       call prunes kvpress's count, not the budget's
+                                       (below); 0 (the default): the budget's */
 } kve_prefill_options;
 
 /* The defaults: H2O, window 32, kernel 5, KVE_POOL_MAX (the H2O method uses
  * none of the three), no allocator of the call's own, queries 1, sinks 4,
  * no values, KVE_PREFILL_PER_HEAD, layer_heads 0, KVE_PREFILL_NO_PREFIX, no
- * row_scale or key_scale.
+ * row_scale or key_scale, compression_ratio 0.
  *
  * KVzip+ (kvpress's KVzipPress(kvzip_plus_normalization=True)): with
  * row_scale and/or key_scale set, each weight is scaled before the group's
@@ -1774,7 +1802,9 @@ KVE_API size_t kve_prefill_rows(size_t n, const kve_prefill_options *options);
  * scores: n doubles.
  * Refuses (KVE_EINVAL): NULL scores or rows; n 0 or above 2^31; ld < n;
  *      group 0; a reduce outside kve_reduce; an unknown method; window 0, or
- *      a kernel that is 0 or even (SnapKV); queries 0 (KVzip); a NaN, infinite or negative
+ *      a kernel that is 0 or even (SnapKV); queries 0 (KVzip); a compression_ratio
+ *      that is not 0 or in (0, 1), or one without KVzip's PER_LAYER or
+ *      OVERALL budgets; a NaN, infinite or negative
  *      weight (the message names query head, query position and key) or
  *      (KVE_REDUCE_SUM) a reduced weight beyond float32. scores is untouched
  *      on refusal; KVE_ENOMEM if its scratch (n doubles, through
@@ -1809,6 +1839,32 @@ KVE_API kve_status kve_prefill_scores(size_t n, const float *rows, size_t ld, si
 KVE_API kve_status kve_bank_prefill(kve_bank *b, size_t first, size_t count, size_t n,
                                     size_t budget, const float *rows, size_t ld, size_t group,
                                     kve_reduce reduce, const kve_prefill_options *options);
+
+/* Precomputed query statistics (kvpress's ExpectedAttentionStatsPress):
+ * expected_attention with the spec key query_stats=1 keeps no buffer of
+ * queries (its steps need none) and scores from the statistics given here,
+ * computed by the caller offline (over a calibration text, the queries
+ * before the rotary embedding): at every rescoring mu_g and Sigma_g are
+ * these, rotated to the future positions as the buffer's would be
+ * (future_from_buffer=1 is refused with query_stats=1). Until they are
+ * given a head scores as with no statistics (0; the sinks on top).
+ * mean: (count, G, d) floats, head first + j's query head g at
+ *      mean + (j*G + g)*d (G = query_group, d = key_dim);
+ * cov: (count, G, d, d) floats at cov + ((j*G + g)*d + a)*d + b, read with
+ *      use_covariance=1 (required then), ignored (may be NULL) with 0.
+ * Both are read during the call and kept as doubles in each head (its aux:
+ * G (d + d^2) doubles in the place of the query buffer); copies, clones
+ * and images carry them, a reset forgets them (as constructed).
+ * Refuses (KVE_EINVAL, nothing changed): NULL b; a bank that is not
+ * expected_attention with query_stats=1; a range past the bank; mean NULL,
+ * or cov NULL with use_covariance=1 (count 0 reads neither); an entry that
+ * is NaN or infinite (the message names head, query head and index); a
+ * call from the bank's own callbacks. Not thread-safe with other calls on
+ * b. O(count G d^2). */
+KVE_API kve_status kve_bank_query_stats(kve_bank *b, size_t first, size_t count,
+                                        const float *mean, const float *cov);
+/* kve_bank_query_stats of a policy's one head (count 1); NULL p refused. */
+KVE_API kve_status kve_policy_query_stats(kve_policy *p, const float *mean, const float *cov);
 
 /* ======================================================================
  * 9. Attention rows for engines that never materialise attention

@@ -81,7 +81,7 @@ kve_status lm__budgets_init(lm_state *s)
     o.key_dim = (size_t)c->head_size;
     o.value_dim = (size_t)c->head_size;
     o.query_group = (size_t)(c->n_heads / c->n_kv_heads);
-    o.rope = lm_rope(c);
+    o.rope = lm_model_rope(s->model);
     kve_status st = kve_policy_new_ex(s->spec, &rng, &o, &p);
     if (st != KVE_OK)
         return kve_set_error(st, "policy: %s", kve_last_error());

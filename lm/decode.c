@@ -131,6 +131,21 @@ kve_rope lm_rope(const lm_config *c)
     return r;
 }
 
+kve_rope lm_model_rope(const lm_model *m)
+{
+    const lm_config *c = &m->config;
+    if (!c->rope_freqs || !m->weights.rope_freqs)
+        return lm_rope(c);
+    lm_config plain = *c;
+    plain.rope_freqs = 0;
+    kve_rope r = lm_rope(&plain);
+    if (r.rotary_dim == KVE_ROPE_UNSET)
+        return r;
+    r.freq_factors = m->weights.rope_freqs; /* pair j's frequency over rope_freqs[j] */
+    r.attention_factor = (double)c->rope_mscale; /* as rope_row scales a rope_freqs file */
+    return r;
+}
+
 /* yarn's correction dimension of llama.cpp (ggml_rope_yarn_corr_dim): the
  * pair index, counted in dimensions, whose wavelength turns n_rot times in
  * the original context. */
@@ -221,6 +236,11 @@ static void rope_row_llama(float *rope, int64_t pos, size_t S, const lm_model *m
     }
 }
 
+void lm_rope_row(const lm_model *m, int llama_products, int64_t pos, float *rope)
+{
+    (llama_products ? rope_row_llama : rope_row)(rope, pos, (size_t)m->config.head_size, m);
+}
+
 /* Rotates the pairs of vec (S) by rope (S). */
 static void rotate(float *vec, const float *rope, size_t S)
 {
@@ -302,7 +322,7 @@ static void data_options(const lm_state *s, kve_bank_options *o)
     o->key_dim = (size_t)c->head_size;
     o->value_dim = s->value_dim;
     o->query_group = (size_t)(c->n_heads / c->n_kv_heads);
-    o->rope = lm_rope(c);
+    o->rope = lm_model_rope(s->model);
 }
 
 /* The floats of a value the policy is handed (s->reads, lm__budgets_init):
@@ -1092,6 +1112,10 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
             return kve_set_error(KVE_EINVAL, "prefill: kvzip: budgets across heads need each "
                                  "layer's heads to share its budget while decoding (share_heads)"
                                  "%s", s->head_budget ? ", not per-head budgets" : "");
+        if (p.budgets == KVE_PREFILL_PER_LAYER && p.compression_ratio != 0.0)
+            return kve_set_error(KVE_EINVAL, "prefill: kvzip: compression_ratio with per-layer "
+                                 "budgets: each layer decodes at G times its budget; use "
+                                 "overall budgets, or the budget for the count");
         for (size_t l = 1; p.budgets == KVE_PREFILL_OVERALL && l < (size_t)c->n_layers; l++)
             if (s->layer_budget[l] != s->layer_budget[0])
                 return kve_set_error(KVE_EINVAL, "prefill: kvzip: overall budgets need one "

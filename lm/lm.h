@@ -733,12 +733,23 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
 #define LM_ROPE_BASE 10000.0f
 
 /* The decoder's rotary embedding as kvevict describes one (kve_rope), its
- * linear or yarn scaling included (a rope_freqs.weight file's or a factor
- * below 1 is not: the rope is then unset, and a policy that reads it refuses
- * it): every
+ * linear or yarn scaling included (a rope_freqs.weight file's is not, the
+ * factors being the model's weights: lm_model_rope; nor a factor below 1:
+ * the rope is then unset, and a policy that reads it refuses it): every
  * dimension of a head (rotary_dim = head_size), base the model's
  * rope_theta, adjacent pairs (2j, 2j+1), as run.c rotates them. */
 kve_rope lm_rope(const lm_config *c);
+/* lm_rope of m's config, and with a rope_freqs.weight tensor (Llama 3's
+ * GGUF files) its factors as kve_rope.freq_factors (which point into m:
+ * read when a policy is built) and attention_factor rope_mscale, as
+ * rope_row scales such a file: the rope the decoder builds its policies
+ * with. */
+kve_rope lm_model_rope(const lm_model *m);
+/* The decoder's rotation at pos (S = head_size floats, cos and sin of pair
+ * j at 2j and 2j + 1, times the magnitude factor): rope_row, or with
+ * llama_products ggml's order (rope_row_llama). A vector's pair (x, y)
+ * becomes (x cos - y sin, x sin + y cos), in float. For tests. */
+void lm_rope_row(const lm_model *m, int llama_products, int64_t pos, float *rope);
 /* c's RoPE scaling from the values a GGUF gives (lm/gguf.c reads them from
  * llama.rope.scaling.*, kvevict-llama through llama.cpp): the type, the
  * factor (ignored by none, as llama.cpp ignores it), attn_factor and the

@@ -82,6 +82,12 @@ static kve_status parse_held(const kve_policy_type *type, const char *name, cons
     c->value_dim = o->value_dim;
     c->query_group = o->query_group;
     c->rope = o->rope;
+    c->rope.freq_factors = NULL; /* copied (checked by kve__check_facts) */
+    if (o->rope.freq_factors && o->rope.rotary_dim != KVE_ROPE_UNSET) {
+        c->rope_nff = o->rope.rotary_dim / 2;
+        if (c->rope_nff)
+            memcpy(c->rope_ff, o->rope.freq_factors, c->rope_nff * sizeof(float));
+    }
     kve_status st = kve__spec_parse(name, rest, type->params, type->n_params, &c->params);
     if (st != KVE_OK)
         return st;
@@ -126,6 +132,8 @@ static kve_status parse_held(const kve_policy_type *type, const char *name, cons
     c->reads = kve__type_reads(type) & ~(kve_reads)KVE_READS_VALUES;
     if (c->elem[KVE_COL_VNORM])
         c->reads |= KVE_READS_VALUES;
+    if (c->params.query_stats) /* expected_attention: the caller's statistics, no queries */
+        c->reads &= ~(kve_reads)KVE_READS_QUERIES;
     /* Pages: only the scored policies and the sliding ones take a block. */
     c->evict = type->evict;
     if ((type->flags & KVE_TYPE_VNORM) && c->params.vnorm == 2) {
@@ -232,6 +240,19 @@ kve_status kve__check_facts(const kve_policy_options *o)
         return kve__fail(KVE_EINVAL, "rope: base %g must be finite and above 0", r->base);
     if (r->pairs != KVE_ROPE_ADJACENT && r->pairs != KVE_ROPE_HALF)
         return kve__fail(KVE_EINVAL, "rope: pairs %d is not a kve_rope_pairs", (int)r->pairs);
+    if (r->freq_factors) {
+        if (r->rotary_dim == KVE_ROPE_UNSET || r->rotary_dim / 2 > KVE_ROPE_MAX_FACTORS)
+            return kve__fail(KVE_EINVAL, "rope: freq_factors need a rotary_dim of at most %d, "
+                             "not %s", 2 * KVE_ROPE_MAX_FACTORS,
+                             r->rotary_dim == KVE_ROPE_UNSET ? "unset" : "more");
+        if (r->scaling == KVE_ROPE_SCALING_LLAMA3)
+            return kve__fail(KVE_EINVAL, "rope: freq_factors with scaling llama3: the factors are "
+                             "llama3's already (give one or the other)");
+        for (size_t j = 0; j < r->rotary_dim / 2; j++)
+            if (!(r->freq_factors[j] > 0.0f && r->freq_factors[j] <= FLT_MAX))
+                return kve__fail(KVE_EINVAL, "rope: freq_factors[%zu] = %g is not finite and "
+                                 "above 0", j, (double)r->freq_factors[j]);
+    }
     return check_rope_scaling(r);
 }
 
@@ -305,7 +326,8 @@ kve_policy_options kve_policy_default_options(void)
                                      .original_max_position = 0,
                                      .beta_fast = 32.0,
                                      .beta_slow = 1.0,
-                                     .attention_factor = 0.0},
+                                     .attention_factor = 0.0,
+                                     .freq_factors = NULL},
                             .unchecked = 0};
     return o;
 }

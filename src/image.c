@@ -272,6 +272,9 @@ static kve_status save(const kve_bank *b, uint32_t kind, void *buf, size_t cap, 
     if (c->rope.scaling != KVE_ROPE_SCALING_NONE)
         return kve__fail(KVE_EINVAL, "%s: rope.scaling %d: an image does not record the rope's "
                          "scaling", c->type->name, (int)c->rope.scaling);
+    if (c->rope_nff)
+        return kve__fail(KVE_EINVAL, "%s: rope.freq_factors: an image does not record the rope's "
+                         "per-pair factors", c->type->name);
     if (c->rope.attention_factor != 0.0)
         return kve__fail(KVE_EINVAL, "%s: rope.attention_factor %g: an image does not record the "
                          "rope's scaling", c->type->name, c->rope.attention_factor);

@@ -176,6 +176,10 @@ static kve_status check_same(const kve_bank *dst, const kve_bank *src)
                          name, a->rope.rotary_dim, a->rope.base, (int)a->rope.pairs,
                          b->rope.rotary_dim, b->rope.base, (int)b->rope.pairs);
     const kve_rope ra = kve__rope_effective(&a->rope), rb = kve__rope_effective(&b->rope);
+    if (a->rope_nff != b->rope_nff ||
+        memcmp(a->rope_ff, b->rope_ff, a->rope_nff * sizeof(float)) != 0)
+        return kve__fail(KVE_EINVAL, "%s: cannot copy: dst's rope freq_factors (%zu) are not "
+                         "src's (%zu)", name, a->rope_nff, b->rope_nff);
     if (!same_rope_scaling(&a->rope, &b->rope))
         return kve__fail(KVE_EINVAL,
                          "%s: cannot copy: dst's rope scaling (scaling %d, factor %g, "

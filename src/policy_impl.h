@@ -87,6 +87,7 @@ typedef struct kve_params {
     size_t interval;      /* steps between rescorings */
     size_t n_queries;     /* queries of the statistics (the newest steps) */
     size_t future_from_buffer; /* 1: future positions from the buffer's length (kvpress) */
+    size_t query_stats;   /* 1: the caller's statistics (kve_bank_query_stats), no ring */
     /* h2o_mean (policies/h2o_mean.c) */
     size_t diagonal;      /* 1: a prefill seeds each mean with its own query's weight */
 } kve_params;
@@ -160,7 +161,10 @@ struct kve_config {
     bool unchecked;          /* steps skip the validation of attention weights */
     size_t value_dim;        /* floats of every value a step carries; 0 = none */
     size_t query_group;      /* G: queries a step carries per KV head (>= 1) */
-    kve_rope rope;           /* the model's rotary embedding (kvevict.h) */
+    kve_rope rope;           /* the model's rotary embedding (kvevict.h); its
+                                freq_factors pointer is always NULL here: */
+    size_t rope_nff;         /* 0, or the rope's freq_factors, copied: r/2 of them */
+    float rope_ff[KVE_ROPE_MAX_FACTORS];
     kve_reads reads;         /* what a step must carry (the type's and the spec's) */
     size_t elem[KVE_NCOLS];  /* bytes per slot of each column; 0 = not stored */
     size_t unit[KVE_NCOLS];  /* bytes of one scalar of each column (1, 2, 4 or 8; a slot

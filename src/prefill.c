@@ -53,7 +53,7 @@ kve_prefill_options kve_prefill_default_options(void)
                              .pool = KVE_POOL_MAX, .allocator = NULL, .queries = 1, .sinks = 4,
                              .values = NULL, .ld_values = 0, .budgets = KVE_PREFILL_PER_HEAD,
                              .layer_heads = 0, .prefix = KVE_PREFILL_NO_PREFIX,
-                             .row_scale = NULL, .key_scale = NULL};
+                             .row_scale = NULL, .key_scale = NULL, .compression_ratio = 0.0};
     return o;
 }
 
@@ -109,6 +109,15 @@ static kve_status check_params(const kve_prefill_options *p, size_t n, size_t ld
         return kve__fail(KVE_EINVAL, "prefill: budgets, layer_heads, prefix, row_scale and "
                          "key_scale are KVzip's (method KVE_PREFILL_KVZIP); leave them at their "
                          "defaults");
+    if (p->compression_ratio != 0.0 &&
+        !(p->compression_ratio > 0.0 && p->compression_ratio < 1.0))
+        return kve__fail(KVE_EINVAL, "prefill: compression_ratio %g is not 0 or in (0, 1)",
+                         p->compression_ratio);
+    if (p->compression_ratio != 0.0 &&
+        (p->method != KVE_PREFILL_KVZIP || p->budgets == KVE_PREFILL_PER_HEAD))
+        return kve__fail(KVE_EINVAL, "prefill: compression_ratio is kvpress's KVzipPress cut "
+                         "across heads: method KVE_PREFILL_KVZIP with budgets "
+                         "KVE_PREFILL_PER_LAYER or KVE_PREFILL_OVERALL");
     size_t r = kve_prefill_rows(n, p);
     if (group > SIZE_MAX / r || ld > SIZE_MAX / sizeof(float) / (group * r))
         return kve__fail(KVE_EINVAL, "prefill: %zu rows of ld %zu overflow the address space",
@@ -457,7 +466,9 @@ static kve_status prefill(kve_bank *b, size_t first, size_t count, size_t n, siz
  * flattened (head-major: flat index j*n + i): PER_LAYER keeps the
  * layer_heads * budget highest, OVERALL all but those at or below the
  * threshold t = the P-th lowest of every score of the call (P = count * (n -
- * budget)); ties to the lower flat index (kve__top_k), so among equal
+ * budget)); with compression_ratio cr, kvpress's counts: PER_LAYER keeps
+ * all but int(layer_heads n cr), OVERALL P = max(int(count n cr), 1) (both
+ * capped so that kvevict's sinks stay); ties to the lower flat index (kve__top_k), so among equal
  * scores the lower head, then the lower position, stays. kvpress breaks
  * such ties by torch.topk's order, which it does not define; scores of
  * distinct values give both the same kept sets. Heads that keep more than
@@ -490,7 +501,8 @@ static kve_status adaptive(kve_bank *b, size_t first, size_t count, size_t n, si
                          name, first, count, b->share);
     const size_t groups = b->share ? count / b->share : 0;
     const size_t total = count * n, flat = lh * n;
-    const bool overall = p->budgets == KVE_PREFILL_OVERALL && n > budget;
+    const double cr = p->compression_ratio;
+    const bool overall = p->budgets == KVE_PREFILL_OVERALL && (n > budget || cr > 0.0);
     size_t bytes = total * sizeof(double) * (overall ? 2 : 1) + n * sizeof(double) +
                    (flat + 1) * sizeof(kve__top_entry) + total + count * sizeof(size_t) +
                    (count + groups) * sizeof(void *);
@@ -516,16 +528,25 @@ static kve_status adaptive(kve_bank *b, size_t first, size_t count, size_t n, si
         for (size_t i = 0; i < sinks; i++)
             sc[i] = kvpress_sinks ? 1.0 : (double)INFINITY;
     }
+    /* kvevict's sinks (+inf) are never among the pruned: at most the others */
+    const size_t prunable = total - (kvpress_sinks ? 0 : count * sinks);
     double thres = 0;
     if (overall) {
         memcpy(sorted, score, total * sizeof *sorted);
         qsort(sorted, total, sizeof *sorted, cmp_double);
-        thres = sorted[count * (n - budget) - 1];
+        size_t cut = cr > 0.0 ? (size_t)((double)total * cr) : count * (n - budget);
+        cut = cut < prunable ? cut : prunable;
+        thres = cut ? sorted[cut - 1] : -(double)INFINITY; /* kvpress: sorted[max(cut-1, 0)] */
+        if (!cut && cr > 0.0 && prunable)
+            thres = sorted[0];
     }
     for (size_t l = 0; l < count / lh; l++) {
         const double *s = score + l * flat;
         size_t want = flat;
-        if (n > budget && !overall) {
+        if (cr > 0.0 && !overall) {
+            size_t cut = (size_t)((double)flat * cr), keep_least = kvpress_sinks ? 0 : lh * sinks;
+            want = flat - cut > keep_least ? flat - cut : keep_least;
+        } else if (n > budget && !overall) {
             want = lh * budget;
         } else if (overall) {
             for (size_t i = 0; i < flat; i++)

@@ -314,6 +314,7 @@ static int cmd_layout(void)
     FIELD(kve_rope, beta_fast);
     FIELD(kve_rope, beta_slow);
     FIELD(kve_rope, attention_factor);
+    FIELD(kve_rope, freq_factors);
     FIELD(kve_step_data, attn);
     FIELD(kve_step_data, ld);
     FIELD(kve_step_data, group);
@@ -367,6 +368,7 @@ static int cmd_layout(void)
     FIELD(kve_prefill_options, prefix);
     FIELD(kve_prefill_options, row_scale);
     FIELD(kve_prefill_options, key_scale);
+    FIELD(kve_prefill_options, compression_ratio);
     kve_bank_options bo = kve_bank_default_options();
     kve_eval_options eo = kve_eval_default_options();
     printf(", \"default.min_share\": %.17g, \"default.eval_min_share\": %.17g, "

@@ -22,9 +22,10 @@
  * maximum; every other is (score + epsilon) * mean over the group of
  * ||W_o,h v||_1; the n_kept highest are kept. Bases: H2O's column sums
  * (kvevict's KVE_PREFILL_H2O, plain attention received) and SnapKVPress
- * (window w, kernel 5, mean pooling, the window padded with the maximum;
+ * (window 64, kernel 5, mean pooling, the window padded with the maximum;
  * kvevict sums the window's rows where kvpress averages them, so kvevict's
- * epsilon is w times kvpress's).
+ * epsilon is w times kvpress's; its scores are compared through
+ * kve_prefill_scores, the slots storing the column sums h2o decodes on).
  *
  * TOVA (TOVAPress.score): the last query's weights on keys 0 .. n-2
  * averaged over all H query heads of the layer, the last position padded
@@ -277,13 +278,48 @@ static size_t compare(const kve_bank *b, size_t j, size_t n, const unsigned char
     return diff;
 }
 
+/* SnapKV as the base: a kept slot stores the window's column sum (what h2o
+ * decodes on), not SnapKV's pooled score, so CriticalKV's score is formed
+ * here from the library's own pieces: kve_prefill_scores' pooled sums
+ * (window w, kernel 5, mean pooling) and the slot's norm, (score + eps) *
+ * norm, divided by w as kvpress averages the window's rows (eps = w 1e-4),
+ * against the port's, for every kept position before the window (kvpress
+ * scores the window at the pooled maximum, kvevict protects it: both keep
+ * it). */
+static void snap_scores(const world *w, const kve_bank *b, size_t j, const float *rows_snap,
+                        double eps, const double *crit, double *rel)
+{
+    const shape *s = &w->s;
+    const size_t n = s->n, win = 64;
+    kve_prefill_options p = kve_prefill_default_options();
+    p.method = KVE_PREFILL_SNAPKV;
+    p.window = win;
+    p.kernel = 5;
+    p.pool = KVE_POOL_AVG;
+    double *pooled = malloc(n * sizeof *pooled);
+    ASSERT_OK(kve_prefill_scores(n, rows_snap + j * s->G * win * n, n, s->G, KVE_REDUCE_MEAN,
+                                 &p, pooled));
+    const kve_head *h = &b->heads[j];
+    const int32_t *pos = kve_bank_positions(b, j);
+    const double *norm = h->col[KVE_COL_VNORM];
+    for (size_t k = 0; k < h->size; k++) {
+        size_t i = (size_t)pos[k];
+        if (i >= n - win)
+            continue;
+        double x = (pooled[i] + eps) * norm[k] / (double)win;
+        double r = fabs(x - crit[i]) / fabs(crit[i]);
+        *rel = r > *rel ? r : *rel;
+    }
+    free(pooled);
+}
+
 static void test_critical_prefill(void)
 {
     for (size_t si = 0; si < 2; si++) {
         world w;
         ASSERT_TRUE(world_make(&w, shapes[si], check_seed + si));
         const shape *s = &w.s;
-        const size_t n = s->n, win = 8;
+        const size_t n = s->n, win = 64; /* SnapKVPress's window_size */
         double *base = malloc(n * sizeof *base), *crit = malloc(n * sizeof *crit);
         unsigned char *keep = malloc(n);
         float *rows_snap = malloc(s->J * s->G * win * n * sizeof(float));
@@ -296,7 +332,7 @@ static void test_critical_prefill(void)
                 /* kvevict sums SnapKV's window rows, kvpress averages them */
                 const double eps = 1e-4 * (snap ? (double)win : 1.0);
                 snprintf(spec, sizeof spec, "h2o:budget=%zu,recent_window=0,vnorm=2%s", B,
-                         snap ? ",epsilon=0.0008" : "");
+                         snap ? ",epsilon=0.0064" : "");
                 ASSERT_OK(make_bank(&w, spec, &b2));
                 ASSERT_OK(prefill(&w, b2, B, wn, w.attn, rows_snap));
                 snprintf(spec, sizeof spec, "h2o:budget=%zu,recent_window=0,vnorm=1", B);
@@ -308,9 +344,10 @@ static void test_critical_prefill(void)
                     port_base(&w, j, wn, base);
                     port_critical(&w, j, base, cr, 1e-4, keep, crit);
                     ASSERT_EQ(kve_bank_size(b2, j), B);
-                    d2 += compare(b2, j, n, keep, crit, eps, snap ? (double)win : 1.0, !snap,
-                                  &rel2);
+                    d2 += compare(b2, j, n, keep, crit, eps, 1.0, !snap, &rel2);
                     d1 += compare(b1, j, n, keep, crit, 0.0, 1.0, !snap, &rel1);
+                    if (snap) /* the stored score is the column sum: SnapKV's own */
+                        snap_scores(&w, b2, j, rows_snap, eps, crit, &rel2);
                     /* the norms, whatever the base */
                     const kve_head *h = &b2->heads[j];
                     const int32_t *pos = kve_bank_positions(b2, j);
@@ -320,11 +357,25 @@ static void test_critical_prefill(void)
                         ASSERT_TRUE(fabs(a - e) <= 1e-12 * e);
                     }
                 }
-                printf("criticalkv %s J=%zu G=%zu n=%zu cr=%.1f: vnorm=2 kept-set diff %zu, "
-                       "worst rel %.3g; vnorm=1 kept-set diff %zu, worst rel %.3g\n",
-                       snap ? "snapkv" : "h2o", s->J, s->G, n, cr, d2, rel2, d1, rel1);
-                ASSERT_EQ(d2, 0);
-                ASSERT_TRUE(rel2 <= 1e-12);
+                /* kvpress's stage one picks int(first_stage_ratio (1 - cr) n)
+                 * by the base score, which puts its window (and the position
+                 * of the largest pooled score) at the maximum, tied: when the
+                 * window is larger than that, torch.topk picks part of the
+                 * window in an order it does not define (the port: the lower
+                 * position first) and the rest competes on (max + eps) norm,
+                 * where kvevict keeps the whole window. Exact only where the
+                 * window fits in stage one. */
+                const int fits = !snap || win <= (size_t)(0.5 * (double)B);
+                char r1[48] = "(scores: SnapKV's are not stored)";
+                if (!snap)
+                    snprintf(r1, sizeof r1, "worst rel %.3g", rel1);
+                printf("criticalkv %s J=%zu G=%zu n=%zu cr=%.1f: vnorm=2 kept-set diff %zu%s, "
+                       "worst rel %.3g; vnorm=1 kept-set diff %zu, %s\n",
+                       snap ? "snapkv w=64" : "h2o", s->J, s->G, n, cr, d2,
+                       fits ? "" : " (window 64 > stage one: not kvpress's order)", rel2, d1, r1);
+                if (fits)
+                    ASSERT_EQ(d2, 0);
+                ASSERT_TRUE(rel2 <= (snap ? 1e-9 : 1e-12));
                 kve_bank_free(b1);
                 kve_bank_free(b2);
             }

@@ -75,9 +75,10 @@ enum { M_KNORM, M_KEYDIFF, M_STREAMING };
 
 /* Head j's kvpress score of every position from keys (n, J, d). mutate:
  * knorm the squared norm, keydiff the anchor of raw (not unit) keys,
- * streaming one sink fewer. */
+ * streaming one sink fewer. *scale: keydiff's n |anchor| (kvevict stores
+ * -(u . S), S the sum of the unit keys: n |anchor| times the cosine), else 1. */
 static void port_scores(int method, const float *keys, shape s, size_t j, size_t kept,
-                        int mutate, double *score)
+                        int mutate, double *score, double *scale)
 {
     const size_t n = s.n, d = s.d;
     double *anchor = calloc(d, sizeof *anchor);
@@ -91,6 +92,10 @@ static void port_scores(int method, const float *keys, shape s, size_t j, size_t
             for (size_t c = 0; c < d; c++)
                 anchor[c] += k[c] * inv / (double)n;
         }
+    double an = 0;
+    for (size_t c = 0; c < d; c++)
+        an += anchor[c] * anchor[c];
+    *scale = method == M_KEYDIFF ? (double)n * sqrt(an) : 1.0;
     for (size_t i = 0; i < n; i++) {
         const float *k = keys + (i * s.J + j) * d;
         double nn = 0, dot = 0, na = 0;
@@ -164,18 +169,27 @@ static void test_key_scored(void)
                 ASSERT_OK(run_policy(m, keys, s, B, &b));
                 for (size_t j = 0; j < s.J; j++) {
                     ASSERT_EQ(kve_bank_size(b, j), B);
-                    port_scores(m, keys, s, j, B, 0, score);
+                    double scale;
+                    port_scores(m, keys, s, j, B, 0, score, &scale);
                     top(score, s.n, B, keep);
                     diffs[r] += kept_diff(kve_bank_positions(b, j), kve_bank_size(b, j), keep);
-                    if (m == M_KNORM) { /* the stored score is kvpress's, -||k|| */
+                    /* the stored score: knorm kvpress's -||k||, keydiff n |anchor|
+                     * times kvpress's -cos; streaming stores none (it keeps by
+                     * position, kvpress's 1 and 0 are its rule) */
+                    if (m != M_STREAMING) {
+                        /* relative to the head's largest |score|: a cosine near 0
+                         * has no relative precision (float32 unit keys) */
                         const kve_head *h = &b->heads[j];
                         const int32_t *pos = kve_bank_positions(b, j);
+                        double big = 0;
+                        for (size_t i = 0; i < s.n; i++)
+                            big = fmax(big, fabs(score[i] * scale));
                         for (size_t k = 0; k < h->size; k++) {
-                            double want = score[pos[k]], got = head_score(h, k);
-                            worst = fmax(worst, fabs(got - want) / fabs(want));
+                            double want = score[pos[k]] * scale, got = head_score(h, k);
+                            worst = fmax(worst, fabs(got - want) / (m == M_KNORM ? fabs(want) : big));
                         }
                     }
-                    port_scores(m, keys, s, j, B, 1, score);
+                    port_scores(m, keys, s, j, B, 1, score, &scale);
                     top(score, s.n, B, keep);
                     size_t moved = kept_diff(kve_bank_positions(b, j), kve_bank_size(b, j), keep);
                     caught += moved > 0 || m == M_KNORM;
@@ -184,11 +198,17 @@ static void test_key_scored(void)
             }
             free(keys), free(score), free(keep);
         }
-        printf("parity %-9s kept outside kvpress's set: %zu at 0.5, %zu at 0.8; worst score rel %.2g\n",
-               names[m], diffs[0], diffs[1], worst);
+        if (m == M_STREAMING)
+            printf("parity %-9s kept outside kvpress's set: %zu at 0.5, %zu at 0.8; scores not "
+                   "compared (kvevict's streaming keeps by position and stores no score)\n",
+                   names[m], diffs[0], diffs[1]);
+        else
+            printf("parity %-9s kept outside kvpress's set: %zu at 0.5, %zu at 0.8; worst score rel "
+                   "%.2g%s\n", names[m], diffs[0], diffs[1], worst,
+                   m == M_KEYDIFF ? " (of the largest; kvevict's score over n |anchor|)" : "");
         ASSERT_EQ(diffs[0], 0);
         ASSERT_EQ(diffs[1], 0);
-        ASSERT_TRUE(worst <= 1e-6); /* float32 norms against the double port */
+        ASSERT_TRUE(worst <= 1e-6); /* float32 norms and unit keys against the double port */
         /* The mutations: keydiff's raw anchor and streaming's missing sink
          * move the kept set of some head (knorm's squared norm keeps the
          * same order: its mutation is the score check above). */
@@ -202,6 +222,7 @@ static void test_keydiff_blocks(void)
 {
     const size_t block = 128; /* BlockPress's default block_size */
     size_t diffs[2] = {0, 0}, caught = 0;
+    double worst = 0, last_scale = 0;
     for (size_t si = 0; si < 2; si++) {
         const shape s = shapes[si];
         const size_t n = s.n, d = s.d;
@@ -211,6 +232,7 @@ static void test_keydiff_blocks(void)
             keys[x] = (float)(2 * uniform() - 1 + (x % d < 4 ? 0.7 : 0.0));
         size_t *cand = malloc(n * sizeof *cand);
         double *score = malloc(n * sizeof *score), *anchor = malloc(d * sizeof *anchor);
+        double *last = malloc(n * sizeof *last); /* the last block's port scores, by position */
         unsigned char *keep = malloc(n), *sel = malloc(n);
         for (size_t r = 0; r < 2; r++) {
             const size_t B = n_kept(n, ratios[r]);
@@ -273,25 +295,42 @@ static void test_keydiff_blocks(void)
                         }
                         top(score, m, B, sel);
                         memset(keep, 0, n);
-                        for (size_t c = 0; c < m; c++)
+                        for (size_t c = 0; c < m; c++) {
                             keep[cand[c]] = sel[c];
+                            last[cand[c]] = score[c];
+                        }
+                        last_scale = (double)na * sqrt(aa);
                     }
                     size_t diff = kept_diff(kve_bank_positions(b, j), kve_bank_size(b, j), keep);
-                    if (mutate)
+                    if (mutate) {
                         caught += diff > 0;
-                    else
+                    } else {
                         diffs[r] += diff;
+                        /* the last block's scores: -(u . S), S the sum of its
+                         * candidates' unit keys, na |anchor| times kvpress's */
+                        const int32_t *pos = kve_bank_positions(b, j);
+                        double big = 0;
+                        for (size_t k = 0; k < B; k++)
+                            big = fmax(big, fabs(last[pos[k]] * last_scale));
+                        for (size_t k = 0; k < B; k++) {
+                            double want = last[pos[k]] * last_scale;
+                            double got = head_score(&b->heads[j], k);
+                            worst = fmax(worst, fabs(got - want) / big);
+                        }
+                    }
                 }
             }
             kve_bank_free(b);
         }
-        free(keys), free(cand), free(score), free(anchor), free(keep), free(sel);
+        free(keys), free(cand), free(score), free(anchor), free(last), free(keep), free(sel);
     }
     printf("parity keydiff blocks of 128 kept outside kvpress's set: %zu at 0.5, %zu at 0.8; "
-           "the anchor of the block alone moves %zu of 12 cuts\n",
-           diffs[0], diffs[1], caught);
+           "worst score rel %.2g (of the largest; the last block's, over na |anchor|); the anchor of the block "
+           "alone moves %zu of 12 cuts\n",
+           diffs[0], diffs[1], worst, caught);
     ASSERT_EQ(diffs[0], 0);
     ASSERT_EQ(diffs[1], 0);
+    ASSERT_TRUE(worst <= 1e-6);
     ASSERT_TRUE(caught > 0);
 }
 
@@ -401,6 +440,7 @@ static void test_snapkv(void)
 static void test_adakv(void)
 {
     size_t diffs[2] = {0, 0}, mutated = 0;
+    double worst = 0;
     for (size_t si = 0; si < 2; si++) {
         const shape s = shapes[si];
         const size_t n = s.n;
@@ -455,8 +495,18 @@ static void test_adakv(void)
                 ASSERT_OK(kve_bank_evict_shared(b, 0, s.J, s.J * kept, victims, n, NULL));
                 free(victims);
                 size_t diff = 0;
-                for (size_t j = 0; j < s.J; j++)
+                for (size_t j = 0; j < s.J; j++) {
                     diff += kept_diff(kve_bank_positions(b, j), kve_bank_size(b, j), keep + j * n);
+                    /* the kept slots' scores: H2O's column sums, the base
+                     * press's score (kvevict's group mean of each weight in
+                     * float32, as kvpress's tensors) */
+                    const int32_t *pos = kve_bank_positions(b, j);
+                    for (size_t k = 0; !mutate && k < kve_bank_size(b, j); k++) {
+                        double want = score[j * n + (size_t)pos[k]];
+                        double got = head_score(&b->heads[j], k);
+                        worst = fmax(worst, fabs(got - want) / want);
+                    }
+                }
                 if (mutate)
                     mutated += diff;
                 else
@@ -467,10 +517,11 @@ static void test_adakv(void)
         free(attn), free(score), free(keep);
     }
     printf("parity ada-kv    kept outside kvpress's set: %zu at 0.5, %zu at 0.8 (alpha_safeguard 0.2); "
-           "cut per head instead %zu\n",
-           diffs[0], diffs[1], mutated);
+           "worst score rel %.2g (H2O's column sums); cut per head instead %zu\n",
+           diffs[0], diffs[1], worst, mutated);
     ASSERT_EQ(diffs[0], 0);
     ASSERT_EQ(diffs[1], 0);
+    ASSERT_TRUE(worst <= 1e-6); /* each weight's group mean rounded to float32 */
     ASSERT_TRUE(mutated > 0);
 }
 

@@ -1,14 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_kvpress_switches.c - the two kvpress-exact switches of issue 27,
- * each held to a port of the press written here from kvpress's source
- * (NVIDIA/kvpress; plain C in double, dense matrices, none of the
- * library's code):
+ * test_kvpress_switches.c - the two kvpress-exact switches of issue 27
+ * and expected attention's own setting, each held to a port of the press
+ * written here from kvpress's source (NVIDIA/kvpress; plain C in double,
+ * dense matrices, none of the library's code):
  *
  *   expected_attention:future_from_buffer=1   ExpectedAttentionPress under
  *       DecodingPress: the statistics of the buffered queries past the
  *       buffer's first n_sink, the rotation averaged over positions
  *       q_len .. q_len + F - 1 where q_len is the buffer's length;
+ *   expected_attention on a prompt (the default; kvpress's own setting)
+ *       ExpectedAttentionPress: the statistics of the prompt's queries past
+ *       its first n_sink, the future from q_len = n;
+ *   expected_attention:query_stats=1 (kve_policy_query_stats)
+ *       ExpectedAttentionStatsPress: precomputed mu and cov, rotated from
+ *       q_len = n;
  *   h2o_mean:diagonal=1 through kve_bank_prefill (KVE_PREFILL_H2O)
  *       ObservedAttentionPress: key i's column sum over queries t >= i
  *       (its own included) over n - i, the mean over the KV head's group.
@@ -38,6 +44,12 @@
 enum { SINKS = 4, FUTURE = 512 };
 
 static kve_rng rng;
+
+/* The counters at the start of an expected_attention head's aux
+ * (expected_attention.c's ea_head). */
+typedef struct ea_head_view {
+    uint64_t steps, since, next, fill, held;
+} ea_head_view;
 
 static double unif(double lo, double hi)
 {
@@ -109,8 +121,21 @@ static void unrotate(const float *q, size_t d, int32_t pos, float *out)
  * the buffered queries before RoPE, the first n_sink of them dropped;
  * the rotation averaged from position `start` (kvpress: q_len = L).
  * score (N); the sinks padded with the largest score, as kvpress pads. */
+static void ea_port_stats(const ea_shape *s, const float *keys, const float *values,
+                          const float *pre, const float *mean0, const float *cov0, double start,
+                          double *score);
+
 static void ea_port(const ea_shape *s, const float *keys, const float *values, const float *pre,
                     double start, double *score)
+{
+    ea_port_stats(s, keys, values, pre, NULL, NULL, start, score);
+}
+
+/* ea_port, or with mean0 (G, d) and cov0 (G, d, d) the statistics given
+ * (ExpectedAttentionStatsPress: its mu and cov in place of the queries'). */
+static void ea_port_stats(const ea_shape *s, const float *keys, const float *values,
+                          const float *pre, const float *mean0, const float *cov0, double start,
+                          double *score)
 {
     const size_t d = s->d, G = s->G, N = s->N, m = s->L - SINKS;
     double *Rbar = malloc(d * d * sizeof *Rbar), *mu = malloc(d * sizeof *mu);
@@ -121,13 +146,17 @@ static void ea_port(const ea_shape *s, const float *keys, const float *values, c
     for (size_t i = 0; i < N; i++)
         score[i] = 0.0;
     for (size_t g = 0; g < G; g++) {
-        for (size_t a = 0; a < d; a++) {
+        for (size_t a = 0; a < d && mean0; a++)
+            mu[a] = (double)mean0[g * d + a];
+        for (size_t a = 0; a < d * d && mean0; a++)
+            cov[a] = (double)cov0[g * d * d + a];
+        for (size_t a = 0; a < d && !mean0; a++) {
             double t = 0.0;
             for (size_t k = 0; k < m; k++)
                 t += (double)pre[((SINKS + k) * G + g) * d + a];
             mu[a] = t / (double)m;
         }
-        for (size_t a = 0; a < d; a++)
+        for (size_t a = 0; a < d && !mean0; a++)
             for (size_t b = 0; b < d; b++) {
                 double t = 0.0;
                 for (size_t k = 0; k < m; k++) {
@@ -361,6 +390,279 @@ static void test_future_from_buffer(void)
     ASSERT_TRUE(worst_switch <= 1e-9);
     ASSERT_TRUE(worst_default <= 1e-9);
     ASSERT_TRUE(worst_default_kvpress > 1e-3); /* the port tells the two offsets apart */
+}
+
+/* A port comparison's verdict: scores within 1e-9 relative, kept sets
+ * equal at 0.5 and 0.8, and the mutated port (other) told apart. */
+static void expect_port(double worst, const size_t diffs[2], double other, double other_least)
+{
+    ASSERT_TRUE(worst <= 1e-9);
+    ASSERT_EQ(diffs[0], 0);
+    ASSERT_EQ(diffs[1], 0);
+    ASSERT_TRUE(other > other_least);
+}
+
+/* kvpress's own setting, a prompt: ExpectedAttentionPress.score on the
+ * prompt's n positions, the statistics of its queries past the first
+ * n_sink, the future from q_len = n; kvevict steps the prompt (n_queries =
+ * n - n_sink, one rescoring at the last position) and evicts once to
+ * kvpress's n_kept. Both shapes, every KV head, scores and kept sets at 0.5
+ * and 0.8; the default and future_from_buffer=1 alike (at a prompt's end
+ * both start at n). The port with the future from n - 1 must differ (the
+ * comparison can tell an offset of one position). */
+static void test_prompt(void)
+{
+    static const ea_shape shapes[] = {{2, 4, 64, 512, 512}, {4, 2, 128, 777, 777}};
+    double worst = 0.0, worst_off = INFINITY;
+    size_t diffs[2] = {0, 0}, heads = 0;
+    const kve_rng saved = rng; /* the other tests' draws (and figures) stay as they were */
+    kve_rng_seed(&rng, check_seed + 27);
+    for (size_t k = 0; k < 2; k++) {
+        const ea_shape *s = &shapes[k];
+        char def[128], sw[160];
+        snprintf(def, sizeof def, "expected_attention:budget=%zu,n_queries=%zu,interval=%d",
+                 s->N, s->N - SINKS, KVE_MAX_BUDGET);
+        snprintf(sw, sizeof sw, "%s,future_from_buffer=1", def);
+        double *ref = malloc(s->N * sizeof *ref), *off = malloc(s->N * sizeof *off);
+        for (size_t h = 0; h < s->H; h++, heads++) {
+            ea_data x = ea_make(s);
+            ea_port(s, x.keys, x.values, x.pre, (double)s->N, ref);
+            ea_port(s, x.keys, x.values, x.pre, (double)s->N - 1.0, off);
+            for (int which = 0; which < 2; which++) {
+                kve_policy *p = ea_run(s, &x, which ? sw : def);
+                ASSERT_TRUE(p != NULL);
+                int top_p = 0;
+                double e = ea_worst(p, ref, s->N, &top_p);
+                ASSERT_TRUE(top_p);
+                worst = e > worst ? e : worst;
+                double e_off = ea_worst(p, off, s->N, &top_p);
+                worst_off = e_off < worst_off ? e_off : worst_off;
+                for (size_t c = 0; c < 2; c++) {
+                    size_t d = ea_kept(s, p, ref, c ? 0.8 : 0.5);
+                    ASSERT_TRUE(d != SIZE_MAX);
+                    diffs[c] += d;
+                }
+                kve_policy_free(p);
+            }
+            ea_free(&x);
+        }
+        free(ref), free(off);
+    }
+    rng = saved;
+    printf("expected_attention on a prompt (kvpress's ExpectedAttentionPress) vs kvpress: worst "
+           "relative score %.3g, kept-set differences %zu at 0.5 and %zu at 0.8 (%zu heads, "
+           "default and future_from_buffer=1); the port one position off: at least %.3g\n",
+           worst, diffs[0], diffs[1], heads, worst_off);
+    expect_port(worst, diffs, worst_off, 1e-6);
+}
+
+/* Precomputed statistics (query_stats=1, kve_policy_query_stats): kvpress's
+ * ExpectedAttentionStatsPress, its mu and cov (of queries before RoPE, from
+ * a calibration set: here 300 random queries of another mean) rotated from
+ * q_len = n, on a prompt stepped without queries. Both shapes, every KV
+ * head, scores and kept sets at 0.5 and 0.8; the port with the prompt's own
+ * statistics must differ (the given ones are used). Then what the call
+ * refuses, and images, copies and a reset. */
+static void test_query_stats(void)
+{
+    static const ea_shape shapes[] = {{2, 4, 64, 512, 512}, {4, 2, 128, 777, 777}};
+    const kve_rng saved = rng;
+    kve_rng_seed(&rng, check_seed + 28);
+    double worst = 0.0, worst_own = INFINITY;
+    size_t diffs[2] = {0, 0}, heads = 0;
+    for (size_t k = 0; k < 2; k++) {
+        const ea_shape *s = &shapes[k];
+        const size_t d = s->d, G = s->G, C = 300;
+        char spec[128];
+        snprintf(spec, sizeof spec, "expected_attention:budget=%zu,query_stats=1,interval=%d",
+                 s->N, KVE_MAX_BUDGET);
+        float *mean = malloc(G * d * sizeof *mean), *cov = malloc(G * d * d * sizeof *cov);
+        float *cal = malloc(C * d * sizeof *cal);
+        double *ref = malloc(s->N * sizeof *ref), *own = malloc(s->N * sizeof *own);
+        for (size_t h = 0; h < s->H; h++, heads++) {
+            ea_data x = ea_make(s);
+            for (size_t g = 0; g < G; g++) { /* the calibration: mean and covariance (/ C) */
+                for (size_t i = 0; i < C * d; i++)
+                    cal[i] = (float)unif(-1.5, 1.0);
+                for (size_t a = 0; a < d; a++) {
+                    double t = 0.0;
+                    for (size_t c = 0; c < C; c++)
+                        t += (double)cal[c * d + a];
+                    mean[g * d + a] = (float)(t / (double)C);
+                }
+                for (size_t a = 0; a < d; a++)
+                    for (size_t b = 0; b < d; b++) {
+                        double t = 0.0;
+                        for (size_t c = 0; c < C; c++)
+                            t += ((double)cal[c * d + a] - mean[g * d + a]) *
+                                 ((double)cal[c * d + b] - mean[g * d + b]);
+                        cov[(g * d + a) * d + b] = (float)(t / (double)C);
+                    }
+            }
+            ea_port_stats(s, x.keys, x.values, x.pre, mean, cov, (double)s->N, ref);
+            ea_port(s, x.keys, x.values, x.pre, (double)s->N, own);
+            kve_policy_options o = kve_policy_default_options();
+            o.key_dim = d;
+            o.value_dim = d;
+            o.query_group = G;
+            o.rope.rotary_dim = d;
+            o.rope.pairs = KVE_ROPE_HALF;
+            kve_policy *p = NULL;
+            ASSERT_OK(kve_policy_new_ex(spec, NULL, &o, &p));
+            ASSERT_TRUE((kve_policy_reads(p) & KVE_READS_QUERIES) == 0);
+            ASSERT_OK(kve_policy_query_stats(p, mean, cov));
+            for (size_t t = 0; t < s->N; t++) {
+                kve_step_data dt = kve_step_default_data();
+                dt.keys = x.keys + t * d;
+                dt.ld_keys = d;
+                dt.values = x.values + t * d;
+                dt.ld_values = d;
+                dt.flags = t + 1 == s->N ? KVE_STEP_RESCORE : 0;
+                ASSERT_OK(kve_policy_step_data(p, (int32_t)t, &dt));
+            }
+            int top_p = 0;
+            double e = ea_worst(p, ref, s->N, &top_p);
+            ASSERT_TRUE(top_p);
+            worst = e > worst ? e : worst;
+            double e_own = ea_worst(p, own, s->N, &top_p);
+            worst_own = e_own < worst_own ? e_own : worst_own;
+            for (size_t c = 0; c < 2; c++)
+                diffs[c] += ea_kept(s, p, ref, c ? 0.8 : 0.5);
+            kve_policy_free(p);
+            ea_free(&x);
+        }
+        free(mean), free(cov), free(cal), free(ref), free(own);
+    }
+    rng = saved;
+    printf("expected_attention query_stats=1 vs kvpress's ExpectedAttentionStatsPress: worst "
+           "relative score %.3g, kept-set differences %zu at 0.5 and %zu at 0.8 (%zu heads); "
+           "the prompt's own statistics instead: at least %.3g\n",
+           worst, diffs[0], diffs[1], heads, worst_own);
+    expect_port(worst, diffs, worst_own, 1e-3);
+}
+
+static void test_query_stats_api(void)
+{
+    enum { d = 8, G = 2, H = 3, N = 40 };
+    const kve_rng saved = rng;
+    kve_rng_seed(&rng, check_seed + 29);
+    float mean[H * G * d], cov[H * G * d * d];
+    for (size_t i = 0; i < H * G * d; i++)
+        mean[i] = (float)unif(-1.0, 1.0);
+    for (size_t i = 0; i < H * G * d * d; i++)
+        cov[i] = (float)unif(-0.1, 0.1);
+    kve_bank_options o = kve_bank_default_options();
+    o.key_dim = d;
+    o.value_dim = d;
+    o.query_group = G;
+    o.rope.rotary_dim = d;
+    kve_bank *b = NULL, *plain = NULL;
+    ASSERT_OK(kve_bank_new_ex("expected_attention:budget=16,n_sink=2,query_stats=1,interval=5",
+                              H, NULL, &o, &b));
+    ASSERT_STR_EQ(kve_bank_spec(b), "expected_attention:budget=16,recent_window=0,"
+                                    "n_future_positions=512,n_sink=2,use_covariance=1,vnorm=1,"
+                                    "epsilon=0,interval=5,n_queries=256,query_stats=1");
+    ASSERT_OK(kve_bank_new_ex("expected_attention:budget=16", H, NULL, &o, &plain));
+    /* refusals, nothing changed */
+    ASSERT_STATUS(kve_bank_query_stats(NULL, 0, 1, mean, cov), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_query_stats(plain, 0, 1, mean, cov), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "expected_attention's with query_stats=1");
+    ASSERT_STATUS(kve_bank_query_stats(b, 2, 2, mean, cov), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "heads 2 + 2 are out of range");
+    ASSERT_STATUS(kve_bank_query_stats(b, 0, 1, NULL, cov), KVE_EINVAL);
+    ASSERT_STATUS(kve_bank_query_stats(b, 0, 1, mean, NULL), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "cov is NULL");
+    cov[(1 * G + 1) * d * d + 3 * d + 5] = NAN;
+    ASSERT_STATUS(kve_bank_query_stats(b, 0, H, mean, cov), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "head 1: query head 1: cov[3][5] = nan is not finite");
+    cov[(1 * G + 1) * d * d + 3 * d + 5] = 0.01f;
+    mean[2 * G * d + 4] = INFINITY;
+    ASSERT_STATUS(kve_bank_query_stats(b, 0, H, mean, cov), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "head 2: query head 0: mean[4] = inf");
+    mean[2 * G * d + 4] = 0.5f;
+    for (size_t h = 0; h < H; h++)
+        ASSERT_EQ(((const ea_head_view *)b->heads[h].aux)->held, 0);
+    kve_policy_options po = kve_policy_default_options();
+    po.key_dim = d;
+    po.value_dim = d;
+    po.rope.rotary_dim = d;
+    kve_policy *p = NULL;
+    ASSERT_STATUS(kve_policy_new_ex("expected_attention:query_stats=1,future_from_buffer=1", NULL,
+                                    &po, &p), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "future_from_buffer=1 has no length");
+    po.rope.rotary_dim = KVE_ROPE_UNSET;
+    ASSERT_STATUS(kve_policy_new_ex("expected_attention:query_stats=1", NULL, &po, &p), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "rotary embedding");
+    ASSERT_STATUS(kve_policy_query_stats(NULL, mean, cov), KVE_EINVAL);
+    /* heads 1 .. 2 given; head 0 scores 0 (no statistics) */
+    ASSERT_OK(kve_bank_query_stats(b, 1, 2, mean + G * d, cov + G * d * d));
+    float key[H * d], val[H * d], q[H * G * d];
+    for (int32_t t = 0; t < N; t++) {
+        for (size_t i = 0; i < H * d; i++)
+            key[i] = (float)unif(-1.0, 1.0), val[i] = (float)unif(-1.0, 1.0);
+        for (size_t i = 0; i < H * G * d; i++)
+            q[i] = (float)unif(-1.0, 1.0);
+        kve_step_data dt = kve_step_default_data();
+        dt.keys = key;
+        dt.ld_keys = d;
+        dt.values = val;
+        dt.ld_values = d;
+        if (t % 2) { /* queries may come: checked, then ignored */
+            dt.queries = q;
+            dt.ld_queries = d;
+        }
+        ASSERT_OK(kve_bank_step_data(b, 0, H, t, &dt));
+        if (kve_bank_size(b, 0) > 16) {
+            int32_t v[H * 4];
+            ASSERT_OK(kve_bank_evict(b, 16, v, 4, NULL));
+        }
+    }
+    for (size_t i = 2; i < kve_bank_size(b, 0); i++)
+        ASSERT_EQ(head_score(&b->heads[0], i), 0.0);
+    for (size_t h = 1; h < H; h++)
+        ASSERT_TRUE(head_score(&b->heads[h], 5) > 0.0);
+    /* an image and a clone carry the statistics: the same bits one step on */
+    size_t bytes = 0;
+    ASSERT_OK(kve_bank_save(b, NULL, 0, &bytes));
+    void *img = malloc(bytes);
+    kve_bank *back = NULL, *twin = NULL;
+    ASSERT_OK(kve_bank_save(b, img, bytes, &bytes));
+    ASSERT_OK(kve_bank_load(img, bytes, NULL, &back));
+    ASSERT_OK(kve_bank_clone(b, &twin));
+    kve_step_data dt = kve_step_default_data();
+    dt.keys = key;
+    dt.ld_keys = d;
+    dt.values = val;
+    dt.ld_values = d;
+    dt.flags = KVE_STEP_RESCORE;
+    kve_bank *all[3] = {b, back, twin};
+    for (size_t k = 0; k < 3; k++)
+        ASSERT_OK(kve_bank_step_data(all[k], 0, H, N, &dt));
+    for (size_t h = 0; h < H; h++)
+        for (size_t i = 0; i < kve_bank_size(b, h); i++)
+            for (size_t k = 1; k < 3; k++) {
+                double x = head_score(&b->heads[h], i), y = head_score(&all[k]->heads[h], i);
+                ASSERT_TRUE(memcmp(&x, &y, sizeof x) == 0);
+            }
+    free(img);
+    kve_bank_free(back);
+    kve_bank_free(twin);
+    /* a reset forgets them: scores 0 at the next rescoring */
+    kve_bank_reset(b);
+    for (int32_t t = 0; t < 6; t++) {
+        dt.flags = t == 5 ? KVE_STEP_RESCORE : 0;
+        ASSERT_OK(kve_bank_step_data(b, 0, H, t, &dt));
+    }
+    for (size_t h = 0; h < H; h++)
+        ASSERT_EQ(head_score(&b->heads[h], 4), 0.0);
+    kve_bank_free(b);
+    kve_bank_free(plain);
+    /* use_covariance=0: cov is not read */
+    ASSERT_OK(kve_bank_new_ex("expected_attention:budget=16,query_stats=1,use_covariance=0", H,
+                              NULL, &o, &b));
+    ASSERT_OK(kve_bank_query_stats(b, 0, H, mean, NULL));
+    kve_bank_free(b);
+    rng = saved;
 }
 
 /* At a prefill (positions 0 .. n-1, n <= n_queries + n_sink) kvpress's
@@ -629,6 +931,9 @@ int main(int argc, char **argv)
     kve_rng_seed(&rng, check_seed);
     RUN(test_future_from_buffer);
     RUN(test_future_from_buffer_prefill);
+    RUN(test_prompt);
+    RUN(test_query_stats);
+    RUN(test_query_stats_api);
     RUN(test_diagonal);
     RUN(test_diagonal_steps);
     return CHECK_DONE();

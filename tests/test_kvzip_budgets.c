@@ -121,6 +121,53 @@ static void expect_kept(const kve_bank *b, size_t heads, size_t n, const unsigne
     }
 }
 
+/* One case through the library: a bank of L*G heads (shared: each layer's G
+ * sharing its budget) prefilled with `budget`, and kvpress's ratio when cr
+ * is not 0; the kept sets must be keep's; then the decode goes on (with a
+ * shared budget each layer keeps its total). *pruned: the positions pruned. */
+static void run_case(size_t L, size_t G, size_t R, size_t n, size_t prefix, size_t budget,
+                     double cr, int layerwise, int shared, const unsigned char *keep,
+                     size_t *pruned)
+{
+    kve_bank_options bo = kve_bank_default_options();
+    bo.share = shared ? G : 0;
+    kve_bank *b = NULL;
+    char spec[64];
+    snprintf(spec, sizeof spec, "h2o:budget=%zu,recent_window=8", budget);
+    ASSERT_OK(kve_bank_new_ex(spec, L * G, NULL, &bo, &b));
+    kve_prefill_options o = kve_prefill_default_options();
+    o.method = KVE_PREFILL_KVZIP;
+    o.sinks = 4;
+    o.prefix = prefix;
+    o.budgets = layerwise ? KVE_PREFILL_PER_LAYER : KVE_PREFILL_OVERALL;
+    o.layer_heads = G;
+    o.compression_ratio = cr;
+    ASSERT_OK(kve_bank_prefill(b, 0, L * G, n, budget, rows, n, R, KVE_REDUCE_MAX, &o));
+    expect_kept(b, L * G, n, keep);
+    size_t total[MAXL] = {0};
+    *pruned = 0;
+    for (size_t h = 0; h < L * G; h++) {
+        total[h / G] += kve_bank_size(b, h);
+        *pruned += n - kve_bank_size(b, h);
+    }
+    static float step[MAXL * MAXG * (MAXN + 1)];
+    for (size_t h = 0; h < L * G; h++)
+        for (size_t i = 0; i < kve_bank_size(b, h); i++)
+            step[h * (MAXN + 1) + i] = 1.0f / (float)kve_bank_size(b, h);
+    ASSERT_OK(kve_bank_step(b, (int32_t)n, step, MAXN + 1));
+    if (shared) {
+        static int32_t v[MAXL * MAXG * (MAXN + 1)];
+        for (size_t l = 0; l < L; l++)
+            ASSERT_OK(kve_bank_evict_shared(b, l * G, G, total[l] / G + 1, v, MAXN + 1, NULL));
+    }
+    kve_bank_free(b);
+}
+
+/* Every case twice: with kvpress's own ratio (compression_ratio = 0.5 or
+ * 0.8, the port at the same ratio) and with the budget alone (the port at
+ * the ratio whose count is the per-head budget's, (n - budget + 1/4) / n of
+ * each head); the two prune different counts where int(N cr) is no multiple
+ * of the heads (printed). */
 static void test_equal_to_kvpress(void)
 {
     static const struct {
@@ -129,7 +176,7 @@ static void test_equal_to_kvpress(void)
     static const double ratios[] = {0.5, 0.8};
     kve_rng g;
     kve_rng_seed(&g, check_seed);
-    size_t cases = 0, differ = 0;
+    size_t cases = 0, differ = 0, off = 0, sink_cut[2] = {0, 0}, sink_slots[2] = {0, 0};
     for (size_t sh = 0; sh < 2; sh++)
         for (size_t ri = 0; ri < 2; ri++)
             for (int layerwise = 0; layerwise < 2; layerwise++)
@@ -138,57 +185,46 @@ static void test_equal_to_kvpress(void)
                     const size_t n = shapes[sh].n;
                     const size_t prefix = pi == 0 ? 0 : pi == 1 ? 2 : 7; /* below, at, past 4 sinks */
                     make(&g, L, G, R, n, prefix);
-                    /* the per-head budget whose pruned count is kvpress's at this ratio */
+                    /* the per-head budget whose pruned count is nearest kvpress's at this ratio */
                     const size_t budget = n - (size_t)floor((double)n * ratios[ri]);
-                    const double ratio = ((double)(n - budget) + 0.25 / (double)(L * G)) / (double)n;
-                    kvpress_cut(L, G, n, 4, prefix, ratio, layerwise, want);
-                    for (int shared = 0; shared < 2; shared++) {
-                        kve_bank_options bo = kve_bank_default_options();
-                        bo.share = shared ? G : 0;
-                        kve_bank *b = NULL;
-                        char spec[64];
-                        snprintf(spec, sizeof spec, "h2o:budget=%zu,recent_window=8", budget);
-                        ASSERT_OK(kve_bank_new_ex(spec, L * G, NULL, &bo, &b));
-                        kve_prefill_options o = kve_prefill_default_options();
-                        o.method = KVE_PREFILL_KVZIP;
-                        o.sinks = 4;
-                        o.prefix = prefix;
-                        o.budgets = layerwise ? KVE_PREFILL_PER_LAYER : KVE_PREFILL_OVERALL;
-                        o.layer_heads = G;
-                        ASSERT_OK(kve_bank_prefill(b, 0, L * G, n, budget, rows, n, R,
-                                                   KVE_REDUCE_MAX, &o));
-                        expect_kept(b, L * G, n, want);
-                        /* the decode goes on: with a shared budget each layer keeps its total */
-                        size_t total[MAXL] = {0};
-                        for (size_t h = 0; h < L * G; h++)
-                            total[h / G] += kve_bank_size(b, h);
-                        static float step[MAXL * MAXG * (MAXN + 1)];
-                        for (size_t h = 0; h < L * G; h++)
-                            for (size_t i = 0; i < kve_bank_size(b, h); i++)
-                                step[h * (MAXN + 1) + i] = 1.0f / (float)kve_bank_size(b, h);
-                        ASSERT_OK(kve_bank_step(b, (int32_t)n, step, MAXN + 1));
-                        if (shared) {
-                            static int32_t v[MAXL * MAXG * (MAXN + 1)];
-                            for (size_t l = 0; l < L; l++) {
-                                ASSERT_OK(kve_bank_evict_shared(b, l * G, G, total[l] / G + 1, v,
-                                                                MAXN + 1, NULL));
+                    const double shifted = ((double)(n - budget) + 0.25 / (double)(L * G)) / (double)n;
+                    size_t pruned[2];
+                    for (int exact = 0; exact < 2; exact++) {
+                        const double cr = exact ? ratios[ri] : shifted;
+                        kvpress_cut(L, G, n, 4, prefix, cr, layerwise, want);
+                        for (int shared = 0; shared < 2; shared++)
+                            run_case(L, G, R, n, prefix, budget, exact ? cr : 0.0, layerwise,
+                                     shared, want, &pruned[exact]);
+                        /* how far kvpress's own cut is from the uniform one, and
+                         * (prefix 0, no chat template) how many of the first four
+                         * positions' slots it cuts: reported */
+                        for (size_t h = 0; exact && h < L * G; h++) {
+                            size_t k = 0;
+                            for (size_t i = 0; i < n; i++)
+                                k += want[h * n + i];
+                            differ += k != budget;
+                            for (size_t i = 0; pi == 0 && i < 4; i++) {
+                                sink_cut[ri] += !want[h * n + i];
+                                sink_slots[ri]++;
                             }
                         }
-                        kve_bank_free(b);
+                        cases++;
                     }
-                    /* how far kvpress's own cut is from the uniform one: reported */
-                    for (size_t h = 0; h < L * G; h++) {
-                        size_t k = 0;
-                        for (size_t i = 0; i < n; i++)
-                            k += want[h * n + i];
-                        differ += k != budget;
-                    }
-                    cases++;
+                    if (pi == 0 && pruned[0] != pruned[1])
+                        printf("  %zux%zux%zu at %.1f, %s: kvpress prunes %zu, the budget %zu\n",
+                               L, G, n, ratios[ri], layerwise ? "layerwise" : "overall",
+                               pruned[1], pruned[0]);
+                    off += pruned[0] != pruned[1];
                 }
-    printf("  %zu cases equal to kvpress's cut (layerwise and not, prefix 0, 2, 7; %zu heads "
-           "kept other than the uniform budget)\n", cases, differ);
-    ASSERT_EQ(cases, 24);
+    printf("  %zu cases equal to kvpress's cut (kvpress's ratios 0.5 and 0.8 and the budget's; "
+           "layerwise and not, prefix 0, 2, 7; %zu heads kept other than the uniform budget; "
+           "the budget's count off kvpress's in %zu of 24)\n", cases, differ, off);
+    printf("  at prefix 0 kvpress cuts %zu of the first four positions' %zu slots at 0.5 and "
+           "%zu of %zu at 0.8 (kvevict's default sinks keep them all)\n",
+           sink_cut[0], sink_slots[0], sink_cut[1], sink_slots[1]);
+    ASSERT_EQ(cases, 48);
     ASSERT_TRUE(differ > 0); /* the cut is head-adaptive: not the per-head budget in disguise */
+    ASSERT_TRUE(off > 0);    /* the ratio is needed: the budget cannot give kvpress's count */
 }
 
 /* Per head with kvpress's sinks: the top budget of each head's scores with
@@ -257,8 +293,47 @@ static void test_refusals_and_memory(void)
     o.layer_heads = 2; /* does not divide 3 */
     ASSERT_STATUS(kve_bank_prefill(b, 0, G, n, 30, rows, n, R, KVE_REDUCE_MAX, &o), KVE_EINVAL);
     ASSERT_CONTAINS(kve_last_error(), "layer_heads 2 does not divide the 3 heads");
+    o.layer_heads = 0;
+    static const struct {
+        kve_prefill_budgets budgets;
+        double cr;
+        const char *msg;
+    } bad[] = {{KVE_PREFILL_OVERALL, 1.0, "compression_ratio 1 is not 0 or in (0, 1)"},
+               {KVE_PREFILL_OVERALL, -0.5, "compression_ratio -0.5 is not"},
+               {KVE_PREFILL_PER_LAYER, NAN, "compression_ratio nan is not"},
+               {KVE_PREFILL_PER_HEAD, 0.5, "compression_ratio is kvpress's KVzipPress cut"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        o.budgets = bad[k].budgets;
+        o.compression_ratio = bad[k].cr;
+        ASSERT_STATUS(kve_bank_prefill(b, 0, G, n, 30, rows, n, R, KVE_REDUCE_MAX, &o),
+                      KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), bad[k].msg);
+    }
+    o.method = KVE_PREFILL_H2O;
+    o.budgets = KVE_PREFILL_PER_HEAD;
+    ASSERT_STATUS(kve_prefill_scores(n, rows, n, R, KVE_REDUCE_MAX, &o, chunk), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "compression_ratio is kvpress's");
+    o.method = KVE_PREFILL_KVZIP;
+    o.budgets = KVE_PREFILL_PER_LAYER;
     for (size_t h = 0; h < G; h++)
         ASSERT_EQ(kve_bank_size(b, h), 0);
+    /* kvevict's sinks stay whatever the ratio: 0.99 of 900 scores, at most
+     * the 888 that are not sinks */
+    o.compression_ratio = 0.99;
+    o.budgets = KVE_PREFILL_OVERALL;
+    ASSERT_OK(kve_bank_prefill(b, 0, G, n, 30, rows, n, R, KVE_REDUCE_MAX, &o));
+    size_t left = 0;
+    for (size_t h = 0; h < G; h++) {
+        ASSERT_TRUE(kve_bank_size(b, h) >= 4);
+        for (size_t i = 0; i < 4; i++)
+            ASSERT_EQ(kve_bank_positions(b, h)[i], (int32_t)i);
+        left += kve_bank_size(b, h);
+    }
+    ASSERT_EQ((size_t)(0.99 * (double)(G * n)), 891); /* kvpress would cut 3 sinks */
+    ASSERT_EQ(left, G * 4);
+    o.compression_ratio = 0.0;
+    o.budgets = KVE_PREFILL_PER_LAYER;
+    o.layer_heads = 2;
     kve_bank_free(b);
     bo.same_positions = 1;
     ASSERT_OK(kve_bank_new_ex("h2o:budget=30,recent_window=4", G, NULL, &bo, &b));
@@ -350,7 +425,7 @@ static void test_kvzip_plus(void)
         }
         for (size_t ri = 0; ri < 2; ri++) {
             const size_t budget = n - (size_t)floor((double)n * ratios[ri]);
-            const double ratio = ((double)(n - budget) + 0.25 / (double)(L * G)) / (double)n;
+            const double ratio = ratios[ri];
             kvzip_plus_port(L * G, R, 1, n);
             kvpress_cut(L, G, n, 4, prefix, ratio, 0, want);
             kve_bank *b = NULL;
@@ -360,6 +435,7 @@ static void test_kvzip_plus(void)
             o.key_scale = wov;
             o.prefix = prefix;
             o.budgets = KVE_PREFILL_OVERALL;
+            o.compression_ratio = ratio;
             ASSERT_OK(kve_bank_prefill(b, 0, L * G, n, budget, rows, n, R, KVE_REDUCE_MAX, &o));
             expect_kept(b, L * G, n, want);
             kve_bank_free(b);
@@ -377,6 +453,7 @@ static void test_kvzip_plus(void)
             o.key_scale = NULL;
             o.prefix = KVE_PREFILL_NO_PREFIX;
             o.budgets = KVE_PREFILL_PER_HEAD;
+            o.compression_ratio = 0.0;
         }
     }
     printf("  KVzip+ equal to kvpress's at 2 shapes x ratios 0.5, 0.8; %zu slots kept "

@@ -14,22 +14,35 @@
  * compression 0.5 and 0.8 equal; the unscaled port must differ from each
  * scaled run by more than 1e-6 (the port tells the scalings apart).
  * KVE_ROPE_SCALING_NONE must give the bits of a rope whose new fields are
- * left zero, and every refusal names its field. Deterministic; the seed is
- * printed (argv[1] replays).
+ * left zero, and every refusal names its field. Two shapes (4 query heads,
+ * d 64, 512 positions, 100 queries; 2, d 128, 777, 253). Per-pair
+ * frequency factors (kve_rope.freq_factors, llama.cpp's rope_freqs.weight)
+ * are held to the port with inv_freq over the factors; Llama 3's factors
+ * so stored against its llama3 formula (they differ by the factors'
+ * float32 rounding). And the decoder's own rotation (lm_rope_row, both
+ * orders of products) under none, linear, yarn and rope_freqs files
+ * against the kve_rope it builds its policies with (lm_model_rope): a
+ * policy handed the decoder's post-RoPE queries must un-rotate them to the
+ * decoder's pre-RoPE ones. Deterministic; the seed is printed (argv[1]
+ * replays).
  *
  * Legend: G query heads, d head size (= r, the rotary dim; rotate_half
- * pairs, as kvpress assumes), N positions, L the statistics' queries
+ * pairs, as kvpress assumes), N positions, M the statistics' queries
  * (the newest, past none: n_sink 4 kept from the start of the run), F
  * n_future_positions.
  */
 #include "check.h"
+#include "lm.h"
 #include "policy_impl.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
-enum { SINKS = 4, FUTURE = 512, G = 2, D = 64, N = 400, M = 100 };
+enum { SINKS = 4, FUTURE = 512, MAXG = 4, MAXD = 128, MAXN = 777 };
+
+/* The shape of the run (test_against_port sets it). */
+static size_t G = 2, D = 64, N = 400, M = 100;
 
 static kve_rng rng;
 
@@ -50,12 +63,30 @@ typedef struct hf_rope {
     const char *name;
     int type; /* 0 default, 1 linear, 2 llama3, 3 yarn */
     double base, factor, low, high, omax, beta_fast, beta_slow, attention; /* 0: derived */
+    int freqs; /* 1: llama3's factors as rope_freqs (type 0): ff below */
 } hf_rope;
+
+/* Llama 3's per-pair factors as llama.cpp's converter writes rope_freqs.weight
+ * (float32): 1 above the high-frequency wavelength, factor beyond the low
+ * one, 1 / ((1 - s) / factor + s) between; factor 8, 1 .. 4, L 8192. */
+static float ff[MAXD / 2];
+
+static void llama3_freqs(double base, size_t dim)
+{
+    const double pi = 3.14159265358979323846, L = 8192, lo = 1, hi = 4, f = 8;
+    for (size_t j = 0; j < dim / 2; j++) {
+        double freq = 1.0 / pow(base, (double)(2 * j) / (double)dim), wl = 2 * pi / freq;
+        double s = (L / wl - lo) / (hi - lo);
+        ff[j] = (float)(wl < L / hi ? 1.0 : wl > L / lo ? f : 1.0 / ((1 - s) / f + s));
+    }
+}
 
 static double hf_inv_freq(const hf_rope *h, size_t j, size_t dim)
 {
     const double pi = 3.14159265358979323846;
     double inv = 1.0 / pow(h->base, (double)(2 * j) / (double)dim); /* _compute_default */
+    if (h->freqs)
+        inv /= (double)ff[j]; /* llama.cpp: theta over rope_freqs[j] */
     if (h->type == 1)
         return inv / h->factor;
     if (h->type == 2) { /* _compute_llama3_parameters, one frequency */
@@ -98,11 +129,16 @@ static double hf_attention(const hf_rope *h)
 static void rotation(const hf_rope *h, double pos, double att, double *R)
 {
     const size_t hd = D / 2;
+    double inv[MAXD / 2];
+    for (size_t j = 0; j < hd; j++)
+        inv[j] = hf_inv_freq(h, j, D);
     memset(R, 0, D * D * sizeof *R);
     for (size_t a = 0; a < D; a++)
         for (size_t b = 0; b < D; b++) {
             double P = a >= hd && b == a - hd ? 1.0 : a < hd && b == a + hd ? -1.0 : 0.0;
-            double ang = pos * hf_inv_freq(h, b % hd, D);
+            if (a != b && P == 0.0)
+                continue; /* 0, as memset left it */
+            double ang = pos * inv[b % hd];
             R[a * D + b] = att * cos(ang) * (a == b) + att * sin(ang) * P;
         }
 }
@@ -149,8 +185,8 @@ static void port(const hf_rope *h, const float *keys, const float *values, const
                  double *score)
 {
     double *Rbar = calloc(D * D, sizeof *Rbar), *R = malloc(D * D * sizeof *R);
-    double mu[D], mu2[D], *cov = malloc(D * D * sizeof *cov), *tmp = malloc(D * D * sizeof *tmp);
-    double *cov2 = malloc(D * D * sizeof *cov2), z[N];
+    double mu[MAXD], mu2[MAXD], *cov = malloc(D * D * sizeof *cov);
+    double *tmp = malloc(D * D * sizeof *tmp), *cov2 = malloc(D * D * sizeof *cov2), z[MAXN];
     for (size_t f = 0; f < FUTURE; f++) {
         rotation(h, (double)(N + f), hf_attention(h), R);
         for (size_t a = 0; a < D * D; a++)
@@ -165,7 +201,7 @@ static void port(const hf_rope *h, const float *keys, const float *values, const
             double t = 0.0;
             for (size_t k = 0; k < M; k++)
                 t += (double)pre[(k * G + g) * D + a];
-            mu[a] = t / M;
+            mu[a] = t / (double)M;
         }
         for (size_t a = 0; a < D; a++)
             for (size_t b = 0; b < D; b++) {
@@ -173,7 +209,7 @@ static void port(const hf_rope *h, const float *keys, const float *values, const
                 for (size_t k = 0; k < M; k++)
                     t += ((double)pre[(k * G + g) * D + a] - mu[a]) *
                          ((double)pre[(k * G + g) * D + b] - mu[b]);
-                cov[a * D + b] = t / M;
+                cov[a * D + b] = t / (double)M;
             }
         for (size_t a = 0; a < D; a++) {
             double t = 0.0;
@@ -203,13 +239,13 @@ static void port(const hf_rope *h, const float *keys, const float *values, const
                 for (size_t b = 0; b < D; b++)
                     quad += (double)keys[i * D + a] * cov2[a * D + b] * (double)keys[i * D + b];
             }
-            z[i] = lin / sqrt((double)D) + quad / D / 2.0;
+            z[i] = lin / sqrt((double)D) + quad / (double)D / 2.0;
             zmax = fmax(zmax, z[i]);
         }
         for (size_t i = SINKS; i < N; i++)
             sum += exp(z[i] - zmax);
         for (size_t i = SINKS; i < N; i++)
-            score[i] += exp(z[i] - zmax) / sum / G;
+            score[i] += exp(z[i] - zmax) / sum / (double)G;
     }
     double top = 0.0;
     for (size_t i = SINKS; i < N; i++) {
@@ -240,10 +276,11 @@ static kve_rope lib_rope(const hf_rope *h)
     r.beta_fast = h->beta_fast;
     r.beta_slow = h->beta_slow;
     r.attention_factor = h->attention;
+    r.freq_factors = h->freqs ? ff : NULL;
     return r;
 }
 
-static const char SPEC[] = "expected_attention:budget=400,n_queries=100,interval=65536";
+static char SPEC[96]; /* budget N, n_queries M, one rescoring (test_against_port) */
 
 /* A policy built with `rope` stepped through post (N, G, D), rescored at
  * the last step: its statistics are the newest M queries. */
@@ -307,13 +344,13 @@ static size_t kept_diff(const kve_policy *run_p, const double *ref, double ratio
 {
     const size_t want = (size_t)((double)N * (1.0 - ratio));
     kve_policy *p = NULL;
-    int32_t victims[N];
-    unsigned char keep[N];
+    int32_t victims[MAXN];
+    unsigned char keep[MAXN];
     size_t nv = 0, diff = SIZE_MAX;
     if (kve_policy_clone(run_p, &p) != KVE_OK)
         return SIZE_MAX;
     if (kve_policy_evict(p, want, victims, N, &nv) == KVE_OK && kve_policy_size(p) == want) {
-        memset(keep, 0, sizeof keep);
+        memset(keep, 0, N);
         for (size_t k = 0; k < want; k++) {
             size_t best = N;
             for (size_t i = 0; i < N; i++)
@@ -330,25 +367,36 @@ static size_t kept_diff(const kve_policy *run_p, const double *ref, double ratio
 }
 
 static const hf_rope cases[] = {
-    {"default", 0, 10000.0, 1, 1, 4, 0, 32, 1, 0},
-    {"linear x4", 1, 10000.0, 4, 1, 4, 0, 32, 1, 0},
-    {"llama3 x8 (Llama 3.1)", 2, 500000.0, 8, 1, 4, 8192, 32, 1, 0},
-    {"llama3 x4, 2 .. 8, L 1024", 2, 10000.0, 4, 2, 8, 1024, 32, 1, 0},
-    {"yarn x4, L 4096", 3, 10000.0, 4, 1, 4, 4096, 32, 1, 0},
-    {"yarn x16, 16 .. 2, L 2048, a 1.3", 3, 1000000.0, 16, 1, 4, 2048, 16, 2, 1.3},
-    {"linear x2, a 0.8", 1, 10000.0, 2, 1, 4, 0, 32, 1, 0.8},
+    {"default", 0, 10000.0, 1, 1, 4, 0, 32, 1, 0, 0},
+    {"linear x4", 1, 10000.0, 4, 1, 4, 0, 32, 1, 0, 0},
+    {"llama3 x8 (Llama 3.1)", 2, 500000.0, 8, 1, 4, 8192, 32, 1, 0, 0},
+    {"llama3 x4, 2 .. 8, L 1024", 2, 10000.0, 4, 2, 8, 1024, 32, 1, 0, 0},
+    {"yarn x4, L 4096", 3, 10000.0, 4, 1, 4, 4096, 32, 1, 0, 0},
+    {"yarn x16, 16 .. 2, L 2048, a 1.3", 3, 1000000.0, 16, 1, 4, 2048, 16, 2, 1.3, 0},
+    {"linear x2, a 0.8", 1, 10000.0, 2, 1, 4, 0, 32, 1, 0.8, 0},
+    {"rope_freqs (Llama 3.1's, float32)", 0, 500000.0, 1, 1, 4, 0, 32, 1, 0, 1},
 };
+
+static const struct {
+    size_t G, D, N, M;
+} run_shapes[] = {{4, 64, 512, 100}, {2, 128, 777, 253}};
 
 static void test_against_port(void)
 {
     const size_t nc = sizeof cases / sizeof cases[0];
-    float *keys = malloc(N * D * sizeof *keys), *values = malloc(N * D * sizeof *values);
-    float *pre = malloc(N * G * D * sizeof *pre), *post = malloc(N * G * D * sizeof *post);
-    float *stat = malloc(M * G * D * sizeof *stat);
-    double ref[N], plain[N], bias[G * D];
+    static float keys[MAXN * MAXD], values[MAXN * MAXD], pre[MAXN * MAXG * MAXD];
+    static float post[MAXN * MAXG * MAXD], stat[MAXN * MAXG * MAXD];
+    static double ref[MAXN], plain[MAXN], bias[MAXG * MAXD];
+    double worst_ff = 0.0; /* Llama 3's factors as rope_freqs against its formula */
+    for (size_t sh = 0; sh < 2; sh++) {
+    G = run_shapes[sh].G, D = run_shapes[sh].D, N = run_shapes[sh].N, M = run_shapes[sh].M;
+    snprintf(SPEC, sizeof SPEC, "expected_attention:budget=%zu,n_queries=%zu,interval=65536", N,
+             M);
+    llama3_freqs(500000.0, D);
+    printf("G %zu, d %zu, %zu positions, %zu queries:\n", G, D, N, M);
     for (size_t c = 0; c < nc; c++) {
         const hf_rope *h = &cases[c];
-        const hf_rope unscaled = {"default", 0, h->base, 1, 1, 4, 0, 32, 1, 0};
+        const hf_rope unscaled = {"default", 0, h->base, 1, 1, 4, 0, 32, 1, 0, 0};
         for (size_t a = 0; a < G * D; a++)
             bias[a] = unif(-1.0, 1.0);
         for (size_t i = 0; i < N * D; i++) {
@@ -376,11 +424,25 @@ static void test_against_port(void)
         ASSERT_TRUE(e <= 1e-9);
         ASSERT_EQ(d5, 0);
         ASSERT_EQ(d8, 0);
-        if (h->type != 0)
+        if (h->type != 0 || h->freqs)
             ASSERT_TRUE(e_plain > 1e-6);
+        if (h->freqs) { /* the same data, kvevict's llama3 formula: the factors' rounding */
+            const hf_rope l3 = {"llama3", 2, 500000.0, 8, 1, 4, 8192, 32, 1, 0, 0};
+            kve_rope r3 = lib_rope(&l3);
+            kve_policy *q = run(&r3, keys, values, post);
+            ASSERT_TRUE(q != NULL);
+            double e3 = 0.0;
+            for (size_t i = SINKS; i < N; i++)
+                e3 = fmax(e3, rel(score_of(q, i), score_of(p, i)));
+            worst_ff = fmax(worst_ff, e3);
+            kve_policy_free(q);
+        }
         kve_policy_free(p);
     }
-    free(keys), free(values), free(pre), free(post), free(stat);
+    }
+    printf("Llama 3.1's factors as rope_freqs (float32) against scaling llama3: worst relative "
+           "score %.3g\n", worst_ff);
+    ASSERT_TRUE(worst_ff > 0.0 && worst_ff <= 1e-5);
 }
 
 /* NONE: the bits of a rope whose new fields are left zero (an initializer
@@ -501,6 +563,182 @@ static void test_refusals(void)
     kve_policy_free(p);
 }
 
+/* ---- the decoder's rotation against the kve_rope it builds policies with ---- */
+
+/* A model of head size S carrying only what the rotation reads: the
+ * config as lm/gguf.c sets it (lm_rope_scaling_set) and, for a rope_freqs
+ * file, its factors. */
+typedef struct dec_case {
+    const char *name;
+    lm_rope_scaling type;
+    float theta, factor, attn;
+    int32_t orig;
+    int freqs;
+} dec_case;
+
+/* The largest |q' - q| / |q| over T steps of one query head, q' what an
+ * expected_attention policy built with `rope` un-rotates the decoder's
+ * rotated q into (its ring, n_sink 0: step t in slot t). */
+static double unrotate_error(const lm_model *m, int llama, const kve_rope *rope, size_t T)
+{
+    const size_t S = (size_t)m->config.head_size;
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = S;
+    o.value_dim = S;
+    o.rope = *rope;
+    char spec[128];
+    snprintf(spec, sizeof spec, "expected_attention:budget=%zu,n_sink=0,n_queries=%zu,"
+             "interval=65536", T, T);
+    kve_policy *p = NULL;
+    if (kve_policy_new_ex(spec, NULL, &o, &p) != KVE_OK) {
+        fprintf(stderr, "%s\n", kve_last_error());
+        return INFINITY;
+    }
+    float *pre = malloc(T * S * sizeof *pre), post[MAXD], row[MAXD], key[MAXD];
+    double worst = 0.0;
+    kve_rng g; /* the same queries for every rope of a model */
+    kve_rng_seed(&g, check_seed + S);
+    for (size_t t = 0; t < T; t++) {
+        float *q = pre + t * S;
+        for (size_t a = 0; a < S; a++) {
+            q[a] = (float)(2.0 * kve_rng_uniform(&g) - 1.0);
+            key[a] = (float)(2.0 * kve_rng_uniform(&g) - 1.0);
+        }
+        lm_rope_row(m, llama, (int64_t)t, row);
+        for (size_t a = 0; a < S; a += 2) { /* the decoder's rotate() */
+            post[a] = q[a] * row[a] - q[a + 1] * row[a + 1];
+            post[a + 1] = q[a] * row[a + 1] + q[a + 1] * row[a];
+        }
+        kve_step_data dt = kve_step_default_data();
+        dt.keys = key;
+        dt.ld_keys = S;
+        dt.queries = post;
+        dt.ld_queries = S;
+        dt.values = key;
+        dt.ld_values = S;
+        if (kve_policy_step_data(p, (int32_t)t, &dt) != KVE_OK) {
+            fprintf(stderr, "step %zu: %s\n", t, kve_last_error());
+            worst = INFINITY;
+            break;
+        }
+    }
+    /* the ring: the last T * S floats of the head's aux (expected_attention.c) */
+    const float *ring = (const float *)(const void *)((const char *)p->head.aux +
+                                                      p->bank.cfg.aux_bytes -
+                                                      T * S * sizeof(float));
+    for (size_t t = 0; worst < INFINITY && t < T; t++) {
+        double e = 0.0, n = 0.0;
+        for (size_t a = 0; a < S; a++) {
+            double x = (double)ring[t * S + a] - (double)pre[t * S + a];
+            e += x * x;
+            n += (double)pre[t * S + a] * pre[t * S + a];
+        }
+        worst = fmax(worst, sqrt(e / n));
+    }
+    free(pre);
+    kve_policy_free(p);
+    return worst;
+}
+
+static void test_decoder_rotation(void)
+{
+    static const dec_case dc[] = {
+        {"none", LM_ROPE_SCALING_NONE, 10000.0f, 1.0f, 1.0f, 0, 0},
+        {"linear x4", LM_ROPE_SCALING_LINEAR, 10000.0f, 4.0f, 1.0f, 0, 0},
+        {"linear x2, attn 0.8", LM_ROPE_SCALING_LINEAR, 10000.0f, 2.0f, 0.8f, 0, 0},
+        {"yarn x4, L 4096", LM_ROPE_SCALING_YARN, 10000.0f, 4.0f, 1.0f, 4096, 0},
+        {"yarn x16, L 2048", LM_ROPE_SCALING_YARN, 1000000.0f, 16.0f, 1.0f, 2048, 0},
+        {"rope_freqs (Llama 3.1)", LM_ROPE_SCALING_NONE, 500000.0f, 1.0f, 1.0f, 0, 1},
+        {"rope_freqs and linear x2", LM_ROPE_SCALING_LINEAR, 500000.0f, 2.0f, 1.0f, 0, 1},
+    };
+    static const size_t sizes[] = {64, 128};
+    const size_t T = 512;
+    double worst = 0.0, least_plain = INFINITY;
+    for (size_t si = 0; si < 2; si++)
+        for (size_t c = 0; c < sizeof dc / sizeof dc[0]; c++)
+            for (int llama = 0; llama < 2; llama++) {
+                const size_t S = sizes[si];
+                lm_model m;
+                memset(&m, 0, sizeof m);
+                m.config.head_size = (int32_t)S;
+                m.config.rope_theta = dc[c].theta;
+                lm_rope_scaling_set(&m.config, dc[c].type, dc[c].factor, dc[c].attn, dc[c].orig);
+                llama3_freqs((double)dc[c].theta, S);
+                if (dc[c].freqs) {
+                    m.config.rope_freqs = 1;
+                    m.weights.rope_freqs = ff;
+                    /* lm_rope alone cannot carry the tensor: unset, refused */
+                    ASSERT_EQ(lm_rope(&m.config).rotary_dim, KVE_ROPE_UNSET);
+                }
+                const kve_rope r = lm_model_rope(&m);
+                ASSERT_EQ(r.rotary_dim, S);
+                ASSERT_TRUE((r.freq_factors != NULL) == (dc[c].freqs != 0));
+                double e = unrotate_error(&m, llama, &r, T);
+                kve_rope plain = kve_policy_default_options().rope; /* no scaling, no factors */
+                plain.rotary_dim = S;
+                plain.base = (double)dc[c].theta;
+                double e_plain = unrotate_error(&m, llama, &plain, T);
+                if (si == 1)
+                    printf("decoder %-26s %s: un-rotated query off by %.3g of its norm (the "
+                           "unscaled rope: %.3g)\n", dc[c].name,
+                           llama ? "ggml's order" : "rope_row    ", e, e_plain);
+                worst = fmax(worst, e);
+                if (c != 0)
+                    least_plain = fmin(least_plain, e_plain);
+                else
+                    ASSERT_TRUE(e_plain == e); /* none: the same rope */
+            }
+    printf("decoder rotation vs kve_rope over 2 head sizes, 7 files, both orders, %zu positions: "
+           "worst %.3g of the norm; an unscaled rope at least %.3g\n", T, worst, least_plain);
+    /* float32 angles against double ones: p theta's rounding at p < 512 */
+    ASSERT_TRUE(worst <= 1e-4);
+    ASSERT_TRUE(least_plain > 1e-2);
+}
+
+/* freq_factors: refused where they cannot apply; images and copies refuse
+ * a rope that carries them (no image records them). */
+static void test_freq_factor_refusals(void)
+{
+    D = 64;
+    llama3_freqs(500000.0, D);
+    kve_rope r0 = kve_policy_default_options().rope, r;
+    r0.rotary_dim = D;
+    r0.freq_factors = ff;
+    r = r0, r.scaling = KVE_ROPE_SCALING_LLAMA3, r.original_max_position = 8192;
+    refuse(r, "rope: freq_factors with scaling llama3");
+    float bad[MAXD / 2];
+    memcpy(bad, ff, sizeof bad);
+    bad[5] = 0.0f;
+    r = r0, r.freq_factors = bad;
+    refuse(r, "rope: freq_factors[5] = 0 is not finite and above 0");
+    bad[5] = NAN;
+    refuse(r, "rope: freq_factors[5] = nan is not");
+    r = r0, r.rotary_dim = KVE_ROPE_UNSET;
+    refuse(r, "rope: freq_factors need a rotary_dim of at most 512, not unset");
+    /* copied at construction: the caller's array may change after */
+    kve_policy_options o = kve_policy_default_options();
+    o.key_dim = D;
+    o.value_dim = D;
+    o.rope = r0;
+    memcpy(bad, ff, sizeof bad);
+    o.rope.freq_factors = bad;
+    kve_policy *p = NULL, *q = NULL;
+    ASSERT_OK(kve_policy_new_ex("expected_attention", NULL, &o, &p));
+    for (size_t j = 0; j < D / 2; j++)
+        bad[j] = -1.0f;
+    ASSERT_EQ(p->bank.cfg.rope_nff, D / 2);
+    ASSERT_TRUE(memcmp(p->bank.cfg.rope_ff, ff, D / 2 * sizeof(float)) == 0);
+    size_t bytes = 0;
+    ASSERT_STATUS(kve_policy_save(p, NULL, 0, &bytes), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "rope.freq_factors: an image does not record");
+    o.rope.freq_factors = NULL;
+    ASSERT_OK(kve_policy_new_ex("expected_attention", NULL, &o, &q));
+    ASSERT_STATUS(kve_policy_copy(q, p), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "rope freq_factors (0) are not src's (32)");
+    kve_policy_free(p);
+    kve_policy_free(q);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -508,5 +746,7 @@ int main(int argc, char **argv)
     RUN(test_against_port);
     RUN(test_none_bits);
     RUN(test_refusals);
+    RUN(test_decoder_rotation);
+    RUN(test_freq_factor_refusals);
     return CHECK_DONE();
 }

@@ -107,7 +107,8 @@ class Rope(ctypes.Structure):
                 ("scaling", ctypes.c_int), ("factor", ctypes.c_double),
                 ("low_freq_factor", ctypes.c_double), ("high_freq_factor", ctypes.c_double),
                 ("original_max_position", c_size_t), ("beta_fast", ctypes.c_double),
-                ("beta_slow", ctypes.c_double), ("attention_factor", ctypes.c_double)]
+                ("beta_slow", ctypes.c_double), ("attention_factor", ctypes.c_double),
+                ("freq_factors", c_ptr)]
 
 
 class PolicyOptions(ctypes.Structure):
@@ -177,7 +178,7 @@ class PrefillOptions(ctypes.Structure):
                 ("pool", ctypes.c_int), ("allocator", c_ptr), ("queries", c_size_t),
                 ("sinks", c_size_t), ("values", c_ptr), ("ld_values", c_size_t),
                 ("budgets", ctypes.c_int), ("layer_heads", c_size_t), ("prefix", c_size_t),
-                ("row_scale", c_ptr), ("key_scale", c_ptr)]
+                ("row_scale", c_ptr), ("key_scale", c_ptr), ("compression_ratio", ctypes.c_double)]
 
 
 SCHEDULE = {"uniform": 0, "pyramid": 1, "weighted": 2}  # kve_schedule_kind

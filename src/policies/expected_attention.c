@@ -16,13 +16,18 @@
  *   ea_head  the counters: steps, steps since the last rescoring, the query
  *            ring's next slot and fill, whether statistics are held
  *   theta    (r/2) double: the rope's theta_j (base^(-2j / r) unscaled,
- *            Hugging Face's inv_freq under rope.scaling: kve_rope), filled
+ *            over freq_factors[j] when given, Hugging Face's inv_freq under
+ *            rope.scaling: kve_rope), filled
  *            at the first step
  *   mu       (G, d) double: R mu of the last rescoring
  *   sigma    (G, d, d) double: R Sigma R^T of the last rescoring (covariance)
  *   zmax     (G) double and zsum (G) double: the softmax of that rescoring
  *   tmp      (d) double: scratch of a step
- *   ring     (B, G, d) float: the un-rotated queries of the newest steps
+ *   ring     (B, G, d) float: the un-rotated queries of the newest steps;
+ *            with query_stats=1 in its place mu0 (G, d) and sigma0 (G, d, d)
+ *            double (sigma0 with the covariance): the caller's statistics
+ *            (kve_bank_query_stats, held bit 2), no query is buffered and
+ *            step 2 below takes them for the ring's
  *
  * Per step, before position p = in->pos is admitted into slot n:
  *  1. key[n] = k. The step's queries (post-RoPE, at p) are un-rotated,
@@ -106,6 +111,10 @@ static const kve_param_def params[] = {
      .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, future_from_buffer),
      .doc = "1: the future positions start at the buffered queries + n_sink (kvpress's "
             "DecodingPress), 0: after the step's position"},
+    {.key = "query_stats", .kind = KVE_PARAM_SIZE, .idefault = 0, .imin = 0, .imax = 1,
+     .flags = KVE_PARAM_OMIT_DEFAULT, .offset = offsetof(kve_params, query_stats),
+     .doc = "1: the statistics are the caller's (kve_bank_query_stats: kvpress's "
+            "ExpectedAttentionStatsPress), steps carry no queries"},
     KVE_DEF_PAGES,
 };
 
@@ -114,7 +123,8 @@ typedef struct ea_head {
     uint64_t since; /* steps since the last rescoring */
     uint64_t next;  /* the ring slot the next query goes to */
     uint64_t fill;  /* buffered queries, <= B */
-    uint64_t held;  /* 1: mu, sigma, zmax, zsum hold a rescoring's; bit 1: theta filled */
+    uint64_t held;  /* 1: mu, sigma, zmax, zsum hold a rescoring's; bit 1: theta filled;
+                       bit 2 (query_stats): mu0, sigma0 hold the caller's statistics */
 } ea_head;
 
 /* The parts of a head's aux. */
@@ -122,6 +132,7 @@ typedef struct ea_parts {
     ea_head *e;
     double *theta, *mu, *sigma, *zmax, *zsum, *tmp;
     float *ring;
+    double *mu0, *sigma0; /* query_stats: the caller's (G, d) and (G, d, d) */
 } ea_parts;
 
 static size_t rot(const kve_config *c)
@@ -130,15 +141,16 @@ static size_t rot(const kve_config *c)
 }
 
 /* The aux layout: offsets in doubles after the header; false when it does
- * not fit in a size_t. */
+ * not fit in a size_t. With query_stats the ring's place holds the
+ * caller's statistics, mu0 (G d) and sigma0 (G d d, covariance), doubles. */
 static bool layout(const kve_config *c, size_t *doubles, size_t *floats)
 {
     const size_t d = c->key_dim, G = c->query_group, B = c->params.n_queries;
-    if (d && (G > SIZE_MAX / d / d || B > SIZE_MAX / G / d / sizeof(float)))
+    if (d && (G > SIZE_MAX / d / d / 2 || B > SIZE_MAX / G / d / sizeof(float)))
         return false;
     size_t sig = c->params.covariance ? G * d * d : 0;
     *doubles = rot(c) / 2 + G * d + sig + 2 * G + d;
-    *floats = B * G * d;
+    *floats = c->params.query_stats ? 2 * (G * d + sig) : B * G * d;
     return *doubles < SIZE_MAX / 16 && *floats < SIZE_MAX / 8;
 }
 
@@ -154,6 +166,8 @@ static ea_parts parts(const kve_config *c, void *aux)
     p.zsum = p.zmax + G;
     p.tmp = p.zsum + G;
     p.ring = (float *)(void *)(p.tmp + d);
+    p.mu0 = (double *)(void *)p.ring; /* query_stats: in the ring's place */
+    p.sigma0 = p.mu0 + G * d;
     return p;
 }
 
@@ -162,6 +176,13 @@ static kve_status init(kve_config *c)
     if (c->params.sinks >= c->params.budget)
         return kve__fail(KVE_EINVAL, "%s: n_sink %zu must be smaller than budget %zu",
                          c->type->name, c->params.sinks, c->params.budget);
+    if (c->params.query_stats && c->params.future_from_buffer)
+        return kve__fail(KVE_EINVAL, "%s: query_stats=1 has no buffer of queries, so "
+                         "future_from_buffer=1 has no length to start from", c->type->name);
+    if (c->params.query_stats && c->rope.rotary_dim == KVE_ROPE_UNSET)
+        return kve__fail(KVE_EINVAL, "%s: rotates the statistics to the future positions, so the "
+                         "options must say what the rotary embedding is (rope.rotary_dim; 0 for "
+                         "a model without one)", c->type->name);
     size_t doubles, floats;
     if (!layout(c, &doubles, &floats))
         return kve__fail(KVE_ENOMEM, "%s: %zu queries of %zu heads of %zu floats do not fit in "
@@ -177,7 +198,7 @@ static kve_status init(kve_config *c)
     c->aux_state[0].unit = 8;
     c->aux_state[1].offset = sizeof(ea_head) + doubles * sizeof(double);
     c->aux_state[1].bytes = floats * sizeof(float);
-    c->aux_state[1].unit = 4;
+    c->aux_state[1].unit = c->params.query_stats ? 8 : 4;
     return kve__check_recent_window(c);
 }
 
@@ -287,13 +308,16 @@ static void pair(const kve_config *c, size_t j, size_t *a, size_t *b)
     }
 }
 
-/* theta_j of the rope (kve_rope): base^(-2j / r), rescaled as Hugging
- * Face's inv_freq under rope.scaling. Without scaling the one pow() of
- * before scaling existed, bit for bit. */
+/* theta_j of the rope (kve_rope): base^(-2j / r) (divided by the pair's
+ * freq_factor, as llama.cpp divides by rope_freqs), rescaled as Hugging
+ * Face's inv_freq under rope.scaling. Without scaling or factors the one
+ * pow() of before either existed, bit for bit. */
 static double theta_of(const kve_config *c, size_t j)
 {
     const size_t r = rot(c);
-    const double t = pow(c->rope.base, -(double)(2 * j) / (double)r);
+    double t = pow(c->rope.base, -(double)(2 * j) / (double)r);
+    if (c->rope_nff)
+        t /= (double)c->rope_ff[j];
     if (c->rope.scaling == KVE_ROPE_SCALING_NONE)
         return t;
     const kve_rope e = kve__rope_effective(&c->rope);
@@ -432,12 +456,23 @@ static double value_aware(const kve_config *c, double s, double vn)
     return c->params.vnorm ? (s + c->params.epsilon) * vn : s;
 }
 
-/* The statistics of every query head from the ring, rotated for pos; false
- * when no query is buffered. */
+/* The statistics of every query head from the ring (query_stats: the
+ * caller's), rotated for pos; false when no query is buffered (none
+ * given). */
 static bool statistics(const kve_config *c, const ea_parts *p, int32_t pos, kve_isa isa)
 {
     const size_t d = c->key_dim, G = c->query_group, B = c->params.n_queries;
     const size_t m = (size_t)p->e->fill;
+    if (c->params.query_stats) {
+        if (!(p->e->held & 4))
+            return false;
+        const size_t sig = c->params.covariance ? G * d * d : 0;
+        memcpy(p->mu, p->mu0, G * d * sizeof(double));
+        memcpy(p->sigma, p->sigma0, sig * sizeof(double));
+        for (size_t g = 0; g < G; g++)
+            rotate_stats(c, p, pos, p->mu + g * d, sig ? p->sigma + g * d * d : NULL);
+        return true;
+    }
     if (m == 0)
         return false;
     const size_t start = ((size_t)p->e->next + B - m) % B; /* the oldest */
@@ -532,7 +567,7 @@ static size_t step(const kve_config *c, kve_head *h, const kve_head_in *in, size
         p.e->held |= 2;
     }
     memcpy((float *)h->col[KEY] + n * d, in->key, d * sizeof(float));
-    if (p.e->steps >= c->params.sinks)
+    if (p.e->steps >= c->params.sinks && !c->params.query_stats)
         push_queries(c, &p, in);
     p.e->steps++;
     p.e->since++;
@@ -568,8 +603,10 @@ static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_
     const ea_parts p = parts(c, h->aux);
     const ea_head *e = p.e;
     const uint64_t past = e->steps > c->params.sinks ? e->steps - c->params.sinks : 0;
+    const bool given = c->params.query_stats != 0;
     if (e->next >= B || e->fill > B || e->fill > past || e->since >= c->params.interval ||
-        e->held > 3 || e->since > e->steps || (e->fill < B && e->next != e->fill)) {
+        e->held > (given ? 7u : 3u) || e->since > e->steps || (e->fill < B && e->next != e->fill) ||
+        (given && (e->fill || e->next))) {
         snprintf(msg, cap,
                  "counters (steps %llu, since %llu, next %llu, fill %llu, held %llu) are not "
                  "a state of n_queries %zu, interval %zu, n_sink %zu",
@@ -599,6 +636,16 @@ static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_
                      p.mu[i]);
             return false;
         }
+    if (given) { /* the caller's statistics: finite, zero until given */
+        const size_t n0 = G * d + (c->params.covariance ? G * d * d : 0);
+        for (size_t i = 0; i < n0; i++)
+            if (!isfinite(p.mu0[i]) || (!(e->held & 4) && p.mu0[i] != 0.0)) {
+                snprintf(msg, cap, "the given statistic %zu = %g is not finite (or set before "
+                         "any was given)", i, p.mu0[i]);
+                return false;
+            }
+        return true;
+    }
     const size_t row = G * d;
     bad = kve__key_invalid(p.ring, B * row);
     if (bad != B * row) {
@@ -612,6 +659,65 @@ static bool check_state(const kve_config *c, const kve_head *h, char *msg, size_
             return false;
         }
     return true;
+}
+
+/* ---- the caller's statistics (query_stats=1) ---- */
+
+kve_status kve_bank_query_stats(kve_bank *b, size_t first, size_t count, const float *mean,
+                                const float *cov)
+{
+    if (!b)
+        return kve__fail(KVE_EINVAL, "bank is NULL");
+    const kve_config *c = &b->cfg;
+    const char *name = c->type->name;
+    kve_status st = kve__check_idle(b, "a query_stats");
+    if (st != KVE_OK)
+        return st;
+    if (c->type != &kve__expected_attention_type || !c->params.query_stats)
+        return kve__fail(KVE_EINVAL, "%s: query statistics are expected_attention's with "
+                         "query_stats=1", name);
+    if (first > b->n_heads || count > b->n_heads - first)
+        return kve__fail(KVE_EINVAL, "%s: heads %zu + %zu are out of range: the bank has %zu",
+                         name, first, count, b->n_heads);
+    const size_t d = c->key_dim, G = c->query_group;
+    const bool covariance = c->params.covariance != 0;
+    if (count && !mean)
+        return kve__fail(KVE_EINVAL, "%s: query_stats: mean is NULL", name);
+    if (count && covariance && !cov)
+        return kve__fail(KVE_EINVAL, "%s: query_stats: cov is NULL, but use_covariance=1 reads "
+                         "it", name);
+    for (size_t j = 0; j < count; j++)
+        for (size_t g = 0; g < G; g++) {
+            const float *mu = mean + (j * G + g) * d;
+            size_t i = kve__key_invalid(mu, d);
+            if (i != d)
+                return kve__fail(KVE_EINVAL, "%s: head %zu: query head %zu: mean[%zu] = %g is "
+                                 "not finite", name, first + j, g, i, (double)mu[i]);
+            if (!covariance)
+                continue;
+            const float *sg = cov + (j * G + g) * d * d;
+            i = kve__key_invalid(sg, d * d);
+            if (i != d * d)
+                return kve__fail(KVE_EINVAL, "%s: head %zu: query head %zu: cov[%zu][%zu] = %g "
+                                 "is not finite", name, first + j, g, i / d, i % d,
+                                 (double)sg[i]);
+        }
+    for (size_t j = 0; j < count; j++) {
+        ea_parts p = parts(c, b->heads[first + j].aux);
+        for (size_t i = 0; i < G * d; i++)
+            p.mu0[i] = (double)mean[j * G * d + i];
+        for (size_t i = 0; covariance && i < G * d * d; i++)
+            p.sigma0[i] = (double)cov[j * G * d * d + i];
+        p.e->held |= 4;
+    }
+    return KVE_OK;
+}
+
+kve_status kve_policy_query_stats(kve_policy *p, const float *mean, const float *cov)
+{
+    if (!p)
+        return kve__fail(KVE_EINVAL, "policy is NULL");
+    return kve_bank_query_stats(&p->bank, 0, 1, mean, cov);
 }
 
 const kve_policy_type kve__expected_attention_type = {

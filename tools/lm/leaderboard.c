@@ -27,52 +27,61 @@
  * budget set at each ratio), which also evicts at every decode step after
  * the prompt; prefill: a name of lb_prefills. kvpress's presses map onto them as
  * (docs/leaderboard.md says where a row is not the press exactly):
- * StreamingLLMPress = streaming, TOVAPress = tova, SnapKVPress ~ snapkv
- * (prefill snapkv at window 32 and max pooling; kvpress's 64 and mean),
- * KnormPress = knorm (prefill policy), KeyDiffPress = keydiff (prefill
- * policy), ExpectedAttentionPress in DecodingPress ~ expected_attention
- * (future positions from the current one), KVzipPress ~ kvzip (per-head
- * budgets, kvevict's sinks); heads: a DuoAttention schedule
+ * StreamingLLMPress = streaming, TOVAPress ~ tova (per head; same_positions+tova
+ * averages every layer's heads, kvpress each layer's), SnapKVPress ~ snapkv
+ * (prefill snapkv at window 32 and max pooling; kvpress's 64 and mean:
+ * snapkv_press), KnormPress = knorm (prefill policy), KeyDiffPress = keydiff
+ * (prefill policy), ExpectedAttentionPress in DecodingPress ~
+ * expected_attention (future positions from the current one;
+ * future_from_buffer=1 DecodingPress's offset), KVzipPress ~ kvzip (per-head
+ * budgets, kvevict's sinks; kvzip_press and kvzip_press_layerwise its cut
+ * at the ratio the budget prunes); heads: a DuoAttention schedule
  * (kvevict lm duo-calibrate's file, read from the working directory when the
  * row is measured) whose retrieval heads get the larger budgets at the same
- * mean (lm_heads_budgets), NULL for every head at the budget. */
+ * mean (lm_heads_budgets), NULL for every head at the budget; same: 1 for a
+ * bank whose heads keep one set of positions (lm_options.same_positions). */
 typedef struct lb_method {
     const char *name, *spec, *prefill, *heads;
+    int same;
 } lb_method;
 
 static const lb_method lb_methods[] = {
-    {"window", "window", "step", NULL},
-    {"streaming", "streaming", "step", NULL},
-    {"random", "random", "step", NULL},
-    {"h2o", "h2o", "step", NULL},
-    {"scissorhands", "scissorhands", "step", NULL},
-    {"tova", "tova", "step", NULL},
-    {"h2o_decay", "h2o_decay", "step", NULL},
-    {"h2o_mean", "h2o_mean", "step", NULL},
-    {"knorm", "knorm", "step", NULL},
-    {"knorm:recent_window=32", "knorm:recent_window=32", "step", NULL},
-    {"keydiff", "keydiff", "step", NULL},
-    {"keydiff:recent_window=32", "keydiff:recent_window=32", "step", NULL},
-    {"h2o+h2o", "h2o", "h2o", NULL},
-    {"snapkv+h2o", "h2o", "snapkv", NULL},
-    {"snapkv+tova", "tova", "snapkv", NULL},
-    {"snapkv+h2o_mean", "h2o_mean", "snapkv", NULL},
-    {"own+knorm", "knorm", "policy", NULL},
-    {"own+knorm:recent_window=32", "knorm:recent_window=32", "policy", NULL},
-    {"own+keydiff", "keydiff", "policy", NULL},
-    {"own+keydiff:recent_window=32", "keydiff:recent_window=32", "policy", NULL},
-    {"expected_attention", "expected_attention", "step", NULL},
-    {"expected_attention:recent_window=32", "expected_attention:recent_window=32", "step", NULL},
-    {"h2o:vnorm=1", "h2o:vnorm=1", "step", NULL},
-    {"tova:vnorm=1", "tova:vnorm=1", "step", NULL},
-    {"h2o_mean:vnorm=1", "h2o_mean:vnorm=1", "step", NULL},
-    {"kvzip+h2o", "h2o", "kvzip", NULL},
-    {"kvzip_press+h2o", "h2o", "kvzip_press", NULL},
-    {"kvzip_plus+h2o", "h2o", "kvzip_plus", NULL},
-    {"snapkv_press+h2o", "h2o", "snapkv_press", NULL},
-    {"snapkv_press+h2o:vnorm=2", "h2o:vnorm=2,epsilon=0.0064", "snapkv_press", NULL},
-    {"h2o+h2o_mean:diagonal=1", "h2o_mean:diagonal=1", "h2o", NULL},
-    {"duo+streaming", "streaming", "step", "docs/data/duo-heads.txt"},
+    {"window", "window", "step", NULL, 0},
+    {"streaming", "streaming", "step", NULL, 0},
+    {"random", "random", "step", NULL, 0},
+    {"h2o", "h2o", "step", NULL, 0},
+    {"scissorhands", "scissorhands", "step", NULL, 0},
+    {"tova", "tova", "step", NULL, 0},
+    {"same_positions+tova", "tova", "tova_row", NULL, 1},
+    {"h2o_decay", "h2o_decay", "step", NULL, 0},
+    {"h2o_mean", "h2o_mean", "step", NULL, 0},
+    {"knorm", "knorm", "step", NULL, 0},
+    {"knorm:recent_window=32", "knorm:recent_window=32", "step", NULL, 0},
+    {"keydiff", "keydiff", "step", NULL, 0},
+    {"keydiff:recent_window=32", "keydiff:recent_window=32", "step", NULL, 0},
+    {"h2o+h2o", "h2o", "h2o", NULL, 0},
+    {"snapkv+h2o", "h2o", "snapkv", NULL, 0},
+    {"snapkv+tova", "tova", "snapkv", NULL, 0},
+    {"snapkv+h2o_mean", "h2o_mean", "snapkv", NULL, 0},
+    {"own+knorm", "knorm", "policy", NULL, 0},
+    {"own+knorm:recent_window=32", "knorm:recent_window=32", "policy", NULL, 0},
+    {"own+keydiff", "keydiff", "policy", NULL, 0},
+    {"own+keydiff:recent_window=32", "keydiff:recent_window=32", "policy", NULL, 0},
+    {"expected_attention", "expected_attention", "step", NULL, 0},
+    {"expected_attention:recent_window=32", "expected_attention:recent_window=32", "step", NULL, 0},
+    {"expected_attention:future_from_buffer=1", "expected_attention:future_from_buffer=1", "step",
+     NULL, 0},
+    {"h2o:vnorm=1", "h2o:vnorm=1", "step", NULL, 0},
+    {"tova:vnorm=1", "tova:vnorm=1", "step", NULL, 0},
+    {"h2o_mean:vnorm=1", "h2o_mean:vnorm=1", "step", NULL, 0},
+    {"kvzip+h2o", "h2o", "kvzip", NULL, 0},
+    {"kvzip_press+h2o", "h2o", "kvzip_press", NULL, 0},
+    {"kvzip_press_layerwise+h2o", "h2o", "kvzip_press_layerwise", NULL, 0},
+    {"kvzip_plus+h2o", "h2o", "kvzip_plus", NULL, 0},
+    {"snapkv_press+h2o", "h2o", "snapkv_press", NULL, 0},
+    {"snapkv_press+h2o:vnorm=2", "h2o:vnorm=2,epsilon=0.0064", "snapkv_press", NULL, 0},
+    {"h2o+h2o_mean:diagonal=1", "h2o_mean:diagonal=1", "h2o", NULL, 0},
+    {"duo+streaming", "streaming", "step", "docs/data/duo-heads.txt", 0},
 };
 enum { LB_METHODS = sizeof lb_methods / sizeof lb_methods[0] };
 
@@ -102,35 +111,48 @@ static kve_status lb_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n,
     return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, options);
 }
 
-/* kvpress's KVzipPress (layerwise=False, its sinks: the BOS is the prefix)
- * and KVzipPress(kvzip_plus_normalization=True): one threshold over every
- * head and layer; each layer then keeps its total while decoding (share). */
+/* kvpress's KVzipPress, layerwise=False (OVERALL: one threshold over every
+ * head and layer) or True (PER_LAYER), its sinks (the BOS is the prefix),
+ * with KVzip+ (kvzip_plus_normalization=True) when plus; each layer then
+ * keeps its total while decoding (share). */
+static kve_status kvzip_press(lm_state *s, const int32_t *tokens, size_t n,
+                              const kve_prefill_options *options, kve_prefill_budgets budgets,
+                              int plus)
+{
+    lm_kvzip kz = lb_kvzip;
+    kz.plus = plus;
+    kve_prefill_options q = *options;
+    q.budgets = budgets;
+    q.prefix = 1;
+    return lm_prefill_kvzip(s, tokens, n, &kz, &q);
+}
+
 static kve_status lb_prefill_kvzip_press(lm_state *s, const int32_t *tokens, size_t n,
                                          const kve_prefill_options *options)
 {
-    kve_prefill_options q = *options;
-    q.budgets = KVE_PREFILL_OVERALL;
-    q.prefix = 1;
-    return lm_prefill_kvzip(s, tokens, n, &lb_kvzip, &q);
+    return kvzip_press(s, tokens, n, options, KVE_PREFILL_OVERALL, 0);
+}
+
+static kve_status lb_prefill_kvzip_layerwise(lm_state *s, const int32_t *tokens, size_t n,
+                                             const kve_prefill_options *options)
+{
+    return kvzip_press(s, tokens, n, options, KVE_PREFILL_PER_LAYER, 0);
 }
 
 static kve_status lb_prefill_kvzip_plus(lm_state *s, const int32_t *tokens, size_t n,
                                         const kve_prefill_options *options)
 {
-    lm_kvzip plus = lb_kvzip;
-    plus.plus = 1;
-    kve_prefill_options q = *options;
-    q.budgets = KVE_PREFILL_OVERALL;
-    q.prefix = 1;
-    return lm_prefill_kvzip(s, tokens, n, &plus, &q);
+    return kvzip_press(s, tokens, n, options, KVE_PREFILL_OVERALL, 1);
 }
 
 /* share: the row's state shares each layer's budget among its KV heads
- * (lm_options.share_heads), which a cut across heads needs. window, pool:
- * SnapKV's settings when not the defaults (window 0: 32, max pooling);
- * snapkv_press is kvpress's SnapKVPress, window 64, kernel 5, average
- * pooling (where the budget is at most 64 it is skipped: kvpress would keep
- * a part of its window, tied at the largest score, in no defined order). */
+ * (lm_options.share_heads), which a cut across heads needs. window, pool,
+ * kernel: SnapKV's settings when not the defaults (window 0: 32, max
+ * pooling; kernel 0: 5); snapkv_press is kvpress's SnapKVPress, window 64,
+ * kernel 5, average pooling (where the budget is at most 64 it is skipped:
+ * kvpress would keep a part of its window, tied at the largest score, in no
+ * defined order); tova_row is TOVAPress's prompt score, the last query's
+ * row (window 1, kernel 1). */
 static const struct {
     const char *name;
     int method;
@@ -138,15 +160,18 @@ static const struct {
     int share;
     size_t window;
     kve_pool pool;
+    size_t kernel;
 } lb_prefills[] = {
-    {"step", LB_STEP, NULL, 0, 0, KVE_POOL_MAX},
-    {"policy", LB_OWN, lb_prefill_own, 0, 0, KVE_POOL_MAX},
-    {"h2o", KVE_PREFILL_H2O, lm_prefill, 0, 0, KVE_POOL_MAX},
-    {"snapkv", KVE_PREFILL_SNAPKV, lm_prefill, 0, 0, KVE_POOL_MAX},
-    {"snapkv_press", KVE_PREFILL_SNAPKV, lm_prefill, 0, 64, KVE_POOL_AVG},
-    {"kvzip", KVE_PREFILL_KVZIP, lb_prefill_kvzip, 0, 0, KVE_POOL_MAX},
-    {"kvzip_press", KVE_PREFILL_KVZIP, lb_prefill_kvzip_press, 1, 0, KVE_POOL_MAX},
-    {"kvzip_plus", KVE_PREFILL_KVZIP, lb_prefill_kvzip_plus, 1, 0, KVE_POOL_MAX},
+    {"step", LB_STEP, NULL, 0, 0, KVE_POOL_MAX, 0},
+    {"policy", LB_OWN, lb_prefill_own, 0, 0, KVE_POOL_MAX, 0},
+    {"h2o", KVE_PREFILL_H2O, lm_prefill, 0, 0, KVE_POOL_MAX, 0},
+    {"snapkv", KVE_PREFILL_SNAPKV, lm_prefill, 0, 0, KVE_POOL_MAX, 0},
+    {"snapkv_press", KVE_PREFILL_SNAPKV, lm_prefill, 0, 64, KVE_POOL_AVG, 0},
+    {"tova_row", KVE_PREFILL_SNAPKV, lm_prefill, 0, 1, KVE_POOL_MAX, 1},
+    {"kvzip", KVE_PREFILL_KVZIP, lb_prefill_kvzip, 0, 0, KVE_POOL_MAX, 0},
+    {"kvzip_press", KVE_PREFILL_KVZIP, lb_prefill_kvzip_press, 1, 0, KVE_POOL_MAX, 0},
+    {"kvzip_press_layerwise", KVE_PREFILL_KVZIP, lb_prefill_kvzip_layerwise, 1, 0, KVE_POOL_MAX, 0},
+    {"kvzip_plus", KVE_PREFILL_KVZIP, lb_prefill_kvzip_plus, 1, 0, KVE_POOL_MAX, 0},
 };
 enum { LB_PREFILLS = sizeof lb_prefills / sizeof lb_prefills[0] };
 
@@ -159,6 +184,8 @@ static void prefill_options(size_t pf, kve_prefill_options *q)
         q->window = lb_prefills[pf].window;
         q->pool = lb_prefills[pf].pool;
     }
+    if (lb_prefills[pf].kernel)
+        q->kernel = lb_prefills[pf].kernel;
 }
 
 /* The index of the prefill `name` in lb_prefills, LB_PREFILLS if none. */
@@ -182,10 +209,10 @@ static const char leaderboard_usage[] =
     "Every method against compression on one protocol (docs/leaderboard.md). A\n"
     "method is a policy and how the prompt is compressed: step (per-step\n"
     "eviction while it is read), h2o or snapkv (kve_bank_prefill's prompt\n"
-    "scores; snapkv_press: kvpress's settings), policy (the policy's own\n"
-    "scores, once), kvzip (KVzip's reconstruction scores; kvzip_press and\n"
-    "kvzip_plus: cut as kvpress's KVzipPress, KVzip+); a method may also split the\n"
-    "budget over heads by a DuoAttention schedule (duo+). At compression ratio R\n"
+    "scores; snapkv_press: kvpress's; tova_row: the last query's row), policy\n"
+    "(its own scores, once), kvzip (KVzip's; kvzip_press[_layerwise], kvzip_plus:\n"
+    "kvpress's cuts, KVzip+); duo+ splits the budget by a DuoAttention schedule,\n"
+    "same_positions+ keeps one set of positions in every head. At ratio R\n"
     "the budget is floor((1 - R) * seq_len) positions per (layer, KV head), on\n"
     "average; the policy then evicts at every decode step after the prompt.\n"
     "Measured, each from steps after the compression, on the same windows and\n"
@@ -400,7 +427,7 @@ int lm_leaderboard(int argc, char **argv)
     const opt_val *mv = cli_own(&a, sp, "method");
     for (int k = 0; k < mv->count; k++) {
         const char *m = mv->v[k], *plus = strchr(m, '+');
-        lb_method x = {m, m, "step", NULL};
+        lb_method x = {m, m, "step", NULL, 0};
         if (plus) {
             size_t len = (size_t)(plus - m);
             x.prefill = NULL;
@@ -412,8 +439,9 @@ int lm_leaderboard(int argc, char **argv)
                     x.prefill = lb_prefills[i].name;
             }
             if (!x.prefill)
-                die_usage("--method %s: no prefill '%.*s' (h2o, snapkv, snapkv_press, kvzip, "
-                          "kvzip_press, kvzip_plus, own)", m, (int)len, m);
+                die_usage("--method %s: no prefill '%.*s' (h2o, snapkv, snapkv_press, tova_row, "
+                          "kvzip, kvzip_press, kvzip_press_layerwise, kvzip_plus, own)", m,
+                          (int)len, m);
             snprintf(own_spec[k], sizeof own_spec[k], "%s", plus + 1);
             x.spec = own_spec[k];
         }
@@ -518,10 +546,12 @@ int lm_leaderboard(int argc, char **argv)
                 lm_ctx.heads = load_heads(r->m->heads, r->m->name);
                 lm_ctx.streaming_budget = 16; /* lm's --streaming-budget default */
             }
-            const int shared = lm_ctx.budgets.share_heads;
+            const int shared = lm_ctx.budgets.share_heads, same = lm_ctx.same_positions;
             lm_ctx.budgets.share_heads = shared || lb_prefills[r->pf].share;
+            lm_ctx.same_positions = same || r->m->same;
             r->s = new_state(r->m->spec, budget, LM_POS_ORIGINAL, a.seed);
             lm_ctx.budgets.share_heads = shared;
+            lm_ctx.same_positions = same;
             lm_heads_free(lm_ctx.heads);
             lm_ctx.heads = NULL;
             r->budget = r->s->budget;
