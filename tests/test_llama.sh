@@ -441,6 +441,22 @@ for which in 0 1; do
 done
 head -c 3000 "$W/s0.bin" >"$W/t.bin"
 refuse "a truncated session" "$W/t.bin" generate $sess -n 5 --session "$W/t.bin"
+# a header stating more bytes than a session of its tokens can hold: refused
+# before anything past the header is read, from a file and from a FIFO that
+# would never end (kvl_seq_state_bound)
+perl -e 'local $/; my $d = <STDIN>; substr($d, 16, 8) = pack("Q<", 1 << 40); print $d' \
+    <"$W/s0.bin" >"$W/big.bin"
+refuse "a session stating 2^40 bytes" "$W/big.bin" generate $sess -n 5 --session "$W/big.bin"
+grep -q "not a session's size (at most" "$W/err" || bad "2^40 bytes: $(cat "$W/err")"
+rm -f "$W/fifo.bin" && mkfifo "$W/fifo.bin"
+(head -c 32 "$W/big.bin"; head -c 400000000 /dev/zero) >"$W/fifo.bin" 2>/dev/null &
+feeder=$!
+kl generate $sess -n 5 --session "$W/fifo.bin" >/dev/null 2>"$W/err"
+rc=$?
+kill $feeder 2>/dev/null; wait $feeder 2>/dev/null
+[ "$rc" -eq 1 ] && grep -q "not a session's size" "$W/err" ||
+    bad "a FIFO stating 2^40 bytes: exit $rc, $(cat "$W/err")"
+rm -f "$W/fifo.bin"
 cp "$W/s0.bin" "$W/f.bin"
 refuse "another policy's session" "$W/f.bin" generate --model "$M" --policy tova --budget 24 -n 5 \
     --session "$W/f.bin"

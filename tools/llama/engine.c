@@ -866,6 +866,24 @@ static void put_u32(wbuf *w, uint32_t v)
 
 /* float32 arrays as their bytes: the machines kvevict-llama runs on
  * (x86-64 Linux, llama.cpp's prebuilt) are little-endian. */
+size_t kvl_seq_state_bound(const kvl_seq *s)
+{
+    const kvl_engine *e = s->e;
+    const kvl_model *m = e->m;
+    const double C = (double)e->C, heads = (double)(m->L * m->G), S = (double)m->S;
+    const double spec = e->opt.spec ? (double)strlen(e->opt.spec) : 0;
+    size_t empty = 0; /* the bank's image as it is (its per-head state), slots added below */
+    if (s->bank && kve_bank_save(s->bank, NULL, 0, &empty) != KVE_OK)
+        empty = SIZE_MAX / 4;
+    const double bound = 8 + 8 + 8 * 8 + 4 + spec + 8 +                     /* header, spec */
+                         (double)empty + C * heads * (8 * S + 64) + 65536 +   /* the bank */
+                         C * heads * S * 4 +                                  /* kept keys */
+                         8 + C * ((double)m->L * 2 * (double)m->G * S * 4 + 64) +
+                         (double)m->L * 64 + 65536 +                          /* llama.cpp's */
+                         (double)m->V * 4;                                    /* the logits */
+    return bound < (double)(SIZE_MAX / 2) ? (size_t)bound : SIZE_MAX / 2;
+}
+
 kve_status kvl_seq_save(const kvl_seq *s, void *buf, size_t cap, size_t *size)
 {
     const kvl_engine *e = s->e;

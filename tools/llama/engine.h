@@ -130,6 +130,15 @@ const kve_bank *kvl_seq_bank(const kvl_seq *s); /* NULL without a policy */
  * bank's image, the kept keys, the logits), kvl_session_save's body;
  * buf NULL: *size gets the size. KVE_ERANGE when cap is short. */
 kve_status kvl_seq_save(const kvl_seq *s, void *buf, size_t cap, size_t *size);
+/* The most bytes kvl_seq_save can write for a sequence of s's engine (a
+ * bound, for reading a session no larger than that): its header and spec,
+ * the bank's image at up to C kept slots a head (its image as it is now,
+ * with its per-head state, plus at most two float32 head vectors and 64
+ * bytes a slot and head, 64 KiB besides), the C slots' keys,
+ * llama.cpp's cells (each layer's key and value at up to float32 and 64
+ * bytes a cell, 64 bytes a layer, 64 KiB besides) and the logits; C the
+ * cells of a sequence (budget + batch). */
+size_t kvl_seq_state_bound(const kvl_seq *s);
 /* Restores a state kvl_seq_save wrote into s, an empty sequence of an
  * engine of the same model and options: every part validated before
  * llama.cpp's is restored, llama.cpp's own bytes included (this release's

@@ -587,10 +587,15 @@ static int resume(const char *path, kvl_seq *s, history *h, kve_rng *rng)
     if (flags)
         die_input("--session %s: flags %#x, this kvevict-llama knows none (0)", path,
                   (unsigned)flags);
-    const uint64_t stated = rd64(head + 16);
-    if (stated < SESSION_HEADER + 32 + 8 + 8 || stated > SIZE_MAX - 2)
-        die_input("--session %s: its header states %llu bytes, not a session's size", path,
-                  (unsigned long long)stated);
+    /* at most the largest session of its token count this run could write */
+    const uint64_t stated = rd64(head + 16), tokens = rd64(head + 24);
+    const uint64_t most = tokens > (uint64_t)INT32_MAX
+                              ? 0
+                              : SESSION_HEADER + 4 * tokens + 32 + 8 + kvl_seq_state_bound(s) + 8;
+    if (stated < SESSION_HEADER + 32 + 8 + 8 || stated > most)
+        die_input("--session %s: its header states %llu bytes for %llu tokens, not a session's "
+                  "size (at most %llu here)", path, (unsigned long long)stated,
+                  (unsigned long long)tokens, (unsigned long long)most);
     char *data = NULL;
     size_t size = 0;
     if (lm_read_file_max(NULL, path, (size_t)stated, &data, &size) != KVE_OK)
