@@ -20,6 +20,7 @@
 #include "lm.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,10 +83,36 @@ static double meta_number(const kvl_model *m, const char *suffix, double dflt)
  * from rope.scaling.factor or rope.scale_linear (absent: 1),
  * rope.scaling.attn_factor, and for yarn rope.scaling.original_context_length
  * (absent: the training context), mapped to kve_rope by the decoder's own
- * lm_rope_scaling_set and lm_rope. What kve_rope cannot describe (a rope_freqs.weight tensor,
- * Llama 3's, found with ggml's own GGUF reader; a factor below 1; another
- * type) leaves the rotation unset, so that expected attention, the policy
- * that reads it, is refused rather than run with a wrong rotation. */
+ * lm_rope_scaling_set and lm_rope; a rope_freqs.weight tensor (Llama 3's,
+ * found with ggml's own GGUF reader and read from the file) as
+ * kve_rope.freq_factors with attention_factor the scaling's magnitude, as
+ * lm_model_rope hands a decoder's policies. What kve_rope cannot describe
+ * (a factor below 1, another type, factors not float32, not one a pair of
+ * the rotary dimensions, or not finite and positive) leaves the rotation
+ * unset, so that expected attention, the policy that reads it, is refused
+ * rather than run with a wrong rotation. */
+static float *rope_freqs(kvl_model *m, struct gguf_context *g, const char *path)
+{
+    const int64_t id = m->api->gguf_find_tensor(g, "rope_freqs.weight");
+    const size_t n = m->rope.rotary_dim / 2, bytes = m->api->gguf_get_tensor_size(g, id);
+    if (m->api->gguf_get_tensor_type(g, id) != GGML_TYPE_F32 || !n || bytes != n * sizeof(float))
+        return NULL;
+    float *f = malloc(bytes);
+    FILE *in = fopen(path, "rb");
+    const size_t at = m->api->gguf_get_data_offset(g) + m->api->gguf_get_tensor_offset(g, id);
+    int ok = f && in && at <= LONG_MAX && fseek(in, (long)at, SEEK_SET) == 0 &&
+             fread(f, 1, bytes, in) == bytes;
+    for (size_t j = 0; ok && j < n; j++)
+        ok = isfinite(f[j]) && f[j] > 0;
+    if (in)
+        fclose(in);
+    if (!ok) {
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
 static void rope_scaling(kvl_model *m, const char *path)
 {
     char arch[64], type[32] = "linear";
@@ -103,6 +130,7 @@ static void rope_scaling(kvl_model *m, const char *path)
     struct gguf_init_params gp = {.no_alloc = true, .ctx = NULL};
     struct gguf_context *g = m->api->gguf_init_from_file(path, gp);
     const int freqs = g && m->api->gguf_find_tensor(g, "rope_freqs.weight") >= 0;
+    float *factors = freqs ? rope_freqs(m, g, path) : NULL;
     if (g)
         m->api->gguf_free(g);
     static const char *const beyond[] = {"rope.scaling.yarn_log_multiplier",
@@ -115,24 +143,29 @@ static void rope_scaling(kvl_model *m, const char *path)
         other |= !isnan(meta_number(m, beyond[i], NAN));
     const int none = strcmp(type, "none") == 0, linear = strcmp(type, "linear") == 0,
               yarn = strcmp(type, "yarn") == 0;
-    if (other || !(none || linear || yarn) || (!none && !(factor >= 1.0)) || !g) {
+    if (other || !(none || linear || yarn) || (!none && !(factor >= 1.0)) || !g ||
+        (freqs && !factors)) {
+        free(factors);
         m->rope.rotary_dim = KVE_ROPE_UNSET;
         return;
     }
-    /* the decoder's own mapping (lm_rope_scaling_set, lm_rope) from here */
-    lm_config c = {.head_size = 2, .rope_theta = 10000.0f, .rope_freqs = freqs};
+    /* the decoder's own mapping (lm_rope_scaling_set, lm_rope, lm_model_rope)
+     * from here: its rotation without the factors, then the factors */
+    lm_config c = {.head_size = 2, .rope_theta = 10000.0f};
     lm_rope_scaling_set(&c, yarn ? LM_ROPE_SCALING_YARN : linear ? LM_ROPE_SCALING_LINEAR
                                                               : LM_ROPE_SCALING_NONE,
                         (float)factor, (float)attn, (int32_t)orig);
     const kve_rope r = lm_rope(&c);
     if (r.rotary_dim == KVE_ROPE_UNSET) {
+        free(factors);
         m->rope.rotary_dim = KVE_ROPE_UNSET;
         return;
     }
     m->rope.scaling = r.scaling; /* base, pairs and rotary_dim stay the model's */
     m->rope.factor = r.factor;
-    m->rope.attention_factor = r.attention_factor;
+    m->rope.attention_factor = factors ? (double)c.rope_mscale : r.attention_factor;
     m->rope.original_max_position = r.original_max_position;
+    m->rope.freq_factors = m->freq_factors = factors;
 }
 
 kve_status kvl_model_open(const kvl_api *api, const char *path, kvl_model *out)
@@ -179,6 +212,9 @@ void kvl_model_close(kvl_model *m)
     if (m->model)
         m->api->llama_model_free(m->model);
     m->model = NULL;
+    free(m->freq_factors);
+    m->freq_factors = NULL;
+    m->rope.freq_factors = NULL;
 }
 
 kve_status kvl_runnable_spec(const char *spec, size_t budget, char out[KVE_SPEC_MAX], int *raised)

@@ -54,6 +54,8 @@ typedef struct kvl_model {
     size_t L, H, G, S, R, V; /* S from n_embd / n_head; checked against the tensors */
     size_t n_ctx_train;
     kve_rope rope;      /* the model's rotary embedding (expected_attention's facts) */
+    float *freq_factors; /* rope.freq_factors: a rope_freqs.weight tensor's (rotary_dim / 2),
+                            read from the file; NULL without one */
     float scale;        /* the attention scale: the GGUF's attention.scale, else 1/sqrt(S) */
     uint64_t fingerprint; /* of the file: what a session names its model by */
 } kvl_model;

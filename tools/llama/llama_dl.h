@@ -39,7 +39,8 @@
     X(llama_vocab_get_add_bos) X(llama_tokenize) X(llama_token_to_piece)                           \
     X(llama_state_seq_get_size) X(llama_state_seq_get_data) X(llama_state_seq_set_data)        \
     X(llama_model_quantize_default_params) X(llama_model_quantize) X(llama_model_ftype)           \
-    X(gguf_init_from_file) X(gguf_find_tensor) X(gguf_free)
+    X(gguf_init_from_file) X(gguf_find_tensor) X(gguf_free) X(gguf_get_data_offset)             \
+    X(gguf_get_tensor_offset) X(gguf_get_tensor_type) X(gguf_get_tensor_size)
 
 #define KVL_SLOT(name) __typeof__(name) *name;
 typedef struct kvl_api {
