@@ -212,8 +212,8 @@ static void rope_row_llama(float *rope, int64_t pos, size_t S, const lm_model *m
             const size_t pair = i / 2; /* ggml's i0 / 2 */
             const float y = ((float)pair - lo) / fmaxf(0.001f, hi - lo);
             const float mix = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
-            t = t * (1 - mix) + extrap * mix;
-            ms *= 1.0f + 0.1f * logf(1.0f / fs);
+            t = fmaf(t, 1 - mix, extrap * mix); /* contracted, as rotate_llama's */
+            ms *= fmaf(logf(1.0f / fs), 0.1f, 1.0f);
         }
         rope[i] = cosf(t) * ms;
         rope[i + 1] = sinf(t) * ms;
@@ -228,6 +228,18 @@ static void rotate(float *vec, const float *rope, size_t S)
         float v0 = vec[i], v1 = vec[i + 1];
         vec[i] = v0 * rope[i] - v1 * rope[i + 1];
         vec[i + 1] = v0 * rope[i + 1] + v1 * rope[i];
+    }
+}
+
+/* rotate as ggml's rotate_pairs runs in llama.cpp's CPU back end
+ * (LM_PRODUCTS_LLAMA): the build contracts x0 cos - x1 sin and x0 sin + x1
+ * cos into fused multiply-adds of the second product, rounded first. */
+static void rotate_llama(float *vec, const float *rope, size_t S)
+{
+    for (size_t i = 0; i < S; i += 2) {
+        const float v0 = vec[i], v1 = vec[i + 1];
+        vec[i] = fmaf(v0, rope[i], -(v1 * rope[i + 1]));
+        vec[i + 1] = fmaf(v0, rope[i + 1], v1 * rope[i]);
     }
 }
 
@@ -661,8 +673,8 @@ static void swiglu_llama(float *h, const float *g, size_t n)
  * s_i = (q16 . k_i) * (1 / sqrt(S)) in s[], then the online softmax with
  * its value accumulator in float16: on a new maximum M the accumulator is
  * scaled by exp(M_old - M) and rounded, each value added times exp(s_i -
- * M) and rounded (as ggml_vec_mad_f16 on AVX-512: a fused multiply-add over
- * whole steps of 64 dimensions, the leftover multiplied and added), and
+ * M) and rounded (ggml_vec_mad_f16: a fused multiply-add for every
+ * dimension, lm_f16_mad), and
  * the sum of the weights kept in float; out = the accumulator times 1 /
  * sum. */
 static void flash_f16(const float *s, size_t n, const float *values, size_t S, float *out)
@@ -713,13 +725,13 @@ static void attend(lm_state *s, size_t l)
         k->n = n + 1;
         const float *keys = k->key, *qrope = s->rope;
         if (s->opt.positions == LM_POS_ORIGINAL) {
-            rotate(krow, s->rope, S);
+            (llama ? rotate_llama : rotate)(krow, s->rope, S);
             if (llama)
                 lm_f16_round_n(krow, S);
         } else {
             for (size_t i = 0; i <= n; i++) {
                 memcpy(s->krot + i * S, k->key + i * S, S * sizeof(float));
-                rotate(s->krot + i * S, s->rope_table + i * S, S);
+                (llama ? rotate_llama : rotate)(s->krot + i * S, s->rope_table + i * S, S);
                 if (llama)
                     lm_f16_round_n(s->krot + i * S, S);
             }
@@ -730,7 +742,7 @@ static void attend(lm_state *s, size_t l)
         for (size_t r = 0; r < R; r++) {
             size_t h = g * R + r;
             float *q = s->q + h * S, *att = s->att + h * s->ld, *out = s->xb + h * S;
-            rotate(q, qrope, S);
+            (llama ? rotate_llama : rotate)(q, qrope, S);
             if (llama) { /* the scores from the float16 query; the policies get
                             their softmax in float32, as in the exact products */
                 memcpy(s->xl, q, S * sizeof(float));

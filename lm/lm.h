@@ -154,10 +154,10 @@ static inline float lm_f16_round(float f)
     return lm_f16_to_f32(lm_f32_to_f16(f));
 }
 /* lm_f16_round of x[0 .. n) in place; and out[j] = lm_f16_round(fmaf(v[j],
- * s, out[j])) for j below the last multiple of 64, lm_f16_round(out[j] +
- * v[j] * s) after it (ggml_vec_mad_f16 on AVX-512). The active
- * instruction set's path (matvec.c), bit for bit the scalar one's, NaN
- * included. */
+ * s, out[j])) for every j (ggml_vec_mad_f16 as llama.cpp's build compiles
+ * it: fused multiply-adds in its vectors, and its scalar leftover contracted
+ * to one too). The active instruction set's path (matvec.c), bit for bit
+ * the scalar one's, NaN included. */
 void lm_f16_round_n(float *x, size_t n);
 void lm_f16_mad(float *out, const float *v, float s, size_t n);
 /* x . y as ggml_vec_dot_f16 sums it on llama.cpp's AVX-512 builds
@@ -857,7 +857,8 @@ size_t lm_matrix_q8_group(const lm_matrix *w);
  *   LM_IN_Q8_K  Q2_K .. Q6_K, IQ4_XS: blocks of 256 as quantize_row_q8_K:
  *               m = the entry of largest |x| (the first), s = -127 / m, q =
  *               min(127, s x rounded), d = 1 / s, in float32
- *   LM_IN_NATIVE F32 (llama.cpp's own input) and I8G (llama2.c's runq.c:
+ *   LM_IN_F32   F32 weights: x as it is
+ *   LM_IN_NATIVE I8G (llama2.c's runq.c, which llama.cpp does not read:
  *               lm_quantize_q8), as in the exact products.
  * lm_llama_quantize writes x's conversion: xt (n floats) the converted
  * values (q * d), and for Q8_0 and Q8_K q (n) and d (n / 32, Q8_K's d
@@ -872,7 +873,8 @@ typedef enum lm_llama_in {
     LM_IN_F16,
     LM_IN_BF16,
     LM_IN_Q8_0,
-    LM_IN_Q8_K
+    LM_IN_Q8_K,
+    LM_IN_F32
 } lm_llama_in;
 lm_llama_in lm_llama_input(lm_dtype type);
 void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, int8_t *q, float *d,
