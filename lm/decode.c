@@ -387,6 +387,9 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     if (opt->products != LM_PRODUCTS_EXACT && opt->products != LM_PRODUCTS_LLAMA)
         return kve_set_error(KVE_EINVAL, "decoder: products %d is neither exact (0) nor llama (1)",
                              (int)opt->products);
+    if ((unsigned)opt->llama_cpu >= LM_LLAMA_CPU_COUNT)
+        return kve_set_error(KVE_EINVAL, "decoder: llama_cpu %d is not a variant (0 .. %d)",
+                             (int)opt->llama_cpu, LM_LLAMA_CPU_COUNT - 1);
     const lm_config *c = &m->config;
     size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
     size_t H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
@@ -396,6 +399,8 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
         return kve_set_error(KVE_ENOMEM, "decoder: out of memory");
     s->model = m;
     s->opt = *opt;
+    if (s->opt.llama_cpu == LM_LLAMA_CPU_AUTO) /* the variant llama.cpp loads here */
+        s->opt.llama_cpu = lm_llama_cpu_detect();
     if (opt->allocator) { /* the state's own copy, which its blocks and bank use */
         s->alloc = *opt->allocator;
         s->opt.allocator = &s->alloc;
@@ -639,31 +644,50 @@ static kve_status kvzip_value_norms(lm_state *s, size_t n, float *row)
 
 /* exp as ggml's AVX-512 builds compute it (ggml_v_expf), lane by lane with
  * fused multiply-adds: n = round(x / ln 2), b = x - n ln 2 in two parts, a
- * polynomial in b, scaled by 2^n; beyond |n| > 192, 0 or infinity. */
-static float expf_ggml(float x)
+ * polynomial in b, scaled by 2^n; beyond |n| > 192, 0 or infinity. The
+ * AVX2 builds' (avx2 = 1): the polynomial's last term b c1 rather than 1 +
+ * b c1, then k + k j with k = 2^n from the bits of z; past |n| > 126 two
+ * scales s1 s2 (s2 + s2 j) s1, past 192 s1 s1. */
+static float expf_ggml(float x, int avx2)
 {
     const float r = 0x1.8p23f, z = fmaf(x, 0x1.715476p+0f, r), n = z - r;
     const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
     if (n != n) /* NaN in, NaN out (before the cast below) */
         return n;
-    if (fabsf(n) > 192.0f)
-        return n <= 0.0f ? 0.0f : INFINITY;
     const float u = b * b;
-    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                              fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
-    return ldexpf(j, (int)n); /* _mm512_scalef_ps */
+    const float p = fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                         fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f));
+    if (!avx2) {
+        if (fabsf(n) > 192.0f)
+            return n <= 0.0f ? 0.0f : INFINITY;
+        return ldexpf(fmaf(p, u, fmaf(0x1.ffffecp-1f, b, 1.0f)), (int)n); /* _mm512_scalef_ps */
+    }
+    const float j = fmaf(p, u, 0x1.ffffecp-1f * b);
+    uint32_t zb, one = 0x3f800000u;
+    memcpy(&zb, &z, sizeof zb);
+    const uint32_t e = zb << 23, kb = e + one, g = n <= 0.0f ? 0x82000000u : 0;
+    const uint32_t s1b = g + 0x7f000000u, s2b = e - g;
+    float k, s1, s2;
+    memcpy(&k, &kb, sizeof k);
+    memcpy(&s1, &s1b, sizeof s1);
+    memcpy(&s2, &s2b, sizeof s2);
+    if (fabsf(n) > 192.0f)
+        return s1 * s1;
+    if (fabsf(n) > 126.0f)
+        return fmaf(s2, j, s2) * s1;
+    return fmaf(k, j, k);
 }
 
-/* h[i] = silu(h[i]) * g[i] as ggml_vec_swiglu_f32 (AVX-512): silu(x) = x /
- * (1 + expf_ggml(-x)) in whole groups of 16, the leftover with the C
+/* h[i] = silu(h[i]) * g[i] as ggml_vec_swiglu_f32: silu(x) = x / (1 +
+ * expf_ggml(-x)) in whole groups of 16 (AVX2: 8), the leftover with the C
  * library's expf (ggml_silu_f32). */
-static void swiglu_llama(float *h, const float *g, size_t n)
+static void swiglu_llama(float *h, const float *g, size_t n, lm_llama_cpu cpu)
 {
-    const size_t whole = n & ~(size_t)15;
+    const int avx2 = cpu == LM_LLAMA_CPU_AVX2;
+    const size_t whole = n & ~(size_t)(avx2 ? 7 : 15);
     size_t i = 0;
     for (; i < whole; i++)
-        h[i] = h[i] / (1.0f + expf_ggml(0.0f - h[i])) * g[i];
+        h[i] = h[i] / (1.0f + expf_ggml(0.0f - h[i], avx2)) * g[i];
     for (; i < n; i++)
         h[i] = h[i] / (1.0f + expf(-h[i])) * g[i];
 }
@@ -749,7 +773,7 @@ static void attend(lm_state *s, size_t l)
                 lm_f16_round_n(s->xl, S); /* as its attention converts a query */
                 const float inv = 1.0f / scale;
                 for (size_t i = 0; i <= n; i++)
-                    att[i] = lm_dot_f16(s->xl, keys + i * S, NULL, S) * inv;
+                    att[i] = lm_dot_f16(s->xl, keys + i * S, NULL, S, s->opt.llama_cpu) * inv;
                 flash_f16(att, n + 1, k->value, S, out);
                 softmax(att, n + 1);
                 if (s->kz_active)
@@ -1206,7 +1230,7 @@ static void product(lm_state *s, const lm_product *p, size_t n, const float *x)
                 continue;
             }
             lm_llama_quantize(kind, x, sub[0].w->cols, s->xl, s->xq, s->xd, s->xs);
-            const lm_q8 xq = {s->xq, s->xd, 32, 1, s->xs};
+            const lm_q8 xq = {s->xq, s->xd, 32, (int)s->opt.llama_cpu, s->xs};
             lm_matvec(s->pool, sub, m, s->xl, &xq);
         }
         return;
@@ -1347,7 +1371,7 @@ kve_status lm_forward(lm_state *s, int32_t token)
         const lm_product up[2] = {{&ly->w1, s->hb}, {&ly->w3, s->hb2}};
         product(s, up, 2, s->xb);
         if (s->opt.products == LM_PRODUCTS_LLAMA) {
-            swiglu_llama(s->hb, s->hb2, F);
+            swiglu_llama(s->hb, s->hb2, F, s->opt.llama_cpu);
         } else {
             for (size_t i = 0; i < F; i++) {
                 float h = s->hb[i];

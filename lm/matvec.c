@@ -128,6 +128,33 @@ const char *lm_isa_name(lm_isa isa)
     return (unsigned)isa < LM_ISA_COUNT ? names[isa] : "unknown";
 }
 
+/* ---- llama.cpp's CPU variant (lm_llama_cpu) ---- */
+
+lm_llama_cpu lm_llama_cpu_detect(void)
+{
+#if LM_X86
+    __builtin_cpu_init();
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                     __builtin_cpu_supports("bmi2") && has_f16c();
+    const int avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                       __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vl") &&
+                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+    unsigned a = 0, b, c, d;
+    const int bf16 = avx512 && __builtin_cpu_supports("avx512vnni") &&
+                     __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) != 0;
+    return bf16 ? LM_LLAMA_CPU_AVX512_BF16 : avx512 ? LM_LLAMA_CPU_AVX512 : LM_LLAMA_CPU_AVX2;
+#else
+    return LM_LLAMA_CPU_AVX2;
+#endif
+}
+
+const char *lm_llama_cpu_name(lm_llama_cpu cpu)
+{
+    static const char *const names[LM_LLAMA_CPU_COUNT] = {"auto", "avx2", "avx512",
+                                                          "avx512-bf16"};
+    return (unsigned)cpu < LM_LLAMA_CPU_COUNT ? names[cpu] : "unknown";
+}
+
 /* ---- the quantized input ---- */
 
 void lm_quantize_q8(const float *x, size_t n, size_t group, int8_t *q, float *d)
@@ -351,18 +378,26 @@ static float reduce16(const float a[16])
     return (u0 + u2) + (u1 + u3);
 }
 
+/* GGML_F32x8_REDUCE's last steps (AVX2): the halves added lane by lane,
+ * then two horizontal adds. */
+static float reduce8(const float a[8])
+{
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
 /* ---- llama.cpp's orders (lm_q8.fused) ----
  *
- * What the CPU back end that llama.cpp loads on an AVX-512 machine
- * (libggml-cpu-zen4 here; skylakex to sapphirerapids alike but for BF16)
- * runs for one token's product, read from its source and its compiled
- * code (GCC contracts a * b + c into fused multiply-adds there):
+ * What the CPU back end that llama.cpp loads on an AVX-512 machine runs
+ * for one token's product (lm_llama_cpu: zen4 and cooperlake, skylakex to
+ * icelake alike but for BF16), read from its source and its compiled code
+ * (GCC contracts a * b + c into fused multiply-adds there):
  *   F32     ggml_vec_dot_f32: 4 x 16 lanes of fmas over steps of 64,
  *           reduced, the leftover fused into the float sum;
  *   F16     ggml_vec_dot_f16 (lm_dot_f16);
  *   BF16    ggml_vec_dot_bf16 with AVX512_BF16: two 16-lane dpbf16
  *           accumulators over steps of 64, reduced into a double, the
- *           leftover in double (ref_dot_bf16);
+ *           leftover in double; without it two 16-lane accumulators of
+ *           exact products over steps of 32 (ref_dot_bf16);
  *   VEC32   Q8_0, Q5_0, Q4_1, Q5_1 and Q4_0 off the repack: the x86
  *           vec_dot's 8 lanes of exact sums of 4, fma by d_w d_x a block,
  *           hsum_float_8, then Q4_1's and Q5_1's m s in order;
@@ -377,7 +412,10 @@ static float reduce16(const float a[16])
  *           float sum), hsum_float_8;
  *   REPACKK Q4_K (AVX2) and Q2_K (AVX-512) with rows in 8s: the block's
  *           whole scaled sum and its mins' sum each fused into an
- *           accumulator of its own, their difference. */
+ *           accumulator of its own, their difference.
+ * The AVX2 variant (libggml-cpu-haswell) sums F32, F16 and BF16 in 8 lanes
+ * instead (GGML_F32x8_REDUCE: the pairs of ((0 + 4) + (1 + 5)) + ((2 + 6)
+ * + (3 + 7)); the others alike), and keeps Q2_K off the repack. */
 typedef enum llama_order {
     ORD_NONE = 0,
     ORD_F32,
@@ -390,9 +428,9 @@ typedef enum llama_order {
     ORD_REPACKK
 } llama_order;
 
-static llama_order order_of(const lm_matrix *w)
+static llama_order order_of(const lm_matrix *w, lm_llama_cpu cpu)
 {
-    const int in8s = w->rows % 8 == 0;
+    const int in8s = w->rows % 8 == 0, avx512 = cpu >= LM_LLAMA_CPU_AVX512;
     switch (w->type) {
     case LM_F32: return ORD_F32;
     case LM_F16: return ORD_F16;
@@ -400,7 +438,8 @@ static llama_order order_of(const lm_matrix *w)
     case LM_Q8_0: case LM_Q5_0: case LM_Q4_1: case LM_Q5_1: return ORD_VEC32;
     case LM_Q4_0: return in8s ? ORD_REPACK32 : ORD_VEC32;
     case LM_IQ4_NL: return in8s ? ORD_REPACK32 : ORD_IQ4NL;
-    case LM_Q2_K: case LM_Q4_K: return in8s ? ORD_REPACKK : ORD_KLANES;
+    case LM_Q2_K: return in8s && avx512 ? ORD_REPACKK : ORD_KLANES;
+    case LM_Q4_K: return in8s ? ORD_REPACKK : ORD_KLANES;
     case LM_Q3_K: case LM_Q5_K: case LM_Q6_K: case LM_IQ4_XS: return ORD_KLANES;
     default: return ORD_NONE;
     }
@@ -650,21 +689,21 @@ static float ref_dot_32(const lm_matrix *w, size_t r, const lm_q8 *xq, llama_ord
     return finish32(ord, &a);
 }
 
-/* F32 rows as ggml_vec_dot_f32: lane i mod 64 of 4 x 16 accumulates by fma
- * over whole steps of 64, the accumulators reduced (0 + 2, 1 + 3, then the
- * two; _mm512_reduce_add_ps), then each leftover product fused into that
- * float sum. */
-static float ref_dot_f32(const float *w, const float *x, size_t n)
+/* F32 rows as ggml_vec_dot_f32: lane i mod 64 of 4 x 16 (AVX2: i mod 32
+ * of 4 x 8) accumulates by fma over whole steps, the accumulators reduced
+ * (0 + 2, 1 + 3, then the two; then _mm512_reduce_add_ps or reduce8), then
+ * each leftover product fused into that float sum. */
+static float ref_dot_f32(const float *w, const float *x, size_t n, lm_llama_cpu cpu)
 {
-    const size_t np = n & ~(size_t)63;
+    const size_t L = cpu == LM_LLAMA_CPU_AVX2 ? 8 : 16, np = n / (4 * L) * (4 * L);
     float acc[4][16] = {{0}};
     for (size_t i = 0; i < np; i++)
-        acc[i % 64 / 16][i % 16] = fmaf(w[i], x[i], acc[i % 64 / 16][i % 16]);
-    for (int e = 0; e < 16; e++)
+        acc[i % (4 * L) / L][i % L] = fmaf(w[i], x[i], acc[i % (4 * L) / L][i % L]);
+    for (size_t e = 0; e < L; e++)
         acc[0][e] += acc[2][e], acc[1][e] += acc[3][e];
-    for (int e = 0; e < 16; e++)
+    for (size_t e = 0; e < L; e++)
         acc[0][e] += acc[1][e];
-    float sum = reduce16(acc[0]);
+    float sum = L == 8 ? reduce8(acc[0]) : reduce16(acc[0]);
     for (size_t i = np; i < n; i++)
         sum = fmaf(x[i], w[i], sum);
     return sum;
@@ -685,25 +724,42 @@ static float dpbf16(float c, float a0, float b0, float a1, float b1)
     return bf16_flush(fmaf(a0, b0, c));
 }
 
-/* BF16 rows against the input rounded to bfloat16 as ggml_vec_dot_bf16
- * with AVX512_BF16: two accumulators of 16 lanes, the first over elements
+/* BF16 rows against the input rounded to bfloat16 as ggml_vec_dot_bf16:
+ * with AVX512_BF16 two accumulators of 16 lanes, the first over elements
  * i mod 64 < 32, the second over the rest, lane k taking the pair 2k, 2k + 1
- * of its 32 (dpbf16); each reduced and added into a double, then the
- * leftover products in double. */
-static float ref_dot_bf16(const unsigned char *row, const float *x, size_t n)
+ * of its 32 (dpbf16), each reduced and added into a double; with AVX-512
+ * alone two of 16 over steps of 32 (lane e mod 16 of the first half, of the
+ * second), each reduced and added into a double; with AVX2 four of 8 over
+ * steps of 32, added (0 + 2) + (1 + 3) and reduced as hsum_float_8 into the
+ * double; then the leftover products in double. Products of two bfloat16
+ * values are exact in float32. */
+static float ref_dot_bf16(const unsigned char *row, const float *x, size_t n, lm_llama_cpu cpu)
 {
 #define W(i) lm_bf16_to_f32(lm__u16(row + 2 * (i)))
-    const size_t np = n & ~(size_t)63;
-    float c[2][16] = {{0}};
-    for (size_t i = 0; i < np; i += 64)
-        for (size_t h = 0; h < 2; h++)
-            for (size_t k = 0; k < 16; k++) {
-                const size_t e = i + 32 * h + 2 * k;
-                c[h][k] = dpbf16(c[h][k], W(e), x[e], W(e + 1), x[e + 1]);
-            }
+    const size_t step = cpu == LM_LLAMA_CPU_AVX512_BF16 ? 64 : 32, np = n / step * step;
+    float c[4][16] = {{0}}; /* dpbf16 and AVX-512: c[0], c[1]; AVX2: c[0 .. 3] of 8 */
     double sum = 0.0;
-    sum += (double)reduce16(c[0]);
-    sum += (double)reduce16(c[1]);
+    for (size_t i = 0; i < np; i += step)
+        for (size_t j = 0; j < step; j += 2) {
+            const size_t e = i + j;
+            if (cpu == LM_LLAMA_CPU_AVX512_BF16) {
+                float *a = &c[j / 32][j % 32 / 2];
+                *a = dpbf16(*a, W(e), x[e], W(e + 1), x[e + 1]);
+            } else {
+                const size_t L = cpu == LM_LLAMA_CPU_AVX2 ? 8 : 16;
+                for (size_t t = 0; t < 2; t++)
+                    c[(j + t) / L][(j + t) % L] += W(e + t) * x[e + t];
+            }
+        }
+    if (cpu == LM_LLAMA_CPU_AVX2) {
+        float a[8];
+        for (size_t k = 0; k < 8; k++)
+            a[k] = (c[0][k] + c[2][k]) + (c[1][k] + c[3][k]);
+        sum += (double)combine_hsum(a);
+    } else {
+        sum += (double)reduce16(c[0]);
+        sum += (double)reduce16(c[1]);
+    }
     for (size_t i = np; i < n; i++)
         sum += (double)(W(i) * x[i]);
     return (float)sum;
@@ -714,11 +770,12 @@ static float ref_dot_bf16(const unsigned char *row, const float *x, size_t n)
 static float ref_dot_llama(const lm_matrix *w, size_t r, const float *x, const lm_q8 *xq)
 {
     const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
-    const llama_order ord = order_of(w);
+    const lm_llama_cpu cpu = (lm_llama_cpu)xq->fused;
+    const llama_order ord = order_of(w, cpu);
     switch (ord) {
-    case ORD_F32: return ref_dot_f32((const float *)(const void *)row, x, w->cols);
-    case ORD_F16: return lm_dot_f16(x, NULL, row, w->cols);
-    case ORD_BF16: return ref_dot_bf16(row, x, w->cols);
+    case ORD_F32: return ref_dot_f32((const float *)(const void *)row, x, w->cols, cpu);
+    case ORD_F16: return lm_dot_f16(x, NULL, row, w->cols, cpu);
+    case ORD_BF16: return ref_dot_bf16(row, x, w->cols, cpu);
     case ORD_VEC32: case ORD_IQ4NL: case ORD_REPACK32: return ref_dot_32(w, r, xq, ord);
     case ORD_KLANES: case ORD_REPACKK: return ref_dot_k(w, r, xq, ord == ORD_REPACKK);
     default: return NAN; /* lm_matvec_ref takes the decoder's own order */
@@ -769,20 +826,21 @@ static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
     return combine(acc, 0.0f);
 }
 
-float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n)
+float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n,
+                 lm_llama_cpu cpu)
 {
 #define Y(i) (yh ? lm_f16_to_f32(lm__u16(yh + 2 * (i))) : y[i])
     if (!yh && !y) /* neither operand: no sum */
         return NAN;
-    const size_t np = n & ~(size_t)63;
+    const size_t L = cpu == LM_LLAMA_CPU_AVX2 ? 8 : 16, np = n / (4 * L) * (4 * L);
     float acc[4][16] = {{0}};
     for (size_t i = 0; i < np; i++)
-        acc[i % 64 / 16][i % 16] += x[i] * Y(i);
-    for (int e = 0; e < 16; e++)
+        acc[i % (4 * L) / L][i % L] += x[i] * Y(i);
+    for (size_t e = 0; e < L; e++)
         acc[0][e] += acc[2][e], acc[1][e] += acc[3][e];
-    for (int e = 0; e < 16; e++)
+    for (size_t e = 0; e < L; e++)
         acc[0][e] += acc[1][e];
-    double sum = (double)reduce16(acc[0]);
+    double sum = (double)(L == 8 ? reduce8(acc[0]) : reduce16(acc[0]));
     for (size_t i = np; i < n; i++)
         sum += (double)(x[i] * Y(i));
     return (float)sum;
@@ -792,7 +850,7 @@ float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t
 void lm_matvec_ref(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
                    size_t r1)
 {
-    const int llama = xq && xq->fused && order_of(w) != ORD_NONE;
+    const int llama = xq && xq->fused && order_of(w, (lm_llama_cpu)xq->fused) != ORD_NONE;
     const int q8 = lm_matrix_q8_group(w) > 0;
     for (size_t r = r0; r < r1; r++)
         out[r - r0] = llama ? ref_dot_llama(w, r, x, xq)
@@ -1642,7 +1700,7 @@ LM_FUSED_512 static void q4_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq
                 const VEC s = ADD(ADD(acc[k][0], acc[k][2]), ADD(acc[k][1], acc[k][3]));       \
                 float a[16];                                                                   \
                 memcpy(a, &s, sizeof a);                                                       \
-                out[r - r0 + k] = TAIL(a, p[k], x, np, n);                                     \
+                out[r - r0 + k] = TAIL(a, 16, p[k], x, np, n);                                 \
             }                                                                                  \
         }                                                                                      \
     }
@@ -1688,29 +1746,108 @@ LM_FUSED_512 static inline __m512 f32_w512(const unsigned char *p)
     return _mm512_loadu_ps((const float *)(const void *)p);
 }
 
-/* lm_dot_f16's leftover: in double */
-__attribute__((target("avx2,f16c,fma"))) static inline float tail_f16(const float a[16],
+/* lm_dot_f16's reduction of its L lanes (16 or 8) and leftover: in double */
+__attribute__((target("avx2,f16c,fma"))) static inline float tail_f16(const float a[16], size_t L,
                                                                       const unsigned char *p,
                                                                       const float *x, size_t np,
                                                                       size_t n)
 {
-    double sum = (double)reduce16(a);
+    double sum = (double)(L == 8 ? reduce8(a) : reduce16(a));
     for (size_t e = np; e < n; e++)
         sum += (double)(x[e] * half(F16(p + 2 * e)));
     return (float)sum;
 }
 
-/* ref_dot_f32's leftover: fused into the float sum */
-__attribute__((target("avx2,f16c,fma"))) static inline float tail_f32(const float a[16],
+/* ref_dot_f32's: fused into the float sum */
+__attribute__((target("avx2,f16c,fma"))) static inline float tail_f32(const float a[16], size_t L,
                                                                       const unsigned char *p,
                                                                       const float *x, size_t np,
                                                                       size_t n)
 {
     const float *w = (const float *)(const void *)p;
-    float sum = reduce16(a);
+    float sum = L == 8 ? reduce8(a) : reduce16(a);
     for (size_t e = np; e < n; e++)
         sum = fmaf(x[e], w[e], sum);
     return sum;
+}
+
+/* The same orders of the AVX2 variant (lm_llama_cpu): four accumulators of
+ * 8 lanes over whole steps of 32, four rows at a time. */
+#define LM_VECDOT8(NAME, LOAD_W, WB, TAIL)                                                     \
+    __attribute__((target("avx2,f16c,fma"))) static void NAME(                                 \
+        const lm_matrix *w, const float *x, float *out, size_t r0, size_t r1)                  \
+    {                                                                                          \
+        const size_t n = w->cols, np = n & ~(size_t)31;                                        \
+        for (size_t r = r0; r < r1; r += 4) {                                                  \
+            const unsigned char *p[4];                                                         \
+            __m256 acc[4][4];                                                                  \
+            for (size_t k = 0; k < 4; k++) {                                                   \
+                p[k] = (const unsigned char *)w->data +                                        \
+                       (r + k < r1 ? r + k : r1 - 1) * w->row_bytes;                           \
+                for (size_t a = 0; a < 4; a++)                                                 \
+                    acc[k][a] = _mm256_setzero_ps();                                           \
+            }                                                                                  \
+            for (size_t i = 0; i < np; i += 32)                                                \
+                for (size_t a = 0; a < 4; a++) {                                               \
+                    const __m256 xv = _mm256_loadu_ps(x + i + 8 * a);                          \
+                    for (size_t k = 0; k < 4; k++)                                             \
+                        acc[k][a] =                                                            \
+                            _mm256_fmadd_ps(LOAD_W(p[k] + WB * (i + 8 * a)), xv, acc[k][a]);   \
+                }                                                                              \
+            for (size_t k = 0; k < 4 && r + k < r1; k++) {                                     \
+                const __m256 s = _mm256_add_ps(_mm256_add_ps(acc[k][0], acc[k][2]),            \
+                                               _mm256_add_ps(acc[k][1], acc[k][3]));           \
+                float a[16];                                                                   \
+                _mm256_storeu_ps(a, s);                                                        \
+                out[r - r0 + k] = TAIL(a, 8, p[k], x, np, n);                                  \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+__attribute__((target("avx2,f16c,fma"))) static inline __m256 f32_w256(const unsigned char *p)
+{
+    return _mm256_loadu_ps((const float *)(const void *)p);
+}
+
+LM_VECDOT8(f16_vecdot8_rows, load_f16, 2, tail_f16)
+LM_VECDOT8(f32_vecdot8_rows, f32_w256, 4, tail_f32)
+
+/* ref_dot_bf16 without AVX512_BF16 (the AVX-512 and AVX2 variants), row by
+ * row: four accumulators of 8 lanes over steps of 32 (the AVX-512 ones as
+ * two of 16: lanes 0..15 and 16..31 of a step), fused multiply-adds of
+ * exact products, then the reference's reductions and leftover. */
+__attribute__((target("avx2,f16c,fma"))) static void bf16_rows(const lm_matrix *w, const float *x,
+                                                                float *out, size_t r0, size_t r1,
+                                                                lm_llama_cpu cpu)
+{
+    const size_t n = w->cols, np = n & ~(size_t)31;
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+        __m256 c[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                       _mm256_setzero_ps()};
+        for (size_t i = 0; i < np; i += 32)
+            for (size_t a = 0; a < 4; a++)
+                c[a] = _mm256_fmadd_ps(load_bf16(row + 2 * (i + 8 * a)),
+                                       _mm256_loadu_ps(x + i + 8 * a), c[a]);
+        double sum = 0.0;
+        if (cpu == LM_LLAMA_CPU_AVX2) {
+            float a[8];
+            _mm256_storeu_ps(a, _mm256_add_ps(_mm256_add_ps(c[0], c[2]),
+                                              _mm256_add_ps(c[1], c[3])));
+            sum += (double)combine_hsum(a);
+        } else {
+            float a[2][16];
+            for (size_t h = 0; h < 2; h++) {
+                _mm256_storeu_ps(a[h], c[2 * h]);
+                _mm256_storeu_ps(a[h] + 8, c[2 * h + 1]);
+            }
+            sum += (double)reduce16(a[0]);
+            sum += (double)reduce16(a[1]);
+        }
+        for (size_t e = np; e < n; e++)
+            sum += (double)(lm_bf16_to_f32(lm__u16(row + 2 * e)) * x[e]);
+        out[r - r0] = (float)sum;
+    }
 }
 
 #define LM_F16X2_ZERO ((f16x2){_mm256_setzero_ps(), _mm256_setzero_ps()})
@@ -1744,7 +1881,8 @@ bf16_rows_512(const lm_matrix *w, const float *x, float *out, size_t r0, size_t 
     const size_t n = w->cols, np = n & ~(size_t)63;
     if (n > XB) {
         for (size_t r = r0; r < r1; r++)
-            out[r - r0] = ref_dot_bf16((const unsigned char *)w->data + r * w->row_bytes, x, n);
+            out[r - r0] = ref_dot_bf16((const unsigned char *)w->data + r * w->row_bytes, x, n,
+                                       LM_LLAMA_CPU_AVX512_BF16);
         return;
     }
     for (size_t i = 0; i < np; i++)
@@ -1778,7 +1916,7 @@ __attribute__((target("avx2,f16c,fma"))) static void ints32_rows(const lm_matrix
                                                                   const lm_q8 *xq, float *out,
                                                                   size_t r0, size_t r1)
 {
-    const llama_order ord = order_of(w);
+    const llama_order ord = order_of(w, (lm_llama_cpu)xq->fused);
     const size_t bb = lm_dtype_block_bytes(w->type), nb = w->cols / 32;
     for (size_t r = r0; r < r1; r++) {
         const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
@@ -1808,7 +1946,7 @@ __attribute__((target("avx2,f16c,fma"))) static void ints256_rows(const lm_matri
                                                                    const lm_q8 *xq, float *out,
                                                                    size_t r0, size_t r1)
 {
-    const int repacked = order_of(w) == ORD_REPACKK;
+    const int repacked = order_of(w, (lm_llama_cpu)xq->fused) == ORD_REPACKK;
     const size_t bb = lm_dtype_block_bytes(w->type), nb = w->cols / 256;
     int16_t bs16[FUSED_BLOCKS * 16];
     q8_k_sums(xq->q, nb, 16, bs16);
@@ -1848,18 +1986,28 @@ void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *
 {
     if (isa == LM_ISA_COUNT)
         isa = lm_isa_active();
-    const llama_order ord = xq && xq->fused ? order_of(w) : ORD_NONE;
+    const lm_llama_cpu cpu = xq ? (lm_llama_cpu)xq->fused : LM_LLAMA_CPU_AUTO;
+    const llama_order ord = cpu != LM_LLAMA_CPU_AUTO ? order_of(w, cpu) : ORD_NONE;
     if (ord != ORD_NONE) {
 #if LM_X86
         if (isa != LM_ISA_SCALAR && has_fma()) {
-            const int wide = isa == LM_ISA_AVX512;
+            const int wide = isa == LM_ISA_AVX512, lanes8 = cpu == LM_LLAMA_CPU_AVX2;
             if (ord == ORD_F16 || ord == ORD_F32) {
-                (ord == ORD_F16 ? wide ? f16_vecdot_rows_512 : f16_vecdot_rows
-                                : wide ? f32_vecdot_rows_512 : f32_vecdot_rows)(w, x, out, r0, r1);
+                (ord == ORD_F16 ? lanes8 ? f16_vecdot8_rows
+                                  : wide ? f16_vecdot_rows_512
+                                         : f16_vecdot_rows
+                 : lanes8 ? f32_vecdot8_rows
+                 : wide   ? f32_vecdot_rows_512
+                          : f32_vecdot_rows)(w, x, out, r0, r1);
                 return;
             }
-            if (ord == ORD_BF16 && wide && has_avx512bf16()) {
-                bf16_rows_512(w, x, out, r0, r1);
+            if (ord == ORD_BF16) {
+                if (cpu != LM_LLAMA_CPU_AVX512_BF16)
+                    bf16_rows(w, x, out, r0, r1, cpu);
+                else if (wide && has_avx512bf16())
+                    bf16_rows_512(w, x, out, r0, r1);
+                else
+                    lm_matvec_ref(w, x, xq, out, r0, r1);
                 return;
             }
             if (w->type == LM_Q8_0) {

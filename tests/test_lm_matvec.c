@@ -599,7 +599,7 @@ static void test_llama_q8_0(void)
         xq[j] = (int8_t)(j + 1);
     xd[0] = 0.5f;
     lm_matrix w1 = {.data = row, .type = LM_Q8_0, .rows = 1, .cols = 32, .row_bytes = 34};
-    lm_q8 q1 = {xq, xd, 32, 1, NULL};
+    lm_q8 q1 = {xq, xd, 32, LM_LLAMA_CPU_AVX2, NULL};
     float out = 0;
     lm_matvec_ref(&w1, NULL, &q1, &out, 0, 1);
     ASSERT_TRUE(out == 264.0f); /* 0.5 * (1 + ... + 32) */
@@ -607,7 +607,7 @@ static void test_llama_q8_0(void)
     lm_matrix w = random_matrix(LM_Q8_0, 37, 512, 0, &data, &scales);
     float *x = random_x(512), xt[512], *ref = malloc(37 * sizeof *ref), *got = malloc(37 * 4);
     lm_llama_quantize(LM_IN_Q8_0, x, 512, xt, xq, xd, NULL);
-    lm_q8 q8 = {xq, xd, 32, 1, NULL}, plain = {xq, xd, 32, 0, NULL};
+    lm_q8 q8 = {xq, xd, 32, LM_LLAMA_CPU_AVX2, NULL}, plain = {xq, xd, 32, 0, NULL};
     lm_matvec_ref(&w, xt, &q8, ref, 0, 37);
     lm_matvec_ref(&w, xt, &plain, got, 0, 37);
     size_t moved = 0; /* the fused order is another arithmetic: some row moves */
@@ -640,6 +640,7 @@ static void test_llama_fused_types(void)
                                      LM_Q4_1, LM_Q5_1, LM_Q4_0,   LM_IQ4_NL, LM_Q2_K,
                                      LM_Q3_K, LM_Q4_K, LM_Q5_K,   LM_Q6_K,  LM_IQ4_XS};
     const size_t cols = 768; /* three blocks of 256: IQ4_NL's odd count of pairs */
+    for (int cpu = LM_LLAMA_CPU_AVX2; cpu < LM_LLAMA_CPU_COUNT; cpu++)
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (size_t rows = 16; rows >= 13; rows -= 3) {
             const lm_llama_in kind = lm_llama_input(types[t]);
@@ -648,7 +649,7 @@ static void test_llama_fused_types(void)
             float *x = random_x(cols), xt[768], xd[24], xs[24], deq[768];
             int8_t xq[768];
             lm_llama_quantize(kind, x, cols, xt, xq, xd, xs);
-            lm_q8 q8 = {xq, xd, 32, 1, xs}, own = {xq, xd, 32, 0, xs};
+            lm_q8 q8 = {xq, xd, 32, cpu, xs};
             float got[16], mine[16];
             lm_matvec_ref(&w, xt, &q8, got, 0, rows);
             for (int isa = 0; isa < LM_ISA_COUNT; isa++) { /* every path the reference's bits */
@@ -659,8 +660,9 @@ static void test_llama_fused_types(void)
                 lm_matvec_rows(&w, xt, &q8, vec, 0, rows, (lm_isa)isa);
                 lm_matvec_rows(&w, xt, &q8, vec + 3, 3, 11, (lm_isa)isa); /* a range inside */
                 if (!same_bits(vec, got, rows))
-                    CHECK_FAIL_AT("llama %s, %zu rows: %s differs from the reference",
-                                  lm_dtype_name(types[t]), rows, lm_isa_name((lm_isa)isa));
+                    CHECK_FAIL_AT("llama %s (%s), %zu rows: %s differs from the reference",
+                                  lm_dtype_name(types[t]), lm_llama_cpu_name((lm_llama_cpu)cpu),
+                                  rows, lm_isa_name((lm_isa)isa));
             }
             /* the decoder's own order on the same converted input */
             if (lm_matrix_q8_group(&w) == 0) {
@@ -672,7 +674,6 @@ static void test_llama_fused_types(void)
                     CHECK_FAIL_AT("llama %s, %zu rows: every row is the decoder's own sum",
                                   lm_dtype_name(types[t]), rows);
             }
-            (void)own;
             size_t bad = 0;
             for (size_t r = 0; r < rows; r++) {
                 lm_matrix_row(&w, r, deq);
@@ -699,7 +700,7 @@ static void test_llama_fused_types(void)
                 }
             }
             /* the mutation: the input shifted by one block of 256 */
-            lm_q8 off = {xq + 256, xd + 8, 32, 1, xs + 8};
+            lm_q8 off = {xq + 256, xd + 8, 32, cpu, xs + 8};
             lm_matrix part = w;
             part.cols = cols - 256; /* what the shifted input can still cover */
             float moved[16];
@@ -732,7 +733,7 @@ static void test_llama_bf16(void)
     for (size_t j = 0; j < 128; j++)
         put16(row + 2 * j, j == 1 ? 0x4b80 : j == 64 ? 0x4000 : j == 65 ? 0x3f80 : 0), x[j] = 1;
     lm_matrix w = {.data = row, .type = LM_BF16, .rows = 1, .cols = 128, .row_bytes = 256};
-    lm_q8 q8 = {NULL, NULL, 32, 1, NULL};
+    lm_q8 q8 = {NULL, NULL, 32, LM_LLAMA_CPU_AVX512_BF16, NULL};
     for (int pass = 0; pass < 3; pass++) {
         /* pass 1: a subnormal weight 2^-127 against 2^100 reads as 0 (not
          * 2^-27); pass 2: 2^-70 * 2^-70 is flushed (not 2^-140) */
@@ -772,6 +773,57 @@ static void test_llama_bf16(void)
     free(data), free(scales), free(xr);
 }
 
+/* The three variants' orders tell apart, by hand (64 columns: w0 x0 =
+ * 2^24, then products of 1): F16 and F32 with ones at 1 and 3 (AVX-512's
+ * 16-lane reduction adds the two ones first: 2^24 + 2; AVX2's 8-lane one
+ * meets 2^24 with each, ties to even: 2^24), BF16 with ones at 16 and 24
+ * (AVX2 adds element e + 16 and e + 24 to e's lane first: 2^24; AVX-512
+ * alone reduces elements 16..31 apart, into the double: 2^24 + 2; dpbf16
+ * puts 16 and 24 in lanes 8 and 12, each added to 2^24 alone: 2^24); then
+ * every type's reference and paths in every variant (test_llama_fused_types
+ * holds them per variant). */
+static void test_llama_variants(void)
+{
+    static const float f16_want[LM_LLAMA_CPU_COUNT] = {0, 16777216.0f, 16777218.0f,
+                                                       16777218.0f};
+    static const float bf16_want[LM_LLAMA_CPU_COUNT] = {0, 16777216.0f, 16777218.0f,
+                                                        16777216.0f};
+    for (int cpu = LM_LLAMA_CPU_AVX2; cpu < LM_LLAMA_CPU_COUNT; cpu++) {
+        unsigned char h[128], b[128], f[256];
+        float x16[64], xb[64];
+        for (size_t j = 0; j < 64; j++) {
+            const int one = j == 1 || j == 3, bone = j == 16 || j == 24;
+            put16(h + 2 * j, j == 0 ? 0x6800 /* 2048 */ : one ? 0x3c00 : 0);
+            put16(b + 2 * j, j == 0 ? 0x4b80 /* 2^24 */ : bone ? 0x3f80 : 0);
+            const float fw = j == 0 ? 2048.0f : one ? 1.0f : 0.0f;
+            memcpy(f + 4 * j, &fw, 4);
+            x16[j] = j == 0 ? 8192.0f : 1.0f, xb[j] = 1.0f;
+        }
+        lm_matrix wh = {.data = h, .type = LM_F16, .rows = 1, .cols = 64, .row_bytes = 128};
+        lm_matrix wb = {.data = b, .type = LM_BF16, .rows = 1, .cols = 64, .row_bytes = 128};
+        lm_matrix wf = {.data = f, .type = LM_F32, .rows = 1, .cols = 64, .row_bytes = 256};
+        const lm_q8 q8 = {NULL, NULL, 32, cpu, NULL};
+        ASSERT_TRUE(lm_dot_f16(x16, NULL, h, 64, (lm_llama_cpu)cpu) == f16_want[cpu]);
+        for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+            float gh = -1, gb = -1, gf = -1;
+            if (!lm_isa_supported((lm_isa)isa))
+                continue;
+            lm_matvec_rows(&wh, x16, &q8, &gh, 0, 1, (lm_isa)isa);
+            lm_matvec_rows(&wf, x16, &q8, &gf, 0, 1, (lm_isa)isa);
+            lm_matvec_rows(&wb, xb, &q8, &gb, 0, 1, (lm_isa)isa);
+            if (!(gh == f16_want[cpu] && gf == f16_want[cpu] && gb == bf16_want[cpu]))
+                CHECK_FAIL_AT("variant %s, %s: F16 %.9g, F32 %.9g (want %.9g), BF16 %.9g "
+                              "(want %.9g)", lm_llama_cpu_name((lm_llama_cpu)cpu),
+                              lm_isa_name((lm_isa)isa), (double)gh, (double)gf,
+                              (double)f16_want[cpu], (double)gb, (double)bf16_want[cpu]);
+        }
+    }
+    ASSERT_TRUE(lm_llama_cpu_detect() >= LM_LLAMA_CPU_AVX2 &&
+                lm_llama_cpu_detect() < LM_LLAMA_CPU_COUNT);
+    ASSERT_TRUE(strcmp(lm_llama_cpu_name(LM_LLAMA_CPU_AVX512_BF16), "avx512-bf16") == 0);
+    printf("  llama.cpp's CPU variant here: %s\n", lm_llama_cpu_name(lm_llama_cpu_detect()));
+}
+
 /* F16 rows in llama.cpp's order for one token, ggml_vec_dot_f16's (4 x 16
  * lanes over steps of 64, the leftover in double; llamafile's tinyBLAS
  * only takes products of two columns and more): within float rounding of
@@ -787,7 +839,7 @@ static void test_llama_f16_order(void)
         lm_matrix w = random_matrix(LM_F16, rows, cols, 0, &data, &scales);
         float *x = random_x(cols), xt[256], got[8], vec[8], deq[256];
         lm_llama_quantize(LM_IN_F16, x, cols, xt, NULL, NULL, NULL);
-        lm_q8 q8 = {NULL, NULL, 32, 1, NULL};
+        lm_q8 q8 = {NULL, NULL, 32, LM_LLAMA_CPU_AVX512, NULL};
         lm_matvec_ref(&w, xt, &q8, got, 0, rows);
         for (size_t r = 0; r < rows; r++) {
             lm_matrix_row(&w, r, deq);
@@ -821,7 +873,7 @@ static void test_llama_f16_order(void)
     lm_matrix w8 = {.data = row, .type = LM_F16, .rows = 8, .cols = 80, .row_bytes = 160};
     for (size_t r = 1; r < 8; r++)
         memcpy(row + 160 * r, row, 160);
-    lm_q8 q8 = {NULL, NULL, 32, 1, NULL};
+    lm_q8 q8 = {NULL, NULL, 32, LM_LLAMA_CPU_AVX512, NULL};
     for (size_t rows = 8; rows >= 5; rows -= 3) {
         w8.rows = rows;
         for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
@@ -911,6 +963,7 @@ int main(int argc, char **argv)
     RUN(test_llama_round_vectors);
     RUN(test_llama_f16_order);
     RUN(test_llama_bf16);
+    RUN(test_llama_variants);
     RUN(test_isa_force);
     RUN(test_threads);
     return CHECK_DONE();
