@@ -26,11 +26,15 @@
  * (EVEX encoding, 32 registers), but the 4-bit types' own: the lane order
  * is fixed at 8. Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS
  * share one kernel (k_deq) that calls quant.c's dequantization itself and
- * vectorises only the products. llama.cpp's orders (lm_q8.fused) have
- * references of their own (ref_dot_fused, lm_dot_f16), and row kernels
- * equal to them for Q8_0, Q4_K, Q6_K and F16, with fused multiply-adds
- * where the reference has them (fmaf) or where they round as a multiply and
- * add (products of two float16 values, exact in float32).
+ * vectorises only the products. llama.cpp's orders (lm_q8.fused: one per
+ * type, layout and CPU variant, the ORD_* list below) have references of
+ * their own (ref_dot_llama), and row kernels equal to them: F32 and F16 in
+ * its lanes, BF16 by its instruction or its lanes, Q8_0, Q4_K and Q6_K by
+ * their own kernels, the other block types by two generic ones (exact
+ * integer lanes, then the reference's float steps, k_step and step32,
+ * shared), with fused multiply-adds where the reference has them (fmaf) or
+ * where they round as a multiply and add (products of two float16 or
+ * bfloat16 values, exact in float32).
  *
  * Shapes: W (rows, cols) row-major, row r at data + r * row_bytes; x
  * (cols); out (r1 - r0).
@@ -1672,15 +1676,16 @@ LM_FUSED_512 static void q4_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq
 
 #if LM_X86
 /* lm_dot_f16's and ref_dot_f32's orders on F16 and F32 rows, four at a
- * time: per row four accumulators of 16 lanes over whole steps of 64 (one
- * AVX-512 register each, or two of AVX2's, lanes 0..7 and 8..15), fused
- * multiply-adds (F16: of products exact in float32), reduced as the
- * references do, then their leftover (TAIL): the same bits. */
-#define LM_VECDOT(NAME, TARGET, VEC, LOAD_X, LOAD_W, WB, FMA, ADD, ZERO, TAIL)                  \
+ * time: per row four accumulators of L lanes (16: one AVX-512 register
+ * each, or two of AVX2's, lanes 0..7 and 8..15; 8: the AVX2 variant's, one
+ * of AVX2's) over whole steps of 4 L, fused multiply-adds (F16: of products
+ * exact in float32), added (0 + 2) + (1 + 3) and reduced as the references
+ * do, then their leftover (TAIL): the same bits. */
+#define LM_VECDOT(NAME, TARGET, L, VEC, LOAD_X, LOAD_W, WB, FMA, ADD, ZERO, TAIL)               \
     TARGET static void NAME(const lm_matrix *w, const float *x, float *out, size_t r0,         \
                             size_t r1)                                                         \
     {                                                                                          \
-        const size_t n = w->cols, np = n & ~(size_t)63;                                        \
+        const size_t n = w->cols, np = n / (4 * L) * (4 * L);                                  \
         for (size_t r = r0; r < r1; r += 4) {                                                  \
             const unsigned char *p[4];                                                         \
             VEC acc[4][4];                                                                     \
@@ -1690,17 +1695,17 @@ LM_FUSED_512 static void q4_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq
                 for (size_t a = 0; a < 4; a++)                                                 \
                     acc[k][a] = ZERO;                                                          \
             }                                                                                  \
-            for (size_t i = 0; i < np; i += 64)                                                \
+            for (size_t i = 0; i < np; i += 4 * L)                                             \
                 for (size_t a = 0; a < 4; a++) {                                               \
-                    const VEC xv = LOAD_X(x + i + 16 * a);                                     \
+                    const VEC xv = LOAD_X(x + i + L * a);                                      \
                     for (size_t k = 0; k < 4; k++)                                             \
-                        acc[k][a] = FMA(LOAD_W(p[k] + WB * (i + 16 * a)), xv, acc[k][a]);      \
+                        acc[k][a] = FMA(LOAD_W(p[k] + WB * (i + L * a)), xv, acc[k][a]);       \
                 }                                                                              \
             for (size_t k = 0; k < 4 && r + k < r1; k++) {                                     \
                 const VEC s = ADD(ADD(acc[k][0], acc[k][2]), ADD(acc[k][1], acc[k][3]));       \
                 float a[16];                                                                   \
-                memcpy(a, &s, sizeof a);                                                       \
-                out[r - r0 + k] = TAIL(a, 16, p[k], x, np, n);                                 \
+                memcpy(a, &s, sizeof s);                                                       \
+                out[r - r0 + k] = TAIL(a, L, p[k], x, np, n);                                  \
             }                                                                                  \
         }                                                                                      \
     }
@@ -1771,46 +1776,16 @@ __attribute__((target("avx2,f16c,fma"))) static inline float tail_f32(const floa
     return sum;
 }
 
-/* The same orders of the AVX2 variant (lm_llama_cpu): four accumulators of
- * 8 lanes over whole steps of 32, four rows at a time. */
-#define LM_VECDOT8(NAME, LOAD_W, WB, TAIL)                                                     \
-    __attribute__((target("avx2,f16c,fma"))) static void NAME(                                 \
-        const lm_matrix *w, const float *x, float *out, size_t r0, size_t r1)                  \
-    {                                                                                          \
-        const size_t n = w->cols, np = n & ~(size_t)31;                                        \
-        for (size_t r = r0; r < r1; r += 4) {                                                  \
-            const unsigned char *p[4];                                                         \
-            __m256 acc[4][4];                                                                  \
-            for (size_t k = 0; k < 4; k++) {                                                   \
-                p[k] = (const unsigned char *)w->data +                                        \
-                       (r + k < r1 ? r + k : r1 - 1) * w->row_bytes;                           \
-                for (size_t a = 0; a < 4; a++)                                                 \
-                    acc[k][a] = _mm256_setzero_ps();                                           \
-            }                                                                                  \
-            for (size_t i = 0; i < np; i += 32)                                                \
-                for (size_t a = 0; a < 4; a++) {                                               \
-                    const __m256 xv = _mm256_loadu_ps(x + i + 8 * a);                          \
-                    for (size_t k = 0; k < 4; k++)                                             \
-                        acc[k][a] =                                                            \
-                            _mm256_fmadd_ps(LOAD_W(p[k] + WB * (i + 8 * a)), xv, acc[k][a]);   \
-                }                                                                              \
-            for (size_t k = 0; k < 4 && r + k < r1; k++) {                                     \
-                const __m256 s = _mm256_add_ps(_mm256_add_ps(acc[k][0], acc[k][2]),            \
-                                               _mm256_add_ps(acc[k][1], acc[k][3]));           \
-                float a[16];                                                                   \
-                _mm256_storeu_ps(a, s);                                                        \
-                out[r - r0 + k] = TAIL(a, 8, p[k], x, np, n);                                  \
-            }                                                                                  \
-        }                                                                                      \
-    }
-
-__attribute__((target("avx2,f16c,fma"))) static inline __m256 f32_w256(const unsigned char *p)
+#define LM_AVX2_FMA __attribute__((target("avx2,f16c,fma")))
+LM_AVX2_FMA static inline __m256 f32_w256(const unsigned char *p)
 {
     return _mm256_loadu_ps((const float *)(const void *)p);
 }
 
-LM_VECDOT8(f16_vecdot8_rows, load_f16, 2, tail_f16)
-LM_VECDOT8(f32_vecdot8_rows, f32_w256, 4, tail_f32)
+LM_VECDOT(f16_vecdot8_rows, LM_AVX2_FMA, 8, __m256, _mm256_loadu_ps, load_f16, 2, _mm256_fmadd_ps,
+          _mm256_add_ps, _mm256_setzero_ps(), tail_f16)
+LM_VECDOT(f32_vecdot8_rows, LM_AVX2_FMA, 8, __m256, _mm256_loadu_ps, f32_w256, 4, _mm256_fmadd_ps,
+          _mm256_add_ps, _mm256_setzero_ps(), tail_f32)
 
 /* ref_dot_bf16 without AVX512_BF16 (the AVX-512 and AVX2 variants), row by
  * row: four accumulators of 8 lanes over steps of 32 (the AVX-512 ones as
@@ -1851,13 +1826,13 @@ __attribute__((target("avx2,f16c,fma"))) static void bf16_rows(const lm_matrix *
 }
 
 #define LM_F16X2_ZERO ((f16x2){_mm256_setzero_ps(), _mm256_setzero_ps()})
-LM_VECDOT(f16_vecdot_rows, __attribute__((target("avx2,f16c,fma"))), f16x2, f16x2_x, f16x2_w, 2,
-          f16x2_fma, f16x2_add, LM_F16X2_ZERO, tail_f16)
-LM_VECDOT(f16_vecdot_rows_512, LM_FUSED_512, __m512, _mm512_loadu_ps, f16_w512, 2,
+LM_VECDOT(f16_vecdot_rows, LM_AVX2_FMA, 16, f16x2, f16x2_x, f16x2_w,
+          2, f16x2_fma, f16x2_add, LM_F16X2_ZERO, tail_f16)
+LM_VECDOT(f16_vecdot_rows_512, LM_FUSED_512, 16, __m512, _mm512_loadu_ps, f16_w512, 2,
           _mm512_fmadd_ps, _mm512_add_ps, _mm512_setzero_ps(), tail_f16)
-LM_VECDOT(f32_vecdot_rows, __attribute__((target("avx2,f16c,fma"))), f16x2, f16x2_x, f32x2_w, 4,
-          f16x2_fma, f16x2_add, LM_F16X2_ZERO, tail_f32)
-LM_VECDOT(f32_vecdot_rows_512, LM_FUSED_512, __m512, _mm512_loadu_ps, f32_w512, 4,
+LM_VECDOT(f32_vecdot_rows, LM_AVX2_FMA, 16, f16x2, f16x2_x, f32x2_w,
+          4, f16x2_fma, f16x2_add, LM_F16X2_ZERO, tail_f32)
+LM_VECDOT(f32_vecdot_rows_512, LM_FUSED_512, 16, __m512, _mm512_loadu_ps, f32_w512, 4,
           _mm512_fmadd_ps, _mm512_add_ps, _mm512_setzero_ps(), tail_f32)
 
 /* AVX512_BF16 (cpuid leaf 7, subleaf 1, EAX bit 5): llama.cpp's BF16 dot
