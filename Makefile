@@ -36,7 +36,7 @@ TEST_DEPS_STAMP = build/.test-deps-ok
 QUIET = ./scripts/quiet.sh
 CONFIGURE = cmake -DKVE_WERROR=ON $(CMAKE_FLAGS)
 
-.PHONY: all deps run bench llama-bench lm-vs-llama llama-docs bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model leaderboard python-bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
+.PHONY: all deps run bench llama-bench lm-vs-llama llama-docs llama-agreement bench-weights gguf-docs perf-docs prefill-docs duo-docs qk-scaling-docs budgets-docs real-model leaderboard python-bench test test-release test-asan test-tsan fuzz ci-gates clean plots docs model
 
 all: build/kvevict
 
@@ -92,6 +92,16 @@ lm-vs-llama: build/kvevict
 llama-docs: build/kvevict
 	@$(QUIET) build/build.log sh -c '$(CONFIGURE) -S . -B build -DKVEVICT_LLAMA=ON && cmake --build build -j $(JOBS)'
 	./scripts/llama-docs.sh build
+
+# docs/decoder.md's agreement tables: --products llama and exact against
+# llama.cpp on every type its quantizer writes, from the committed model and
+# a 256-wide one (scripts/llama-agreement.sh: logits of 200 tokens, bits per
+# byte of 9000 held-out bytes; a few minutes). Deterministic for a given CPU
+# library of llama.cpp; test_llama re-makes the rows where it is the same.
+llama-agreement: build/kvevict
+	@$(QUIET) build/build.log sh -c '$(CONFIGURE) -S . -B build -DKVEVICT_LLAMA=ON && cmake --build build -j $(JOBS)'
+	./scripts/llama-agreement.sh build docs/data/llama-agreement.jsonl
+	./build/kvevict-docs docs docs/decoder.md
 
 # The committed model in every format and weight type, and their bits per
 # byte on the held-out books (docs/data/gguf/, rendered in docs/decoder.md;

@@ -227,8 +227,8 @@ static void rope_row_llama(float *rope, int64_t pos, size_t S, const lm_model *m
             const size_t pair = i / 2; /* ggml's i0 / 2 */
             const float y = ((float)pair - lo) / fmaxf(0.001f, hi - lo);
             const float mix = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
-            t = t * (1 - mix) + extrap * mix;
-            ms *= 1.0f + 0.1f * logf(1.0f / fs);
+            t = fmaf(t, 1 - mix, extrap * mix); /* contracted, as rotate_llama's */
+            ms *= fmaf(logf(1.0f / fs), 0.1f, 1.0f);
         }
         rope[i] = cosf(t) * ms;
         rope[i + 1] = sinf(t) * ms;
@@ -248,6 +248,18 @@ static void rotate(float *vec, const float *rope, size_t S)
         float v0 = vec[i], v1 = vec[i + 1];
         vec[i] = v0 * rope[i] - v1 * rope[i + 1];
         vec[i + 1] = v0 * rope[i + 1] + v1 * rope[i];
+    }
+}
+
+/* rotate as ggml's rotate_pairs runs in llama.cpp's CPU back end
+ * (LM_PRODUCTS_LLAMA): the build contracts x0 cos - x1 sin and x0 sin + x1
+ * cos into fused multiply-adds of the second product, rounded first. */
+static void rotate_llama(float *vec, const float *rope, size_t S)
+{
+    for (size_t i = 0; i < S; i += 2) {
+        const float v0 = vec[i], v1 = vec[i + 1];
+        vec[i] = fmaf(v0, rope[i], -(v1 * rope[i + 1]));
+        vec[i + 1] = fmaf(v0, rope[i + 1], v1 * rope[i]);
     }
 }
 
@@ -395,6 +407,9 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     if (opt->products != LM_PRODUCTS_EXACT && opt->products != LM_PRODUCTS_LLAMA)
         return kve_set_error(KVE_EINVAL, "decoder: products %d is neither exact (0) nor llama (1)",
                              (int)opt->products);
+    if ((unsigned)opt->llama_cpu >= LM_LLAMA_CPU_COUNT)
+        return kve_set_error(KVE_EINVAL, "decoder: llama_cpu %d is not a variant (0 .. %d)",
+                             (int)opt->llama_cpu, LM_LLAMA_CPU_COUNT - 1);
     const lm_config *c = &m->config;
     size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
     size_t H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
@@ -404,6 +419,8 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
         return kve_set_error(KVE_ENOMEM, "decoder: out of memory");
     s->model = m;
     s->opt = *opt;
+    if (s->opt.llama_cpu == LM_LLAMA_CPU_AUTO) /* the variant llama.cpp loads here */
+        s->opt.llama_cpu = lm_llama_cpu_detect();
     if (opt->allocator) { /* the state's own copy, which its blocks and bank use */
         s->alloc = *opt->allocator;
         s->opt.allocator = &s->alloc;
@@ -647,31 +664,50 @@ static kve_status kvzip_value_norms(lm_state *s, size_t n, float *row)
 
 /* exp as ggml's AVX-512 builds compute it (ggml_v_expf), lane by lane with
  * fused multiply-adds: n = round(x / ln 2), b = x - n ln 2 in two parts, a
- * polynomial in b, scaled by 2^n; beyond |n| > 192, 0 or infinity. */
-static float expf_ggml(float x)
+ * polynomial in b, scaled by 2^n; beyond |n| > 192, 0 or infinity. The
+ * AVX2 builds' (avx2 = 1): the polynomial's last term b c1 rather than 1 +
+ * b c1, then k + k j with k = 2^n from the bits of z; past |n| > 126 two
+ * scales s1 s2 (s2 + s2 j) s1, past 192 s1 s1. */
+static float expf_ggml(float x, int avx2)
 {
     const float r = 0x1.8p23f, z = fmaf(x, 0x1.715476p+0f, r), n = z - r;
     const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
     if (n != n) /* NaN in, NaN out (before the cast below) */
         return n;
-    if (fabsf(n) > 192.0f)
-        return n <= 0.0f ? 0.0f : INFINITY;
     const float u = b * b;
-    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                              fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
-    return ldexpf(j, (int)n); /* _mm512_scalef_ps */
+    const float p = fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                         fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f));
+    if (!avx2) {
+        if (fabsf(n) > 192.0f)
+            return n <= 0.0f ? 0.0f : INFINITY;
+        return ldexpf(fmaf(p, u, fmaf(0x1.ffffecp-1f, b, 1.0f)), (int)n); /* _mm512_scalef_ps */
+    }
+    const float j = fmaf(p, u, 0x1.ffffecp-1f * b);
+    uint32_t zb, one = 0x3f800000u;
+    memcpy(&zb, &z, sizeof zb);
+    const uint32_t e = zb << 23, kb = e + one, g = n <= 0.0f ? 0x82000000u : 0;
+    const uint32_t s1b = g + 0x7f000000u, s2b = e - g;
+    float k, s1, s2;
+    memcpy(&k, &kb, sizeof k);
+    memcpy(&s1, &s1b, sizeof s1);
+    memcpy(&s2, &s2b, sizeof s2);
+    if (fabsf(n) > 192.0f)
+        return s1 * s1;
+    if (fabsf(n) > 126.0f)
+        return fmaf(s2, j, s2) * s1;
+    return fmaf(k, j, k);
 }
 
-/* h[i] = silu(h[i]) * g[i] as ggml_vec_swiglu_f32 (AVX-512): silu(x) = x /
- * (1 + expf_ggml(-x)) in whole groups of 16, the leftover with the C
+/* h[i] = silu(h[i]) * g[i] as ggml_vec_swiglu_f32: silu(x) = x / (1 +
+ * expf_ggml(-x)) in whole groups of 16 (AVX2: 8), the leftover with the C
  * library's expf (ggml_silu_f32). */
-static void swiglu_llama(float *h, const float *g, size_t n)
+static void swiglu_llama(float *h, const float *g, size_t n, lm_llama_cpu cpu)
 {
-    const size_t whole = n & ~(size_t)15;
+    const int avx2 = cpu == LM_LLAMA_CPU_AVX2;
+    const size_t whole = n & ~(size_t)(avx2 ? 7 : 15);
     size_t i = 0;
     for (; i < whole; i++)
-        h[i] = h[i] / (1.0f + expf_ggml(0.0f - h[i])) * g[i];
+        h[i] = h[i] / (1.0f + expf_ggml(0.0f - h[i], avx2)) * g[i];
     for (; i < n; i++)
         h[i] = h[i] / (1.0f + expf(-h[i])) * g[i];
 }
@@ -681,8 +717,8 @@ static void swiglu_llama(float *h, const float *g, size_t n)
  * s_i = (q16 . k_i) * (1 / sqrt(S)) in s[], then the online softmax with
  * its value accumulator in float16: on a new maximum M the accumulator is
  * scaled by exp(M_old - M) and rounded, each value added times exp(s_i -
- * M) and rounded (as ggml_vec_mad_f16 on AVX-512: a fused multiply-add over
- * whole steps of 64 dimensions, the leftover multiplied and added), and
+ * M) and rounded (ggml_vec_mad_f16: a fused multiply-add for every
+ * dimension, lm_f16_mad), and
  * the sum of the weights kept in float; out = the accumulator times 1 /
  * sum. */
 static void flash_f16(const float *s, size_t n, const float *values, size_t S, float *out)
@@ -733,13 +769,13 @@ static void attend(lm_state *s, size_t l)
         k->n = n + 1;
         const float *keys = k->key, *qrope = s->rope;
         if (s->opt.positions == LM_POS_ORIGINAL) {
-            rotate(krow, s->rope, S);
+            (llama ? rotate_llama : rotate)(krow, s->rope, S);
             if (llama)
                 lm_f16_round_n(krow, S);
         } else {
             for (size_t i = 0; i <= n; i++) {
                 memcpy(s->krot + i * S, k->key + i * S, S * sizeof(float));
-                rotate(s->krot + i * S, s->rope_table + i * S, S);
+                (llama ? rotate_llama : rotate)(s->krot + i * S, s->rope_table + i * S, S);
                 if (llama)
                     lm_f16_round_n(s->krot + i * S, S);
             }
@@ -750,14 +786,14 @@ static void attend(lm_state *s, size_t l)
         for (size_t r = 0; r < R; r++) {
             size_t h = g * R + r;
             float *q = s->q + h * S, *att = s->att + h * s->ld, *out = s->xb + h * S;
-            rotate(q, qrope, S);
+            (llama ? rotate_llama : rotate)(q, qrope, S);
             if (llama) { /* the scores from the float16 query; the policies get
                             their softmax in float32, as in the exact products */
                 memcpy(s->xl, q, S * sizeof(float));
                 lm_f16_round_n(s->xl, S); /* as its attention converts a query */
                 const float inv = 1.0f / scale;
                 for (size_t i = 0; i <= n; i++)
-                    att[i] = lm_dot_f16(s->xl, keys + i * S, NULL, S) * inv;
+                    att[i] = lm_dot_f16(s->xl, keys + i * S, NULL, S, s->opt.llama_cpu) * inv;
                 flash_f16(att, n + 1, k->value, S, out);
                 softmax(att, n + 1);
                 if (s->kz_active)
@@ -1219,7 +1255,7 @@ static void product(lm_state *s, const lm_product *p, size_t n, const float *x)
                 continue;
             }
             lm_llama_quantize(kind, x, sub[0].w->cols, s->xl, s->xq, s->xd, s->xs);
-            const lm_q8 xq = {s->xq, s->xd, 32, 1, s->xs};
+            const lm_q8 xq = {s->xq, s->xd, 32, (int)s->opt.llama_cpu, s->xs};
             lm_matvec(s->pool, sub, m, s->xl, &xq);
         }
         return;
@@ -1360,7 +1396,7 @@ kve_status lm_forward(lm_state *s, int32_t token)
         const lm_product up[2] = {{&ly->w1, s->hb}, {&ly->w3, s->hb2}};
         product(s, up, 2, s->xb);
         if (s->opt.products == LM_PRODUCTS_LLAMA) {
-            swiglu_llama(s->hb, s->hb2, F);
+            swiglu_llama(s->hb, s->hb2, F, s->opt.llama_cpu);
         } else {
             for (size_t i = 0; i < F; i++) {
                 float h = s->hb[i];

@@ -154,19 +154,47 @@ static inline float lm_f16_round(float f)
     return lm_f16_to_f32(lm_f32_to_f16(f));
 }
 /* lm_f16_round of x[0 .. n) in place; and out[j] = lm_f16_round(fmaf(v[j],
- * s, out[j])) for j below the last multiple of 64, lm_f16_round(out[j] +
- * v[j] * s) after it (ggml_vec_mad_f16 on AVX-512). The active
- * instruction set's path (matvec.c), bit for bit the scalar one's, NaN
- * included. */
+ * s, out[j])) for every j (ggml_vec_mad_f16 as llama.cpp's build compiles
+ * it: fused multiply-adds in its vectors, and its scalar leftover contracted
+ * to one too). The active instruction set's path (matvec.c), bit for bit
+ * the scalar one's, NaN included. */
 void lm_f16_round_n(float *x, size_t n);
 void lm_f16_mad(float *out, const float *v, float s, size_t n);
-/* x . y as ggml_vec_dot_f16 sums it on llama.cpp's AVX-512 builds
- * (GGML_F16_STEP 64: four accumulators of 16 lanes over whole steps,
- * reduced as GGML_F32x16_REDUCE and _mm512_reduce_add_ps do, the leftover
- * products added in double), on values already float16: y as floats, or,
- * when yh is not NULL, as float16 bits there. Every product is exact in
- * float32, so a fused multiply-add rounds as the plain one. */
-float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n);
+/* The CPU variants of llama.cpp's back end whose arithmetic
+ * LM_PRODUCTS_LLAMA follows. ggml builds one library per x86 family
+ * (libggml-cpu-haswell.so, -skylakex.so, -zen4.so, ...) and loads the
+ * best one the CPU runs; their float arithmetic falls in three kinds:
+ *   LM_LLAMA_CPU_AVX2         haswell, alderlake: 8-lane sums (F32, F16,
+ *                             BF16 dot products), ggml_v_expf's AVX2 form;
+ *   LM_LLAMA_CPU_AVX512       skylakex, cannonlake, cascadelake, icelake:
+ *                             16-lane sums, the AVX-512 exp, Q2_K repacked;
+ *   LM_LLAMA_CPU_AVX512_BF16  cooperlake, zen4 (and sapphirerapids, whose
+ *                             AMX kernels are not followed): BF16 products
+ *                             by vdpbf16ps.
+ * LM_LLAMA_CPU_AUTO: the one llama.cpp loads on this machine
+ * (lm_llama_cpu_detect: ggml's own test, AVX2 with FMA, F16C and BMI2;
+ * AVX-512 F, CD, VL, DQ and BW; BF16 with AVX512_VNNI). Elsewhere (no AVX2,
+ * other architectures) llama.cpp's arithmetic is not followed and detection
+ * says AVX2. */
+typedef enum lm_llama_cpu {
+    LM_LLAMA_CPU_AUTO = 0,
+    LM_LLAMA_CPU_AVX2,
+    LM_LLAMA_CPU_AVX512,
+    LM_LLAMA_CPU_AVX512_BF16,
+    LM_LLAMA_CPU_COUNT
+} lm_llama_cpu;
+lm_llama_cpu lm_llama_cpu_detect(void);
+/* "auto", "avx2", "avx512", "avx512-bf16"; "unknown" past the enum. */
+const char *lm_llama_cpu_name(lm_llama_cpu cpu);
+/* x . y as ggml_vec_dot_f16 sums it in the variant cpu (not AUTO): four
+ * accumulators of 16 lanes (AVX-512; 8 lanes with AVX2) over whole steps of
+ * 64 (32), reduced as GGML_F32x16_REDUCE and _mm512_reduce_add_ps do
+ * (GGML_F32x8_REDUCE's pairs), the leftover products added in double, on
+ * values already float16: y as floats, or, when yh is not NULL, as float16
+ * bits there. Every product is exact in float32, so a fused multiply-add
+ * rounds as the plain one. */
+float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n,
+                 lm_llama_cpu cpu);
 
 typedef struct lm_matrix {  /* W (rows, cols), row-major, in its stored type */
     const void *data;       /* rows * row_bytes bytes */
@@ -575,15 +603,18 @@ typedef void (*lm_qk_fn)(void *user, int32_t layer, int32_t pos, const float *q,
  * llama.cpp's CPU back end's, so that a GGUF gives the logits llama.cpp
  * gives (docs/decoder.md, "llama.cpp's arithmetic"):
  *   - each product's input converted for its weight type
- *     (lm_llama_quantize), Q8_0 rows summed as ggml_vec_dot_q8_0_q8_0;
+ *     (lm_llama_quantize), every row summed in the order llama.cpp sums it
+ *     for one token (its vec_dot functions, its repacked gemv: lm_q8.fused);
  *   - keys (after RoPE) and values stored in float16, as its cache; the
  *     attention its flash attention (a float16 query, scores summed as
  *     ggml_vec_dot_f16, an online softmax over a float16 accumulator);
- *   - RoPE's angles by ggml's repeated multiplication, RMS norm's squares
- *     summed in double, SwiGLU's exp as ggml_v_expf.
- * Where ggml's code differs by instruction set the decoder follows its
- * AVX-512 builds (what llama.cpp loads on an AVX-512 machine). The
- * policies get the same float32 softmax rows as under EXACT, computed from
+ *   - RoPE's angles by ggml's repeated multiplication and its rotation with
+ *     the fused multiply-adds its build compiles, RMS norm's squares summed
+ *     in double, SwiGLU's exp as ggml_v_expf.
+ * Where ggml's code differs by instruction set the decoder follows the
+ * variant lm_options.llama_cpu names (lm_llama_cpu: by default the one
+ * llama.cpp loads on the machine). The policies get the same float32
+ * softmax rows as under EXACT, computed from
  * LLAMA's scores. */
 typedef enum lm_products {
     LM_PRODUCTS_EXACT = 0,
@@ -633,6 +664,9 @@ typedef struct lm_options {
                                     budget (kve_spec_min_budget) */
     lm_products products;        /* LM_PRODUCTS_EXACT (0, the default) or
                                     LM_PRODUCTS_LLAMA (lm_llama_quantize) */
+    lm_llama_cpu llama_cpu;      /* LM_PRODUCTS_LLAMA: the CPU variant of llama.cpp
+                                    followed; LM_LLAMA_CPU_AUTO (0): the one it loads
+                                    here (lm_llama_cpu_detect) */
 } lm_options;
 
 typedef struct lm_cache { /* one (layer, KV head) */
@@ -974,11 +1008,10 @@ typedef struct lm_q8 {
     const int8_t *q;
     const float *d;
     size_t group;
-    int fused; /* 1 (LM_PRODUCTS_LLAMA): Q8_0, Q5_0, Q4_1 and Q5_1 rows accumulate as
-                  ggml's AVX2 vec_dot (ggml_vec_dot_q8_0_q8_0 ...): per block of 32 the
-                  exact sums of 4 products on 8 lanes, acc = fma(d_w d_x, sum, acc), the
-                  lanes added as hsum_float_8, then (Q4_1, Q5_1) plus the sum in order
-                  of m_w * s; 0: the exact products' order */
+    int fused; /* an lm_llama_cpu other than AUTO (LM_PRODUCTS_LLAMA): every row in
+                  the order llama.cpp's CPU variant sums it (matvec.c's ORD_*: the
+                  vec_dot functions, the repacked gemv, per type); 0: the exact
+                  products' order */
     const float *s; /* fused: (cols / 32) Q8_1's float16(d * sum of q) a block, the
                        unrounded d's (quantize_row_q8_1); NULL when no Q4_1 or Q5_1
                        row reads it */
@@ -999,7 +1032,8 @@ size_t lm_matrix_q8_group(const lm_matrix *w);
  *   LM_IN_Q8_K  Q2_K .. Q6_K, IQ4_XS: blocks of 256 as quantize_row_q8_K:
  *               m = the entry of largest |x| (the first), s = -127 / m, q =
  *               min(127, s x rounded), d = 1 / s, in float32
- *   LM_IN_NATIVE F32 (llama.cpp's own input) and I8G (llama2.c's runq.c:
+ *   LM_IN_F32   F32 weights: x as it is
+ *   LM_IN_NATIVE I8G (llama2.c's runq.c, which llama.cpp does not read:
  *               lm_quantize_q8), as in the exact products.
  * lm_llama_quantize writes x's conversion: xt (n floats) the converted
  * values (q * d), and for Q8_0 and Q8_K q (n) and d (n / 32, Q8_K's d
@@ -1014,7 +1048,8 @@ typedef enum lm_llama_in {
     LM_IN_F16,
     LM_IN_BF16,
     LM_IN_Q8_0,
-    LM_IN_Q8_K
+    LM_IN_Q8_K,
+    LM_IN_F32
 } lm_llama_in;
 lm_llama_in lm_llama_input(lm_dtype type);
 void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, int8_t *q, float *d,

@@ -26,11 +26,15 @@
  * (EVEX encoding, 32 registers), but the 4-bit types' own: the lane order
  * is fixed at 8. Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS
  * share one kernel (k_deq) that calls quant.c's dequantization itself and
- * vectorises only the products. llama.cpp's orders (lm_q8.fused) have
- * references of their own (ref_dot_fused, ref_dot_f16_llama), and row
- * kernels equal to them for Q8_0, Q4_K, Q6_K and F16, with fused
- * multiply-adds where the reference has them (fmaf) or where they round as
- * a multiply and add (products of two float16 values, exact in float32).
+ * vectorises only the products. llama.cpp's orders (lm_q8.fused: one per
+ * type, layout and CPU variant, the ORD_* list below) have references of
+ * their own (ref_dot_llama), and row kernels equal to them: F32 and F16 in
+ * its lanes, BF16 by its instruction or its lanes, Q8_0, Q4_K and Q6_K by
+ * their own kernels, the other block types by two generic ones (exact
+ * integer lanes, then the reference's float steps, k_step and step32,
+ * shared), with fused multiply-adds where the reference has them (fmaf) or
+ * where they round as a multiply and add (products of two float16 or
+ * bfloat16 values, exact in float32).
  *
  * Shapes: W (rows, cols) row-major, row r at data + r * row_bytes; x
  * (cols); out (r1 - r0).
@@ -128,6 +132,33 @@ const char *lm_isa_name(lm_isa isa)
     return (unsigned)isa < LM_ISA_COUNT ? names[isa] : "unknown";
 }
 
+/* ---- llama.cpp's CPU variant (lm_llama_cpu) ---- */
+
+lm_llama_cpu lm_llama_cpu_detect(void)
+{
+#if LM_X86
+    __builtin_cpu_init();
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                     __builtin_cpu_supports("bmi2") && has_f16c();
+    const int avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                       __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vl") &&
+                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+    unsigned a = 0, b, c, d;
+    const int bf16 = avx512 && __builtin_cpu_supports("avx512vnni") &&
+                     __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) != 0;
+    return bf16 ? LM_LLAMA_CPU_AVX512_BF16 : avx512 ? LM_LLAMA_CPU_AVX512 : LM_LLAMA_CPU_AVX2;
+#else
+    return LM_LLAMA_CPU_AVX2;
+#endif
+}
+
+const char *lm_llama_cpu_name(lm_llama_cpu cpu)
+{
+    static const char *const names[LM_LLAMA_CPU_COUNT] = {"auto", "avx2", "avx512",
+                                                          "avx512-bf16"};
+    return (unsigned)cpu < LM_LLAMA_CPU_COUNT ? names[cpu] : "unknown";
+}
+
 /* ---- the quantized input ---- */
 
 void lm_quantize_q8(const float *x, size_t n, size_t group, int8_t *q, float *d)
@@ -163,6 +194,8 @@ size_t lm_matrix_q8_group(const lm_matrix *w)
 lm_llama_in lm_llama_input(lm_dtype type)
 {
     switch (type) {
+    case LM_F32:
+        return LM_IN_F32;
     case LM_F16:
         return LM_IN_F16;
     case LM_BF16:
@@ -231,7 +264,8 @@ void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, in
         }
         return;
     }
-    memcpy(xt, x, n * sizeof *xt); /* LM_IN_NATIVE: the caller's own path */
+    if (xt != x) /* LM_IN_F32, LM_IN_NATIVE: as it is */
+        memcpy(xt, x, n * sizeof *xt);
 }
 
 /* ---- float16 rounding of vectors (llama.cpp's cache and attention) ---- */
@@ -244,9 +278,8 @@ static void f16_round_ref(float *x, size_t n)
 
 static void f16_mad_ref(float *out, const float *v, float s, size_t n)
 {
-    const size_t whole = n & ~(size_t)63;
     for (size_t j = 0; j < n; j++)
-        out[j] = lm_f16_round(j < whole ? fmaf(v[j], s, out[j]) : out[j] + v[j] * s);
+        out[j] = lm_f16_round(fmaf(v[j], s, out[j]));
 }
 
 #if LM_X86
@@ -272,13 +305,12 @@ LM_AVX2 static void f16_round_avx2(float *x, size_t n)
 __attribute__((target("avx2,f16c,fma"))) static void f16_mad_avx2(float *out, const float *v,
                                                                    float s, size_t n)
 {
-    const size_t whole = n & ~(size_t)63;
     const __m256 sv = _mm256_set1_ps(s);
-    for (size_t j = 0; j < whole; j += 8)
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
         _mm256_storeu_ps(out + j, f16_round8(_mm256_fmadd_ps(_mm256_loadu_ps(v + j), sv,
                                                              _mm256_loadu_ps(out + j))));
-    for (size_t j = whole; j < n; j++)
-        out[j] = lm_f16_round(out[j] + v[j] * s);
+    f16_mad_ref(out + j, v + j, s, n - j);
 }
 #endif
 
@@ -339,80 +371,82 @@ static float combine_hsum(const float a[8])
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-/* The rows whose llama.cpp order the decoder follows (lm_q8.fused): the
- * types its x86 CPU back end sums with vec_dot (Q8_0, Q5_0, Q4_1, Q5_1,
- * Q6_K) and those it repacks for rows in groups of 8 (Q4_0, IQ4_NL, Q4_K:
- * the CPU_REPACK gemv, each weight row in a lane of its own). */
-static int fused_ok(const lm_matrix *w)
+/* _mm512_reduce_add_ps's order (GCC's): the halves added lane by lane
+ * twice, then lanes 0 + 2 and 1 + 3, then those two. */
+static float reduce16(const float a[16])
 {
+    float t[8];
+    for (int e = 0; e < 8; e++)
+        t[e] = a[e + 8] + a[e];
+    const float u0 = t[4] + t[0], u1 = t[5] + t[1], u2 = t[6] + t[2], u3 = t[7] + t[3];
+    return (u0 + u2) + (u1 + u3);
+}
+
+/* GGML_F32x8_REDUCE's last steps (AVX2): the halves added lane by lane,
+ * then two horizontal adds. */
+static float reduce8(const float a[8])
+{
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+/* ---- llama.cpp's orders (lm_q8.fused) ----
+ *
+ * What the CPU back end that llama.cpp loads on an AVX-512 machine runs
+ * for one token's product (lm_llama_cpu: zen4 and cooperlake, skylakex to
+ * icelake alike but for BF16), read from its source and its compiled code
+ * (GCC contracts a * b + c into fused multiply-adds there):
+ *   F32     ggml_vec_dot_f32: 4 x 16 lanes of fmas over steps of 64,
+ *           reduced, the leftover fused into the float sum;
+ *   F16     ggml_vec_dot_f16 (lm_dot_f16);
+ *   BF16    ggml_vec_dot_bf16 with AVX512_BF16: two 16-lane dpbf16
+ *           accumulators over steps of 64, reduced into a double, the
+ *           leftover in double; without it two 16-lane accumulators of
+ *           exact products over steps of 32 (ref_dot_bf16);
+ *   VEC32   Q8_0, Q5_0, Q4_1, Q5_1 and Q4_0 off the repack: the x86
+ *           vec_dot's 8 lanes of exact sums of 4, fma by d_w d_x a block,
+ *           hsum_float_8, then Q4_1's and Q5_1's m s in order;
+ *   IQ4NL   IQ4_NL off the repack: even and odd blocks in two such
+ *           accumulators, added before hsum, an odd last block fused into
+ *           the float sum;
+ *   REPACK32 Q4_0 and IQ4_NL with rows in 8s (CPU_REPACK's 8x8 gemv): a
+ *           block's whole sum fused into one accumulator;
+ *   KLANES  Q2_K .. Q6_K and IQ4_XS by their vec_dot: per block of 256
+ *           eight lanes of exact scaled sums, fma by d_x d_w (Q2_K after
+ *           its mins' lanes, Q4_K's mins in four lanes apart, Q5_K's in a
+ *           float sum), hsum_float_8;
+ *   REPACKK Q4_K (AVX2) and Q2_K (AVX-512) with rows in 8s: the block's
+ *           whole scaled sum and its mins' sum each fused into an
+ *           accumulator of its own, their difference.
+ * The AVX2 variant (libggml-cpu-haswell) sums F32, F16 and BF16 in 8 lanes
+ * instead (GGML_F32x8_REDUCE: the pairs of ((0 + 4) + (1 + 5)) + ((2 + 6)
+ * + (3 + 7)); the others alike), and keeps Q2_K off the repack. */
+typedef enum llama_order {
+    ORD_NONE = 0,
+    ORD_F32,
+    ORD_F16,
+    ORD_BF16,
+    ORD_VEC32,
+    ORD_IQ4NL,
+    ORD_REPACK32,
+    ORD_KLANES,
+    ORD_REPACKK
+} llama_order;
+
+static llama_order order_of(const lm_matrix *w, lm_llama_cpu cpu)
+{
+    const int in8s = w->rows % 8 == 0, avx512 = cpu >= LM_LLAMA_CPU_AVX512;
     switch (w->type) {
-    case LM_Q8_0: case LM_Q5_0: case LM_Q4_1: case LM_Q5_1: case LM_Q6_K:
-        return 1;
-    case LM_Q4_0: case LM_IQ4_NL: case LM_Q4_K:
-        return w->rows % 8 == 0;
-    default:
-        return 0;
+    case LM_F32: return ORD_F32;
+    case LM_F16: return ORD_F16;
+    case LM_BF16: return ORD_BF16;
+    case LM_Q8_0: case LM_Q5_0: case LM_Q4_1: case LM_Q5_1: return ORD_VEC32;
+    case LM_Q4_0: return in8s ? ORD_REPACK32 : ORD_VEC32;
+    case LM_IQ4_NL: return in8s ? ORD_REPACK32 : ORD_IQ4NL;
+    case LM_Q2_K: return in8s && avx512 ? ORD_REPACKK : ORD_KLANES;
+    case LM_Q4_K: return in8s ? ORD_REPACKK : ORD_KLANES;
+    case LM_Q3_K: case LM_Q5_K: case LM_Q6_K: case LM_IQ4_XS: return ORD_KLANES;
+    default: return ORD_NONE;
     }
-}
-
-/* Q4_K against Q8_K as ggml_gemv_q4_K_8x8_q8_K (AVX2) sums a row: per block
- * of 256 the exact sums i = sum_j sc_j sum(q x) and n = sum_j m_j sum(x) over
- * its 8 sub-blocks, acc = fma(i, d d_x, acc), accm = fma(n, dmin d_x, accm);
- * the row is acc - accm. */
-static float ref_dot_q4_k_fused(const unsigned char *row, size_t cols, const lm_q8 *xq)
-{
-    float acc = 0.0f, accm = 0.0f;
-    for (size_t b = 0; b < cols / 256; b++) {
-        const unsigned char *blk = row + 144 * b;
-        const int8_t *x = xq->q + 256 * b;
-        int32_t isum = 0, imin = 0;
-        for (int j = 0; j < 8; j++) {
-            unsigned sc, m;
-            lm__scale_min_k4(j, blk + 4, &sc, &m);
-            const unsigned char *q = blk + 16 + (size_t)(32 * (j / 2));
-            int32_t s = 0, sx = 0;
-            for (int l = 0; l < 32; l++) {
-                s += (int32_t)(j % 2 ? q[l] >> 4 : q[l] & 0xF) * x[32 * j + l];
-                sx += x[32 * j + l];
-            }
-            isum += (int32_t)sc * s, imin += (int32_t)m * sx;
-        }
-        const float dx = xq->d[8 * b];
-        acc = fmaf((float)isum, lm_f16_to_f32(lm__u16(blk)) * dx, acc);
-        accm = fmaf((float)imin, lm_f16_to_f32(lm__u16(blk + 2)) * dx, accm);
-    }
-    return acc - accm;
-}
-
-/* Q6_K against Q8_K as ggml_vec_dot_q6_K_q8_K (AVX2): lane k of a block
- * sums, over its 8 vectors of 32, the products of bytes 4k .. 4k+3 times
- * their scale, less 32 (bsum_2k sc_2k + bsum_2k+1 sc_2k+1); acc_k =
- * fma(d_x d, lane, acc_k); the lanes added as hsum_float_8. */
-static float ref_dot_q6_k_fused(const unsigned char *row, size_t cols, const lm_q8 *xq)
-{
-    float acc[8] = {0};
-    for (size_t b = 0; b < cols / 256; b++) {
-        const unsigned char *blk = row + 210 * b, *ql = blk, *qh = blk + 128;
-        const int8_t *sc = (const int8_t *)(const void *)(blk + 192), *x = xq->q + 256 * b;
-        int32_t lane[8] = {0}, bsum[16];
-        for (int g = 0; g < 16; g++) {
-            bsum[g] = 0;
-            for (int l = 0; l < 16; l++)
-                bsum[g] += x[16 * g + l];
-        }
-        for (int e = 0; e < 256; e++) { /* element e: vector e / 32, byte e % 32 */
-            const int j = e / 128, m = (e % 128) / 32, l = e % 32;
-            const unsigned char lo = ql[64 * j + 32 * (m & 1) + l], h = qh[32 * j + l];
-            const int q = ((m < 2 ? lo & 0xF : lo >> 4) | ((h >> (2 * m)) & 3) << 4);
-            lane[l / 4] += q * x[e] * sc[e / 16];
-        }
-        const float d = xq->d[8 * b] * lm_f16_to_f32(lm__u16(blk + 208));
-        for (size_t k = 0; k < 8; k++) {
-            lane[k] -= 32 * (bsum[2 * k] * sc[2 * k] + bsum[2 * k + 1] * sc[2 * k + 1]);
-            acc[k] = fmaf(d, (float)lane[k], acc[k]);
-        }
-    }
-    return combine_hsum(acc);
 }
 
 /* A block of 32 of those types as llama.cpp's vec_dot reads it: the 32
@@ -443,48 +477,317 @@ static void block32_ints(lm_dtype t, const unsigned char *blk, int32_t w[32], fl
     }
 }
 
-/* A row of those types against llama.cpp's input as its AVX2 vec_dot sums
- * it (lm_q8.fused): lane k of block b holds the exact sum of the products
- * of elements 4k .. 4k+3, acc_k = fma(d_w * d_x, that sum, acc_k); the
- * lanes added as hsum_float_8, then the blocks' m_w * s_x in order. */
-static float ref_dot_fused(const lm_matrix *w, size_t r, const lm_q8 *xq)
+/* A block of 256 of the k-quants or IQ4_XS as their integer sums read it:
+ * q[e] the integer weight of element e (|q| < 128; Q6_K's without its
+ * offset of 32, which k_step takes off as llama.cpp does), sc[i] the scale of
+ * elements 16i .. 16i + 15 and mn[i] their min (a scale or min of 32 given
+ * twice; mn 0 without mins), *d and *dm the float16 scale and min scale. */
+static void block256_ints(lm_dtype t, const unsigned char *b, int8_t q[256], int16_t sc[16],
+                          int16_t mn[16], float *d, float *dm)
+{
+    *dm = 0.0f;
+    memset(mn, 0, 16 * sizeof *mn);
+    switch (t) {
+    case LM_Q2_K: /* scales 0..15 (min << 4 | scale), q 16..79, d 80, dmin 82 */
+        *d = lm_f16_to_f32(lm__u16(b + 80)), *dm = lm_f16_to_f32(lm__u16(b + 82));
+        for (int e = 0; e < 256; e++)
+            q[e] = (int8_t)((b[16 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+        for (int i = 0; i < 16; i++)
+            sc[i] = b[i] & 0xF, mn[i] = b[i] >> 4;
+        return;
+    case LM_Q3_K: { /* high bits 0..31, q 32..95, scales 96..107, d 108 */
+        const unsigned char *sb = b + 96;
+        *d = lm_f16_to_f32(lm__u16(b + 108));
+        for (int e = 0; e < 256; e++)
+            q[e] = (int8_t)(((b[32 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3) -
+                            ((b[e % 32] >> (e / 32)) & 1 ? 0 : 4));
+        for (int i = 0; i < 16; i++)
+            sc[i] = (int16_t)(((i < 8 ? sb[i] & 0xF : sb[i - 8] >> 4) |
+                               ((sb[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32);
+        return;
+    }
+    case LM_Q4_K:
+    case LM_Q5_K: /* d 0, dmin 2, scales 4..15; Q5_K: high bits 16..47, nibbles 48.. */
+        *d = lm_f16_to_f32(lm__u16(b)), *dm = lm_f16_to_f32(lm__u16(b + 2));
+        for (int j = 0; j < 8; j++) {
+            unsigned s, m;
+            lm__scale_min_k4(j, b + 4, &s, &m);
+            sc[2 * j] = sc[2 * j + 1] = (int16_t)s, mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
+            const unsigned char *ql = b + (t == LM_Q4_K ? 16 : 48) + 32 * (j / 2);
+            for (int l = 0; l < 32; l++)
+                q[32 * j + l] = (int8_t)((j % 2 ? ql[l] >> 4 : ql[l] & 0xF) +
+                                         (t == LM_Q5_K && (b[16 + l] >> j) & 1 ? 16 : 0));
+        }
+        return;
+    case LM_Q6_K: /* ql 0..127, qh 128..191, scales 192..207, d 208 */
+        *d = lm_f16_to_f32(lm__u16(b + 208));
+        for (int e = 0; e < 256; e++) {
+            const int h = e / 128, m = (e % 128) / 32, l = e % 32;
+            const unsigned char lo = b[64 * h + 32 * (m & 1) + l], hb = b[128 + 32 * h + l];
+            q[e] = (int8_t)((m < 2 ? lo & 0xF : lo >> 4) | ((hb >> (2 * m)) & 3) << 4);
+        }
+        for (int i = 0; i < 16; i++)
+            sc[i] = (int8_t)b[192 + i];
+        return;
+    case LM_IQ4_XS: { /* d 0, high scale bits 2, low scale nibbles 4..7, nibbles 8.. */
+        const unsigned sh = lm__u16(b + 2);
+        *d = lm_f16_to_f32(lm__u16(b));
+        for (int j = 0; j < 8; j++) {
+            sc[2 * j] = sc[2 * j + 1] = (int16_t)((((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) |
+                                                   (int)((sh >> (2 * j)) & 3) << 4) - 32);
+            for (int l = 0; l < 32; l++)
+                q[32 * j + l] = lm__iq4nl_values[l < 16 ? b[8 + 16 * j + l] & 0xF
+                                                        : b[8 + 16 * j + l - 16] >> 4];
+        }
+        return;
+    }
+    default:
+        *d = 0.0f;
+        memset(q, 0, 256), memset(sc, 0, 16 * sizeof *sc);
+        return;
+    }
+}
+
+/* The lanes of a block of 256: lane k the exact sum over the elements e
+ * with e mod 32 in [4k, 4k + 4) of sc(e) q(e) x(e); bs the input's sums
+ * over runs of 16 (quantize_row_q8_K's bsums). */
+static void lanes256(const int8_t q[256], const int16_t sc[16], const int8_t *x, int32_t lane[8],
+                     int32_t bs[16])
+{
+    memset(lane, 0, 8 * sizeof *lane);
+    memset(bs, 0, 16 * sizeof *bs);
+    for (int e = 0; e < 256; e++) {
+        lane[e % 32 / 4] += sc[e / 16] * q[e] * x[e];
+        bs[e / 16] += x[e];
+    }
+}
+
+/* The float side of a row's sum in llama.cpp's order: its accumulators,
+ * one block's step on them from the block's exact integer lanes (and the
+ * input's sums of 16), and the row's result. The references and the
+ * vector kernels share them; only the integer lanes are computed apart. */
+typedef struct k_acc {
+    float acc[8], odd[8], accm[4], summs, one, onem; /* odd: IQ4NL's second accumulator */
+} k_acc;
+
+static inline void k_step(lm_dtype t, int repacked, const int32_t lanes[8], const int32_t bs[16],
+                          const int16_t sc[16], const int16_t mn[16], float d, float dm, float dx,
+                          k_acc *a)
+{
+    int32_t lane[8];
+    memcpy(lane, lanes, sizeof lane);
+    if (t == LM_Q6_K) /* lane k less 32 times runs 2k and 2k + 1's scaled sums (bsums) */
+        for (int k = 0; k < 8; k++)
+            lane[k] -= 32 * (bs[2 * k] * sc[2 * k] + bs[2 * k + 1] * sc[2 * k + 1]);
+    if (repacked) { /* the whole block's sums: lanes, then mins */
+        int32_t isum = 0, imin = 0;
+        for (int k = 0; k < 8; k++)
+            isum += lane[k];
+        for (int i = 0; i < 16; i++)
+            imin += mn[i] * bs[i];
+        a->one = fmaf((float)isum, d * dx, a->one);
+        a->onem = fmaf((float)imin, dm * dx, a->onem);
+        return;
+    }
+    const float dd = dx * d, dmin = -dx * dm;
+    if (t == LM_Q2_K) /* lane k: the mins of runs 2k and 2k + 1 */
+        for (int k = 0; k < 8; k++)
+            a->acc[k] = fmaf(dmin, (float)(mn[2 * k] * bs[2 * k] + mn[2 * k + 1] * bs[2 * k + 1]),
+                             a->acc[k]);
+    if (t == LM_Q4_K) /* lane k: sub-blocks 2k and 2k + 1 */
+        for (int k = 0; k < 4; k++)
+            a->accm[k] = fmaf(dmin, (float)(mn[4 * k] * (bs[4 * k] + bs[4 * k + 1]) +
+                                            mn[4 * k + 2] * (bs[4 * k + 2] + bs[4 * k + 3])),
+                              a->accm[k]);
+    if (t == LM_Q5_K) {
+        int32_t imin = 0;
+        for (int i = 0; i < 16; i++)
+            imin += mn[i] * bs[i];
+        a->summs = fmaf((float)imin, dmin, a->summs);
+    }
+    for (int k = 0; k < 8; k++)
+        a->acc[k] = fmaf(dd, (float)lane[k], a->acc[k]);
+}
+
+static inline float k_finish(lm_dtype t, int repacked, const k_acc *a)
+{
+    if (repacked)
+        return a->one - a->onem;
+    const float s = combine_hsum(a->acc);
+    return t == LM_Q4_K   ? s + ((a->accm[0] + a->accm[2]) + (a->accm[1] + a->accm[3]))
+           : t == LM_Q5_K ? s + a->summs
+                          : s;
+}
+
+/* A row of a k-quant or IQ4_XS against Q8_K in llama.cpp's order
+ * (KLANES, or REPACKK when repacked). */
+static float ref_dot_k(const lm_matrix *w, size_t r, const lm_q8 *xq, int repacked)
 {
     const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
-    if (w->type == LM_Q4_K)
-        return ref_dot_q4_k_fused(row, w->cols, xq);
-    if (w->type == LM_Q6_K)
-        return ref_dot_q6_k_fused(row, w->cols, xq);
     const size_t bb = lm_dtype_block_bytes(w->type);
-    const int repacked = w->type == LM_Q4_0 || w->type == LM_IQ4_NL; /* a lane a row */
-    float acc[8] = {0}, mins = 0.0f, one = 0.0f;
-    for (size_t b = 0; b < w->cols / 32; b++) {
-        int32_t q[32];
+    k_acc a;
+    memset(&a, 0, sizeof a);
+    for (size_t b = 0; b < w->cols / 256; b++) {
+        int8_t q[256];
+        int16_t sc[16], mn[16];
+        int32_t lane[8], bs[16];
+        float d, dm;
+        block256_ints(w->type, row + bb * b, q, sc, mn, &d, &dm);
+        lanes256(q, sc, xq->q + 256 * b, lane, bs);
+        k_step(w->type, repacked, lane, bs, sc, mn, d, dm, xq->d[8 * b], &a);
+    }
+    return k_finish(w->type, repacked, &a);
+}
+
+/* The same for the blocks of 32 against Q8_0 (VEC32, IQ4NL, REPACK32):
+ * block b of nb, its lanes, d and m (block32_ints). */
+static inline void step32(lm_dtype t, llama_order ord, size_t b, size_t nb, const int32_t lane[8],
+                          float d, float m, const lm_q8 *xq, k_acc *a)
+{
+    int32_t sum = 0;
+    for (int k = 0; k < 8; k++)
+        sum += lane[k];
+    if (ord == ORD_REPACK32) { /* gemv_q4_b32_8x8_q8_0_lut_avx: the block's whole sum */
+        a->one = fmaf((float)sum, d * xq->d[b], a->one);
+        return;
+    }
+    if (ord == ORD_IQ4NL && b == nb - 1 && nb % 2) { /* the odd last block: scalar */
+        a->one = fmaf((float)sum, xq->d[b] * d, a->one);
+        return;
+    }
+    if (t == LM_Q4_1 || t == LM_Q5_1)
+        a->summs += m * xq->s[b];
+    const float dd = d * xq->d[b];
+    float *acc = ord == ORD_IQ4NL && b % 2 ? a->odd : a->acc;
+    for (int k = 0; k < 8; k++)
+        acc[k] = fmaf(dd, (float)lane[k], acc[k]);
+}
+
+static inline float finish32(llama_order ord, const k_acc *a)
+{
+    if (ord == ORD_REPACK32)
+        return a->one;
+    if (ord == ORD_IQ4NL) {
+        float s[8];
+        for (int k = 0; k < 8; k++)
+            s[k] = a->acc[k] + a->odd[k];
+        return combine_hsum(s) + a->one;
+    }
+    return combine_hsum(a->acc) + a->summs;
+}
+
+static float ref_dot_32(const lm_matrix *w, size_t r, const lm_q8 *xq, llama_order ord)
+{
+    const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+    const size_t bb = lm_dtype_block_bytes(w->type), nb = w->cols / 32;
+    k_acc a;
+    memset(&a, 0, sizeof a);
+    for (size_t b = 0; b < nb; b++) {
+        int32_t q[32], lane[8] = {0};
         float d, m;
         block32_ints(w->type, row + bb * b, q, &d, &m);
-        if (repacked) { /* gemv_q4_b32_8x8_q8_0_lut_avx: the block's whole sum */
-            int32_t s = 0;
-            for (int j = 0; j < 32; j++)
-                s += q[j] * (int32_t)xq->q[32 * b + (size_t)j];
-            one = fmaf((float)s, d * xq->d[b], one);
-            continue;
-        }
-        if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
-            mins += m * xq->s[b];
-        const float dd = d * xq->d[b];
-        for (int k = 0; k < 8; k++) {
-            int32_t s = 0;
-            for (int j = 4 * k; j < 4 * k + 4; j++)
-                s += q[j] * (int32_t)xq->q[32 * b + (size_t)j];
-            acc[k] = fmaf(dd, (float)s, acc[k]);
-        }
+        for (int j = 0; j < 32; j++)
+            lane[j / 4] += q[j] * (int32_t)xq->q[32 * b + (size_t)j];
+        step32(w->type, ord, b, nb, lane, d, m, xq, &a);
     }
-    return repacked ? one : combine_hsum(acc) + mins;
+    return finish32(ord, &a);
+}
+
+/* F32 rows as ggml_vec_dot_f32: lane i mod 64 of 4 x 16 (AVX2: i mod 32
+ * of 4 x 8) accumulates by fma over whole steps, the accumulators reduced
+ * (0 + 2, 1 + 3, then the two; then _mm512_reduce_add_ps or reduce8), then
+ * each leftover product fused into that float sum. */
+static float ref_dot_f32(const float *w, const float *x, size_t n, lm_llama_cpu cpu)
+{
+    const size_t L = cpu == LM_LLAMA_CPU_AVX2 ? 8 : 16, np = n / (4 * L) * (4 * L);
+    float acc[4][16] = {{0}};
+    for (size_t i = 0; i < np; i++)
+        acc[i % (4 * L) / L][i % L] = fmaf(w[i], x[i], acc[i % (4 * L) / L][i % L]);
+    for (size_t e = 0; e < L; e++)
+        acc[0][e] += acc[2][e], acc[1][e] += acc[3][e];
+    for (size_t e = 0; e < L; e++)
+        acc[0][e] += acc[1][e];
+    float sum = L == 8 ? reduce8(acc[0]) : reduce16(acc[0]);
+    for (size_t i = np; i < n; i++)
+        sum = fmaf(x[i], w[i], sum);
+    return sum;
+}
+
+/* vdpbf16ps's arithmetic on one lane: input subnormals read as zero, then
+ * c + a1 b1 rounded, then + a0 b0 rounded (each product exact in float32),
+ * a subnormal result flushed to zero (its sign kept). */
+static float bf16_flush(float f)
+{
+    return fabsf(f) < 0x1p-126f ? copysignf(0.0f, f) : f;
+}
+
+static float dpbf16(float c, float a0, float b0, float a1, float b1)
+{
+    a0 = bf16_flush(a0), b0 = bf16_flush(b0), a1 = bf16_flush(a1), b1 = bf16_flush(b1);
+    c = bf16_flush(fmaf(a1, b1, c));
+    return bf16_flush(fmaf(a0, b0, c));
+}
+
+/* BF16 rows against the input rounded to bfloat16 as ggml_vec_dot_bf16:
+ * with AVX512_BF16 two accumulators of 16 lanes, the first over elements
+ * i mod 64 < 32, the second over the rest, lane k taking the pair 2k, 2k + 1
+ * of its 32 (dpbf16), each reduced and added into a double; with AVX-512
+ * alone two of 16 over steps of 32 (lane e mod 16 of the first half, of the
+ * second), each reduced and added into a double; with AVX2 four of 8 over
+ * steps of 32, added (0 + 2) + (1 + 3) and reduced as hsum_float_8 into the
+ * double; then the leftover products in double. Products of two bfloat16
+ * values are exact in float32. */
+static float ref_dot_bf16(const unsigned char *row, const float *x, size_t n, lm_llama_cpu cpu)
+{
+#define W(i) lm_bf16_to_f32(lm__u16(row + 2 * (i)))
+    const size_t step = cpu == LM_LLAMA_CPU_AVX512_BF16 ? 64 : 32, np = n / step * step;
+    float c[4][16] = {{0}}; /* dpbf16 and AVX-512: c[0], c[1]; AVX2: c[0 .. 3] of 8 */
+    double sum = 0.0;
+    for (size_t i = 0; i < np; i += step)
+        for (size_t j = 0; j < step; j += 2) {
+            const size_t e = i + j;
+            if (cpu == LM_LLAMA_CPU_AVX512_BF16) {
+                float *a = &c[j / 32][j % 32 / 2];
+                *a = dpbf16(*a, W(e), x[e], W(e + 1), x[e + 1]);
+            } else {
+                const size_t L = cpu == LM_LLAMA_CPU_AVX2 ? 8 : 16;
+                for (size_t t = 0; t < 2; t++)
+                    c[(j + t) / L][(j + t) % L] += W(e + t) * x[e + t];
+            }
+        }
+    if (cpu == LM_LLAMA_CPU_AVX2) {
+        float a[8];
+        for (size_t k = 0; k < 8; k++)
+            a[k] = (c[0][k] + c[2][k]) + (c[1][k] + c[3][k]);
+        sum += (double)combine_hsum(a);
+    } else {
+        sum += (double)reduce16(c[0]);
+        sum += (double)reduce16(c[1]);
+    }
+    for (size_t i = np; i < n; i++)
+        sum += (double)(W(i) * x[i]);
+    return (float)sum;
+#undef W
+}
+
+/* A row in llama.cpp's order (lm_q8.fused). */
+static float ref_dot_llama(const lm_matrix *w, size_t r, const float *x, const lm_q8 *xq)
+{
+    const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+    const lm_llama_cpu cpu = (lm_llama_cpu)xq->fused;
+    const llama_order ord = order_of(w, cpu);
+    switch (ord) {
+    case ORD_F32: return ref_dot_f32((const float *)(const void *)row, x, w->cols, cpu);
+    case ORD_F16: return lm_dot_f16(x, NULL, row, w->cols, cpu);
+    case ORD_BF16: return ref_dot_bf16(row, x, w->cols, cpu);
+    case ORD_VEC32: case ORD_IQ4NL: case ORD_REPACK32: return ref_dot_32(w, r, xq, ord);
+    case ORD_KLANES: case ORD_REPACKK: return ref_dot_k(w, r, xq, ord == ORD_REPACKK);
+    default: return NAN; /* lm_matvec_ref takes the decoder's own order */
+    }
 }
 
 static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
 {
-    if (xq->fused && fused_ok(w))
-        return ref_dot_fused(w, r, xq);
     const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
     size_t n = w->cols, G = xq->group;
     float acc[8] = {0};
@@ -527,70 +830,36 @@ static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
     return combine(acc, 0.0f);
 }
 
-/* _mm512_reduce_add_ps's order (GCC's): the halves added lane by lane
- * twice, then lanes 0 + 2 and 1 + 3, then those two. */
-static float reduce16(const float a[16])
-{
-    float t[8];
-    for (int e = 0; e < 8; e++)
-        t[e] = a[e + 8] + a[e];
-    const float u0 = t[4] + t[0], u1 = t[5] + t[1], u2 = t[6] + t[2], u3 = t[7] + t[3];
-    return (u0 + u2) + (u1 + u3);
-}
-
-/* Whether llama.cpp sums an F16 matrix with llamafile's tinyBLAS: columns
- * in 16s, rows in 4s. */
-static int f16_tinyblas(const lm_matrix *w)
-{
-    return w->cols % 16 == 0 && w->rows % 4 == 0;
-}
-
-float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n)
+float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n,
+                 lm_llama_cpu cpu)
 {
 #define Y(i) (yh ? lm_f16_to_f32(lm__u16(yh + 2 * (i))) : y[i])
     if (!yh && !y) /* neither operand: no sum */
         return NAN;
-    const size_t np = n & ~(size_t)63;
+    const size_t L = cpu == LM_LLAMA_CPU_AVX2 ? 8 : 16, np = n / (4 * L) * (4 * L);
     float acc[4][16] = {{0}};
     for (size_t i = 0; i < np; i++)
-        acc[i % 64 / 16][i % 16] += x[i] * Y(i);
-    for (int e = 0; e < 16; e++)
+        acc[i % (4 * L) / L][i % L] += x[i] * Y(i);
+    for (size_t e = 0; e < L; e++)
         acc[0][e] += acc[2][e], acc[1][e] += acc[3][e];
-    for (int e = 0; e < 16; e++)
+    for (size_t e = 0; e < L; e++)
         acc[0][e] += acc[1][e];
-    double sum = (double)reduce16(acc[0]);
+    double sum = (double)(L == 8 ? reduce8(acc[0]) : reduce16(acc[0]));
     for (size_t i = np; i < n; i++)
         sum += (double)(x[i] * Y(i));
     return (float)sum;
 #undef Y
 }
 
-/* F16 against the input rounded to float16 as llama.cpp's CPU back end sums
- * it (lm_q8.fused): where f16_tinyblas, its llamafile tinyBLAS (AVX-512:
- * lane e mod 16 accumulates, reduced as _mm512_reduce_add_ps); otherwise
- * ggml_vec_dot_f16 (lm_dot_f16). Every product of two float16 values is
- * exact in float32, so a fused multiply-add rounds as this multiply and
- * add. */
-static float ref_dot_f16_llama(const lm_matrix *w, size_t r, const float *x)
-{
-    const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
-    if (!f16_tinyblas(w))
-        return lm_dot_f16(x, NULL, row, w->cols);
-    float acc[16] = {0};
-    for (size_t i = 0; i < w->cols; i++)
-        acc[i % 16] += lm_f16_to_f32(lm__u16(row + 2 * i)) * x[i];
-    return reduce16(acc);
-}
-
 void lm_matvec_ref(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
                    size_t r1)
 {
-    int q8 = lm_matrix_q8_group(w) > 0 || (xq && xq->fused && fused_ok(w));
-    const int f16 = xq && xq->fused && w->type == LM_F16;
+    const int llama = xq && xq->fused && order_of(w, (lm_llama_cpu)xq->fused) != ORD_NONE;
+    const int q8 = lm_matrix_q8_group(w) > 0;
     for (size_t r = r0; r < r1; r++)
-        out[r - r0] = f16  ? ref_dot_f16_llama(w, r, x)
-                      : q8 ? ref_dot_q8(w, r, xq)
-                           : ref_dot_float(w, r, x);
+        out[r - r0] = llama ? ref_dot_llama(w, r, x, xq)
+                      : q8  ? ref_dot_q8(w, r, xq)
+                            : ref_dot_float(w, r, x);
 }
 
 /* ---- the vector kernels: four rows ri[0..3] of w each ---- */
@@ -1406,30 +1675,37 @@ LM_FUSED_512 static void q4_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq
 #endif
 
 #if LM_X86
-/* ref_dot_f16_llama's tinyBLAS order with FMA, eight rows at a time: the
- * 16 lanes of a row in one AVX-512 register (or two of AVX2's, lanes 0..7
- * and 8..15), reduced in reduce16's order: the same bits. */
-#define LM_F16_LANES(NAME, TARGET, VEC, LOAD_X, LOAD_W, FMA, ZERO)                            \
+/* lm_dot_f16's and ref_dot_f32's orders on F16 and F32 rows, four at a
+ * time: per row four accumulators of L lanes (16: one AVX-512 register
+ * each, or two of AVX2's, lanes 0..7 and 8..15; 8: the AVX2 variant's, one
+ * of AVX2's) over whole steps of 4 L, fused multiply-adds (F16: of products
+ * exact in float32), added (0 + 2) + (1 + 3) and reduced as the references
+ * do, then their leftover (TAIL): the same bits. */
+#define LM_VECDOT(NAME, TARGET, L, VEC, LOAD_X, LOAD_W, WB, FMA, ADD, ZERO, TAIL)               \
     TARGET static void NAME(const lm_matrix *w, const float *x, float *out, size_t r0,         \
                             size_t r1)                                                         \
     {                                                                                          \
-        for (size_t r = r0; r < r1; r += 8) {                                                  \
-            const unsigned char *p[8];                                                         \
-            VEC acc[8];                                                                        \
-            for (size_t k = 0; k < 8; k++) {                                                   \
+        const size_t n = w->cols, np = n / (4 * L) * (4 * L);                                  \
+        for (size_t r = r0; r < r1; r += 4) {                                                  \
+            const unsigned char *p[4];                                                         \
+            VEC acc[4][4];                                                                     \
+            for (size_t k = 0; k < 4; k++) {                                                   \
                 p[k] = (const unsigned char *)w->data +                                        \
                        (r + k < r1 ? r + k : r1 - 1) * w->row_bytes;                           \
-                acc[k] = ZERO;                                                                 \
+                for (size_t a = 0; a < 4; a++)                                                 \
+                    acc[k][a] = ZERO;                                                          \
             }                                                                                  \
-            for (size_t i = 0; i < w->cols; i += 16) {                                         \
-                const VEC xv = LOAD_X(x + i);                                                  \
-                for (size_t k = 0; k < 8; k++)                                                 \
-                    acc[k] = FMA(LOAD_W(p[k] + 2 * i), xv, acc[k]);                            \
-            }                                                                                  \
-            for (size_t k = 0; k < 8 && r + k < r1; k++) {                                     \
+            for (size_t i = 0; i < np; i += 4 * L)                                             \
+                for (size_t a = 0; a < 4; a++) {                                               \
+                    const VEC xv = LOAD_X(x + i + L * a);                                      \
+                    for (size_t k = 0; k < 4; k++)                                             \
+                        acc[k][a] = FMA(LOAD_W(p[k] + WB * (i + L * a)), xv, acc[k][a]);       \
+                }                                                                              \
+            for (size_t k = 0; k < 4 && r + k < r1; k++) {                                     \
+                const VEC s = ADD(ADD(acc[k][0], acc[k][2]), ADD(acc[k][1], acc[k][3]));       \
                 float a[16];                                                                   \
-                memcpy(a, &acc[k], sizeof a);                                                  \
-                out[r - r0 + k] = reduce16(a);                                                 \
+                memcpy(a, &s, sizeof s);                                                       \
+                out[r - r0 + k] = TAIL(a, L, p[k], x, np, n);                                  \
             }                                                                                  \
         }                                                                                      \
     }
@@ -1454,15 +1730,230 @@ __attribute__((target("avx2,f16c,fma"))) static inline f16x2 f16x2_fma(f16x2 a, 
     return (f16x2){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
 }
 
+__attribute__((target("avx2,f16c,fma"))) static inline f16x2 f16x2_add(f16x2 a, f16x2 b)
+{
+    return (f16x2){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
+}
+
 LM_FUSED_512 static inline __m512 f16_w512(const unsigned char *p)
 {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
 }
 
-LM_F16_LANES(f16_fused_rows, __attribute__((target("avx2,f16c,fma"))), f16x2, f16x2_x, f16x2_w,
-             f16x2_fma, ((f16x2){_mm256_setzero_ps(), _mm256_setzero_ps()}))
-LM_F16_LANES(f16_fused_rows_512, LM_FUSED_512, __m512, _mm512_loadu_ps, f16_w512,
-             _mm512_fmadd_ps, _mm512_setzero_ps())
+__attribute__((target("avx2,f16c,fma"))) static inline f16x2 f32x2_w(const unsigned char *p)
+{
+    return (f16x2){_mm256_loadu_ps((const float *)(const void *)p),
+                   _mm256_loadu_ps((const float *)(const void *)p + 8)};
+}
+
+LM_FUSED_512 static inline __m512 f32_w512(const unsigned char *p)
+{
+    return _mm512_loadu_ps((const float *)(const void *)p);
+}
+
+/* lm_dot_f16's reduction of its L lanes (16 or 8) and leftover: in double */
+__attribute__((target("avx2,f16c,fma"))) static inline float tail_f16(const float a[16], size_t L,
+                                                                      const unsigned char *p,
+                                                                      const float *x, size_t np,
+                                                                      size_t n)
+{
+    double sum = (double)(L == 8 ? reduce8(a) : reduce16(a));
+    for (size_t e = np; e < n; e++)
+        sum += (double)(x[e] * half(F16(p + 2 * e)));
+    return (float)sum;
+}
+
+/* ref_dot_f32's: fused into the float sum */
+__attribute__((target("avx2,f16c,fma"))) static inline float tail_f32(const float a[16], size_t L,
+                                                                      const unsigned char *p,
+                                                                      const float *x, size_t np,
+                                                                      size_t n)
+{
+    const float *w = (const float *)(const void *)p;
+    float sum = L == 8 ? reduce8(a) : reduce16(a);
+    for (size_t e = np; e < n; e++)
+        sum = fmaf(x[e], w[e], sum);
+    return sum;
+}
+
+#define LM_AVX2_FMA __attribute__((target("avx2,f16c,fma")))
+LM_AVX2_FMA static inline __m256 f32_w256(const unsigned char *p)
+{
+    return _mm256_loadu_ps((const float *)(const void *)p);
+}
+
+LM_VECDOT(f16_vecdot8_rows, LM_AVX2_FMA, 8, __m256, _mm256_loadu_ps, load_f16, 2, _mm256_fmadd_ps,
+          _mm256_add_ps, _mm256_setzero_ps(), tail_f16)
+LM_VECDOT(f32_vecdot8_rows, LM_AVX2_FMA, 8, __m256, _mm256_loadu_ps, f32_w256, 4, _mm256_fmadd_ps,
+          _mm256_add_ps, _mm256_setzero_ps(), tail_f32)
+
+/* ref_dot_bf16 without AVX512_BF16 (the AVX-512 and AVX2 variants), row by
+ * row: four accumulators of 8 lanes over steps of 32 (the AVX-512 ones as
+ * two of 16: lanes 0..15 and 16..31 of a step), fused multiply-adds of
+ * exact products, then the reference's reductions and leftover. */
+__attribute__((target("avx2,f16c,fma"))) static void bf16_rows(const lm_matrix *w, const float *x,
+                                                                float *out, size_t r0, size_t r1,
+                                                                lm_llama_cpu cpu)
+{
+    const size_t n = w->cols, np = n & ~(size_t)31;
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+        __m256 c[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                       _mm256_setzero_ps()};
+        for (size_t i = 0; i < np; i += 32)
+            for (size_t a = 0; a < 4; a++)
+                c[a] = _mm256_fmadd_ps(load_bf16(row + 2 * (i + 8 * a)),
+                                       _mm256_loadu_ps(x + i + 8 * a), c[a]);
+        double sum = 0.0;
+        if (cpu == LM_LLAMA_CPU_AVX2) {
+            float a[8];
+            _mm256_storeu_ps(a, _mm256_add_ps(_mm256_add_ps(c[0], c[2]),
+                                              _mm256_add_ps(c[1], c[3])));
+            sum += (double)combine_hsum(a);
+        } else {
+            float a[2][16];
+            for (size_t h = 0; h < 2; h++) {
+                _mm256_storeu_ps(a[h], c[2 * h]);
+                _mm256_storeu_ps(a[h] + 8, c[2 * h + 1]);
+            }
+            sum += (double)reduce16(a[0]);
+            sum += (double)reduce16(a[1]);
+        }
+        for (size_t e = np; e < n; e++)
+            sum += (double)(lm_bf16_to_f32(lm__u16(row + 2 * e)) * x[e]);
+        out[r - r0] = (float)sum;
+    }
+}
+
+#define LM_F16X2_ZERO ((f16x2){_mm256_setzero_ps(), _mm256_setzero_ps()})
+LM_VECDOT(f16_vecdot_rows, LM_AVX2_FMA, 16, f16x2, f16x2_x, f16x2_w,
+          2, f16x2_fma, f16x2_add, LM_F16X2_ZERO, tail_f16)
+LM_VECDOT(f16_vecdot_rows_512, LM_FUSED_512, 16, __m512, _mm512_loadu_ps, f16_w512, 2,
+          _mm512_fmadd_ps, _mm512_add_ps, _mm512_setzero_ps(), tail_f16)
+LM_VECDOT(f32_vecdot_rows, LM_AVX2_FMA, 16, f16x2, f16x2_x, f32x2_w,
+          4, f16x2_fma, f16x2_add, LM_F16X2_ZERO, tail_f32)
+LM_VECDOT(f32_vecdot_rows_512, LM_FUSED_512, 16, __m512, _mm512_loadu_ps, f32_w512, 4,
+          _mm512_fmadd_ps, _mm512_add_ps, _mm512_setzero_ps(), tail_f32)
+
+/* AVX512_BF16 (cpuid leaf 7, subleaf 1, EAX bit 5): llama.cpp's BF16 dot
+ * product is the instruction itself. */
+static int has_avx512bf16(void)
+{
+    unsigned a, b, c, d;
+    return lm_isa_supported(LM_ISA_AVX512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+           (a & (1u << 5)) != 0;
+}
+
+/* ref_dot_bf16 with vdpbf16ps, row by row: the input rounded to bfloat16
+ * packed once (xb), the two accumulators, the same reductions and
+ * leftover: the same bits (the instruction is the reference's arithmetic,
+ * its subnormal flushing included). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,f16c,fma"))) static void
+bf16_rows_512(const lm_matrix *w, const float *x, float *out, size_t r0, size_t r1)
+{
+    enum { XB = 4096 }; /* the packed input: rows of up to 4096 columns, else the reference */
+    uint16_t xb[XB];
+    const size_t n = w->cols, np = n & ~(size_t)63;
+    if (n > XB) {
+        for (size_t r = r0; r < r1; r++)
+            out[r - r0] = ref_dot_bf16((const unsigned char *)w->data + r * w->row_bytes, x, n,
+                                       LM_LLAMA_CPU_AVX512_BF16);
+        return;
+    }
+    for (size_t i = 0; i < np; i++)
+        xb[i] = lm_f32_to_bf16(x[i]);
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+        __m512 c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps();
+        for (size_t i = 0; i < np; i += 64) {
+            c1 = _mm512_dpbf16_ps(c1, (__m512bh)_mm512_loadu_si512((const void *)(row + 2 * i)),
+                                  (__m512bh)_mm512_loadu_si512((const void *)(xb + i)));
+            c2 = _mm512_dpbf16_ps(c2,
+                                  (__m512bh)_mm512_loadu_si512((const void *)(row + 2 * i + 64)),
+                                  (__m512bh)_mm512_loadu_si512((const void *)(xb + i + 32)));
+        }
+        float a1[16], a2[16];
+        _mm512_storeu_ps(a1, c1);
+        _mm512_storeu_ps(a2, c2);
+        double sum = 0.0;
+        sum += (double)reduce16(a1);
+        sum += (double)reduce16(a2);
+        for (size_t e = np; e < n; e++)
+            sum += (double)(lm_bf16_to_f32(lm__u16(row + 2 * e)) * x[e]);
+        out[r - r0] = (float)sum;
+    }
+}
+
+/* ref_dot_32 with AVX2 and FMA, row by row: a block's weights unpacked by
+ * block32_ints, the eight lanes' exact sums by dot_i8, then step32 and
+ * finish32: the same bits. */
+__attribute__((target("avx2,f16c,fma"))) static void ints32_rows(const lm_matrix *w,
+                                                                  const lm_q8 *xq, float *out,
+                                                                  size_t r0, size_t r1)
+{
+    const llama_order ord = order_of(w, (lm_llama_cpu)xq->fused);
+    const size_t bb = lm_dtype_block_bytes(w->type), nb = w->cols / 32;
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+        k_acc a;
+        memset(&a, 0, sizeof a);
+        for (size_t b = 0; b < nb; b++) {
+            int32_t q[32], lane[8];
+            int8_t q8[32];
+            float d, m;
+            block32_ints(w->type, row + bb * b, q, &d, &m);
+            for (int j = 0; j < 32; j++)
+                q8[j] = (int8_t)q[j]; /* every type's weights are int8 */
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)q8);
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq->q + 32 * b));
+            _mm256_storeu_si256((__m256i *)(void *)lane, dot_i8(wv, xv));
+            step32(w->type, ord, b, nb, lane, d, m, xq, &a);
+        }
+        out[r - r0] = finish32(ord, &a);
+    }
+}
+
+/* ref_dot_k with AVX2 and FMA, row by row: a block unpacked by
+ * block256_ints, its lanes' exact sums by maddubs and madd (the scale of
+ * each run of 16 in the lanes that hold it), then k_step and k_finish: the
+ * same bits. */
+__attribute__((target("avx2,f16c,fma"))) static void ints256_rows(const lm_matrix *w,
+                                                                   const lm_q8 *xq, float *out,
+                                                                   size_t r0, size_t r1)
+{
+    const int repacked = order_of(w, (lm_llama_cpu)xq->fused) == ORD_REPACKK;
+    const size_t bb = lm_dtype_block_bytes(w->type), nb = w->cols / 256;
+    int16_t bs16[FUSED_BLOCKS * 16];
+    q8_k_sums(xq->q, nb, 16, bs16);
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+        k_acc a;
+        memset(&a, 0, sizeof a);
+        for (size_t b = 0; b < nb; b++) {
+            int8_t q[256];
+            int16_t sc[16], mn[16];
+            int32_t lane[8], bs[16];
+            float d, dm;
+            block256_ints(w->type, row + bb * b, q, sc, mn, &d, &dm);
+            __m256i l = _mm256_setzero_si256();
+            for (size_t c = 0; c < 8; c++) { /* elements 32c .. 32c + 31 */
+                const __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * c));
+                const __m256i xv =
+                    _mm256_loadu_si256((const __m256i *)(const void *)(xq->q + 256 * b + 32 * c));
+                const __m256i p16 =
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+                const __m256i sv =
+                    _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
+                l = _mm256_add_epi32(l, _mm256_madd_epi16(p16, sv));
+            }
+            _mm256_storeu_si256((__m256i *)(void *)lane, l);
+            for (int i = 0; i < 16; i++)
+                bs[i] = bs16[16 * b + (size_t)i];
+            k_step(w->type, repacked, lane, bs, sc, mn, d, dm, xq->d[8 * b], &a);
+        }
+        out[r - r0] = k_finish(w->type, repacked, &a);
+    }
+}
 #endif
 
 void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
@@ -1470,24 +1961,43 @@ void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *
 {
     if (isa == LM_ISA_COUNT)
         isa = lm_isa_active();
-#if LM_X86
-    if (xq && xq->fused && w->type == LM_F16 && f16_tinyblas(w) && isa != LM_ISA_SCALAR &&
-        has_fma()) {
-        (isa == LM_ISA_AVX512 ? f16_fused_rows_512 : f16_fused_rows)(w, x, out, r0, r1);
-        return;
-    }
-#endif
-    if (xq && xq->fused && (fused_ok(w) || w->type == LM_F16)) {
+    const lm_llama_cpu cpu = xq ? (lm_llama_cpu)xq->fused : LM_LLAMA_CPU_AUTO;
+    const llama_order ord = cpu != LM_LLAMA_CPU_AUTO ? order_of(w, cpu) : ORD_NONE;
+    if (ord != ORD_NONE) {
 #if LM_X86
         if (isa != LM_ISA_SCALAR && has_fma()) {
+            const int wide = isa == LM_ISA_AVX512, lanes8 = cpu == LM_LLAMA_CPU_AVX2;
+            if (ord == ORD_F16 || ord == ORD_F32) {
+                (ord == ORD_F16 ? lanes8 ? f16_vecdot8_rows
+                                  : wide ? f16_vecdot_rows_512
+                                         : f16_vecdot_rows
+                 : lanes8 ? f32_vecdot8_rows
+                 : wide   ? f32_vecdot_rows_512
+                          : f32_vecdot_rows)(w, x, out, r0, r1);
+                return;
+            }
+            if (ord == ORD_BF16) {
+                if (cpu != LM_LLAMA_CPU_AVX512_BF16)
+                    bf16_rows(w, x, out, r0, r1, cpu);
+                else if (wide && has_avx512bf16())
+                    bf16_rows_512(w, x, out, r0, r1);
+                else
+                    lm_matvec_ref(w, x, xq, out, r0, r1);
+                return;
+            }
             if (w->type == LM_Q8_0) {
                 q8_0_fused_rows(w, xq, out, r0, r1);
                 return;
             }
-            if ((w->type == LM_Q6_K || w->type == LM_Q4_K) && w->cols / 256 <= FUSED_BLOCKS) {
-                const int wide = isa == LM_ISA_AVX512, q6 = w->type == LM_Q6_K;
-                (wide ? q6 ? q6_k_fused_rows_512 : q4_k_fused_rows_512
-                      : q6 ? q6_k_fused_rows : q4_k_fused_rows)(w, xq, out, r0, r1);
+            if (ord == ORD_VEC32 || ord == ORD_IQ4NL || ord == ORD_REPACK32) {
+                ints32_rows(w, xq, out, r0, r1);
+                return;
+            }
+            if ((ord == ORD_KLANES || ord == ORD_REPACKK) && w->cols / 256 <= FUSED_BLOCKS) {
+                const int q6 = w->type == LM_Q6_K, q4 = w->type == LM_Q4_K && ord == ORD_REPACKK;
+                (q6   ? wide ? q6_k_fused_rows_512 : q6_k_fused_rows
+                 : q4 ? wide ? q4_k_fused_rows_512 : q4_k_fused_rows
+                      : ints256_rows)(w, xq, out, r0, r1);
                 return;
             }
         }

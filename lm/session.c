@@ -38,7 +38,8 @@ static const char *difference(const lm_state *a, const lm_state *b)
         return "head sharing";
     if (a->spec && !a->opt.same_positions != !b->opt.same_positions)
         return "same positions";
-    if (a->opt.products != b->opt.products)
+    if (a->opt.products != b->opt.products ||
+        (a->opt.products == LM_PRODUCTS_LLAMA && a->opt.llama_cpu != b->opt.llama_cpu))
         return "products";
     size_t L = (size_t)a->model->config.n_layers;
     if (a->layer_budget && memcmp(a->layer_budget, b->layer_budget, L * sizeof(size_t)) != 0)

@@ -9,9 +9,14 @@
  * one-token ones bit for bit: its kernels for several rows are others).
  *
  *   llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH]]
+ *   llama_plain LIBDIR --features
  *
  * THREADS (default 1): llama.cpp's threads (bench/lm_vs_llama.sh times it).
  * BATCH (default 1): n_batch = n_ubatch, the tokens of one llama_decode.
+ * --features prints the features of the CPU back end ggml loaded from
+ * LIBDIR (the variant it chose for this machine: AVX2, AVX512,
+ * AVX512_BF16, AMX_INT8, ...) on one line, separated by spaces; test_llama.sh
+ * reads whether the decoder's --products llama follows that variant.
  */
 #include <ggml-backend.h>
 #include <llama.h>
@@ -28,10 +33,35 @@ static void quiet(enum ggml_log_level level, const char *text, void *user)
         fputs(text, stderr);
 }
 
+/* The loaded CPU back end's features with value "1", on one line. */
+static int features(void)
+{
+    ggml_backend_reg_t reg = ggml_backend_reg_by_name("CPU");
+    void *proc = reg ? ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features") : NULL;
+    ggml_backend_get_features_t get = NULL;
+    memcpy(&get, &proc, sizeof get); /* a function's address as dlsym gives it */
+    if (!get) {
+        fprintf(stderr, "llama_plain: no CPU back end with features was loaded\n");
+        return 1;
+    }
+    const char *sep = "";
+    for (struct ggml_backend_feature *f = get(reg); f->name; f++)
+        if (strcmp(f->value, "1") == 0)
+            printf("%s%s", sep, f->name), sep = " ";
+    putchar('\n');
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[2], "--features") == 0) {
+        llama_log_set(quiet, NULL);
+        ggml_backend_load_all_from_path(argv[1]);
+        return features();
+    }
     if (argc < 4 || argc > 6) {
-        fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH]]\n");
+        fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH]]\n"
+                        "       llama_plain LIBDIR --features\n");
         return 2;
     }
     const int threads = argc >= 5 ? atoi(argv[4]) : 1, B = argc == 6 ? atoi(argv[5]) : 1;

@@ -478,7 +478,9 @@ static void test_llama_round(void)
 /* lm_f16_round_n and lm_f16_mad on every instruction set against the
  * scalar rounding, bit for bit: random bit patterns (every exponent, NaN
  * payloads, subnormals, overflow), values a hair from a float16 tie, and
- * lengths that leave a partial vector and a leftover past 64. */
+ * lengths that leave a partial vector; and by hand, a multiply-add that
+ * rounds to float16 otherwise when it is not fused (ggml's build fuses
+ * every element, its leftover past the vectors too). */
 static void test_llama_round_vectors(void)
 {
     enum { N = 203 };
@@ -503,14 +505,21 @@ static void test_llama_round_vectors(void)
                 memcpy(got, x, sizeof got);
                 lm_f16_round_n(got, n);
                 const int round_bad = memcmp(got, want, n * sizeof *got) != 0;
-                const size_t whole = n & ~(size_t)63;
                 for (size_t i = 0; i < n; i++) {
                     const float o = lm_f16_round(v[i] * 0.5f);
-                    want[i] = lm_f16_round(i < whole ? fmaf(x[i], s, o) : o + x[i] * s);
+                    want[i] = lm_f16_round(fmaf(x[i], s, o));
                     got[i] = o;
                 }
                 lm_f16_mad(got, x, s, n);
-                const int mad_bad = memcmp(got, want, n * sizeof *got) != 0;
+                int mad_bad = memcmp(got, want, n * sizeof *got) != 0;
+                /* 1 + (1 + 2^-16)(1 + 7 2^-16) 2^-11: fused, above float16's tie
+                 * (1 + 2^-10); the product rounded first lands on it (1) */
+                float one[N], vh[N];
+                for (size_t i = 0; i < n; i++)
+                    one[i] = 1.0f, vh[i] = 0x1.0001p+0f;
+                lm_f16_mad(one, vh, 0x1.0007p-11f, n);
+                for (size_t i = 0; i < n; i++)
+                    mad_bad |= !(one[i] == 0x1.004p+0f);
                 lm_isa_force(LM_ISA_COUNT); /* restored before a failure returns */
                 if (round_bad || mad_bad)
                     CHECK_FAIL_AT("f16 %s of %zu: %s differs", round_bad ? "rounding" : "mad", n,
@@ -573,7 +582,7 @@ static void test_llama_quantize(void)
     ASSERT_TRUE(xt[1] == 1.0f + 0x1p-6f);
     ASSERT_EQ((int)lm_llama_input(LM_Q4_1), (int)LM_IN_Q8_0);
     ASSERT_EQ((int)lm_llama_input(LM_IQ4_XS), (int)LM_IN_Q8_K);
-    ASSERT_EQ((int)lm_llama_input(LM_F32), (int)LM_IN_NATIVE);
+    ASSERT_EQ((int)lm_llama_input(LM_F32), (int)LM_IN_F32);
     ASSERT_EQ((int)lm_llama_input(LM_I8G), (int)LM_IN_NATIVE);
 }
 
@@ -590,7 +599,7 @@ static void test_llama_q8_0(void)
         xq[j] = (int8_t)(j + 1);
     xd[0] = 0.5f;
     lm_matrix w1 = {.data = row, .type = LM_Q8_0, .rows = 1, .cols = 32, .row_bytes = 34};
-    lm_q8 q1 = {xq, xd, 32, 1, NULL};
+    lm_q8 q1 = {xq, xd, 32, LM_LLAMA_CPU_AVX2, NULL};
     float out = 0;
     lm_matvec_ref(&w1, NULL, &q1, &out, 0, 1);
     ASSERT_TRUE(out == 264.0f); /* 0.5 * (1 + ... + 32) */
@@ -598,7 +607,7 @@ static void test_llama_q8_0(void)
     lm_matrix w = random_matrix(LM_Q8_0, 37, 512, 0, &data, &scales);
     float *x = random_x(512), xt[512], *ref = malloc(37 * sizeof *ref), *got = malloc(37 * 4);
     lm_llama_quantize(LM_IN_Q8_0, x, 512, xt, xq, xd, NULL);
-    lm_q8 q8 = {xq, xd, 32, 1, NULL}, plain = {xq, xd, 32, 0, NULL};
+    lm_q8 q8 = {xq, xd, 32, LM_LLAMA_CPU_AVX2, NULL}, plain = {xq, xd, 32, 0, NULL};
     lm_matvec_ref(&w, xt, &q8, ref, 0, 37);
     lm_matvec_ref(&w, xt, &plain, got, 0, 37);
     size_t moved = 0; /* the fused order is another arithmetic: some row moves */
@@ -617,89 +626,211 @@ static void test_llama_q8_0(void)
     free(data), free(scales), free(x), free(ref), free(got);
 }
 
-/* Every type the decoder sums in llama.cpp's order, on random rows in
- * groups of 8 (the repacked types' condition): the fused sum within float
- * rounding of the double product of the dequantized weights with the
+/* Every type in llama.cpp's order (lm_q8.fused), on random rows in groups
+ * of 8 (the repacked types' condition) and not (their vec_dot's order):
+ * every path the reference's bits (a range inside too); the sum within
+ * float rounding of the double product of the dequantized weights with the
  * converted input (plus, for Q4_1 and Q5_1, the float16 rounding of Q8_1's
  * d * sum(q): the bound counts it), so every block layout is read right;
- * a deliberate misreading (the input of the next block) is caught. */
+ * some row off the decoder's own order (another arithmetic); and a
+ * deliberate misreading (the input of the next block) is caught. */
 static void test_llama_fused_types(void)
 {
-    static const lm_dtype types[] = {LM_Q8_0,   LM_Q5_0, LM_Q4_1, LM_Q5_1, LM_Q4_0,
-                                     LM_IQ4_NL, LM_Q4_K, LM_Q6_K, LM_F16};
-    const size_t rows = 16, cols = 512;
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        const lm_llama_in kind = lm_llama_input(types[t]);
-        unsigned char *data, *scales;
-        lm_matrix w = random_matrix(types[t], rows, cols, 0, &data, &scales);
-        float *x = random_x(cols), xt[512], xd[16], xs[16], deq[512];
-        int8_t xq[512];
-        lm_llama_quantize(kind, x, cols, xt, xq, xd, xs);
-        lm_q8 q8 = {xq, xd, 32, 1, xs};
-        float got[16];
-        lm_matvec_ref(&w, xt, &q8, got, 0, rows);
-        for (int isa = 0; isa < LM_ISA_COUNT; isa++) { /* every path the reference's bits */
-            float vec[16];
-            if (!lm_isa_supported((lm_isa)isa))
-                continue;
-            memset(vec, 0xff, sizeof vec);
-            lm_matvec_rows(&w, xt, &q8, vec, 0, rows, (lm_isa)isa);
-            lm_matvec_rows(&w, xt, &q8, vec + 3, 3, 11, (lm_isa)isa); /* a range inside */
-            if (!same_bits(vec, got, rows))
-                CHECK_FAIL_AT("fused %s: %s differs from the reference", lm_dtype_name(types[t]),
-                              lm_isa_name((lm_isa)isa));
-        }
-        size_t bad = 0;
-        for (size_t r = 0; r < rows; r++) {
-            lm_matrix_row(&w, r, deq);
-            double exact = 0, mag = 0, mins = 0;
-            for (size_t j = 0; j < cols; j++)
-                exact += (double)deq[j] * xt[j], mag += fabs((double)deq[j] * xt[j]);
-            if (types[t] == LM_Q4_1 || types[t] == LM_Q5_1) {
-                const size_t bb = lm_dtype_block_bytes(types[t]);
-                for (size_t b = 0; b < cols / 32; b++) {
-                    const unsigned char *blk = data + r * w.row_bytes + bb * b;
-                    double sq = 0;
-                    for (size_t j = 0; j < 32; j++)
-                        sq += xq[32 * b + j];
-                    mins += fabs((double)lm_f16_to_f32(lm__u16(blk + 2))) *
-                            fabs((double)xs[b] - (double)xd[b] * sq);
+    static const lm_dtype types[] = {LM_F32,  LM_F16,  LM_BF16,   LM_Q8_0,  LM_Q5_0,
+                                     LM_Q4_1, LM_Q5_1, LM_Q4_0,   LM_IQ4_NL, LM_Q2_K,
+                                     LM_Q3_K, LM_Q4_K, LM_Q5_K,   LM_Q6_K,  LM_IQ4_XS};
+    const size_t cols = 768; /* three blocks of 256: IQ4_NL's odd count of pairs */
+    for (int cpu = LM_LLAMA_CPU_AVX2; cpu < LM_LLAMA_CPU_COUNT; cpu++)
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t rows = 16; rows >= 13; rows -= 3) {
+            const lm_llama_in kind = lm_llama_input(types[t]);
+            unsigned char *data, *scales;
+            lm_matrix w = random_matrix(types[t], rows, cols, 0, &data, &scales);
+            float *x = random_x(cols), xt[768], xd[24], xs[24], deq[768];
+            int8_t xq[768];
+            lm_llama_quantize(kind, x, cols, xt, xq, xd, xs);
+            lm_q8 q8 = {xq, xd, 32, cpu, xs};
+            float got[16], mine[16];
+            lm_matvec_ref(&w, xt, &q8, got, 0, rows);
+            for (int isa = 0; isa < LM_ISA_COUNT; isa++) { /* every path the reference's bits */
+                float vec[16];
+                if (!lm_isa_supported((lm_isa)isa))
+                    continue;
+                memset(vec, 0xff, sizeof vec);
+                lm_matvec_rows(&w, xt, &q8, vec, 0, rows, (lm_isa)isa);
+                lm_matvec_rows(&w, xt, &q8, vec + 3, 3, 11, (lm_isa)isa); /* a range inside */
+                if (!same_bits(vec, got, rows))
+                    CHECK_FAIL_AT("llama %s (%s), %zu rows: %s differs from the reference",
+                                  lm_dtype_name(types[t]), lm_llama_cpu_name((lm_llama_cpu)cpu),
+                                  rows, lm_isa_name((lm_isa)isa));
+            }
+            /* the decoder's own order on the same converted input */
+            if (lm_matrix_q8_group(&w) == 0) {
+                lm_matvec_ref(&w, xt, NULL, mine, 0, rows);
+                size_t moved = 0;
+                for (size_t r = 0; r < rows; r++)
+                    moved += memcmp(&mine[r], &got[r], sizeof(float)) != 0;
+                if (!moved)
+                    CHECK_FAIL_AT("llama %s, %zu rows: every row is the decoder's own sum",
+                                  lm_dtype_name(types[t]), rows);
+            }
+            size_t bad = 0;
+            for (size_t r = 0; r < rows; r++) {
+                lm_matrix_row(&w, r, deq);
+                double exact = 0, mag = 0, mins = 0;
+                for (size_t j = 0; j < cols; j++)
+                    exact += (double)deq[j] * xt[j], mag += fabs((double)deq[j] * xt[j]);
+                if (types[t] == LM_Q4_1 || types[t] == LM_Q5_1) {
+                    const size_t bb = lm_dtype_block_bytes(types[t]);
+                    for (size_t b = 0; b < cols / 32; b++) {
+                        const unsigned char *blk = data + r * w.row_bytes + bb * b;
+                        double sq = 0;
+                        for (size_t j = 0; j < 32; j++)
+                            sq += xq[32 * b + j];
+                        mins += fabs((double)lm_f16_to_f32(lm__u16(blk + 2))) *
+                                fabs((double)xs[b] - (double)xd[b] * sq);
+                    }
+                }
+                const double bound = mag * 1e-6 + mins * 1.000001 + 1e-30;
+                if (!(fabs((double)got[r] - exact) <= bound)) {
+                    if (!bad)
+                        CHECK_FAIL_AT("llama %s row %zu: %.9g, dequantized %.9g (bound %.3g)",
+                                      lm_dtype_name(types[t]), r, (double)got[r], exact, bound);
+                    bad++;
                 }
             }
-            const double bound = mag * 1e-6 + mins * 1.000001 + 1e-30;
-            if (!(fabs((double)got[r] - exact) <= bound)) {
-                if (!bad)
-                    CHECK_FAIL_AT("%s row %zu: fused %.9g, dequantized %.9g (bound %.3g)",
-                                  lm_dtype_name(types[t]), r, (double)got[r], exact, bound);
-                bad++;
+            /* the mutation: the input shifted by one block of 256 */
+            lm_q8 off = {xq + 256, xd + 8, 32, cpu, xs + 8};
+            lm_matrix part = w;
+            part.cols = cols - 256; /* what the shifted input can still cover */
+            float moved[16];
+            lm_matvec_ref(&part, xt + 256, &off, moved, 0, rows);
+            size_t differ = 0;
+            for (size_t r = 0; r < rows; r++) {
+                lm_matrix_row(&part, r, deq);
+                double exact = 0, mag = 0;
+                for (size_t j = 0; j < part.cols; j++)
+                    exact += (double)deq[j] * xt[j], mag += fabs((double)deq[j] * xt[j]);
+                differ += fabs((double)moved[r] - exact) > mag * 1e-3;
             }
+            ASSERT_TRUE(differ > 0);
+            free(data), free(scales), free(x);
         }
-        /* the mutation: the input shifted by one block of 32 */
-        lm_q8 off = {xq + 32, xd + 1, 32, 1, xs + 1};
-        lm_matrix half = w;
-        half.cols = cols - 256; /* what the shifted input can still cover */
-        float moved[16];
-        lm_matvec_ref(&half, types[t] == LM_F16 ? xt + 32 : xt, &off, moved, 0, rows);
-        size_t differ = 0;
-        for (size_t r = 0; r < rows; r++) {
-            lm_matrix_row(&half, r, deq);
-            double exact = 0, mag = 0;
-            for (size_t j = 0; j < half.cols; j++)
-                exact += (double)deq[j] * xt[j], mag += fabs((double)deq[j] * xt[j]);
-            differ += fabs((double)moved[r] - exact) > mag * 1e-3;
-        }
-        ASSERT_TRUE(differ > 0);
-        free(data), free(scales), free(x);
-    }
 }
 
-/* F16 rows in llama.cpp's two orders: tinyBLAS's (16 lanes, columns in
- * 16s, rows in 4s) and ggml_vec_dot_f16's (otherwise: 4 x 16 lanes over
- * steps of 64, the leftover in double), each within float rounding of the
- * double product; a sum whose order shows (1 + 2^-24 leftovers after a
- * large lane) tells the two apart and every path gives the reference's
- * bits. */
-static void test_llama_f16_orders(void)
+/* BF16 rows as vdpbf16ps sums them: a lane's odd element first, then its
+ * even one, worked by hand; subnormal inputs read as zero and subnormal
+ * results flushed; on random rows with subnormals mixed in, the
+ * instruction's path (where this machine has it) the reference's bits. */
+static void test_llama_bf16(void)
+{
+    /* 128 columns of x = 1; lane 0 of the first accumulator takes
+     * elements 0, 1, then 64, 65: w1 = 2^24 (w0 = 0), then w65 = 1 first:
+     * a tie to even (2^24), then w64 = 2: 2^24 + 2 (even first, or the
+     * pair's sum first: 2^24 + 4) */
+    unsigned char row[256];
+    float x[128];
+    for (size_t j = 0; j < 128; j++)
+        put16(row + 2 * j, j == 1 ? 0x4b80 : j == 64 ? 0x4000 : j == 65 ? 0x3f80 : 0), x[j] = 1;
+    lm_matrix w = {.data = row, .type = LM_BF16, .rows = 1, .cols = 128, .row_bytes = 256};
+    lm_q8 q8 = {NULL, NULL, 32, LM_LLAMA_CPU_AVX512_BF16, NULL};
+    for (int pass = 0; pass < 3; pass++) {
+        /* pass 1: a subnormal weight 2^-127 against 2^100 reads as 0 (not
+         * 2^-27); pass 2: 2^-70 * 2^-70 is flushed (not 2^-140) */
+        const float want = pass ? 0.0f : 16777216.0f + 2.0f;
+        if (pass) {
+            memset(row, 0, sizeof row);
+            put16(row, pass == 1 ? 0x0040 : 0x1c80);
+            x[0] = pass == 1 ? 0x1p100f : 0x1p-70f;
+        }
+        for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+            float got = -1;
+            if (!lm_isa_supported((lm_isa)isa))
+                continue;
+            lm_matvec_rows(&w, x, &q8, &got, 0, 1, (lm_isa)isa);
+            if (!(got == want && !signbit(got)))
+                CHECK_FAIL_AT("BF16 by hand (%d), %s: %a, want %a", pass,
+                              lm_isa_name((lm_isa)isa), (double)got, (double)want);
+        }
+    }
+    enum { R = 9, C = 200 };
+    unsigned char *data, *scales;
+    lm_matrix m = random_matrix(LM_BF16, R, C, 0, &data, &scales);
+    float *xr = random_x(C), xt[C], ref[R], vec[R];
+    lm_llama_quantize(LM_IN_BF16, xr, C, xt, NULL, NULL, NULL);
+    for (size_t i = 0; i < C; i += 7) /* subnormal inputs and weights, tiny products */
+        xt[i] = i % 2 ? 0x1p-130f : 0x1p-100f, put16(data + 2 * (i + C * (i % R)), 0x0011);
+    lm_matvec_ref(&m, xt, &q8, ref, 0, R);
+    for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+        if (!lm_isa_supported((lm_isa)isa))
+            continue;
+        memset(vec, 0xff, sizeof vec);
+        lm_matvec_rows(&m, xt, &q8, vec, 0, R, (lm_isa)isa);
+        if (!same_bits(vec, ref, R))
+            CHECK_FAIL_AT("BF16 with subnormals: %s differs from the reference",
+                          lm_isa_name((lm_isa)isa));
+    }
+    free(data), free(scales), free(xr);
+}
+
+/* The three variants' orders tell apart, by hand (64 columns: w0 x0 =
+ * 2^24, then products of 1): F16 and F32 with ones at 1 and 3 (AVX-512's
+ * 16-lane reduction adds the two ones first: 2^24 + 2; AVX2's 8-lane one
+ * meets 2^24 with each, ties to even: 2^24), BF16 with ones at 16 and 24
+ * (AVX2 adds element e + 16 and e + 24 to e's lane first: 2^24; AVX-512
+ * alone reduces elements 16..31 apart, into the double: 2^24 + 2; dpbf16
+ * puts 16 and 24 in lanes 8 and 12, each added to 2^24 alone: 2^24); then
+ * every type's reference and paths in every variant (test_llama_fused_types
+ * holds them per variant). */
+static void test_llama_variants(void)
+{
+    static const float f16_want[LM_LLAMA_CPU_COUNT] = {0, 16777216.0f, 16777218.0f,
+                                                       16777218.0f};
+    static const float bf16_want[LM_LLAMA_CPU_COUNT] = {0, 16777216.0f, 16777218.0f,
+                                                        16777216.0f};
+    for (int cpu = LM_LLAMA_CPU_AVX2; cpu < LM_LLAMA_CPU_COUNT; cpu++) {
+        unsigned char h[128], b[128], f[256];
+        float x16[64], xb[64];
+        for (size_t j = 0; j < 64; j++) {
+            const int one = j == 1 || j == 3, bone = j == 16 || j == 24;
+            put16(h + 2 * j, j == 0 ? 0x6800 /* 2048 */ : one ? 0x3c00 : 0);
+            put16(b + 2 * j, j == 0 ? 0x4b80 /* 2^24 */ : bone ? 0x3f80 : 0);
+            const float fw = j == 0 ? 2048.0f : one ? 1.0f : 0.0f;
+            memcpy(f + 4 * j, &fw, 4);
+            x16[j] = j == 0 ? 8192.0f : 1.0f, xb[j] = 1.0f;
+        }
+        lm_matrix wh = {.data = h, .type = LM_F16, .rows = 1, .cols = 64, .row_bytes = 128};
+        lm_matrix wb = {.data = b, .type = LM_BF16, .rows = 1, .cols = 64, .row_bytes = 128};
+        lm_matrix wf = {.data = f, .type = LM_F32, .rows = 1, .cols = 64, .row_bytes = 256};
+        const lm_q8 q8 = {NULL, NULL, 32, cpu, NULL};
+        ASSERT_TRUE(lm_dot_f16(x16, NULL, h, 64, (lm_llama_cpu)cpu) == f16_want[cpu]);
+        for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+            float gh = -1, gb = -1, gf = -1;
+            if (!lm_isa_supported((lm_isa)isa))
+                continue;
+            lm_matvec_rows(&wh, x16, &q8, &gh, 0, 1, (lm_isa)isa);
+            lm_matvec_rows(&wf, x16, &q8, &gf, 0, 1, (lm_isa)isa);
+            lm_matvec_rows(&wb, xb, &q8, &gb, 0, 1, (lm_isa)isa);
+            if (!(gh == f16_want[cpu] && gf == f16_want[cpu] && gb == bf16_want[cpu]))
+                CHECK_FAIL_AT("variant %s, %s: F16 %.9g, F32 %.9g (want %.9g), BF16 %.9g "
+                              "(want %.9g)", lm_llama_cpu_name((lm_llama_cpu)cpu),
+                              lm_isa_name((lm_isa)isa), (double)gh, (double)gf,
+                              (double)f16_want[cpu], (double)gb, (double)bf16_want[cpu]);
+        }
+    }
+    ASSERT_TRUE(lm_llama_cpu_detect() >= LM_LLAMA_CPU_AVX2 &&
+                lm_llama_cpu_detect() < LM_LLAMA_CPU_COUNT);
+    ASSERT_TRUE(strcmp(lm_llama_cpu_name(LM_LLAMA_CPU_AVX512_BF16), "avx512-bf16") == 0);
+    printf("  llama.cpp's CPU variant here: %s\n", lm_llama_cpu_name(lm_llama_cpu_detect()));
+}
+
+/* F16 rows in llama.cpp's order for one token, ggml_vec_dot_f16's (4 x 16
+ * lanes over steps of 64, the leftover in double; llamafile's tinyBLAS
+ * only takes products of two columns and more): within float rounding of
+ * the double product, every path the reference's bits, and a sum whose
+ * order shows (1 + 2^-24 leftovers after a large lane) worked by hand, the
+ * same for any number of rows. */
+static void test_llama_f16_order(void)
 {
     const size_t dims[][2] = {{8, 96}, {6, 96}, {8, 200}, {5, 70}};
     for (size_t t = 0; t < 4; t++) {
@@ -708,7 +839,7 @@ static void test_llama_f16_orders(void)
         lm_matrix w = random_matrix(LM_F16, rows, cols, 0, &data, &scales);
         float *x = random_x(cols), xt[256], got[8], vec[8], deq[256];
         lm_llama_quantize(LM_IN_F16, x, cols, xt, NULL, NULL, NULL);
-        lm_q8 q8 = {NULL, NULL, 32, 1, NULL};
+        lm_q8 q8 = {NULL, NULL, 32, LM_LLAMA_CPU_AVX512, NULL};
         lm_matvec_ref(&w, xt, &q8, got, 0, rows);
         for (size_t r = 0; r < rows; r++) {
             lm_matrix_row(&w, r, deq);
@@ -731,23 +862,31 @@ static void test_llama_f16_orders(void)
         free(data), free(scales), free(x);
     }
     /* one row of 64 + 16 weights 1 against x = 2^24, then 79 ones (exact:
-     * 2^24 + 79; a float's step there is 2): tinyBLAS's lane 0 loses its
-     * four ones, the reduction one more (2^24 + 74); vec_dot's lane 0 keeps
-     * two, its reduction sums even, the leftover 16 are exact in double
-     * (2^24 + 78) */
+     * 2^24 + 79; a float's step there is 2): lane 0 of the first
+     * accumulator takes the third's 1 as a tie to even (2^24), the second's
+     * reduction 2 more, the 16-lane reduction 60 (2^24 + 62), the leftover
+     * 16 are exact in double: 2^24 + 78, on 8 rows and on 5 */
     unsigned char row[8 * 160];
     float xs[80];
     for (size_t j = 0; j < 80; j++)
         put16(row + 2 * j, 0x3c00), xs[j] = j == 0 ? 16777216.0f : 1.0f;
     lm_matrix w8 = {.data = row, .type = LM_F16, .rows = 8, .cols = 80, .row_bytes = 160};
-    lm_matrix w5 = w8;
-    w5.rows = 5;
-    lm_q8 q8 = {NULL, NULL, 32, 1, NULL};
-    float a = 0, b = 0;
-    lm_matvec_ref(&w8, xs, &q8, &a, 0, 1);
-    lm_matvec_ref(&w5, xs, &q8, &b, 0, 1);
-    ASSERT_TRUE(a == 16777216.0f + 74.0f);
-    ASSERT_TRUE(b == 16777216.0f + 78.0f);
+    for (size_t r = 1; r < 8; r++)
+        memcpy(row + 160 * r, row, 160);
+    lm_q8 q8 = {NULL, NULL, 32, LM_LLAMA_CPU_AVX512, NULL};
+    for (size_t rows = 8; rows >= 5; rows -= 3) {
+        w8.rows = rows;
+        for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+            float got[8];
+            if (!lm_isa_supported((lm_isa)isa))
+                continue;
+            lm_matvec_rows(&w8, xs, &q8, got, 0, rows, (lm_isa)isa);
+            for (size_t r = 0; r < rows; r++)
+                if (!(got[r] == 16777216.0f + 78.0f))
+                    CHECK_FAIL_AT("F16 by hand, %zu rows, %s: row %zu is %.9g, want 2^24 + 78",
+                                  rows, lm_isa_name((lm_isa)isa), r, (double)got[r]);
+        }
+    }
 }
 
 /* The active instruction set can be forced and restored. */
@@ -822,7 +961,9 @@ int main(int argc, char **argv)
     RUN(test_llama_q8_0);
     RUN(test_llama_fused_types);
     RUN(test_llama_round_vectors);
-    RUN(test_llama_f16_orders);
+    RUN(test_llama_f16_order);
+    RUN(test_llama_bf16);
+    RUN(test_llama_variants);
     RUN(test_isa_force);
     RUN(test_threads);
     return CHECK_DONE();

@@ -32,7 +32,7 @@ static const char dump_usage[] =
     "  --loop  repeat the text's tokens after BOS as often as --steps needs\n"
     "  --threads N  matrix products on N threads (default: the cores; the same\n"
     "          bits for every N)\n"
-    "  --products P  exact (default) or llama: as for `kvevict lm eval`\n"
+    "  --products P  exact (default) or llama[:VARIANT]: as for `kvevict lm eval`\n"
     "  --quiet no progress line on stderr (drawn on a terminal after 2 s)\n"
     "          (positions past the model's context are decoded all the same)\n"
     "\n"
@@ -120,6 +120,7 @@ static int dump_run(dump_ctx *d, const lm_model *m, const int32_t *toks, size_t 
     o.user = d;
     o.threads = lm_ctx.threads;
     o.products = lm_ctx.products;
+    o.llama_cpu = lm_ctx.llama_cpu;
     lm_state *s = NULL;
     kve_status st = lm_state_new(m, &o, &s);
     if (st != KVE_OK)

@@ -138,7 +138,8 @@ int lm_duo_calibrate(int argc, char **argv)
     for (size_t k = 0; k <= N; k++) {
         for (size_t i = 0; i < N; i++)
             hb[i] = k == i + 1 ? W : C;
-        lm_options o = {.policy = spec, .head_budgets = hb, .products = lm_ctx.products};
+        lm_options o = {.policy = spec, .head_budgets = hb, .products = lm_ctx.products,
+                        .llama_cpu = lm_ctx.llama_cpu};
         kve_status s = lm_state_new(lm_ctx.model, &o, &st[k]);
         if (s != KVE_OK)
             die_lm(s, "--window");

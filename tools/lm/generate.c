@@ -52,7 +52,9 @@ static const char logits_usage[] =
     "                   the same bits for every N)\n"
     "  --products P     exact (the default: the decoder's own arithmetic) or llama\n"
     "                   (llama.cpp's: inputs converted per weight type, float16 keys\n"
-    "                   and values, its flash attention; docs/decoder.md)\n"
+    "                   and values, its flash attention; docs/decoder.md), as the\n"
+    "                   CPU variant it loads here computes it; llama:avx2,\n"
+    "                   llama:avx512 or llama:avx512-bf16 names the variant\n"
     "  --same-positions every (layer, KV head) keeps the same positions: one eviction\n"
     "                   a step for all, by their scores added together (docs/decoder.md)\n"
     "  -o, --output F   write to F instead of standard output\n";

@@ -34,6 +34,7 @@ typedef struct lm_loaded {
     int timing; /* 1: new_state's decoders time their policies (lm_options.timing) */
     int same_positions; /* --same-positions: every (layer, KV head) keeps the same positions */
     lm_products products; /* --products: exact (the default) or llama (lm_options.products) */
+    lm_llama_cpu llama_cpu; /* --products llama:VARIANT (lm_options.llama_cpu); AUTO */
 } lm_loaded;
 extern lm_loaded lm_ctx;
 
@@ -71,21 +72,34 @@ static inline lm_positions opt_positions(const char *s)
 }
 
 /* --threads N (default: the cores available) into lm_ctx.threads, and
- * --products exact|llama (default exact) into lm_ctx.products: the two
- * options of the decoder's arithmetic, in every table that has one. */
+ * --products exact|llama[:VARIANT] (default exact) into lm_ctx.products
+ * and lm_ctx.llama_cpu: the two options of the decoder's arithmetic, in
+ * every table that has one. */
 static inline void parse_threads(const cli_args *a, const cli_spec *spec)
 {
     const char *v = own(a, spec, "threads");
     lm_ctx.threads = v ? (size_t)parse_u64("--threads", v, 1, LM_MAX_THREADS) : lm_cores();
     v = own(a, spec, "products");
-    if (v && strcmp(v, "llama") != 0 && strcmp(v, "exact") != 0)
+    lm_ctx.products = LM_PRODUCTS_EXACT;
+    lm_ctx.llama_cpu = LM_LLAMA_CPU_AUTO;
+    if (!v || strcmp(v, "exact") == 0)
+        return;
+    if (strncmp(v, "llama", 5) != 0 || (v[5] != '\0' && v[5] != ':'))
         die_usage("--products: '%s' is neither 'llama' nor 'exact'", v);
-    lm_ctx.products = v && strcmp(v, "llama") == 0 ? LM_PRODUCTS_LLAMA : LM_PRODUCTS_EXACT;
+    lm_ctx.products = LM_PRODUCTS_LLAMA;
+    if (v[5] == '\0')
+        return;
+    for (int c = LM_LLAMA_CPU_AVX2; c < LM_LLAMA_CPU_COUNT; c++)
+        if (strcmp(v + 6, lm_llama_cpu_name((lm_llama_cpu)c)) == 0) {
+            lm_ctx.llama_cpu = (lm_llama_cpu)c;
+            return;
+        }
+    die_usage("--products: '%s': the variant is none of avx2, avx512, avx512-bf16", v);
 }
 
 /* The usage lines of --products. */
 #define PRODUCTS_USAGE                                                                             \
-    "  --products P        exact (default) or llama: llama.cpp's arithmetic\n"
+    "  --products P        exact (default), llama or llama:VARIANT (docs/cli.md)\n"
 
 static inline const char *positions_name(lm_positions p)
 {

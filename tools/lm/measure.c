@@ -167,7 +167,8 @@ lm_state *new_state(const char *spec, size_t budget, lm_positions pos, uint64_t 
                     .share_heads = lm_ctx.budgets.share_heads,
                     .min_share = lm_ctx.budgets.min_share, .threads = lm_ctx.threads,
                     .timing = lm_ctx.timing, .same_positions = lm_ctx.same_positions,
-                    .products = lm_ctx.products};
+                    .products = lm_ctx.products,
+                    .llama_cpu = lm_ctx.llama_cpu};
     lm_state *s = NULL;
     kve_status st = lm_state_new(lm_ctx.model, &o, &s);
     if (st != KVE_OK)
