@@ -35,13 +35,20 @@
  *   each removed after its runs; F32 is 4.4 GB): tokens per second, and the
  *   fraction of the memory-bandwidth floor reached: the bytes of weights a
  *   token reads (every matrix once, the embedding row, the norms) over the
- *   best streaming read bandwidth measured in the same run with the same
- *   number of threads (eight streams, as the products read eight rows;
- *   before and after the runs), against the time a token takes. Types default to
+ *   floor's bandwidth measured in the same run for the same number of
+ *   threads (the best of several readers, prefetch distances and 1 to that
+ *   many threads: stream_bandwidth; before and after the runs), against the
+ *   time a token takes. Types default to
  *   f32,f16,q8_0,q4_k, threads to 1,2, tokens to 8 (after 2 of warm-up; best
  *   of 3 runs). One thread is timed in the thread's CPU time (waiting on
  *   memory counts, other jobs on a shared machine do not), the bandwidth
  *   with one thread too; two threads in wall time, their bandwidth too.
+ *
+ * Usage: kvevict-lm-speed --floor [--threads N,...] [--json] GGUF...
+ *   The floor of decoding each file: its bytes a token (as above) over the
+ *   floor's bandwidth for each thread count (default 1,2), in tokens per
+ *   second; bench/lm_vs_llama.sh puts it beside llama.cpp's rate, which
+ *   must never exceed it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "lm.h"
@@ -237,12 +244,37 @@ static double wall_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- the memory-bandwidth floor ----
+ *
+ * A floor is a bound nothing reading the same bytes can beat, so it is the
+ * best read bandwidth over every way of reading this code knows, as STREAM
+ * and its successors take the best of their kernels: each kernel below, with
+ * no software prefetch and with prefetches 1 KiB and 4 KiB ahead, on 1 to T
+ * threads for a run on T threads (more readers can only help a floor), best
+ * of 3 passes over a 1 GiB buffer each. A pass's bytes are the bytes the
+ * kernel read; the result is kept so the reads cannot be optimised away. */
+
+typedef uint64_t (*read_fn)(const unsigned char *p, size_t n, size_t ahead);
+
+static uint64_t read_words(const unsigned char *p, size_t n, size_t ahead)
+{
+    (void)ahead;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 32 <= n; i += 32) {
+        uint64_t v[4];
+        memcpy(v, p + i, 32);
+        s0 += v[0], s1 += v[1], s2 += v[2], s3 += v[3];
+    }
+    return s0 + s1 + s2 + s3;
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-/* Reads n bytes (a multiple of 8 * 64) as eight interleaved streams, each a
- * contiguous eighth, 64 bytes a stream a round: the access pattern of the
- * products, which read eight rows at a time. */
-__attribute__((target("avx2"))) static uint64_t read_all(const unsigned char *p, size_t n)
+#define BW_X86 1
+/* Eight interleaved streams, each a contiguous eighth, 64 bytes a stream a
+ * round: the access pattern of products that read eight rows at a time. */
+__attribute__((target("avx2"))) static uint64_t read8_avx2(const unsigned char *p, size_t n,
+                                                           size_t ahead)
 {
     __m256i acc[8];
     for (int k = 0; k < 8; k++)
@@ -250,30 +282,81 @@ __attribute__((target("avx2"))) static uint64_t read_all(const unsigned char *p,
     size_t part = n / 8 / 64 * 64;
     for (size_t i = 0; i < part; i += 64)
         for (int k = 0; k < 8; k++) {
-            const __m256i *q = (const __m256i *)(const void *)(p + (size_t)k * part + i);
-            acc[k] = _mm256_add_epi64(acc[k], _mm256_add_epi64(_mm256_load_si256(q),
-                                                               _mm256_load_si256(q + 1)));
+            const unsigned char *q = p + (size_t)k * part + i;
+            if (ahead && i + ahead < part)
+                _mm_prefetch((const char *)(q + ahead), _MM_HINT_T0);
+            const __m256i *v = (const __m256i *)(const void *)q;
+            acc[k] = _mm256_add_epi64(acc[k], _mm256_add_epi64(_mm256_load_si256(v),
+                                                               _mm256_load_si256(v + 1)));
         }
     for (int k = 1; k < 8; k++)
         acc[0] = _mm256_add_epi64(acc[0], acc[k]);
     return (uint64_t)_mm256_extract_epi64(acc[0], 0) + (uint64_t)_mm256_extract_epi64(acc[0], 3);
 }
-#else
-static uint64_t read_all(const unsigned char *p, size_t n)
+
+/* One contiguous stream, 256 bytes a round into four accumulators. */
+__attribute__((target("avx512f"))) static uint64_t read1_avx512(const unsigned char *p, size_t n,
+                                                                size_t ahead)
 {
-    uint64_t s = 0;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        uint64_t v;
-        memcpy(&v, p + i, 8);
-        s += v;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    size_t end = n / 256 * 256;
+    for (size_t i = 0; i < end; i += 256) {
+        if (ahead && i + ahead < end) {
+            _mm_prefetch((const char *)(p + i + ahead), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p + i + ahead + 128), _MM_HINT_T0);
+        }
+        const __m512i *v = (const __m512i *)(const void *)(p + i);
+        a0 = _mm512_add_epi64(a0, _mm512_load_si512(v));
+        a1 = _mm512_add_epi64(a1, _mm512_load_si512(v + 1));
+        a2 = _mm512_add_epi64(a2, _mm512_load_si512(v + 2));
+        a3 = _mm512_add_epi64(a3, _mm512_load_si512(v + 3));
     }
-    return s;
+    return (uint64_t)_mm512_reduce_add_epi64(
+        _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
 }
+
+/* Eight interleaved streams of 64-byte loads, as read8_avx2 with 512-bit
+ * registers. */
+__attribute__((target("avx512f"))) static uint64_t read8_avx512(const unsigned char *p, size_t n,
+                                                                size_t ahead)
+{
+    __m512i acc[8];
+    for (int k = 0; k < 8; k++)
+        acc[k] = _mm512_setzero_si512();
+    size_t part = n / 8 / 64 * 64;
+    for (size_t i = 0; i < part; i += 64)
+        for (int k = 0; k < 8; k++) {
+            const unsigned char *q = p + (size_t)k * part + i;
+            if (ahead && i + ahead < part)
+                _mm_prefetch((const char *)(q + ahead), _MM_HINT_T0);
+            acc[k] = _mm512_add_epi64(acc[k], _mm512_load_si512((const void *)q));
+        }
+    for (int k = 1; k < 8; k++)
+        acc[0] = _mm512_add_epi64(acc[0], acc[k]);
+    return (uint64_t)_mm512_reduce_add_epi64(acc[0]);
+}
+#else
+#define BW_X86 0
 #endif
+
+static const struct {
+    const char *name;
+    read_fn fn;
+    lm_isa isa; /* needed by the kernel */
+} readers[] = {
+    {"words", read_words, LM_ISA_SCALAR},
+#if BW_X86
+    {"avx2 x8", read8_avx2, LM_ISA_AVX2},
+    {"avx512 x1", read1_avx512, LM_ISA_AVX512},
+    {"avx512 x8", read8_avx512, LM_ISA_AVX512},
+#endif
+};
 
 typedef struct stream_job {
     const unsigned char *p;
     size_t n;
+    read_fn fn;
+    size_t ahead;
     uint64_t sum[LM_MAX_THREADS];
 } stream_job;
 
@@ -281,40 +364,86 @@ static void stream_part(void *arg, size_t part, size_t parts)
 {
     stream_job *j = arg;
     size_t chunk = j->n / parts / 512 * 512;
-    j->sum[part] = read_all(j->p + part * chunk, chunk);
+    j->sum[part] += j->fn(j->p + part * chunk, chunk, j->ahead);
 }
 
-/* Best read bandwidth (bytes/s) over a 1 GiB buffer with `threads` threads. */
-static double stream_bandwidth(size_t threads)
+typedef struct floor_bw {
+    double bytes_per_s; /* the best */
+    const char *kernel; /* how it was reached */
+    size_t ahead, threads;
+} floor_bw;
+
+/* The floor's bandwidth for a run on `threads` threads: the best over the
+ * readers, prefetch distances and 1 to `threads` threads (above). */
+static floor_bw stream_bandwidth(size_t threads)
 {
+    floor_bw best = {0, "none", 0, 0};
     size_t n = (size_t)1 << 30;
     unsigned char *p = aligned_alloc(64, n);
     if (!p)
-        return 0;
+        return best;
     memset(p, 1, n);
-    lm_pool *pool = NULL;
-    if (threads > 1 && lm_pool_new(threads, NULL, &pool) != KVE_OK)
-        die("threads");
     stream_job *j = calloc(1, sizeof *j);
+    if (!j)
+        die("floor");
     j->p = p;
     j->n = n;
-    double best = 0;
-    for (int r = 0; r < 5; r++) {
-        double t0 = threads > 1 ? wall_s() : now_s();
-        lm_pool_run(pool, stream_part, j);
-        double dt = (threads > 1 ? wall_s() : now_s()) - t0;
-        double bw = (double)(n / threads / 512 * 512 * threads) / dt;
-        best = bw > best ? bw : best;
+    static const size_t aheads[] = {0, 1024, 4096};
+    for (size_t t = 1; t <= threads; t++) {
+        lm_pool *pool = NULL;
+        if (t > 1 && lm_pool_new(t, NULL, &pool) != KVE_OK)
+            die("threads");
+        for (size_t k = 0; k < sizeof readers / sizeof readers[0]; k++) {
+            if (!lm_isa_supported(readers[k].isa))
+                continue;
+            for (size_t a = 0; a < sizeof aheads / sizeof aheads[0]; a++) {
+                if (readers[k].fn == read_words && aheads[a])
+                    continue; /* no prefetch in plain C */
+                j->fn = readers[k].fn;
+                j->ahead = aheads[a];
+                for (int r = 0; r < 3; r++) {
+                    double t0 = t > 1 ? wall_s() : now_s();
+                    lm_pool_run(pool, stream_part, j);
+                    double dt = (t > 1 ? wall_s() : now_s()) - t0;
+                    double bw = (double)(n / t / 512 * 512 * t) / dt;
+                    if (bw > best.bytes_per_s)
+                        best = (floor_bw){bw, readers[k].name, aheads[a], t};
+                }
+            }
+        }
+        lm_pool_free(pool);
     }
     uint64_t s = 0;
     for (size_t i = 0; i < threads; i++)
         s += j->sum[i];
     if (s == 42)
         printf(" ");
-    lm_pool_free(pool);
     free(j);
     free(p);
     return best;
+}
+
+static void print_floor(size_t threads, const floor_bw *b)
+{
+    printf("floor bandwidth, %zu thread%s: %.2f GB/s (%s, prefetch %zu bytes ahead, %zu reader%s; "
+           "the best of every reader, prefetch and thread count)\n",
+           threads, threads > 1 ? "s" : "", b->bytes_per_s / 1e9, b->kernel, b->ahead, b->threads,
+           b->threads > 1 ? "s" : "");
+}
+
+/* "1,2" -> {1, 2}; 0 on a malformed list. */
+static size_t parse_threads(const char *s, size_t th[8])
+{
+    size_t n = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p || v < 1 || v > LM_MAX_THREADS || n == 8 || (*end && *end != ','))
+            return 0;
+        th[n++] = (size_t)v;
+        p = *end ? end + 1 : end;
+    }
+    return n;
 }
 
 static gw_spec tiny_llama = {.dim = 2048, .hidden = 5632, .layers = 22, .heads = 32,
@@ -373,12 +502,13 @@ static int weights_speed(int argc, char **argv)
             return 2;
         }
     }
-    size_t th[8], n_th = 0;
-    for (const char *p = threads_s; *p && n_th < 8;) {
-        th[n_th++] = (size_t)strtoull(p, NULL, 10);
-        p = strchr(p, ',') ? strchr(p, ',') + 1 : "";
+    size_t th[8], n_th = parse_threads(threads_s, th);
+    if (!n_th) {
+        fprintf(stderr, "kvevict-lm-speed: --threads %s: a list of 1 to 8 counts, each 1 to %d\n",
+                threads_s, (int)LM_MAX_THREADS);
+        return 2;
     }
-    double bw[8];
+    floor_bw bw[8];
     for (size_t i = 0; i < n_th; i++)
         bw[i] = stream_bandwidth(th[i]);
     static const struct {
@@ -448,30 +578,85 @@ static int weights_speed(int argc, char **argv)
     }
     /* The floor: the best bandwidth of the measurements before and after. */
     for (size_t i = 0; i < n_th; i++) {
-        double again = stream_bandwidth(th[i]);
-        bw[i] = again > bw[i] ? again : bw[i];
+        floor_bw again = stream_bandwidth(th[i]);
+        bw[i] = again.bytes_per_s > bw[i].bytes_per_s ? again : bw[i];
     }
     if (!as_json) {
         printf("TinyLlama's shape: 22 layers, dim 2048, 32 heads over 4 KV heads, hidden 5632, "
                "vocabulary 32000; random weights; kernels: %s\n", lm_isa_name(lm_isa_active()));
         for (size_t i = 0; i < n_th; i++)
-            printf("streaming read bandwidth, %zu thread%s: %.2f GB/s (best of 10 passes over 1 "
-                   "GiB, before and after the runs)\n", th[i], th[i] > 1 ? "s" : "", bw[i] / 1e9);
+            print_floor(th[i], &bw[i]);
         printf("\n%-6s %8s %11s %9s %12s %10s\n", "type", "threads", "MB/token", "tokens/s",
                "floor tok/s", "of floor");
     }
     for (size_t r = 0; r < n_res; r++) {
-        double floor_s = res[r].bytes / bw[res[r].threads], sec = res[r].seconds;
+        double floor_s = res[r].bytes / bw[res[r].threads].bytes_per_s, sec = res[r].seconds;
         size_t nt = th[res[r].threads];
         if (as_json)
             printf("{\"type\": \"%s\", \"threads\": %zu, \"isa\": \"%s\", \"bytes_per_token\": "
                    "%.0f, \"bandwidth\": %.4g, \"tokens_per_second\": %.3f, "
                    "\"floor_tokens_per_second\": %.3f, \"fraction_of_floor\": %.3f}\n",
                    res[r].type, nt, lm_isa_name(lm_isa_active()), res[r].bytes,
-                   bw[res[r].threads], 1.0 / sec, 1.0 / floor_s, floor_s / sec);
+                   bw[res[r].threads].bytes_per_s, 1.0 / sec, 1.0 / floor_s, floor_s / sec);
         else
             printf("%-6s %8zu %11.1f %9.2f %12.2f %9.0f%%\n", res[r].type, nt,
                    res[r].bytes / 1e6, 1.0 / sec, 1.0 / floor_s, 100.0 * floor_s / sec);
+    }
+    return 0;
+}
+
+/* --floor: the floor of decoding each GGUF file given, in tokens per second:
+ * its bytes a token over the floor's bandwidth at each thread count. */
+static int floor_speed(int argc, char **argv)
+{
+    const char *threads_s = "1,2";
+    int as_json = 0, first = argc;
+    for (int i = 2; i < argc && first == argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            as_json = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--threads") == 0)
+            threads_s = argv[++i];
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "kvevict-lm-speed --floor: unknown option %s\n", argv[i]);
+            return 2;
+        } else
+            first = i;
+    }
+    size_t th[8], n_th = parse_threads(threads_s, th);
+    if (!n_th) {
+        fprintf(stderr, "kvevict-lm-speed: --threads %s: a list of 1 to 8 counts, each 1 to %d\n",
+                threads_s, (int)LM_MAX_THREADS);
+        return 2;
+    }
+    if (first == argc) {
+        fprintf(stderr, "usage: kvevict-lm-speed --floor [--threads N,...] [--json] GGUF...\n");
+        return 2;
+    }
+    double bytes[64];
+    int n_files = argc - first > 64 ? 64 : argc - first;
+    for (int f = 0; f < n_files; f++) {
+        lm_model *m = NULL;
+        if (lm_model_open(argv[first + f], NULL, &m) != KVE_OK)
+            die(argv[first + f]);
+        bytes[f] = token_bytes(m);
+        lm_model_free(m);
+    }
+    for (size_t i = 0; i < n_th; i++) {
+        floor_bw b = stream_bandwidth(th[i]);
+        if (!as_json)
+            print_floor(th[i], &b);
+        for (int f = 0; f < n_files; f++) {
+            double tps = b.bytes_per_s / bytes[f];
+            if (as_json)
+                printf("{\"file\": \"%s\", \"threads\": %zu, \"bytes_per_token\": %.0f, "
+                       "\"bandwidth\": %.4g, \"reader\": \"%s\", \"prefetch\": %zu, "
+                       "\"reader_threads\": %zu, \"floor_tokens_per_second\": %.3f}\n",
+                       argv[first + f], th[i], bytes[f], b.bytes_per_s, b.kernel, b.ahead, b.threads,
+                       tps);
+            else
+                printf("  %s: %.1f MB a token, floor %.2f tokens/s\n", argv[first + f],
+                       bytes[f] / 1e6, tps);
+        }
     }
     return 0;
 }
@@ -480,6 +665,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--weights") == 0)
         return weights_speed(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--floor") == 0)
+        return floor_speed(argc, argv);
     if (argc > 1 && strcmp(argv[1], "--json") == 0) {
         json = 1;
         argv++;

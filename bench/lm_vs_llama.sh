@@ -10,8 +10,12 @@
 # same JSON, each on 8 and on 40 tokens; a run's decode rate is 32 tokens
 # over the difference of the two times (loading and start-up cancel). The
 # table: medians of tokens per second and of kvevict / llama.cpp in the
-# same round. A timing: quoted in docs/performance.md with the machine's
-# conditions; nothing checks it.
+# same round, and the memory-bandwidth floor of each file (kvevict-lm-speed
+# --floor: its bytes a token over the best read bandwidth of several readers,
+# prefetch distances and thread counts, measured before and after the
+# rounds, the higher kept). llama.cpp faster than the floor would make the
+# floor no floor: the script says so and exits 1. A timing: quoted in
+# docs/performance.md with the machine's conditions; nothing checks it.
 set -eu
 build=${1:?usage: bench/lm_vs_llama.sh BUILD DIR [THREADS...]}
 dir=${2:?usage: bench/lm_vs_llama.sh BUILD DIR [THREADS...]}
@@ -34,8 +38,14 @@ rate() { # COMMAND...: tokens a second over 32 tokens, start-up cancelled
 }
 plain() { "$build/tests/llama_plain" "$lib" "$1" "$3" "$2"; }
 kv() { "$build/kvevict" lm logits --model "$1" --threads "$2" --products "$3" --tokens "$4" -o /dev/null; }
-echo "| type | threads | llama.cpp tokens/s | exact tokens/s | exact / llama.cpp | llama tokens/s | llama / llama.cpp |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+files=""
+for t in F16 Q8_0 Q4_K_M; do files="$files $dir/tinyllama-$(echo $t | tr A-Z a-z).gguf"; done
+th_list=$(echo $threads | tr ' ' ,)
+floor() { "$build/kvevict-lm-speed" --floor --threads "$th_list" --json $files; }
+floor >"$dir/floor.before"
+echo "| type | threads | floor tokens/s | llama.cpp tokens/s | llama.cpp / floor | exact tokens/s | exact / llama.cpp | llama tokens/s | llama / llama.cpp |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+: >"$dir/table"
 for t in F16 Q8_0 Q4_K_M; do
   f=$dir/tinyllama-$(echo $t | tr A-Z a-z).gguf
   for th in $threads; do
@@ -53,7 +63,26 @@ for t in F16 Q8_0 Q4_K_M; do
       function med(a, n,  i, j, x, s) { for (i = 1; i <= n; i++) s[i] = a[i]
           for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (s[j] < s[i]) { x = s[i]; s[i] = s[j]; s[j] = x }
           return n % 2 ? s[(n + 1) / 2] : (s[n / 2] + s[n / 2 + 1]) / 2 }
-      END { printf "| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", t, th, med(l, NR), med(e, NR),
-            med(re, NR), med(m, NR), med(rm, NR) }'
+      END { printf "%s %d %.4f %.4f %.4f %.4f %.4f\n", t, th, med(l, NR), med(e, NR),
+            med(re, NR), med(m, NR), med(rm, NR) }' >>"$dir/table"
   done
 done
+floor >"$dir/floor.after"
+# floor tokens/s of a (file, threads): the higher of the two measurements
+fl() {
+  cat "$dir/floor.before" "$dir/floor.after" | awk -v f="$1" -v th="$2" '
+    index($0, "\"file\": \"" f "\"") && index($0, "\"threads\": " th ",") {
+      sub(/.*"floor_tokens_per_second": /, ""); sub(/}.*/, ""); if ($0 + 0 > b) b = $0 + 0 }
+    END { printf "%.4f", b }'
+}
+status=0
+while read -r t th l e re m rm; do
+  f=$(fl "$dir/tinyllama-$(echo $t | tr A-Z a-z).gguf" "$th")
+  awk -v t=$t -v th=$th -v f=$f -v l=$l -v e=$e -v re=$re -v m=$m -v rm=$rm 'BEGIN {
+    printf "| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", t, th, f, l, l / f, e, re, m, rm }'
+  if awk -v f=$f -v l=$l 'BEGIN { exit !(l > f) }'; then
+    echo "lm_vs_llama: llama.cpp's $l tokens/s on $t, $th thread(s), is above the floor's $f: the floor is not one" >&2
+    status=1
+  fi
+done <"$dir/table"
+exit $status

@@ -203,6 +203,9 @@ typedef struct lm_matrix {  /* W (rows, cols), row-major, in its stored type */
     size_t rows, cols;
     size_t row_bytes;       /* cols / block * block bytes */
     size_t group;           /* LM_I8G: elements per scale; else 0 */
+    const unsigned char *packed; /* NULL, or (lm_model_pack) the same rows in fours: block b
+                                    of rows 4g .. 4g + 3 at packed + 4g * row_bytes +
+                                    4 * block bytes * b, one after another */
 } lm_matrix;
 
 /* out (cols) = row `row` of w as float32, dequantized as above. */
@@ -346,6 +349,8 @@ typedef struct lm_model {
     kve_allocator alloc; /* the handle's, and lm_layer_spread's scratch (a copy) */
     lm_gguf *gguf; /* GGUF: its metadata and tensor infos; else NULL */
     float *norms;  /* GGUF norms stored in 16 bits, widened: (those, D) */
+    unsigned char *packed; /* lm_model_pack's copy of the packed matrices, or NULL */
+    size_t packed_bytes;
 } lm_model;
 
 /* mmaps `path` and validates it; the handle and what it holds besides the
@@ -361,6 +366,15 @@ kve_status lm_model_open(const char *path, const kve_allocator *allocator, lm_mo
 kve_status lm_model_from_memory(const void *data, size_t size, const kve_allocator *allocator,
                                 lm_model **out);
 void lm_model_free(lm_model *m);
+/* Copies the matrices that --products llama's fastest kernels read faster
+ * in another layout (lm_matrix.packed: today Q4_K rows in fours, on
+ * AVX-512 with FMA, as llama.cpp repacks its Q4_K rows at load) into memory
+ * of the model's, and points each matrix at its copy; the products then
+ * read the copy and give the same bits (tests/test_lm_matvec.c). The cost
+ * is a copy of those weights (m->packed_bytes; 0 where nothing packs); the
+ * file's mapping stays. Idempotent. Not thread-safe: call it before the
+ * model is shared (states read it). KVE_ENOMEM leaves m as it was. */
+kve_status lm_model_pack(lm_model *m);
 
 /* A GGUF model's metadata pairs whose keys start with `prefix` (NULL or "":
  * every pair), in file order, each as the file has it (key, type, value:
@@ -1016,6 +1030,11 @@ typedef struct lm_q8 {
                        unrounded d's (quantize_row_q8_1); NULL when no Q4_1 or Q5_1
                        row reads it */
 } lm_q8;
+
+/* The bytes of w's packed copy (lm_matrix.packed), 0 when w has none
+ * (lm_model_pack), and the copy written to dst (that many bytes). */
+size_t lm_matrix_pack_bytes(const lm_matrix *w);
+void lm_matrix_pack(const lm_matrix *w, unsigned char *dst);
 
 /* Whether products with w read a quantized input, and its group size. */
 size_t lm_matrix_q8_group(const lm_matrix *w);

@@ -1672,6 +1672,136 @@ LM_FUSED_512 static void q4_k_fused_rows_512(const lm_matrix *w, const lm_q8 *xq
     }
 }
 
+/* Row q's block 0 in the packed copy (lm_matrix_pack). */
+static inline const unsigned char *packed_row(const lm_matrix *w, size_t q)
+{
+    return w->packed + (q / 4) * 4 * w->row_bytes + 144 * (q % 4);
+}
+
+/* q4_k_fused_rows with AVX-512 over the packed copy (lm_matrix_pack: block
+ * b of rows 4g .. 4g + 3 in 576 contiguous bytes, read in order), four rows
+ * at a time. A block's 16-byte
+ * header (d, dmin, then the 12 bytes of 6-bit scales and mins) of row k is
+ * lane k of one register, unpacked there as q4_k_fields does (bytes 0..7
+ * the scales, 8..15 the mins) for the four rows at once. 64 bytes of
+ * nibbles a register, their low nibbles sub-blocks 4h and 4h + 2, their
+ * high ones 4h + 1 and 4h + 3, against the input laid out once in that
+ * order (xp, loaded once for the four rows); each half scaled by its
+ * sub-block's scale; the four rows' exact integer sums reduced together,
+ * the mins' sums from the input's sums of 32 likewise; then the reference's
+ * fused multiply-adds, row k in lane k (a vector fma rounds as fmaf does):
+ * the same bits. Rows past r1 repeat the last row, their results dropped;
+ * a range may start or end inside a group of four. No prefetch hints: the
+ * copy is read front to back, which the hardware's own prefetch follows. */
+LM_FUSED_512 static void q4_k_packed_rows_512(const lm_matrix *w, const lm_q8 *xq, float *out,
+                                             size_t r0, size_t r1)
+{
+    const size_t nb = w->cols / 256;
+    int16_t bs[FUSED_BLOCKS * 8];
+    _Alignas(64) int8_t xp[FUSED_BLOCKS * 256];
+    q8_k_sums(xq->q, nb, 32, bs);
+    static const size_t order[8] = {0, 2, 1, 3, 4, 6, 5, 7}; /* xp's sub-blocks */
+    for (size_t b = 0; b < nb; b++)
+        for (size_t j = 0; j < 8; j++)
+            memcpy(xp + 256 * b + 32 * j, xq->q + 256 * b + 32 * order[j], 32);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    /* idx[e][k]: register k of a row whose header words start at 16 e (rows
+     * 0 and 2: e = 0; 1 and 3: e = 1): words 0..15 take scale order[2k],
+     * 16..31 order[2k + 1] */
+    __m512i idx[2][4];
+    for (int e = 0; e < 2; e++)
+        for (int k = 0; k < 4; k++) {
+            int16_t t[32];
+            for (int i = 0; i < 32; i++)
+                t[i] = (int16_t)(16 * e + (int)order[2 * k + i / 16]);
+            idx[e][k] = _mm512_loadu_si512((const void *)t);
+        }
+    const __m512i c3f = _mm512_set1_epi32(0x3f3f3f3f), c0f = _mm512_set1_epi32(0x0f0f0f0f),
+                  c03 = _mm512_set1_epi32(0x03030303),
+                  shift = _mm512_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4);
+    /* the header words d (0, 8, 16, 24) then dmin (1, 9, 17, 25) */
+    const __m512i dwords = _mm512_setr_epi64(0x0018001000080000LL, 0x0019001100090001LL, 0, 0, 0,
+                                             0, 0, 0);
+    /* the mins' totals, rows 0 and 1 in lanes 4 and 12 of one register, 2
+     * and 3 of the other */
+    const __m512i tot = _mm512_setr_epi32(4, 12, 20, 28, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (size_t r = r0; r < r1; r += 4) {
+        const unsigned char *row[4]; /* block 0 of each row */
+        for (size_t k = 0; k < 4; k++)
+            row[k] = packed_row(w, r + k < r1 ? r + k : r1 - 1);
+        __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const int8_t *x = xp + 256 * b;
+            const __m512i x0 = _mm512_load_si512((const void *)x);
+            const __m512i x1 = _mm512_load_si512((const void *)(x + 64));
+            const __m512i x2 = _mm512_load_si512((const void *)(x + 128));
+            const __m512i x3 = _mm512_load_si512((const void *)(x + 192));
+            const unsigned char *blk[4];
+            for (size_t k = 0; k < 4; k++)
+                blk[k] = row[k] + 576 * b;
+            __m512i hd = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)blk[0]));
+            hd = _mm512_inserti32x4(hd, _mm_loadu_si128((const __m128i *)(const void *)blk[1]), 1);
+            hd = _mm512_inserti32x4(hd, _mm_loadu_si128((const __m128i *)(const void *)blk[2]), 2);
+            hd = _mm512_inserti32x4(hd, _mm_loadu_si128((const __m128i *)(const void *)blk[3]), 3);
+            /* dwords of a lane: d|dmin, u0, u1, u2 -> f0 f1 f2 f3 (q4_k_fields) */
+            const __m512i pp = _mm512_shuffle_epi32(hd, (_MM_PERM_ENUM)0xA5); /* u0 u0 u1 u1 */
+            const __m512i qq =
+                _mm512_srlv_epi32(_mm512_shuffle_epi32(hd, _MM_PERM_DDDD), shift); /* u2 .. u2>>4 */
+            const __m512i even = _mm512_and_si512(pp, c3f);
+            const __m512i odd = _mm512_or_si512(
+                _mm512_and_si512(qq, c0f),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(pp, 6), c03), 4));
+            const __m512i f = _mm512_mask_blend_epi32(0xAAAA, even, odd);
+            const __m512i wl = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(f)); /* rows 0, 1 */
+            const __m512i wh = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(f, 1)); /* 2, 3 */
+            __m256i l8[4];
+            for (size_t k = 0; k < 4; k++) {
+                const __m512i s16 = k < 2 ? wl : wh;
+                const __m512i *ix = idx[k & 1];
+                const __m512i raw0 = _mm512_loadu_si512((const void *)(blk[k] + 16));
+                const __m512i raw1 = _mm512_loadu_si512((const void *)(blk[k] + 80));
+                const __m512i p0 = _mm512_maddubs_epi16(_mm512_and_si512(raw0, m4), x0);
+                const __m512i p1 =
+                    _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(raw0, 4), m4), x1);
+                const __m512i p2 = _mm512_maddubs_epi16(_mm512_and_si512(raw1, m4), x2);
+                const __m512i p3 =
+                    _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(raw1, 4), m4), x3);
+                const __m512i lane = _mm512_add_epi32(
+                    _mm512_add_epi32(_mm512_madd_epi16(p0, _mm512_permutexvar_epi16(ix[0], s16)),
+                                     _mm512_madd_epi16(p1, _mm512_permutexvar_epi16(ix[1], s16))),
+                    _mm512_add_epi32(_mm512_madd_epi16(p2, _mm512_permutexvar_epi16(ix[2], s16)),
+                                     _mm512_madd_epi16(p3, _mm512_permutexvar_epi16(ix[3], s16))));
+                l8[k] = _mm256_add_epi32(_mm512_castsi512_si256(lane),
+                                         _mm512_extracti64x4_epi64(lane, 1));
+            }
+            /* four rows' eight lanes to four sums: [r0 r1 r2 r3] */
+            const __m256i u = _mm256_hadd_epi32(_mm256_hadd_epi32(l8[0], l8[1]),
+                                                _mm256_hadd_epi32(l8[2], l8[3]));
+            const __m128i isum =
+                _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+            /* m_j * sum(x_j): the mins' words (8..15 of each 16) against the block's 8 sums */
+            const __m512i bsv = _mm512_maskz_broadcast_i32x4(
+                0xF0F0, _mm_loadu_si128((const __m128i *)(const void *)(bs + 8 * b)));
+            __m512i ml = _mm512_madd_epi16(wl, bsv), mh = _mm512_madd_epi16(wh, bsv);
+            ml = _mm512_add_epi32(ml, _mm512_shuffle_epi32(ml, _MM_PERM_BADC));
+            mh = _mm512_add_epi32(mh, _mm512_shuffle_epi32(mh, _MM_PERM_BADC));
+            ml = _mm512_add_epi32(ml, _mm512_shuffle_epi32(ml, _MM_PERM_CDAB));
+            mh = _mm512_add_epi32(mh, _mm512_shuffle_epi32(mh, _MM_PERM_CDAB));
+            const __m128i imin = _mm512_castsi512_si128(_mm512_permutex2var_epi32(ml, tot, mh));
+            /* d0..d3 dmin0..dmin3, each times d_x */
+            const __m256 dd = _mm256_mul_ps(
+                _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(dwords, hd))),
+                _mm256_set1_ps(xq->d[8 * b]));
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm256_castps256_ps128(dd), acc);
+            accm = _mm_fmadd_ps(_mm_cvtepi32_ps(imin), _mm256_extractf128_ps(dd, 1), accm);
+        }
+        float o[4];
+        _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
+        for (size_t k = 0; k < 4 && r + k < r1; k++)
+            out[r - r0 + k] = o[k];
+    }
+}
+
 #endif
 
 #if LM_X86
@@ -1995,6 +2125,10 @@ void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *
             }
             if ((ord == ORD_KLANES || ord == ORD_REPACKK) && w->cols / 256 <= FUSED_BLOCKS) {
                 const int q6 = w->type == LM_Q6_K, q4 = w->type == LM_Q4_K && ord == ORD_REPACKK;
+                if (q4 && wide && w->packed) {
+                    q4_k_packed_rows_512(w, xq, out, r0, r1);
+                    return;
+                }
                 (q6   ? wide ? q6_k_fused_rows_512 : q6_k_fused_rows
                  : q4 ? wide ? q4_k_fused_rows_512 : q4_k_fused_rows
                       : ints256_rows)(w, xq, out, r0, r1);
@@ -2020,6 +2154,31 @@ void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *
         f(w, ri, x, xq, o);
         for (size_t k = 0; k < nr && r + k < r1; k++)
             out[r - r0 + k] = o[k];
+    }
+}
+
+/* ---- the packed copy of Q4_K rows (lm_model_pack) ---- */
+
+size_t lm_matrix_pack_bytes(const lm_matrix *w)
+{
+#if LM_X86
+    if (w->type == LM_Q4_K && w->rows % 8 == 0 && w->cols / 256 <= FUSED_BLOCKS &&
+        lm_isa_active() == LM_ISA_AVX512 && has_fma())
+        return w->rows * w->row_bytes;
+#else
+    (void)w;
+#endif
+    return 0;
+}
+
+void lm_matrix_pack(const lm_matrix *w, unsigned char *dst)
+{
+    const size_t nb = w->cols / 256;
+    for (size_t q = 0; q < w->rows; q++) {
+        const unsigned char *src = (const unsigned char *)w->data + q * w->row_bytes;
+        unsigned char *d = dst + (q / 4) * 4 * w->row_bytes + 144 * (q % 4);
+        for (size_t b = 0; b < nb; b++)
+            memcpy(d + 576 * b, src + 144 * b, 144);
     }
 }
 

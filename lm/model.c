@@ -380,6 +380,9 @@ static void release(lm_model *m)
     m->weights.layer = NULL;
     lm_free(&m->alloc, m->norms);
     m->norms = NULL;
+    lm_free(&m->alloc, m->packed);
+    m->packed = NULL;
+    m->packed_bytes = 0;
     lm__gguf_free(m->gguf);
     m->gguf = NULL;
 }
@@ -456,6 +459,58 @@ kve_status lm_model_open(const char *path, const kve_allocator *allocator, lm_mo
         return s;
     }
     *out = m;
+    return KVE_OK;
+}
+
+/* Every matrix of the model, for lm_model_pack: up to 7 a layer and the
+ * classifier; *n set. */
+static size_t model_matrices(lm_model *m, lm_matrix **all, size_t cap)
+{
+    size_t n = 0;
+    for (int32_t l = 0; l < m->config.n_layers; l++) {
+        lm_layer *ly = &m->weights.layer[l];
+        lm_matrix *mine[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w1, &ly->w2, &ly->w3};
+        for (size_t i = 0; i < 7 && n < cap; i++)
+            all[n++] = mine[i];
+    }
+    if (n < cap)
+        all[n++] = &m->weights.wcls;
+    return n;
+}
+
+kve_status lm_model_pack(lm_model *m)
+{
+    if (!m)
+        return kve_set_error(KVE_EINVAL, "lm_model_pack: model is NULL");
+    if (m->packed)
+        return KVE_OK;
+    const size_t cap = 7 * (size_t)m->config.n_layers + 1;
+    lm_matrix **all = lm_calloc(&m->alloc, cap, sizeof *all);
+    if (!all)
+        return kve_set_error(KVE_ENOMEM, "lm_model_pack: out of memory");
+    const size_t n = model_matrices(m, all, cap);
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += lm_matrix_pack_bytes(all[i]);
+    if (bytes) {
+        unsigned char *p = lm_malloc(&m->alloc, bytes);
+        if (!p) {
+            lm_free(&m->alloc, all);
+            return kve_set_error(KVE_ENOMEM, "lm_model_pack: %zu bytes for the packed matrices", bytes);
+        }
+        size_t at = 0;
+        for (size_t i = 0; i < n; i++) {
+            const size_t b = lm_matrix_pack_bytes(all[i]);
+            if (b) {
+                lm_matrix_pack(all[i], p + at);
+                all[i]->packed = p + at;
+                at += b;
+            }
+        }
+        m->packed = p;
+        m->packed_bytes = bytes;
+    }
+    lm_free(&m->alloc, all);
     return KVE_OK;
 }
 

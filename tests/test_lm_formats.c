@@ -528,6 +528,21 @@ static void test_threads(void)
         if (memcmp(got, want, STEPS * V * sizeof *got) != 0)
             CHECK_FAIL_AT("%zu threads: logits differ from 1 thread's", th);
     }
+    /* llama.cpp's arithmetic: the packed copy (lm_model_pack) gives the bits
+     * of the rows in the file, on every thread count */
+    lm_options ol = {.policy = "window:budget=3", .threads = 1, .products = LM_PRODUCTS_LLAMA};
+    ASSERT_OK(decode(m, &ol, want));
+    ASSERT_OK(lm_model_pack(m));
+    ASSERT_OK(lm_model_pack(m)); /* idempotent */
+    if (lm_isa_active() == LM_ISA_AVX512)
+        ASSERT_TRUE(m->packed != NULL && m->weights.layer[0].w1.packed != NULL &&
+                    m->weights.wcls.packed == NULL); /* 4100 rows: not in eights */
+    for (size_t th = 1; th <= 3; th++) {
+        ol.threads = th;
+        ASSERT_OK(decode(m, &ol, got));
+        if (memcmp(got, want, STEPS * V * sizeof *got) != 0)
+            CHECK_FAIL_AT("packed, %zu threads: logits differ from the file's rows", th);
+    }
     o.threads = LM_MAX_THREADS + 1;
     lm_state *st = NULL;
     ASSERT_STATUS(lm_state_new(m, &o, &st), KVE_EINVAL);
@@ -1221,6 +1236,27 @@ static void test_alloc_failures(void)
         ASSERT_STATUS(st, KVE_ENOMEM);
     }
     free(img);
+    /* lm_model_pack out of memory leaves the model as it was */
+    fx_model wide;
+    fx_model_init(&wide, 256, 256, 1, 2, 1, FX_PIECES, 8, 1, 5);
+    gw_spec q = spec_of(&wide, GW_Q4_K);
+    img = gguf_image(&wide, &q, &n);
+    lm_model *m = NULL;
+    ASSERT_OK(lm_model_from_memory(img, n, &ta.a, &m));
+    if (m) {
+        talloc_fail_after(&ta, 0);
+        const kve_status st = lm_model_pack(m);
+        talloc_fail_after(&ta, SIZE_MAX);
+        if (lm_isa_active() == LM_ISA_AVX512) {
+            ASSERT_STATUS(st, KVE_ENOMEM);
+            ASSERT_TRUE(m->packed == NULL && m->weights.layer[0].wq.packed == NULL);
+        }
+        ASSERT_OK(lm_model_pack(m));
+        lm_model_free(m);
+        talloc_check_empty(&ta);
+    }
+    free(img);
+    fx_model_free(&wide);
     lm_tokenizer_free(bin);
     free(timg);
     fx_model_free(&fx);

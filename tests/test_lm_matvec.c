@@ -664,6 +664,34 @@ static void test_llama_fused_types(void)
                                   lm_dtype_name(types[t]), lm_llama_cpu_name((lm_llama_cpu)cpu),
                                   rows, lm_isa_name((lm_isa)isa));
             }
+            /* the packed copy (lm_model_pack), where the active kernels read one:
+             * every range, in groups of four or across them, the reference's bits */
+            const size_t pb = lm_matrix_pack_bytes(&w);
+            if (types[t] == LM_Q4_K && rows % 8 == 0 && lm_isa_active() == LM_ISA_AVX512)
+                ASSERT_EQ(pb, rows * w.row_bytes);
+            if (pb) {
+                unsigned char *packed = malloc(pb);
+                lm_matrix_pack(&w, packed);
+                lm_matrix pw = w;
+                pw.packed = packed;
+                static const size_t ranges[][2] = {{0, 16}, {3, 11}, {1, 2}, {4, 8}, {5, 16}, {0, 7}};
+                for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+                    const size_t a = ranges[k][0], e = ranges[k][1];
+                    float vec[16];
+                    memset(vec, 0xff, sizeof vec);
+                    lm_matvec_rows(&pw, xt, &q8, vec, a, e, LM_ISA_COUNT);
+                    if (!same_bits(vec, got + a, e - a))
+                        CHECK_FAIL_AT("packed %s (%s) rows %zu..%zu differ from the reference",
+                                      lm_dtype_name(types[t]),
+                                      lm_llama_cpu_name((lm_llama_cpu)cpu), a, e);
+                }
+                /* the mutation: a byte of the copy changed changes the products */
+                packed[pb / 2] ^= 0x11;
+                float vec[16];
+                lm_matvec_rows(&pw, xt, &q8, vec, 0, rows, LM_ISA_COUNT);
+                ASSERT_TRUE(!same_bits(vec, got, rows));
+                free(packed);
+            }
             /* the decoder's own order on the same converted input */
             if (lm_matrix_q8_group(&w) == 0) {
                 lm_matvec_ref(&w, xt, NULL, mine, 0, rows);
