@@ -1842,6 +1842,18 @@ static void test_kvzip_plus_and_budgets(void)
     ASSERT_CONTAINS(kve_last_error(), "share_heads");
     ASSERT_EQ(s->pos, 0);
     lm_state_free(s);
+    /* kvpress's ratio with per-layer budgets: each layer decodes at G times
+     * its budget, so the count is the budget's, and the ratio is refused */
+    opt.share_heads = 1;
+    ASSERT_OK(lm_state_new(m, &opt, &s));
+    p.compression_ratio = 0.5;
+    ASSERT_STATUS(lm_prefill_kvzip(s, toks, KN, &kz, &p), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "compression_ratio with per-layer");
+    ASSERT_EQ(s->pos, 0);
+    p.budgets = KVE_PREFILL_OVERALL; /* the same ratio overall: taken */
+    ASSERT_OK(lm_prefill_kvzip(s, toks, KN, &kz, &p));
+    ASSERT_EQ(s->pos, KN);
+    lm_state_free(s);
     tiny_close(&k);
 }
 
