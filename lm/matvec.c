@@ -1552,3 +1552,52 @@ void lm_matvec(lm_pool *pool, const lm_product *p, size_t n, const float *x, con
     else
         lm_pool_run(pool, mv_part, &j);
 }
+
+/* ---- matrix-matrix products (lm_matmat) ---- */
+
+void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t nc, float *out,
+                    size_t ldo, size_t r0, size_t r1, lm_isa isa)
+{
+    if (isa == LM_ISA_COUNT)
+        isa = lm_isa_active();
+    for (size_t c = 0; c < nc; c++) /* column by column: lm_matvec_rows itself */
+        lm_matvec_rows(w, x + c * w->cols, xq ? &xq[c] : NULL, out + c * ldo, r0, r1, isa);
+}
+
+typedef struct mm_job {
+    const lm_product *p;
+    size_t n, rows, nc;
+    const float *x;
+    const lm_q8 *xq;
+    lm_isa isa;
+} mm_job;
+
+/* mv_part's rows, every column. */
+static void mm_part(void *arg, size_t part, size_t parts)
+{
+    const mm_job *j = arg;
+    size_t lo = part * j->rows / parts, hi = (part + 1) * j->rows / parts, base = 0;
+    for (size_t k = 0; k < j->n; k++) {
+        const lm_matrix *w = j->p[k].w;
+        size_t a = lo > base ? lo : base, b = hi < base + w->rows ? hi : base + w->rows;
+        if (a < b)
+            lm_matmat_rows(w, j->x, j->xq, j->nc, j->p[k].out + (a - base), w->rows, a - base,
+                           b - base, j->isa);
+        base += w->rows;
+    }
+}
+
+void lm_matmat(lm_pool *pool, const lm_product *p, size_t n, const float *x, const lm_q8 *xq,
+               size_t nc)
+{
+    mm_job j = {p, n, 0, nc, x, xq, lm_isa_active()};
+    uint64_t weights = 0;
+    for (size_t k = 0; k < n; k++) {
+        j.rows += p[k].w->rows;
+        weights += (uint64_t)p[k].w->rows * p[k].w->cols * nc;
+    }
+    if (!pool || weights < (1u << 20))
+        mm_part(&j, 0, 1);
+    else
+        lm_pool_run(pool, mm_part, &j);
+}

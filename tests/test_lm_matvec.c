@@ -26,89 +26,23 @@
 #include "lm.h"
 #include "lm_check.h"
 #include "lm_fixture.h"
+#include "lm_random.h"
 
 #include <math.h>
 
 static uint64_t rng_state;
 
-static uint32_t rnd(void)
-{
-    return (uint32_t)(fx_next(&rng_state) >> 32);
-}
-
-/* A random finite float16 scale of magnitude about 2^-9 .. 2^-1. */
-static uint16_t rnd_f16_scale(void)
-{
-    uint16_t e = (uint16_t)(6 + rnd() % 8), m = (uint16_t)(rnd() & 0x3ff);
-    return (uint16_t)((rnd() & 0x8000u) | (uint16_t)(e << 10) | m);
-}
-
 static void put16(unsigned char *p, uint16_t v)
 {
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
+    lr_put16(p, v);
 }
 
 /* A random matrix of `type` (rows, cols): its bytes in *data (free()), and
- * for LM_I8G its scales. */
+ * for LM_I8G its scales (lm_random.h at full size). */
 static lm_matrix random_matrix(lm_dtype type, size_t rows, size_t cols, size_t group,
                                unsigned char **data, unsigned char **scales)
 {
-    size_t bs = lm_dtype_block(type), bb = lm_dtype_block_bytes(type);
-    size_t row_bytes = cols / bs * bb, n = rows * row_bytes;
-    unsigned char *p = malloc(n ? n : 1);
-    for (size_t i = 0; i < n; i++)
-        p[i] = (unsigned char)rnd();
-    *scales = NULL;
-    for (size_t b = 0; b < n / bb; b++) {
-        unsigned char *blk = p + b * bb;
-        switch (type) {
-        case LM_F32: {
-            float f = fx_uniform(&rng_state, 1.0);
-            memcpy(blk, &f, 4);
-            break;
-        }
-        case LM_F16:
-            put16(blk, (uint16_t)(rnd_f16_scale() + 0x2000u)); /* about 2^-1 .. 2^7 */
-            break;
-        case LM_BF16: {
-            float f = fx_uniform(&rng_state, 2.0);
-            uint32_t u;
-            memcpy(&u, &f, 4);
-            put16(blk, (uint16_t)(u >> 16));
-            break;
-        }
-        case LM_Q8_0:
-        case LM_Q4_0:
-        case LM_Q4_1:
-        case LM_Q5_0:
-        case LM_Q5_1:
-        case LM_Q4_K:
-        case LM_Q5_K:
-        case LM_IQ4_NL:
-        case LM_IQ4_XS: put16(blk, rnd_f16_scale()); break;
-        case LM_Q6_K: put16(blk + 208, rnd_f16_scale()); break;
-        case LM_Q2_K: put16(blk + 80, rnd_f16_scale()); break;
-        case LM_Q3_K: put16(blk + 108, rnd_f16_scale()); break;
-        default: break;
-        }
-        /* the second scale (of the mins) */
-        if (type == LM_Q4_K || type == LM_Q5_K || type == LM_Q4_1 || type == LM_Q5_1)
-            put16(blk + 2, rnd_f16_scale());
-        if (type == LM_Q2_K)
-            put16(blk + 82, rnd_f16_scale());
-    }
-    if (type == LM_I8G) {
-        size_t ns = rows * cols / group;
-        *scales = malloc(4 * ns + 1); /* one byte on: scales at any alignment */
-        for (size_t i = 0; i < ns; i++) {
-            float s = (float)(rnd() % 1000 + 1) * 1e-4f;
-            memcpy(*scales + 1 + 4 * i, &s, 4);
-        }
-    }
-    *data = p;
-    return (lm_matrix){.data = p, .scales = *scales ? *scales + 1 : NULL, .type = type,
-                       .rows = rows, .cols = cols, .row_bytes = row_bytes, .group = group};
+    return lr_matrix(&rng_state, type, rows, cols, group, 0, data, scales);
 }
 
 static float *random_x(size_t n)
