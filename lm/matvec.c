@@ -1465,42 +1465,60 @@ LM_F16_LANES(f16_fused_rows_512, LM_FUSED_512, __m512, _mm512_loadu_ps, f16_w512
              _mm512_fmadd_ps, _mm512_setzero_ps())
 #endif
 
+/* The path lm_matvec_rows takes for w against xq on `isa`, which
+ * lm_matmat_rows follows: one place for the conditions. */
+typedef enum mv_path {
+    MV_REF,        /* lm_matvec_ref */
+    MV_KERNEL,     /* kernels[isa][kind(w)] */
+    MV_F16_FUSED,  /* f16_fused_rows(_512): tinyBLAS's order */
+    MV_Q8_0_FUSED, /* q8_0_fused_rows */
+    MV_Q6_K_FUSED, /* q6_k_fused_rows(_512) */
+    MV_Q4_K_FUSED  /* q4_k_fused_rows(_512) */
+} mv_path;
+
+static mv_path path_of(const lm_matrix *w, const lm_q8 *xq, lm_isa isa)
+{
+#if LM_X86
+    const int vec = isa != LM_ISA_SCALAR && has_fma();
+    if (xq && xq->fused && w->type == LM_F16 && f16_tinyblas(w) && vec)
+        return MV_F16_FUSED;
+#endif
+    if (xq && xq->fused && (fused_ok(w) || w->type == LM_F16)) {
+#if LM_X86
+        if (vec && w->type == LM_Q8_0)
+            return MV_Q8_0_FUSED;
+        if (vec && w->type == LM_Q6_K && w->cols / 256 <= FUSED_BLOCKS)
+            return MV_Q6_K_FUSED;
+        if (vec && w->type == LM_Q4_K && w->cols / 256 <= FUSED_BLOCKS)
+            return MV_Q4_K_FUSED;
+#endif
+        return MV_REF;
+    }
+    const int kd = kind(w);
+    return kd >= 0 && (unsigned)isa < LM_ISA_COUNT && kernels[isa][kd] ? MV_KERNEL : MV_REF;
+}
+
 void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
                     size_t r1, lm_isa isa)
 {
     if (isa == LM_ISA_COUNT)
         isa = lm_isa_active();
+    const mv_path path = path_of(w, xq, isa);
 #if LM_X86
-    if (xq && xq->fused && w->type == LM_F16 && f16_tinyblas(w) && isa != LM_ISA_SCALAR &&
-        has_fma()) {
-        (isa == LM_ISA_AVX512 ? f16_fused_rows_512 : f16_fused_rows)(w, x, out, r0, r1);
-        return;
+    const int wide = isa == LM_ISA_AVX512;
+    switch (path) {
+    case MV_F16_FUSED: (wide ? f16_fused_rows_512 : f16_fused_rows)(w, x, out, r0, r1); return;
+    case MV_Q8_0_FUSED: q8_0_fused_rows(w, xq, out, r0, r1); return;
+    case MV_Q6_K_FUSED: (wide ? q6_k_fused_rows_512 : q6_k_fused_rows)(w, xq, out, r0, r1); return;
+    case MV_Q4_K_FUSED: (wide ? q4_k_fused_rows_512 : q4_k_fused_rows)(w, xq, out, r0, r1); return;
+    default: break;
     }
 #endif
-    if (xq && xq->fused && (fused_ok(w) || w->type == LM_F16)) {
-#if LM_X86
-        if (isa != LM_ISA_SCALAR && has_fma()) {
-            if (w->type == LM_Q8_0) {
-                q8_0_fused_rows(w, xq, out, r0, r1);
-                return;
-            }
-            if ((w->type == LM_Q6_K || w->type == LM_Q4_K) && w->cols / 256 <= FUSED_BLOCKS) {
-                const int wide = isa == LM_ISA_AVX512, q6 = w->type == LM_Q6_K;
-                (wide ? q6 ? q6_k_fused_rows_512 : q4_k_fused_rows_512
-                      : q6 ? q6_k_fused_rows : q4_k_fused_rows)(w, xq, out, r0, r1);
-                return;
-            }
-        }
-#endif
+    if (path == MV_REF) {
         lm_matvec_ref(w, x, xq, out, r0, r1);
         return;
     }
-    int kd = kind(w);
-    kern4_fn f = kd >= 0 && (unsigned)isa < LM_ISA_COUNT ? kernels[isa][kd] : NULL;
-    if (!f) {
-        lm_matvec_ref(w, x, xq, out, r0, r1);
-        return;
-    }
+    const kern4_fn f = kernels[isa][kind(w)];
     const size_t nr = kernel_rows[isa];
     for (size_t r = r0; r < r1; r += nr) {
         size_t ri[8];
@@ -1553,15 +1571,307 @@ void lm_matvec(lm_pool *pool, const lm_product *p, size_t n, const float *x, con
         lm_pool_run(pool, mv_part, &j);
 }
 
-/* ---- matrix-matrix products (lm_matmat) ---- */
+/* ---- matrix-matrix products (lm_matmat) ----
+ *
+ * Tiles of MM_NR rows by up to 4 columns (2 for AVX2's 16 registers), every
+ * (row, column) with its own accumulators doing exactly the operations of
+ * the matvec path that row and column would take (path_of), in its order:
+ *   the float family (kernels f32, f16, bf16, q4_0, q6_k and deq: weights
+ *     dequantized exactly, w x summed in lm_matmul's 8 lanes plus the tail):
+ *     MM_NR rows dequantized once per span of 256 columns into a buffer
+ *     (F16, BF16, Q4_0 and Q6_K by the kernels' own vector expressions, the
+ *     others by lm__dequant_span), then every column's lanes over it, kept
+ *     in memory from span to span (an accumulator's sum goes on in order);
+ *   F16 in tinyBLAS's order (16 lanes, fused multiply-adds of exact
+ *     products), the same over 16 lanes;
+ *   Q8_0 (exact and fused): each block's exact integer sums per (row,
+ *     column), then the path's float operations on them in block order.
+ * So a value does not depend on its neighbours, the tile or the thread:
+ * lm_matvec_rows's bits (tests/test_lm_matvec.c). The other paths (Q4_K,
+ * Q6_K, I8G, the references) run lm_matvec_rows itself column by column
+ * over blocks of rows that stay in the cache meanwhile (64 KB): each
+ * weight read from memory once, and llama.cpp's orders followed by
+ * construction wherever they change. */
+
+#if LM_X86
+enum { MM_NR = 4, MM_SPAN = 256, MM_COLS = 64 };
+
+/* Elements [s, s + c) of row r of w as float32, lm__dequant_span's values
+ * exactly (the vector kernels' own expressions of them): into buf, or for
+ * F32 the row itself. */
+LM_INLINE_AVX2 const float *mm_deq(const lm_matrix *w, size_t r, size_t s, size_t c, float *buf)
+{
+    const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+    size_t i = 0;
+    switch (w->type) {
+    case LM_F32:
+        return (const float *)(const void *)row + s;
+    case LM_F16:
+    case LM_BF16: {
+        const int bf = w->type == LM_BF16;
+        for (; i + 8 <= c; i += 8)
+            _mm256_storeu_ps(buf + i, bf ? load_bf16(row + 2 * (s + i)) : load_f16(row + 2 * (s + i)));
+        for (; i < c; i++) {
+            const uint16_t h = lm__u16(row + 2 * (s + i));
+            buf[i] = bf ? lm_bf16_to_f32(h) : half(h);
+        }
+        return buf;
+    }
+    case LM_Q4_0: {
+        const __m256i m4 = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
+        for (; i < c; i += 32) { /* (nibble - 8) * d, as k_q4_0 */
+            const unsigned char *blk = row + 18 * ((s + i) / 32);
+            const __m256 d = _mm256_set1_ps(half(F16(blk)));
+            const __m256i lo = bytes8(blk + 2), hi = bytes8(blk + 10);
+            const __m256i q[4] = {_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m4),
+                                  _mm256_srli_epi32(lo, 4), _mm256_srli_epi32(hi, 4)};
+            for (int k = 0; k < 4; k++)
+                _mm256_storeu_ps(buf + i + 8 * k,
+                                 _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], eight)), d));
+        }
+        return buf;
+    }
+    case LM_Q6_K: {
+        const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3);
+        const __m256i k32 = _mm256_set1_epi32(32);
+        for (; i < c; i += 256) { /* (d * sc) * (q - 32), as k_q6_k */
+            const unsigned char *blk = row + 210 * ((s + i) / 256);
+            const float dk = half(F16(blk + 208));
+            for (size_t h = 0; h < 2; h++)
+                for (size_t run = 0; run < 4; run++)
+                    for (size_t q8 = 0; q8 < 4; q8++) {
+                        const unsigned char *ql = blk + 64 * h + 32 * (run % 2) + 8 * q8;
+                        const unsigned char *qh = blk + 128 + 32 * h + 8 * q8;
+                        const int8_t sc = (int8_t)blk[192 + 8 * h + 2 * run + q8 / 2];
+                        __m256i lo = bytes8(ql);
+                        lo = run < 2 ? _mm256_and_si256(lo, m4) : _mm256_srli_epi32(lo, 4);
+                        const __m256i hi =
+                            _mm256_and_si256(_mm256_srli_epi32(bytes8(qh), (int)(2 * run)), m2);
+                        const __m256i q =
+                            _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), k32);
+                        _mm256_storeu_ps(buf + i + 128 * h + 32 * run + 8 * q8,
+                                         _mm256_mul_ps(_mm256_set1_ps(dk * (float)sc),
+                                                       _mm256_cvtepi32_ps(q)));
+                    }
+        }
+        return buf;
+    }
+    default:
+        lm__dequant_span(w, r, s, c, buf);
+        return buf;
+    }
+}
+
+/* The float family's tile: nc (<= 4) columns of x (column j at x + j * ldx)
+ * against the MM_NR rows wp over len elements (a multiple of 8); acc
+ * (MM_NR, lda, 8): each (row, column)'s 8 lanes, lane e += w[i] * x[i] for
+ * i = e mod 8, in order: k_f32's operations. */
+LM_INLINE_AVX2 void mm_tile8(const int nc, const float *const wp[MM_NR], const float *x,
+                             size_t ldx, size_t len, float *acc, size_t lda)
+{
+    __m256 a[MM_NR][4];
+    for (int k = 0; k < MM_NR; k++)
+        for (int j = 0; j < nc; j++)
+            a[k][j] = _mm256_loadu_ps(acc + ((size_t)k * lda + (size_t)j) * 8);
+    for (size_t i = 0; i < len; i += 8) {
+        __m256 wv[MM_NR];
+        for (int k = 0; k < MM_NR; k++)
+            wv[k] = _mm256_loadu_ps(wp[k] + i);
+        for (int j = 0; j < nc; j++) {
+            const __m256 xv = _mm256_loadu_ps(x + (size_t)j * ldx + i);
+            for (int k = 0; k < MM_NR; k++)
+                a[k][j] = madd8(a[k][j], wv[k], xv);
+        }
+    }
+    for (int k = 0; k < MM_NR; k++)
+        for (int j = 0; j < nc; j++)
+            _mm256_storeu_ps(acc + ((size_t)k * lda + (size_t)j) * 8, a[k][j]);
+}
+
+/* F16 in tinyBLAS's order: 16 lanes a (row, column), lane e += w[i] x[i]
+ * for i = e mod 16 by fused multiply-adds (each product exact), as
+ * f16_fused_rows; acc (MM_NR, lda, 16). */
+__attribute__((always_inline, target("avx2,f16c,fma"))) static inline void
+mm_tile16(const int nc, const float *const wp[MM_NR], const float *x, size_t ldx, size_t len,
+          float *acc, size_t lda)
+{
+    __m256 a[MM_NR][4][2];
+    for (int k = 0; k < MM_NR; k++)
+        for (int j = 0; j < nc; j++)
+            for (int h = 0; h < 2; h++)
+                a[k][j][h] = _mm256_loadu_ps(acc + ((size_t)k * lda + (size_t)j) * 16 + 8 * h);
+    for (size_t i = 0; i < len; i += 16)
+        for (int h = 0; h < 2; h++) {
+            __m256 wv[MM_NR];
+            for (int k = 0; k < MM_NR; k++)
+                wv[k] = _mm256_loadu_ps(wp[k] + i + 8 * h);
+            for (int j = 0; j < nc; j++) {
+                const __m256 xv = _mm256_loadu_ps(x + (size_t)j * ldx + i + 8 * h);
+                for (int k = 0; k < MM_NR; k++)
+                    a[k][j][h] = _mm256_fmadd_ps(wv[k], xv, a[k][j][h]);
+            }
+        }
+    for (int k = 0; k < MM_NR; k++)
+        for (int j = 0; j < nc; j++)
+            for (int h = 0; h < 2; h++)
+                _mm256_storeu_ps(acc + ((size_t)k * lda + (size_t)j) * 16 + 8 * h, a[k][j][h]);
+}
+
+/* The float family (LANES 8, TILE mm_tile8) or F16 in tinyBLAS's order
+ * (16, mm_tile16) over rows [r0, r1) and nc columns, TN columns a tile; a
+ * column chunk of MM_COLS at a time, MM_NR rows dequantized once a span. */
+#define MM_FLOAT_BODY(TN, LANES, TILE)                                                            \
+    const size_t n = w->cols, n8 = (LANES) == 8 ? n & ~(size_t)7 : n;                             \
+    float wbuf[MM_NR][MM_SPAN], tail[MM_NR][MM_COLS], acc[MM_NR * MM_COLS * (LANES)];             \
+    for (size_t c0 = 0; c0 < nc; c0 += MM_COLS) {                                                 \
+        const size_t cn = nc - c0 < MM_COLS ? nc - c0 : MM_COLS;                                  \
+        const float *xc = x + c0 * n;                                                             \
+        for (size_t r = r0; r < r1; r += MM_NR) {                                                 \
+            memset(acc, 0, MM_NR * cn * (LANES) * sizeof *acc);                                   \
+            memset(tail, 0, sizeof tail);                                                         \
+            for (size_t s = 0; s < n; s += MM_SPAN) {                                             \
+                const size_t cnt = n - s < MM_SPAN ? n - s : MM_SPAN;                             \
+                const size_t len = n8 > s ? (n8 - s < cnt ? n8 - s : cnt) : 0;                    \
+                const float *wp[MM_NR];                                                           \
+                for (size_t k = 0; k < MM_NR; k++) /* past the range: the last row again */       \
+                    wp[k] = mm_deq(w, r + k < r1 ? r + k : r1 - 1, s, cnt, wbuf[k]);              \
+                size_t j = 0;                                                                     \
+                for (; j + (TN) <= cn; j += (TN))                                                 \
+                    TILE((TN), wp, xc + j * n + s, n, len, acc + j * (LANES), cn);                \
+                for (; j < cn; j++)                                                               \
+                    TILE(1, wp, xc + j * n + s, n, len, acc + j * (LANES), cn);                   \
+                for (size_t i = len; i < cnt; i++) /* the n mod 8 last products, in order */      \
+                    for (size_t k = 0; k < MM_NR; k++)                                            \
+                        for (size_t jj = 0; jj < cn; jj++)                                        \
+                            tail[k][jj] += wp[k][i] * xc[jj * n + s + i];                         \
+            }                                                                                     \
+            for (size_t k = 0; k < MM_NR && r + k < r1; k++)                                      \
+                for (size_t jj = 0; jj < cn; jj++) {                                              \
+                    const float *a = acc + (k * cn + jj) * (LANES);                               \
+                    out[(c0 + jj) * ldo + r + k - r0] =                                           \
+                        (LANES) == 8 ? combine(a, tail[k][jj]) : reduce16(a);                     \
+                }                                                                                 \
+        }                                                                                         \
+    }
+
+/* Q8_0 against the quantized columns xq: per block the exact sums of four
+ * products in eight lanes (dot_i8's), then ACC(a, s, d) with d = d_w d_x:
+ * exact, k_q8_0's lane += s * d; fused, q8_0_fused_rows's lane = fma(d,
+ * s, lane), hsum_float_8's order at the end. TN columns a tile. */
+#define MM_Q8_0_BODY(TN, ACC, FINISH)                                                             \
+    const size_t nb = w->cols / 32;                                                               \
+    for (size_t r = r0; r < r1; r += MM_NR) {                                                     \
+        const unsigned char *p[MM_NR];                                                            \
+        for (size_t k = 0; k < MM_NR; k++) /* past the range: the last row again */               \
+            p[k] = (const unsigned char *)w->data + (r + k < r1 ? r + k : r1 - 1) * w->row_bytes; \
+        for (size_t j0 = 0; j0 < nc; j0 += (size_t)(TN)) {                                        \
+            const size_t tn = nc - j0 < (size_t)(TN) ? nc - j0 : (size_t)(TN);                   \
+            __m256 a[MM_NR][TN];                                                                  \
+            for (int k = 0; k < MM_NR; k++)                                                       \
+                for (int j = 0; j < (TN); j++)                                                    \
+                    a[k][j] = _mm256_setzero_ps();                                                \
+            for (size_t b = 0; b < nb; b++) {                                                     \
+                __m256i wv[MM_NR], wa[MM_NR];                                                     \
+                float dk[MM_NR];                                                                  \
+                for (int k = 0; k < MM_NR; k++) {                                                 \
+                    const unsigned char *blk = p[k] + 34 * b;                                     \
+                    wv[k] = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));         \
+                    wa[k] = _mm256_sign_epi8(wv[k], wv[k]);                                       \
+                    dk[k] = half(F16(blk));                                                       \
+                }                                                                                 \
+                for (size_t j = 0; j < tn; j++) {                                                 \
+                    const lm_q8 *c = &xq[j0 + j];                                                 \
+                    const __m256i xv =                                                            \
+                        _mm256_loadu_si256((const __m256i *)(const void *)(c->q + 32 * b));       \
+                    const float xd = c->d[b];                                                     \
+                    for (int k = 0; k < MM_NR; k++) {                                             \
+                        const __m256 sv = _mm256_cvtepi32_ps(_mm256_madd_epi16(                   \
+                            _mm256_maddubs_epi16(wa[k], _mm256_sign_epi8(xv, wv[k])),             \
+                            _mm256_set1_epi16(1)));                                               \
+                        const __m256 d = _mm256_set1_ps(dk[k] * xd);                              \
+                        a[k][j] = ACC(a[k][j], sv, d);                                            \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+            for (size_t k = 0; k < MM_NR && r + k < r1; k++)                                      \
+                for (size_t j = 0; j < tn; j++) {                                                 \
+                    float v[8];                                                                   \
+                    _mm256_storeu_ps(v, a[k][j]);                                                 \
+                    out[(j0 + j) * ldo + r + k - r0] = FINISH(v);                                 \
+                }                                                                                 \
+        }                                                                                         \
+    }
+#define MM_ACC_EXACT(a, s, d) _mm256_add_ps((a), _mm256_mul_ps((s), (d)))
+#define MM_ACC_FUSED(a, s, d) _mm256_fmadd_ps((d), (s), (a))
+#define MM_FINISH_EXACT(v) combine((v), 0.0f)
+#define MM_FINISH_FUSED(v) combine_hsum(v)
+
+/* The kernels of one instruction set: the exact ones without fused
+ * multiply-adds (TARGET), the fused ones with them (FTARGET). */
+#define LM_MM_KERNELS(SUFFIX, TARGET, FTARGET, TN)                                                \
+    TARGET static void mm_float8_##SUFFIX(const lm_matrix *w, const float *x, size_t nc,           \
+                                          float *out, size_t ldo, size_t r0, size_t r1)           \
+    {                                                                                             \
+        MM_FLOAT_BODY(TN, 8, mm_tile8)                                                            \
+    }                                                                                             \
+    FTARGET static void mm_float16_##SUFFIX(const lm_matrix *w, const float *x, size_t nc,         \
+                                            float *out, size_t ldo, size_t r0, size_t r1)         \
+    {                                                                                             \
+        MM_FLOAT_BODY(TN, 16, mm_tile16)                                                          \
+    }                                                                                             \
+    TARGET static void mm_q8_0_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,          \
+                                        float *out, size_t ldo, size_t r0, size_t r1)             \
+    {                                                                                             \
+        MM_Q8_0_BODY(TN, MM_ACC_EXACT, MM_FINISH_EXACT)                                           \
+    }                                                                                             \
+    FTARGET static void mm_q8_0_fused_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,   \
+                                               float *out, size_t ldo, size_t r0, size_t r1)      \
+    {                                                                                             \
+        MM_Q8_0_BODY(TN, MM_ACC_FUSED, MM_FINISH_FUSED)                                           \
+    }
+
+LM_MM_KERNELS(avx2, LM_AVX2, __attribute__((target("avx2,f16c,fma"))), 2)
+LM_MM_KERNELS(avx512, LM_AVX512, LM_FUSED_512, 4)
+#endif
 
 void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t nc, float *out,
                     size_t ldo, size_t r0, size_t r1, lm_isa isa)
 {
     if (isa == LM_ISA_COUNT)
         isa = lm_isa_active();
-    for (size_t c = 0; c < nc; c++) /* column by column: lm_matvec_rows itself */
-        lm_matvec_rows(w, x + c * w->cols, xq ? &xq[c] : NULL, out + c * ldo, r0, r1, isa);
+    if (r0 >= r1 || nc == 0)
+        return;
+#if LM_X86
+    /* the path of the first column is every column's (one kind of input) */
+    const mv_path path = path_of(w, xq, isa);
+    const int wide = isa == LM_ISA_AVX512, kd = kind(w);
+    if (path == MV_KERNEL && (kd <= 3 || kd == 5 || kd == 8)) { /* the float family */
+        (wide ? mm_float8_avx512 : mm_float8_avx2)(w, x, nc, out, ldo, r0, r1);
+        return;
+    }
+    if (path == MV_F16_FUSED) {
+        (wide ? mm_float16_avx512 : mm_float16_avx2)(w, x, nc, out, ldo, r0, r1);
+        return;
+    }
+    if (path == MV_KERNEL && kd == 6) {
+        (wide ? mm_q8_0_avx512 : mm_q8_0_avx2)(w, xq, nc, out, ldo, r0, r1);
+        return;
+    }
+    if (path == MV_Q8_0_FUSED) {
+        (wide ? mm_q8_0_fused_avx512 : mm_q8_0_fused_avx2)(w, xq, nc, out, ldo, r0, r1);
+        return;
+    }
+#endif
+    /* column by column, lm_matvec_rows itself, over blocks of rows that stay
+     * in the cache from one column to the next (64 KB of weights a block) */
+    size_t rb = w->row_bytes ? ((size_t)64 << 10) / w->row_bytes : r1 - r0;
+    rb = rb < 8 ? 8 : rb;
+    for (size_t r = r0; r < r1; r += rb) {
+        const size_t re = r1 - r < rb ? r1 : r + rb;
+        for (size_t c = 0; c < nc; c++)
+            lm_matvec_rows(w, x + c * w->cols, xq ? &xq[c] : NULL, out + c * ldo + (r - r0), r,
+                           re, isa);
+    }
 }
 
 typedef struct mm_job {

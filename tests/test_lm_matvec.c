@@ -684,6 +684,118 @@ static void test_llama_f16_orders(void)
     ASSERT_TRUE(b == 16777216.0f + 78.0f);
 }
 
+/* ---- matrix-matrix products ---- */
+
+/* Shapes beyond `shapes` where llama.cpp's orders apply: rows in groups of
+ * 8 (the repacked types), F16 in tinyBLAS's (rows in 4s, columns in 16s)
+ * and off it, Q8_0, Q4_K and Q6_K long enough for several blocks. */
+static const shape llama_shapes[] = {
+    {LM_Q4_K, 16, 512, 0}, {LM_Q4_0, 16, 256, 0}, {LM_IQ4_NL, 8, 64, 0}, {LM_F16, 8, 96, 0},
+    {LM_F16, 12, 272, 0},  {LM_F16, 5, 70, 0},    {LM_Q6_K, 9, 512, 0},  {LM_Q8_0, 13, 256, 0},
+    {LM_Q5_0, 8, 96, 0},   {LM_Q4_1, 8, 64, 0},   {LM_Q5_1, 16, 64, 0},  {LM_BF16, 6, 64, 0},
+    {LM_Q2_K, 5, 512, 0},  {LM_Q5_K, 3, 256, 0},  {LM_IQ4_XS, 4, 256, 0}, {LM_F32, 9, 67, 0},
+};
+
+/* lm_matmat_rows against lm_matvec_rows column by column on every
+ * instruction set (and so against the reference, which test_kernels and
+ * the llama tests hold lm_matvec_rows to), for 1 to 13 columns and ranges
+ * that start and end anywhere, in both products: bit for bit. Then
+ * lm_matmat over pools of 1 to 3 threads. */
+static void test_matmat(void)
+{
+    static const size_t ncs[] = {1, 2, 3, 5, 8, 13};
+    const size_t NC = 13;
+    size_t n_shapes = sizeof shapes / sizeof shapes[0], checked = 0;
+    for (size_t si = 0; si < n_shapes + sizeof llama_shapes / sizeof llama_shapes[0]; si++) {
+        const shape *sh = si < n_shapes ? &shapes[si] : &llama_shapes[si - n_shapes];
+        unsigned char *data, *scales;
+        lm_matrix w = random_matrix(sh->type, sh->rows, sh->cols, sh->group, &data, &scales);
+        const size_t cols = sh->cols, rows = sh->rows, nd = cols / 4 + 1;
+        float *x = random_x(NC * cols), *xt = malloc(NC * cols * sizeof *xt);
+        int8_t *q = malloc(NC * cols);
+        float *d = malloc(NC * nd * sizeof *d), *sums = malloc(NC * nd * sizeof *sums);
+        lm_q8 q8[13];
+        float *got = malloc(NC * (rows + 1) * sizeof *got), *want = malloc(rows * sizeof *want);
+        for (int llama = 0; llama < 2; llama++) {
+            const lm_llama_in kind = llama ? lm_llama_input(sh->type) : LM_IN_NATIVE;
+            const size_t group = kind == LM_IN_NATIVE ? lm_matrix_q8_group(&w) : 32;
+            const float *in = kind == LM_IN_NATIVE ? x : xt;
+            for (size_t c = 0; c < NC; c++) {
+                q8[c] = (lm_q8){q + c * cols, d + c * nd, group, kind != LM_IN_NATIVE,
+                                sums + c * nd};
+                if (kind != LM_IN_NATIVE)
+                    lm_llama_quantize(kind, x + c * cols, cols, xt + c * cols, q + c * cols,
+                                      d + c * nd, sums + c * nd);
+                else if (group)
+                    lm_quantize_q8(x + c * cols, cols, group, q + c * cols, d + c * nd);
+            }
+            const lm_q8 *xq = group ? q8 : NULL;
+            for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+                if (!lm_isa_supported((lm_isa)isa))
+                    continue;
+                for (size_t ni = 0; ni < sizeof ncs / sizeof ncs[0]; ni++)
+                    for (size_t r0 = 0; r0 < rows; r0 += rows > 5 ? 5 : 1) {
+                        const size_t nc = ncs[ni], r1 = rows - (r0 && rows > 3 ? 1 : 0);
+                        if (r1 <= r0)
+                            continue;
+                        memset(got, 0xff, NC * (rows + 1) * sizeof *got);
+                        lm_matmat_rows(&w, in, xq, nc, got, rows + 1, r0, r1, (lm_isa)isa);
+                        for (size_t c = 0; c < nc; c++) {
+                            lm_matvec_rows(&w, in + c * cols, xq ? &xq[c] : NULL, want, r0, r1,
+                                           (lm_isa)isa);
+                            if (!same_bits(got + c * (rows + 1), want, r1 - r0))
+                                CHECK_FAIL_AT("%s %zux%zu (%s), %zu columns, rows %zu..%zu: "
+                                              "%s's column %zu differs from its matvec",
+                                              lm_dtype_name(sh->type), rows, cols,
+                                              llama ? "llama" : "exact", nc, r0, r1,
+                                              lm_isa_name((lm_isa)isa), c);
+                        }
+                        checked++;
+                    }
+            }
+        }
+        free(data), free(scales), free(x), free(xt), free(q), free(d), free(sums), free(got);
+        free(want);
+    }
+    printf("  %zu matrix-matrix products equal to their columns' matrix-vector ones\n", checked);
+
+    /* Threads: products of 2^20 weights and more, mixed types. */
+    unsigned char *dd[3], *ss[3];
+    lm_matrix mw[3] = {random_matrix(LM_F16, 301, 512, 0, &dd[0], &ss[0]),
+                       random_matrix(LM_Q4_K, 203, 512, 0, &dd[1], &ss[1]),
+                       random_matrix(LM_Q8_0, 97, 512, 0, &dd[2], &ss[2])};
+    const size_t nc = 9;
+    float *x = random_x(nc * 512), *xd = malloc(nc * 16 * sizeof *xd);
+    int8_t *xq = malloc(nc * 512);
+    lm_q8 q8[9];
+    for (size_t c = 0; c < nc; c++) {
+        lm_quantize_q8(x + c * 512, 512, 32, xq + c * 512, xd + c * 16);
+        q8[c] = (lm_q8){xq + c * 512, xd + c * 16, 32, 0, NULL};
+    }
+    float *want[3], *got[3];
+    for (int k = 0; k < 3; k++) {
+        want[k] = malloc(nc * mw[k].rows * sizeof(float));
+        got[k] = malloc(nc * mw[k].rows * sizeof(float));
+        for (size_t c = 0; c < nc; c++)
+            lm_matvec_ref(&mw[k], x + c * 512, &q8[c], want[k] + c * mw[k].rows, 0, mw[k].rows);
+    }
+    for (size_t threads = 1; threads <= 3; threads++) {
+        lm_pool *pool = NULL;
+        ASSERT_OK(lm_pool_new(threads, NULL, &pool));
+        lm_product p[3] = {{&mw[0], got[0]}, {&mw[1], got[1]}, {&mw[2], got[2]}};
+        for (int k = 0; k < 3; k++)
+            memset(got[k], 0xff, nc * mw[k].rows * sizeof(float));
+        lm_matmat(pool, p, 3, x, q8, nc);
+        for (int k = 0; k < 3; k++)
+            if (!same_bits(got[k], want[k], nc * mw[k].rows))
+                CHECK_FAIL_AT("%zu threads: product %d of %zu columns differs", threads, k, nc);
+        lm_pool_free(pool);
+    }
+    for (int k = 0; k < 3; k++)
+        free(dd[k]), free(ss[k]), free(want[k]), free(got[k]);
+    free(x), free(xd), free(xq);
+}
+
 /* The active instruction set can be forced and restored. */
 static void test_isa_force(void)
 {
@@ -757,6 +869,7 @@ int main(int argc, char **argv)
     RUN(test_llama_fused_types);
     RUN(test_llama_round_vectors);
     RUN(test_llama_f16_orders);
+    RUN(test_matmat);
     RUN(test_isa_force);
     RUN(test_threads);
     return CHECK_DONE();
