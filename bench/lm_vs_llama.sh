@@ -12,6 +12,13 @@
 # table: medians of tokens per second and of kvevict / llama.cpp in the
 # same round. A timing: quoted in docs/performance.md with the machine's
 # conditions; nothing checks it.
+# Then prompts (PROMPTS, default "64 512" tokens): llama.cpp reading the
+# prompt as it reads one (tests/llama_plain's prompt mode: one llama_decode
+# of them all, the last logits) against the decoder's lm_forward_batch
+# (kvevict-lm-speed --prompt, exact and llama), each after a warm-up token,
+# the wall time of the prompt alone; alternating rounds, medians of the
+# seconds and of decoder / llama.cpp in the same round (a time ratio: below
+# 1.5 is issue 28's target). TABLES="decode prompt" (the default) or either.
 set -eu
 build=${1:?usage: bench/lm_vs_llama.sh BUILD DIR [THREADS...]}
 dir=${2:?usage: bench/lm_vs_llama.sh BUILD DIR [THREADS...]}
@@ -34,9 +41,14 @@ rate() { # COMMAND...: tokens a second over 32 tokens, start-up cancelled
 }
 plain() { "$build/tests/llama_plain" "$lib" "$1" "$3" "$2"; }
 kv() { "$build/kvevict" lm logits --model "$1" --threads "$2" --products "$3" --tokens "$4" -o /dev/null; }
+tables=${TABLES:-decode prompt}
+median='function med(a, n,  i, j, x, s) { for (i = 1; i <= n; i++) s[i] = a[i]
+          for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (s[j] < s[i]) { x = s[i]; s[i] = s[j]; s[j] = x }
+          return n % 2 ? s[(n + 1) / 2] : (s[n / 2] + s[n / 2 + 1]) / 2 }'
+case " $tables " in *" decode "*) ;; *) types_decode= ;; esac
 echo "| type | threads | llama.cpp tokens/s | exact tokens/s | exact / llama.cpp | llama tokens/s | llama / llama.cpp |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
-for t in F16 Q8_0 Q4_K_M; do
+for t in ${types_decode-F16 Q8_0 Q4_K_M}; do
   f=$dir/tinyllama-$(echo $t | tr A-Z a-z).gguf
   for th in $threads; do
     : >"$dir/rounds"
@@ -50,10 +62,35 @@ for t in F16 Q8_0 Q4_K_M; do
     done
     sort -n "$dir/rounds" | awk -v t=$t -v th=$th '
       { l[NR] = $1; e[NR] = $2; m[NR] = $3; re[NR] = $2 / $1; rm[NR] = $3 / $1 }
-      function med(a, n,  i, j, x, s) { for (i = 1; i <= n; i++) s[i] = a[i]
-          for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (s[j] < s[i]) { x = s[i]; s[i] = s[j]; s[j] = x }
-          return n % 2 ? s[(n + 1) / 2] : (s[n / 2] + s[n / 2 + 1]) / 2 }
+      '"$median"'
       END { printf "| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", t, th, med(l, NR), med(e, NR),
             med(re, NR), med(m, NR), med(rm, NR) }'
+  done
+done
+case " $tables " in *" prompt "*) ;; *) exit 0 ;; esac
+secs() { sed -n 's/.*"seconds": \([0-9.e+-]*\).*/\1/p'; }
+echo
+echo "| type | threads | prompt tokens | llama.cpp s | exact s | exact / llama.cpp | llama s | llama / llama.cpp |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+for t in F16 Q8_0 Q4_K_M; do
+  f=$dir/tinyllama-$(echo $t | tr A-Z a-z).gguf
+  for n in ${PROMPTS:-64 512}; do
+    p=$(ids "$n")
+    for th in $threads; do
+      : >"$dir/rounds"
+      r=0
+      while [ $r -lt "$rounds" ]; do
+        l=$("$build/tests/llama_plain" "$lib" "$f" "$p" "$th" prompt | secs)
+        e=$("$build/kvevict-lm-speed" --prompt "$f" "$p" "$th" exact | secs)
+        m=$("$build/kvevict-lm-speed" --prompt "$f" "$p" "$th" llama | secs)
+        echo "$l $e $m" >>"$dir/rounds"
+        r=$((r + 1))
+      done
+      awk -v t=$t -v th=$th -v n=$n '
+        { l[NR] = $1; e[NR] = $2; m[NR] = $3; re[NR] = $2 / $1; rm[NR] = $3 / $1 }
+        '"$median"'
+        END { printf "| %s | %d | %d | %.3f | %.3f | %.2f | %.3f | %.2f |\n", t, th, n, med(l, NR),
+              med(e, NR), med(re, NR), med(m, NR), med(rm, NR) }' "$dir/rounds"
+    done
   done
 done

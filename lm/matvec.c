@@ -71,6 +71,13 @@ static int has_fma(void)
     __builtin_cpu_init();
     return __builtin_cpu_supports("fma");
 }
+
+/* AVX-512 VNNI (cpuid leaf 7, ECX bit 11): lm_matmat's AVX-512 kernels. */
+static int has_vnni(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11)) != 0;
+}
 #endif
 
 int lm_isa_supported(lm_isa isa)
@@ -1806,9 +1813,206 @@ mm_tile16(const int nc, const float *const wp[MM_NR], const float *x, size_t ldx
 #define MM_FINISH_EXACT(v) combine((v), 0.0f)
 #define MM_FINISH_FUSED(v) combine_hsum(v)
 
+/* The sums of eight vectors of eight int32 lanes: lane i of the result is
+ * the sum of v[i]'s lanes (exact integers: any order). */
+LM_INLINE_AVX2 __m256i mm_hsum8x8(const __m256i v[8])
+{
+    const __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i e = _mm256_hadd_epi32(a, b), f = _mm256_hadd_epi32(c, d);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(e, f, 0x20),
+                            _mm256_permute2x128_si256(e, f, 0x31));
+}
+
+/* The input sums a K kernel keeps: MMQ_SUMS int16 (32 KB), for as many
+ * columns (up to MMQ_COLS) as they hold: 32 of TinyLlama's width, at
+ * least 4 of 65536 columns. */
+enum { MMQ_SUMS = 16384, MMQ_COLS = 32 };
+
+/* Q4_K in llama.cpp's order (q4_k_fused_rows): per block and (row, column)
+ * the exact isum = sum_j sc_j sum(q x) and imin = sum_j m_j sum(x), then
+ * acc = fma(isum, d d_x, acc), accm = fma(imin, dmin d_x, accm); the value
+ * acc - accm. MM_NR rows a group, their blocks unpacked once (nibbles and
+ * scale words) for every column; TN columns a tile, whose 4 TN pairs' sums
+ * are reduced eight at a time and their float steps taken eight lanes at a
+ * time (each lane one pair's operations). */
+#define MM_Q4_K_FUSED_BODY(TN, DPW)                                                                  \
+    const size_t nb = w->cols / 256;                                                              \
+    const __m256i m4 = _mm256_set1_epi8(0xF);                                                     \
+    int16_t bs[MMQ_SUMS]; /* (chunk, nb * 8) */                                                  \
+    const size_t chunk = MMQ_SUMS / (8 * nb) < MMQ_COLS ? MMQ_SUMS / (8 * nb) : MMQ_COLS;         \
+    __m256i nib[MM_NR][8], scw[MM_NR][8], mn32[MM_NR];                                            \
+    float acc[MM_NR * MMQ_COLS], accm[MM_NR * MMQ_COLS], dk[8] = {0}, dmk[8] = {0};               \
+    float dxb[MMQ_COLS + 8]; /* the block's d_x of each column, the last repeated after */       \
+    __m256i ik[(TN) / 2], ic[(TN) / 2]; /* group g's pair q: row (8g + q) / TN, column % TN */     \
+    for (int g = 0; g < (TN) / 2; g++) {                                                          \
+        int32_t a[8], c[8];                                                                       \
+        for (int q = 0; q < 8; q++)                                                               \
+            a[q] = (8 * g + q) / (TN), c[q] = (8 * g + q) % (TN);                                 \
+        ik[g] = _mm256_loadu_si256((const __m256i *)(const void *)a);                             \
+        ic[g] = _mm256_loadu_si256((const __m256i *)(const void *)c);                             \
+    }                                                                                             \
+    for (size_t c0 = 0; c0 < nc; c0 += chunk) {                                                   \
+        const size_t cn = nc - c0 < chunk ? nc - c0 : chunk;                                      \
+        for (size_t c = 0; c < cn; c++)                                                           \
+            q8_k_sums(xq[c0 + c].q, nb, 32, bs + c * 8 * nb);                                     \
+        for (size_t r = r0; r < r1; r += MM_NR) {                                                 \
+            memset(acc, 0, sizeof acc);                                                           \
+            memset(accm, 0, sizeof accm);                                                         \
+            for (size_t b = 0; b < nb; b++) {                                                     \
+                for (size_t k = 0; k < MM_NR; k++) { /* past the range: the last row again */    \
+                    const unsigned char *blk = (const unsigned char *)w->data +                   \
+                                               (r + k < r1 ? r + k : r1 - 1) * w->row_bytes +    \
+                                               144 * b;                                           \
+                    uint8_t sc[8], mn[8];                                                         \
+                    q4_k_fields(blk, sc, mn);                                                     \
+                    for (size_t i = 0; i < 4; i++) {                                              \
+                        const __m256i raw =                                                       \
+                            _mm256_loadu_si256((const __m256i *)(const void *)(blk + 16 + 32 * i)); \
+                        nib[k][2 * i] = _mm256_and_si256(raw, m4);                                \
+                        nib[k][2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);      \
+                    }                                                                             \
+                    for (size_t j = 0; j < 8; j++)                                                \
+                        scw[k][j] = _mm256_set1_epi16((short)sc[j]);                              \
+                    mn32[k] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)mn)); \
+                    dk[k] = half(F16(blk)), dmk[k] = half(F16(blk + 2));                          \
+                }                                                                                 \
+                for (size_t c = 0; c < cn + 8; c++)                                               \
+                    dxb[c] = xq[c0 + (c < cn ? c : cn - 1)].d[8 * b];                             \
+                const __m256 dkv = _mm256_loadu_ps(dk), dmkv = _mm256_loadu_ps(dmk);              \
+                for (size_t j0 = 0; j0 < cn; j0 += (TN)) {                                        \
+                    __m256i lane[MM_NR * (TN)], mins[MM_NR * (TN)];                               \
+                    for (size_t c = 0; c < (TN); c++) {                                           \
+                        const size_t cc = j0 + c < cn ? j0 + c : cn - 1; /* the last again */     \
+                        const int8_t *x = xq[c0 + cc].q + 256 * b;                                \
+                        const __m256i bsum = _mm256_cvtepi16_epi32(                               \
+                            _mm_loadu_si128((const __m128i *)(const void *)(bs + (cc * nb + b) * 8))); \
+                        for (size_t k = 0; k < MM_NR; k++) {                                      \
+                            lane[k * (TN) + c] = _mm256_setzero_si256();                          \
+                            mins[k * (TN) + c] = _mm256_mullo_epi32(mn32[k], bsum);               \
+                        }                                                                         \
+                        for (size_t j = 0; j < 8; j++) {                                          \
+                            const __m256i xv =                                                    \
+                                _mm256_loadu_si256((const __m256i *)(const void *)(x + 32 * j));  \
+                            for (size_t k = 0; k < MM_NR; k++)                                    \
+                                lane[k * (TN) + c] =                                              \
+                                    DPW(lane[k * (TN) + c], _mm256_maddubs_epi16(nib[k][j], xv),  \
+                                        scw[k][j]);                                               \
+                        }                                                                         \
+                    }                                                                             \
+                    const __m256 dxv = _mm256_loadu_ps(dxb + j0);                                 \
+                    for (size_t g = 0; g < (TN) / 2; g++) { /* pairs 8g .. 8g + 7: each lane */  \
+                        const __m256 dx = _mm256_permutevar8x32_ps(dxv, ic[g]); /* d * d_x */    \
+                        const __m256 d = _mm256_mul_ps(_mm256_permutevar8x32_ps(dkv, ik[g]), dx); \
+                        const __m256 dm = _mm256_mul_ps(_mm256_permutevar8x32_ps(dmkv, ik[g]), dx); \
+                        const __m256 isum = _mm256_cvtepi32_ps(mm_hsum8x8(lane + 8 * g));         \
+                        const __m256 imin = _mm256_cvtepi32_ps(mm_hsum8x8(mins + 8 * g));         \
+                        float *a = acc + MM_NR * j0 + 8 * g, *am = accm + MM_NR * j0 + 8 * g;     \
+                        _mm256_storeu_ps(a, _mm256_fmadd_ps(isum, d, _mm256_loadu_ps(a)));        \
+                        _mm256_storeu_ps(am, _mm256_fmadd_ps(imin, dm, _mm256_loadu_ps(am)));     \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+            for (size_t j0 = 0; j0 < cn; j0 += (TN))                                              \
+                for (size_t q = 0; q < MM_NR * (TN); q++) {                                       \
+                    const size_t k = q / (TN), c = j0 + q % (TN);                                 \
+                    if (r + k < r1 && c < cn)                                                     \
+                        out[(c0 + c) * ldo + r + k - r0] =                                        \
+                            acc[MM_NR * j0 + q] - accm[MM_NR * j0 + q];                           \
+                }                                                                                 \
+        }                                                                                         \
+    }
+
+/* Q6_K in llama.cpp's order (q6_k_fused_rows): per block and (row,
+ * column) eight exact lanes, lane k of a run of 32 the products of its
+ * bytes 4k .. 4k+3 times their scale, less 32 (bsum_2k sc_2k + bsum_2k+1
+ * sc_2k+1); acc_k = fma(d_x d, lane_k, acc_k) in eight float lanes a pair,
+ * hsum_float_8's order at the end. The rows' blocks unpacked once (the
+ * 6-bit values, the scale words) for every column. */
+#define MM_Q6_K_FUSED_BODY(TN, DPW)                                                                  \
+    const size_t nb = w->cols / 256;                                                              \
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);                           \
+    int16_t bs[MMQ_SUMS]; /* (chunk, nb * 16) */                                                 \
+    const size_t chunk = MMQ_SUMS / (16 * nb) < MMQ_COLS ? MMQ_SUMS / (16 * nb) : MMQ_COLS;       \
+    __m256i q6[MM_NR][8], scv[MM_NR][8], sc16[MM_NR];                                             \
+    float acc[MM_NR * MMQ_COLS][8], dk[MM_NR];                                                    \
+    for (size_t c0 = 0; c0 < nc; c0 += chunk) {                                                   \
+        const size_t cn = nc - c0 < chunk ? nc - c0 : chunk;                                      \
+        for (size_t c = 0; c < cn; c++)                                                           \
+            q8_k_sums(xq[c0 + c].q, nb, 16, bs + c * 16 * nb);                                    \
+        for (size_t r = r0; r < r1; r += MM_NR) {                                                 \
+            memset(acc, 0, sizeof acc);                                                           \
+            for (size_t b = 0; b < nb; b++) {                                                     \
+                for (size_t k = 0; k < MM_NR; k++) { /* past the range: the last row again */    \
+                    const unsigned char *blk = (const unsigned char *)w->data +                   \
+                                               (r + k < r1 ? r + k : r1 - 1) * w->row_bytes +    \
+                                               210 * b;                                           \
+                    sc16[k] = _mm256_cvtepi8_epi16(                                               \
+                        _mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));             \
+                    int16_t sw[16];                                                               \
+                    _mm256_storeu_si256((__m256i *)(void *)sw, sc16[k]);                          \
+                    for (size_t j = 0; j < 2; j++) {                                              \
+                        const __m256i qa =                                                        \
+                            _mm256_loadu_si256((const __m256i *)(const void *)(blk + 64 * j));    \
+                        const __m256i qb = _mm256_loadu_si256(                                    \
+                            (const __m256i *)(const void *)(blk + 64 * j + 32));                  \
+                        const __m256i qh = _mm256_loadu_si256(                                    \
+                            (const __m256i *)(const void *)(blk + 128 + 32 * j));                 \
+                        for (size_t m = 0; m < 4; m++) {                                          \
+                            const __m256i src = m & 1 ? qb : qa;                                  \
+                            const __m256i lo =                                                    \
+                                _mm256_and_si256(m < 2 ? src : _mm256_srli_epi16(src, 4), m4);    \
+                            const __m256i hi = _mm256_slli_epi16(                                 \
+                                _mm256_and_si256(_mm256_srli_epi16(qh, (int)(2 * m)), m2), 4);    \
+                            q6[k][4 * j + m] = _mm256_or_si256(lo, hi);                           \
+                            scv[k][4 * j + m] =                                                   \
+                                _mm256_set_m128i(_mm_set1_epi16(sw[8 * j + 2 * m + 1]),           \
+                                                 _mm_set1_epi16(sw[8 * j + 2 * m]));              \
+                        }                                                                         \
+                    }                                                                             \
+                    dk[k] = half(F16(blk + 208));                                                 \
+                }                                                                                 \
+                for (size_t c = 0; c < cn; c++) {                                                 \
+                    const int8_t *x = xq[c0 + c].q + 256 * b;                                     \
+                    const __m256i bsum =                                                          \
+                        _mm256_loadu_si256((const __m256i *)(const void *)(bs + (c * nb + b) * 16)); \
+                    const float dx = xq[c0 + c].d[8 * b];                                         \
+                    __m256i lane[MM_NR];                                                          \
+                    for (size_t k = 0; k < MM_NR; k++)                                            \
+                        lane[k] = _mm256_sub_epi32(_mm256_setzero_si256(),                        \
+                                                   _mm256_slli_epi32(                             \
+                                                       _mm256_madd_epi16(bsum, sc16[k]), 5));     \
+                    for (size_t jm = 0; jm < 8; jm++) {                                           \
+                        const __m256i xv = _mm256_loadu_si256(                                    \
+                            (const __m256i *)(const void *)(x + 128 * (jm / 4) + 32 * (jm % 4))); \
+                        for (size_t k = 0; k < MM_NR; k++)                                        \
+                            lane[k] = DPW(lane[k], _mm256_maddubs_epi16(q6[k][jm], xv),           \
+                                          scv[k][jm]);                                            \
+                    }                                                                             \
+                    for (size_t k = 0; k < MM_NR; k++) {                                          \
+                        float *a = acc[k * MMQ_COLS + c];                                   \
+                        _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_set1_ps(dx * dk[k]),           \
+                                                            _mm256_cvtepi32_ps(lane[k]),          \
+                                                            _mm256_loadu_ps(a)));                 \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+            for (size_t k = 0; k < MM_NR && r + k < r1; k++)                                      \
+                for (size_t c = 0; c < cn; c++)                                                   \
+                    out[(c0 + c) * ldo + r + k - r0] = combine_hsum(acc[k * MMQ_COLS + c]); \
+        }                                                                                         \
+    }
+
+/* acc + the pairs of p (int16) times s (int16) summed, exactly: madd and
+ * add, or AVX-512 VNNI's one instruction. */
+#define MM_DPW(acc, p, s) _mm256_add_epi32((acc), _mm256_madd_epi16((p), (s)))
+#define MM_DPW_VNNI(acc, p, s) _mm256_dpwssd_epi32((acc), (p), (s))
+#define LM_MM_VNNI                                                                                \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,f16c,fma")))
+
 /* The kernels of one instruction set: the exact ones without fused
  * multiply-adds (TARGET), the fused ones with them (FTARGET). */
-#define LM_MM_KERNELS(SUFFIX, TARGET, FTARGET, TN)                                                \
+#define LM_MM_KERNELS(SUFFIX, TARGET, FTARGET, TN, DPW)                                              \
     TARGET static void mm_float8_##SUFFIX(const lm_matrix *w, const float *x, size_t nc,           \
                                           float *out, size_t ldo, size_t r0, size_t r1)           \
     {                                                                                             \
@@ -1828,10 +2032,20 @@ mm_tile16(const int nc, const float *const wp[MM_NR], const float *x, size_t ldx
                                                float *out, size_t ldo, size_t r0, size_t r1)      \
     {                                                                                             \
         MM_Q8_0_BODY(TN, MM_ACC_FUSED, MM_FINISH_FUSED)                                           \
+    }                                                                                             \
+    FTARGET static void mm_q4_k_fused_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,   \
+                                               float *out, size_t ldo, size_t r0, size_t r1)      \
+    {                                                                                             \
+        MM_Q4_K_FUSED_BODY(TN, DPW)                                                               \
+    }                                                                                             \
+    FTARGET static void mm_q6_k_fused_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,   \
+                                               float *out, size_t ldo, size_t r0, size_t r1)      \
+    {                                                                                             \
+        MM_Q6_K_FUSED_BODY(TN, DPW)                                                               \
     }
 
-LM_MM_KERNELS(avx2, LM_AVX2, __attribute__((target("avx2,f16c,fma"))), 2)
-LM_MM_KERNELS(avx512, LM_AVX512, LM_FUSED_512, 4)
+LM_MM_KERNELS(avx2, LM_AVX2, __attribute__((target("avx2,f16c,fma"))), 2, MM_DPW)
+LM_MM_KERNELS(avx512, LM_AVX512, LM_MM_VNNI, 4, MM_DPW_VNNI)
 #endif
 
 void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t nc, float *out,
@@ -1844,7 +2058,7 @@ void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t 
 #if LM_X86
     /* the path of the first column is every column's (one kind of input) */
     const mv_path path = path_of(w, xq, isa);
-    const int wide = isa == LM_ISA_AVX512, kd = kind(w);
+    const int wide = isa == LM_ISA_AVX512 && has_vnni(), kd = kind(w);
     if (path == MV_KERNEL && (kd <= 3 || kd == 5 || kd == 8)) { /* the float family */
         (wide ? mm_float8_avx512 : mm_float8_avx2)(w, x, nc, out, ldo, r0, r1);
         return;
@@ -1859,6 +2073,14 @@ void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t 
     }
     if (path == MV_Q8_0_FUSED) {
         (wide ? mm_q8_0_fused_avx512 : mm_q8_0_fused_avx2)(w, xq, nc, out, ldo, r0, r1);
+        return;
+    }
+    if (path == MV_Q4_K_FUSED) {
+        (wide ? mm_q4_k_fused_avx512 : mm_q4_k_fused_avx2)(w, xq, nc, out, ldo, r0, r1);
+        return;
+    }
+    if (path == MV_Q6_K_FUSED) {
+        (wide ? mm_q6_k_fused_avx512 : mm_q6_k_fused_avx2)(w, xq, nc, out, ldo, r0, r1);
         return;
     }
 #endif

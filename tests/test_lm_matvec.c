@@ -694,17 +694,18 @@ static const shape llama_shapes[] = {
     {LM_F16, 12, 272, 0},  {LM_F16, 5, 70, 0},    {LM_Q6_K, 9, 512, 0},  {LM_Q8_0, 13, 256, 0},
     {LM_Q5_0, 8, 96, 0},   {LM_Q4_1, 8, 64, 0},   {LM_Q5_1, 16, 64, 0},  {LM_BF16, 6, 64, 0},
     {LM_Q2_K, 5, 512, 0},  {LM_Q5_K, 3, 256, 0},  {LM_IQ4_XS, 4, 256, 0}, {LM_F32, 9, 67, 0},
+    {LM_Q4_K, 8, 16640, 0}, {LM_Q6_K, 8, 16640, 0}, /* 65 blocks: fewer columns a chunk */
 };
 
 /* lm_matmat_rows against lm_matvec_rows column by column on every
  * instruction set (and so against the reference, which test_kernels and
- * the llama tests hold lm_matvec_rows to), for 1 to 13 columns and ranges
+ * the llama tests hold lm_matvec_rows to), for 1 to 37 columns and ranges
  * that start and end anywhere, in both products: bit for bit. Then
  * lm_matmat over pools of 1 to 3 threads. */
 static void test_matmat(void)
 {
-    static const size_t ncs[] = {1, 2, 3, 5, 8, 13};
-    const size_t NC = 13;
+    static const size_t ncs[] = {1, 2, 3, 5, 8, 13, 37};
+    const size_t NC = 37;
     size_t n_shapes = sizeof shapes / sizeof shapes[0], checked = 0;
     for (size_t si = 0; si < n_shapes + sizeof llama_shapes / sizeof llama_shapes[0]; si++) {
         const shape *sh = si < n_shapes ? &shapes[si] : &llama_shapes[si - n_shapes];
@@ -714,7 +715,7 @@ static void test_matmat(void)
         float *x = random_x(NC * cols), *xt = malloc(NC * cols * sizeof *xt);
         int8_t *q = malloc(NC * cols);
         float *d = malloc(NC * nd * sizeof *d), *sums = malloc(NC * nd * sizeof *sums);
-        lm_q8 q8[13];
+        lm_q8 q8[37];
         float *got = malloc(NC * (rows + 1) * sizeof *got), *want = malloc(rows * sizeof *want);
         for (int llama = 0; llama < 2; llama++) {
             const lm_llama_in kind = llama ? lm_llama_input(sh->type) : LM_IN_NATIVE;
