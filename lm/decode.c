@@ -681,37 +681,6 @@ static kve_status kvzip_value_norms(lm_state *s, size_t n, float *row)
     return KVE_OK;
 }
 
-/* exp as ggml's AVX-512 builds compute it (ggml_v_expf), lane by lane with
- * fused multiply-adds: n = round(x / ln 2), b = x - n ln 2 in two parts, a
- * polynomial in b, scaled by 2^n; beyond |n| > 192, 0 or infinity. */
-static float expf_ggml(float x)
-{
-    const float r = 0x1.8p23f, z = fmaf(x, 0x1.715476p+0f, r), n = z - r;
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    if (n != n) /* NaN in, NaN out (before the cast below) */
-        return n;
-    if (fabsf(n) > 192.0f)
-        return n <= 0.0f ? 0.0f : INFINITY;
-    const float u = b * b;
-    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                              fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
-    return ldexpf(j, (int)n); /* _mm512_scalef_ps */
-}
-
-/* h[i] = silu(h[i]) * g[i] as ggml_vec_swiglu_f32 (AVX-512): silu(x) = x /
- * (1 + expf_ggml(-x)) in whole groups of 16, the leftover with the C
- * library's expf (ggml_silu_f32). */
-static void swiglu_llama(float *h, const float *g, size_t n)
-{
-    const size_t whole = n & ~(size_t)15;
-    size_t i = 0;
-    for (; i < whole; i++)
-        h[i] = h[i] / (1.0f + expf_ggml(0.0f - h[i])) * g[i];
-    for (; i < n; i++)
-        h[i] = h[i] / (1.0f + expf(-h[i])) * g[i];
-}
-
 /* llama.cpp's CPU flash attention (ggml_compute_forward_flash_attn_ext_f16,
  * one query, float16 keys and values, cells in position order): scores
  * s_i = (q16 . k_i) * (1 / sqrt(S)) in s[], then the online softmax with
@@ -1289,7 +1258,7 @@ static kve_status overflowed(lm_state *s, const char *what, size_t l, size_t i, 
 static void swiglu(const lm_state *s, float *h, const float *g, size_t F)
 {
     if (s->opt.products == LM_PRODUCTS_LLAMA) {
-        swiglu_llama(h, g, F);
+        lm_swiglu_llama(h, g, F);
         return;
     }
     for (size_t i = 0; i < F; i++) {

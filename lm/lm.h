@@ -167,6 +167,13 @@ void lm_f16_mad(float *out, const float *v, float s, size_t n);
  * when yh is not NULL, as float16 bits there. Every product is exact in
  * float32, so a fused multiply-add rounds as the plain one. */
 float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n);
+/* h[i] = silu(h[i]) * g[i] for i < n as ggml_vec_swiglu_f32 on AVX-512
+ * (LM_PRODUCTS_LLAMA's SwiGLU): silu(x) = x / (1 + e), e ggml_v_expf(-x)
+ * (a polynomial scaled by 2^n, in fused multiply-adds; 0 or infinity
+ * beyond |n| > 192) over whole groups of 16, the C library's expf after
+ * them. The active instruction set's path (matvec.c), bit for bit the
+ * scalar one's, NaN included. */
+void lm_swiglu_llama(float *h, const float *g, size_t n);
 
 typedef struct lm_matrix {  /* W (rows, cols), row-major, in its stored type */
     const void *data;       /* rows * row_bytes bytes */

@@ -311,6 +311,88 @@ void lm_f16_mad(float *out, const float *v, float s, size_t n)
     f16_mad_ref(out, v, s, n);
 }
 
+/* ---- llama.cpp's SwiGLU (lm_swiglu_llama) ---- */
+
+/* exp as ggml's AVX-512 builds compute it (ggml_v_expf), lane by lane with
+ * fused multiply-adds: n = round(x / ln 2), b = x - n ln 2 in two parts, a
+ * polynomial in b, scaled by 2^n; beyond |n| > 192, 0 or infinity. */
+static float expf_ggml(float x)
+{
+    const float r = 0x1.8p23f, z = fmaf(x, 0x1.715476p+0f, r), n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (n != n) /* NaN in, NaN out (before the cast below) */
+        return n;
+    if (fabsf(n) > 192.0f)
+        return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                              fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n); /* _mm512_scalef_ps */
+}
+
+/* h[i] = silu(h[i]) * g[i] as ggml_vec_swiglu_f32 (AVX-512): silu(x) = x /
+ * (1 + expf_ggml(-x)) in whole groups of 16, the leftover with the C
+ * library's expf (ggml_silu_f32). */
+static void swiglu_ref(float *h, const float *g, size_t n)
+{
+    const size_t whole = n & ~(size_t)15;
+    size_t i = 0;
+    for (; i < whole; i++)
+        h[i] = h[i] / (1.0f + expf_ggml(0.0f - h[i])) * g[i];
+    for (; i < n; i++)
+        h[i] = h[i] / (1.0f + expf(-h[i])) * g[i];
+}
+
+#if LM_X86
+/* swiglu_ref's whole groups sixteen lanes at a time, ggml_v_expf's own
+ * instructions (the fused multiply-adds of expf_ggml; _mm512_scalef_ps,
+ * which ldexpf's exact scaling equals; NaN lanes keep n, as expf_ggml
+ * returns it): the same bits. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma"))) static void
+swiglu_512(float *h, const float *g, size_t n)
+{
+    const size_t whole = n & ~(size_t)15;
+    const __m512 r = _mm512_set1_ps(0x1.8p23f), one = _mm512_set1_ps(1.0f);
+    const __m512 zero = _mm512_setzero_ps();
+    for (size_t i = 0; i < whole; i += 16) {
+        const __m512 hv = _mm512_loadu_ps(h + i), x = _mm512_sub_ps(zero, hv);
+        const __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r), r);
+        const __m512 b = _mm512_fnmadd_ps(nn, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                          _mm512_fnmadd_ps(nn, _mm512_set1_ps(0x1.62e4p-1f), x));
+        const __m512 u = _mm512_mul_ps(b, b);
+        const __m512 j = _mm512_fmadd_ps(
+            _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b,
+                                            _mm512_set1_ps(0x1.573e2ep-5f)),
+                            u,
+                            _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b,
+                                            _mm512_set1_ps(0x1.fffdb6p-2f))),
+            u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, one));
+        __m512 e = _mm512_scalef_ps(j, nn);
+        const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(nn), _mm512_set1_ps(192.0f),
+                                                 _CMP_GT_OQ);
+        const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(nn, zero, _CMP_LE_OQ),
+                                                _mm512_set1_ps(INFINITY), zero);
+        e = _mm512_mask_blend_ps(big, e, alt);
+        e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(nn, nn, _CMP_UNORD_Q), e, nn);
+        _mm512_storeu_ps(h + i, _mm512_mul_ps(_mm512_div_ps(hv, _mm512_add_ps(one, e)),
+                                              _mm512_loadu_ps(g + i)));
+    }
+    swiglu_ref(h + whole, g + whole, n - whole);
+}
+#endif
+
+void lm_swiglu_llama(float *h, const float *g, size_t n)
+{
+#if LM_X86
+    if (lm_isa_active() == LM_ISA_AVX512 && has_fma()) {
+        swiglu_512(h, g, n);
+        return;
+    }
+#endif
+    swiglu_ref(h, g, n);
+}
+
 /* ---- the references ---- */
 
 static float combine(const float a[8], float tail)
@@ -1764,8 +1846,21 @@ mm_tile16(const int nc, const float *const wp[MM_NR], const float *x, size_t ldx
 /* Q8_0 against the quantized columns xq: per block the exact sums of four
  * products in eight lanes (dot_i8's), then ACC(a, s, d) with d = d_w d_x:
  * exact, k_q8_0's lane += s * d; fused, q8_0_fused_rows's lane = fma(d,
- * s, lane), hsum_float_8's order at the end. TN columns a tile. */
-#define MM_Q8_0_BODY(TN, ACC, FINISH)                                                             \
+ * s, lane), hsum_float_8's order at the end. TN columns a tile. The lanes'
+ * integers by DOT: sign and maddubs (MM_DOT_SIGN), or AVX-512 VNNI's
+ * vpdpbusd of x + 128 against w, less 128 times w's sums (MM_DOT_VNNI):
+ * the same integers. */
+#define MM_PRE_SIGN(w) _mm256_sign_epi8((w), (w))
+#define MM_X_SIGN(x) (x)
+#define MM_DOT_SIGN(pre, w, x)                                                                    \
+    _mm256_madd_epi16(_mm256_maddubs_epi16((pre), _mm256_sign_epi8((x), (w))),                    \
+                      _mm256_set1_epi16(1))
+#define MM_PRE_VNNI(w)                                                                            \
+    _mm256_sub_epi32(_mm256_setzero_si256(),                                                      \
+                     _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), (w)))
+#define MM_X_VNNI(x) _mm256_xor_si256((x), _mm256_set1_epi8(-128))
+#define MM_DOT_VNNI(pre, w, x) _mm256_dpbusd_epi32((pre), (x), (w))
+#define MM_Q8_0_BODY(TN, ACC, FINISH, PRE, XPREP, DOT)                                            \
     const size_t nb = w->cols / 32;                                                               \
     for (size_t r = r0; r < r1; r += MM_NR) {                                                     \
         const unsigned char *p[MM_NR];                                                            \
@@ -1778,23 +1873,21 @@ mm_tile16(const int nc, const float *const wp[MM_NR], const float *x, size_t ldx
                 for (int j = 0; j < (TN); j++)                                                    \
                     a[k][j] = _mm256_setzero_ps();                                                \
             for (size_t b = 0; b < nb; b++) {                                                     \
-                __m256i wv[MM_NR], wa[MM_NR];                                                     \
+                __m256i wv[MM_NR], pre[MM_NR];                                                    \
                 float dk[MM_NR];                                                                  \
                 for (int k = 0; k < MM_NR; k++) {                                                 \
                     const unsigned char *blk = p[k] + 34 * b;                                     \
                     wv[k] = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));         \
-                    wa[k] = _mm256_sign_epi8(wv[k], wv[k]);                                       \
+                    pre[k] = PRE(wv[k]);                                                          \
                     dk[k] = half(F16(blk));                                                       \
                 }                                                                                 \
                 for (size_t j = 0; j < tn; j++) {                                                 \
                     const lm_q8 *c = &xq[j0 + j];                                                 \
-                    const __m256i xv =                                                            \
-                        _mm256_loadu_si256((const __m256i *)(const void *)(c->q + 32 * b));       \
+                    const __m256i xv = XPREP(                                                     \
+                        _mm256_loadu_si256((const __m256i *)(const void *)(c->q + 32 * b)));      \
                     const float xd = c->d[b];                                                     \
                     for (int k = 0; k < MM_NR; k++) {                                             \
-                        const __m256 sv = _mm256_cvtepi32_ps(_mm256_madd_epi16(                   \
-                            _mm256_maddubs_epi16(wa[k], _mm256_sign_epi8(xv, wv[k])),             \
-                            _mm256_set1_epi16(1)));                                               \
+                        const __m256 sv = _mm256_cvtepi32_ps(DOT(pre[k], wv[k], xv));             \
                         const __m256 d = _mm256_set1_ps(dk[k] * xd);                              \
                         a[k][j] = ACC(a[k][j], sv, d);                                            \
                     }                                                                             \
@@ -1923,6 +2016,72 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 32 };
         }                                                                                         \
     }
 
+/* Q4_K exact (k_q4_k): per block and sub-block j, per (row, column), the
+ * eight exact lane sums s of nibble times x and t of x (DOT4: maddubs and
+ * madd, or vpdpbusd), then lane += s * (d sc_j d_x) - t * (dmin m_j d_x),
+ * those steps the products of q4_k_steps. MM_NR rows a group, their blocks
+ * unpacked once (nibbles, d sc_j and dmin m_j) for every column. */
+#define MM_DOT4_SIGN(q, x) _mm256_madd_epi16(_mm256_maddubs_epi16((q), (x)), _mm256_set1_epi16(1))
+#define MM_DOT4_VNNI(q, x) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (q), (x))
+#define MM_Q4_K_BODY(TN, DOT4)                                                                    \
+    const size_t nb = w->cols / 256;                                                              \
+    const __m256i m4 = _mm256_set1_epi8(0xF), one8 = _mm256_set1_epi8(1);                         \
+    __m256i nib[MM_NR][8];                                                                        \
+    float d1[MM_NR][8], m1[MM_NR][8];                                                             \
+    for (size_t j0 = 0; j0 < nc; j0 += MMQ_COLS) {                                                \
+        const size_t cn = nc - j0 < MMQ_COLS ? nc - j0 : MMQ_COLS;                                \
+        for (size_t r = r0; r < r1; r += MM_NR) {                                                 \
+            __m256 acc[MM_NR][MMQ_COLS];                                                          \
+            for (size_t k = 0; k < MM_NR; k++)                                                    \
+                for (size_t c = 0; c < cn; c++)                                                   \
+                    acc[k][c] = _mm256_setzero_ps();                                              \
+            for (size_t b = 0; b < nb; b++) {                                                     \
+                for (size_t k = 0; k < MM_NR; k++) { /* past the range: the last row again */    \
+                    const unsigned char *blk = (const unsigned char *)w->data +                   \
+                                               (r + k < r1 ? r + k : r1 - 1) * w->row_bytes +    \
+                                               144 * b;                                           \
+                    q4_k_scales(blk, d1[k], m1[k]);                                               \
+                    for (size_t i = 0; i < 4; i++) {                                              \
+                        const __m256i raw =                                                       \
+                            _mm256_loadu_si256((const __m256i *)(const void *)(blk + 16 + 32 * i)); \
+                        nib[k][2 * i] = _mm256_and_si256(raw, m4);                                \
+                        nib[k][2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);      \
+                    }                                                                             \
+                }                                                                                 \
+                for (size_t c0 = 0; c0 < cn; c0 += (TN)) {                                        \
+                    const size_t tn = cn - c0 < (TN) ? cn - c0 : (TN);                            \
+                    float s1[MM_NR][TN][8], s2[MM_NR][TN][8];                                     \
+                    for (size_t c = 0; c < tn; c++) {                                             \
+                        const __m256 dx = _mm256_loadu_ps(xq[j0 + c0 + c].d + 8 * b);             \
+                        for (size_t k = 0; k < MM_NR; k++) {                                      \
+                            _mm256_storeu_ps(s1[k][c], _mm256_mul_ps(_mm256_loadu_ps(d1[k]), dx)); \
+                            _mm256_storeu_ps(s2[k][c], _mm256_mul_ps(_mm256_loadu_ps(m1[k]), dx)); \
+                        }                                                                         \
+                    }                                                                             \
+                    for (size_t j = 0; j < 8; j++)                                                \
+                        for (size_t c = 0; c < tn; c++) {                                         \
+                            const __m256i xv = _mm256_loadu_si256(                                \
+                                (const __m256i *)(const void *)(xq[j0 + c0 + c].q + 256 * b + 32 * j)); \
+                            const __m256 sx = _mm256_cvtepi32_ps(DOT4(one8, xv));                 \
+                            for (size_t k = 0; k < MM_NR; k++) {                                  \
+                                const __m256 sq = _mm256_cvtepi32_ps(DOT4(nib[k][j], xv));        \
+                                acc[k][c0 + c] = _mm256_add_ps(                                   \
+                                    acc[k][c0 + c],                                               \
+                                    _mm256_sub_ps(_mm256_mul_ps(sq, _mm256_broadcast_ss(&s1[k][c][j])), \
+                                                  _mm256_mul_ps(sx, _mm256_broadcast_ss(&s2[k][c][j])))); \
+                            }                                                                     \
+                        }                                                                         \
+                }                                                                                 \
+            }                                                                                     \
+            for (size_t k = 0; k < MM_NR && r + k < r1; k++)                                      \
+                for (size_t c = 0; c < cn; c++) {                                                 \
+                    float v[8];                                                                   \
+                    _mm256_storeu_ps(v, acc[k][c]);                                               \
+                    out[(j0 + c) * ldo + r + k - r0] = combine(v, 0.0f);                          \
+                }                                                                                 \
+        }                                                                                         \
+    }
+
 /* Q6_K in llama.cpp's order (q6_k_fused_rows): per block and (row,
  * column) eight exact lanes, lane k of a run of 32 the products of its
  * bytes 4k .. 4k+3 times their scale, less 32 (bsum_2k sc_2k + bsum_2k+1
@@ -2009,10 +2168,12 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 32 };
 #define MM_DPW_VNNI(acc, p, s) _mm256_dpwssd_epi32((acc), (p), (s))
 #define LM_MM_VNNI                                                                                \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,f16c,fma")))
+#define LM_MM_VNNI_EXACT /* the exact kernels: no fused multiply-add to contract into */          \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,f16c")))
 
 /* The kernels of one instruction set: the exact ones without fused
  * multiply-adds (TARGET), the fused ones with them (FTARGET). */
-#define LM_MM_KERNELS(SUFFIX, TARGET, FTARGET, TN, DPW)                                              \
+#define LM_MM_KERNELS(SUFFIX, TARGET, FTARGET, TN, DPW, I8)                                              \
     TARGET static void mm_float8_##SUFFIX(const lm_matrix *w, const float *x, size_t nc,           \
                                           float *out, size_t ldo, size_t r0, size_t r1)           \
     {                                                                                             \
@@ -2023,15 +2184,20 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 32 };
     {                                                                                             \
         MM_FLOAT_BODY(TN, 16, mm_tile16)                                                          \
     }                                                                                             \
+    TARGET static void mm_q4_k_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,          \
+                                        float *out, size_t ldo, size_t r0, size_t r1)             \
+    {                                                                                             \
+        MM_Q4_K_BODY(TN, MM_DOT4_##I8)                                                            \
+    }                                                                                             \
     TARGET static void mm_q8_0_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,          \
                                         float *out, size_t ldo, size_t r0, size_t r1)             \
     {                                                                                             \
-        MM_Q8_0_BODY(TN, MM_ACC_EXACT, MM_FINISH_EXACT)                                           \
+        MM_Q8_0_BODY(TN, MM_ACC_EXACT, MM_FINISH_EXACT, MM_PRE_##I8, MM_X_##I8, MM_DOT_##I8)      \
     }                                                                                             \
     FTARGET static void mm_q8_0_fused_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,   \
                                                float *out, size_t ldo, size_t r0, size_t r1)      \
     {                                                                                             \
-        MM_Q8_0_BODY(TN, MM_ACC_FUSED, MM_FINISH_FUSED)                                           \
+        MM_Q8_0_BODY(TN, MM_ACC_FUSED, MM_FINISH_FUSED, MM_PRE_##I8, MM_X_##I8, MM_DOT_##I8)      \
     }                                                                                             \
     FTARGET static void mm_q4_k_fused_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,   \
                                                float *out, size_t ldo, size_t r0, size_t r1)      \
@@ -2044,8 +2210,8 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 32 };
         MM_Q6_K_FUSED_BODY(TN, DPW)                                                               \
     }
 
-LM_MM_KERNELS(avx2, LM_AVX2, __attribute__((target("avx2,f16c,fma"))), 2, MM_DPW)
-LM_MM_KERNELS(avx512, LM_AVX512, LM_MM_VNNI, 4, MM_DPW_VNNI)
+LM_MM_KERNELS(avx2, LM_AVX2, __attribute__((target("avx2,f16c,fma"))), 2, MM_DPW, SIGN)
+LM_MM_KERNELS(avx512, LM_MM_VNNI_EXACT, LM_MM_VNNI, 4, MM_DPW_VNNI, VNNI)
 #endif
 
 void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t nc, float *out,
@@ -2065,6 +2231,10 @@ void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t 
     }
     if (path == MV_F16_FUSED) {
         (wide ? mm_float16_avx512 : mm_float16_avx2)(w, x, nc, out, ldo, r0, r1);
+        return;
+    }
+    if (path == MV_KERNEL && kd == 4) {
+        (wide ? mm_q4_k_avx512 : mm_q4_k_avx2)(w, xq, nc, out, ldo, r0, r1);
         return;
     }
     if (path == MV_KERNEL && kd == 6) {

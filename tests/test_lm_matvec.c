@@ -454,6 +454,55 @@ static void test_llama_round_vectors(void)
     }
 }
 
+/* llama.cpp's SwiGLU: every instruction set's path the scalar one's bits,
+ * on values across exp's whole range (results that are subnormal, 0 and
+ * infinite among them), NaN and the infinities, lengths with leftovers; and
+ * two values worked out by hand. */
+static void test_llama_swiglu(void)
+{
+    enum { N = 517 };
+    float h[N], g[N], want[N], got[N];
+    uint64_t st = 0x2545f4914f6cdd1du;
+    for (int trial = 0; trial < 40; trial++) {
+        for (size_t i = 0; i < N; i++) {
+            st = st * 6364136223846793005u + 1442695040888963407u;
+            const double u = (double)(st >> 11) * 0x1p-53;
+            h[i] = (float)((u * 2.0 - 1.0) * (trial % 4 == 0 ? 300.0 : trial % 4 == 1 ? 110.0 : 8.0));
+            g[i] = (float)((double)(int32_t)(st >> 20) * 0x1p-40);
+        }
+        if (trial == 0)
+            h[3] = NAN, h[4] = INFINITY, h[5] = -INFINITY, h[6] = 0.0f, h[7] = -0.0f,
+            h[N - 1] = NAN, h[17] = 88.7f, h[18] = -103.9f, h[19] = 192.5f, h[20] = -192.5f;
+        for (size_t n = 0; n <= N; n += trial % 2 ? 97 : 41) {
+            ASSERT_TRUE(lm_isa_force(LM_ISA_SCALAR));
+            memcpy(want, h, sizeof want);
+            lm_swiglu_llama(want, g, n);
+            for (int isa = 1; isa < LM_ISA_COUNT; isa++) {
+                if (!lm_isa_supported((lm_isa)isa) || !lm_isa_force((lm_isa)isa))
+                    continue;
+                memcpy(got, h, sizeof got);
+                lm_swiglu_llama(got, g, n);
+                lm_isa_force(LM_ISA_COUNT); /* restored before a failure returns */
+                for (size_t i = 0; i < n; i++)
+                    if (memcmp(&got[i], &want[i], sizeof got[i]) != 0 &&
+                        !(isnan(got[i]) && isnan(want[i])))
+                        CHECK_FAIL_AT("swiglu of %zu: %s gives %a for %a, the scalar path %a", n,
+                                      lm_isa_name((lm_isa)isa), (double)got[i], (double)h[i],
+                                      (double)want[i]);
+            }
+            lm_isa_force(LM_ISA_COUNT);
+        }
+    }
+    /* silu(0) * g = 0; silu(x) for x far below exp's range: x / (1 + inf) = -0 */
+    float hh[16] = {0}, gg[16];
+    for (size_t i = 0; i < 16; i++)
+        gg[i] = 2.0f;
+    hh[1] = -200.0f;
+    hh[2] = 200.0f; /* exp(-200) = 0 there: 200 / 1 * 2 */
+    lm_swiglu_llama(hh, gg, 16);
+    ASSERT_TRUE(hh[0] == 0.0f && hh[1] == 0.0f && signbit(hh[1]) && hh[2] == 400.0f);
+}
+
 /* Q8_0 and Q8_K blocks worked by hand: llama.cpp's scale and signs. */
 static void test_llama_quantize(void)
 {
@@ -869,6 +918,7 @@ int main(int argc, char **argv)
     RUN(test_llama_q8_0);
     RUN(test_llama_fused_types);
     RUN(test_llama_round_vectors);
+    RUN(test_llama_swiglu);
     RUN(test_llama_f16_orders);
     RUN(test_matmat);
     RUN(test_isa_force);
