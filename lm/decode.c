@@ -95,6 +95,21 @@ static void softmax(float *x, size_t size)
         x[i] /= sum;
 }
 
+/* Whether softmax(x) (size) is finite, without it: it is unless some x is
+ * NaN or the largest is infinite (then every weight is NaN, the first at
+ * index 0: softmax's sum is NaN). */
+static int softmax_finite(const float *x, size_t size)
+{
+    float max_val = x[0];
+    for (size_t i = 0; i < size; i++) {
+        if (x[i] != x[i])
+            return 0;
+        if (x[i] > max_val)
+            max_val = x[i];
+    }
+    return isfinite(max_val);
+}
+
 void lm_rope_scaling_set(lm_config *c, lm_rope_scaling type, float factor, float attn,
                          int32_t orig)
 {
@@ -727,6 +742,10 @@ static void attend(lm_state *s, size_t l, const float *rope)
     float scale = sqrtf((float)S); /* run.c divides by sqrt(head_size) */
     /* llama.cpp's arithmetic: float16 keys and values, its flash attention */
     const int llama = s->opt.products == LM_PRODUCTS_LLAMA;
+    /* its softmax rows: only for a reader (the policies, a prefill's
+     * records, KVzip, the callback); without one the scores stay */
+    const int rows = s->opt.on_attention || s->kz_active ||
+                     (s->bank && !(s->prefilling && s->pf_method == 2));
     for (size_t g = 0; g < G; g++) {
         lm_cache *k = &s->cache[l * G + g];
         size_t n = k->n; /* kept keys; the new one goes to row n */
@@ -765,9 +784,13 @@ static void attend(lm_state *s, size_t l, const float *rope)
                 for (size_t i = 0; i <= n; i++)
                     att[i] = lm_dot_f16(s->xl, keys + i * S, NULL, S) * inv;
                 flash_f16(att, n + 1, k->value, S, out);
-                softmax(att, n + 1);
-                if (s->kz_active)
-                    kvzip_score(s, l, h, att, n);
+                if (rows) {
+                    softmax(att, n + 1);
+                    if (s->kz_active)
+                        kvzip_score(s, l, h, att, n);
+                } else if (!softmax_finite(att, n + 1)) {
+                    att[0] = NAN; /* where softmax's NaN would be first: attention_step's check */
+                }
                 continue;
             }
             for (size_t i = 0; i <= n; i++)

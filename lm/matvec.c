@@ -66,17 +66,30 @@ static int has_f16c(void)
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
 
+/* FMA, and AVX-512 VNNI (cpuid leaf 7, ECX bit 11: lm_matmat's AVX-512
+ * kernels), asked once (racing first calls store the same answer). */
+static atomic_int fma_known = -1, vnni_known = -1;
+
 static int has_fma(void)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("fma");
+    int v = atomic_load_explicit(&fma_known, memory_order_relaxed);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("fma") != 0;
+        atomic_store_explicit(&fma_known, v, memory_order_relaxed);
+    }
+    return v;
 }
 
-/* AVX-512 VNNI (cpuid leaf 7, ECX bit 11): lm_matmat's AVX-512 kernels. */
 static int has_vnni(void)
 {
-    unsigned a, b, c, d;
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11)) != 0;
+    int v = atomic_load_explicit(&vnni_known, memory_order_relaxed);
+    if (v < 0) {
+        unsigned a, b, c, d;
+        v = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11)) != 0;
+        atomic_store_explicit(&vnni_known, v, memory_order_relaxed);
+    }
+    return v;
 }
 #endif
 
@@ -287,11 +300,45 @@ __attribute__((target("avx2,f16c,fma"))) static void f16_mad_avx2(float *out, co
     for (size_t j = whole; j < n; j++)
         out[j] = lm_f16_round(out[j] + v[j] * s);
 }
+
+/* The same sixteen lanes at a time on AVX-512, NaN made quiet with its
+ * sign under a mask. */
+#define LM_F16_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma")))
+LM_F16_512 static inline __m512 f16_round16(__m512 x)
+{
+    const __m512 r = _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    const __m512 nan = _mm512_or_ps(_mm512_and_ps(x, _mm512_set1_ps(-0.0f)),
+                                    _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, nan);
+}
+
+LM_F16_512 static void f16_round_512(float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, f16_round16(_mm512_loadu_ps(x + i)));
+    f16_round_avx2(x + i, n - i);
+}
+
+LM_F16_512 static void f16_mad_512(float *out, const float *v, float s, size_t n)
+{
+    const size_t whole = n & ~(size_t)63;
+    const __m512 sv = _mm512_set1_ps(s);
+    for (size_t j = 0; j < whole; j += 16)
+        _mm512_storeu_ps(out + j, f16_round16(_mm512_fmadd_ps(_mm512_loadu_ps(v + j), sv,
+                                                              _mm512_loadu_ps(out + j))));
+    for (size_t j = whole; j < n; j++)
+        out[j] = lm_f16_round(out[j] + v[j] * s);
+}
 #endif
 
 void lm_f16_round_n(float *x, size_t n)
 {
 #if LM_X86
+    if (lm_isa_active() == LM_ISA_AVX512) {
+        f16_round_512(x, n);
+        return;
+    }
     if (lm_isa_active() != LM_ISA_SCALAR) {
         f16_round_avx2(x, n);
         return;
@@ -303,6 +350,10 @@ void lm_f16_round_n(float *x, size_t n)
 void lm_f16_mad(float *out, const float *v, float s, size_t n)
 {
 #if LM_X86
+    if (lm_isa_active() == LM_ISA_AVX512 && has_fma()) {
+        f16_mad_512(out, v, s, n);
+        return;
+    }
     if (lm_isa_active() != LM_ISA_SCALAR && has_fma()) {
         f16_mad_avx2(out, v, s, n);
         return;
@@ -634,11 +685,46 @@ static int f16_tinyblas(const lm_matrix *w)
     return w->cols % 16 == 0 && w->rows % 4 == 0;
 }
 
+#if LM_X86
+/* lm_dot_f16's whole steps of 64 on AVX-512: the four accumulators of 16
+ * lanes each one register (fused multiply-adds of exact products round as
+ * the reference's multiply and add), combined and reduced in reduce16's
+ * order: the same float before the leftover. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma"))) static float
+dot_f16_steps_512(const float *x, const float *y, const unsigned char *yh, size_t np)
+{
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+    for (size_t i = 0; i < np; i += 64)
+        for (size_t k = 0; k < 4; k++) {
+            const size_t e = i + 16 * k;
+            const __m512 yv = yh ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                                       (const __m256i *)(const void *)(yh + 2 * e)))
+                                 : _mm512_loadu_ps(y + e);
+            a[k] = _mm512_fmadd_ps(_mm512_loadu_ps(x + e), yv, a[k]);
+        }
+    const __m512 s = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+    const __m256 t = _mm256_add_ps(_mm512_extractf32x8_ps(s, 1), _mm512_castps512_ps256(s));
+    const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u)); /* u0 + u2, u1 + u3 */
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+}
+#endif
+
 float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n)
 {
 #define Y(i) (yh ? lm_f16_to_f32(lm__u16(yh + 2 * (i))) : y[i])
     if (!yh && !y) /* neither operand: no sum */
         return NAN;
+#if LM_X86
+    if (n >= 64 && lm_isa_active() == LM_ISA_AVX512 && has_fma()) {
+        const size_t np = n & ~(size_t)63;
+        double sum = (double)dot_f16_steps_512(x, y, yh, np);
+        for (size_t i = np; i < n; i++)
+            sum += (double)(x[i] * Y(i));
+        return (float)sum;
+    }
+#endif
     const size_t np = n & ~(size_t)63;
     float acc[4][16] = {{0}};
     for (size_t i = 0; i < np; i++)
@@ -1918,9 +2004,10 @@ LM_INLINE_AVX2 __m256i mm_hsum8x8(const __m256i v[8])
 }
 
 /* The input sums a K kernel keeps: MMQ_SUMS int16 (32 KB), for as many
- * columns (up to MMQ_COLS) as they hold: 32 of TinyLlama's width, at
- * least 4 of 65536 columns. */
-enum { MMQ_SUMS = 16384, MMQ_COLS = 32 };
+ * columns (up to MMQ_COLS, a whole LM_BATCH block) as they hold: 64 of
+ * TinyLlama's widths (Q6_K's sums of 16 at 5632: 46), at least 4 of
+ * 65536. The weights are read once a chunk. */
+enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
 
 /* Q4_K in llama.cpp's order (q4_k_fused_rows): per block and (row, column)
  * the exact isum = sum_j sc_j sum(q x) and imin = sum_j m_j sum(x), then

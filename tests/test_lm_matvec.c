@@ -454,6 +454,45 @@ static void test_llama_round_vectors(void)
     }
 }
 
+/* ggml_vec_dot_f16's order (lm_dot_f16, flash attention's scores): every
+ * instruction set's path the scalar one's bits, on float16 values of both
+ * signs and wide range (so the order shows), y as floats and as float16
+ * bits, lengths with and without leftovers. */
+static void test_llama_dot_f16(void)
+{
+    enum { N = 200 };
+    float x[N], y[N];
+    unsigned char yh[2 * N];
+    static const size_t lens[] = {0, 1, 63, 64, 65, 128, 130, 200};
+    uint64_t st = 0x853c49e6748fea9bu;
+    for (int trial = 0; trial < 50; trial++) {
+        for (size_t i = 0; i < N; i++) {
+            st = st * 6364136223846793005u + 1442695040888963407u;
+            const double u = (double)(int32_t)(st >> 32) * 0x1p-31, e = (double)((st >> 8) % 24);
+            x[i] = lm_f16_round((float)(u * pow(2.0, e - 12.0)));
+            y[i] = lm_f16_round((float)((double)(int32_t)(st >> 16) * 0x1p-31 * 8.0));
+            put16(yh + 2 * i, lm_f32_to_f16(y[i]));
+        }
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const size_t n = lens[li];
+            ASSERT_TRUE(lm_isa_force(LM_ISA_SCALAR));
+            const float want = lm_dot_f16(x, y, NULL, n), wanth = lm_dot_f16(x, NULL, yh, n);
+            lm_isa_force(LM_ISA_COUNT);
+            ASSERT_TRUE(memcmp(&want, &wanth, sizeof want) == 0);
+            for (int isa = 1; isa < LM_ISA_COUNT; isa++) {
+                if (!lm_isa_supported((lm_isa)isa) || !lm_isa_force((lm_isa)isa))
+                    continue;
+                const float got = lm_dot_f16(x, y, NULL, n), goth = lm_dot_f16(x, NULL, yh, n);
+                lm_isa_force(LM_ISA_COUNT);
+                if (memcmp(&got, &want, sizeof got) != 0 || memcmp(&goth, &want, sizeof got) != 0)
+                    CHECK_FAIL_AT("dot_f16 of %zu: %s gives %a and %a, the scalar path %a", n,
+                                  lm_isa_name((lm_isa)isa), (double)got, (double)goth,
+                                  (double)want);
+            }
+        }
+    }
+}
+
 /* llama.cpp's SwiGLU: every instruction set's path the scalar one's bits,
  * on values across exp's whole range (results that are subnormal, 0 and
  * infinite among them), NaN and the infinities, lengths with leftovers; and
@@ -919,6 +958,7 @@ int main(int argc, char **argv)
     RUN(test_llama_fused_types);
     RUN(test_llama_round_vectors);
     RUN(test_llama_swiglu);
+    RUN(test_llama_dot_f16);
     RUN(test_llama_f16_orders);
     RUN(test_matmat);
     RUN(test_isa_force);
