@@ -729,6 +729,17 @@ static void flash_f16(const float *s, size_t n, const float *values, size_t S, f
         out[j] *= inv;
 }
 
+/* Whether anything reads the softmax rows of the attention (s->att): the
+ * policies, a prefill's records, KVzip, the callback. Under
+ * LM_PRODUCTS_LLAMA, whose flash attention needs none, they are computed
+ * only then; otherwise att[0] says whether the softmax would have been
+ * finite (0) or not (NaN, its first non-finite weight being at 0). */
+static int rows_read(const lm_state *s)
+{
+    return s->opt.products != LM_PRODUCTS_LLAMA || s->opt.on_attention || s->kz_active ||
+           (s->bank && !(s->prefilling && s->pf_method == 2));
+}
+
 /* Attention of layer l for every KV head g (rope: the position's cos and
  * sin under original positions): new key and value appended,
  * then the softmax rows of the group's query heads in s->att and their
@@ -741,11 +752,7 @@ static void attend(lm_state *s, size_t l, const float *rope)
            R = (size_t)(c->n_heads / c->n_kv_heads);
     float scale = sqrtf((float)S); /* run.c divides by sqrt(head_size) */
     /* llama.cpp's arithmetic: float16 keys and values, its flash attention */
-    const int llama = s->opt.products == LM_PRODUCTS_LLAMA;
-    /* its softmax rows: only for a reader (the policies, a prefill's
-     * records, KVzip, the callback); without one the scores stay */
-    const int rows = s->opt.on_attention || s->kz_active ||
-                     (s->bank && !(s->prefilling && s->pf_method == 2));
+    const int llama = s->opt.products == LM_PRODUCTS_LLAMA, rows = rows_read(s);
     for (size_t g = 0; g < G; g++) {
         lm_cache *k = &s->cache[l * G + g];
         size_t n = k->n; /* kept keys; the new one goes to row n */
@@ -781,15 +788,15 @@ static void attend(lm_state *s, size_t l, const float *rope)
                 memcpy(s->xl, q, S * sizeof(float));
                 lm_f16_round_n(s->xl, S); /* as its attention converts a query */
                 const float inv = 1.0f / scale;
-                for (size_t i = 0; i <= n; i++)
-                    att[i] = lm_dot_f16(s->xl, keys + i * S, NULL, S) * inv;
+                lm_dot_f16_keys(s->xl, keys, n + 1, S, inv, att);
                 flash_f16(att, n + 1, k->value, S, out);
                 if (rows) {
                     softmax(att, n + 1);
                     if (s->kz_active)
                         kvzip_score(s, l, h, att, n);
-                } else if (!softmax_finite(att, n + 1)) {
-                    att[0] = NAN; /* where softmax's NaN would be first: attention_step's check */
+                } else { /* att[0]: NaN where softmax's first NaN would be, else 0 (no
+                            reader: attention_step's check alone reads it) */
+                    att[0] = softmax_finite(att, n + 1) ? 0.0f : NAN;
                 }
                 continue;
             }
@@ -1333,8 +1340,9 @@ static kve_status attention_step(lm_state *s, size_t l, const float *rope)
             return overflowed(s, "value element", l, v, s->v[v]);
     }
     attend(s, l, rope);
+    const int rows = rows_read(s); /* without, only att[0] can show the NaN */
     for (size_t h = 0; h < (size_t)c->n_heads; h++) { /* finite q and k, overflowing q.k */
-        const size_t n = s->counts[h / ((size_t)c->n_heads / G)];
+        const size_t n = rows ? s->counts[h / ((size_t)c->n_heads / G)] : 1;
         size_t i = first_nonfinite(s->att + h * s->ld, n);
         if (i < n) {
             s->broken = 1;

@@ -167,6 +167,10 @@ void lm_f16_mad(float *out, const float *v, float s, size_t n);
  * when yh is not NULL, as float16 bits there. Every product is exact in
  * float32, so a fused multiply-add rounds as the plain one. */
 float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n);
+/* out[i] = lm_dot_f16(x, keys + i * S, NULL, S) * scale for i < n, each
+ * the bits of its own call: flash attention's scores over n keys (S). */
+void lm_dot_f16_keys(const float *x, const float *keys, size_t n, size_t S, float scale,
+                     float *out);
 /* h[i] = silu(h[i]) * g[i] for i < n as ggml_vec_swiglu_f32 on AVX-512
  * (LM_PRODUCTS_LLAMA's SwiGLU): silu(x) = x / (1 + e), e ggml_v_expf(-x)
  * (a polynomial scaled by 2^n, in fused multiply-adds; 0 or infinity

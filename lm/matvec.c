@@ -690,7 +690,7 @@ static int f16_tinyblas(const lm_matrix *w)
  * lanes each one register (fused multiply-adds of exact products round as
  * the reference's multiply and add), combined and reduced in reduce16's
  * order: the same float before the leftover. */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma"))) static float
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma"))) static inline float
 dot_f16_steps_512(const float *x, const float *y, const unsigned char *yh, size_t np)
 {
     __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
@@ -710,6 +710,34 @@ dot_f16_steps_512(const float *x, const float *y, const unsigned char *yh, size_
     return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
 }
 #endif
+
+#if LM_X86
+/* lm_dot_f16_keys on AVX-512: each key's steps and leftover as lm_dot_f16's. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma"))) static void
+dot_f16_keys_512(const float *x, const float *keys, size_t n, size_t S, float scale, float *out)
+{
+    const size_t np = S & ~(size_t)63;
+    for (size_t i = 0; i < n; i++) {
+        const float *y = keys + i * S;
+        double sum = (double)dot_f16_steps_512(x, y, NULL, np);
+        for (size_t e = np; e < S; e++)
+            sum += (double)(x[e] * y[e]);
+        out[i] = (float)sum * scale;
+    }
+}
+#endif
+
+void lm_dot_f16_keys(const float *x, const float *keys, size_t n, size_t S, float scale, float *out)
+{
+#if LM_X86
+    if (S >= 64 && lm_isa_active() == LM_ISA_AVX512 && has_fma()) {
+        dot_f16_keys_512(x, keys, n, S, scale, out);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        out[i] = lm_dot_f16(x, keys + i * S, NULL, S) * scale;
+}
 
 float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n)
 {
@@ -2009,6 +2037,67 @@ LM_INLINE_AVX2 __m256i mm_hsum8x8(const __m256i v[8])
  * 65536. The weights are read once a chunk. */
 enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
 
+/* The nibbles and scale words of a Q4_K block of row k (Q4K_PACK) and the
+ * lanes of every row of the group against a column's block x (Q4K_LANES:
+ * lane[k * step] = sum_j sc_j (the products of sub-block j, pairs summed in
+ * eight int32 lanes), exact integers). Y: a sub-block a 256-bit register,
+ * madd and add; V: AVX-512 VNNI, two sub-blocks a 512-bit register (a
+ * byte pair's nibbles, 64 consecutive inputs), vpdpwssd, the halves added
+ * at the end. */
+#define Q4K_DECL_Y                                                                                \
+    const __m256i m4 = _mm256_set1_epi8(0xF);                                                     \
+    __m256i nib[MM_NR][8], scw[MM_NR][8]
+#define Q4K_PACK_Y(k, blk, sc)                                                                    \
+    do {                                                                                          \
+        for (size_t i = 0; i < 4; i++) {                                                          \
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)((blk) + 16 + 32 * i)); \
+            nib[k][2 * i] = _mm256_and_si256(raw, m4);                                            \
+            nib[k][2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);                  \
+        }                                                                                         \
+        for (size_t j = 0; j < 8; j++)                                                            \
+            scw[k][j] = _mm256_set1_epi16((short)(sc)[j]);                                        \
+    } while (0)
+#define Q4K_LANES_Y(lane, step, x)                                                                \
+    do {                                                                                          \
+        for (size_t k = 0; k < MM_NR; k++)                                                        \
+            (lane)[k * (step)] = _mm256_setzero_si256();                                          \
+        for (size_t j = 0; j < 8; j++) {                                                          \
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)((x) + 32 * j)); \
+            for (size_t k = 0; k < MM_NR; k++)                                                    \
+                (lane)[k * (step)] = _mm256_add_epi32(                                            \
+                    (lane)[k * (step)],                                                           \
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(nib[k][j], xv), scw[k][j]));           \
+        }                                                                                         \
+    } while (0)
+#define Q4K_DECL_V                                                                                \
+    const __m512i m4 = _mm512_set1_epi8(0xF);                                                     \
+    __m512i nib[MM_NR][4], scw[MM_NR][4]
+#define Q4K_PACK_V(k, blk, sc)                                                                    \
+    do {                                                                                          \
+        for (size_t i = 0; i < 4; i++) {                                                          \
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)((blk) + 16 + 32 * i)); \
+            nib[k][i] = _mm512_and_si512(                                                         \
+                _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4); \
+            scw[k][i] = _mm512_inserti64x4(_mm512_set1_epi16((short)(sc)[2 * i]),                 \
+                                           _mm256_set1_epi16((short)(sc)[2 * i + 1]), 1);         \
+        }                                                                                         \
+    } while (0)
+#define Q4K_LANES_V(lane, step, x)                                                                \
+    do {                                                                                          \
+        __m512i l16[MM_NR];                                                                       \
+        for (size_t k = 0; k < MM_NR; k++)                                                        \
+            l16[k] = _mm512_setzero_si512();                                                      \
+        for (size_t i = 0; i < 4; i++) {                                                          \
+            const __m512i xv = _mm512_loadu_si512((const void *)((x) + 64 * i));                  \
+            for (size_t k = 0; k < MM_NR; k++)                                                    \
+                l16[k] = _mm512_dpwssd_epi32(l16[k], _mm512_maddubs_epi16(nib[k][i], xv),         \
+                                             scw[k][i]);                                          \
+        }                                                                                         \
+        for (size_t k = 0; k < MM_NR; k++)                                                        \
+            (lane)[k * (step)] = _mm256_add_epi32(_mm512_castsi512_si256(l16[k]),                 \
+                                                  _mm512_extracti64x4_epi64(l16[k], 1));          \
+    } while (0)
+
 /* Q4_K in llama.cpp's order (q4_k_fused_rows): per block and (row, column)
  * the exact isum = sum_j sc_j sum(q x) and imin = sum_j m_j sum(x), then
  * acc = fma(isum, d d_x, acc), accm = fma(imin, dmin d_x, accm); the value
@@ -2016,12 +2105,12 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
  * scale words) for every column; TN columns a tile, whose 4 TN pairs' sums
  * are reduced eight at a time and their float steps taken eight lanes at a
  * time (each lane one pair's operations). */
-#define MM_Q4_K_FUSED_BODY(TN, DPW)                                                                  \
+#define MM_Q4_K_FUSED_BODY(TN, V)                                                                    \
     const size_t nb = w->cols / 256;                                                              \
-    const __m256i m4 = _mm256_set1_epi8(0xF);                                                     \
     int16_t bs[MMQ_SUMS]; /* (chunk, nb * 8) */                                                  \
     const size_t chunk = MMQ_SUMS / (8 * nb) < MMQ_COLS ? MMQ_SUMS / (8 * nb) : MMQ_COLS;         \
-    __m256i nib[MM_NR][8], scw[MM_NR][8], mn32[MM_NR];                                            \
+    Q4K_DECL_##V;                                                                                 \
+    __m256i mn32[MM_NR];                                                                          \
     float acc[MM_NR * MMQ_COLS], accm[MM_NR * MMQ_COLS], dk[8] = {0}, dmk[8] = {0};               \
     float dxb[MMQ_COLS + 8]; /* the block's d_x of each column, the last repeated after */       \
     __m256i ik[(TN) / 2], ic[(TN) / 2]; /* group g's pair q: row (8g + q) / TN, column % TN */     \
@@ -2046,14 +2135,7 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
                                                144 * b;                                           \
                     uint8_t sc[8], mn[8];                                                         \
                     q4_k_fields(blk, sc, mn);                                                     \
-                    for (size_t i = 0; i < 4; i++) {                                              \
-                        const __m256i raw =                                                       \
-                            _mm256_loadu_si256((const __m256i *)(const void *)(blk + 16 + 32 * i)); \
-                        nib[k][2 * i] = _mm256_and_si256(raw, m4);                                \
-                        nib[k][2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);      \
-                    }                                                                             \
-                    for (size_t j = 0; j < 8; j++)                                                \
-                        scw[k][j] = _mm256_set1_epi16((short)sc[j]);                              \
+                    Q4K_PACK_##V(k, blk, sc);                                                     \
                     mn32[k] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)mn)); \
                     dk[k] = half(F16(blk)), dmk[k] = half(F16(blk + 2));                          \
                 }                                                                                 \
@@ -2067,18 +2149,9 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
                         const int8_t *x = xq[c0 + cc].q + 256 * b;                                \
                         const __m256i bsum = _mm256_cvtepi16_epi32(                               \
                             _mm_loadu_si128((const __m128i *)(const void *)(bs + (cc * nb + b) * 8))); \
-                        for (size_t k = 0; k < MM_NR; k++) {                                      \
-                            lane[k * (TN) + c] = _mm256_setzero_si256();                          \
+                        for (size_t k = 0; k < MM_NR; k++)                                        \
                             mins[k * (TN) + c] = _mm256_mullo_epi32(mn32[k], bsum);               \
-                        }                                                                         \
-                        for (size_t j = 0; j < 8; j++) {                                          \
-                            const __m256i xv =                                                    \
-                                _mm256_loadu_si256((const __m256i *)(const void *)(x + 32 * j));  \
-                            for (size_t k = 0; k < MM_NR; k++)                                    \
-                                lane[k * (TN) + c] =                                              \
-                                    DPW(lane[k * (TN) + c], _mm256_maddubs_epi16(nib[k][j], xv),  \
-                                        scw[k][j]);                                               \
-                        }                                                                         \
+                        Q4K_LANES_##V(lane + c, (TN), x);                                         \
                     }                                                                             \
                     const __m256 dxv = _mm256_loadu_ps(dxb + j0);                                 \
                     for (size_t g = 0; g < (TN) / 2; g++) { /* pairs 8g .. 8g + 7: each lane */  \
@@ -2260,7 +2333,7 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
 
 /* The kernels of one instruction set: the exact ones without fused
  * multiply-adds (TARGET), the fused ones with them (FTARGET). */
-#define LM_MM_KERNELS(SUFFIX, TARGET, FTARGET, TN, DPW, I8)                                              \
+#define LM_MM_KERNELS(SUFFIX, TARGET, FTARGET, TN, DPW, I8, Q4K)                                              \
     TARGET static void mm_float8_##SUFFIX(const lm_matrix *w, const float *x, size_t nc,           \
                                           float *out, size_t ldo, size_t r0, size_t r1)           \
     {                                                                                             \
@@ -2289,7 +2362,7 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
     FTARGET static void mm_q4_k_fused_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,   \
                                                float *out, size_t ldo, size_t r0, size_t r1)      \
     {                                                                                             \
-        MM_Q4_K_FUSED_BODY(TN, DPW)                                                               \
+        MM_Q4_K_FUSED_BODY(TN, Q4K)                                                               \
     }                                                                                             \
     FTARGET static void mm_q6_k_fused_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,   \
                                                float *out, size_t ldo, size_t r0, size_t r1)      \
@@ -2297,8 +2370,8 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
         MM_Q6_K_FUSED_BODY(TN, DPW)                                                               \
     }
 
-LM_MM_KERNELS(avx2, LM_AVX2, __attribute__((target("avx2,f16c,fma"))), 2, MM_DPW, SIGN)
-LM_MM_KERNELS(avx512, LM_MM_VNNI_EXACT, LM_MM_VNNI, 4, MM_DPW_VNNI, VNNI)
+LM_MM_KERNELS(avx2, LM_AVX2, __attribute__((target("avx2,f16c,fma"))), 2, MM_DPW, SIGN, Y)
+LM_MM_KERNELS(avx512, LM_MM_VNNI_EXACT, LM_MM_VNNI, 4, MM_DPW_VNNI, VNNI, V)
 #endif
 
 void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t nc, float *out,

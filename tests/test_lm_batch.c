@@ -367,6 +367,50 @@ static void test_refusals(void)
     typed_close(&t);
 }
 
+/* Finite queries and keys whose dot products overflow: the same refusal
+ * (KVE_ERANGE, the first attention weight NaN, the decoder broken) token by
+ * token and in blocks, in both products, with and without a policy (under
+ * llama.cpp's products without one no softmax row is computed: the verdict
+ * comes from the scores). */
+static void test_overflow(void)
+{
+    fx_model fx;
+    fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, 0, check_seed + 5);
+    for (size_t i = 0; i < (size_t)L_ * D_ * D_; i++)
+        fx.wq[i] *= 4e18f;
+    for (size_t i = 0; i < (size_t)L_ * G_ * (D_ / H_) * D_; i++)
+        fx.wk[i] *= 4e18f;
+    size_t n;
+    unsigned char *img = fx_image(&fx, 1, &n);
+    lm_model *m = NULL;
+    ASSERT_OK(lm_model_from_memory(img, n, NULL, &m));
+    int32_t toks[N_];
+    for (size_t i = 0; i < N_; i++)
+        toks[i] = token_at(i);
+    char first[512] = "";
+    for (int pr = 0; pr < 2; pr++)
+        for (int pol = 0; pol < 2; pol++)
+            for (size_t b = 1; b <= 8; b += 7) {
+                lm_options o = {.products = (lm_products)pr, .batch = b,
+                                .policy = pol ? "h2o:budget=6,recent_window=1" : NULL};
+                lm_state *s = NULL;
+                ASSERT_OK(lm_state_new(m, &o, &s));
+                ASSERT_STATUS(lm_forward_batch(s, toks, N_, NULL, NULL), KVE_ERANGE);
+                ASSERT_CONTAINS(kve_last_error(), ": attention weight 0 of query head ");
+                ASSERT_CONTAINS(kve_last_error(), " is NaN (q.k overflowed)");
+                if (b == 1)
+                    snprintf(first, sizeof first, "%s", kve_last_error());
+                else
+                    ASSERT_STR_EQ(kve_last_error(), first);
+                ASSERT_TRUE(s->broken);
+                ASSERT_STATUS(lm_forward_batch(s, toks, 1, NULL, NULL), KVE_EINVAL);
+                lm_state_free(s);
+            }
+    lm_model_free(m);
+    free(img);
+    fx_model_free(&fx);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -374,5 +418,6 @@ int main(int argc, char **argv)
     RUN(test_types);
     RUN(test_policies);
     RUN(test_refusals);
+    RUN(test_overflow);
     return CHECK_DONE();
 }

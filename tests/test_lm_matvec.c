@@ -490,6 +490,22 @@ static void test_llama_dot_f16(void)
                                   (double)want);
             }
         }
+        /* a query against keys of S (lm_dot_f16_keys): each its own call's bits */
+        static const size_t sizes[] = {32, 64, 80, 128};
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            const size_t S = sizes[si], nk = N / S;
+            float want[6], got[6];
+            for (size_t i = 0; i < nk; i++)
+                want[i] = lm_dot_f16(x, y + i * S, NULL, S) * 0.125f;
+            for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+                if (!lm_isa_supported((lm_isa)isa) || !lm_isa_force((lm_isa)isa))
+                    continue;
+                lm_dot_f16_keys(x, y, nk, S, 0.125f, got);
+                lm_isa_force(LM_ISA_COUNT);
+                if (memcmp(got, want, nk * sizeof *got) != 0)
+                    CHECK_FAIL_AT("dot_f16 keys of %zu: %s differs", S, lm_isa_name((lm_isa)isa));
+            }
+        }
     }
 }
 
