@@ -2218,6 +2218,10 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
                             _mm256_storeu_ps(s2[k][c], _mm256_mul_ps(_mm256_loadu_ps(m1[k]), dx)); \
                         }                                                                         \
                     }                                                                             \
+                    __m256 a[MM_NR][TN]; /* the tile's sums, in registers over its block */     \
+                    for (size_t k = 0; k < MM_NR; k++)                                            \
+                        for (size_t c = 0; c < (TN); c++)                                         \
+                            a[k][c] = acc[k][c0 + (c < tn ? c : 0)];                              \
                     for (size_t j = 0; j < 8; j++)                                                \
                         for (size_t c = 0; c < tn; c++) {                                         \
                             const __m256i xv = _mm256_loadu_si256(                                \
@@ -2225,12 +2229,15 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
                             const __m256 sx = _mm256_cvtepi32_ps(DOT4(one8, xv));                 \
                             for (size_t k = 0; k < MM_NR; k++) {                                  \
                                 const __m256 sq = _mm256_cvtepi32_ps(DOT4(nib[k][j], xv));        \
-                                acc[k][c0 + c] = _mm256_add_ps(                                   \
-                                    acc[k][c0 + c],                                               \
+                                a[k][c] = _mm256_add_ps(                                          \
+                                    a[k][c],                                                      \
                                     _mm256_sub_ps(_mm256_mul_ps(sq, _mm256_broadcast_ss(&s1[k][c][j])), \
                                                   _mm256_mul_ps(sx, _mm256_broadcast_ss(&s2[k][c][j])))); \
                             }                                                                     \
                         }                                                                         \
+                    for (size_t k = 0; k < MM_NR; k++)                                            \
+                        for (size_t c = 0; c < tn; c++)                                           \
+                            acc[k][c0 + c] = a[k][c];                                             \
                 }                                                                                 \
             }                                                                                     \
             for (size_t k = 0; k < MM_NR && r + k < r1; k++)                                      \
