@@ -41,7 +41,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,... [THREADS [prompt]]\n");
         return 2;
     }
-    const int threads = argc == 5 ? atoi(argv[4]) : 1;
+    const int threads = argc >= 5 ? atoi(argv[4]) : 1;
     if (threads < 1 || threads > 256) {
         fprintf(stderr, "llama_plain: THREADS %s is not 1 .. 256\n", argv[4]);
         return 2;
