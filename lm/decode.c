@@ -1227,42 +1227,80 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
     return prefill_compress(s, n, 1, &p, KVE_REDUCE_MAX);
 }
 
-/* out_k = w_k . x for the n products of one input, x quantized first when a
- * matrix reads it so; split over the state's threads. */
-static void product(lm_state *s, const lm_product *p, size_t n, const float *x)
+/* Where products() puts the inputs it quantizes or converts: per token q
+ * (cols), d (cols / group + 1), l (cols), s (cols / 32 + 1), and q8 the
+ * token's lm_q8. */
+typedef struct product_bufs {
+    int8_t *q;
+    float *d, *l, *s;
+    lm_q8 *q8;
+} product_bufs;
+
+/* out_k = w_k . x for the n products of nc tokens' inputs x (nc, cols of
+ * the p[k].w), p[k].out (nc, rows), each token's x quantized first (into b)
+ * when a matrix reads it so, as lm_quantize_q8 does; split over the state's
+ * threads (lm_matmat: one token, its lm_matvec_rows). */
+static void products_native(lm_state *s, const product_bufs *b, const lm_product *p, size_t n,
+                            const float *x, size_t nc)
 {
-    if (s->opt.products == LM_PRODUCTS_LLAMA) { /* by the input each weight type reads */
-        unsigned done = 0;
-        for (size_t k = 0; k < n; k++) {
-            if (done >> k & 1)
-                continue;
-            const lm_llama_in kind = lm_llama_input(p[k].w->type);
-            lm_product sub[8] = {p[k]}; /* the callers' n is at most 3 */
-            size_t m = 1;
-            for (size_t j = k + 1; j < n && m < 8; j++)
-                if (!(done >> j & 1) && lm_llama_input(p[j].w->type) == kind)
-                    sub[m++] = p[j], done |= 1u << j;
-            if (kind == LM_IN_NATIVE) {
-                lm_q8 xq = {s->xq, s->xd, 0, 0, NULL};
-                for (size_t j = 0; j < m && !xq.group; j++) /* as the exact products */
-                    xq.group = lm_matrix_q8_group(sub[j].w);
-                if (xq.group)
-                    lm_quantize_q8(x, sub[0].w->cols, xq.group, s->xq, s->xd);
-                lm_matvec(s->pool, sub, m, x, xq.group ? &xq : NULL);
-                continue;
-            }
-            lm_llama_quantize(kind, x, sub[0].w->cols, s->xl, s->xq, s->xd, s->xs);
-            const lm_q8 xq = {s->xq, s->xd, 32, 1, s->xs};
-            lm_matvec(s->pool, sub, m, s->xl, &xq);
-        }
+    const size_t cols = p[0].w->cols;
+    size_t group = 0;
+    for (size_t k = 0; k < n && !group; k++)
+        group = lm_matrix_q8_group(p[k].w);
+    for (size_t c = 0; group && c < nc; c++) {
+        b->q8[c] = (lm_q8){b->q + c * cols, b->d + c * (cols / group + 1), group, 0, NULL};
+        lm_quantize_q8(x + c * cols, cols, group, b->q + c * cols, b->d + c * (cols / group + 1));
+    }
+    lm_matmat(s->pool, p, n, x, group ? b->q8 : NULL, nc);
+}
+
+/* products_native, but under LM_PRODUCTS_LLAMA each token's x converted for
+ * each weight type's input (lm_llama_quantize), the products of one input
+ * kind together. */
+static void products(lm_state *s, const product_bufs *b, const lm_product *p, size_t n,
+                     const float *x, size_t nc)
+{
+    if (s->opt.products != LM_PRODUCTS_LLAMA) {
+        products_native(s, b, p, n, x, nc);
         return;
     }
-    lm_q8 xq = {s->xq, s->xd, 0, 0, NULL};
-    for (size_t k = 0; k < n && !xq.group; k++)
-        xq.group = lm_matrix_q8_group(p[k].w);
-    if (xq.group)
-        lm_quantize_q8(x, p[0].w->cols, xq.group, s->xq, s->xd);
-    lm_matvec(s->pool, p, n, x, xq.group ? &xq : NULL);
+    const size_t cols = p[0].w->cols, nd = cols / 32 + 1; /* nd: a token's scales, at most */
+    unsigned done = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (done >> k & 1)
+            continue;
+        const lm_llama_in kind = lm_llama_input(p[k].w->type);
+        lm_product sub[8] = {p[k]}; /* the callers' n is at most 3 */
+        size_t m = 1;
+        for (size_t j = k + 1; j < n && m < 8; j++)
+            if (!(done >> j & 1) && lm_llama_input(p[j].w->type) == kind)
+                sub[m++] = p[j], done |= 1u << j;
+        if (kind == LM_IN_NATIVE) { /* as the exact products */
+            products_native(s, b, sub, m, x, nc);
+            continue;
+        }
+        for (size_t c = 0; c < nc; c++) {
+            lm_llama_quantize(kind, x + c * cols, cols, b->l + c * cols, b->q + c * cols,
+                              b->d + c * nd, b->s + c * nd);
+            b->q8[c] = (lm_q8){b->q + c * cols, b->d + c * nd, 32, 1, b->s + c * nd};
+        }
+        lm_matmat(s->pool, sub, m, b->l, b->q8, nc);
+    }
+}
+
+/* products() of one token, into the token's buffers. */
+static void product(lm_state *s, const lm_product *p, size_t n, const float *x)
+{
+    lm_q8 one;
+    const product_bufs b = {s->xq, s->xd, s->xl, s->xs, &one};
+    products(s, &b, p, n, x, 1);
+}
+
+/* products() of a block of nc tokens, into the block's buffers. */
+static void product_block(lm_state *s, const lm_product *p, size_t n, const float *x, size_t nc)
+{
+    const product_bufs b = {s->bxq, s->bxd, s->bxl, s->bxs, s->bq8};
+    products(s, &b, p, n, x, nc);
 }
 
 /* The index of the first value of a[0 .. n) that is not finite; n if none. */
@@ -1483,55 +1521,6 @@ static kve_status block_alloc(lm_state *s, size_t B)
     s->bq8 = t.bq8;
     s->bcap = B;
     return KVE_OK;
-}
-
-/* product() for nc tokens: x (nc, cols of the p[k].w), p[k].out (nc, rows),
- * each token's input quantized or converted as product() does it, then
- * lm_matmat. */
-static void product_block(lm_state *s, const lm_product *p, size_t n, const float *x, size_t nc)
-{
-    const size_t cols = p[0].w->cols, nd = cols / 32 + 1; /* nd: a token's scales, at most */
-    if (s->opt.products == LM_PRODUCTS_LLAMA) { /* by the input each weight type reads */
-        unsigned done = 0;
-        for (size_t k = 0; k < n; k++) {
-            if (done >> k & 1)
-                continue;
-            const lm_llama_in kind = lm_llama_input(p[k].w->type);
-            lm_product sub[8] = {p[k]};
-            size_t m = 1;
-            for (size_t j = k + 1; j < n && m < 8; j++)
-                if (!(done >> j & 1) && lm_llama_input(p[j].w->type) == kind)
-                    sub[m++] = p[j], done |= 1u << j;
-            if (kind == LM_IN_NATIVE) {
-                size_t group = 0;
-                for (size_t j = 0; j < m && !group; j++)
-                    group = lm_matrix_q8_group(sub[j].w);
-                for (size_t c = 0; group && c < nc; c++) {
-                    s->bq8[c] = (lm_q8){s->bxq + c * cols, s->bxd + c * (cols / group + 1), group,
-                                        0, NULL};
-                    lm_quantize_q8(x + c * cols, cols, group, s->bxq + c * cols,
-                                   s->bxd + c * (cols / group + 1));
-                }
-                lm_matmat(s->pool, sub, m, x, group ? s->bq8 : NULL, nc);
-                continue;
-            }
-            for (size_t c = 0; c < nc; c++) {
-                lm_llama_quantize(kind, x + c * cols, cols, s->bxl + c * cols, s->bxq + c * cols,
-                                  s->bxd + c * nd, s->bxs + c * nd);
-                s->bq8[c] = (lm_q8){s->bxq + c * cols, s->bxd + c * nd, 32, 1, s->bxs + c * nd};
-            }
-            lm_matmat(s->pool, sub, m, s->bxl, s->bq8, nc);
-        }
-        return;
-    }
-    size_t group = 0;
-    for (size_t k = 0; k < n && !group; k++)
-        group = lm_matrix_q8_group(p[k].w);
-    for (size_t c = 0; group && c < nc; c++) {
-        s->bq8[c] = (lm_q8){s->bxq + c * cols, s->bxd + c * (cols / group + 1), group, 0, NULL};
-        lm_quantize_q8(x + c * cols, cols, group, s->bxq + c * cols, s->bxd + c * (cols / group + 1));
-    }
-    lm_matmat(s->pool, p, n, x, group ? s->bq8 : NULL, nc);
 }
 
 /* How many of the next `left` tokens go in one block: opt.batch (LM_BATCH),

@@ -301,44 +301,11 @@ __attribute__((target("avx2,f16c,fma"))) static void f16_mad_avx2(float *out, co
         out[j] = lm_f16_round(out[j] + v[j] * s);
 }
 
-/* The same sixteen lanes at a time on AVX-512, NaN made quiet with its
- * sign under a mask. */
-#define LM_F16_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma")))
-LM_F16_512 static inline __m512 f16_round16(__m512 x)
-{
-    const __m512 r = _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-    const __m512 nan = _mm512_or_ps(_mm512_and_ps(x, _mm512_set1_ps(-0.0f)),
-                                    _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, nan);
-}
-
-LM_F16_512 static void f16_round_512(float *x, size_t n)
-{
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(x + i, f16_round16(_mm512_loadu_ps(x + i)));
-    f16_round_avx2(x + i, n - i);
-}
-
-LM_F16_512 static void f16_mad_512(float *out, const float *v, float s, size_t n)
-{
-    const size_t whole = n & ~(size_t)63;
-    const __m512 sv = _mm512_set1_ps(s);
-    for (size_t j = 0; j < whole; j += 16)
-        _mm512_storeu_ps(out + j, f16_round16(_mm512_fmadd_ps(_mm512_loadu_ps(v + j), sv,
-                                                              _mm512_loadu_ps(out + j))));
-    for (size_t j = whole; j < n; j++)
-        out[j] = lm_f16_round(out[j] + v[j] * s);
-}
 #endif
 
 void lm_f16_round_n(float *x, size_t n)
 {
 #if LM_X86
-    if (lm_isa_active() == LM_ISA_AVX512) {
-        f16_round_512(x, n);
-        return;
-    }
     if (lm_isa_active() != LM_ISA_SCALAR) {
         f16_round_avx2(x, n);
         return;
@@ -350,10 +317,6 @@ void lm_f16_round_n(float *x, size_t n)
 void lm_f16_mad(float *out, const float *v, float s, size_t n)
 {
 #if LM_X86
-    if (lm_isa_active() == LM_ISA_AVX512 && has_fma()) {
-        f16_mad_512(out, v, s, n);
-        return;
-    }
     if (lm_isa_active() != LM_ISA_SCALAR && has_fma()) {
         f16_mad_avx2(out, v, s, n);
         return;
@@ -1734,46 +1697,6 @@ void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *
     }
 }
 
-/* ---- products split over threads ---- */
-
-typedef struct mv_job {
-    const lm_product *p;
-    size_t n, rows;
-    const float *x;
-    const lm_q8 *xq;
-    lm_isa isa;
-} mv_job;
-
-/* Part `part` of `parts`: rows [part * R / parts, (part + 1) * R / parts) of
- * the R rows of the products one after another. */
-static void mv_part(void *arg, size_t part, size_t parts)
-{
-    const mv_job *j = arg;
-    size_t lo = part * j->rows / parts, hi = (part + 1) * j->rows / parts, base = 0;
-    for (size_t k = 0; k < j->n; k++) {
-        size_t rows = j->p[k].w->rows, a = lo > base ? lo : base;
-        size_t b = hi < base + rows ? hi : base + rows;
-        if (a < b)
-            lm_matvec_rows(j->p[k].w, j->x, j->xq, j->p[k].out + (a - base), a - base, b - base,
-                           j->isa);
-        base += rows;
-    }
-}
-
-void lm_matvec(lm_pool *pool, const lm_product *p, size_t n, const float *x, const lm_q8 *xq)
-{
-    mv_job j = {p, n, 0, x, xq, lm_isa_active()};
-    uint64_t weights = 0;
-    for (size_t k = 0; k < n; k++) {
-        j.rows += p[k].w->rows;
-        weights += (uint64_t)p[k].w->rows * p[k].w->cols;
-    }
-    if (!pool || weights < (1u << 20))
-        mv_part(&j, 0, 1);
-    else
-        lm_pool_run(pool, mv_part, &j);
-}
-
 /* ---- matrix-matrix products (lm_matmat) ----
  *
  * Tiles of MM_NR rows by up to 4 columns (2 for AVX2's 16 registers), every
@@ -2020,6 +1943,13 @@ mm_tile16(const int nc, const float *const wp[MM_NR], const float *x, size_t ldx
 #define MM_FINISH_EXACT(v) combine((v), 0.0f)
 #define MM_FINISH_FUSED(v) combine_hsum(v)
 
+/* Row r (the range's last, r1 - 1, past it) of w from byte `at`: a K
+ * tile's block. */
+static inline const unsigned char *mm_block(const lm_matrix *w, size_t r, size_t r1, size_t at)
+{
+    return (const unsigned char *)w->data + (r < r1 ? r : r1 - 1) * w->row_bytes + at;
+}
+
 /* The sums of eight vectors of eight int32 lanes: lane i of the result is
  * the sum of v[i]'s lanes (exact integers: any order). */
 LM_INLINE_AVX2 __m256i mm_hsum8x8(const __m256i v[8])
@@ -2130,9 +2060,7 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
             memset(accm, 0, sizeof accm);                                                         \
             for (size_t b = 0; b < nb; b++) {                                                     \
                 for (size_t k = 0; k < MM_NR; k++) { /* past the range: the last row again */    \
-                    const unsigned char *blk = (const unsigned char *)w->data +                   \
-                                               (r + k < r1 ? r + k : r1 - 1) * w->row_bytes +    \
-                                               144 * b;                                           \
+                    const unsigned char *blk = mm_block(w, r + k, r1, 144 * b);                                           \
                     uint8_t sc[8], mn[8];                                                         \
                     q4_k_fields(blk, sc, mn);                                                     \
                     Q4K_PACK_##V(k, blk, sc);                                                     \
@@ -2197,9 +2125,7 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
                     acc[k][c] = _mm256_setzero_ps();                                              \
             for (size_t b = 0; b < nb; b++) {                                                     \
                 for (size_t k = 0; k < MM_NR; k++) { /* past the range: the last row again */    \
-                    const unsigned char *blk = (const unsigned char *)w->data +                   \
-                                               (r + k < r1 ? r + k : r1 - 1) * w->row_bytes +    \
-                                               144 * b;                                           \
+                    const unsigned char *blk = mm_block(w, r + k, r1, 144 * b);                                           \
                     q4_k_scales(blk, d1[k], m1[k]);                                               \
                     for (size_t i = 0; i < 4; i++) {                                              \
                         const __m256i raw =                                                       \
@@ -2270,9 +2196,7 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
             memset(acc, 0, sizeof acc);                                                           \
             for (size_t b = 0; b < nb; b++) {                                                     \
                 for (size_t k = 0; k < MM_NR; k++) { /* past the range: the last row again */    \
-                    const unsigned char *blk = (const unsigned char *)w->data +                   \
-                                               (r + k < r1 ? r + k : r1 - 1) * w->row_bytes +    \
-                                               210 * b;                                           \
+                    const unsigned char *blk = mm_block(w, r + k, r1, 210 * b);                                           \
                     sc16[k] = _mm256_cvtepi8_epi16(                                               \
                         _mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));             \
                     int16_t sw[16];                                                               \
@@ -2388,6 +2312,10 @@ void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t 
         isa = lm_isa_active();
     if (r0 >= r1 || nc == 0)
         return;
+    if (nc == 1) { /* one column: the matrix-vector product itself */
+        lm_matvec_rows(w, x, xq, out, r0, r1, isa);
+        return;
+    }
 #if LM_X86
     /* the path of the first column is every column's (one kind of input) */
     const mv_path path = path_of(w, xq, isa);
@@ -2433,6 +2361,8 @@ void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t 
     }
 }
 
+/* ---- products split over threads ---- */
+
 typedef struct mm_job {
     const lm_product *p;
     size_t n, rows, nc;
@@ -2441,7 +2371,8 @@ typedef struct mm_job {
     lm_isa isa;
 } mm_job;
 
-/* mv_part's rows, every column. */
+/* Part `part` of `parts`: rows [part * R / parts, (part + 1) * R / parts) of
+ * the R rows of the products one after another, every column. */
 static void mm_part(void *arg, size_t part, size_t parts)
 {
     const mm_job *j = arg;
@@ -2469,4 +2400,9 @@ void lm_matmat(lm_pool *pool, const lm_product *p, size_t n, const float *x, con
         mm_part(&j, 0, 1);
     else
         lm_pool_run(pool, mm_part, &j);
+}
+
+void lm_matvec(lm_pool *pool, const lm_product *p, size_t n, const float *x, const lm_q8 *xq)
+{
+    lm_matmat(pool, p, n, x, xq, 1); /* one column: lm_matvec_rows over the parts */
 }

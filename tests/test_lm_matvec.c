@@ -464,13 +464,11 @@ static void test_llama_dot_f16(void)
     float x[N], y[N];
     unsigned char yh[2 * N];
     static const size_t lens[] = {0, 1, 63, 64, 65, 128, 130, 200};
-    uint64_t st = 0x853c49e6748fea9bu;
     for (int trial = 0; trial < 50; trial++) {
         for (size_t i = 0; i < N; i++) {
-            st = st * 6364136223846793005u + 1442695040888963407u;
-            const double u = (double)(int32_t)(st >> 32) * 0x1p-31, e = (double)((st >> 8) % 24);
-            x[i] = lm_f16_round((float)(u * pow(2.0, e - 12.0)));
-            y[i] = lm_f16_round((float)((double)(int32_t)(st >> 16) * 0x1p-31 * 8.0));
+            const double e = (double)(fx_next(&rng_state) % 24);
+            x[i] = lm_f16_round((float)(fx_uniform(&rng_state, 1.0) * pow(2.0, e - 12.0)));
+            y[i] = lm_f16_round(fx_uniform(&rng_state, 8.0));
             put16(yh + 2 * i, lm_f32_to_f16(y[i]));
         }
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -517,14 +515,10 @@ static void test_llama_swiglu(void)
 {
     enum { N = 517 };
     float h[N], g[N], want[N], got[N];
-    uint64_t st = 0x2545f4914f6cdd1du;
     for (int trial = 0; trial < 40; trial++) {
-        for (size_t i = 0; i < N; i++) {
-            st = st * 6364136223846793005u + 1442695040888963407u;
-            const double u = (double)(st >> 11) * 0x1p-53;
-            h[i] = (float)((u * 2.0 - 1.0) * (trial % 4 == 0 ? 300.0 : trial % 4 == 1 ? 110.0 : 8.0));
-            g[i] = (float)((double)(int32_t)(st >> 20) * 0x1p-40);
-        }
+        const double range = trial % 4 == 0 ? 300.0 : trial % 4 == 1 ? 110.0 : 8.0;
+        for (size_t i = 0; i < N; i++)
+            h[i] = fx_uniform(&rng_state, range), g[i] = fx_uniform(&rng_state, 4.0);
         if (trial == 0)
             h[3] = NAN, h[4] = INFINITY, h[5] = -INFINITY, h[6] = 0.0f, h[7] = -0.0f,
             h[N - 1] = NAN, h[17] = 88.7f, h[18] = -103.9f, h[19] = 192.5f, h[20] = -192.5f;
