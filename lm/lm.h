@@ -694,11 +694,12 @@ typedef void (*lm_logits_fn)(void *user, size_t i, const float *logits);
  * Refuses KVE_EINVAL (nothing changed) for NULL s, NULL tokens with n > 0, a
  * broken decoder, a token outside [0, V) (all checked first) and positions
  * past INT32_MAX. KVE_ENOMEM for the block's buffers and caches (taken
- * before a block starts): the tokens of earlier blocks are decoded, the
- * state is as after them and fn has seen them. A failure inside a block
- * (KVE_ERANGE, as lm_forward's, or a policy's refusal) leaves the state
- * broken; its message names the first failure in the block's order (layer
- * by layer), which may be another (position, layer) than token by token's.
+ * before a block starts, room for every key the block can add): the tokens
+ * of earlier blocks are decoded, the state is as after them and fn has seen
+ * them. A failure inside a block (KVE_ERANGE, as lm_forward's, a policy's
+ * refusal, or a cache that must still grow there) leaves the state broken;
+ * its message names the first failure in the block's order (layer by
+ * layer), which may be another (position, layer) than token by token's.
  * Memory: the block buffers, about B * (4 D + 2 F + V) floats. */
 kve_status lm_forward_batch(lm_state *s, const int32_t *tokens, size_t n, lm_logits_fn fn,
                             void *user);

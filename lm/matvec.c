@@ -212,6 +212,79 @@ static float block_max(const float *x, size_t b, float *big)
     return amax;
 }
 
+/* One block of b (32: Q8_0, 256: Q8_K) of lm_llama_quantize: q, xt (b), d
+ * (b / 32), *s (Q8_0's sum; may be NULL). */
+static void quant_block_ref(lm_llama_in kind, const float *v, size_t b, int8_t *q, float *xt,
+                            float *d, float *s)
+{
+    float big, dd = 0.0f, id = 0.0f, raw = 0.0f;
+    const float amax = block_max(v, b, &big);
+    if (kind == LM_IN_Q8_0) /* d = float16(amax / 127), q = x * (127 / amax) */
+        raw = amax / 127.0f, dd = lm_f16_round(raw), id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    else if (amax != 0.0f) /* s = -127 / m, d = 1 / s */
+        id = -127.0f / big, dd = 1.0f / id;
+    int32_t sum = 0;
+    for (size_t j = 0; j < b; j++) {
+        const long r = amax != amax ? 0 : lrintf(v[j] * id); /* ties to even */
+        const int8_t qq = (int8_t)(r > 127 ? 127 : r < -128 ? -128 : r);
+        q[j] = qq, sum += qq;
+        xt[j] = amax != amax ? NAN : (float)qq * dd;
+    }
+    for (size_t g = 0; g < b / 32; g++) /* Q8_K's d over its 8 groups of 32 */
+        d[g] = amax != amax ? NAN : dd;
+    if (s && kind == LM_IN_Q8_0)
+        *s = amax != amax ? NAN : lm_f16_round(raw * (float)sum);
+}
+
+#if LM_X86
+/* quant_block_ref of a block whose values are all finite (0 returned, and
+ * nothing written, otherwise) sixteen at a time: the largest magnitude and
+ * its first entry, then the same products rounded to the nearest, ties to
+ * even (the rounding mode lrintf uses), clamped, and their q * d. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c"))) static int
+quant_block_512(lm_llama_in kind, const float *v, size_t b, int8_t *q, float *xt, float *d,
+                float *s)
+{
+    const __m512 lim = _mm512_set1_ps(3.40282347e38f);
+    __m512 m = _mm512_setzero_ps();
+    for (size_t j = 0; j < b; j += 16) {
+        const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(v + j));
+        if (_mm512_cmp_ps_mask(a, lim, _CMP_LE_OQ) != 0xFFFF) /* NaN or an infinity */
+            return 0;
+        m = _mm512_max_ps(m, a);
+    }
+    const float amax = _mm512_reduce_max_ps(m);
+    float big = 0.0f;
+    for (size_t j = 0; j < b; j += 16) {
+        const __mmask16 at =
+            _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(v + j)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+        if (at) {
+            big = v[j + (size_t)__builtin_ctz(at)];
+            break;
+        }
+    }
+    float dd = 0.0f, id = 0.0f, raw = 0.0f;
+    if (kind == LM_IN_Q8_0)
+        raw = amax / 127.0f, dd = lm_f16_round(raw), id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    else if (amax != 0.0f)
+        id = -127.0f / big, dd = 1.0f / id;
+    const __m512 idv = _mm512_set1_ps(id), ddv = _mm512_set1_ps(dd);
+    __m512i sum = _mm512_setzero_si512();
+    for (size_t j = 0; j < b; j += 16) {
+        __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + j), idv));
+        r = _mm512_max_epi32(_mm512_min_epi32(r, _mm512_set1_epi32(127)), _mm512_set1_epi32(-128));
+        _mm_storeu_si128((__m128i *)(void *)(q + j), _mm512_cvtepi32_epi8(r));
+        _mm512_storeu_ps(xt + j, _mm512_mul_ps(_mm512_cvtepi32_ps(r), ddv));
+        sum = _mm512_add_epi32(sum, r);
+    }
+    for (size_t g = 0; g < b / 32; g++)
+        d[g] = dd;
+    if (s && kind == LM_IN_Q8_0)
+        *s = lm_f16_round(raw * (float)_mm512_reduce_add_epi32(sum));
+    return 1;
+}
+#endif
+
 void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, int8_t *q, float *d,
                        float *s)
 {
@@ -226,32 +299,22 @@ void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, in
             xt[i] = lm_bf16_to_f32(lm_f32_to_bf16(x[i]));
         return;
     }
-    const size_t b = kind == LM_IN_Q8_0 ? 32 : 256; /* LM_IN_Q8_0, LM_IN_Q8_K */
-    if (kind == LM_IN_Q8_0 || kind == LM_IN_Q8_K) {
-        for (size_t k = 0; k < n / b; k++) {
-            const float *v = x + b * k;
-            float big, dd = 0.0f, id = 0.0f, raw = 0.0f;
-            const float amax = block_max(v, b, &big);
-            if (kind == LM_IN_Q8_0) /* d = float16(amax / 127), q = x * (127 / amax) */
-                raw = amax / 127.0f, dd = lm_f16_round(raw),
-                id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            else if (amax != 0.0f) /* s = -127 / m, d = 1 / s */
-                id = -127.0f / big, dd = 1.0f / id;
-            int32_t sum = 0;
-            for (size_t j = 0; j < b; j++) {
-                const long r = amax != amax ? 0 : lrintf(v[j] * id); /* ties to even */
-                const int8_t qq = (int8_t)(r > 127 ? 127 : r < -128 ? -128 : r);
-                q[b * k + j] = qq, sum += qq;
-                xt[b * k + j] = amax != amax ? NAN : (float)qq * dd;
-            }
-            for (size_t g = 0; g < b / 32; g++) /* Q8_K's d over its 8 groups of 32 */
-                d[b / 32 * k + g] = amax != amax ? NAN : dd;
-            if (s && kind == LM_IN_Q8_0)
-                s[k] = amax != amax ? NAN : lm_f16_round(raw * (float)sum);
-        }
+    if (kind != LM_IN_Q8_0 && kind != LM_IN_Q8_K) {
+        memcpy(xt, x, n * sizeof *xt); /* LM_IN_NATIVE: the caller's own path */
         return;
     }
-    memcpy(xt, x, n * sizeof *xt); /* LM_IN_NATIVE: the caller's own path */
+    const size_t b = kind == LM_IN_Q8_0 ? 32 : 256;
+#if LM_X86
+    const int wide = lm_isa_active() == LM_ISA_AVX512;
+#endif
+    for (size_t k = 0; k < n / b; k++) {
+        float *sk = s && kind == LM_IN_Q8_0 ? s + k : NULL;
+#if LM_X86
+        if (wide && quant_block_512(kind, x + b * k, b, q + b * k, xt + b * k, d + b / 32 * k, sk))
+            continue;
+#endif
+        quant_block_ref(kind, x + b * k, b, q + b * k, xt + b * k, d + b / 32 * k, sk);
+    }
 }
 
 /* ---- float16 rounding of vectors (llama.cpp's cache and attention) ---- */

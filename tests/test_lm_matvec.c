@@ -454,6 +454,48 @@ static void test_llama_round_vectors(void)
     }
 }
 
+/* lm_llama_quantize's Q8_0 and Q8_K blocks on every instruction set against
+ * the scalar path, bit for bit: random blocks, a block of zeros, one whose
+ * largest magnitude comes twice with both signs (the first counts), one of
+ * exact ties after scaling, one holding NaN and one an infinity. */
+static void test_llama_quantize_vectors(void)
+{
+    enum { N = 2048 };
+    float *x = malloc(N * sizeof *x), *xt[2], *d[2], *sm[2];
+    int8_t *q[2];
+    for (int v = 0; v < 2; v++) {
+        xt[v] = malloc(N * sizeof(float)), d[v] = malloc(N / 32 * sizeof(float));
+        sm[v] = malloc(N / 32 * sizeof(float)), q[v] = malloc(N);
+    }
+    for (int trial = 0; trial < 8; trial++) {
+        for (size_t i = 0; i < N; i++)
+            x[i] = fx_uniform(&rng_state, trial % 2 ? 1e-3 : 40.0);
+        memset(x + 256, 0, 256 * sizeof *x); /* block 1: zeros */
+        x[512 + 7] = 3.5f, x[512 + 9] = -3.5f, x[512 + 100] = 3.5f; /* block 2: ties of the max */
+        for (size_t j = 0; j < 256; j++) /* block 3: -127 / m = 1: x * id lands on halves */
+            x[768 + j] = j == 0 ? -127.0f : (float)((int)(j % 200) - 100) + 0.5f;
+        x[1024 + 33] = trial % 3 ? NAN : INFINITY; /* block 4: not finite */
+        x[1280 + 200] = -INFINITY;
+        for (int kind = LM_IN_Q8_0; kind <= LM_IN_Q8_K; kind++) {
+            for (int v = 0; v < 2; v++) {
+                lm_isa isa = v ? LM_ISA_COUNT : LM_ISA_SCALAR;
+                ASSERT_TRUE(lm_isa_force(isa));
+                memset(sm[v], 0, N / 32 * sizeof(float));
+                lm_llama_quantize((lm_llama_in)kind, x, N, xt[v], q[v], d[v], sm[v]);
+            }
+            lm_isa_force(LM_ISA_COUNT);
+            if (memcmp(q[0], q[1], N) != 0 || memcmp(xt[0], xt[1], N * sizeof(float)) != 0 ||
+                memcmp(d[0], d[1], N / 32 * sizeof(float)) != 0 ||
+                memcmp(sm[0], sm[1], N / 32 * sizeof(float)) != 0)
+                CHECK_FAIL_AT("llama quantize kind %d: %s differs from the scalar path", kind,
+                              lm_isa_name(lm_isa_active()));
+        }
+    }
+    free(x);
+    for (int v = 0; v < 2; v++)
+        free(xt[v]), free(d[v]), free(sm[v]), free(q[v]);
+}
+
 /* ggml_vec_dot_f16's order (lm_dot_f16, flash attention's scores): every
  * instruction set's path the scalar one's bits, on float16 values of both
  * signs and wide range (so the order shows), y as floats and as float16
@@ -968,6 +1010,7 @@ int main(int argc, char **argv)
     RUN(test_llama_fused_types);
     RUN(test_llama_round_vectors);
     RUN(test_llama_swiglu);
+    RUN(test_llama_quantize_vectors);
     RUN(test_llama_dot_f16);
     RUN(test_llama_f16_orders);
     RUN(test_matmat);
