@@ -32,7 +32,10 @@
 #include <string.h>
 #include <time.h>
 
-enum { LANES = 8, FIRST_CAP = 64 };
+/* LANES: a dot product's partial sums; FIRST_CAP: a cache's first rows;
+ * ATTEND_PARALLEL: the (key, query head) pairs of a layer from which its
+ * attention is split over the threads. */
+enum { LANES = 8, FIRST_CAP = 64, ATTEND_PARALLEL = 1024 };
 
 
 /* ---- the neural net blocks ---- */
@@ -309,7 +312,7 @@ static void free_buffers(lm_state *s)
     void *bufs[] = {s->x,    s->xb,         s->xb2,     s->hb,     s->hb2,     s->q,
                     s->k,    s->v,          s->rope,    s->logits, s->att,     s->krot,
                     s->rope_table, s->victims, s->counts, s->pf_rows, s->xq, s->xd, s->xl, s->xs,
-                    s->wov, s->kz_wov, s->layer_keep, s->pf_values};
+                    s->wov, s->kz_wov, s->layer_keep, s->pf_values, s->qh};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         lm_free(&s->alloc, bufs[i]);
     free_block(s);
@@ -452,6 +455,7 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     s->k = lm_calloc(&s->alloc, G * S, sizeof(float));
     s->v = lm_calloc(&s->alloc, G * S, sizeof(float));
     s->rope = lm_calloc(&s->alloc, S, sizeof(float));
+    s->qh = lm_calloc(&s->alloc, (opt->threads > 1 ? opt->threads : 1) * S, sizeof(float));
     s->logits = lm_calloc(&s->alloc, V, sizeof(float));
     s->counts = lm_calloc(&s->alloc, opt->same_positions ? LG : G, sizeof(size_t));
     s->cache = lm_calloc(&s->alloc, LG, sizeof *s->cache);
@@ -466,7 +470,7 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
         s->xd = lm_malloc(&s->alloc, (widest / group + 1) * sizeof(float));
         ok = ok && s->xq && s->xd;
     }
-    ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope &&
+    ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope && s->qh &&
          s->logits && s->counts && s->cache;
     kve_status st = ok ? lm__budgets_init(s) : KVE_ENOMEM;
     if (st == KVE_OK && ok) {
@@ -536,6 +540,13 @@ static int grow(const kve_allocator *a, void *pp, size_t n, size_t size)
     return 1;
 }
 
+/* The parts the state's pool runs (1 without one): attention's scratch
+ * is one a part. */
+static size_t parts_of(const lm_state *s)
+{
+    return s->opt.threads > 1 ? s->opt.threads : 1;
+}
+
 /* Whether the policies are stepped at each position (not during a prefill
  * that records rows or KVzip's), and whether they evict there. */
 static int stepped(const lm_state *s)
@@ -590,8 +601,8 @@ static kve_status reserve(lm_state *s, size_t b)
         size_t vrows = s->opt.same_positions ? LG : G; /* victim rows: one a head evicted at once */
         int ok = grow(&s->alloc, &s->att, H * need_ld, sizeof(float)) &&
                  grow(&s->alloc, &s->victims, vrows * need_ld, sizeof(int32_t));
-        if (ok && s->opt.positions == LM_POS_CACHE)
-            ok = grow(&s->alloc, &s->krot, need_ld, S * sizeof(float)) &&
+        if (ok && s->opt.positions == LM_POS_CACHE) /* krot: one a thread */
+            ok = grow(&s->alloc, &s->krot, need_ld * parts_of(s), S * sizeof(float)) &&
                  grow(&s->alloc, &s->rope_table, need_ld, S * sizeof(float));
         if (!ok)
             return kve_set_error(KVE_ENOMEM, "decoder: out of memory for attention over %zu keys",
@@ -740,12 +751,15 @@ static int rows_read(const lm_state *s)
            (s->bank && !(s->prefilling && s->pf_method == 2));
 }
 
-/* Attention of layer l for every KV head g (rope: the position's cos and
- * sin under original positions): new key and value appended,
- * then the softmax rows of the group's query heads in s->att and their
- * weighted values in s->xb. Afterwards s->q holds the rotated queries and
- * s->k the rotated new keys (what on_qk and the key-reading policies get). */
-static void attend(lm_state *s, size_t l, const float *rope)
+/* Attention of layer l for the KV heads g0 <= g < g1 (rope: the
+ * position's cos and sin under original positions; krot and qh the
+ * caller's scratch, krot (ld, S) under cache positions, qh (S)): new key
+ * and value appended, then the softmax rows of the group's query heads in
+ * s->att and their weighted values in s->xb. Afterwards s->q holds the
+ * rotated queries and s->k the rotated new keys (what on_qk and the
+ * key-reading policies get). Writes only those heads' parts of the state. */
+static void attend_heads(lm_state *s, size_t l, const float *rope, size_t g0, size_t g1,
+                         float *krot, float *qh)
 {
     const lm_config *c = &s->model->config;
     size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads,
@@ -753,7 +767,7 @@ static void attend(lm_state *s, size_t l, const float *rope)
     float scale = sqrtf((float)S); /* run.c divides by sqrt(head_size) */
     /* llama.cpp's arithmetic: float16 keys and values, its flash attention */
     const int llama = s->opt.products == LM_PRODUCTS_LLAMA, rows = rows_read(s);
-    for (size_t g = 0; g < G; g++) {
+    for (size_t g = g0; g < g1; g++) {
         lm_cache *k = &s->cache[l * G + g];
         size_t n = k->n; /* kept keys; the new one goes to row n */
         float *krow = k->key + n * S;
@@ -770,12 +784,12 @@ static void attend(lm_state *s, size_t l, const float *rope)
                 lm_f16_round_n(krow, S);
         } else {
             for (size_t i = 0; i <= n; i++) {
-                memcpy(s->krot + i * S, k->key + i * S, S * sizeof(float));
-                rotate(s->krot + i * S, s->rope_table + i * S, S);
+                memcpy(krot + i * S, k->key + i * S, S * sizeof(float));
+                rotate(krot + i * S, s->rope_table + i * S, S);
                 if (llama)
-                    lm_f16_round_n(s->krot + i * S, S);
+                    lm_f16_round_n(krot + i * S, S);
             }
-            keys = s->krot;
+            keys = krot;
             qrope = s->rope_table + n * S;
         }
         memcpy(s->k + g * S, keys + n * S, S * sizeof(float));
@@ -785,10 +799,10 @@ static void attend(lm_state *s, size_t l, const float *rope)
             rotate(q, qrope, S);
             if (llama) { /* the scores from the float16 query; the policies get
                             their softmax in float32, as in the exact products */
-                memcpy(s->xl, q, S * sizeof(float));
-                lm_f16_round_n(s->xl, S); /* as its attention converts a query */
+                memcpy(qh, q, S * sizeof(float));
+                lm_f16_round_n(qh, S); /* as its attention converts a query */
                 const float inv = 1.0f / scale;
-                lm_dot_f16_keys(s->xl, keys, n + 1, S, inv, att);
+                lm_dot_f16_keys(qh, keys, n + 1, S, inv, att);
                 flash_f16(att, n + 1, k->value, S, out);
                 if (rows) {
                     softmax(att, n + 1);
@@ -815,6 +829,40 @@ static void attend(lm_state *s, size_t l, const float *rope)
         }
         s->counts[g] = n + 1;
     }
+}
+
+typedef struct attend_job {
+    lm_state *s;
+    size_t l;
+    const float *rope;
+} attend_job;
+
+/* Part `part` of `parts`: KV heads [part G / parts, (part + 1) G / parts),
+ * with the part's own scratch. */
+static void attend_part(void *arg, size_t part, size_t parts)
+{
+    const attend_job *j = arg;
+    lm_state *s = j->s;
+    const size_t G = (size_t)s->model->config.n_kv_heads, S = (size_t)s->model->config.head_size;
+    attend_heads(s, j->l, j->rope, part * G / parts, (part + 1) * G / parts,
+                 s->krot ? s->krot + part * s->ld * S : NULL, s->qh + part * S);
+}
+
+/* attend_heads over every KV head: its heads split over the state's
+ * threads when the layer's attention is worth waking them (a head's
+ * results are the same on any thread). */
+static void attend(lm_state *s, size_t l, const float *rope)
+{
+    const lm_config *c = &s->model->config;
+    const size_t G = (size_t)c->n_kv_heads, R = (size_t)(c->n_heads / c->n_kv_heads);
+    size_t keys = 0; /* (key, query head) pairs */
+    for (size_t g = 0; g < G; g++)
+        keys += (s->cache[l * G + g].n + 1) * R;
+    attend_job j = {s, l, rope};
+    if (s->pool && G > 1 && keys >= ATTEND_PARALLEL)
+        lm_pool_run(s->pool, attend_part, &j);
+    else
+        attend_part(&j, 0, 1);
 }
 
 /* CriticalKV's W_o v of layer l's new values into s->wov: for query head h

@@ -570,7 +570,10 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     /* attention scratch, ld >= every cache's n + 1 */
     size_t ld;
     float *att;        /* (H, ld) softmax weights */
-    float *krot;       /* (ld, S) keys rotated at their cache index (cache positions) */
+    float *krot;       /* (P, ld, S) keys rotated at their cache index (cache positions),
+                          one block a thread (P = opt.threads, at least 1) */
+    float *qh;         /* (P, S) LM_PRODUCTS_LLAMA: a query rounded to float16, one a
+                          thread */
     float *rope_table; /* (ld, S) cos, sin per cache index (cache positions) */
     size_t rope_rows;  /* rows of rope_table filled */
     int32_t *victims;  /* (G, ld); same_positions: (L*G, ld) */

@@ -413,6 +413,53 @@ static void test_overflow(void)
     fx_model_free(&fx);
 }
 
+/* Attention split over threads (a layer's KV heads, once its (key, query
+ * head) pairs reach 1024: 300 tokens here) gives one thread's bits: the
+ * logits of every token and the caches, token by token and in blocks, both
+ * products, both position modes (each thread its own scratch). */
+static void test_attention_threads(void)
+{
+    enum { NT = 300 };
+    typed t;
+    lm_model *m = typed_open(&t, LM_F16);
+    ASSERT_TRUE(m != NULL);
+    int32_t *toks = malloc(NT * sizeof *toks);
+    for (size_t i = 0; i < NT; i++)
+        toks[i] = token_at(i);
+    float *want = malloc((size_t)NT * V_ * sizeof *want), *got = malloc((size_t)NT * V_ * sizeof *got);
+    for (int pr = 0; pr < 2; pr++)
+        for (int cache = 0; cache < 2; cache++) {
+            lm_options o = {.products = (lm_products)pr,
+                            .positions = cache ? LM_POS_CACHE : LM_POS_ORIGINAL,
+                            .policy = cache ? "h2o:budget=290,recent_window=4" : NULL};
+            for (int v = 0; v < 3; v++) { /* 1 thread one by one; 2 threads one by one, blocks */
+                o.threads = v ? 2 : 1;
+                o.batch = v == 2 ? 0 : 1;
+                outcome *oc = calloc(1, sizeof *oc);
+                lm_state *s = NULL;
+                ASSERT_OK(lm_state_new(m, &o, &s));
+                oc->seen = 0;
+                float *dst = v ? got : want;
+                for (size_t i = 0; i < NT; i += N_) { /* N_ rows at a time through on_logits */
+                    const size_t k = NT - i < N_ ? NT - i : N_;
+                    oc->seen = 0;
+                    ASSERT_OK(lm_forward_batch(s, toks + i, k, on_logits, oc));
+                    memcpy(dst + i * V_, oc->logits, k * V_ * sizeof(float));
+                }
+                int same = 1;
+                if (v)
+                    same = memcmp(got, want, (size_t)NT * V_ * sizeof *got) == 0;
+                lm_state_free(s);
+                free(oc);
+                if (!same)
+                    CHECK_FAIL_AT("products %d, %s positions, variant %d: the logits differ from "
+                                  "one thread's", pr, cache ? "cache" : "original", v);
+            }
+        }
+    free(want), free(got), free(toks);
+    typed_close(&t);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_INIT(argc, argv);
@@ -421,5 +468,6 @@ int main(int argc, char **argv)
     RUN(test_policies);
     RUN(test_refusals);
     RUN(test_overflow);
+    RUN(test_attention_threads);
     return CHECK_DONE();
 }
