@@ -493,10 +493,11 @@ typedef struct lm_options {
     double min_share;            /* share_heads: the floor, as kve_bank_options (0 is
                                     no floor but the recent window; the library's
                                     default is 0.2) */
-    size_t threads;              /* matrix-vector products split by rows over this many
-                                    threads (the caller and threads - 1 workers);
-                                    0 or 1: the caller alone. Results are the same
-                                    bits for every count. */
+    size_t threads;              /* matrix products split by rows over this many
+                                    threads (the caller and threads - 1 workers), and
+                                    a layer's attention by KV head once it holds 1024
+                                    (key, query head) pairs; 0 or 1: the caller
+                                    alone. Results are the same bits for every count */
     int same_positions;          /* 1: one bank of every layer's KV heads with
                                     kve_bank_options.same_positions: every (layer, KV
                                     head) keeps the same positions (an engine whose
