@@ -2680,16 +2680,19 @@ MM_VECDOT_TILE(mm_vecdot16_tile_512, LM_MM_FMA512, 16, __m512, _mm512_loadu_ps, 
 
 /* F16 and F32 in llama.cpp's vec_dot order over rows [r0, r1) and nc
  * columns, TN columns a tile (TILE, of L lanes): a column chunk of MM_COLS
- * at a time, MM_NR rows converted once a span (mm_deq: float16 to float32
- * exactly, float32 as it is); per (row, column) the four accumulators
- * combined (0 + 2) + (1 + 3) and reduced as lm_dot_f16 and ref_dot_f32 do,
- * then the leftover past the whole steps (within the last span: 256 is a
+ * at a time, MM_NR rows converted once a span of VD_SPAN (mm_deq: float16
+ * to float32 exactly, float32 as it is; a span long enough that the tile's
+ * sums, loaded and stored once a span and accumulator, cost little beside
+ * its multiply-adds); per (row, column) the four accumulators combined (0
+ * + 2) + (1 + 3) and reduced as lm_dot_f16 and ref_dot_f32 do, then the
+ * leftover past the whole steps (within the last span: VD_SPAN is a
  * multiple of 4 L) as tail_f16 (in double) or tail_f32 (fused into the
  * float) do it: the row kernels' bits. */
+enum { VD_SPAN = 512 };
 #define MM_VECDOT_BODY(TN, L, TILE)                                                               \
     const size_t n = w->cols, np = n / (4 * (L)) * (4 * (L));                                     \
     const int f32 = w->type == LM_F32;                                                            \
-    float wbuf[MM_NR][MM_SPAN], acc[MM_NR * MM_COLS * 4 * (L)];                                   \
+    float wbuf[MM_NR][VD_SPAN], acc[MM_NR * MM_COLS * 4 * (L)];                                   \
     for (size_t c0 = 0; c0 < nc; c0 += MM_COLS) {                                                 \
         const size_t cn = nc - c0 < MM_COLS ? nc - c0 : MM_COLS;                                  \
         const float *xc = x + c0 * n;                                                             \
@@ -2697,8 +2700,8 @@ MM_VECDOT_TILE(mm_vecdot16_tile_512, LM_MM_FMA512, 16, __m512, _mm512_loadu_ps, 
             memset(acc, 0, MM_NR * cn * 4 * (L) * sizeof *acc);                                   \
             const float *wp[MM_NR];                                                               \
             size_t s = 0;                                                                         \
-            for (size_t at = 0; at < n; at += MM_SPAN) {                                          \
-                const size_t cnt = n - at < MM_SPAN ? n - at : MM_SPAN;                           \
+            for (size_t at = 0; at < n; at += VD_SPAN) {                                          \
+                const size_t cnt = n - at < VD_SPAN ? n - at : VD_SPAN;                           \
                 const size_t len = np > at ? (np - at < cnt ? np - at : cnt) : 0;                 \
                 for (size_t k = 0; k < MM_NR; k++) /* past the range: the last row again */       \
                     wp[k] = mm_deq(w, r + k < r1 ? r + k : r1 - 1, at, cnt, wbuf[k]);             \
