@@ -27,6 +27,15 @@
  * cblas_sgemv with the decoder's kernel on the model's matrix shapes, one
  * thread; the decoder itself never uses it (docs/decoder.md says why).
  *
+ * Usage: kvevict-lm-speed --prompt CKPT ID,ID,... [THREADS [PRODUCTS [BATCH]]]
+ *   The tokens read as one prompt (lm_forward_batch, blocks of BATCH, default
+ *   lm's), after a warm-up step of the first token (the weights' pages read
+ *   in) and a reset, on THREADS threads (1) with PRODUCTS exact or llama
+ *   (exact; llama reads Q4_K from its packed copy, as the CLI does); prints {"tokens": N, "threads": T, "products": P, "batch": B,
+ *   "seconds": S, "cpu_seconds": C}, S the wall time of the prompt, C the
+ *   process's CPU time in it: llama_plain's prompt mode for the decoder
+ *   (bench/lm_vs_llama.sh).
+ *
  * Usage: kvevict-lm-speed --weights [--dir DIR] [--types T,...] [--threads N,...]
  *                         [--tokens N] [--json]
  *   Weight types at TinyLlama's shape (22 layers, dim 2048, 32 heads over 4
@@ -661,12 +670,61 @@ static int floor_speed(int argc, char **argv)
     return 0;
 }
 
+/* ---- --prompt: a prompt's time on a model file ---- */
+
+static int prompt_speed(int argc, char **argv)
+{
+    if (argc < 4 || argc > 7) {
+        fprintf(stderr, "usage: kvevict-lm-speed --prompt CKPT ID,ID,... [THREADS [PRODUCTS "
+                        "[BATCH]]]\n");
+        return 2;
+    }
+    lm_options o = {.threads = argc > 4 ? (size_t)strtoull(argv[4], NULL, 10) : 1,
+                    .products = argc > 5 && strcmp(argv[5], "llama") == 0 ? LM_PRODUCTS_LLAMA
+                                                                           : LM_PRODUCTS_EXACT,
+                    .batch = argc > 6 ? (size_t)strtoull(argv[6], NULL, 10) : 0};
+    size_t n = 1;
+    for (const char *p = argv[3]; *p; p++)
+        n += *p == ',';
+    int32_t *toks = malloc(n * sizeof *toks);
+    if (!toks)
+        die("out of memory");
+    n = 0;
+    for (char *p = argv[3]; *p; p += *p == ',')
+        toks[n++] = (int32_t)strtol(p, &p, 10);
+    lm_model *m = NULL;
+    lm_state *s = NULL;
+    if (lm_model_open(argv[2], NULL, &m) != KVE_OK ||
+        (o.products == LM_PRODUCTS_LLAMA && lm_model_pack(m) != KVE_OK) || /* as the CLI */
+        lm_state_new(m, &o, &s) != KVE_OK)
+        die(argv[2]);
+    if (lm_forward(s, toks[0]) != KVE_OK || lm_state_reset(s) != KVE_OK)
+        die("warm-up");
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+    double t0 = wall_s();
+    if (lm_forward_batch(s, toks, n, NULL, NULL) != KVE_OK)
+        die("prompt");
+    double dt = wall_s() - t0;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+    printf("{\"tokens\": %zu, \"threads\": %zu, \"products\": \"%s\", \"batch\": %zu, "
+           "\"seconds\": %.6f, \"cpu_seconds\": %.6f}\n", n, o.threads ? o.threads : 1,
+           o.products == LM_PRODUCTS_LLAMA ? "llama" : "exact", o.batch ? o.batch : LM_BATCH, dt,
+           (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec));
+    lm_state_free(s);
+    lm_model_free(m);
+    free(toks);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--weights") == 0)
         return weights_speed(argc, argv);
     if (argc > 1 && strcmp(argv[1], "--floor") == 0)
         return floor_speed(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--prompt") == 0)
+        return prompt_speed(argc, argv);
     if (argc > 1 && strcmp(argv[1], "--json") == 0) {
         json = 1;
         argv++;

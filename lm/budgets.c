@@ -14,8 +14,9 @@
  *
  * Shared layers: a layer's G caches live in one arena per array (keys,
  * values, positions), cache g owning rows [o_g, o_g + C_g), heads in order.
- * Before a step every cache needs one free row; when one has none, the
- * layer is laid out again: cache g gets n_g + 1 rows plus an even share of
+ * Before a step every cache needs one free row (before a block of B
+ * tokens that no eviction interrupts, B rows); when one has none, the
+ * layer is laid out again: cache g gets n_g + 1 (or B) rows plus an even share of
  * the rest, heads moving left moved first in head order, then heads moving
  * right in reverse order (so no rows are overwritten before they moved),
  * or, when the arena is too small, into a new arena of
@@ -141,13 +142,13 @@ static void move_cache(lm_cache *k, float *key, float *value, int32_t *pos, size
     k->pos = pos + to;
 }
 
-/* C_g after a layout over A rows with `left` rows beyond n_g + 1 each. */
-static size_t rows_of(const lm_cache *k, size_t g, size_t G, size_t left)
+/* C_g after a layout over A rows with `left` rows beyond n_g + extra each. */
+static size_t rows_of(const lm_cache *k, size_t g, size_t G, size_t left, size_t extra)
 {
-    return k->n + 1 + left / G + (g < left % G);
+    return k->n + extra + left / G + (g < left % G);
 }
 
-kve_status lm__arena_reserve(lm_state *s, size_t l)
+kve_status lm__arena_reserve(lm_state *s, size_t l, size_t extra)
 {
     const lm_config *c = &s->model->config;
     size_t G = (size_t)c->n_kv_heads, S = (size_t)c->head_size;
@@ -156,8 +157,8 @@ kve_status lm__arena_reserve(lm_state *s, size_t l)
     size_t need = 0;
     int full = 0;
     for (size_t g = 0; g < G; g++) {
-        need += ks[g].n + 1;
-        full |= ks[g].n + 1 > ks[g].cap;
+        need += ks[g].n + extra;
+        full |= ks[g].n + extra > ks[g].cap;
     }
     if (!full)
         return KVE_OK;
@@ -188,10 +189,10 @@ kve_status lm__arena_reserve(lm_state *s, size_t l)
         size_t from = ks[g].cap ? (size_t)(ks[g].pos - a->pos) : 0;
         if (fresh || to <= from)
             move_cache(&ks[g], key, value, pos, to, S);
-        to += rows_of(&ks[g], g, G, left);
+        to += rows_of(&ks[g], g, G, left, extra);
     }
     for (size_t g = G; g-- > 0;) {
-        size_t rows = rows_of(&ks[g], g, G, left);
+        size_t rows = rows_of(&ks[g], g, G, left, extra);
         to -= rows;
         if (!fresh && to > (size_t)(ks[g].pos - a->pos))
             move_cache(&ks[g], key, value, pos, to, S);

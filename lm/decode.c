@@ -32,7 +32,10 @@
 #include <string.h>
 #include <time.h>
 
-enum { LANES = 8, FIRST_CAP = 64 };
+/* LANES: a dot product's partial sums; FIRST_CAP: a cache's first rows;
+ * ATTEND_PARALLEL: the (key, query head) pairs of a layer from which its
+ * attention is split over the threads. */
+enum { LANES = 8, FIRST_CAP = 64, ATTEND_PARALLEL = 1024 };
 
 
 /* ---- the neural net blocks ---- */
@@ -93,6 +96,21 @@ static void softmax(float *x, size_t size)
     }
     for (size_t i = 0; i < size; i++)
         x[i] /= sum;
+}
+
+/* Whether softmax(x) (size) is finite, without it: it is unless some x is
+ * NaN or the largest is infinite (then every weight is NaN, the first at
+ * index 0: softmax's sum is NaN). */
+static int softmax_finite(const float *x, size_t size)
+{
+    float max_val = x[0];
+    for (size_t i = 0; i < size; i++) {
+        if (x[i] != x[i])
+            return 0;
+        if (x[i] > max_val)
+            max_val = x[i];
+    }
+    return isfinite(max_val);
 }
 
 void lm_rope_scaling_set(lm_config *c, lm_rope_scaling type, float factor, float attn,
@@ -290,14 +308,46 @@ static size_t q8_group(const lm_model *m)
     return g;
 }
 
+/* The group of the quantized input the products read (0: none): the
+ * model's integer products' (q8_group); LM_PRODUCTS_LLAMA: 32, or the
+ * version-2 group when smaller. *widest: the longest input, max(D, F, H*S). */
+static size_t input_group(const lm_model *m, lm_products products, size_t *widest)
+{
+    const lm_config *c = &m->config;
+    size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim;
+    size_t HS = (size_t)c->n_heads * (size_t)c->head_size, group = q8_group(m);
+    *widest = D > F ? D : F;
+    *widest = HS > *widest ? HS : *widest;
+    if (products == LM_PRODUCTS_LLAMA) /* groups of 32 (or the version-2 group, when smaller) */
+        group = group && group < 32 ? group : 32;
+    return group;
+}
+
+/* The block buffers (lm_forward_batch), freed and set to NULL. */
+static void free_block(lm_state *s)
+{
+    void **bufs[] = {(void **)&s->bx,   (void **)&s->bxb,     (void **)&s->bxb2,
+                     (void **)&s->bhb,  (void **)&s->bhb2,    (void **)&s->bq,
+                     (void **)&s->bk,   (void **)&s->bv,      (void **)&s->brope,
+                     (void **)&s->blogits, (void **)&s->bhinv, (void **)&s->bxq,
+                     (void **)&s->bxd,  (void **)&s->bxl,     (void **)&s->bxs,
+                     (void **)&s->bq8};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        lm_free(&s->alloc, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    s->bcap = 0;
+}
+
 static void free_buffers(lm_state *s)
 {
     void *bufs[] = {s->x,    s->xb,         s->xb2,     s->hb,     s->hb2,     s->q,
                     s->k,    s->v,          s->rope,    s->logits, s->att,     s->krot,
                     s->rope_table, s->victims, s->counts, s->pf_rows, s->xq, s->xd, s->xl, s->xs,
-                    s->wov, s->kz_wov, s->layer_keep, s->pf_values};
+                    s->wov, s->kz_wov, s->layer_keep, s->pf_values, s->qh};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         lm_free(&s->alloc, bufs[i]);
+    free_block(s);
 }
 
 void lm_state_free(lm_state *s)
@@ -442,14 +492,12 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
     s->k = lm_calloc(&s->alloc, G * S, sizeof(float));
     s->v = lm_calloc(&s->alloc, G * S, sizeof(float));
     s->rope = lm_calloc(&s->alloc, S, sizeof(float));
+    s->qh = lm_calloc(&s->alloc, (opt->threads > 1 ? opt->threads : 1) * S, sizeof(float));
     s->logits = lm_calloc(&s->alloc, V, sizeof(float));
     s->counts = lm_calloc(&s->alloc, opt->same_positions ? LG : G, sizeof(size_t));
     s->cache = lm_calloc(&s->alloc, LG, sizeof *s->cache);
-    size_t group = q8_group(m), widest = D > F ? D : F;
-    widest = H * S > widest ? H * S : widest;
-    const int llama = opt->products == LM_PRODUCTS_LLAMA;
-    if (llama) { /* groups of 32 (or the version-2 group, when smaller) */
-        group = group && group < 32 ? group : 32;
+    size_t widest, group = input_group(m, opt->products, &widest);
+    if (opt->products == LM_PRODUCTS_LLAMA) {
         s->xl = lm_malloc(&s->alloc, widest * sizeof(float));
         s->xs = lm_malloc(&s->alloc, (widest / 32 + 1) * sizeof(float));
         ok = ok && s->xl && s->xs;
@@ -459,7 +507,7 @@ kve_status lm_state_new(const lm_model *m, const lm_options *opt, lm_state **out
         s->xd = lm_malloc(&s->alloc, (widest / group + 1) * sizeof(float));
         ok = ok && s->xq && s->xd;
     }
-    ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope &&
+    ok = ok && s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->k && s->v && s->rope && s->qh &&
          s->logits && s->counts && s->cache;
     kve_status st = ok ? lm__budgets_init(s) : KVE_ENOMEM;
     if (st == KVE_OK && ok) {
@@ -529,24 +577,52 @@ static int grow(const kve_allocator *a, void *pp, size_t n, size_t size)
     return 1;
 }
 
-/* Makes room for one more key in every cache and for the attention scratch
- * of the step, before the step changes anything. */
-static kve_status reserve(lm_state *s)
+/* The parts the state's pool runs (1 without one): attention's scratch
+ * is one a part. */
+static size_t parts_of(const lm_state *s)
+{
+    return s->opt.threads > 1 ? s->opt.threads : 1;
+}
+
+/* Whether the policies are stepped at each position (not during a prefill
+ * that records rows or KVzip's), and whether they evict there. */
+static int stepped(const lm_state *s)
+{
+    return s->bank && !(s->prefilling && s->pf_method);
+}
+
+static int evicting(const lm_state *s)
+{
+    return stepped(s) && !s->prefilling;
+}
+
+/* Makes room for the keys of the next `b` positions in every cache and for
+ * the attention scratch over them, before they change anything: b more keys
+ * a cache (a shared layer's arena: b more a head, a block that evicts
+ * nothing), but at most its budget + 1 when its policy evicts at every step
+ * (never more is held). Rows of the rotary table up to the largest cache
+ * under cache positions. */
+static kve_status reserve(lm_state *s, size_t b)
 {
     const lm_config *c = &s->model->config;
     size_t S = (size_t)c->head_size, H = (size_t)c->n_heads, G = (size_t)c->n_kv_heads;
-    size_t LG = (size_t)c->n_layers * G, need_ld = 0;
+    size_t LG = (size_t)c->n_layers * G, need_ld = 0, rows = 0;
+    const int evicts = evicting(s);
     for (size_t i = 0; i < LG; i++) {
         lm_cache *k = &s->cache[i];
+        size_t bud = !s->bank ? 0 : s->head_budget ? s->head_budget[i] : s->layer_budget[i / G];
+        size_t want = k->n + b; /* the keys it may hold during the b steps */
+        if (evicts && want > bud + 1)
+            want = k->n + 1 > bud + 1 ? k->n + 1 : bud + 1;
         if (s->arena) { /* a shared layer: its arena, laid out again or grown */
-            kve_status st = (i % G) ? KVE_OK : lm__arena_reserve(s, i / G);
+            kve_status st = (i % G) ? KVE_OK : lm__arena_reserve(s, i / G, b);
             if (st != KVE_OK)
                 return st;
-        } else if (k->n + 1 > k->cap) {
-            size_t cap = k->cap ? 2 * k->cap : FIRST_CAP,
-                   b = !s->bank ? 0 : s->head_budget ? s->head_budget[i] : s->layer_budget[i / G];
-            if (s->bank && k->n + 1 <= b + 1 && cap > b + 1)
-                cap = b + 1; /* a policy that evicts never holds more */
+        } else if (want > k->cap) {
+            size_t cap = k->cap ? 2 * k->cap : FIRST_CAP;
+            cap = cap > want ? cap : want;
+            if (s->bank && want <= bud + 1 && cap > bud + 1)
+                cap = bud + 1; /* a policy that evicts never holds more */
             if (!grow(&s->alloc, &k->key, cap, S * sizeof(float)) ||
                 !grow(&s->alloc, &k->value, cap, S * sizeof(float)) ||
                 !grow(&s->alloc, &k->pos, cap, sizeof(int32_t)))
@@ -555,19 +631,25 @@ static kve_status reserve(lm_state *s)
         }
         if (k->cap > need_ld)
             need_ld = k->cap;
+        if (want > rows)
+            rows = want;
     }
     if (need_ld > s->ld) {
-        size_t rows = s->opt.same_positions ? LG : G; /* victim rows: one a head evicted at once */
+        size_t vrows = s->opt.same_positions ? LG : G; /* victim rows: one a head evicted at once */
         int ok = grow(&s->alloc, &s->att, H * need_ld, sizeof(float)) &&
-                 grow(&s->alloc, &s->victims, rows * need_ld, sizeof(int32_t));
-        if (ok && s->opt.positions == LM_POS_CACHE)
-            ok = grow(&s->alloc, &s->krot, need_ld, S * sizeof(float)) &&
+                 grow(&s->alloc, &s->victims, vrows * need_ld, sizeof(int32_t));
+        if (ok && s->opt.positions == LM_POS_CACHE) /* krot: one a thread */
+            ok = grow(&s->alloc, &s->krot, need_ld * parts_of(s), S * sizeof(float)) &&
                  grow(&s->alloc, &s->rope_table, need_ld, S * sizeof(float));
         if (!ok)
             return kve_set_error(KVE_ENOMEM, "decoder: out of memory for attention over %zu keys",
                            need_ld);
         s->ld = need_ld;
     }
+    if (s->opt.positions == LM_POS_CACHE) /* a row per cache index; the same rows whenever */
+        for (rows = rows < s->ld ? rows : s->ld; s->rope_rows < rows; s->rope_rows++)
+            (s->opt.products == LM_PRODUCTS_LLAMA ? rope_row_llama : rope_row)(
+                s->rope_table + s->rope_rows * S, (int64_t)s->rope_rows, S, s->model);
     return KVE_OK;
 }
 
@@ -662,56 +744,6 @@ static kve_status kvzip_value_norms(lm_state *s, size_t n, float *row)
     return KVE_OK;
 }
 
-/* exp as ggml's AVX-512 builds compute it (ggml_v_expf), lane by lane with
- * fused multiply-adds: n = round(x / ln 2), b = x - n ln 2 in two parts, a
- * polynomial in b, scaled by 2^n; beyond |n| > 192, 0 or infinity. The
- * AVX2 builds' (avx2 = 1): the polynomial's last term b c1 rather than 1 +
- * b c1, then k + k j with k = 2^n from the bits of z; past |n| > 126 two
- * scales s1 s2 (s2 + s2 j) s1, past 192 s1 s1. */
-static float expf_ggml(float x, int avx2)
-{
-    const float r = 0x1.8p23f, z = fmaf(x, 0x1.715476p+0f, r), n = z - r;
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    if (n != n) /* NaN in, NaN out (before the cast below) */
-        return n;
-    const float u = b * b;
-    const float p = fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                         fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f));
-    if (!avx2) {
-        if (fabsf(n) > 192.0f)
-            return n <= 0.0f ? 0.0f : INFINITY;
-        return ldexpf(fmaf(p, u, fmaf(0x1.ffffecp-1f, b, 1.0f)), (int)n); /* _mm512_scalef_ps */
-    }
-    const float j = fmaf(p, u, 0x1.ffffecp-1f * b);
-    uint32_t zb, one = 0x3f800000u;
-    memcpy(&zb, &z, sizeof zb);
-    const uint32_t e = zb << 23, kb = e + one, g = n <= 0.0f ? 0x82000000u : 0;
-    const uint32_t s1b = g + 0x7f000000u, s2b = e - g;
-    float k, s1, s2;
-    memcpy(&k, &kb, sizeof k);
-    memcpy(&s1, &s1b, sizeof s1);
-    memcpy(&s2, &s2b, sizeof s2);
-    if (fabsf(n) > 192.0f)
-        return s1 * s1;
-    if (fabsf(n) > 126.0f)
-        return fmaf(s2, j, s2) * s1;
-    return fmaf(k, j, k);
-}
-
-/* h[i] = silu(h[i]) * g[i] as ggml_vec_swiglu_f32: silu(x) = x / (1 +
- * expf_ggml(-x)) in whole groups of 16 (AVX2: 8), the leftover with the C
- * library's expf (ggml_silu_f32). */
-static void swiglu_llama(float *h, const float *g, size_t n, lm_llama_cpu cpu)
-{
-    const int avx2 = cpu == LM_LLAMA_CPU_AVX2;
-    const size_t whole = n & ~(size_t)(avx2 ? 7 : 15);
-    size_t i = 0;
-    for (; i < whole; i++)
-        h[i] = h[i] / (1.0f + expf_ggml(0.0f - h[i], avx2)) * g[i];
-    for (; i < n; i++)
-        h[i] = h[i] / (1.0f + expf(-h[i])) * g[i];
-}
-
 /* llama.cpp's CPU flash attention (ggml_compute_forward_flash_attn_ext_f16,
  * one query, float16 keys and values, cells in position order): scores
  * s_i = (q16 . k_i) * (1 / sqrt(S)) in s[], then the online softmax with
@@ -745,19 +777,34 @@ static void flash_f16(const float *s, size_t n, const float *values, size_t S, f
         out[j] *= inv;
 }
 
-/* Attention of layer l for every KV head g: new key and value appended,
- * then the softmax rows of the group's query heads in s->att and their
- * weighted values in s->xb. Afterwards s->q holds the rotated queries and
- * s->k the rotated new keys (what on_qk and the key-reading policies get). */
-static void attend(lm_state *s, size_t l)
+/* Whether anything reads the softmax rows of the attention (s->att): the
+ * policies, a prefill's records, KVzip, the callback. Under
+ * LM_PRODUCTS_LLAMA, whose flash attention needs none, they are computed
+ * only then; otherwise att[0] says whether the softmax would have been
+ * finite (0) or not (NaN, its first non-finite weight being at 0). */
+static int rows_read(const lm_state *s)
+{
+    return s->opt.products != LM_PRODUCTS_LLAMA || s->opt.on_attention || s->kz_active ||
+           (s->bank && !(s->prefilling && s->pf_method == 2));
+}
+
+/* Attention of layer l for the KV heads g0 <= g < g1 (rope: the
+ * position's cos and sin under original positions; krot and qh the
+ * caller's scratch, krot (ld, S) under cache positions, qh (S)): new key
+ * and value appended, then the softmax rows of the group's query heads in
+ * s->att and their weighted values in s->xb. Afterwards s->q holds the
+ * rotated queries and s->k the rotated new keys (what on_qk and the
+ * key-reading policies get). Writes only those heads' parts of the state. */
+static void attend_heads(lm_state *s, size_t l, const float *rope, size_t g0, size_t g1,
+                         float *krot, float *qh)
 {
     const lm_config *c = &s->model->config;
     size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads,
            R = (size_t)(c->n_heads / c->n_kv_heads);
     float scale = sqrtf((float)S); /* run.c divides by sqrt(head_size) */
     /* llama.cpp's arithmetic: float16 keys and values, its flash attention */
-    const int llama = s->opt.products == LM_PRODUCTS_LLAMA;
-    for (size_t g = 0; g < G; g++) {
+    const int llama = s->opt.products == LM_PRODUCTS_LLAMA, rows = rows_read(s);
+    for (size_t g = g0; g < g1; g++) {
         lm_cache *k = &s->cache[l * G + g];
         size_t n = k->n; /* kept keys; the new one goes to row n */
         float *krow = k->key + n * S;
@@ -767,19 +814,19 @@ static void attend(lm_state *s, size_t l)
             lm_f16_round_n(k->value + n * S, S); /* as llama.cpp's cache */
         k->pos[n] = s->pos;
         k->n = n + 1;
-        const float *keys = k->key, *qrope = s->rope;
+        const float *keys = k->key, *qrope = rope;
         if (s->opt.positions == LM_POS_ORIGINAL) {
-            (llama ? rotate_llama : rotate)(krow, s->rope, S);
+            (llama ? rotate_llama : rotate)(krow, rope, S);
             if (llama)
                 lm_f16_round_n(krow, S);
         } else {
             for (size_t i = 0; i <= n; i++) {
-                memcpy(s->krot + i * S, k->key + i * S, S * sizeof(float));
-                (llama ? rotate_llama : rotate)(s->krot + i * S, s->rope_table + i * S, S);
+                memcpy(krot + i * S, k->key + i * S, S * sizeof(float));
+                (llama ? rotate_llama : rotate)(krot + i * S, s->rope_table + i * S, S);
                 if (llama)
-                    lm_f16_round_n(s->krot + i * S, S);
+                    lm_f16_round_n(krot + i * S, S);
             }
-            keys = s->krot;
+            keys = krot;
             qrope = s->rope_table + n * S;
         }
         memcpy(s->k + g * S, keys + n * S, S * sizeof(float));
@@ -789,15 +836,19 @@ static void attend(lm_state *s, size_t l)
             (llama ? rotate_llama : rotate)(q, qrope, S);
             if (llama) { /* the scores from the float16 query; the policies get
                             their softmax in float32, as in the exact products */
-                memcpy(s->xl, q, S * sizeof(float));
-                lm_f16_round_n(s->xl, S); /* as its attention converts a query */
+                memcpy(qh, q, S * sizeof(float));
+                lm_f16_round_n(qh, S); /* as its attention converts a query */
                 const float inv = 1.0f / scale;
-                for (size_t i = 0; i <= n; i++)
-                    att[i] = lm_dot_f16(s->xl, keys + i * S, NULL, S, s->opt.llama_cpu) * inv;
+                lm_dot_f16_keys(qh, keys, n + 1, S, inv, s->opt.llama_cpu, att);
                 flash_f16(att, n + 1, k->value, S, out);
-                softmax(att, n + 1);
-                if (s->kz_active)
-                    kvzip_score(s, l, h, att, n);
+                if (rows) {
+                    softmax(att, n + 1);
+                    if (s->kz_active)
+                        kvzip_score(s, l, h, att, n);
+                } else { /* att[0]: NaN where softmax's first NaN would be, else 0 (no
+                            reader: attention_step's check alone reads it) */
+                    att[0] = softmax_finite(att, n + 1) ? 0.0f : NAN;
+                }
                 continue;
             }
             for (size_t i = 0; i <= n; i++)
@@ -815,6 +866,40 @@ static void attend(lm_state *s, size_t l)
         }
         s->counts[g] = n + 1;
     }
+}
+
+typedef struct attend_job {
+    lm_state *s;
+    size_t l;
+    const float *rope;
+} attend_job;
+
+/* Part `part` of `parts`: KV heads [part G / parts, (part + 1) G / parts),
+ * with the part's own scratch. */
+static void attend_part(void *arg, size_t part, size_t parts)
+{
+    const attend_job *j = arg;
+    lm_state *s = j->s;
+    const size_t G = (size_t)s->model->config.n_kv_heads, S = (size_t)s->model->config.head_size;
+    attend_heads(s, j->l, j->rope, part * G / parts, (part + 1) * G / parts,
+                 s->krot ? s->krot + part * s->ld * S : NULL, s->qh + part * S);
+}
+
+/* attend_heads over every KV head: its heads split over the state's
+ * threads when the layer's attention is worth waking them (a head's
+ * results are the same on any thread). */
+static void attend(lm_state *s, size_t l, const float *rope)
+{
+    const lm_config *c = &s->model->config;
+    const size_t G = (size_t)c->n_kv_heads, R = (size_t)(c->n_heads / c->n_kv_heads);
+    size_t keys = 0; /* (key, query head) pairs */
+    for (size_t g = 0; g < G; g++)
+        keys += (s->cache[l * G + g].n + 1) * R;
+    attend_job j = {s, l, rope};
+    if (s->pool && G > 1 && keys >= ATTEND_PARALLEL)
+        lm_pool_run(s->pool, attend_part, &j);
+    else
+        attend_part(&j, 0, 1);
 }
 
 /* CriticalKV's W_o v of layer l's new values into s->wov: for query head h
@@ -981,16 +1066,14 @@ static kve_status prefill_check(lm_state *s, const int32_t *tokens, size_t n,
 
 /* Decodes tokens[0 .. n) with every key kept, the policies not stepped
  * (method 1: rows recorded, 2: KVzip, nothing recorded) or stepped without
- * evicting (method 0). */
+ * evicting (method 0), in blocks (lm_forward_batch). */
 static kve_status prefill_read(lm_state *s, const int32_t *tokens, size_t n, int method, size_t r)
 {
     s->prefilling = 1;
     s->pf_method = method;
     s->pf_n = n;
     s->pf_r = r;
-    kve_status st = KVE_OK;
-    for (size_t i = 0; i < n && st == KVE_OK; i++)
-        st = lm_forward(s, tokens[i]);
+    kve_status st = lm_forward_batch(s, tokens, n, NULL, NULL);
     s->prefilling = 0;
     return st;
 }
@@ -1168,9 +1251,11 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
     }
     size_t L = (size_t)c->n_layers, H = (size_t)c->n_heads, D = (size_t)c->dim;
     float *logits = lm_malloc(&s->alloc, (size_t)V * sizeof *logits);
+    const size_t chunk = kz->chunk < n ? kz->chunk : n; /* a reconstruction's tokens, at most: */
+    int32_t *seq = lm_malloc(&s->alloc, (2 * LM_KVZIP_PROMPT_MAX + 1 + chunk) * sizeof *seq);
     /* KVzip+: (L H n) norms, then (H n) doubles and a row of W_o as scratch */
     const size_t wov_floats = kvzip_scratch_at(L * H * n) + 2 * H * n + D;
-    int ok = logits && n <= SIZE_MAX / sizeof(float) / (L * H + 2 * H + D + 1) &&
+    int ok = logits && seq && n <= SIZE_MAX / sizeof(float) / (L * H + 2 * H + D + 1) &&
              grow(&s->alloc, &s->pf_rows, L * H * n, sizeof(float));
     if (ok && kz->plus) {
         lm_free(&s->alloc, s->kz_wov);
@@ -1180,6 +1265,7 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
         ok = (s->layer_keep = lm_calloc(&s->alloc, L, sizeof *s->layer_keep)) != NULL;
     if (!ok) {
         lm_free(&s->alloc, logits);
+        lm_free(&s->alloc, seq);
         return kve_set_error(KVE_ENOMEM, "prefill: kvzip: out of memory for %zu scores", L * H * n);
     }
     memset(s->pf_rows, 0, L * H * n * sizeof(float));
@@ -1187,6 +1273,7 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
         st = kvzip_value_norms(s, n, s->kz_wov + kvzip_scratch_at(L * H * n) + 2 * H * n);
     if (st != KVE_OK) {
         lm_free(&s->alloc, logits);
+        lm_free(&s->alloc, seq);
         lm_free(&s->alloc, s->kz_wov);
         s->kz_wov = NULL;
         s->broken = 1;
@@ -1203,26 +1290,26 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
         s->kz_start = a;
         s->kz_end = b;
         s->kz_active = 1;
+        size_t m = 0; /* the reconstruction sequence, decoded in blocks */
         if (a == first) {
-            for (size_t i = 0; i < kz->n_first && st == KVE_OK; i++)
-                st = lm_forward(s, kz->first[i]);
+            memcpy(seq, kz->first, kz->n_first * sizeof *seq);
+            m = kz->n_first;
         } else {
-            size_t q = a - kz->overlap; /* the previous chunk's last tokens */
-            for (size_t i = 0; i < kz->n_later && st == KVE_OK; i++)
-                st = lm_forward(s, kz->later[i]);
-            for (size_t i = q; i < a && st == KVE_OK; i++)
-                st = lm_forward(s, tokens[i]);
-            if (st == KVE_OK)
-                st = lm_forward(s, kz->newline);
+            memcpy(seq, kz->later, kz->n_later * sizeof *seq);
+            m = kz->n_later; /* then the previous chunk's last tokens */
+            memcpy(seq + m, tokens + a - kz->overlap, kz->overlap * sizeof *seq);
+            m += kz->overlap;
+            seq[m++] = kz->newline;
         }
-        for (size_t i = a; i < b && st == KVE_OK; i++)
-            st = lm_forward(s, tokens[i]);
+        memcpy(seq + m, tokens + a, (b - a) * sizeof *seq);
+        st = lm_forward_batch(s, seq, m + b - a, NULL, NULL);
         s->kz_active = 0;
         kvzip_drop(s);
     }
     s->prefilling = 0;
     memcpy(s->logits, logits, (size_t)V * sizeof *logits);
     lm_free(&s->alloc, logits);
+    lm_free(&s->alloc, seq);
     lm_free(&s->alloc, s->kz_wov);
     s->kz_wov = NULL;
     if (st != KVE_OK)
@@ -1230,42 +1317,81 @@ kve_status lm_prefill_kvzip(lm_state *s, const int32_t *tokens, size_t n, const 
     return prefill_compress(s, n, 1, &p, KVE_REDUCE_MAX);
 }
 
-/* out_k = w_k . x for the n products of one input, x quantized first when a
- * matrix reads it so; split over the state's threads. */
-static void product(lm_state *s, const lm_product *p, size_t n, const float *x)
+/* Where products() puts the inputs it quantizes or converts: per token q
+ * (cols), d (cols / group + 1), l (cols), s (cols / 32 + 1), and q8 the
+ * token's lm_q8. */
+typedef struct product_bufs {
+    int8_t *q;
+    float *d, *l, *s;
+    lm_q8 *q8;
+} product_bufs;
+
+/* out_k = w_k . x for the n products of nc tokens' inputs x (nc, cols of
+ * the p[k].w), p[k].out (nc, rows), each token's x quantized first (into b)
+ * when a matrix reads it so, as lm_quantize_q8 does; split over the state's
+ * threads (lm_matmat: one token, its lm_matvec_rows). */
+static void products_native(lm_state *s, const product_bufs *b, const lm_product *p, size_t n,
+                            const float *x, size_t nc)
 {
-    if (s->opt.products == LM_PRODUCTS_LLAMA) { /* by the input each weight type reads */
-        unsigned done = 0;
-        for (size_t k = 0; k < n; k++) {
-            if (done >> k & 1)
-                continue;
-            const lm_llama_in kind = lm_llama_input(p[k].w->type);
-            lm_product sub[8] = {p[k]}; /* the callers' n is at most 3 */
-            size_t m = 1;
-            for (size_t j = k + 1; j < n && m < 8; j++)
-                if (!(done >> j & 1) && lm_llama_input(p[j].w->type) == kind)
-                    sub[m++] = p[j], done |= 1u << j;
-            if (kind == LM_IN_NATIVE) {
-                lm_q8 xq = {s->xq, s->xd, 0, 0, NULL};
-                for (size_t j = 0; j < m && !xq.group; j++) /* as the exact products */
-                    xq.group = lm_matrix_q8_group(sub[j].w);
-                if (xq.group)
-                    lm_quantize_q8(x, sub[0].w->cols, xq.group, s->xq, s->xd);
-                lm_matvec(s->pool, sub, m, x, xq.group ? &xq : NULL);
-                continue;
-            }
-            lm_llama_quantize(kind, x, sub[0].w->cols, s->xl, s->xq, s->xd, s->xs);
-            const lm_q8 xq = {s->xq, s->xd, 32, (int)s->opt.llama_cpu, s->xs};
-            lm_matvec(s->pool, sub, m, s->xl, &xq);
-        }
+    const size_t cols = p[0].w->cols;
+    size_t group = 0;
+    for (size_t k = 0; k < n && !group; k++)
+        group = lm_matrix_q8_group(p[k].w);
+    for (size_t c = 0; group && c < nc; c++) {
+        b->q8[c] = (lm_q8){b->q + c * cols, b->d + c * (cols / group + 1), group, 0, NULL};
+        lm_quantize_q8(x + c * cols, cols, group, b->q + c * cols, b->d + c * (cols / group + 1));
+    }
+    lm_matmat(s->pool, p, n, x, group ? b->q8 : NULL, nc);
+}
+
+/* products_native, but under LM_PRODUCTS_LLAMA each token's x converted for
+ * each weight type's input (lm_llama_quantize), the products of one input
+ * kind together. */
+static void products(lm_state *s, const product_bufs *b, const lm_product *p, size_t n,
+                     const float *x, size_t nc)
+{
+    if (s->opt.products != LM_PRODUCTS_LLAMA) {
+        products_native(s, b, p, n, x, nc);
         return;
     }
-    lm_q8 xq = {s->xq, s->xd, 0, 0, NULL};
-    for (size_t k = 0; k < n && !xq.group; k++)
-        xq.group = lm_matrix_q8_group(p[k].w);
-    if (xq.group)
-        lm_quantize_q8(x, p[0].w->cols, xq.group, s->xq, s->xd);
-    lm_matvec(s->pool, p, n, x, xq.group ? &xq : NULL);
+    const size_t cols = p[0].w->cols, nd = cols / 32 + 1; /* nd: a token's scales, at most */
+    unsigned done = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (done >> k & 1)
+            continue;
+        const lm_llama_in kind = lm_llama_input(p[k].w->type);
+        lm_product sub[8] = {p[k]}; /* the callers' n is at most 3 */
+        size_t m = 1;
+        for (size_t j = k + 1; j < n && m < 8; j++)
+            if (!(done >> j & 1) && lm_llama_input(p[j].w->type) == kind)
+                sub[m++] = p[j], done |= 1u << j;
+        if (kind == LM_IN_NATIVE) { /* as the exact products */
+            products_native(s, b, sub, m, x, nc);
+            continue;
+        }
+        for (size_t c = 0; c < nc; c++) {
+            lm_llama_quantize(kind, x + c * cols, cols, b->l + c * cols, b->q + c * cols,
+                              b->d + c * nd, b->s + c * nd);
+            b->q8[c] = (lm_q8){b->q + c * cols, b->d + c * nd, 32, (int)s->opt.llama_cpu,
+                               b->s + c * nd};
+        }
+        lm_matmat(s->pool, sub, m, b->l, b->q8, nc);
+    }
+}
+
+/* products() of one token, into the token's buffers. */
+static void product(lm_state *s, const lm_product *p, size_t n, const float *x)
+{
+    lm_q8 one;
+    const product_bufs b = {s->xq, s->xd, s->xl, s->xs, &one};
+    products(s, &b, p, n, x, 1);
+}
+
+/* products() of a block of nc tokens, into the block's buffers. */
+static void product_block(lm_state *s, const lm_product *p, size_t n, const float *x, size_t nc)
+{
+    const product_bufs b = {s->bxq, s->bxd, s->bxl, s->bxs, s->bq8};
+    products(s, &b, p, n, x, nc);
 }
 
 /* The index of the first value of a[0 .. n) that is not finite; n if none. */
@@ -1287,6 +1413,106 @@ static kve_status overflowed(lm_state *s, const char *what, size_t l, size_t i, 
                          s->pos, what, i, l, isnan(v) ? "NaN" : "infinite");
 }
 
+/* h[i] = silu(h[i]) * g[i] for i < F: run.c's, or (LM_PRODUCTS_LLAMA) ggml's. */
+static void swiglu(const lm_state *s, float *h, const float *g, size_t F)
+{
+    if (s->opt.products == LM_PRODUCTS_LLAMA) {
+        lm_swiglu_llama(h, g, F, s->opt.llama_cpu);
+        return;
+    }
+    for (size_t i = 0; i < F; i++) {
+        float v = h[i];
+        h[i] = v * (1.0f / (1.0f + expf(-v))) * g[i];
+    }
+}
+
+/* 1 / ||x|| (D), the squares summed in double: KVzip+'s attention input. */
+static float inv_norm(const float *x, size_t D)
+{
+    double ss = 0.0;
+    for (size_t i = 0; i < D; i++)
+        ss += (double)x[i] * (double)x[i];
+    return 1.0f / (float)sqrt(ss);
+}
+
+/* The refusal of logits (V) at position s->pos that are not all finite. */
+static kve_status check_logits(lm_state *s, const float *logits)
+{
+    const size_t V = (size_t)s->model->config.vocab_size, bad = first_nonfinite(logits, V);
+    if (bad == V)
+        return KVE_OK;
+    s->broken = 1;
+    return kve_set_error(KVE_ERANGE, "decoder: position %d: logit %zu is %s: the model's "
+                         "activations overflow float32 (its weights are finite)", s->pos, bad,
+                         isnan(logits[bad]) ? "NaN" : "infinite");
+}
+
+/* The token-by-token part of layer l at position s->pos, its q, k and v in
+ * s->q, s->k and s->v (rope: the position's, original positions): their
+ * finiteness checked, attention (the weighted values in s->xb), the
+ * callbacks, a prefill's records, and the policies' step and eviction.
+ * KVE_ERANGE (and a policy's refusal) leave the state broken. */
+static kve_status attention_step(lm_state *s, size_t l, const float *rope)
+{
+    const lm_config *c = &s->model->config;
+    size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads;
+    kve_status st;
+    {
+        const size_t nq = (size_t)c->n_heads * S, nk = G * S;
+        size_t i = first_nonfinite(s->q, nq), j = first_nonfinite(s->k, nk);
+        size_t v = first_nonfinite(s->v, nk);
+        if (i < nq)
+            return overflowed(s, "query element", l, i, s->q[i]);
+        if (j < nk)
+            return overflowed(s, "key element", l, j, s->k[j]);
+        if (v < nk)
+            return overflowed(s, "value element", l, v, s->v[v]);
+    }
+    attend(s, l, rope);
+    const int rows = rows_read(s); /* without, only att[0] can show the NaN */
+    for (size_t h = 0; h < (size_t)c->n_heads; h++) { /* finite q and k, overflowing q.k */
+        const size_t n = rows ? s->counts[h / ((size_t)c->n_heads / G)] : 1;
+        size_t i = first_nonfinite(s->att + h * s->ld, n);
+        if (i < n) {
+            s->broken = 1;
+            return kve_set_error(KVE_ERANGE, "decoder: position %d: attention weight %zu of "
+                                 "query head %zu of layer %zu is NaN (q.k overflowed): the "
+                                 "model's activations overflow float32 (its weights are "
+                                 "finite)", s->pos, i, h, l);
+        }
+    }
+    if (s->opt.on_attention)
+        s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
+    if (s->opt.on_qk)
+        s->opt.on_qk(s->opt.user, (int32_t)l, s->pos, s->q, s->k);
+    if (s->prefilling && s->pf_method == 1) {
+        record_rows(s, l);
+        if (s->pf_values) { /* a vnorm policy's prompt values, W_o v */
+            const size_t vd = s->value_dim, n = s->pf_n;
+            wov_of(s, l);
+            for (size_t g = 0; g < G; g++)
+                memcpy(s->pf_values + ((l * G + g) * n + (size_t)s->pos) * vd,
+                       s->wov + g * vd, vd * sizeof(float));
+        }
+    }
+    if (s->bank && !(s->prefilling && s->pf_method)) {
+        struct timespec t0 = {0}, t1 = {0};
+        const int timing = s->opt.timing;
+        if (timing)
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+        if ((st = manage(s, l, !s->prefilling)) != KVE_OK) {
+            s->broken = 1;
+            return st;
+        }
+        if (timing) {
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+            s->bookkeeping_s +=
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        }
+    }
+    return KVE_OK;
+}
+
 kve_status lm_forward(lm_state *s, int32_t token)
 {
     if (!s)
@@ -1300,26 +1526,16 @@ kve_status lm_forward(lm_state *s, int32_t token)
                        c->vocab_size);
     if (s->pos == INT32_MAX)
         return kve_set_error(KVE_EINVAL, "decoder: position %d is the last one", s->pos);
-    kve_status st = reserve(s);
+    kve_status st = reserve(s, 1);
     if (st != KVE_OK)
         return st;
     size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
-    size_t G = (size_t)c->n_kv_heads, L = (size_t)c->n_layers;
+    size_t L = (size_t)c->n_layers;
     void (*const norm)(float *, const float *, const float *, size_t, float) =
         s->opt.products == LM_PRODUCTS_LLAMA ? rmsnorm_llama : rmsnorm;
-
-    if (s->opt.positions == LM_POS_ORIGINAL) {
+    if (s->opt.positions == LM_POS_ORIGINAL)
         (s->opt.products == LM_PRODUCTS_LLAMA ? rope_row_llama : rope_row)(s->rope, s->pos, S,
                                                                            s->model);
-    } else {
-        size_t rows = 0;
-        for (size_t i = 0; i < L * G; i++)
-            if (s->cache[i].n + 1 > rows)
-                rows = s->cache[i].n + 1;
-        for (; s->rope_rows < rows; s->rope_rows++)
-            (s->opt.products == LM_PRODUCTS_LLAMA ? rope_row_llama : rope_row)(
-                s->rope_table + s->rope_rows * S, (int64_t)s->rope_rows, S, s->model);
-    }
 
     float *x = s->x;
     lm_matrix_row(&w->token_embedding, (size_t)token, x);
@@ -1327,66 +1543,12 @@ kve_status lm_forward(lm_state *s, int32_t token)
     for (size_t l = 0; l < L; l++) {
         const lm_layer *ly = &w->layer[l];
         norm(s->xb, x, ly->rms_att, D, eps);
-        if (s->kz_active && s->kz_wov) { /* KVzip+: 1 / ||h|| of the attention input */
-            double ss = 0.0;
-            for (size_t i = 0; i < D; i++)
-                ss += (double)s->xb[i] * (double)s->xb[i];
-            s->kz_hinv = 1.0f / (float)sqrt(ss);
-        }
+        if (s->kz_active && s->kz_wov) /* KVzip+: 1 / ||h|| of the attention input */
+            s->kz_hinv = inv_norm(s->xb, D);
         const lm_product qkv[3] = {{&ly->wq, s->q}, {&ly->wk, s->k}, {&ly->wv, s->v}};
         product(s, qkv, 3, s->xb);
-        {
-            const size_t nq = (size_t)c->n_heads * S, nk = G * S;
-            size_t i = first_nonfinite(s->q, nq), j = first_nonfinite(s->k, nk);
-            size_t v = first_nonfinite(s->v, nk);
-            if (i < nq)
-                return overflowed(s, "query element", l, i, s->q[i]);
-            if (j < nk)
-                return overflowed(s, "key element", l, j, s->k[j]);
-            if (v < nk)
-                return overflowed(s, "value element", l, v, s->v[v]);
-        }
-        attend(s, l);
-        for (size_t h = 0; h < (size_t)c->n_heads; h++) { /* finite q and k, overflowing q.k */
-            const size_t n = s->counts[h / ((size_t)c->n_heads / G)];
-            size_t i = first_nonfinite(s->att + h * s->ld, n);
-            if (i < n) {
-                s->broken = 1;
-                return kve_set_error(KVE_ERANGE, "decoder: position %d: attention weight %zu of "
-                                     "query head %zu of layer %zu is NaN (q.k overflowed): the "
-                                     "model's activations overflow float32 (its weights are "
-                                     "finite)", s->pos, i, h, l);
-            }
-        }
-        if (s->opt.on_attention)
-            s->opt.on_attention(s->opt.user, (int32_t)l, s->pos, s->att, s->ld, s->counts);
-        if (s->opt.on_qk)
-            s->opt.on_qk(s->opt.user, (int32_t)l, s->pos, s->q, s->k);
-        if (s->prefilling && s->pf_method == 1) {
-            record_rows(s, l);
-            if (s->pf_values) { /* a vnorm policy's prompt values, W_o v */
-                const size_t vd = s->value_dim, n = s->pf_n;
-                wov_of(s, l);
-                for (size_t g = 0; g < G; g++)
-                    memcpy(s->pf_values + ((l * G + g) * n + (size_t)s->pos) * vd,
-                           s->wov + g * vd, vd * sizeof(float));
-            }
-        }
-        if (s->bank && !(s->prefilling && s->pf_method)) {
-            struct timespec t0 = {0}, t1 = {0};
-            const int timing = s->opt.timing;
-            if (timing)
-                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-            if ((st = manage(s, l, !s->prefilling)) != KVE_OK) {
-                s->broken = 1;
-                return st;
-            }
-            if (timing) {
-                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-                s->bookkeeping_s +=
-                    (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-            }
-        }
+        if ((st = attention_step(s, l, s->rope)) != KVE_OK)
+            return st;
         const lm_product o[1] = {{&ly->wo, s->xb2}};
         product(s, o, 1, s->xb);
         for (size_t i = 0; i < D; i++)
@@ -1395,14 +1557,7 @@ kve_status lm_forward(lm_state *s, int32_t token)
         norm(s->xb, x, ly->rms_ffn, D, eps);
         const lm_product up[2] = {{&ly->w1, s->hb}, {&ly->w3, s->hb2}};
         product(s, up, 2, s->xb);
-        if (s->opt.products == LM_PRODUCTS_LLAMA) {
-            swiglu_llama(s->hb, s->hb2, F, s->opt.llama_cpu);
-        } else {
-            for (size_t i = 0; i < F; i++) {
-                float h = s->hb[i];
-                s->hb[i] = h * (1.0f / (1.0f + expf(-h))) * s->hb2[i];
-            }
-        }
+        swiglu(s, s->hb, s->hb2, F);
         const lm_product down[1] = {{&ly->w2, s->xb}};
         product(s, down, 1, s->hb);
         for (size_t i = 0; i < D; i++)
@@ -1411,13 +1566,174 @@ kve_status lm_forward(lm_state *s, int32_t token)
     norm(x, x, w->rms_final, D, eps);
     const lm_product cls[1] = {{&w->wcls, s->logits}};
     product(s, cls, 1, x);
-    const size_t V = (size_t)c->vocab_size, bad = first_nonfinite(s->logits, V);
-    if (bad < V) {
-        s->broken = 1;
-        return kve_set_error(KVE_ERANGE, "decoder: position %d: logit %zu is %s: the model's "
-                             "activations overflow float32 (its weights are finite)", s->pos,
-                             bad, isnan(s->logits[bad]) ? "NaN" : "infinite");
-    }
+    if ((st = check_logits(s, s->logits)) != KVE_OK)
+        return st;
     s->pos++;
+    return KVE_OK;
+}
+
+/* ---- prompts in blocks (lm_forward_batch) ---- */
+
+/* The block buffers for B tokens, all or nothing (the old ones kept on
+ * failure). */
+static kve_status block_alloc(lm_state *s, size_t B)
+{
+    if (s->bcap >= B)
+        return KVE_OK;
+    const lm_config *c = &s->model->config;
+    size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
+    size_t HS = (size_t)c->n_heads * S, GS = (size_t)c->n_kv_heads * S, V = (size_t)c->vocab_size;
+    size_t widest, group = input_group(s->model, s->opt.products, &widest);
+    const int llama = s->opt.products == LM_PRODUCTS_LLAMA;
+    const size_t per = 3 * D + 2 * F + HS + 2 * GS + S + V + 1 + widest + (widest / 32 + 1);
+    if (B > SIZE_MAX / sizeof(float) / per)
+        return kve_set_error(KVE_ENOMEM, "decoder: out of memory for a block of %zu tokens", B);
+    lm_state t = *s; /* the new buffers, in a copy */
+    float **f[] = {&t.bx, &t.bxb, &t.bxb2, &t.bhb, &t.bhb2, &t.bq, &t.bk, &t.bv, &t.brope,
+                   &t.blogits, &t.bhinv, &t.bxl, &t.bxs, &t.bxd};
+    const size_t n[] = {D, D, D, F, F, HS, GS, GS, S, V, 1, llama ? widest : 0,
+                        llama ? widest / 32 + 1 : 0, group ? widest / group + 1 : 0};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        *f[i] = n[i] && ok ? lm_malloc(&s->alloc, B * n[i] * sizeof(float)) : NULL;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        ok = ok && (!n[i] || *f[i]);
+    t.bxq = group ? lm_malloc(&s->alloc, B * widest) : NULL;
+    t.bq8 = lm_malloc(&s->alloc, B * sizeof *t.bq8);
+    ok = ok && (!group || t.bxq) && t.bq8;
+    if (!ok) {
+        free_block(&t);
+        return kve_set_error(KVE_ENOMEM, "decoder: out of memory for a block of %zu tokens", B);
+    }
+    free_block(s);
+    s->bx = t.bx, s->bxb = t.bxb, s->bxb2 = t.bxb2, s->bhb = t.bhb, s->bhb2 = t.bhb2;
+    s->bq = t.bq, s->bk = t.bk, s->bv = t.bv, s->brope = t.brope, s->blogits = t.blogits;
+    s->bhinv = t.bhinv, s->bxl = t.bxl, s->bxs = t.bxs, s->bxd = t.bxd, s->bxq = t.bxq;
+    s->bq8 = t.bq8;
+    s->bcap = B;
+    return KVE_OK;
+}
+
+/* How many of the next `left` tokens go in one block: opt.batch (LM_BATCH),
+ * or 1 where token-by-token order is what the results depend on: the
+ * callbacks (token order), a same_positions bank that is stepped (its steps
+ * at t + 1 wait for every layer's at t and the one eviction), a shared
+ * layer that evicts (its arena is laid out between steps). */
+static size_t block_tokens(const lm_state *s, size_t left)
+{
+    size_t b = s->opt.batch ? s->opt.batch : LM_BATCH;
+    b = b < left ? b : left;
+    if (b <= 1 || s->opt.on_attention || s->opt.on_qk)
+        return 1;
+    if ((stepped(s) && s->opt.same_positions) || (evicting(s) && s->arena))
+        return 1;
+    return b;
+}
+
+/* Decodes the B tokens toks at positions s->pos .. s->pos + B - 1 layer by
+ * layer (docs/decoder.md, "Prompts in blocks"); their logits in s->blogits. */
+static kve_status forward_block(lm_state *s, const int32_t *toks, size_t B)
+{
+    const lm_config *c = &s->model->config;
+    const lm_weights *w = &s->model->weights;
+    size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, S = (size_t)c->head_size;
+    size_t G = (size_t)c->n_kv_heads, L = (size_t)c->n_layers, V = (size_t)c->vocab_size;
+    size_t HS = (size_t)c->n_heads * S, GS = G * S;
+    kve_status st = block_alloc(s, B);
+    if (st == KVE_OK)
+        st = reserve(s, B);
+    if (st != KVE_OK)
+        return st;
+    const int llama = s->opt.products == LM_PRODUCTS_LLAMA;
+    void (*const norm)(float *, const float *, const float *, size_t, float) =
+        llama ? rmsnorm_llama : rmsnorm;
+    const int32_t pos0 = s->pos;
+    for (size_t t = 0; t < B; t++) {
+        if (s->opt.positions == LM_POS_ORIGINAL)
+            (llama ? rope_row_llama : rope_row)(s->brope + t * S, pos0 + (int32_t)t, S, s->model);
+        lm_matrix_row(&w->token_embedding, (size_t)toks[t], s->bx + t * D);
+    }
+    const float eps = c->norm_eps;
+    for (size_t l = 0; l < L; l++) {
+        const lm_layer *ly = &w->layer[l];
+        for (size_t t = 0; t < B; t++) {
+            norm(s->bxb + t * D, s->bx + t * D, ly->rms_att, D, eps);
+            if (s->kz_active && s->kz_wov)
+                s->bhinv[t] = inv_norm(s->bxb + t * D, D);
+        }
+        const lm_product qkv[3] = {{&ly->wq, s->bq}, {&ly->wk, s->bk}, {&ly->wv, s->bv}};
+        product_block(s, qkv, 3, s->bxb, B);
+        for (size_t t = 0; t < B; t++) { /* token by token, as lm_forward */
+            s->pos = pos0 + (int32_t)t;
+            memcpy(s->q, s->bq + t * HS, HS * sizeof(float));
+            memcpy(s->k, s->bk + t * GS, GS * sizeof(float));
+            memcpy(s->v, s->bv + t * GS, GS * sizeof(float));
+            if (s->kz_active && s->kz_wov)
+                s->kz_hinv = s->bhinv[t];
+            int full = 0; /* reserve's room, unless a policy held more than its budget */
+            for (size_t g = 0; g < G; g++)
+                full |= s->cache[l * G + g].n >= s->cache[l * G + g].cap;
+            if (full && (st = reserve(s, 1)) != KVE_OK) {
+                s->broken = 1;
+                return st;
+            }
+            st = attention_step(s, l, s->opt.positions == LM_POS_ORIGINAL ? s->brope + t * S : NULL);
+            if (st != KVE_OK)
+                return st;
+            memcpy(s->bxb + t * D, s->xb, D * sizeof(float));
+        }
+        const lm_product o[1] = {{&ly->wo, s->bxb2}};
+        product_block(s, o, 1, s->bxb, B);
+        for (size_t i = 0; i < B * D; i++)
+            s->bx[i] += s->bxb2[i];
+        for (size_t t = 0; t < B; t++)
+            norm(s->bxb + t * D, s->bx + t * D, ly->rms_ffn, D, eps);
+        const lm_product up[2] = {{&ly->w1, s->bhb}, {&ly->w3, s->bhb2}};
+        product_block(s, up, 2, s->bxb, B);
+        for (size_t t = 0; t < B; t++)
+            swiglu(s, s->bhb + t * F, s->bhb2 + t * F, F);
+        const lm_product down[1] = {{&ly->w2, s->bxb}};
+        product_block(s, down, 1, s->bhb, B);
+        for (size_t i = 0; i < B * D; i++)
+            s->bx[i] += s->bxb[i];
+    }
+    for (size_t t = 0; t < B; t++)
+        norm(s->bx + t * D, s->bx + t * D, w->rms_final, D, eps);
+    const lm_product cls[1] = {{&w->wcls, s->blogits}};
+    product_block(s, cls, 1, s->bx, B);
+    for (size_t t = 0; t < B; t++) {
+        s->pos = pos0 + (int32_t)t;
+        if ((st = check_logits(s, s->blogits + t * V)) != KVE_OK)
+            return st;
+    }
+    memcpy(s->logits, s->blogits + (B - 1) * V, V * sizeof(float));
+    s->pos = pos0 + (int32_t)B;
+    return KVE_OK;
+}
+
+kve_status lm_forward_batch(lm_state *s, const int32_t *tokens, size_t n, lm_logits_fn fn,
+                            void *user)
+{
+    if (!s || (!tokens && n))
+        return kve_set_error(KVE_EINVAL, "decoder: NULL %s", s ? "tokens" : "state");
+    const lm_config *c = &s->model->config;
+    if (s->broken)
+        return kve_set_error(KVE_EINVAL, "decoder: an earlier step failed; reset the decoder first");
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            return kve_set_error(KVE_EINVAL, "token %d at %zu is outside the vocabulary [0, %d)",
+                                 tokens[i], i, c->vocab_size);
+    if (n > (size_t)(INT32_MAX - s->pos))
+        return kve_set_error(KVE_EINVAL, "decoder: %zu tokens from position %d pass the last "
+                             "position %d", n, s->pos, INT32_MAX - 1);
+    const size_t V = (size_t)c->vocab_size;
+    for (size_t i = 0, b; i < n; i += b) {
+        b = block_tokens(s, n - i);
+        kve_status st = b == 1 ? lm_forward(s, tokens[i]) : forward_block(s, tokens + i, b);
+        if (st != KVE_OK)
+            return st;
+        for (size_t t = 0; fn && t < b; t++)
+            fn(user, i + t, b == 1 ? s->logits : s->blogits + t * V);
+    }
     return KVE_OK;
 }

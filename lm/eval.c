@@ -25,6 +25,23 @@ double lm_token_nats(const float *logits, int32_t vocab, int32_t target)
     return max + log(sum) - (double)logits[target];
 }
 
+/* lm_window_nats's running sum: the token each logits row predicts. */
+typedef struct window_sum {
+    const int32_t *tokens;
+    double *per_token, total; /* the terms added in token order */
+    int32_t V;
+    size_t at; /* the index of the call's first token in the window */
+} window_sum;
+
+static void window_add(void *user, size_t i, const float *logits)
+{
+    window_sum *w = user;
+    double t = lm_token_nats(logits, w->V, w->tokens[w->at + i]);
+    if (w->per_token)
+        w->per_token[w->at + i] = t;
+    w->total += t;
+}
+
 kve_status lm_window_nats(lm_state *s, const int32_t *tokens, size_t n, double *nats,
                           double *per_token)
 {
@@ -36,25 +53,18 @@ kve_status lm_window_nats(lm_state *s, const int32_t *tokens, size_t n, double *
             return kve_set_error(KVE_EINVAL, "window: token %d at %zu is outside the vocabulary [0, %d)",
                            tokens[i], i, V);
     kve_status st = lm_state_reset(s);
-    double total = 0;
-    int32_t prev = s->model->config.bos;
-    size_t first = 0;
-    if (prev < 0 && n > 0) { /* no BOS: tokens[0] is context, never predicted */
-        prev = tokens[0], first = 1;
-        if (per_token)
+    window_sum w = {tokens, per_token, 0.0, V, 0};
+    const int32_t bos = s->model->config.bos;
+    if (st == KVE_OK && n) { /* BOS, then tokens[0 .. n - 1) in blocks (lm_forward_batch) */
+        if (bos >= 0)
+            st = lm_forward_batch(s, &bos, 1, window_add, &w);
+        else if (per_token) /* no BOS: tokens[0] is context, never predicted */
             per_token[0] = 0;
-    }
-    for (size_t i = first; st == KVE_OK && i < n; i++) {
-        st = lm_forward(s, prev);
-        if (st != KVE_OK)
-            break;
-        double t = lm_token_nats(s->logits, V, tokens[i]);
-        if (per_token)
-            per_token[i] = t;
-        total += t;
-        prev = tokens[i];
+        w.at = 1;
+        if (st == KVE_OK)
+            st = lm_forward_batch(s, tokens, n - 1, window_add, &w);
     }
     if (st == KVE_OK)
-        *nats = total;
+        *nats = w.total;
     return st;
 }

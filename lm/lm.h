@@ -192,9 +192,25 @@ const char *lm_llama_cpu_name(lm_llama_cpu cpu);
  * (GGML_F32x8_REDUCE's pairs), the leftover products added in double, on
  * values already float16: y as floats, or, when yh is not NULL, as float16
  * bits there. Every product is exact in float32, so a fused multiply-add
- * rounds as the plain one. */
+ * rounds as the plain one. The active instruction set's path (matvec.c:
+ * the whole steps in vector registers where it has the variant's lanes),
+ * bit for bit the scalar one's. */
 float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n,
                  lm_llama_cpu cpu);
+/* out[i] = lm_dot_f16(x, keys + i * S, NULL, S, cpu) * scale for i < n,
+ * each the bits of its own call: flash attention's scores over n keys
+ * (S). */
+void lm_dot_f16_keys(const float *x, const float *keys, size_t n, size_t S, float scale,
+                     lm_llama_cpu cpu, float *out);
+/* h[i] = silu(h[i]) * g[i] for i < n as ggml_vec_swiglu_f32 in the variant
+ * cpu (LM_PRODUCTS_LLAMA's SwiGLU; AUTO: lm_llama_cpu_detect's): silu(x) =
+ * x / (1 + e), e ggml_v_expf(-x) of the variant (AVX-512: a polynomial
+ * scaled by 2^n, in fused multiply-adds, 0 or infinity beyond |n| > 192;
+ * AVX2: its own last steps and scaling) over whole groups of 16 (AVX2: 8),
+ * the C library's expf after them. The active instruction set's path
+ * (matvec.c: the AVX-512 variants sixteen lanes at a time on AVX-512), bit
+ * for bit the scalar one's, NaN included. */
+void lm_swiglu_llama(float *h, const float *g, size_t n, lm_llama_cpu cpu);
 
 typedef struct lm_matrix {  /* W (rows, cols), row-major, in its stored type */
     const void *data;       /* rows * row_bytes bytes */
@@ -658,10 +674,11 @@ typedef struct lm_options {
     double min_share;            /* share_heads: the floor, as kve_bank_options (0 is
                                     no floor but the recent window; the library's
                                     default is 0.2) */
-    size_t threads;              /* matrix-vector products split by rows over this many
-                                    threads (the caller and threads - 1 workers);
-                                    0 or 1: the caller alone. Results are the same
-                                    bits for every count. */
+    size_t threads;              /* matrix products split by rows over this many
+                                    threads (the caller and threads - 1 workers), and
+                                    a layer's attention by KV head once it holds 1024
+                                    (key, query head) pairs; 0 or 1: the caller
+                                    alone. Results are the same bits for every count */
     int same_positions;          /* 1: one bank of every layer's KV heads with
                                     kve_bank_options.same_positions: every (layer, KV
                                     head) keeps the same positions (an engine whose
@@ -681,6 +698,10 @@ typedef struct lm_options {
     lm_llama_cpu llama_cpu;      /* LM_PRODUCTS_LLAMA: the CPU variant of llama.cpp
                                     followed; LM_LLAMA_CPU_AUTO (0): the one it loads
                                     here (lm_llama_cpu_detect) */
+    size_t batch;                /* tokens lm_forward_batch decodes as one block (each
+                                    weight read once for all of them); 0: LM_BATCH;
+                                    1: one at a time. The results are the same bits
+                                    for every size */
 } lm_options;
 
 typedef struct lm_cache { /* one (layer, KV head) */
@@ -734,7 +755,10 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
     /* attention scratch, ld >= every cache's n + 1 */
     size_t ld;
     float *att;        /* (H, ld) softmax weights */
-    float *krot;       /* (ld, S) keys rotated at their cache index (cache positions) */
+    float *krot;       /* (P, ld, S) keys rotated at their cache index (cache positions),
+                          one block a thread (P = opt.threads, at least 1) */
+    float *qh;         /* (P, S) LM_PRODUCTS_LLAMA: a query rounded to float16, one a
+                          thread */
     float *rope_table; /* (ld, S) cos, sin per cache index (cache positions) */
     size_t rope_rows;  /* rows of rope_table filled */
     int32_t *victims;  /* (G, ld); same_positions: (L*G, ld) */
@@ -765,6 +789,22 @@ typedef struct lm_state { /* llama2.c's RunState plus the managed cache */
                              group 32 at most) */
     float *xl;            /* LM_PRODUCTS_LLAMA: (max(D, F, H*S)) the converted input */
     float *xs;            /* LM_PRODUCTS_LLAMA: (max(D, F, H*S) / 32) its Q8_1 sums */
+    /* a block of tokens (lm_forward_batch), B = its capacity, allocated by the
+     * first block; the same shapes as the activations above, one row a token */
+    size_t bcap;          /* B: tokens the block buffers hold; 0: none yet */
+    float *bx, *bxb, *bxb2; /* (B, D) */
+    float *bhb, *bhb2;    /* (B, F) */
+    float *bq;            /* (B, H*S) */
+    float *bk, *bv;       /* (B, G*S) */
+    float *brope;         /* (B, S) original positions: each token's cos, sin */
+    float *blogits;       /* (B, V) */
+    float *bhinv;         /* (B) KVzip+: each token's 1 / ||attention input|| */
+    int8_t *bxq;          /* (B, max(D, F, H*S)) each row quantized as xq; NULL when
+                             no matrix needs it */
+    float *bxd;           /* (B, max(D, F, H*S) / group + 1) their scales */
+    float *bxl;           /* LM_PRODUCTS_LLAMA: (B, max(D, F, H*S)) as xl */
+    float *bxs;           /* LM_PRODUCTS_LLAMA: (B, max(D, F, H*S) / 32 + 1) as xs */
+    struct lm_q8 *bq8;    /* (B) each row's quantized input, as lm_matmat reads it */
     /* the step data of a policy that reads queries or values (decode.c) */
     kve_reads reads;   /* what the policy reads (KVE_READS_NOTHING without one) */
     size_t value_dim;  /* the floats of a value it is handed: S (expected_attention,
@@ -827,6 +867,41 @@ kve_status lm_state_reset(lm_state *s);
  * the state broken until lm_state_reset (nothing non-finite is ever kept,
  * so a session saved before it loads). */
 kve_status lm_forward(lm_state *s, int32_t token);
+
+/* The tokens a block of lm_forward_batch holds when lm_options.batch is 0. */
+enum { LM_BATCH = 64 };
+
+/* Called by lm_forward_batch once per token, in order: i its index in the
+ * call's tokens, logits (V) those after it. */
+typedef void (*lm_logits_fn)(void *user, size_t i, const float *logits);
+
+/* Decodes tokens[0 .. n) with the results of n calls of lm_forward, bit
+ * for bit: the same logits, caches, policies' decisions and position, for
+ * every weight type, products, policy and thread count. Tokens go in blocks
+ * of opt.batch (LM_BATCH when 0): per layer every block token's products at
+ * once (lm_matmat: each weight read once for the block, each token's value
+ * the bits lm_matvec gives it), then attention, the policies' steps and
+ * evictions token by token in order, as lm_forward runs them; then the
+ * next layer. A block is one token (lm_forward itself) where that order
+ * would change a result or a call's order (docs/decoder.md, "Prompts in
+ * blocks"): with on_attention or on_qk set (called in token order), and
+ * while policies are stepped under same_positions (a step at position t + 1
+ * waits for every layer's eviction at t) or evict with share_heads (a
+ * shared layer's arena is laid out step by step).
+ * fn (may be NULL) gets each token's logits, block by block after each
+ * block; s->logits holds the last token's.
+ * Refuses KVE_EINVAL (nothing changed) for NULL s, NULL tokens with n > 0, a
+ * broken decoder, a token outside [0, V) (all checked first) and positions
+ * past INT32_MAX. KVE_ENOMEM for the block's buffers and caches (taken
+ * before a block starts, room for every key the block can add): the tokens
+ * of earlier blocks are decoded, the state is as after them and fn has seen
+ * them. A failure inside a block (KVE_ERANGE, as lm_forward's, a policy's
+ * refusal, or a cache that must still grow there) leaves the state broken;
+ * its message names the first failure in the block's order (layer by
+ * layer), which may be another (position, layer) than token by token's.
+ * Memory: the block buffers, about B * (4 D + 2 F + V) floats. */
+kve_status lm_forward_batch(lm_state *s, const int32_t *tokens, size_t n, lm_logits_fn fn,
+                            void *user);
 
 /* Prefill: decodes the prompt tokens[0 .. n) from position 0 of a fresh
  * decoder (one with a policy, at position 0) with every key kept, then
@@ -1111,6 +1186,23 @@ typedef struct lm_product {
 } lm_product;
 void lm_matvec(lm_pool *pool, const lm_product *p, size_t n, const float *x, const lm_q8 *xq);
 
+/* Matrix-matrix products: nc input columns x (nc, cols), column c at x + c
+ * * cols (xq[c] its quantized form when w needs one, else xq NULL), and
+ * out[c * ldo + (r - r0)] = (row r of w) . column c for r0 <= r < r1:
+ * every value the bits lm_matvec_rows gives that row and column on `isa`,
+ * by the same operations in the same order, while each weight is read
+ * once for all nc columns (tiles of rows and columns, a row dequantized
+ * once for every column). A type or order without a tile kernel runs
+ * lm_matvec_rows column by column. tests/test_lm_matvec.c holds each to
+ * lm_matvec_rows and lm_matvec_ref. */
+void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t nc, float *out,
+                    size_t ldo, size_t r0, size_t r1, lm_isa isa);
+/* lm_matvec for nc columns: p[k].out (nc, rows of w_k), column c at
+ * p[k].out + c * rows; the rows split over `pool` as lm_matvec splits them,
+ * the caller alone below 2^20 weights times columns. */
+void lm_matmat(lm_pool *pool, const lm_product *p, size_t n, const float *x, const lm_q8 *xq,
+               size_t nc);
+
 /* Kept positions of (layer, KV head) now. */
 size_t lm_state_kept(const lm_state *s, int32_t layer, int32_t kv_head);
 
@@ -1145,12 +1237,13 @@ kve_status lm_layer_spread(const lm_model *m, const int32_t *tokens, size_t n, s
 /* For decode.c: the layer budgets and bank options of a new state (s->spec
  * and s->opt set; fills s->layer_budget and s->budget, and s->arena with
  * share_heads), the spec the bank is built from (its budget the largest
- * layer budget, which sizes its slots), and room for one more key in every
- * cache of layer l of a shared state (the arena laid out again or grown,
- * all or nothing). */
+ * layer budget, which sizes its slots), and room for `extra` more keys in
+ * every cache of layer l of a shared state (1 before a step; a block's
+ * tokens before a block that evicts nothing), the arena laid out again or
+ * grown, all or nothing. */
 kve_status lm__budgets_init(lm_state *s);
 kve_status lm__bank_spec(const lm_state *s, char *out, size_t cap);
-kve_status lm__arena_reserve(lm_state *s, size_t l);
+kve_status lm__arena_reserve(lm_state *s, size_t l, size_t extra);
 void lm__arena_free(lm_state *s);
 
 /* ---- sampling (sample.c, docs/decoder.md "Sampling") ------------------------

@@ -70,10 +70,30 @@ static int has_f16c(void)
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
 
+/* FMA, and AVX-512 VNNI (cpuid leaf 7, ECX bit 11: lm_matmat's AVX-512
+ * kernels), asked once (racing first calls store the same answer). */
+static atomic_int fma_known = -1, vnni_known = -1;
+
 static int has_fma(void)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("fma");
+    int v = atomic_load_explicit(&fma_known, memory_order_relaxed);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("fma") != 0;
+        atomic_store_explicit(&fma_known, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+static int has_vnni(void)
+{
+    int v = atomic_load_explicit(&vnni_known, memory_order_relaxed);
+    if (v < 0) {
+        unsigned a, b, c, d;
+        v = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11)) != 0;
+        atomic_store_explicit(&vnni_known, v, memory_order_relaxed);
+    }
+    return v;
 }
 #endif
 
@@ -225,6 +245,79 @@ static float block_max(const float *x, size_t b, float *big)
     return amax;
 }
 
+/* One block of b (32: Q8_0, 256: Q8_K) of lm_llama_quantize: q, xt (b), d
+ * (b / 32), *s (Q8_0's sum; may be NULL). */
+static void quant_block_ref(lm_llama_in kind, const float *v, size_t b, int8_t *q, float *xt,
+                            float *d, float *s)
+{
+    float big, dd = 0.0f, id = 0.0f, raw = 0.0f;
+    const float amax = block_max(v, b, &big);
+    if (kind == LM_IN_Q8_0) /* d = float16(amax / 127), q = x * (127 / amax) */
+        raw = amax / 127.0f, dd = lm_f16_round(raw), id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    else if (amax != 0.0f) /* s = -127 / m, d = 1 / s */
+        id = -127.0f / big, dd = 1.0f / id;
+    int32_t sum = 0;
+    for (size_t j = 0; j < b; j++) {
+        const long r = amax != amax ? 0 : lrintf(v[j] * id); /* ties to even */
+        const int8_t qq = (int8_t)(r > 127 ? 127 : r < -128 ? -128 : r);
+        q[j] = qq, sum += qq;
+        xt[j] = amax != amax ? NAN : (float)qq * dd;
+    }
+    for (size_t g = 0; g < b / 32; g++) /* Q8_K's d over its 8 groups of 32 */
+        d[g] = amax != amax ? NAN : dd;
+    if (s && kind == LM_IN_Q8_0)
+        *s = amax != amax ? NAN : lm_f16_round(raw * (float)sum);
+}
+
+#if LM_X86
+/* quant_block_ref of a block whose values are all finite (0 returned, and
+ * nothing written, otherwise) sixteen at a time: the largest magnitude and
+ * its first entry, then the same products rounded to the nearest, ties to
+ * even (the rounding mode lrintf uses), clamped, and their q * d. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c"))) static int
+quant_block_512(lm_llama_in kind, const float *v, size_t b, int8_t *q, float *xt, float *d,
+                float *s)
+{
+    const __m512 lim = _mm512_set1_ps(3.40282347e38f);
+    __m512 m = _mm512_setzero_ps();
+    for (size_t j = 0; j < b; j += 16) {
+        const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(v + j));
+        if (_mm512_cmp_ps_mask(a, lim, _CMP_LE_OQ) != 0xFFFF) /* NaN or an infinity */
+            return 0;
+        m = _mm512_max_ps(m, a);
+    }
+    const float amax = _mm512_reduce_max_ps(m);
+    float big = 0.0f;
+    for (size_t j = 0; j < b; j += 16) {
+        const __mmask16 at =
+            _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(v + j)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+        if (at) {
+            big = v[j + (size_t)__builtin_ctz(at)];
+            break;
+        }
+    }
+    float dd = 0.0f, id = 0.0f, raw = 0.0f;
+    if (kind == LM_IN_Q8_0)
+        raw = amax / 127.0f, dd = lm_f16_round(raw), id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    else if (amax != 0.0f)
+        id = -127.0f / big, dd = 1.0f / id;
+    const __m512 idv = _mm512_set1_ps(id), ddv = _mm512_set1_ps(dd);
+    __m512i sum = _mm512_setzero_si512();
+    for (size_t j = 0; j < b; j += 16) {
+        __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + j), idv));
+        r = _mm512_max_epi32(_mm512_min_epi32(r, _mm512_set1_epi32(127)), _mm512_set1_epi32(-128));
+        _mm_storeu_si128((__m128i *)(void *)(q + j), _mm512_cvtepi32_epi8(r));
+        _mm512_storeu_ps(xt + j, _mm512_mul_ps(_mm512_cvtepi32_ps(r), ddv));
+        sum = _mm512_add_epi32(sum, r);
+    }
+    for (size_t g = 0; g < b / 32; g++)
+        d[g] = dd;
+    if (s && kind == LM_IN_Q8_0)
+        *s = lm_f16_round(raw * (float)_mm512_reduce_add_epi32(sum));
+    return 1;
+}
+#endif
+
 void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, int8_t *q, float *d,
                        float *s)
 {
@@ -239,33 +332,23 @@ void lm_llama_quantize(lm_llama_in kind, const float *x, size_t n, float *xt, in
             xt[i] = lm_bf16_to_f32(lm_f32_to_bf16(x[i]));
         return;
     }
-    const size_t b = kind == LM_IN_Q8_0 ? 32 : 256; /* LM_IN_Q8_0, LM_IN_Q8_K */
-    if (kind == LM_IN_Q8_0 || kind == LM_IN_Q8_K) {
-        for (size_t k = 0; k < n / b; k++) {
-            const float *v = x + b * k;
-            float big, dd = 0.0f, id = 0.0f, raw = 0.0f;
-            const float amax = block_max(v, b, &big);
-            if (kind == LM_IN_Q8_0) /* d = float16(amax / 127), q = x * (127 / amax) */
-                raw = amax / 127.0f, dd = lm_f16_round(raw),
-                id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            else if (amax != 0.0f) /* s = -127 / m, d = 1 / s */
-                id = -127.0f / big, dd = 1.0f / id;
-            int32_t sum = 0;
-            for (size_t j = 0; j < b; j++) {
-                const long r = amax != amax ? 0 : lrintf(v[j] * id); /* ties to even */
-                const int8_t qq = (int8_t)(r > 127 ? 127 : r < -128 ? -128 : r);
-                q[b * k + j] = qq, sum += qq;
-                xt[b * k + j] = amax != amax ? NAN : (float)qq * dd;
-            }
-            for (size_t g = 0; g < b / 32; g++) /* Q8_K's d over its 8 groups of 32 */
-                d[b / 32 * k + g] = amax != amax ? NAN : dd;
-            if (s && kind == LM_IN_Q8_0)
-                s[k] = amax != amax ? NAN : lm_f16_round(raw * (float)sum);
-        }
+    if (kind != LM_IN_Q8_0 && kind != LM_IN_Q8_K) {
+        if (xt != x) /* LM_IN_F32, LM_IN_NATIVE: as it is */
+            memcpy(xt, x, n * sizeof *xt);
         return;
     }
-    if (xt != x) /* LM_IN_F32, LM_IN_NATIVE: as it is */
-        memcpy(xt, x, n * sizeof *xt);
+    const size_t b = kind == LM_IN_Q8_0 ? 32 : 256;
+#if LM_X86
+    const int wide = lm_isa_active() == LM_ISA_AVX512;
+#endif
+    for (size_t k = 0; k < n / b; k++) {
+        float *sk = s && kind == LM_IN_Q8_0 ? s + k : NULL;
+#if LM_X86
+        if (wide && quant_block_512(kind, x + b * k, b, q + b * k, xt + b * k, d + b / 32 * k, sk))
+            continue;
+#endif
+        quant_block_ref(kind, x + b * k, b, q + b * k, xt + b * k, d + b / 32 * k, sk);
+    }
 }
 
 /* ---- float16 rounding of vectors (llama.cpp's cache and attention) ---- */
@@ -312,6 +395,7 @@ __attribute__((target("avx2,f16c,fma"))) static void f16_mad_avx2(float *out, co
                                                              _mm256_loadu_ps(out + j))));
     f16_mad_ref(out + j, v + j, s, n - j);
 }
+
 #endif
 
 void lm_f16_round_n(float *x, size_t n)
@@ -334,6 +418,111 @@ void lm_f16_mad(float *out, const float *v, float s, size_t n)
     }
 #endif
     f16_mad_ref(out, v, s, n);
+}
+
+/* ---- llama.cpp's SwiGLU (lm_swiglu_llama) ---- */
+
+/* exp as ggml's AVX-512 builds compute it (ggml_v_expf), lane by lane with
+ * fused multiply-adds: n = round(x / ln 2), b = x - n ln 2 in two parts, a
+ * polynomial in b, scaled by 2^n; beyond |n| > 192, 0 or infinity. The
+ * AVX2 builds' (avx2 = 1): the polynomial's last term b c1 rather than 1 +
+ * b c1, then k + k j with k = 2^n from the bits of z; past |n| > 126 two
+ * scales s1 s2 (s2 + s2 j) s1, past 192 s1 s1. */
+static float expf_ggml(float x, int avx2)
+{
+    const float r = 0x1.8p23f, z = fmaf(x, 0x1.715476p+0f, r), n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (n != n) /* NaN in, NaN out (before the cast below) */
+        return n;
+    const float u = b * b;
+    const float p = fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                         fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f));
+    if (!avx2) {
+        if (fabsf(n) > 192.0f)
+            return n <= 0.0f ? 0.0f : INFINITY;
+        return ldexpf(fmaf(p, u, fmaf(0x1.ffffecp-1f, b, 1.0f)), (int)n); /* _mm512_scalef_ps */
+    }
+    const float j = fmaf(p, u, 0x1.ffffecp-1f * b);
+    uint32_t zb, one = 0x3f800000u;
+    memcpy(&zb, &z, sizeof zb);
+    const uint32_t e = zb << 23, kb = e + one, g = n <= 0.0f ? 0x82000000u : 0;
+    const uint32_t s1b = g + 0x7f000000u, s2b = e - g;
+    float k, s1, s2;
+    memcpy(&k, &kb, sizeof k);
+    memcpy(&s1, &s1b, sizeof s1);
+    memcpy(&s2, &s2b, sizeof s2);
+    if (fabsf(n) > 192.0f)
+        return s1 * s1;
+    if (fabsf(n) > 126.0f)
+        return fmaf(s2, j, s2) * s1;
+    return fmaf(k, j, k);
+}
+
+/* h[i] = silu(h[i]) * g[i] as ggml_vec_swiglu_f32: silu(x) = x / (1 +
+ * expf_ggml(-x)) in whole groups of 16 (AVX2: 8), the leftover with the C
+ * library's expf (ggml_silu_f32). */
+static void swiglu_ref(float *h, const float *g, size_t n, lm_llama_cpu cpu)
+{
+    const int avx2 = cpu == LM_LLAMA_CPU_AVX2;
+    const size_t whole = n & ~(size_t)(avx2 ? 7 : 15);
+    size_t i = 0;
+    for (; i < whole; i++)
+        h[i] = h[i] / (1.0f + expf_ggml(0.0f - h[i], avx2)) * g[i];
+    for (; i < n; i++)
+        h[i] = h[i] / (1.0f + expf(-h[i])) * g[i];
+}
+
+#if LM_X86
+/* swiglu_ref's whole groups sixteen lanes at a time for the AVX-512
+ * variants, ggml_v_expf's own instructions (the fused multiply-adds of
+ * expf_ggml; _mm512_scalef_ps, which ldexpf's exact scaling equals; NaN
+ * lanes keep n, as expf_ggml returns it): the same bits. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma"))) static void
+swiglu_512(float *h, const float *g, size_t n)
+{
+    const size_t whole = n & ~(size_t)15;
+    const __m512 r = _mm512_set1_ps(0x1.8p23f), one = _mm512_set1_ps(1.0f);
+    const __m512 zero = _mm512_setzero_ps();
+    for (size_t i = 0; i < whole; i += 16) {
+        const __m512 hv = _mm512_loadu_ps(h + i), x = _mm512_sub_ps(zero, hv);
+        const __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r), r);
+        const __m512 b = _mm512_fnmadd_ps(nn, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                          _mm512_fnmadd_ps(nn, _mm512_set1_ps(0x1.62e4p-1f), x));
+        const __m512 u = _mm512_mul_ps(b, b);
+        const __m512 j = _mm512_fmadd_ps(
+            _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b,
+                                            _mm512_set1_ps(0x1.573e2ep-5f)),
+                            u,
+                            _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b,
+                                            _mm512_set1_ps(0x1.fffdb6p-2f))),
+            u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, one));
+        __m512 e = _mm512_scalef_ps(j, nn);
+        const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(nn), _mm512_set1_ps(192.0f),
+                                                 _CMP_GT_OQ);
+        const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(nn, zero, _CMP_LE_OQ),
+                                                _mm512_set1_ps(INFINITY), zero);
+        e = _mm512_mask_blend_ps(big, e, alt);
+        e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(nn, nn, _CMP_UNORD_Q), e, nn);
+        _mm512_storeu_ps(h + i, _mm512_mul_ps(_mm512_div_ps(hv, _mm512_add_ps(one, e)),
+                                              _mm512_loadu_ps(g + i)));
+    }
+    swiglu_ref(h + whole, g + whole, n - whole, LM_LLAMA_CPU_AVX512);
+}
+#endif
+
+void lm_swiglu_llama(float *h, const float *g, size_t n, lm_llama_cpu cpu)
+{
+    if (cpu == LM_LLAMA_CPU_AUTO)
+        cpu = lm_llama_cpu_detect();
+#if LM_X86
+    /* the AVX-512 variants' exp sixteen lanes at a time; the AVX2 variant's
+     * (its own exp and groups of 8) by the reference */
+    if (cpu != LM_LLAMA_CPU_AVX2 && lm_isa_active() == LM_ISA_AVX512 && has_fma()) {
+        swiglu_512(h, g, n);
+        return;
+    }
+#endif
+    swiglu_ref(h, g, n, cpu);
 }
 
 /* ---- the references ---- */
@@ -770,6 +959,9 @@ static float ref_dot_bf16(const unsigned char *row, const float *x, size_t n, lm
 #undef W
 }
 
+static float dot_f16_ref(const float *x, const float *y, const unsigned char *yh, size_t n,
+                         lm_llama_cpu cpu);
+
 /* A row in llama.cpp's order (lm_q8.fused). */
 static float ref_dot_llama(const lm_matrix *w, size_t r, const float *x, const lm_q8 *xq)
 {
@@ -778,7 +970,7 @@ static float ref_dot_llama(const lm_matrix *w, size_t r, const float *x, const l
     const llama_order ord = order_of(w, cpu);
     switch (ord) {
     case ORD_F32: return ref_dot_f32((const float *)(const void *)row, x, w->cols, cpu);
-    case ORD_F16: return lm_dot_f16(x, NULL, row, w->cols, cpu);
+    case ORD_F16: return dot_f16_ref(x, NULL, row, w->cols, cpu);
     case ORD_BF16: return ref_dot_bf16(row, x, w->cols, cpu);
     case ORD_VEC32: case ORD_IQ4NL: case ORD_REPACK32: return ref_dot_32(w, r, xq, ord);
     case ORD_KLANES: case ORD_REPACKK: return ref_dot_k(w, r, xq, ord == ORD_REPACKK);
@@ -830,12 +1022,113 @@ static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
     return combine(acc, 0.0f);
 }
 
-float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n,
-                 lm_llama_cpu cpu)
+#if LM_X86
+/* lm_dot_f16's whole steps (np elements, steps of 4 L) on the vector unit:
+ * the four accumulators of L lanes each one register (fused multiply-adds
+ * of exact products round as the reference's multiply and add), added (0 +
+ * 2) + (1 + 3) and reduced by REDUCE in the reference's order: the same
+ * float before the leftover. L = 16 for the AVX-512 variants (reduce16),
+ * 8 for the AVX2 one (reduce8). */
+#define LM_DOT_F16_STEPS(NAME, TARGET, L, VEC, ZERO, LOAD_X, LOAD_H, FMA, ADD, REDUCE)           \
+    TARGET static inline float NAME(const float *x, const float *y, const unsigned char *yh,    \
+                                    size_t np)                                                  \
+    {                                                                                           \
+        VEC a[4] = {ZERO, ZERO, ZERO, ZERO};                                                    \
+        for (size_t i = 0; i < np; i += 4 * (L))                                                \
+            for (size_t k = 0; k < 4; k++) {                                                    \
+                const size_t e = i + (L) * k;                                                   \
+                const VEC yv = yh ? LOAD_H(yh + 2 * e) : LOAD_X(y + e);                         \
+                a[k] = FMA(LOAD_X(x + e), yv, a[k]);                                            \
+            }                                                                                   \
+        return REDUCE(ADD(ADD(a[0], a[2]), ADD(a[1], a[3])));                                   \
+    }
+
+#define LM_F16_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma")))
+#define LM_F16_256 __attribute__((target("avx2,f16c,fma")))
+
+/* reduce16's order on a register: the halves added lane by lane twice, then
+ * lanes 0 + 2 and 1 + 3, then those two. */
+LM_F16_512 static inline float reduce16_512(__m512 s)
+{
+    const __m256 t = _mm256_add_ps(_mm512_extractf32x8_ps(s, 1), _mm512_castps512_ps256(s));
+    const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u)); /* u0 + u2, u1 + u3 */
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+}
+
+/* reduce8's: the halves added lane by lane, then two horizontal adds. */
+LM_F16_256 static inline float reduce8_256(__m256 s)
+{
+    const __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    const __m128 u = _mm_hadd_ps(t, t); /* t0 + t1, t2 + t3 */
+    return _mm_cvtss_f32(_mm_hadd_ps(u, u));
+}
+
+LM_F16_512 static inline __m512 f16_h512(const unsigned char *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+
+LM_F16_256 static inline __m256 f16_h256(const unsigned char *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+LM_DOT_F16_STEPS(dot_f16_steps_512, LM_F16_512, 16, __m512, _mm512_setzero_ps(), _mm512_loadu_ps,
+                 f16_h512, _mm512_fmadd_ps, _mm512_add_ps, reduce16_512)
+LM_DOT_F16_STEPS(dot_f16_steps_256, LM_F16_256, 8, __m256, _mm256_setzero_ps(), _mm256_loadu_ps,
+                 f16_h256, _mm256_fmadd_ps, _mm256_add_ps, reduce8_256)
+#endif
+
+/* lm_dot_f16's whole steps (*np elements) by the vector unit where `cpu`'s
+ * lanes have a kernel on the active instruction set: 1 and *sum their
+ * reduced float; 0 (nothing done) otherwise. */
+static int dot_f16_steps(const float *x, const float *y, const unsigned char *yh, size_t n,
+                         lm_llama_cpu cpu, size_t *np, float *sum)
+{
+#if LM_X86
+    const lm_isa isa = lm_isa_active();
+    if (isa == LM_ISA_SCALAR || !has_fma())
+        return 0;
+    if (cpu == LM_LLAMA_CPU_AVX2) {
+        *np = n & ~(size_t)31;
+        *sum = dot_f16_steps_256(x, y, yh, *np);
+        return 1;
+    }
+    if (isa == LM_ISA_AVX512) {
+        *np = n & ~(size_t)63;
+        *sum = dot_f16_steps_512(x, y, yh, *np);
+        return 1;
+    }
+#else
+    (void)x, (void)y, (void)yh, (void)n, (void)cpu, (void)np, (void)sum;
+#endif
+    return 0;
+}
+
+void lm_dot_f16_keys(const float *x, const float *keys, size_t n, size_t S, float scale,
+                     lm_llama_cpu cpu, float *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float *y = keys + i * S;
+        size_t np;
+        float steps;
+        if (!dot_f16_steps(x, y, NULL, S, cpu, &np, &steps)) {
+            out[i] = dot_f16_ref(x, y, NULL, S, cpu) * scale;
+            continue;
+        }
+        double sum = (double)steps;
+        for (size_t e = np; e < S; e++)
+            sum += (double)(x[e] * y[e]);
+        out[i] = (float)sum * scale;
+    }
+}
+
+/* ggml_vec_dot_f16's order, plainly (lm.h's lm_dot_f16). */
+static float dot_f16_ref(const float *x, const float *y, const unsigned char *yh, size_t n,
+                         lm_llama_cpu cpu)
 {
 #define Y(i) (yh ? lm_f16_to_f32(lm__u16(yh + 2 * (i))) : y[i])
-    if (!yh && !y) /* neither operand: no sum */
-        return NAN;
     const size_t L = cpu == LM_LLAMA_CPU_AVX2 ? 8 : 16, np = n / (4 * L) * (4 * L);
     float acc[4][16] = {{0}};
     for (size_t i = 0; i < np; i++)
@@ -849,6 +1142,21 @@ float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t
         sum += (double)(x[i] * Y(i));
     return (float)sum;
 #undef Y
+}
+
+float lm_dot_f16(const float *x, const float *y, const unsigned char *yh, size_t n,
+                 lm_llama_cpu cpu)
+{
+    if (!yh && !y) /* neither operand: no sum */
+        return NAN;
+    size_t np;
+    float steps;
+    if (!dot_f16_steps(x, y, yh, n, cpu, &np, &steps))
+        return dot_f16_ref(x, y, yh, n, cpu);
+    double sum = (double)steps;
+    for (size_t i = np; i < n; i++)
+        sum += (double)(x[i] * (yh ? lm_f16_to_f32(lm__u16(yh + 2 * i)) : y[i]));
+    return (float)sum;
 }
 
 void lm_matvec_ref(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
@@ -2086,65 +2394,90 @@ __attribute__((target("avx2,f16c,fma"))) static void ints256_rows(const lm_matri
 }
 #endif
 
-void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
-                    size_t r1, lm_isa isa)
+/* The path lm_matvec_rows takes for w against xq on `isa`, which
+ * lm_matmat_rows follows: one place for the conditions. */
+typedef enum mv_path {
+    MV_REF,         /* lm_matvec_ref */
+    MV_KERNEL,      /* kernels[isa][kind(w)]: the exact products */
+    MV_VECDOT,      /* F16 and F32 in llama.cpp's vec_dot order: f16/f32_vecdot(8)_rows(_512) */
+    MV_BF16,        /* bf16_rows */
+    MV_BF16_512,    /* bf16_rows_512 */
+    MV_Q8_0_FUSED,  /* q8_0_fused_rows */
+    MV_INTS32,      /* ints32_rows */
+    MV_Q6_K_FUSED,  /* q6_k_fused_rows(_512) */
+    MV_Q4_K_FUSED,  /* q4_k_fused_rows(_512) */
+    MV_Q4_K_PACKED, /* q4_k_packed_rows_512 */
+    MV_INTS256      /* ints256_rows */
+} mv_path;
+
+static mv_path path_of(const lm_matrix *w, const lm_q8 *xq, lm_isa isa)
 {
-    if (isa == LM_ISA_COUNT)
-        isa = lm_isa_active();
     const lm_llama_cpu cpu = xq ? (lm_llama_cpu)xq->fused : LM_LLAMA_CPU_AUTO;
     const llama_order ord = cpu != LM_LLAMA_CPU_AUTO ? order_of(w, cpu) : ORD_NONE;
     if (ord != ORD_NONE) {
 #if LM_X86
         if (isa != LM_ISA_SCALAR && has_fma()) {
-            const int wide = isa == LM_ISA_AVX512, lanes8 = cpu == LM_LLAMA_CPU_AVX2;
-            if (ord == ORD_F16 || ord == ORD_F32) {
-                (ord == ORD_F16 ? lanes8 ? f16_vecdot8_rows
-                                  : wide ? f16_vecdot_rows_512
-                                         : f16_vecdot_rows
-                 : lanes8 ? f32_vecdot8_rows
-                 : wide   ? f32_vecdot_rows_512
-                          : f32_vecdot_rows)(w, x, out, r0, r1);
-                return;
-            }
-            if (ord == ORD_BF16) {
-                if (cpu != LM_LLAMA_CPU_AVX512_BF16)
-                    bf16_rows(w, x, out, r0, r1, cpu);
-                else if (wide && has_avx512bf16())
-                    bf16_rows_512(w, x, out, r0, r1);
-                else
-                    lm_matvec_ref(w, x, xq, out, r0, r1);
-                return;
-            }
-            if (w->type == LM_Q8_0) {
-                q8_0_fused_rows(w, xq, out, r0, r1);
-                return;
-            }
-            if (ord == ORD_VEC32 || ord == ORD_IQ4NL || ord == ORD_REPACK32) {
-                ints32_rows(w, xq, out, r0, r1);
-                return;
-            }
+            const int wide = isa == LM_ISA_AVX512;
+            if (ord == ORD_F16 || ord == ORD_F32)
+                return MV_VECDOT;
+            if (ord == ORD_BF16)
+                return cpu != LM_LLAMA_CPU_AVX512_BF16 ? MV_BF16
+                       : wide && has_avx512bf16()      ? MV_BF16_512
+                                                       : MV_REF;
+            if (w->type == LM_Q8_0)
+                return MV_Q8_0_FUSED;
+            if (ord == ORD_VEC32 || ord == ORD_IQ4NL || ord == ORD_REPACK32)
+                return MV_INTS32;
             if ((ord == ORD_KLANES || ord == ORD_REPACKK) && w->cols / 256 <= FUSED_BLOCKS) {
-                const int q6 = w->type == LM_Q6_K, q4 = w->type == LM_Q4_K && ord == ORD_REPACKK;
-                if (q4 && wide && w->packed) {
-                    q4_k_packed_rows_512(w, xq, out, r0, r1);
-                    return;
-                }
-                (q6   ? wide ? q6_k_fused_rows_512 : q6_k_fused_rows
-                 : q4 ? wide ? q4_k_fused_rows_512 : q4_k_fused_rows
-                      : ints256_rows)(w, xq, out, r0, r1);
-                return;
+                if (w->type == LM_Q6_K)
+                    return MV_Q6_K_FUSED;
+                if (w->type == LM_Q4_K && ord == ORD_REPACKK)
+                    return wide && w->packed ? MV_Q4_K_PACKED : MV_Q4_K_FUSED;
+                return MV_INTS256;
             }
         }
 #endif
+        return MV_REF;
+    }
+    const int kd = kind(w);
+    return kd >= 0 && (unsigned)isa < LM_ISA_COUNT && kernels[isa][kd] ? MV_KERNEL : MV_REF;
+}
+
+void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *out, size_t r0,
+                    size_t r1, lm_isa isa)
+{
+    if (isa == LM_ISA_COUNT)
+        isa = lm_isa_active();
+    const mv_path path = path_of(w, xq, isa);
+#if LM_X86
+    const int wide = isa == LM_ISA_AVX512;
+    const lm_llama_cpu cpu = xq ? (lm_llama_cpu)xq->fused : LM_LLAMA_CPU_AUTO;
+    const int lanes8 = cpu == LM_LLAMA_CPU_AVX2, f16 = w->type == LM_F16;
+    switch (path) {
+    case MV_VECDOT:
+        (f16 ? lanes8 ? f16_vecdot8_rows
+               : wide ? f16_vecdot_rows_512
+                      : f16_vecdot_rows
+         : lanes8 ? f32_vecdot8_rows
+         : wide   ? f32_vecdot_rows_512
+                  : f32_vecdot_rows)(w, x, out, r0, r1);
+        return;
+    case MV_BF16: bf16_rows(w, x, out, r0, r1, cpu); return;
+    case MV_BF16_512: bf16_rows_512(w, x, out, r0, r1); return;
+    case MV_Q8_0_FUSED: q8_0_fused_rows(w, xq, out, r0, r1); return;
+    case MV_INTS32: ints32_rows(w, xq, out, r0, r1); return;
+    case MV_Q6_K_FUSED: (wide ? q6_k_fused_rows_512 : q6_k_fused_rows)(w, xq, out, r0, r1); return;
+    case MV_Q4_K_FUSED: (wide ? q4_k_fused_rows_512 : q4_k_fused_rows)(w, xq, out, r0, r1); return;
+    case MV_Q4_K_PACKED: q4_k_packed_rows_512(w, xq, out, r0, r1); return;
+    case MV_INTS256: ints256_rows(w, xq, out, r0, r1); return;
+    default: break;
+    }
+#endif
+    if (path != MV_KERNEL) {
         lm_matvec_ref(w, x, xq, out, r0, r1);
         return;
     }
-    int kd = kind(w);
-    kern4_fn f = kd >= 0 && (unsigned)isa < LM_ISA_COUNT ? kernels[isa][kd] : NULL;
-    if (!f) {
-        lm_matvec_ref(w, x, xq, out, r0, r1);
-        return;
-    }
+    const kern4_fn f = kernels[isa][kind(w)];
     const size_t nr = kernel_rows[isa];
     for (size_t r = r0; r < r1; r += nr) {
         size_t ri[8];
@@ -2182,42 +2515,809 @@ void lm_matrix_pack(const lm_matrix *w, unsigned char *dst)
     }
 }
 
+/* ---- matrix-matrix products (lm_matmat) ----
+ *
+ * Tiles of MM_NR rows by up to 4 columns (2 for AVX2's 16 registers), every
+ * (row, column) with its own accumulators doing exactly the operations of
+ * the matvec path that row and column would take (path_of), in its order:
+ *   the float family of the exact products (kernels f32, f16, bf16, q4_0,
+ *     q6_k and deq: weights dequantized exactly, w x summed in lm_matmul's
+ *     8 lanes plus the tail): MM_NR rows dequantized once per span of 256
+ *     columns into a buffer (F16, BF16, Q4_0 and Q6_K by the kernels' own
+ *     vector expressions, the others by lm__dequant_span), then every
+ *     column's lanes over it, kept in memory from span to span (an
+ *     accumulator's sum goes on in order);
+ *   F16 and F32 in llama.cpp's vec_dot order (MV_VECDOT: four accumulators
+ *     of 16 lanes, 8 for the AVX2 variant, fused multiply-adds), the same
+ *     spans, one accumulator of each (row, column) at a time;
+ *   Q8_0 and Q4_K exact, Q8_0, Q4_K (rows in 8s: REPACKK) and Q6_K in
+ *     llama.cpp's order: each block's exact integer sums per (row, column),
+ *     then the path's float operations on them in block order (Q4_K read
+ *     from its packed copy where it has one).
+ * So a value does not depend on its neighbours, the tile or the thread:
+ * lm_matvec_rows's bits (tests/test_lm_matvec.c, every llama.cpp variant).
+ * The other paths (I8G, llama.cpp's BF16, its other block types and Q4_K
+ * with rows not in 8s, the references) run lm_matvec_rows itself column by
+ * column over blocks of rows that stay in the cache meanwhile (64 KB):
+ * each weight read from memory once, and llama.cpp's orders followed by
+ * construction wherever they change. */
+
+#if LM_X86
+enum { MM_NR = 4, MM_SPAN = 256, MM_COLS = 64 };
+
+/* Elements [s, s + c) of row r of w as float32, lm__dequant_span's values
+ * exactly (the vector kernels' own expressions of them): into buf, or for
+ * F32 the row itself. */
+LM_INLINE_AVX2 const float *mm_deq(const lm_matrix *w, size_t r, size_t s, size_t c, float *buf)
+{
+    const unsigned char *row = (const unsigned char *)w->data + r * w->row_bytes;
+    size_t i = 0;
+    switch (w->type) {
+    case LM_F32:
+        return (const float *)(const void *)row + s;
+    case LM_F16:
+    case LM_BF16: {
+        const int bf = w->type == LM_BF16;
+        for (; i + 8 <= c; i += 8)
+            _mm256_storeu_ps(buf + i, bf ? load_bf16(row + 2 * (s + i)) : load_f16(row + 2 * (s + i)));
+        for (; i < c; i++) {
+            const uint16_t h = lm__u16(row + 2 * (s + i));
+            buf[i] = bf ? lm_bf16_to_f32(h) : half(h);
+        }
+        return buf;
+    }
+    case LM_Q4_0: {
+        const __m256i m4 = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
+        for (; i < c; i += 32) { /* (nibble - 8) * d, as k_q4_0 */
+            const unsigned char *blk = row + 18 * ((s + i) / 32);
+            const __m256 d = _mm256_set1_ps(half(F16(blk)));
+            const __m256i lo = bytes8(blk + 2), hi = bytes8(blk + 10);
+            const __m256i q[4] = {_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m4),
+                                  _mm256_srli_epi32(lo, 4), _mm256_srli_epi32(hi, 4)};
+            for (int k = 0; k < 4; k++)
+                _mm256_storeu_ps(buf + i + 8 * k,
+                                 _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], eight)), d));
+        }
+        return buf;
+    }
+    case LM_Q6_K: {
+        const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3);
+        const __m256i k32 = _mm256_set1_epi32(32);
+        for (; i < c; i += 256) { /* (d * sc) * (q - 32), as k_q6_k */
+            const unsigned char *blk = row + 210 * ((s + i) / 256);
+            const float dk = half(F16(blk + 208));
+            for (size_t h = 0; h < 2; h++)
+                for (size_t run = 0; run < 4; run++)
+                    for (size_t q8 = 0; q8 < 4; q8++) {
+                        const unsigned char *ql = blk + 64 * h + 32 * (run % 2) + 8 * q8;
+                        const unsigned char *qh = blk + 128 + 32 * h + 8 * q8;
+                        const int8_t sc = (int8_t)blk[192 + 8 * h + 2 * run + q8 / 2];
+                        __m256i lo = bytes8(ql);
+                        lo = run < 2 ? _mm256_and_si256(lo, m4) : _mm256_srli_epi32(lo, 4);
+                        const __m256i hi =
+                            _mm256_and_si256(_mm256_srli_epi32(bytes8(qh), (int)(2 * run)), m2);
+                        const __m256i q =
+                            _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), k32);
+                        _mm256_storeu_ps(buf + i + 128 * h + 32 * run + 8 * q8,
+                                         _mm256_mul_ps(_mm256_set1_ps(dk * (float)sc),
+                                                       _mm256_cvtepi32_ps(q)));
+                    }
+        }
+        return buf;
+    }
+    default:
+        lm__dequant_span(w, r, s, c, buf);
+        return buf;
+    }
+}
+
+/* The float family's tile: nc (<= 4) columns of x (column j at x + j * ldx)
+ * against the MM_NR rows wp over len elements (a multiple of 8); acc
+ * (MM_NR, lda, 8): each (row, column)'s 8 lanes, lane e += w[i] * x[i] for
+ * i = e mod 8, in order: k_f32's operations. */
+LM_INLINE_AVX2 void mm_tile8(const int nc, const float *const wp[MM_NR], const float *x,
+                             size_t ldx, size_t len, float *acc, size_t lda)
+{
+    __m256 a[MM_NR][4];
+    for (int k = 0; k < MM_NR; k++)
+        for (int j = 0; j < nc; j++)
+            a[k][j] = _mm256_loadu_ps(acc + ((size_t)k * lda + (size_t)j) * 8);
+    for (size_t i = 0; i < len; i += 8) {
+        __m256 wv[MM_NR];
+        for (int k = 0; k < MM_NR; k++)
+            wv[k] = _mm256_loadu_ps(wp[k] + i);
+        for (int j = 0; j < nc; j++) {
+            const __m256 xv = _mm256_loadu_ps(x + (size_t)j * ldx + i);
+            for (int k = 0; k < MM_NR; k++)
+                a[k][j] = madd8(a[k][j], wv[k], xv);
+        }
+    }
+    for (int k = 0; k < MM_NR; k++)
+        for (int j = 0; j < nc; j++)
+            _mm256_storeu_ps(acc + ((size_t)k * lda + (size_t)j) * 8, a[k][j]);
+}
+
+/* llama.cpp's vec_dot order (MV_VECDOT) over a span: accumulator a (of
+ * 4) of each of the MM_NR rows by nc (<= 4) columns, its L lanes taking
+ * elements i = a L + 4 L t + e by fused multiply-adds, one accumulator at a
+ * time (each is a sum of its own: the same operations in the same order as
+ * the row kernels' four together); len a multiple of 4 L; acc (MM_NR, lda,
+ * 4, L). */
+#define MM_VECDOT_TILE(NAME, TARGET, L, VEC, LOAD, STORE, FMA)                                    \
+    TARGET static inline void NAME(const int nc, const float *const wp[MM_NR], const float *x,   \
+                                   size_t ldx, size_t len, float *acc, size_t lda)                \
+    {                                                                                             \
+        for (size_t a = 0; a < 4; a++) {                                                          \
+            VEC s[MM_NR][4];                                                                      \
+            for (int k = 0; k < MM_NR; k++)                                                       \
+                for (int j = 0; j < nc; j++)                                                      \
+                    s[k][j] = LOAD(acc + (((size_t)k * lda + (size_t)j) * 4 + a) * (L));          \
+            for (size_t i = (L) * a; i < len; i += 4 * (L)) {                                     \
+                VEC wv[MM_NR];                                                                    \
+                for (int k = 0; k < MM_NR; k++)                                                   \
+                    wv[k] = LOAD(wp[k] + i);                                                      \
+                for (int j = 0; j < nc; j++) {                                                    \
+                    const VEC xv = LOAD(x + (size_t)j * ldx + i);                                 \
+                    for (int k = 0; k < MM_NR; k++)                                               \
+                        s[k][j] = FMA(wv[k], xv, s[k][j]);                                        \
+                }                                                                                 \
+            }                                                                                     \
+            for (int k = 0; k < MM_NR; k++)                                                       \
+                for (int j = 0; j < nc; j++)                                                      \
+                    STORE(acc + (((size_t)k * lda + (size_t)j) * 4 + a) * (L), s[k][j]);          \
+        }                                                                                         \
+    }
+
+#define LM_MM_FMA256 __attribute__((always_inline, target("avx2,f16c,fma")))
+#define LM_MM_FMA512                                                                              \
+    __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma")))
+MM_VECDOT_TILE(mm_vecdot8_tile, LM_MM_FMA256, 8, __m256, _mm256_loadu_ps, _mm256_storeu_ps,
+               _mm256_fmadd_ps)
+MM_VECDOT_TILE(mm_vecdot8_tile_512, LM_MM_FMA512, 8, __m256, _mm256_loadu_ps, _mm256_storeu_ps,
+               _mm256_fmadd_ps)
+MM_VECDOT_TILE(mm_vecdot16_tile_512, LM_MM_FMA512, 16, __m512, _mm512_loadu_ps, _mm512_storeu_ps,
+               _mm512_fmadd_ps)
+
+/* F16 and F32 in llama.cpp's vec_dot order over rows [r0, r1) and nc
+ * columns, TN columns a tile (TILE, of L lanes): a column chunk of MM_COLS
+ * at a time, MM_NR rows converted once a span of VD_SPAN (mm_deq: float16
+ * to float32 exactly, float32 as it is; a span long enough that the tile's
+ * sums, loaded and stored once a span and accumulator, cost little beside
+ * its multiply-adds); per (row, column) the four accumulators combined (0
+ * + 2) + (1 + 3) and reduced as lm_dot_f16 and ref_dot_f32 do, then the
+ * leftover past the whole steps (within the last span: VD_SPAN is a
+ * multiple of 4 L) as tail_f16 (in double) or tail_f32 (fused into the
+ * float) do it: the row kernels' bits. */
+enum { VD_SPAN = 512 };
+#define MM_VECDOT_BODY(TN, L, TILE)                                                               \
+    const size_t n = w->cols, np = n / (4 * (L)) * (4 * (L));                                     \
+    const int f32 = w->type == LM_F32;                                                            \
+    float wbuf[MM_NR][VD_SPAN], acc[MM_NR * MM_COLS * 4 * (L)];                                   \
+    for (size_t c0 = 0; c0 < nc; c0 += MM_COLS) {                                                 \
+        const size_t cn = nc - c0 < MM_COLS ? nc - c0 : MM_COLS;                                  \
+        const float *xc = x + c0 * n;                                                             \
+        for (size_t r = r0; r < r1; r += MM_NR) {                                                 \
+            memset(acc, 0, MM_NR * cn * 4 * (L) * sizeof *acc);                                   \
+            const float *wp[MM_NR];                                                               \
+            size_t s = 0;                                                                         \
+            for (size_t at = 0; at < n; at += VD_SPAN) {                                          \
+                const size_t cnt = n - at < VD_SPAN ? n - at : VD_SPAN;                           \
+                const size_t len = np > at ? (np - at < cnt ? np - at : cnt) : 0;                 \
+                for (size_t k = 0; k < MM_NR; k++) /* past the range: the last row again */       \
+                    wp[k] = mm_deq(w, r + k < r1 ? r + k : r1 - 1, at, cnt, wbuf[k]);             \
+                size_t j = 0;                                                                     \
+                for (; j + (TN) <= cn; j += (TN))                                                 \
+                    TILE((TN), wp, xc + j * n + at, n, len, acc + j * 4 * (L), cn);               \
+                for (; j < cn; j++)                                                               \
+                    TILE(1, wp, xc + j * n + at, n, len, acc + j * 4 * (L), cn);                  \
+                s = at;                                                                           \
+            }                                                                                     \
+            for (size_t k = 0; k < MM_NR && r + k < r1; k++)                                      \
+                for (size_t jj = 0; jj < cn; jj++) {                                              \
+                    const float *a = acc + (k * cn + jj) * 4 * (L), *xj = xc + jj * n;            \
+                    float t[16];                                                                  \
+                    for (size_t e = 0; e < (L); e++)                                              \
+                        t[e] = (a[e] + a[2 * (L) + e]) + (a[(L) + e] + a[3 * (L) + e]);           \
+                    const float red = (L) == 8 ? reduce8(t) : reduce16(t);                        \
+                    float v;                                                                      \
+                    if (f32) {                                                                    \
+                        v = red;                                                                  \
+                        for (size_t e = np; e < n; e++)                                           \
+                            v = fmaf(xj[e], wp[k][e - s], v);                                     \
+                    } else {                                                                      \
+                        double sum = (double)red;                                                 \
+                        for (size_t e = np; e < n; e++)                                           \
+                            sum += (double)(xj[e] * wp[k][e - s]);                                \
+                        v = (float)sum;                                                           \
+                    }                                                                             \
+                    out[(c0 + jj) * ldo + r + k - r0] = v;                                        \
+                }                                                                                 \
+        }                                                                                         \
+    }
+
+/* The float family over rows [r0, r1) and nc columns, TN columns a tile
+ * (mm_tile8); a column chunk of MM_COLS at a time, MM_NR rows dequantized
+ * once a span. */
+#define MM_FLOAT_BODY(TN)                                                                         \
+    const size_t n = w->cols, n8 = n & ~(size_t)7;                                                \
+    float wbuf[MM_NR][MM_SPAN], tail[MM_NR][MM_COLS], acc[MM_NR * MM_COLS * 8];                   \
+    for (size_t c0 = 0; c0 < nc; c0 += MM_COLS) {                                                 \
+        const size_t cn = nc - c0 < MM_COLS ? nc - c0 : MM_COLS;                                  \
+        const float *xc = x + c0 * n;                                                             \
+        for (size_t r = r0; r < r1; r += MM_NR) {                                                 \
+            memset(acc, 0, MM_NR * cn * 8 * sizeof *acc);                                   \
+            memset(tail, 0, sizeof tail);                                                         \
+            for (size_t s = 0; s < n; s += MM_SPAN) {                                             \
+                const size_t cnt = n - s < MM_SPAN ? n - s : MM_SPAN;                             \
+                const size_t len = n8 > s ? (n8 - s < cnt ? n8 - s : cnt) : 0;                    \
+                const float *wp[MM_NR];                                                           \
+                for (size_t k = 0; k < MM_NR; k++) /* past the range: the last row again */       \
+                    wp[k] = mm_deq(w, r + k < r1 ? r + k : r1 - 1, s, cnt, wbuf[k]);              \
+                size_t j = 0;                                                                     \
+                for (; j + (TN) <= cn; j += (TN))                                                 \
+                    mm_tile8((TN), wp, xc + j * n + s, n, len, acc + j * 8, cn);                    \
+                for (; j < cn; j++)                                                               \
+                    mm_tile8(1, wp, xc + j * n + s, n, len, acc + j * 8, cn);                       \
+                for (size_t i = len; i < cnt; i++) /* the n mod 8 last products, in order */      \
+                    for (size_t k = 0; k < MM_NR; k++)                                            \
+                        for (size_t jj = 0; jj < cn; jj++)                                        \
+                            tail[k][jj] += wp[k][i] * xc[jj * n + s + i];                         \
+            }                                                                                     \
+            for (size_t k = 0; k < MM_NR && r + k < r1; k++)                                      \
+                for (size_t jj = 0; jj < cn; jj++) {                                              \
+                    out[(c0 + jj) * ldo + r + k - r0] =                                           \
+                        combine(acc + (k * cn + jj) * 8, tail[k][jj]);                            \
+                }                                                                                 \
+        }                                                                                         \
+    }
+
+/* Q8_0 against the quantized columns xq: per block the exact sums of four
+ * products in eight lanes (dot_i8's), then ACC(a, s, d) with d = d_w d_x:
+ * exact, k_q8_0's lane += s * d; fused, q8_0_fused_rows's lane = fma(d,
+ * s, lane), hsum_float_8's order at the end. TN columns a tile. The lanes'
+ * integers by DOT: sign and maddubs (MM_DOT_SIGN), or AVX-512 VNNI's
+ * vpdpbusd of x + 128 against w, less 128 times w's sums (MM_DOT_VNNI):
+ * the same integers. */
+#define MM_PRE_SIGN(w) _mm256_sign_epi8((w), (w))
+#define MM_X_SIGN(x) (x)
+#define MM_DOT_SIGN(pre, w, x)                                                                    \
+    _mm256_madd_epi16(_mm256_maddubs_epi16((pre), _mm256_sign_epi8((x), (w))),                    \
+                      _mm256_set1_epi16(1))
+#define MM_PRE_VNNI(w)                                                                            \
+    _mm256_sub_epi32(_mm256_setzero_si256(),                                                      \
+                     _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), (w)))
+#define MM_X_VNNI(x) _mm256_xor_si256((x), _mm256_set1_epi8(-128))
+#define MM_DOT_VNNI(pre, w, x) _mm256_dpbusd_epi32((pre), (x), (w))
+#define MM_Q8_0_BODY(TN, ACC, FINISH, PRE, XPREP, DOT)                                            \
+    const size_t nb = w->cols / 32;                                                               \
+    for (size_t r = r0; r < r1; r += MM_NR) {                                                     \
+        const unsigned char *p[MM_NR];                                                            \
+        for (size_t k = 0; k < MM_NR; k++) /* past the range: the last row again */               \
+            p[k] = (const unsigned char *)w->data + (r + k < r1 ? r + k : r1 - 1) * w->row_bytes; \
+        for (size_t j0 = 0; j0 < nc; j0 += (size_t)(TN)) {                                        \
+            const size_t tn = nc - j0 < (size_t)(TN) ? nc - j0 : (size_t)(TN);                   \
+            __m256 a[MM_NR][TN];                                                                  \
+            for (int k = 0; k < MM_NR; k++)                                                       \
+                for (int j = 0; j < (TN); j++)                                                    \
+                    a[k][j] = _mm256_setzero_ps();                                                \
+            for (size_t b = 0; b < nb; b++) {                                                     \
+                __m256i wv[MM_NR], pre[MM_NR];                                                    \
+                float dk[MM_NR];                                                                  \
+                for (int k = 0; k < MM_NR; k++) {                                                 \
+                    const unsigned char *blk = p[k] + 34 * b;                                     \
+                    wv[k] = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));         \
+                    pre[k] = PRE(wv[k]);                                                          \
+                    dk[k] = half(F16(blk));                                                       \
+                }                                                                                 \
+                for (size_t j = 0; j < tn; j++) {                                                 \
+                    const lm_q8 *c = &xq[j0 + j];                                                 \
+                    const __m256i xv = XPREP(                                                     \
+                        _mm256_loadu_si256((const __m256i *)(const void *)(c->q + 32 * b)));      \
+                    const float xd = c->d[b];                                                     \
+                    for (int k = 0; k < MM_NR; k++) {                                             \
+                        const __m256 sv = _mm256_cvtepi32_ps(DOT(pre[k], wv[k], xv));             \
+                        const __m256 d = _mm256_set1_ps(dk[k] * xd);                              \
+                        a[k][j] = ACC(a[k][j], sv, d);                                            \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+            for (size_t k = 0; k < MM_NR && r + k < r1; k++)                                      \
+                for (size_t j = 0; j < tn; j++) {                                                 \
+                    float v[8];                                                                   \
+                    _mm256_storeu_ps(v, a[k][j]);                                                 \
+                    out[(j0 + j) * ldo + r + k - r0] = FINISH(v);                                 \
+                }                                                                                 \
+        }                                                                                         \
+    }
+#define MM_ACC_EXACT(a, s, d) _mm256_add_ps((a), _mm256_mul_ps((s), (d)))
+#define MM_ACC_FUSED(a, s, d) _mm256_fmadd_ps((d), (s), (a))
+#define MM_FINISH_EXACT(v) combine((v), 0.0f)
+#define MM_FINISH_FUSED(v) combine_hsum(v)
+
+/* Row r (the range's last, r1 - 1, past it) of w from byte `at` (a whole
+ * block's): a K tile's block, from the packed copy where w has one (only
+ * Q4_K's: block at / 144 of the row, 576 bytes a block of four rows). */
+static inline const unsigned char *mm_block(const lm_matrix *w, size_t r, size_t r1, size_t at)
+{
+    const size_t q = r < r1 ? r : r1 - 1;
+    if (w->packed)
+        return packed_row(w, q) + 4 * at;
+    return (const unsigned char *)w->data + q * w->row_bytes + at;
+}
+
+/* The sums of eight vectors of eight int32 lanes: lane i of the result is
+ * the sum of v[i]'s lanes (exact integers: any order). */
+LM_INLINE_AVX2 __m256i mm_hsum8x8(const __m256i v[8])
+{
+    const __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i e = _mm256_hadd_epi32(a, b), f = _mm256_hadd_epi32(c, d);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(e, f, 0x20),
+                            _mm256_permute2x128_si256(e, f, 0x31));
+}
+
+/* The input sums a K kernel keeps: MMQ_SUMS int16 (32 KB), for as many
+ * columns (up to MMQ_COLS, a whole LM_BATCH block) as they hold: 64 of
+ * TinyLlama's widths (Q6_K's sums of 16 at 5632: 46), at least 4 of
+ * 65536. The weights are read once a chunk. */
+enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
+
+/* The nibbles and scale words of a Q4_K block of row k (Q4K_PACK) and the
+ * lanes of every row of the group against a column's block x (Q4K_LANES:
+ * lane[k * step] = sum_j sc_j (the products of sub-block j, pairs summed in
+ * eight int32 lanes), exact integers). Y: a sub-block a 256-bit register,
+ * madd and add; V: AVX-512 VNNI, two sub-blocks a 512-bit register (a
+ * byte pair's nibbles, 64 consecutive inputs), vpdpwssd, the halves added
+ * at the end. */
+#define Q4K_DECL_Y                                                                                \
+    const __m256i m4 = _mm256_set1_epi8(0xF);                                                     \
+    __m256i nib[MM_NR][8], scw[MM_NR][8]
+#define Q4K_PACK_Y(k, blk, sc)                                                                    \
+    do {                                                                                          \
+        for (size_t i = 0; i < 4; i++) {                                                          \
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)((blk) + 16 + 32 * i)); \
+            nib[k][2 * i] = _mm256_and_si256(raw, m4);                                            \
+            nib[k][2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);                  \
+        }                                                                                         \
+        for (size_t j = 0; j < 8; j++)                                                            \
+            scw[k][j] = _mm256_set1_epi16((short)(sc)[j]);                                        \
+    } while (0)
+#define Q4K_LANES_Y(lane, step, x)                                                                \
+    do {                                                                                          \
+        for (size_t k = 0; k < MM_NR; k++)                                                        \
+            (lane)[k * (step)] = _mm256_setzero_si256();                                          \
+        for (size_t j = 0; j < 8; j++) {                                                          \
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)((x) + 32 * j)); \
+            for (size_t k = 0; k < MM_NR; k++)                                                    \
+                (lane)[k * (step)] = _mm256_add_epi32(                                            \
+                    (lane)[k * (step)],                                                           \
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(nib[k][j], xv), scw[k][j]));           \
+        }                                                                                         \
+    } while (0)
+#define Q4K_DECL_V                                                                                \
+    const __m512i m4 = _mm512_set1_epi8(0xF);                                                     \
+    __m512i nib[MM_NR][4], scw[MM_NR][4]
+#define Q4K_PACK_V(k, blk, sc)                                                                    \
+    do {                                                                                          \
+        for (size_t i = 0; i < 4; i++) {                                                          \
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)((blk) + 16 + 32 * i)); \
+            nib[k][i] = _mm512_and_si512(                                                         \
+                _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4); \
+            scw[k][i] = _mm512_inserti64x4(_mm512_set1_epi16((short)(sc)[2 * i]),                 \
+                                           _mm256_set1_epi16((short)(sc)[2 * i + 1]), 1);         \
+        }                                                                                         \
+    } while (0)
+#define Q4K_LANES_V(lane, step, x)                                                                \
+    do {                                                                                          \
+        __m512i l16[MM_NR];                                                                       \
+        for (size_t k = 0; k < MM_NR; k++)                                                        \
+            l16[k] = _mm512_setzero_si512();                                                      \
+        for (size_t i = 0; i < 4; i++) {                                                          \
+            const __m512i xv = _mm512_loadu_si512((const void *)((x) + 64 * i));                  \
+            for (size_t k = 0; k < MM_NR; k++)                                                    \
+                l16[k] = _mm512_dpwssd_epi32(l16[k], _mm512_maddubs_epi16(nib[k][i], xv),         \
+                                             scw[k][i]);                                          \
+        }                                                                                         \
+        for (size_t k = 0; k < MM_NR; k++)                                                        \
+            (lane)[k * (step)] = _mm256_add_epi32(_mm512_castsi512_si256(l16[k]),                 \
+                                                  _mm512_extracti64x4_epi64(l16[k], 1));          \
+    } while (0)
+
+/* Q4_K in llama.cpp's order (q4_k_fused_rows): per block and (row, column)
+ * the exact isum = sum_j sc_j sum(q x) and imin = sum_j m_j sum(x), then
+ * acc = fma(isum, d d_x, acc), accm = fma(imin, dmin d_x, accm); the value
+ * acc - accm. MM_NR rows a group, their blocks unpacked once (nibbles and
+ * scale words) for every column; TN columns a tile, whose 4 TN pairs' sums
+ * are reduced eight at a time and their float steps taken eight lanes at a
+ * time (each lane one pair's operations). */
+#define MM_Q4_K_FUSED_BODY(TN, V)                                                                    \
+    const size_t nb = w->cols / 256;                                                              \
+    int16_t bs[MMQ_SUMS]; /* (chunk, nb * 8) */                                                  \
+    const size_t chunk = MMQ_SUMS / (8 * nb) < MMQ_COLS ? MMQ_SUMS / (8 * nb) : MMQ_COLS;         \
+    Q4K_DECL_##V;                                                                                 \
+    __m256i mn32[MM_NR];                                                                          \
+    float acc[MM_NR * MMQ_COLS], accm[MM_NR * MMQ_COLS], dk[8] = {0}, dmk[8] = {0};               \
+    float dxb[MMQ_COLS + 8]; /* the block's d_x of each column, the last repeated after */       \
+    __m256i ik[(TN) / 2], ic[(TN) / 2]; /* group g's pair q: row (8g + q) / TN, column % TN */     \
+    for (int g = 0; g < (TN) / 2; g++) {                                                          \
+        int32_t a[8], c[8];                                                                       \
+        for (int q = 0; q < 8; q++)                                                               \
+            a[q] = (8 * g + q) / (TN), c[q] = (8 * g + q) % (TN);                                 \
+        ik[g] = _mm256_loadu_si256((const __m256i *)(const void *)a);                             \
+        ic[g] = _mm256_loadu_si256((const __m256i *)(const void *)c);                             \
+    }                                                                                             \
+    for (size_t c0 = 0; c0 < nc; c0 += chunk) {                                                   \
+        const size_t cn = nc - c0 < chunk ? nc - c0 : chunk;                                      \
+        for (size_t c = 0; c < cn; c++)                                                           \
+            q8_k_sums(xq[c0 + c].q, nb, 32, bs + c * 8 * nb);                                     \
+        for (size_t r = r0; r < r1; r += MM_NR) {                                                 \
+            memset(acc, 0, sizeof acc);                                                           \
+            memset(accm, 0, sizeof accm);                                                         \
+            for (size_t b = 0; b < nb; b++) {                                                     \
+                for (size_t k = 0; k < MM_NR; k++) { /* past the range: the last row again */    \
+                    const unsigned char *blk = mm_block(w, r + k, r1, 144 * b);                                           \
+                    uint8_t sc[8], mn[8];                                                         \
+                    q4_k_fields(blk, sc, mn);                                                     \
+                    Q4K_PACK_##V(k, blk, sc);                                                     \
+                    mn32[k] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)mn)); \
+                    dk[k] = half(F16(blk)), dmk[k] = half(F16(blk + 2));                          \
+                }                                                                                 \
+                for (size_t c = 0; c < cn + 8; c++)                                               \
+                    dxb[c] = xq[c0 + (c < cn ? c : cn - 1)].d[8 * b];                             \
+                const __m256 dkv = _mm256_loadu_ps(dk), dmkv = _mm256_loadu_ps(dmk);              \
+                for (size_t j0 = 0; j0 < cn; j0 += (TN)) {                                        \
+                    __m256i lane[MM_NR * (TN)], mins[MM_NR * (TN)];                               \
+                    for (size_t c = 0; c < (TN); c++) {                                           \
+                        const size_t cc = j0 + c < cn ? j0 + c : cn - 1; /* the last again */     \
+                        const int8_t *x = xq[c0 + cc].q + 256 * b;                                \
+                        const __m256i bsum = _mm256_cvtepi16_epi32(                               \
+                            _mm_loadu_si128((const __m128i *)(const void *)(bs + (cc * nb + b) * 8))); \
+                        for (size_t k = 0; k < MM_NR; k++)                                        \
+                            mins[k * (TN) + c] = _mm256_mullo_epi32(mn32[k], bsum);               \
+                        Q4K_LANES_##V(lane + c, (TN), x);                                         \
+                    }                                                                             \
+                    const __m256 dxv = _mm256_loadu_ps(dxb + j0);                                 \
+                    for (size_t g = 0; g < (TN) / 2; g++) { /* pairs 8g .. 8g + 7: each lane */  \
+                        const __m256 dx = _mm256_permutevar8x32_ps(dxv, ic[g]); /* d * d_x */    \
+                        const __m256 d = _mm256_mul_ps(_mm256_permutevar8x32_ps(dkv, ik[g]), dx); \
+                        const __m256 dm = _mm256_mul_ps(_mm256_permutevar8x32_ps(dmkv, ik[g]), dx); \
+                        const __m256 isum = _mm256_cvtepi32_ps(mm_hsum8x8(lane + 8 * g));         \
+                        const __m256 imin = _mm256_cvtepi32_ps(mm_hsum8x8(mins + 8 * g));         \
+                        float *a = acc + MM_NR * j0 + 8 * g, *am = accm + MM_NR * j0 + 8 * g;     \
+                        _mm256_storeu_ps(a, _mm256_fmadd_ps(isum, d, _mm256_loadu_ps(a)));        \
+                        _mm256_storeu_ps(am, _mm256_fmadd_ps(imin, dm, _mm256_loadu_ps(am)));     \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+            for (size_t j0 = 0; j0 < cn; j0 += (TN))                                              \
+                for (size_t q = 0; q < MM_NR * (TN); q++) {                                       \
+                    const size_t k = q / (TN), c = j0 + q % (TN);                                 \
+                    if (r + k < r1 && c < cn)                                                     \
+                        out[(c0 + c) * ldo + r + k - r0] =                                        \
+                            acc[MM_NR * j0 + q] - accm[MM_NR * j0 + q];                           \
+                }                                                                                 \
+        }                                                                                         \
+    }
+
+/* Q4_K exact (k_q4_k): per block and sub-block j, per (row, column), the
+ * eight exact lane sums s of nibble times x and t of x (DOT4: maddubs and
+ * madd, or vpdpbusd), then lane += s * (d sc_j d_x) - t * (dmin m_j d_x),
+ * those steps the products of q4_k_steps. MM_NR rows a group, their blocks
+ * unpacked once (nibbles, d sc_j and dmin m_j) for every column. */
+#define MM_DOT4_SIGN(q, x) _mm256_madd_epi16(_mm256_maddubs_epi16((q), (x)), _mm256_set1_epi16(1))
+#define MM_DOT4_VNNI(q, x) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (q), (x))
+#define MM_Q4_K_BODY(TN, DOT4)                                                                    \
+    const size_t nb = w->cols / 256;                                                              \
+    const __m256i m4 = _mm256_set1_epi8(0xF), one8 = _mm256_set1_epi8(1);                         \
+    __m256i nib[MM_NR][8];                                                                        \
+    float d1[MM_NR][8], m1[MM_NR][8];                                                             \
+    for (size_t j0 = 0; j0 < nc; j0 += MMQ_COLS) {                                                \
+        const size_t cn = nc - j0 < MMQ_COLS ? nc - j0 : MMQ_COLS;                                \
+        for (size_t r = r0; r < r1; r += MM_NR) {                                                 \
+            __m256 acc[MM_NR][MMQ_COLS];                                                          \
+            for (size_t k = 0; k < MM_NR; k++)                                                    \
+                for (size_t c = 0; c < cn; c++)                                                   \
+                    acc[k][c] = _mm256_setzero_ps();                                              \
+            for (size_t b = 0; b < nb; b++) {                                                     \
+                for (size_t k = 0; k < MM_NR; k++) { /* past the range: the last row again */    \
+                    const unsigned char *blk = mm_block(w, r + k, r1, 144 * b);                                           \
+                    q4_k_scales(blk, d1[k], m1[k]);                                               \
+                    for (size_t i = 0; i < 4; i++) {                                              \
+                        const __m256i raw =                                                       \
+                            _mm256_loadu_si256((const __m256i *)(const void *)(blk + 16 + 32 * i)); \
+                        nib[k][2 * i] = _mm256_and_si256(raw, m4);                                \
+                        nib[k][2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);      \
+                    }                                                                             \
+                }                                                                                 \
+                for (size_t c0 = 0; c0 < cn; c0 += (TN)) {                                        \
+                    const size_t tn = cn - c0 < (TN) ? cn - c0 : (TN);                            \
+                    float s1[MM_NR][TN][8], s2[MM_NR][TN][8];                                     \
+                    for (size_t c = 0; c < tn; c++) {                                             \
+                        const __m256 dx = _mm256_loadu_ps(xq[j0 + c0 + c].d + 8 * b);             \
+                        for (size_t k = 0; k < MM_NR; k++) {                                      \
+                            _mm256_storeu_ps(s1[k][c], _mm256_mul_ps(_mm256_loadu_ps(d1[k]), dx)); \
+                            _mm256_storeu_ps(s2[k][c], _mm256_mul_ps(_mm256_loadu_ps(m1[k]), dx)); \
+                        }                                                                         \
+                    }                                                                             \
+                    __m256 a[MM_NR][TN]; /* the tile's sums, in registers over its block */     \
+                    for (size_t k = 0; k < MM_NR; k++)                                            \
+                        for (size_t c = 0; c < (TN); c++)                                         \
+                            a[k][c] = acc[k][c0 + (c < tn ? c : 0)];                              \
+                    for (size_t j = 0; j < 8; j++)                                                \
+                        for (size_t c = 0; c < tn; c++) {                                         \
+                            const __m256i xv = _mm256_loadu_si256(                                \
+                                (const __m256i *)(const void *)(xq[j0 + c0 + c].q + 256 * b + 32 * j)); \
+                            const __m256 sx = _mm256_cvtepi32_ps(DOT4(one8, xv));                 \
+                            for (size_t k = 0; k < MM_NR; k++) {                                  \
+                                const __m256 sq = _mm256_cvtepi32_ps(DOT4(nib[k][j], xv));        \
+                                a[k][c] = _mm256_add_ps(                                          \
+                                    a[k][c],                                                      \
+                                    _mm256_sub_ps(_mm256_mul_ps(sq, _mm256_broadcast_ss(&s1[k][c][j])), \
+                                                  _mm256_mul_ps(sx, _mm256_broadcast_ss(&s2[k][c][j])))); \
+                            }                                                                     \
+                        }                                                                         \
+                    for (size_t k = 0; k < MM_NR; k++)                                            \
+                        for (size_t c = 0; c < tn; c++)                                           \
+                            acc[k][c0 + c] = a[k][c];                                             \
+                }                                                                                 \
+            }                                                                                     \
+            for (size_t k = 0; k < MM_NR && r + k < r1; k++)                                      \
+                for (size_t c = 0; c < cn; c++) {                                                 \
+                    float v[8];                                                                   \
+                    _mm256_storeu_ps(v, acc[k][c]);                                               \
+                    out[(j0 + c) * ldo + r + k - r0] = combine(v, 0.0f);                          \
+                }                                                                                 \
+        }                                                                                         \
+    }
+
+/* Q6_K in llama.cpp's order (q6_k_fused_rows): per block and (row,
+ * column) eight exact lanes, lane k of a run of 32 the products of its
+ * bytes 4k .. 4k+3 times their scale, less 32 (bsum_2k sc_2k + bsum_2k+1
+ * sc_2k+1); acc_k = fma(d_x d, lane_k, acc_k) in eight float lanes a pair,
+ * hsum_float_8's order at the end. The rows' blocks unpacked once (the
+ * 6-bit values, the scale words) for every column. */
+#define MM_Q6_K_FUSED_BODY(TN, DPW)                                                                  \
+    const size_t nb = w->cols / 256;                                                              \
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);                           \
+    int16_t bs[MMQ_SUMS]; /* (chunk, nb * 16) */                                                 \
+    const size_t chunk = MMQ_SUMS / (16 * nb) < MMQ_COLS ? MMQ_SUMS / (16 * nb) : MMQ_COLS;       \
+    __m256i q6[MM_NR][8], scv[MM_NR][8], sc16[MM_NR];                                             \
+    float acc[MM_NR * MMQ_COLS][8], dk[MM_NR];                                                    \
+    for (size_t c0 = 0; c0 < nc; c0 += chunk) {                                                   \
+        const size_t cn = nc - c0 < chunk ? nc - c0 : chunk;                                      \
+        for (size_t c = 0; c < cn; c++)                                                           \
+            q8_k_sums(xq[c0 + c].q, nb, 16, bs + c * 16 * nb);                                    \
+        for (size_t r = r0; r < r1; r += MM_NR) {                                                 \
+            memset(acc, 0, sizeof acc);                                                           \
+            for (size_t b = 0; b < nb; b++) {                                                     \
+                for (size_t k = 0; k < MM_NR; k++) { /* past the range: the last row again */    \
+                    const unsigned char *blk = mm_block(w, r + k, r1, 210 * b);                                           \
+                    sc16[k] = _mm256_cvtepi8_epi16(                                               \
+                        _mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));             \
+                    int16_t sw[16];                                                               \
+                    _mm256_storeu_si256((__m256i *)(void *)sw, sc16[k]);                          \
+                    for (size_t j = 0; j < 2; j++) {                                              \
+                        const __m256i qa =                                                        \
+                            _mm256_loadu_si256((const __m256i *)(const void *)(blk + 64 * j));    \
+                        const __m256i qb = _mm256_loadu_si256(                                    \
+                            (const __m256i *)(const void *)(blk + 64 * j + 32));                  \
+                        const __m256i qh = _mm256_loadu_si256(                                    \
+                            (const __m256i *)(const void *)(blk + 128 + 32 * j));                 \
+                        for (size_t m = 0; m < 4; m++) {                                          \
+                            const __m256i src = m & 1 ? qb : qa;                                  \
+                            const __m256i lo =                                                    \
+                                _mm256_and_si256(m < 2 ? src : _mm256_srli_epi16(src, 4), m4);    \
+                            const __m256i hi = _mm256_slli_epi16(                                 \
+                                _mm256_and_si256(_mm256_srli_epi16(qh, (int)(2 * m)), m2), 4);    \
+                            q6[k][4 * j + m] = _mm256_or_si256(lo, hi);                           \
+                            scv[k][4 * j + m] =                                                   \
+                                _mm256_set_m128i(_mm_set1_epi16(sw[8 * j + 2 * m + 1]),           \
+                                                 _mm_set1_epi16(sw[8 * j + 2 * m]));              \
+                        }                                                                         \
+                    }                                                                             \
+                    dk[k] = half(F16(blk + 208));                                                 \
+                }                                                                                 \
+                for (size_t c = 0; c < cn; c++) {                                                 \
+                    const int8_t *x = xq[c0 + c].q + 256 * b;                                     \
+                    const __m256i bsum =                                                          \
+                        _mm256_loadu_si256((const __m256i *)(const void *)(bs + (c * nb + b) * 16)); \
+                    const float dx = xq[c0 + c].d[8 * b];                                         \
+                    __m256i lane[MM_NR];                                                          \
+                    for (size_t k = 0; k < MM_NR; k++)                                            \
+                        lane[k] = _mm256_sub_epi32(_mm256_setzero_si256(),                        \
+                                                   _mm256_slli_epi32(                             \
+                                                       _mm256_madd_epi16(bsum, sc16[k]), 5));     \
+                    for (size_t jm = 0; jm < 8; jm++) {                                           \
+                        const __m256i xv = _mm256_loadu_si256(                                    \
+                            (const __m256i *)(const void *)(x + 128 * (jm / 4) + 32 * (jm % 4))); \
+                        for (size_t k = 0; k < MM_NR; k++)                                        \
+                            lane[k] = DPW(lane[k], _mm256_maddubs_epi16(q6[k][jm], xv),           \
+                                          scv[k][jm]);                                            \
+                    }                                                                             \
+                    for (size_t k = 0; k < MM_NR; k++) {                                          \
+                        float *a = acc[k * MMQ_COLS + c];                                   \
+                        _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_set1_ps(dx * dk[k]),           \
+                                                            _mm256_cvtepi32_ps(lane[k]),          \
+                                                            _mm256_loadu_ps(a)));                 \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+            for (size_t k = 0; k < MM_NR && r + k < r1; k++)                                      \
+                for (size_t c = 0; c < cn; c++)                                                   \
+                    out[(c0 + c) * ldo + r + k - r0] = combine_hsum(acc[k * MMQ_COLS + c]); \
+        }                                                                                         \
+    }
+
+/* acc + the pairs of p (int16) times s (int16) summed, exactly: madd and
+ * add, or AVX-512 VNNI's one instruction. */
+#define MM_DPW(acc, p, s) _mm256_add_epi32((acc), _mm256_madd_epi16((p), (s)))
+#define MM_DPW_VNNI(acc, p, s) _mm256_dpwssd_epi32((acc), (p), (s))
+#define LM_MM_VNNI                                                                                \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,f16c,fma")))
+#define LM_MM_VNNI_EXACT /* the exact kernels: no fused multiply-add to contract into */          \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,f16c")))
+
+/* The kernels of one instruction set: the exact ones without fused
+ * multiply-adds (TARGET), the fused ones with them (FTARGET); VD8 the
+ * 8-lane vec_dot tile compiled for it. */
+#define LM_MM_KERNELS(SUFFIX, TARGET, FTARGET, TN, DPW, I8, Q4K, VD8)                          \
+    TARGET static void mm_float8_##SUFFIX(const lm_matrix *w, const float *x, size_t nc,           \
+                                          float *out, size_t ldo, size_t r0, size_t r1)           \
+    {                                                                                             \
+        MM_FLOAT_BODY(TN)                                                                         \
+    }                                                                                             \
+    FTARGET static void mm_vecdot8_##SUFFIX(const lm_matrix *w, const float *x, size_t nc,         \
+                                            float *out, size_t ldo, size_t r0, size_t r1)         \
+    {                                                                                             \
+        MM_VECDOT_BODY(TN, 8, VD8)                                                                \
+    }                                                                                             \
+    TARGET static void mm_q4_k_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,          \
+                                        float *out, size_t ldo, size_t r0, size_t r1)             \
+    {                                                                                             \
+        MM_Q4_K_BODY(TN, MM_DOT4_##I8)                                                            \
+    }                                                                                             \
+    TARGET static void mm_q8_0_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,          \
+                                        float *out, size_t ldo, size_t r0, size_t r1)             \
+    {                                                                                             \
+        MM_Q8_0_BODY(TN, MM_ACC_EXACT, MM_FINISH_EXACT, MM_PRE_##I8, MM_X_##I8, MM_DOT_##I8)      \
+    }                                                                                             \
+    FTARGET static void mm_q8_0_fused_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,   \
+                                               float *out, size_t ldo, size_t r0, size_t r1)      \
+    {                                                                                             \
+        MM_Q8_0_BODY(TN, MM_ACC_FUSED, MM_FINISH_FUSED, MM_PRE_##I8, MM_X_##I8, MM_DOT_##I8)      \
+    }                                                                                             \
+    FTARGET static void mm_q4_k_fused_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,   \
+                                               float *out, size_t ldo, size_t r0, size_t r1)      \
+    {                                                                                             \
+        MM_Q4_K_FUSED_BODY(TN, Q4K)                                                               \
+    }                                                                                             \
+    FTARGET static void mm_q6_k_fused_##SUFFIX(const lm_matrix *w, const lm_q8 *xq, size_t nc,   \
+                                               float *out, size_t ldo, size_t r0, size_t r1)      \
+    {                                                                                             \
+        MM_Q6_K_FUSED_BODY(TN, DPW)                                                               \
+    }
+
+LM_MM_KERNELS(avx2, LM_AVX2, __attribute__((target("avx2,f16c,fma"))), 2, MM_DPW, SIGN, Y,
+              mm_vecdot8_tile)
+LM_MM_KERNELS(avx512, LM_MM_VNNI_EXACT, LM_MM_VNNI, 4, MM_DPW_VNNI, VNNI, V, mm_vecdot8_tile_512)
+
+/* The AVX-512 variants' 16 lanes (on AVX-512: 32 registers hold a tile's
+ * sixteen sums, its four rows' weights and a column). */
+LM_FUSED_512 static void mm_vecdot16_avx512(const lm_matrix *w, const float *x, size_t nc,
+                                            float *out, size_t ldo, size_t r0, size_t r1)
+{
+    MM_VECDOT_BODY(4, 16, mm_vecdot16_tile_512)
+}
+#endif
+
+void lm_matmat_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, size_t nc, float *out,
+                    size_t ldo, size_t r0, size_t r1, lm_isa isa)
+{
+    if (isa == LM_ISA_COUNT)
+        isa = lm_isa_active();
+    if (r0 >= r1 || nc == 0)
+        return;
+    if (nc == 1) { /* one column: the matrix-vector product itself */
+        lm_matvec_rows(w, x, xq, out, r0, r1, isa);
+        return;
+    }
+#if LM_X86
+    /* the path of the first column is every column's (one kind of input) */
+    const mv_path path = path_of(w, xq, isa);
+    const int wide = isa == LM_ISA_AVX512 && has_vnni(), kd = kind(w);
+    switch (path) {
+    case MV_KERNEL:
+        if (kd <= 3 || kd == 5 || kd == 8) { /* the float family */
+            (wide ? mm_float8_avx512 : mm_float8_avx2)(w, x, nc, out, ldo, r0, r1);
+            return;
+        }
+        if (kd == 4) {
+            (wide ? mm_q4_k_avx512 : mm_q4_k_avx2)(w, xq, nc, out, ldo, r0, r1);
+            return;
+        }
+        if (kd == 6) {
+            (wide ? mm_q8_0_avx512 : mm_q8_0_avx2)(w, xq, nc, out, ldo, r0, r1);
+            return;
+        }
+        break; /* I8G: column by column */
+    case MV_VECDOT:
+        if ((lm_llama_cpu)xq->fused == LM_LLAMA_CPU_AVX2) {
+            (wide ? mm_vecdot8_avx512 : mm_vecdot8_avx2)(w, x, nc, out, ldo, r0, r1);
+            return;
+        }
+        if (isa == LM_ISA_AVX512) {
+            mm_vecdot16_avx512(w, x, nc, out, ldo, r0, r1);
+            return;
+        }
+        break; /* 16 lanes on AVX2: column by column */
+    case MV_Q8_0_FUSED:
+        (wide ? mm_q8_0_fused_avx512 : mm_q8_0_fused_avx2)(w, xq, nc, out, ldo, r0, r1);
+        return;
+    case MV_Q4_K_FUSED:
+    case MV_Q4_K_PACKED: /* mm_block reads the packed copy */
+        (wide ? mm_q4_k_fused_avx512 : mm_q4_k_fused_avx2)(w, xq, nc, out, ldo, r0, r1);
+        return;
+    case MV_Q6_K_FUSED:
+        (wide ? mm_q6_k_fused_avx512 : mm_q6_k_fused_avx2)(w, xq, nc, out, ldo, r0, r1);
+        return;
+    default:
+        break;
+    }
+#endif
+    /* column by column, lm_matvec_rows itself, over blocks of rows that stay
+     * in the cache from one column to the next (64 KB of weights a block) */
+    size_t rb = w->row_bytes ? ((size_t)64 << 10) / w->row_bytes : r1 - r0;
+    rb = rb < 8 ? 8 : rb;
+    for (size_t r = r0; r < r1; r += rb) {
+        const size_t re = r1 - r < rb ? r1 : r + rb;
+        for (size_t c = 0; c < nc; c++)
+            lm_matvec_rows(w, x + c * w->cols, xq ? &xq[c] : NULL, out + c * ldo + (r - r0), r,
+                           re, isa);
+    }
+}
+
 /* ---- products split over threads ---- */
 
-typedef struct mv_job {
+typedef struct mm_job {
     const lm_product *p;
-    size_t n, rows;
+    size_t n, rows, nc;
     const float *x;
     const lm_q8 *xq;
     lm_isa isa;
-} mv_job;
+} mm_job;
 
 /* Part `part` of `parts`: rows [part * R / parts, (part + 1) * R / parts) of
- * the R rows of the products one after another. */
-static void mv_part(void *arg, size_t part, size_t parts)
+ * the R rows of the products one after another, every column. */
+static void mm_part(void *arg, size_t part, size_t parts)
 {
-    const mv_job *j = arg;
+    const mm_job *j = arg;
     size_t lo = part * j->rows / parts, hi = (part + 1) * j->rows / parts, base = 0;
     for (size_t k = 0; k < j->n; k++) {
-        size_t rows = j->p[k].w->rows, a = lo > base ? lo : base;
-        size_t b = hi < base + rows ? hi : base + rows;
+        const lm_matrix *w = j->p[k].w;
+        size_t a = lo > base ? lo : base, b = hi < base + w->rows ? hi : base + w->rows;
         if (a < b)
-            lm_matvec_rows(j->p[k].w, j->x, j->xq, j->p[k].out + (a - base), a - base, b - base,
-                           j->isa);
-        base += rows;
+            lm_matmat_rows(w, j->x, j->xq, j->nc, j->p[k].out + (a - base), w->rows, a - base,
+                           b - base, j->isa);
+        base += w->rows;
     }
+}
+
+void lm_matmat(lm_pool *pool, const lm_product *p, size_t n, const float *x, const lm_q8 *xq,
+               size_t nc)
+{
+    mm_job j = {p, n, 0, nc, x, xq, lm_isa_active()};
+    uint64_t weights = 0;
+    for (size_t k = 0; k < n; k++) {
+        j.rows += p[k].w->rows;
+        weights += (uint64_t)p[k].w->rows * p[k].w->cols * nc;
+    }
+    if (!pool || weights < (1u << 20))
+        mm_part(&j, 0, 1);
+    else
+        lm_pool_run(pool, mm_part, &j);
 }
 
 void lm_matvec(lm_pool *pool, const lm_product *p, size_t n, const float *x, const lm_q8 *xq)
 {
-    mv_job j = {p, n, 0, x, xq, lm_isa_active()};
-    uint64_t weights = 0;
-    for (size_t k = 0; k < n; k++) {
-        j.rows += p[k].w->rows;
-        weights += (uint64_t)p[k].w->rows * p[k].w->cols;
-    }
-    if (!pool || weights < (1u << 20))
-        mv_part(&j, 0, 1);
-    else
-        lm_pool_run(pool, mv_part, &j);
+    lm_matmat(pool, p, n, x, xq, 1); /* one column: lm_matvec_rows over the parts */
 }

@@ -8,16 +8,24 @@
  * for bit, at the same batch size (llama.cpp's batched logits are not its
  * one-token ones bit for bit: its kernels for several rows are others).
  *
- *   llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH]]
+ *   llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH | prompt]]
  *   llama_plain LIBDIR --features
  *
  * THREADS (default 1): llama.cpp's threads (bench/lm_vs_llama.sh times it).
  * BATCH (default 1): n_batch = n_ubatch, the tokens of one llama_decode.
+ * prompt: the tokens as one prompt instead, as llama.cpp reads one (a
+ * single llama_decode of them all, n_batch and n_ubatch the prompt's
+ * length, the last token's logits only), after a warm-up decode of the
+ * first token (the weights' pages read in) and a cleared cache; prints
+ * {"tokens": N, "threads": T, "seconds": S, "cpu_seconds": C}, S the wall
+ * time of that llama_decode (bench/lm_vs_llama.sh's prompt table), C the
+ * process's CPU time in it (every thread's).
  * --features prints the features of the CPU back end ggml loaded from
  * LIBDIR (the variant it chose for this machine: AVX2, AVX512,
  * AVX512_BF16, AMX_INT8, ...) on one line, separated by spaces; test_llama.sh
  * reads whether the decoder's --products llama follows that variant.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <ggml-backend.h>
 #include <llama.h>
 
@@ -25,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void quiet(enum ggml_log_level level, const char *text, void *user)
 {
@@ -60,11 +69,12 @@ int main(int argc, char **argv)
         return features();
     }
     if (argc < 4 || argc > 6) {
-        fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH]]\n"
+        fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH | prompt]]\n"
                         "       llama_plain LIBDIR --features\n");
         return 2;
     }
-    const int threads = argc >= 5 ? atoi(argv[4]) : 1, B = argc == 6 ? atoi(argv[5]) : 1;
+    const int prompt = argc == 6 && strcmp(argv[5], "prompt") == 0;
+    const int threads = argc >= 5 ? atoi(argv[4]) : 1, B = argc == 6 && !prompt ? atoi(argv[5]) : 1;
     if (threads < 1 || threads > 256 || B < 1 || B > 4096) {
         fprintf(stderr, "llama_plain: THREADS %s is not 1 .. 256 or BATCH %s not 1 .. 4096\n",
                 argv[4], argc == 6 ? argv[5] : "1");
@@ -81,11 +91,30 @@ int main(int argc, char **argv)
         toks[n++] = (int32_t)strtol(p, &p, 10);
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)n;
-    cp.n_batch = cp.n_ubatch = (uint32_t)B;
+    cp.n_batch = cp.n_ubatch = prompt ? (uint32_t)n : (uint32_t)B;
     cp.n_threads = cp.n_threads_batch = threads;
     struct llama_context *ctx = llama_init_from_model(m, cp);
     if (!ctx)
         return 1;
+    if (prompt) {
+        if (llama_decode(ctx, llama_batch_get_one(toks, 1)) != 0)
+            return 1;
+        llama_memory_clear(llama_get_memory(ctx), true);
+        struct timespec t0, t1, c0, c1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+        if (llama_decode(ctx, llama_batch_get_one(toks, n)) != 0)
+            return 1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("{\"tokens\": %d, \"threads\": %d, \"seconds\": %.6f, \"cpu_seconds\": %.6f}\n",
+               n, threads, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
+               (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec));
+        llama_free(ctx);
+        llama_model_free(m);
+        llama_backend_free();
+        return 0;
+    }
     const int32_t V = llama_vocab_n_tokens(llama_model_get_vocab(m));
     struct llama_batch b = llama_batch_init(B, 0, 1);
     for (int32_t t = 0; t < n; t += B) {

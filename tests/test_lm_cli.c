@@ -324,6 +324,43 @@ static void test_eval(void)
     ASSERT_CONTAINS(out_text, "windows of up to 127 tokens");
 }
 
+/* --batch N: the same output, byte for byte, for every block size (1: one
+ * token at a time) in the commands that read prompts and texts, in the
+ * exact products and llama.cpp's in each CPU variant; 0 refused. */
+static void test_batch_option(void)
+{
+    static const char *const cmds[] = {
+        "lm logits --model %s --tokens 1,3,4,1,5,9,2,6,5,3,5,8,9,7,9,3,2,3 --policy h2o:budget=6,recent_window=2",
+        "lm eval --model %s --text %s --policy window,h2o:recent_window=2 --budget 5 --json",
+        "lm stream --model %s --text %s --policy h2o:recent_window=2 --budget 6 --tokens 300 --bin 64 --json",
+        "generate --model %s --prompt 'the cab bat' --steps 6 --policy knorm:recent_window=1 --budget 6",
+    };
+    static const char *const products[] = {"", " --products llama:avx2",
+                                           " --products llama:avx512",
+                                           " --products llama:avx512-bf16"};
+    for (size_t k = 0; k < sizeof cmds / sizeof cmds[0] * 4; k++) {
+        const size_t i = k / 4;
+        char args[4096], fmt[512], *want = NULL;
+        for (int b = 0; b < 3; b++) {
+            static const char *const batch[] = {"", " --batch 1", " --batch 3"};
+            snprintf(fmt, sizeof fmt, "%s%s%s", cmds[i], products[k % 4], batch[b]);
+            snprintf(args, sizeof args, fmt, model_untied, textpath);
+            ASSERT_RUNS(args);
+            if (!b) {
+                want = malloc(out_len + 1);
+                memcpy(want, out_text, out_len + 1);
+            } else if (strcmp(out_text, want) != 0) {
+                free(want);
+                CHECK_FAIL_AT("%s: the output differs from --batch 64's", args);
+            }
+        }
+        free(want);
+    }
+    char args[1024];
+    snprintf(args, sizeof args, "lm logits --model %s --tokens 1,2 --batch 0", model0);
+    ASSERT_FAILS(args, 2, "lm logits", "--batch");
+}
+
 /* --same-positions: eval's rows are the library's decoder with
  * lm_options.same_positions (one bank, one eviction a step for every head)
  * and carry same_positions 1 (null for the full cache); logits equal the
@@ -2243,6 +2280,7 @@ int main(int argc, char **argv)
     RUN(test_errors);
     RUN(test_eval);
     RUN(test_same_positions_cli);
+    RUN(test_batch_option);
     RUN(test_budgets_written);
     RUN(test_recall);
     RUN(test_dump);

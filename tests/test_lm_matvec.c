@@ -26,89 +26,23 @@
 #include "lm.h"
 #include "lm_check.h"
 #include "lm_fixture.h"
+#include "lm_random.h"
 
 #include <math.h>
 
 static uint64_t rng_state;
 
-static uint32_t rnd(void)
-{
-    return (uint32_t)(fx_next(&rng_state) >> 32);
-}
-
-/* A random finite float16 scale of magnitude about 2^-9 .. 2^-1. */
-static uint16_t rnd_f16_scale(void)
-{
-    uint16_t e = (uint16_t)(6 + rnd() % 8), m = (uint16_t)(rnd() & 0x3ff);
-    return (uint16_t)((rnd() & 0x8000u) | (uint16_t)(e << 10) | m);
-}
-
 static void put16(unsigned char *p, uint16_t v)
 {
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
+    lr_put16(p, v);
 }
 
 /* A random matrix of `type` (rows, cols): its bytes in *data (free()), and
- * for LM_I8G its scales. */
+ * for LM_I8G its scales (lm_random.h at full size). */
 static lm_matrix random_matrix(lm_dtype type, size_t rows, size_t cols, size_t group,
                                unsigned char **data, unsigned char **scales)
 {
-    size_t bs = lm_dtype_block(type), bb = lm_dtype_block_bytes(type);
-    size_t row_bytes = cols / bs * bb, n = rows * row_bytes;
-    unsigned char *p = malloc(n ? n : 1);
-    for (size_t i = 0; i < n; i++)
-        p[i] = (unsigned char)rnd();
-    *scales = NULL;
-    for (size_t b = 0; b < n / bb; b++) {
-        unsigned char *blk = p + b * bb;
-        switch (type) {
-        case LM_F32: {
-            float f = fx_uniform(&rng_state, 1.0);
-            memcpy(blk, &f, 4);
-            break;
-        }
-        case LM_F16:
-            put16(blk, (uint16_t)(rnd_f16_scale() + 0x2000u)); /* about 2^-1 .. 2^7 */
-            break;
-        case LM_BF16: {
-            float f = fx_uniform(&rng_state, 2.0);
-            uint32_t u;
-            memcpy(&u, &f, 4);
-            put16(blk, (uint16_t)(u >> 16));
-            break;
-        }
-        case LM_Q8_0:
-        case LM_Q4_0:
-        case LM_Q4_1:
-        case LM_Q5_0:
-        case LM_Q5_1:
-        case LM_Q4_K:
-        case LM_Q5_K:
-        case LM_IQ4_NL:
-        case LM_IQ4_XS: put16(blk, rnd_f16_scale()); break;
-        case LM_Q6_K: put16(blk + 208, rnd_f16_scale()); break;
-        case LM_Q2_K: put16(blk + 80, rnd_f16_scale()); break;
-        case LM_Q3_K: put16(blk + 108, rnd_f16_scale()); break;
-        default: break;
-        }
-        /* the second scale (of the mins) */
-        if (type == LM_Q4_K || type == LM_Q5_K || type == LM_Q4_1 || type == LM_Q5_1)
-            put16(blk + 2, rnd_f16_scale());
-        if (type == LM_Q2_K)
-            put16(blk + 82, rnd_f16_scale());
-    }
-    if (type == LM_I8G) {
-        size_t ns = rows * cols / group;
-        *scales = malloc(4 * ns + 1); /* one byte on: scales at any alignment */
-        for (size_t i = 0; i < ns; i++) {
-            float s = (float)(rnd() % 1000 + 1) * 1e-4f;
-            memcpy(*scales + 1 + 4 * i, &s, 4);
-        }
-    }
-    *data = p;
-    return (lm_matrix){.data = p, .scales = *scales ? *scales + 1 : NULL, .type = type,
-                       .rows = rows, .cols = cols, .row_bytes = row_bytes, .group = group};
+    return lr_matrix(&rng_state, type, rows, cols, group, 0, data, scales);
 }
 
 static float *random_x(size_t n)
@@ -529,6 +463,174 @@ static void test_llama_round_vectors(void)
     }
 }
 
+/* lm_llama_quantize's Q8_0 and Q8_K blocks on every instruction set against
+ * the scalar path, bit for bit: random blocks, a block of zeros, one whose
+ * largest magnitude comes twice with both signs (the first counts), one of
+ * exact ties after scaling, one holding NaN and one an infinity. */
+static void test_llama_quantize_vectors(void)
+{
+    enum { N = 2048 };
+    float *x = malloc(N * sizeof *x), *xt[2], *d[2], *sm[2];
+    int8_t *q[2];
+    for (int v = 0; v < 2; v++) {
+        xt[v] = malloc(N * sizeof(float)), d[v] = malloc(N / 32 * sizeof(float));
+        sm[v] = malloc(N / 32 * sizeof(float)), q[v] = malloc(N);
+    }
+    for (int trial = 0; trial < 8; trial++) {
+        for (size_t i = 0; i < N; i++)
+            x[i] = fx_uniform(&rng_state, trial % 2 ? 1e-3 : 40.0);
+        memset(x + 256, 0, 256 * sizeof *x); /* block 1: zeros */
+        x[512 + 7] = 3.5f, x[512 + 9] = -3.5f, x[512 + 100] = 3.5f; /* block 2: ties of the max */
+        for (size_t j = 0; j < 256; j++) /* block 3: -127 / m = 1: x * id lands on halves */
+            x[768 + j] = j == 0 ? -127.0f : (float)((int)(j % 200) - 100) + 0.5f;
+        x[1024 + 33] = trial % 3 ? NAN : INFINITY; /* block 4: not finite */
+        x[1280 + 200] = -INFINITY;
+        for (int kind = LM_IN_Q8_0; kind <= LM_IN_Q8_K; kind++) {
+            for (int v = 0; v < 2; v++) {
+                lm_isa isa = v ? LM_ISA_COUNT : LM_ISA_SCALAR;
+                ASSERT_TRUE(lm_isa_force(isa));
+                memset(sm[v], 0, N / 32 * sizeof(float));
+                lm_llama_quantize((lm_llama_in)kind, x, N, xt[v], q[v], d[v], sm[v]);
+            }
+            lm_isa_force(LM_ISA_COUNT);
+            if (memcmp(q[0], q[1], N) != 0 || memcmp(xt[0], xt[1], N * sizeof(float)) != 0 ||
+                memcmp(d[0], d[1], N / 32 * sizeof(float)) != 0 ||
+                memcmp(sm[0], sm[1], N / 32 * sizeof(float)) != 0)
+                CHECK_FAIL_AT("llama quantize kind %d: %s differs from the scalar path", kind,
+                              lm_isa_name(lm_isa_active()));
+        }
+    }
+    free(x);
+    for (int v = 0; v < 2; v++)
+        free(xt[v]), free(d[v]), free(sm[v]), free(q[v]);
+}
+
+/* ggml_vec_dot_f16's order (lm_dot_f16, flash attention's scores) in every
+ * variant of llama.cpp: every instruction set's path the scalar one's
+ * bits, on float16 values of both signs and wide range (so the order
+ * shows), y as floats and as float16 bits, lengths with and without
+ * leftovers past the steps of 32 and 64. */
+static void test_llama_dot_f16(void)
+{
+    enum { N = 200 };
+    float x[N], y[N];
+    unsigned char yh[2 * N];
+    static const size_t lens[] = {0, 1, 31, 32, 33, 63, 64, 65, 96, 128, 130, 200};
+    for (int trial = 0; trial < 50; trial++) {
+        for (size_t i = 0; i < N; i++) {
+            const double e = (double)(fx_next(&rng_state) % 24);
+            x[i] = lm_f16_round((float)(fx_uniform(&rng_state, 1.0) * pow(2.0, e - 12.0)));
+            y[i] = lm_f16_round(fx_uniform(&rng_state, 8.0));
+            put16(yh + 2 * i, lm_f32_to_f16(y[i]));
+        }
+        for (int cpu = LM_LLAMA_CPU_AVX2; cpu < LM_LLAMA_CPU_COUNT; cpu++) {
+            const lm_llama_cpu v = (lm_llama_cpu)cpu;
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const size_t n = lens[li];
+                ASSERT_TRUE(lm_isa_force(LM_ISA_SCALAR));
+                const float want = lm_dot_f16(x, y, NULL, n, v);
+                const float wanth = lm_dot_f16(x, NULL, yh, n, v);
+                lm_isa_force(LM_ISA_COUNT);
+                ASSERT_TRUE(memcmp(&want, &wanth, sizeof want) == 0);
+                for (int isa = 1; isa < LM_ISA_COUNT; isa++) {
+                    if (!lm_isa_supported((lm_isa)isa) || !lm_isa_force((lm_isa)isa))
+                        continue;
+                    const float got = lm_dot_f16(x, y, NULL, n, v);
+                    const float goth = lm_dot_f16(x, NULL, yh, n, v);
+                    lm_isa_force(LM_ISA_COUNT);
+                    if (memcmp(&got, &want, sizeof got) != 0 ||
+                        memcmp(&goth, &want, sizeof got) != 0)
+                        CHECK_FAIL_AT("dot_f16 of %zu (%s): %s gives %a and %a, the scalar "
+                                      "path %a", n, lm_llama_cpu_name(v),
+                                      lm_isa_name((lm_isa)isa), (double)got, (double)goth,
+                                      (double)want);
+                }
+            }
+            /* a query against keys of S (lm_dot_f16_keys): each its own call's bits */
+            static const size_t sizes[] = {32, 64, 80, 128};
+            for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+                const size_t S = sizes[si], nk = N / S;
+                float want[6], got[6];
+                ASSERT_TRUE(lm_isa_force(LM_ISA_SCALAR));
+                for (size_t i = 0; i < nk; i++)
+                    want[i] = lm_dot_f16(x, y + i * S, NULL, S, v) * 0.125f;
+                lm_isa_force(LM_ISA_COUNT);
+                for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+                    if (!lm_isa_supported((lm_isa)isa) || !lm_isa_force((lm_isa)isa))
+                        continue;
+                    lm_dot_f16_keys(x, y, nk, S, 0.125f, v, got);
+                    lm_isa_force(LM_ISA_COUNT);
+                    if (memcmp(got, want, nk * sizeof *got) != 0)
+                        CHECK_FAIL_AT("dot_f16 keys of %zu (%s): %s differs", S,
+                                      lm_llama_cpu_name(v), lm_isa_name((lm_isa)isa));
+                }
+            }
+        }
+    }
+}
+
+/* llama.cpp's SwiGLU in every variant: every instruction set's path the
+ * scalar one's bits, on values across exp's whole range (results that are
+ * subnormal, 0 and infinite among them), NaN and the infinities, lengths
+ * with leftovers past the groups of 8 and 16; the variants' exps tell apart
+ * on these values; and values worked out by hand. */
+static void test_llama_swiglu(void)
+{
+    enum { N = 517 };
+    float h[N], g[N], want[N], got[N], first[N];
+    size_t apart = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        const double range = trial % 4 == 0 ? 300.0 : trial % 4 == 1 ? 110.0 : 8.0;
+        for (size_t i = 0; i < N; i++)
+            h[i] = fx_uniform(&rng_state, range), g[i] = fx_uniform(&rng_state, 4.0);
+        if (trial == 0)
+            h[3] = NAN, h[4] = INFINITY, h[5] = -INFINITY, h[6] = 0.0f, h[7] = -0.0f,
+            h[N - 1] = NAN, h[17] = 88.7f, h[18] = -103.9f, h[19] = 192.5f, h[20] = -192.5f;
+        for (int cpu = LM_LLAMA_CPU_AVX2; cpu < LM_LLAMA_CPU_COUNT; cpu++) {
+            const lm_llama_cpu v = (lm_llama_cpu)cpu;
+            for (size_t n = 0; n <= N; n += trial % 2 ? 97 : 41) {
+                ASSERT_TRUE(lm_isa_force(LM_ISA_SCALAR));
+                memcpy(want, h, sizeof want);
+                lm_swiglu_llama(want, g, n, v);
+                for (int isa = 1; isa < LM_ISA_COUNT; isa++) {
+                    if (!lm_isa_supported((lm_isa)isa) || !lm_isa_force((lm_isa)isa))
+                        continue;
+                    memcpy(got, h, sizeof got);
+                    lm_swiglu_llama(got, g, n, v);
+                    lm_isa_force(LM_ISA_COUNT); /* restored before a failure returns */
+                    for (size_t i = 0; i < n; i++)
+                        if (memcmp(&got[i], &want[i], sizeof got[i]) != 0 &&
+                            !(isnan(got[i]) && isnan(want[i])))
+                            CHECK_FAIL_AT("swiglu of %zu (%s): %s gives %a for %a, the scalar "
+                                          "path %a", n, lm_llama_cpu_name(v),
+                                          lm_isa_name((lm_isa)isa), (double)got[i],
+                                          (double)h[i], (double)want[i]);
+                }
+                lm_isa_force(LM_ISA_COUNT);
+            }
+            /* the whole length: AVX2's exp against the AVX-512 ones' */
+            memcpy(got, h, sizeof got);
+            lm_swiglu_llama(got, g, N, v);
+            if (cpu == LM_LLAMA_CPU_AVX2)
+                memcpy(first, got, sizeof got);
+            else
+                for (size_t i = 0; i < N; i++)
+                    apart += memcmp(&got[i], &first[i], sizeof got[i]) != 0 && !isnan(got[i]);
+        }
+    }
+    ASSERT_TRUE(apart > 0);
+    /* silu(0) * g = 0; silu(x) for x far below exp's range: x / (1 + inf) = -0 */
+    for (int cpu = LM_LLAMA_CPU_AVX2; cpu < LM_LLAMA_CPU_COUNT; cpu++) {
+        float hh[16] = {0}, gg[16];
+        for (size_t i = 0; i < 16; i++)
+            gg[i] = 2.0f;
+        hh[1] = -200.0f;
+        hh[2] = 200.0f; /* exp(-200) = 0 there: 200 / 1 * 2 */
+        lm_swiglu_llama(hh, gg, 16, (lm_llama_cpu)cpu);
+        ASSERT_TRUE(hh[0] == 0.0f && hh[1] == 0.0f && signbit(hh[1]) && hh[2] == 400.0f);
+    }
+}
+
 /* Q8_0 and Q8_K blocks worked by hand: llama.cpp's scale and signs. */
 static void test_llama_quantize(void)
 {
@@ -917,6 +1019,135 @@ static void test_llama_f16_order(void)
     }
 }
 
+/* ---- matrix-matrix products ---- */
+
+/* Shapes beyond `shapes` where llama.cpp's orders apply: rows in groups of
+ * 8 (the repacked types, Q4_K's packed copy) and not, F16 and F32 with
+ * whole steps of 32 and 64 and leftovers, within a span of 256 and across
+ * spans, Q8_0, Q4_K and Q6_K long enough for several blocks. */
+static const shape llama_shapes[] = {
+    {LM_Q4_K, 16, 512, 0}, {LM_Q4_0, 16, 256, 0}, {LM_IQ4_NL, 8, 64, 0}, {LM_F16, 8, 96, 0},
+    {LM_F16, 12, 272, 0},  {LM_F16, 5, 70, 0},    {LM_Q6_K, 9, 512, 0},  {LM_Q8_0, 13, 256, 0},
+    {LM_Q5_0, 8, 96, 0},   {LM_Q4_1, 8, 64, 0},   {LM_Q5_1, 16, 64, 0},  {LM_BF16, 6, 64, 0},
+    {LM_Q2_K, 5, 512, 0},  {LM_Q5_K, 3, 256, 0},  {LM_IQ4_XS, 4, 256, 0}, {LM_F32, 9, 67, 0},
+    {LM_F16, 7, 600, 0},   {LM_F32, 8, 296, 0},   {LM_Q4_K, 12, 512, 0}, {LM_Q2_K, 8, 256, 0},
+    {LM_Q4_K, 8, 16640, 0}, {LM_Q6_K, 8, 16640, 0}, /* 65 blocks: fewer columns a chunk */
+};
+
+/* lm_matmat_rows against lm_matvec_rows column by column on every
+ * instruction set (and so against the reference, which test_kernels and
+ * the llama tests hold lm_matvec_rows to), for 1 to 37 columns and ranges
+ * that start and end anywhere, in the exact products and llama.cpp's in
+ * every variant (Q4_K from its packed copy too, where the active kernels
+ * read one): bit for bit. Then lm_matmat over pools of 1 to 3 threads. */
+static void test_matmat(void)
+{
+    static const size_t ncs[] = {1, 2, 3, 5, 8, 13, 37};
+    const size_t NC = 37;
+    size_t n_shapes = sizeof shapes / sizeof shapes[0], checked = 0;
+    for (size_t si = 0; si < n_shapes + sizeof llama_shapes / sizeof llama_shapes[0]; si++) {
+        const shape *sh = si < n_shapes ? &shapes[si] : &llama_shapes[si - n_shapes];
+        unsigned char *data, *scales;
+        lm_matrix w = random_matrix(sh->type, sh->rows, sh->cols, sh->group, &data, &scales);
+        const size_t cols = sh->cols, rows = sh->rows, nd = cols / 4 + 1;
+        float *x = random_x(NC * cols), *xt = malloc(NC * cols * sizeof *xt);
+        int8_t *q = malloc(NC * cols);
+        float *d = malloc(NC * nd * sizeof *d), *sums = malloc(NC * nd * sizeof *sums);
+        lm_q8 q8[37];
+        float *got = malloc(NC * (rows + 1) * sizeof *got), *want = malloc(rows * sizeof *want);
+        const size_t pb = lm_matrix_pack_bytes(&w);
+        unsigned char *packed = pb ? malloc(pb) : NULL;
+        if (packed)
+            lm_matrix_pack(&w, packed);
+        /* mode 0: the exact products; 1 .. 3: llama.cpp's, in variant `mode` */
+        for (int mode = 0; mode < LM_LLAMA_CPU_COUNT; mode++) {
+            const lm_llama_in kind = mode ? lm_llama_input(sh->type) : LM_IN_NATIVE;
+            const size_t group = kind == LM_IN_NATIVE ? lm_matrix_q8_group(&w) : 32;
+            const float *in = kind == LM_IN_NATIVE ? x : xt;
+            for (size_t c = 0; c < NC; c++) {
+                q8[c] = (lm_q8){q + c * cols, d + c * nd, group, kind != LM_IN_NATIVE ? mode : 0,
+                                sums + c * nd};
+                if (kind != LM_IN_NATIVE)
+                    lm_llama_quantize(kind, x + c * cols, cols, xt + c * cols, q + c * cols,
+                                      d + c * nd, sums + c * nd);
+                else if (group)
+                    lm_quantize_q8(x + c * cols, cols, group, q + c * cols, d + c * nd);
+            }
+            const lm_q8 *xq = group ? q8 : NULL;
+            for (int pk = 0; pk < 2; pk++) {
+                if (pk && !packed)
+                    continue;
+                lm_matrix mw = w;
+                mw.packed = pk ? packed : NULL;
+                for (int isa = 0; isa < LM_ISA_COUNT; isa++) {
+                    if (!lm_isa_supported((lm_isa)isa))
+                        continue;
+                    for (size_t ni = 0; ni < sizeof ncs / sizeof ncs[0]; ni++)
+                        for (size_t r0 = 0; r0 < rows; r0 += rows > 5 ? 5 : 1) {
+                            const size_t nc = ncs[ni], r1 = rows - (r0 && rows > 3 ? 1 : 0);
+                            if (r1 <= r0)
+                                continue;
+                            memset(got, 0xff, NC * (rows + 1) * sizeof *got);
+                            lm_matmat_rows(&mw, in, xq, nc, got, rows + 1, r0, r1, (lm_isa)isa);
+                            for (size_t c = 0; c < nc; c++) {
+                                lm_matvec_rows(&mw, in + c * cols, xq ? &xq[c] : NULL, want, r0,
+                                               r1, (lm_isa)isa);
+                                if (!same_bits(got + c * (rows + 1), want, r1 - r0))
+                                    CHECK_FAIL_AT("%s %zux%zu (%s%s), %zu columns, rows "
+                                                  "%zu..%zu: %s's column %zu differs from its "
+                                                  "matvec", lm_dtype_name(sh->type), rows, cols,
+                                                  mode ? "llama " : "exact",
+                                                  mode ? lm_llama_cpu_name((lm_llama_cpu)mode)
+                                                       : "",
+                                                  nc, r0, r1, lm_isa_name((lm_isa)isa), c);
+                            }
+                            checked++;
+                        }
+                }
+            }
+        }
+        free(data), free(scales), free(x), free(xt), free(q), free(d), free(sums), free(got);
+        free(want), free(packed);
+    }
+    printf("  %zu matrix-matrix products equal to their columns' matrix-vector ones\n", checked);
+
+    /* Threads: products of 2^20 weights and more, mixed types. */
+    unsigned char *dd[3], *ss[3];
+    lm_matrix mw[3] = {random_matrix(LM_F16, 301, 512, 0, &dd[0], &ss[0]),
+                       random_matrix(LM_Q4_K, 203, 512, 0, &dd[1], &ss[1]),
+                       random_matrix(LM_Q8_0, 97, 512, 0, &dd[2], &ss[2])};
+    const size_t nc = 9;
+    float *x = random_x(nc * 512), *xd = malloc(nc * 16 * sizeof *xd);
+    int8_t *xq = malloc(nc * 512);
+    lm_q8 q8[9];
+    for (size_t c = 0; c < nc; c++) {
+        lm_quantize_q8(x + c * 512, 512, 32, xq + c * 512, xd + c * 16);
+        q8[c] = (lm_q8){xq + c * 512, xd + c * 16, 32, 0, NULL};
+    }
+    float *want[3], *got[3];
+    for (int k = 0; k < 3; k++) {
+        want[k] = malloc(nc * mw[k].rows * sizeof(float));
+        got[k] = malloc(nc * mw[k].rows * sizeof(float));
+        for (size_t c = 0; c < nc; c++)
+            lm_matvec_ref(&mw[k], x + c * 512, &q8[c], want[k] + c * mw[k].rows, 0, mw[k].rows);
+    }
+    for (size_t threads = 1; threads <= 3; threads++) {
+        lm_pool *pool = NULL;
+        ASSERT_OK(lm_pool_new(threads, NULL, &pool));
+        lm_product p[3] = {{&mw[0], got[0]}, {&mw[1], got[1]}, {&mw[2], got[2]}};
+        for (int k = 0; k < 3; k++)
+            memset(got[k], 0xff, nc * mw[k].rows * sizeof(float));
+        lm_matmat(pool, p, 3, x, q8, nc);
+        for (int k = 0; k < 3; k++)
+            if (!same_bits(got[k], want[k], nc * mw[k].rows))
+                CHECK_FAIL_AT("%zu threads: product %d of %zu columns differs", threads, k, nc);
+        lm_pool_free(pool);
+    }
+    for (int k = 0; k < 3; k++)
+        free(dd[k]), free(ss[k]), free(want[k]), free(got[k]);
+    free(x), free(xd), free(xq);
+}
+
 /* The active instruction set can be forced and restored. */
 static void test_isa_force(void)
 {
@@ -989,9 +1220,13 @@ int main(int argc, char **argv)
     RUN(test_llama_q8_0);
     RUN(test_llama_fused_types);
     RUN(test_llama_round_vectors);
+    RUN(test_llama_swiglu);
+    RUN(test_llama_quantize_vectors);
+    RUN(test_llama_dot_f16);
     RUN(test_llama_f16_order);
     RUN(test_llama_bf16);
     RUN(test_llama_variants);
+    RUN(test_matmat);
     RUN(test_isa_force);
     RUN(test_threads);
     return CHECK_DONE();

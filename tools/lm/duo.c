@@ -158,8 +158,8 @@ int lm_duo_calibrate(int argc, char **argv)
             for (size_t j = 0; j < trials; j++) {
                 int32_t key = pk_prompt(&pk, C, j, trials, dist[di], w);
                 e = lm_state_reset(s);
-                for (size_t i = 0; e == KVE_OK && i < C; i++)
-                    e = lm_forward(s, w[i]);
+                if (e == KVE_OK)
+                    e = lm_forward_batch(s, w, C, NULL, NULL);
                 if (e != KVE_OK)
                     die_lm(e, "decode");
                 rows[k].hits += argmax(s->logits, V) == key;

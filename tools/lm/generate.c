@@ -55,6 +55,8 @@ static const char logits_usage[] =
     "                   and values, its flash attention; docs/decoder.md), as the\n"
     "                   CPU variant it loads here computes it; llama:avx2,\n"
     "                   llama:avx512 or llama:avx512-bf16 names the variant\n"
+    "  --batch N        tokens decoded at once, each weight read once for all\n"
+    "                   (default 64; 1: one at a time; the same bits for every N)\n"
     "  --same-positions every (layer, KV head) keeps the same positions: one eviction\n"
     "                   a step for all, by their scores added together (docs/decoder.md)\n"
     "  -o, --output F   write to F instead of standard output\n";
@@ -65,7 +67,7 @@ static const opt_def logits_own[] = {{"model", 0, OPT_VALUE},
                                      {"tokenizer", 0, OPT_VALUE},
                                      {"positions", 0, OPT_VALUE},
                                      {"threads", 0, OPT_VALUE}, {"products", 0, OPT_VALUE},
-                                     {"same-positions", 0, 0}};
+                                     {"batch", 0, OPT_VALUE}, {"same-positions", 0, 0}};
 static const cli_spec logits_spec =
     LM_SPEC(logits_usage, SO_POLICY | SO_BUDGET | SO_SEED | SO_OUTPUT, logits_own, FMT_JSON);
 
@@ -76,6 +78,25 @@ static void json_float(FILE *f, float x)
         fprintf(f, "%.9g", (double)x);
     else
         fputs("null", f);
+}
+
+/* One JSON line per token's logits (lm_forward_batch's callback). */
+typedef struct logits_out {
+    FILE *out;
+    const int32_t *toks;
+    int32_t V;
+} logits_out;
+
+static void print_logits(void *user, size_t t, const float *logits)
+{
+    const logits_out *lo = user;
+    fprintf(lo->out, "{\"pos\": %zu, \"token\": %d, \"logits\": [", t, lo->toks[t]);
+    for (int32_t i = 0; i < lo->V; i++) {
+        if (i)
+            fputs(", ", lo->out);
+        json_float(lo->out, logits[i]);
+    }
+    fputs("]}\n", lo->out);
 }
 
 int lm_logits(int argc, char **argv)
@@ -89,6 +110,7 @@ int lm_logits(int argc, char **argv)
         die_usage("give exactly one of --tokens and --prompt");
     lm_positions positions = opt_positions(own(&a, sp, "positions"));
     parse_threads(&a, sp);
+    parse_batch(&a, sp);
     parse_same_positions(&a, sp);
     if (a.n_budgets && !a.policy)
         die_usage("--budget needs --policy");
@@ -126,20 +148,11 @@ int lm_logits(int argc, char **argv)
         if (toks[i] >= V)
             die_usage("--tokens: token %d is outside the model's vocabulary [0, %d)", toks[i], V);
     lm_state *s = new_state(a.policy, a.budget, positions, a.seed);
-    FILE *out = out_open(a.output);
-    for (size_t t = 0; t < n; t++) {
-        kve_status st = lm_forward(s, toks[t]);
-        if (st != KVE_OK)
-            die_lm(st, "decode");
-        fprintf(out, "{\"pos\": %zu, \"token\": %d, \"logits\": [", t, toks[t]);
-        for (int32_t i = 0; i < V; i++) {
-            if (i)
-                fputs(", ", out);
-            json_float(out, s->logits[i]);
-        }
-        fputs("]}\n", out);
-    }
-    out_close(out);
+    logits_out lo = {out_open(a.output), toks, V};
+    kve_status st = lm_forward_batch(s, toks, n, print_logits, &lo);
+    if (st != KVE_OK)
+        die_lm(st, "decode");
+    out_close(lo.out);
     lm_state_free(s);
     free(toks);
     return 0;
@@ -212,7 +225,8 @@ static const opt_def generate_own[] = {
     {"allow-key-tokens", 0, 0},       {"logits", 0, 0},
     {"threads", 0, OPT_VALUE}, {"products", 0, OPT_VALUE},        {"prefill", 0, OPT_VALUE},
     {"heads", 0, OPT_VALUE},          {"streaming-budget", 0, OPT_VALUE},
-    {"same-positions", 0, 0},         {"policy-seed", 0, OPT_VALUE}};
+    {"same-positions", 0, 0},         {"policy-seed", 0, OPT_VALUE},
+    {"batch", 0, OPT_VALUE}};
 static const cli_spec generate_spec =
     LM_SPEC(generate_usage, SO_POLICY | SO_BUDGET | SO_SEED | SO_FORMAT, generate_own, FMT_TEXT);
 
@@ -369,6 +383,7 @@ int cmd_generate(int argc, char **argv)
     size_t steps = v ? (size_t)parse_u64("--steps", v, 0, INT32_MAX / 2) : 256;
     lm_positions positions = opt_positions(own(&a, sp, "positions"));
     parse_threads(&a, sp);
+    parse_batch(&a, sp);
     const char *spec = a.policy;
     if (a.n_budgets && !spec)
         die_usage("--budget needs --policy");
@@ -490,15 +505,22 @@ int cmd_generate(int argc, char **argv)
             put_piece(mem, piece, len);
             push(&h, ids[i]);
         }
-    } else {
-        if (h.n == 0 && first) /* a new sequence (or a session of no token) starts with BOS */
-            decode(s, &h, bos);
+    } else { /* BOS (a new sequence, or a session of no token) and the prompt in blocks */
+        int32_t *all = xmalloc((n_prompt + 1) * sizeof *all);
+        size_t m = 0;
+        if (h.n == 0 && first)
+            push(&h, all[m++] = bos);
         for (size_t i = 0; i < n_prompt; i++) {
             size_t len;
             const char *p = lm_decode(lm_ctx.tok, h.n ? h.t[h.n - 1] : -1, ids[i], &len);
             put_piece(mem, p, len);
-            decode(s, &h, ids[i]);
+            push(&h, all[m++] = ids[i]);
         }
+        kve_status st = lm_forward_batch(s, all, m, NULL, NULL);
+        free(all);
+        if (st != KVE_OK)
+            die_lm(st, "decode");
+        decoded += m;
     }
     fclose(mem);
 

@@ -317,11 +317,9 @@ static int32_t lb_run(lb_row *r, const int32_t *tokens, size_t n, size_t p, doub
         i = p;
     }
     double book = s->bookkeeping_s, t0 = thread_cpu();
-    for (; st == KVE_OK && i < n; i++) {
-        st = lm_forward(s, tokens[i]);
-        if (st == KVE_OK && per_pos && i >= p && i + 1 < n)
-            per_pos[i] = lm_token_nats(s->logits, V, tokens[i + 1]);
-    }
+    next_loss nl = {tokens, per_pos, i, p, n, V};
+    if (st == KVE_OK) /* the rest in blocks (lm_forward_batch) */
+        st = lm_forward_batch(s, tokens + i, n - i, next_loss_add, &nl);
     r->cpu_s += thread_cpu() - t0;
     r->policy_s += s->bookkeeping_s - book;
     if (st != KVE_OK)

@@ -35,6 +35,7 @@ typedef struct lm_loaded {
     int same_positions; /* --same-positions: every (layer, KV head) keeps the same positions */
     lm_products products; /* --products: exact (the default) or llama (lm_options.products) */
     lm_llama_cpu llama_cpu; /* --products llama:VARIANT (lm_options.llama_cpu); AUTO */
+    size_t batch;         /* --batch: tokens a prompt block holds (lm_options.batch; 0: LM_BATCH) */
 } lm_loaded;
 extern lm_loaded lm_ctx;
 
@@ -101,6 +102,16 @@ static inline void parse_threads(const cli_args *a, const cli_spec *spec)
 #define PRODUCTS_USAGE                                                                             \
     "  --products P        exact (default), llama or llama:VARIANT (docs/cli.md)\n"
 
+/* --batch N (lm_options.batch) into lm_ctx.batch, for the commands that
+ * declare it; its usage lines. */
+static inline void parse_batch(const cli_args *a, const cli_spec *spec)
+{
+    const char *v = own(a, spec, "batch");
+    lm_ctx.batch = v ? (size_t)parse_u64("--batch", v, 1, 1u << 16) : 0;
+}
+#define BATCH_USAGE                                                                                \
+    "  --batch N           tokens read at once (64)\n"
+
 static inline const char *positions_name(lm_positions p)
 {
     return p == LM_POS_CACHE ? "cache" : "original";
@@ -157,7 +168,7 @@ void resolve_budget(cli_args *a);
     {"model", 0, OPT_VALUE}, {"text", 0, OPT_VALUE}, {"tokenizer", 0, OPT_VALUE},                  \
         {"policy", 0, OPT_VALUE | OPT_REPEAT}, {"budget", 0, OPT_VALUE | OPT_REPEAT},              \
         {"positions", 0, OPT_VALUE}, {"threads", 0, OPT_VALUE}, {"products", 0, OPT_VALUE},       \
-        {"heads", 0, OPT_VALUE},                                                                   \
+        {"batch", 0, OPT_VALUE}, {"heads", 0, OPT_VALUE},                                          \
         {"streaming-budget", 0, OPT_VALUE}, {"same-positions", 0, 0}, BUDGET_OPTS
 
 /* The usage lines of --same-positions (lm_options.same_positions). */
@@ -265,6 +276,24 @@ int lm_dump(int argc, char **argv);        /* dump.c */
 int lm_prefill_cmd(int argc, char **argv); /* prefill.c */
 int lm_duo_calibrate(int argc, char **argv); /* duo.c */
 int lm_leaderboard(int argc, char **argv);  /* leaderboard.c */
+
+/* lm_forward_batch's callback for the loss of each next token of a
+ * sequence: per_pos[j] = -log p(tokens[j + 1]) after token j, for from <= j
+ * < n - 1 (j = at + the index in the call). */
+typedef struct next_loss {
+    const int32_t *tokens; /* (n) the whole sequence */
+    double *per_pos;       /* (n) or NULL: nothing recorded */
+    size_t at, from, n;
+    int32_t V;
+} next_loss;
+
+static inline void next_loss_add(void *user, size_t i, const float *logits)
+{
+    const next_loss *x = user;
+    const size_t j = x->at + i;
+    if (x->per_pos && j >= x->from && j + 1 < x->n)
+        x->per_pos[j] = lm_token_nats(logits, x->V, x->tokens[j + 1]);
+}
 
 /* The tokens decoded so far, BOS first (the repetition penalty's window and
  * a session's record): generate's, and kvevict-llama generate's. */

@@ -34,14 +34,14 @@ static const char eval_usage[] =
     "  --tokenizer TOK     tokenizer.bin (default: a GGUF's own vocabulary, else\n"
     "                      tokenizer.bin beside CKPT)\n"
     "  --policy SPECS      policies, comma-separated (a key=value item belongs to\n"
-    "                      the spec before it); may be repeated. Default: none,\n"
-    "                      the full cache alone\n"
+    "                      the spec before it); may be repeated (default: none)\n"
     "  --budget LIST       budgets: counts (64) or percentages of the context (20%);\n"
     "                      every policy runs at every budget (default: the spec's)\n"
     "  --positions P       original (default) or cache\n"
     "  --seed N            seed of the policies' random numbers (default 0)\n"
     "  --threads N         matrix products on N threads (default: the cores)\n"
     PRODUCTS_USAGE
+    BATCH_USAGE
     SAME_POSITIONS_USAGE
     "  --quiet             no progress line on stderr (drawn on a terminal after 2 s)\n"
     "  --format F          text (default), md, csv or json; --json, --csv, --md\n"
@@ -213,6 +213,25 @@ static const char stream_usage[] =
     "  other options as for `kvevict lm eval`; JSON rows: policy, budget,\n"
     "  positions, start, end, tokens, bytes, nats_per_token, bits_per_byte, seed.\n";
 
+/* lm stream's sums: position at + i predicts the text's token at + i, its
+ * loss added to its bin of W positions, in position order. */
+enum { STREAM_CHUNK = 512 };
+typedef struct stream_sum {
+    double *bins;
+    size_t W, at;
+    int32_t V;
+    progress *pr;
+    uint64_t *done;
+} stream_sum;
+
+static void stream_add(void *user, size_t i, const float *logits)
+{
+    stream_sum *x = user;
+    const size_t p = x->at + i;
+    x->bins[(p + 1) / x->W] += lm_token_nats(logits, x->V, lm_ctx.ids[p % lm_ctx.n_ids]);
+    progress_update(x->pr, ++*x->done);
+}
+
 static const opt_def stream_own[] = {MEASURE_OPTS,
                                      {"tokens", 0, OPT_VALUE},
                                      {"bin", 0, OPT_VALUE},
@@ -250,16 +269,18 @@ int lm_stream(int argc, char **argv)
     uint64_t total = (M ? M - 1 : 0) + (uint64_t)(n_jobs - 1) * (N - 1), done = 0;
     progress pr;
     progress_begin(&pr, "position", total, 0, 1);
+    int32_t chunk[STREAM_CHUNK];
     for (size_t j = 0; j < n_jobs; j++) {
         size_t n = j ? N : M; /* positions this job decodes, the last one only predicted */
-        lm_state *s = jobs[j].s;
-        for (size_t p = 0; p + 1 < n; p++) {
-            kve_status st = lm_forward(s, p ? lm_ctx.ids[(p - 1) % lm_ctx.n_ids] : first_token(0));
+        stream_sum ss = {nats + j * n_bins, W, 0, V, &pr, &done};
+        for (size_t p = 0; p + 1 < n; p += STREAM_CHUNK) { /* in blocks (lm_forward_batch) */
+            const size_t k = n - 1 - p < STREAM_CHUNK ? n - 1 - p : STREAM_CHUNK;
+            for (size_t i = 0; i < k; i++)
+                chunk[i] = p + i ? lm_ctx.ids[(p + i - 1) % lm_ctx.n_ids] : first_token(0);
+            ss.at = p;
+            kve_status st = lm_forward_batch(jobs[j].s, chunk, k, stream_add, &ss);
             if (st != KVE_OK)
                 die_lm(st, jobs[j].spec ? jobs[j].spec : "full cache");
-            nats[j * n_bins + (p + 1) / W] +=
-                lm_token_nats(s->logits, V, lm_ctx.ids[p % lm_ctx.n_ids]);
-            progress_update(&pr, ++done);
         }
     }
     progress_end(&pr);

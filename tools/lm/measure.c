@@ -172,7 +172,7 @@ lm_state *new_state(const char *spec, size_t budget, lm_positions pos, uint64_t 
                     .min_share = lm_ctx.budgets.min_share, .threads = lm_ctx.threads,
                     .timing = lm_ctx.timing, .same_positions = lm_ctx.same_positions,
                     .products = lm_ctx.products,
-                    .llama_cpu = lm_ctx.llama_cpu};
+                    .llama_cpu = lm_ctx.llama_cpu, .batch = lm_ctx.batch};
     lm_state *s = NULL;
     kve_status st = lm_state_new(lm_ctx.model, &o, &s);
     if (st != KVE_OK)
@@ -269,6 +269,7 @@ void measure_parse(measure_args *m, const cli_spec *spec, int argc, char **argv)
         die_usage("--budget needs --policy");
     m->positions = opt_positions(own(&m->a, spec, "positions"));
     parse_threads(&m->a, spec);
+    parse_batch(&m->a, spec);
     budget_args_parse(&lm_ctx.budgets, &m->a, spec);
     m->heads = own(&m->a, spec, "heads");
     const char *v = own(&m->a, spec, "streaming-budget");

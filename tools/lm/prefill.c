@@ -133,11 +133,9 @@ static int32_t run_with_prompt(lm_state *s, const int32_t *tokens, size_t n, siz
                                 : lm_prefill(s, tokens, p, method == PF_POLICY ? NULL : pp);
         i = p;
     }
-    for (; st == KVE_OK && i < n; i++) {
-        st = lm_forward(s, tokens[i]);
-        if (st == KVE_OK && per_pos && i >= p && i + 1 < n)
-            per_pos[i] = lm_token_nats(s->logits, V, tokens[i + 1]);
-    }
+    next_loss nl = {tokens, per_pos, i, p, n, V};
+    if (st == KVE_OK) /* the rest in blocks (lm_forward_batch) */
+        st = lm_forward_batch(s, tokens + i, n - i, next_loss_add, &nl);
     if (st != KVE_OK)
         die_lm(st, what);
     int32_t best = 0;

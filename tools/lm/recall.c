@@ -66,12 +66,9 @@ static int32_t run_prompt(lm_state *s, const int32_t *tokens, size_t n, double *
 {
     kve_status st = lm_state_reset(s);
     int32_t V = lm_ctx.model->config.vocab_size;
-    size_t feed = per_pos ? n - 1 : n;
-    for (size_t i = 0; st == KVE_OK && i < feed; i++) {
-        st = lm_forward(s, tokens[i]);
-        if (st == KVE_OK && per_pos)
-            per_pos[i] = lm_token_nats(s->logits, V, tokens[i + 1]);
-    }
+    next_loss nl = {tokens, per_pos, 0, 0, n, V};
+    if (st == KVE_OK) /* in blocks (lm_forward_batch) */
+        st = lm_forward_batch(s, tokens, per_pos ? n - 1 : n, next_loss_add, &nl);
     if (st != KVE_OK)
         die_lm(st, what);
     int32_t best = 0;
