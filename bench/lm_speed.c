@@ -36,6 +36,11 @@
  *   process's CPU time in it: llama_plain's prompt mode for the decoder
  *   (bench/lm_vs_llama.sh).
  *
+ * Usage: kvevict-lm-speed --decode CKPT ID,ID,... [THREADS [PRODUCTS]]
+ *   The tokens one lm_forward each, after the same warm-up and reset, with
+ *   the same options; prints the same object (batch 1), S the wall time of
+ *   those steps: llama_plain's decode mode for the decoder.
+ *
  * Usage: kvevict-lm-speed --weights [--dir DIR] [--types T,...] [--threads N,...]
  *                         [--tokens N] [--json]
  *   Weight types at TinyLlama's shape (22 layers, dim 2048, 32 heads over 4
@@ -258,7 +263,7 @@ static double wall_s(void)
  * A floor is a bound nothing reading the same bytes can beat, so it is the
  * best read bandwidth over every way of reading this code knows, as STREAM
  * and its successors take the best of their kernels: each kernel below, with
- * no software prefetch and with prefetches 1 KiB and 4 KiB ahead, on 1 to T
+ * no software prefetch and with prefetches 256 bytes, 1 KiB and 4 KiB ahead, on 1 to T
  * threads for a run on T threads (more readers can only help a floor), best
  * of 3 passes over a 1 GiB buffer each. A pass's bytes are the bytes the
  * kernel read; the result is kept so the reads cannot be optimised away. */
@@ -301,6 +306,42 @@ __attribute__((target("avx2"))) static uint64_t read8_avx2(const unsigned char *
     for (int k = 1; k < 8; k++)
         acc[0] = _mm256_add_epi64(acc[0], acc[k]);
     return (uint64_t)_mm256_extract_epi64(acc[0], 0) + (uint64_t)_mm256_extract_epi64(acc[0], 3);
+}
+
+/* One contiguous stream of 32-byte loads, 64 bytes a round into two
+ * accumulators, or 128 into four (wide). */
+__attribute__((target("avx2"))) static inline uint64_t read1_256(const unsigned char *p, size_t n,
+                                                                 size_t ahead, int wide)
+{
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    const size_t step = wide ? 128 : 64, end = n / step * step;
+    for (size_t i = 0; i < end; i += step) {
+        if (ahead && i + ahead < end)
+            _mm_prefetch((const char *)(p + i + ahead), _MM_HINT_T0);
+        const __m256i *v = (const __m256i *)(const void *)(p + i);
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256(v));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256(v + 1));
+        if (wide) {
+            if (ahead && i + ahead < end)
+                _mm_prefetch((const char *)(p + i + ahead + 64), _MM_HINT_T0);
+            a2 = _mm256_add_epi64(a2, _mm256_load_si256(v + 2));
+            a3 = _mm256_add_epi64(a3, _mm256_load_si256(v + 3));
+        }
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    return (uint64_t)_mm256_extract_epi64(a0, 0) + (uint64_t)_mm256_extract_epi64(a0, 3);
+}
+
+__attribute__((target("avx2"))) static uint64_t read1_avx2(const unsigned char *p, size_t n,
+                                                           size_t ahead)
+{
+    return read1_256(p, n, ahead, 0);
+}
+
+__attribute__((target("avx2"))) static uint64_t read1_avx2_wide(const unsigned char *p, size_t n,
+                                                                size_t ahead)
+{
+    return read1_256(p, n, ahead, 1);
 }
 
 /* One contiguous stream, 256 bytes a round into four accumulators. */
@@ -356,6 +397,8 @@ static const struct {
     {"words", read_words, LM_ISA_SCALAR},
 #if BW_X86
     {"avx2 x8", read8_avx2, LM_ISA_AVX2},
+    {"avx2 x1", read1_avx2, LM_ISA_AVX2},
+    {"avx2 x1 wide", read1_avx2_wide, LM_ISA_AVX2},
     {"avx512 x1", read1_avx512, LM_ISA_AVX512},
     {"avx512 x8", read8_avx512, LM_ISA_AVX512},
 #endif
@@ -397,7 +440,7 @@ static floor_bw stream_bandwidth(size_t threads)
         die("floor");
     j->p = p;
     j->n = n;
-    static const size_t aheads[] = {0, 1024, 4096};
+    static const size_t aheads[] = {0, 256, 1024, 4096};
     for (size_t t = 1; t <= threads; t++) {
         lm_pool *pool = NULL;
         if (t > 1 && lm_pool_new(t, NULL, &pool) != KVE_OK)
@@ -674,9 +717,11 @@ static int floor_speed(int argc, char **argv)
 
 static int prompt_speed(int argc, char **argv)
 {
-    if (argc < 4 || argc > 7) {
+    const int decode = strcmp(argv[1], "--decode") == 0;
+    if (argc < 4 || argc > (decode ? 6 : 7)) {
         fprintf(stderr, "usage: kvevict-lm-speed --prompt CKPT ID,ID,... [THREADS [PRODUCTS "
-                        "[BATCH]]]\n");
+                        "[BATCH]]]\n       kvevict-lm-speed --decode CKPT ID,ID,... [THREADS "
+                        "[PRODUCTS]]\n");
         return 2;
     }
     lm_options o = {.threads = argc > 4 ? (size_t)strtoull(argv[4], NULL, 10) : 1,
@@ -703,13 +748,17 @@ static int prompt_speed(int argc, char **argv)
     struct timespec c0, c1;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
     double t0 = wall_s();
-    if (lm_forward_batch(s, toks, n, NULL, NULL) != KVE_OK)
+    if (!decode && lm_forward_batch(s, toks, n, NULL, NULL) != KVE_OK)
         die("prompt");
+    for (size_t t = 0; decode && t < n; t++)
+        if (lm_forward(s, toks[t]) != KVE_OK)
+            die("decode");
     double dt = wall_s() - t0;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
     printf("{\"tokens\": %zu, \"threads\": %zu, \"products\": \"%s\", \"batch\": %zu, "
            "\"seconds\": %.6f, \"cpu_seconds\": %.6f}\n", n, o.threads ? o.threads : 1,
-           o.products == LM_PRODUCTS_LLAMA ? "llama" : "exact", o.batch ? o.batch : LM_BATCH, dt,
+           o.products == LM_PRODUCTS_LLAMA ? "llama" : "exact",
+           decode ? 1 : o.batch ? o.batch : LM_BATCH, dt,
            (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec));
     lm_state_free(s);
     lm_model_free(m);
@@ -723,7 +772,7 @@ int main(int argc, char **argv)
         return weights_speed(argc, argv);
     if (argc > 1 && strcmp(argv[1], "--floor") == 0)
         return floor_speed(argc, argv);
-    if (argc > 1 && strcmp(argv[1], "--prompt") == 0)
+    if (argc > 1 && (strcmp(argv[1], "--prompt") == 0 || strcmp(argv[1], "--decode") == 0))
         return prompt_speed(argc, argv);
     if (argc > 1 && strcmp(argv[1], "--json") == 0) {
         json = 1;

@@ -8,7 +8,7 @@
  * for bit, at the same batch size (llama.cpp's batched logits are not its
  * one-token ones bit for bit: its kernels for several rows are others).
  *
- *   llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH | prompt]]
+ *   llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH | prompt | decode]]
  *   llama_plain LIBDIR --features
  *
  * THREADS (default 1): llama.cpp's threads (bench/lm_vs_llama.sh times it).
@@ -20,6 +20,10 @@
  * {"tokens": N, "threads": T, "seconds": S, "cpu_seconds": C}, S the wall
  * time of that llama_decode (bench/lm_vs_llama.sh's prompt table), C the
  * process's CPU time in it (every thread's).
+ * decode: the tokens one llama_decode each (every token's logits), after the
+ * same warm-up and cleared cache; prints the same object, S the wall time
+ * of those decodes (bench/lm_vs_llama.sh's decode table: start-up and
+ * loading outside the clock).
  * --features prints the features of the CPU back end ggml loaded from
  * LIBDIR (the variant it chose for this machine: AVX2, AVX512,
  * AVX512_BF16, AMX_INT8, ...) on one line, separated by spaces; test_llama.sh
@@ -69,12 +73,14 @@ int main(int argc, char **argv)
         return features();
     }
     if (argc < 4 || argc > 6) {
-        fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH | prompt]]\n"
+        fprintf(stderr, "usage: llama_plain LIBDIR MODEL ID,ID,... [THREADS [BATCH | prompt | decode]]\n"
                         "       llama_plain LIBDIR --features\n");
         return 2;
     }
-    const int prompt = argc == 6 && strcmp(argv[5], "prompt") == 0;
-    const int threads = argc >= 5 ? atoi(argv[4]) : 1, B = argc == 6 && !prompt ? atoi(argv[5]) : 1;
+    const int prompt = argc == 6 && strcmp(argv[5], "prompt") == 0,
+              timed = argc == 6 && strcmp(argv[5], "decode") == 0;
+    const int threads = argc >= 5 ? atoi(argv[4]) : 1,
+              B = argc == 6 && !prompt && !timed ? atoi(argv[5]) : 1;
     if (threads < 1 || threads > 256 || B < 1 || B > 4096) {
         fprintf(stderr, "llama_plain: THREADS %s is not 1 .. 256 or BATCH %s not 1 .. 4096\n",
                 argv[4], argc == 6 ? argv[5] : "1");
@@ -96,15 +102,23 @@ int main(int argc, char **argv)
     struct llama_context *ctx = llama_init_from_model(m, cp);
     if (!ctx)
         return 1;
-    if (prompt) {
+    if (prompt || timed) {
         if (llama_decode(ctx, llama_batch_get_one(toks, 1)) != 0)
             return 1;
         llama_memory_clear(llama_get_memory(ctx), true);
         struct timespec t0, t1, c0, c1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
-        if (llama_decode(ctx, llama_batch_get_one(toks, n)) != 0)
+        if (prompt && llama_decode(ctx, llama_batch_get_one(toks, n)) != 0)
             return 1;
+        float sink = 0; /* each token's logits read, as a caller would */
+        for (int32_t t = 0; timed && t < n; t++) {
+            if (llama_decode(ctx, llama_batch_get_one(toks + t, 1)) != 0)
+                return 1;
+            sink += llama_get_logits_ith(ctx, -1)[0];
+        }
+        if (sink == 42.0f)
+            fputs(" ", stderr);
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         printf("{\"tokens\": %d, \"threads\": %d, \"seconds\": %.6f, \"cpu_seconds\": %.6f}\n",
