@@ -804,6 +804,7 @@ static void attend_heads(lm_state *s, size_t l, const float *rope, size_t g0, si
     float scale = sqrtf((float)S); /* run.c divides by sqrt(head_size) */
     /* llama.cpp's arithmetic: float16 keys and values, its flash attention */
     const int llama = s->opt.products == LM_PRODUCTS_LLAMA, rows = rows_read(s);
+    const int original = s->opt.positions == LM_POS_ORIGINAL; /* else krot is given */
     for (size_t g = g0; g < g1; g++) {
         lm_cache *k = &s->cache[l * G + g];
         size_t n = k->n; /* kept keys; the new one goes to row n */
@@ -815,7 +816,7 @@ static void attend_heads(lm_state *s, size_t l, const float *rope, size_t g0, si
         k->pos[n] = s->pos;
         k->n = n + 1;
         const float *keys = k->key, *qrope = rope;
-        if (s->opt.positions == LM_POS_ORIGINAL) {
+        if (original) {
             (llama ? rotate_llama : rotate)(krow, rope, S);
             if (llama)
                 lm_f16_round_n(krow, S);
@@ -882,7 +883,8 @@ static void attend_part(void *arg, size_t part, size_t parts)
     lm_state *s = j->s;
     const size_t G = (size_t)s->model->config.n_kv_heads, S = (size_t)s->model->config.head_size;
     attend_heads(s, j->l, j->rope, part * G / parts, (part + 1) * G / parts,
-                 s->krot ? s->krot + part * s->ld * S : NULL, s->qh + part * S);
+                 s->opt.positions == LM_POS_ORIGINAL ? NULL : s->krot + part * s->ld * S,
+                 s->qh + part * S);
 }
 
 /* attend_heads over every KV head: its heads split over the state's
@@ -1456,7 +1458,6 @@ static kve_status attention_step(lm_state *s, size_t l, const float *rope)
 {
     const lm_config *c = &s->model->config;
     size_t S = (size_t)c->head_size, G = (size_t)c->n_kv_heads;
-    kve_status st;
     {
         const size_t nq = (size_t)c->n_heads * S, nk = G * S;
         size_t i = first_nonfinite(s->q, nq), j = first_nonfinite(s->k, nk);
@@ -1500,7 +1501,8 @@ static kve_status attention_step(lm_state *s, size_t l, const float *rope)
         const int timing = s->opt.timing;
         if (timing)
             clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-        if ((st = manage(s, l, !s->prefilling)) != KVE_OK) {
+        kve_status st = manage(s, l, !s->prefilling);
+        if (st != KVE_OK) {
             s->broken = 1;
             return st;
         }
@@ -1595,7 +1597,7 @@ static kve_status block_alloc(lm_state *s, size_t B)
                         llama ? widest / 32 + 1 : 0, group ? widest / group + 1 : 0};
     int ok = 1;
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        *f[i] = n[i] && ok ? lm_malloc(&s->alloc, B * n[i] * sizeof(float)) : NULL;
+        *f[i] = n[i] ? lm_malloc(&s->alloc, B * n[i] * sizeof(float)) : NULL;
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         ok = ok && (!n[i] || *f[i]);
     t.bxq = group ? lm_malloc(&s->alloc, B * widest) : NULL;

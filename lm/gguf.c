@@ -1202,7 +1202,7 @@ size_t lm_gguf_pairs(const lm_model *m, const char *prefix,
     size_t count = 0, np = prefix ? strlen(prefix) : 0;
     for (size_t i = 0; g && i < g->n_kv; i++) {
         const gg_kv *k = &g->kv[i];
-        if (k->key.len < np || memcmp(k->key.s, prefix, np) != 0)
+        if (prefix && (k->key.len < np || memcmp(k->key.s, prefix, np) != 0))
             continue;
         const unsigned char *start = (const unsigned char *)k->key.s - 8;
         if (fn)

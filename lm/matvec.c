@@ -698,12 +698,12 @@ static void block256_ints(lm_dtype t, const unsigned char *b, int8_t q[256], int
     case LM_Q4_K:
     case LM_Q5_K: /* d 0, dmin 2, scales 4..15; Q5_K: high bits 16..47, nibbles 48.. */
         *d = lm_f16_to_f32(lm__u16(b)), *dm = lm_f16_to_f32(lm__u16(b + 2));
-        for (int j = 0; j < 8; j++) {
+        for (size_t j = 0; j < 8; j++) {
             unsigned s, m;
-            lm__scale_min_k4(j, b + 4, &s, &m);
+            lm__scale_min_k4((int)j, b + 4, &s, &m);
             sc[2 * j] = sc[2 * j + 1] = (int16_t)s, mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
             const unsigned char *ql = b + (t == LM_Q4_K ? 16 : 48) + 32 * (j / 2);
-            for (int l = 0; l < 32; l++)
+            for (size_t l = 0; l < 32; l++)
                 q[32 * j + l] = (int8_t)((j % 2 ? ql[l] >> 4 : ql[l] & 0xF) +
                                          (t == LM_Q5_K && (b[16 + l] >> j) & 1 ? 16 : 0));
         }
@@ -716,15 +716,15 @@ static void block256_ints(lm_dtype t, const unsigned char *b, int8_t q[256], int
             q[e] = (int8_t)((m < 2 ? lo & 0xF : lo >> 4) | ((hb >> (2 * m)) & 3) << 4);
         }
         for (int i = 0; i < 16; i++)
-            sc[i] = (int8_t)b[192 + i];
+            sc[i] = (int16_t)(b[192 + i] < 128 ? b[192 + i] : b[192 + i] - 256); /* int8 */
         return;
     case LM_IQ4_XS: { /* d 0, high scale bits 2, low scale nibbles 4..7, nibbles 8.. */
         const unsigned sh = lm__u16(b + 2);
         *d = lm_f16_to_f32(lm__u16(b));
-        for (int j = 0; j < 8; j++) {
+        for (size_t j = 0; j < 8; j++) {
             sc[2 * j] = sc[2 * j + 1] = (int16_t)((((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) |
                                                    (int)((sh >> (2 * j)) & 3) << 4) - 32);
-            for (int l = 0; l < 32; l++)
+            for (size_t l = 0; l < 32; l++)
                 q[32 * j + l] = lm__iq4nl_values[l < 16 ? b[8 + 16 * j + l] & 0xF
                                                         : b[8 + 16 * j + l - 16] >> 4];
         }
@@ -766,7 +766,7 @@ static inline void k_step(lm_dtype t, int repacked, const int32_t lanes[8], cons
     int32_t lane[8];
     memcpy(lane, lanes, sizeof lane);
     if (t == LM_Q6_K) /* lane k less 32 times runs 2k and 2k + 1's scaled sums (bsums) */
-        for (int k = 0; k < 8; k++)
+        for (size_t k = 0; k < 8; k++)
             lane[k] -= 32 * (bs[2 * k] * sc[2 * k] + bs[2 * k + 1] * sc[2 * k + 1]);
     if (repacked) { /* the whole block's sums: lanes, then mins */
         int32_t isum = 0, imin = 0;
@@ -780,11 +780,11 @@ static inline void k_step(lm_dtype t, int repacked, const int32_t lanes[8], cons
     }
     const float dd = dx * d, dmin = -dx * dm;
     if (t == LM_Q2_K) /* lane k: the mins of runs 2k and 2k + 1 */
-        for (int k = 0; k < 8; k++)
+        for (size_t k = 0; k < 8; k++)
             a->acc[k] = fmaf(dmin, (float)(mn[2 * k] * bs[2 * k] + mn[2 * k + 1] * bs[2 * k + 1]),
                              a->acc[k]);
     if (t == LM_Q4_K) /* lane k: sub-blocks 2k and 2k + 1 */
-        for (int k = 0; k < 4; k++)
+        for (size_t k = 0; k < 4; k++)
             a->accm[k] = fmaf(dmin, (float)(mn[4 * k] * (bs[4 * k] + bs[4 * k + 1]) +
                                             mn[4 * k + 2] * (bs[4 * k + 2] + bs[4 * k + 3])),
                               a->accm[k]);
@@ -1034,7 +1034,7 @@ static float ref_dot_q8(const lm_matrix *w, size_t r, const lm_q8 *xq)
                                     size_t np)                                                  \
     {                                                                                           \
         VEC a[4] = {ZERO, ZERO, ZERO, ZERO};                                                    \
-        for (size_t i = 0; i < np; i += 4 * (L))                                                \
+        for (size_t i = 0; i < np; i += (size_t)4 * (L))                                        \
             for (size_t k = 0; k < 4; k++) {                                                    \
                 const size_t e = i + (L) * k;                                                   \
                 const VEC yv = yh ? LOAD_H(yh + 2 * e) : LOAD_X(y + e);                         \
@@ -1124,11 +1124,17 @@ void lm_dot_f16_keys(const float *x, const float *keys, size_t n, size_t S, floa
     }
 }
 
+/* Element i of the second operand: half floats yh when given, else y. */
+static inline float operand_at(const float *y, const unsigned char *yh, size_t i)
+{
+    return yh ? lm_f16_to_f32(lm__u16(yh + 2 * i)) : y[i];
+}
+
 /* ggml_vec_dot_f16's order, plainly (lm.h's lm_dot_f16). */
 static float dot_f16_ref(const float *x, const float *y, const unsigned char *yh, size_t n,
                          lm_llama_cpu cpu)
 {
-#define Y(i) (yh ? lm_f16_to_f32(lm__u16(yh + 2 * (i))) : y[i])
+#define Y(i) operand_at(y, yh, i)
     const size_t L = cpu == LM_LLAMA_CPU_AVX2 ? 8 : 16, np = n / (4 * L) * (4 * L);
     float acc[4][16] = {{0}};
     for (size_t i = 0; i < np; i++)
@@ -2126,13 +2132,14 @@ LM_FUSED_512 static void q4_k_packed_rows_512(const lm_matrix *w, const lm_q8 *x
     TARGET static void NAME(const lm_matrix *w, const float *x, float *out, size_t r0,         \
                             size_t r1)                                                         \
     {                                                                                          \
-        const size_t n = w->cols, np = n / (4 * L) * (4 * L);                                  \
+        const size_t n = w->cols, np = n / ((size_t)4 * (L)) * ((size_t)4 * (L));              \
         for (size_t r = r0; r < r1; r++) {                                                     \
             const unsigned char *p = (const unsigned char *)w->data + r * w->row_bytes;        \
             VEC acc[4] = {ZERO, ZERO, ZERO, ZERO};                                             \
-            for (size_t i = 0; i < np; i += 4 * L)                                             \
+            for (size_t i = 0; i < np; i += (size_t)4 * (L))                                   \
                 for (size_t a = 0; a < 4; a++)                                                 \
-                    acc[a] = FMA(LOAD_W(p + WB * (i + L * a)), LOAD_X(x + i + L * a), acc[a]); \
+                    acc[a] = FMA(LOAD_W(p + (WB) * (i + (L) * a)), LOAD_X(x + i + (L) * a),    \
+                                 acc[a]);                                                      \
             const VEC s = ADD(ADD(acc[0], acc[2]), ADD(acc[1], acc[3]));                       \
             float a[16];                                                                       \
             memcpy(a, &s, sizeof s);                                                           \
@@ -2465,11 +2472,12 @@ void lm_matvec_rows(const lm_matrix *w, const float *x, const lm_q8 *xq, float *
     default: break;
     }
 #endif
-    if (path != MV_KERNEL) {
+    const int kd = kind(w); /* >= 0 wherever path_of chose a kernel */
+    if (path != MV_KERNEL || kd < 0) {
         lm_matvec_ref(w, x, xq, out, r0, r1);
         return;
     }
-    const kern4_fn f = kernels[isa][kind(w)];
+    const kern4_fn f = kernels[isa][kd];
     const size_t nr = kernel_rows[isa];
     for (size_t r = r0; r < r1; r += nr) {
         size_t ri[8];
@@ -2566,7 +2574,7 @@ LM_INLINE_AVX2 const float *mm_deq(const lm_matrix *w, size_t r, size_t s, size_
             const __m256i lo = bytes8(blk + 2), hi = bytes8(blk + 10);
             const __m256i q[4] = {_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m4),
                                   _mm256_srli_epi32(lo, 4), _mm256_srli_epi32(hi, 4)};
-            for (int k = 0; k < 4; k++)
+            for (size_t k = 0; k < 4; k++)
                 _mm256_storeu_ps(buf + i + 8 * k,
                                  _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], eight)), d));
         }
@@ -2644,7 +2652,7 @@ LM_INLINE_AVX2 void mm_tile8(const int nc, const float *const wp[MM_NR], const f
             for (int k = 0; k < MM_NR; k++)                                                       \
                 for (int j = 0; j < nc; j++)                                                      \
                     s[k][j] = LOAD(acc + (((size_t)k * lda + (size_t)j) * 4 + a) * (L));          \
-            for (size_t i = (L) * a; i < len; i += 4 * (L)) {                                     \
+            for (size_t i = (L) * a; i < len; i += (size_t)4 * (L)) {                             \
                 VEC wv[MM_NR];                                                                    \
                 for (int k = 0; k < MM_NR; k++)                                                   \
                     wv[k] = LOAD(wp[k] + i);                                                      \
@@ -2682,7 +2690,7 @@ MM_VECDOT_TILE(mm_vecdot16_tile_512, LM_MM_FMA512, 16, __m512, _mm512_loadu_ps, 
  * float) do it: the row kernels' bits. */
 enum { VD_SPAN = 512 };
 #define MM_VECDOT_BODY(TN, L, TILE)                                                               \
-    const size_t n = w->cols, np = n / (4 * (L)) * (4 * (L));                                     \
+    const size_t n = w->cols, np = n / ((size_t)4 * (L)) * ((size_t)4 * (L));                     \
     const int f32 = w->type == LM_F32;                                                            \
     float wbuf[MM_NR][VD_SPAN], acc[MM_NR * MM_COLS * 4 * (L)];                                   \
     for (size_t c0 = 0; c0 < nc; c0 += MM_COLS) {                                                 \
@@ -2709,7 +2717,8 @@ enum { VD_SPAN = 512 };
                     const float *a = acc + (k * cn + jj) * 4 * (L), *xj = xc + jj * n;            \
                     float t[16];                                                                  \
                     for (size_t e = 0; e < (L); e++)                                              \
-                        t[e] = (a[e] + a[2 * (L) + e]) + (a[(L) + e] + a[3 * (L) + e]);           \
+                        t[e] = (a[e] + a[(size_t)2 * (L) + e]) +                                  \
+                               (a[(L) + e] + a[(size_t)3 * (L) + e]);                             \
                     const float red = (L) == 8 ? reduce8(t) : reduce16(t);                        \
                     float v;                                                                      \
                     if (f32) {                                                                    \
@@ -2982,7 +2991,7 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
                 }                                                                                 \
             }                                                                                     \
             for (size_t j0 = 0; j0 < cn; j0 += (TN))                                              \
-                for (size_t q = 0; q < MM_NR * (TN); q++) {                                       \
+                for (size_t q = 0; q < (size_t)MM_NR * (TN); q++) {                               \
                     const size_t k = q / (TN), c = j0 + q % (TN);                                 \
                     if (r + k < r1 && c < cn)                                                     \
                         out[(c0 + c) * ldo + r + k - r0] =                                        \
@@ -3152,6 +3161,7 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
 /* The kernels of one instruction set: the exact ones without fused
  * multiply-adds (TARGET), the fused ones with them (FTARGET); VD8 the
  * 8-lane vec_dot tile compiled for it. */
+/* NOLINTBEGIN(bugprone-macro-parentheses): TARGET and FTARGET are attributes, not expressions */
 #define LM_MM_KERNELS(SUFFIX, TARGET, FTARGET, TN, DPW, I8, Q4K, VD8)                          \
     TARGET static void mm_float8_##SUFFIX(const lm_matrix *w, const float *x, size_t nc,           \
                                           float *out, size_t ldo, size_t r0, size_t r1)           \
@@ -3188,6 +3198,7 @@ enum { MMQ_SUMS = 16384, MMQ_COLS = 64 };
     {                                                                                             \
         MM_Q6_K_FUSED_BODY(TN, DPW)                                                               \
     }
+/* NOLINTEND(bugprone-macro-parentheses) */
 
 LM_MM_KERNELS(avx2, LM_AVX2, __attribute__((target("avx2,f16c,fma"))), 2, MM_DPW, SIGN, Y,
               mm_vecdot8_tile)

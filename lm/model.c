@@ -485,6 +485,7 @@ kve_status lm_model_pack(lm_model *m)
     if (m->packed)
         return KVE_OK;
     const size_t cap = 7 * (size_t)m->config.n_layers + 1;
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sized by its element */
     lm_matrix **all = lm_calloc(&m->alloc, cap, sizeof *all);
     if (!all)
         return kve_set_error(KVE_ENOMEM, "lm_model_pack: out of memory");

@@ -504,7 +504,7 @@ static uint64_t sat_mul(uint64_t a, uint64_t b)
  * 2 and 3: the raw scores and value norms). */
 static kve_status bank_bound(const lm_state *s, uint64_t n, uint64_t *out)
 {
-    size_t size = 0, kept = 0;
+    size_t size = 0;
     const size_t H = kve_bank_heads(s->bank);
     if (kve_bank_save(s->bank, NULL, 0, &size) != KVE_OK)
         return kve_set_error(KVE_EINVAL, "session: the decoder's bank: %s", kve_last_error());
@@ -517,6 +517,7 @@ static kve_status bank_bound(const lm_state *s, uint64_t n, uint64_t *out)
         if (get_u32(img + 8) >= 2) /* the methods' block after the spec */
             slot += (uint64_t)get_u32(img + 72 + get_u32(img + 68) + 36) +
                     get_u32(img + 72 + get_u32(img + 68) + 40);
+        size_t kept = 0;
         for (size_t h = 0; h < H; h++)
             kept += kve_bank_size(s->bank, h);
         *out = sat_add(size - kept * slot, sat_mul(sat_mul(H, n), slot));

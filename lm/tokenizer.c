@@ -451,7 +451,7 @@ kve_status lm_tokenize(const lm_tokenizer *t, const char *text, size_t len, int3
     kve_status st = lm_encode(t, text, len, tokens + first, cap - first, &m);
     if (st != KVE_OK)
         return st;
-    if (first + m + last > cap)
+    if (m > cap - first || last > cap - first - m) /* first + m + last > cap, without overflow */
         return kve_set_error(KVE_ERANGE, "tokenize: %zu tokens do not fit in %zu", first + m + last,
                              cap);
     if (first)

@@ -290,7 +290,7 @@ static void split(stage st, const uint32_t *cp, const unsigned char *fl, size_t 
     seg g = {cp, fl, end};
     size_t p = ini, gap = ini; /* run stages: the unmatched stretch starts at gap */
     while (p < end) {
-        size_t q = p + 1;
+        size_t q = p + 1; /* the word's end: a run's shortest */
         switch (st) {
         case ST_GPT2: out[(*n)++] = (q = gpt2_at(&g, p)) - p; p = q; continue;
         case ST_LLAMA3: out[(*n)++] = (q = llama3_at(&g, p, 3)) - p; p = q; continue;
@@ -303,7 +303,6 @@ static void split(stage st, const uint32_t *cp, const unsigned char *fl, size_t 
                 p++;
                 continue;
             }
-            q = p + 1;
             while (st != ST_NUMBER_EACH && q < end && in(cp[q], fl[q]))
                 q++;
             break;
@@ -529,13 +528,14 @@ typedef struct scratch {
 
 static kve_status encode_spm(work *w, scratch *x, const char *text, size_t len, int prefix)
 {
+    static const char mark[3] = {'\xe2', '\x96', '\x81'}; /* U+2581, in UTF-8 */
     size_t o = 0;
     char *buf = x->buf;
     if (prefix)
-        memcpy(buf, "\xe2\x96\x81", 3), o = 3;
+        memcpy(buf, mark, sizeof mark), o = sizeof mark;
     for (size_t i = 0; i < len; i++) {
         if (text[i] == ' ')
-            memcpy(buf + o, "\xe2\x96\x81", 3), o += 3;
+            memcpy(buf + o, mark, sizeof mark), o += sizeof mark;
         else
             buf[o++] = text[i];
     }
@@ -741,7 +741,7 @@ kve_status lm__vocab_merges(lm_tokenizer *t, const char *const *s, const size_t 
 static size_t token_text(const lm_tokenizer *t, int32_t id, char *dst)
 {
     const char *p = t->piece[id];
-    size_t n = (size_t)t->len[id], o = 0;
+    size_t n = (size_t)t->len[id];
     unsigned attr = t->attr[id];
     if (attr & (LM_ATTR_UNKNOWN | LM_ATTR_CONTROL))
         return 0;
@@ -751,6 +751,7 @@ static size_t token_text(const lm_tokenizer *t, int32_t id, char *dst)
         return n;
     }
     if (attr & LM_ATTR_NORMAL) {
+        size_t o = 0;
         if (t->kind == LM_TOK_SPM) { /* U+2581 is a space */
             for (size_t i = 0; i < n; i++, o++) {
                 int space = i + 2 < n && memcmp(p + i, "\xe2\x96\x81", 3) == 0;
@@ -834,7 +835,7 @@ kve_status lm__vocab_finish(lm_tokenizer *t, int32_t eot, int32_t eom)
             t->eog[n_eog++] = id;
         }
     }
-    int32_t ends[3] = {t->eos, eot, eom};
+    const int32_t ends[3] = {t->eos, eot, eom};
     for (int k = 0; k < 3; k++)
         if (ends[k] >= 0)
             t->eog[n_eog++] = ends[k];

@@ -509,7 +509,7 @@ static void pack_2bit(const uint8_t *L, unsigned char *qs)
 static int q2_k_block(const float *x, unsigned char *b)
 {
     float sc[16], mn[16], w[16], max_sc = 0, max_mn = 0;
-    for (int j = 0; j < 16; j++) {
+    for (size_t j = 0; j < 16; j++) {
         for (int l = 0; l < 16; l++)
             w[l] = fabsf(x[16 * j + l]);
         sc[j] = search_affine(x + 16 * j, w, 16, 3, -0.5f, 0.1f, 15, 1, 0, &mn[j]);
@@ -524,7 +524,7 @@ static int q2_k_block(const float *x, unsigned char *b)
     float d = put_scale(b + 80, max_sc > 0 ? max_sc / 15.0f : 0.0f);
     float dmin = put_scale(b + 82, max_mn > 0 ? max_mn / 15.0f : 0.0f);
     uint8_t L[256];
-    for (int j = 0; j < 16; j++) {
+    for (size_t j = 0; j < 16; j++) {
         refine_affine(x + 16 * j, 16, 3, d, dmin, &ls[j], &lm[j], 15);
         b[j] = (unsigned char)(ls[j] | lm[j] << 4);
         affine_err(x + 16 * j, 16, 3, d * (float)ls[j], dmin * (float)lm[j], L + 16 * j);
@@ -539,7 +539,7 @@ static int q2_k_block(const float *x, unsigned char *b)
 static int q3_k_block(const float *x, unsigned char *b)
 {
     float sc[16], max_sc;
-    for (int j = 0; j < 16; j++)
+    for (size_t j = 0; j < 16; j++)
         sc[j] = search_q3(x + 16 * j, 16);
     largest(sc, 16, &max_sc);
     int l[16] = {0};
@@ -548,7 +548,7 @@ static int q3_k_block(const float *x, unsigned char *b)
     unsigned char *s = b + 96, *hmask = b;
     memset(b, 0, 108);
     uint8_t L[256];
-    for (int j = 0; j < 16; j++) {
+    for (size_t j = 0; j < 16; j++) {
         l[j] = nearest_in(inv * sc[j], -32, 31);
         refine_scaled((levels){-4, 3}, x + 16 * j, 16, d, &l[j], -32, 31);
         int u = l[j] + 32;
@@ -577,7 +577,7 @@ static int k_affine_block(const float *x, unsigned char *b, int nmax, float rmin
                           uint8_t *q)
 {
     float sc[8], mn[8], w[32], max_sc = 0, max_mn = 0;
-    for (int j = 0; j < 8; j++) {
+    for (size_t j = 0; j < 8; j++) {
         const float *v = x + 32 * j;
         float s2 = 0;
         for (int l = 0; l < 32; l++)
@@ -593,7 +593,7 @@ static int k_affine_block(const float *x, unsigned char *b, int nmax, float rmin
     float d = put_scale(b, max_sc / 63.0f), dmin = put_scale(b + 2, max_mn / 63.0f);
     unsigned char *s = b + 4;
     memset(s, 0, 12);
-    for (int j = 0; j < 8; j++) {
+    for (size_t j = 0; j < 8; j++) {
         int ls = nearest_in(is * sc[j], 0, 63), lm = nearest_in(im * mn[j], 0, 63);
         refine_affine(x + 32 * j, 32, nmax, d, dmin, &ls, &lm, 63);
         affine_err(x + 32 * j, 32, nmax, d * (float)ls, dmin * (float)lm, q + 32 * j);
@@ -642,7 +642,7 @@ static int q5_k_block(const float *x, unsigned char *b)
 static int q6_k_block(const float *x, unsigned char *b)
 {
     float sc[16], max_sc;
-    for (int j = 0; j < 16; j++)
+    for (size_t j = 0; j < 16; j++)
         sc[j] = search_signed(x + 16 * j, 16, 32);
     const float amax = largest(sc, 16, &max_sc);
     memset(b, 0, 210);
@@ -652,7 +652,7 @@ static int q6_k_block(const float *x, unsigned char *b)
     float d = put_scale(b + 208, 1 / inv);
     int8_t *scales = (int8_t *)(void *)(b + 192);
     uint8_t L[256];
-    for (int j = 0; j < 16; j++) {
+    for (size_t j = 0; j < 16; j++) {
         int l = nearest_in(inv * sc[j], -128, 127);
         refine_scaled((levels){-32, 31}, x + 16 * j, 16, d, &l, -128, 127);
         scales[j] = (int8_t)l;
@@ -662,7 +662,7 @@ static int q6_k_block(const float *x, unsigned char *b)
             L[16 * j + i] = (uint8_t)(q[i] + 32);
     }
     unsigned char *ql = b, *qh = b + 128;
-    for (int h = 0; h < 2; h++) /* per half of 128: runs of 32 at 0, 32, 64, 96 */
+    for (size_t h = 0; h < 2; h++) /* per half of 128: runs of 32 at 0, 32, 64, 96 */
         for (int l = 0; l < 32; l++) {
             const uint8_t *e = L + 128 * h + l;
             ql[64 * h + l] = (unsigned char)((e[0] & 0xF) | (e[64] & 0xF) << 4);
@@ -679,14 +679,14 @@ static int q6_k_block(const float *x, unsigned char *b)
 static int iq4_xs_block(const float *x, unsigned char *b)
 {
     float sc[8], max_sc;
-    for (int j = 0; j < 8; j++)
+    for (size_t j = 0; j < 8; j++)
         sc[j] = search_nl(x + 32 * j, 32);
     largest(sc, 8, &max_sc);
     memset(b, 0, 136);
     const float d0 = -max_sc / 32, id = d0 != 0 ? 1 / d0 : 0.0f;
     float d = put_scale(b, d0);
     unsigned scales_h = 0;
-    for (int j = 0; j < 8; j++) {
+    for (size_t j = 0; j < 8; j++) {
         int l = nearest_in(id * sc[j], -32, 31);
         refine_scaled(IQ4, x + 32 * j, 32, d, &l, -32, 31);
         int u = l + 32;

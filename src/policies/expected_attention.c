@@ -680,10 +680,10 @@ kve_status kve_bank_query_stats(kve_bank *b, size_t first, size_t count, const f
         return kve__fail(KVE_EINVAL, "%s: heads %zu + %zu are out of range: the bank has %zu",
                          name, first, count, b->n_heads);
     const size_t d = c->key_dim, G = c->query_group;
-    const bool covariance = c->params.covariance != 0;
+    const bool with_cov = c->params.covariance != 0;
     if (count && !mean)
         return kve__fail(KVE_EINVAL, "%s: query_stats: mean is NULL", name);
-    if (count && covariance && !cov)
+    if (count && with_cov && !cov)
         return kve__fail(KVE_EINVAL, "%s: query_stats: cov is NULL, but use_covariance=1 reads "
                          "it", name);
     for (size_t j = 0; j < count; j++)
@@ -693,7 +693,7 @@ kve_status kve_bank_query_stats(kve_bank *b, size_t first, size_t count, const f
             if (i != d)
                 return kve__fail(KVE_EINVAL, "%s: head %zu: query head %zu: mean[%zu] = %g is "
                                  "not finite", name, first + j, g, i, (double)mu[i]);
-            if (!covariance)
+            if (!with_cov)
                 continue;
             const float *sg = cov + (j * G + g) * d * d;
             i = kve__key_invalid(sg, d * d);
@@ -704,10 +704,12 @@ kve_status kve_bank_query_stats(kve_bank *b, size_t first, size_t count, const f
         }
     for (size_t j = 0; j < count; j++) {
         ea_parts p = parts(c, b->heads[first + j].aux);
+        double *mu0 = p.mu0, *sigma0 = p.sigma0;
         for (size_t i = 0; i < G * d; i++)
-            p.mu0[i] = (double)mean[j * G * d + i];
-        for (size_t i = 0; covariance && i < G * d * d; i++)
-            p.sigma0[i] = (double)cov[j * G * d * d + i];
+            mu0[i] = (double)mean[j * G * d + i];
+        if (with_cov)
+            for (size_t i = 0; i < G * d * d; i++)
+                sigma0[i] = (double)cov[j * G * d * d + i];
         p.e->held |= 4;
     }
     return KVE_OK;

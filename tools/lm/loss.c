@@ -274,9 +274,11 @@ int lm_stream(int argc, char **argv)
         size_t n = j ? N : M; /* positions this job decodes, the last one only predicted */
         stream_sum ss = {nats + j * n_bins, W, 0, V, &pr, &done};
         for (size_t p = 0; p + 1 < n; p += STREAM_CHUNK) { /* in blocks (lm_forward_batch) */
-            const size_t k = n - 1 - p < STREAM_CHUNK ? n - 1 - p : STREAM_CHUNK;
+            size_t k = n - 1 - p; /* at least 1 */
+            if (k > STREAM_CHUNK)
+                k = STREAM_CHUNK;
             for (size_t i = 0; i < k; i++)
-                chunk[i] = p + i ? lm_ctx.ids[(p + i - 1) % lm_ctx.n_ids] : first_token(0);
+                chunk[i] = (p + i > 0) ? lm_ctx.ids[(p + i - 1) % lm_ctx.n_ids] : first_token(0);
             ss.at = p;
             kve_status st = lm_forward_batch(jobs[j].s, chunk, k, stream_add, &ss);
             if (st != KVE_OK)

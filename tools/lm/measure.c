@@ -37,7 +37,7 @@ void load_model(const char *path)
     cli_watch_mapping(lm_ctx.model->map, lm_ctx.model->map_size, path);
     /* llama.cpp's arithmetic reads its Q4_K rows in fours, as llama.cpp
      * repacks them: a copy in that layout (the same bits, faster) */
-    if (lm_ctx.products == LM_PRODUCTS_LLAMA && (s = lm_model_pack(lm_ctx.model)) != KVE_OK)
+    if (lm_ctx.products == LM_PRODUCTS_LLAMA && lm_model_pack(lm_ctx.model) != KVE_OK)
         die_input("--model %s: %s", path, kve_last_error());
 }
 
