@@ -7,6 +7,12 @@
  * A test file defines test functions, then:
  *     int main(int argc, char **argv) { CHECK_INIT(argc, argv); RUN(test_a); ...; return CHECK_DONE(); }
  * An assertion failure reports and returns from the current test function.
+ *
+ * check_light(): KVE_TEST_LIGHT=1 (scripts/ci-gates.sh's valgrind gate, where
+ * a step costs some hundred times its native time) asks a test whose grid is
+ * large for its light grid: every path it reaches (type, variant, thread
+ * count, policy) still taken, each once rather than in every combination.
+ * Natively and under the sanitizers the full grid runs.
  */
 #ifndef KVE_CHECK_H
 #define KVE_CHECK_H
@@ -20,6 +26,12 @@
 static int check_failures;
 static int check_tests;
 static uint64_t check_seed = 20261129u;
+
+static inline int check_light(void)
+{
+    const char *s = getenv("KVE_TEST_LIGHT");
+    return s && *s && strcmp(s, "0") != 0;
+}
 
 #define CHECK_FAIL_AT(...)                                              \
     do {                                                                \

@@ -212,13 +212,22 @@ static const lm_dtype all_types[] = {LM_F32,  LM_F16,  LM_BF16, LM_Q8_0, LM_Q4_0
                                      LM_Q4_K, LM_Q5_K, LM_Q6_K, LM_IQ4_NL, LM_IQ4_XS, LM_I8G};
 
 /* Every type, the exact products and llama.cpp's in every variant, 1 and
- * 2 threads: the full cache and h2o; Q4_K again from its packed copy. */
+ * 2 threads: the full cache and h2o; Q4_K again from its packed copy. The
+ * light grid (check_light) takes one (products, threads, cache) a model,
+ * turning, so that every products variant meets both thread counts and
+ * each variant both caches. */
 static void test_types(void)
 {
+    const int light = check_light();
+    size_t c = 0; /* models so far */
+    if (light)
+        printf("  light grid (KVE_TEST_LIGHT): one of the %d (products, threads, cache) of each "
+               "type\n", LM_LLAMA_CPU_COUNT * 4);
     for (size_t k = 0; k < sizeof all_types / sizeof all_types[0]; k++)
         for (int pack = 0; pack < 2; pack++) {
             if (pack && all_types[k] != LM_Q4_K)
                 continue;
+            const size_t turn = c++;
             typed t;
             lm_model *m = typed_open(&t, all_types[k]);
             ASSERT_TRUE(m != NULL);
@@ -231,13 +240,20 @@ static void test_types(void)
             /* mode 0: exact; 1 .. 3: llama in variant `mode` */
             for (int mode = 0; mode < LM_LLAMA_CPU_COUNT; mode++)
                 for (size_t th = 1; th <= 2; th++) {
+                    const size_t cache = (turn / 2 / LM_LLAMA_CPU_COUNT + turn) % 2;
+                    if (light && (mode != (int)(turn % LM_LLAMA_CPU_COUNT) ||
+                                  th != 1 + turn / LM_LLAMA_CPU_COUNT % 2))
+                        continue;
                     char what[128];
                     const char *pr = mode ? lm_llama_cpu_name((lm_llama_cpu)mode) : "exact";
                     lm_options o = {.products = mode ? LM_PRODUCTS_LLAMA : LM_PRODUCTS_EXACT,
                                     .llama_cpu = (lm_llama_cpu)mode, .threads = th};
                     snprintf(what, sizeof what, "%s%s, products %s, %zu threads, full cache",
                              lm_dtype_name(all_types[k]), pack ? " packed" : "", pr, th);
-                    same_runs(m, o, PLAIN, 0, what);
+                    if (!light || cache == 0)
+                        same_runs(m, o, PLAIN, 0, what);
+                    if (light && cache == 0)
+                        continue;
                     o.policy = "h2o:budget=8,recent_window=2";
                     snprintf(what, sizeof what, "%s%s, products %s, %zu threads, h2o",
                              lm_dtype_name(all_types[k]), pack ? " packed" : "", pr, th);
@@ -247,9 +263,14 @@ static void test_types(void)
         }
 }
 
-/* Policies, positions, budgets and prefills on two types. */
+/* Policies, positions, budgets and prefills on two types; the light grid
+ * (check_light) takes each case once, on one type and one products, the
+ * two turning with the case (so each type meets both products). */
 static void test_policies(void)
 {
+    const int light = check_light();
+    if (light)
+        printf("  light grid (KVE_TEST_LIGHT): each case on one (type, products)\n");
     static const lm_dtype types[] = {LM_Q4_K, LM_F16};
     static const size_t head_budgets[L_ * G_] = {6, 9, 7, 8};
     static const struct {
@@ -282,6 +303,8 @@ static void test_policies(void)
         ASSERT_TRUE(m != NULL);
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             for (int pr = 0; pr < 2; pr++) {
+                if (light && (k != c % 2 || (size_t)pr != c / 2 % 2))
+                    continue;
                 lm_options o = {.products = (lm_products)pr, .threads = 2,
                                 .policy = cases[c].policy, .seed = 7,
                                 .positions = cases[c].cache_positions ? LM_POS_CACHE
@@ -446,8 +469,17 @@ static void test_attention_threads(void)
     for (size_t i = 0; i < NT; i++)
         toks[i] = token_at(i);
     float *want = malloc((size_t)NT * V_ * sizeof *want), *got = malloc((size_t)NT * V_ * sizeof *got);
+    /* light grid: the exact products with original positions, llama.cpp's
+     * AVX2 variant with cache positions and h2o (the AVX-512 variants run
+     * the same code with 16 lanes and their exp; test_types takes every
+     * variant, on fewer tokens) */
+    const int light = check_light();
+    if (light)
+        printf("  light grid (KVE_TEST_LIGHT): exact, original; llama avx2, cache\n");
     for (int pr = 0; pr < LM_LLAMA_CPU_COUNT; pr++) /* 0: exact; else llama's variant pr */
         for (int cache = 0; cache < 2; cache++) {
+            if (light && (pr > LM_LLAMA_CPU_AVX2 || cache != pr))
+                continue;
             lm_options o = {.products = pr ? LM_PRODUCTS_LLAMA : LM_PRODUCTS_EXACT,
                             .llama_cpu = (lm_llama_cpu)pr,
                             .positions = cache ? LM_POS_CACHE : LM_POS_ORIGINAL,

@@ -122,8 +122,11 @@ static void twin_of(const lm_model *m, fx_model *t)
 }
 
 /* Logits of m against its float32 twin: bit for bit, or (q8) within Q8_TOL
- * of the position's largest logit; returns the worst relative difference. */
-static void against_twin(const lm_model *m, int q8, const char *what, double *worst_out)
+ * of the position's largest logit; returns the worst relative difference.
+ * Decoded under both options (no policy, h2o), or only opts[only] when
+ * `only` is 0 or 1 (test_types' light grid). */
+static void against_twin(const lm_model *m, int q8, const char *what, int only,
+                         double *worst_out)
 {
     fx_model tw;
     twin_of(m, &tw);
@@ -137,6 +140,8 @@ static void against_twin(const lm_model *m, int q8, const char *what, double *wo
     double worst = 0;
     lm_options opts[2] = {{0}, {.policy = "h2o:budget=4,recent_window=1"}};
     for (int o = 0; o < 2; o++) {
+        if (only >= 0 && o != only)
+            continue;
         ASSERT_OK(decode(m, &opts[o], a));
         ASSERT_OK(decode(f32, &opts[o], b));
         for (size_t t = 0; t < STEPS; t++) {
@@ -261,6 +266,17 @@ static double check_logits_near(const lm_model *m, const lm_model *f32, uint32_t
 
 static size_t find(const unsigned char *img, size_t n, const char *s);
 
+/* Whether gw_write_gguf searches for type's scales (Q4_1, Q5_1, the K and
+ * IQ4 types: some hundred times ggml's plain references' cost under
+ * valgrind) rather than computing them once (F32, F16, BF16, Q8_0, Q4_0,
+ * Q5_0). */
+static int searched(uint32_t type)
+{
+    return type == GW_Q4_1 || type == GW_Q5_1 || type == GW_Q2_K || type == GW_Q3_K ||
+           type == GW_Q4_K || type == GW_Q5_K || type == GW_Q6_K || type == GW_IQ4_NL ||
+           type == GW_IQ4_XS;
+}
+
 static void test_types(void)
 {
     static const uint32_t types[] = {GW_F32,  GW_F16,  GW_BF16,   GW_Q8_0, GW_Q4_0,
@@ -270,14 +286,33 @@ static void test_types(void)
      * BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K,
      * IQ4_NL, IQ4_XS */
     static const uint32_t ftypes[] = {0, 1, 32, 7, 2, 3, 8, 9, 10, 12, 15, 17, 18, 25, 30};
-    for (int shared = 0; shared < 2; shared++) {
+    const size_t nt = sizeof types / sizeof types[0];
+    /* The light grid (check_light): every type once, untied for the even k
+     * and tied for the odd; the twin under one of its two options, k / 2's
+     * parity choosing; the plain types' files of L_ layers and V_ tokens,
+     * the searched ones' of 1 layer and 60 tokens (their writing is what
+     * costs; the 8 steps' tokens, 3 .. 52, are the same); the file of
+     * mixed types once (tied, 1 layer, 60 tokens). Passes: (untied, L_ layers),
+     * (tied, L_), then light only (untied, 1), (tied, 1). Natively the full
+     * grid: every type tied and untied, L_ layers, V_ tokens, both options. */
+    const int light = check_light();
+    if (light)
+        printf("  light grid (KVE_TEST_LIGHT): %zu of %zu type and classifier combinations, "
+               "the twin under one option each, searched types in 1 layer of 60 tokens, the "
+               "mixed file once\n", nt, 2 * nt);
+    for (int pass = 0; pass < (light ? 4 : 2); pass++) {
+        const int shared = pass % 2, layers = pass < 2 ? L_ : 1, vocab = pass < 2 ? V_ : 60;
         fx_model fx;
-        fx_model_init(&fx, D_, F_, L_, H_, G_, V_, T_, shared, check_seed + (uint64_t)shared);
+        fx_model_init(&fx, D_, F_, layers, H_, G_, vocab, T_, shared,
+                      check_seed + (uint64_t)shared);
         size_t ln;
         unsigned char *limg = fx_image(&fx, 0, &ln);
         lm_model *legacy = NULL;
         ASSERT_OK(lm_model_from_memory(limg, ln, NULL, &legacy));
-        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const size_t last = (size_t)layers - 1; /* natively layer 1 */
+        for (size_t k = 0; k < nt; k++) {
+            if (light && ((int)(k % 2) != shared || (searched(types[k]) ? 1 : L_) != layers))
+                continue;
             gw_spec s = spec_of(&fx, types[k]);
             size_t n;
             unsigned char *img = gguf_image(&fx, &s, &n);
@@ -292,28 +327,31 @@ static void test_types(void)
             ASSERT_EQ(c->version, 3);
             ASSERT_EQ(c->dim, D_);
             ASSERT_EQ(c->hidden_dim, F_);
-            ASSERT_EQ(c->n_layers, L_);
+            ASSERT_EQ(c->n_layers, layers);
             ASSERT_EQ(c->n_heads, H_);
             ASSERT_EQ(c->n_kv_heads, G_);
-            ASSERT_EQ(c->vocab_size, V_);
+            ASSERT_EQ(c->vocab_size, vocab);
             ASSERT_EQ(c->seq_len, T_);
             ASSERT_EQ(c->shared_classifier, shared);
             ASSERT_TRUE(c->norm_eps == 1e-5f && c->rope_theta == 10000.0f);
             const lm_weights *w = &m->weights;
-            ASSERT_EQ((int)w->layer[1].w2.type, (int)types[k]);
-            ASSERT_TRUE(w->layer[1].w2.rows == D_ && w->layer[1].w2.cols == F_);
-            check_values(&w->layer[1].w2, fx.w2 + (size_t)D_ * F_, types[k], "blk.1.ffn_down");
+            ASSERT_EQ((int)w->layer[last].w2.type, (int)types[k]);
+            ASSERT_TRUE(w->layer[last].w2.rows == D_ && w->layer[last].w2.cols == F_);
+            char down[32];
+            snprintf(down, sizeof down, "blk.%zu.ffn_down", last);
+            check_values(&w->layer[last].w2, fx.w2 + last * D_ * F_, types[k], down);
             check_values(&w->token_embedding, fx.emb, types[k], "token_embd");
             check_values(&w->layer[0].wk, fx.wk, types[k], "blk.0.attn_k");
-            ASSERT_TRUE(memcmp(w->layer[1].rms_ffn, fx.rms_ffn + D_, D_ * sizeof(float)) == 0);
+            ASSERT_TRUE(memcmp(w->layer[last].rms_ffn, fx.rms_ffn + last * D_,
+                               D_ * sizeof(float)) == 0);
             ASSERT_TRUE(!shared || w->wcls.data == w->token_embedding.data);
             char what[64];
-            snprintf(what, sizeof what, "%s %s", lm_dtype_name(types[k]),
-                     shared ? "tied" : "untied");
+            snprintf(what, sizeof what, "%s %s%s", lm_dtype_name(types[k]),
+                     shared ? "tied" : "untied", layers == L_ ? "" : ", 1 layer, V 60");
             double worst = 0;
             /* integer products (lm.h: Q8_0, Q4_K): the input quantized */
-            const int q8 = lm_matrix_q8_group(&w->layer[1].w2) != 0;
-            against_twin(m, q8, what, &worst);
+            const int q8 = lm_matrix_q8_group(&w->layer[last].w2) != 0;
+            against_twin(m, q8, what, light ? (int)(k / 2 % 2) : -1, &worst);
             if (q8)
                 printf("  %-14s worst logit difference %.3g of the largest (bound %.3g)\n", what,
                        worst, Q8_TOL);
@@ -332,22 +370,23 @@ static void test_types(void)
                  * of itself, and the logits by errors of that order; required within 8
                  * times it (of the largest logit), a margin for two layers' accumulation
                  * (measured: printed). */
-                float *a = malloc(STEPS * V_ * sizeof *a), *b = malloc(STEPS * V_ * sizeof *b);
+                const size_t V = (size_t)vocab;
+                float *a = malloc(STEPS * V * sizeof *a), *b = malloc(STEPS * V * sizeof *b);
                 ASSERT_OK(decode(m, NULL, a));
                 ASSERT_OK(decode(legacy, NULL, b));
                 double rel = 0;
                 for (size_t t = 0; t < STEPS; t++) {
                     double big = 0, diff = 0;
-                    for (size_t i = 0; i < V_; i++) {
-                        big = fabs(b[t * V_ + i]) > big ? fabs(b[t * V_ + i]) : big;
-                        double d = fabs((double)a[t * V_ + i] - b[t * V_ + i]);
+                    for (size_t i = 0; i < V; i++) {
+                        big = fabs(b[t * V + i]) > big ? fabs(b[t * V + i]) : big;
+                        double d = fabs((double)a[t * V + i] - b[t * V + i]);
                         diff = d > diff ? d : diff;
                     }
                     rel = diff / big > rel ? diff / big : rel;
                 }
                 double bound = types[k] == GW_F16 ? 0x1p-8 : 0x1p-5;
                 if (types[k] == GW_F32)
-                    ASSERT_TRUE(memcmp(a, b, STEPS * V_ * sizeof *a) == 0);
+                    ASSERT_TRUE(memcmp(a, b, STEPS * V * sizeof *a) == 0);
                 else if (!(rel <= bound))
                     CHECK_FAIL_AT("%s: logits %.3g of the largest from the float32 model's, "
                                   "beyond %.3g", what, rel, bound);
@@ -360,6 +399,12 @@ static void test_types(void)
             free(img);
         }
         /* Norms stored in 16 bits are widened; the embedding in its own type. */
+        if (light && pass != 3) {
+            lm_model_free(legacy);
+            free(limg);
+            fx_model_free(&fx);
+            continue;
+        }
         gw_spec s = spec_of(&fx, GW_Q4_K);
         s.norm_type = GW_BF16;
         s.emb_type = GW_Q8_0;
@@ -374,7 +419,7 @@ static void test_types(void)
             uint16_t rounded = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
             ASSERT_TRUE(m->weights.layer[0].rms_att[3] == lm_bf16_to_f32(rounded));
             double worst = 0;
-            against_twin(m, 1, "Q4_K, Q8_0 embedding, BF16 norms", &worst);
+            against_twin(m, 1, "Q4_K, Q8_0 embedding, BF16 norms", -1, &worst);
             lm_model_free(m);
         }
         free(img);
@@ -438,6 +483,10 @@ static void test_fallback(void)
     static const uint32_t to32[][2] = {
         {GW_Q2_K, GW_Q4_0}, {GW_Q3_K, GW_Q4_0}, {GW_Q4_K, GW_Q5_0}, {GW_Q5_K, GW_Q5_1},
         {GW_Q6_K, GW_Q8_0}, {GW_IQ4_XS, GW_IQ4_NL}, {GW_Q4_1, GW_Q4_1}, {GW_Q8_0, GW_Q8_0}};
+    const int light = check_light();
+    if (light)
+        printf("  light grid (KVE_TEST_LIGHT): the types that fit not written again without the "
+               "fallback\n");
     for (int narrow = 0; narrow < 2; narrow++) {
         fx_model fx;
         if (narrow)
@@ -462,7 +511,11 @@ static void test_fallback(void)
             }
             lm_model_free(m);
             free(img);
-            /* without the fallback: refused, the tensor and the type named */
+            /* without the fallback: refused, the tensor and the type named (a
+             * type that fits is written again, nothing checked: not in the
+             * light grid) */
+            if (light && got == want)
+                continue;
             s.fallback = 0;
             char *text = NULL;
             size_t len = 0;
@@ -537,7 +590,12 @@ static void test_threads(void)
     if (lm_isa_active() == LM_ISA_AVX512)
         ASSERT_TRUE(m->packed != NULL && m->weights.layer[0].w1.packed != NULL &&
                     m->weights.wcls.packed == NULL); /* 4100 rows: not in eights */
-    for (size_t th = 1; th <= 3; th++) {
+    /* the light grid (check_light): the packed copy on 2 threads (1 .. 3 are
+     * taken above, unpacked) */
+    const int light = check_light();
+    if (light)
+        printf("  light grid (KVE_TEST_LIGHT): the packed copy on 2 threads of 1 .. 3\n");
+    for (size_t th = light ? 2 : 1; th <= (light ? 2u : 3u); th++) {
         ol.threads = th;
         ASSERT_OK(decode(m, &ol, got));
         if (memcmp(got, want, STEPS * V * sizeof *got) != 0)
@@ -1166,7 +1224,7 @@ static void test_v2(void)
             snprintf(what, sizeof what, "version 2, group %zu, %s", groups[gi],
                      shared ? "tied" : "untied");
             double worst = 0;
-            against_twin(m, 1, what, &worst);
+            against_twin(m, 1, what, -1, &worst);
             if (gi == 0)
                 printf("  %-28s worst logit difference %.3g of the largest (bound %.3g)\n", what,
                        worst, Q8_TOL);

@@ -381,6 +381,14 @@ static const struct {
     size_t G, D, N, M;
 } run_shapes[] = {{4, 64, 512, 100}, {2, 128, 777, 253}};
 
+/* The light grid (check_light): every case once, on the first shape but
+ * yarn x16 (its ramp is placed by d) and rope_freqs (d / 2 factors, and
+ * the llama3 run beside it) on the second, which costs three times as much. */
+static int on_shape(size_t sh, size_t c)
+{
+    return !check_light() || (sh == 1) == (c == 5 || c == 7);
+}
+
 static void test_against_port(void)
 {
     const size_t nc = sizeof cases / sizeof cases[0];
@@ -388,6 +396,9 @@ static void test_against_port(void)
     static float post[MAXN * MAXG * MAXD], stat[MAXN * MAXG * MAXD];
     static double ref[MAXN], plain[MAXN], bias[MAXG * MAXD];
     double worst_ff = 0.0; /* Llama 3's factors as rope_freqs against its formula */
+    if (check_light())
+        printf("  light grid (KVE_TEST_LIGHT): %zu of %zu cases by shapes, each case once: 6 on "
+               "the first shape, 2 on the second\n", nc, 2 * nc);
     for (size_t sh = 0; sh < 2; sh++) {
     G = run_shapes[sh].G, D = run_shapes[sh].D, N = run_shapes[sh].N, M = run_shapes[sh].M;
     snprintf(SPEC, sizeof SPEC, "expected_attention:budget=%zu,n_queries=%zu,interval=65536", N,
@@ -395,6 +406,8 @@ static void test_against_port(void)
     llama3_freqs(500000.0, D);
     printf("G %zu, d %zu, %zu positions, %zu queries:\n", G, D, N, M);
     for (size_t c = 0; c < nc; c++) {
+        if (!on_shape(sh, c))
+            continue;
         const hf_rope *h = &cases[c];
         const hf_rope unscaled = {"default", 0, h->base, 1, 1, 4, 0, 32, 1, 0, 0};
         for (size_t a = 0; a < G * D; a++)
@@ -652,11 +665,20 @@ static void test_decoder_rotation(void)
         {"rope_freqs and linear x2", LM_ROPE_SCALING_LINEAR, 500000.0f, 2.0f, 1.0f, 0, 1},
     };
     static const size_t sizes[] = {64, 128};
-    const size_t T = 512;
+    const size_t T = 512, nd = sizeof dc / sizeof dc[0];
     double worst = 0.0, least_plain = INFINITY;
+    /* The light grid (check_light): each file once, the head size by c's
+     * parity, the order by (c / 2)'s: every size and order, and each pair of
+     * them, still taken. */
+    const int light = check_light();
+    if (light)
+        printf("  light grid (KVE_TEST_LIGHT): %zu of %zu files by head sizes by orders\n", nd,
+               4 * nd);
     for (size_t si = 0; si < 2; si++)
-        for (size_t c = 0; c < sizeof dc / sizeof dc[0]; c++)
+        for (size_t c = 0; c < nd; c++)
             for (int llama = 0; llama < 2; llama++) {
+                if (light && (si != c % 2 || llama != (int)(c / 2 % 2)))
+                    continue;
                 const size_t S = sizes[si];
                 lm_model m;
                 memset(&m, 0, sizeof m);
