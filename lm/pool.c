@@ -64,20 +64,35 @@ static int news(lm_pool *p, uint64_t seen)
            atomic_load_explicit(&p->stop, memory_order_relaxed);
 }
 
+/* Whether the current run's workers are all done (the caller's wait). */
+static int finished(lm_pool *p, uint64_t unused)
+{
+    (void)unused;
+    return atomic_load_explicit(&p->pending, memory_order_acquire) == 0;
+}
+
+/* The one way anything here waits: polls ready SPIN times, then sleeps on
+ * cv under mu until it holds (whoever makes it hold signals cv under mu). */
+static void await(lm_pool *p, int (*ready)(lm_pool *, uint64_t), uint64_t arg,
+                  pthread_cond_t *cv)
+{
+    for (int i = 0; i < SPIN && !ready(p, arg); i++)
+        RELAX();
+    if (ready(p, arg))
+        return;
+    pthread_mutex_lock(&p->mu);
+    while (!ready(p, arg))
+        pthread_cond_wait(cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
 static void *work(void *arg)
 {
     const worker *w = arg;
     lm_pool *p = w->pool;
     uint64_t seen = 0;
     for (;;) {
-        for (int i = 0; i < SPIN && !news(p, seen); i++)
-            RELAX();
-        if (!news(p, seen)) {
-            pthread_mutex_lock(&p->mu);
-            while (!news(p, seen))
-                pthread_cond_wait(&p->go, &p->mu);
-            pthread_mutex_unlock(&p->mu);
-        }
+        await(p, news, seen, &p->go);
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
             break;
         seen = atomic_load_explicit(&p->gen, memory_order_acquire);
@@ -158,14 +173,7 @@ void lm_pool_run(lm_pool *p, lm_job_fn fn, void *arg)
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, p->parts);
-    for (int i = 0; i < SPIN && atomic_load_explicit(&p->pending, memory_order_acquire); i++)
-        RELAX();
-    if (atomic_load_explicit(&p->pending, memory_order_acquire)) {
-        pthread_mutex_lock(&p->mu);
-        while (atomic_load_explicit(&p->pending, memory_order_acquire))
-            pthread_cond_wait(&p->done, &p->mu);
-        pthread_mutex_unlock(&p->mu);
-    }
+    await(p, finished, 0, &p->done);
     pthread_mutex_unlock(&p->turn);
 }
 
