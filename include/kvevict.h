@@ -1910,6 +1910,35 @@ KVE_API kve_status kve_policy_query_stats(kve_policy *p, const float *mean, cons
 KVE_API kve_status kve_attn_row(const float *q, size_t d, const float *keys, size_t ld, size_t n,
                                 float scale, float *out);
 
+/* Key tiles: the layout kve_attn_rows reads, for an engine that keeps its
+ * own copy of the keys. Keys go in blocks of KVE_ATTN_TILE, each block
+ * d * KVE_ATTN_TILE floats, key i's entry c at
+ *     tiles[(i / KVE_ATTN_TILE) * KVE_ATTN_TILE * d + c * KVE_ATTN_TILE + i % KVE_ATTN_TILE]
+ * (a block is the keys' transpose: one key a lane). A copy of n keys takes
+ * ceil(n / KVE_ATTN_TILE) whole blocks; one that starts on a 64-byte
+ * boundary has each block's rows of 16 floats on one cache line each, which
+ * kve_attn_rows reads fastest (any alignment works). */
+#define KVE_ATTN_TILE 16
+
+/* Writes `rows` rows: row r, at out + r*ld_out, is bit for bit
+ *   kve_attn_row(q + r*ldq, d, K, d, n, scale, out + r*ld_out)
+ * where K holds the same n keys in rows; the tiles are read once for every
+ * eight query rows (a grouped-query attention group shares its KV head's
+ * keys), with no horizontal sums, so a group costs less than its rows one
+ * by one (docs/performance.md).
+ *
+ * q: query r at q + r*ldq, d floats. tiles: ceil(n / KVE_ATTN_TILE) blocks
+ * as above; the lanes of the last block past n are read but never used
+ * (any bits). rows == 0 or n == 0 writes nothing and succeeds.
+ * Refuses (KVE_EINVAL): d == 0; a NaN or infinite scale; ldq < d or ld_out
+ * < n with rows > 1; NULL q, tiles or out with rows, n > 0; a logit that is
+ * not finite (the message names the query row and the key; the rows then
+ * hold unspecified values). Thread-safe (reads only its arguments).
+ * O(rows*n*d). */
+KVE_API kve_status kve_attn_rows(const float *q, size_t ldq, size_t rows, size_t d,
+                                 const float *tiles, size_t n, float scale, float *out,
+                                 size_t ld_out);
+
 /* The rows kve_bank_step_range(b, first, count, pos, out, ld_out, group,
  * reduce, ...) reads, for heads [first, first + count) of `b`: for KV head
  * h = first + j and its query heads g < group, query row r = j*group + g is

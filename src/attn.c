@@ -7,6 +7,8 @@
  * Shapes (d = head dimension, n = kept keys of the head):
  *   q     float[d]                        one query vector
  *   keys  float[n][ld], row i at keys + i*ld, its first d entries used
+ *   tiles float[ceil(n/16)][d][16]        the same keys in tiles (kvevict.h):
+ *                                         kve_attn_rows' layout
  *   out   float[n]                        the weights, kept order
  *
  * Definition (every instruction set computes exactly this, bit for bit):
@@ -28,7 +30,11 @@
  * AVX-512 has its own passes one and two (softmax_row16: sixteen keys' dot
  * products reduced together, sixteen exponentials at once), the same
  * operations in the same order; tests/test_attn.c holds every path to the
- * portable one's bits.
+ * portable one's bits. Over tiles (kve_attn_rows, a query group at once)
+ * AVX-512 holds sixteen keys in the lanes of a register, so each partial
+ * sum is a register of sixteen keys' and the pairwise steps are plain
+ * additions (tile_partial, tile_logits); the portable path reads the tiles
+ * with dot()'s stride.
  *
  * Invariants: nothing is allocated; the row is written in three passes over
  * out (logits, exponentials, normalisation); the keys are read once.
@@ -42,15 +48,17 @@
 
 enum { DOT_LANES = 16, SUM_LANES = 8 };
 
-KVE_ALWAYS_INLINE float dot(const float *q, const float *k, size_t d)
+/* The definition's dot product; the key's entry c at k[c * step] (1 for a
+ * key row, KVE_ATTN_TILE in a tile). */
+KVE_ALWAYS_INLINE float dot(const float *q, const float *k, size_t d, size_t step)
 {
     float acc[DOT_LANES] = {0};
     size_t i = 0;
     for (; i + DOT_LANES <= d; i += DOT_LANES)
         for (size_t j = 0; j < DOT_LANES; j++)
-            acc[j] += q[i + j] * k[i + j];
+            acc[j] += q[i + j] * k[(i + j) * step];
     for (size_t j = 0; i < d; i++, j++)
-        acc[j] += q[i] * k[i];
+        acc[j] += q[i] * k[i * step];
     for (size_t w = DOT_LANES / 2; w; w /= 2)
         for (size_t j = 0; j < w; j++)
             acc[j] += acc[j + w];
@@ -117,15 +125,24 @@ static size_t first_bad(const float *out, size_t from)
     return i;
 }
 
-/* Pass one for keys from..n: logits into out; the largest of them and of *m
- * into *m; whether one is not finite. */
+/* Where key i's entries start: in rows of stride ld, or in tiles (ld 0),
+ * where they are KVE_ATTN_TILE apart. */
+KVE_ALWAYS_INLINE const float *key_at(const float *keys, size_t i, size_t d, size_t ld)
+{
+    return ld ? keys + i * ld
+              : keys + (i / KVE_ATTN_TILE) * KVE_ATTN_TILE * d + i % KVE_ATTN_TILE;
+}
+
+/* Pass one for keys from..n (rows of stride ld, or tiles when ld is 0):
+ * logits into out; the largest of them and of *m into *m; whether one is
+ * not finite. */
 KVE_ALWAYS_INLINE int logits_row(const float *q, const float *keys, size_t from, size_t n,
                                  size_t d, size_t ld, float scale, float *out, float *m)
 {
     float mx = *m;
     int bad = 0;
     for (size_t i = from; i < n; i++) {
-        float l = scale * dot(q, keys + i * ld, d);
+        float l = scale * dot(q, key_at(keys, i, d, ld), d, ld ? 1 : KVE_ATTN_TILE);
         out[i] = l;
         bad |= !(l - l == 0.0f); /* NaN or infinite */
         mx = l > mx ? l : mx;
@@ -197,31 +214,16 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 dots16(const float *q, const float *k
     return _mm512_permutexvar_ps(order, r);
 }
 
-KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t softmax_row16(const float *q, const float *keys,
-                                                          size_t n, size_t d, size_t ld,
-                                                          float scale, float *out)
+/* Passes two and three of a row whose logits out[0 .. n) have the largest
+ * m: exp_nonpositive sixteen at a time, operation for operation (the sums'
+ * lanes are SUM_LANES, so the lower eight go in first), then softmax_tail. */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 void exp_tail16(size_t n, float m, float *out)
 {
-    if (d % 16 != 0)
-        return softmax_row(q, keys, n, d, ld, scale, out);
-    const __m512 sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
-    __m512 mx = _mm512_set1_ps(-FLT_MAX);
-    __mmask16 finite = 0xFFFF;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 l = _mm512_mul_ps(sc, dots16(q, keys + i * ld, d, ld));
-        _mm512_storeu_ps(out + i, l);
-        finite &= _mm512_cmp_ps_mask(_mm512_sub_ps(l, l), zero, _CMP_EQ_OQ);
-        mx = _mm512_max_ps(mx, l);
-    }
-    float m = _mm512_reduce_max_ps(mx);
-    if (finite != 0xFFFF || logits_row(q, keys, i, n, d, ld, scale, out, &m))
-        return first_bad(out, 0);
-    /* exp_nonpositive, sixteen at a time, operation for operation; the
-     * sums' lanes are SUM_LANES, so the lower eight go in first */
     const __m512 big = _mm512_set1_ps(0x1.8p23f), lowest = _mm512_set1_ps(-87.3f);
     const __m512 mv = _mm512_set1_ps(m);
     __m512d acc = _mm512_setzero_pd();
-    for (i = 0; i + 16 <= n; i += 16) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
         const __m512 x = _mm512_sub_ps(_mm512_loadu_ps(out + i), mv);
         const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
         const __m512 k = _mm512_sub_ps(_mm512_add_ps(t, big), big);
@@ -244,12 +246,189 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t softmax_row16(const float *q, const f
     double sums[SUM_LANES];
     _mm512_storeu_pd(sums, acc);
     softmax_tail(n, m, out, i, sums);
+}
+
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t softmax_row16(const float *q, const float *keys,
+                                                          size_t n, size_t d, size_t ld,
+                                                          float scale, float *out)
+{
+    if (d % 16 != 0)
+        return softmax_row(q, keys, n, d, ld, scale, out);
+    const __m512 sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
+    __m512 mx = _mm512_set1_ps(-FLT_MAX);
+    __mmask16 finite = 0xFFFF;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 l = _mm512_mul_ps(sc, dots16(q, keys + i * ld, d, ld));
+        _mm512_storeu_ps(out + i, l);
+        finite &= _mm512_cmp_ps_mask(_mm512_sub_ps(l, l), zero, _CMP_EQ_OQ);
+        mx = _mm512_max_ps(mx, l);
+    }
+    float m = _mm512_reduce_max_ps(mx);
+    if (finite != 0xFFFF || logits_row(q, keys, i, n, d, ld, scale, out, &m))
+        return first_bad(out, 0);
+    exp_tail16(n, m, out);
     return KVE_NONE;
 }
 #define SOFTMAX_KV8 softmax_row16
+
+/* AVX-512's pass one over tiles, for R query rows at once (R <= 8, a
+ * constant where inlined): lane i of a register is the tile's key i, so the
+ * definition's partial sums are vertical and need no shuffle. p[r] gets
+ * partial sum j of the tile's keys for query r: its products chunk by chunk
+ * (entries j, 16 + j, ... below d), each tile row loaded once for the R
+ * queries. The first product is not added to a zero: that changes only the
+ * sign of a zero partial sum, which cannot reach an exponential (see
+ * dots16). A j with no entry (d < 16) gives zero, as in dot(). */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 void tile_partial(const float *q, size_t ldq, size_t R,
+                                                       const float *t, size_t d, size_t j,
+                                                       __m512 *p)
+{
+    for (size_t r = 0; r < R; r++)
+        p[r] = _mm512_setzero_ps();
+    for (size_t c = j; c < d; c += DOT_LANES) {
+        const __m512 k = _mm512_loadu_ps(t + c * KVE_ATTN_TILE);
+        for (size_t r = 0; r < R; r++) {
+            const __m512 x = _mm512_mul_ps(_mm512_set1_ps(q[r * ldq + c]), k);
+            p[r] = c == j ? x : _mm512_add_ps(p[r], x);
+        }
+    }
+}
+
+/* The sixteen logits of one tile for R queries: the partial sums combined
+ * as dot() combines them (w = 8: A_j = P_j + P_j+8; w = 4: B_j = A_j +
+ * A_j+4; w = 2: C_j = B_j + B_j+2; then C_0 + C_1), times the scale. */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 void tile_logits(const float *q, size_t ldq, size_t R,
+                                                      const float *t, size_t d, __m512 sc,
+                                                      __m512 *l)
+{
+    __m512 c2[2][8];
+    for (size_t half = 0; half < 2; half++) {
+        __m512 b2[2][8];
+        for (size_t t2 = 0; t2 < 2; t2++) {
+            __m512 a2[2][8];
+            for (size_t s4 = 0; s4 < 2; s4++) {
+                const size_t j = half + 2 * t2 + 4 * s4;
+                __m512 lo[8], hi[8];
+                tile_partial(q, ldq, R, t, d, j, lo);
+                tile_partial(q, ldq, R, t, d, j + 8, hi);
+                for (size_t r = 0; r < R; r++)
+                    a2[s4][r] = _mm512_add_ps(lo[r], hi[r]);
+            }
+            for (size_t r = 0; r < R; r++)
+                b2[t2][r] = _mm512_add_ps(a2[0][r], a2[1][r]);
+        }
+        for (size_t r = 0; r < R; r++)
+            c2[half][r] = _mm512_add_ps(b2[0][r], b2[1][r]);
+    }
+    for (size_t r = 0; r < R; r++)
+        l[r] = _mm512_mul_ps(sc, _mm512_add_ps(c2[0][r], c2[1][r]));
+}
+
+/* R rows over tiled keys: pass one tile by tile (lanes past n neither
+ * stored nor compared), then each row's passes two and three. Returns
+ * KVE_NONE, or the first key of the first row (*bad_row) whose logit is not
+ * finite. */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t tile_rows16(const float *q, size_t ldq, size_t R,
+                                                        const float *tiles, size_t n, size_t d,
+                                                        float scale, float *out, size_t ld_out,
+                                                        size_t *bad_row)
+{
+    const __m512 sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
+    __m512 mx[8];
+    __mmask16 finite[8];
+    for (size_t r = 0; r < R; r++) {
+        mx[r] = _mm512_set1_ps(-FLT_MAX);
+        finite[r] = 0xFFFF;
+    }
+    for (size_t i = 0; i < n; i += KVE_ATTN_TILE) {
+        const __mmask16 live = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 l[8];
+        if (i + 2 * KVE_ATTN_TILE < n) { /* a tile is a page: two ahead, toward L2 */
+            const char *ahead = (const char *)(tiles + (i + 2 * KVE_ATTN_TILE) * d);
+            for (size_t b = 0; b < d * KVE_ATTN_TILE * sizeof(float); b += 64)
+                _mm_prefetch(ahead + b, _MM_HINT_T1);
+        }
+        tile_logits(q, ldq, R, tiles + i * d, d, sc, l);
+        for (size_t r = 0; r < R; r++) {
+            _mm512_mask_storeu_ps(out + r * ld_out + i, live, l[r]);
+            finite[r] &= (__mmask16)(_mm512_mask_cmp_ps_mask(live, _mm512_sub_ps(l[r], l[r]), zero,
+                                                             _CMP_EQ_OQ) |
+                                     (__mmask16)~live);
+            mx[r] = _mm512_mask_max_ps(mx[r], live, mx[r], l[r]);
+        }
+    }
+    for (size_t r = 0; r < R; r++)
+        if (finite[r] != 0xFFFF) {
+            *bad_row = r;
+            return first_bad(out + r * ld_out, 0);
+        }
+    for (size_t r = 0; r < R; r++)
+        exp_tail16(n, _mm512_reduce_max_ps(mx[r]), out + r * ld_out);
+    return KVE_NONE;
+}
+
+/* Rows r .. r + R of rows16 (R a constant); the bad key's row is counted
+ * from the first row. */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16_at(size_t r, size_t R, const float *q,
+                                                      size_t ldq, const float *tiles, size_t n,
+                                                      size_t d, float scale, float *out,
+                                                      size_t ld_out, size_t *bad_row)
+{
+    size_t bad = tile_rows16(q + r * ldq, ldq, R, tiles, n, d, scale, out + r * ld_out, ld_out,
+                             bad_row);
+    *bad_row += r;
+    return bad;
+}
+
+/* Every row, eight at a time, then four, two and one. */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16(const float *q, size_t ldq, size_t rows,
+                                                   const float *tiles, size_t n, size_t d,
+                                                   float scale, float *out, size_t ld_out,
+                                                   size_t *bad_row)
+{
+    size_t r = 0, bad = KVE_NONE;
+    for (; bad == KVE_NONE && r + 8 <= rows; r += 8)
+        bad = rows16_at(r, 8, q, ldq, tiles, n, d, scale, out, ld_out, bad_row);
+    if (bad == KVE_NONE && rows - r >= 4) {
+        bad = rows16_at(r, 4, q, ldq, tiles, n, d, scale, out, ld_out, bad_row);
+        r += 4;
+    }
+    if (bad == KVE_NONE && rows - r >= 2) {
+        bad = rows16_at(r, 2, q, ldq, tiles, n, d, scale, out, ld_out, bad_row);
+        r += 2;
+    }
+    if (bad == KVE_NONE && rows - r >= 1)
+        bad = rows16_at(r, 1, q, ldq, tiles, n, d, scale, out, ld_out, bad_row);
+    return bad;
+}
+#define ROWS_KV8 rows16
 #else
 #define SOFTMAX_KV8 softmax_row
+#define ROWS_KV8 rows_portable
 #endif
+
+/* The portable rows over tiles: softmax_row of each, the keys in tiles. */
+KVE_ALWAYS_INLINE size_t rows_portable(const float *q, size_t ldq, size_t rows,
+                                       const float *tiles, size_t n, size_t d, float scale,
+                                       float *out, size_t ld_out, size_t *bad_row)
+{
+    for (size_t r = 0; r < rows; r++) {
+        size_t bad = softmax_row(q + r * ldq, tiles, n, d, 0, scale, out + r * ld_out);
+        if (bad != KVE_NONE) {
+            *bad_row = r;
+            return bad;
+        }
+    }
+    return KVE_NONE;
+}
+
+KVE_PER_ISA(rows_in, size_t,
+            (const float *q, size_t ldq, size_t rows, const float *tiles, size_t n, size_t d,
+             float scale, float *out, size_t ld_out, size_t *bad_row),
+            rows_portable(q, ldq, rows, tiles, n, d, scale, out, ld_out, bad_row),
+            rows_portable(q, ldq, rows, tiles, n, d, scale, out, ld_out, bad_row),
+            ROWS_KV8(q, ldq, rows, tiles, n, d, scale, out, ld_out, bad_row))
 
 KVE_PER_ISA(softmax_in, size_t,
             (const float *q, const float *keys, size_t n, size_t d, size_t ld, float scale,
@@ -288,6 +467,28 @@ kve_status kve_attn_row(const float *q, size_t d, const float *keys, size_t ld, 
     size_t bad = softmax(q, keys, n, d, ld, scale, out);
     if (bad != KVE_NONE)
         return kve__fail(KVE_EINVAL, "attn: the logit of key %zu is not finite", bad);
+    return KVE_OK;
+}
+
+kve_status kve_attn_rows(const float *q, size_t ldq, size_t rows, size_t d, const float *tiles,
+                         size_t n, float scale, float *out, size_t ld_out)
+{
+    kve_status st = check_shape(d, d, scale);
+    if (st != KVE_OK)
+        return st;
+    if (rows > 1 && ldq < d)
+        return kve__fail(KVE_EINVAL, "attn: query stride %zu is smaller than d %zu", ldq, d);
+    if (rows > 1 && ld_out < n)
+        return kve__fail(KVE_EINVAL, "attn: ld_out %zu is smaller than the %zu keys", ld_out, n);
+    if (n == 0 || rows == 0)
+        return KVE_OK;
+    if (!q || !tiles || !out)
+        return kve__fail(KVE_EINVAL, "attn: %s is NULL", !q ? "q" : !tiles ? "tiles" : "out");
+    size_t row = 0;
+    size_t bad = rows_in_isa[kve__isa()](q, ldq, rows, tiles, n, d, scale, out, ld_out, &row);
+    if (bad != KVE_NONE)
+        return kve__fail(KVE_EINVAL, "attn: query row %zu: the logit of key %zu is not finite",
+                         row, bad);
     return KVE_OK;
 }
 

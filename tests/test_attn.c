@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_attn.c - attention rows from q and K (kve_attn_row,
- * kve_bank_attn_rows) against a softmax computed in double.
+ * kve_attn_rows over key tiles, kve_bank_attn_rows) against a softmax
+ * computed in double.
  *
  * Tolerance, derived rather than tuned (u = 2^-24, first order): the
  * float32 logit l_i is off by at most delta_i = (ceil(d/16) + 5) * u *
@@ -15,7 +16,8 @@
  * flushes e^x to 0 below x = -87.3). Every weight must lie within that bound
  * of the double-precision softmax of the same float inputs. Rows are
  * checked for every d and n shape class, extreme logits (no overflow, no NaN), n = 1 (exactly 1), every
- * instruction set (bit for bit), the bank layout and every refusal.
+ * instruction set (bit for bit), the tiled group (bit for bit the rows one
+ * by one), the bank layout and every refusal.
  * Deterministic per seed (printed; argv[1]).
  */
 #include "check.h"
@@ -223,6 +225,94 @@ static void test_every_path_same_bits(void)
     printf("  %d vector path(s) compared on %d shapes\n", paths, cases);
 }
 
+/* kve_attn_rows: every row of a group over tiled keys is kve_attn_row's
+ * over the same keys in rows, bit for bit, on every instruction set: head
+ * sizes below, at, between and above multiples of 16 (a partial sum with
+ * no entry when d < 16), key counts that end inside a tile (the lanes past
+ * n hold NaN, which must not reach a row), group sizes that take every
+ * branch of the eight-four-two-one split; then the bad logit's row and key
+ * named, and the refusals. */
+static void test_tiled_rows(void)
+{
+    enum { TD = 128, TN = 340, TR = 15 };
+    static const size_t ds[] = {8, 16, 64, 100, TD};
+    static const size_t ns[] = {1, 15, 16, 17, 48, 333};
+    static const size_t rs[] = {1, 3, 8, TR};
+    static float tq[TR * (TD + 1)], tk[TN * TD], tiles[(TN + 15) / 16 * 16 * TD];
+    static float rows[TR * TN], one[TN];
+    kve_rng g;
+    kve_rng_seed(&g, check_seed + 5);
+    int cases = 0, paths = 0;
+    for (size_t a = 0; a < sizeof ds / sizeof ds[0]; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+            for (size_t c = 0; c < sizeof rs / sizeof rs[0]; c++) {
+                const size_t d = ds[a], n = ns[b], R = rs[c], ldq = d + c % 2, ld_out = n + b % 2;
+                fill(&g, tq, R * ldq, 3.0f);
+                fill(&g, tk, n * d, 3.0f);
+                for (size_t i = 0; i < (n + 15) / 16 * 16 * d; i++)
+                    tiles[i] = NAN;
+                for (size_t i = 0; i < n; i++)
+                    for (size_t e = 0; e < d; e++)
+                        tiles[(i / KVE_ATTN_TILE) * KVE_ATTN_TILE * d + e * KVE_ATTN_TILE +
+                              i % KVE_ATTN_TILE] = tk[i * d + e];
+                for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
+                    if (!kve__isa_force((kve_isa)isa))
+                        continue;
+                    ASSERT_OK(kve_attn_rows(tq, ldq, R, d, tiles, n, 0.1f, rows, ld_out));
+                    ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
+                    for (size_t r = 0; r < R; r++) {
+                        ASSERT_OK(kve_attn_row(tq + r * ldq, d, tk, d, n, 0.1f, one));
+                        if (memcmp(rows + r * ld_out, one, n * sizeof(float)) != 0)
+                            CHECK_FAIL_AT("isa %d, d %zu, n %zu, %zu rows: row %zu differs", isa,
+                                          d, n, R, r);
+                    }
+                    paths += a == 0 && b == 0 && c == 0;
+                }
+                cases++;
+            }
+    /* A bad query names its row; a bad key is every row's, the first named. */
+    fill(&g, tq, 13 * 64, 1.0f);
+    fill(&g, tiles, 48 * 64, 1.0f);
+    tq[5 * 64 + 7] = INFINITY;
+    for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
+        if (!kve__isa_force((kve_isa)isa))
+            continue;
+        ASSERT_STATUS(kve_attn_rows(tq, 64, 13, 64, tiles, 40, 1.0f, rows, 40), KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), "query row 5: the logit of key 0 is not finite");
+    }
+    tq[5 * 64 + 7] = 0.5f;
+    tiles[(33 / 16) * 16 * 64 + 3 * 16 + 33 % 16] = NAN; /* key 33, entry 3 */
+    for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
+        if (!kve__isa_force((kve_isa)isa))
+            continue;
+        ASSERT_STATUS(kve_attn_rows(tq, 64, 13, 64, tiles, 40, 1.0f, rows, 40), KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), "query row 0: the logit of key 33 is not finite");
+        ASSERT_OK(kve_attn_rows(tq, 64, 13, 64, tiles, 33, 1.0f, rows, 40)); /* key 33 unread */
+    }
+    kve__isa_force(KVE_ISA_COUNT);
+    /* Refusals, before anything is written; nothing to do is no error. */
+    rows[0] = 42.0f;
+    ASSERT_STATUS(kve_attn_rows(tq, 64, 2, 0, tiles, 4, 1.0f, rows, 4), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "d must be");
+    ASSERT_STATUS(kve_attn_rows(tq, 64, 2, 64, tiles, 4, NAN, rows, 4), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "scale");
+    ASSERT_STATUS(kve_attn_rows(tq, 63, 2, 64, tiles, 4, 1.0f, rows, 4), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "query stride 63");
+    ASSERT_STATUS(kve_attn_rows(tq, 64, 2, 64, tiles, 4, 1.0f, rows, 3), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "ld_out 3");
+    ASSERT_STATUS(kve_attn_rows(NULL, 64, 2, 64, tiles, 4, 1.0f, rows, 4), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "q is NULL");
+    ASSERT_STATUS(kve_attn_rows(tq, 64, 2, 64, NULL, 4, 1.0f, rows, 4), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "tiles is NULL");
+    ASSERT_STATUS(kve_attn_rows(tq, 64, 2, 64, tiles, 4, 1.0f, NULL, 4), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "out is NULL");
+    ASSERT_TRUE(rows[0] == 42.0f);
+    ASSERT_OK(kve_attn_rows(NULL, 64, 0, 64, NULL, 4, 1.0f, NULL, 0));
+    ASSERT_OK(kve_attn_rows(NULL, 64, 3, 64, NULL, 0, 1.0f, NULL, 0));
+    ASSERT_OK(kve_attn_rows(tq, 1, 1, 64, tiles, 33, 1.0f, rows, 1)); /* one row: strides free */
+    printf("  %d tiled shapes, %d path(s) each, every row bit-equal\n", cases, paths);
+}
+
 /* The bank layout: row j*group + g is the softmax of query j*group + g over
  * head first + j's kept keys, and stepping with those rows works. */
 static void test_bank_rows(void)
@@ -307,6 +397,7 @@ int main(int argc, char **argv)
     RUN(test_exponential);
     RUN(test_single_key_is_one);
     RUN(test_every_path_same_bits);
+    RUN(test_tiled_rows);
     RUN(test_bank_rows);
     RUN(test_refusals);
     return CHECK_DONE();

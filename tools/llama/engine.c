@@ -8,10 +8,11 @@
  *    keeps the same), ascending, and llama.cpp's cells of the sequence hold
  *    exactly those positions (checked against its mask at every decode);
  *  - the key copy is dense: slot[i] < n is where kept position kpos[i]'s
- *    keys are, in every (layer, KV head) block of C slots, each slot used
- *    once; a new position takes slot n;
+ *    keys are, in every (layer, KV head) block of Ct slots (C rounded up
+ *    to whole tiles of KVE_ATTN_TILE slots, the layout kve_attn_rows
+ *    reads), each slot used once; a new position takes slot n;
  *  - n <= budget after every decode (n <= budget + B inside one).
- * Memory: keys L*G*C*S floats a sequence (4 bytes per float: at TinyLlama's
+ * Memory: keys L*G*Ct*S floats a sequence (4 bytes per float: at TinyLlama's
  * shape, 22 x 4 x (512 + 512) x 64 x 4 = 23 MB), beside llama.cpp's own F16
  * cells; the capture buffers 3 L B max(H, G) S floats an engine.
  */
@@ -261,6 +262,7 @@ struct kvl_engine {
     struct llama_batch batch;
     kve_reads reads;  /* what the policy reads; KVE_READS_NOTHING without one */
     size_t budget, C; /* the spec's budget; slots of a key copy (budget + B) */
+    size_t Ct;        /* C in whole tiles */
     kvl_seq **seqs;   /* (sequences) the sequence of each id, or NULL */
     /* what the eval callback captures of the decode in progress */
     size_t n_tokens;
@@ -274,7 +276,7 @@ struct kvl_engine {
     int mask_seen;
     char bad[256];      /* what the callback found wrong; "" when nothing */
     /* scratch of the eviction */
-    float *rows, *tmp;      /* (H, C) a layer's rows for one token; (C) one row by slot */
+    float *rows, *tmp;      /* (H, C) a layer's rows for one token; (R, Ct) a group's by slot */
     int32_t *victims;       /* (L*G, C) */
     size_t *counts;         /* (L*G) */
     unsigned char *used;    /* (C) */
@@ -285,7 +287,7 @@ struct kvl_seq {
     kvl_engine *e;
     int32_t id;
     kve_bank *bank;  /* NULL without a policy */
-    float *keys;     /* (L*G, C, S) the kept keys by slot */
+    float *keys;     /* (L*G, Ct / KVE_ATTN_TILE, S, KVE_ATTN_TILE) the kept keys by slot */
     int32_t *kpos;   /* (C) kept positions, ascending */
     int32_t *slot;   /* (C) slot of kept index i */
     size_t n;        /* kept (with a policy) */
@@ -481,6 +483,7 @@ kve_status kvl_engine_new(kvl_model *m, const kvl_options *o, kvl_engine **out)
         kve_policy_free(p);
     }
     e->C = e->budget + B;
+    e->Ct = (e->C + KVE_ATTN_TILE - 1) / KVE_ATTN_TILE * KVE_ATTN_TILE;
     size_t cells = o->spec ? e->C : o->window ? o->window + B : o->cells;
     if (cells > (size_t)INT32_MAX / o->sequences)
         cells = (size_t)INT32_MAX / o->sequences;
@@ -501,7 +504,7 @@ kve_status kvl_engine_new(kvl_model *m, const kvl_options *o, kvl_engine **out)
     if (ok && o->spec) {
         ok = (e->q = calloc(L * B * H * S, sizeof(float))) && (e->k = calloc(L * B * G * S, sizeof(float))) &&
              (e->v = calloc(L * B * G * S, sizeof(float))) && (e->rows = calloc(H * e->C, sizeof(float))) &&
-             (e->tmp = calloc(e->C, sizeof(float))) &&
+             (e->tmp = calloc(m->R * e->Ct, sizeof(float))) &&
              (e->victims = calloc(L * G * e->C, sizeof(int32_t))) &&
              (e->counts = calloc(L * G, sizeof(size_t))) && (e->used = calloc(e->C, 1));
     }
@@ -572,8 +575,9 @@ kve_status kvl_seq_new(kvl_engine *e, int32_t id, kvl_seq **out)
     s->id = id;
     const kvl_model *m = e->m;
     int ok = (s->logits = calloc(m->V, sizeof(float))) != NULL;
-    if (ok && e->opt.spec)
-        ok = (s->keys = calloc(m->L * m->G * e->C * m->S, sizeof(float))) &&
+    const size_t key_bytes = m->L * m->G * e->Ct * m->S * sizeof(float); /* whole lines */
+    if (ok && e->opt.spec) /* a tile row is one cache line when the copy starts on one */
+        ok = (s->keys = aligned_alloc(64, key_bytes)) && memset(s->keys, 0, key_bytes) &&
              (s->kpos = calloc(e->C, sizeof(int32_t))) && (s->slot = calloc(e->C, sizeof(int32_t)));
     if (!ok) {
         kvl_seq_free(s);
@@ -616,7 +620,7 @@ kve_status kvl_seq_copy(kvl_seq *dst, const kvl_seq *src)
     e->api->llama_memory_seq_cp(e->mem, src->id, dst->id, -1, -1);
     const kvl_model *m = e->m;
     if (src->bank) {
-        memcpy(dst->keys, src->keys, m->L * m->G * e->C * m->S * sizeof(float));
+        memcpy(dst->keys, src->keys, m->L * m->G * e->Ct * m->S * sizeof(float));
         memcpy(dst->kpos, src->kpos, src->n * sizeof(int32_t));
         memcpy(dst->slot, src->slot, src->n * sizeof(int32_t));
     }
@@ -655,29 +659,48 @@ const kve_bank *kvl_seq_bank(const kvl_seq *s)
 
 /* ---- decoding ---- */
 
+/* Slot i of one (layer, KV head) block of the key copy: its first entry;
+ * the S entries are KVE_ATTN_TILE floats apart (kvevict.h's tiles). */
+static float *key_slot(float *block, size_t S, size_t i)
+{
+    return block + (i / KVE_ATTN_TILE) * KVE_ATTN_TILE * S + i % KVE_ATTN_TILE;
+}
+
+static void key_put(float *block, size_t S, size_t i, const float *k)
+{
+    float *t = key_slot(block, S, i);
+    for (size_t c = 0; c < S; c++)
+        t[c * KVE_ATTN_TILE] = k[c];
+}
+
 /* Steps the bank at position pos with token i of the decode just made: its
  * keys into slot n, each query head's row over the n kept slots and its
- * own (kve_attn_row), then the layer's heads stepped with the rows in kept
- * order, the keys, queries and values. */
+ * own (kve_attn_rows: a KV head's query group in one pass over its tiles),
+ * then the layer's heads stepped with the rows in kept order, the keys,
+ * queries and values. */
 static kve_status step_token(kvl_seq *s, size_t i, int32_t pos)
 {
     kvl_engine *e = s->e;
     const kvl_model *m = e->m;
-    const size_t L = m->L, H = m->H, G = m->G, S = m->S, R = m->R, B = e->opt.batch, C = e->C;
+    const size_t L = m->L, H = m->H, G = m->G, S = m->S, R = m->R, B = e->opt.batch, Ct = e->Ct;
     const size_t n = s->n, ld = n ? n : 1;
     const int rows = (e->reads & KVE_READS_ATTN) != 0;
     for (size_t l = 0; l < L; l++) {
         const float *k = e->k + ((l * B + i) * G) * S, *q = e->q + ((l * B + i) * H) * S;
         for (size_t g = 0; g < G; g++)
-            memcpy(s->keys + ((l * G + g) * C + n) * S, k + g * S, S * sizeof(float));
-        for (size_t h = 0; rows && h < H; h++) {
-            const float *kg = s->keys + (l * G + h / R) * C * S;
-            kve_status st = kve_attn_row(q + h * S, S, kg, S, n + 1, m->scale, e->tmp);
+            key_put(s->keys + (l * G + g) * Ct * S, S, n, k + g * S);
+        for (size_t g = 0; rows && g < G; g++) {
+            const float *kg = s->keys + (l * G + g) * Ct * S;
+            kve_status st = kve_attn_rows(q + g * R * S, S, R, S, kg, n + 1, m->scale, e->tmp, Ct);
             if (st != KVE_OK)
                 return st;
-            float *row = e->rows + h * ld;
-            for (size_t j = 0; j < n; j++)
-                row[j] = e->tmp[s->slot[j]];
+            float *row = e->rows + g * R * ld;
+            for (size_t r = 0; r < R; r++) { /* slot order to kept order */
+                const float *from = e->tmp + r * Ct;
+                float *to = row + r * ld;
+                for (size_t j = 0; j < n; j++)
+                    to[j] = from[s->slot[j]];
+            }
         }
         kve_step_data d = kve_step_default_data();
         d.attn = rows ? e->rows : NULL;
@@ -711,7 +734,7 @@ static kve_status evict(kvl_seq *s)
 {
     kvl_engine *e = s->e;
     const kvl_model *m = e->m;
-    const size_t LG = m->L * m->G, S = m->S, C = e->C;
+    const size_t LG = m->L * m->G, S = m->S, C = e->C, Ct = e->Ct;
     kve_status st = kve_bank_evict(s->bank, e->budget, e->victims, C, e->counts);
     if (st != KVE_OK)
         return st;
@@ -739,9 +762,12 @@ static kve_status evict(kvl_seq *s)
             continue;
         while (e->used[free_slot])
             free_slot++;
-        for (size_t h = 0; h < LG; h++)
-            memcpy(s->keys + (h * C + free_slot) * S, s->keys + (h * C + (size_t)s->slot[i]) * S,
-                   S * sizeof(float));
+        for (size_t h = 0; h < LG; h++) {
+            float *to = key_slot(s->keys + h * Ct * S, S, free_slot);
+            const float *from = key_slot(s->keys + h * Ct * S, S, (size_t)s->slot[i]);
+            for (size_t c = 0; c < S; c++)
+                to[c * KVE_ATTN_TILE] = from[c * KVE_ATTN_TILE];
+        }
         e->used[free_slot] = 1;
         s->slot[i] = (int32_t)free_slot;
     }
@@ -953,7 +979,9 @@ kve_status kvl_seq_save(const kvl_seq *s, void *buf, size_t cap, size_t *size)
     w.at += bank_bytes;
     for (size_t h = 0; h < m->L * m->G; h++)
         for (size_t i = 0; i < s->n; i++)
-            put(&w, s->keys + (h * e->C + (size_t)s->slot[i]) * m->S, m->S * sizeof(float));
+            for (size_t c = 0; c < m->S; c++)
+                put(&w, key_slot(s->keys + h * e->Ct * m->S, m->S, (size_t)s->slot[i]) +
+                            c * KVE_ATTN_TILE, sizeof(float));
     put_u64(&w, llama_bytes);
     if (e->api->llama_state_seq_get_data(e->ctx, w.p + w.at, llama_bytes, s->id) != llama_bytes)
         return kve_set_error(KVE_EIO, "session: llama.cpp did not write sequence %d's state",
@@ -1246,8 +1274,10 @@ kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size)
             s->slot[i] = (int32_t)i;
         }
         for (size_t h = 0; h < m->L * m->G; h++)
-            memcpy(s->keys + h * e->C * m->S, keys + h * n * m->S * sizeof(float),
-                   n * m->S * sizeof(float));
+            for (size_t i = 0; i < n; i++)
+                for (size_t c = 0; c < m->S; c++)
+                    memcpy(key_slot(s->keys + h * e->Ct * m->S, m->S, i) + c * KVE_ATTN_TILE,
+                           keys + ((h * n + i) * m->S + c) * sizeof(float), sizeof(float));
     }
     s->n = (size_t)n;
     s->pos = (int32_t)pos;

@@ -15,8 +15,9 @@
  * attention weights (with flash attention none exist), so the engine reads
  * each layer's rotated queries and keys as llama.cpp computes them (its
  * eval callback: the ROPE outputs named Qcur-l and Kcur-l, the values
- * Vcur-l), keeps a float32 copy of every kept position's keys itself and
- * computes each query head's row over them with kve_attn_row. Positions
+ * Vcur-l), keeps a float32 copy of every kept position's keys itself (in
+ * kve_attn_rows' tiles) and computes the rows of each KV head's query group
+ * over them with kve_attn_rows (kve_attn_row's bits, row by row). Positions
  * stay original: every key is rotated at its own position, as llama.cpp
  * stores it. llama.cpp's mask of layer 0 (the cells each query attends) is
  * read at every decode too: it gives max_cells, and every token's count
