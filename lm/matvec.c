@@ -2265,8 +2265,47 @@ __attribute__((target("avx2,f16c,fma"))) static void bf16_rows(const lm_matrix *
 #define LM_F16X2_ZERO ((f16x2){_mm256_setzero_ps(), _mm256_setzero_ps()})
 LM_VECDOT(f16_vecdot_rows, LM_AVX2_FMA, 16, f16x2, f16x2_x, f16x2_w,
           2, f16x2_fma, f16x2_add, LM_F16X2_ZERO, tail_f16)
-LM_VECDOT(f16_vecdot_rows_512, LM_FUSED_512, 16, __m512, _mm512_loadu_ps, f16_w512, 2,
+LM_VECDOT(f16_vecdot_rows_512_x32, LM_FUSED_512, 16, __m512, _mm512_loadu_ps, f16_w512, 2,
           _mm512_fmadd_ps, _mm512_add_ps, _mm512_setzero_ps(), tail_f16)
+
+enum { XH_MAX = 16384 };
+
+/* f16_vecdot_rows_512 with the input held as half floats, as llama.cpp
+ * holds it, so a row's pass reads 2 bytes of input per weight rather than
+ * 4: the same products wherever the input's values are half floats (the
+ * decoder rounds it so under --products llama), which is checked; any
+ * other input (or a row past XH_MAX) takes the float32 input. */
+LM_FUSED_512 static void f16_vecdot_rows_512(const lm_matrix *w, const float *x, float *out,
+                                             size_t r0, size_t r1)
+{
+    const size_t n = w->cols, np = n / 64 * 64;
+    _Alignas(64) unsigned char xh[2 * XH_MAX];
+    __mmask16 exact = 0xFFFF;
+    for (size_t i = 0; i < np && n <= XH_MAX; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        exact &= _mm512_cmp_ps_mask(_mm512_cvtph_ps(h), v, _CMP_EQ_OQ);
+        _mm256_store_si256((__m256i *)(void *)(xh + 2 * i), h);
+    }
+    if (n > XH_MAX || exact != 0xFFFF) {
+        f16_vecdot_rows_512_x32(w, x, out, r0, r1);
+        return;
+    }
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *p = (const unsigned char *)w->data + r * w->row_bytes;
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                         _mm512_setzero_ps()};
+        for (size_t i = 0; i < np; i += 64)
+            for (size_t a = 0; a < 4; a++)
+                acc[a] = _mm512_fmadd_ps(f16_w512(p + 2 * (i + 16 * a)),
+                                         f16_w512(xh + 2 * (i + 16 * a)), acc[a]);
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]),
+                                       _mm512_add_ps(acc[1], acc[3]));
+        float a[16];
+        memcpy(a, &s, sizeof s);
+        out[r - r0] = tail_f16(a, 16, p, x, np, n);
+    }
+}
 LM_VECDOT(f32_vecdot_rows, LM_AVX2_FMA, 16, f16x2, f16x2_x, f32x2_w,
           4, f16x2_fma, f16x2_add, LM_F16X2_ZERO, tail_f32)
 LM_VECDOT(f32_vecdot_rows_512, LM_FUSED_512, 16, __m512, _mm512_loadu_ps, f32_w512, 4,
