@@ -65,6 +65,7 @@
  *   must never exceed it.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise */
 #include "lm.h"
 
 #define BENCH_NAME "kvevict-lm-speed"
@@ -77,6 +78,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static uint64_t mix(uint64_t *s)
@@ -265,7 +267,8 @@ static double wall_s(void)
  * and its successors take the best of their kernels: each kernel below, with
  * no software prefetch and with prefetches 256 bytes, 1 KiB and 4 KiB ahead, on 1 to T
  * threads for a run on T threads (more readers can only help a floor), best
- * of 3 passes over a 1 GiB buffer each. A pass's bytes are the bytes the
+ * of 3 passes over a 1 GiB buffer each, in pages of 2 MB where the kernel
+ * grants them (the weights' file mappings get them too). A pass's bytes are the bytes the
  * kernel read; the result is kept so the reads cannot be optimised away. */
 
 typedef uint64_t (*read_fn)(const unsigned char *p, size_t n, size_t ahead);
@@ -431,9 +434,17 @@ static floor_bw stream_bandwidth(size_t threads)
 {
     floor_bw best = {0, "none", 0, 0};
     size_t n = (size_t)1 << 30;
-    unsigned char *p = aligned_alloc(64, n);
+    unsigned char *p = aligned_alloc((size_t)2 << 20, n);
     if (!p)
         return best;
+#ifdef MADV_HUGEPAGE
+    /* pages of 2 MB where the kernel has them, as a model's file mapping
+     * gets them (llama.cpp's and the decoder's weights are mapped so on a
+     * filesystem with large folios): small pages would cost the readers
+     * their TLB misses and a prefetch stopped at every 4 KB, which the
+     * weights do not pay */
+    madvise(p, n, MADV_HUGEPAGE);
+#endif
     memset(p, 1, n);
     stream_job *j = calloc(1, sizeof *j);
     if (!j)
