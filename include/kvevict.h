@@ -1922,14 +1922,16 @@ KVE_API kve_status kve_attn_row(const float *q, size_t d, const float *keys, siz
 
 /* Writes `rows` rows: row r, at out + r*ld_out, is bit for bit
  *   kve_attn_row(q + r*ldq, d, K, d, n, scale, out + r*ld_out)
- * where K holds the same n keys in rows; the tiles are read once for every
- * eight query rows (a grouped-query attention group shares its KV head's
- * keys), with no horizontal sums, so a group costs less than its rows one
- * by one (docs/performance.md).
+ * where K holds the same n keys in rows. A tile's sixteen keys are summed
+ * lane-wise, with no horizontal sums; on AVX-512 the tiles are read once
+ * for every eight query rows (a grouped-query attention group shares its
+ * KV head's keys), so a group costs less than its rows one by one
+ * (docs/performance.md); elsewhere once a row.
  *
  * q: query r at q + r*ldq, d floats. tiles: ceil(n / KVE_ATTN_TILE) blocks
  * as above; the lanes of the last block past n are read but never used
- * (any bits). rows == 0 or n == 0 writes nothing and succeeds.
+ * (any bits). rows == 0 or n == 0 writes nothing and succeeds (after the
+ * checks of d, scale, ldq and ld_out below).
  * Refuses (KVE_EINVAL): d == 0; a NaN or infinite scale; ldq < d or ld_out
  * < n with rows > 1; NULL q, tiles or out with rows, n > 0; a logit that is
  * not finite (the message names the query row and the key; the rows then

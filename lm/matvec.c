@@ -2268,7 +2268,7 @@ LM_VECDOT(f16_vecdot_rows, LM_AVX2_FMA, 16, f16x2, f16x2_x, f16x2_w,
 LM_VECDOT(f16_vecdot_rows_512_x32, LM_FUSED_512, 16, __m512, _mm512_loadu_ps, f16_w512, 2,
           _mm512_fmadd_ps, _mm512_add_ps, _mm512_setzero_ps(), tail_f16)
 
-enum { XH_MAX = 16384 };
+enum { XH_MAX = 16384 }; /* the columns f16_vecdot_rows_512 holds as half floats */
 
 /* f16_vecdot_rows_512 with the input held as half floats, as llama.cpp
  * holds it, so a row's pass reads 2 bytes of input per weight rather than
@@ -2279,7 +2279,7 @@ LM_FUSED_512 static void f16_vecdot_rows_512(const lm_matrix *w, const float *x,
                                              size_t r0, size_t r1)
 {
     const size_t n = w->cols, np = n / 64 * 64;
-    _Alignas(64) unsigned char xh[2 * XH_MAX];
+    _Alignas(64) unsigned char xh[2 * XH_MAX]; /* (np) half floats: the input */
     __mmask16 exact = 0xFFFF;
     for (size_t i = 0; i < np && n <= XH_MAX; i += 16) {
         const __m512 v = _mm512_loadu_ps(x + i);

@@ -33,11 +33,13 @@
  * portable one's bits. Over tiles (kve_attn_rows, a query group at once)
  * AVX-512 holds sixteen keys in the lanes of a register, so each partial
  * sum is a register of sixteen keys' and the pairwise steps are plain
- * additions (tile_partial, tile_logits); the portable path reads the tiles
- * with dot()'s stride.
+ * additions (tile_partial, tile_logits); the portable path does the same
+ * in plain C over a tile's sixteen keys (tile_logits_plain), which the
+ * compiler vectorises for AVX2.
  *
  * Invariants: nothing is allocated; the row is written in three passes over
- * out (logits, exponentials, normalisation); the keys are read once.
+ * out (logits, exponentials, normalisation); the keys are read once a row
+ * (over tiles on AVX-512, once for up to eight rows).
  * Cost: O(n*d) per query: one more pass over the keys than the attention it
  * shadows, plus O(n) for the softmax.
  */
@@ -46,19 +48,19 @@
 #include <float.h>
 #include <string.h>
 
+_Static_assert(KVE_ATTN_TILE == 16, "the tile kernels hold one tile in sixteen lanes");
+
 enum { DOT_LANES = 16, SUM_LANES = 8 };
 
-/* The definition's dot product; the key's entry c at k[c * step] (1 for a
- * key row, KVE_ATTN_TILE in a tile). */
-KVE_ALWAYS_INLINE float dot(const float *q, const float *k, size_t d, size_t step)
+KVE_ALWAYS_INLINE float dot(const float *q, const float *k, size_t d)
 {
     float acc[DOT_LANES] = {0};
     size_t i = 0;
     for (; i + DOT_LANES <= d; i += DOT_LANES)
         for (size_t j = 0; j < DOT_LANES; j++)
-            acc[j] += q[i + j] * k[(i + j) * step];
+            acc[j] += q[i + j] * k[i + j];
     for (size_t j = 0; i < d; i++, j++)
-        acc[j] += q[i] * k[i * step];
+        acc[j] += q[i] * k[i];
     for (size_t w = DOT_LANES / 2; w; w /= 2)
         for (size_t j = 0; j < w; j++)
             acc[j] += acc[j + w];
@@ -125,24 +127,15 @@ static size_t first_bad(const float *out, size_t from)
     return i;
 }
 
-/* Where key i's entries start: in rows of stride ld, or in tiles (ld 0),
- * where they are KVE_ATTN_TILE apart. */
-KVE_ALWAYS_INLINE const float *key_at(const float *keys, size_t i, size_t d, size_t ld)
-{
-    return ld ? keys + i * ld
-              : keys + (i / KVE_ATTN_TILE) * KVE_ATTN_TILE * d + i % KVE_ATTN_TILE;
-}
-
-/* Pass one for keys from..n (rows of stride ld, or tiles when ld is 0):
- * logits into out; the largest of them and of *m into *m; whether one is
- * not finite. */
+/* Pass one for keys from..n: logits into out; the largest of them and of *m
+ * into *m; whether one is not finite. */
 KVE_ALWAYS_INLINE int logits_row(const float *q, const float *keys, size_t from, size_t n,
                                  size_t d, size_t ld, float scale, float *out, float *m)
 {
     float mx = *m;
     int bad = 0;
     for (size_t i = from; i < n; i++) {
-        float l = scale * dot(q, key_at(keys, i, d, ld), d, ld ? 1 : KVE_ATTN_TILE);
+        float l = scale * dot(q, keys + i * ld, d);
         out[i] = l;
         bad |= !(l - l == 0.0f); /* NaN or infinite */
         mx = l > mx ? l : mx;
@@ -344,7 +337,8 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t tile_rows16(const float *q, size_t ld
     for (size_t i = 0; i < n; i += KVE_ATTN_TILE) {
         const __mmask16 live = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
         __m512 l[8];
-        if (i + 2 * KVE_ATTN_TILE < n) { /* a tile is a page: two ahead, toward L2 */
+        if (i + 2 * KVE_ATTN_TILE < n) { /* two tiles ahead, toward L2 (at d = 64 a tile is
+                                          * a 4 KB page, where hardware prefetchers stop) */
             const char *ahead = (const char *)(tiles + (i + 2 * KVE_ATTN_TILE) * d);
             for (size_t b = 0; b < d * KVE_ATTN_TILE * sizeof(float); b += 64)
                 _mm_prefetch(ahead + b, _MM_HINT_T1);
@@ -377,7 +371,8 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16_at(size_t r, size_t R, const f
 {
     size_t bad = tile_rows16(q + r * ldq, ldq, R, tiles, n, d, scale, out + r * ld_out, ld_out,
                              bad_row);
-    *bad_row += r;
+    if (bad != KVE_NONE)
+        *bad_row += r;
     return bad;
 }
 
@@ -408,17 +403,48 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16(const float *q, size_t ldq, si
 #define ROWS_KV8 rows_portable
 #endif
 
-/* The portable rows over tiles: softmax_row of each, the keys in tiles. */
+/* The logits of one tile's keys for one query, lane-wise in plain C (so
+ * the compiler vectorises over the tile's keys): p[j][lane] is dot()'s
+ * partial sum j of key `lane`, its products added chunk by chunk from zero,
+ * then the same pairwise steps, then the scale. */
+KVE_ALWAYS_INLINE void tile_logits_plain(const float *q, const float *t, size_t d, float scale,
+                                         float *l)
+{
+    float p[DOT_LANES][KVE_ATTN_TILE] = {{0}};
+    for (size_t c = 0; c < d; c++)
+        for (size_t k = 0; k < KVE_ATTN_TILE; k++)
+            p[c % DOT_LANES][k] += q[c] * t[c * KVE_ATTN_TILE + k];
+    for (size_t w = DOT_LANES / 2; w; w /= 2)
+        for (size_t j = 0; j < w; j++)
+            for (size_t k = 0; k < KVE_ATTN_TILE; k++)
+                p[j][k] += p[j + w][k];
+    for (size_t k = 0; k < KVE_ATTN_TILE; k++)
+        l[k] = scale * p[0][k];
+}
+
+/* The portable rows over tiles: each row's logits tile by tile, then its
+ * passes two and three (softmax_tail). */
 KVE_ALWAYS_INLINE size_t rows_portable(const float *q, size_t ldq, size_t rows,
                                        const float *tiles, size_t n, size_t d, float scale,
                                        float *out, size_t ld_out, size_t *bad_row)
 {
     for (size_t r = 0; r < rows; r++) {
-        size_t bad = softmax_row(q + r * ldq, tiles, n, d, 0, scale, out + r * ld_out);
-        if (bad != KVE_NONE) {
-            *bad_row = r;
-            return bad;
+        float *o = out + r * ld_out, m = -FLT_MAX, l[KVE_ATTN_TILE];
+        int bad = 0;
+        for (size_t i = 0; i < n; i += KVE_ATTN_TILE) {
+            tile_logits_plain(q + r * ldq, tiles + i * d, d, scale, l);
+            for (size_t k = 0; k < KVE_ATTN_TILE && i + k < n; k++) {
+                o[i + k] = l[k];
+                bad |= !(l[k] - l[k] == 0.0f); /* NaN or infinite */
+                m = l[k] > m ? l[k] : m;
+            }
         }
+        if (bad) {
+            *bad_row = r;
+            return first_bad(o, 0);
+        }
+        double acc[SUM_LANES] = {0};
+        softmax_tail(n, m, o, 0, acc);
     }
     return KVE_NONE;
 }

@@ -281,6 +281,14 @@ static void test_tiled_rows(void)
         ASSERT_CONTAINS(kve_last_error(), "query row 5: the logit of key 0 is not finite");
     }
     tq[5 * 64 + 7] = 0.5f;
+    tq[10 * 64 + 2] = NAN; /* past the first eight rows: counted from row 0 */
+    for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
+        if (!kve__isa_force((kve_isa)isa))
+            continue;
+        ASSERT_STATUS(kve_attn_rows(tq, 64, 13, 64, tiles, 40, 1.0f, rows, 40), KVE_EINVAL);
+        ASSERT_CONTAINS(kve_last_error(), "query row 10: the logit of key 0 is not finite");
+    }
+    tq[10 * 64 + 2] = 0.5f;
     tiles[(33 / 16) * 16 * 64 + 3 * 16 + 33 % 16] = NAN; /* key 33, entry 3 */
     for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
         if (!kve__isa_force((kve_isa)isa))
