@@ -335,7 +335,7 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t tile_rows16(const float *q, size_t ld
         finite[r] = 0xFFFF;
     }
     for (size_t i = 0; i < n; i += KVE_ATTN_TILE) {
-        const __mmask16 live = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 live = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1);
         __m512 l[8];
         if (i + 2 * KVE_ATTN_TILE < n) { /* two tiles ahead, toward L2 (at d = 64 a tile is
                                           * a 4 KB page, where hardware prefetchers stop) */
