@@ -337,9 +337,10 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t tile_rows16(const float *q, size_t ld
     for (size_t i = 0; i < n; i += KVE_ATTN_TILE) {
         const __mmask16 live = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1);
         __m512 l[8];
-        if (i + 2 * KVE_ATTN_TILE < n) { /* two tiles ahead, toward L2 (at d = 64 a tile is
-                                          * a 4 KB page, where hardware prefetchers stop) */
-            const char *ahead = (const char *)(tiles + (i + 2 * KVE_ATTN_TILE) * d);
+        /* two tiles ahead, toward L2 (at d = 64 a tile is a 4 KB page, where
+         * hardware prefetchers stop) */
+        if (i + (size_t)2 * KVE_ATTN_TILE < n) {
+            const char *ahead = (const char *)(tiles + (i + (size_t)2 * KVE_ATTN_TILE) * d);
             for (size_t b = 0; b < d * KVE_ATTN_TILE * sizeof(float); b += 64)
                 _mm_prefetch(ahead + b, _MM_HINT_T1);
         }
