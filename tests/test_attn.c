@@ -270,32 +270,33 @@ static void test_tiled_rows(void)
                 }
                 cases++;
             }
-    /* A bad query names its row; a bad key is every row's, the first named. */
+    /* A bad query names its row (past the first eight too: counted from row
+     * 0); a bad key is every row's, the first named, and a key past n is
+     * never read. */
     fill(&g, tq, 13 * 64, 1.0f);
     fill(&g, tiles, 48 * 64, 1.0f);
-    tq[5 * 64 + 7] = INFINITY;
-    for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
-        if (!kve__isa_force((kve_isa)isa))
-            continue;
-        ASSERT_STATUS(kve_attn_rows(tq, 64, 13, 64, tiles, 40, 1.0f, rows, 40), KVE_EINVAL);
-        ASSERT_CONTAINS(kve_last_error(), "query row 5: the logit of key 0 is not finite");
-    }
-    tq[5 * 64 + 7] = 0.5f;
-    tq[10 * 64 + 2] = NAN; /* past the first eight rows: counted from row 0 */
-    for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
-        if (!kve__isa_force((kve_isa)isa))
-            continue;
-        ASSERT_STATUS(kve_attn_rows(tq, 64, 13, 64, tiles, 40, 1.0f, rows, 40), KVE_EINVAL);
-        ASSERT_CONTAINS(kve_last_error(), "query row 10: the logit of key 0 is not finite");
-    }
-    tq[10 * 64 + 2] = 0.5f;
-    tiles[(33 / 16) * 16 * 64 + 3 * 16 + 33 % 16] = NAN; /* key 33, entry 3 */
-    for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
-        if (!kve__isa_force((kve_isa)isa))
-            continue;
-        ASSERT_STATUS(kve_attn_rows(tq, 64, 13, 64, tiles, 40, 1.0f, rows, 40), KVE_EINVAL);
-        ASSERT_CONTAINS(kve_last_error(), "query row 0: the logit of key 33 is not finite");
-        ASSERT_OK(kve_attn_rows(tq, 64, 13, 64, tiles, 33, 1.0f, rows, 40)); /* key 33 unread */
+    const struct {
+        float *at, bad;
+        const char *want;
+        size_t unread; /* a key count that leaves the bad entry out, or 0 */
+    } bad[] = {
+        {&tq[5 * 64 + 7], INFINITY, "query row 5: the logit of key 0 is not finite", 0},
+        {&tq[10 * 64 + 2], NAN, "query row 10: the logit of key 0 is not finite", 0},
+        {&tiles[(33 / 16) * 16 * 64 + 3 * 16 + 33 % 16], NAN, /* key 33, entry 3 */
+         "query row 0: the logit of key 33 is not finite", 33},
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        const float was = *bad[b].at;
+        *bad[b].at = bad[b].bad;
+        for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
+            if (!kve__isa_force((kve_isa)isa))
+                continue;
+            ASSERT_STATUS(kve_attn_rows(tq, 64, 13, 64, tiles, 40, 1.0f, rows, 40), KVE_EINVAL);
+            ASSERT_CONTAINS(kve_last_error(), bad[b].want);
+            if (bad[b].unread)
+                ASSERT_OK(kve_attn_rows(tq, 64, 13, 64, tiles, bad[b].unread, 1.0f, rows, 40));
+        }
+        *bad[b].at = was;
     }
     kve__isa_force(KVE_ISA_COUNT);
     /* Refusals, before anything is written; nothing to do is no error. */
