@@ -1910,14 +1910,16 @@ KVE_API kve_status kve_policy_query_stats(kve_policy *p, const float *mean, cons
 KVE_API kve_status kve_attn_row(const float *q, size_t d, const float *keys, size_t ld, size_t n,
                                 float scale, float *out);
 
-/* Key tiles: the layout kve_attn_rows reads, for an engine that keeps its
- * own copy of the keys. Keys go in blocks of KVE_ATTN_TILE, each block
- * d * KVE_ATTN_TILE floats, key i's entry c at
+/* Key tiles: the layout kve_attn_rows (float32) and kve_attn_rows_f16
+ * (half floats) read, for an engine that keeps its own copy of the keys.
+ * Keys go in blocks of KVE_ATTN_TILE, each block d * KVE_ATTN_TILE entries,
+ * key i's entry c at
  *     tiles[(i / KVE_ATTN_TILE) * KVE_ATTN_TILE * d + c * KVE_ATTN_TILE + i % KVE_ATTN_TILE]
  * (a block is the keys' transpose: one key a lane). A copy of n keys takes
  * ceil(n / KVE_ATTN_TILE) whole blocks; one that starts on a 64-byte
- * boundary has each block's rows of 16 floats on one cache line each, which
- * kve_attn_rows reads fastest (any alignment works). */
+ * boundary has each block's rows of 16 floats on one cache line each (of
+ * 16 half floats, on half of one), which the calls read fastest (any
+ * alignment works). */
 #define KVE_ATTN_TILE 16
 
 /* Writes `rows` rows: row r, at out + r*ld_out, is bit for bit
@@ -1940,6 +1942,19 @@ KVE_API kve_status kve_attn_row(const float *q, size_t d, const float *keys, siz
 KVE_API kve_status kve_attn_rows(const float *q, size_t ldq, size_t rows, size_t d,
                                  const float *tiles, size_t n, float scale, float *out,
                                  size_t ld_out);
+
+/* kve_attn_rows over tiles of half floats (IEEE binary16, as uint16_t: the
+ * keys an engine's F16 cache holds, llama.cpp's default), the same layout
+ * at two bytes an entry. Every row is bit for bit kve_attn_rows' over the
+ * same keys widened to float32 (widening is exact), so it is
+ * kve_attn_row's over them too; the tiles are half the bytes to read.
+ * AVX-512 widens a tile row as it loads it (vcvtph2ps), the other paths in
+ * plain C. The lanes of the last block past n are read but never used (any
+ * bits). Refuses as kve_attn_rows (a NaN or infinite key gives a logit that
+ * is not finite). Thread-safe (reads only its arguments). O(rows*n*d). */
+KVE_API kve_status kve_attn_rows_f16(const float *q, size_t ldq, size_t rows, size_t d,
+                                     const uint16_t *tiles, size_t n, float scale, float *out,
+                                     size_t ld_out);
 
 /* The rows kve_bank_step_range(b, first, count, pos, out, ld_out, group,
  * reduce, ...) reads, for heads [first, first + count) of `b`: for KV head

@@ -52,6 +52,34 @@ _Static_assert(KVE_ATTN_TILE == 16, "the tile kernels hold one tile in sixteen l
 
 enum { DOT_LANES = 16, SUM_LANES = 8 };
 
+/* A half float (IEEE binary16) widened to float32: exact (NaN stays NaN,
+ * its payload not kept). */
+KVE_ALWAYS_INLINE float widen_half(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    float f;
+    if (e == 0) { /* zero or subnormal: m * 2^-24, exact */
+        f = (float)m * 0x1p-24f;
+        return sign ? -f : f;
+    }
+    const uint32_t bits = sign | (e == 0x1f ? 0x7f800000u : (e + 112u) << 23) | (m << 13);
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Entry `at` of tiles of float32 (esize 4) or half floats (esize 2), as
+ * float32. */
+KVE_ALWAYS_INLINE float tile_at(const void *t, size_t at, size_t esize)
+{
+    return esize == 2 ? widen_half(((const uint16_t *)t)[at]) : ((const float *)t)[at];
+}
+
+/* The tile of keys i .. i + 15 (i a multiple of KVE_ATTN_TILE). */
+KVE_ALWAYS_INLINE const void *tile_of(const void *tiles, size_t i, size_t d, size_t esize)
+{
+    return (const char *)tiles + i * d * esize;
+}
+
 KVE_ALWAYS_INLINE float dot(const float *q, const float *k, size_t d)
 {
     float acc[DOT_LANES] = {0};
@@ -273,14 +301,22 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t softmax_row16(const float *q, const f
  * queries. The first product is not added to a zero: that changes only the
  * sign of a zero partial sum, which cannot reach an exponential (see
  * dots16). A j with no entry (d < 16) gives zero, as in dot(). */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 tile_row(const void *t, size_t c, size_t esize)
+{
+    if (esize == 2) /* vcvtph2ps: exact, as widen_half */
+        return _mm512_cvtph_ps(
+            _mm256_loadu_si256((const __m256i *)((const uint16_t *)t + c * KVE_ATTN_TILE)));
+    return _mm512_loadu_ps((const float *)t + c * KVE_ATTN_TILE);
+}
+
 KVE_ALWAYS_INLINE KVE_TARGET_AVX512 void tile_partial(const float *q, size_t ldq, size_t R,
-                                                       const float *t, size_t d, size_t j,
-                                                       __m512 *p)
+                                                       const void *t, size_t esize, size_t d,
+                                                       size_t j, __m512 *p)
 {
     for (size_t r = 0; r < R; r++)
         p[r] = _mm512_setzero_ps();
     for (size_t c = j; c < d; c += DOT_LANES) {
-        const __m512 k = _mm512_loadu_ps(t + c * KVE_ATTN_TILE);
+        const __m512 k = tile_row(t, c, esize);
         for (size_t r = 0; r < R; r++) {
             const __m512 x = _mm512_mul_ps(_mm512_set1_ps(q[r * ldq + c]), k);
             p[r] = c == j ? x : _mm512_add_ps(p[r], x);
@@ -292,8 +328,8 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 void tile_partial(const float *q, size_t ldq
  * as dot() combines them (w = 8: A_j = P_j + P_j+8; w = 4: B_j = A_j +
  * A_j+4; w = 2: C_j = B_j + B_j+2; then C_0 + C_1), times the scale. */
 KVE_ALWAYS_INLINE KVE_TARGET_AVX512 void tile_logits(const float *q, size_t ldq, size_t R,
-                                                      const float *t, size_t d, __m512 sc,
-                                                      __m512 *l)
+                                                      const void *t, size_t esize, size_t d,
+                                                      __m512 sc, __m512 *l)
 {
     __m512 c2[2][8];
     for (size_t half = 0; half < 2; half++) {
@@ -303,8 +339,8 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 void tile_logits(const float *q, size_t ldq,
             for (size_t s4 = 0; s4 < 2; s4++) {
                 const size_t j = half + 2 * t2 + 4 * s4;
                 __m512 lo[8], hi[8];
-                tile_partial(q, ldq, R, t, d, j, lo);
-                tile_partial(q, ldq, R, t, d, j + 8, hi);
+                tile_partial(q, ldq, R, t, esize, d, j, lo);
+                tile_partial(q, ldq, R, t, esize, d, j + 8, hi);
                 for (size_t r = 0; r < R; r++)
                     a2[s4][r] = _mm512_add_ps(lo[r], hi[r]);
             }
@@ -323,9 +359,9 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 void tile_logits(const float *q, size_t ldq,
  * KVE_NONE, or the first key of the first row (*bad_row) whose logit is not
  * finite. */
 KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t tile_rows16(const float *q, size_t ldq, size_t R,
-                                                        const float *tiles, size_t n, size_t d,
-                                                        float scale, float *out, size_t ld_out,
-                                                        size_t *bad_row)
+                                                        const void *tiles, size_t esize, size_t n,
+                                                        size_t d, float scale, float *out,
+                                                        size_t ld_out, size_t *bad_row)
 {
     const __m512 sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
     __m512 mx[8];
@@ -340,11 +376,11 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t tile_rows16(const float *q, size_t ld
         /* two tiles ahead, toward L2 (at d = 64 a tile is a 4 KB page, where
          * hardware prefetchers stop) */
         if (i + (size_t)2 * KVE_ATTN_TILE < n) {
-            const char *ahead = (const char *)(tiles + (i + (size_t)2 * KVE_ATTN_TILE) * d);
-            for (size_t b = 0; b < d * KVE_ATTN_TILE * sizeof(float); b += 64)
+            const char *ahead = tile_of(tiles, i + (size_t)2 * KVE_ATTN_TILE, d, esize);
+            for (size_t b = 0; b < d * KVE_ATTN_TILE * esize; b += 64)
                 _mm_prefetch(ahead + b, _MM_HINT_T1);
         }
-        tile_logits(q, ldq, R, tiles + i * d, d, sc, l);
+        tile_logits(q, ldq, R, tile_of(tiles, i, d, esize), esize, d, sc, l);
         for (size_t r = 0; r < R; r++) {
             _mm512_mask_storeu_ps(out + r * ld_out + i, live, l[r]);
             finite[r] &= (__mmask16)(_mm512_mask_cmp_ps_mask(live, _mm512_sub_ps(l[r], l[r]), zero,
@@ -366,37 +402,48 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t tile_rows16(const float *q, size_t ld
 /* Rows r .. r + R of rows16 (R a constant); the bad key's row is counted
  * from the first row. */
 KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16_at(size_t r, size_t R, const float *q,
-                                                      size_t ldq, const float *tiles, size_t n,
-                                                      size_t d, float scale, float *out,
+                                                      size_t ldq, const void *tiles, size_t esize,
+                                                      size_t n, size_t d, float scale, float *out,
                                                       size_t ld_out, size_t *bad_row)
 {
-    size_t bad = tile_rows16(q + r * ldq, ldq, R, tiles, n, d, scale, out + r * ld_out, ld_out,
-                             bad_row);
+    size_t bad = tile_rows16(q + r * ldq, ldq, R, tiles, esize, n, d, scale, out + r * ld_out,
+                             ld_out, bad_row);
     if (bad != KVE_NONE)
         *bad_row += r;
     return bad;
 }
 
-/* Every row, eight at a time, then four, two and one. */
-KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16(const float *q, size_t ldq, size_t rows,
-                                                   const float *tiles, size_t n, size_t d,
-                                                   float scale, float *out, size_t ld_out,
-                                                   size_t *bad_row)
+/* Every row, eight at a time, then four, two and one (esize a constant). */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16_of(const float *q, size_t ldq, size_t rows,
+                                                      const void *tiles, size_t esize, size_t n,
+                                                      size_t d, float scale, float *out,
+                                                      size_t ld_out, size_t *bad_row)
 {
     size_t r = 0, bad = KVE_NONE;
     for (; bad == KVE_NONE && r + 8 <= rows; r += 8)
-        bad = rows16_at(r, 8, q, ldq, tiles, n, d, scale, out, ld_out, bad_row);
+        bad = rows16_at(r, 8, q, ldq, tiles, esize, n, d, scale, out, ld_out, bad_row);
     if (bad == KVE_NONE && rows - r >= 4) {
-        bad = rows16_at(r, 4, q, ldq, tiles, n, d, scale, out, ld_out, bad_row);
+        bad = rows16_at(r, 4, q, ldq, tiles, esize, n, d, scale, out, ld_out, bad_row);
         r += 4;
     }
     if (bad == KVE_NONE && rows - r >= 2) {
-        bad = rows16_at(r, 2, q, ldq, tiles, n, d, scale, out, ld_out, bad_row);
+        bad = rows16_at(r, 2, q, ldq, tiles, esize, n, d, scale, out, ld_out, bad_row);
         r += 2;
     }
     if (bad == KVE_NONE && rows - r >= 1)
-        bad = rows16_at(r, 1, q, ldq, tiles, n, d, scale, out, ld_out, bad_row);
+        bad = rows16_at(r, 1, q, ldq, tiles, esize, n, d, scale, out, ld_out, bad_row);
     return bad;
+}
+
+/* rows16_of, one copy per element size. */
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16(const float *q, size_t ldq, size_t rows,
+                                                   const void *tiles, size_t esize, size_t n,
+                                                   size_t d, float scale, float *out,
+                                                   size_t ld_out, size_t *bad_row)
+{
+    if (esize == 2)
+        return rows16_of(q, ldq, rows, tiles, 2, n, d, scale, out, ld_out, bad_row);
+    return rows16_of(q, ldq, rows, tiles, 4, n, d, scale, out, ld_out, bad_row);
 }
 #define ROWS_KV8 rows16
 #else
@@ -408,13 +455,13 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16(const float *q, size_t ldq, si
  * the compiler vectorises over the tile's keys): p[j][lane] is dot()'s
  * partial sum j of key `lane`, its products added chunk by chunk from zero,
  * then the same pairwise steps, then the scale. */
-KVE_ALWAYS_INLINE void tile_logits_plain(const float *q, const float *t, size_t d, float scale,
-                                         float *l)
+KVE_ALWAYS_INLINE void tile_logits_plain(const float *q, const void *t, size_t esize, size_t d,
+                                         float scale, float *l)
 {
     float p[DOT_LANES][KVE_ATTN_TILE] = {{0}};
     for (size_t c = 0; c < d; c++)
         for (size_t k = 0; k < KVE_ATTN_TILE; k++)
-            p[c % DOT_LANES][k] += q[c] * t[c * KVE_ATTN_TILE + k];
+            p[c % DOT_LANES][k] += q[c] * tile_at(t, c * KVE_ATTN_TILE + k, esize);
     for (size_t w = DOT_LANES / 2; w; w /= 2)
         for (size_t j = 0; j < w; j++)
             for (size_t k = 0; k < KVE_ATTN_TILE; k++)
@@ -425,15 +472,15 @@ KVE_ALWAYS_INLINE void tile_logits_plain(const float *q, const float *t, size_t 
 
 /* The portable rows over tiles: each row's logits tile by tile, then its
  * passes two and three (softmax_tail). */
-KVE_ALWAYS_INLINE size_t rows_portable(const float *q, size_t ldq, size_t rows,
-                                       const float *tiles, size_t n, size_t d, float scale,
-                                       float *out, size_t ld_out, size_t *bad_row)
+KVE_ALWAYS_INLINE size_t rows_plain(const float *q, size_t ldq, size_t rows, const void *tiles,
+                                    size_t esize, size_t n, size_t d, float scale, float *out,
+                                    size_t ld_out, size_t *bad_row)
 {
     for (size_t r = 0; r < rows; r++) {
         float *o = out + r * ld_out, m = -FLT_MAX, l[KVE_ATTN_TILE];
         int bad = 0;
         for (size_t i = 0; i < n; i += KVE_ATTN_TILE) {
-            tile_logits_plain(q + r * ldq, tiles + i * d, d, scale, l);
+            tile_logits_plain(q + r * ldq, tile_of(tiles, i, d, esize), esize, d, scale, l);
             for (size_t k = 0; k < KVE_ATTN_TILE && i + k < n; k++) {
                 o[i + k] = l[k];
                 bad |= !(l[k] - l[k] == 0.0f); /* NaN or infinite */
@@ -450,12 +497,22 @@ KVE_ALWAYS_INLINE size_t rows_portable(const float *q, size_t ldq, size_t rows,
     return KVE_NONE;
 }
 
+/* rows_plain, one copy per element size. */
+KVE_ALWAYS_INLINE size_t rows_portable(const float *q, size_t ldq, size_t rows, const void *tiles,
+                                       size_t esize, size_t n, size_t d, float scale, float *out,
+                                       size_t ld_out, size_t *bad_row)
+{
+    if (esize == 2)
+        return rows_plain(q, ldq, rows, tiles, 2, n, d, scale, out, ld_out, bad_row);
+    return rows_plain(q, ldq, rows, tiles, 4, n, d, scale, out, ld_out, bad_row);
+}
+
 KVE_PER_ISA(rows_in, size_t,
-            (const float *q, size_t ldq, size_t rows, const float *tiles, size_t n, size_t d,
-             float scale, float *out, size_t ld_out, size_t *bad_row),
-            rows_portable(q, ldq, rows, tiles, n, d, scale, out, ld_out, bad_row),
-            rows_portable(q, ldq, rows, tiles, n, d, scale, out, ld_out, bad_row),
-            ROWS_KV8(q, ldq, rows, tiles, n, d, scale, out, ld_out, bad_row))
+            (const float *q, size_t ldq, size_t rows, const void *tiles, size_t esize, size_t n,
+             size_t d, float scale, float *out, size_t ld_out, size_t *bad_row),
+            rows_portable(q, ldq, rows, tiles, esize, n, d, scale, out, ld_out, bad_row),
+            rows_portable(q, ldq, rows, tiles, esize, n, d, scale, out, ld_out, bad_row),
+            ROWS_KV8(q, ldq, rows, tiles, esize, n, d, scale, out, ld_out, bad_row))
 
 KVE_PER_ISA(softmax_in, size_t,
             (const float *q, const float *keys, size_t n, size_t d, size_t ld, float scale,
@@ -497,8 +554,9 @@ kve_status kve_attn_row(const float *q, size_t d, const float *keys, size_t ld, 
     return KVE_OK;
 }
 
-kve_status kve_attn_rows(const float *q, size_t ldq, size_t rows, size_t d, const float *tiles,
-                         size_t n, float scale, float *out, size_t ld_out)
+/* kve_attn_rows and kve_attn_rows_f16 over tiles of esize bytes an entry. */
+static kve_status attn_rows(const float *q, size_t ldq, size_t rows, size_t d, const void *tiles,
+                            size_t esize, size_t n, float scale, float *out, size_t ld_out)
 {
     kve_status st = check_shape(d, d, scale);
     if (st != KVE_OK)
@@ -512,11 +570,25 @@ kve_status kve_attn_rows(const float *q, size_t ldq, size_t rows, size_t d, cons
     if (!q || !tiles || !out)
         return kve__fail(KVE_EINVAL, "attn: %s is NULL", !q ? "q" : !tiles ? "tiles" : "out");
     size_t row = 0;
-    size_t bad = rows_in_isa[kve__isa()](q, ldq, rows, tiles, n, d, scale, out, ld_out, &row);
+    size_t bad =
+        rows_in_isa[kve__isa()](q, ldq, rows, tiles, esize, n, d, scale, out, ld_out, &row);
     if (bad != KVE_NONE)
         return kve__fail(KVE_EINVAL, "attn: query row %zu: the logit of key %zu is not finite",
                          row, bad);
     return KVE_OK;
+}
+
+kve_status kve_attn_rows(const float *q, size_t ldq, size_t rows, size_t d, const float *tiles,
+                         size_t n, float scale, float *out, size_t ld_out)
+{
+    return attn_rows(q, ldq, rows, d, tiles, sizeof *tiles, n, scale, out, ld_out);
+}
+
+kve_status kve_attn_rows_f16(const float *q, size_t ldq, size_t rows, size_t d,
+                             const uint16_t *tiles, size_t n, float scale, float *out,
+                             size_t ld_out)
+{
+    return attn_rows(q, ldq, rows, d, tiles, sizeof *tiles, n, scale, out, ld_out);
 }
 
 kve_status kve_bank_attn_rows(const kve_bank *b, size_t first, size_t count, const float *q,

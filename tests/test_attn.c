@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_attn.c - attention rows from q and K (kve_attn_row,
- * kve_attn_rows over key tiles, kve_bank_attn_rows) against a softmax
+ * kve_attn_rows over key tiles of float32 and of half floats,
+ * kve_bank_attn_rows) against a softmax
  * computed in double.
  *
  * Tolerance, derived rather than tuned (u = 2^-24, first order): the
@@ -322,6 +323,113 @@ static void test_tiled_rows(void)
     printf("  %d tiled shapes, %d path(s) each, every row bit-equal\n", cases, paths);
 }
 
+/* A half float's value from its fields, in double (exact), as float32. */
+static float half_value(uint16_t h)
+{
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const double v = e ? ldexp(1024.0 + m, e - 25) : ldexp((double)m, -24);
+    return (float)(h & 0x8000 ? -v : v);
+}
+
+enum { HD = 128, HN = 340, HR = 15 };
+static uint16_t th[(HN + 15) / 16 * 16 * HD];
+static float tf[(HN + 15) / 16 * 16 * HD], hq[HR * (HD + 1)], hrows[HR * HN], hwant[HR * HN];
+
+/* Keys i < n of the half tiles th widened into tf (by half_value), the
+ * lanes past n a NaN in both; then kve_attn_rows_f16 over th against
+ * kve_attn_rows over tf (the portable path's), bit for bit, on every
+ * instruction set; *paths gets the paths run. */
+static void half_case(size_t d, size_t n, size_t R, size_t ldq, size_t ld_out, float scale,
+                      int *paths)
+{
+    const size_t whole = (n + 15) / 16 * 16;
+    for (size_t i = n; i < whole; i++)
+        for (size_t e = 0; e < d; e++) {
+            const size_t at = (i / 16) * 16 * d + e * 16 + i % 16;
+            th[at] = 0x7e00, tf[at] = NAN;
+        }
+    for (size_t i = 0; i < n; i++)
+        for (size_t e = 0; e < d; e++) {
+            const size_t at = (i / 16) * 16 * d + e * 16 + i % 16;
+            tf[at] = half_value(th[at]);
+        }
+    ASSERT_TRUE(kve__isa_force(KVE_ISA_SCALAR));
+    ASSERT_OK(kve_attn_rows(hq, ldq, R, d, tf, n, scale, hwant, ld_out));
+    *paths = 0;
+    for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
+        if (!kve__isa_force((kve_isa)isa))
+            continue;
+        ASSERT_OK(kve_attn_rows_f16(hq, ldq, R, d, th, n, scale, hrows, ld_out));
+        for (size_t r = 0; r < R; r++)
+            if (memcmp(hrows + r * ld_out, hwant + r * ld_out, n * sizeof(float)) != 0)
+                CHECK_FAIL_AT("half tiles: isa %d, d %zu, n %zu, %zu rows: row %zu differs", isa,
+                              d, n, R, r);
+        ++*paths;
+    }
+    kve__isa_force(KVE_ISA_COUNT);
+}
+
+/* kve_attn_rows_f16: every row bit for bit kve_attn_rows' over the keys
+ * widened to float32 (so kve_attn_row's, test_tiled_rows), on every
+ * instruction set: first every finite half float once (62 tiles of 16 keys
+ * of 64 entries, one exponent and sign a tile, scaled to logits near 1: the
+ * subnormals, both zeros and +-65504 among them), then the
+ * shapes of test_tiled_rows with keys of random sign and mantissa between
+ * 2^-8 and 8; a NaN or infinite key is named, one past n never read. */
+static void test_half_tiles(void)
+{
+    kve_rng g;
+    kve_rng_seed(&g, check_seed + 7);
+    int paths = 0, each = 0;
+    fill(&g, hq, 8 * 64, 1.0f);
+    for (uint32_t tile = 0; tile < 62; tile++) { /* 31 exponents, 2 signs: 1024 patterns each */
+        const uint32_t e = tile % 31, sign = tile / 31;
+        for (uint32_t p = 0; p < 1024; p++) /* key p / 64, entry p % 64 */
+            th[(p % 64) * 16 + p / 64] = (uint16_t)(sign << 15 | e << 10 | p);
+        /* logits near 1 for this exponent, so every key's bits reach its weight */
+        half_case(64, 16, 8, 64, 16, ldexpf(1.0f, 12 - (int)(e ? e : 1)), &paths);
+    }
+    static const size_t ds[] = {8, 16, 64, 100, HD};
+    static const size_t ns[] = {1, 15, 16, 17, 48, 333};
+    static const size_t rs[] = {1, 3, 8, HR};
+    int cases = 62;
+    for (size_t a = 0; a < sizeof ds / sizeof ds[0]; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+            for (size_t c = 0; c < sizeof rs / sizeof rs[0]; c++) {
+                const size_t d = ds[a], n = ns[b], R = rs[c], ldq = d + c % 2;
+                fill(&g, hq, R * ldq, 3.0f);
+                for (size_t t = 0; t < (n + 15) / 16 * 16 * d; t++) {
+                    const uint32_t u = (uint32_t)kve_rng_next(&g); /* exponent 7 .. 18: 2^-8 .. 8 */
+                    th[t] = (uint16_t)((u & 0x83ffu) | ((7u + (u >> 16) % 12u) << 10));
+                }
+                half_case(d, n, R, ldq, n + b % 2, 0.1f, &each);
+                cases++;
+            }
+    /* a NaN or infinite key is every row's, named; one past n is not read */
+    const uint16_t nonfinite[] = {0x7e00, 0x7c00, 0xfc00, 0x7c01};
+    for (size_t b = 0; b < sizeof nonfinite / sizeof nonfinite[0]; b++) {
+        for (size_t t = 0; t < 48 * 64; t++)
+            th[t] = 0x3c00; /* 1 */
+        th[(33 / 16) * 16 * 64 + 5 * 16 + 33 % 16] = nonfinite[b]; /* key 33, entry 5 */
+        for (int isa = KVE_ISA_SCALAR; isa < KVE_ISA_COUNT; isa++) {
+            if (!kve__isa_force((kve_isa)isa))
+                continue;
+            ASSERT_STATUS(kve_attn_rows_f16(hq, 64, 13, 64, th, 40, 1.0f, hrows, 40), KVE_EINVAL);
+            ASSERT_CONTAINS(kve_last_error(), "query row 0: the logit of key 33 is not finite");
+            ASSERT_OK(kve_attn_rows_f16(hq, 64, 13, 64, th, 33, 1.0f, hrows, 33));
+        }
+    }
+    kve__isa_force(KVE_ISA_COUNT);
+    /* the refusals are kve_attn_rows' */
+    ASSERT_STATUS(kve_attn_rows_f16(hq, 64, 2, 64, NULL, 4, 1.0f, hrows, 4), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "tiles is NULL");
+    ASSERT_STATUS(kve_attn_rows_f16(hq, 64, 2, 64, th, 4, 1.0f, hrows, 3), KVE_EINVAL);
+    ASSERT_CONTAINS(kve_last_error(), "ld_out 3");
+    ASSERT_OK(kve_attn_rows_f16(NULL, 64, 3, 64, NULL, 0, 1.0f, NULL, 0));
+    printf("  every finite half float and %d shapes, %d path(s) each, every row bit-equal\n",
+           cases, paths);
+}
+
 /* The bank layout: row j*group + g is the softmax of query j*group + g over
  * head first + j's kept keys, and stepping with those rows works. */
 static void test_bank_rows(void)
@@ -407,6 +515,7 @@ int main(int argc, char **argv)
     RUN(test_single_key_is_one);
     RUN(test_every_path_same_bits);
     RUN(test_tiled_rows);
+    RUN(test_half_tiles);
     RUN(test_bank_rows);
     RUN(test_refusals);
     return CHECK_DONE();
