@@ -80,5 +80,6 @@ target_include_directories(kvevict-llama PRIVATE tools/llama tools/lm
   SYSTEM ${KVEVICT_LLAMA_INCLUDE_DIRS})
 target_compile_definitions(kvevict-llama PRIVATE
   KVL_DEFAULT_LIB_DIR="${KVEVICT_LLAMA_LIB_DIR}")
-target_link_libraries(kvevict-llama PRIVATE kvevict_cli ${CMAKE_DL_LIBS})
+find_package(Threads REQUIRED) # the engine's helpers (tools/llama/engine.c)
+target_link_libraries(kvevict-llama PRIVATE kvevict_cli Threads::Threads ${CMAKE_DL_LIBS})
 set_target_properties(kvevict-llama PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})

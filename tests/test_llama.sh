@@ -294,6 +294,16 @@ kl eval --model "$M" --text "$W/short.txt" --policy h2o,streaming --budget 51 --
 awk '/"budget": 51/ { c = $0; sub(/.*"max_cells": /, "", c); sub(/[,}].*/, "", c); n++
          printf "eval in batches of 8 at budget 51: at most %s cells\n", c; if (c + 0 != 59) bad = 1 }
      END { exit bad || n != 2 }' "$W/b51-8.jsonl" || bad "eval --batch 8: max_cells is not budget + 8"
+# kvevict's own threads (--kv-threads: the rows of a share of the layers
+# each, the bank stepped by the main thread) change no bit: 3 threads over
+# the model's 4 layers (1, 1 and 2 layers), a token at a time and in batches
+for b in 1 8; do
+    f=b51.jsonl; [ "$b" = 8 ] && f=b51-8.jsonl
+    kl eval --model "$M" --text "$W/short.txt" --policy h2o,streaming --budget 51 --batch $b \
+        --kv-threads 3 --json --quiet -o "$W/kvt-$b.jsonl" || bad "kvevict-llama eval --kv-threads 3"
+    cmp -s "$W/$f" "$W/kvt-$b.jsonl" || bad "eval --kv-threads 3 --batch $b is not one thread's bits"
+done
+echo "eval with 3 kvevict threads at batches 1 and 8: one thread's bits"
 kl eval --model "$M" --text "$W/text.txt" --policy "$pol" --budget 51,102 --json --quiet \
     -o "$W/kl-eval.jsonl" || bad "kvevict-llama eval"
 "$K" lm eval --threads 1 --model "$M" --text "$W/text.txt" --policy "$pol" --budget 51,102 --same-positions \

@@ -9,12 +9,14 @@
  *    exactly those positions (checked against its mask at every decode);
  *  - the key copy is dense: slot[i] < n is where kept position kpos[i]'s
  *    keys are, in every (layer, KV head) block of Ct slots (C rounded up
- *    to whole tiles of KVE_ATTN_TILE slots, the layout kve_attn_rows
+ *    to whole tiles of KVE_ATTN_TILE slots, the layout kve_attn_rows_f16
  *    reads), each slot used once; a new position takes slot n;
  *  - n <= budget after every decode (n <= budget + B inside one).
- * Memory: keys L*G*Ct*S floats a sequence (4 bytes per float: at TinyLlama's
- * shape, 22 x 4 x (512 + 512) x 64 x 4 = 23 MB), beside llama.cpp's own F16
- * cells; the capture buffers 3 L B max(H, G) S floats an engine.
+ * Memory: keys L*G*Ct*S half floats a sequence (2 bytes each, the bits of
+ * llama.cpp's own F16 cells: at TinyLlama's shape 22 x 4 x (512 + 512) x
+ * 64 x 2 = 11.5 MB, of which a token's rows read the kept half); the
+ * capture buffers 3 L B max(H, G) S floats an engine; each helper thread
+ * its layers' rows, (its layers) H C floats.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "engine.h"
@@ -23,6 +25,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +256,21 @@ kve_status kvl_runnable_spec(const char *spec, size_t budget, char out[KVE_SPEC_
 
 /* ---- the engine ---- */
 
+/* A thread of the engine beside the main one (kv_threads - 1 of them, for a
+ * policy that reads rows): layer_rows of layers [l0, l1) for
+ * each token, into its own rows and scratch. */
+typedef struct kvl_helper {
+    kvl_engine *e;
+    pthread_t thread;
+    size_t l0, l1;
+    float *rows; /* (l1 - l0, H, C) its layers' rows of the token, in kept order */
+    float *tmp;  /* (R, Ct) a KV head's rows by slot */
+    kve_status st;
+    char msg[256]; /* its kve_last_error when st fails */
+} kvl_helper;
+
+static kve_status start_helpers(kvl_engine *e);
+
 struct kvl_engine {
     kvl_model *m;
     const kvl_api *api;
@@ -281,13 +299,26 @@ struct kvl_engine {
     size_t *counts;         /* (L*G) */
     unsigned char *used;    /* (C) */
     double kv_seconds;
+    /* the helpers: the main thread makes layers [0, l_main)'s rows, they
+     * the rest; the main thread steps the bank */
+    kvl_helper *help;
+    size_t help_cap, n_help, l_main; /* helpers made, started; the main thread's layers */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    int sync;            /* mu, go and done made */
+    unsigned long job;   /* counts the tokens handed out */
+    size_t pending;      /* helpers not done with the job */
+    int quit;
+    kvl_seq *job_seq;    /* the job: token job_i of job_seq's decode */
+    size_t job_i;
 };
 
 struct kvl_seq {
     kvl_engine *e;
     int32_t id;
     kve_bank *bank;  /* NULL without a policy */
-    float *keys;     /* (L*G, Ct / KVE_ATTN_TILE, S, KVE_ATTN_TILE) the kept keys by slot */
+    uint16_t *keys;  /* (L*G, Ct / KVE_ATTN_TILE, S, KVE_ATTN_TILE) the kept keys by slot, in
+                        half floats: the bits of llama.cpp's F16 cells */
     int32_t *kpos;   /* (C) kept positions, ascending */
     int32_t *slot;   /* (C) slot of kept index i */
     size_t n;        /* kept (with a policy) */
@@ -440,6 +471,22 @@ void kvl_engine_free(kvl_engine *e)
 {
     if (!e)
         return;
+    if (e->sync) {
+        pthread_mutex_lock(&e->mu);
+        e->quit = 1;
+        pthread_cond_broadcast(&e->go);
+        pthread_mutex_unlock(&e->mu);
+    }
+    for (size_t h = 0; h < e->n_help; h++)
+        pthread_join(e->help[h].thread, NULL);
+    for (size_t h = 0; h < e->help_cap; h++)
+        free(e->help[h].rows), free(e->help[h].tmp);
+    free(e->help);
+    if (e->sync) {
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->go);
+        pthread_cond_destroy(&e->done);
+    }
     if (e->ctx)
         e->api->llama_free(e->ctx);
     if (e->batch.token)
@@ -513,6 +560,11 @@ kve_status kvl_engine_new(kvl_model *m, const kvl_options *o, kvl_engine **out)
         return kve_set_error(KVE_ENOMEM, "engine: out of memory for %zu layers of %zu tokens", L,
                              B);
     }
+    kve_status hs = start_helpers(e);
+    if (hs != KVE_OK) {
+        kvl_engine_free(e);
+        return hs;
+    }
     e->batch = e->api->llama_batch_init((int32_t)B, 0, 1);
     kvl_llama_error_clear();
     if (!(e->ctx = e->api->llama_init_from_model(m->model, cp))) {
@@ -575,8 +627,8 @@ kve_status kvl_seq_new(kvl_engine *e, int32_t id, kvl_seq **out)
     s->id = id;
     const kvl_model *m = e->m;
     int ok = (s->logits = calloc(m->V, sizeof(float))) != NULL;
-    const size_t key_bytes = m->L * m->G * e->Ct * m->S * sizeof(float); /* whole lines */
-    if (ok && e->opt.spec) /* a tile row is one cache line when the copy starts on one */
+    const size_t key_bytes = m->L * m->G * e->Ct * m->S * sizeof(uint16_t); /* whole lines */
+    if (ok && e->opt.spec) /* a tile row is half a cache line when the copy starts on one */
         ok = (s->keys = aligned_alloc(64, key_bytes)) && memset(s->keys, 0, key_bytes) &&
              (s->kpos = calloc(e->C, sizeof(int32_t))) && (s->slot = calloc(e->C, sizeof(int32_t)));
     if (!ok) {
@@ -620,7 +672,7 @@ kve_status kvl_seq_copy(kvl_seq *dst, const kvl_seq *src)
     e->api->llama_memory_seq_cp(e->mem, src->id, dst->id, -1, -1);
     const kvl_model *m = e->m;
     if (src->bank) {
-        memcpy(dst->keys, src->keys, m->L * m->G * e->Ct * m->S * sizeof(float));
+        memcpy(dst->keys, src->keys, m->L * m->G * e->Ct * m->S * sizeof(uint16_t));
         memcpy(dst->kpos, src->kpos, src->n * sizeof(int32_t));
         memcpy(dst->slot, src->slot, src->n * sizeof(int32_t));
     }
@@ -660,67 +712,189 @@ const kve_bank *kvl_seq_bank(const kvl_seq *s)
 /* ---- decoding ---- */
 
 /* Slot i of one (layer, KV head) block of the key copy: its first entry;
- * the S entries are KVE_ATTN_TILE floats apart (kvevict.h's tiles). */
-static float *key_slot(float *block, size_t S, size_t i)
+ * the S entries are KVE_ATTN_TILE half floats apart (kvevict.h's tiles). */
+static uint16_t *key_slot(uint16_t *block, size_t S, size_t i)
 {
     return block + (i / KVE_ATTN_TILE) * KVE_ATTN_TILE * S + i % KVE_ATTN_TILE;
 }
 
-static void key_put(float *block, size_t S, size_t i, const float *k)
+static void key_put(uint16_t *block, size_t S, size_t i, const float *k)
 {
-    float *t = key_slot(block, S, i);
+    uint16_t *t = key_slot(block, S, i);
     for (size_t c = 0; c < S; c++)
-        t[c * KVE_ATTN_TILE] = k[c];
+        t[c * KVE_ATTN_TILE] = lm_f32_to_f16(k[c]); /* as ggml rounds a cell: to nearest even */
 }
 
-/* Steps the bank at position pos with token i of the decode just made: its
- * keys into slot n, each query head's row over the n kept slots and its
- * own (kve_attn_rows: a KV head's query group in one pass over its tiles),
- * then the layer's heads stepped with the rows in kept order, the keys,
- * queries and values. */
+/* Layer l's part of token i of the decode just made, before its step: the
+ * token's keys into slot n of the layer's blocks of the key copy, then (a
+ * policy that reads rows) each KV head's query group's rows over the n
+ * kept slots and its own (kve_attn_rows_f16: one pass over the head's tiles),
+ * into rows (H, n ? n : 1) in kept order; tmp (R, Ct) holds them by slot. */
+static kve_status layer_rows(kvl_seq *s, size_t l, size_t i, float *rows, float *tmp)
+{
+    const kvl_engine *e = s->e;
+    const kvl_model *m = e->m;
+    const size_t H = m->H, G = m->G, S = m->S, R = m->R, B = e->opt.batch, Ct = e->Ct;
+    const size_t n = s->n, ld = n ? n : 1;
+    const float *k = e->k + ((l * B + i) * G) * S, *q = e->q + ((l * B + i) * H) * S;
+    for (size_t g = 0; g < G; g++)
+        key_put(s->keys + (l * G + g) * Ct * S, S, n, k + g * S);
+    for (size_t g = 0; (e->reads & KVE_READS_ATTN) && g < G; g++) {
+        const uint16_t *kg = s->keys + (l * G + g) * Ct * S;
+        kve_status st = kve_attn_rows_f16(q + g * R * S, S, R, S, kg, n + 1, m->scale, tmp, Ct);
+        if (st != KVE_OK)
+            return st;
+        for (size_t r = 0; r < R; r++) { /* slot order to kept order */
+            const float *from = tmp + r * Ct;
+            float *to = rows + (g * R + r) * ld;
+            for (size_t j = 0; j < n; j++)
+                to[j] = from[s->slot[j]];
+        }
+    }
+    return KVE_OK;
+}
+
+/* Steps layer l's heads of the bank at pos with token i: its rows (NULL
+ * for a policy that reads none), keys, queries and values. */
+static kve_status layer_step(kvl_seq *s, size_t l, size_t i, int32_t pos, const float *rows)
+{
+    const kvl_engine *e = s->e;
+    const kvl_model *m = e->m;
+    const size_t H = m->H, G = m->G, S = m->S, B = e->opt.batch;
+    kve_step_data d = kve_step_default_data();
+    d.attn = rows;
+    d.ld = s->n ? s->n : 1;
+    d.group = m->R;
+    d.reduce = KVE_REDUCE_MEAN;
+    d.keys = e->k + ((l * B + i) * G) * S;
+    d.ld_keys = S;
+    if (e->reads & KVE_READS_QUERIES) {
+        d.queries = e->q + ((l * B + i) * H) * S;
+        d.ld_queries = S;
+    }
+    if (e->reads & KVE_READS_VALUES) {
+        d.values = e->v + ((l * B + i) * G) * S;
+        d.ld_values = S;
+    }
+    return kve_bank_step_data(s->bank, l * G, G, pos, &d);
+}
+
+/* A helper: layer_rows of its layers for each token the main thread hands
+ * out, until told to quit. */
+static void *helper_main(void *arg)
+{
+    kvl_helper *w = arg;
+    kvl_engine *e = w->e;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (e->job == seen && !e->quit)
+            pthread_cond_wait(&e->go, &e->mu);
+        if (e->quit)
+            break;
+        seen = e->job;
+        kvl_seq *s = e->job_seq;
+        const size_t i = e->job_i, HC = e->m->H * e->C;
+        pthread_mutex_unlock(&e->mu);
+        kve_status st = KVE_OK;
+        for (size_t l = w->l0; st == KVE_OK && l < w->l1; l++)
+            st = layer_rows(s, l, i, w->rows + (l - w->l0) * HC, w->tmp);
+        w->st = st;
+        if (st != KVE_OK)
+            snprintf(w->msg, sizeof w->msg, "%s", kve_last_error());
+        pthread_mutex_lock(&e->mu);
+        if (--e->pending == 0)
+            pthread_cond_signal(&e->done);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* Starts the helpers: min(kv_threads, L) - 1 of them when the policy reads
+ * rows (the rest of the per-token work is a small part of it), each with
+ * a share of the layers besides the main thread's L / kv_threads. */
+static kve_status start_helpers(kvl_engine *e)
+{
+    const kvl_model *m = e->m;
+    const size_t want = e->opt.kv_threads ? e->opt.kv_threads : e->opt.threads;
+    const size_t L = m->L, T = want < L ? want : L;
+    if (!(e->reads & KVE_READS_ATTN) || T < 2)
+        return KVE_OK;
+    const int mu = pthread_mutex_init(&e->mu, NULL) == 0;
+    const int go = mu && pthread_cond_init(&e->go, NULL) == 0;
+    const int done = go && pthread_cond_init(&e->done, NULL) == 0;
+    if (!done) {
+        if (go)
+            pthread_cond_destroy(&e->go);
+        if (mu)
+            pthread_mutex_destroy(&e->mu);
+        return kve_set_error(KVE_ENOMEM, "engine: cannot make the helpers' lock");
+    }
+    e->sync = 1;
+    if (!(e->help = calloc(T - 1, sizeof *e->help)))
+        return kve_set_error(KVE_ENOMEM, "engine: out of memory for %zu helpers", T - 1);
+    e->help_cap = T - 1;
+    e->l_main = L / T;
+    for (size_t h = 0; h < T - 1; h++) {
+        kvl_helper *w = &e->help[h];
+        w->e = e;
+        w->l0 = e->l_main + (L - e->l_main) * h / (T - 1);
+        w->l1 = e->l_main + (L - e->l_main) * (h + 1) / (T - 1);
+        if (!(w->rows = malloc((w->l1 - w->l0) * m->H * e->C * sizeof(float))) ||
+            !(w->tmp = malloc(m->R * e->Ct * sizeof(float))))
+            return kve_set_error(KVE_ENOMEM, "engine: out of memory for helper %zu's rows", h);
+    }
+    for (size_t h = 0; h < T - 1; h++) {
+        int err = pthread_create(&e->help[h].thread, NULL, helper_main, &e->help[h]);
+        if (err)
+            return kve_set_error(KVE_ENOMEM, "engine: cannot start helper thread %zu: %s", h,
+                                 strerror(err));
+        e->n_help++;
+    }
+    return KVE_OK;
+}
+
+/* Steps the bank at position pos with token i of the decode just made,
+ * layer by layer (layer_rows, then layer_step). With helpers, the rows of
+ * layers l_main .. L are theirs, made while the main thread does its own
+ * layers; the main thread then steps those layers with them: a
+ * same_positions bank's steps must not overlap (kvevict.h). */
 static kve_status step_token(kvl_seq *s, size_t i, int32_t pos)
 {
     kvl_engine *e = s->e;
-    const kvl_model *m = e->m;
-    const size_t L = m->L, H = m->H, G = m->G, S = m->S, R = m->R, B = e->opt.batch, Ct = e->Ct;
-    const size_t n = s->n, ld = n ? n : 1;
+    const size_t L = e->m->L, HC = e->m->H * e->C, n = s->n;
     const int rows = (e->reads & KVE_READS_ATTN) != 0;
-    for (size_t l = 0; l < L; l++) {
-        const float *k = e->k + ((l * B + i) * G) * S, *q = e->q + ((l * B + i) * H) * S;
-        for (size_t g = 0; g < G; g++)
-            key_put(s->keys + (l * G + g) * Ct * S, S, n, k + g * S);
-        for (size_t g = 0; rows && g < G; g++) {
-            const float *kg = s->keys + (l * G + g) * Ct * S;
-            kve_status st = kve_attn_rows(q + g * R * S, S, R, S, kg, n + 1, m->scale, e->tmp, Ct);
-            if (st != KVE_OK)
-                return st;
-            float *row = e->rows + g * R * ld;
-            for (size_t r = 0; r < R; r++) { /* slot order to kept order */
-                const float *from = e->tmp + r * Ct;
-                float *to = row + r * ld;
-                for (size_t j = 0; j < n; j++)
-                    to[j] = from[s->slot[j]];
-            }
-        }
-        kve_step_data d = kve_step_default_data();
-        d.attn = rows ? e->rows : NULL;
-        d.ld = ld;
-        d.group = R;
-        d.reduce = KVE_REDUCE_MEAN;
-        d.keys = k;
-        d.ld_keys = S;
-        if (e->reads & KVE_READS_QUERIES) {
-            d.queries = q;
-            d.ld_queries = S;
-        }
-        if (e->reads & KVE_READS_VALUES) {
-            d.values = e->v + ((l * B + i) * G) * S;
-            d.ld_values = S;
-        }
-        kve_status st = kve_bank_step_data(s->bank, l * G, G, pos, &d);
-        if (st != KVE_OK)
-            return st;
+    const size_t own = rows && e->n_help ? e->l_main : L;
+    if (own < L) {
+        pthread_mutex_lock(&e->mu);
+        e->job_seq = s;
+        e->job_i = i;
+        e->pending = e->n_help;
+        e->job++;
+        pthread_cond_broadcast(&e->go);
+        pthread_mutex_unlock(&e->mu);
     }
+    kve_status st = KVE_OK;
+    for (size_t l = 0; st == KVE_OK && l < own; l++) {
+        st = layer_rows(s, l, i, e->rows, e->tmp);
+        if (st == KVE_OK)
+            st = layer_step(s, l, i, pos, rows ? e->rows : NULL);
+    }
+    if (own < L) {
+        pthread_mutex_lock(&e->mu);
+        while (e->pending)
+            pthread_cond_wait(&e->done, &e->mu);
+        pthread_mutex_unlock(&e->mu);
+        for (size_t h = 0; st == KVE_OK && h < e->n_help; h++) {
+            const kvl_helper *w = &e->help[h];
+            if (w->st != KVE_OK)
+                st = kve_set_error(w->st, "%s", w->msg);
+            for (size_t l = w->l0; st == KVE_OK && l < w->l1; l++)
+                st = layer_step(s, l, i, pos, w->rows + (l - w->l0) * HC);
+        }
+    }
+    if (st != KVE_OK)
+        return st;
     s->kpos[n] = pos;
     s->slot[n] = (int32_t)n;
     s->n = n + 1;
@@ -763,8 +937,8 @@ static kve_status evict(kvl_seq *s)
         while (e->used[free_slot])
             free_slot++;
         for (size_t h = 0; h < LG; h++) {
-            float *to = key_slot(s->keys + h * Ct * S, S, free_slot);
-            const float *from = key_slot(s->keys + h * Ct * S, S, (size_t)s->slot[i]);
+            uint16_t *to = key_slot(s->keys + h * Ct * S, S, free_slot);
+            const uint16_t *from = key_slot(s->keys + h * Ct * S, S, (size_t)s->slot[i]);
             for (size_t c = 0; c < S; c++)
                 to[c * KVE_ATTN_TILE] = from[c * KVE_ATTN_TILE];
         }
@@ -889,7 +1063,8 @@ kve_status kvl_decode(kvl_seq *s, const int32_t *tokens, size_t n, float *logits
  * model's fingerprint, u64 L, G, S, V, u64 the next position, u64 kept n,
  * u64 max_cells, u32 spec length and the spec (0: no policy), u64 bank
  * image bytes and the image (kve_bank_save), n * L*G*S float32 the kept
- * keys in kept order (layer, KV head, then position), u64 llama.cpp's
+ * keys in kept order (layer, KV head, then position; each the copy's half
+ * float widened, rounded back to one when loaded), u64 llama.cpp's
  * bytes and its llama_state_seq_get_data, V float32 the logits after the
  * last token. The session file around it carries the checksum.
  */
@@ -979,9 +1154,11 @@ kve_status kvl_seq_save(const kvl_seq *s, void *buf, size_t cap, size_t *size)
     w.at += bank_bytes;
     for (size_t h = 0; h < m->L * m->G; h++)
         for (size_t i = 0; i < s->n; i++)
-            for (size_t c = 0; c < m->S; c++)
-                put(&w, key_slot(s->keys + h * e->Ct * m->S, m->S, (size_t)s->slot[i]) +
-                            c * KVE_ATTN_TILE, sizeof(float));
+            for (size_t c = 0; c < m->S; c++) {
+                const float x = lm_f16_to_f32(
+                    key_slot(s->keys + h * e->Ct * m->S, m->S, (size_t)s->slot[i])[c * KVE_ATTN_TILE]);
+                put(&w, &x, sizeof x);
+            }
     put_u64(&w, llama_bytes);
     if (e->api->llama_state_seq_get_data(e->ctx, w.p + w.at, llama_bytes, s->id) != llama_bytes)
         return kve_set_error(KVE_EIO, "session: llama.cpp did not write sequence %d's state",
@@ -1275,9 +1452,12 @@ kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size)
         }
         for (size_t h = 0; h < m->L * m->G; h++)
             for (size_t i = 0; i < n; i++)
-                for (size_t c = 0; c < m->S; c++)
-                    memcpy(key_slot(s->keys + h * e->Ct * m->S, m->S, i) + c * KVE_ATTN_TILE,
-                           keys + ((h * n + i) * m->S + c) * sizeof(float), sizeof(float));
+                for (size_t c = 0; c < m->S; c++) {
+                    float x;
+                    memcpy(&x, keys + ((h * n + i) * m->S + c) * sizeof x, sizeof x);
+                    key_slot(s->keys + h * e->Ct * m->S, m->S, i)[c * KVE_ATTN_TILE] =
+                        lm_f32_to_f16(x);
+                }
     }
     s->n = (size_t)n;
     s->pos = (int32_t)pos;

@@ -15,9 +15,12 @@
  * attention weights (with flash attention none exist), so the engine reads
  * each layer's rotated queries and keys as llama.cpp computes them (its
  * eval callback: the ROPE outputs named Qcur-l and Kcur-l, the values
- * Vcur-l), keeps a float32 copy of every kept position's keys itself (in
- * kve_attn_rows' tiles) and computes the rows of each KV head's query group
- * over them with kve_attn_rows (kve_attn_row's bits, row by row). Positions
+ * Vcur-l), keeps a copy of every kept position's keys itself, in half
+ * floats (the bits of llama.cpp's F16 cells) and kve_attn_rows' tiles, and
+ * computes the rows of each KV head's query group over them with
+ * kve_attn_rows_f16 (kve_attn_row's bits over those keys, row by row), on
+ * kv_threads threads (a share of the layers each; the main thread steps
+ * the bank, whose same_positions steps must not overlap). Positions
  * stay original: every key is rotated at its own position, as llama.cpp
  * stores it. llama.cpp's mask of layer 0 (the cells each query attends) is
  * read at every decode too: it gives max_cells, and every token's count
@@ -78,6 +81,9 @@ typedef struct kvl_options {
     size_t sequences;   /* sequences the context holds (>= 1; > 1: one stream each) */
     size_t cells;       /* without a policy: the cells a sequence may need (its tokens) */
     size_t threads;     /* llama.cpp's threads */
+    size_t kv_threads;  /* kvevict's threads for the rows after a decode (0: threads): the
+                           main one and kv_threads - 1 helpers, a share of the layers each;
+                           the same bits with any number */
     uint64_t seed;      /* the policies' generator (random) */
     int capture;        /* 0: no eval callback at all (plain llama.cpp, the benchmark's
                            floor); only without a policy */

@@ -35,6 +35,7 @@ static double now_s(void)
 #define COMMON_OPTS                                                                                \
     {"model", 0, OPT_VALUE}, {"threads", 0, OPT_VALUE}, {"batch", 0, OPT_VALUE},                  \
         {"llama-lib", 0, OPT_VALUE}, {"policy", 0, OPT_VALUE | OPT_REPEAT},                       \
+        {"kv-threads", 0, OPT_VALUE},                                                             \
     {                                                                                              \
         "budget", 0, OPT_VALUE | OPT_REPEAT                                                        \
     }
@@ -45,11 +46,15 @@ static double now_s(void)
     "                      give a large one the cores)\n"                     \
     "  --llama-lib DIR     the folder of libllama.v0.4.0.so (default: $KVEVICT_LLAMA_LIB,\n"         \
     "                      else the node-llama-cpp 3.21.1 the build fetched)\n"
+/* The option of the commands that run policies. */
+#define KV_THREADS_USAGE                                                                           \
+    "  --kv-threads N      kvevict's threads for the attention rows, after each decode\n"        \
+    "                      (default: --threads; the same bits with any number)\n"
 
 /* What a command shares once parsed. */
 typedef struct common {
     const char *model;
-    size_t threads, batch;
+    size_t threads, kv_threads, batch;
     int batch_given;
 } common;
 
@@ -58,6 +63,8 @@ static void common_parse(common *c, const cli_args *a, const cli_spec *sp)
     c->model = need(a, sp, "model");
     const char *v = own(a, sp, "threads");
     c->threads = v ? (size_t)parse_u64("--threads", v, 1, 256) : 1;
+    v = own(a, sp, "kv-threads");
+    c->kv_threads = v ? (size_t)parse_u64("--kv-threads", v, 1, 256) : c->threads;
     v = own(a, sp, "batch");
     c->batch_given = v != NULL;
     c->batch = v ? (size_t)parse_u64("--batch", v, 1, 4096) : 1;
@@ -115,7 +122,8 @@ static kvl_engine *new_engine(const char *spec, const common *c, size_t sequence
                               uint64_t seed)
 {
     kvl_options o = {.spec = spec, .batch = c->batch, .sequences = sequences, .cells = cells,
-                     .threads = c->threads, .seed = seed, .capture = 1};
+                     .threads = c->threads, .kv_threads = c->kv_threads, .seed = seed,
+                     .capture = 1};
     kvl_engine *e = NULL;
     kve_status st = kvl_engine_new(&model, &o, &e);
     if (st != KVE_OK)
@@ -190,6 +198,7 @@ static const char logits_usage[] =
     "  --batch N           tokens a llama_decode takes (default 1: an eviction after\n"
     "                      every token, as kvevict's decoder does)\n"
     "  --seed N            seed of the policies' random numbers (default 0)\n"
+    KV_THREADS_USAGE
     COMMON_USAGE;
 
 static const opt_def logits_own[] = {COMMON_OPTS, {"tokens", 0, OPT_VALUE}};
@@ -269,6 +278,7 @@ static const char eval_usage[] =
     "  --batch N           tokens a llama_decode takes (default 1)\n"
     "  --seed N            seed of the policies' random numbers (default 0)\n"
     "  --quiet             no progress line on stderr\n"
+    KV_THREADS_USAGE
     COMMON_USAGE;
 
 static const opt_def eval_own[] = {COMMON_OPTS, {"text", 0, OPT_VALUE}};
@@ -496,6 +506,7 @@ static const char generate_usage[] =
     "                      generated), text, positions, max_cells (the most cells\n"
     "                      llama.cpp held for it at once, read from its mask), n_ctx\n"
     "                      (the cells of llama.cpp's context)\n"
+    KV_THREADS_USAGE
     COMMON_USAGE;
 
 static const opt_def generate_own[] = {
@@ -925,6 +936,7 @@ static const char bench_usage[] =
     "                      model of at most 512 positions)\n"
     "  --batch N           tokens a llama_decode of the prompt takes (default: P, at\n"
     "                      most 512)\n"
+    KV_THREADS_USAGE
     COMMON_USAGE;
 
 static const opt_def bench_own[] = {COMMON_OPTS, {"prompt-tokens", 0, OPT_VALUE},
@@ -950,7 +962,8 @@ static void bench_run(const char *spec, size_t window, const common *c, size_t P
                       double *tps, double *share)
 {
     kvl_options o = {.spec = spec, .batch = c->batch, .sequences = 1, .cells = P + N + 1,
-                     .threads = c->threads, .seed = 0, .capture = spec != NULL,
+                     .threads = c->threads, .kv_threads = c->kv_threads, .seed = 0,
+                     .capture = spec != NULL,
                      .window = window};
     kvl_engine *e = NULL;
     if (kvl_engine_new(&model, &o, &e) != KVE_OK)
