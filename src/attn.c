@@ -52,8 +52,9 @@ _Static_assert(KVE_ATTN_TILE == 16, "the tile kernels hold one tile in sixteen l
 
 enum { DOT_LANES = 16, SUM_LANES = 8 };
 
-/* A half float (IEEE binary16) widened to float32: exact (NaN stays NaN,
- * its payload not kept). */
+/* A half float (IEEE binary16) widened to float32: exact (a NaN stays a
+ * NaN; a signalling one is not made quiet, as vcvtph2ps makes it: a NaN
+ * key is refused either way). */
 KVE_ALWAYS_INLINE float widen_half(uint16_t h)
 {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
@@ -293,14 +294,7 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t softmax_row16(const float *q, const f
 }
 #define SOFTMAX_KV8 softmax_row16
 
-/* AVX-512's pass one over tiles, for R query rows at once (R <= 8, a
- * constant where inlined): lane i of a register is the tile's key i, so the
- * definition's partial sums are vertical and need no shuffle. p[r] gets
- * partial sum j of the tile's keys for query r: its products chunk by chunk
- * (entries j, 16 + j, ... below d), each tile row loaded once for the R
- * queries. The first product is not added to a zero: that changes only the
- * sign of a zero partial sum, which cannot reach an exponential (see
- * dots16). A j with no entry (d < 16) gives zero, as in dot(). */
+/* Tile row c (entry c of the tile's sixteen keys) as sixteen float32s. */
 KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 tile_row(const void *t, size_t c, size_t esize)
 {
     if (esize == 2) /* vcvtph2ps: exact, as widen_half */
@@ -309,6 +303,14 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 __m512 tile_row(const void *t, size_t c, siz
     return _mm512_loadu_ps((const float *)t + c * KVE_ATTN_TILE);
 }
 
+/* AVX-512's pass one over tiles, for R query rows at once (R <= 8, a
+ * constant where inlined): lane i of a register is the tile's key i, so the
+ * definition's partial sums are vertical and need no shuffle. p[r] gets
+ * partial sum j of the tile's keys for query r: its products chunk by chunk
+ * (entries j, 16 + j, ... below d), each tile row loaded once for the R
+ * queries. The first product is not added to a zero: that changes only the
+ * sign of a zero partial sum, which cannot reach an exponential (see
+ * dots16). A j with no entry (d < 16) gives zero, as in dot(). */
 KVE_ALWAYS_INLINE KVE_TARGET_AVX512 void tile_partial(const float *q, size_t ldq, size_t R,
                                                        const void *t, size_t esize, size_t d,
                                                        size_t j, __m512 *p)
@@ -373,8 +375,8 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t tile_rows16(const float *q, size_t ld
     for (size_t i = 0; i < n; i += KVE_ATTN_TILE) {
         const __mmask16 live = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1);
         __m512 l[8];
-        /* two tiles ahead, toward L2 (at d = 64 a tile is a 4 KB page, where
-         * hardware prefetchers stop) */
+        /* two tiles ahead, toward L2 (at d = 64 a float32 tile is a 4 KB
+         * page, where hardware prefetchers stop; a half-float one half of one) */
         if (i + (size_t)2 * KVE_ATTN_TILE < n) {
             const char *ahead = tile_of(tiles, i + (size_t)2 * KVE_ATTN_TILE, d, esize);
             for (size_t b = 0; b < d * KVE_ATTN_TILE * esize; b += 64)

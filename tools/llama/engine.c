@@ -12,8 +12,8 @@
  *    to whole tiles of KVE_ATTN_TILE slots, the layout kve_attn_rows_f16
  *    reads), each slot used once; a new position takes slot n;
  *  - n <= budget after every decode (n <= budget + B inside one).
- * Memory: keys L*G*Ct*S half floats a sequence (2 bytes each, the bits of
- * llama.cpp's own F16 cells: at TinyLlama's shape 22 x 4 x (512 + 512) x
+ * Memory: keys L*G*Ct*S half floats a sequence (2 bytes each, rounded as
+ * llama.cpp rounds its F16 cells: at TinyLlama's shape 22 x 4 x (512 + 512) x
  * 64 x 2 = 11.5 MB, of which a token's rows read the kept half); the
  * capture buffers 3 L B max(H, G) S floats an engine; each helper thread
  * its layers' rows, (its layers) H C floats.
@@ -26,6 +26,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,7 +319,7 @@ struct kvl_seq {
     int32_t id;
     kve_bank *bank;  /* NULL without a policy */
     uint16_t *keys;  /* (L*G, Ct / KVE_ATTN_TILE, S, KVE_ATTN_TILE) the kept keys by slot, in
-                        half floats: the bits of llama.cpp's F16 cells */
+                        half floats, rounded as llama.cpp rounds its F16 cells */
     int32_t *kpos;   /* (C) kept positions, ascending */
     int32_t *slot;   /* (C) slot of kept index i */
     size_t n;        /* kept (with a policy) */
@@ -627,7 +628,8 @@ kve_status kvl_seq_new(kvl_engine *e, int32_t id, kvl_seq **out)
     s->id = id;
     const kvl_model *m = e->m;
     int ok = (s->logits = calloc(m->V, sizeof(float))) != NULL;
-    const size_t key_bytes = m->L * m->G * e->Ct * m->S * sizeof(uint16_t); /* whole lines */
+    const size_t key_bytes = /* whole cache lines (aligned_alloc takes a multiple of 64) */
+        (m->L * m->G * e->Ct * m->S * sizeof(uint16_t) + 63) / 64 * 64;
     if (ok && e->opt.spec) /* a tile row is half a cache line when the copy starts on one */
         ok = (s->keys = aligned_alloc(64, key_bytes)) && memset(s->keys, 0, key_bytes) &&
              (s->kpos = calloc(e->C, sizeof(int32_t))) && (s->slot = calloc(e->C, sizeof(int32_t)));
@@ -844,13 +846,19 @@ static kve_status start_helpers(kvl_engine *e)
             !(w->tmp = malloc(m->R * e->Ct * sizeof(float))))
             return kve_set_error(KVE_ENOMEM, "engine: out of memory for helper %zu's rows", h);
     }
-    for (size_t h = 0; h < T - 1; h++) {
-        int err = pthread_create(&e->help[h].thread, NULL, helper_main, &e->help[h]);
-        if (err)
-            return kve_set_error(KVE_ENOMEM, "engine: cannot start helper thread %zu: %s", h,
-                                 strerror(err));
-        e->n_help++;
-    }
+    /* the helpers start with every signal blocked, so that a signal (the
+     * tool's cleanup of a temporary file) reaches the main thread only */
+    sigset_t all, was;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &was);
+    int err = 0;
+    for (size_t h = 0; !err && h < T - 1; h++)
+        if (!(err = pthread_create(&e->help[h].thread, NULL, helper_main, &e->help[h])))
+            e->n_help++;
+    pthread_sigmask(SIG_SETMASK, &was, NULL);
+    if (err)
+        return kve_set_error(KVE_ENOMEM, "engine: cannot start helper thread %zu: %s", e->n_help,
+                             strerror(err));
     return KVE_OK;
 }
 
@@ -1155,8 +1163,8 @@ kve_status kvl_seq_save(const kvl_seq *s, void *buf, size_t cap, size_t *size)
     for (size_t h = 0; h < m->L * m->G; h++)
         for (size_t i = 0; i < s->n; i++)
             for (size_t c = 0; c < m->S; c++) {
-                const float x = lm_f16_to_f32(
-                    key_slot(s->keys + h * e->Ct * m->S, m->S, (size_t)s->slot[i])[c * KVE_ATTN_TILE]);
+                const uint16_t *k = key_slot(s->keys + h * e->Ct * m->S, m->S, (size_t)s->slot[i]);
+                const float x = lm_f16_to_f32(k[c * KVE_ATTN_TILE]);
                 put(&w, &x, sizeof x);
             }
     put_u64(&w, llama_bytes);
@@ -1422,6 +1430,10 @@ kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size)
         else if (i < key_floats && fabsf(x) >= 65520.0f) /* infinite in llama.cpp's float16 */
             st = kve_set_error(KVE_EFORMAT, "session: key value %zu (%g) is beyond float16's "
                                "range, where llama.cpp's cache holds the key", i, (double)x);
+        else if (i < key_floats && lm_f16_to_f32(lm_f32_to_f16(x)) != x)
+            st = kve_set_error(KVE_EFORMAT, "session: key value %zu (%.9g) is not a half float, "
+                               "as the key copy holds its keys: not this kvevict-llama's "
+                               "session (an older one kept float32 keys)", i, (double)x);
     }
     if (st == KVE_OK) {
         int32_t *want = malloc((e->opt.spec ? n : pos) * sizeof *want + 1);

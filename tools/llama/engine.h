@@ -16,8 +16,8 @@
  * each layer's rotated queries and keys as llama.cpp computes them (its
  * eval callback: the ROPE outputs named Qcur-l and Kcur-l, the values
  * Vcur-l), keeps a copy of every kept position's keys itself, in half
- * floats (the bits of llama.cpp's F16 cells) and kve_attn_rows' tiles, and
- * computes the rows of each KV head's query group over them with
+ * floats (rounded as llama.cpp rounds its F16 cells) in kve_attn_rows'
+ * tiles, and computes the rows of each KV head's query group over them with
  * kve_attn_rows_f16 (kve_attn_row's bits over those keys, row by row), on
  * kv_threads threads (a share of the layers each; the main thread steps
  * the bank, whose same_positions steps must not overlap). Positions

@@ -35,7 +35,6 @@ static double now_s(void)
 #define COMMON_OPTS                                                                                \
     {"model", 0, OPT_VALUE}, {"threads", 0, OPT_VALUE}, {"batch", 0, OPT_VALUE},                  \
         {"llama-lib", 0, OPT_VALUE}, {"policy", 0, OPT_VALUE | OPT_REPEAT},                       \
-        {"kv-threads", 0, OPT_VALUE},                                                             \
     {                                                                                              \
         "budget", 0, OPT_VALUE | OPT_REPEAT                                                        \
     }
@@ -46,7 +45,8 @@ static double now_s(void)
     "                      give a large one the cores)\n"                     \
     "  --llama-lib DIR     the folder of libllama.v0.4.0.so (default: $KVEVICT_LLAMA_LIB,\n"         \
     "                      else the node-llama-cpp 3.21.1 the build fetched)\n"
-/* The option of the commands that run policies. */
+/* The option of the commands that run policies (all but quantize). */
+#define KV_THREADS_OPT {"kv-threads", 0, OPT_VALUE}
 #define KV_THREADS_USAGE                                                                           \
     "  --kv-threads N      kvevict's threads for the attention rows, after each decode\n"        \
     "                      (default: --threads; the same bits with any number)\n"
@@ -63,7 +63,10 @@ static void common_parse(common *c, const cli_args *a, const cli_spec *sp)
     c->model = need(a, sp, "model");
     const char *v = own(a, sp, "threads");
     c->threads = v ? (size_t)parse_u64("--threads", v, 1, 256) : 1;
-    v = own(a, sp, "kv-threads");
+    v = NULL; /* --kv-threads: declared by the commands that run policies */
+    for (size_t i = 0; i < sp->n_own; i++)
+        if (strcmp(sp->own[i].name, "kv-threads") == 0)
+            v = own(a, sp, "kv-threads");
     c->kv_threads = v ? (size_t)parse_u64("--kv-threads", v, 1, 256) : c->threads;
     v = own(a, sp, "batch");
     c->batch_given = v != NULL;
@@ -201,7 +204,7 @@ static const char logits_usage[] =
     KV_THREADS_USAGE
     COMMON_USAGE;
 
-static const opt_def logits_own[] = {COMMON_OPTS, {"tokens", 0, OPT_VALUE}};
+static const opt_def logits_own[] = {COMMON_OPTS, KV_THREADS_OPT, {"tokens", 0, OPT_VALUE}};
 static const cli_spec logits_spec =
     LM_SPEC(logits_usage, SO_SEED | SO_OUTPUT, logits_own, FMT_JSON);
 
@@ -281,7 +284,7 @@ static const char eval_usage[] =
     KV_THREADS_USAGE
     COMMON_USAGE;
 
-static const opt_def eval_own[] = {COMMON_OPTS, {"text", 0, OPT_VALUE}};
+static const opt_def eval_own[] = {COMMON_OPTS, KV_THREADS_OPT, {"text", 0, OPT_VALUE}};
 static const cli_spec eval_spec =
     LM_SPEC(eval_usage, SO_SEED | SO_FORMAT | SO_OUTPUT | SO_QUIET, eval_own, FMT_TEXT);
 
@@ -510,7 +513,7 @@ static const char generate_usage[] =
     COMMON_USAGE;
 
 static const opt_def generate_own[] = {
-    COMMON_OPTS,          {"prompt", 0, OPT_VALUE},          {"tokens", 'n', OPT_VALUE},
+    COMMON_OPTS,          KV_THREADS_OPT, {"prompt", 0, OPT_VALUE}, {"tokens", 'n', OPT_VALUE},
     {"samples", 0, OPT_VALUE}, {"session", 0, OPT_VALUE},    {"top-k", 0, OPT_VALUE},
     {"top-p", 0, OPT_VALUE},   {"temp", 0, OPT_VALUE},       {"temperature", 0, OPT_VALUE},
     {"repeat-penalty", 0, OPT_VALUE}, {"policy-seed", 0, OPT_VALUE}};
@@ -939,7 +942,7 @@ static const char bench_usage[] =
     KV_THREADS_USAGE
     COMMON_USAGE;
 
-static const opt_def bench_own[] = {COMMON_OPTS, {"prompt-tokens", 0, OPT_VALUE},
+static const opt_def bench_own[] = {COMMON_OPTS, KV_THREADS_OPT, {"prompt-tokens", 0, OPT_VALUE},
                                     {"tokens", 'n', OPT_VALUE}, {"repeats", 0, OPT_VALUE}};
 static const cli_spec bench_spec =
     LM_SPEC(bench_usage, SO_FORMAT | SO_OUTPUT, bench_own, FMT_TEXT);
@@ -1036,6 +1039,7 @@ static int llama_bench(int argc, char **argv)
         {"vs floor", "vs_floor", COL_ALL},
         {"kvevict share", "kvevict_share", COL_ALL},
         {"threads", "threads", COL_CSV | COL_JSON},
+        {"kv threads", "kv_threads", COL_CSV | COL_JSON},
         {"prompt", "prompt_tokens", COL_CSV | COL_JSON},
         {"decoded", "tokens", COL_CSV | COL_JSON},
         {"rounds", "repeats", COL_CSV | COL_JSON},
@@ -1058,6 +1062,7 @@ static int llama_bench(int argc, char **argv)
         table_real(&t, median(ratio + k * R, R), "%.3f");
         table_real(&t, run[k] ? median(share + k * R, R) : NAN, "%.4f");
         table_uint(&t, c.threads);
+        table_uint(&t, c.kv_threads);
         table_uint(&t, P);
         table_uint(&t, N);
         table_uint(&t, R);
@@ -1066,8 +1071,8 @@ static int llama_bench(int argc, char **argv)
     if (a.format == FMT_TEXT) {
         char desc[256] = "";
         api.llama_model_desc(model.model, desc, sizeof desc);
-        fprintf(out, "%s (%s): %zu prompt tokens, %zu decoded, %zu rounds, %zu threads\n\n",
-                c.model, desc, P, N, R, c.threads);
+        fprintf(out, "%s (%s): %zu prompt tokens, %zu decoded, %zu rounds, %zu threads (kvevict's "
+                "%zu)\n\n", c.model, desc, P, N, R, c.threads, c.kv_threads);
     }
     table_print(&t, out, a.format);
     table_free(&t);
