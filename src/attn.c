@@ -8,7 +8,8 @@
  *   q     float[d]                        one query vector
  *   keys  float[n][ld], row i at keys + i*ld, its first d entries used
  *   tiles float[ceil(n/16)][d][16]        the same keys in tiles (kvevict.h):
- *                                         kve_attn_rows' layout
+ *                                         kve_attn_rows' layout; uint16_t
+ *                                         half floats, kve_attn_rows_f16's
  *   out   float[n]                        the weights, kept order
  *
  * Definition (every instruction set computes exactly this, bit for bit):
@@ -35,7 +36,9 @@
  * sum is a register of sixteen keys' and the pairwise steps are plain
  * additions (tile_partial, tile_logits); the portable path does the same
  * in plain C over a tile's sixteen keys (tile_logits_plain), which the
- * compiler vectorises for AVX2.
+ * compiler vectorises for AVX2. Half-float tiles (kve_attn_rows_f16) take
+ * the same kernels, each entry widened exactly as it is loaded (tile_row,
+ * tile_at): the element size is a constant each entry point inlines.
  *
  * Invariants: nothing is allocated; the row is written in three passes over
  * out (logits, exponentials, normalisation); the keys are read once a row
