@@ -419,7 +419,7 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16_at(size_t r, size_t R, const f
 }
 
 /* Every row, eight at a time, then four, two and one (esize a constant). */
-KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16_of(const float *q, size_t ldq, size_t rows,
+KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16(const float *q, size_t ldq, size_t rows,
                                                       const void *tiles, size_t esize, size_t n,
                                                       size_t d, float scale, float *out,
                                                       size_t ld_out, size_t *bad_row)
@@ -439,21 +439,10 @@ KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16_of(const float *q, size_t ldq,
         bad = rows16_at(r, 1, q, ldq, tiles, esize, n, d, scale, out, ld_out, bad_row);
     return bad;
 }
-
-/* rows16_of, one copy per element size. */
-KVE_ALWAYS_INLINE KVE_TARGET_AVX512 size_t rows16(const float *q, size_t ldq, size_t rows,
-                                                   const void *tiles, size_t esize, size_t n,
-                                                   size_t d, float scale, float *out,
-                                                   size_t ld_out, size_t *bad_row)
-{
-    if (esize == 2)
-        return rows16_of(q, ldq, rows, tiles, 2, n, d, scale, out, ld_out, bad_row);
-    return rows16_of(q, ldq, rows, tiles, 4, n, d, scale, out, ld_out, bad_row);
-}
 #define ROWS_KV8 rows16
 #else
 #define SOFTMAX_KV8 softmax_row
-#define ROWS_KV8 rows_portable
+#define ROWS_KV8 rows_plain
 #endif
 
 /* The logits of one tile's keys for one query, lane-wise in plain C (so
@@ -502,22 +491,19 @@ KVE_ALWAYS_INLINE size_t rows_plain(const float *q, size_t ldq, size_t rows, con
     return KVE_NONE;
 }
 
-/* rows_plain, one copy per element size. */
-KVE_ALWAYS_INLINE size_t rows_portable(const float *q, size_t ldq, size_t rows, const void *tiles,
-                                       size_t esize, size_t n, size_t d, float scale, float *out,
-                                       size_t ld_out, size_t *bad_row)
-{
-    if (esize == 2)
-        return rows_plain(q, ldq, rows, tiles, 2, n, d, scale, out, ld_out, bad_row);
-    return rows_plain(q, ldq, rows, tiles, 4, n, d, scale, out, ld_out, bad_row);
-}
-
-KVE_PER_ISA(rows_in, size_t,
-            (const float *q, size_t ldq, size_t rows, const void *tiles, size_t esize, size_t n,
-             size_t d, float scale, float *out, size_t ld_out, size_t *bad_row),
-            rows_portable(q, ldq, rows, tiles, esize, n, d, scale, out, ld_out, bad_row),
-            rows_portable(q, ldq, rows, tiles, esize, n, d, scale, out, ld_out, bad_row),
-            ROWS_KV8(q, ldq, rows, tiles, esize, n, d, scale, out, ld_out, bad_row))
+/* The rows over tiles per instruction set, one table per element size (a
+ * constant in each: float32, then half floats). */
+#define ROWS_PARAMS                                                                                \
+    (const float *q, size_t ldq, size_t rows, const void *tiles, size_t n, size_t d, float scale, \
+     float *out, size_t ld_out, size_t *bad_row)
+KVE_PER_ISA(rows_f32, size_t, ROWS_PARAMS,
+            rows_plain(q, ldq, rows, tiles, 4, n, d, scale, out, ld_out, bad_row),
+            rows_plain(q, ldq, rows, tiles, 4, n, d, scale, out, ld_out, bad_row),
+            ROWS_KV8(q, ldq, rows, tiles, 4, n, d, scale, out, ld_out, bad_row))
+KVE_PER_ISA(rows_f16, size_t, ROWS_PARAMS,
+            rows_plain(q, ldq, rows, tiles, 2, n, d, scale, out, ld_out, bad_row),
+            rows_plain(q, ldq, rows, tiles, 2, n, d, scale, out, ld_out, bad_row),
+            ROWS_KV8(q, ldq, rows, tiles, 2, n, d, scale, out, ld_out, bad_row))
 
 KVE_PER_ISA(softmax_in, size_t,
             (const float *q, const float *keys, size_t n, size_t d, size_t ld, float scale,
@@ -575,8 +561,9 @@ static kve_status attn_rows(const float *q, size_t ldq, size_t rows, size_t d, c
     if (!q || !tiles || !out)
         return kve__fail(KVE_EINVAL, "attn: %s is NULL", !q ? "q" : !tiles ? "tiles" : "out");
     size_t row = 0;
-    size_t bad =
-        rows_in_isa[kve__isa()](q, ldq, rows, tiles, esize, n, d, scale, out, ld_out, &row);
+    const kve_isa isa = kve__isa();
+    size_t bad = (esize == 2 ? rows_f16_isa[isa] : rows_f32_isa[isa])(q, ldq, rows, tiles, n, d,
+                                                                     scale, out, ld_out, &row);
     if (bad != KVE_NONE)
         return kve__fail(KVE_EINVAL, "attn: query row %zu: the logit of key %zu is not finite",
                          row, bad);

@@ -1161,12 +1161,13 @@ kve_status kvl_seq_save(const kvl_seq *s, void *buf, size_t cap, size_t *size)
         return KVE_EINVAL;
     w.at += bank_bytes;
     for (size_t h = 0; h < m->L * m->G; h++)
-        for (size_t i = 0; i < s->n; i++)
+        for (size_t i = 0; i < s->n; i++) {
+            const uint16_t *k = key_slot(s->keys + h * e->Ct * m->S, m->S, (size_t)s->slot[i]);
             for (size_t c = 0; c < m->S; c++) {
-                const uint16_t *k = key_slot(s->keys + h * e->Ct * m->S, m->S, (size_t)s->slot[i]);
                 const float x = lm_f16_to_f32(k[c * KVE_ATTN_TILE]);
                 put(&w, &x, sizeof x);
             }
+        }
     put_u64(&w, llama_bytes);
     if (e->api->llama_state_seq_get_data(e->ctx, w.p + w.at, llama_bytes, s->id) != llama_bytes)
         return kve_set_error(KVE_EIO, "session: llama.cpp did not write sequence %d's state",
@@ -1463,13 +1464,14 @@ kve_status kvl_seq_load(kvl_seq *s, const void *buf, size_t size)
             s->slot[i] = (int32_t)i;
         }
         for (size_t h = 0; h < m->L * m->G; h++)
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
+                uint16_t *k = key_slot(s->keys + h * e->Ct * m->S, m->S, i);
                 for (size_t c = 0; c < m->S; c++) {
                     float x;
                     memcpy(&x, keys + ((h * n + i) * m->S + c) * sizeof x, sizeof x);
-                    key_slot(s->keys + h * e->Ct * m->S, m->S, i)[c * KVE_ATTN_TILE] =
-                        lm_f32_to_f16(x);
+                    k[c * KVE_ATTN_TILE] = lm_f32_to_f16(x);
                 }
+            }
     }
     s->n = (size_t)n;
     s->pos = (int32_t)pos;
