@@ -38,7 +38,7 @@
  * in plain C over a tile's sixteen keys (tile_logits_plain), which the
  * compiler vectorises for AVX2. Half-float tiles (kve_attn_rows_f16) take
  * the same kernels, each entry widened exactly as it is loaded (tile_row,
- * tile_at): the element size is a constant each entry point inlines.
+ * tile_at): the element size is a constant in each of their two tables.
  *
  * Invariants: nothing is allocated; the row is written in three passes over
  * out (logits, exponentials, normalisation); the keys are read once a row
